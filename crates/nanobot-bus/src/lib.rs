@@ -1,0 +1,63 @@
+//! The message bus: how chat channels, cron, the heartbeat and subagents meet the agent.
+//!
+//! This crate owns the two message types that cross the bus — [`InboundMessage`] (something a user or a
+//! scheduler said) and [`OutboundMessage`] (something the agent says back, typed by [`OutboundKind`]) — and the
+//! [`Bus`] trait with its in-process implementation, [`InProcessBus`].
+//!
+//! It knows nothing about LLMs, tools or any chat platform: channels depend on it, the agent depends on it, and
+//! they never depend on each other.
+//!
+//! ```
+//! use nanobot_bus::{Bus, InProcessBus, InboundMessage};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let rt = tokio::runtime::Builder::new_current_thread().build()?;
+//! # rt.block_on(async {
+//! let bus = InProcessBus::new(16);
+//! bus.publish_inbound(InboundMessage::new("cli", "user", "direct", "hello")).await?;
+//! let msg = bus.consume_inbound().await.ok_or("bus closed")?;
+//! assert_eq!(msg.session_key(), "cli:direct");
+//! # Ok(())
+//! # })
+//! # }
+//! ```
+
+mod memory;
+mod message;
+
+pub use memory::InProcessBus;
+pub use message::{InboundMessage, OutboundKind, OutboundMessage, SYSTEM_CHANNEL};
+
+use async_trait::async_trait;
+
+/// Errors from publishing to a bus.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BusError {
+    /// The bus was shut down; the message was not accepted.
+    #[error("the message bus is closed")]
+    Closed,
+}
+
+/// A two-way message bus: inbound messages flow to the agent, outbound messages flow to channels.
+///
+/// Publishing waits when a queue is full (backpressure), so a slow consumer slows producers instead of letting
+/// memory grow without bound. After [`Bus::close`], publishing fails with [`BusError::Closed`] while consumers
+/// still drain everything that was accepted before, then receive `None`.
+#[async_trait]
+pub trait Bus: Send + Sync {
+    /// Queues a message for the agent, waiting while the inbound queue is full.
+    async fn publish_inbound(&self, msg: InboundMessage) -> Result<(), BusError>;
+    /// Takes the next message for the agent; `None` once the bus is closed and drained.
+    async fn consume_inbound(&self) -> Option<InboundMessage>;
+    /// Queues a message for the channels, waiting while the outbound queue is full.
+    async fn publish_outbound(&self, msg: OutboundMessage) -> Result<(), BusError>;
+    /// Takes the next message for the channels; `None` once the bus is closed and drained.
+    async fn consume_outbound(&self) -> Option<OutboundMessage>;
+    /// Number of inbound messages waiting (for metrics).
+    fn inbound_len(&self) -> usize;
+    /// Number of outbound messages waiting (for metrics).
+    fn outbound_len(&self) -> usize;
+    /// Stops accepting new messages. Messages already accepted are still delivered.
+    fn close(&self);
+}
