@@ -1,0 +1,457 @@
+//! Discovery (workspace over built-in), the loaded [`SkillSet`] and what it renders for prompts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::SkillsError;
+use crate::builtin::{builtin_skill, builtin_skill_names, materialize_builtins};
+use crate::frontmatter::{self, Frontmatter};
+use crate::requirements::{Missing, RequirementEnv, Requirements};
+
+/// Where a skill came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SkillSource {
+    /// `<workspace>/skills/<name>/SKILL.md` (wins over a built-in of the same name).
+    Workspace,
+    /// Embedded in the binary from the repository's `skills/` folder.
+    Builtin,
+}
+
+/// One discovered skill.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Skill {
+    /// The skill's name: its directory name.
+    pub name: String,
+    /// `description` from the frontmatter (the name when absent).
+    pub description: String,
+    /// Workspace or built-in.
+    pub source: SkillSource,
+    /// Path of the SKILL.md the model reads with `read_file` (for built-ins: under the built-in dir
+    /// given to [`SkillsLoader::new`]; see [`SkillsLoader::materialize_builtins`]).
+    pub location: PathBuf,
+    /// `always: true` (top level or in metadata): loaded in full into every system prompt when available.
+    pub always: bool,
+    /// Optional emoji from the metadata.
+    pub emoji: Option<String>,
+    /// What the skill needs.
+    pub requirements: Requirements,
+    /// What of that is missing here (empty = available).
+    pub missing: Vec<Missing>,
+    /// The whole frontmatter as JSON (with a JSON-string `metadata` decoded).
+    pub frontmatter: serde_json::Value,
+    /// The Markdown body, without the frontmatter.
+    pub body: String,
+}
+
+impl Skill {
+    /// Whether every requirement is met.
+    pub fn is_available(&self) -> bool {
+        self.missing.is_empty()
+    }
+
+    /// The unmet requirements as Python nanobot shows them: `CLI: gh, ENV: GITHUB_TOKEN`.
+    pub fn missing_summary(&self) -> String {
+        self.missing
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The block injected into a prompt: `### Skill: <name>\n\n<body>`.
+    pub fn prompt_block(&self) -> String {
+        format!("### Skill: {}\n\n{}", self.name, self.body.trim())
+    }
+}
+
+/// A skill that could not be loaded (it is skipped; the others load).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct SkillWarning {
+    /// The skill's directory name.
+    pub name: String,
+    /// Why it was skipped (names the file and, where known, the line).
+    pub error: SkillsError,
+}
+
+/// Finds skills in a workspace and in the built-in set.
+///
+/// The built-in skills are embedded; they are listed at `<builtin_dir>/<name>/SKILL.md`. Call
+/// [`SkillsLoader::materialize_builtins`] once at start-up so those files exist, and let `read_file`
+/// read `builtin_dir` (Python nanobot adds its built-in skills dir to `read_file`'s extra allowed
+/// dirs the same way).
+#[derive(Debug, Clone)]
+pub struct SkillsLoader {
+    workspace_skills: PathBuf,
+    builtin_dir: PathBuf,
+    builtins: bool,
+    disabled: BTreeSet<String>,
+    env: RequirementEnv,
+}
+
+impl SkillsLoader {
+    /// A loader for `<workspace>/skills`, with built-ins shown under `builtin_dir`, checking
+    /// requirements against `env`.
+    pub fn new(workspace: &Path, builtin_dir: impl Into<PathBuf>, env: RequirementEnv) -> Self {
+        SkillsLoader {
+            workspace_skills: workspace.join("skills"),
+            builtin_dir: builtin_dir.into(),
+            builtins: true,
+            disabled: BTreeSet::new(),
+            env,
+        }
+    }
+
+    /// Hides these skills everywhere (`agents.defaults.disabledSkills`).
+    #[must_use]
+    pub fn with_disabled<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.disabled = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Leaves the built-in skills out (workspace skills only).
+    #[must_use]
+    pub fn without_builtins(mut self) -> Self {
+        self.builtins = false;
+        self
+    }
+
+    /// The directory built-in skills are listed under.
+    pub fn builtin_dir(&self) -> &Path {
+        &self.builtin_dir
+    }
+
+    /// Writes the embedded built-in skills to the built-in dir (idempotent).
+    pub fn materialize_builtins(&self) -> Result<PathBuf, SkillsError> {
+        materialize_builtins(&self.builtin_dir)
+    }
+
+    /// Discovers all skills now. Never fails: unreadable or malformed skills are skipped with a
+    /// warning (logged with `tracing` and kept in [`SkillSet::warnings`]).
+    pub fn load(&self) -> SkillSet {
+        let mut skills: BTreeMap<String, Skill> = BTreeMap::new();
+        let mut warnings = Vec::new();
+        let mut shadowed = BTreeSet::new();
+
+        match fs::read_dir(&self.workspace_skills) {
+            Ok(entries) => {
+                let mut dirs: Vec<PathBuf> = entries
+                    .filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| p.is_dir())
+                    .collect();
+                dirs.sort();
+                for dir in dirs {
+                    let Some(name) = dir.file_name().and_then(|n| n.to_str()).map(str::to_owned) else {
+                        continue;
+                    };
+                    if name.starts_with('.') {
+                        continue;
+                    }
+                    let file = dir.join("SKILL.md");
+                    let text = match fs::read_to_string(&file) {
+                        Ok(t) => t,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                        Err(source) => {
+                            let error = SkillsError::Io { path: file, source };
+                            tracing::warn!(skill = %name, "skipping skill: {error}");
+                            warnings.push(SkillWarning { name, error });
+                            continue;
+                        }
+                    };
+                    // A broken workspace skill still hides the built-in of the same name: the user
+                    // meant to replace it.
+                    shadowed.insert(name.clone());
+                    if self.disabled.contains(&name) {
+                        continue;
+                    }
+                    match self.build(&name, &text, file, SkillSource::Workspace) {
+                        Ok(skill) => {
+                            skills.insert(name, skill);
+                        }
+                        Err(error) => {
+                            tracing::warn!(skill = %name, "skipping skill: {error}");
+                            warnings.push(SkillWarning { name, error });
+                        }
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                let error = SkillsError::Io {
+                    path: self.workspace_skills.clone(),
+                    source,
+                };
+                tracing::warn!("cannot list workspace skills: {error}");
+                warnings.push(SkillWarning {
+                    name: String::new(),
+                    error,
+                });
+            }
+        }
+
+        if self.builtins {
+            for name in builtin_skill_names() {
+                if shadowed.contains(name) || self.disabled.contains(name) {
+                    continue;
+                }
+                let Some(text) = builtin_skill(name) else { continue };
+                let location = self.builtin_dir.join(name).join("SKILL.md");
+                match self.build(name, text, location, SkillSource::Builtin) {
+                    Ok(skill) => {
+                        skills.insert(name.to_owned(), skill);
+                    }
+                    Err(error) => {
+                        tracing::warn!(skill = %name, "skipping built-in skill: {error}");
+                        warnings.push(SkillWarning {
+                            name: name.to_owned(),
+                            error,
+                        });
+                    }
+                }
+            }
+        }
+
+        SkillSet {
+            skills: skills.into_values().collect(),
+            warnings,
+        }
+    }
+
+    fn build(
+        &self,
+        name: &str,
+        text: &str,
+        location: PathBuf,
+        source: SkillSource,
+    ) -> Result<Skill, SkillsError> {
+        let split = frontmatter::split(text, &location)?;
+        let fm = match split.yaml {
+            Some(yaml) => frontmatter::parse(yaml, &location, 2)?,
+            None => Frontmatter::default(),
+        };
+        let requirements = Requirements {
+            bins: fm.bins,
+            env: fm.env,
+            os: fm.os,
+        };
+        let missing = self.env.missing(&requirements);
+        Ok(Skill {
+            name: name.to_owned(),
+            description: fm.description.unwrap_or_else(|| name.to_owned()),
+            source,
+            location,
+            always: fm.always,
+            emoji: fm.emoji,
+            requirements,
+            missing,
+            frontmatter: fm.raw,
+            body: split.body.to_owned(),
+        })
+    }
+}
+
+/// The skills found by one [`SkillsLoader::load`], sorted by name.
+#[derive(Debug, Default)]
+pub struct SkillSet {
+    skills: Vec<Skill>,
+    warnings: Vec<SkillWarning>,
+}
+
+impl SkillSet {
+    /// All visible skills (disabled ones are absent), sorted by name.
+    pub fn skills(&self) -> &[Skill] {
+        &self.skills
+    }
+
+    /// The skill called `name`.
+    pub fn get(&self, name: &str) -> Option<&Skill> {
+        self.skills.iter().find(|s| s.name == name)
+    }
+
+    /// Skills that were skipped, with the reason.
+    pub fn warnings(&self) -> &[SkillWarning] {
+        &self.warnings
+    }
+
+    /// Always-on skills whose requirements are met (unavailable ones are never loaded in full).
+    pub fn always_on(&self) -> impl Iterator<Item = &Skill> {
+        self.skills.iter().filter(|s| s.always && s.is_available())
+    }
+
+    /// The `# Active Skills` system-prompt section with the full text of the always-on skills, or
+    /// `None` when there are none.
+    pub fn always_on_section(&self) -> Option<String> {
+        let blocks: Vec<String> = self.always_on().map(Skill::prompt_block).collect();
+        (!blocks.is_empty()).then(|| format!("# Active Skills\n\n{}", blocks.join("\n\n---\n\n")))
+    }
+
+    /// The XML summary in Python nanobot's format, listing every skill not already loaded in full
+    /// (`None` when that leaves nothing):
+    ///
+    /// ```text
+    /// <skills>
+    ///   <skill available="true">
+    ///     <name>weather</name>
+    ///     <description>…</description>
+    ///     <location>/…/weather/SKILL.md</location>
+    ///   </skill>
+    ///   <skill available="false">
+    ///     …
+    ///     <requires>CLI: gh, ENV: GH_TOKEN</requires>
+    ///   </skill>
+    /// </skills>
+    /// ```
+    pub fn summary_xml(&self) -> Option<String> {
+        let listed: Vec<&Skill> = self
+            .skills
+            .iter()
+            .filter(|s| !(s.always && s.is_available()))
+            .collect();
+        if listed.is_empty() {
+            return None;
+        }
+        let mut out = String::from("<skills>\n");
+        for s in listed {
+            let available = s.is_available();
+            out.push_str(&format!("  <skill available=\"{available}\">\n"));
+            out.push_str(&format!("    <name>{}</name>\n", escape_xml(&s.name)));
+            out.push_str(&format!(
+                "    <description>{}</description>\n",
+                escape_xml(&s.description)
+            ));
+            out.push_str(&format!(
+                "    <location>{}</location>\n",
+                escape_xml(&s.location.to_string_lossy())
+            ));
+            if !available {
+                out.push_str(&format!(
+                    "    <requires>{}</requires>\n",
+                    escape_xml(&s.missing_summary())
+                ));
+            }
+            out.push_str("  </skill>\n");
+        }
+        out.push_str("</skills>");
+        Some(out)
+    }
+
+    /// The `# Skills` system-prompt section: how to use skills, then [`SkillSet::summary_xml`].
+    pub fn summary_section(&self) -> Option<String> {
+        self.summary_xml().map(|xml| {
+            format!(
+                "# Skills\n\nThe following skills extend your capabilities. To use a skill, read its SKILL.md file \
+                 using the read_file tool.\nSkills with available=\"false\" need dependencies installed first - you \
+                 can try installing them with apt/brew.\n\n{xml}"
+            )
+        })
+    }
+
+    /// The skills a user message names as `$skill-name` (known skills only, each once, in order of
+    /// first mention). `$5` or `$unknown` are ignored.
+    pub fn mentioned(&self, message: &str) -> Vec<&Skill> {
+        let mut out: Vec<&Skill> = Vec::new();
+        for name in dollar_names(message) {
+            if let Some(skill) = self.get(name)
+                && !out.iter().any(|s| s.name == skill.name)
+            {
+                out.push(skill);
+            }
+        }
+        out
+    }
+
+    /// Text to inject for this turn for the `$skill-name` mentions in `message` (`None` when there
+    /// are none). Skills already loaded in full as always-on are not repeated; a skill whose
+    /// requirements are missing is still injected (the user asked for it) with a note saying what is
+    /// missing.
+    pub fn turn_injection(&self, message: &str) -> Option<String> {
+        let blocks: Vec<String> = self
+            .mentioned(message)
+            .into_iter()
+            .filter(|s| !(s.always && s.is_available()))
+            .map(|s| {
+                if s.is_available() {
+                    s.prompt_block()
+                } else {
+                    format!(
+                        "### Skill: {} (requirements missing: {})\n\n{}",
+                        s.name,
+                        s.missing_summary(),
+                        s.body.trim()
+                    )
+                }
+            })
+            .collect();
+        (!blocks.is_empty()).then(|| {
+            format!(
+                "# Requested Skills\n\nThe user asked for these skills in this message:\n\n{}",
+                blocks.join("\n\n---\n\n")
+            )
+        })
+    }
+}
+
+/// `$name` tokens: `$` at the start or after a non-word character, then `[A-Za-z0-9_-]+` starting
+/// with a letter.
+fn dollar_names(text: &str) -> Vec<&str> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'$' && (i == 0 || !is_name_byte(bytes[i - 1])) {
+            let start = i + 1;
+            let mut end = start;
+            while end < bytes.len() && is_name_byte(bytes[end]) {
+                end += 1;
+            }
+            // trailing '-' is punctuation, not part of the name
+            while end > start && bytes[end - 1] == b'-' {
+                end -= 1;
+            }
+            if end > start && bytes[start].is_ascii_alphabetic() {
+                out.push(&text[start..end]);
+            }
+            i = end.max(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
+}
+
+fn escape_xml(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dollar_names_found() {
+        assert_eq!(
+            dollar_names("use $weather, then $skill-creator."),
+            vec!["weather", "skill-creator"]
+        );
+        assert_eq!(dollar_names("costs $5 or US$weather"), Vec::<&str>::new());
+        assert_eq!(dollar_names("$github-"), vec!["github"]);
+        assert_eq!(dollar_names("($tmux)"), vec!["tmux"]);
+    }
+
+    #[test]
+    fn xml_escaped() {
+        assert_eq!(escape_xml("a<b>&c"), "a&lt;b&gt;&amp;c");
+    }
+}
