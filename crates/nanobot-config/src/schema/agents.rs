@@ -1,0 +1,166 @@
+//! `agents`: the model, limits and identity of the agent.
+
+use serde::{Deserialize, Serialize};
+
+use super::extra::{Extra, string_list};
+
+/// `agents`: only `defaults` today.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AgentsConfig {
+    /// Settings every agent starts from.
+    pub defaults: AgentDefaults,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// How a provider call is retried.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderRetryMode {
+    /// A few retries with backoff, then the error is reported.
+    #[default]
+    Standard,
+    /// Keep retrying transient errors.
+    Persistent,
+}
+
+/// `agents.defaults`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AgentDefaults {
+    /// The workspace directory (`~` is expanded against the home dir; see [`crate::paths`]).
+    pub workspace: String,
+    /// Name of an entry of the top-level `modelPresets` to use instead of `model`.
+    #[serde(alias = "model_preset")]
+    pub model_preset: Option<String>,
+    /// Model id, optionally prefixed by a provider (`anthropic/claude-opus-4-5`).
+    pub model: String,
+    /// Provider name, or `"auto"` to pick it from the model name and configured keys.
+    pub provider: String,
+    /// Maximum tokens of one completion.
+    #[serde(alias = "max_tokens")]
+    pub max_tokens: u32,
+    /// Size of the model's context window, used for compaction budgets.
+    #[serde(alias = "context_window_tokens")]
+    pub context_window_tokens: u32,
+    /// Sampling temperature.
+    pub temperature: f64,
+    /// Models tried in order when the main model fails.
+    #[serde(alias = "fallback_models", deserialize_with = "string_list")]
+    pub fallback_models: Vec<String>,
+    /// Maximum LLM ⇄ tool round trips in one turn.
+    #[serde(alias = "max_tool_iterations")]
+    pub max_tool_iterations: u32,
+    /// Maximum subagents running at once.
+    #[serde(alias = "max_concurrent_subagents")]
+    pub max_concurrent_subagents: u32,
+    /// Tool results longer than this many characters are truncated.
+    #[serde(alias = "max_tool_result_chars")]
+    pub max_tool_result_chars: u32,
+    /// Retry behaviour of provider calls.
+    #[serde(alias = "provider_retry_mode")]
+    pub provider_retry_mode: ProviderRetryMode,
+    /// Maximum length of a tool hint shown to the user.
+    #[serde(alias = "tool_hint_max_length")]
+    pub tool_hint_max_length: u32,
+    /// Reasoning effort passed to models that support it (`low`, `medium`, `high`).
+    #[serde(alias = "reasoning_effort")]
+    pub reasoning_effort: Option<String>,
+    /// IANA time zone of the user (`"UTC"`, `"Europe/Berlin"`).
+    pub timezone: String,
+    /// How the time zone is chosen (`"auto"` or `"fixed"`).
+    #[serde(alias = "timezone_mode")]
+    pub timezone_mode: String,
+    /// The agent's name.
+    #[serde(alias = "bot_name")]
+    pub bot_name: String,
+    /// The agent's icon.
+    #[serde(alias = "bot_icon")]
+    pub bot_icon: String,
+    /// One session shared by every channel instead of one per chat.
+    #[serde(alias = "unified_session")]
+    pub unified_session: bool,
+    /// Skills that are never offered to the model.
+    #[serde(alias = "disabled_skills", deserialize_with = "string_list")]
+    pub disabled_skills: Vec<String>,
+    /// Idle minutes after which a session is compacted (`0` = never).
+    #[serde(
+        alias = "idle_compact_after_minutes",
+        alias = "sessionTtlMinutes",
+        alias = "session_ttl_minutes"
+    )]
+    pub idle_compact_after_minutes: u32,
+    /// How often idle sessions are checked, in seconds.
+    #[serde(alias = "idle_compact_check_interval_seconds")]
+    pub idle_compact_check_interval_seconds: u32,
+    /// The background memory consolidation ("Dream").
+    pub dream: DreamConfig,
+    /// Old configs (before consolidation by token budget): messages kept in the prompt. Written back only if set.
+    #[serde(alias = "memory_window", skip_serializing_if = "Option::is_none")]
+    pub memory_window: Option<u32>,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Default for AgentDefaults {
+    fn default() -> Self {
+        Self {
+            workspace: "~/.nanobot/workspace".into(),
+            model_preset: None,
+            model: "anthropic/claude-opus-4-5".into(),
+            provider: "auto".into(),
+            max_tokens: 8192,
+            context_window_tokens: 200_000,
+            temperature: 0.1,
+            fallback_models: Vec::new(),
+            max_tool_iterations: 200,
+            max_concurrent_subagents: 4,
+            max_tool_result_chars: 16_000,
+            provider_retry_mode: ProviderRetryMode::Standard,
+            tool_hint_max_length: 40,
+            reasoning_effort: None,
+            timezone: "UTC".into(),
+            timezone_mode: "auto".into(),
+            bot_name: "nanobot".into(),
+            bot_icon: "🐈".into(),
+            unified_session: false,
+            disabled_skills: Vec::new(),
+            idle_compact_after_minutes: 15,
+            idle_compact_check_interval_seconds: 60,
+            dream: DreamConfig::default(),
+            memory_window: None,
+            extra: Extra::default(),
+        }
+    }
+}
+
+/// `agents.defaults.dream`: periodic memory consolidation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DreamConfig {
+    /// Whether Dream runs.
+    pub enabled: bool,
+    /// Hours between runs (at least 1).
+    #[serde(alias = "interval_h")]
+    pub interval_h: u32,
+    /// Model used for Dream instead of the main one (`model` is accepted as an old spelling).
+    #[serde(alias = "model_override", alias = "model")]
+    pub model_override: Option<String>,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Default for DreamConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            interval_h: 2,
+            model_override: None,
+            extra: Extra::default(),
+        }
+    }
+}

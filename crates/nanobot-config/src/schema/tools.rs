@@ -1,0 +1,448 @@
+//! `tools`: built-in tool settings, the workspace restriction and MCP servers.
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+
+use super::extra::{Extra, string_list};
+use crate::{Secret, SecretMap};
+
+/// `tools`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ToolsConfig {
+    /// `web_search` and `web_fetch`.
+    pub web: WebToolsConfig,
+    /// `exec` (shell commands).
+    pub exec: ExecToolConfig,
+    /// File tools (`read_file`, `write_file`, `edit_file`, `list_dir`, `glob`, `grep`).
+    pub file: FileToolConfig,
+    /// CLI app catalog tools.
+    #[serde(alias = "cli_apps")]
+    pub cli_apps: CliAppsConfig,
+    /// The `my` tool (the agent inspecting / changing its own settings).
+    pub my: MyToolConfig,
+    /// Image generation.
+    #[serde(alias = "image_generation")]
+    pub image_generation: ImageGenerationConfig,
+    /// Rate limit of messages the agent sends per session and minute.
+    #[serde(alias = "max_session_messages_per_minute")]
+    pub max_session_messages_per_minute: u32,
+    /// Confine file tools and `exec` to the workspace.
+    #[serde(alias = "restrict_to_workspace")]
+    pub restrict_to_workspace: bool,
+    /// Web UI: allow tools to reach services on localhost.
+    #[serde(alias = "webui_allow_local_service_access")]
+    pub webui_allow_local_service_access: bool,
+    /// Web UI: allow installing packages from remote sources.
+    #[serde(alias = "webui_allow_remote_package_install")]
+    pub webui_allow_remote_package_install: bool,
+    /// MCP servers by name, in file order.
+    #[serde(alias = "mcp_servers")]
+    pub mcp_servers: IndexMap<String, McpServerConfig>,
+    /// Hosts or CIDRs the SSRF guard lets through although they are private.
+    #[serde(alias = "ssrf_whitelist", deserialize_with = "string_list")]
+    pub ssrf_whitelist: Vec<String>,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        Self {
+            web: WebToolsConfig::default(),
+            exec: ExecToolConfig::default(),
+            file: FileToolConfig::default(),
+            cli_apps: CliAppsConfig::default(),
+            my: MyToolConfig::default(),
+            image_generation: ImageGenerationConfig::default(),
+            max_session_messages_per_minute: 6,
+            restrict_to_workspace: false,
+            webui_allow_local_service_access: true,
+            webui_allow_remote_package_install: false,
+            mcp_servers: IndexMap::new(),
+            ssrf_whitelist: Vec::new(),
+            extra: Extra::default(),
+        }
+    }
+}
+
+/// `tools.web`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct WebToolsConfig {
+    /// Whether the web tools are offered.
+    pub enable: bool,
+    /// HTTP proxy for web tools.
+    pub proxy: Option<String>,
+    /// User-Agent header (`null` = built-in).
+    #[serde(alias = "user_agent")]
+    pub user_agent: Option<String>,
+    /// `web_search`.
+    pub search: WebSearchConfig,
+    /// `web_fetch`.
+    pub fetch: WebFetchConfig,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Default for WebToolsConfig {
+    fn default() -> Self {
+        Self {
+            enable: true,
+            proxy: None,
+            user_agent: None,
+            search: WebSearchConfig::default(),
+            fetch: WebFetchConfig::default(),
+            extra: Extra::default(),
+        }
+    }
+}
+
+/// `tools.web.search`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct WebSearchConfig {
+    /// Search backend: `"duckduckgo"`, `"brave"`, `"tavily"`, `"searxng"`, `"jina"`, ….
+    pub provider: String,
+    /// API key of the backend (`""` = none).
+    #[serde(alias = "api_key")]
+    pub api_key: Secret,
+    /// Base URL of the backend (SearXNG instance, proxy …; `""` = default).
+    #[serde(alias = "base_url")]
+    pub base_url: String,
+    /// Default number of results.
+    #[serde(alias = "max_results")]
+    pub max_results: u32,
+    /// Request timeout in seconds.
+    pub timeout: u64,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Default for WebSearchConfig {
+    fn default() -> Self {
+        Self {
+            provider: "duckduckgo".into(),
+            api_key: Secret::default(),
+            base_url: String::new(),
+            max_results: 5,
+            timeout: 30,
+            extra: Extra::default(),
+        }
+    }
+}
+
+/// `tools.web.fetch`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct WebFetchConfig {
+    /// Fetch through the Jina reader first.
+    #[serde(alias = "use_jina_reader")]
+    pub use_jina_reader: bool,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Default for WebFetchConfig {
+    fn default() -> Self {
+        Self {
+            use_jina_reader: true,
+            extra: Extra::default(),
+        }
+    }
+}
+
+/// The process sandbox used by `exec`, parsed from `tools.exec.sandbox`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SandboxMode {
+    /// `""` or `"auto"`: Landlock where the kernel supports it, otherwise none.
+    Auto,
+    /// `"none"`: no process sandbox (the exec guard still runs).
+    None,
+    /// `"landlock"`: require Landlock.
+    Landlock,
+    /// `"bwrap"`: bubblewrap (the Python nanobot's sandbox).
+    Bwrap,
+}
+
+impl SandboxMode {
+    /// Parses the `sandbox` value; `None` for an unknown value.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Some(Self::Auto),
+            "none" | "off" => Some(Self::None),
+            "landlock" => Some(Self::Landlock),
+            "bwrap" | "bubblewrap" => Some(Self::Bwrap),
+            _ => Option::None,
+        }
+    }
+}
+
+/// `tools.exec`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ExecToolConfig {
+    /// Whether `exec` is offered.
+    pub enable: bool,
+    /// Default command timeout in seconds.
+    pub timeout: u64,
+    /// Directories put before `PATH` (`:`-separated).
+    #[serde(alias = "path_prepend")]
+    pub path_prepend: String,
+    /// Directories put after `PATH` (`:`-separated).
+    #[serde(alias = "path_append")]
+    pub path_append: String,
+    /// Process sandbox: `""`/`"auto"`, `"none"`, `"landlock"`, `"bwrap"` (see [`ExecToolConfig::sandbox_mode`]).
+    pub sandbox: String,
+    /// Extra read-only bind mounts for the sandbox.
+    #[serde(alias = "sandbox_ro_binds", deserialize_with = "string_list")]
+    pub sandbox_ro_binds: Vec<String>,
+    /// Extra read-write bind mounts for the sandbox.
+    #[serde(alias = "sandbox_rw_binds", deserialize_with = "string_list")]
+    pub sandbox_rw_binds: Vec<String>,
+    /// Environment variables passed through to commands (the rest is scrubbed).
+    #[serde(alias = "allowed_env_keys", deserialize_with = "string_list")]
+    pub allowed_env_keys: Vec<String>,
+    /// Regexes of commands allowed even if a deny rule matches.
+    #[serde(alias = "allow_patterns", deserialize_with = "string_list")]
+    pub allow_patterns: Vec<String>,
+    /// Extra regexes of commands refused by the exec guard.
+    #[serde(alias = "deny_patterns", deserialize_with = "string_list")]
+    pub deny_patterns: Vec<String>,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Default for ExecToolConfig {
+    fn default() -> Self {
+        Self {
+            enable: true,
+            timeout: 60,
+            path_prepend: String::new(),
+            path_append: String::new(),
+            sandbox: String::new(),
+            sandbox_ro_binds: Vec::new(),
+            sandbox_rw_binds: Vec::new(),
+            allowed_env_keys: Vec::new(),
+            allow_patterns: Vec::new(),
+            deny_patterns: Vec::new(),
+            extra: Extra::default(),
+        }
+    }
+}
+
+impl ExecToolConfig {
+    /// The parsed sandbox mode; `None` if the value is unknown ([`crate::Config::validate`] reports it).
+    pub fn sandbox_mode(&self) -> Option<SandboxMode> {
+        SandboxMode::parse(&self.sandbox)
+    }
+}
+
+/// `tools.file`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct FileToolConfig {
+    /// Whether the file tools are offered.
+    pub enable: bool,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Default for FileToolConfig {
+    fn default() -> Self {
+        Self {
+            enable: true,
+            extra: Extra::default(),
+        }
+    }
+}
+
+/// `tools.cliApps`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct CliAppsConfig {
+    /// Whether the CLI app tools are offered.
+    pub enable: bool,
+    /// Install timeout in seconds.
+    #[serde(alias = "install_timeout")]
+    pub install_timeout: u64,
+    /// Run timeout in seconds.
+    #[serde(alias = "run_timeout")]
+    pub run_timeout: u64,
+    /// Catalog cache lifetime in seconds.
+    #[serde(alias = "catalog_ttl_seconds")]
+    pub catalog_ttl_seconds: u64,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Default for CliAppsConfig {
+    fn default() -> Self {
+        Self {
+            enable: true,
+            install_timeout: 300,
+            run_timeout: 60,
+            catalog_ttl_seconds: 3600,
+            extra: Extra::default(),
+        }
+    }
+}
+
+/// `tools.my`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct MyToolConfig {
+    /// Whether the `my` tool is offered.
+    pub enable: bool,
+    /// Whether it may change settings (not only read them).
+    #[serde(alias = "allow_set")]
+    pub allow_set: bool,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Default for MyToolConfig {
+    fn default() -> Self {
+        Self {
+            enable: true,
+            allow_set: false,
+            extra: Extra::default(),
+        }
+    }
+}
+
+/// `tools.imageGeneration`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ImageGenerationConfig {
+    /// Whether image generation is offered.
+    pub enabled: bool,
+    /// Provider name.
+    pub provider: String,
+    /// Model id.
+    pub model: String,
+    /// Default aspect ratio.
+    #[serde(alias = "default_aspect_ratio")]
+    pub default_aspect_ratio: String,
+    /// Default image size.
+    #[serde(alias = "default_image_size")]
+    pub default_image_size: String,
+    /// Maximum images per turn.
+    #[serde(alias = "max_images_per_turn")]
+    pub max_images_per_turn: u32,
+    /// Directory (relative to the workspace) images are saved in.
+    #[serde(alias = "save_dir")]
+    pub save_dir: String,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Default for ImageGenerationConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            provider: "openrouter".into(),
+            model: "openai/gpt-5.4-image-2".into(),
+            default_aspect_ratio: "1:1".into(),
+            default_image_size: "1K".into(),
+            max_images_per_turn: 4,
+            save_dir: "generated".into(),
+            extra: Extra::default(),
+        }
+    }
+}
+
+/// How an MCP server is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum McpTransportKind {
+    /// A child process speaking JSON-RPC over stdin/stdout.
+    #[serde(rename = "stdio")]
+    Stdio,
+    /// The legacy HTTP + Server-Sent Events transport.
+    #[serde(rename = "sse")]
+    Sse,
+    /// The streamable HTTP transport.
+    #[serde(
+        rename = "streamableHttp",
+        alias = "streamable_http",
+        alias = "streamable-http",
+        alias = "http"
+    )]
+    StreamableHttp,
+}
+
+/// `tools.mcpServers.<name>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct McpServerConfig {
+    /// Transport; `null` = inferred (`command` → stdio, a URL ending in `/sse` → SSE, other URL → streamable HTTP).
+    pub r#type: Option<McpTransportKind>,
+    /// Program to start (stdio).
+    pub command: String,
+    /// Its arguments.
+    #[serde(deserialize_with = "string_list")]
+    pub args: Vec<String>,
+    /// Extra environment of the child process (values redacted in `Debug`).
+    pub env: SecretMap,
+    /// Working directory of the child process. Not written when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Server URL (SSE / streamable HTTP).
+    pub url: String,
+    /// HTTP headers (values redacted in `Debug`).
+    pub headers: SecretMap,
+    /// Seconds a tool call may take.
+    #[serde(alias = "tool_timeout")]
+    pub tool_timeout: u64,
+    /// Tools to expose (`"*"` = all), by the server's tool name or the wrapped `mcp_<server>_<tool>` name.
+    #[serde(alias = "enabled_tools", deserialize_with = "string_list")]
+    pub enabled_tools: Vec<String>,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Default for McpServerConfig {
+    fn default() -> Self {
+        Self {
+            r#type: None,
+            command: String::new(),
+            args: Vec::new(),
+            env: SecretMap::default(),
+            cwd: None,
+            url: String::new(),
+            headers: SecretMap::default(),
+            tool_timeout: 30,
+            enabled_tools: vec!["*".into()],
+            extra: Extra::default(),
+        }
+    }
+}
+
+impl McpServerConfig {
+    /// The transport: the explicit `type`, else inferred from `command` / `url`; `None` if neither is set.
+    pub fn transport(&self) -> Option<McpTransportKind> {
+        if let Some(kind) = self.r#type {
+            return Some(kind);
+        }
+        if !self.command.is_empty() {
+            Some(McpTransportKind::Stdio)
+        } else if self.url.is_empty() {
+            None
+        } else if self.url.trim_end_matches('/').ends_with("/sse") {
+            Some(McpTransportKind::Sse)
+        } else {
+            Some(McpTransportKind::StreamableHttp)
+        }
+    }
+}
