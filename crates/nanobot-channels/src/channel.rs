@@ -1,0 +1,77 @@
+//! The [`Channel`] trait, the [`Heartbeat`] a channel bumps while it is healthy, and the [`Transcribe`] seam.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use nanobot_bus::{Bus, OutboundMessage};
+use tokio_util::sync::CancellationToken;
+
+use crate::ChannelError;
+
+/// One chat platform adapter.
+///
+/// [`Channel::run`] receives messages from the platform and publishes them to the bus until `cancel` fires;
+/// [`Channel::send`] delivers one outbound message. The [`ChannelManager`](crate::ChannelManager) calls `run`
+/// under a supervisor (restarting it with backoff when it fails or stalls) and routes outbound messages to
+/// `send` by [`Channel::name`].
+#[async_trait]
+pub trait Channel: Send + Sync {
+    /// The name outbound messages use to address this channel (`telegram`, `discord`, …).
+    fn name(&self) -> &str;
+
+    /// Receives messages until `cancel` fires (then returns `Ok`). Returning early, with `Ok` or `Err`, makes the
+    /// supervisor restart it after a backoff.
+    async fn run(&self, bus: Arc<dyn Bus>, cancel: CancellationToken) -> Result<(), ChannelError>;
+
+    /// Delivers one message to the platform.
+    async fn send(&self, msg: &OutboundMessage) -> Result<(), ChannelError>;
+
+    /// A counter the channel bumps whenever its receive loop makes progress (a poll returned, an event
+    /// arrived). When it returns one, the manager's watchdog restarts the channel if the counter stops moving.
+    fn heartbeat(&self) -> Option<Heartbeat> {
+        None
+    }
+
+    /// True when the channel renders [`OutboundKind::StreamDelta`](nanobot_bus::OutboundKind::StreamDelta)
+    /// itself (by editing a message). Otherwise the manager drops deltas and delivers the stream's final text as
+    /// a reply.
+    fn supports_streaming(&self) -> bool {
+        false
+    }
+}
+
+/// A progress counter shared between a channel's receive loop and the manager's watchdog. Cloning shares it.
+#[derive(Debug, Clone, Default)]
+pub struct Heartbeat(Arc<AtomicU64>);
+
+impl Heartbeat {
+    /// A counter at zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records progress.
+    pub fn beat(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many times progress was recorded.
+    pub fn count(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Why a transcription failed (the transcriber's own error, kept as the source).
+#[derive(Debug, thiserror::Error)]
+#[error("transcription failed")]
+pub struct TranscribeError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
+
+/// Turns a voice or audio file into text. The gateway adapts the providers' transcriber to this trait, so
+/// channels do not depend on the providers crate.
+#[async_trait]
+pub trait Transcribe: Send + Sync {
+    /// The text spoken in the audio file at `path`.
+    async fn transcribe(&self, path: &Path) -> Result<String, TranscribeError>;
+}

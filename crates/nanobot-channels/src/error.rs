@@ -1,0 +1,93 @@
+//! The crate's error type.
+
+use std::time::Duration;
+
+/// What went wrong in a channel: classified by what the caller does next (retry or give up).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChannelError {
+    /// The channel's configuration is unusable (missing token, bad URL, …); restarting will not help.
+    #[error("channel {channel}: invalid configuration: {message}")]
+    Config {
+        /// Channel name.
+        channel: String,
+        /// What is wrong, naming the config key.
+        message: String,
+    },
+    /// The platform rejected the credentials.
+    #[error("channel {channel}: authentication failed")]
+    Auth {
+        /// Channel name.
+        channel: String,
+        /// The platform's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The platform asked us to slow down.
+    #[error("channel {channel}: rate limited (retry after {retry_after:?})")]
+    RateLimited {
+        /// Channel name.
+        channel: String,
+        /// How long the platform asked us to wait, when it said.
+        retry_after: Option<Duration>,
+    },
+    /// A network or server failure that may pass.
+    #[error("channel {channel}: transient failure")]
+    Transient {
+        /// Channel name.
+        channel: String,
+        /// The underlying failure.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The platform refused the request itself (bad chat id, message too long, …); retrying will not help.
+    #[error("channel {channel}: request rejected")]
+    Rejected {
+        /// Channel name.
+        channel: String,
+        /// The platform's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The outbound message names a chat id this channel cannot use.
+    #[error("channel {channel}: invalid chat id {chat_id:?}")]
+    InvalidChatId {
+        /// Channel name.
+        channel: String,
+        /// The chat id as given.
+        chat_id: String,
+    },
+    /// No running channel has this name.
+    #[error("no channel named {0:?}")]
+    UnknownChannel(String),
+    /// Reading or writing a local file (media, pairing store) failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file involved.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The message bus was closed.
+    #[error(transparent)]
+    Bus(#[from] nanobot_bus::BusError),
+    /// Access control storage failed.
+    #[error(transparent)]
+    Pairing(#[from] crate::PairingError),
+}
+
+impl ChannelError {
+    /// True when sending again later may succeed (network trouble, rate limits).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::RateLimited { .. } | Self::Transient { .. })
+    }
+
+    /// How long the platform asked us to wait before retrying, if it said.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::RateLimited { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! What every chat platform adapter shares: the [`Channel`] trait, the [`ChannelManager`] that runs channels
+//! and delivers the agent's replies to them, access control ([`AccessControl`], [`PairingStore`]), message
+//! splitting ([`split_message`]) and Markdown → platform formatting ([`markdown_to_telegram_html`],
+//! [`markdown_to_slack_mrkdwn`]).
+//!
+//! This crate knows the bus ([`nanobot_bus`]) and nothing about the agent, LLM providers or any particular chat
+//! platform SDK: platform crates (`nanobot-telegram`, …) implement [`Channel`], and the agent meets them only
+//! through the bus. Configuration and paths are passed in; nothing here reads the process environment.
+//!
+//! ```
+//! use nanobot_channels::{AllowList, markdown_to_telegram_html, split_message};
+//!
+//! let allow = AllowList::new(["42", "bob"]);
+//! assert!(allow.allows("42|alice"));
+//! assert!(allow.allows("7|bob"));
+//! assert!(!allow.allows("7|eve"));
+//! assert!(!AllowList::new(Vec::<String>::new()).allows("42"), "an empty list denies everyone");
+//!
+//! assert_eq!(markdown_to_telegram_html("**hi** my_var_name <3"), "<b>hi</b> my_var_name &lt;3");
+//! assert_eq!(split_message("one two three", 8), ["one two", "three"]);
+//! ```
+
+mod access;
+mod channel;
+mod error;
+mod format;
+mod manager;
+mod pairing;
+mod split;
+
+pub use access::{AccessControl, AccessDecision, AllowList, GroupPolicy, InboundContext, PAIRING_COMMAND};
+pub use channel::{Channel, Heartbeat, Transcribe, TranscribeError};
+pub use error::ChannelError;
+pub use format::{markdown_to_slack_mrkdwn, markdown_to_telegram_html, strip_markdown};
+pub use manager::{
+    ChannelHealth, ChannelManager, ChannelState, HealthRegistry, ManagerSettings, RetryPolicy,
+    SupervisorSettings,
+};
+pub use pairing::{PAIRING_TTL, PairingError, PairingRequest, PairingStore};
+pub use split::{DISCORD_LIMIT, SLACK_LIMIT, TELEGRAM_LIMIT, split_message};

@@ -1,0 +1,503 @@
+//! [`ChannelManager`]: runs channels under supervisors and delivers outbound messages to them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use nanobot_bus::{Bus, OutboundKind, OutboundMessage};
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Channel, ChannelError};
+
+/// How failed sends are retried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (`channels.sendMaxRetries`).
+    pub max_retries: u32,
+    /// Wait before retry *n* (the last entry repeats). A platform's `retry_after` wins when longer.
+    pub delays: Vec<Duration>,
+}
+
+impl Default for RetryPolicy {
+    /// 3 retries after 1, 2 and 4 seconds.
+    fn default() -> Self {
+        Self::with_max_retries(3)
+    }
+}
+
+impl RetryPolicy {
+    /// `max_retries` retries waiting 1, 2, 4, 4, … seconds.
+    pub fn with_max_retries(max_retries: u32) -> Self {
+        Self {
+            max_retries,
+            delays: vec![
+                Duration::from_secs(1),
+                Duration::from_secs(2),
+                Duration::from_secs(4),
+            ],
+        }
+    }
+
+    fn delay(&self, retry: u32, retry_after: Option<Duration>) -> Duration {
+        let index = usize::try_from(retry)
+            .unwrap_or(usize::MAX)
+            .min(self.delays.len().saturating_sub(1));
+        let base = self.delays.get(index).copied().unwrap_or(Duration::from_secs(1));
+        retry_after.map_or(base, |r| r.max(base))
+    }
+}
+
+/// How channels are restarted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SupervisorSettings {
+    /// First wait before a restart.
+    pub initial_backoff: Duration,
+    /// The wait doubles after each failed run up to this.
+    pub max_backoff: Duration,
+    /// A run that lasted this long resets the backoff.
+    pub healthy_after: Duration,
+    /// A channel whose [`Heartbeat`](crate::Heartbeat) has not moved for this long is restarted.
+    pub stall_timeout: Duration,
+    /// How often the watchdog looks at the heartbeat.
+    pub watchdog_interval: Duration,
+}
+
+impl Default for SupervisorSettings {
+    fn default() -> Self {
+        Self {
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(60),
+            healthy_after: Duration::from_secs(60),
+            stall_timeout: Duration::from_secs(120),
+            watchdog_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What the manager needs from `channels.*` in the config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManagerSettings {
+    /// Deliver [`OutboundKind::Progress`] messages (`channels.sendProgress`).
+    pub send_progress: bool,
+    /// Deliver [`OutboundKind::ToolHint`] messages (`channels.sendToolHints`).
+    pub send_tool_hints: bool,
+    /// Send retries (`channels.sendMaxRetries`, 1/2/4 s).
+    pub retry: RetryPolicy,
+    /// Restart behaviour.
+    pub supervisor: SupervisorSettings,
+    /// Outbound messages queued per channel before the dispatcher waits.
+    pub queue_capacity: usize,
+}
+
+impl Default for ManagerSettings {
+    fn default() -> Self {
+        Self::new(true, true, 3)
+    }
+}
+
+impl ManagerSettings {
+    /// Settings from the three `channels.*` keys, with default supervision.
+    pub fn new(send_progress: bool, send_tool_hints: bool, send_max_retries: u32) -> Self {
+        Self {
+            send_progress,
+            send_tool_hints,
+            retry: RetryPolicy::with_max_retries(send_max_retries),
+            supervisor: SupervisorSettings::default(),
+            queue_capacity: 256,
+        }
+    }
+}
+
+/// Where a channel is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChannelState {
+    /// Added, not started yet.
+    Starting,
+    /// Its receive loop is running.
+    Running,
+    /// It failed or stalled and waits to be restarted.
+    Backoff,
+    /// It failed in a way restarting cannot fix (bad configuration, rejected token).
+    Failed,
+    /// The manager was shut down.
+    Stopped,
+}
+
+/// Health of one channel, for `nanobot channels status` and the gateway's health endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChannelHealth {
+    /// Channel name.
+    pub name: String,
+    /// Current state.
+    pub state: ChannelState,
+    /// Restarts so far.
+    pub restarts: u32,
+    /// The last failure, if any.
+    pub last_error: Option<String>,
+    /// When the receive loop last made progress (heartbeat moved).
+    pub last_progress_at: Option<DateTime<Utc>>,
+    /// Messages delivered.
+    pub sent: u64,
+    /// Messages given up on after retries.
+    pub send_failures: u64,
+}
+
+impl ChannelHealth {
+    fn new(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            state: ChannelState::Starting,
+            restarts: 0,
+            last_error: None,
+            last_progress_at: None,
+            sent: 0,
+            send_failures: 0,
+        }
+    }
+}
+
+/// Shared, cloneable view of every channel's health.
+#[derive(Debug, Clone, Default)]
+pub struct HealthRegistry(Arc<Mutex<BTreeMap<String, ChannelHealth>>>);
+
+impl HealthRegistry {
+    fn update(&self, name: &str, f: impl FnOnce(&mut ChannelHealth)) {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(map
+            .entry(name.to_string())
+            .or_insert_with(|| ChannelHealth::new(name)));
+    }
+
+    /// Every channel's health, ordered by name.
+    pub fn snapshot(&self) -> Vec<ChannelHealth> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// One channel's health.
+    pub fn get(&self, name: &str) -> Option<ChannelHealth> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(name)
+            .cloned()
+    }
+}
+
+/// Runs channels and routes the agent's outbound messages to them.
+///
+/// The gateway builds the channels that are enabled in the config and [adds](ChannelManager::add) them;
+/// [`ChannelManager::run`] then supervises each one (restart with backoff on failure, watchdog on a stalled
+/// heartbeat) and dispatches outbound messages by channel name through one ordered queue per channel, with
+/// retries and progress/tool-hint filtering.
+pub struct ChannelManager {
+    channels: Vec<Arc<dyn Channel>>,
+    settings: ManagerSettings,
+    health: HealthRegistry,
+}
+
+impl std::fmt::Debug for ChannelManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelManager")
+            .field(
+                "channels",
+                &self
+                    .channels
+                    .iter()
+                    .map(|c| c.name().to_string())
+                    .collect::<Vec<_>>(),
+            )
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl ChannelManager {
+    /// A manager with no channels yet.
+    pub fn new(settings: ManagerSettings) -> Self {
+        Self {
+            channels: Vec::new(),
+            settings,
+            health: HealthRegistry::default(),
+        }
+    }
+
+    /// Adds a channel (replacing one with the same name).
+    pub fn add(&mut self, channel: Arc<dyn Channel>) {
+        self.channels.retain(|c| c.name() != channel.name());
+        self.health.update(channel.name(), |_| {});
+        self.channels.push(channel);
+    }
+
+    /// Names of the channels added.
+    pub fn channel_names(&self) -> Vec<String> {
+        self.channels.iter().map(|c| c.name().to_string()).collect()
+    }
+
+    /// The health registry (clone it before calling [`ChannelManager::run`] to watch from elsewhere).
+    pub fn health(&self) -> HealthRegistry {
+        self.health.clone()
+    }
+
+    /// Runs every channel and the outbound dispatcher until `cancel` fires or the bus is closed and drained.
+    pub async fn run(self, bus: Arc<dyn Bus>, cancel: CancellationToken) {
+        let Self {
+            channels,
+            settings,
+            health,
+        } = self;
+        let settings = Arc::new(settings);
+        let stop = cancel.child_token();
+        let mut tasks = JoinSet::new();
+        let mut queues: HashMap<String, mpsc::Sender<OutboundMessage>> = HashMap::new();
+        let mut workers = JoinSet::new();
+        for channel in &channels {
+            tasks.spawn(supervise(
+                channel.clone(),
+                bus.clone(),
+                stop.clone(),
+                settings.clone(),
+                health.clone(),
+            ));
+            let (tx, rx) = mpsc::channel(settings.queue_capacity.max(1));
+            queues.insert(channel.name().to_string(), tx);
+            workers.spawn(deliver_loop(
+                channel.clone(),
+                rx,
+                stop.clone(),
+                settings.clone(),
+                health.clone(),
+            ));
+        }
+        loop {
+            let msg = tokio::select! {
+                () = stop.cancelled() => break,
+                msg = bus.consume_outbound() => msg,
+            };
+            let Some(msg) = msg else { break };
+            let Some(msg) = filter(msg, &settings, &channels) else {
+                continue;
+            };
+            match queues.get(&msg.channel) {
+                Some(queue) => {
+                    if queue.send(msg).await.is_err() {
+                        tracing::warn!("outbound worker stopped; message dropped");
+                    }
+                }
+                None => tracing::warn!(channel = %msg.channel, "no such channel; outbound message dropped"),
+            }
+        }
+        // Let queued replies go out, then stop the receive loops.
+        drop(queues);
+        while workers.join_next().await.is_some() {}
+        stop.cancel();
+        while tasks.join_next().await.is_some() {}
+    }
+}
+
+/// Applies `sendProgress` / `sendToolHints`, and turns streams into plain replies for non-streaming channels.
+fn filter(
+    mut msg: OutboundMessage,
+    settings: &ManagerSettings,
+    channels: &[Arc<dyn Channel>],
+) -> Option<OutboundMessage> {
+    match &msg.kind {
+        OutboundKind::Progress if !settings.send_progress => return None,
+        OutboundKind::ToolHint if !settings.send_tool_hints => return None,
+        _ => {}
+    }
+    let streams = channels
+        .iter()
+        .find(|c| c.name() == msg.channel)
+        .is_some_and(|c| c.supports_streaming());
+    if !streams {
+        match &msg.kind {
+            OutboundKind::StreamDelta { .. } => return None,
+            OutboundKind::StreamEnd { .. } => msg.kind = OutboundKind::Reply,
+            _ => {}
+        }
+    }
+    Some(msg)
+}
+
+async fn deliver_loop(
+    channel: Arc<dyn Channel>,
+    mut rx: mpsc::Receiver<OutboundMessage>,
+    stop: CancellationToken,
+    settings: Arc<ManagerSettings>,
+    health: HealthRegistry,
+) {
+    while let Some(msg) = rx.recv().await {
+        deliver(channel.as_ref(), &msg, &stop, &settings.retry, &health).await;
+    }
+}
+
+async fn deliver(
+    channel: &dyn Channel,
+    msg: &OutboundMessage,
+    stop: &CancellationToken,
+    retry: &RetryPolicy,
+    health: &HealthRegistry,
+) {
+    let mut attempt = 0;
+    loop {
+        match channel.send(msg).await {
+            Ok(()) => {
+                health.update(channel.name(), |h| h.sent += 1);
+                return;
+            }
+            Err(e) if e.is_retryable() && attempt < retry.max_retries => {
+                let wait = retry.delay(attempt, e.retry_after());
+                tracing::warn!(channel = channel.name(), error = %e, attempt, ?wait, "send failed; retrying");
+                attempt += 1;
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = stop.cancelled() => {
+                        health.update(channel.name(), |h| h.send_failures += 1);
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!(channel = channel.name(), error = %error_chain(&e), chat = %msg.chat_id, "send failed; message dropped");
+                health.update(channel.name(), |h| {
+                    h.send_failures += 1;
+                    h.last_error = Some(error_chain(&e));
+                });
+                return;
+            }
+        }
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+enum Outcome {
+    Exited(Result<(), ChannelError>),
+    Stalled,
+}
+
+async fn supervise(
+    channel: Arc<dyn Channel>,
+    bus: Arc<dyn Bus>,
+    stop: CancellationToken,
+    settings: Arc<ManagerSettings>,
+    health: HealthRegistry,
+) {
+    let s = &settings.supervisor;
+    let name = channel.name().to_string();
+    let mut backoff = s.initial_backoff;
+    loop {
+        health.update(&name, |h| h.state = ChannelState::Running);
+        let started = Instant::now();
+        let run_token = stop.child_token();
+        let outcome = watch(channel.as_ref(), bus.clone(), run_token.clone(), s, &health).await;
+        run_token.cancel();
+        if stop.is_cancelled() {
+            health.update(&name, |h| h.state = ChannelState::Stopped);
+            return;
+        }
+        let (error, fatal) = match outcome {
+            Outcome::Exited(Ok(())) => ("exited unexpectedly".to_string(), false),
+            Outcome::Exited(Err(e)) => {
+                let fatal = matches!(e, ChannelError::Config { .. } | ChannelError::Auth { .. });
+                (error_chain(&e), fatal)
+            }
+            Outcome::Stalled => (format!("stalled: no progress for {:?}", s.stall_timeout), false),
+        };
+        if fatal {
+            tracing::error!(channel = %name, error = %error, "channel failed; not restarting");
+            health.update(&name, |h| {
+                h.state = ChannelState::Failed;
+                h.last_error = Some(error);
+            });
+            return;
+        }
+        if started.elapsed() >= s.healthy_after {
+            backoff = s.initial_backoff;
+        }
+        tracing::warn!(channel = %name, error = %error, ?backoff, "channel stopped; restarting");
+        health.update(&name, |h| {
+            h.state = ChannelState::Backoff;
+            h.restarts += 1;
+            h.last_error = Some(error);
+        });
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = stop.cancelled() => {
+                health.update(&name, |h| h.state = ChannelState::Stopped);
+                return;
+            }
+        }
+        backoff = (backoff * 2).min(s.max_backoff);
+    }
+}
+
+/// Runs the channel once, watching its heartbeat.
+async fn watch(
+    channel: &dyn Channel,
+    bus: Arc<dyn Bus>,
+    token: CancellationToken,
+    s: &SupervisorSettings,
+    health: &HealthRegistry,
+) -> Outcome {
+    let heartbeat = channel.heartbeat();
+    let run = channel.run(bus, token);
+    tokio::pin!(run);
+    let mut last_count = heartbeat.as_ref().map(crate::Heartbeat::count);
+    let mut last_change = Instant::now();
+    let mut tick = tokio::time::interval(s.watchdog_interval.max(Duration::from_millis(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            result = &mut run => return Outcome::Exited(result),
+            _ = tick.tick(), if heartbeat.is_some() => {
+                let count = heartbeat.as_ref().map(crate::Heartbeat::count);
+                if count != last_count {
+                    last_count = count;
+                    last_change = Instant::now();
+                    health.update(channel.name(), |h| h.last_progress_at = Some(Utc::now()));
+                } else if last_change.elapsed() >= s.stall_timeout {
+                    return Outcome::Stalled;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_delays_are_1_2_4_and_respect_retry_after() {
+        let p = RetryPolicy::with_max_retries(5);
+        let d: Vec<u64> = (0..5).map(|i| p.delay(i, None).as_secs()).collect();
+        assert_eq!(d, [1, 2, 4, 4, 4]);
+        assert_eq!(p.delay(0, Some(Duration::from_secs(30))), Duration::from_secs(30));
+        assert_eq!(
+            p.delay(2, Some(Duration::from_millis(10))),
+            Duration::from_secs(4)
+        );
+    }
+}

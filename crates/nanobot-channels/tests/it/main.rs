@@ -1,0 +1,3 @@
+//! Integration tests of nanobot-channels.
+
+mod manager;

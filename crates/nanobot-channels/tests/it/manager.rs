@@ -1,0 +1,322 @@
+//! ChannelManager: dispatch, filtering, retries, supervision and the watchdog, against scripted channels.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use nanobot_bus::{Bus, InProcessBus, InboundMessage, OutboundKind, OutboundMessage};
+use nanobot_channels::{
+    Channel, ChannelError, ChannelManager, ChannelState, Heartbeat, ManagerSettings, RetryPolicy,
+};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Clone, Copy)]
+enum RunMode {
+    /// Publish one inbound message, then wait for cancellation, beating the heartbeat never.
+    Idle,
+    /// Fail immediately with a transient error.
+    Fail,
+    /// Fail with a configuration error.
+    BadConfig,
+}
+
+struct Fake {
+    name: &'static str,
+    mode: RunMode,
+    streaming: bool,
+    heartbeat: Option<Heartbeat>,
+    /// Transient send failures still to produce.
+    fail_sends: AtomicU32,
+    runs: mpsc::UnboundedSender<Instant>,
+    sends: mpsc::UnboundedSender<(Instant, Result<OutboundMessage, String>)>,
+}
+
+#[async_trait]
+impl Channel for Fake {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    async fn run(&self, bus: Arc<dyn Bus>, cancel: CancellationToken) -> Result<(), ChannelError> {
+        let _ = self.runs.send(Instant::now());
+        match self.mode {
+            RunMode::Idle => {
+                bus.publish_inbound(InboundMessage::new(self.name, "u", "c", "hello"))
+                    .await?;
+                cancel.cancelled().await;
+                Ok(())
+            }
+            RunMode::Fail => Err(ChannelError::Transient {
+                channel: self.name.into(),
+                source: "connection reset".into(),
+            }),
+            RunMode::BadConfig => Err(ChannelError::Config {
+                channel: self.name.into(),
+                message: "token is empty".into(),
+            }),
+        }
+    }
+
+    async fn send(&self, msg: &OutboundMessage) -> Result<(), ChannelError> {
+        let failing = self.fail_sends.load(Ordering::SeqCst);
+        if failing > 0 {
+            self.fail_sends.store(failing - 1, Ordering::SeqCst);
+            let _ = self.sends.send((Instant::now(), Err("failed".into())));
+            return Err(ChannelError::Transient {
+                channel: self.name.into(),
+                source: "503".into(),
+            });
+        }
+        let _ = self.sends.send((Instant::now(), Ok(msg.clone())));
+        Ok(())
+    }
+
+    fn heartbeat(&self) -> Option<Heartbeat> {
+        self.heartbeat.clone()
+    }
+
+    fn supports_streaming(&self) -> bool {
+        self.streaming
+    }
+}
+
+struct Probe {
+    runs: mpsc::UnboundedReceiver<Instant>,
+    sends: mpsc::UnboundedReceiver<(Instant, Result<OutboundMessage, String>)>,
+}
+
+fn fake(name: &'static str, mode: RunMode) -> (Fake, Probe) {
+    let (runs_tx, runs) = mpsc::unbounded_channel();
+    let (sends_tx, sends) = mpsc::unbounded_channel();
+    let channel = Fake {
+        name,
+        mode,
+        streaming: false,
+        heartbeat: None,
+        fail_sends: AtomicU32::new(0),
+        runs: runs_tx,
+        sends: sends_tx,
+    };
+    (channel, Probe { runs, sends })
+}
+
+fn msg(channel: &str, kind: OutboundKind, text: &str) -> OutboundMessage {
+    OutboundMessage::of_kind(kind, channel, "c", text)
+}
+
+#[tokio::test(start_paused = true)]
+async fn routes_by_name_and_filters_progress_and_streams() {
+    let (a, mut pa) = fake("alpha", RunMode::Idle);
+    let (mut b, mut pb) = fake("beta", RunMode::Idle);
+    b.streaming = true;
+    let mut manager = ChannelManager::new(ManagerSettings::new(false, true, 3));
+    manager.add(Arc::new(a));
+    manager.add(Arc::new(b));
+    let bus = Arc::new(InProcessBus::new(64));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(manager.run(bus.clone(), cancel.clone()));
+
+    // Both channels run and their inbound messages reach the bus.
+    pa.runs.recv().await.unwrap();
+    pb.runs.recv().await.unwrap();
+    let mut inbound = vec![
+        bus.consume_inbound().await.unwrap().channel,
+        bus.consume_inbound().await.unwrap().channel,
+    ];
+    inbound.sort();
+    assert_eq!(inbound, ["alpha", "beta"]);
+
+    let sid = || "s1".to_string();
+    for m in [
+        msg("alpha", OutboundKind::Progress, "thinking"), // sendProgress=false: dropped
+        msg("alpha", OutboundKind::ToolHint, "web_search(\"x\")"),
+        msg("alpha", OutboundKind::StreamDelta { stream_id: sid() }, "par"), // alpha cannot stream: dropped
+        msg(
+            "alpha",
+            OutboundKind::StreamEnd { stream_id: sid() },
+            "partial answer",
+        ), // → reply
+        msg("nowhere", OutboundKind::Reply, "lost"),
+        msg("beta", OutboundKind::StreamDelta { stream_id: sid() }, "par"),
+        msg(
+            "beta",
+            OutboundKind::StreamEnd { stream_id: sid() },
+            "partial answer",
+        ),
+        msg("alpha", OutboundKind::Reply, "done"),
+    ] {
+        bus.publish_outbound(m).await.unwrap();
+    }
+    let mut got_a = Vec::new();
+    for _ in 0..3 {
+        let m = pa.sends.recv().await.unwrap().1.unwrap();
+        got_a.push((m.kind, m.content));
+    }
+    assert_eq!(
+        got_a,
+        [
+            (OutboundKind::ToolHint, "web_search(\"x\")".to_string()),
+            (OutboundKind::Reply, "partial answer".to_string()),
+            (OutboundKind::Reply, "done".to_string()),
+        ]
+    );
+    let b1 = pb.sends.recv().await.unwrap().1.unwrap();
+    let b2 = pb.sends.recv().await.unwrap().1.unwrap();
+    assert!(matches!(b1.kind, OutboundKind::StreamDelta { .. }));
+    assert!(matches!(b2.kind, OutboundKind::StreamEnd { .. }));
+
+    cancel.cancel();
+    task.await.unwrap();
+    assert!(
+        pa.sends.try_recv().is_err(),
+        "nothing else was delivered to alpha"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_transient_failures_after_1_2_4_seconds() {
+    let (a, mut pa) = fake("alpha", RunMode::Idle);
+    a.fail_sends.store(3, Ordering::SeqCst);
+    let mut manager = ChannelManager::new(ManagerSettings::new(true, true, 3));
+    manager.add(Arc::new(a));
+    let health = manager.health();
+    let bus = Arc::new(InProcessBus::new(8));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(manager.run(bus.clone(), cancel.clone()));
+    bus.publish_outbound(msg("alpha", OutboundKind::Reply, "hi"))
+        .await
+        .unwrap();
+
+    let mut times = Vec::new();
+    for _ in 0..4 {
+        let (at, result) = pa.sends.recv().await.unwrap();
+        times.push((at, result.is_ok()));
+    }
+    let gaps: Vec<u64> = times.windows(2).map(|w| (w[1].0 - w[0].0).as_secs()).collect();
+    assert_eq!(gaps, [1, 2, 4]);
+    assert_eq!(
+        times.iter().map(|t| t.1).collect::<Vec<_>>(),
+        [false, false, false, true]
+    );
+
+    cancel.cancel();
+    task.await.unwrap();
+    let h = health.get("alpha").unwrap();
+    assert_eq!((h.sent, h.send_failures), (1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn gives_up_after_send_max_retries() {
+    let (a, mut pa) = fake("alpha", RunMode::Idle);
+    a.fail_sends.store(10, Ordering::SeqCst);
+    let mut settings = ManagerSettings::new(true, true, 1);
+    settings.retry = RetryPolicy {
+        max_retries: 1,
+        delays: vec![Duration::from_millis(5)],
+    };
+    let mut manager = ChannelManager::new(settings);
+    manager.add(Arc::new(a));
+    let health = manager.health();
+    let bus = Arc::new(InProcessBus::new(8));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(manager.run(bus.clone(), cancel.clone()));
+    bus.publish_outbound(msg("alpha", OutboundKind::Reply, "one"))
+        .await
+        .unwrap();
+    bus.close();
+    // The manager drains the queue and returns once the bus is closed.
+    task.await.unwrap();
+    let mut attempts = 0;
+    while pa.sends.try_recv().is_ok() {
+        attempts += 1;
+    }
+    assert_eq!(attempts, 2, "first attempt + 1 retry");
+    let h = health.get("alpha").unwrap();
+    assert_eq!((h.sent, h.send_failures), (0, 1));
+    assert!(h.last_error.unwrap().contains("503"));
+    assert_eq!(h.state, ChannelState::Stopped);
+}
+
+#[tokio::test(start_paused = true)]
+async fn failing_channel_is_restarted_with_doubling_backoff() {
+    let (a, mut pa) = fake("alpha", RunMode::Fail);
+    let mut manager = ChannelManager::new(ManagerSettings::default());
+    manager.add(Arc::new(a));
+    let health = manager.health();
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(manager.run(Arc::new(InProcessBus::new(8)), cancel.clone()));
+    let mut starts = Vec::new();
+    for _ in 0..5 {
+        starts.push(pa.runs.recv().await.unwrap());
+    }
+    let gaps: Vec<u64> = starts.windows(2).map(|w| (w[1] - w[0]).as_secs()).collect();
+    assert_eq!(gaps, [1, 2, 4, 8]);
+    let h = health.get("alpha").unwrap();
+    assert!(h.restarts >= 4);
+    assert!(h.last_error.unwrap().contains("connection reset"));
+    cancel.cancel();
+    task.await.unwrap();
+    assert_eq!(health.get("alpha").unwrap().state, ChannelState::Stopped);
+}
+
+#[tokio::test(start_paused = true)]
+async fn configuration_errors_are_not_restarted() {
+    let (a, mut pa) = fake("alpha", RunMode::BadConfig);
+    let mut manager = ChannelManager::new(ManagerSettings::default());
+    manager.add(Arc::new(a));
+    let health = manager.health();
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(manager.run(Arc::new(InProcessBus::new(8)), cancel.clone()));
+    pa.runs.recv().await.unwrap();
+    // Long after any backoff would have elapsed, there was no second run.
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert!(pa.runs.try_recv().is_err());
+    let h = health.get("alpha").unwrap();
+    assert_eq!(h.state, ChannelState::Failed);
+    assert!(h.last_error.unwrap().contains("token is empty"));
+    cancel.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn watchdog_restarts_a_stalled_receive_loop() {
+    let (mut a, mut pa) = fake("alpha", RunMode::Idle);
+    let heartbeat = Heartbeat::new();
+    a.heartbeat = Some(heartbeat.clone());
+    let mut settings = ManagerSettings::default();
+    settings.supervisor.stall_timeout = Duration::from_secs(30);
+    settings.supervisor.watchdog_interval = Duration::from_secs(5);
+    let mut manager = ChannelManager::new(settings);
+    manager.add(Arc::new(a));
+    let health = manager.health();
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(manager.run(Arc::new(InProcessBus::new(8)), cancel.clone()));
+    let first = pa.runs.recv().await.unwrap();
+
+    // While the heartbeat moves, the channel is left alone.
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        heartbeat.beat();
+    }
+    assert!(
+        pa.runs.try_recv().is_err(),
+        "a beating channel must not be restarted"
+    );
+    assert!(health.get("alpha").unwrap().last_progress_at.is_some());
+
+    // Once it stops beating, the watchdog restarts it after the stall timeout (plus one backoff second).
+    let second = pa.runs.recv().await.unwrap();
+    let stalled_for = second - first - Duration::from_secs(60);
+    assert!(
+        stalled_for >= Duration::from_secs(30) && stalled_for <= Duration::from_secs(40),
+        "{stalled_for:?}"
+    );
+    let h = health.get("alpha").unwrap();
+    assert_eq!(h.restarts, 1);
+    assert!(h.last_error.unwrap().starts_with("stalled"));
+    cancel.cancel();
+    task.await.unwrap();
+}
