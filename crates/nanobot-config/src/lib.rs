@@ -20,10 +20,22 @@
 //! # Ok::<(), serde_json::Error>(())
 //! ```
 
+mod doc;
+mod env_overlay;
+pub mod env_vars;
 mod error;
+mod interpolate;
+mod load;
+mod migrate;
+pub mod paths;
+mod save;
 mod schema;
 mod secret;
+mod unknown;
+mod validate;
 
 pub use error::ConfigError;
+pub use load::{ConfigWarning, LoadedConfig, WarningKind, load, load_str};
+pub use save::save;
 pub use schema::*;
 pub use secret::{EMPTY_SECRET, REDACTED, Secret, SecretMap, SecretOptionExt};

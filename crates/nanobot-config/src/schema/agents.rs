@@ -85,7 +85,7 @@ pub struct AgentDefaults {
     /// Skills that are never offered to the model.
     #[serde(alias = "disabled_skills", deserialize_with = "string_list")]
     pub disabled_skills: Vec<String>,
-    /// Idle minutes after which a session is compacted (`0` = never).
+    /// Idle minutes after which a session is compacted (`0` = never; old key `sessionTtlMinutes` is migrated).
     #[serde(
         alias = "idle_compact_after_minutes",
         alias = "sessionTtlMinutes",
@@ -146,8 +146,8 @@ pub struct DreamConfig {
     /// Hours between runs (at least 1).
     #[serde(alias = "interval_h")]
     pub interval_h: u32,
-    /// Model used for Dream instead of the main one (`model` is accepted as an old spelling).
-    #[serde(alias = "model_override", alias = "model")]
+    /// Model used for Dream instead of the main one (the old key `model` is migrated here).
+    #[serde(alias = "model_override")]
     pub model_override: Option<String>,
     /// Keys this version does not model (kept on save).
     #[serde(flatten)]

@@ -1,0 +1,290 @@
+//! `NANOBOT_…__…` environment overrides, applied to the canonical (camelCase) JSON of the file's config.
+//!
+//! Each name is split at `__`, each level camelized and matched against the existing keys ignoring case and `_`
+//! (so `NANOBOT_PROVIDERS__AZURE_OPENAI__API_KEY` reaches `providers.azureOpenai.apiKey`). The value is read as
+//! the type already at that place: text for strings, `true`/`false` for booleans, a number for numbers, JSON for
+//! lists and objects (objects are merged). Where nothing is there yet, JSON lists/objects are parsed and
+//! anything else is text.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::doc::{JsonPath, camelize, find_key, get, join};
+use crate::env_vars::{NESTED_DELIMITER, PREFIX, RESERVED};
+use crate::{ConfigError, McpServerConfig, ProviderConfig};
+
+/// One key set from the environment.
+#[derive(Debug, Clone)]
+pub(crate) struct EnvSet {
+    pub(crate) path: JsonPath,
+    pub(crate) var: String,
+    /// The value before the override (`None` = the key did not exist).
+    pub(crate) before: Option<Value>,
+    /// The value the override produced.
+    pub(crate) after: Value,
+}
+
+/// What the environment changed, so that a save can leave the file's own values in place.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Overlay {
+    pub(crate) sets: Vec<EnvSet>,
+    /// Objects created only to hold an override (a provider that exists only in the environment), with their
+    /// value once every override was applied.
+    pub(crate) created: Vec<(JsonPath, Value)>,
+    /// Variables whose name could not be used.
+    pub(crate) ignored: Vec<(String, String)>,
+}
+
+impl Overlay {
+    /// The variable that set `path` or one of its parents, if any.
+    pub(crate) fn var_for(&self, field: &str) -> Option<&str> {
+        self.sets
+            .iter()
+            .rev()
+            .find(|s| {
+                let p = s.path.to_string();
+                field == p || field.starts_with(&format!("{p}.")) || field.starts_with(&format!("{p}["))
+            })
+            .map(|s| s.var.as_str())
+    }
+}
+
+/// Whether `name` is a config override (prefix matched case-insensitively, reserved names excluded).
+pub(crate) fn is_override(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    upper.len() > PREFIX.len() && upper.starts_with(PREFIX) && !RESERVED.contains(&upper.as_str())
+}
+
+/// Applies every override in `env` to `root` (the canonical JSON of the config).
+pub(crate) fn apply(root: &mut Value, env: &BTreeMap<String, String>) -> Result<Overlay, ConfigError> {
+    let mut overlay = Overlay::default();
+    let mut created_paths: Vec<JsonPath> = Vec::new();
+    for (name, raw) in env.iter().filter(|(k, _)| is_override(k)) {
+        let rest = &name[PREFIX.len()..];
+        let segments: Vec<String> = rest
+            .split(NESTED_DELIMITER)
+            .map(|s| camelize(&s.to_ascii_lowercase()))
+            .collect();
+        if segments.iter().any(String::is_empty) {
+            overlay.ignored.push((
+                name.clone(),
+                format!("empty level in the name (use `{NESTED_DELIMITER}` between keys)"),
+            ));
+            continue;
+        }
+        apply_one(root, name, raw, &segments, &mut overlay, &mut created_paths)?;
+    }
+    for path in created_paths {
+        if let Some(v) = get(root, &path) {
+            overlay.created.push((path, v.clone()));
+        }
+    }
+    Ok(overlay)
+}
+
+fn apply_one(
+    root: &mut Value,
+    var: &str,
+    raw: &str,
+    segments: &[String],
+    overlay: &mut Overlay,
+    created: &mut Vec<JsonPath>,
+) -> Result<(), ConfigError> {
+    let origin = || format!("environment variable {var}");
+    let mut path = JsonPath::default();
+    let mut cur = root;
+    let (last, parents) = segments.split_last().ok_or_else(|| ConfigError::InvalidValue {
+        field: String::new(),
+        origin: origin(),
+        message: "no key after the prefix".into(),
+        source: None,
+    })?;
+    for seg in parents {
+        let parent_field = path.to_string();
+        let obj = cur.as_object_mut().ok_or_else(|| ConfigError::InvalidValue {
+            field: parent_field.clone(),
+            origin: origin(),
+            message: "is not an object, so it has no keys to set".into(),
+            source: None,
+        })?;
+        let key = match find_key(obj, seg) {
+            Some(k) => k,
+            None => {
+                obj.insert(seg.clone(), new_entry(&parent_field));
+                created.push(path.child_key(seg));
+                seg.clone()
+            }
+        };
+        path = path.child_key(&key);
+        cur = match obj.get_mut(&key) {
+            Some(v) => v,
+            None => return Ok(()),
+        };
+    }
+    let field_prefix = path.to_string();
+    let obj = cur.as_object_mut().ok_or_else(|| ConfigError::InvalidValue {
+        field: field_prefix.clone(),
+        origin: origin(),
+        message: "is not an object, so it has no keys to set".into(),
+        source: None,
+    })?;
+    let key = find_key(obj, last).unwrap_or_else(|| last.clone());
+    let field = join(&field_prefix, &key);
+    let before = obj.get(&key).cloned();
+    let value = parse_as(raw, before.as_ref()).map_err(|message| ConfigError::InvalidValue {
+        field: field.clone(),
+        origin: origin(),
+        message,
+        source: None,
+    })?;
+    let after = match (before.clone(), value) {
+        (Some(Value::Object(mut old)), Value::Object(new)) => {
+            deep_merge(&mut old, new);
+            Value::Object(old)
+        }
+        (_, v) => v,
+    };
+    obj.insert(key.clone(), after.clone());
+    overlay.sets.push(EnvSet {
+        path: path.child_key(&key),
+        var: var.to_owned(),
+        before,
+        after,
+    });
+    Ok(())
+}
+
+/// A new entry of the object at `parent`: a typed default for the maps of typed entries, else `{}`.
+fn new_entry(parent: &str) -> Value {
+    let typed = match parent {
+        "providers" => serde_json::to_value(ProviderConfig::default()).ok(),
+        "tools.mcpServers" => serde_json::to_value(McpServerConfig::default()).ok(),
+        _ => None,
+    };
+    typed.unwrap_or_else(|| Value::Object(Map::new()))
+}
+
+/// Reads `raw` as the type of `existing`. The error message never contains the value.
+fn parse_as(raw: &str, existing: Option<&Value>) -> Result<Value, String> {
+    let trimmed = raw.trim();
+    match existing {
+        Some(Value::String(_)) => Ok(Value::String(raw.to_owned())),
+        Some(Value::Bool(_)) => match trimmed.to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => Ok(Value::Bool(true)),
+            "false" | "0" | "no" | "off" => Ok(Value::Bool(false)),
+            _ => Err("expected a boolean (true/false)".into()),
+        },
+        Some(Value::Number(n)) => {
+            let parsed = if n.is_f64() {
+                trimmed
+                    .parse::<f64>()
+                    .ok()
+                    .and_then(|f| serde_json::Number::from_f64(f).map(Value::Number))
+            } else {
+                trimmed
+                    .parse::<u64>()
+                    .map(Value::from)
+                    .or_else(|_| trimmed.parse::<i64>().map(Value::from))
+                    .ok()
+                    .or_else(|| {
+                        trimmed
+                            .parse::<f64>()
+                            .ok()
+                            .and_then(serde_json::Number::from_f64)
+                            .map(Value::Number)
+                    })
+            };
+            parsed.ok_or_else(|| "expected a number".into())
+        }
+        Some(Value::Array(_)) => match serde_json::from_str::<Value>(trimmed) {
+            Ok(v @ Value::Array(_)) => Ok(v),
+            _ => Err("expected a JSON list, e.g. [\"a\",\"b\"]".into()),
+        },
+        Some(Value::Object(_)) => match serde_json::from_str::<Value>(trimmed) {
+            Ok(v @ Value::Object(_)) => Ok(v),
+            _ => Err("expected a JSON object".into()),
+        },
+        Some(Value::Null) | None => {
+            if trimmed.starts_with('{') || trimmed.starts_with('[') {
+                serde_json::from_str(trimmed).map_err(|e| format!("looks like JSON but does not parse: {e}"))
+            } else {
+                Ok(Value::String(raw.to_owned()))
+            }
+        }
+    }
+}
+
+/// Merges `new` into `old`: objects key by key (matching spellings), everything else replaced.
+fn deep_merge(old: &mut Map<String, Value>, new: Map<String, Value>) {
+    for (k, v) in new {
+        let key = find_key(old, &camelize(&k)).unwrap_or(k);
+        match (old.get_mut(&key), v) {
+            (Some(Value::Object(o)), Value::Object(n)) => deep_merge(o, n),
+            (_, v) => {
+                old.insert(key, v);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect()
+    }
+
+    #[test]
+    fn typed_by_the_existing_value() {
+        let mut v = json!({"agents": {"defaults": {"model": "a", "maxTokens": 1, "temperature": 0.1}},
+                           "channels": {"sendProgress": true, "telegram": {"allowFrom": []}}});
+        let o = apply(
+            &mut v,
+            &env(&[
+                ("NANOBOT_AGENTS__DEFAULTS__MODEL", "123"),
+                ("NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS", "4096"),
+                ("NANOBOT_AGENTS__DEFAULTS__TEMPERATURE", "1"),
+                ("NANOBOT_CHANNELS__SEND_PROGRESS", "false"),
+                ("nanobot_channels__telegram__allow_from", "[\"42\"]"),
+                ("NANOBOT_LOG", "debug"),
+                ("OTHER", "x"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            v,
+            json!({"agents": {"defaults": {"model": "123", "maxTokens": 4096, "temperature": 1.0}},
+                   "channels": {"sendProgress": false, "telegram": {"allowFrom": ["42"]}}})
+        );
+        assert_eq!(o.sets.len(), 5);
+        assert_eq!(
+            o.var_for("channels.telegram.allowFrom[0]"),
+            Some("nanobot_channels__telegram__allow_from")
+        );
+    }
+
+    #[test]
+    fn new_provider_gets_a_typed_entry_and_is_recorded_as_created() {
+        let mut v = json!({"providers": {}});
+        let o = apply(&mut v, &env(&[("NANOBOT_PROVIDERS__MY_LLM__API_KEY", "12345")])).unwrap();
+        assert_eq!(v["providers"]["myLlm"]["apiKey"], json!("12345"));
+        assert_eq!(v["providers"]["myLlm"]["apiType"], json!("auto"));
+        assert_eq!(o.created.len(), 1);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable_not_the_value() {
+        let mut v = json!({"gateway": {"port": 1}});
+        let err = apply(&mut v, &env(&[("NANOBOT_GATEWAY__PORT", "secret-ish")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("NANOBOT_GATEWAY__PORT") && err.contains("gateway.port"),
+            "{err}"
+        );
+        assert!(!err.contains("secret-ish"), "{err}");
+    }
+}

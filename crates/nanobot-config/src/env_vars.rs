@@ -1,0 +1,29 @@
+//! Every environment variable nanobot-rs gives a meaning to, in one place.
+//!
+//! The library never reads the process environment: binaries collect it (for example
+//! `std::env::vars().collect::<BTreeMap<_, _>>()`) and pass the map to [`crate::load`].
+
+/// Prefix of variables that override config keys: `NANOBOT_AGENTS__DEFAULTS__MODEL=openai/gpt-4o`.
+///
+/// Matched case-insensitively, like the Python nanobot (pydantic-settings).
+pub const PREFIX: &str = "NANOBOT_";
+
+/// Separator between nesting levels in an override name: `NANOBOT_TOOLS__EXEC__TIMEOUT` is `tools.exec.timeout`.
+/// Each level is written in SCREAMING_SNAKE_CASE and matched against camelCase keys
+/// (`MAX_TOKENS` → `maxTokens`, `AZURE_OPENAI` → `azureOpenai`).
+pub const NESTED_DELIMITER: &str = "__";
+
+/// Path of the config file to use instead of `~/.nanobot/config.json` (read by the binaries, not a config key).
+pub const NANOBOT_CONFIG: &str = "NANOBOT_CONFIG";
+
+/// Log filter of the binaries, in `tracing-subscriber` `EnvFilter` syntax (not a config key).
+pub const NANOBOT_LOG: &str = "NANOBOT_LOG";
+
+/// The user's home directory on Unix (binaries resolve `~` and `~/.nanobot` from it).
+pub const HOME: &str = "HOME";
+
+/// The user's home directory on Windows.
+pub const USERPROFILE: &str = "USERPROFILE";
+
+/// `NANOBOT_` variables that are not config overrides; the loader skips them.
+pub const RESERVED: &[&str] = &[NANOBOT_CONFIG, NANOBOT_LOG];

@@ -1,0 +1,358 @@
+//! Loading: built-in defaults < `config.json` < `NANOBOT_…__…` environment variables.
+//!
+//! 1. The file is parsed as JSON (errors give line and column) and old keys are migrated.
+//! 2. `${VAR}` references in string values are resolved from the environment map.
+//! 3. The JSON is typed into [`Config`]: missing keys take the built-in defaults, both camelCase and
+//!    snake_case are accepted, and a wrong type is reported with its dotted path.
+//! 4. `NANOBOT_` variables override what the file (or the defaults) say, key by key.
+//! 5. Unmodelled keys become warnings; [`Config::validate`] checks ranges.
+//!
+//! [`LoadedConfig::save`] writes the config back without the environment's overrides and with `${VAR}`
+//! references as written, so secrets that live in the environment never land in the file.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::doc;
+use crate::env_overlay::{self, Overlay};
+use crate::interpolate::{self, InterpError, Interpolated};
+use crate::migrate::migrate;
+use crate::{Config, ConfigError};
+
+/// What kind of thing a [`ConfigWarning`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WarningKind {
+    /// A key this version does not model. It is kept and written back on save.
+    UnknownKey,
+    /// An old key was moved to its current place (the next save writes the new layout).
+    Migrated,
+    /// A `NANOBOT_` variable whose name could not be used.
+    IgnoredEnvVar,
+}
+
+/// Something about a config worth telling the user that does not stop loading.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigWarning {
+    /// What kind of warning.
+    pub kind: WarningKind,
+    /// The dotted field (or the variable name for [`WarningKind::IgnoredEnvVar`]).
+    pub field: String,
+    /// A sentence for the user.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// A loaded config with its warnings, and what is needed to save it faithfully.
+#[derive(Debug, Clone)]
+pub struct LoadedConfig {
+    /// The resolved config. Change it freely, then [`LoadedConfig::save`].
+    pub config: Config,
+    /// Warnings (unknown keys, migrations, unusable variables), also logged with `tracing`.
+    pub warnings: Vec<ConfigWarning>,
+    /// The file the config was loaded from (and is saved to).
+    pub path: PathBuf,
+    /// Whether the file existed (if not, the config is the defaults plus the environment).
+    pub file_found: bool,
+    overlay: Overlay,
+    interpolated: Vec<Interpolated>,
+}
+
+/// Loads the config file at `path` with the environment `env` (`NANOBOT_` overrides and `${VAR}` values).
+///
+/// A missing file gives the defaults (plus the environment), like the Python nanobot.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("config.json");
+/// std::fs::write(&path, r#"{"providers": {"openai": {"apiKey": "${OPENAI_KEY}"}}}"#)?;
+/// let env = BTreeMap::from([
+///     ("OPENAI_KEY".to_string(), "sk-1".to_string()),
+///     ("NANOBOT_AGENTS__DEFAULTS__MODEL".to_string(), "openai/gpt-4o".to_string()),
+/// ]);
+/// let loaded = nanobot_config::load(&path, &env)?;
+/// assert_eq!(loaded.config.agents.defaults.model, "openai/gpt-4o");
+/// assert_eq!(loaded.config.providers.get("openai").unwrap().api_key.as_ref().unwrap().expose(), "sk-1");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn load(path: &Path, env: &BTreeMap<String, String>) -> Result<LoadedConfig, ConfigError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => load_str(&text, path, env),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            tracing::info!(path = %path.display(), "no config file; using the defaults");
+            let mut loaded = load_value(Value::Object(serde_json::Map::new()), path, env)?;
+            loaded.file_found = false;
+            Ok(loaded)
+        }
+        Err(source) => Err(ConfigError::Io {
+            action: "cannot read",
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Like [`load`], with the file's text given; `path` names it in errors and is where [`LoadedConfig::save`]
+/// writes.
+pub fn load_str(
+    text: &str,
+    path: &Path,
+    env: &BTreeMap<String, String>,
+) -> Result<LoadedConfig, ConfigError> {
+    let raw: Value = serde_json::from_str(text).map_err(|source| ConfigError::Json {
+        path: path.to_path_buf(),
+        line: source.line(),
+        column: source.column(),
+        source,
+    })?;
+    load_value(raw, path, env)
+}
+
+fn load_value(
+    mut raw: Value,
+    path: &Path,
+    env: &BTreeMap<String, String>,
+) -> Result<LoadedConfig, ConfigError> {
+    if !raw.is_object() {
+        return Err(ConfigError::InvalidValue {
+            field: String::new(),
+            origin: path.display().to_string(),
+            message: "the config must be a JSON object (`{ … }`)".into(),
+            source: None,
+        });
+    }
+    let mut warnings = Vec::new();
+    for m in migrate(&mut raw) {
+        let message = if m.moved {
+            format!(
+                "`{}` is an old key; moved to `{}` (the next save writes the new place)",
+                m.from, m.to
+            )
+        } else {
+            format!(
+                "`{}` is an old key and `{}` is also set; the old key is ignored",
+                m.from, m.to
+            )
+        };
+        warnings.push(ConfigWarning {
+            kind: WarningKind::Migrated,
+            field: m.from,
+            message,
+        });
+    }
+
+    let interpolated = interpolate::interpolate(&mut raw, env).map_err(|e| match e {
+        InterpError::Missing { field, var } => ConfigError::MissingEnvVar {
+            field,
+            var,
+            path: path.to_path_buf(),
+        },
+        InterpError::Malformed { field, reason } => ConfigError::BadReference {
+            field,
+            reason,
+            path: path.to_path_buf(),
+        },
+    })?;
+
+    let file_origin = path.display().to_string();
+    let from_file: Config = typed(&raw, |_| file_origin.clone())?;
+    let mut canonical = serde_json::to_value(&from_file).map_err(ConfigError::Serialize)?;
+    let interpolated: Vec<Interpolated> = interpolated
+        .into_iter()
+        .map(|i| Interpolated {
+            path: doc::canonical_path(&canonical, &i.path).unwrap_or(i.path),
+            ..i
+        })
+        .collect();
+
+    let (config, overlay) = if env.keys().any(|k| env_overlay::is_override(k)) {
+        let mut overlay = env_overlay::apply(&mut canonical, env)?;
+        let config: Config = typed(&canonical, |field| match overlay.var_for(field) {
+            Some(var) => format!("environment variable {var}"),
+            None => file_origin.clone(),
+        })?;
+        // Record what the overrides look like once typed, so a save recognises them unchanged.
+        let typed_json = serde_json::to_value(&config).map_err(ConfigError::Serialize)?;
+        for set in &mut overlay.sets {
+            if let Some(v) = doc::get(&typed_json, &set.path) {
+                set.after = v.clone();
+            }
+        }
+        for (path, after) in &mut overlay.created {
+            if let Some(v) = doc::get(&typed_json, path) {
+                *after = v.clone();
+            }
+        }
+        (config, overlay)
+    } else {
+        (from_file, Overlay::default())
+    };
+
+    for (var, why) in &overlay.ignored {
+        warnings.push(ConfigWarning {
+            kind: WarningKind::IgnoredEnvVar,
+            field: var.clone(),
+            message: format!("environment variable {var} ignored: {why}"),
+        });
+    }
+    for field in config.unknown_keys() {
+        let message = match overlay.var_for(&field) {
+            Some(var) => {
+                format!("unknown config key `{field}` (set by environment variable {var}); it is ignored")
+            }
+            None => {
+                format!("unknown config key `{field}` in {file_origin}; it is ignored but kept when saving")
+            }
+        };
+        warnings.push(ConfigWarning {
+            kind: WarningKind::UnknownKey,
+            field,
+            message,
+        });
+    }
+    for w in &warnings {
+        tracing::warn!(field = %w.field, "{}", w.message);
+    }
+
+    config.validate()?;
+    Ok(LoadedConfig {
+        config,
+        warnings,
+        path: path.to_path_buf(),
+        file_found: true,
+        overlay,
+        interpolated,
+    })
+}
+
+/// Types `value` into a [`Config`], reporting a failure with its dotted path and origin.
+fn typed(value: &Value, origin: impl Fn(&str) -> String) -> Result<Config, ConfigError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let field = e.path().to_string();
+        let field = if field == "." { String::new() } else { field };
+        let message = scrub(&field, &e.inner().to_string());
+        ConfigError::InvalidValue {
+            origin: origin(&field),
+            field,
+            message,
+            source: None,
+        }
+    })
+}
+
+/// Removes quoted values from a serde message when the field may hold a secret.
+fn scrub(field: &str, message: &str) -> String {
+    let lower = field.to_ascii_lowercase();
+    let secretish = [
+        "key",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "auth",
+        "credential",
+        "headers",
+        "env",
+    ]
+    .iter()
+    .any(|w| lower.contains(w));
+    if !secretish {
+        return message.to_owned();
+    }
+    let mut out = String::with_capacity(message.len());
+    let mut quote: Option<char> = None;
+    for ch in message.chars() {
+        match quote {
+            Some(q) if ch == q => {
+                out.push_str("[REDACTED]");
+                out.push(ch);
+                quote = None;
+            }
+            Some(_) => {}
+            None => {
+                out.push(ch);
+                if ch == '`' || ch == '"' {
+                    quote = Some(ch);
+                }
+            }
+        }
+    }
+    out
+}
+
+impl LoadedConfig {
+    /// The JSON a save writes: [`LoadedConfig::config`] in camelCase, with the environment's overrides
+    /// replaced by the file's own values and `${VAR}` references restored where the value is unchanged.
+    pub fn to_file_value(&self) -> Result<Value, ConfigError> {
+        let mut v = serde_json::to_value(&self.config).map_err(ConfigError::Serialize)?;
+        for (path, after) in &self.overlay.created {
+            if doc::get(&v, path) == Some(after) {
+                doc::remove(&mut v, path);
+            }
+        }
+        for set in self.overlay.sets.iter().rev() {
+            if doc::get(&v, &set.path) == Some(&set.after) {
+                match &set.before {
+                    Some(before) => {
+                        doc::set(&mut v, &set.path, before.clone());
+                    }
+                    None => doc::remove(&mut v, &set.path),
+                }
+            }
+        }
+        for i in &self.interpolated {
+            if doc::get(&v, &i.path).and_then(Value::as_str) == Some(i.resolved.as_str()) {
+                doc::set(&mut v, &i.path, Value::String(i.template.clone()));
+            }
+        }
+        Ok(v)
+    }
+
+    /// Writes the config back to [`LoadedConfig::path`] (atomically, mode 0600; see [`crate::save`]).
+    pub fn save(&self) -> Result<(), ConfigError> {
+        self.save_to(&self.path)
+    }
+
+    /// Writes the config to another file, like [`LoadedConfig::save`].
+    pub fn save_to(&self, path: &Path) -> Result<(), ConfigError> {
+        crate::save::write_json_atomic(path, &self.to_file_value()?)
+    }
+
+    /// Paths of values that came from `${VAR}` references (dotted, canonical spelling).
+    pub fn interpolated_fields(&self) -> Vec<String> {
+        self.interpolated.iter().map(|i| i.path.to_string()).collect()
+    }
+
+    /// Dotted fields set by `NANOBOT_` environment variables, with the variable's name.
+    pub fn env_overrides(&self) -> Vec<(String, String)> {
+        self.overlay
+            .sets
+            .iter()
+            .map(|s| (s.path.to_string(), s.var.clone()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::scrub;
+
+    #[test]
+    fn scrub_hides_values_of_secret_fields_only() {
+        let msg = "invalid type: integer `12345`, expected a string";
+        assert_eq!(
+            scrub("providers.openai.apiKey", msg),
+            "invalid type: integer `[REDACTED]`, expected a string"
+        );
+        assert_eq!(scrub("gateway.port", msg), msg);
+    }
+}

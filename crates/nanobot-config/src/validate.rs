@@ -1,0 +1,122 @@
+//! Rules that typing alone cannot check (ranges, known values).
+
+use crate::{Config, ConfigError, McpTransportKind};
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Validation {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+impl Config {
+    /// Checks ranges and enumerated values that serde does not; the loader runs it, call it again after
+    /// changing a config in code. Returns the first problem, naming the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let d = &self.agents.defaults;
+        if d.max_tokens == 0 {
+            return Err(invalid("agents.defaults.maxTokens", "must be at least 1"));
+        }
+        if d.context_window_tokens == 0 {
+            return Err(invalid(
+                "agents.defaults.contextWindowTokens",
+                "must be at least 1",
+            ));
+        }
+        if !(0.0..=2.0).contains(&d.temperature) {
+            return Err(invalid("agents.defaults.temperature", "must be between 0 and 2"));
+        }
+        if d.max_tool_iterations == 0 {
+            return Err(invalid("agents.defaults.maxToolIterations", "must be at least 1"));
+        }
+        if d.max_concurrent_subagents == 0 {
+            return Err(invalid(
+                "agents.defaults.maxConcurrentSubagents",
+                "must be at least 1",
+            ));
+        }
+        if d.dream.interval_h == 0 {
+            return Err(invalid("agents.defaults.dream.intervalH", "must be at least 1"));
+        }
+        if self.channels.send_max_retries > 10 {
+            return Err(invalid("channels.sendMaxRetries", "must be between 0 and 10"));
+        }
+        if self.gateway.heartbeat.enabled && self.gateway.heartbeat.interval_s == 0 {
+            return Err(invalid(
+                "gateway.heartbeat.intervalS",
+                "must be at least 1 while the heartbeat is enabled",
+            ));
+        }
+        if self.tools.exec.sandbox_mode().is_none() {
+            return Err(invalid(
+                "tools.exec.sandbox",
+                format!(
+                    "is {:?}; expected \"\" or \"auto\", \"none\", \"landlock\" or \"bwrap\"",
+                    self.tools.exec.sandbox
+                ),
+            ));
+        }
+        if self.tools.exec.timeout == 0 {
+            return Err(invalid("tools.exec.timeout", "must be at least 1 second"));
+        }
+        for (name, server) in &self.tools.mcp_servers {
+            let field = format!("tools.mcpServers.{name}");
+            match server.r#type {
+                Some(McpTransportKind::Stdio) if server.command.is_empty() => {
+                    return Err(invalid(field, "has type \"stdio\" but no `command`"));
+                }
+                Some(McpTransportKind::Sse | McpTransportKind::StreamableHttp) if server.url.is_empty() => {
+                    return Err(invalid(field, "has an HTTP type but no `url`"));
+                }
+                _ => {}
+            }
+            if server.tool_timeout == 0 {
+                return Err(invalid(
+                    format!("{field}.toolTimeout"),
+                    "must be at least 1 second",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Config, ConfigError, McpServerConfig, McpTransportKind};
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::default().validate().unwrap();
+    }
+
+    #[test]
+    fn out_of_range_values_name_the_field() {
+        let mut c = Config::default();
+        c.channels.send_max_retries = 11;
+        let err = c.validate().unwrap_err();
+        assert!(matches!(&err, ConfigError::Validation { field, .. } if field == "channels.sendMaxRetries"));
+
+        let mut c = Config::default();
+        c.tools.exec.sandbox = "docker".into();
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("tools.exec.sandbox")
+        );
+
+        let mut c = Config::default();
+        let server = McpServerConfig {
+            r#type: Some(McpTransportKind::Stdio),
+            ..Default::default()
+        };
+        c.tools.mcp_servers.insert("fs".into(), server);
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("tools.mcpServers.fs")
+        );
+    }
+}
