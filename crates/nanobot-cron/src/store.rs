@@ -1,0 +1,295 @@
+//! The job store: `<workspace>/cron/jobs.json`, shared safely between processes.
+//!
+//! * Reads are cached and re-read whenever the file's size, modification time or inode changed, so
+//!   edits made by another process (the CLI while the gateway runs, or the Python nanobot) are seen
+//!   without a restart.
+//! * Every change is a read-modify-write under an advisory lock on `jobs.json.lock`: the file is
+//!   re-read *after* taking the lock, the change is applied to that fresh copy, and the result is
+//!   written atomically (temporary file + rename). Changes are expressed as operations on the current
+//!   jobs (keyed by job id), never as "write my snapshot back", so two processes' edits both survive.
+//! * A file that cannot be parsed is never overwritten; single jobs that cannot be parsed are kept
+//!   verbatim and written back untouched.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use serde_json::{Map, Value};
+
+use crate::{CronError, CronJob};
+
+/// The contents of jobs.json.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct StoreFile {
+    /// Format version (1).
+    pub version: u64,
+    /// The jobs, in file order.
+    pub jobs: Vec<CronJob>,
+    /// Jobs this version could not read, kept as they were and written back after `jobs`.
+    pub unparsed: Vec<Value>,
+    /// Unknown top-level fields, kept.
+    pub extra: Map<String, Value>,
+}
+
+impl Default for StoreFile {
+    fn default() -> Self {
+        StoreFile {
+            version: 1,
+            jobs: Vec::new(),
+            unparsed: Vec::new(),
+            extra: Map::new(),
+        }
+    }
+}
+
+impl StoreFile {
+    /// Parses jobs.json text. `path` is used in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, CronError> {
+        if text.trim().is_empty() {
+            return Ok(StoreFile::default());
+        }
+        let value: Value = serde_json::from_str(text).map_err(|source| CronError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let Value::Object(mut top) = value else {
+            let source = <serde_json::Error as serde::de::Error>::custom(
+                "expected an object with `version` and `jobs`",
+            );
+            return Err(CronError::Parse {
+                path: path.to_path_buf(),
+                source,
+            });
+        };
+        let version = top.remove("version").and_then(|v| v.as_u64()).unwrap_or(1);
+        let raw_jobs = match top.remove("jobs") {
+            Some(Value::Array(jobs)) => jobs,
+            None | Some(Value::Null) => Vec::new(),
+            Some(_) => {
+                let source = <serde_json::Error as serde::de::Error>::custom("`jobs` must be a list");
+                return Err(CronError::Parse {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+        };
+        let mut file = StoreFile {
+            version,
+            extra: top,
+            ..StoreFile::default()
+        };
+        for (i, raw) in raw_jobs.into_iter().enumerate() {
+            match serde_json::from_value::<CronJob>(raw.clone()) {
+                Ok(job) => file.jobs.push(job),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), index = i, "cron job cannot be read and is kept as is: {e}");
+                    file.unparsed.push(raw);
+                }
+            }
+        }
+        Ok(file)
+    }
+
+    /// Serialises in the Python layout (2-space indent, camelCase).
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        let mut top = Map::new();
+        top.insert("version".into(), Value::from(self.version));
+        let mut jobs = Vec::with_capacity(self.jobs.len() + self.unparsed.len());
+        for job in &self.jobs {
+            jobs.push(serde_json::to_value(job)?);
+        }
+        jobs.extend(self.unparsed.iter().cloned());
+        top.insert("jobs".into(), Value::Array(jobs));
+        for (k, v) in &self.extra {
+            top.insert(k.clone(), v.clone());
+        }
+        serde_json::to_string_pretty(&Value::Object(top))
+    }
+
+    /// The job with this id.
+    pub fn job(&self, id: &str) -> Option<&CronJob> {
+        self.jobs.iter().find(|j| j.id == id)
+    }
+
+    /// The job with this id, mutably.
+    pub fn job_mut(&mut self, id: &str) -> Option<&mut CronJob> {
+        self.jobs.iter_mut().find(|j| j.id == id)
+    }
+
+    /// Removes and returns the job with this id.
+    pub fn remove(&mut self, id: &str) -> Option<CronJob> {
+        let i = self.jobs.iter().position(|j| j.id == id)?;
+        Some(self.jobs.remove(i))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Fingerprint {
+    len: u64,
+    modified: Option<SystemTime>,
+    inode: u64,
+}
+
+fn fingerprint(path: &Path) -> Option<Fingerprint> {
+    let meta = fs::metadata(path).ok()?;
+    #[cfg(unix)]
+    let inode = std::os::unix::fs::MetadataExt::ino(&meta);
+    #[cfg(not(unix))]
+    let inode = 0;
+    Some(Fingerprint {
+        len: meta.len(),
+        modified: meta.modified().ok(),
+        inode,
+    })
+}
+
+/// The jobs.json store (see the module docs for the concurrency rules).
+#[derive(Debug)]
+pub struct JobStore {
+    path: PathBuf,
+    lock_path: PathBuf,
+    cache: Mutex<Option<(Option<Fingerprint>, StoreFile)>>,
+}
+
+impl JobStore {
+    /// A store at `path` (normally `<workspace>/cron/jobs.json`). Nothing is read or created yet.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        let path = path.into();
+        let mut lock_name = path
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_else(|| "jobs.json".into());
+        lock_name.push(".lock");
+        let lock_path = path.with_file_name(lock_name);
+        JobStore {
+            path,
+            lock_path,
+            cache: Mutex::new(None),
+        }
+    }
+
+    /// The jobs.json path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The current contents; re-read only when the file changed since the last read.
+    pub fn load(&self) -> Result<StoreFile, CronError> {
+        let fp = fingerprint(&self.path);
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((cached_fp, file)) = cache.as_ref()
+            && *cached_fp == fp
+        {
+            return Ok(file.clone());
+        }
+        let file = self.read_fresh()?;
+        *cache = Some((fp, file.clone()));
+        Ok(file)
+    }
+
+    /// The job with this id, from the current contents.
+    pub fn job(&self, id: &str) -> Result<Option<CronJob>, CronError> {
+        Ok(self.load()?.job(id).cloned())
+    }
+
+    /// Applies `change` to the freshest contents under the file lock and writes the result atomically
+    /// (only if something changed). If `change` fails nothing is written.
+    pub fn update<R>(
+        &self,
+        change: impl FnOnce(&mut StoreFile) -> Result<R, CronError>,
+    ) -> Result<R, CronError> {
+        let _lock = self.lock()?;
+        let before = self.read_fresh()?;
+        let mut file = before.clone();
+        let out = change(&mut file)?;
+        if file != before {
+            self.write_atomic(&file)?;
+        }
+        let fp = fingerprint(&self.path);
+        *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((fp, file));
+        Ok(out)
+    }
+
+    /// Moves jobs from an old store (e.g. `~/.nanobot/cron/jobs.json`, written by older nanobot
+    /// versions) to this one, when this one does not exist yet. The old file is validated first and
+    /// then renamed to `jobs.json.migrated` (kept as a backup). Returns whether it migrated.
+    pub fn migrate_from(&self, legacy: &Path) -> Result<bool, CronError> {
+        if legacy == self.path {
+            return Ok(false);
+        }
+        let _lock = self.lock()?;
+        if self.path.exists() || !legacy.is_file() {
+            return Ok(false);
+        }
+        let text = fs::read_to_string(legacy).map_err(|source| CronError::Io {
+            path: legacy.to_path_buf(),
+            source,
+        })?;
+        let file = StoreFile::parse(&text, legacy)?;
+        self.write_atomic(&file)?;
+        let mut backup = legacy.as_os_str().to_owned();
+        backup.push(".migrated");
+        fs::rename(legacy, &backup).map_err(|source| CronError::Io {
+            path: legacy.to_path_buf(),
+            source,
+        })?;
+        tracing::info!(from = %legacy.display(), to = %self.path.display(), jobs = file.jobs.len(), "migrated cron jobs");
+        Ok(true)
+    }
+
+    fn read_fresh(&self) -> Result<StoreFile, CronError> {
+        match fs::read_to_string(&self.path) {
+            Ok(text) => StoreFile::parse(&text, &self.path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(StoreFile::default()),
+            Err(source) => Err(CronError::Io {
+                path: self.path.clone(),
+                source,
+            }),
+        }
+    }
+
+    fn lock(&self) -> Result<File, CronError> {
+        let io = |source| CronError::Io {
+            path: self.lock_path.clone(),
+            source,
+        };
+        if let Some(dir) = self.lock_path.parent() {
+            fs::create_dir_all(dir).map_err(|source| CronError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&self.lock_path)
+            .map_err(io)?;
+        file.lock().map_err(io)?;
+        Ok(file) // unlocked when dropped
+    }
+
+    fn write_atomic(&self, file: &StoreFile) -> Result<(), CronError> {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| CronError::Io { path, source }
+        };
+        fs::create_dir_all(dir).map_err(io(dir))?;
+        let json = file.to_json().map_err(|source| CronError::Parse {
+            path: self.path.clone(),
+            source,
+        })?;
+        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io(dir))?;
+        tmp.write_all(json.as_bytes()).map_err(io(tmp.path()))?;
+        tmp.as_file().sync_all().map_err(io(tmp.path()))?;
+        tmp.persist(&self.path).map_err(|e| CronError::Io {
+            path: self.path.clone(),
+            source: e.error,
+        })?;
+        Ok(())
+    }
+}
