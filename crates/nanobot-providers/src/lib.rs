@@ -1,10 +1,14 @@
 //! How nanobot talks to language models.
 //!
-//! This crate owns the conversation types ([`ChatMessage`], [`ToolCall`], [`ToolSpec`], [`Usage`],
-//! [`StreamEvent`]), the object-safe [`Provider`] trait with its single streaming method, the typed
-//! [`ProviderError`], lenient tool-argument JSON, and the shared HTTP client set-up ([`install_ring`],
-//! [`http_client`]). It knows nothing about tools beyond [`ToolSpec`], sessions, channels or the agent loop,
-//! and never reads the process environment: keys and environment maps are passed in.
+//! **Owns:** the conversation types ([`ChatMessage`], [`ToolCall`], [`ToolSpec`], [`Usage`], [`StreamEvent`]),
+//! the object-safe [`Provider`] trait (one streaming method; [`Provider::chat`] collects), the typed
+//! [`ProviderError`], the provider [`registry`] (specs and model→provider matching), the OpenAI-compatible
+//! ([`OpenAiCompatClient`]) and Anthropic ([`AnthropicClient`]) clients, retries and fallback models
+//! ([`RetryingProvider`], [`FallbackProvider`]), lenient tool-argument [`json`], transcription
+//! ([`Transcriber`]) and the shared HTTP client set-up ([`install_ring`], [`http_client`]).
+//!
+//! **Must not know:** tools beyond [`ToolSpec`], sessions, channels, the agent loop. It never reads the process
+//! environment: the environment is passed in as a map ([`ProviderFactory::new`]).
 //!
 //! ```
 //! use nanobot_providers::{ChatMessage, ToolCall};
@@ -19,16 +23,46 @@
 //! let back = serde_json::to_value(&msg).unwrap();
 //! assert_eq!(back["tool_calls"][0]["function"]["arguments"], "{\"path\": \"a.txt\"}");
 //! ```
+//!
+//! Resolving a provider from configuration (the environment is a map, never read here):
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use nanobot_providers::ProviderFactory;
+//!
+//! let config = nanobot_config::Config::default();
+//! let env = HashMap::from([("OPENROUTER_API_KEY".to_string(), "sk-or-test".to_string())]);
+//! let factory = ProviderFactory::new(&config.providers, &config.agents.defaults, env);
+//! let resolved = factory.resolve("anthropic/claude-opus-4-5").unwrap();
+//! assert_eq!(resolved.name, "openrouter"); // the only provider with a key
+//! assert_eq!(resolved.wire_model, "anthropic/claude-opus-4-5");
+//! assert!(!format!("{resolved:?}").contains("sk-or-test")); // keys never reach Debug/logs
+//! ```
 
+mod anthropic;
+mod endpoint;
 mod error;
+mod factory;
 mod http;
 pub mod json;
+mod openai;
 mod provider;
+pub mod registry;
+mod resilience;
+mod text_tools;
+mod transcribe;
 mod types;
 
+pub use anthropic::{ANTHROPIC_VERSION, AnthropicClient, DEFAULT_MAX_TOKENS};
+pub use endpoint::Endpoint;
 pub use error::{BoxError, ProviderError, parse_retry_after};
+pub use factory::{ProviderFactory, ResolvedProvider, resolve_provider};
 pub use http::{http_client, http_client_builder, install_ring};
+pub use openai::{EMPTY_CONTENT, OpenAiCompatClient};
 pub use provider::{EventStream, Provider, ResponseAccumulator, collect, response_events};
+pub use registry::{Backend, ProviderSpec};
+pub use resilience::{FallbackProvider, RetryPolicy, RetryingProvider, Sleeper, tokio_sleeper};
+pub use transcribe::{Transcriber, WhisperTranscriber, transcriber_from_config};
 pub use types::{
     ChatMessage, ChatRequest, ChatResponse, Content, ContentPart, FinishReason, StreamEvent, Timeouts,
     ToolCall, ToolChoice, ToolSpec, Usage,

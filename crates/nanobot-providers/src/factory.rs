@@ -1,0 +1,216 @@
+//! From configuration to a ready `Arc<dyn Provider>`: matching, keys (config or environment), base URLs,
+//! wire format, retries and fallback models.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use nanobot_config::{AgentDefaults, Config, ProviderRetryMode, ProvidersConfig};
+
+use crate::anthropic::AnthropicClient;
+use crate::endpoint::Endpoint;
+use crate::error::ProviderError;
+use crate::openai::OpenAiCompatClient;
+use crate::provider::Provider;
+use crate::registry::{
+    Backend, MatchInput, ProviderSpec, config_key, match_provider, missing_key, no_provider_error, wire_model,
+};
+use crate::resilience::{FallbackProvider, RetryPolicy, RetryingProvider};
+use crate::types::Timeouts;
+
+/// A model resolved to a provider endpoint (what `/status` shows). `Debug` redacts the key.
+#[derive(Clone)]
+pub struct ResolvedProvider {
+    /// Provider name (registry name or custom config key).
+    pub name: String,
+    /// The registry spec.
+    pub spec: &'static ProviderSpec,
+    /// Which matching rule decided.
+    pub rule: &'static str,
+    /// Wire format.
+    pub backend: Backend,
+    /// Base URL.
+    pub base_url: String,
+    /// The key (from config or environment), if any.
+    pub api_key: Option<String>,
+    /// The model id sent on the wire.
+    pub wire_model: String,
+    /// The endpoint, ready for a client.
+    pub endpoint: Endpoint,
+}
+
+impl fmt::Debug for ResolvedProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResolvedProvider")
+            .field("name", &self.name)
+            .field("spec", &self.spec.name)
+            .field("rule", &self.rule)
+            .field("backend", &self.backend)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "[REDACTED]"))
+            .field("wire_model", &self.wire_model)
+            .finish()
+    }
+}
+
+/// Builds providers from the `providers` block, `agents.defaults` and an environment map.
+#[derive(Debug, Clone)]
+pub struct ProviderFactory {
+    providers: ProvidersConfig,
+    forced: String,
+    fallback_models: Vec<String>,
+    env: HashMap<String, String>,
+    timeouts: Timeouts,
+    retry: RetryPolicy,
+    http: Option<reqwest::Client>,
+}
+
+impl ProviderFactory {
+    /// A factory for this configuration. `env` supplies `OPENAI_API_KEY` and friends when the config has no
+    /// key (pass `std::env::vars().collect()` from a binary, a map in tests).
+    pub fn new(providers: &ProvidersConfig, defaults: &AgentDefaults, env: HashMap<String, String>) -> Self {
+        let mut retry = RetryPolicy::default();
+        if defaults.provider_retry_mode == ProviderRetryMode::Persistent {
+            retry.max_retries = 10;
+        }
+        Self {
+            providers: providers.clone(),
+            forced: defaults.provider.clone(),
+            fallback_models: defaults.fallback_models.clone(),
+            env,
+            timeouts: Timeouts::default(),
+            retry,
+            http: None,
+        }
+    }
+
+    /// Sets the timeouts.
+    pub fn with_timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.timeouts = timeouts;
+        self
+    }
+
+    /// Sets the retry policy.
+    pub fn with_retry_policy(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Shares this HTTP client.
+    pub fn with_http_client(mut self, http: reqwest::Client) -> Self {
+        self.http = Some(http);
+        self
+    }
+
+    /// Matches `model` and works out endpoint, key and wire format. Errors name what to set.
+    pub fn resolve(&self, model: &str) -> Result<ResolvedProvider, ProviderError> {
+        let input = MatchInput {
+            providers: &self.providers,
+            forced: &self.forced,
+            env: &self.env,
+        };
+        let Some(m) = match_provider(&input, model) else {
+            return Err(no_provider_error(model));
+        };
+        let spec = m.spec;
+        let key_spec = crate::registry::find_spec(&m.name);
+        let api_key = input.api_key(&m.name, key_spec);
+        let block = m.config.clone().unwrap_or_default();
+        let base = block
+            .api_base
+            .clone()
+            .filter(|b| !b.trim().is_empty())
+            .unwrap_or_else(|| spec.default_api_base.to_owned());
+        if base.is_empty() {
+            return Err(ProviderError::Config(format!(
+                "provider `{}` (model `{model}`) has no endpoint: set `providers.{}.apiBase` in config.json",
+                m.name,
+                config_key(&m.name)
+            )));
+        }
+        let is_custom = key_spec.is_none() || spec.name == "custom";
+        if api_key.is_none() && !spec.is_local && !is_custom {
+            return Err(missing_key(spec, model));
+        }
+        let backend = match block.api_type.to_ascii_lowercase().as_str() {
+            "anthropic" => Backend::Anthropic,
+            "openai" | "openai_compat" | "openai-compat" | "chat_completions" => Backend::OpenAiCompat,
+            _ => spec.backend,
+        };
+        let http = match &self.http {
+            Some(h) => h.clone(),
+            None => crate::http::http_client_builder(self.timeouts.connect)
+                .build()
+                .map_err(|e| ProviderError::Config(format!("cannot build the HTTP client: {e}")))?,
+        };
+        let mut endpoint = Endpoint::new(m.name.clone(), spec, base.clone(), api_key.clone())?
+            .with_timeouts(self.timeouts.clone())
+            .with_http(http);
+        endpoint.headers = block
+            .headers()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        endpoint.extra_body = block.extra_body.clone();
+        Ok(ResolvedProvider {
+            wire_model: wire_model(spec, &m.name, model),
+            name: m.name,
+            spec,
+            rule: m.rule,
+            backend,
+            base_url: endpoint.base_url.clone(),
+            api_key,
+            endpoint,
+        })
+    }
+
+    /// The client for `model`, without retries.
+    pub fn client(&self, model: &str) -> Result<Arc<dyn Provider>, ProviderError> {
+        let r = self.resolve(model)?;
+        tracing::debug!(model, provider = %r.name, rule = r.rule, base = %r.base_url, "provider resolved");
+        Ok(match r.backend {
+            Backend::Anthropic => Arc::new(AnthropicClient::new(r.endpoint)),
+            Backend::OpenAiCompat => Arc::new(OpenAiCompatClient::new(r.endpoint)),
+        })
+    }
+
+    /// The client for `model`, with retries.
+    pub fn build(&self, model: &str) -> Result<Arc<dyn Provider>, ProviderError> {
+        Ok(Arc::new(RetryingProvider::new(
+            self.client(model)?,
+            self.retry.clone(),
+        )))
+    }
+
+    /// The client for `model` with retries, falling back to `agents.defaults.fallbackModels` in order.
+    /// Fallback models that cannot be resolved are skipped with a warning; the primary must resolve.
+    pub fn build_with_fallbacks(&self, model: &str) -> Result<Arc<dyn Provider>, ProviderError> {
+        let primary = self.build(model)?;
+        if self.fallback_models.is_empty() {
+            return Ok(primary);
+        }
+        let mut chain = vec![(primary, model.to_owned())];
+        for fb in &self.fallback_models {
+            match self.build(fb) {
+                Ok(p) => chain.push((p, fb.clone())),
+                Err(e) => tracing::warn!(model = %fb, error = %e, "fallback model skipped"),
+            }
+        }
+        Ok(Arc::new(FallbackProvider::new(chain)))
+    }
+}
+
+/// The provider for `model` (or `agents.defaults.model` when empty) from a whole config: retries and fallback
+/// models included. This is what the CLI and the gateway call.
+pub fn resolve_provider(
+    config: &Config,
+    model: &str,
+    env: &HashMap<String, String>,
+) -> Result<Arc<dyn Provider>, ProviderError> {
+    let defaults = &config.agents.defaults;
+    let model = if model.is_empty() {
+        defaults.model.as_str()
+    } else {
+        model
+    };
+    ProviderFactory::new(&config.providers, defaults, env.clone()).build_with_fallbacks(model)
+}

@@ -1,0 +1,503 @@
+//! The OpenAI-compatible chat-completions client (OpenAI, OpenRouter, DeepSeek, Groq, Ollama, vLLM, …).
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+
+use crate::endpoint::{Endpoint, event_stream, merge_extra, sse};
+use crate::error::ProviderError;
+use crate::provider::{EventStream, Provider, collect};
+use crate::registry::wire_model;
+use crate::text_tools::TextToolCallFilter;
+use crate::types::{
+    ChatMessage, ChatRequest, ChatResponse, Content, FinishReason, StreamEvent, ToolChoice, Usage,
+};
+
+/// Placeholder for empty content, as the Python nanobot sends it.
+pub const EMPTY_CONTENT: &str = "(empty)";
+
+/// An OpenAI-compatible provider.
+#[derive(Debug, Clone)]
+pub struct OpenAiCompatClient {
+    endpoint: Endpoint,
+}
+
+type Tx = mpsc::Sender<Result<StreamEvent, ProviderError>>;
+
+impl OpenAiCompatClient {
+    /// A client for this endpoint.
+    pub fn new(endpoint: Endpoint) -> Self {
+        Self { endpoint }
+    }
+
+    /// The endpoint.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    fn url(&self) -> String {
+        format!("{}/chat/completions", self.endpoint.base_url)
+    }
+
+    fn auth(&self) -> Vec<(&'static str, String)> {
+        self.endpoint
+            .api_key
+            .iter()
+            .map(|k| ("authorization", format!("Bearer {k}")))
+            .collect()
+    }
+
+    /// The JSON body sent for `request` (`stream` selects SSE).
+    pub fn request_body(&self, request: &ChatRequest, stream: bool) -> Value {
+        let spec = self.endpoint.spec;
+        let model = wire_model(spec, &self.endpoint.provider, &request.model);
+        let lower = model.to_lowercase();
+        let mut body = Map::new();
+        body.insert("model".into(), Value::String(model.clone()));
+        let mut messages: Vec<Value> = request.messages.iter().map(|m| self.message(m)).collect();
+        let caching = spec.supports_prompt_caching;
+        if caching {
+            for m in &mut messages {
+                if m["role"] == "system"
+                    && let Some(text) = m["content"].as_str().map(str::to_owned)
+                {
+                    m["content"] =
+                        json!([{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]);
+                }
+            }
+        }
+        body.insert("messages".into(), Value::Array(messages));
+        if let Some(n) = request.max_tokens {
+            let key = if spec.supports_max_completion_tokens {
+                "max_completion_tokens"
+            } else {
+                "max_tokens"
+            };
+            body.insert(key.into(), json!(n.max(1)));
+        }
+        let forced = spec
+            .model_overrides
+            .iter()
+            .find(|o| lower.contains(o.pattern))
+            .and_then(|o| o.temperature);
+        let reasoning_model = spec.supports_max_completion_tokens
+            && ["o1", "o3", "o4", "gpt-5"].iter().any(|p| lower.starts_with(p));
+        if let Some(t) = forced.or(request.temperature)
+            && !reasoning_model
+        {
+            body.insert("temperature".into(), json!(t));
+        }
+        if !request.tools.is_empty() {
+            let n = request.tools.len();
+            let tools: Vec<Value> = request
+                .tools
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let mut v = json!({"type": "function", "function": {
+                        "name": t.name, "description": t.description, "parameters": t.parameters}});
+                    if caching && i + 1 == n {
+                        v["cache_control"] = json!({"type": "ephemeral"});
+                    }
+                    v
+                })
+                .collect();
+            body.insert("tools".into(), Value::Array(tools));
+            let choice = match request.tool_choice.clone().unwrap_or_default() {
+                ToolChoice::Auto => json!("auto"),
+                ToolChoice::None => json!("none"),
+                ToolChoice::Required => json!("required"),
+                ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
+            };
+            body.insert("tool_choice".into(), choice);
+        }
+        if let Some(effort) = &request.reasoning_effort {
+            body.insert("reasoning_effort".into(), json!(effort));
+        }
+        if stream {
+            body.insert("stream".into(), json!(true));
+            body.insert("stream_options".into(), json!({"include_usage": true}));
+        }
+        let mut body = Value::Object(body);
+        merge_extra(&mut body, self.endpoint.extra_body.as_ref());
+        body
+    }
+
+    /// One message in the strict OpenAI shape: only `role`, `content`, `tool_calls`, `tool_call_id`, `name`
+    /// (and `reasoning_content` where the provider needs it back); empty content handled like the Python
+    /// nanobot.
+    fn message(&self, m: &ChatMessage) -> Value {
+        let spec = self.endpoint.spec;
+        let content = |c: &Content| -> Value {
+            if c.is_empty() {
+                json!(EMPTY_CONTENT)
+            } else {
+                match c {
+                    Content::Text(t) => json!(t),
+                    Content::Parts(parts) => json!(parts),
+                }
+            }
+        };
+        match m {
+            ChatMessage::System { content: c } => json!({"role": "system", "content": content(c)}),
+            ChatMessage::User { content: c } => json!({"role": "user", "content": content(c)}),
+            ChatMessage::Tool {
+                tool_call_id,
+                name,
+                content: c,
+            } => {
+                let mut v = json!({"role": "tool", "tool_call_id": tool_call_id, "content": content(c)});
+                if let Some(n) = name {
+                    v["name"] = json!(n);
+                }
+                v
+            }
+            ChatMessage::Assistant {
+                content: c,
+                tool_calls,
+                reasoning_content,
+                ..
+            } => {
+                let text = c.as_deref().unwrap_or_default();
+                let content = match (text.is_empty(), tool_calls.is_empty()) {
+                    (false, _) => json!(text),
+                    (true, false) if spec.empty_string_tool_content => json!(""),
+                    (true, false) => Value::Null,
+                    (true, true) => json!(EMPTY_CONTENT),
+                };
+                let mut v = json!({"role": "assistant", "content": content});
+                if !tool_calls.is_empty() {
+                    v["tool_calls"] = json!(tool_calls);
+                }
+                if spec.sends_reasoning_content
+                    && let Some(r) = reasoning_content
+                {
+                    v["reasoning_content"] = json!(r);
+                }
+                v
+            }
+        }
+    }
+
+    async fn run_stream(self, request: ChatRequest, tx: Tx) {
+        let mut out = Emitter::new(tx, self.endpoint.spec.parse_text_tool_calls);
+        let body = self.request_body(&request, true);
+        let result = async {
+            let resp = self.endpoint.post_json(&self.url(), &self.auth(), &body).await?;
+            let mut events = sse(
+                self.endpoint.provider.clone(),
+                resp,
+                self.endpoint.timeouts.stream_idle,
+            );
+            while let Some(ev) = events.next().await {
+                let ev = ev?;
+                let data = ev.data.trim();
+                if data.is_empty() {
+                    continue;
+                }
+                if data == "[DONE]" {
+                    break;
+                }
+                let chunk: Value = serde_json::from_str(data).map_err(|e| {
+                    ProviderError::decode(
+                        &self.endpoint.provider,
+                        "stream chunk is not JSON",
+                        Some(Box::new(e)),
+                    )
+                })?;
+                if let Some(err) = chunk.get("error") {
+                    return Err(stream_error(&self.endpoint.provider, err));
+                }
+                for e in chunk_events(&chunk) {
+                    if !out.send(e).await {
+                        return Ok(());
+                    }
+                }
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(e) = result {
+            out.fail(e).await;
+            return;
+        }
+        if !out.saw_content {
+            // llama.cpp and friends: `tool_choice: auto` + `stream: true` may give an empty 200 stream. Ask again
+            // without streaming.
+            tracing::warn!(provider = %self.endpoint.provider, "empty stream; retrying without streaming");
+            match self.chat_json(&request).await {
+                Ok(events) => {
+                    for e in events {
+                        if !out.send(e).await {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => {
+                    out.fail(e).await;
+                    return;
+                }
+            }
+        }
+        out.end().await;
+    }
+
+    /// A non-streaming request, as events.
+    async fn chat_json(&self, request: &ChatRequest) -> Result<Vec<StreamEvent>, ProviderError> {
+        let body = self.request_body(request, false);
+        let resp = self.endpoint.post_json(&self.url(), &self.auth(), &body).await?;
+        let v = self.endpoint.read_json(resp).await?;
+        if let Some(err) = v.get("error") {
+            return Err(stream_error(&self.endpoint.provider, err));
+        }
+        let events = response_json_events(&v);
+        if !events.iter().any(|e| {
+            matches!(e, StreamEvent::TextDelta(t) | StreamEvent::ReasoningDelta(t) if !t.is_empty())
+                || matches!(e, StreamEvent::ToolCallDelta { .. })
+        }) && v.pointer("/choices/0").is_none()
+        {
+            return Err(ProviderError::transient(
+                &self.endpoint.provider,
+                "empty response: no choices",
+                None,
+            ));
+        }
+        Ok(events)
+    }
+}
+
+/// Passes events on, running the text tool-call filter and tracking what was seen.
+struct Emitter {
+    tx: Tx,
+    filter: Option<TextToolCallFilter>,
+    saw_content: bool,
+    native_calls: usize,
+    done: Option<FinishReason>,
+}
+
+impl Emitter {
+    fn new(tx: Tx, parse_text_calls: bool) -> Self {
+        Self {
+            tx,
+            filter: parse_text_calls.then(|| TextToolCallFilter::new(1000)),
+            saw_content: false,
+            native_calls: 0,
+            done: None,
+        }
+    }
+
+    async fn send(&mut self, e: StreamEvent) -> bool {
+        match e {
+            StreamEvent::Done(r) => {
+                self.done = Some(r);
+                true
+            }
+            StreamEvent::TextDelta(t) if t.is_empty() => true,
+            StreamEvent::TextDelta(t) => {
+                self.saw_content = true;
+                let events = match &mut self.filter {
+                    Some(f) => f.push(&t),
+                    None => vec![StreamEvent::TextDelta(t)],
+                };
+                self.forward(events).await
+            }
+            other => {
+                if matches!(
+                    &other,
+                    StreamEvent::ToolCallDelta { .. } | StreamEvent::ReasoningDelta(_)
+                ) {
+                    self.saw_content = true;
+                }
+                if matches!(&other, StreamEvent::ToolCallDelta { .. }) {
+                    self.native_calls += 1;
+                }
+                self.forward(vec![other]).await
+            }
+        }
+    }
+
+    async fn forward(&self, events: Vec<StreamEvent>) -> bool {
+        for e in events {
+            if self.tx.send(Ok(e)).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
+    async fn fail(&self, e: ProviderError) {
+        let _ = self.tx.send(Err(e)).await;
+    }
+
+    async fn end(mut self) {
+        let mut found = false;
+        if let Some(mut f) = self.filter.take() {
+            let events = f.finish();
+            found = f.found_calls();
+            if !self.forward(events).await {
+                return;
+            }
+        }
+        let reason = match self.done.take() {
+            Some(FinishReason::Stop) | None if found => FinishReason::ToolCalls,
+            Some(r) => r,
+            None => FinishReason::Stop,
+        };
+        let _ = self.tx.send(Ok(StreamEvent::Done(reason))).await;
+    }
+}
+
+fn stream_error(provider: &str, err: &Value) -> ProviderError {
+    let status = err
+        .get("code")
+        .and_then(Value::as_u64)
+        .and_then(|c| u16::try_from(c).ok())
+        .unwrap_or(500);
+    ProviderError::from_http(provider, status, None, &json!({"error": err}).to_string())
+}
+
+fn usage(v: &Value) -> Option<Usage> {
+    let u = v.get("usage").filter(|u| u.is_object())?;
+    let n = |p: &str| u.pointer(p).and_then(Value::as_u64);
+    let prompt = n("/prompt_tokens").unwrap_or(0);
+    let completion = n("/completion_tokens").unwrap_or(0);
+    Some(Usage {
+        prompt_tokens: prompt,
+        completion_tokens: completion,
+        total_tokens: n("/total_tokens").unwrap_or(prompt + completion),
+        cache_read_tokens: n("/prompt_tokens_details/cached_tokens")
+            .or_else(|| n("/prompt_cache_hit_tokens")),
+        cache_write_tokens: None,
+    })
+}
+
+fn reasoning(v: &Value) -> Option<&str> {
+    v.get("reasoning_content")
+        .or_else(|| v.get("reasoning"))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// The events in one streamed chunk.
+fn chunk_events(chunk: &Value) -> Vec<StreamEvent> {
+    let mut out = Vec::new();
+    if let Some(choice) = chunk.pointer("/choices/0") {
+        if let Some(delta) = choice.get("delta") {
+            if let Some(r) = reasoning(delta) {
+                out.push(StreamEvent::ReasoningDelta(r.to_owned()));
+            }
+            if let Some(t) = delta.get("content").and_then(Value::as_str) {
+                out.push(StreamEvent::TextDelta(t.to_owned()));
+            }
+            for (pos, tc) in delta
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                let index = tc
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .map_or(pos, |i| i as usize);
+                let function = tc.get("function");
+                out.push(StreamEvent::ToolCallDelta {
+                    index,
+                    id: tc.get("id").and_then(Value::as_str).map(str::to_owned),
+                    name: function
+                        .and_then(|f| f.get("name"))
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    arguments: match function.and_then(|f| f.get("arguments")) {
+                        Some(Value::String(s)) => s.clone(),
+                        Some(Value::Null) | None => String::new(),
+                        Some(other) => other.to_string(),
+                    },
+                });
+            }
+        }
+        if let Some(r) = choice.get("finish_reason").and_then(Value::as_str) {
+            out.push(StreamEvent::Done(FinishReason::from_wire(r)));
+        }
+    }
+    if let Some(u) = usage(chunk) {
+        out.push(StreamEvent::Usage(u));
+    }
+    out
+}
+
+/// The events of a non-streaming `chat.completion` body.
+fn response_json_events(v: &Value) -> Vec<StreamEvent> {
+    let mut out = Vec::new();
+    if let Some(choice) = v.pointer("/choices/0") {
+        let msg = choice.get("message").cloned().unwrap_or(Value::Null);
+        if let Some(r) = reasoning(&msg) {
+            out.push(StreamEvent::ReasoningDelta(r.to_owned()));
+        }
+        if let Some(t) = msg.get("content").and_then(Value::as_str) {
+            out.push(StreamEvent::TextDelta(t.to_owned()));
+        }
+        for (index, tc) in msg
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let function = tc.get("function");
+            out.push(StreamEvent::ToolCallDelta {
+                index,
+                id: tc.get("id").and_then(Value::as_str).map(str::to_owned),
+                name: function
+                    .and_then(|f| f.get("name"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                arguments: match function.and_then(|f| f.get("arguments")) {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Null) | None => String::new(),
+                    Some(other) => other.to_string(),
+                },
+            });
+        }
+        if let Some(r) = choice.get("finish_reason").and_then(Value::as_str) {
+            out.push(StreamEvent::Done(FinishReason::from_wire(r)));
+        }
+    }
+    if let Some(u) = usage(v) {
+        out.push(StreamEvent::Usage(u));
+    }
+    out
+}
+
+#[async_trait]
+impl Provider for OpenAiCompatClient {
+    fn name(&self) -> &str {
+        &self.endpoint.provider
+    }
+
+    fn stream(&self, request: ChatRequest) -> EventStream {
+        let this = self.clone();
+        event_stream(move |tx| this.run_stream(request, tx))
+    }
+
+    /// A non-streaming request (plain JSON), collected by the shared collector.
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ProviderError> {
+        let this = self.clone();
+        let stream = event_stream(move |tx| async move {
+            let mut out = Emitter::new(tx, this.endpoint.spec.parse_text_tool_calls);
+            match this.chat_json(&request).await {
+                Ok(events) => {
+                    for e in events {
+                        if !out.send(e).await {
+                            return;
+                        }
+                    }
+                    out.end().await;
+                }
+                Err(e) => out.fail(e).await,
+            }
+        });
+        collect(stream).await
+    }
+}

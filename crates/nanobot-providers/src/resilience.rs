@@ -1,0 +1,241 @@
+//! Retries with exponential backoff (honouring `Retry-After`) and fallback models.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use futures::future::BoxFuture;
+
+use crate::endpoint::event_stream;
+use crate::error::ProviderError;
+use crate::provider::{EventStream, Provider};
+use crate::types::{ChatRequest, ChatResponse, StreamEvent};
+
+/// How to wait between attempts. The default is `tokio::time::sleep`; tests inject one that records.
+pub type Sleeper = Arc<dyn Fn(Duration) -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// The default sleeper.
+pub fn tokio_sleeper() -> Sleeper {
+    Arc::new(|d| Box::pin(tokio::time::sleep(d)))
+}
+
+/// When and how often to retry.
+#[derive(Clone)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (default 3: waits of 1 s, 2 s, 4 s).
+    pub max_retries: u32,
+    /// First delay; doubled each retry.
+    pub base_delay: Duration,
+    /// Upper bound of a computed delay and of an honoured `Retry-After`.
+    pub max_delay: Duration,
+    /// Retry even after text or tool calls were streamed to the caller (they would see it again).
+    pub retry_after_output: bool,
+    /// How to wait.
+    pub sleeper: Sleeper,
+}
+
+impl fmt::Debug for RetryPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryPolicy")
+            .field("max_retries", &self.max_retries)
+            .field("base_delay", &self.base_delay)
+            .field("max_delay", &self.max_delay)
+            .field("retry_after_output", &self.retry_after_output)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_retries: 3,
+            base_delay: Duration::from_secs(1),
+            max_delay: Duration::from_secs(60),
+            retry_after_output: false,
+            sleeper: tokio_sleeper(),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retries at all.
+    pub fn none() -> Self {
+        Self {
+            max_retries: 0,
+            ..Self::default()
+        }
+    }
+
+    /// The wait before retry number `retry` (0-based): `Retry-After` when given, else `base * 2^retry`; both
+    /// capped at `max_delay`.
+    pub fn delay(&self, retry: u32, err: &ProviderError) -> Duration {
+        let computed = self.base_delay.saturating_mul(2u32.saturating_pow(retry));
+        err.retry_after().unwrap_or(computed).min(self.max_delay)
+    }
+}
+
+/// Wraps a provider with retries. A failure is retried when it is retryable, retries are left, and nothing
+/// was streamed to the caller yet (unless [`RetryPolicy::retry_after_output`]).
+#[derive(Debug, Clone)]
+pub struct RetryingProvider {
+    inner: Arc<dyn Provider>,
+    policy: RetryPolicy,
+}
+
+impl RetryingProvider {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn Provider>, policy: RetryPolicy) -> Self {
+        Self { inner, policy }
+    }
+}
+
+fn is_output(e: &StreamEvent) -> bool {
+    match e {
+        StreamEvent::TextDelta(t) | StreamEvent::ReasoningDelta(t) => !t.is_empty(),
+        StreamEvent::ToolCallDelta { .. } | StreamEvent::ThinkingBlock(_) => true,
+        StreamEvent::Usage(_) | StreamEvent::Done(_) => false,
+    }
+}
+
+#[async_trait]
+impl Provider for RetryingProvider {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn stream(&self, request: ChatRequest) -> EventStream {
+        let inner = self.inner.clone();
+        let policy = self.policy.clone();
+        event_stream(move |tx| async move {
+            let mut retry = 0;
+            loop {
+                let mut s = inner.stream(request.clone());
+                let mut emitted = false;
+                let mut failure = None;
+                while let Some(item) = s.next().await {
+                    match item {
+                        Ok(e) => {
+                            emitted |= is_output(&e);
+                            if tx.send(Ok(e)).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
+                    }
+                }
+                let Some(err) = failure else { return };
+                let may_retry = err.is_retryable()
+                    && retry < policy.max_retries
+                    && (!emitted || policy.retry_after_output);
+                if !may_retry {
+                    let _ = tx.send(Err(err)).await;
+                    return;
+                }
+                let delay = policy.delay(retry, &err);
+                tracing::warn!(provider = %inner.name(), attempt = retry + 1, ?delay, error = %err, "retrying LLM request");
+                (policy.sleeper)(delay).await;
+                retry += 1;
+            }
+        })
+    }
+
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ProviderError> {
+        let mut retry = 0;
+        loop {
+            match self.inner.chat(request.clone()).await {
+                Ok(r) => return Ok(r),
+                Err(err) if err.is_retryable() && retry < self.policy.max_retries => {
+                    let delay = self.policy.delay(retry, &err);
+                    tracing::warn!(provider = %self.inner.name(), attempt = retry + 1, ?delay, error = %err, "retrying LLM request");
+                    (self.policy.sleeper)(delay).await;
+                    retry += 1;
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+}
+
+/// Tries the primary model, then each fallback model (each with its own provider), when one fails with a
+/// non-retryable error or runs out of retries before producing output.
+#[derive(Debug, Clone)]
+pub struct FallbackProvider {
+    chain: Vec<(Arc<dyn Provider>, String)>,
+}
+
+impl FallbackProvider {
+    /// `chain`: `(provider, model)` pairs, primary first. The request's model is replaced by each pair's.
+    pub fn new(chain: Vec<(Arc<dyn Provider>, String)>) -> Self {
+        Self { chain }
+    }
+}
+
+#[async_trait]
+impl Provider for FallbackProvider {
+    fn name(&self) -> &str {
+        self.chain.first().map_or("fallback", |(p, _)| p.name())
+    }
+
+    fn stream(&self, request: ChatRequest) -> EventStream {
+        let chain = self.chain.clone();
+        event_stream(move |tx| async move {
+            let mut last_err = None;
+            for (i, (provider, model)) in chain.iter().enumerate() {
+                let mut req = request.clone();
+                if i > 0 || req.model.is_empty() {
+                    req.model = model.clone();
+                }
+                let mut s = provider.stream(req);
+                let mut emitted = false;
+                let mut failure = None;
+                while let Some(item) = s.next().await {
+                    match item {
+                        Ok(e) => {
+                            emitted |= is_output(&e);
+                            if tx.send(Ok(e)).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
+                    }
+                }
+                let Some(err) = failure else { return };
+                if emitted || i + 1 == chain.len() {
+                    let _ = tx.send(Err(err)).await;
+                    return;
+                }
+                tracing::warn!(provider = %provider.name(), model, error = %err, "model failed; trying the next fallback model");
+                last_err = Some(err);
+            }
+            if let Some(e) = last_err {
+                let _ = tx.send(Err(e)).await;
+            }
+        })
+    }
+
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ProviderError> {
+        let mut last = ProviderError::Config("no models configured".into());
+        for (i, (provider, model)) in self.chain.iter().enumerate() {
+            let mut req = request.clone();
+            if i > 0 || req.model.is_empty() {
+                req.model = model.clone();
+            }
+            match provider.chat(req).await {
+                Ok(r) => return Ok(r),
+                Err(e) => {
+                    tracing::warn!(provider = %provider.name(), model, error = %e, "model failed; trying the next fallback model");
+                    last = e;
+                }
+            }
+        }
+        Err(last)
+    }
+}
