@@ -52,7 +52,10 @@ impl fmt::Display for ConfigWarning {
 }
 
 /// A loaded config with its warnings, and what is needed to save it faithfully.
-#[derive(Debug, Clone)]
+///
+/// `Debug` shows the config (secrets redacted) and the *paths* of interpolated and overridden fields, never
+/// their values.
+#[derive(Clone)]
 pub struct LoadedConfig {
     /// The resolved config. Change it freely, then [`LoadedConfig::save`].
     pub config: Config,
@@ -287,6 +290,19 @@ fn scrub(field: &str, message: &str) -> String {
         }
     }
     out
+}
+
+impl fmt::Debug for LoadedConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoadedConfig")
+            .field("config", &self.config)
+            .field("warnings", &self.warnings)
+            .field("path", &self.path)
+            .field("file_found", &self.file_found)
+            .field("interpolated_fields", &self.interpolated_fields())
+            .field("env_overrides", &self.env_overrides())
+            .finish()
+    }
 }
 
 impl LoadedConfig {

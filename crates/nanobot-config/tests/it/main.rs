@@ -5,4 +5,46 @@
     reason = "test helpers outside #[test] functions"
 )]
 
+mod env;
+mod errors;
+mod load;
+mod roundtrip;
 mod schema;
+mod secrets;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// `shared/fixtures/python-nanobot/config.json`, found in an ancestor of the crate (`shared/` sits beside the
+/// repository).
+pub(crate) fn fixture_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .map(|a| a.join("shared/fixtures/python-nanobot/config.json"))
+        .find(|p| p.is_file())
+        .expect("shared/fixtures/python-nanobot/config.json next to the repository")
+}
+
+pub(crate) fn fixture_value() -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture_path()).unwrap()).unwrap()
+}
+
+/// An environment map from pairs.
+pub(crate) fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// Writes `text` as `config.json` in a new temp dir.
+pub(crate) fn write_config(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+pub(crate) fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}

@@ -1,0 +1,189 @@
+//! `NANOBOT_…__…` overrides and `${VAR}` references, with the environment passed as a map.
+
+use nanobot_config::{ConfigError, WarningKind, load};
+
+use crate::{env, fixture_path, read_json, write_config};
+
+#[test]
+fn env_overrides_the_file_including_nested_keys() {
+    let loaded = load(
+        &fixture_path(),
+        &env(&[
+            ("NANOBOT_AGENTS__DEFAULTS__MODEL", "openai/gpt-4o"),
+            ("NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS", "4096"),
+            ("NANOBOT_AGENTS__DEFAULTS__DREAM__INTERVAL_H", "6"),
+            ("NANOBOT_CHANNELS__TELEGRAM__ALLOW_FROM", r#"["42","43"]"#),
+            ("NANOBOT_CHANNELS__TELEGRAM__ENABLED", "true"),
+            ("NANOBOT_PROVIDERS__AZURE_OPENAI__API_KEY", "12345"),
+            ("NANOBOT_GATEWAY__PORT", "9000"),
+            ("NANOBOT_LOG", "debug"),
+            ("PATH", "/usr/bin"),
+        ]),
+    )
+    .unwrap();
+    let c = &loaded.config;
+    assert_eq!(c.agents.defaults.model, "openai/gpt-4o");
+    assert_eq!(c.agents.defaults.max_tokens, 4096);
+    assert_eq!(c.agents.defaults.dream.interval_h, 6);
+    assert_eq!(c.channels.telegram.allow_from, ["42", "43"]);
+    assert!(c.channels.telegram.enabled);
+    assert_eq!(
+        c.providers
+            .get("azureOpenai")
+            .unwrap()
+            .api_key
+            .as_ref()
+            .unwrap()
+            .expose(),
+        "12345"
+    );
+    assert_eq!(c.gateway.port, 9000);
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    assert!(loaded.env_overrides().contains(&(
+        "agents.defaults.model".to_owned(),
+        "NANOBOT_AGENTS__DEFAULTS__MODEL".to_owned()
+    )));
+}
+
+#[test]
+fn env_fills_keys_the_file_leaves_out_and_adds_providers() {
+    let (_dir, path) = write_config(r#"{"agents": {"defaults": {"temperature": 0.5}}}"#);
+    let loaded = load(
+        &path,
+        &env(&[
+            ("NANOBOT_PROVIDERS__MY_LLM__API_KEY", "sk-x"),
+            ("NANOBOT_PROVIDERS__MY_LLM__API_BASE", "http://127.0.0.1:1/v1"),
+            ("NANOBOT_TOOLS__MCP_SERVERS__FS__COMMAND", "npx"),
+        ]),
+    )
+    .unwrap();
+    let c = &loaded.config;
+    assert_eq!(c.agents.defaults.temperature, 0.5, "the file's value is kept");
+    let p = c.providers.get("my_llm").unwrap();
+    assert_eq!(p.api_base.as_deref(), Some("http://127.0.0.1:1/v1"));
+    assert_eq!(c.providers.first_with_key().map(|(n, _)| n), Some("myLlm"));
+    assert_eq!(c.tools.mcp_servers["fs"].command, "npx");
+}
+
+#[test]
+fn env_overrides_are_not_written_back_on_save() {
+    let (_dir, path) = write_config(r#"{"agents": {"defaults": {"model": "file-model"}}}"#);
+    let loaded = load(
+        &path,
+        &env(&[
+            ("NANOBOT_AGENTS__DEFAULTS__MODEL", "env-model"),
+            ("NANOBOT_PROVIDERS__OPENAI__API_KEY", "sk-env"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(loaded.config.agents.defaults.model, "env-model");
+    loaded.save().unwrap();
+    let saved = read_json(&path);
+    assert_eq!(saved["agents"]["defaults"]["model"], "file-model");
+    assert!(
+        saved["providers"].get("openai").is_none(),
+        "a provider that exists only in the env is not saved"
+    );
+    assert!(!std::fs::read_to_string(&path).unwrap().contains("sk-env"));
+}
+
+#[test]
+fn a_changed_value_is_saved_even_if_env_had_set_it() {
+    let (_dir, path) = write_config(r#"{"agents": {"defaults": {"model": "file-model"}}}"#);
+    let mut loaded = load(&path, &env(&[("NANOBOT_AGENTS__DEFAULTS__MODEL", "env-model")])).unwrap();
+    loaded.config.agents.defaults.model = "chosen-in-app".into();
+    loaded.save().unwrap();
+    assert_eq!(read_json(&path)["agents"]["defaults"]["model"], "chosen-in-app");
+}
+
+#[test]
+fn bad_env_value_names_variable_and_field() {
+    let err = load(
+        &fixture_path(),
+        &env(&[("NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS", "lots")]),
+    )
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, ConfigError::InvalidValue { .. }));
+    assert!(
+        msg.contains("agents.defaults.maxTokens") && msg.contains("NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn unknown_env_keys_warn() {
+    let loaded = load(
+        &fixture_path(),
+        &env(&[("NANOBOT_AGENTS__DEFAULTS__MODLE", "x"), ("NANOBOT_A____B", "y")]),
+    )
+    .unwrap();
+    let unknown = loaded
+        .warnings
+        .iter()
+        .find(|w| w.kind == WarningKind::UnknownKey)
+        .unwrap();
+    assert_eq!(unknown.field, "agents.defaults.modle");
+    assert!(
+        unknown.message.contains("NANOBOT_AGENTS__DEFAULTS__MODLE"),
+        "{}",
+        unknown.message
+    );
+    assert!(
+        loaded
+            .warnings
+            .iter()
+            .any(|w| w.kind == WarningKind::IgnoredEnvVar && w.field == "NANOBOT_A____B")
+    );
+}
+
+#[test]
+fn var_references_are_resolved_from_the_map() {
+    let (_dir, path) = write_config(
+        r#"{"providers": {"openai": {"apiKey": "${OPENAI_API_KEY}", "apiBase": "https://${HOST}/v1"}},
+            "channels": {"telegram": {"token": "${TG_TOKEN}"}}}"#,
+    );
+    let loaded = load(
+        &path,
+        &env(&[
+            ("OPENAI_API_KEY", "sk-abc"),
+            ("HOST", "llm.example"),
+            ("TG_TOKEN", "123:tok"),
+        ]),
+    )
+    .unwrap();
+    let openai = loaded.config.providers.get("openai").unwrap();
+    assert_eq!(openai.api_key.as_ref().unwrap().expose(), "sk-abc");
+    assert_eq!(openai.api_base.as_deref(), Some("https://llm.example/v1"));
+    assert_eq!(loaded.config.channels.telegram.token.expose(), "123:tok");
+    assert_eq!(loaded.interpolated_fields().len(), 3);
+
+    // The save keeps the references, not the secrets.
+    loaded.save().unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains("${OPENAI_API_KEY}")
+            && text.contains("https://${HOST}/v1")
+            && text.contains("${TG_TOKEN}")
+    );
+    assert!(!text.contains("sk-abc") && !text.contains("123:tok"));
+}
+
+#[test]
+fn missing_variable_is_an_error_naming_the_field() {
+    let (_dir, path) = write_config(r#"{"providers": {"openai": {"apiKey": "${OPENAI_API_KEY}"}}}"#);
+    let err = load(&path, &env(&[("OTHER_SECRET", "do-not-print")])).unwrap_err();
+    match &err {
+        ConfigError::MissingEnvVar { field, var, .. } => {
+            assert_eq!(field, "providers.openai.apiKey");
+            assert_eq!(var, "OPENAI_API_KEY");
+        }
+        other => panic!("unexpected error {other:?}"),
+    }
+    let msg = err.to_string();
+    assert!(
+        msg.contains("providers.openai.apiKey") && msg.contains("OPENAI_API_KEY"),
+        "{msg}"
+    );
+    assert!(!msg.contains("do-not-print"));
+}

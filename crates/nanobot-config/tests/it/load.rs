@@ -1,0 +1,143 @@
+//! Loading files: the fixture, snake_case, migrations, unknown keys, a missing file.
+
+use nanobot_config::{Config, WarningKind, load};
+
+use crate::{env, fixture_path, fixture_value, write_config};
+
+#[test]
+fn the_python_fixture_loads_unchanged_without_warnings() {
+    let loaded = load(&fixture_path(), &env(&[])).unwrap();
+    assert!(loaded.file_found);
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    let direct: Config = serde_json::from_value(fixture_value()).unwrap();
+    assert_eq!(loaded.config, direct);
+    assert_eq!(loaded.config.agents.defaults.max_tokens, 8192);
+    assert_eq!(loaded.config.tools.exec.timeout, 60);
+    assert_eq!(loaded.config.channels.discord.intents, 37377);
+    assert_eq!(
+        loaded.config.api.api_key.as_ref().map(|k| k.is_empty()),
+        Some(true)
+    );
+}
+
+#[test]
+fn snake_case_keys_are_accepted() {
+    let (_dir, path) = write_config(
+        r#"{
+          "agents": {"defaults": {"max_tokens": 1234, "max_tool_iterations": 7, "dream": {"interval_h": 5}}},
+          "channels": {"send_tool_hints": false, "telegram": {"allow_from": ["1", 2], "reply_to_message": true}},
+          "providers": {"azure_openai": {"api_key": "k", "api_base": "https://a.example", "extra_headers": {"X-A": "1"}}},
+          "gateway": {"heartbeat": {"interval_s": 60}},
+          "tools": {"restrict_to_workspace": true, "mcp_servers": {"fs": {"command": "npx", "tool_timeout": 9}}}
+        }"#,
+    );
+    let loaded = load(&path, &env(&[])).unwrap();
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    let c = &loaded.config;
+    assert_eq!(c.agents.defaults.max_tokens, 1234);
+    assert_eq!(c.agents.defaults.max_tool_iterations, 7);
+    assert_eq!(c.agents.defaults.dream.interval_h, 5);
+    assert!(!c.channels.send_tool_hints);
+    assert_eq!(c.channels.telegram.allow_from, ["1", "2"]);
+    assert!(c.channels.telegram.reply_to_message);
+    let azure = c.providers.get("azureOpenai").unwrap();
+    assert_eq!(azure.api_key.as_ref().unwrap().expose(), "k");
+    assert_eq!(azure.headers().collect::<Vec<_>>(), [("X-A", "1")]);
+    assert_eq!(c.gateway.heartbeat.interval_s, 60);
+    assert!(c.tools.restrict_to_workspace);
+    assert_eq!(c.tools.mcp_servers["fs"].tool_timeout, 9);
+    assert_eq!(
+        c.tools.mcp_servers["fs"].enabled_tools,
+        ["*"],
+        "default kept for missing keys"
+    );
+}
+
+#[test]
+fn old_restrict_to_workspace_is_migrated_and_reported() {
+    let (_dir, path) = write_config(r#"{"tools": {"exec": {"restrictToWorkspace": true, "timeout": 5}}}"#);
+    let loaded = load(&path, &env(&[])).unwrap();
+    assert!(loaded.config.tools.restrict_to_workspace);
+    assert_eq!(loaded.config.tools.exec.timeout, 5);
+    let w = loaded
+        .warnings
+        .iter()
+        .find(|w| w.kind == WarningKind::Migrated)
+        .expect("a migration warning");
+    assert!(
+        w.message.contains("tools.exec.restrictToWorkspace")
+            && w.message.contains("tools.restrictToWorkspace")
+    );
+    assert!(
+        loaded.config.unknown_keys().is_empty(),
+        "the old key does not linger as unknown"
+    );
+
+    loaded.save().unwrap();
+    let saved = crate::read_json(&path);
+    assert_eq!(saved["tools"]["restrictToWorkspace"], true);
+    assert!(saved["tools"]["exec"].get("restrictToWorkspace").is_none());
+}
+
+#[test]
+fn unknown_keys_warn_by_name_and_do_not_fail() {
+    let (_dir, path) = write_config(
+        r#"{
+          "agents": {"defaults": {"model": "m", "fancyNewOption": 3}},
+          "channels": {"sendProgres": true, "telegram": {"tokn": "x"}, "myPlugin": {"enabled": true}},
+          "providers": {"bedrock": {"region": "eu-west-1", "profile": "p", "oddity": 1}},
+          "tools": {"mcpServers": {"fs": {"command": "x", "autoApprove": []}}},
+          "brandNewSection": {}
+        }"#,
+    );
+    let loaded = load(&path, &env(&[])).unwrap();
+    let mut unknown: Vec<&str> = loaded
+        .warnings
+        .iter()
+        .filter(|w| w.kind == WarningKind::UnknownKey)
+        .map(|w| w.field.as_str())
+        .collect();
+    unknown.sort_unstable();
+    assert_eq!(
+        unknown,
+        [
+            "agents.defaults.fancyNewOption",
+            "brandNewSection",
+            "channels.sendProgres",
+            "channels.telegram.tokn",
+            "providers.bedrock.oddity",
+            "tools.mcpServers.fs.autoApprove",
+        ]
+    );
+    let w = loaded
+        .warnings
+        .iter()
+        .find(|w| w.field == "brandNewSection")
+        .unwrap();
+    assert!(
+        w.to_string().contains("unknown config key `brandNewSection`"),
+        "{w}"
+    );
+    assert_eq!(loaded.config.agents.defaults.model, "m");
+    assert_eq!(
+        loaded
+            .config
+            .providers
+            .get("bedrock")
+            .unwrap()
+            .extra_str("region"),
+        Some("eu-west-1")
+    );
+    assert!(
+        loaded.config.channels.other.is_enabled("myPlugin"),
+        "plugin channel blocks are not unknown"
+    );
+}
+
+#[test]
+fn a_missing_file_gives_the_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let loaded = load(&dir.path().join("config.json"), &env(&[])).unwrap();
+    assert!(!loaded.file_found);
+    assert_eq!(loaded.config, Config::default());
+}
