@@ -49,7 +49,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::CronError;
 pub use model::{
     CronJob, CronJobState, CronPayload, CronSchedule, PAYLOAD_AGENT_TURN, PAYLOAD_SYSTEM_EVENT,
-    PROTECTED_JOB_IDS, RUN_HISTORY_CAP, RunRecord, ScheduleKind, status,
+    PROTECTED_JOB_IDS, RUN_HISTORY_CAP, RunRecord, ScheduleArgs, ScheduleKind, status,
 };
 pub use schedule::{CronExpr, parse_tz};
 pub use service::{BoxError, CronService, JobHandler, NewJob, RunOutcome};

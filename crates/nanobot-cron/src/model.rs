@@ -239,6 +239,66 @@ impl CronSchedule {
     }
 }
 
+/// Schedule parameters as the `cron` tool (`every_seconds`, `cron_expr`, `tz`, `at`) and the CLI
+/// (`--every`, `--cron`, `--tz`, `--at`) take them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScheduleArgs {
+    /// Interval in seconds (0 counts as absent, like in the Python tool).
+    pub every_seconds: Option<i64>,
+    /// 5-field crontab expression.
+    pub cron_expr: Option<String>,
+    /// IANA zone; only with `cron_expr`.
+    pub tz: Option<String>,
+    /// ISO 8601 time for a one-shot job (without an offset: the default zone's wall clock).
+    pub at: Option<String>,
+}
+
+impl CronSchedule {
+    /// Builds and validates a schedule from tool/CLI arguments: exactly one of `every_seconds`,
+    /// `cron_expr`, `at`; `tz` only together with `cron_expr`. Errors name the argument.
+    pub fn from_args(args: &ScheduleArgs, default_tz: Tz) -> Result<Self, CronError> {
+        let invalid = |field: &'static str, reason: &str| CronError::InvalidSchedule {
+            field,
+            reason: reason.to_owned(),
+        };
+        let every = args.every_seconds.filter(|s| *s != 0);
+        let expr = args.cron_expr.as_deref().map(str::trim).filter(|s| !s.is_empty());
+        let at = args.at.as_deref().map(str::trim).filter(|s| !s.is_empty());
+        let tz = args.tz.as_deref().map(str::trim).filter(|s| !s.is_empty());
+        let given = usize::from(every.is_some()) + usize::from(expr.is_some()) + usize::from(at.is_some());
+        if given == 0 {
+            return Err(invalid("schedule", "give one of every_seconds, cron_expr or at"));
+        }
+        if given > 1 {
+            return Err(invalid(
+                "schedule",
+                "give only one of every_seconds, cron_expr or at",
+            ));
+        }
+        if tz.is_some() && expr.is_none() {
+            return Err(invalid("tz", "tz can only be used with cron_expr"));
+        }
+        let schedule = if let Some(secs) = every {
+            if secs < 1 {
+                return Err(invalid("every_seconds", "must be a positive number of seconds"));
+            }
+            Self::new(
+                ScheduleKind::Every,
+                None,
+                Some(secs.saturating_mul(1000)),
+                None,
+                None,
+            )
+        } else if let Some(expr) = expr {
+            Self::cron(expr, tz.map(str::to_owned))
+        } else {
+            Self::at(Self::parse_at(at.unwrap_or_default(), default_tz)?)
+        };
+        schedule.validate()?;
+        Ok(schedule)
+    }
+}
+
 /// What a job does when it fires (`payload` in jobs.json).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -434,5 +494,28 @@ impl CronJob {
     /// Whether this is a protected system job (by id, or by a `system_event` payload).
     pub fn is_protected(&self) -> bool {
         PROTECTED_JOB_IDS.contains(&self.id.as_str()) || self.payload.kind == PAYLOAD_SYSTEM_EVENT
+    }
+
+    /// One line for listings (tool and CLI), times shown in `tz`:
+    /// `- Morning brief (id: 1a2b3c4d, cron 0 9 * * MON-FRI (Europe/Berlin), next: 2026-03-30 09:00 CEST, last: ok)`.
+    pub fn describe(&self, tz: Tz) -> String {
+        let when = |ms: Option<i64>| {
+            ms.and_then(|ms| Utc.timestamp_millis_opt(ms).single())
+                .map(|t| t.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z").to_string())
+        };
+        let mut line = format!("- {} (id: {}, {}", self.name, self.id, self.schedule.describe());
+        if !self.enabled {
+            line.push_str(", disabled");
+        } else if let Some(next) = when(self.state.next_run_at_ms) {
+            line.push_str(&format!(", next: {next}"));
+        }
+        if let Some(status) = &self.state.last_status {
+            line.push_str(&format!(", last: {status}"));
+        }
+        line.push(')');
+        if self.is_protected() {
+            line.push_str(" [system job: view only]");
+        }
+        line
     }
 }

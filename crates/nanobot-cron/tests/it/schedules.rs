@@ -242,3 +242,66 @@ fn bad_expressions_and_zones_rejected_naming_the_field() {
         .unwrap_err();
     assert!(matches!(err, CronError::InvalidSchedule { field: "everyMs", .. }));
 }
+
+#[test]
+fn tool_arguments_build_schedules_like_the_python_tool() {
+    use nanobot_cron::ScheduleArgs;
+    let args = |every: Option<i64>, expr: Option<&str>, tz: Option<&str>, at: Option<&str>| ScheduleArgs {
+        every_seconds: every,
+        cron_expr: expr.map(Into::into),
+        tz: tz.map(Into::into),
+        at: at.map(Into::into),
+    };
+    let s = CronSchedule::from_args(&args(Some(3600), None, None, None), UTC).unwrap();
+    assert_eq!(s.every_ms, Some(3_600_000));
+    let s = CronSchedule::from_args(
+        &args(None, Some("0 9 * * MON-FRI"), Some("Europe/Berlin"), None),
+        UTC,
+    )
+    .unwrap();
+    assert_eq!(
+        (s.expr.as_deref(), s.tz.as_deref()),
+        (Some("0 9 * * MON-FRI"), Some("Europe/Berlin"))
+    );
+    let s = CronSchedule::from_args(&args(None, None, None, Some("2026-05-01T09:00:00")), Berlin).unwrap();
+    assert_eq!(s.at_ms, Some(utc(2026, 5, 1, 7, 0).timestamp_millis()));
+    // every_seconds = 0 counts as absent, like in Python
+    assert!(CronSchedule::from_args(&args(Some(0), Some("@daily"), None, None), UTC).is_ok());
+
+    let field = |a: ScheduleArgs| match CronSchedule::from_args(&a, UTC) {
+        Err(CronError::InvalidSchedule { field, .. }) => field,
+        Err(CronError::InvalidExpr { field, .. }) => field,
+        Err(CronError::UnknownTimezone { .. }) => "tz-unknown",
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(field(args(None, None, None, None)), "schedule");
+    assert_eq!(field(args(Some(60), Some("* * * * *"), None, None)), "schedule");
+    assert_eq!(field(args(Some(60), None, Some("UTC"), None)), "tz");
+    assert_eq!(field(args(Some(-5), None, None, None)), "every_seconds");
+    assert_eq!(
+        field(args(None, Some("0 9 * * *"), Some("Moon/Base"), None)),
+        "tz-unknown"
+    );
+    assert_eq!(field(args(None, Some("0 9 * *"), None, None)), "expression");
+    assert_eq!(field(args(None, None, None, Some("next tuesday"))), "at");
+}
+
+#[test]
+fn job_description_line() {
+    let text = r#"{"id":"1a2b3c4d","name":"Morning brief","enabled":true,
+        "schedule":{"kind":"cron","expr":"0 9 * * MON-FRI","tz":"Europe/Berlin"},
+        "payload":{"kind":"agent_turn","message":"brief"},
+        "state":{"nextRunAtMs":1774854000000,"lastStatus":"ok"},"createdAtMs":0,"updatedAtMs":0}"#;
+    let job: nanobot_cron::CronJob = serde_json::from_str(text).unwrap();
+    assert_eq!(
+        job.describe(Berlin),
+        "- Morning brief (id: 1a2b3c4d, cron 0 9 * * MON-FRI (Europe/Berlin), next: 2026-03-30 09:00 CEST, last: ok)"
+    );
+    let mut hb = job.clone();
+    hb.id = "heartbeat".into();
+    hb.enabled = false;
+    assert!(
+        hb.describe(Berlin)
+            .ends_with("disabled, last: ok) [system job: view only]")
+    );
+}
