@@ -1,10 +1,9 @@
 //! Who may talk to the agent through a channel: `allowFrom`, pairing and `groupPolicy`.
 
-use std::str::FromStr;
 use std::sync::Arc;
 
 use chrono::Utc;
-use serde::{Deserialize, Serialize};
+pub use nanobot_config::GroupPolicy;
 
 use crate::{PairingError, PairingRequest, PairingStore};
 
@@ -65,34 +64,6 @@ impl AllowList {
     }
 }
 
-/// How the channel treats messages in group chats.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum GroupPolicy {
-    /// Every message from an allowed sender.
-    Open,
-    /// Only messages that mention the bot (or reply to it).
-    #[default]
-    Mention,
-    /// Only in groups whose chat id is itself on the allow-list.
-    Allowlist,
-}
-
-impl FromStr for GroupPolicy {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "open" => Ok(Self::Open),
-            "mention" => Ok(Self::Mention),
-            "allowlist" => Ok(Self::Allowlist),
-            other => Err(format!(
-                "groupPolicy {other:?} is not one of open, mention, allowlist"
-            )),
-        }
-    }
-}
-
 /// What the access check needs to know about one inbound message.
 #[derive(Debug, Clone, Copy)]
 pub struct InboundContext<'a> {
@@ -103,6 +74,9 @@ pub struct InboundContext<'a> {
     /// True in group chats, false in direct messages.
     pub is_group: bool,
     /// True when the message mentions the bot or replies to one of its messages.
+    ///
+    /// Group messages always need an allowed sender; then `groupPolicy` `open` takes every message, `mention`
+    /// only mentions, and `allowlist` only senders or group chat ids named explicitly on `allowFrom`.
     pub mentioned: bool,
     /// The message text (checked for `/pairing` commands).
     pub text: &'a str,
@@ -179,7 +153,9 @@ impl AccessControl {
                 && match self.group_policy {
                     GroupPolicy::Open => true,
                     GroupPolicy::Mention => msg.mentioned,
-                    GroupPolicy::Allowlist => self.allow.allows_everyone() || self.allow.names(msg.chat_id),
+                    GroupPolicy::Allowlist => {
+                        self.allow.names(msg.sender_id) || self.allow.names(msg.chat_id)
+                    }
                 };
             return Ok(if pass {
                 AccessDecision::Allow
@@ -308,7 +284,12 @@ mod tests {
     fn group_policies() {
         let open = AccessControl::new("t", AllowList::new(["1"]), GroupPolicy::Open, None);
         let mention = AccessControl::new("t", AllowList::new(["1"]), GroupPolicy::Mention, None);
-        let listed = AccessControl::new("t", AllowList::new(["1", "-100"]), GroupPolicy::Allowlist, None);
+        let listed = AccessControl::new(
+            "t",
+            AllowList::new(["*", "7", "-100"]),
+            GroupPolicy::Allowlist,
+            None,
+        );
         let d = |a: &AccessControl, s, c, m| a.check(&ctx(s, c, true, m, "hi")).unwrap();
         assert_eq!(d(&open, "1", "-5", false), AccessDecision::Allow);
         assert_eq!(
@@ -318,10 +299,10 @@ mod tests {
         );
         assert_eq!(d(&mention, "1", "-5", false), AccessDecision::Ignore);
         assert_eq!(d(&mention, "1", "-5", true), AccessDecision::Allow);
+        // allowlist: the sender or the group must be named explicitly ("*" is not enough); no mention needed.
         assert_eq!(d(&listed, "1", "-5", true), AccessDecision::Ignore);
         assert_eq!(d(&listed, "1", "-100", false), AccessDecision::Allow);
-        assert_eq!("allowlist".parse::<GroupPolicy>(), Ok(GroupPolicy::Allowlist));
-        assert!("sometimes".parse::<GroupPolicy>().is_err());
+        assert_eq!(d(&listed, "7|bob", "-5", false), AccessDecision::Allow);
     }
 
     #[test]

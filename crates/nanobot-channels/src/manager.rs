@@ -101,6 +101,15 @@ impl Default for ManagerSettings {
 }
 
 impl ManagerSettings {
+    /// Settings from `channels.sendProgress`, `channels.sendToolHints` and `channels.sendMaxRetries`.
+    pub fn from_config(config: &nanobot_config::ChannelsConfig) -> Self {
+        Self::new(
+            config.send_progress,
+            config.send_tool_hints,
+            config.send_max_retries,
+        )
+    }
+
     /// Settings from the three `channels.*` keys, with default supervision.
     pub fn new(send_progress: bool, send_tool_hints: bool, send_max_retries: u32) -> Self {
         Self {
