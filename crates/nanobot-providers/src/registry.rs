@@ -22,7 +22,7 @@ pub struct ModelOverride {
     /// Substring of the (lowercased) model name.
     pub pattern: &'static str,
     /// Forced temperature.
-    pub temperature: Option<f32>,
+    pub temperature: Option<f64>,
 }
 
 /// Static facts about one provider.

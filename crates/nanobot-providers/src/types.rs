@@ -487,7 +487,7 @@ pub struct ChatRequest {
     /// Output-token limit.
     pub max_tokens: Option<u32>,
     /// Sampling temperature.
-    pub temperature: Option<f32>,
+    pub temperature: Option<f64>,
     /// `low` / `medium` / `high` for reasoning models (Anthropic: thinking budget).
     pub reasoning_effort: Option<String>,
     /// Tool choice; `None` means `auto` when tools are given.
@@ -517,7 +517,7 @@ impl ChatRequest {
     }
 
     /// Sets the temperature.
-    pub fn with_temperature(mut self, t: f32) -> Self {
+    pub fn with_temperature(mut self, t: f64) -> Self {
         self.temperature = Some(t);
         self
     }

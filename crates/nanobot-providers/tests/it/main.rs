@@ -1,1 +1,13 @@
-//! Integration tests for nanobot-providers.
+//! Integration tests for nanobot-providers: real HTTP against `nanobot_testkit::MockLlm` (and aimock when
+//! installed).
+
+#![allow(clippy::unwrap_used, reason = "test helpers outside #[test] fns may panic")]
+
+mod aimock;
+mod anthropic;
+mod common;
+mod factory;
+mod openai;
+mod registry;
+mod resilience;
+mod transcribe;
