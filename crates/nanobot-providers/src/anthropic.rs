@@ -221,6 +221,7 @@ impl AnthropicClient {
         let mut input_usage = Usage::default();
         let mut finish: Option<FinishReason> = None;
         let mut saw_anything = false;
+        let mut stopped = false;
         while let Some(ev) = events.next().await {
             let ev = ev?;
             if ev.data.trim().is_empty() {
@@ -307,7 +308,10 @@ impl AnthropicClient {
                         out.push(StreamEvent::Usage(usage_from(u, Some(input_usage))));
                     }
                 }
-                "message_stop" => break,
+                "message_stop" => {
+                    stopped = true;
+                    break;
+                }
                 "error" => return Err(event_error(provider, &v)),
                 _ => {}
             }
@@ -322,6 +326,13 @@ impl AnthropicClient {
             return Err(ProviderError::transient(
                 provider,
                 "empty stream: no content and no stop reason",
+                None,
+            ));
+        }
+        if !stopped && finish.is_none() {
+            return Err(ProviderError::transient(
+                provider,
+                "stream ended before the model finished",
                 None,
             ));
         }

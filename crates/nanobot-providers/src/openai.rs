@@ -190,6 +190,7 @@ impl OpenAiCompatClient {
                 resp,
                 self.endpoint.timeouts.stream_idle,
             );
+            let mut finished = false;
             while let Some(ev) = events.next().await {
                 let ev = ev?;
                 let data = ev.data.trim();
@@ -197,6 +198,7 @@ impl OpenAiCompatClient {
                     continue;
                 }
                 if data == "[DONE]" {
+                    finished = true;
                     break;
                 }
                 let chunk: Value = serde_json::from_str(data).map_err(|e| {
@@ -210,10 +212,18 @@ impl OpenAiCompatClient {
                     return Err(stream_error(&self.endpoint.provider, err));
                 }
                 for e in chunk_events(&chunk) {
+                    finished |= matches!(e, StreamEvent::Done(_));
                     if !out.send(e).await {
                         return Ok(());
                     }
                 }
+            }
+            if !finished && out.saw_content {
+                return Err(ProviderError::transient(
+                    &self.endpoint.provider,
+                    "stream ended before the model finished",
+                    None,
+                ));
             }
             Ok(())
         }

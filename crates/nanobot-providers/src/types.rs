@@ -283,7 +283,8 @@ pub enum ChatMessage {
     /// What the model answered: text, tool calls, or both.
     Assistant {
         /// The text; `None` (JSON `null`) when the model only called tools. The key is always written.
-        #[serde(default)]
+        /// (A list of parts in a file is read as its joined text.)
+        #[serde(default, deserialize_with = "opt_text")]
         content: Option<String>,
         /// Tool calls the model made (omitted when empty).
         #[serde(
@@ -310,6 +311,14 @@ pub enum ChatMessage {
         #[serde(deserialize_with = "content_or_empty", default)]
         content: Content,
     },
+}
+
+fn opt_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(match Option::<Content>::deserialize(d)? {
+        None => None,
+        Some(Content::Text(t)) => Some(t),
+        Some(parts) => Some(parts.text()),
+    })
 }
 
 fn null_as_empty_vec<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ToolCall>, D::Error> {
@@ -648,6 +657,17 @@ mod tests {
         assert_eq!(bad.arguments_json(), "not json at all ]]");
         let wire = serde_json::to_value(&bad).unwrap();
         assert_eq!(wire["function"]["arguments"], "not json at all ]]");
+    }
+
+    #[test]
+    fn assistant_parts_and_nulls_are_tolerated() {
+        let m: ChatMessage = serde_json::from_str(
+            r#"{"role":"assistant","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}],"tool_calls":null}"#,
+        )
+        .unwrap();
+        assert_eq!(m, ChatMessage::assistant("a\nb"));
+        let u: ChatMessage = serde_json::from_str(r#"{"role":"user","content":null}"#).unwrap();
+        assert_eq!(u, ChatMessage::user(""));
     }
 
     #[test]

@@ -152,3 +152,26 @@ async fn exhausted_retries_move_to_the_fallback_and_policy_none_does_not_retry()
     assert_eq!(r.content.as_deref(), Some("fallback"));
     assert_eq!(mock.request_count(), 2);
 }
+
+#[tokio::test]
+async fn connection_cut_mid_stream_is_an_error_not_a_short_answer() {
+    let mock = MockLlm::start().await;
+    mock.push(
+        MockReply::text("this answer gets cut off somewhere")
+            .chunk_chars(4)
+            .drop_after_chunks(2),
+    );
+    mock.push(
+        MockReply::text("this answer gets cut off somewhere")
+            .chunk_chars(4)
+            .drop_after_chunks(2),
+    );
+    let err = nanobot_providers::collect(openai(&mock, "openai").stream(req()))
+        .await
+        .unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    let err = nanobot_providers::collect(crate::common::anthropic(&mock).stream(req()))
+        .await
+        .unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+}
