@@ -1,0 +1,266 @@
+//! [`ToolRegistry`]: the tools an agent has, and the one safe way to call them.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use futures::FutureExt;
+use nanobot_providers::ToolSpec;
+use serde_json::Value;
+
+use crate::error::ToolError;
+use crate::schema::ArgsSchema;
+use crate::settings::RegistrySettings;
+use crate::tool::{Tool, ToolContext, ToolOutput};
+
+/// Appended to every error result so the model tries something else instead of repeating itself
+/// (the Python nanobot's wording).
+pub const ERROR_HINT: &str = "\n\n[Analyze the error above and try a different approach.]";
+
+/// Where results longer than `maxToolResultChars` are saved, relative to the workspace.
+pub const TOOL_RESULTS_DIR: &str = ".nanobot/tool-results";
+
+struct Entry {
+    tool: Arc<dyn Tool>,
+    spec: ToolSpec,
+    args: Arc<ArgsSchema>,
+}
+
+/// The registered tools. Cheap to share behind an `Arc`; registration works through `&self`
+/// (MCP tools arrive after start-up).
+///
+/// ```
+/// use nanobot_tools::{ToolRegistry, ToolContext};
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let reg = ToolRegistry::default();
+/// let out = reg.execute("nope", serde_json::json!({}), &ToolContext::new("/tmp")).await;
+/// assert!(out.is_error);
+/// assert!(out.text.starts_with("Error: Tool 'nope' not found"));
+/// # });
+/// ```
+#[derive(Default)]
+pub struct ToolRegistry {
+    tools: RwLock<HashMap<String, Arc<Entry>>>,
+    settings: RegistrySettings,
+}
+
+impl std::fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolRegistry")
+            .field("tools", &self.names())
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl ToolRegistry {
+    /// An empty registry with `settings`.
+    pub fn new(settings: RegistrySettings) -> Self {
+        Self {
+            tools: RwLock::default(),
+            settings,
+        }
+    }
+
+    /// The registry's settings.
+    pub fn settings(&self) -> &RegistrySettings {
+        &self.settings
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Entry>>> {
+        self.tools.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<Entry>>> {
+        self.tools.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers `tool` under its name (its spec and schema are captured now); returns the tool
+    /// it replaced.
+    pub fn register(&self, tool: Arc<dyn Tool>) -> Option<Arc<dyn Tool>> {
+        let spec = tool.spec();
+        let args = Arc::new(ArgsSchema::new(spec.parameters.clone()));
+        let name = spec.name.clone();
+        let entry = Arc::new(Entry { tool, spec, args });
+        self.write().insert(name, entry).map(|e| e.tool.clone())
+    }
+
+    /// Removes the tool called `name`.
+    pub fn unregister(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.write().remove(name).map(|e| e.tool.clone())
+    }
+
+    /// The tool called `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.read().get(name).map(|e| e.tool.clone())
+    }
+
+    /// True when a tool called `name` is registered.
+    pub fn contains(&self, name: &str) -> bool {
+        self.read().contains_key(name)
+    }
+
+    /// Number of tools.
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    /// True when no tool is registered.
+    pub fn is_empty(&self) -> bool {
+        self.read().is_empty()
+    }
+
+    /// Tool names in definition order (built-ins alphabetically, then `mcp_*` alphabetically).
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.read().keys().cloned().collect();
+        names.sort_by(|a, b| sort_key(a).cmp(&sort_key(b)));
+        names
+    }
+
+    /// The specs for the provider, in a stable order (built-ins alphabetically, then MCP
+    /// tools alphabetically) so prompts stay cache-friendly.
+    pub fn definitions(&self) -> Vec<ToolSpec> {
+        let tools = self.read();
+        let mut specs: Vec<ToolSpec> = tools.values().map(|e| e.spec.clone()).collect();
+        drop(tools);
+        specs.sort_by(|a, b| sort_key(&a.name).cmp(&sort_key(&b.name)));
+        specs
+    }
+
+    /// Casts and validates `args` for tool `name` without running it. `Err` carries the error
+    /// text for the model (hint included).
+    pub fn prepare(&self, name: &str, args: Value) -> Result<(Arc<dyn Tool>, Value), String> {
+        let entry = self.read().get(name).cloned();
+        let Some(entry) = entry else {
+            return Err(format!(
+                "Error: Tool '{name}' not found. Available: {}{ERROR_HINT}",
+                self.names().join(", ")
+            ));
+        };
+        match entry.args.prepare(args) {
+            Ok(args) => Ok((entry.tool.clone(), args)),
+            Err(errors) => Err(format!(
+                "Error: Invalid parameters for tool '{name}': {}{ERROR_HINT}",
+                errors.join("; ")
+            )),
+        }
+    }
+
+    /// Runs tool `name`. Never fails: unknown tools, invalid arguments, errors, panics and
+    /// cancellation all become error results ending with [`ERROR_HINT`]. Empty output becomes
+    /// `(<name> completed with no output)`; output longer than `maxToolResultChars` is saved
+    /// under `<workspace>/.nanobot/tool-results/` and replaced by a preview plus the path.
+    pub async fn execute(&self, name: &str, args: Value, ctx: &ToolContext) -> ToolOutput {
+        let (tool, args) = match self.prepare(name, args) {
+            Ok(ok) => ok,
+            Err(text) => return ToolOutput::error(text),
+        };
+        let fut = AssertUnwindSafe(tool.execute(args, ctx)).catch_unwind();
+        let result = tokio::select! {
+            biased;
+            () = ctx.cancel.cancelled() => Err(ToolError::Cancelled),
+            r = fut => match r {
+                Ok(r) => r,
+                Err(panic) => Err(ToolError::Panicked(panic_message(&*panic))),
+            },
+        };
+        let output = match result {
+            Ok(out) => out,
+            Err(err) => {
+                tracing::warn!(tool = name, error = %err.model_text(), "tool failed");
+                ToolOutput::error(format!("Error executing {name}: {}", err.model_text()))
+            }
+        };
+        self.finish(name, output, ctx).await
+    }
+
+    async fn finish(&self, name: &str, mut out: ToolOutput, ctx: &ToolContext) -> ToolOutput {
+        if out.text.trim().is_empty() && out.media.is_empty() && !out.is_error {
+            out.text = format!("({name} completed with no output)");
+            return out;
+        }
+        if !out.is_error && out.text.starts_with("Error") {
+            out.is_error = true;
+        }
+        if out.is_error {
+            if out.text.trim().is_empty() {
+                out.text = format!("Error: {name} failed without a message");
+            }
+            if !out.text.ends_with(ERROR_HINT) {
+                out.text.push_str(ERROR_HINT);
+            }
+            return out;
+        }
+        let max = self.settings.max_tool_result_chars;
+        if max > 0 && out.text.chars().count() > max {
+            out.text = self.persist(name, &out.text, ctx).await;
+        }
+        out
+    }
+
+    async fn persist(&self, name: &str, text: &str, ctx: &ToolContext) -> String {
+        let total = text.chars().count();
+        let session = safe_file_name(if ctx.session_key.is_empty() {
+            "default"
+        } else {
+            &ctx.session_key
+        });
+        let id = ctx
+            .call_id
+            .as_deref()
+            .map(safe_file_name)
+            .unwrap_or_else(|| format!("{name}-{}", uuid::Uuid::new_v4().simple()));
+        let dir: PathBuf = ctx.workspace.join(TOOL_RESULTS_DIR).join(session);
+        let path = dir.join(format!("{id}.txt"));
+        let preview: String = text.chars().take(self.settings.preview_chars).collect();
+        let saved = async {
+            tokio::fs::create_dir_all(&dir).await?;
+            tokio::fs::write(&path, text).await
+        }
+        .await;
+        match saved {
+            Ok(()) => format!(
+                "[{name} output too long: {total} chars, saved to {path}]\n\
+                 Preview:\n{preview}\n...\n\
+                 [Use read_file with path={path} and offset/limit to read the rest.]",
+                path = path.display()
+            ),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot save a long tool result");
+                let head: String = text.chars().take(self.settings.max_tool_result_chars).collect();
+                format!("{head}\n... (truncated, {total} chars total)")
+            }
+        }
+    }
+}
+
+fn sort_key(name: &str) -> (bool, &str) {
+    (name.starts_with("mcp_"), name)
+}
+
+/// A file-name-safe rendition of `s` (session keys like `telegram:123`).
+pub(crate) fn safe_file_name(s: &str) -> String {
+    let out: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let out = out.trim_start_matches('.').to_owned();
+    if out.is_empty() { "_".to_owned() } else { out }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_owned()
+    }
+}

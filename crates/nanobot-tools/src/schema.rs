@@ -1,0 +1,456 @@
+//! Schema-driven argument handling: casting (`"120"` → `120`), validation with messages the
+//! model can act on (`timeout must be <= 600`), and schemas derived from args structs.
+
+use async_trait::async_trait;
+use jsonschema::error::{TypeKind, ValidationErrorKind};
+use jsonschema::paths::LocationSegment;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use crate::error::ToolError;
+use crate::tool::{Tool, ToolContext, ToolOutput};
+
+const BOOL_TRUE: [&str; 4] = ["true", "1", "yes", "on"];
+const BOOL_FALSE: [&str; 4] = ["false", "0", "no", "off"];
+
+/// The JSON Schema of `T`, inlined (no `$ref`s/`definitions`) and cleaned for providers: no
+/// `$schema`, `title` or `format`, and `["T", "null"]` types of optional fields reduced to `"T"`.
+pub fn schema_for<T: JsonSchema>() -> Value {
+    let settings = schemars::generate::SchemaSettings::draft07().with(|s| {
+        s.inline_subschemas = true;
+        s.meta_schema = None;
+    });
+    let mut value = settings.into_generator().into_root_schema_for::<T>().to_value();
+    clean_schema(&mut value, true);
+    if let Value::Object(map) = &mut value {
+        map.entry("properties")
+            .or_insert_with(|| Value::Object(Map::new()));
+    }
+    value
+}
+
+fn clean_schema(value: &mut Value, root: bool) {
+    match value {
+        Value::Object(map) => {
+            map.remove("$schema");
+            map.remove("format");
+            if root {
+                map.remove("title");
+            }
+            if let Some(Value::Array(types)) = map.get("type") {
+                let non_null: Vec<Value> = types
+                    .iter()
+                    .filter(|t| t.as_str() != Some("null"))
+                    .cloned()
+                    .collect();
+                if non_null.len() == 1 {
+                    map.insert("type".into(), non_null[0].clone());
+                }
+            }
+            // `enum` of an Option<enum> carries a `null` the model should not see.
+            if let Some(Value::Array(options)) = map.get_mut("enum") {
+                options.retain(|o| !o.is_null());
+            }
+            for (key, child) in map.iter_mut() {
+                if key == "properties" {
+                    if let Value::Object(props) = child {
+                        for prop in props.values_mut() {
+                            clean_schema(prop, false);
+                        }
+                    }
+                } else {
+                    clean_schema(child, false);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| clean_schema(v, false)),
+        _ => {}
+    }
+}
+
+/// Deserialises validated arguments into `T`.
+pub fn parse_args<T: DeserializeOwned>(args: Value) -> Result<T, ToolError> {
+    serde_json::from_value(args).map_err(|e| ToolError::InvalidArguments(e.to_string()))
+}
+
+fn primary_type(schema: &Value) -> Option<&str> {
+    match schema.get("type") {
+        Some(Value::String(t)) => Some(t.as_str()),
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).find(|t| *t != "null"),
+        _ => None,
+    }
+}
+
+/// Casts `value` towards the types `schema` declares, the way the Python nanobot does before
+/// validating: numeric strings become numbers, `"true"`/`"false"` (and `yes`/`no`, `1`/`0`)
+/// become booleans, recursively through objects and arrays. Values that cannot be cast are left
+/// alone for validation to report.
+pub fn cast_value(value: Value, schema: &Value) -> Value {
+    let Some(t) = primary_type(schema) else {
+        return value;
+    };
+    match (t, value) {
+        ("integer", Value::String(s)) => match s.trim().parse::<i64>() {
+            Ok(n) => Value::from(n),
+            Err(_) => Value::String(s),
+        },
+        ("number", Value::String(s)) => match s.trim().parse::<f64>() {
+            Ok(n) if n.is_finite() => serde_json::Number::from_f64(n)
+                .map(Value::Number)
+                .unwrap_or(Value::String(s)),
+            _ => Value::String(s),
+        },
+        ("integer", Value::Number(n)) if n.as_i64().is_none() && n.as_u64().is_none() => {
+            // 5.0 → 5; 5.5 stays for validation to reject.
+            match n.as_f64() {
+                Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Value::from(f as i64),
+                _ => Value::Number(n),
+            }
+        }
+        ("boolean", Value::String(s)) => {
+            let low = s.trim().to_ascii_lowercase();
+            if BOOL_TRUE.contains(&low.as_str()) {
+                Value::Bool(true)
+            } else if BOOL_FALSE.contains(&low.as_str()) {
+                Value::Bool(false)
+            } else {
+                Value::String(s)
+            }
+        }
+        ("string", v @ (Value::Number(_) | Value::Bool(_))) => Value::String(v.to_string()),
+        ("array", Value::Array(items)) => match schema.get("items") {
+            Some(item_schema) => {
+                Value::Array(items.into_iter().map(|v| cast_value(v, item_schema)).collect())
+            }
+            None => Value::Array(items),
+        },
+        ("array", Value::String(s)) if s.trim_start().starts_with('[') => {
+            match serde_json::from_str::<Value>(&s) {
+                Ok(v @ Value::Array(_)) => cast_value(v, schema),
+                _ => Value::String(s),
+            }
+        }
+        ("object", Value::Object(map)) => Value::Object(cast_object(map, schema)),
+        ("object", Value::String(s)) if s.trim_start().starts_with('{') => {
+            match serde_json::from_str::<Value>(&s) {
+                Ok(Value::Object(map)) => Value::Object(cast_object(map, schema)),
+                _ => Value::String(s),
+            }
+        }
+        (_, v) => v,
+    }
+}
+
+fn cast_object(map: Map<String, Value>, schema: &Value) -> Map<String, Value> {
+    let props = schema.get("properties").and_then(Value::as_object);
+    map.into_iter()
+        .map(|(k, v)| {
+            let v = match props.and_then(|p| p.get(&k)) {
+                Some(s) => cast_value(v, s),
+                None => v,
+            };
+            (k, v)
+        })
+        .collect()
+}
+
+/// A compiled argument schema: casts, then validates with model-friendly messages.
+#[derive(Debug)]
+pub struct ArgsSchema {
+    schema: Value,
+    validator: Result<jsonschema::Validator, String>,
+}
+
+impl ArgsSchema {
+    /// Compiles `schema`. An invalid schema is kept and reported on every call.
+    pub fn new(schema: Value) -> Self {
+        let validator = jsonschema::validator_for(&schema).map_err(|e| e.to_string());
+        Self { schema, validator }
+    }
+
+    /// The schema as given.
+    pub fn schema(&self) -> &Value {
+        &self.schema
+    }
+
+    /// Casts then validates `args` (`null` counts as `{}`). Unknown fields are ignored.
+    /// On failure returns the list of problems, e.g. `["timeout must be <= 600"]`.
+    pub fn prepare(&self, args: Value) -> Result<Value, Vec<String>> {
+        let args = match args {
+            Value::Null => Value::Object(Map::new()),
+            Value::Object(map) => Value::Object(cast_object(map, &self.schema)),
+            other => {
+                return Err(vec![format!(
+                    "parameters must be an object, got {}",
+                    json_type_name(&other)
+                )]);
+            }
+        };
+        let validator = match &self.validator {
+            Ok(v) => v,
+            Err(e) => return Err(vec![format!("the tool's parameter schema is invalid: {e}")]),
+        };
+        let mut errors: Vec<String> = validator
+            .iter_errors(&args)
+            .filter_map(|err| describe(&err))
+            .collect();
+        if errors.is_empty() {
+            Ok(args)
+        } else {
+            errors.dedup();
+            Err(errors)
+        }
+    }
+}
+
+fn json_type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn path_label(err: &jsonschema::ValidationError<'_>) -> String {
+    let mut out = String::new();
+    for seg in err.instance_path().segments() {
+        match seg {
+            LocationSegment::Property(p) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(&p);
+            }
+            LocationSegment::Index(i) => {
+                out.push('[');
+                out.push_str(&i.to_string());
+                out.push(']');
+            }
+        }
+    }
+    out
+}
+
+fn describe(err: &jsonschema::ValidationError<'_>) -> Option<String> {
+    let path = path_label(err);
+    let label = if path.is_empty() {
+        "parameter".to_owned()
+    } else {
+        path.clone()
+    };
+    let msg = match err.kind() {
+        // Unknown fields are ignored, as in the Python nanobot.
+        ValidationErrorKind::AdditionalProperties { .. }
+        | ValidationErrorKind::UnevaluatedProperties { .. } => return None,
+        ValidationErrorKind::Required { property } => {
+            let name = property
+                .as_str()
+                .map_or_else(|| property.to_string(), str::to_owned);
+            if path.is_empty() {
+                format!("missing required {name}")
+            } else {
+                format!("missing required {path}.{name}")
+            }
+        }
+        ValidationErrorKind::Type { kind } => {
+            let expected = match kind {
+                TypeKind::Single(t) => t.to_string(),
+                TypeKind::Multiple(set) => set.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(" or "),
+            };
+            format!("{label} should be {expected}")
+        }
+        ValidationErrorKind::Maximum { limit } => format!("{label} must be <= {limit}"),
+        ValidationErrorKind::Minimum { limit } => format!("{label} must be >= {limit}"),
+        ValidationErrorKind::ExclusiveMaximum { limit } => format!("{label} must be < {limit}"),
+        ValidationErrorKind::ExclusiveMinimum { limit } => format!("{label} must be > {limit}"),
+        ValidationErrorKind::MinLength { limit } => {
+            format!("{label} must be at least {limit} chars")
+        }
+        ValidationErrorKind::MaxLength { limit } => {
+            format!("{label} must be at most {limit} chars")
+        }
+        ValidationErrorKind::MinItems { limit } => {
+            format!("{label} must have at least {limit} items")
+        }
+        ValidationErrorKind::MaxItems { limit } => {
+            format!("{label} must have at most {limit} items")
+        }
+        ValidationErrorKind::Enum { options } => format!("{label} must be one of {options}"),
+        _ => format!("{label}: {err}"),
+    };
+    Some(msg)
+}
+
+/// A tool whose schema is derived from an args struct (`schemars`) and whose arguments arrive
+/// deserialised. Every `TypedTool` is a [`Tool`].
+///
+/// ```
+/// use nanobot_tools::{TypedTool, ToolContext, ToolError, ToolOutput};
+/// use schemars::JsonSchema;
+/// use serde::Deserialize;
+///
+/// #[derive(Deserialize, JsonSchema)]
+/// struct Args {
+///     /// Who to greet.
+///     name: String,
+/// }
+///
+/// struct Greet;
+///
+/// #[async_trait::async_trait]
+/// impl TypedTool for Greet {
+///     type Args = Args;
+///     fn name(&self) -> &str { "greet" }
+///     fn description(&self) -> &str { "Greets someone." }
+///     async fn call(&self, args: Args, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+///         Ok(ToolOutput::text(format!("hello {}", args.name)))
+///     }
+/// }
+/// let schema = nanobot_tools::Tool::parameters(&Greet);
+/// assert_eq!(schema["required"][0], "name");
+/// ```
+#[async_trait]
+pub trait TypedTool: Send + Sync {
+    /// The arguments; their schema is what the model sees.
+    type Args: JsonSchema + DeserializeOwned + Send;
+
+    /// See [`Tool::name`].
+    fn name(&self) -> &str;
+
+    /// See [`Tool::description`].
+    fn description(&self) -> &str;
+
+    /// See [`Tool::read_only`].
+    fn read_only(&self) -> bool {
+        false
+    }
+
+    /// See [`Tool::exclusive`].
+    fn exclusive(&self) -> bool {
+        false
+    }
+
+    /// Runs the tool with deserialised arguments.
+    async fn call(&self, args: Self::Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
+}
+
+#[async_trait]
+impl<T: TypedTool> Tool for T {
+    fn name(&self) -> &str {
+        TypedTool::name(self)
+    }
+
+    fn description(&self) -> &str {
+        TypedTool::description(self)
+    }
+
+    fn parameters(&self) -> Value {
+        schema_for::<T::Args>()
+    }
+
+    fn read_only(&self) -> bool {
+        TypedTool::read_only(self)
+    }
+
+    fn exclusive(&self) -> bool {
+        TypedTool::exclusive(self)
+    }
+
+    async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: T::Args = parse_args(args)?;
+        self.call(args, ctx).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn exec_schema() -> ArgsSchema {
+        ArgsSchema::new(json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "minLength": 1},
+                "timeout": {"type": "integer", "minimum": 1, "maximum": 600},
+                "flag": {"type": "boolean"},
+                "mode": {"type": "string", "enum": ["a", "b"]},
+                "nested": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+                "list": {"type": "array", "items": {"type": "number"}, "maxItems": 2}
+            },
+            "required": ["command"]
+        }))
+    }
+
+    #[test]
+    fn casts_strings_to_schema_types() {
+        let s = exec_schema();
+        let out = s
+            .prepare(json!({"command": "ls", "timeout": "120", "flag": "TRUE",
+                            "nested": {"n": "7"}, "list": ["1.5", 2], "unknown": "kept"}))
+            .unwrap();
+        assert_eq!(out["timeout"], 120);
+        assert_eq!(out["flag"], true);
+        assert_eq!(out["nested"]["n"], 7);
+        assert_eq!(out["list"], json!([1.5, 2]));
+        assert_eq!(out["unknown"], "kept");
+    }
+
+    #[test]
+    fn reports_python_style_messages() {
+        let s = exec_schema();
+        let err = s.prepare(json!({"command": "ls", "timeout": 999})).unwrap_err();
+        assert_eq!(err, vec!["timeout must be <= 600"]);
+        let err = s.prepare(json!({"timeout": 0})).unwrap_err();
+        assert!(err.contains(&"missing required command".to_owned()), "{err:?}");
+        assert!(err.contains(&"timeout must be >= 1".to_owned()), "{err:?}");
+        let err = s.prepare(json!({"command": "", "mode": "c"})).unwrap_err();
+        assert!(
+            err.contains(&"command must be at least 1 chars".to_owned()),
+            "{err:?}"
+        );
+        assert!(
+            err.iter().any(|e| e.starts_with("mode must be one of")),
+            "{err:?}"
+        );
+        let err = s.prepare(json!({"command": "x", "nested": {}})).unwrap_err();
+        assert_eq!(err, vec!["missing required nested.n"]);
+        let err = s.prepare(json!({"command": "x", "list": ["a"]})).unwrap_err();
+        assert_eq!(err, vec!["list[0] should be number"]);
+        let err = s.prepare(json!({"command": "x", "flag": "maybe"})).unwrap_err();
+        assert_eq!(err, vec!["flag should be boolean"]);
+        let err = s.prepare(json!([1])).unwrap_err();
+        assert_eq!(err, vec!["parameters must be an object, got array"]);
+    }
+
+    #[test]
+    fn null_args_are_an_empty_object() {
+        let s = ArgsSchema::new(json!({"type": "object", "properties": {}}));
+        assert_eq!(s.prepare(Value::Null).unwrap(), json!({}));
+    }
+
+    #[derive(serde::Deserialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct Args {
+        /// The path.
+        path: String,
+        /// Max lines.
+        #[schemars(range(min = 1))]
+        limit: Option<u32>,
+    }
+
+    #[test]
+    fn derived_schema_is_clean() {
+        let s = schema_for::<Args>();
+        assert_eq!(s["type"], "object");
+        assert_eq!(s["required"], json!(["path"]));
+        assert_eq!(s["properties"]["limit"]["type"], "integer");
+        assert_eq!(s["properties"]["path"]["description"], "The path.");
+        assert!(s.get("title").is_none() && s.get("$schema").is_none());
+        assert!(s["properties"]["limit"].get("format").is_none());
+    }
+}

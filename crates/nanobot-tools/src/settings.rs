@@ -1,0 +1,239 @@
+//! Resolved settings for the built-in tools.
+//!
+//! This crate does not read configuration: the agent core resolves `config.json` and fills these
+//! structs. Each field names the config key it corresponds to.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::ssrf::SsrfGuard;
+
+/// A secret string: `Debug`/`Display` print `[redacted]`.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps `value`.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// True when empty (not configured).
+    pub fn is_empty(&self) -> bool {
+        self.0.trim().is_empty()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            f.write_str("\"\"")
+        } else {
+            f.write_str("[redacted]")
+        }
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// Settings of the file tools and the path sandbox.
+#[derive(Debug, Clone, Default)]
+pub struct FsSettings {
+    /// `tools.restrictToWorkspace`: keep every file tool inside the workspace.
+    pub restrict_to_workspace: bool,
+    /// Extra directories that stay readable under the restriction (the built-in skills folder).
+    pub extra_read_roots: Vec<PathBuf>,
+    /// The user's home directory, for `~` (the binary passes `$HOME`; none → `~` is refused).
+    pub home: Option<PathBuf>,
+}
+
+/// How `exec` children are confined (`tools.exec.sandbox`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExecSandbox {
+    /// `""` (the default): Landlock where the kernel supports it, otherwise none (with a warning).
+    #[default]
+    Auto,
+    /// `"landlock"`: writes only inside the workspace and temp dirs; if the kernel lacks
+    /// Landlock, runs unconfined with a logged warning.
+    Landlock,
+    /// `"none"`/`"off"`: no OS-level confinement (the command guard still runs).
+    None,
+}
+
+impl ExecSandbox {
+    /// Parses the config value (`""`, `"auto"`, `"landlock"`, `"none"`, `"off"`). Unknown
+    /// values (the Python `"bwrap"`) map to `Auto` and are reported by returning `Err` with the
+    /// fallback.
+    pub fn from_config(value: &str) -> Result<Self, Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(Self::Auto),
+            "landlock" => Ok(Self::Landlock),
+            "none" | "off" | "false" => Ok(Self::None),
+            _ => Err(Self::Auto),
+        }
+    }
+}
+
+/// Settings of the `exec` tool (`tools.exec.*`).
+#[derive(Debug, Clone)]
+pub struct ExecSettings {
+    /// `tools.exec.timeout`: default timeout in seconds (the model may ask for up to 600).
+    pub timeout: Duration,
+    /// `tools.exec.pathPrepend`: prepended to the child's `PATH`.
+    pub path_prepend: String,
+    /// `tools.exec.pathAppend`: appended to the child's `PATH`.
+    pub path_append: String,
+    /// `tools.exec.sandbox`.
+    pub sandbox: ExecSandbox,
+    /// `tools.exec.sandboxRwBinds`: extra directories the Landlock ruleset lets the child write.
+    pub extra_writable: Vec<PathBuf>,
+    /// `tools.exec.allowedEnvKeys`: variables passed through from the parent environment.
+    pub allowed_env_keys: Vec<String>,
+    /// `tools.exec.allowPatterns`: if non-empty, a command must match one (regexes).
+    pub allow_patterns: Vec<String>,
+    /// `tools.exec.denyPatterns`: extra deny regexes on top of the built-in guard.
+    pub deny_patterns: Vec<String>,
+    /// `tools.restrictToWorkspace`: refuse `..`, absolute and `~` paths outside the workspace.
+    pub restrict_to_workspace: bool,
+    /// The parent's environment (the binary passes `std::env::vars()`); the child gets only
+    /// `HOME`, `LANG`, `TERM`, `PATH` and `allowed_env_keys` from it.
+    pub parent_env: BTreeMap<String, String>,
+    /// Output cap in characters (10,000 as in the Python nanobot).
+    pub max_output_chars: usize,
+}
+
+impl Default for ExecSettings {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(60),
+            path_prepend: String::new(),
+            path_append: String::new(),
+            sandbox: ExecSandbox::Auto,
+            extra_writable: Vec::new(),
+            allowed_env_keys: Vec::new(),
+            allow_patterns: Vec::new(),
+            deny_patterns: Vec::new(),
+            restrict_to_workspace: false,
+            parent_env: BTreeMap::new(),
+            max_output_chars: 10_000,
+        }
+    }
+}
+
+/// Which `web_search` backend (`tools.web.search.provider`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SearchProvider {
+    /// Brave Search API (needs `apiKey`).
+    Brave,
+    /// Tavily (needs `apiKey`).
+    Tavily,
+    /// A SearXNG instance (`baseUrl`).
+    Searxng,
+    /// Jina search (needs `apiKey`).
+    Jina,
+    /// DuckDuckGo HTML, no key (the default and the fallback).
+    #[default]
+    DuckDuckGo,
+}
+
+impl SearchProvider {
+    /// Parses the config value; unknown → `None`.
+    pub fn from_config(value: &str) -> Option<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "brave" => Some(Self::Brave),
+            "tavily" => Some(Self::Tavily),
+            "searxng" | "searx" => Some(Self::Searxng),
+            "jina" => Some(Self::Jina),
+            "duckduckgo" | "ddg" | "" => Some(Self::DuckDuckGo),
+            _ => None,
+        }
+    }
+}
+
+/// Settings of `web_search` (`tools.web.search.*`).
+#[derive(Debug, Clone)]
+pub struct SearchSettings {
+    /// `provider`.
+    pub provider: SearchProvider,
+    /// `apiKey`.
+    pub api_key: Secret,
+    /// `baseUrl`: the SearXNG instance, or an override of the provider's endpoint (tests).
+    pub base_url: String,
+    /// `maxResults`: default result count (1–10).
+    pub max_results: u32,
+    /// `timeout`: request timeout.
+    pub timeout: Duration,
+}
+
+impl Default for SearchSettings {
+    fn default() -> Self {
+        Self {
+            provider: SearchProvider::DuckDuckGo,
+            api_key: Secret::default(),
+            base_url: String::new(),
+            max_results: 5,
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Settings of the web tools (`tools.web.*`).
+#[derive(Debug, Clone)]
+pub struct WebSettings {
+    /// `tools.web.proxy`: an HTTP(S) proxy for both tools. Note: through a proxy, the proxy
+    /// resolves names, so the SSRF guard checks but cannot pin the address.
+    pub proxy: Option<String>,
+    /// `tools.web.userAgent`.
+    pub user_agent: Option<String>,
+    /// `tools.web.search`.
+    pub search: SearchSettings,
+    /// `tools.ssrfWhitelist`, parsed: the SSRF guard.
+    pub ssrf: SsrfGuard,
+    /// Default `maxChars` of `web_fetch`.
+    pub fetch_max_chars: usize,
+    /// Request timeout of `web_fetch`.
+    pub fetch_timeout: Duration,
+}
+
+impl Default for WebSettings {
+    fn default() -> Self {
+        Self {
+            proxy: None,
+            user_agent: None,
+            search: SearchSettings::default(),
+            ssrf: SsrfGuard::default(),
+            fetch_max_chars: 50_000,
+            fetch_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Settings of the registry (`agents.defaults.*`).
+#[derive(Debug, Clone)]
+pub struct RegistrySettings {
+    /// `agents.defaults.maxToolResultChars`: longer results are saved under the workspace and
+    /// replaced by a preview plus the path.
+    pub max_tool_result_chars: usize,
+    /// Characters of the preview the model gets for a saved result.
+    pub preview_chars: usize,
+}
+
+impl Default for RegistrySettings {
+    fn default() -> Self {
+        Self {
+            max_tool_result_chars: 16_000,
+            preview_chars: 1_200,
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! The [`Tool`] trait and what flows in and out of a call.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use nanobot_providers::ToolSpec;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::ToolError;
+
+/// Something the agent can do: a name, a description and a JSON Schema for the model, and an
+/// async `execute`.
+///
+/// Implementations are registered once behind `Arc<dyn Tool>` in a
+/// [`ToolRegistry`](crate::ToolRegistry). Arguments reach `execute` already cast to their schema
+/// types and validated. For a typed tool whose schema comes from an args struct, implement
+/// [`TypedTool`](crate::TypedTool) instead.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    /// The name the model calls the tool by (`read_file`, `mcp_github_search`).
+    fn name(&self) -> &str;
+
+    /// What the tool does, for the model.
+    fn description(&self) -> &str;
+
+    /// JSON Schema (an `object` schema) of the arguments.
+    fn parameters(&self) -> Value;
+
+    /// True when the tool has no side effects (reads only).
+    fn read_only(&self) -> bool {
+        false
+    }
+
+    /// True when the tool must run alone, never beside another tool call (like `exec`).
+    fn exclusive(&self) -> bool {
+        false
+    }
+
+    /// True when the tool may run concurrently with other concurrency-safe calls.
+    fn concurrency_safe(&self) -> bool {
+        self.read_only() && !self.exclusive()
+    }
+
+    /// Runs the tool. `args` is a JSON object that passed the schema.
+    async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
+
+    /// The tool as a provider sees it.
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name().to_owned(),
+            description: self.description().to_owned(),
+            parameters: self.parameters(),
+        }
+    }
+}
+
+/// Where and for whom a tool call runs.
+///
+/// Cheap to clone. The agent core builds one per turn and sets [`ToolContext::call_id`] per call.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    /// The agent's workspace; relative paths resolve against it.
+    pub workspace: PathBuf,
+    /// The session key (`telegram:12345`).
+    pub session_key: String,
+    /// The channel of the message being answered.
+    pub channel: String,
+    /// The chat id of the message being answered.
+    pub chat_id: String,
+    /// The provider's id of this tool call, when known (names persisted large results).
+    pub call_id: Option<String>,
+    /// Cancelled when the turn is stopped; long-running tools watch it.
+    pub cancel: CancellationToken,
+    /// Typed values for tools that need more (a bus handle, a cron service, …).
+    pub extensions: Extensions,
+}
+
+impl ToolContext {
+    /// A context for `workspace` with empty routing and a fresh cancellation token.
+    pub fn new(workspace: impl Into<PathBuf>) -> Self {
+        Self {
+            workspace: workspace.into(),
+            session_key: String::new(),
+            channel: String::new(),
+            chat_id: String::new(),
+            call_id: None,
+            cancel: CancellationToken::new(),
+            extensions: Extensions::default(),
+        }
+    }
+
+    /// Sets the session key.
+    pub fn with_session(mut self, session_key: impl Into<String>) -> Self {
+        self.session_key = session_key.into();
+        self
+    }
+
+    /// Sets the channel and chat id.
+    pub fn with_route(mut self, channel: impl Into<String>, chat_id: impl Into<String>) -> Self {
+        self.channel = channel.into();
+        self.chat_id = chat_id.into();
+        self
+    }
+
+    /// Sets the tool-call id.
+    pub fn with_call_id(mut self, call_id: impl Into<String>) -> Self {
+        self.call_id = Some(call_id.into());
+        self
+    }
+
+    /// Uses `cancel` as the cancellation token.
+    pub fn with_cancel(mut self, cancel: CancellationToken) -> Self {
+        self.cancel = cancel;
+        self
+    }
+
+    /// The workspace root.
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+}
+
+/// A type map for values a tool needs beyond the basic context.
+#[derive(Clone, Default)]
+pub struct Extensions(HashMap<TypeId, Arc<dyn Any + Send + Sync>>);
+
+impl Extensions {
+    /// Stores `value`, replacing a previous value of the same type.
+    pub fn insert<T: Any + Send + Sync>(&mut self, value: T) {
+        self.0.insert(TypeId::of::<T>(), Arc::new(value));
+    }
+
+    /// The stored value of type `T`.
+    pub fn get<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.0.get(&TypeId::of::<T>()).and_then(|v| v.downcast_ref::<T>())
+    }
+
+    /// Number of stored values.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when nothing is stored.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Extensions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Extensions").field("len", &self.0.len()).finish()
+    }
+}
+
+/// The result of a tool call: text for the model plus media files (images) to attach.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolOutput {
+    /// What the model reads.
+    pub text: String,
+    /// Files (images) that go to the model as media.
+    pub media: Vec<PathBuf>,
+    /// True when this is an error result (the text starts with `Error` and ends with the hint).
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    /// A successful text result.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            ..Self::default()
+        }
+    }
+
+    /// An error result with exactly this text (the registry appends [`crate::ERROR_HINT`]).
+    pub fn error(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            media: Vec::new(),
+            is_error: true,
+        }
+    }
+
+    /// Adds a media file.
+    pub fn with_media(mut self, path: impl Into<PathBuf>) -> Self {
+        self.media.push(path.into());
+        self
+    }
+}
+
+impl From<String> for ToolOutput {
+    fn from(text: String) -> Self {
+        Self::text(text)
+    }
+}
+
+impl From<&str> for ToolOutput {
+    fn from(text: &str) -> Self {
+        Self::text(text)
+    }
+}
