@@ -130,16 +130,18 @@ impl Endpoint {
             return Ok(resp);
         }
         let retry_after = parse_retry_after(resp.headers());
-        let text = tokio::time::timeout(self.timeouts.stream_idle, resp.text())
+        let mut text = tokio::time::timeout(self.timeouts.stream_idle, resp.text())
             .await
             .ok()
-            .and_then(Result::ok);
-        let err = ProviderError::from_http(
-            &self.provider,
-            status.as_u16(),
-            retry_after,
-            text.as_deref().unwrap_or(""),
-        );
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        // Some servers echo the key back in their error text: it never goes further than here.
+        for secret in self.api_key.iter().chain(self.headers.iter().map(|(_, v)| v)) {
+            if secret.len() >= 4 {
+                text = text.replace(secret.as_str(), "[REDACTED]");
+            }
+        }
+        let err = ProviderError::from_http(&self.provider, status.as_u16(), retry_after, &text);
         tracing::warn!(provider = %self.provider, status = status.as_u16(), error = %err, "LLM request failed");
         Err(err)
     }

@@ -181,7 +181,7 @@ async fn reasoning_is_collected() {
 #[tokio::test]
 async fn errors_are_classified() {
     let mock = MockLlm::start().await;
-    mock.push(MockReply::error(401));
+    mock.push(MockReply::error(401).error_message("Incorrect API key provided: sk-test-123"));
     mock.push(MockReply::context_length_exceeded());
     mock.push(MockReply::error(400));
     let client = openai(&mock, "openai");
@@ -256,4 +256,65 @@ impl<P: Provider> StreamCollect for P {
     async fn chat_stream_collect(&self, req: ChatRequest) -> nanobot_providers::ChatResponse {
         nanobot_providers::collect(self.stream(req)).await.unwrap()
     }
+}
+
+fn client_for(spec: &str) -> nanobot_providers::OpenAiCompatClient {
+    nanobot_providers::install_ring();
+    let spec = nanobot_providers::registry::find_spec(spec).unwrap();
+    let ep = nanobot_providers::Endpoint::new(spec.name, spec, "http://127.0.0.1:9/v1", None).unwrap();
+    nanobot_providers::OpenAiCompatClient::new(ep)
+}
+
+#[test]
+fn spec_quirks_in_request_bodies() {
+    let msgs = vec![
+        ChatMessage::system("sys"),
+        ChatMessage::user("q"),
+        ChatMessage::Assistant {
+            content: Some("a".into()),
+            tool_calls: vec![],
+            reasoning_content: Some("r".into()),
+            thinking_blocks: None,
+        },
+    ];
+    let req = ChatRequest::new("moonshot/kimi-k2.5", msgs.clone())
+        .with_temperature(0.1)
+        .with_max_tokens(0)
+        .with_tools(vec![read_file_tool()]);
+
+    // Kimi K2.5: temperature forced to 1.0; reasoning_content sent back; max_tokens at least 1.
+    let kimi = client_for("moonshot").request_body(&req, false);
+    assert_eq!(kimi["model"], "kimi-k2.5");
+    assert_eq!(kimi["temperature"], 1.0);
+    assert_eq!(kimi["max_tokens"], 1);
+    assert_eq!(kimi["messages"][2]["reasoning_content"], "r");
+    assert!(kimi.get("stream").is_none());
+
+    // OpenRouter: cache_control on the system prompt and the last tool; reasoning_content stripped.
+    let or = client_for("openrouter").request_body(
+        &ChatRequest {
+            model: "anthropic/claude-3".into(),
+            ..req.clone()
+        },
+        true,
+    );
+    assert_eq!(or["model"], "anthropic/claude-3");
+    assert_eq!(
+        or["messages"][0]["content"][0]["cache_control"]["type"],
+        "ephemeral"
+    );
+    assert_eq!(or["tools"][0]["cache_control"]["type"], "ephemeral");
+    assert!(or["messages"][2].get("reasoning_content").is_none());
+    assert_eq!(or["stream_options"]["include_usage"], true);
+
+    // OpenAI: max_completion_tokens; reasoning models get no temperature.
+    let o = client_for("openai").request_body(
+        &ChatRequest {
+            model: "o3-mini".into(),
+            ..req
+        },
+        false,
+    );
+    assert_eq!(o["max_completion_tokens"], 1);
+    assert!(o.get("max_tokens").is_none() && o.get("temperature").is_none());
 }
