@@ -137,11 +137,23 @@ impl ProviderFactory {
             "openai" | "openai_compat" | "openai-compat" | "chat_completions" => Backend::OpenAiCompat,
             _ => spec.backend,
         };
-        let http = match &self.http {
-            Some(h) => h.clone(),
-            None => crate::http::http_client_builder(self.timeouts.connect)
-                .build()
-                .map_err(|e| ProviderError::Config(format!("cannot build the HTTP client: {e}")))?,
+        let proxy = block.proxy.clone().filter(|p| !p.trim().is_empty());
+        let http = match (&self.http, proxy) {
+            (Some(h), None) => h.clone(),
+            (_, proxy) => {
+                let mut b = crate::http::http_client_builder(self.timeouts.connect);
+                if let Some(p) = proxy {
+                    let p = reqwest::Proxy::all(&p).map_err(|e| {
+                        ProviderError::Config(format!(
+                            "providers.{}.proxy is not a valid proxy URL: {e}",
+                            config_key(&m.name)
+                        ))
+                    })?;
+                    b = b.proxy(p);
+                }
+                b.build()
+                    .map_err(|e| ProviderError::Config(format!("cannot build the HTTP client: {e}")))?
+            }
         };
         let mut endpoint = Endpoint::new(m.name.clone(), spec, base.clone(), api_key.clone())?
             .with_timeouts(self.timeouts.clone())

@@ -156,6 +156,42 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         ..BASE
     },
     ProviderSpec {
+        name: "volcengine_coding_plan",
+        display_name: "VolcEngine Coding Plan",
+        env_keys: &["ARK_API_KEY", "VOLCENGINE_API_KEY"],
+        default_api_base: "https://ark.cn-beijing.volces.com/api/coding/v3",
+        is_gateway: true,
+        ..BASE
+    },
+    ProviderSpec {
+        name: "byteplus",
+        display_name: "BytePlus",
+        keywords: &["byteplus"],
+        env_keys: &["BYTEPLUS_API_KEY"],
+        default_api_base: "https://ark.ap-southeast.bytepluses.com/api/v3",
+        is_gateway: true,
+        detect_by_base_keyword: "bytepluses",
+        ..BASE
+    },
+    ProviderSpec {
+        name: "byteplus_coding_plan",
+        display_name: "BytePlus Coding Plan",
+        env_keys: &["BYTEPLUS_API_KEY"],
+        default_api_base: "https://ark.ap-southeast.bytepluses.com/api/coding/v3",
+        is_gateway: true,
+        ..BASE
+    },
+    ProviderSpec {
+        name: "novita",
+        display_name: "Novita AI",
+        keywords: &["novita"],
+        env_keys: &["NOVITA_API_KEY"],
+        default_api_base: "https://api.novita.ai/openai",
+        is_gateway: true,
+        detect_by_base_keyword: "novita",
+        ..BASE
+    },
+    ProviderSpec {
         name: "anthropic",
         display_name: "Anthropic",
         keywords: &["anthropic", "claude"],
@@ -242,6 +278,46 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         keywords: &["stepfun", "step-"],
         env_keys: &["STEPFUN_API_KEY"],
         default_api_base: "https://api.stepfun.com/v1",
+        ..BASE
+    },
+    ProviderSpec {
+        name: "minimax_anthropic",
+        display_name: "MiniMax (Anthropic API)",
+        env_keys: &["MINIMAX_API_KEY"],
+        backend: Backend::Anthropic,
+        default_api_base: "https://api.minimax.io/anthropic",
+        ..BASE
+    },
+    ProviderSpec {
+        name: "kimi_coding",
+        display_name: "Kimi Coding",
+        env_keys: &["KIMI_API_KEY"],
+        backend: Backend::Anthropic,
+        default_api_base: "https://api.kimi.com/coding",
+        ..BASE
+    },
+    ProviderSpec {
+        name: "qianfan",
+        display_name: "Baidu Qianfan",
+        keywords: &["qianfan", "ernie"],
+        env_keys: &["QIANFAN_API_KEY"],
+        default_api_base: "https://qianfan.baidubce.com/v2",
+        ..BASE
+    },
+    ProviderSpec {
+        name: "xiaomi_mimo",
+        display_name: "Xiaomi MiMo",
+        keywords: &["mimo"],
+        env_keys: &["XIAOMI_MIMO_API_KEY"],
+        default_api_base: "https://api.xiaomimimo.com/v1",
+        ..BASE
+    },
+    ProviderSpec {
+        name: "longcat",
+        display_name: "LongCat",
+        keywords: &["longcat"],
+        env_keys: &["LONGCAT_API_KEY"],
+        default_api_base: "https://api.longcat.chat/openai",
         ..BASE
     },
     ProviderSpec {

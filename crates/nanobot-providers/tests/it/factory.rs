@@ -113,3 +113,33 @@ async fn fallback_models_from_config() {
     assert_eq!(reqs[1].model(), Some("backup-model"));
     assert_eq!(reqs[1].header("authorization"), Some("Bearer k2"));
 }
+
+#[test]
+fn bad_proxy_is_a_clear_config_error_and_all_python_blocks_load() {
+    nanobot_providers::install_ring();
+    let cfg = config(json!({"providers": {"openai": {"apiKey": "sk", "proxy": "http://[::1"}}}));
+    let err = resolve_provider(&cfg, "gpt-4o", &HashMap::new())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("providers.openai.proxy"), "{err}");
+    // Every provider block the Python nanobot writes (all empty) is harmless: nothing matches, the error says
+    // what to set.
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/it/python_providers.json"
+    ))
+    .unwrap();
+    let cfg: Config = serde_json::from_str(&text).unwrap();
+    let err = resolve_provider(&cfg, "anthropic/claude-opus-4-5", &HashMap::new())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("ANTHROPIC_API_KEY"), "{err}");
+    let env = HashMap::from([("OPENROUTER_API_KEY".to_owned(), "sk-or-x".to_owned())]);
+    let f = ProviderFactory::new(&cfg.providers, &cfg.agents.defaults, env);
+    assert_eq!(f.resolve("anthropic/claude-opus-4-5").unwrap().name, "openrouter");
+    // A vendor prefix without its own key goes through the keyed gateway, unchanged.
+    assert_eq!(
+        f.resolve("byteplus/seed-1-6").unwrap().wire_model,
+        "byteplus/seed-1-6"
+    );
+}
