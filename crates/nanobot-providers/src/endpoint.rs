@@ -28,6 +28,8 @@ pub struct Endpoint {
     pub headers: Vec<(String, String)>,
     /// Extra JSON merged into every request body.
     pub extra_body: Option<Map<String, Value>>,
+    /// Extra URL query parameters (config `extraQuery`; Azure's `api-version`).
+    pub query: Vec<(String, String)>,
     /// The registry spec (quirks and flags).
     pub spec: &'static ProviderSpec,
     /// Timeouts.
@@ -74,6 +76,7 @@ impl Endpoint {
             api_key,
             headers: Vec::new(),
             extra_body: None,
+            query: Vec::new(),
             spec,
             timeouts: Timeouts::default(),
             http,
@@ -106,7 +109,12 @@ impl Endpoint {
         auth: &[(&str, String)],
         body: &Value,
     ) -> Result<reqwest::Response, ProviderError> {
-        let mut req = self.http.post(url).json(body);
+        let mut target = reqwest::Url::parse(url)
+            .map_err(|e| ProviderError::Config(format!("{}: invalid URL `{url}`: {e}", self.provider)))?;
+        if !self.query.is_empty() {
+            target.query_pairs_mut().extend_pairs(self.query.iter());
+        }
+        let mut req = self.http.post(target).json(body);
         for (k, v) in auth {
             req = req.header(*k, v);
         }

@@ -163,6 +163,12 @@ impl ProviderFactory {
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect();
         endpoint.extra_body = block.extra_body.clone();
+        endpoint.query = block
+            .extra_query
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_owned)))
+            .collect();
         Ok(ResolvedProvider {
             wire_model: wire_model(spec, &m.name, model),
             name: m.name,

@@ -11,7 +11,8 @@ use crate::provider::{EventStream, Provider, collect};
 use crate::registry::wire_model;
 use crate::text_tools::TextToolCallFilter;
 use crate::types::{
-    ChatMessage, ChatRequest, ChatResponse, Content, FinishReason, StreamEvent, ToolChoice, Usage,
+    ChatMessage, ChatRequest, ChatResponse, Content, ContentPart, FinishReason, StreamEvent, ToolChoice,
+    Usage,
 };
 
 /// Placeholder for empty content, as the Python nanobot sends it.
@@ -135,7 +136,13 @@ impl OpenAiCompatClient {
             } else {
                 match c {
                     Content::Text(t) => json!(t),
-                    Content::Parts(parts) => json!(parts),
+                    // Empty text parts are dropped (strict providers reject them).
+                    Content::Parts(parts) => json!(
+                        parts
+                            .iter()
+                            .filter(|p| !matches!(p, ContentPart::Text { text } if text.is_empty()))
+                            .collect::<Vec<_>>()
+                    ),
                 }
             }
         };

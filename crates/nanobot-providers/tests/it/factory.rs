@@ -20,7 +20,8 @@ async fn custom_endpoint_from_config_answers() {
     mock.push(MockReply::text("hello via custom"));
     let cfg = config(json!({
         "agents": {"defaults": {"model": "local-model"}},
-        "providers": {"custom": {"apiBase": mock.openai_base_url(), "extraHeaders": {"X-App": "nb"}}}
+        "providers": {"custom": {"apiBase": mock.openai_base_url(), "extraHeaders": {"X-App": "nb"},
+            "extraBody": {"top_p": 0.5}, "extraQuery": {"api-version": "2024-10-21"}}}
     }));
     let p = resolve_provider(&cfg, "", &HashMap::new()).unwrap();
     let r = p
@@ -31,6 +32,8 @@ async fn custom_endpoint_from_config_answers() {
     let req = mock.requests().remove(0);
     assert_eq!(req.header("x-app"), Some("nb"));
     assert_eq!(req.header("authorization"), None);
+    assert_eq!(req.body["top_p"], 0.5);
+    assert_eq!(req.query.as_deref(), Some("api-version=2024-10-21"));
 }
 
 #[tokio::test]
