@@ -250,6 +250,15 @@ impl OpenAiCompatClient {
                             return;
                         }
                     }
+                    if !out.saw_content {
+                        let e = ProviderError::transient(
+                            &self.endpoint.provider,
+                            "empty response: the stream and the non-streaming retry both had no content",
+                            None,
+                        );
+                        out.fail(e).await;
+                        return;
+                    }
                 }
                 Err(e) => {
                     out.fail(e).await;

@@ -318,3 +318,17 @@ fn spec_quirks_in_request_bodies() {
     assert_eq!(o["max_completion_tokens"], 1);
     assert!(o.get("max_tokens").is_none() && o.get("temperature").is_none());
 }
+
+#[tokio::test]
+async fn empty_stream_and_empty_fallback_is_a_retryable_error() {
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::empty_stream());
+    mock.push(MockReply::empty_stream());
+    let client = openai(&mock, "ollama");
+    let err =
+        nanobot_providers::collect(client.stream(ChatRequest::new("llama3", vec![ChatMessage::user("x")])))
+            .await
+            .unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    assert_eq!(mock.request_count(), 2);
+}
