@@ -1,0 +1,325 @@
+//! Real peer programs (MCP servers, the Telegram emulator, …) installed by `scripts/install-peers.sh`.
+//!
+//! Layout under the repository root: npm packages in `.ci/.peers/node/node_modules/<pkg>`, a Python venv in
+//! `.ci/.peers/venv`. The rule for a missing peer: when the `CI` environment variable is set the test fails
+//! (panics); otherwise it prints `skipped: <peer> not installed (run scripts/install-peers.sh)` and the test
+//! returns early.
+//!
+//! ```no_run
+//! use nanobot_testkit::peers::{self, ChildGuard};
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+//! let Some(pkg) = peers::require_node_package("@modelcontextprotocol/server-everything") else {
+//!     return Ok(()); // skipped (not on CI)
+//! };
+//! let Some(node) = peers::require("node", peers::node()) else { return Ok(()) };
+//! let port = peers::free_port()?;
+//! let mut cmd = tokio::process::Command::new(node);
+//! cmd.arg(pkg.join("dist/index.js")).arg("streamableHttp").env("PORT", port.to_string());
+//! let _server = ChildGuard::spawn_tokio("server-everything", &mut cmd)?; // killed (whole group) on drop
+//! peers::wait_for_port(&format!("127.0.0.1:{port}"), std::time::Duration::from_secs(30)).await?;
+//! # Ok(()) }
+//! ```
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+
+/// Environment variable that makes a missing peer a test failure.
+pub const CI_ENV: &str = "CI";
+
+/// The workspace root: the nearest ancestor of `CARGO_MANIFEST_DIR` (the crate under test, else this crate)
+/// whose `Cargo.toml` has a `[workspace]` table.
+pub fn repo_root() -> Option<PathBuf> {
+    let start = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    workspace_root_from(&start)
+}
+
+/// The nearest ancestor of `start` (itself included) whose `Cargo.toml` declares `[workspace]`.
+pub fn workspace_root_from(start: &Path) -> Option<PathBuf> {
+    start.ancestors().find_map(|dir| {
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).ok()?;
+        manifest
+            .lines()
+            .any(|l| l.trim() == "[workspace]")
+            .then(|| dir.to_path_buf())
+    })
+}
+
+/// `<repo root>/.ci/.peers`, whether or not it exists.
+pub fn peers_dir() -> Option<PathBuf> {
+    repo_root().map(|root| root.join(".ci").join(".peers"))
+}
+
+fn existing(path: PathBuf) -> Option<PathBuf> {
+    path.exists().then_some(path)
+}
+
+/// The installed npm package directory `.ci/.peers/node/node_modules/<name>` (scoped names work).
+pub fn node_package(name: &str) -> Option<PathBuf> {
+    existing(peers_dir()?.join("node").join("node_modules").join(name))
+}
+
+/// An npm-installed executable `.ci/.peers/node/node_modules/.bin/<name>`.
+pub fn node_bin(name: &str) -> Option<PathBuf> {
+    existing(
+        peers_dir()?
+            .join("node")
+            .join("node_modules")
+            .join(".bin")
+            .join(name),
+    )
+}
+
+/// An executable of the peers' Python venv: `.ci/.peers/venv/bin/<name>`.
+pub fn venv_exe(name: &str) -> Option<PathBuf> {
+    existing(peers_dir()?.join("venv").join("bin").join(name))
+}
+
+/// The venv's Python interpreter.
+pub fn python() -> Option<PathBuf> {
+    venv_exe("python")
+}
+
+/// The `node` executable: `.ci/.peers/node/bin/node` if present, else `node` on `PATH`.
+pub fn node() -> Option<PathBuf> {
+    peers_dir()
+        .and_then(|d| existing(d.join("node").join("bin").join("node")))
+        .or_else(|| which("node"))
+}
+
+/// Finds `exe` on `PATH`.
+pub fn which(exe: impl AsRef<OsStr>) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(exe.as_ref()))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Whether the `CI` environment variable is set (to anything but empty, `0` or `false`).
+pub fn is_ci() -> bool {
+    std::env::var(CI_ENV).is_ok_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"))
+}
+
+/// Applies the missing-peer rule with the process's `CI` setting; see [`require_with`].
+#[track_caller]
+pub fn require<T>(peer: &str, found: Option<T>) -> Option<T> {
+    require_with(peer, found, is_ci())
+}
+
+/// The missing-peer rule: `found` is passed through; when it is `None`, panics if `ci`, else prints
+/// `skipped: <peer> not installed (run scripts/install-peers.sh)` and returns `None`.
+///
+/// ```
+/// use nanobot_testkit::peers::require_with;
+/// assert_eq!(require_with("x", Some(1), true), Some(1));
+/// assert_eq!(require_with::<u8>("x", None, false), None);
+/// ```
+#[track_caller]
+pub fn require_with<T>(peer: &str, found: Option<T>, ci: bool) -> Option<T> {
+    if found.is_none() {
+        if ci {
+            panic!("{peer} not installed but CI is set: run scripts/install-peers.sh");
+        }
+        eprintln!("skipped: {peer} not installed (run scripts/install-peers.sh)");
+    }
+    found
+}
+
+/// [`node_package`] under the missing-peer rule.
+#[track_caller]
+pub fn require_node_package(name: &str) -> Option<PathBuf> {
+    require(name, node_package(name))
+}
+
+/// [`venv_exe`] under the missing-peer rule.
+#[track_caller]
+pub fn require_venv_exe(name: &str) -> Option<PathBuf> {
+    require(name, venv_exe(name))
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released: a peer started right after can take it).
+pub fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Polls until a TCP connection to `addr` (e.g. `"127.0.0.1:3001"`) succeeds, or fails after `timeout`
+/// (wall clock). Readiness polling, not synchronisation.
+pub async fn wait_for_port(addr: &str, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match tokio::net::TcpStream::connect(addr).await {
+            Ok(_) => return Ok(()),
+            Err(err) if Instant::now() >= deadline => {
+                bail!("{addr} did not accept connections within {timeout:?}: {err}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// Polls `GET url` until it answers with a status below 500 (a 503 means "still loading"), and returns that
+/// status; fails after `timeout` (wall clock).
+pub async fn wait_for_http(url: &str, timeout: Duration) -> anyhow::Result<u16> {
+    crate::install_ring();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .no_proxy()
+        .build()
+        .context("building the readiness client")?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match client.get(url).send().await {
+            Ok(resp) if resp.status().as_u16() < 500 => return Ok(resp.status().as_u16()),
+            Ok(resp) => format!("HTTP {}", resp.status()),
+            Err(err) => err.to_string(),
+        };
+        if Instant::now() >= deadline {
+            bail!("{url} not ready within {timeout:?}: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+enum Child {
+    Std(std::process::Child),
+    Tokio(tokio::process::Child),
+}
+
+/// Owns a spawned peer process and kills it (and, when spawned through the guard, its whole process group)
+/// on drop, so a failing test leaves no server behind.
+pub struct ChildGuard {
+    name: String,
+    child: Child,
+    group: bool,
+}
+
+impl std::fmt::Debug for ChildGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChildGuard")
+            .field("name", &self.name)
+            .field("pid", &self.id())
+            .field("group", &self.group)
+            .finish()
+    }
+}
+
+impl ChildGuard {
+    /// Spawns `cmd` in a new process group (`process_group(0)`) and guards it.
+    pub fn spawn(name: impl Into<String>, cmd: &mut std::process::Command) -> anyhow::Result<Self> {
+        use std::os::unix::process::CommandExt as _;
+        let name = name.into();
+        let child = cmd
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("spawning {name}"))?;
+        Ok(Self {
+            name,
+            child: Child::Std(child),
+            group: true,
+        })
+    }
+
+    /// Spawns the tokio `cmd` in a new process group and guards it (pipe its stdio as you like).
+    pub fn spawn_tokio(name: impl Into<String>, cmd: &mut tokio::process::Command) -> anyhow::Result<Self> {
+        let name = name.into();
+        let child = cmd
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("spawning {name}"))?;
+        Ok(Self {
+            name,
+            child: Child::Tokio(child),
+            group: true,
+        })
+    }
+
+    /// Guards an already spawned child. `own_group` says whether it leads its own process group (then the
+    /// group is killed too).
+    pub fn from_std(name: impl Into<String>, child: std::process::Child, own_group: bool) -> Self {
+        Self {
+            name: name.into(),
+            child: Child::Std(child),
+            group: own_group,
+        }
+    }
+
+    /// Guards an already spawned tokio child; see [`ChildGuard::from_std`].
+    pub fn from_tokio(name: impl Into<String>, child: tokio::process::Child, own_group: bool) -> Self {
+        Self {
+            name: name.into(),
+            child: Child::Tokio(child),
+            group: own_group,
+        }
+    }
+
+    /// The peer's name, as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The OS process id (`None` once a tokio child has been reaped).
+    pub fn id(&self) -> Option<u32> {
+        match &self.child {
+            Child::Std(c) => Some(c.id()),
+            Child::Tokio(c) => c.id(),
+        }
+    }
+
+    /// The std child, if this guard holds one (to take its stdout, etc.).
+    pub fn std_child_mut(&mut self) -> Option<&mut std::process::Child> {
+        match &mut self.child {
+            Child::Std(c) => Some(c),
+            Child::Tokio(_) => None,
+        }
+    }
+
+    /// The tokio child, if this guard holds one.
+    pub fn tokio_child_mut(&mut self) -> Option<&mut tokio::process::Child> {
+        match &mut self.child {
+            Child::Tokio(c) => Some(c),
+            Child::Std(_) => None,
+        }
+    }
+
+    /// Whether the process has exited (reaps it if so).
+    pub fn has_exited(&mut self) -> bool {
+        match &mut self.child {
+            Child::Std(c) => !matches!(c.try_wait(), Ok(None)),
+            Child::Tokio(c) => !matches!(c.try_wait(), Ok(None)),
+        }
+    }
+
+    /// Kills the process group (if any) and the process now; also done on drop.
+    pub fn kill(&mut self) {
+        if self.group
+            && let Some(pid) = self
+                .id()
+                .and_then(|id| i32::try_from(id).ok())
+                .and_then(rustix::process::Pid::from_raw)
+        {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+        match &mut self.child {
+            Child::Std(c) => {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            Child::Tokio(c) => {
+                let _ = c.start_kill();
+                // tokio reaps the zombie in the background if it has not exited yet.
+                let _ = c.try_wait();
+            }
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

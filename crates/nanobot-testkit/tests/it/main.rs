@@ -1,0 +1,14 @@
+//! Integration tests for nanobot-testkit: a real reqwest client against the mock.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] fns fail the test by panicking"
+)]
+
+mod anthropic;
+mod faults;
+mod home;
+mod openai;
+mod peers;
+mod script;
+mod support;
