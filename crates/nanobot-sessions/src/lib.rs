@@ -1,0 +1,56 @@
+//! Conversation sessions: the JSONL files the Python nanobot writes, read and written compatibly.
+//!
+//! This crate owns [`Session`] (one conversation), [`SessionMessage`] (one stored message, kept as its JSON
+//! object so unknown fields survive), the [`SessionStore`] that maps session keys to files, the history replayed
+//! to the model ([`Session::history`]: starts at a user turn, no orphan tool results, interrupted tool calls
+//! closed), and crash-recovery checkpoints ([`SessionStore::write_checkpoint`]).
+//!
+//! It does not know LLM providers, tools, channels or configuration: messages are JSON objects (the agent core
+//! converts them to its typed chat messages with serde), and the config dir and workspace are passed in.
+//!
+//! # Files
+//!
+//! `<config dir>/sessions/<workspace id>/<unpadded base64url(key)>.jsonl`, where the workspace id is read from
+//! `<workspace>/.nanobot/workspace-id`. First line: the metadata record
+//! `{"_type":"metadata","key":…,"created_at":…,"updated_at":…,"metadata":{…},"last_consolidated":N}`; then one
+//! OpenAI-style message per line, each with a `timestamp`. A later metadata change is appended as a complete
+//! metadata record (the last one wins; the Python loader treats such lines the same way), and the file is
+//! compacted to a single first-line record from time to time. See [`SessionStore`] for durability, caching and
+//! concurrency.
+//!
+//! # Example
+//!
+//! ```
+//! use nanobot_sessions::{SessionMessage, SessionStore};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).build()?;
+//! # rt.block_on(async {
+//! let home = tempfile::tempdir()?;
+//! let workspace = tempfile::tempdir()?;
+//! let store = SessionStore::new(home.path(), workspace.path())?;
+//!
+//! store.append("cli:direct", vec![SessionMessage::new("user", "hi")]).await?;
+//! store.append("cli:direct", vec![SessionMessage::new("assistant", "hello")]).await?;
+//!
+//! let history = store.history("cli:direct", 50).await?;
+//! assert_eq!(history.len(), 2);
+//! assert_eq!(history[0].role(), Some("user"));
+//! assert!(store.path_for("cli:direct").ends_with("Y2xpOmRpcmVjdA.jsonl"));
+//! # Ok::<_, Box<dyn std::error::Error>>(())
+//! # })
+//! # }
+//! ```
+
+mod error;
+mod format;
+mod fsio;
+mod message;
+mod session;
+mod store;
+mod time;
+
+pub use error::{Result, SessionError};
+pub use message::SessionMessage;
+pub use session::{INTERRUPTED_TOOL_RESULT, Session, SessionHeader};
+pub use store::{FsyncPolicy, SessionInfo, SessionStore, StoreOptions, WORKSPACE_ID_FILE};

@@ -1,0 +1,755 @@
+//! [`SessionStore`]: where session files live, and every read and write of them.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex as StdMutex};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::NaiveDateTime;
+use serde_json::{Map, Value};
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+use crate::error::{Result, SessionError};
+use crate::format;
+use crate::fsio::{self, Tail};
+use crate::message::SessionMessage;
+use crate::session::{Session, SessionHeader};
+use crate::time;
+
+/// When appended messages reach the disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FsyncPolicy {
+    /// `fdatasync` after every append and metadata change: a message is on disk when the call returns
+    /// (survives power loss). The default.
+    #[default]
+    Always,
+    /// Leave flushing to the OS: an append is one `write(2)` and survives a crash of the process, but the last
+    /// few seconds may be lost on power loss. Whole-file rewrites are still fsynced.
+    Never,
+}
+
+/// Tuning for a [`SessionStore`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct StoreOptions {
+    /// When appends reach the disk.
+    pub fsync: FsyncPolicy,
+    /// After this many appended metadata records, the next metadata change rewrites the file (atomically) with a
+    /// single, up-to-date first line.
+    pub compact_after: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            fsync: FsyncPolicy::Always,
+            compact_after: 64,
+        }
+    }
+}
+
+impl StoreOptions {
+    /// Sets [`StoreOptions::fsync`].
+    #[must_use]
+    pub fn fsync(mut self, policy: FsyncPolicy) -> Self {
+        self.fsync = policy;
+        self
+    }
+
+    /// Sets [`StoreOptions::compact_after`] (at least 1).
+    #[must_use]
+    pub fn compact_after(mut self, records: usize) -> Self {
+        self.compact_after = records.max(1);
+        self
+    }
+}
+
+/// One row of [`SessionStore::list_sessions`].
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct SessionInfo {
+    /// The session key.
+    pub key: String,
+    /// When the session was created.
+    pub created_at: NaiveDateTime,
+    /// When it last changed (newest of the metadata records read and the last message's `timestamp`).
+    pub updated_at: NaiveDateTime,
+    /// The file.
+    pub path: PathBuf,
+    /// Whether the file is in an old layout and not migrated yet (it will be on first access).
+    pub legacy: bool,
+}
+
+/// Reads and writes session files in the Python nanobot's layout:
+/// `<config dir>/sessions/<workspace id>/<unpadded base64url(key)>.jsonl`.
+///
+/// * **Concurrency.** `Send + Sync + Clone` (clones share state). Each session key has its own async lock, so
+///   different sessions are read and written in parallel, and calls on one session are serialised. The file
+///   work runs on tokio's blocking pool (`spawn_blocking`), so callers need a tokio runtime. Two *processes*
+///   writing the same session are not coordinated.
+/// * **Cache.** A session is read from disk once and then served from memory; [`SessionStore::invalidate`] /
+///   [`SessionStore::invalidate_all`] drop it (e.g. after another program edited the file).
+/// * **Durability.** Appending messages is one `write(2)` of the new lines on an `O_APPEND` descriptor, then an
+///   fsync as [`FsyncPolicy`] says: no rewrite per message. A metadata change appends one complete metadata
+///   record (see the file-format notes in the crate docs); every
+///   [`StoreOptions::compact_after`] records, and on [`SessionStore::save`] / [`SessionStore::reset`] /
+///   migration, the file is replaced atomically (temp file, fsync, rename, fsync of the directory). Files are
+///   created mode 0600, directories 0700.
+/// * **Crash recovery.** A file whose last line was cut is copied to `<file>.corrupt-<time>`, cut back to its
+///   last complete line, and loaded with a warning.
+/// * **Old layouts.** `<workspace>/sessions/<channel>_<chat_id>.jsonl` (and the even older
+///   `<config dir>/sessions/<channel>_<chat_id>.jsonl`) are found when a key has no file yet, copied into the
+///   current layout atomically, and the old file is renamed to `<old>.migrated` (kept, never deleted).
+#[derive(Clone)]
+pub struct SessionStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SessionStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionStore")
+            .field("dir", &self.inner.dir)
+            .field("workspace", &self.inner.workspace)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    config_dir: PathBuf,
+    workspace: PathBuf,
+    workspace_id: String,
+    dir: PathBuf,
+    options: StoreOptions,
+    slots: StdMutex<HashMap<String, Arc<Mutex<Slot>>>>,
+}
+
+/// Per-key state, guarded by the key's lock.
+#[derive(Default)]
+struct Slot {
+    cached: Option<Session>,
+    /// Metadata records after the first line of the file.
+    trailing_metadata: usize,
+    /// The file is known to end with a complete line (checked or written by us).
+    tail_ok: bool,
+}
+
+/// File name of the workspace id, inside `<workspace>/.nanobot/`.
+pub const WORKSPACE_ID_FILE: &str = "workspace-id";
+
+impl SessionStore {
+    /// A store for `workspace`'s sessions under `config_dir` (normally `~/.nanobot`), with default options.
+    ///
+    /// Reads `<workspace>/.nanobot/workspace-id`, creating it (a random id) if missing. This is the only
+    /// blocking I/O outside the async methods.
+    pub fn new(config_dir: impl Into<PathBuf>, workspace: impl Into<PathBuf>) -> Result<Self> {
+        Self::with_options(config_dir, workspace, StoreOptions::default())
+    }
+
+    /// Like [`SessionStore::new`], with options.
+    pub fn with_options(
+        config_dir: impl Into<PathBuf>,
+        workspace: impl Into<PathBuf>,
+        options: StoreOptions,
+    ) -> Result<Self> {
+        let config_dir = config_dir.into();
+        let workspace = workspace.into();
+        let workspace_id = workspace_id(&workspace)?;
+        let dir = config_dir.join("sessions").join(&workspace_id);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config_dir,
+                workspace,
+                workspace_id,
+                dir,
+                options,
+                slots: StdMutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The workspace id (the directory name under `<config dir>/sessions/`).
+    pub fn workspace_id(&self) -> &str {
+        &self.inner.workspace_id
+    }
+
+    /// The directory holding this workspace's session files.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The file of session `key` (it may not exist yet).
+    pub fn path_for(&self, key: &str) -> PathBuf {
+        self.inner.path_for(key)
+    }
+
+    /// The checkpoint file of session `key`: `<session file>.checkpoint.json`.
+    pub fn checkpoint_path(&self, key: &str) -> PathBuf {
+        checkpoint_path(&self.inner.path_for(key))
+    }
+
+    /// A copy of session `key`, loaded (or migrated) from disk on first use; an empty, not yet saved session
+    /// if it has no file. Prefer [`SessionStore::with_session`] or [`SessionStore::history`] for long sessions.
+    pub async fn session(&self, key: &str) -> Result<Session> {
+        self.with_session(key, Session::clone).await
+    }
+
+    /// Runs `f` on session `key` (loaded as by [`SessionStore::session`]) without copying it.
+    pub async fn with_session<R, F>(&self, key: &str, f: F) -> Result<R>
+    where
+        F: FnOnce(&Session) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        self.run(key, move |inner, key, slot| Ok(f(inner.load(key, slot)?)))
+            .await
+    }
+
+    /// Whether session `key` has a file (in the current or an old layout) or unsaved state in the cache.
+    pub async fn exists(&self, key: &str) -> Result<bool> {
+        self.run(key, |inner, key, slot| {
+            Ok(slot.cached.as_ref().is_some_and(|s| !s.messages.is_empty())
+                || inner.path_for(key).exists()
+                || inner.legacy_candidates(key).iter().any(|p| p.exists()))
+        })
+        .await
+    }
+
+    /// The history to send to the model; see [`Session::history`] for the rules. Served from the cache, so the
+    /// cost is proportional to `max_messages`, not to the session's length (after the first load).
+    pub async fn history(&self, key: &str, max_messages: usize) -> Result<Vec<SessionMessage>> {
+        self.with_session(key, move |s| s.history(max_messages)).await
+    }
+
+    /// Appends messages to session `key`, creating the session (and its file) if needed. Messages without a
+    /// `timestamp` get one. One write of the new lines; the metadata line is not rewritten (the session's
+    /// `updated_at` is taken from its newest message when read).
+    pub async fn append(&self, key: &str, messages: Vec<SessionMessage>) -> Result<()> {
+        self.run(key, move |inner, key, slot| inner.append(key, slot, messages))
+            .await
+    }
+
+    /// Changes the metadata line of session `key` (`metadata`, `last_consolidated`, unmodelled fields). Writes
+    /// only if `f` changed something; returns whether it did.
+    pub async fn update_header<F>(&self, key: &str, f: F) -> Result<bool>
+    where
+        F: FnOnce(&mut SessionHeader) + Send + 'static,
+    {
+        self.run(key, move |inner, key, slot| inner.update_header(key, slot, f))
+            .await
+    }
+
+    /// Sets `last_consolidated` of session `key` (after the consolidator archived messages up to `index`).
+    pub async fn set_last_consolidated(&self, key: &str, index: usize) -> Result<bool> {
+        self.update_header(key, move |h| h.last_consolidated = index)
+            .await
+    }
+
+    /// Replaces session `session.key` on disk with `session` (atomic rewrite) and caches it.
+    pub async fn save(&self, session: Session) -> Result<()> {
+        let key = session.key.clone();
+        self.run(&key, move |inner, key, slot| {
+            let path = inner.path_for(key);
+            fsio::write_atomic(&path, format::whole_file(&session)?.as_bytes())?;
+            slot.cached = Some(session);
+            slot.trailing_metadata = 0;
+            slot.tail_ok = true;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Starts session `key` afresh (for `/new`): no messages, `last_consolidated = 0`, metadata and creation
+    /// time kept. The file is replaced atomically. Returns the session as it was, so the caller can archive
+    /// its messages.
+    pub async fn reset(&self, key: &str) -> Result<Session> {
+        self.run(key, |inner, key, slot| {
+            inner.load(key, slot)?;
+            let Some(current) = slot.cached.as_mut() else {
+                unreachable!("loaded above")
+            };
+            let mut fresh = Session {
+                key: current.key.clone(),
+                messages: Vec::new(),
+                created_at: current.created_at,
+                updated_at: time::now(),
+                metadata: current.metadata.clone(),
+                last_consolidated: 0,
+                extra: current.extra.clone(),
+            };
+            fresh.clear();
+            fsio::write_atomic(&inner.path_for(key), format::whole_file(&fresh)?.as_bytes())?;
+            slot.trailing_metadata = 0;
+            slot.tail_ok = true;
+            Ok(std::mem::replace(current, fresh))
+        })
+        .await
+    }
+
+    /// Deletes session `key`'s file and checkpoint and forgets it. Old-layout files are left alone.
+    pub async fn delete(&self, key: &str) -> Result<()> {
+        self.run(key, |inner, key, slot| {
+            let path = inner.path_for(key);
+            for p in [checkpoint_path(&path), path] {
+                match fs::remove_file(&p) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(SessionError::io("delete", p, e)),
+                }
+            }
+            *slot = Slot::default();
+            Ok(())
+        })
+        .await
+    }
+
+    /// Drops session `key` from the cache; the next access reads the file again.
+    pub async fn invalidate(&self, key: &str) {
+        let slot = self.inner.slot(key);
+        *slot.lock().await = Slot::default();
+    }
+
+    /// Drops every cached session.
+    pub async fn invalidate_all(&self) {
+        let slots: Vec<_> = self.inner.slots_snapshot();
+        for slot in slots {
+            *slot.lock().await = Slot::default();
+        }
+    }
+
+    /// Every session of this workspace, most recently updated first, including old-layout files not yet
+    /// migrated (a key in both layouts is listed once, from the current one). Reads only the first and the last
+    /// line of each file. Files that cannot be read are skipped with a warning.
+    pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || inner.list()).await?
+    }
+
+    /// Writes the crash-recovery checkpoint of session `key` (atomically, mode 0600), replacing any previous
+    /// one. The payload is opaque to this crate.
+    pub async fn write_checkpoint(&self, key: &str, payload: &Value) -> Result<()> {
+        let bytes = serde_json::to_vec(payload).map_err(|source| SessionError::Serialize {
+            what: "checkpoint",
+            source,
+        })?;
+        self.run(key, move |inner, key, _| {
+            fsio::write_atomic(&checkpoint_path(&inner.path_for(key)), &bytes)
+        })
+        .await
+    }
+
+    /// The checkpoint of session `key`, if one was written and not cleared.
+    pub async fn read_checkpoint(&self, key: &str) -> Result<Option<Value>> {
+        self.run(key, |inner, key, _| {
+            let path = checkpoint_path(&inner.path_for(key));
+            match fs::read(&path) {
+                Ok(bytes) => serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|source| SessionError::Checkpoint { path, source }),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(SessionError::io("read", path, e)),
+            }
+        })
+        .await
+    }
+
+    /// Removes the checkpoint of session `key` (no error if there is none).
+    pub async fn clear_checkpoint(&self, key: &str) -> Result<()> {
+        self.run(key, |inner, key, _| {
+            let path = checkpoint_path(&inner.path_for(key));
+            match fs::remove_file(&path) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(SessionError::io("delete", path, e)),
+            }
+        })
+        .await
+    }
+
+    /// Runs `f` with the key's lock held, on the blocking pool.
+    async fn run<R, F>(&self, key: &str, f: F) -> Result<R>
+    where
+        F: FnOnce(&Inner, &str, &mut Slot) -> Result<R> + Send + 'static,
+        R: Send + 'static,
+    {
+        if key.is_empty() {
+            return Err(SessionError::EmptyKey);
+        }
+        let mut guard: OwnedMutexGuard<Slot> = self.inner.slot(key).lock_owned().await;
+        let inner = self.inner.clone();
+        let key = key.to_owned();
+        tokio::task::spawn_blocking(move || f(&inner, &key, &mut guard)).await?
+    }
+}
+
+impl Inner {
+    fn slot(&self, key: &str) -> Arc<Mutex<Slot>> {
+        let mut slots = self
+            .slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        slots.entry(key.to_owned()).or_default().clone()
+    }
+
+    fn slots_snapshot(&self) -> Vec<Arc<Mutex<Slot>>> {
+        let slots = self
+            .slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        slots.values().cloned().collect()
+    }
+
+    fn path_for(&self, key: &str) -> PathBuf {
+        self.dir
+            .join(format!("{}.jsonl", URL_SAFE_NO_PAD.encode(key.as_bytes())))
+    }
+
+    fn legacy_candidates(&self, key: &str) -> [PathBuf; 2] {
+        let name = format!("{}.jsonl", legacy_safe_key(key));
+        [
+            self.workspace.join("sessions").join(&name),
+            self.config_dir.join("sessions").join(&name),
+        ]
+    }
+
+    /// Loads session `key` into the slot (once) and returns it.
+    fn load<'s>(&self, key: &str, slot: &'s mut Slot) -> Result<&'s mut Session> {
+        if slot.cached.is_none() {
+            let path = self.path_for(key);
+            if !path.exists() {
+                self.migrate_legacy(key)?;
+            }
+            let (session, trailing) = match read_session(&path, key)? {
+                Some(parsed) => (parsed.session, parsed.trailing_metadata),
+                None => (Session::new(key), 0),
+            };
+            slot.trailing_metadata = trailing;
+            slot.tail_ok = true;
+            slot.cached = Some(session);
+        }
+        match slot.cached.as_mut() {
+            Some(s) => Ok(s),
+            None => unreachable!("the slot was filled above"),
+        }
+    }
+
+    fn append(&self, key: &str, slot: &mut Slot, mut messages: Vec<SessionMessage>) -> Result<()> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        for m in &mut messages {
+            m.ensure_timestamp();
+        }
+        let path = self.path_for(key);
+        if slot.cached.is_none() && !path.exists() {
+            self.migrate_legacy(key)?;
+        }
+        if !slot.tail_ok {
+            fsio::repair_tail(&path)?;
+        }
+        match fsio::open_append(&path)? {
+            Some(mut file) => {
+                let lines = format::message_lines(&messages)?;
+                file.write_all(lines.as_bytes())
+                    .map_err(|e| SessionError::io("append to", &path, e))?;
+                if self.options.fsync == FsyncPolicy::Always {
+                    file.sync_data()
+                        .map_err(|e| SessionError::io("fsync", &path, e))?;
+                }
+            }
+            None => {
+                // New session (or its file vanished): write metadata + everything we know, atomically.
+                let mut session = slot.cached.clone().unwrap_or_else(|| Session::new(key));
+                session.messages.extend(messages.iter().cloned());
+                session.updated_at = time::now();
+                fsio::write_atomic(&path, format::whole_file(&session)?.as_bytes())?;
+                slot.trailing_metadata = 0;
+            }
+        }
+        slot.tail_ok = true;
+        if let Some(s) = slot.cached.as_mut() {
+            s.messages.extend(messages);
+            s.updated_at = time::now();
+        }
+        Ok(())
+    }
+
+    fn update_header<F: FnOnce(&mut SessionHeader)>(&self, key: &str, slot: &mut Slot, f: F) -> Result<bool> {
+        let path = self.path_for(key);
+        let compact_after = self.options.compact_after;
+        let fsync = self.options.fsync;
+        let trailing = slot.trailing_metadata;
+        self.load(key, slot)?;
+        let Some(session) = slot.cached.as_mut() else {
+            unreachable!("loaded above")
+        };
+        let before = session.header();
+        let mut header = before.clone();
+        f(&mut header);
+        if header == before {
+            return Ok(false);
+        }
+        session.set_header(header);
+        session.updated_at = time::now();
+        let file = if trailing + 1 > compact_after {
+            None
+        } else {
+            fsio::open_append(&path)?
+        };
+        match file {
+            Some(mut file) => {
+                let line = format::metadata_line(session)?;
+                file.write_all(line.as_bytes())
+                    .map_err(|e| SessionError::io("append to", &path, e))?;
+                if fsync == FsyncPolicy::Always {
+                    file.sync_data()
+                        .map_err(|e| SessionError::io("fsync", &path, e))?;
+                }
+                slot.trailing_metadata += 1;
+            }
+            None => {
+                fsio::write_atomic(&path, format::whole_file(session)?.as_bytes())?;
+                slot.trailing_metadata = 0;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Copies an old-layout file of `key` into the current layout. Returns whether one was found.
+    fn migrate_legacy(&self, key: &str) -> Result<bool> {
+        for old in self.legacy_candidates(key) {
+            let bytes = match fs::read(&old) {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(SessionError::io("read", old, e)),
+            };
+            if let Some(other) = metadata_key(bytes.split(|&b| b == b'\n').next().unwrap_or_default())
+                && other != key
+            {
+                tracing::debug!(file = %old.display(), file_key = other, key, "old-layout file belongs to another key");
+                continue;
+            }
+            let mut complete = bytes;
+            if complete.last().is_some_and(|&b| b != b'\n') {
+                let cut = complete.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+                if serde_json::from_slice::<Map<String, Value>>(&complete[cut..]).is_ok() {
+                    complete.push(b'\n');
+                } else {
+                    tracing::warn!(file = %old.display(), "old-layout session ends with a cut line; it is not migrated (the old file keeps it)");
+                    complete.truncate(cut);
+                }
+            }
+            let new = self.path_for(key);
+            fsio::write_atomic(&new, &complete)?;
+            let kept = fsio::backup_path(&old, "migrated");
+            fs::rename(&old, &kept).map_err(|e| SessionError::io("rename", &old, e))?;
+            tracing::info!(from = %old.display(), to = %new.display(), kept = %kept.display(), "migrated session file");
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    fn list(&self) -> Result<Vec<SessionInfo>> {
+        let mut out: Vec<SessionInfo> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let dirs = [
+            (self.dir.clone(), false),
+            (self.workspace.join("sessions"), true),
+            (self.config_dir.join("sessions"), true),
+        ];
+        for (dir, legacy) in dirs {
+            let entries = match fs::read_dir(&dir) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(SessionError::io("list", dir, e)),
+            };
+            let mut files: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "jsonl"))
+                .collect();
+            files.sort();
+            for path in files {
+                match session_info(&path, legacy) {
+                    Ok(Some(info)) => {
+                        if seen.insert(info.key.clone()) {
+                            out.push(info);
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(file = %path.display(), error = %e, "skipping unreadable session file")
+                    }
+                }
+            }
+        }
+        out.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.key.cmp(&b.key)));
+        Ok(out)
+    }
+}
+
+/// Reads and parses a session file, repairing a cut last line first. `None` if the file is missing.
+fn read_session(path: &Path, key: &str) -> Result<Option<format::Parsed>> {
+    if fsio::repair_tail(path)? == Tail::Missing {
+        return Ok(None);
+    }
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(SessionError::io("read", path, e)),
+    };
+    let parsed = format::parse(&bytes, path, key)?;
+    if !parsed.has_metadata && !parsed.session.messages.is_empty() {
+        tracing::warn!(file = %path.display(), "session file has no metadata line; using defaults");
+    }
+    Ok(Some(parsed))
+}
+
+/// Reads the first and last line only.
+fn session_info(path: &Path, legacy: bool) -> Result<Option<SessionInfo>> {
+    let Some(first) = fsio::first_line(path)? else {
+        return Ok(None);
+    };
+    let line_no = 1;
+    let head: Map<String, Value> = serde_json::from_slice(&first).map_err(|source| SessionError::Json {
+        path: path.to_owned(),
+        line: line_no,
+        source,
+    })?;
+    let file_key = if legacy {
+        None
+    } else {
+        path.file_stem()
+            .and_then(|s| URL_SAFE_NO_PAD.decode(s.to_string_lossy().as_bytes()).ok())
+            .and_then(|b| String::from_utf8(b).ok())
+    };
+    let key = match head.get("key").and_then(Value::as_str) {
+        Some(k) => k.to_owned(),
+        None => match file_key {
+            Some(k) => k,
+            None => return Ok(None),
+        },
+    };
+    let mut session = Session::new(key.clone());
+    let mut updated = if format::is_metadata(&head) {
+        format::apply_metadata(&mut session, head, path, line_no)?
+    } else {
+        None
+    };
+    let mut f = fs::File::open(path).map_err(|e| SessionError::io("open", path, e))?;
+    let len = f.metadata().map_err(|e| SessionError::io("stat", path, e))?.len();
+    let (_, last) = fsio::last_line(&mut f, len, path)?;
+    if let Ok(map) = serde_json::from_slice::<Map<String, Value>>(&last) {
+        let stamp = if format::is_metadata(&map) {
+            map.get("updated_at")
+        } else {
+            map.get("timestamp")
+        };
+        if let Some(t) = stamp.and_then(Value::as_str).and_then(time::parse) {
+            updated = Some(updated.map_or(t, |u| u.max(t)));
+        }
+    }
+    Ok(Some(SessionInfo {
+        key,
+        created_at: session.created_at,
+        updated_at: updated.unwrap_or(session.created_at),
+        path: path.to_owned(),
+        legacy,
+    }))
+}
+
+fn metadata_key(first_line: &[u8]) -> Option<String> {
+    let map: Map<String, Value> = serde_json::from_slice(first_line).ok()?;
+    map.get("key").and_then(Value::as_str).map(str::to_owned)
+}
+
+fn checkpoint_path(session_file: &Path) -> PathBuf {
+    let mut name = session_file.as_os_str().to_owned();
+    name.push(".checkpoint.json");
+    PathBuf::from(name)
+}
+
+/// The old layout's file stem: `channel:chat_id` → `channel_chat_id`, with characters that are unsafe in file
+/// names replaced by `_` (Python's `safe_filename(key.replace(":", "_"))`).
+pub(crate) fn legacy_safe_key(key: &str) -> String {
+    key.chars()
+        .map(|c| {
+            if matches!(c, ':' | '<' | '>' | '"' | '/' | '\\' | '|' | '?' | '*') {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect::<String>()
+        .trim()
+        .to_owned()
+}
+
+/// Reads `<workspace>/.nanobot/workspace-id`, creating it with a random id if missing.
+fn workspace_id(workspace: &Path) -> Result<String> {
+    let dir = workspace.join(".nanobot");
+    let path = dir.join(WORKSPACE_ID_FILE);
+    let read = |path: &Path| -> Result<Option<String>> {
+        match fs::read_to_string(path) {
+            Ok(s) => Ok(Some(s.trim().to_owned())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(SessionError::io("read", path, e)),
+        }
+    };
+    let id = match read(&path)? {
+        Some(id) => id,
+        None => {
+            fsio::create_dir_private(&dir)?;
+            let id = uuid::Uuid::new_v4().simple().to_string();
+            match fsio::private_new().open(&path) {
+                Ok(mut f) => {
+                    f.write_all(format!("{id}\n").as_bytes())
+                        .and_then(|()| f.sync_all())
+                        .map_err(|e| SessionError::io("write", &path, e))?;
+                    id
+                }
+                // Someone else created it first: use theirs.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read(&path)?.unwrap_or_default(),
+                Err(e) => return Err(SessionError::io("create", &path, e)),
+            }
+        }
+    };
+    let valid = !id.is_empty()
+        && id.len() <= 128
+        && id != "."
+        && id != ".."
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if valid {
+        Ok(id)
+    } else {
+        Err(SessionError::WorkspaceId {
+            path,
+            reason: format!("{id:?} is not a plain name (letters, digits, '-', '_', '.')"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn legacy_names_match_python() {
+        assert_eq!(legacy_safe_key("telegram:12345"), "telegram_12345");
+        assert_eq!(legacy_safe_key("api:a/b?c"), "api_a_b_c");
+    }
+
+    #[test]
+    fn workspace_id_is_created_once_and_validated() {
+        let ws = tempfile::tempdir().unwrap();
+        let a = workspace_id(ws.path()).unwrap();
+        assert_eq!(a.len(), 32);
+        assert_eq!(workspace_id(ws.path()).unwrap(), a);
+        fs::write(ws.path().join(".nanobot/workspace-id"), "../../etc\n").unwrap();
+        let e = workspace_id(ws.path()).unwrap_err().to_string();
+        assert!(e.contains("workspace-id"), "{e}");
+    }
+}

@@ -1,0 +1,164 @@
+//! The Python nanobot's own files load, keep every field, and old-layout files are migrated.
+
+use nanobot_sessions::SessionMessage;
+use serde_json::{Value, json};
+
+use crate::{Env, fixture, lines};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn current_layout_fixture_loads_with_its_values() {
+    let env = Env::new();
+    let path = env.install("Y2xpOmRpcmVjdA.jsonl");
+    assert_eq!(env.store.path_for("cli:direct"), path);
+
+    let s = env.store.session("cli:direct").await.unwrap();
+    assert_eq!(s.key, "cli:direct");
+    assert_eq!(s.messages.len(), 26);
+    assert_eq!(s.created_at.to_string(), "2026-11-22 04:36:08.797239");
+    assert_eq!(s.updated_at.to_string(), "2026-11-22 04:50:58.260843");
+    assert_eq!(s.last_consolidated, 0);
+    assert_eq!(s.metadata["_last_usage"]["total_tokens"], 15);
+    assert_eq!(s.metadata["_last_usage"]["cache_read_tokens"], Value::Null);
+    assert_eq!(s.extra["last_archived"], 0);
+    assert_eq!(s.messages[0].role(), Some("user"));
+    assert_eq!(s.messages[0].content_text().as_deref(), Some("hi"));
+    assert_eq!(s.messages[1].get("latency_ms"), Some(&json!(2428)));
+    assert_eq!(s.messages[1].timestamp(), Some("2026-11-22T04:36:11.223417"));
+    assert!(s.messages[12].is_command());
+    assert_eq!(s.messages[12].content_text().as_deref(), Some("/help"));
+
+    // Slash commands and their replies stay in the file but never reach the model.
+    let h = env.store.history("cli:direct", 500).await.unwrap();
+    assert_eq!(h.len(), 20);
+    assert!(h.iter().all(|m| !m.is_command()));
+    assert_eq!(h[0].role(), Some("user"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_call_fixture_loads_and_replays() {
+    let env = Env::new();
+    env.install("Y2xpOnRvb2x0ZXN0.jsonl");
+    let s = env.store.session("cli:tooltest").await.unwrap();
+    assert_eq!(s.messages.len(), 13);
+    assert_eq!(s.messages[1].tool_call_ids(), ["call_0_1"]);
+    assert_eq!(
+        s.messages[1].tool_calls().unwrap()[0]["function"]["arguments"],
+        "{\"command\": \"rm -rf /home/user/nonexistent\"}"
+    );
+    assert_eq!(s.messages[7].tool_call_ids(), ["call_0_4", "call_1_4"]);
+    assert_eq!(s.messages[9].tool_call_id(), Some("call_1_4"));
+    assert_eq!(s.messages[9].name(), Some("list_dir"));
+    assert_eq!(s.metadata["_last_usage"]["request_count"], 6);
+
+    let full = env.store.history("cli:tooltest", 100).await.unwrap();
+    assert_eq!(full.len(), 13);
+    // The last 3 messages hold no user turn: the window widens back to the user message that started the run.
+    let h = env.store.history("cli:tooltest", 3).await.unwrap();
+    assert_eq!(h.len(), 13);
+    assert_eq!(h[0].content_text().as_deref(), Some("do tools"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_field_survives_load_save_and_append() {
+    for name in ["Y2xpOmRpcmVjdA.jsonl", "Y2xpOnRvb2x0ZXN0.jsonl"] {
+        let env = Env::new();
+        let path = env.install(name);
+        let original = lines(&path);
+        let key = original[0]["key"].as_str().unwrap().to_owned();
+
+        // Full rewrite: every line is the same JSON (key order aside).
+        let s = env.store.session(&key).await.unwrap();
+        env.store.save(s).await.unwrap();
+        assert_eq!(lines(&path), original, "{name}: load -> save changed the file");
+
+        // Append: the existing bytes are untouched, one line is added.
+        let before = std::fs::read(&path).unwrap();
+        env.store
+            .append(
+                &key,
+                vec![SessionMessage::new("user", "more").with("x_custom", json!({"a": [1]}))],
+            )
+            .await
+            .unwrap();
+        let after = std::fs::read(&path).unwrap();
+        assert_eq!(&after[..before.len()], &before[..]);
+        let new = lines(&path);
+        assert_eq!(new.len(), original.len() + 1);
+        assert_eq!(new.last().unwrap()["x_custom"], json!({"a": [1]}));
+
+        // And a fresh load sees it all.
+        env.store.invalidate(&key).await;
+        let s = env.store.session(&key).await.unwrap();
+        assert_eq!(s.messages.len(), original.len());
+        assert_eq!(s.extra.get("last_archived"), original[0].get("last_archived"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_layout_is_found_migrated_and_kept() {
+    let env = Env::new();
+    let old_dir = env.workspace.path().join("sessions");
+    std::fs::create_dir_all(&old_dir).unwrap();
+    let old = old_dir.join("telegram_12345.jsonl");
+    std::fs::copy(fixture("workspace/sessions/telegram_12345.jsonl"), &old).unwrap();
+    let original = lines(&old);
+
+    let listed = env.store.list_sessions().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].key, "telegram:12345");
+    assert!(listed[0].legacy);
+    assert_eq!(listed[0].updated_at.to_string(), "2026-02-25 10:01:05");
+
+    let s = env.store.session("telegram:12345").await.unwrap();
+    assert_eq!(s.messages.len(), 6);
+    assert_eq!(s.created_at.to_string(), "2026-02-25 10:00:00");
+    assert_eq!(s.messages[3].content(), Some(&Value::Null));
+    assert_eq!(s.messages[3].tool_call_ids(), ["call_abc123"]);
+    assert_eq!(s.messages[5].get("tools_used"), Some(&json!(["read_file"])));
+
+    // Now in the current layout, same content; the old file is kept under another name.
+    let new = env.store.path_for("telegram:12345");
+    assert!(new.starts_with(env.home.path().join("sessions").join(env.store.workspace_id())));
+    assert_eq!(new.file_name().unwrap(), "dGVsZWdyYW06MTIzNDU.jsonl");
+    assert_eq!(lines(&new), original);
+    assert!(!old.exists());
+    let kept: Vec<_> = std::fs::read_dir(&old_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(kept.len(), 1);
+    assert!(kept[0].starts_with("telegram_12345.jsonl.migrated-"), "{kept:?}");
+
+    let listed = env.store.list_sessions().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert!(!listed[0].legacy);
+
+    let h = env.store.history("telegram:12345", 10).await.unwrap();
+    let roles: Vec<_> = h.iter().map(|m| m.role().unwrap()).collect();
+    assert_eq!(
+        roles,
+        ["user", "assistant", "user", "assistant", "tool", "assistant"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appending_to_an_unmigrated_key_migrates_first() {
+    let env = Env::new();
+    let old_dir = env.workspace.path().join("sessions");
+    std::fs::create_dir_all(&old_dir).unwrap();
+    std::fs::copy(
+        fixture("workspace/sessions/telegram_12345.jsonl"),
+        old_dir.join("telegram_12345.jsonl"),
+    )
+    .unwrap();
+    env.store
+        .append(
+            "telegram:12345",
+            vec![SessionMessage::new("user", "still there?")],
+        )
+        .await
+        .unwrap();
+    let s = env.store.session("telegram:12345").await.unwrap();
+    assert_eq!(s.messages.len(), 7);
+    assert_eq!(s.messages[0].content_text().as_deref(), Some("Hello"));
+}

@@ -1,0 +1,319 @@
+//! The store: permissions, concurrency, listing, checkpoints, reset, compaction, cache, the written format.
+
+use std::collections::BTreeMap;
+
+use nanobot_sessions::{Session, SessionError, SessionMessage, SessionStore, StoreOptions};
+use serde_json::{Value, json};
+
+use crate::{Env, lines, python_load};
+
+#[cfg(unix)]
+fn mode(p: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_are_private() {
+    let env = Env::new();
+    env.store
+        .append("cli:a", vec![SessionMessage::new("user", "secret")])
+        .await
+        .unwrap();
+    env.store
+        .write_checkpoint("cli:a", &json!({"phase": "awaiting_tools"}))
+        .await
+        .unwrap();
+    assert_eq!(mode(&env.store.path_for("cli:a")), 0o600);
+    assert_eq!(mode(&env.store.checkpoint_path("cli:a")), 0o600);
+    assert_eq!(mode(env.store.dir()), 0o700);
+    assert_eq!(mode(&env.workspace.path().join(".nanobot/workspace-id")), 0o600);
+    // After a full rewrite too.
+    env.store.reset("cli:a").await.unwrap();
+    assert_eq!(mode(&env.store.path_for("cli:a")), 0o600);
+}
+
+#[test]
+fn workspace_id_is_stable_and_names_the_directory() {
+    let env = Env::new();
+    let again = SessionStore::new(env.home.path(), env.workspace.path()).unwrap();
+    assert_eq!(again.workspace_id(), env.store.workspace_id());
+    let written = std::fs::read_to_string(env.workspace.path().join(".nanobot/workspace-id")).unwrap();
+    assert_eq!(written.trim(), env.store.workspace_id());
+    assert_eq!(
+        env.store.dir(),
+        env.home.path().join("sessions").join(env.store.workspace_id())
+    );
+
+    // An id written by someone else (the Python nanobot) is used as it is.
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(ws.path().join(".nanobot")).unwrap();
+    std::fs::write(ws.path().join(".nanobot/workspace-id"), "3f9c2a1b7d\n").unwrap();
+    let s = SessionStore::new(env.home.path(), ws.path()).unwrap();
+    assert_eq!(s.workspace_id(), "3f9c2a1b7d");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_appends_to_different_and_same_sessions() {
+    let env = Env::new();
+    let mut tasks = Vec::new();
+    for s in 0..8 {
+        let store = env.store.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..40 {
+                store
+                    .append(
+                        &format!("tg:{s}"),
+                        vec![SessionMessage::new("user", format!("{s}-{i}"))],
+                    )
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    // Four writers on one session at the same time: no line lost or torn.
+    for w in 0..4 {
+        let store = env.store.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..25 {
+                store
+                    .append(
+                        "tg:shared",
+                        vec![SessionMessage::new("user", format!("w{w}-{i}"))],
+                    )
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for s in 0..8 {
+        let key = format!("tg:{s}");
+        let l = lines(&env.store.path_for(&key));
+        let texts: Vec<_> = l[1..]
+            .iter()
+            .map(|v| v["content"].as_str().unwrap().to_owned())
+            .collect();
+        let expected: Vec<_> = (0..40).map(|i| format!("{s}-{i}")).collect();
+        assert_eq!(texts, expected, "{key}");
+    }
+    let shared = lines(&env.store.path_for("tg:shared"));
+    assert_eq!(shared.len(), 101);
+    let mut per_writer: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for v in &shared[1..] {
+        let (w, i) = v["content"].as_str().unwrap().split_once('-').unwrap();
+        per_writer.entry(w.into()).or_default().push(i.parse().unwrap());
+    }
+    assert_eq!(per_writer.len(), 4);
+    assert!(per_writer.values().all(|v| *v == (0..25).collect::<Vec<_>>()));
+    // The cache agrees with the file.
+    assert_eq!(env.store.session("tg:shared").await.unwrap().messages.len(), 100);
+}
+
+fn at(s: &str) -> chrono::NaiveDateTime {
+    chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S").unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_is_by_updated_at_newest_first() {
+    let env = Env::new();
+    for (key, updated) in [
+        ("a:1", "2026-01-03T00:00:00"),
+        ("b:2", "2026-01-01T00:00:00"),
+        ("c:3", "2026-01-02T00:00:00"),
+    ] {
+        let mut s = Session::new(key);
+        s.created_at = at("2025-12-31T00:00:00");
+        s.updated_at = at(updated);
+        env.store.save(s).await.unwrap();
+    }
+    let keys = |l: Vec<nanobot_sessions::SessionInfo>| l.into_iter().map(|i| i.key).collect::<Vec<_>>();
+    assert_eq!(
+        keys(env.store.list_sessions().await.unwrap()),
+        ["a:1", "c:3", "b:2"]
+    );
+
+    // An appended message (no metadata rewrite) moves its session up: the last line is read too.
+    env.store
+        .append(
+            "b:2",
+            vec![SessionMessage::new("user", "late").with("timestamp", "2026-01-05T00:00:00")],
+        )
+        .await
+        .unwrap();
+    let listed = env.store.list_sessions().await.unwrap();
+    assert_eq!(listed[0].updated_at, at("2026-01-05T00:00:00"));
+    assert_eq!(keys(listed), ["b:2", "a:1", "c:3"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_write_read_replace_clear() {
+    let env = Env::new();
+    let key = "telegram:7";
+    assert_eq!(env.store.read_checkpoint(key).await.unwrap(), None);
+    env.store
+        .write_checkpoint(key, &json!({"phase": "awaiting_tools", "iteration": 1}))
+        .await
+        .unwrap();
+    env.store
+        .write_checkpoint(key, &json!({"phase": "tools_completed", "iteration": 1}))
+        .await
+        .unwrap();
+    assert_eq!(
+        env.store.read_checkpoint(key).await.unwrap(),
+        Some(json!({"phase": "tools_completed", "iteration": 1}))
+    );
+    let path = env.store.checkpoint_path(key);
+    assert_eq!(path.file_name().unwrap(), "dGVsZWdyYW06Nw.jsonl.checkpoint.json");
+    // Only the checkpoint and no temp files are left in the directory.
+    assert_eq!(std::fs::read_dir(env.store.dir()).unwrap().count(), 1);
+
+    std::fs::write(&path, "{\"phase\": ").unwrap();
+    let err = env.store.read_checkpoint(key).await.unwrap_err();
+    assert!(matches!(err, SessionError::Checkpoint { .. }));
+    assert!(err.to_string().contains("checkpoint.json"));
+
+    env.store.clear_checkpoint(key).await.unwrap();
+    env.store.clear_checkpoint(key).await.unwrap();
+    assert_eq!(env.store.read_checkpoint(key).await.unwrap(), None);
+    // A checkpoint is not a session.
+    assert!(env.store.list_sessions().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_returns_the_old_session_and_starts_empty() {
+    let env = Env::new();
+    let key = "cli:direct";
+    env.store
+        .append(
+            key,
+            vec![
+                SessionMessage::new("user", "a"),
+                SessionMessage::new("assistant", "b"),
+            ],
+        )
+        .await
+        .unwrap();
+    env.store
+        .update_header(key, |h| {
+            h.metadata.insert("lang".into(), json!("fr"));
+            h.last_consolidated = 1;
+        })
+        .await
+        .unwrap();
+
+    let old = env.store.reset(key).await.unwrap();
+    assert_eq!(old.messages.len(), 2);
+    assert_eq!(old.last_consolidated, 1);
+
+    let l = lines(&env.store.path_for(key));
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0]["_type"], "metadata");
+    assert_eq!(l[0]["last_consolidated"], 0);
+    assert_eq!(l[0]["metadata"]["lang"], "fr");
+    let now = env.store.session(key).await.unwrap();
+    assert!(now.messages.is_empty());
+    assert_eq!(now.created_at, old.created_at);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_changes_append_then_compact() {
+    let env = Env::new();
+    let store = SessionStore::with_options(
+        env.home.path(),
+        env.workspace.path(),
+        StoreOptions::default().compact_after(2),
+    )
+    .unwrap();
+    let key = "cli:c";
+    store
+        .append(
+            key,
+            vec![
+                SessionMessage::new("user", "x"),
+                SessionMessage::new("assistant", "y"),
+            ],
+        )
+        .await
+        .unwrap();
+    let path = store.path_for(key);
+    let count_meta = || lines(&path).iter().filter(|v| v["_type"] == "metadata").count();
+
+    store.set_last_consolidated(key, 1).await.unwrap();
+    assert_eq!(count_meta(), 2, "a metadata change is one appended record");
+    store.set_last_consolidated(key, 2).await.unwrap();
+    assert_eq!(count_meta(), 3);
+    store.set_last_consolidated(key, 0).await.unwrap();
+    assert_eq!(count_meta(), 1, "compacted to one first-line record");
+    assert_eq!(lines(&path)[0]["last_consolidated"], 0);
+    let py = python_load(&path);
+    assert_eq!(py.messages.len(), 2);
+    assert_eq!(py.last_consolidated, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_serves_until_invalidated() {
+    let env = Env::new();
+    let key = "cli:cache";
+    env.store
+        .append(key, vec![SessionMessage::new("user", "x")])
+        .await
+        .unwrap();
+    assert_eq!(env.store.session(key).await.unwrap().messages.len(), 1);
+    // Another program appends behind our back.
+    let path = env.store.path_for(key);
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str("{\"role\":\"assistant\",\"content\":\"external\"}\n");
+    std::fs::write(&path, text).unwrap();
+    assert_eq!(env.store.session(key).await.unwrap().messages.len(), 1);
+    env.store.invalidate(key).await;
+    assert_eq!(env.store.session(key).await.unwrap().messages.len(), 2);
+    env.store.invalidate_all().await;
+    assert!(env.store.exists(key).await.unwrap());
+    assert!(!env.store.exists("cli:none").await.unwrap());
+    env.store.delete(key).await.unwrap();
+    assert!(!env.store.exists(key).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_key_is_rejected() {
+    let env = Env::new();
+    let err = env
+        .store
+        .append("", vec![SessionMessage::new("user", "x")])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SessionError::EmptyKey));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn written_file_snapshot() {
+    let env = Env::new();
+    let key = "telegram:12345";
+    env.store
+        .append(
+            key,
+            vec![
+                SessionMessage::new("user", "What is in notes.txt?"),
+                serde_json::from_value(json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_1",
+                    "type": "function", "function": {"name": "read_file", "arguments": "{\"path\": \"notes.txt\"}"}}]}))
+                .unwrap(),
+                serde_json::from_value(json!({"role": "tool", "tool_call_id": "call_1", "name": "read_file",
+                    "content": "1| buy milk"}))
+                .unwrap(),
+                SessionMessage::new("assistant", "buy milk").with("latency_ms", 12),
+            ],
+        )
+        .await
+        .unwrap();
+    env.store.set_last_consolidated(key, 2).await.unwrap();
+    let l: Vec<Value> = lines(&env.store.path_for(key));
+    insta::assert_json_snapshot!("written_session_file", l, {
+        "[].timestamp" => "[timestamp]",
+        "[].created_at" => "[timestamp]",
+        "[].updated_at" => "[timestamp]",
+    });
+}
