@@ -14,7 +14,7 @@ pub const EMPTY_SECRET: &str = "[EMPTY]";
 ///
 /// `Debug` and `Display` print [`REDACTED`] (or [`EMPTY_SECRET`] when empty), never the value; serde is
 /// transparent, so a config file round-trips unchanged. Read the value with [`Secret::expose`], only where it is
-/// sent to the service it belongs to.
+/// sent to the service it belongs to. `null` in a file reads as the empty secret.
 ///
 /// ```
 /// use nanobot_config::Secret;
@@ -22,9 +22,15 @@ pub const EMPTY_SECRET: &str = "[EMPTY]";
 /// assert_eq!(format!("{key:?} {key}"), "[REDACTED] [REDACTED]");
 /// assert_eq!(key.expose(), "sk-live-123");
 /// ```
-#[derive(Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Hash, Serialize)]
 #[serde(transparent)]
 pub struct Secret(String);
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        Ok(Self(Option::<String>::deserialize(de)?.unwrap_or_default()))
+    }
+}
 
 impl Secret {
     /// Wraps a secret value.
@@ -170,6 +176,8 @@ mod tests {
         assert!(!format!("{s:?}{s}{:?}", Some(&s)).contains("hunter2"));
         assert_eq!(format!("{:?}", Secret::default()), EMPTY_SECRET);
         assert_eq!(serde_json::to_string(&s).unwrap(), "\"hunter2\"");
+        assert_eq!(serde_json::from_str::<Secret>("null").unwrap(), Secret::default());
+        assert_eq!(serde_json::from_str::<Option<Secret>>("null").unwrap(), None);
     }
 
     #[test]

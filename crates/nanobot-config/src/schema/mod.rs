@@ -11,6 +11,8 @@ mod providers;
 mod tools;
 mod transcription;
 
+use std::path::{Path, PathBuf};
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -53,4 +55,11 @@ pub struct Config {
     /// Keys this version does not model (kept on save).
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+impl Config {
+    /// The workspace directory (`agents.defaults.workspace` with `~` expanded against `home`).
+    pub fn workspace_path(&self, home: &Path) -> PathBuf {
+        crate::paths::NanobotPaths::new(home).workspace(&self.agents.defaults.workspace)
+    }
 }

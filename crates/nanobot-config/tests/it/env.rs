@@ -112,12 +112,21 @@ fn bad_env_value_names_variable_and_field() {
 }
 
 #[test]
-fn unknown_env_keys_warn() {
+fn unknown_env_keys_warn_and_are_not_saved() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    std::fs::copy(fixture_path(), &path).unwrap();
     let loaded = load(
-        &fixture_path(),
+        &path,
         &env(&[("NANOBOT_AGENTS__DEFAULTS__MODLE", "x"), ("NANOBOT_A____B", "y")]),
     )
     .unwrap();
+    loaded.save().unwrap();
+    assert_eq!(
+        read_json(&path),
+        crate::fixture_value(),
+        "nothing from the environment reaches the file"
+    );
     let unknown = loaded
         .warnings
         .iter()
