@@ -5,12 +5,16 @@ use std::sync::Arc;
 use crate::registry::ToolRegistry;
 use crate::sandbox::Sandbox;
 
+pub mod exec;
 pub mod fs;
 pub mod guard;
 pub mod search;
+pub mod web;
 
+pub use exec::{ExecTool, LandlockSupport, landlock_support};
 pub use fs::{EditFileTool, ListDirTool, ReadFileTool, WriteFileTool};
 pub use search::{GlobTool, GrepTool};
+pub use web::{WebFetchTool, WebSearchTool};
 
 /// Registers `read_file`, `write_file`, `edit_file`, `list_dir`, `glob` and `grep`, all sharing
 /// `sandbox`.
@@ -22,4 +26,22 @@ pub fn register_fs_tools(registry: &ToolRegistry, sandbox: &Sandbox) {
     registry.register(Arc::new(ListDirTool::new(sb.clone())));
     registry.register(Arc::new(GlobTool::new(sb.clone())));
     registry.register(Arc::new(GrepTool::new(sb)));
+}
+
+/// Registers `web_search` and `web_fetch`.
+pub fn register_web_tools(registry: &ToolRegistry, settings: &crate::settings::WebSettings) {
+    let s = Arc::new(settings.clone());
+    registry.register(Arc::new(WebSearchTool::new(s.clone())));
+    registry.register(Arc::new(WebFetchTool::new(s)));
+}
+
+/// Registers `exec`. Fails on invalid `allowPatterns`/`denyPatterns`.
+pub fn register_exec_tool(
+    registry: &ToolRegistry,
+    settings: &crate::settings::ExecSettings,
+    sandbox: &Sandbox,
+) -> Result<(), crate::ToolError> {
+    let tool = ExecTool::new(settings.clone(), Arc::new(sandbox.clone()))?;
+    registry.register(Arc::new(tool));
+    Ok(())
 }
