@@ -1,0 +1,201 @@
+//! Opening an MCP session to one configured server and listing what it offers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, Prompt, Resource, Tool};
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+
+use crate::transport::stdio::{self, StdioLaunch};
+use crate::transport::{LegacySseTransport, child_env};
+use nanobot_tools::ssrf::SsrfGuard;
+
+use crate::{McpError, ServerSpec, TransportSpec};
+
+/// The client side of every session: identifies itself as nanobot and asks for nothing extra
+/// (no sampling, roots or elicitation), which keeps servers from offering tools that would
+/// call back into the agent.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NanobotClient;
+
+impl ClientHandler for NanobotClient {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("nanobot", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}
+
+/// Everything `connect` needs besides the server's own settings.
+pub(crate) struct ConnectEnv<'a> {
+    pub(crate) http: &'a reqwest::Client,
+    pub(crate) parent_env: &'a BTreeMap<String, String>,
+    pub(crate) guard: &'a SsrfGuard,
+    pub(crate) connect_timeout: Duration,
+}
+
+/// A live session and what the server offered when it was opened.
+pub(crate) struct Session {
+    pub(crate) service: RunningService<RoleClient, NanobotClient>,
+    pub(crate) tools: Vec<Tool>,
+    pub(crate) resources: Vec<Resource>,
+    pub(crate) prompts: Vec<Prompt>,
+    pub(crate) server_version: Option<String>,
+}
+
+impl Session {
+    pub(crate) fn peer(&self) -> Peer<RoleClient> {
+        self.service.peer().clone()
+    }
+}
+
+/// Headers rmcp sets itself; user values for these would break the protocol.
+const RESERVED_HEADERS: &[&str] = &["accept", "mcp-session-id", "last-event-id", "content-type"];
+
+fn header_map(spec: &ServerSpec, headers: &BTreeMap<String, String>) -> Result<HeaderMap, McpError> {
+    let mut map = HeaderMap::new();
+    for (k, v) in headers {
+        if RESERVED_HEADERS.contains(&k.to_ascii_lowercase().as_str()) {
+            tracing::warn!(server = %spec.name, header = %k, "ignoring a header the MCP transport sets itself");
+            continue;
+        }
+        let name = HeaderName::from_bytes(k.as_bytes()).map_err(|_| McpError::Config {
+            server: spec.name.clone(),
+            reason: format!("field `headers`: {k:?} is not a valid header name"),
+        })?;
+        let mut value = HeaderValue::from_str(v).map_err(|_| McpError::Config {
+            server: spec.name.clone(),
+            reason: format!("field `headers.{k}`: the value is not a valid header value"),
+        })?;
+        value.set_sensitive(true);
+        map.insert(name, value);
+    }
+    Ok(map)
+}
+
+/// Runs `url` through the SSRF guard (scheme, host, every resolved address; whitelisted
+/// CIDRs pass).
+async fn check_url(spec: &ServerSpec, url: &str, guard: &SsrfGuard) -> Result<(), McpError> {
+    guard
+        .check_str(url)
+        .await
+        .map(|_| ())
+        .map_err(|source| McpError::Blocked {
+            server: spec.name.clone(),
+            url: url.to_owned(),
+            source,
+        })
+}
+
+/// Connects to `spec`'s server, performs the handshake and lists tools, resources and prompts,
+/// all within `env.connect_timeout`.
+pub(crate) async fn connect(spec: &ServerSpec, env: &ConnectEnv<'_>) -> Result<Session, McpError> {
+    let work = async {
+        let service = open(spec, env).await?;
+        list(spec, service).await
+    };
+    tokio::time::timeout(env.connect_timeout, work)
+        .await
+        .map_err(|_| McpError::ConnectTimeout {
+            server: spec.name.clone(),
+            timeout: env.connect_timeout,
+        })?
+}
+
+async fn open(
+    spec: &ServerSpec,
+    env: &ConnectEnv<'_>,
+) -> Result<RunningService<RoleClient, NanobotClient>, McpError> {
+    let init_err = |e| McpError::Initialize {
+        server: spec.name.clone(),
+        source: Box::new(e),
+    };
+    match &spec.transport {
+        TransportSpec::Stdio {
+            command,
+            args,
+            env: configured,
+            cwd,
+        } => {
+            let child = stdio::spawn(StdioLaunch {
+                server: &spec.name,
+                command,
+                args,
+                env: child_env(env.parent_env, &configured.0),
+                cwd: cwd.as_ref(),
+            })?;
+            NanobotClient.serve(child).await.map_err(init_err)
+        }
+        TransportSpec::Sse { url, headers } => {
+            check_url(spec, url, env.guard).await?;
+            let transport = LegacySseTransport::connect(
+                &spec.name,
+                env.http.clone(),
+                url,
+                header_map(spec, &headers.0)?,
+                env.connect_timeout,
+                spec.tool_timeout,
+            )
+            .await?;
+            NanobotClient.serve(transport).await.map_err(init_err)
+        }
+        TransportSpec::StreamableHttp { url, headers } => {
+            check_url(spec, url, env.guard).await?;
+            let custom: HashMap<HeaderName, HeaderValue> = header_map(spec, &headers.0)?
+                .into_iter()
+                .filter_map(|(k, v)| Some((k?, v)))
+                .collect();
+            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
+            let transport = StreamableHttpClientTransport::with_client(env.http.clone(), config);
+            NanobotClient.serve(transport).await.map_err(init_err)
+        }
+    }
+}
+
+async fn list(
+    spec: &ServerSpec,
+    service: RunningService<RoleClient, NanobotClient>,
+) -> Result<Session, McpError> {
+    let info = service.peer_info();
+    let caps = info.as_ref().map(|i| i.capabilities.clone());
+    let server_version = info
+        .as_ref()
+        .and_then(|i| i.server_info.as_ref())
+        .map(|s| format!("{} {}", s.name, s.version));
+
+    let tools = service.list_all_tools().await.map_err(|e| McpError::Service {
+        server: spec.name.clone(),
+        operation: "tools/list",
+        source: Box::new(e),
+    })?;
+    // Resources and prompts are extras: a server that advertises them but fails to list them
+    // still gives us its tools.
+    let mut resources = Vec::new();
+    let mut prompts = Vec::new();
+    if spec.allows_all() {
+        if caps.as_ref().is_some_and(|c| c.resources.is_some()) {
+            match service.list_all_resources().await {
+                Ok(r) => resources = r,
+                Err(e) => tracing::debug!(server = %spec.name, "resources/list failed: {e}"),
+            }
+        }
+        if caps.as_ref().is_some_and(|c| c.prompts.is_some()) {
+            match service.list_all_prompts().await {
+                Ok(p) => prompts = p,
+                Err(e) => tracing::debug!(server = %spec.name, "prompts/list failed: {e}"),
+            }
+        }
+    }
+    Ok(Session {
+        service,
+        tools,
+        resources,
+        prompts,
+        server_version,
+    })
+}

@@ -1,0 +1,501 @@
+//! [`McpManager`]: every configured server, connected lazily and concurrently.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nanobot_tools::Tool;
+use nanobot_tools::ssrf::SsrfGuard;
+use rmcp::RoleClient;
+use rmcp::service::RunningService;
+
+use crate::client::{self, ConnectEnv, NanobotClient, Session};
+use crate::naming::{self, prompt_name, resource_name, tool_name};
+use crate::wrap::{McpPromptTool, McpResourceTool, McpTool, ServerLink};
+use crate::{McpError, ServerSpec, TransportKind};
+
+/// Default limit for spawning/handshaking/listing one server.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default pause before a failed server is tried again.
+pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(30);
+/// Default cap on the text one MCP result may hand the model.
+pub const DEFAULT_MAX_RESULT_CHARS: usize = 200_000;
+/// How long shutdown waits for one server to go away (stdio: stdin closed, SIGTERM, kill).
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Settings shared by all servers. The caller passes in what a library may not read itself.
+#[derive(Debug, Clone)]
+pub struct McpOptions {
+    /// The parent process environment; stdio servers get only its harmless part
+    /// ([`crate::INHERITED_ENV`]) plus their configured `env`.
+    pub parent_env: BTreeMap<String, String>,
+    /// Where images returned by tools are saved (`None`: described in text, not saved).
+    pub media_dir: Option<PathBuf>,
+    /// Checks every HTTP server URL; `tools.ssrfWhitelist` CIDRs pass.
+    pub ssrf: SsrfGuard,
+    /// The HTTP client for SSE / streamable HTTP. `None` builds one from
+    /// [`SsrfGuard::client_builder`] (DNS answers checked at connect time, no redirects). A
+    /// shared client must not have a total request timeout: the SSE stream lives long.
+    pub http_client: Option<reqwest::Client>,
+    /// Limit for spawning, handshaking and listing one server.
+    pub connect_timeout: Duration,
+    /// A failed server is retried on a later [`McpManager::connect`] once this has passed.
+    pub retry_interval: Duration,
+    /// Longest text one result may hand the model; the rest is cut with a note.
+    pub max_result_chars: usize,
+}
+
+impl Default for McpOptions {
+    fn default() -> Self {
+        Self {
+            parent_env: BTreeMap::new(),
+            media_dir: None,
+            ssrf: SsrfGuard::default(),
+            http_client: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            retry_interval: DEFAULT_RETRY_INTERVAL,
+            max_result_chars: DEFAULT_MAX_RESULT_CHARS,
+        }
+    }
+}
+
+/// Whether a server is usable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectionState {
+    /// Not tried yet (connection is lazy).
+    NotConnected,
+    /// Connected; its tools are registered.
+    Connected,
+    /// The last attempt failed (or the server went away); the error text.
+    Failed(String),
+}
+
+/// One line of `nanobot mcp list` / `nanobot status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerStatus {
+    /// The configured name.
+    pub name: String,
+    /// The transport in use.
+    pub transport: TransportKind,
+    /// Command line or URL (no secrets).
+    pub target: String,
+    /// Connected, failed, or not tried.
+    pub state: ConnectionState,
+    /// Names (as the model sees them) of the tools, resources and prompts registered.
+    pub tools: Vec<String>,
+    /// `serverInfo` name and version, once connected.
+    pub server_version: Option<String>,
+    /// Problems worth showing the user (e.g. `enabledTools` entries that match nothing).
+    pub warnings: Vec<String>,
+}
+
+impl ServerStatus {
+    /// True when the server is connected.
+    pub fn connected(&self) -> bool {
+        self.state == ConnectionState::Connected
+    }
+}
+
+struct Live {
+    service: RunningService<RoleClient, NanobotClient>,
+    tools: Vec<Arc<dyn Tool>>,
+    server_version: Option<String>,
+    warnings: Vec<String>,
+}
+
+impl Live {
+    fn alive(&self) -> bool {
+        !self.service.is_closed() && !self.service.peer().is_transport_closed()
+    }
+}
+
+enum SlotState {
+    NotConnected,
+    Connected(Box<Live>),
+    Failed { error: String, at: Instant },
+}
+
+struct Slot {
+    spec: ServerSpec,
+    state: Mutex<SlotState>,
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, SlotState> {
+        // A poisoned lock only means another thread panicked mid-update; the state is still a
+        // valid enum value.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+struct Inner {
+    slots: Vec<Slot>,
+    opts: McpOptions,
+    http: Mutex<Option<reqwest::Client>>,
+    /// Serialises `connect` so two messages arriving together do not spawn a server twice.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+/// All configured MCP servers.
+///
+/// Nothing happens at construction: [`McpManager::connect`] (called by the agent before a turn)
+/// connects every server that is not connected yet, all at once; a server that fails is logged
+/// and tried again on a later call, while the others work. [`McpManager::tools`] lists the
+/// wrapped tools of the connected servers. Cheap to clone.
+#[derive(Clone)]
+pub struct McpManager {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for McpManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpManager")
+            .field(
+                "servers",
+                &self.inner.slots.iter().map(|s| &s.spec.name).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpManager {
+    /// A manager for `servers` (nothing is started yet).
+    pub fn new(servers: Vec<ServerSpec>, opts: McpOptions) -> Self {
+        let slots = servers
+            .into_iter()
+            .map(|spec| Slot {
+                spec,
+                state: Mutex::new(SlotState::NotConnected),
+            })
+            .collect();
+        Self {
+            inner: Arc::new(Inner {
+                slots,
+                opts,
+                http: Mutex::new(None),
+                connecting: tokio::sync::Mutex::new(()),
+            }),
+        }
+    }
+
+    /// A manager for `tools.mcpServers`. Servers whose configuration is unusable are left out
+    /// and returned as errors (log them); the rest work.
+    pub fn from_config<'a>(
+        servers: impl IntoIterator<Item = (&'a String, &'a nanobot_config::McpServerConfig)>,
+        opts: McpOptions,
+    ) -> (Self, Vec<McpError>) {
+        let mut specs = Vec::new();
+        let mut errors = Vec::new();
+        for (name, cfg) in servers {
+            match ServerSpec::from_config(name, cfg) {
+                Ok(spec) => specs.push(spec),
+                Err(e) => errors.push(e),
+            }
+        }
+        (Self::new(specs, opts), errors)
+    }
+
+    /// True when no server is configured (then [`McpManager::connect`] costs nothing).
+    pub fn is_empty(&self) -> bool {
+        self.inner.slots.is_empty()
+    }
+
+    /// The configured servers.
+    pub fn specs(&self) -> impl Iterator<Item = &ServerSpec> {
+        self.inner.slots.iter().map(|s| &s.spec)
+    }
+
+    /// Connects every server that is not connected (never tried, gone away, or failed more
+    /// than `retry_interval` ago), concurrently, and returns everyone's status. Never fails:
+    /// problems are logged and reported in the status.
+    pub async fn connect(&self) -> Vec<ServerStatus> {
+        self.connect_inner(false).await
+    }
+
+    /// Like [`McpManager::connect`], but retries failed servers regardless of `retry_interval`.
+    pub async fn reconnect_failed(&self) -> Vec<ServerStatus> {
+        self.connect_inner(true).await
+    }
+
+    async fn connect_inner(&self, force_retry: bool) -> Vec<ServerStatus> {
+        if self.is_empty() {
+            return Vec::new();
+        }
+        let _serial = self.inner.connecting.lock().await;
+        let now = Instant::now();
+        let mut due = Vec::new();
+        let mut stale = Vec::new();
+        for (i, slot) in self.inner.slots.iter().enumerate() {
+            let mut state = slot.lock();
+            let needs = match &*state {
+                SlotState::NotConnected => true,
+                SlotState::Connected(live) => !live.alive(),
+                SlotState::Failed { at, .. } => {
+                    force_retry || now.duration_since(*at) >= self.inner.opts.retry_interval
+                }
+            };
+            if needs {
+                if let SlotState::Connected(_) = &*state {
+                    tracing::warn!(server = %slot.spec.name, "MCP server went away; reconnecting");
+                    if let SlotState::Connected(live) =
+                        std::mem::replace(&mut *state, SlotState::NotConnected)
+                    {
+                        stale.push(live);
+                    }
+                }
+                due.push(i);
+            }
+        }
+        for live in stale {
+            let mut live = *live;
+            let _ = live.service.close_with_timeout(SHUTDOWN_TIMEOUT).await;
+        }
+        if !due.is_empty() {
+            let http = self.http_client();
+            let env = ConnectEnv {
+                http: &http,
+                parent_env: &self.inner.opts.parent_env,
+                guard: &self.inner.opts.ssrf,
+                connect_timeout: self.inner.opts.connect_timeout,
+            };
+            let attempts = due.iter().map(|&i| {
+                let spec = &self.inner.slots[i].spec;
+                let env = &env;
+                async move { (i, client::connect(spec, env).await) }
+            });
+            let results = futures::future::join_all(attempts).await;
+            let mut taken = self.taken_names();
+            for (i, result) in results {
+                let slot = &self.inner.slots[i];
+                let new_state = match result {
+                    Ok(session) => {
+                        let live = self.wrap(&slot.spec, session, &mut taken);
+                        tracing::info!(
+                            server = %slot.spec.name,
+                            transport = %slot.spec.transport.kind(),
+                            tools = live.tools.len(),
+                            "MCP server connected"
+                        );
+                        SlotState::Connected(Box::new(live))
+                    }
+                    Err(e) => {
+                        let error = error_chain(&e);
+                        tracing::warn!(server = %slot.spec.name, "MCP server failed (will retry later): {error}");
+                        SlotState::Failed {
+                            error,
+                            at: Instant::now(),
+                        }
+                    }
+                };
+                *slot.lock() = new_state;
+            }
+        }
+        self.status()
+    }
+
+    /// The shared client, built on first use.
+    fn http_client(&self) -> reqwest::Client {
+        let mut guard = self.inner.http.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(client) = &*guard {
+            return client.clone();
+        }
+        let client = match &self.inner.opts.http_client {
+            Some(c) => c.clone(),
+            None => {
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                match self
+                    .inner
+                    .opts
+                    .ssrf
+                    .client_builder()
+                    .connect_timeout(Duration::from_secs(15))
+                    .build()
+                {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // Only a broken TLS setup gets here; fall back to a plain client so that
+                        // the URL check still runs and the error shows up per request.
+                        tracing::warn!("cannot build the MCP HTTP client: {e}");
+                        reqwest::Client::new()
+                    }
+                }
+            }
+        };
+        *guard = Some(client.clone());
+        client
+    }
+
+    /// Names of tools already registered by connected servers.
+    fn taken_names(&self) -> HashSet<String> {
+        let mut taken = HashSet::new();
+        for slot in &self.inner.slots {
+            if let SlotState::Connected(live) = &*slot.lock() {
+                taken.extend(live.tools.iter().map(|t| t.name().to_owned()));
+            }
+        }
+        taken
+    }
+
+    /// Wraps a fresh session's tools, resources and prompts, applying `enabledTools`.
+    fn wrap(&self, spec: &ServerSpec, session: Session, taken: &mut HashSet<String>) -> Live {
+        let link = Arc::new(ServerLink {
+            server: spec.name.clone(),
+            peer: session.peer(),
+            timeout: spec.tool_timeout,
+            media_dir: self.inner.opts.media_dir.clone(),
+            max_chars: self.inner.opts.max_result_chars,
+        });
+        let mut unique = |base: String, raw: String| -> String {
+            let name = if taken.contains(&base) {
+                naming::with_hash_suffix(&base, &raw)
+            } else {
+                base
+            };
+            taken.insert(name.clone());
+            name
+        };
+        let all = spec.allows_all();
+        let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+        let mut matched: HashSet<&str> = HashSet::new();
+        for tool in &session.tools {
+            let wrapped = tool_name(&spec.name, &tool.name);
+            if !all {
+                let hit = spec
+                    .enabled_tools
+                    .iter()
+                    .find(|e| e.as_str() == tool.name.as_ref() || **e == wrapped);
+                match hit {
+                    Some(e) => {
+                        matched.insert(e.as_str());
+                    }
+                    None => continue,
+                }
+            }
+            let name = unique(wrapped, format!("{}/tool/{}", spec.name, tool.name));
+            tools.push(Arc::new(McpTool::new(name, tool, link.clone())));
+        }
+        let mut warnings = Vec::new();
+        if !all {
+            let available: Vec<&str> = session.tools.iter().map(|t| t.name.as_ref()).collect();
+            for entry in &spec.enabled_tools {
+                if !matched.contains(entry.as_str()) {
+                    let msg = format!(
+                        "enabledTools entry '{entry}' matches no tool of server '{}' (available: {})",
+                        spec.name,
+                        available.join(", ")
+                    );
+                    tracing::warn!(server = %spec.name, "{msg}");
+                    warnings.push(msg);
+                }
+            }
+        } else {
+            for resource in &session.resources {
+                let name = unique(
+                    resource_name(&spec.name, &resource.name),
+                    format!("{}/resource/{}", spec.name, resource.uri),
+                );
+                tools.push(Arc::new(McpResourceTool::new(name, resource, link.clone())));
+            }
+            for prompt in &session.prompts {
+                let name = unique(
+                    prompt_name(&spec.name, &prompt.name),
+                    format!("{}/prompt/{}", spec.name, prompt.name),
+                );
+                tools.push(Arc::new(McpPromptTool::new(name, prompt, link.clone())));
+            }
+        }
+        Live {
+            service: session.service,
+            tools,
+            server_version: session.server_version,
+            warnings,
+        }
+    }
+
+    /// The wrapped tools of every connected server, sorted by name (a stable prompt).
+    pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+        for slot in &self.inner.slots {
+            if let SlotState::Connected(live) = &*slot.lock() {
+                tools.extend(live.tools.iter().cloned());
+            }
+        }
+        tools.sort_by(|a, b| a.name().cmp(b.name()));
+        tools
+    }
+
+    /// Each server's status, in configuration order (no connection attempt).
+    pub fn status(&self) -> Vec<ServerStatus> {
+        self.inner
+            .slots
+            .iter()
+            .map(|slot| {
+                let spec = &slot.spec;
+                let mut status = ServerStatus {
+                    name: spec.name.clone(),
+                    transport: spec.transport.kind(),
+                    target: spec.transport.target(),
+                    state: ConnectionState::NotConnected,
+                    tools: Vec::new(),
+                    server_version: None,
+                    warnings: Vec::new(),
+                };
+                match &*slot.lock() {
+                    SlotState::NotConnected => {}
+                    SlotState::Connected(live) if !live.alive() => {
+                        status.state = ConnectionState::Failed("the server went away".into());
+                    }
+                    SlotState::Connected(live) => {
+                        status.state = ConnectionState::Connected;
+                        status.tools = live.tools.iter().map(|t| t.name().to_owned()).collect();
+                        status.server_version = live.server_version.clone();
+                        status.warnings = live.warnings.clone();
+                    }
+                    SlotState::Failed { error, .. } => {
+                        status.state = ConnectionState::Failed(error.clone());
+                    }
+                }
+                status
+            })
+            .collect()
+    }
+
+    /// Closes every session: stdio servers get stdin closed, then SIGTERM, then a kill of their
+    /// process group, and are reaped (no zombies). The manager can connect again afterwards.
+    pub async fn shutdown(&self) {
+        let _serial = self.inner.connecting.lock().await;
+        let mut lives = Vec::new();
+        for slot in &self.inner.slots {
+            let mut state = slot.lock();
+            if let SlotState::Connected(live) = std::mem::replace(&mut *state, SlotState::NotConnected) {
+                lives.push((slot.spec.name.clone(), live));
+            }
+        }
+        let closing = lives.into_iter().map(|(name, live)| async move {
+            let mut live = *live;
+            match live.service.close_with_timeout(SHUTDOWN_TIMEOUT).await {
+                Ok(Some(_)) => tracing::debug!(server = %name, "MCP server closed"),
+                Ok(None) => tracing::warn!(server = %name, "MCP server did not close in time"),
+                Err(e) => tracing::warn!(server = %name, "MCP server close failed: {e}"),
+            }
+        });
+        futures::future::join_all(closing).await;
+    }
+}
+
+/// `error: source: source…` on one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !text.contains(&s_text) {
+            text.push_str(": ");
+            text.push_str(&s_text);
+        }
+        source = s.source();
+    }
+    text
+}

@@ -1,0 +1,327 @@
+//! Server tools, resources and prompts as nanobot [`Tool`]s.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use nanobot_tools::{Tool, ToolContext, ToolError, ToolOutput};
+use rmcp::model::{
+    CallToolRequestParams, GetPromptRequestParams, JsonObject, Prompt, ReadResourceRequestParams, Resource,
+};
+use rmcp::{Peer, RoleClient, ServiceError};
+use serde_json::{Map, Value, json};
+
+use crate::content::{self, RenderOptions, Rendered};
+use crate::schema::{empty_object_schema, normalize_schema};
+
+/// What every wrapper of one server shares: the live session and the call limits.
+#[derive(Debug)]
+pub(crate) struct ServerLink {
+    pub(crate) server: String,
+    pub(crate) peer: Peer<RoleClient>,
+    pub(crate) timeout: Duration,
+    pub(crate) media_dir: Option<PathBuf>,
+    pub(crate) max_chars: usize,
+}
+
+impl ServerLink {
+    fn render_options(&self) -> RenderOptions<'_> {
+        RenderOptions {
+            server: &self.server,
+            media_dir: self.media_dir.as_deref(),
+            max_chars: self.max_chars,
+        }
+    }
+
+    /// Runs one request bounded by `toolTimeout` and the turn's cancellation token. Dropping
+    /// the request future on timeout makes rmcp send `notifications/cancelled`.
+    async fn run<T>(
+        &self,
+        operation: &str,
+        ctx: &ToolContext,
+        request: impl Future<Output = Result<T, ServiceError>>,
+    ) -> Result<T, ToolError> {
+        tokio::select! {
+            biased;
+            () = ctx.cancel.cancelled() => Err(ToolError::Cancelled),
+            outcome = tokio::time::timeout(self.timeout, request) => match outcome {
+                Err(_) => {
+                    tracing::warn!(server = %self.server, operation, timeout = ?self.timeout, "MCP request timed out");
+                    Err(ToolError::Timeout(self.timeout))
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(server = %self.server, operation, "MCP request failed: {e}");
+                    Err(ToolError::Failed(format!(
+                        "MCP server '{}': {operation} failed: {e}",
+                        self.server
+                    )))
+                }
+                Ok(Ok(v)) => Ok(v),
+            }
+        }
+    }
+
+    fn render_error(&self, e: crate::McpError) -> ToolError {
+        match e {
+            crate::McpError::Media { path, source } => ToolError::io("saving MCP media to", path, source),
+            other => ToolError::Failed(other.to_string()),
+        }
+    }
+}
+
+fn output(rendered: Rendered) -> ToolOutput {
+    let text = if rendered.text.trim().is_empty() && rendered.media.is_empty() {
+        "(no output)".to_owned()
+    } else {
+        rendered.text
+    };
+    ToolOutput {
+        text,
+        media: rendered.media,
+        is_error: false,
+    }
+}
+
+fn object_args(args: Value) -> Result<JsonObject, ToolError> {
+    match args {
+        Value::Object(map) => Ok(map),
+        Value::Null => Ok(Map::new()),
+        other => Err(ToolError::InvalidArguments(format!(
+            "expected a JSON object, got {other}"
+        ))),
+    }
+}
+
+/// A server tool registered as `mcp_<server>_<tool>`; calls go to the original name.
+#[derive(Debug)]
+pub struct McpTool {
+    name: String,
+    original: String,
+    description: String,
+    parameters: Value,
+    read_only: bool,
+    link: Arc<ServerLink>,
+}
+
+impl McpTool {
+    pub(crate) fn new(name: String, tool: &rmcp::model::Tool, link: Arc<ServerLink>) -> Self {
+        let description = tool
+            .description
+            .as_deref()
+            .filter(|d| !d.trim().is_empty())
+            .map(str::to_owned)
+            .or_else(|| tool.title.clone())
+            .unwrap_or_else(|| tool.name.to_string());
+        let read_only = tool
+            .annotations
+            .as_ref()
+            .and_then(|a| a.read_only_hint)
+            .unwrap_or(false);
+        Self {
+            name,
+            original: tool.name.to_string(),
+            description,
+            parameters: normalize_schema(&Value::Object((*tool.input_schema).clone())),
+            read_only,
+            link,
+        }
+    }
+
+    /// The tool's name on its server.
+    pub fn original_name(&self) -> &str {
+        &self.original
+    }
+
+    /// The server it belongs to.
+    pub fn server(&self) -> &str {
+        &self.link.server
+    }
+}
+
+#[async_trait]
+impl Tool for McpTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> Value {
+        self.parameters.clone()
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let params = CallToolRequestParams::new(self.original.clone()).with_arguments(object_args(args)?);
+        let result = self
+            .link
+            .run("tools/call", ctx, self.link.peer.call_tool(params))
+            .await?;
+        let rendered = content::render_tool_result(&result, &self.link.render_options())
+            .await
+            .map_err(|e| self.link.render_error(e))?;
+        if result.is_error == Some(true) {
+            let text = if rendered.text.trim().is_empty() {
+                "the tool reported an error without a message".to_owned()
+            } else {
+                rendered.text
+            };
+            return Err(ToolError::Failed(format!(
+                "MCP tool '{}' on server '{}' failed: {text}",
+                self.original, self.link.server
+            )));
+        }
+        Ok(output(rendered))
+    }
+}
+
+/// A server resource registered as the read-only tool `mcp_<server>_resource_<name>`.
+#[derive(Debug)]
+pub struct McpResourceTool {
+    name: String,
+    uri: String,
+    description: String,
+    link: Arc<ServerLink>,
+}
+
+impl McpResourceTool {
+    pub(crate) fn new(name: String, resource: &Resource, link: Arc<ServerLink>) -> Self {
+        let about = resource
+            .description
+            .clone()
+            .or_else(|| resource.title.clone())
+            .unwrap_or_else(|| resource.name.clone());
+        Self {
+            name,
+            uri: resource.uri.clone(),
+            description: format!("[MCP Resource] {about}\nURI: {}", resource.uri),
+            link,
+        }
+    }
+
+    /// The resource URI it reads.
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+}
+
+#[async_trait]
+impl Tool for McpResourceTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> Value {
+        empty_object_schema()
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    async fn execute(&self, _args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let params = ReadResourceRequestParams::new(self.uri.clone());
+        let result = self
+            .link
+            .run("resources/read", ctx, self.link.peer.read_resource(params))
+            .await?;
+        let rendered = content::render_resource(&result, &self.link.render_options())
+            .await
+            .map_err(|e| self.link.render_error(e))?;
+        Ok(output(rendered))
+    }
+}
+
+/// A server prompt registered as the read-only tool `mcp_<server>_prompt_<name>`; its
+/// arguments become string parameters.
+#[derive(Debug)]
+pub struct McpPromptTool {
+    name: String,
+    original: String,
+    description: String,
+    parameters: Value,
+    link: Arc<ServerLink>,
+}
+
+impl McpPromptTool {
+    pub(crate) fn new(name: String, prompt: &Prompt, link: Arc<ServerLink>) -> Self {
+        let about = prompt
+            .description
+            .clone()
+            .or_else(|| prompt.title.clone())
+            .unwrap_or_else(|| prompt.name.clone());
+        let mut properties = Map::new();
+        let mut required = Vec::new();
+        for arg in prompt.arguments.iter().flatten() {
+            let mut prop = json!({"type": "string"});
+            if let Some(d) = arg.description.as_ref().or(arg.title.as_ref()) {
+                prop["description"] = Value::String(d.clone());
+            }
+            properties.insert(arg.name.clone(), prop);
+            if arg.required == Some(true) {
+                required.push(Value::String(arg.name.clone()));
+            }
+        }
+        Self {
+            name,
+            original: prompt.name.clone(),
+            description: format!("[MCP Prompt] {about}\nReturns a filled prompt template."),
+            parameters: json!({"type": "object", "properties": properties, "required": required}),
+            link,
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for McpPromptTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> Value {
+        self.parameters.clone()
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        // Prompt arguments are strings on the wire.
+        let arguments: JsonObject = object_args(args)?
+            .into_iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| {
+                let s = match v {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                (k, Value::String(s))
+            })
+            .collect();
+        let params = GetPromptRequestParams::new(self.original.clone()).with_arguments(arguments);
+        let result = self
+            .link
+            .run("prompts/get", ctx, self.link.peer.get_prompt(params))
+            .await?;
+        let rendered = content::render_prompt(&result, &self.link.render_options())
+            .await
+            .map_err(|e| self.link.render_error(e))?;
+        Ok(output(rendered))
+    }
+}
