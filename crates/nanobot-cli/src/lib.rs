@@ -1,0 +1,1 @@
+//! The nanobot command line (work in progress).
