@@ -192,10 +192,7 @@ fn stream(reply: &MockReply, ctx: &RenderCtx<'_>) -> Vec<SseEvent> {
         )
     };
     if let Some(reasoning) = &reply.reasoning {
-        events.push(start(
-            index,
-            json!({ "type": "thinking", "thinking": "", "signature": "" }),
-        ));
+        events.push(start(index, json!({ "type": "thinking", "thinking": "" })));
         for piece in reply.split(reasoning) {
             events.push(delta(
                 index,

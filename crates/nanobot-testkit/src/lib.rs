@@ -77,11 +77,12 @@ mod reply;
 mod request;
 
 pub mod peers;
+pub mod sse;
 
 pub use home::TempHome;
 pub use mock::{MockLlm, NO_REPLY_LEFT};
 pub use reply::{MockReply, ToolCallSpec};
-pub use request::{RecordedRequest, WireFormat};
+pub use request::{RecordedRequest, SentToolResult, WireFormat};
 
 /// Installs rustls' ring crypto provider as the process default (needed before building a reqwest 0.13
 /// client). Safe to call any number of times.

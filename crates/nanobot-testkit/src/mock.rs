@@ -87,6 +87,8 @@ pub struct MockLlm {
     inner: Arc<Inner>,
     addr: SocketAddr,
     task: JoinHandle<()>,
+    /// The mock's own runtime when started with [`MockLlm::start_background`].
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl fmt::Debug for MockLlm {
@@ -100,6 +102,10 @@ impl fmt::Debug for MockLlm {
 impl Drop for MockLlm {
     fn drop(&mut self) {
         self.task.abort();
+        if let Some(runtime) = self.runtime.take() {
+            // Does not block, so dropping the mock inside an async test is fine.
+            runtime.shutdown_background();
+        }
     }
 }
 
@@ -133,7 +139,47 @@ impl MockLlm {
             .fallback(any(not_found_handler))
             .with_state(inner.clone());
         let task = tokio::spawn(accept_loop(listener, router));
-        Ok(Self { inner, addr, task })
+        Ok(Self {
+            inner,
+            addr,
+            task,
+            runtime: None,
+        })
+    }
+
+    /// Starts the server on a runtime of its own (one worker thread), so it keeps answering while the test
+    /// thread blocks, e.g. in `std::process::Command::output()` on a nanobot binary. Works with or without
+    /// a surrounding runtime. Delays use real time there (a paused test clock does not reach it).
+    ///
+    /// ```
+    /// use nanobot_testkit::{MockLlm, MockReply};
+    /// let mock = MockLlm::start_background();
+    /// mock.push(MockReply::text("hi"));
+    /// assert_eq!(mock.remaining(), 1);
+    /// ```
+    pub fn start_background() -> Self {
+        match Self::try_start_background() {
+            Ok(mock) => mock,
+            Err(err) => panic!("MockLlm: cannot start: {err:#}"),
+        }
+    }
+
+    /// Fallible [`MockLlm::start_background`].
+    pub fn try_start_background() -> anyhow::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("mock-llm")
+            .enable_all()
+            .build()?;
+        // `block_on` may not run inside another runtime; spawning onto the new one and waiting for a
+        // std channel works in both cases.
+        let (tx, rx) = std::sync::mpsc::channel();
+        runtime.spawn(async move {
+            let _ = tx.send(Self::try_start().await);
+        });
+        let mut mock = rx.recv()??;
+        mock.runtime = Some(runtime);
+        Ok(mock)
     }
 
     /// The bound address.
@@ -154,6 +200,29 @@ impl MockLlm {
     /// The Anthropic base URL: `http://127.0.0.1:PORT` (clients append `/v1/messages`).
     pub fn anthropic_base_url(&self) -> String {
         self.url()
+    }
+
+    /// A partial nanobot `config.json` (camelCase, as the Python nanobot writes it) that points the agent at
+    /// this mock: OpenAI format through the `custom` provider, Anthropic format through the `anthropic`
+    /// provider with `apiBase` set. Model `mock-model`, API key `sk-mock`. Add the rest (workspace, channels)
+    /// and write it with [`crate::TempHome::write_config`].
+    ///
+    /// ```
+    /// # use nanobot_testkit::{MockLlm, WireFormat};
+    /// let mock = MockLlm::start_background();
+    /// let config = mock.nanobot_config(WireFormat::OpenAi);
+    /// assert_eq!(config["providers"]["custom"]["apiBase"], mock.openai_base_url());
+    /// assert_eq!(config["agents"]["defaults"]["provider"], "custom");
+    /// ```
+    pub fn nanobot_config(&self, format: WireFormat) -> Value {
+        let (provider, base) = match format {
+            WireFormat::OpenAi => ("custom", self.openai_base_url()),
+            WireFormat::Anthropic => ("anthropic", self.anthropic_base_url()),
+        };
+        json!({
+            "agents": { "defaults": { "model": "mock-model", "provider": provider } },
+            "providers": { provider: { "apiKey": "sk-mock", "apiBase": base } },
+        })
     }
 
     /// Appends a reply to the FIFO script (one reply per completion request).
@@ -188,6 +257,11 @@ impl MockLlm {
 
     /// A reusable rule: every completion request whose last user text contains `needle` gets `reply`
     /// (checked before the FIFO; rules are tried in the order they were added).
+    ///
+    /// Beware of tool loops: the follow-up request that carries a tool result still has the same last user
+    /// text, so a reusable rule that answers with a tool call matches again and again. Use
+    /// [`MockLlm::when_last_user_contains_once`], or [`MockLlm::when`] with
+    /// `!r.ends_with_tool_result()`.
     pub fn when_last_user_contains(&self, needle: impl Into<String>, reply: MockReply) {
         let needle = needle.into();
         self.add_rule(

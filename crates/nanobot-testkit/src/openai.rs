@@ -132,6 +132,7 @@ fn json_message(reply: &MockReply, ctx: &RenderCtx<'_>) -> Value {
         "content".into(),
         reply.content.clone().map_or(Value::Null, Value::String),
     );
+    message.insert("refusal".into(), Value::Null);
     if let Some(reasoning) = &reply.reasoning {
         message.insert("reasoning_content".into(), json!(reasoning));
     }

@@ -114,6 +114,50 @@ impl RecordedRequest {
         (!parts.is_empty()).then(|| parts.join("\n"))
     }
 
+    /// Role of the last message (`"user"`, `"assistant"`, `"tool"`, …).
+    pub fn last_role(&self) -> Option<&str> {
+        self.messages().last()?.get("role")?.as_str()
+    }
+
+    /// Whether the last message carries tool results: OpenAI role `tool`, or an Anthropic `user` message
+    /// with `tool_result` blocks. True on the follow-up requests of a tool loop.
+    pub fn ends_with_tool_result(&self) -> bool {
+        self.messages().last().is_some_and(|m| {
+            m.get("role").and_then(Value::as_str) == Some("tool")
+                || m.get("content").and_then(Value::as_array).is_some_and(|blocks| {
+                    blocks
+                        .iter()
+                        .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+                })
+        })
+    }
+
+    /// Every tool result in the conversation, in order, for either format.
+    pub fn tool_results(&self) -> Vec<SentToolResult> {
+        let mut out = Vec::new();
+        for m in self.messages() {
+            if m.get("role").and_then(Value::as_str) == Some("tool") {
+                out.push(SentToolResult {
+                    call_id: str_field(m, "tool_call_id"),
+                    content: m.get("content").map(text_of).unwrap_or_default(),
+                    is_error: false,
+                });
+            } else if let Some(blocks) = m.get("content").and_then(Value::as_array) {
+                for b in blocks
+                    .iter()
+                    .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+                {
+                    out.push(SentToolResult {
+                        call_id: str_field(b, "tool_use_id"),
+                        content: b.get("content").map(text_of).unwrap_or_default(),
+                        is_error: b.get("is_error").and_then(Value::as_bool) == Some(true),
+                    });
+                }
+            }
+        }
+        out
+    }
+
     /// Text of the last `user` message that has text (string content or `text` parts/blocks). Anthropic user
     /// messages that carry only `tool_result` blocks are skipped.
     pub fn last_user_text(&self) -> Option<String> {
@@ -125,6 +169,21 @@ impl RecordedRequest {
             .map(text_of)
             .find(|t| !t.is_empty())
     }
+}
+
+/// A tool result the client sent back to the model, in either format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentToolResult {
+    /// OpenAI `tool_call_id` / Anthropic `tool_use_id`.
+    pub call_id: String,
+    /// The result as text (string content, or the text parts joined with newlines).
+    pub content: String,
+    /// Anthropic `is_error` (always `false` for OpenAI).
+    pub is_error: bool,
+}
+
+fn str_field(v: &Value, key: &str) -> String {
+    v.get(key).and_then(Value::as_str).unwrap_or_default().to_owned()
 }
 
 /// Text of a message content: a string, or the `text` of its `text` parts joined with newlines.
@@ -168,6 +227,16 @@ mod tests {
         assert_eq!(r.last_user_text().as_deref(), Some("please be slow"));
         assert_eq!(r.system_text().as_deref(), Some("sys"));
         assert_eq!(r.format(), Some(WireFormat::Anthropic));
+        assert!(r.ends_with_tool_result());
+        assert_eq!(r.last_role(), Some("user"));
+        assert_eq!(
+            r.tool_results(),
+            vec![SentToolResult {
+                call_id: "t".into(),
+                content: "ok".into(),
+                is_error: false
+            }]
+        );
     }
 
     #[test]
@@ -179,5 +248,14 @@ mod tests {
         assert_eq!(r.system_text().as_deref(), Some("S"));
         assert_eq!(r.last_user_text().as_deref(), Some("hi"));
         assert_eq!(r.tool_names(), vec!["read_file".to_owned()]);
+        assert!(!r.ends_with_tool_result());
+        let t = req(json!({"messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1"}]},
+            {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "res"}]},
+        ]}));
+        assert!(t.ends_with_tool_result());
+        assert_eq!(t.tool_results()[0].call_id, "c1");
+        assert_eq!(t.tool_results()[0].content, "res");
     }
 }

@@ -209,3 +209,104 @@ async fn tool_call_ids_count_across_formats() {
         .unwrap();
     assert_eq!(v["content"][0]["id"], "call_2");
 }
+
+#[test]
+fn background_mock_answers_while_the_test_thread_blocks() {
+    use std::io::{Read, Write};
+    let mock = MockLlm::start_background();
+    mock.push(MockReply::text("from a blocking test"));
+    let body = chat_body("x", false).to_string();
+    let mut stream = std::net::TcpStream::connect(mock.addr()).unwrap();
+    write!(
+        stream,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        mock.addr(),
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    assert!(answer.contains("from a blocking test"));
+    assert_eq!(mock.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn background_mock_can_be_dropped_inside_a_runtime() {
+    let mock = MockLlm::start_background();
+    mock.push(MockReply::text("bg"));
+    assert_eq!(ask(&mock, "x").await, "bg");
+    let addr = mock.addr();
+    drop(mock);
+    // The port is closed once the mock is gone (its runtime shut down).
+    // Its worker thread shuts down asynchronously: poll with a bounded deadline.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut refused = false;
+    while !refused && std::time::Instant::now() < deadline {
+        refused = tokio::net::TcpStream::connect(addr).await.is_err();
+        tokio::task::yield_now().await;
+    }
+    assert!(refused, "background mock still accepting after drop");
+}
+
+#[tokio::test]
+async fn tool_results_are_visible_to_rules_and_assertions() {
+    let mock = MockLlm::start().await;
+    // A tool loop: the rule only answers the first turn, follow-ups with a tool result fall through.
+    mock.when(
+        |r| r.last_user_text().is_some_and(|t| t.contains("list")) && !r.ends_with_tool_result(),
+        MockReply::tool_call("list_dir", json!({"path": "."})),
+    );
+    mock.set_fallback(MockReply::text("done"));
+    let c = client();
+    let url = format!("{}/chat/completions", mock.openai_base_url());
+    let first: Value = c
+        .post(&url)
+        .json(&chat_body("list files", false))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let call = &first["choices"][0]["message"]["tool_calls"][0];
+    let follow_up = json!({"model": "m", "messages": [
+        {"role": "user", "content": "list files"},
+        first["choices"][0]["message"].clone(),
+        {"role": "tool", "tool_call_id": call["id"], "content": "a.txt"},
+    ]});
+    let second: Value = c
+        .post(&url)
+        .json(&follow_up)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(second["choices"][0]["message"]["content"], "done");
+    let last = mock.last_request().unwrap();
+    assert_eq!(last.last_role(), Some("tool"));
+    assert_eq!(last.tool_results()[0].call_id, "call_1");
+    assert_eq!(last.tool_results()[0].content, "a.txt");
+}
+
+#[tokio::test]
+async fn sse_reader_reports_an_early_end() {
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("short"));
+    let mut resp = client()
+        .post(format!("{}/chat/completions", mock.openai_base_url()))
+        .json(&chat_body("x", true))
+        .send()
+        .await
+        .unwrap();
+    let err = nanobot_testkit::sse::read_frames(&mut resp, 100)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("stream ended after"), "{err}");
+    let frames = nanobot_testkit::sse::parse("data: a\r\n\r\n: comment\n\nevent: x\ndata: b\ndata: c");
+    assert_eq!(frames.len(), 2);
+    assert_eq!(frames[1].data, "b\nc");
+}

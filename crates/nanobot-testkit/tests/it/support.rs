@@ -7,51 +7,14 @@ pub(crate) fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
-/// One parsed SSE event.
-#[derive(Debug, Clone)]
-pub(crate) struct Event {
-    pub(crate) event: Option<String>,
-    pub(crate) data: String,
-}
+pub(crate) use nanobot_testkit::sse::parse as parse_sse;
 
-impl Event {
-    pub(crate) fn json(&self) -> Value {
-        serde_json::from_str(&self.data).unwrap()
-    }
-}
-
-/// Parses a complete SSE body.
-pub(crate) fn parse_sse(text: &str) -> Vec<Event> {
-    let mut out = Vec::new();
-    for block in text.split("\n\n").filter(|b| !b.trim().is_empty()) {
-        let mut event = None;
-        let mut data = Vec::new();
-        for line in block.lines() {
-            if let Some(v) = line.strip_prefix("event: ") {
-                event = Some(v.to_owned());
-            } else if let Some(v) = line.strip_prefix("data: ") {
-                data.push(v);
-            }
-        }
-        out.push(Event {
-            event,
-            data: data.join("\n"),
-        });
-    }
-    out
-}
-
-/// Reads chunks until the body holds `n` complete events; returns them and the response for further reads.
-pub(crate) async fn read_events(resp: &mut reqwest::Response, n: usize) -> Vec<Event> {
-    let mut buf = String::new();
-    loop {
-        let events = parse_sse(&buf);
-        if buf.ends_with("\n\n") && events.len() >= n {
-            return events;
-        }
-        let chunk = resp.chunk().await.unwrap().expect("stream ended early");
-        buf.push_str(std::str::from_utf8(&chunk).unwrap());
-    }
+/// Reads until `n` complete events have arrived.
+pub(crate) async fn read_events(
+    resp: &mut reqwest::Response,
+    n: usize,
+) -> Vec<nanobot_testkit::sse::SseFrame> {
+    nanobot_testkit::sse::read_frames(resp, n).await.unwrap()
 }
 
 pub(crate) fn chat_body(user: &str, stream: bool) -> Value {
