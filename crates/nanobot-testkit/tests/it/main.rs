@@ -10,5 +10,6 @@ mod faults;
 mod home;
 mod openai;
 mod peers;
+mod real_sdk;
 mod script;
 mod support;
