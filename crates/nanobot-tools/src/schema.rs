@@ -33,6 +33,34 @@ pub fn schema_for<T: JsonSchema>() -> Value {
 fn clean_schema(value: &mut Value, root: bool) {
     match value {
         Value::Object(map) => {
+            // Option<T> of a complex T: `anyOf: [T, {type: null}]` → T
+            if let Some(Value::Array(variants)) = map.get("anyOf") {
+                let non_null: Vec<&Value> = variants
+                    .iter()
+                    .filter(|v| v.get("type").and_then(Value::as_str) != Some("null"))
+                    .collect();
+                if non_null.len() == 1
+                    && non_null.len() < variants.len()
+                    && let Value::Object(inner) = non_null[0].clone()
+                {
+                    map.remove("anyOf");
+                    for (k, v) in inner {
+                        map.entry(k).or_insert(v);
+                    }
+                }
+            }
+            // documented unit enums: `oneOf: [{const, description}, …]` → `enum`
+            if let Some(Value::Array(variants)) = map.get("oneOf")
+                && !variants.is_empty()
+                && variants.iter().all(|v| v.get("const").is_some())
+            {
+                let values: Vec<Value> = variants.iter().filter_map(|v| v.get("const").cloned()).collect();
+                map.remove("oneOf");
+                if values.iter().all(Value::is_string) {
+                    map.insert("type".into(), Value::from("string"));
+                }
+                map.insert("enum".into(), Value::Array(values));
+            }
             map.remove("$schema");
             map.remove("format");
             if root {

@@ -1,0 +1,253 @@
+use serde_json::json;
+
+use crate::{ctx, fs_registry};
+
+#[tokio::test]
+async fn read_file_numbers_and_pages() {
+    let ws = tempfile::tempdir().unwrap();
+    let body: String = (1..=10).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(ws.path().join("a.txt"), body).unwrap();
+    let r = fs_registry(ws.path(), true);
+    let c = ctx(ws.path());
+    let out = r
+        .execute(
+            "read_file",
+            json!({"path": "a.txt", "offset": "3", "limit": 2}),
+            &c,
+        )
+        .await;
+    assert!(out.text.starts_with("3| line 3\n4| line 4"), "{}", out.text);
+    assert!(out.text.contains("Use offset=5 to continue"));
+    let out = r.execute("read_file", json!({"path": "missing.txt"}), &c).await;
+    assert!(out.is_error && out.text.contains("File not found"));
+}
+
+#[tokio::test]
+async fn read_file_returns_images_as_media_and_refuses_devices() {
+    let ws = tempfile::tempdir().unwrap();
+    let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+    std::fs::write(ws.path().join("p.png"), png).unwrap();
+    let r = fs_registry(ws.path(), false);
+    let c = ctx(ws.path());
+    let out = r.execute("read_file", json!({"path": "p.png"}), &c).await;
+    assert_eq!(out.media.len(), 1, "{}", out.text);
+    assert!(out.text.contains("image/png"));
+    for dev in ["/dev/zero", "/dev/random", "/dev/stdin", "/dev/urandom"] {
+        let out = r.execute("read_file", json!({"path": dev}), &c).await;
+        assert!(
+            out.is_error && out.text.contains("blocked"),
+            "{dev}: {}",
+            out.text
+        );
+    }
+}
+
+#[tokio::test]
+async fn write_and_edit() {
+    let ws = tempfile::tempdir().unwrap();
+    let r = fs_registry(ws.path(), true);
+    let c = ctx(ws.path());
+    let out = r
+        .execute(
+            "write_file",
+            json!({"path": "d/e/f.txt", "content": "alpha\nbeta\nbeta\ngamma\n"}),
+            &c,
+        )
+        .await;
+    assert!(out.text.contains("Successfully wrote 22 bytes"), "{}", out.text);
+    let out = r
+        .execute(
+            "edit_file",
+            json!({"path": "d/e/f.txt", "old_text": "beta", "new_text": "B"}),
+            &c,
+        )
+        .await;
+    assert!(
+        out.is_error && out.text.contains("appears 2 times"),
+        "{}",
+        out.text
+    );
+    let out = r
+        .execute(
+            "edit_file",
+            json!({"path": "d/e/f.txt", "old_text": "gamma", "new_text": "G"}),
+            &c,
+        )
+        .await;
+    assert!(!out.is_error, "{}", out.text);
+    let out = r
+        .execute(
+            "edit_file",
+            json!({"path": "d/e/f.txt", "old_text": "beta", "new_text": "B", "replace_all": "true"}),
+            &c,
+        )
+        .await;
+    assert!(out.text.contains("2 replacements"), "{}", out.text);
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("d/e/f.txt")).unwrap(),
+        "alpha\nB\nB\nG\n"
+    );
+    // not found: the closest region comes back as a diff
+    let out = r
+        .execute(
+            "edit_file",
+            json!({"path": "d/e/f.txt", "old_text": "alpah\nB", "new_text": "x"}),
+            &c,
+        )
+        .await;
+    assert!(out.is_error);
+    assert!(out.text.contains("Best match"), "{}", out.text);
+    assert!(
+        out.text.contains("-alpah") && out.text.contains("+alpha"),
+        "{}",
+        out.text
+    );
+}
+
+#[tokio::test]
+async fn list_glob_grep() {
+    let ws = tempfile::tempdir().unwrap();
+    let p = ws.path();
+    std::fs::create_dir_all(p.join("src/deep")).unwrap();
+    std::fs::create_dir_all(p.join("node_modules/x")).unwrap();
+    std::fs::create_dir_all(p.join("target")).unwrap();
+    std::fs::write(p.join("src/a.rs"), "fn main() {}\n// TODO one\n").unwrap();
+    std::fs::write(p.join("src/deep/b.rs"), "// todo two\nlet x = 1;\n").unwrap();
+    std::fs::write(p.join("node_modules/x/c.rs"), "TODO hidden\n").unwrap();
+    std::fs::write(p.join("target/d.rs"), "TODO hidden\n").unwrap();
+    std::fs::write(p.join("bin.dat"), b"TODO\0\x01\x02").unwrap();
+    let r = fs_registry(p, true);
+    let c = ctx(p);
+
+    let out = r
+        .execute("list_dir", json!({"path": ".", "recursive": true}), &c)
+        .await;
+    assert!(out.text.contains("src/deep/b.rs"), "{}", out.text);
+    assert!(
+        !out.text.contains("node_modules") && !out.text.contains("target"),
+        "{}",
+        out.text
+    );
+
+    let out = r.execute("glob", json!({"pattern": "*.rs"}), &c).await;
+    let mut lines: Vec<&str> = out.text.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["src/a.rs", "src/deep/b.rs"]);
+    let out = r.execute("glob", json!({"pattern": "src/*.rs"}), &c).await;
+    assert_eq!(out.text, "src/a.rs");
+
+    let out = r
+        .execute("grep", json!({"pattern": "todo", "case_insensitive": true}), &c)
+        .await;
+    let mut lines: Vec<&str> = out.text.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["src/a.rs", "src/deep/b.rs"], "{}", out.text);
+    let out = r
+        .execute(
+            "grep",
+            json!({"pattern": "TODO", "output_mode": "content", "context_lines": 1}),
+            &c,
+        )
+        .await;
+    assert_eq!(out.text, "src/a.rs-1- fn main() {}\nsrc/a.rs:2: // TODO one");
+    let out = r
+        .execute(
+            "grep",
+            json!({"pattern": "(?i)todo", "output_mode": "count", "glob": "*.rs"}),
+            &c,
+        )
+        .await;
+    assert_eq!(out.text, "src/a.rs: 1\nsrc/deep/b.rs: 1");
+    let out = r
+        .execute(
+            "grep",
+            json!({"pattern": "(?i)todo", "output_mode": "content", "head_limit": 1}),
+            &c,
+        )
+        .await;
+    assert!(
+        out.text
+            .starts_with("src/a.rs:2: // TODO one\n\n(showing first 1 of 2"),
+        "{}",
+        out.text
+    );
+    let out = r.execute("grep", json!({"pattern": "nothing-here"}), &c).await;
+    assert!(out.text.starts_with("No matches"));
+    let out = r
+        .execute("grep", json!({"pattern": "(", "output_mode": "nope"}), &c)
+        .await;
+    assert!(
+        out.is_error && out.text.contains("output_mode must be one of"),
+        "{}",
+        out.text
+    );
+}
+
+/// Escape attempts against the path sandbox: every one must be refused, by every file tool.
+#[tokio::test]
+async fn sandbox_escape_table() {
+    let root = tempfile::tempdir().unwrap();
+    let ws = root.path().join("ws");
+    let outside = root.path().join("outside");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret.txt"), "s3cret").unwrap();
+    std::os::unix::fs::symlink(&outside, ws.join("link")).unwrap();
+    std::os::unix::fs::symlink(outside.join("secret.txt"), ws.join("file_link")).unwrap();
+    let sandbox = nanobot_tools::sandbox::Sandbox::new(&ws, true).with_home(Some(outside.clone()));
+    let reg = nanobot_tools::ToolRegistry::default();
+    nanobot_tools::builtin::register_fs_tools(&reg, &sandbox);
+    let c = ctx(&ws);
+    let secret_abs = outside.join("secret.txt").display().to_string();
+    let attempts = [
+        "../outside/secret.txt".to_owned(),
+        "sub/../../outside/secret.txt".to_owned(),
+        "~/secret.txt".to_owned(),
+        secret_abs.clone(),
+        "link/secret.txt".to_owned(),
+        "file_link".to_owned(),
+        "/etc/passwd".to_owned(),
+        "./link/../link/secret.txt".to_owned(),
+    ];
+    for a in &attempts {
+        let out = reg.execute("read_file", json!({"path": a}), &c).await;
+        assert!(
+            out.is_error && out.text.contains("outside allowed directory"),
+            "read {a}: {}",
+            out.text
+        );
+        let out = reg
+            .execute("write_file", json!({"path": a, "content": "pwn"}), &c)
+            .await;
+        assert!(out.is_error, "write {a}: {}", out.text);
+        let out = reg.execute("list_dir", json!({"path": a}), &c).await;
+        assert!(out.is_error, "list {a}: {}", out.text);
+    }
+    let out = reg
+        .execute("grep", json!({"pattern": "s3cret", "path": "link"}), &c)
+        .await;
+    assert!(out.is_error, "{}", out.text);
+    assert_eq!(
+        std::fs::read_to_string(outside.join("secret.txt")).unwrap(),
+        "s3cret"
+    );
+    // inside the workspace, a dotdot that stays inside is fine
+    let out = reg
+        .execute("write_file", json!({"path": "a/../b.txt", "content": "ok"}), &c)
+        .await;
+    assert!(!out.is_error, "{}", out.text);
+    // the built-in skills folder stays readable, but not writable
+    let skills = root.path().join("skills");
+    std::fs::create_dir_all(&skills).unwrap();
+    std::fs::write(skills.join("SKILL.md"), "# skill").unwrap();
+    let sandbox = nanobot_tools::sandbox::Sandbox::new(&ws, true).with_read_root(&skills);
+    let reg = nanobot_tools::ToolRegistry::default();
+    nanobot_tools::builtin::register_fs_tools(&reg, &sandbox);
+    let p = skills.join("SKILL.md").display().to_string();
+    let out = reg.execute("read_file", json!({"path": p}), &c).await;
+    assert_eq!(out.text, "1| # skill");
+    let out = reg
+        .execute("write_file", json!({"path": p, "content": "x"}), &c)
+        .await;
+    assert!(out.is_error);
+}
