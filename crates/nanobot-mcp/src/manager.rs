@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use nanobot_tools::Tool;
 use nanobot_tools::ssrf::SsrfGuard;
+use nanobot_tools::{Tool, ToolRegistry};
 use rmcp::RoleClient;
 use rmcp::service::RunningService;
 
@@ -25,7 +25,9 @@ pub const DEFAULT_MAX_RESULT_CHARS: usize = 200_000;
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Settings shared by all servers. The caller passes in what a library may not read itself.
-#[derive(Debug, Clone)]
+///
+/// `Debug` shows only the names of `parent_env`, never its values.
+#[derive(Clone)]
 pub struct McpOptions {
     /// The parent process environment; stdio servers get only its harmless part
     /// ([`crate::INHERITED_ENV`]) plus their configured `env`.
@@ -44,6 +46,20 @@ pub struct McpOptions {
     pub retry_interval: Duration,
     /// Longest text one result may hand the model; the rest is cut with a note.
     pub max_result_chars: usize,
+}
+
+impl std::fmt::Debug for McpOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpOptions")
+            .field("parent_env", &self.parent_env.keys().collect::<Vec<_>>())
+            .field("media_dir", &self.media_dir)
+            .field("ssrf", &self.ssrf)
+            .field("http_client", &self.http_client.is_some())
+            .field("connect_timeout", &self.connect_timeout)
+            .field("retry_interval", &self.retry_interval)
+            .field("max_result_chars", &self.max_result_chars)
+            .finish()
+    }
 }
 
 impl Default for McpOptions {
@@ -136,6 +152,8 @@ struct Inner {
     http: Mutex<Option<reqwest::Client>>,
     /// Serialises `connect` so two messages arriving together do not spawn a server twice.
     connecting: tokio::sync::Mutex<()>,
+    /// Names this manager put into a registry (see [`McpManager::register_into`]).
+    registered: Mutex<HashSet<String>>,
 }
 
 /// All configured MCP servers.
@@ -176,6 +194,7 @@ impl McpManager {
                 opts,
                 http: Mutex::new(None),
                 connecting: tokio::sync::Mutex::new(()),
+                registered: Mutex::new(HashSet::new()),
             }),
         }
     }
@@ -426,6 +445,30 @@ impl McpManager {
         tools
     }
 
+    /// [`McpManager::connect`], then [`McpManager::register_into`]: what the agent calls before
+    /// each turn.
+    pub async fn connect_into(&self, registry: &ToolRegistry) -> Vec<ServerStatus> {
+        let status = self.connect().await;
+        self.register_into(registry);
+        status
+    }
+
+    /// Makes `registry` hold exactly the current MCP tools: registers (or replaces) every tool of
+    /// the connected servers and unregisters the ones this manager registered before that are
+    /// gone (server reconnected with fewer tools, or shut down). Other tools are not touched.
+    pub fn register_into(&self, registry: &ToolRegistry) {
+        let tools = self.tools();
+        let current: HashSet<String> = tools.iter().map(|t| t.name().to_owned()).collect();
+        let mut registered = self.inner.registered.lock().unwrap_or_else(|p| p.into_inner());
+        for old in registered.difference(&current) {
+            registry.unregister(old);
+        }
+        for tool in tools {
+            registry.register(tool);
+        }
+        *registered = current;
+    }
+
     /// Each server's status, in configuration order (no connection attempt).
     pub fn status(&self) -> Vec<ServerStatus> {
         self.inner
@@ -482,6 +525,49 @@ impl McpManager {
             }
         });
         futures::future::join_all(closing).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_debug_hides_environment_values() {
+        let opts = McpOptions {
+            parent_env: [("OPENAI_API_KEY".to_owned(), "sk-parent-secret".to_owned())].into(),
+            ..McpOptions::default()
+        };
+        let dbg = format!("{opts:?}");
+        assert!(dbg.contains("OPENAI_API_KEY"), "{dbg}");
+        assert!(!dbg.contains("sk-parent-secret"), "{dbg}");
+    }
+
+    #[tokio::test]
+    async fn no_servers_means_no_work() {
+        let manager = McpManager::new(Vec::new(), McpOptions::default());
+        assert!(manager.is_empty());
+        assert!(manager.connect().await.is_empty());
+        assert!(manager.tools().is_empty());
+        manager.shutdown().await;
+    }
+
+    #[test]
+    fn config_errors_leave_the_other_servers_in() {
+        let good = nanobot_config::McpServerConfig {
+            command: "srv".into(),
+            ..Default::default()
+        };
+        let bad = nanobot_config::McpServerConfig::default();
+        let servers = [("good".to_owned(), good), ("bad".to_owned(), bad)];
+        let (manager, errors) =
+            McpManager::from_config(servers.iter().map(|(k, v)| (k, v)), McpOptions::default());
+        assert_eq!(
+            manager.specs().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+            ["good"]
+        );
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].to_string().contains("'bad'"), "{}", errors[0]);
     }
 }
 

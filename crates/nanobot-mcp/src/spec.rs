@@ -417,4 +417,35 @@ mod tests {
         .unwrap();
         assert!(!format!("{s:?}").contains("brv-secret"));
     }
+
+    #[test]
+    fn python_shaped_config_resolves() {
+        let servers: std::collections::BTreeMap<String, nanobot_config::McpServerConfig> =
+            serde_json::from_value(serde_json::json!({
+                "filesystem": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/w"],
+                               "enabledTools": ["read_file"], "toolTimeout": 30},
+                "remote-sse": {"url": "https://mcp.example.com/sse",
+                               "headers": {"Authorization": "Bearer your-token"}, "toolTimeout": 60},
+                "remote-http": {"url": "https://mcp.example.com/mcp", "headers": {"X-API-Key": "your-key"}},
+                "forced": {"type": "sse", "url": "https://mcp.example.com/events"}
+            }))
+            .unwrap();
+        let spec = |n: &str| ServerSpec::from_config(n, &servers[n]).unwrap();
+        let fs = spec("filesystem");
+        assert_eq!(fs.enabled_tools, ["read_file"]);
+        assert!(!fs.allows_all());
+        assert!(
+            matches!(&fs.transport, TransportSpec::Stdio { command, args, cwd: None, .. }
+            if command == "npx" && args.len() == 3)
+        );
+        let sse = spec("remote-sse");
+        assert_eq!(sse.transport.kind(), TransportKind::Sse);
+        assert_eq!(sse.tool_timeout, Duration::from_secs(60));
+        assert!(!format!("{sse:?}").contains("your-token"));
+        let http = spec("remote-http");
+        assert_eq!(http.transport.kind(), TransportKind::StreamableHttp);
+        assert_eq!(http.tool_timeout, DEFAULT_TOOL_TIMEOUT);
+        assert!(http.allows_all());
+        assert_eq!(spec("forced").transport.kind(), TransportKind::Sse);
+    }
 }

@@ -365,3 +365,55 @@ async fn legacy_sse_refuses_an_endpoint_on_another_origin() {
     assert!(matches!(err, McpError::SseHandshake { .. }), "{err:?}");
     assert!(err.to_string().contains("same origin"), "{err}");
 }
+
+#[tokio::test]
+async fn the_registry_runs_mcp_tools_and_follows_reconnects() {
+    use nanobot_tools::ToolRegistry;
+    let registry = ToolRegistry::default();
+    let manager = McpManager::new(
+        vec![spec(
+            "kid",
+            RawServer {
+                command: Some(peers::stdio_test_server().display().to_string()),
+                enabled_tools: Some(vec!["echo".into(), "fail".into(), "exit_now".into()]),
+                ..RawServer::default()
+            },
+        )],
+        McpOptions {
+            retry_interval: Duration::ZERO,
+            ..local_options(None)
+        },
+    );
+    let status = manager.connect_into(&registry).await;
+    assert!(status[0].connected(), "{:?}", status[0].state);
+    assert_eq!(
+        registry.names(),
+        ["mcp_kid_echo", "mcp_kid_exit_now", "mcp_kid_fail"]
+    );
+
+    // The model's view: validated arguments, plain results, errors with the hint.
+    let out = registry
+        .execute("mcp_kid_echo", json!({"message": "via registry"}), &ctx())
+        .await;
+    assert_eq!(out.text, "Echo: via registry");
+    let out = registry.execute("mcp_kid_echo", json!({}), &ctx()).await;
+    assert!(out.is_error, "missing required argument: {}", out.text);
+    let out = registry.execute("mcp_kid_fail", json!({}), &ctx()).await;
+    assert!(out.is_error);
+    assert!(out.text.contains("the widget is broken"), "{}", out.text);
+    assert!(out.text.ends_with(nanobot_tools::ERROR_HINT));
+
+    // The server dies; the next turn reconnects and the registry keeps working.
+    let out = registry.execute("mcp_kid_exit_now", json!({}), &ctx()).await;
+    assert!(out.is_error);
+    manager.connect_into(&registry).await;
+    let out = registry
+        .execute("mcp_kid_echo", json!({"message": "back"}), &ctx())
+        .await;
+    assert_eq!(out.text, "Echo: back");
+
+    // Shutdown + sync removes exactly our tools.
+    manager.shutdown().await;
+    manager.register_into(&registry);
+    assert!(registry.is_empty(), "{:?}", registry.names());
+}
