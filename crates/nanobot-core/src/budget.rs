@@ -1,0 +1,371 @@
+//! The context budget: token estimates (tiktoken, loaded lazily, with a character heuristic) and trimming a
+//! conversation so it fits, without ever separating a tool call from its result.
+
+use std::collections::HashSet;
+use std::sync::OnceLock;
+
+use nanobot_providers::{ChatMessage, Content, ContentPart, ToolSpec};
+use tiktoken_rs::CoreBPE;
+
+/// Tokens charged per message for role and framing.
+const PER_MESSAGE_OVERHEAD: usize = 4;
+/// Tokens charged per image part (a rough, provider-independent figure).
+const IMAGE_TOKENS: usize = 800;
+/// Tool results shorter than this many characters are never replaced by a placeholder.
+const LARGE_RESULT_CHARS: usize = 400;
+
+static TOKENIZER: OnceLock<Option<CoreBPE>> = OnceLock::new();
+
+/// The tokenizer, built on first use (never at start-up); `None` if it could not be built.
+fn tokenizer() -> Option<&'static CoreBPE> {
+    TOKENIZER
+        .get_or_init(|| match tiktoken_rs::o200k_base() {
+            Ok(bpe) => Some(bpe),
+            Err(e) => {
+                tracing::warn!(error = %e, "tokenizer unavailable; estimating tokens from characters");
+                None
+            }
+        })
+        .as_ref()
+}
+
+/// True once the tokenizer tables were loaded (tests check that short turns never load them).
+pub fn tokenizer_loaded() -> bool {
+    TOKENIZER.get().is_some()
+}
+
+/// A cheap upper-bound-ish estimate: one token per 3 bytes (tokens are ~4 bytes for English, fewer for code and
+/// non-Latin scripts).
+fn heuristic_tokens(text: &str) -> usize {
+    text.len().div_ceil(3)
+}
+
+fn message_text_len(m: &ChatMessage) -> (String, usize) {
+    let mut images = 0;
+    let mut text = String::new();
+    let push_content = |c: &Content, text: &mut String, images: &mut usize| match c {
+        Content::Text(t) => text.push_str(t),
+        Content::Parts(parts) => {
+            for p in parts {
+                match p {
+                    ContentPart::Text { text: t } => text.push_str(t),
+                    ContentPart::ImageUrl { .. } => *images += 1,
+                    ContentPart::Other(v) => text.push_str(&v.to_string()),
+                }
+            }
+        }
+    };
+    match m {
+        ChatMessage::System { content } | ChatMessage::User { content } => {
+            push_content(content, &mut text, &mut images)
+        }
+        ChatMessage::Tool { content, name, .. } => {
+            push_content(content, &mut text, &mut images);
+            if let Some(n) = name {
+                text.push_str(n);
+            }
+        }
+        ChatMessage::Assistant {
+            content,
+            tool_calls,
+            reasoning_content,
+            ..
+        } => {
+            if let Some(c) = content {
+                text.push_str(c);
+            }
+            if let Some(r) = reasoning_content {
+                text.push_str(r);
+            }
+            for c in tool_calls {
+                text.push_str(&c.name);
+                text.push_str(&c.arguments_json());
+            }
+        }
+    }
+    (text, images)
+}
+
+/// Token estimator: the character heuristic when it is clearly enough, tiktoken (o200k) otherwise.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokenEstimator;
+
+impl TokenEstimator {
+    /// Heuristic token count of the messages and tool definitions (never loads the tokenizer).
+    pub fn rough(&self, messages: &[ChatMessage], tools: &[ToolSpec]) -> usize {
+        let mut total = 0;
+        for m in messages {
+            let (text, images) = message_text_len(m);
+            total += heuristic_tokens(&text) + images * IMAGE_TOKENS + PER_MESSAGE_OVERHEAD;
+        }
+        for t in tools {
+            total += heuristic_tokens(&t.name)
+                + heuristic_tokens(&t.description)
+                + heuristic_tokens(&t.parameters.to_string());
+        }
+        total
+    }
+
+    /// Tokens of one text with the tokenizer (falls back to the heuristic).
+    pub fn count_text(&self, text: &str) -> usize {
+        match tokenizer() {
+            Some(bpe) => bpe.encode_ordinary(text).len(),
+            None => heuristic_tokens(text),
+        }
+    }
+
+    /// Tokens of one message (tokenizer; heuristic fallback).
+    pub fn message(&self, m: &ChatMessage) -> usize {
+        let (text, images) = message_text_len(m);
+        self.count_text(&text) + images * IMAGE_TOKENS + PER_MESSAGE_OVERHEAD
+    }
+
+    /// Tokens of the tool definitions.
+    pub fn tools(&self, tools: &[ToolSpec]) -> usize {
+        tools
+            .iter()
+            .map(|t| {
+                self.count_text(&t.name)
+                    + self.count_text(&t.description)
+                    + self.count_text(&t.parameters.to_string())
+            })
+            .sum()
+    }
+}
+
+/// How many input tokens a request may use: `contextWindowTokens − maxTokens − safety margin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextBudget {
+    /// The model's context window.
+    pub context_window_tokens: usize,
+    /// Tokens reserved for the answer.
+    pub max_output_tokens: usize,
+    /// Extra headroom for estimation error.
+    pub safety_margin: usize,
+}
+
+impl ContextBudget {
+    /// A budget with a safety margin of 5 % of the window (at least 256 tokens).
+    pub fn new(context_window_tokens: usize, max_output_tokens: usize) -> Self {
+        Self {
+            context_window_tokens,
+            max_output_tokens,
+            safety_margin: (context_window_tokens / 20).max(256),
+        }
+    }
+
+    /// Tokens available for the input.
+    pub fn input_budget(&self) -> usize {
+        self.context_window_tokens
+            .saturating_sub(self.max_output_tokens)
+            .saturating_sub(self.safety_margin)
+            .max(1)
+    }
+
+    /// `messages` made to fit: first the oldest large results of read-only tools (named in `read_only`) are
+    /// replaced by a one-line placeholder, then the oldest history is dropped down to a legal tail (the system
+    /// message stays, the tail starts at a user message, no tool result is separated from its call). The last
+    /// user message and everything after it are always kept. Returns the messages unchanged when they fit.
+    pub fn fit(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        read_only: &HashSet<String>,
+    ) -> Vec<ChatMessage> {
+        let budget = self.input_budget();
+        let est = TokenEstimator;
+        // Cheap path: the heuristic over-estimates, so if even that fits, the tokenizer is never loaded.
+        if est.rough(messages, tools) <= budget {
+            return messages.to_vec();
+        }
+        let mut out = messages.to_vec();
+        let tool_tokens = est.tools(tools);
+        let mut sizes: Vec<usize> = out.iter().map(|m| est.message(m)).collect();
+        let total = |sizes: &[usize]| sizes.iter().sum::<usize>() + tool_tokens;
+        if total(&sizes) <= budget {
+            return out;
+        }
+        let protect_from = last_user_index(&out).unwrap_or(out.len());
+        // 1. Placeholders for old, large read-only results (oldest first, never in the current turn).
+        for i in 0..protect_from {
+            if total(&sizes) <= budget {
+                return out;
+            }
+            if let ChatMessage::Tool {
+                tool_call_id,
+                name,
+                content,
+            } = &out[i]
+            {
+                let tool = name.clone().unwrap_or_default();
+                if read_only.contains(&tool) && content.text().chars().count() > LARGE_RESULT_CHARS {
+                    let placeholder = ChatMessage::Tool {
+                        tool_call_id: tool_call_id.clone(),
+                        name: name.clone(),
+                        content: Content::Text(format!(
+                            "[{tool} result omitted to fit the context window; call the tool again if you need it]"
+                        )),
+                    };
+                    sizes[i] = est.message(&placeholder);
+                    out[i] = placeholder;
+                }
+            }
+        }
+        if total(&sizes) <= budget {
+            return out;
+        }
+        // 2. Drop the oldest history: find the earliest legal start (a user message) that fits.
+        let system_end = out
+            .iter()
+            .take_while(|m| matches!(m, ChatMessage::System { .. }))
+            .count();
+        let system_tokens: usize = sizes[..system_end].iter().sum();
+        let mut start = system_end;
+        let mut tail_tokens: usize = sizes[system_end..].iter().sum();
+        let candidates: Vec<usize> = (system_end..out.len())
+            .filter(|&i| matches!(out[i], ChatMessage::User { .. }))
+            .collect();
+        for &cand in &candidates {
+            if cand > protect_from {
+                break;
+            }
+            tail_tokens -= sizes[start..cand].iter().sum::<usize>();
+            start = cand;
+            if system_tokens + tail_tokens + tool_tokens <= budget {
+                break;
+            }
+        }
+        let mut trimmed: Vec<ChatMessage> = out[..system_end].to_vec();
+        trimmed.extend(out[start..].iter().cloned());
+        drop_orphan_results(trimmed)
+    }
+}
+
+fn last_user_index(messages: &[ChatMessage]) -> Option<usize> {
+    messages
+        .iter()
+        .rposition(|m| matches!(m, ChatMessage::User { .. }))
+}
+
+/// Removes tool results whose call is not in the assistant message directly before their run of results.
+pub(crate) fn drop_orphan_results(messages: Vec<ChatMessage>) -> Vec<ChatMessage> {
+    let mut out = Vec::with_capacity(messages.len());
+    let mut open: HashSet<String> = HashSet::new();
+    for m in messages {
+        match &m {
+            ChatMessage::Assistant { tool_calls, .. } => {
+                open = tool_calls.iter().map(|c| c.id.clone()).collect();
+                out.push(m);
+            }
+            ChatMessage::Tool { tool_call_id, .. } => {
+                if open.remove(tool_call_id) {
+                    out.push(m);
+                }
+            }
+            _ => {
+                open.clear();
+                out.push(m);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nanobot_providers::ToolCall;
+    use serde_json::json;
+
+    fn turn(i: usize, big: usize) -> Vec<ChatMessage> {
+        vec![
+            ChatMessage::user(format!("question {i}")),
+            ChatMessage::assistant_tool_calls(
+                None,
+                vec![ToolCall::new(format!("c{i}"), "read_file", json!({"path": "a"}))],
+            ),
+            ChatMessage::tool_result(format!("c{i}"), "read_file", "x".repeat(big)),
+            ChatMessage::assistant(format!("answer {i}")),
+        ]
+    }
+
+    fn assert_no_orphans(msgs: &[ChatMessage]) {
+        let mut open: HashSet<String> = HashSet::new();
+        for m in msgs {
+            match m {
+                ChatMessage::Assistant { tool_calls, .. } => {
+                    open = tool_calls.iter().map(|c| c.id.clone()).collect()
+                }
+                ChatMessage::Tool { tool_call_id, .. } => {
+                    assert!(open.remove(tool_call_id), "orphan {tool_call_id}")
+                }
+                _ => open.clear(),
+            }
+        }
+    }
+
+    #[test]
+    fn fitting_conversation_is_untouched_and_tokenizer_not_needed() {
+        let mut msgs = vec![ChatMessage::system("sys")];
+        msgs.extend(turn(0, 10));
+        let b = ContextBudget::new(100_000, 1000);
+        assert_eq!(b.fit(&msgs, &[], &HashSet::new()), msgs);
+    }
+
+    #[test]
+    fn large_read_only_results_become_placeholders_first() {
+        let mut msgs = vec![ChatMessage::system("sys")];
+        for i in 0..4 {
+            msgs.extend(turn(i, 6000));
+        }
+        msgs.push(ChatMessage::user("now"));
+        let ro: HashSet<String> = ["read_file".to_string()].into();
+        let b = ContextBudget {
+            context_window_tokens: 6000,
+            max_output_tokens: 500,
+            safety_margin: 100,
+        };
+        let out = b.fit(&msgs, &[], &ro);
+        assert_eq!(out.len(), msgs.len(), "placeholders suffice, nothing dropped");
+        assert!(out.iter().any(|m| m.text().contains("omitted to fit")));
+        assert_no_orphans(&out);
+    }
+
+    #[test]
+    fn trimming_keeps_a_legal_tail() {
+        let mut msgs = vec![ChatMessage::system("sys")];
+        for i in 0..6 {
+            msgs.extend(turn(i, 3000));
+        }
+        msgs.push(ChatMessage::user("current"));
+        // Not read-only: placeholders are not allowed, history must be dropped.
+        let b = ContextBudget {
+            context_window_tokens: 3000,
+            max_output_tokens: 200,
+            safety_margin: 100,
+        };
+        let out = b.fit(&msgs, &[], &HashSet::new());
+        assert!(out.len() < msgs.len());
+        assert!(matches!(out[0], ChatMessage::System { .. }));
+        assert!(
+            matches!(out[1], ChatMessage::User { .. }),
+            "tail starts at a user message"
+        );
+        assert_eq!(out.last().map(ChatMessage::text).as_deref(), Some("current"));
+        assert_no_orphans(&out);
+    }
+
+    #[test]
+    fn orphan_results_are_dropped() {
+        let msgs = vec![
+            ChatMessage::user("q"),
+            ChatMessage::tool_result("ghost", "exec", "x"),
+            ChatMessage::assistant_tool_calls(None, vec![ToolCall::new("a", "exec", json!({}))]),
+            ChatMessage::tool_result("a", "exec", "ok"),
+            ChatMessage::tool_result("a", "exec", "dup"),
+        ];
+        let out = drop_orphan_results(msgs);
+        assert_eq!(out.len(), 3);
+        assert_no_orphans(&out);
+    }
+}

@@ -1,0 +1,158 @@
+//! Slash commands: parsing (`/cmd@botname args`, case-insensitive) and "did you mean" for unknown ones.
+
+/// The commands the agent understands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Command {
+    /// `/new`: archive the session and start fresh.
+    New,
+    /// `/stop`: cancel the running turn and its subagents.
+    Stop,
+    /// `/help`: list the commands.
+    Help,
+    /// `/status`: model, tokens, context use, session size, uptime.
+    Status,
+    /// `/compact`: consolidate the session into memory now.
+    Compact,
+    /// `/dream`: run Dream now.
+    Dream,
+    /// `/dream-log`: recent Dream changes.
+    DreamLog,
+    /// `/dream-restore`: undo a Dream change.
+    DreamRestore,
+}
+
+/// Every command with its one-line description (the `/help` text and the "did you mean" candidates).
+pub const COMMANDS: [(&str, Command, &str); 8] = [
+    (
+        "new",
+        Command::New,
+        "Start a new conversation (the current one is archived into memory)",
+    ),
+    ("stop", Command::Stop, "Stop the current task"),
+    ("help", Command::Help, "Show available commands"),
+    (
+        "status",
+        Command::Status,
+        "Show model, token usage, context use, session size and uptime",
+    ),
+    (
+        "compact",
+        Command::Compact,
+        "Summarise older messages into memory to free context",
+    ),
+    ("dream", Command::Dream, "Run memory consolidation (Dream) now"),
+    ("dream-log", Command::DreamLog, "Show recent Dream changes"),
+    ("dream-restore", Command::DreamRestore, "Undo a Dream change"),
+];
+
+/// A parsed slash command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parsed {
+    /// A known command and its argument text.
+    Known(Command, String),
+    /// An unknown `/word`, with the closest known command if one is close enough.
+    Unknown {
+        /// The command as typed (lowercased, without `/` and `@bot`).
+        name: String,
+        /// The closest known command.
+        suggestion: Option<&'static str>,
+    },
+}
+
+/// Parses `text` as a slash command; `None` when it is not one (ordinary text, or a path like `/etc/hosts`).
+///
+/// ```
+/// use nanobot_core::commands::{parse, Command, Parsed};
+/// assert_eq!(parse("/HELP@my_bot"), Some(Parsed::Known(Command::Help, String::new())));
+/// assert!(matches!(parse("/stauts"), Some(Parsed::Unknown { suggestion: Some("status"), .. })));
+/// assert_eq!(parse("hello /help"), None);
+/// assert_eq!(parse("/etc/hosts is broken"), None);
+/// ```
+pub fn parse(text: &str) -> Option<Parsed> {
+    let text = text.trim();
+    let rest = text.strip_prefix('/')?;
+    let (word, args) = match rest.split_once(char::is_whitespace) {
+        Some((w, a)) => (w, a.trim()),
+        None => (rest, ""),
+    };
+    let word = word.split('@').next().unwrap_or(word).to_lowercase();
+    if word.is_empty() || !word.chars().all(|c| c.is_alphanumeric() || c == '-' || c == '_') {
+        return None;
+    }
+    let canonical = word.replace('_', "-");
+    if let Some((_, cmd, _)) = COMMANDS.iter().find(|(n, _, _)| *n == canonical) {
+        return Some(Parsed::Known(*cmd, args.to_owned()));
+    }
+    Some(Parsed::Unknown {
+        suggestion: suggest(&canonical),
+        name: word,
+    })
+}
+
+fn suggest(word: &str) -> Option<&'static str> {
+    COMMANDS
+        .iter()
+        .map(|(n, _, _)| (*n, strsim::jaro_winkler(word, n)))
+        .filter(|(_, score)| *score >= 0.75)
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(n, _)| n)
+}
+
+/// The `/help` text.
+pub fn help_text() -> String {
+    let mut s = String::from("🐈 nanobot commands:\n");
+    for (name, _, desc) in COMMANDS {
+        s.push_str(&format!("/{name} — {desc}\n"));
+    }
+    s.trim_end().to_owned()
+}
+
+/// The answer to an unknown command.
+pub fn unknown_text(name: &str, suggestion: Option<&str>) -> String {
+    match suggestion {
+        Some(s) => format!("Unknown command /{name}. Did you mean /{s}? Type /help for the list."),
+        None => format!("Unknown command /{name}. Type /help to see the available commands."),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_known_with_args_and_bot_suffix() {
+        assert_eq!(
+            parse("  /Dream-Restore@Bot abc "),
+            Some(Parsed::Known(Command::DreamRestore, "abc".into()))
+        );
+        assert_eq!(parse("/new"), Some(Parsed::Known(Command::New, String::new())));
+        assert_eq!(
+            parse("/dream_log 5"),
+            Some(Parsed::Known(Command::DreamLog, "5".into()))
+        );
+    }
+
+    #[test]
+    fn unknown_commands_get_suggestions() {
+        assert_eq!(
+            parse("/hepl"),
+            Some(Parsed::Unknown {
+                name: "hepl".into(),
+                suggestion: Some("help")
+            })
+        );
+        assert_eq!(
+            parse("/sotp"),
+            Some(Parsed::Unknown {
+                name: "sotp".into(),
+                suggestion: Some("stop")
+            })
+        );
+        assert!(matches!(
+            parse("/xyzzyq"),
+            Some(Parsed::Unknown { suggestion: None, .. })
+        ));
+        assert!(unknown_text("hepl", Some("help")).contains("Did you mean /help?"));
+    }
+}

@@ -1,0 +1,69 @@
+//! The agent core of nanobot: the model ⇄ tools loop and everything around it.
+//!
+//! **Owns:** [`AgentRunner`] (the loop, reusable by the main agent, subagents, Dream and the API: parallel
+//! read-only tools, iteration cap, empty-answer retry, `length` continuation, think stripping, context budget,
+//! checkpoints), [`AgentHook`] / [`CompositeHook`] with the [`LoggingHook`] and [`UsageHook`],
+//! [`ContextBuilder`] (system prompt from identity, bootstrap files, `memory/MEMORY.md` and skills; runtime
+//! context and images on the user message), [`AgentLoop`] (bus consumer with one worker per session, slash
+//! [`commands`], session saving, crash recovery, progress/tool hints/streaming, `system` routing,
+//! [`AgentLoop::process_direct`]), the bus-aware tools `message`, `spawn` (subagents) and `cron`, the
+//! [`MemoryService`] trait long-term memory implements, [`AgentLoop::from_config`], and the embedding API
+//! ([`Agent::builder`]).
+//!
+//! **Must not know:** any chat platform (channels meet the agent on the bus), the process environment or
+//! `~/.nanobot` by itself (an [`Environment`] is passed in).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use nanobot_core::{strip_think, commands::{parse, Command, Parsed}};
+//!
+//! assert_eq!(strip_think("<think>plan</think>Hi!"), "Hi!");
+//! assert_eq!(parse("/status@my_bot"), Some(Parsed::Known(Command::Status, String::new())));
+//! // An agent needs only a provider (any `Arc<dyn Provider>`; see examples/embed.rs for a full run):
+//! let builder = nanobot_core::Agent::builder().workspace(std::env::temp_dir()).model("gpt-4o-mini");
+//! assert!(builder.build().is_err()); // no provider yet
+//! ```
+
+mod budget;
+mod error;
+mod hook;
+mod runner;
+mod text;
+
+pub use budget::{ContextBudget, TokenEstimator, tokenizer_loaded};
+pub use error::{BoxError, CoreError};
+pub use hook::{
+    AgentHook, CompositeHook, IterationEnd, IterationStart, LoggingHook, ToolBatch, UsageHook, UsageTotals,
+    Veto,
+};
+pub use runner::{
+    AgentRunner, CheckpointPhase, CheckpointSink, EMPTY_FINAL_RESPONSE, RunCheckpoint, RunResult, RunSpec,
+    StopReason, max_iterations_message, provider_error_message,
+};
+pub use text::{StreamThinkFilter, strip_think, tool_hint, truncate_chars};
+pub mod commands;
+mod context;
+mod memory;
+mod subagent;
+mod tools;
+
+pub use context::{
+    BOOTSTRAP_FILES, ContextBuilder, RUNTIME_CONTEXT_END, RUNTIME_CONTEXT_TAG, TurnOrigin,
+    strip_runtime_context,
+};
+pub use memory::{ConsolidationReport, ConsolidationTrigger, MemoryService, raw_archive};
+pub use subagent::{SubagentManager, SubagentOrigin, SubagentSettings};
+pub use tools::{CronAction, CronArgs, CronTool, MessageArgs, MessageTool, SpawnArgs, SpawnTool, TurnInfo};
+mod agent_loop;
+mod settings;
+
+pub use agent_loop::{
+    AgentLoop, AgentLoopBuilder, IMAGE_PLACEHOLDER, STORED_TOOL_RESULT_MAX_CHARS, TurnOptions, TurnReply,
+    WANTS_STREAM_KEY, stored_message,
+};
+pub use settings::{
+    AgentSettings, Environment, base_tools_from_config, builtin_skills_dir, registry_settings,
+};
+mod embed;
+
+pub use embed::{Agent, AgentBuilder, AgentResponse};

@@ -1,0 +1,148 @@
+//! [`MemoryService`]: what the agent loop asks of long-term memory (consolidation, archiving, Dream).
+//!
+//! The implementation lives in `nanobot-memory`; the loop holds an `Option<Arc<dyn MemoryService>>` and works
+//! without one (then `/compact` archives raw text, see [`raw_archive`]). The trait only mentions types of the
+//! lower crates (sessions), so it can move down into a shared crate without changing its users.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use nanobot_sessions::{Session, SessionMessage};
+
+use crate::error::BoxError;
+
+/// Why a consolidation was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConsolidationTrigger {
+    /// After a turn: consolidate only if the unconsolidated history is over its budget.
+    AfterTurn,
+    /// `/compact`: consolidate now, keeping only a short recent tail.
+    Compact,
+}
+
+/// What a consolidation did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConsolidationReport {
+    /// Messages archived into memory.
+    pub archived_messages: usize,
+    /// The session's new `last_consolidated`.
+    pub last_consolidated: usize,
+    /// Whether the model summarised (false: a raw archive entry was written).
+    pub summarised: bool,
+}
+
+impl ConsolidationReport {
+    /// A report.
+    pub fn new(archived_messages: usize, last_consolidated: usize, summarised: bool) -> Self {
+        Self {
+            archived_messages,
+            last_consolidated,
+            summarised,
+        }
+    }
+}
+
+/// Long-term memory as the agent loop sees it. Implemented by `nanobot-memory`.
+///
+/// Every method may take time (model calls); the loop calls them off the user's turn where it can.
+#[async_trait]
+pub trait MemoryService: Send + Sync {
+    /// Consolidates the oldest safe slice of session `session_key` (moving its `last_consolidated`), if the
+    /// trigger calls for it. Must not run two consolidations of one session at once.
+    async fn consolidate(
+        &self,
+        session_key: &str,
+        trigger: ConsolidationTrigger,
+    ) -> Result<ConsolidationReport, BoxError>;
+
+    /// Archives a whole session that `/new` just reset (`session` holds its messages before the reset).
+    async fn archive_session(&self, session: Session) -> Result<(), BoxError>;
+
+    /// Runs Dream now (`/dream`); returns a short report for the user.
+    async fn dream(&self) -> Result<String, BoxError>;
+
+    /// `/dream-log [n]`: recent Dream changes, for the user.
+    async fn dream_log(&self, _args: &str) -> Result<String, BoxError> {
+        Ok("Dream history is not available.".to_owned())
+    }
+
+    /// `/dream-restore <id>`: undoes a Dream change; returns a report for the user.
+    async fn dream_restore(&self, _args: &str) -> Result<String, BoxError> {
+        Ok("Dream restore is not available.".to_owned())
+    }
+}
+
+/// Appends a raw archive entry (`{"cursor","timestamp","content","session_key"}`) of `messages` to
+/// `<workspace>/memory/history.jsonl` — the fallback when no [`MemoryService`] is configured. Returns the cursor.
+pub fn raw_archive(workspace: &Path, session_key: &str, messages: &[SessionMessage]) -> std::io::Result<u64> {
+    use std::io::Write as _;
+    let dir = workspace.join("memory");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("history.jsonl");
+    let last_cursor = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| {
+            text.lines().rev().find_map(|l| {
+                serde_json::from_str::<serde_json::Value>(l)
+                    .ok()?
+                    .get("cursor")?
+                    .as_u64()
+            })
+        })
+        .unwrap_or(0);
+    let mut content = String::from("[RAW] ");
+    for m in messages {
+        let role = m.role().unwrap_or("?").to_uppercase();
+        let text = m.content_text().unwrap_or_default();
+        if text.trim().is_empty() {
+            continue;
+        }
+        let text = crate::context::strip_runtime_context(&text);
+        content.push_str(&format!(
+            "\n[{}] {}: {}",
+            m.timestamp().unwrap_or(""),
+            role,
+            crate::text::truncate_chars(&text, 2000)
+        ));
+    }
+    let cursor = last_cursor + 1;
+    let line = serde_json::json!({
+        "cursor": cursor,
+        "timestamp": chrono::Local::now().format("%Y-%m-%d %H:%M").to_string(),
+        "content": content,
+        "session_key": session_key,
+    });
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)?;
+    writeln!(f, "{line}")?;
+    Ok(cursor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_archive_appends_increasing_cursors() {
+        let ws = tempfile::tempdir().unwrap();
+        let msgs = vec![
+            SessionMessage::new("user", "remember the milk"),
+            SessionMessage::new("assistant", "ok"),
+        ];
+        assert_eq!(raw_archive(ws.path(), "cli:direct", &msgs).unwrap(), 1);
+        assert_eq!(raw_archive(ws.path(), "cli:direct", &msgs).unwrap(), 2);
+        let text = std::fs::read_to_string(ws.path().join("memory/history.jsonl")).unwrap();
+        let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        assert_eq!(first["session_key"], "cli:direct");
+        assert!(
+            first["content"]
+                .as_str()
+                .unwrap()
+                .contains("USER: remember the milk")
+        );
+    }
+}

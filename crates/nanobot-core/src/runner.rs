@@ -1,0 +1,656 @@
+//! [`AgentRunner`]: the model ⇄ tools loop, reusable by the main agent, subagents, Dream and the API.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use nanobot_providers::{
+    ChatMessage, ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, ResponseAccumulator,
+    StreamEvent, ToolCall, Usage,
+};
+use nanobot_tools::{ERROR_HINT, ToolContext, ToolRegistry};
+use serde::{Deserialize, Serialize};
+
+use crate::budget::ContextBudget;
+use crate::hook::{AgentHook, CompositeHook, IterationEnd, IterationStart, ToolBatch};
+use crate::text::{StreamThinkFilter, strip_think};
+
+/// How many times a `finish_reason = length` answer is continued.
+const MAX_LENGTH_CONTINUATIONS: usize = 3;
+
+/// The answer when the model returns nothing even after a retry.
+pub const EMPTY_FINAL_RESPONSE: &str = "I've completed processing but have no response to give.";
+
+const EMPTY_RETRY_PROMPT: &str = "Your previous reply was empty. Please give your final answer to the user now: \
+     summarise what you found or did.";
+const CONTINUE_PROMPT: &str = "Your answer was cut off by the output limit. Continue exactly where you stopped, \
+     without repeating anything.";
+const FINAL_CALL_PROMPT: &str = "You have reached the maximum number of tool calls for this turn. Do not call any \
+     more tools: give your best final answer now, based on what you already have.";
+
+/// The fixed answer when the iteration cap is reached without a final answer.
+pub fn max_iterations_message(n: usize) -> String {
+    format!(
+        "I reached the maximum number of tool call iterations ({n}) without completing the task. \
+         You can try breaking the task into smaller steps."
+    )
+}
+
+/// Why a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The model gave a final answer.
+    Completed,
+    /// The iteration cap was reached.
+    MaxIterations,
+    /// A model call failed; the content explains it to the user.
+    Error,
+    /// The run was cancelled (`/stop`, shutdown).
+    Cancelled,
+}
+
+/// Everything one run needs besides the runner's provider, tools and hook.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    /// The conversation so far: system prompt, history, and the new user message.
+    pub messages: Vec<ChatMessage>,
+    /// The model to call.
+    pub model: String,
+    /// Maximum model calls with tools (`agents.defaults.maxToolIterations`).
+    pub max_iterations: usize,
+    /// Output-token limit.
+    pub max_tokens: Option<u32>,
+    /// Sampling temperature.
+    pub temperature: Option<f64>,
+    /// Reasoning effort for models that support it.
+    pub reasoning_effort: Option<String>,
+    /// The input budget; `None` sends the conversation as is.
+    pub budget: Option<ContextBudget>,
+    /// Where tools run; its `cancel` token stops the run.
+    pub tool_context: ToolContext,
+}
+
+impl RunSpec {
+    /// A spec with these messages and model, 40 iterations, no budget and a context for `workspace`.
+    pub fn new(messages: Vec<ChatMessage>, model: impl Into<String>, tool_context: ToolContext) -> Self {
+        Self {
+            messages,
+            model: model.into(),
+            max_iterations: 40,
+            max_tokens: None,
+            temperature: None,
+            reasoning_effort: None,
+            budget: None,
+            tool_context,
+        }
+    }
+}
+
+/// The outcome of a run.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RunResult {
+    /// What the user sees: the final answer, or a clear message about why there is none.
+    pub content: String,
+    /// The whole conversation: the spec's messages followed by everything this run added.
+    pub messages: Vec<ChatMessage>,
+    /// Index in `messages` of the first message this run added.
+    pub turn_start: usize,
+    /// Why the run ended.
+    pub stop_reason: StopReason,
+    /// Token usage summed over every model call.
+    pub usage: Usage,
+    /// The last model call's usage (its prompt size is the context in use).
+    pub last_usage: Option<Usage>,
+    /// Model calls made.
+    pub iterations: usize,
+    /// Names of the tools called, in order.
+    pub tools_used: Vec<String>,
+    /// The provider error that ended the run, if any (for logs; `content` holds the user-facing text).
+    pub error: Option<String>,
+}
+
+impl RunResult {
+    /// The messages this run added (assistant messages and tool results).
+    pub fn new_messages(&self) -> &[ChatMessage] {
+        &self.messages[self.turn_start.min(self.messages.len())..]
+    }
+}
+
+/// Where a run is when a checkpoint is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointPhase {
+    /// The assistant asked for tools; they are about to run.
+    AwaitingTools,
+    /// The tools of the last assistant message have all returned.
+    ToolsCompleted,
+}
+
+/// A snapshot of a run in progress, enough to recover after a crash without re-running any tool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunCheckpoint {
+    /// Where the run was.
+    pub phase: CheckpointPhase,
+    /// The iteration (0-based).
+    pub iteration: usize,
+    /// The messages the run added so far (assistant messages and completed tool results).
+    pub messages: Vec<ChatMessage>,
+}
+
+/// Receives checkpoints (the agent loop stores them beside the session).
+#[async_trait]
+pub trait CheckpointSink: Send + Sync {
+    /// Stores `checkpoint`, replacing the previous one. Failures are the sink's to log.
+    async fn save(&self, checkpoint: &RunCheckpoint);
+}
+
+/// A user-facing explanation of a failed model call (no secrets, no stack traces).
+pub fn provider_error_message(err: &ProviderError) -> String {
+    match err {
+        ProviderError::Auth { provider, .. } => format!(
+            "Sorry, the AI provider ({provider}) rejected the credentials. Please check the API key in the configuration."
+        ),
+        ProviderError::RateLimited { provider, .. } => {
+            format!(
+                "Sorry, the AI provider ({provider}) is rate-limiting requests right now. Please try again in a moment."
+            )
+        }
+        ProviderError::QuotaExceeded { provider, .. } => {
+            format!("Sorry, the AI provider ({provider}) reports that the quota or credit is exhausted.")
+        }
+        ProviderError::ContextLengthExceeded { .. } => {
+            "Sorry, this conversation is too long for the model. Use /compact or /new and try again."
+                .to_owned()
+        }
+        ProviderError::Transient { provider, .. } => {
+            format!("Sorry, the AI provider ({provider}) is temporarily unavailable. Please try again.")
+        }
+        other => format!("Sorry, I could not get an answer from the AI model: {other}"),
+    }
+}
+
+enum CallError {
+    Provider(ProviderError),
+    Cancelled,
+}
+
+/// Runs the model ⇄ tools loop. Cheap to clone.
+///
+/// Consecutive concurrency-safe tool calls of one answer run in parallel; any other call runs alone, in order.
+/// Results are appended in call order. See [`AgentRunner::run`].
+#[derive(Clone)]
+pub struct AgentRunner {
+    provider: Arc<dyn Provider>,
+    tools: Arc<ToolRegistry>,
+    hook: Arc<dyn AgentHook>,
+    checkpoints: Option<Arc<dyn CheckpointSink>>,
+}
+
+impl std::fmt::Debug for AgentRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentRunner")
+            .field("provider", &self.provider.name())
+            .field("tools", &self.tools.names())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentRunner {
+    /// A runner calling `provider` with `tools`, no hooks and no checkpoints.
+    pub fn new(provider: Arc<dyn Provider>, tools: Arc<ToolRegistry>) -> Self {
+        Self {
+            provider,
+            tools,
+            hook: Arc::new(CompositeHook::default()),
+            checkpoints: None,
+        }
+    }
+
+    /// Uses `hook` (wrap several in a [`CompositeHook`]).
+    #[must_use]
+    pub fn with_hook(mut self, hook: Arc<dyn AgentHook>) -> Self {
+        self.hook = hook;
+        self
+    }
+
+    /// Writes checkpoints to `sink` after each assistant message with tool calls and after its tools complete.
+    #[must_use]
+    pub fn with_checkpoints(mut self, sink: Arc<dyn CheckpointSink>) -> Self {
+        self.checkpoints = Some(sink);
+        self
+    }
+
+    /// The tools.
+    pub fn tools(&self) -> &Arc<ToolRegistry> {
+        &self.tools
+    }
+
+    /// The provider.
+    pub fn provider(&self) -> &Arc<dyn Provider> {
+        &self.provider
+    }
+
+    /// Runs until a final answer, the iteration cap, an error or cancellation. Never panics on provider errors:
+    /// they end the run with [`StopReason::Error`] and a clear `content`.
+    pub async fn run(&self, spec: RunSpec) -> RunResult {
+        let RunSpec {
+            messages,
+            model,
+            max_iterations,
+            max_tokens,
+            temperature,
+            reasoning_effort,
+            budget,
+            tool_context,
+        } = spec;
+        let turn_start = messages.len();
+        let mut messages = messages;
+        let cancel = tool_context.cancel.clone();
+        let streaming = self.hook.wants_streaming();
+        let mut usage = Usage::default();
+        let mut last_usage = None;
+        let mut tools_used = Vec::new();
+        let mut iterations = 0usize;
+        let mut extra: Vec<ChatMessage> = Vec::new();
+        let mut partial = String::new();
+        let mut continuations = 0usize;
+        let mut empty_retried = false;
+        let max_iterations = max_iterations.max(1);
+
+        let finish = |messages: Vec<ChatMessage>,
+                      content: String,
+                      stop_reason: StopReason,
+                      usage: Usage,
+                      last_usage: Option<Usage>,
+                      iterations: usize,
+                      tools_used: Vec<String>,
+                      error: Option<String>| RunResult {
+            content,
+            messages,
+            turn_start,
+            stop_reason,
+            usage,
+            last_usage,
+            iterations,
+            tools_used,
+            error,
+        };
+
+        while iterations < max_iterations {
+            if cancel.is_cancelled() {
+                return finish(
+                    messages,
+                    String::new(),
+                    StopReason::Cancelled,
+                    usage,
+                    last_usage,
+                    iterations,
+                    tools_used,
+                    None,
+                );
+            }
+            let tool_specs = self.tools.definitions();
+            let mut request_messages = messages.clone();
+            request_messages.extend(extra.iter().cloned());
+            if let Some(b) = &budget {
+                let read_only = self.read_only_tools();
+                request_messages = b.fit(&request_messages, &tool_specs, &read_only);
+            }
+            let _ = self
+                .hook
+                .before_iteration(&IterationStart {
+                    iteration: iterations,
+                    messages: &request_messages,
+                })
+                .await;
+            let request = ChatRequest {
+                model: model.clone(),
+                messages: request_messages,
+                tools: tool_specs,
+                max_tokens,
+                temperature,
+                reasoning_effort: reasoning_effort.clone(),
+                tool_choice: None,
+            };
+            let response = match self.call_model(request, streaming, &cancel).await {
+                Ok(r) => r,
+                Err(CallError::Cancelled) => {
+                    return finish(
+                        messages,
+                        String::new(),
+                        StopReason::Cancelled,
+                        usage,
+                        last_usage,
+                        iterations,
+                        tools_used,
+                        None,
+                    );
+                }
+                Err(CallError::Provider(e)) => {
+                    tracing::error!(error = %e, "model call failed; ending the turn");
+                    let content = provider_error_message(&e);
+                    return finish(
+                        messages,
+                        content,
+                        StopReason::Error,
+                        usage,
+                        last_usage,
+                        iterations + 1,
+                        tools_used,
+                        Some(e.to_string()),
+                    );
+                }
+            };
+            iterations += 1;
+            if let Some(u) = response.usage {
+                add_usage(&mut usage, &u);
+                last_usage = Some(u);
+            }
+            let _ = self
+                .hook
+                .after_iteration(&IterationEnd {
+                    iteration: iterations - 1,
+                    model: &model,
+                    usage: response.usage,
+                    finish_reason: &response.finish_reason,
+                    tool_calls: &response.tool_calls,
+                })
+                .await;
+
+            if response.has_tool_calls() {
+                extra.clear();
+                let text = response
+                    .content
+                    .as_deref()
+                    .map(strip_think)
+                    .filter(|t| !t.is_empty());
+                let mut assistant = response.to_message();
+                if let ChatMessage::Assistant { content, .. } = &mut assistant {
+                    *content = text.clone();
+                }
+                messages.push(assistant);
+                self.checkpoint(
+                    CheckpointPhase::AwaitingTools,
+                    iterations - 1,
+                    &messages[turn_start..],
+                )
+                .await;
+                let vetoes = self
+                    .hook
+                    .before_execute_tools(&ToolBatch {
+                        iteration: iterations - 1,
+                        assistant_text: text.as_deref(),
+                        calls: &response.tool_calls,
+                    })
+                    .await
+                    .unwrap_or_default();
+                tools_used.extend(response.tool_calls.iter().map(|c| c.name.clone()));
+                let results = self
+                    .execute_tools(&response.tool_calls, &vetoes, &tool_context)
+                    .await;
+                if cancel.is_cancelled() {
+                    return finish(
+                        messages,
+                        String::new(),
+                        StopReason::Cancelled,
+                        usage,
+                        last_usage,
+                        iterations,
+                        tools_used,
+                        None,
+                    );
+                }
+                for (call, result) in response.tool_calls.iter().zip(results) {
+                    messages.push(ChatMessage::tool_result(&call.id, &call.name, result));
+                }
+                self.checkpoint(
+                    CheckpointPhase::ToolsCompleted,
+                    iterations - 1,
+                    &messages[turn_start..],
+                )
+                .await;
+                continue;
+            }
+
+            let text = strip_think(response.content.as_deref().unwrap_or_default());
+            if response.finish_reason == FinishReason::Length && continuations < MAX_LENGTH_CONTINUATIONS {
+                continuations += 1;
+                partial.push_str(&text);
+                extra = vec![
+                    ChatMessage::assistant(partial.clone()),
+                    ChatMessage::user(CONTINUE_PROMPT),
+                ];
+                continue;
+            }
+            let mut full = std::mem::take(&mut partial);
+            full.push_str(&text);
+            if full.trim().is_empty() && !empty_retried {
+                empty_retried = true;
+                extra = vec![ChatMessage::user(EMPTY_RETRY_PROMPT)];
+                continue;
+            }
+            let full = if full.trim().is_empty() {
+                EMPTY_FINAL_RESPONSE.to_owned()
+            } else {
+                full
+            };
+            let content = self.hook.finalize_content(full.clone()).await.unwrap_or(full);
+            let mut assistant = response.to_message();
+            if let ChatMessage::Assistant { content: c, .. } = &mut assistant {
+                *c = Some(content.clone());
+            }
+            messages.push(assistant);
+            return finish(
+                messages,
+                content,
+                StopReason::Completed,
+                usage,
+                last_usage,
+                iterations,
+                tools_used,
+                None,
+            );
+        }
+
+        // The cap: one last call without tools.
+        tracing::warn!(max_iterations, "maximum tool iterations reached");
+        let mut request_messages = messages.clone();
+        request_messages.push(ChatMessage::user(FINAL_CALL_PROMPT));
+        if let Some(b) = &budget {
+            request_messages = b.fit(&request_messages, &[], &self.read_only_tools());
+        }
+        let request = ChatRequest {
+            model: model.clone(),
+            messages: request_messages,
+            tools: Vec::new(),
+            max_tokens,
+            temperature,
+            reasoning_effort,
+            tool_choice: None,
+        };
+        let text = match self.call_model(request, streaming, &cancel).await {
+            Ok(r) => {
+                if let Some(u) = r.usage {
+                    add_usage(&mut usage, &u);
+                    last_usage = Some(u);
+                }
+                strip_think(r.content.as_deref().unwrap_or_default())
+            }
+            Err(CallError::Cancelled) => {
+                return finish(
+                    messages,
+                    String::new(),
+                    StopReason::Cancelled,
+                    usage,
+                    last_usage,
+                    iterations,
+                    tools_used,
+                    None,
+                );
+            }
+            Err(CallError::Provider(e)) => {
+                tracing::warn!(error = %e, "final call after the iteration cap failed");
+                String::new()
+            }
+        };
+        let content = if text.is_empty() {
+            max_iterations_message(max_iterations)
+        } else {
+            text
+        };
+        let content = self
+            .hook
+            .finalize_content(content.clone())
+            .await
+            .unwrap_or(content);
+        messages.push(ChatMessage::assistant(content.clone()));
+        finish(
+            messages,
+            content,
+            StopReason::MaxIterations,
+            usage,
+            last_usage,
+            iterations + 1,
+            tools_used,
+            None,
+        )
+    }
+
+    fn read_only_tools(&self) -> HashSet<String> {
+        self.tools
+            .names()
+            .into_iter()
+            .filter(|n| self.tools.get(n).is_some_and(|t| t.read_only()))
+            .collect()
+    }
+
+    async fn checkpoint(&self, phase: CheckpointPhase, iteration: usize, added: &[ChatMessage]) {
+        if let Some(sink) = &self.checkpoints {
+            sink.save(&RunCheckpoint {
+                phase,
+                iteration,
+                messages: added.to_vec(),
+            })
+            .await;
+        }
+    }
+
+    async fn call_model(
+        &self,
+        request: ChatRequest,
+        streaming: bool,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<ChatResponse, CallError> {
+        if !streaming {
+            return tokio::select! {
+                biased;
+                () = cancel.cancelled() => Err(CallError::Cancelled),
+                r = self.provider.chat(request) => r.map_err(CallError::Provider),
+            };
+        }
+        let mut stream = self.provider.stream(request);
+        let mut acc = ResponseAccumulator::default();
+        let mut filter = StreamThinkFilter::default();
+        loop {
+            let event = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(CallError::Cancelled),
+                e = stream.next() => e,
+            };
+            match event {
+                None => break,
+                Some(Err(e)) => return Err(CallError::Provider(e)),
+                Some(Ok(ev)) => {
+                    if let StreamEvent::TextDelta(t) = &ev {
+                        let visible = filter.push(t);
+                        if !visible.is_empty() {
+                            let _ = self.hook.on_stream(&visible).await;
+                        }
+                    }
+                    acc.push(ev);
+                }
+            }
+        }
+        let rest = filter.finish();
+        if !rest.is_empty() {
+            let _ = self.hook.on_stream(&rest).await;
+        }
+        let response = acc.finish();
+        let _ = self.hook.on_stream_end(response.has_tool_calls()).await;
+        Ok(response)
+    }
+
+    /// Runs the calls: consecutive concurrency-safe calls together, anything else alone; results in call order.
+    async fn execute_tools(
+        &self,
+        calls: &[ToolCall],
+        vetoes: &[crate::hook::Veto],
+        ctx: &ToolContext,
+    ) -> Vec<String> {
+        let mut results: Vec<Option<String>> = vec![None; calls.len()];
+        let mut i = 0;
+        while i < calls.len() {
+            let safe = |c: &ToolCall| self.tools.get(&c.name).is_some_and(|t| t.concurrency_safe());
+            let mut j = i + 1;
+            if safe(&calls[i]) {
+                while j < calls.len() && safe(&calls[j]) {
+                    j += 1;
+                }
+            }
+            let batch = (i..j).map(|k| {
+                let call = &calls[k];
+                let veto = vetoes
+                    .iter()
+                    .find(|v| v.call_id == call.id)
+                    .map(|v| v.reason.clone());
+                async move { (k, self.execute_one(call, veto, ctx).await) }
+            });
+            for (k, r) in futures::future::join_all(batch).await {
+                results[k] = Some(r);
+            }
+            if ctx.cancel.is_cancelled() {
+                break;
+            }
+            i = j;
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| "Error: cancelled before this tool ran.".to_owned()))
+            .collect()
+    }
+
+    async fn execute_one(&self, call: &ToolCall, veto: Option<String>, ctx: &ToolContext) -> String {
+        if let Some(reason) = veto {
+            return format!("Error: this tool call was refused: {reason}");
+        }
+        if let Some(err) = &call.arguments_error {
+            return format!(
+                "Error: the arguments for tool '{}' are not valid JSON ({err}).{ERROR_HINT}",
+                call.name
+            );
+        }
+        let ctx = ctx.clone().with_call_id(call.id.clone());
+        let out = self.tools.execute(&call.name, call.arguments.clone(), &ctx).await;
+        let mut text = out.text;
+        for m in out.media {
+            text.push_str(&format!("\n[media: {}]", m.display()));
+        }
+        text
+    }
+}
+
+fn add_usage(total: &mut Usage, u: &Usage) {
+    total.prompt_tokens += u.prompt_tokens;
+    total.completion_tokens += u.completion_tokens;
+    total.total_tokens += u.total_tokens;
+    if let Some(c) = u.cache_read_tokens {
+        *total.cache_read_tokens.get_or_insert(0) += c;
+    }
+    if let Some(c) = u.cache_write_tokens {
+        *total.cache_write_tokens.get_or_insert(0) += c;
+    }
+}

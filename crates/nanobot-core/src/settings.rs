@@ -1,0 +1,285 @@
+//! Resolved agent settings, and building them (plus tools, provider, sessions…) from a `&Config`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono_tz::Tz;
+use nanobot_config::Config;
+use nanobot_config::paths::NanobotPaths;
+use nanobot_tools::builtin::{ExecTool, register_fs_tools, register_web_tools};
+use nanobot_tools::sandbox::Sandbox;
+use nanobot_tools::ssrf::SsrfGuard;
+use nanobot_tools::{
+    ExecSandbox, ExecSettings, RegistrySettings, SearchProvider, SearchSettings, Tool, ToolRegistry,
+    WebSettings,
+};
+
+use crate::error::CoreError;
+
+/// What the binaries pass in instead of letting a library read the process: the home directory, the
+/// environment as a map, and the config file path when it is not the default.
+#[derive(Debug, Clone, Default)]
+pub struct Environment {
+    /// The user's home directory.
+    pub home: PathBuf,
+    /// Environment variables (`std::env::vars().collect()` in a binary, a map in tests).
+    pub vars: HashMap<String, String>,
+    /// `--config` when given.
+    pub config_path: Option<PathBuf>,
+}
+
+impl Environment {
+    /// An environment with this home and variables.
+    pub fn new(home: impl Into<PathBuf>, vars: HashMap<String, String>) -> Self {
+        Self {
+            home: home.into(),
+            vars,
+            config_path: None,
+        }
+    }
+
+    /// The nanobot paths of this environment.
+    pub fn paths(&self) -> NanobotPaths {
+        match &self.config_path {
+            Some(p) => NanobotPaths::with_config_path(&self.home, p),
+            None => NanobotPaths::new(&self.home),
+        }
+    }
+}
+
+/// The agent's resolved settings (`agents.defaults` and a few more), in one place.
+#[derive(Debug, Clone)]
+pub struct AgentSettings {
+    /// The workspace directory.
+    pub workspace: PathBuf,
+    /// The data directory (`~/.nanobot`): sessions live below it.
+    pub data_dir: PathBuf,
+    /// Model id.
+    pub model: String,
+    /// Output-token limit.
+    pub max_tokens: u32,
+    /// The model's context window.
+    pub context_window_tokens: u32,
+    /// Sampling temperature.
+    pub temperature: Option<f64>,
+    /// Reasoning effort.
+    pub reasoning_effort: Option<String>,
+    /// Tool iterations per turn.
+    pub max_tool_iterations: usize,
+    /// Subagents at once.
+    pub max_concurrent_subagents: usize,
+    /// Iteration cap of subagents.
+    pub subagent_max_iterations: usize,
+    /// Turns of different sessions processed at once.
+    pub max_concurrent_sessions: usize,
+    /// Characters of a tool hint's argument.
+    pub tool_hint_max_length: usize,
+    /// History messages replayed per turn.
+    pub max_history_messages: usize,
+    /// The user's time zone.
+    pub timezone: Tz,
+    /// The agent's name.
+    pub bot_name: String,
+    /// One session for every channel (`agents.defaults.unifiedSession`).
+    pub unified_session: bool,
+}
+
+impl AgentSettings {
+    /// Defaults (as `agents.defaults`) for `workspace`, with sessions under `data_dir`.
+    pub fn new(
+        workspace: impl Into<PathBuf>,
+        data_dir: impl Into<PathBuf>,
+        model: impl Into<String>,
+    ) -> Self {
+        Self {
+            workspace: workspace.into(),
+            data_dir: data_dir.into(),
+            model: model.into(),
+            max_tokens: 8192,
+            context_window_tokens: 200_000,
+            temperature: Some(0.1),
+            reasoning_effort: None,
+            max_tool_iterations: 200,
+            max_concurrent_subagents: 4,
+            subagent_max_iterations: 15,
+            max_concurrent_sessions: 8,
+            tool_hint_max_length: 40,
+            max_history_messages: 500,
+            timezone: Tz::UTC,
+            bot_name: "nanobot".into(),
+            unified_session: false,
+        }
+    }
+
+    /// Settings from `agents.defaults` of `config`, paths resolved against `env`.
+    pub fn from_config(config: &Config, env: &Environment) -> Result<Self, CoreError> {
+        let d = &config.agents.defaults;
+        let paths = env.paths();
+        let tz: Tz = match d.timezone.trim() {
+            "" => Tz::UTC,
+            name => name.parse().map_err(|_| {
+                CoreError::Config(format!(
+                    "agents.defaults.timezone: unknown IANA time zone `{name}`"
+                ))
+            })?,
+        };
+        let mut s = Self::new(paths.workspace(&d.workspace), paths.data_dir(), d.model.clone());
+        s.max_tokens = d.max_tokens;
+        s.context_window_tokens = d.context_window_tokens;
+        s.temperature = Some(d.temperature);
+        s.reasoning_effort = d.reasoning_effort.clone();
+        s.max_tool_iterations = d.max_tool_iterations.max(1) as usize;
+        s.max_concurrent_subagents = d.max_concurrent_subagents.max(1) as usize;
+        s.tool_hint_max_length = d.tool_hint_max_length.max(8) as usize;
+        if let Some(w) = d.memory_window {
+            s.max_history_messages = w.max(2) as usize;
+        }
+        s.timezone = tz;
+        s.bot_name = d.bot_name.clone();
+        s.unified_session = d.unified_session;
+        Ok(s)
+    }
+}
+
+/// The tools shared by the main agent and subagents (files, exec, web), built from `config.tools`.
+pub fn base_tools_from_config(
+    config: &Config,
+    env: &Environment,
+    workspace: &std::path::Path,
+    extra_read_root: Option<PathBuf>,
+) -> Result<Vec<Arc<dyn Tool>>, CoreError> {
+    let t = &config.tools;
+    let reg = ToolRegistry::default();
+    let mut sandbox = Sandbox::new(workspace, t.restrict_to_workspace).with_home(Some(env.home.clone()));
+    if let Some(root) = extra_read_root {
+        sandbox = sandbox.with_read_root(root);
+    }
+    if t.file.enable {
+        register_fs_tools(&reg, &sandbox);
+    }
+    if t.exec.enable {
+        let sandbox_mode = ExecSandbox::from_config(&t.exec.sandbox).unwrap_or_else(|fallback| {
+            tracing::warn!(value = %t.exec.sandbox, "tools.exec.sandbox: unsupported value; using auto");
+            fallback
+        });
+        let settings = ExecSettings {
+            timeout: Duration::from_secs(t.exec.timeout.max(1)),
+            path_prepend: t.exec.path_prepend.clone(),
+            path_append: t.exec.path_append.clone(),
+            sandbox: sandbox_mode,
+            extra_writable: t.exec.sandbox_rw_binds.iter().map(PathBuf::from).collect(),
+            allowed_env_keys: t.exec.allowed_env_keys.clone(),
+            allow_patterns: t.exec.allow_patterns.clone(),
+            deny_patterns: t.exec.deny_patterns.clone(),
+            restrict_to_workspace: t.restrict_to_workspace,
+            parent_env: env
+                .vars
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect::<BTreeMap<_, _>>(),
+            ..ExecSettings::default()
+        };
+        reg.register(Arc::new(ExecTool::new(settings, Arc::new(sandbox.clone()))?));
+    }
+    if t.web.enable {
+        let ssrf = SsrfGuard::from_cidrs(&t.ssrf_whitelist)
+            .map_err(|e| CoreError::Config(format!("tools.ssrfWhitelist: {e}")))?;
+        let search = &t.web.search;
+        let provider = SearchProvider::from_config(&search.provider).unwrap_or_else(|| {
+            tracing::warn!(provider = %search.provider, "tools.web.search.provider: unknown; using duckduckgo");
+            SearchProvider::DuckDuckGo
+        });
+        let web = WebSettings {
+            proxy: t.web.proxy.clone().filter(|p| !p.trim().is_empty()),
+            user_agent: t.web.user_agent.clone(),
+            search: SearchSettings {
+                provider,
+                api_key: nanobot_tools::Secret::new(search.api_key.expose()),
+                base_url: search.base_url.clone(),
+                max_results: search.max_results.clamp(1, 10),
+                timeout: Duration::from_secs(search.timeout.max(1)),
+            },
+            ssrf,
+            ..WebSettings::default()
+        };
+        register_web_tools(&reg, &web);
+    }
+    Ok(reg.names().into_iter().filter_map(|n| reg.get(&n)).collect())
+}
+
+/// Registry settings from `agents.defaults`.
+pub fn registry_settings(config: &Config) -> RegistrySettings {
+    RegistrySettings {
+        max_tool_result_chars: config.agents.defaults.max_tool_result_chars as usize,
+        ..RegistrySettings::default()
+    }
+}
+
+/// Where the built-in skills are written so `read_file` can read them: `<data dir>/builtin-skills`.
+pub fn builtin_skills_dir(data_dir: &std::path::Path) -> PathBuf {
+    data_dir.join("builtin-skills")
+}
+
+impl crate::agent_loop::AgentLoop {
+    /// The loop the CLI and the gateway run: provider (with retries and fallbacks) resolved from `config` and
+    /// `env.vars`, tools from `config.tools`, skills, MCP servers, the cron store of the workspace, sessions
+    /// under the data directory. Nothing is read from the process environment.
+    pub fn from_config(config: &Config, env: &Environment) -> Result<Self, CoreError> {
+        let provider = nanobot_providers::resolve_provider(config, "", &env.vars)?;
+        Self::builder_from_config(config, env, provider)?.build()
+    }
+
+    /// Like [`AgentLoop::from_config`] with a given provider, returning the builder so callers can add memory,
+    /// hooks or tools before building.
+    pub fn builder_from_config(
+        config: &Config,
+        env: &Environment,
+        provider: Arc<dyn nanobot_providers::Provider>,
+    ) -> Result<crate::agent_loop::AgentLoopBuilder, CoreError> {
+        let settings = AgentSettings::from_config(config, env)?;
+        let ws = settings.workspace.clone();
+        std::fs::create_dir_all(&ws).map_err(|e| CoreError::io("creating", &ws, e))?;
+        let builtin_dir = builtin_skills_dir(&settings.data_dir);
+        let skills = nanobot_skills::SkillsLoader::new(
+            &ws,
+            builtin_dir.clone(),
+            nanobot_skills::RequirementEnv::new(env.vars.clone()),
+        )
+        .with_disabled(config.agents.defaults.disabled_skills.iter().cloned());
+        if let Err(e) = skills.materialize_builtins() {
+            tracing::warn!(error = %e, "cannot write the built-in skills; they stay unavailable to read_file");
+        }
+        let base = base_tools_from_config(config, env, &ws, Some(builtin_dir))?;
+        let tz = settings.timezone;
+        let data_dir = settings.data_dir.clone();
+        let mut builder = crate::agent_loop::AgentLoop::builder(provider, settings)
+            .registry_settings(registry_settings(config))
+            .base_tools(base)
+            .skills(skills);
+        if !config.tools.mcp_servers.is_empty() {
+            let ssrf = SsrfGuard::from_cidrs(&config.tools.ssrf_whitelist)
+                .map_err(|e| CoreError::Config(format!("tools.ssrfWhitelist: {e}")))?;
+            let opts = nanobot_mcp::McpOptions {
+                parent_env: env.vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                media_dir: Some(env.paths().media_dir(Some("mcp"))),
+                ssrf,
+                ..nanobot_mcp::McpOptions::default()
+            };
+            let (manager, errors) = nanobot_mcp::McpManager::from_config(&config.tools.mcp_servers, opts);
+            for e in errors {
+                tracing::warn!(error = %e, "MCP server left out");
+            }
+            builder = builder.mcp(manager);
+        }
+        let store = nanobot_cron::JobStore::new(nanobot_config::paths::workspace::cron_jobs(&ws));
+        let legacy = data_dir.join("cron").join("jobs.json");
+        if legacy.is_file()
+            && let Err(e) = store.migrate_from(&legacy)
+        {
+            tracing::warn!(error = %e, path = %legacy.display(), "cannot migrate the old cron store");
+        }
+        Ok(builder.cron(store, tz))
+    }
+}

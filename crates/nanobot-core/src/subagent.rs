@@ -1,0 +1,195 @@
+//! Subagents: background tasks started by the `spawn` tool, with a restricted tool set and their own iteration
+//! cap, at most `maxConcurrentSubagents` at once, reporting back through the bus as `system` inbound messages.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use nanobot_bus::{Bus, InboundMessage, SYSTEM_CHANNEL};
+use nanobot_providers::{ChatMessage, Provider};
+use nanobot_tools::{ToolContext, ToolRegistry};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::runner::{AgentRunner, RunSpec, StopReason};
+
+/// Settings of the subagent manager.
+#[derive(Debug, Clone)]
+pub struct SubagentSettings {
+    /// The model subagents use.
+    pub model: String,
+    /// Their iteration cap.
+    pub max_iterations: usize,
+    /// How many may run at once (more wait).
+    pub max_concurrent: usize,
+    /// Output-token limit.
+    pub max_tokens: Option<u32>,
+    /// Temperature.
+    pub temperature: Option<f64>,
+    /// The workspace.
+    pub workspace: PathBuf,
+}
+
+/// Where a subagent was started from (its report goes back there).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubagentOrigin {
+    /// Channel of the chat.
+    pub channel: String,
+    /// Chat id.
+    pub chat_id: String,
+    /// Session key of the parent conversation.
+    pub session_key: String,
+}
+
+struct Running {
+    id: String,
+    cancel: CancellationToken,
+}
+
+/// Starts, limits and cancels subagents. Cheap to clone.
+#[derive(Clone)]
+pub struct SubagentManager {
+    provider: Arc<dyn Provider>,
+    tools: Arc<ToolRegistry>,
+    settings: SubagentSettings,
+    permits: Arc<Semaphore>,
+    running: Arc<Mutex<HashMap<String, Vec<Running>>>>,
+}
+
+impl std::fmt::Debug for SubagentManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubagentManager")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SubagentManager {
+    /// A manager whose subagents use `tools` (file, exec and web tools only: never `message`, `spawn`, `cron`).
+    pub fn new(provider: Arc<dyn Provider>, tools: Arc<ToolRegistry>, settings: SubagentSettings) -> Self {
+        let permits = Arc::new(Semaphore::new(settings.max_concurrent.max(1)));
+        Self {
+            provider,
+            tools,
+            settings,
+            permits,
+            running: Arc::default(),
+        }
+    }
+
+    /// The tools subagents get.
+    pub fn tools(&self) -> &Arc<ToolRegistry> {
+        &self.tools
+    }
+
+    /// Subagents running (or waiting for a slot) for `session_key`.
+    pub fn running_for(&self, session_key: &str) -> usize {
+        self.lock().get(session_key).map_or(0, Vec::len)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Running>>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Cancels every subagent of `session_key`; returns how many.
+    pub fn cancel_session(&self, session_key: &str) -> usize {
+        let list = self.lock().remove(session_key).unwrap_or_default();
+        for r in &list {
+            r.cancel.cancel();
+        }
+        list.len()
+    }
+
+    /// Starts a subagent for `task` in the background and returns its id at once. When it finishes, its result
+    /// is published on `bus` as an inbound message on the `system` channel, routed to `origin`.
+    pub fn spawn(
+        &self,
+        task: String,
+        label: Option<String>,
+        origin: SubagentOrigin,
+        bus: Arc<dyn Bus>,
+    ) -> String {
+        let id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+        let label = label
+            .filter(|l| !l.trim().is_empty())
+            .unwrap_or_else(|| crate::text::truncate_chars(&task, 30));
+        let cancel = CancellationToken::new();
+        self.lock()
+            .entry(origin.session_key.clone())
+            .or_default()
+            .push(Running {
+                id: id.clone(),
+                cancel: cancel.clone(),
+            });
+        let this = self.clone();
+        let task_id = id.clone();
+        tokio::spawn(async move {
+            let outcome = this.run_one(&task, cancel.clone()).await;
+            this.forget(&origin.session_key, &task_id);
+            let Some((ok, result)) = outcome else {
+                tracing::info!(id = %task_id, "subagent cancelled");
+                return;
+            };
+            let status = if ok { "completed successfully" } else { "failed" };
+            let content = format!(
+                "[Subagent '{label}' {status}]\n\nTask: {task}\n\nResult:\n{result}\n\n\
+                 Summarize this naturally for the user. Keep it brief (1-2 sentences). Do not mention technical \
+                 details like \"subagent\" or task IDs."
+            );
+            let msg = InboundMessage::new(
+                SYSTEM_CHANNEL,
+                "subagent",
+                format!("{}:{}", origin.channel, origin.chat_id),
+                content,
+            )
+            .with_session_key(origin.session_key.clone())
+            .with_metadata("subagent_id", task_id.clone());
+            if let Err(e) = bus.publish_inbound(msg).await {
+                tracing::warn!(id = %task_id, error = %e, "cannot report a subagent result");
+            }
+        });
+        id
+    }
+
+    fn forget(&self, session_key: &str, id: &str) {
+        let mut map = self.lock();
+        if let Some(list) = map.get_mut(session_key) {
+            list.retain(|r| r.id != id);
+            if list.is_empty() {
+                map.remove(session_key);
+            }
+        }
+    }
+
+    /// Runs one task to the end; `None` when cancelled.
+    async fn run_one(&self, task: &str, cancel: CancellationToken) -> Option<(bool, String)> {
+        let _permit = tokio::select! {
+            () = cancel.cancelled() => return None,
+            p = self.permits.clone().acquire_owned() => p.ok()?,
+        };
+        let ws = self.settings.workspace.display().to_string();
+        let system = format!(
+            "# Subagent\n\nYou are a subagent spawned by the main agent to complete one specific task.\n\n\
+             ## Rules\n1. Stay focused: complete only the assigned task.\n2. Your final response is reported back \
+             to the main agent, so make it a complete, concise result.\n3. You cannot message the user directly or \
+             start other subagents.\n\n## Workspace\nYour workspace is at: {ws}\n\nCurrent time: {}",
+            chrono::Utc::now().format("%Y-%m-%d %H:%M UTC")
+        );
+        let runner = AgentRunner::new(self.provider.clone(), self.tools.clone());
+        let ctx = ToolContext::new(&self.settings.workspace).with_cancel(cancel.clone());
+        let mut spec = RunSpec::new(
+            vec![ChatMessage::system(system), ChatMessage::user(task)],
+            &self.settings.model,
+            ctx,
+        );
+        spec.max_iterations = self.settings.max_iterations;
+        spec.max_tokens = self.settings.max_tokens;
+        spec.temperature = self.settings.temperature;
+        let result = runner.run(spec).await;
+        match result.stop_reason {
+            StopReason::Cancelled => None,
+            StopReason::Error => Some((false, result.content)),
+            _ => Some((true, result.content)),
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! The bus-aware tools: `message`, `spawn` and `cron`, and the per-turn facts they read from the
+//! [`ToolContext`] extensions ([`TurnInfo`]).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+use nanobot_bus::{Bus, OutboundMessage};
+use nanobot_cron::{CronPayload, CronSchedule, CronService, NewJob, ScheduleArgs};
+use nanobot_tools::{ToolContext, ToolError, ToolOutput, TypedTool};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::subagent::{SubagentManager, SubagentOrigin};
+
+/// Facts about the running turn that bus-aware tools need; stored in [`ToolContext::extensions`].
+#[derive(Clone)]
+pub struct TurnInfo {
+    /// The bus, when the turn runs under the agent loop.
+    pub bus: Option<Arc<dyn Bus>>,
+    /// Set by `message` when it delivered to the turn's own chat (then the loop sends no duplicate reply).
+    pub message_sent: Arc<AtomicBool>,
+    /// True for turns started by a cron job (the `cron` tool then refuses to add jobs).
+    pub is_cron: bool,
+    /// Metadata of the inbound message (message id, thread id…), copied onto replies.
+    pub metadata: Map<String, Value>,
+}
+
+impl std::fmt::Debug for TurnInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TurnInfo")
+            .field("has_bus", &self.bus.is_some())
+            .field("message_sent", &self.message_sent.load(Ordering::SeqCst))
+            .field("is_cron", &self.is_cron)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TurnInfo {
+    /// Turn facts with this bus, nothing sent yet, not a cron turn.
+    pub fn new(bus: Option<Arc<dyn Bus>>) -> Self {
+        Self {
+            bus,
+            message_sent: Arc::new(AtomicBool::new(false)),
+            is_cron: false,
+            metadata: Map::new(),
+        }
+    }
+}
+
+fn turn_info(ctx: &ToolContext) -> Option<&TurnInfo> {
+    ctx.extensions.get::<TurnInfo>()
+}
+
+/// Arguments of `message`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct MessageArgs {
+    /// The message text to send.
+    pub content: String,
+    /// Target channel (telegram, discord, slack, …); defaults to the current one.
+    pub channel: Option<String>,
+    /// Target chat id; defaults to the current chat.
+    pub chat_id: Option<String>,
+    /// Local file paths to attach (images, documents).
+    pub media: Option<Vec<String>>,
+}
+
+/// `message`: sends a message to a chat (the current one by default).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MessageTool;
+
+#[async_trait]
+impl TypedTool for MessageTool {
+    type Args = MessageArgs;
+
+    fn name(&self) -> &str {
+        "message"
+    }
+
+    fn description(&self) -> &str {
+        "Send a message to the user on a chat channel. Use this only to reach a specific chat or to send files; \
+         for a normal answer, just reply with text."
+    }
+
+    async fn call(&self, args: MessageArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let info =
+            turn_info(ctx).ok_or_else(|| ToolError::Failed("messaging is not available here".into()))?;
+        let bus = info
+            .bus
+            .clone()
+            .ok_or_else(|| ToolError::Failed("messaging is not available here (no bus)".into()))?;
+        let channel = args
+            .channel
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| ctx.channel.clone());
+        let chat_id = args
+            .chat_id
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| ctx.chat_id.clone());
+        if channel.is_empty() || chat_id.is_empty() {
+            return Err(ToolError::InvalidArguments(
+                "no target: give channel and chat_id".into(),
+            ));
+        }
+        let mut media = Vec::new();
+        for m in args.media.unwrap_or_default() {
+            let p = if std::path::Path::new(&m).is_absolute() {
+                m.into()
+            } else {
+                ctx.workspace.join(&m)
+            };
+            if !p.is_file() {
+                return Err(ToolError::Failed(format!(
+                    "attachment not found: {}",
+                    p.display()
+                )));
+            }
+            media.push(p.display().to_string());
+        }
+        let same_chat = channel == ctx.channel && chat_id == ctx.chat_id;
+        let mut out = OutboundMessage::reply(&channel, &chat_id, &args.content);
+        out.media = media;
+        if same_chat {
+            out.metadata = info.metadata.clone();
+        }
+        bus.publish_outbound(out)
+            .await
+            .map_err(|e| ToolError::Failed(e.to_string()))?;
+        if same_chat {
+            info.message_sent.store(true, Ordering::SeqCst);
+        }
+        Ok(ToolOutput::text(format!("Message sent to {channel}:{chat_id}")))
+    }
+}
+
+/// Arguments of `spawn`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SpawnArgs {
+    /// The task for the subagent, with everything it needs to know.
+    pub task: String,
+    /// A short label for the task (shown to the user).
+    pub label: Option<String>,
+}
+
+/// `spawn`: starts a subagent in the background.
+#[derive(Debug, Clone)]
+pub struct SpawnTool {
+    manager: SubagentManager,
+}
+
+impl SpawnTool {
+    /// A `spawn` tool starting subagents with `manager`.
+    pub fn new(manager: SubagentManager) -> Self {
+        Self { manager }
+    }
+}
+
+#[async_trait]
+impl TypedTool for SpawnTool {
+    type Args = SpawnArgs;
+
+    fn name(&self) -> &str {
+        "spawn"
+    }
+
+    fn description(&self) -> &str {
+        "Spawn a subagent to handle a task in the background. Use it for complex or time-consuming tasks that can \
+         run independently. The subagent completes the task and reports back when done."
+    }
+
+    async fn call(&self, args: SpawnArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let bus = turn_info(ctx)
+            .and_then(|i| i.bus.clone())
+            .ok_or_else(|| ToolError::Failed("subagents need the message bus (run the agent loop)".into()))?;
+        let origin = SubagentOrigin {
+            channel: ctx.channel.clone(),
+            chat_id: ctx.chat_id.clone(),
+            session_key: ctx.session_key.clone(),
+        };
+        let label = args
+            .label
+            .clone()
+            .unwrap_or_else(|| crate::text::truncate_chars(&args.task, 30));
+        let id = self.manager.spawn(args.task, args.label, origin, bus);
+        Ok(ToolOutput::text(format!(
+            "Subagent [{label}] started (id: {id}). I'll report back when it completes."
+        )))
+    }
+}
+
+/// What the `cron` tool should do.
+#[derive(Debug, Deserialize, JsonSchema, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CronAction {
+    /// Schedule a new job.
+    Add,
+    /// List the jobs.
+    List,
+    /// Remove a job by id.
+    Remove,
+}
+
+/// Arguments of `cron`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct CronArgs {
+    /// add, list or remove.
+    pub action: CronAction,
+    /// What the agent should do when the job fires (for add).
+    pub message: Option<String>,
+    /// Run every N seconds (for recurring tasks).
+    pub every_seconds: Option<i64>,
+    /// A 5-field cron expression such as '0 9 * * MON-FRI' (for scheduled tasks).
+    pub cron_expr: Option<String>,
+    /// IANA time zone for cron_expr, e.g. 'Europe/Berlin'.
+    pub tz: Option<String>,
+    /// ISO date-time for a one-time task, e.g. '2026-02-12T10:30:00'.
+    pub at: Option<String>,
+    /// Job id (for remove).
+    pub job_id: Option<String>,
+    /// A short name for the job.
+    pub name: Option<String>,
+    /// Send the result to this chat (default true).
+    pub deliver: Option<bool>,
+}
+
+/// `cron`: schedules reminders and recurring tasks, bound to the calling chat.
+#[derive(Debug, Clone)]
+pub struct CronTool {
+    service: CronService,
+}
+
+impl CronTool {
+    /// A `cron` tool over `service`.
+    pub fn new(service: CronService) -> Self {
+        Self { service }
+    }
+}
+
+fn cron_err(e: nanobot_cron::CronError) -> ToolError {
+    ToolError::Failed(e.to_string())
+}
+
+#[async_trait]
+impl TypedTool for CronTool {
+    type Args = CronArgs;
+
+    fn name(&self) -> &str {
+        "cron"
+    }
+
+    fn description(&self) -> &str {
+        "Schedule reminders and recurring tasks. Actions: add (with message and one of every_seconds, cron_expr \
+         [+ tz] or at), list, remove (with job_id). Jobs report back to this chat."
+    }
+
+    async fn call(&self, args: CronArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let tz = self.service.default_tz();
+        match args.action {
+            CronAction::List => {
+                let jobs = self.service.list().map_err(cron_err)?;
+                if jobs.is_empty() {
+                    return Ok(ToolOutput::text("No scheduled jobs."));
+                }
+                let lines: Vec<String> = jobs.iter().map(|j| j.describe(tz)).collect();
+                Ok(ToolOutput::text(format!("Scheduled jobs:\n{}", lines.join("\n"))))
+            }
+            CronAction::Remove => {
+                let id = args
+                    .job_id
+                    .filter(|s| !s.trim().is_empty())
+                    .ok_or_else(|| ToolError::InvalidArguments("job_id is required for remove".into()))?;
+                let job = self.service.remove(id.trim()).map_err(cron_err)?;
+                Ok(ToolOutput::text(format!(
+                    "Removed job '{}' ({})",
+                    job.name, job.id
+                )))
+            }
+            CronAction::Add => {
+                if turn_info(ctx).is_some_and(|i| i.is_cron) {
+                    return Err(ToolError::Failed(
+                        "cannot schedule new jobs from within a cron job (this prevents feedback loops)"
+                            .into(),
+                    ));
+                }
+                let message = args
+                    .message
+                    .filter(|m| !m.trim().is_empty())
+                    .ok_or_else(|| ToolError::InvalidArguments("message is required for add".into()))?;
+                if ctx.channel.is_empty() || ctx.chat_id.is_empty() {
+                    return Err(ToolError::Failed("no chat to bind the job to".into()));
+                }
+                let schedule = CronSchedule::from_args(
+                    &ScheduleArgs {
+                        every_seconds: args.every_seconds,
+                        cron_expr: args.cron_expr,
+                        tz: args.tz,
+                        at: args.at,
+                    },
+                    tz,
+                )
+                .map_err(cron_err)?;
+                let mut payload = CronPayload::agent_turn(message);
+                payload.deliver = args.deliver.unwrap_or(true);
+                payload.channel = Some(ctx.channel.clone());
+                payload.to = Some(ctx.chat_id.clone());
+                payload.session_key = (!ctx.session_key.is_empty()).then(|| ctx.session_key.clone());
+                payload.origin_channel = Some(ctx.channel.clone());
+                payload.origin_chat_id = Some(ctx.chat_id.clone());
+                if let Some(info) = turn_info(ctx) {
+                    payload.origin_metadata = info.metadata.clone();
+                }
+                let mut new = NewJob::new(schedule, payload);
+                if let Some(n) = args.name {
+                    new = new.with_name(n);
+                }
+                let job = self.service.add(new).map_err(cron_err)?;
+                Ok(ToolOutput::text(format!(
+                    "Created job '{}' (id: {})\n{}",
+                    job.name,
+                    job.id,
+                    job.describe(tz)
+                )))
+            }
+        }
+    }
+}

@@ -1,0 +1,2 @@
+//! Example (work in progress).
+fn main() {}
