@@ -15,12 +15,31 @@ use crate::test_server::TestServer;
 
 /// Serves the test server at `http://127.0.0.1:<port>/mcp` until the test ends.
 async fn serve_http() -> String {
+    serve_http_recording(Arc::default()).await
+}
+
+/// Like [`serve_http`], recording the `x-api-key` and `accept` headers of every request.
+async fn serve_http_recording(seen: Arc<std::sync::Mutex<Vec<(String, String)>>>) -> String {
     let service = StreamableHttpService::new(
         || Ok(TestServer::new()),
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default(),
     );
-    let router = axum::Router::new().nest_service("/mcp", service);
+    let router = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let get = |n: &str| {
+                    req.headers()
+                        .get(n)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_owned()
+                };
+                seen.lock().unwrap().push((get("x-api-key"), get("accept")));
+                next.run(req)
+            },
+        ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await });
@@ -416,4 +435,41 @@ async fn the_registry_runs_mcp_tools_and_follows_reconnects() {
     manager.shutdown().await;
     manager.register_into(&registry);
     assert!(registry.is_empty(), "{:?}", registry.names());
+}
+
+#[tokio::test]
+async fn configured_headers_reach_the_server_and_accept_is_ours() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let url = serve_http_recording(seen.clone()).await;
+    let manager = McpManager::new(
+        vec![spec(
+            "keyed",
+            RawServer {
+                url: Some(url),
+                headers: [
+                    ("X-API-Key".to_owned(), "k-123".to_owned()),
+                    ("Accept".to_owned(), "text/plain".to_owned()),
+                ]
+                .into(),
+                ..RawServer::default()
+            },
+        )],
+        local_options(None),
+    );
+    let status = manager.connect().await;
+    assert!(status[0].connected(), "{:?}", status[0].state);
+    manager.shutdown().await;
+    let seen = seen.lock().unwrap().clone();
+    assert!(!seen.is_empty());
+    for (key, accept) in &seen {
+        assert_eq!(key, "k-123");
+        assert_ne!(
+            accept, "text/plain",
+            "a configured Accept must not replace the transport's"
+        );
+    }
+    assert!(
+        seen.iter()
+            .any(|(_, a)| a.contains("text/event-stream") && a.contains("application/json"))
+    );
 }
