@@ -22,13 +22,18 @@ use crate::time;
 
 const TYPE_FIELD: &str = "_type";
 const METADATA: &str = "metadata";
-const KNOWN: [&str; 6] = [
+/// In a metadata record that is not the first line: how many messages precede it in the file. It lets a reader
+/// that starts from the end of the file know each message's index without reading the whole file. The Python
+/// nanobot ignores it.
+pub(crate) const MESSAGE_COUNT: &str = "_message_count";
+const KNOWN: [&str; 7] = [
     TYPE_FIELD,
     "key",
     "created_at",
     "updated_at",
     "metadata",
     "last_consolidated",
+    MESSAGE_COUNT,
 ];
 
 /// A parsed session file.
@@ -39,10 +44,14 @@ pub(crate) struct Parsed {
     pub(crate) trailing_metadata: usize,
     /// Whether any metadata record was found at all.
     pub(crate) has_metadata: bool,
+    /// Messages after the last metadata record a tail reader can use (the first line, or a later record with
+    /// [`MESSAGE_COUNT`]); `usize::MAX` when there is none.
+    pub(crate) since_anchor: usize,
 }
 
-/// The metadata record of `s` as one line, newline included.
-pub(crate) fn metadata_line(s: &Session) -> Result<String> {
+/// The metadata record of `s` as one line, newline included. `message_count` is given for records appended
+/// after messages (see [`MESSAGE_COUNT`]), `None` for the first line.
+pub(crate) fn metadata_line(s: &Session, message_count: Option<usize>) -> Result<String> {
     let mut map = Map::new();
     map.insert(TYPE_FIELD.into(), METADATA.into());
     map.insert("key".into(), s.key.clone().into());
@@ -55,6 +64,9 @@ pub(crate) fn metadata_line(s: &Session) -> Result<String> {
         }
     }
     map.insert("last_consolidated".into(), s.last_consolidated.into());
+    if let Some(n) = message_count {
+        map.insert(MESSAGE_COUNT.into(), n.into());
+    }
     line(&Value::Object(map), "session metadata")
 }
 
@@ -69,7 +81,7 @@ pub(crate) fn message_lines<'a>(messages: impl IntoIterator<Item = &'a SessionMe
 
 /// The whole file for `s`: metadata record, then every message.
 pub(crate) fn whole_file(s: &Session) -> Result<String> {
-    let mut out = metadata_line(s)?;
+    let mut out = metadata_line(s, None)?;
     out.push_str(&message_lines(&s.messages)?);
     Ok(out)
 }
@@ -91,6 +103,8 @@ pub(crate) fn parse(bytes: &[u8], path: &Path, key: &str) -> Result<Parsed> {
     let mut session = Session::new(key);
     let mut metadata_records = 0usize;
     let mut header_updated = None;
+    let mut since_anchor = usize::MAX;
+    let mut first = true;
     for (idx, raw) in bytes.split(|&b| b == b'\n').enumerate() {
         let line_no = idx + 1;
         if raw.iter().all(u8::is_ascii_whitespace) {
@@ -108,11 +122,18 @@ pub(crate) fn parse(bytes: &[u8], path: &Path, key: &str) -> Result<Parsed> {
                 what: "expected a JSON object".into(),
             });
         };
+        let is_first = std::mem::replace(&mut first, false);
         if is_metadata(&map) {
             metadata_records += 1;
+            since_anchor = if is_first || map.get(MESSAGE_COUNT).is_some_and(Value::is_u64) {
+                0
+            } else {
+                usize::MAX
+            };
             header_updated = apply_metadata(&mut session, map, path, line_no)?.or(header_updated);
         } else {
             session.messages.push(SessionMessage::from_map(map));
+            since_anchor = since_anchor.saturating_add(1);
         }
     }
     // Appends do not rewrite the metadata line, so the newest message also dates the session.
@@ -129,6 +150,7 @@ pub(crate) fn parse(bytes: &[u8], path: &Path, key: &str) -> Result<Parsed> {
         session,
         trailing_metadata: metadata_records.saturating_sub(1),
         has_metadata: metadata_records > 0,
+        since_anchor,
     })
 }
 

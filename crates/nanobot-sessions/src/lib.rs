@@ -48,6 +48,7 @@ mod fsio;
 mod message;
 mod session;
 mod store;
+mod tail;
 mod time;
 
 pub use error::{Result, SessionError};

@@ -118,8 +118,18 @@ impl Session {
 }
 
 pub(crate) fn history(tail: &[SessionMessage], max_messages: usize) -> Vec<SessionMessage> {
+    history_from(tail, max_messages, true).unwrap_or_default()
+}
+
+/// [`Session::history`] over `tail`. When `complete` is false, `tail` is only the newest part of the
+/// unconsolidated messages, and `None` means older messages are needed to apply the rules.
+pub(crate) fn history_from(
+    tail: &[SessionMessage],
+    max_messages: usize,
+    complete: bool,
+) -> Option<Vec<SessionMessage>> {
     if max_messages == 0 {
-        return Vec::new();
+        return Some(Vec::new());
     }
     let eligible = |m: &&SessionMessage| !m.is_command() && m.role().is_some();
     // Walk back from the end: O(max_messages + skipped), not O(session length).
@@ -130,6 +140,9 @@ pub(crate) fn history(tail: &[SessionMessage], max_messages: usize) -> Vec<Sessi
         if window.len() == max_messages {
             break;
         }
+    }
+    if window.len() < max_messages && !complete {
+        return None;
     }
     // `window` is newest first: find the oldest user message in it.
     match window.iter().rposition(|m| m.role() == Some("user")) {
@@ -144,12 +157,12 @@ pub(crate) fn history(tail: &[SessionMessage], max_messages: usize) -> Vec<Sessi
                 }
             }
             if !found {
-                return Vec::new();
+                return complete.then(Vec::new);
             }
         }
     }
     window.reverse();
-    pair_tool_results(&window)
+    Some(pair_tool_results(&window))
 }
 
 fn pair_tool_results(window: &[&SessionMessage]) -> Vec<SessionMessage> {

@@ -16,7 +16,8 @@ use crate::error::{Result, SessionError};
 use crate::format;
 use crate::fsio::{self, Tail};
 use crate::message::SessionMessage;
-use crate::session::{Session, SessionHeader};
+use crate::session::{self, Session, SessionHeader};
+use crate::tail::{self, TailRead};
 use crate::time;
 
 /// When appended messages reach the disk.
@@ -130,11 +131,25 @@ struct Inner {
 /// Per-key state, guarded by the key's lock.
 #[derive(Default)]
 struct Slot {
+    /// The whole session, once read.
     cached: Option<Session>,
-    /// Metadata records after the first line of the file.
+    /// Only the metadata (no messages), when the file was read from its end ([`tail::scan`]).
+    head: Option<Session>,
+    /// Messages in the file (valid when `cached` or `head` is set).
+    total: usize,
+    /// Messages after the newest metadata record a tail reader can use.
+    since_anchor: usize,
+    /// Metadata records after the first line (exact only when `cached` is set).
     trailing_metadata: usize,
     /// The file is known to end with a complete line (checked or written by us).
     tail_ok: bool,
+}
+
+impl Slot {
+    /// The session's metadata: the cached session or the header read from the end of the file.
+    fn header(&mut self) -> Option<&mut Session> {
+        self.cached.as_mut().or(self.head.as_mut())
+    }
 }
 
 /// File name of the workspace id, inside `<workspace>/.nanobot/`.
@@ -217,10 +232,15 @@ impl SessionStore {
         .await
     }
 
-    /// The history to send to the model; see [`Session::history`] for the rules. Served from the cache, so the
-    /// cost is proportional to `max_messages`, not to the session's length (after the first load).
+    /// The history to send to the model; see [`Session::history`] for the rules. The cost is proportional to
+    /// `max_messages`, not to the session's length: served from the cache when the session is loaded, otherwise
+    /// read from the end of the file (see the crate docs); only a file the Python nanobot wrote is read whole,
+    /// once.
     pub async fn history(&self, key: &str, max_messages: usize) -> Result<Vec<SessionMessage>> {
-        self.with_session(key, move |s| s.history(max_messages)).await
+        self.run(key, move |inner, key, slot| {
+            inner.history(key, slot, max_messages)
+        })
+        .await
     }
 
     /// Appends messages to session `key`, creating the session (and its file) if needed. Messages without a
@@ -253,7 +273,10 @@ impl SessionStore {
         self.run(&key, move |inner, key, slot| {
             let path = inner.path_for(key);
             fsio::write_atomic(&path, format::whole_file(&session)?.as_bytes())?;
+            slot.total = session.messages.len();
+            slot.since_anchor = session.messages.len();
             slot.cached = Some(session);
+            slot.head = None;
             slot.trailing_metadata = 0;
             slot.tail_ok = true;
             Ok(())
@@ -281,9 +304,12 @@ impl SessionStore {
             };
             fresh.clear();
             fsio::write_atomic(&inner.path_for(key), format::whole_file(&fresh)?.as_bytes())?;
+            let old = std::mem::replace(current, fresh);
             slot.trailing_metadata = 0;
+            slot.total = 0;
+            slot.since_anchor = 0;
             slot.tail_ok = true;
-            Ok(std::mem::replace(current, fresh))
+            Ok(old)
         })
         .await
     }
@@ -421,17 +447,81 @@ impl Inner {
             if !path.exists() {
                 self.migrate_legacy(key)?;
             }
-            let (session, trailing) = match read_session(&path, key)? {
-                Some(parsed) => (parsed.session, parsed.trailing_metadata),
-                None => (Session::new(key), 0),
+            let (session, trailing, since) = match read_session(&path, key)? {
+                Some(parsed) => (parsed.session, parsed.trailing_metadata, parsed.since_anchor),
+                None => (Session::new(key), 0, 0),
             };
             slot.trailing_metadata = trailing;
+            slot.since_anchor = since;
+            slot.total = session.messages.len();
             slot.tail_ok = true;
+            slot.head = None;
             slot.cached = Some(session);
         }
         match slot.cached.as_mut() {
             Some(s) => Ok(s),
             None => unreachable!("the slot was filled above"),
+        }
+    }
+
+    /// Makes sure the slot knows the session's metadata and message count, reading as little as possible:
+    /// from the cache, else from the end of the file, else (a file without usable metadata records) whole.
+    fn ensure_head(&self, key: &str, slot: &mut Slot) -> Result<()> {
+        if slot.cached.is_some() || slot.head.is_some() {
+            return Ok(());
+        }
+        let path = self.path_for(key);
+        if !path.exists() {
+            self.migrate_legacy(key)?;
+        }
+        match tail::scan(&path, key, 0)? {
+            TailRead::Missing => self.set_head(slot, Session::new(key), 0, 0),
+            TailRead::Found(scan) => self.set_head(slot, scan.header, scan.total, scan.since_anchor),
+            TailRead::Unusable => {
+                self.load(key, slot)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn set_head(&self, slot: &mut Slot, header: Session, total: usize, since_anchor: usize) {
+        slot.head = Some(header);
+        slot.total = total;
+        slot.since_anchor = since_anchor;
+        slot.tail_ok = true;
+    }
+
+    fn history(&self, key: &str, slot: &mut Slot, max: usize) -> Result<Vec<SessionMessage>> {
+        if let Some(s) = &slot.cached {
+            return Ok(s.history(max));
+        }
+        let path = self.path_for(key);
+        if !path.exists() {
+            self.migrate_legacy(key)?;
+        }
+        let want = max.saturating_mul(2).saturating_add(32);
+        let scan = match tail::scan(&path, key, want)? {
+            TailRead::Missing => {
+                self.set_head(slot, Session::new(key), 0, 0);
+                return Ok(Vec::new());
+            }
+            TailRead::Unusable => return Ok(self.load(key, slot)?.history(max)),
+            TailRead::Found(scan) => scan,
+        };
+        let first_index = scan.total - scan.messages.len();
+        let consolidated = scan.header.last_consolidated.min(scan.total);
+        let complete = first_index <= consolidated;
+        let from = consolidated.saturating_sub(first_index).min(scan.messages.len());
+        let found = session::history_from(&scan.messages[from..], max, complete);
+        self.set_head(slot, scan.header, scan.total, scan.since_anchor);
+        if slot.since_anchor >= tail::ANCHOR_EVERY {
+            // A file written by the Python nanobot: leave a marker so the next read from the end stops here.
+            self.append_metadata_record(key, slot)?;
+        }
+        match found {
+            Some(h) => Ok(h),
+            // The rules need older messages than were read (e.g. a very long run without a user turn).
+            None => Ok(self.load(key, slot)?.history(max)),
         }
     }
 
@@ -442,17 +532,69 @@ impl Inner {
         for m in &mut messages {
             m.ensure_timestamp();
         }
+        self.ensure_head(key, slot)?;
         let path = self.path_for(key);
-        if slot.cached.is_none() && !path.exists() {
-            self.migrate_legacy(key)?;
-        }
         if !slot.tail_ok {
             fsio::repair_tail(&path)?;
+            slot.tail_ok = true;
         }
+        let now = time::now();
+        let total = slot.total + messages.len();
+        let anchor = slot.since_anchor.saturating_add(messages.len()) >= tail::ANCHOR_EVERY;
         match fsio::open_append(&path)? {
             Some(mut file) => {
-                let lines = format::message_lines(&messages)?;
-                file.write_all(lines.as_bytes())
+                let mut bytes = format::message_lines(&messages)?;
+                if anchor && let Some(h) = slot.header() {
+                    h.updated_at = now;
+                    bytes.push_str(&format::metadata_line(h, Some(total))?);
+                }
+                file.write_all(bytes.as_bytes())
+                    .map_err(|e| SessionError::io("append to", &path, e))?;
+                if self.options.fsync == FsyncPolicy::Always {
+                    file.sync_data()
+                        .map_err(|e| SessionError::io("fsync", &path, e))?;
+                }
+                if anchor {
+                    slot.trailing_metadata += 1;
+                    slot.since_anchor = 0;
+                } else {
+                    slot.since_anchor += messages.len();
+                }
+                slot.total = total;
+            }
+            None => {
+                // New session (or its file vanished): metadata + everything known, atomically.
+                let mut session = match (&slot.cached, &slot.head) {
+                    (Some(s), _) | (None, Some(s)) => s.clone(),
+                    (None, None) => Session::new(key),
+                };
+                session.messages.extend(messages.iter().cloned());
+                session.updated_at = now;
+                fsio::write_atomic(&path, format::whole_file(&session)?.as_bytes())?;
+                slot.trailing_metadata = 0;
+                slot.total = session.messages.len();
+                slot.since_anchor = session.messages.len();
+            }
+        }
+        if let Some(h) = slot.header() {
+            h.updated_at = now;
+        }
+        if let Some(s) = slot.cached.as_mut() {
+            s.messages.extend(messages);
+        }
+        Ok(())
+    }
+
+    /// Appends the current metadata (with the message count) as a new record.
+    fn append_metadata_record(&self, key: &str, slot: &mut Slot) -> Result<()> {
+        let path = self.path_for(key);
+        let total = slot.total;
+        let Some(h) = slot.header() else { return Ok(()) };
+        let line = format::metadata_line(h, Some(total))?;
+        let bare = format::metadata_line(h, None)?;
+        match fsio::open_append(&path)? {
+            Some(mut file) => {
+                file.write_all(line.as_bytes())
                     .map_err(|e| SessionError::io("append to", &path, e))?;
                 if self.options.fsync == FsyncPolicy::Always {
                     file.sync_data()
@@ -460,30 +602,37 @@ impl Inner {
                 }
             }
             None => {
-                // New session (or its file vanished): write metadata + everything we know, atomically.
-                let mut session = slot.cached.clone().unwrap_or_else(|| Session::new(key));
-                session.messages.extend(messages.iter().cloned());
-                session.updated_at = time::now();
-                fsio::write_atomic(&path, format::whole_file(&session)?.as_bytes())?;
+                let whole = match &slot.cached {
+                    Some(s) => format::whole_file(s)?,
+                    None => bare,
+                };
+                fsio::write_atomic(&path, whole.as_bytes())?;
+                slot.total = slot.cached.as_ref().map_or(0, |s| s.messages.len());
                 slot.trailing_metadata = 0;
+                slot.since_anchor = slot.total;
+                return Ok(());
             }
         }
-        slot.tail_ok = true;
-        if let Some(s) = slot.cached.as_mut() {
-            s.messages.extend(messages);
-            s.updated_at = time::now();
-        }
+        slot.trailing_metadata += 1;
+        slot.since_anchor = 0;
         Ok(())
     }
 
     fn update_header<F: FnOnce(&mut SessionHeader)>(&self, key: &str, slot: &mut Slot, f: F) -> Result<bool> {
-        let path = self.path_for(key);
-        let compact_after = self.options.compact_after;
-        let fsync = self.options.fsync;
-        let trailing = slot.trailing_metadata;
-        self.load(key, slot)?;
-        let Some(session) = slot.cached.as_mut() else {
-            unreachable!("loaded above")
+        self.ensure_head(key, slot)?;
+        if !slot.tail_ok {
+            fsio::repair_tail(&self.path_for(key))?;
+            slot.tail_ok = true;
+        }
+        // Rewrite (one clean first line) once appended records are both numerous and a sizeable part of the
+        // file, so the amortised cost per change stays constant however long the session is.
+        let threshold = self.options.compact_after.max(slot.total / 8);
+        let compact = slot.trailing_metadata + 1 > threshold;
+        if compact {
+            self.load(key, slot)?;
+        }
+        let Some(session) = slot.header() else {
+            return Ok(false);
         };
         let before = session.header();
         let mut header = before.clone();
@@ -493,27 +642,13 @@ impl Inner {
         }
         session.set_header(header);
         session.updated_at = time::now();
-        let file = if trailing + 1 > compact_after {
-            None
-        } else {
-            fsio::open_append(&path)?
-        };
-        match file {
-            Some(mut file) => {
-                let line = format::metadata_line(session)?;
-                file.write_all(line.as_bytes())
-                    .map_err(|e| SessionError::io("append to", &path, e))?;
-                if fsync == FsyncPolicy::Always {
-                    file.sync_data()
-                        .map_err(|e| SessionError::io("fsync", &path, e))?;
-                }
-                slot.trailing_metadata += 1;
-            }
-            None => {
-                fsio::write_atomic(&path, format::whole_file(session)?.as_bytes())?;
-                slot.trailing_metadata = 0;
-            }
+        if compact && let Some(s) = &slot.cached {
+            fsio::write_atomic(&self.path_for(key), format::whole_file(s)?.as_bytes())?;
+            slot.trailing_metadata = 0;
+            slot.since_anchor = slot.total;
+            return Ok(true);
         }
+        self.append_metadata_record(key, slot)?;
         Ok(true)
     }
 

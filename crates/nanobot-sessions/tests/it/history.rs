@@ -105,3 +105,82 @@ async fn consolidation_pointer_is_durable_and_python_readable() {
     assert_eq!(py.last_consolidated, 6);
     assert_eq!(py.metadata["_last_usage"]["total_tokens"], 42);
 }
+
+/// A session of `n` messages: user turns, tool runs (some interrupted), commands, answers.
+fn varied(n: usize) -> Vec<SessionMessage> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while out.len() < n {
+        match i % 7 {
+            0 => out.push(SessionMessage::new("user", format!("u{i}"))),
+            1 => out.push(call(&format!("c{i}"), "exec")),
+            2 => out.push(result(&format!("c{}", i - 1))),
+            3 => out.push(call(&format!("c{i}"), "read_file")), // never answered
+            4 => out.push(SessionMessage::new("user", "/status").with("_command", true)),
+            5 => out.push(result("orphan")),
+            _ => out.push(SessionMessage::new("assistant", format!("a{i}"))),
+        }
+        i += 1;
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_from_the_end_gives_the_same_history_as_a_full_load() {
+    let env = Env::new();
+    let key = "cli:long";
+    // Several appends so that metadata records with message counts land inside the file.
+    for chunk in varied(1500).chunks(100) {
+        env.store.append(key, chunk.to_vec()).await.unwrap();
+    }
+    env.store.set_last_consolidated(key, 700).await.unwrap();
+    env.store.append(key, varied(60)).await.unwrap();
+
+    env.store.invalidate(key).await;
+    let full = env.store.session(key).await.unwrap();
+    assert_eq!(full.messages.len(), 1560);
+    assert_eq!(full.last_consolidated, 700);
+    for max in [1, 2, 5, 50, 100, 500, 900, 2000] {
+        env.store.invalidate(key).await;
+        let from_end = env.store.history(key, max).await.unwrap();
+        assert_eq!(from_end, full.history(max), "max_messages = {max}");
+    }
+    let py = python_load(&env.store.path_for(key));
+    assert_eq!(py.messages.len(), 1560);
+    assert_eq!(py.last_consolidated, 700);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_written_file_gets_a_marker_after_the_first_read() {
+    let env = Env::new();
+    let key = "cli:py";
+    let path = env.store.path_for(key);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    // As the Python nanobot writes it: one metadata line, then messages.
+    let mut text = String::from(
+        "{\"_type\": \"metadata\", \"key\": \"cli:py\", \"created_at\": \"2026-01-01T00:00:00\", \"updated_at\": \"2026-01-01T00:00:00\", \"metadata\": {}, \"last_consolidated\": 10}\n",
+    );
+    for m in varied(1000) {
+        text.push_str(&serde_json::to_string(&m).unwrap());
+        text.push('\n');
+    }
+    std::fs::write(&path, &text).unwrap();
+
+    let reference = {
+        let s = env.store.session(key).await.unwrap();
+        env.store.invalidate(key).await;
+        s.history(40)
+    };
+    assert_eq!(env.store.history(key, 40).await.unwrap(), reference);
+    // The first read had to go through the whole file; it left a marker record at the end.
+    let l = lines(&path);
+    assert_eq!(l.len(), 1002);
+    assert_eq!(l[1001]["_type"], "metadata");
+    assert_eq!(l[1001]["_message_count"], 1000);
+    assert_eq!(l[1001]["last_consolidated"], 10);
+    env.store.invalidate(key).await;
+    assert_eq!(env.store.history(key, 40).await.unwrap(), reference);
+    let py = python_load(&path);
+    assert_eq!(py.messages.len(), 1000);
+    assert_eq!(py.last_consolidated, 10);
+}
