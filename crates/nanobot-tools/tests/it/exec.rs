@@ -249,12 +249,22 @@ async fn timeout_kills_the_process_group() {
         .trim()
         .parse()
         .unwrap();
-    // the background sleep got SIGKILL with the group: it is gone or a zombie awaiting its reaper
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat.rsplit(')').next().unwrap_or("").trim().chars().next();
+    // The background sleep got SIGKILL with its group: it is gone, a zombie, or (delivery is
+    // asynchronous) still has the SIGKILL pending. Checking the pending mask avoids any waiting.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_default()
+    };
+    let state = field("State:");
+    let pending = |name: &str| u64::from_str_radix(&field(name), 16).unwrap_or(0);
+    let sigkill_pending = (pending("SigPnd:") | pending("ShdPnd:")) & (1 << 8) != 0;
     assert!(
-        stat.is_empty() || state == Some('Z') || state == Some('X'),
-        "still running: {stat}"
+        status.is_empty() || state.starts_with('Z') || state.starts_with('X') || sigkill_pending,
+        "background process still running: {status}"
     );
 }
 
