@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::render::{EventKind, RenderCtx, Rendered, RenderedBody, SseEvent};
+use crate::render::{EventKind, RenderCtx, Rendered, RenderedBody, SseEvent, cut_after_deltas};
 use crate::reply::{MockReply, ReplyKind};
 
 /// The mock signature attached to thinking blocks.
@@ -258,5 +258,14 @@ fn stream(reply: &MockReply, ctx: &RenderCtx<'_>) -> Vec<SseEvent> {
         &json!({ "type": "message_stop" }),
         EventKind::Terminal,
     ));
+    if let Some(n) = reply.error_after {
+        let mut events = cut_after_deltas(events, n);
+        events.push(SseEvent::named(
+            "error",
+            &error_body(529, None, None),
+            EventKind::Terminal,
+        ));
+        return events;
+    }
     events
 }

@@ -59,7 +59,8 @@
 //! # Faults
 //!
 //! [`MockReply::stall_after_chunks`] sends `n` content deltas and then hangs; [`MockReply::drop_after_chunks`]
-//! aborts the connection after `n` deltas; [`MockReply::delay`] waits (tokio time) before answering. To
+//! aborts the connection after `n` deltas; [`MockReply::error_event_after_chunks`] ends the stream with an
+//! in-stream error event after `n` deltas; [`MockReply::delay`] waits (tokio time) before answering. To
 //! test "nothing more arrives", use `#[tokio::test(start_paused = true)]` with `tokio::time::timeout`.
 //!
 //! # Choosing a reply

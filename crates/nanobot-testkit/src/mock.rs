@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::render::{EventKind, RenderCtx, Rendered, RenderedBody, SseEvent};
+use crate::render::{RenderCtx, Rendered, RenderedBody, cut_after_deltas};
 use crate::reply::{MockReply, ReplyKind};
 use crate::request::{RecordedRequest, WireFormat};
 use crate::{anthropic, openai};
@@ -531,23 +531,6 @@ fn tail(reply: &MockReply) -> BoxStream<'static, Result<Bytes, std::io::Error>> 
         })
         .boxed()
     }
-}
-
-/// The events up to and including the `n`-th delta (all of the opening frames when `n == 0`), without any of
-/// the events that would end the answer.
-fn cut_after_deltas(events: Vec<SseEvent>, n: usize) -> Vec<SseEvent> {
-    let mut out = Vec::new();
-    let mut deltas = 0;
-    for event in events {
-        match event.kind {
-            EventKind::Delta if deltas == n => break,
-            EventKind::Delta => deltas += 1,
-            EventKind::Terminal => continue,
-            EventKind::Frame => {}
-        }
-        out.push(event);
-    }
-    out
 }
 
 fn json_response(status: u16, headers: &[(String, String)], value: &Value) -> Response {

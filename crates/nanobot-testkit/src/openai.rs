@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::render::{CREATED, EventKind, RenderCtx, Rendered, RenderedBody, SseEvent};
+use crate::render::{CREATED, EventKind, RenderCtx, Rendered, RenderedBody, SseEvent, cut_after_deltas};
 use crate::reply::{MockReply, ReplyKind};
 
 /// Renders `reply` as an answer to `POST /v1/chat/completions`.
@@ -268,6 +268,18 @@ fn stream(reply: &MockReply, ctx: &RenderCtx<'_>) -> Vec<SseEvent> {
         ));
     }
     events.push(SseEvent::done());
+    if let Some(n) = reply.error_after {
+        let mut events = cut_after_deltas(events, n);
+        events.push(SseEvent::data(
+            &error_body(
+                500,
+                Some("The server had an error while processing your request (mid-stream)."),
+                None,
+            ),
+            EventKind::Terminal,
+        ));
+        return events;
+    }
     events
 }
 

@@ -144,3 +144,45 @@ impl RenderCtx<'_> {
 
 /// Fixed `created` timestamp so snapshots are stable.
 pub(crate) const CREATED: u64 = 1_700_000_000;
+
+/// The events up to and including the `n`-th delta (all of the opening frames when `n == 0`), without any of
+/// the events that would end the answer.
+pub(crate) fn cut_after_deltas(events: Vec<SseEvent>, n: usize) -> Vec<SseEvent> {
+    let mut out = Vec::new();
+    let mut deltas = 0;
+    for event in events {
+        match event.kind {
+            EventKind::Delta if deltas == n => break,
+            EventKind::Delta => deltas += 1,
+            EventKind::Terminal => continue,
+            EventKind::Frame => {}
+        }
+        out.push(event);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn cut_keeps_frames_and_n_deltas_but_no_terminal_events() {
+        let ev = |k| SseEvent::data(&json!(1), k);
+        let events = vec![
+            ev(EventKind::Frame),
+            ev(EventKind::Delta),
+            ev(EventKind::Frame),
+            ev(EventKind::Delta),
+            ev(EventKind::Terminal),
+        ];
+        let kinds = |v: Vec<SseEvent>| v.into_iter().map(|e| e.kind).collect::<Vec<_>>();
+        assert_eq!(kinds(cut_after_deltas(events.clone(), 0)), vec![EventKind::Frame]);
+        assert_eq!(
+            kinds(cut_after_deltas(events.clone(), 1)),
+            vec![EventKind::Frame, EventKind::Delta, EventKind::Frame]
+        );
+        assert_eq!(kinds(cut_after_deltas(events, 9)).len(), 4);
+    }
+}

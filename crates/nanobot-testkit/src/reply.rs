@@ -110,6 +110,7 @@ pub struct MockReply {
     pub(crate) finish_reason: Option<String>,
     pub(crate) stall_after: Option<usize>,
     pub(crate) drop_after: Option<usize>,
+    pub(crate) error_after: Option<usize>,
     pub(crate) delay: Option<Duration>,
     pub(crate) repeat_ids: bool,
     pub(crate) chunk_chars: Option<usize>,
@@ -129,6 +130,7 @@ impl MockReply {
             finish_reason: None,
             stall_after: None,
             drop_after: None,
+            error_after: None,
             delay: None,
             repeat_ids: false,
             chunk_chars: None,
@@ -275,6 +277,16 @@ impl MockReply {
     #[must_use]
     pub fn drop_after_chunks(mut self, n: usize) -> Self {
         self.drop_after = Some(n);
+        self
+    }
+
+    /// Streaming: sends the preamble and the first `n` delta chunks, then an in-stream error event and ends
+    /// the body cleanly (no finish chunk, no `[DONE]`). OpenAI: `data: {"error":{…}}` (as OpenAI and
+    /// OpenRouter do mid-stream); Anthropic: `event: error` with an `overloaded_error`. Ignored when the
+    /// request is not streaming.
+    #[must_use]
+    pub fn error_event_after_chunks(mut self, n: usize) -> Self {
+        self.error_after = Some(n);
         self
     }
 

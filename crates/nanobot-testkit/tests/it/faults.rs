@@ -258,3 +258,62 @@ async fn delay_holds_the_answer_after_recording_the_request() {
     let v = task.await.unwrap();
     assert_eq!(v["choices"][0]["message"]["content"], "late");
 }
+
+#[tokio::test]
+async fn error_event_mid_stream_in_both_formats() {
+    let mock = MockLlm::start().await;
+    mock.push(
+        MockReply::text("abcdef")
+            .chunk_chars(2)
+            .error_event_after_chunks(1),
+    );
+    mock.push(
+        MockReply::text("abcdef")
+            .chunk_chars(2)
+            .error_event_after_chunks(2),
+    );
+    let c = client();
+    let text = c
+        .post(chat_url(&mock))
+        .json(&chat_body("x", true))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let frames = nanobot_testkit::sse::parse(&text);
+    assert!(frames.iter().all(|f| !f.is_done()));
+    let last = frames.last().unwrap().json();
+    assert_eq!(last["error"]["type"], "server_error");
+    let content: Vec<String> = frames
+        .iter()
+        .filter_map(|f| {
+            f.json()["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .filter(|s| !s.is_empty())
+        .collect();
+    assert_eq!(content, ["ab"]);
+
+    let text = c
+        .post(format!("{}/v1/messages", mock.anthropic_base_url()))
+        .json(&anthropic_body("x", true))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let frames = nanobot_testkit::sse::parse(&text);
+    let last = frames.last().unwrap();
+    assert_eq!(last.event.as_deref(), Some("error"));
+    assert_eq!(last.json()["error"]["type"], "overloaded_error");
+    assert!(frames.iter().all(|f| f.event.as_deref() != Some("message_stop")));
+    let deltas = frames
+        .iter()
+        .filter(|f| f.event.as_deref() == Some("content_block_delta"))
+        .count();
+    assert_eq!(deltas, 2);
+}
