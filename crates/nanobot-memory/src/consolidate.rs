@@ -1,0 +1,802 @@
+//! [`Consolidator`]: moves the oldest part of a session into memory, summarised by the model.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use nanobot_providers::{ChatMessage, ChatRequest, Provider, ProviderError, ToolSpec};
+use nanobot_sessions::{Session, SessionMessage, SessionStore};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use crate::error::{MemoryError, Result};
+use crate::format::{budget_text, conversation_lines};
+use crate::search::SearchIndex;
+use crate::store::{HistoryEntry, MemoryStore};
+
+/// Name of the tool the consolidation model is asked to call.
+pub const SAVE_MEMORY_TOOL: &str = "save_memory";
+
+/// Counts the tokens of a text (the agent core passes its tokenizer; the default is a byte heuristic).
+pub type TokenCounter = Arc<dyn Fn(&str) -> usize + Send + Sync>;
+
+/// When a session is consolidated and how much of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    /// When the unconsolidated messages hold more than `max` tokens, the oldest ones are consolidated until at
+    /// most `target` tokens remain.
+    Tokens {
+        /// Trigger threshold.
+        max: usize,
+        /// What should remain afterwards.
+        target: usize,
+    },
+    /// The old `memoryWindow` rule: when at least `window` messages are unconsolidated, all but the newest
+    /// `window / 2` are consolidated.
+    Messages {
+        /// The window, in messages.
+        window: usize,
+    },
+}
+
+impl Budget {
+    /// Tokens left for history in a context window of `context_window_tokens` after `max_output_tokens` and
+    /// `reserved_tokens` (system prompt, tools, a safety margin); consolidation aims at half of that.
+    pub fn from_context_window(
+        context_window_tokens: usize,
+        max_output_tokens: usize,
+        reserved_tokens: usize,
+    ) -> Self {
+        let max = context_window_tokens
+            .saturating_sub(max_output_tokens)
+            .saturating_sub(reserved_tokens)
+            .max(1);
+        Self::Tokens { max, target: max / 2 }
+    }
+
+    /// `memoryWindow` when an old config sets it, else the token budget of the context window.
+    pub fn resolve(
+        memory_window: Option<usize>,
+        context_window_tokens: usize,
+        max_output_tokens: usize,
+        reserved_tokens: usize,
+    ) -> Self {
+        match memory_window {
+            Some(window) if window > 0 => Self::Messages { window },
+            _ => Self::from_context_window(context_window_tokens, max_output_tokens, reserved_tokens),
+        }
+    }
+}
+
+/// How the [`Consolidator`] works.
+#[derive(Clone)]
+pub struct ConsolidationSettings {
+    /// The model that writes the summary.
+    pub model: String,
+    /// When and how much to consolidate.
+    pub budget: Budget,
+    /// Output-token limit of the summary call.
+    pub max_tokens: Option<u32>,
+    /// Each message is cut to this many characters in the consolidation prompt.
+    pub max_message_chars: usize,
+    /// Consecutive failed model calls for one session after which its slice is archived raw instead.
+    pub max_failures: u32,
+    /// Consolidation rounds in one background run (each round handles one slice).
+    pub max_rounds: usize,
+    /// Token counting for [`Budget::Tokens`].
+    pub token_counter: TokenCounter,
+}
+
+impl fmt::Debug for ConsolidationSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsolidationSettings")
+            .field("model", &self.model)
+            .field("budget", &self.budget)
+            .field("max_tokens", &self.max_tokens)
+            .field("max_message_chars", &self.max_message_chars)
+            .field("max_failures", &self.max_failures)
+            .field("max_rounds", &self.max_rounds)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConsolidationSettings {
+    /// Settings for `model` with `budget` and defaults for the rest.
+    pub fn new(model: impl Into<String>, budget: Budget) -> Self {
+        Self {
+            model: model.into(),
+            budget,
+            max_tokens: Some(4096),
+            max_message_chars: 4000,
+            max_failures: 3,
+            max_rounds: 5,
+            token_counter: Arc::new(|t: &str| t.len().div_ceil(3)),
+        }
+    }
+
+    /// Uses `counter` to count tokens.
+    #[must_use]
+    pub fn with_token_counter(mut self, counter: TokenCounter) -> Self {
+        self.token_counter = counter;
+        self
+    }
+}
+
+/// What one consolidation did.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ConsolidationOutcome {
+    /// The session is within its budget (or has no safe slice to take).
+    NothingToDo,
+    /// Another consolidation of this session is running (background runs skip instead of waiting).
+    Busy,
+    /// The model summarised `range` through `save_memory`.
+    Summarised {
+        /// The messages consolidated (indices into the session).
+        range: Range<usize>,
+        /// The history entry written.
+        entry: HistoryEntry,
+        /// Whether `MEMORY.md` changed.
+        memory_updated: bool,
+    },
+    /// The model did not call `save_memory` (or kept failing): `range` was archived verbatim instead.
+    RawArchived {
+        /// The messages archived.
+        range: Range<usize>,
+        /// The history entry written.
+        entry: HistoryEntry,
+        /// Why the summary was not used.
+        reason: String,
+    },
+}
+
+/// Moves the oldest safe slice of a session into memory: the model summarises it through a `save_memory` tool
+/// call (`history_entry` → `history.jsonl`, `memory_update` → `MEMORY.md`), then the session's
+/// `last_consolidated` pointer moves past it. The session file itself is never shortened.
+///
+/// A slice always ends at a safe cut: never between a tool call and its result (it prefers the start of a user
+/// turn). One consolidation per session runs at a time; [`Consolidator::spawn_if_needed`] runs in the
+/// background and skips a session that is already being consolidated. When the model answers without calling
+/// the tool, or its calls keep failing ([`ConsolidationSettings::max_failures`]), the slice is archived raw
+/// (`[RAW] n messages` + the formatted conversation) so nothing is lost.
+///
+/// Cheap to clone; clones share the per-session locks.
+#[derive(Clone)]
+pub struct Consolidator {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: MemoryStore,
+    sessions: SessionStore,
+    provider: Arc<dyn Provider>,
+    settings: ConsolidationSettings,
+    index: Option<SearchIndex>,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl fmt::Debug for Consolidator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Consolidator")
+            .field("workspace", &self.inner.store.workspace())
+            .field("settings", &self.inner.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Consolidator {
+    /// A consolidator writing to `store`, moving pointers in `sessions`, asking `provider`.
+    pub fn new(
+        store: MemoryStore,
+        sessions: SessionStore,
+        provider: Arc<dyn Provider>,
+        settings: ConsolidationSettings,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                sessions,
+                provider,
+                settings,
+                index: None,
+                locks: Mutex::new(HashMap::new()),
+                failures: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Also feeds every written entry and consolidated message into `index` (for `memory_search`).
+    /// Call before cloning.
+    #[must_use]
+    pub fn with_index(self, index: SearchIndex) -> Self {
+        let inner = match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => {
+                inner.index = Some(index);
+                inner
+            }
+            Err(shared) => Inner {
+                store: shared.store.clone(),
+                sessions: shared.sessions.clone(),
+                provider: shared.provider.clone(),
+                settings: shared.settings.clone(),
+                index: Some(index),
+                locks: Mutex::new(HashMap::new()),
+                failures: Mutex::new(HashMap::new()),
+            },
+        };
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &ConsolidationSettings {
+        &self.inner.settings
+    }
+
+    /// The memory files written to.
+    pub fn store(&self) -> &MemoryStore {
+        &self.inner.store
+    }
+
+    /// The slice of `session` that should be consolidated now under the budget, if any.
+    pub fn plan(&self, session: &Session) -> Option<Range<usize>> {
+        plan(
+            &session.messages,
+            session.last_consolidated,
+            self.inner.settings.budget,
+            &*self.inner.settings.token_counter,
+        )
+    }
+
+    /// Starts a background consolidation of session `key` if it is over budget and not already being
+    /// consolidated ([`Consolidator::run_if_needed`] on a tokio task). Never blocks the caller; returns the task
+    /// (awaiting it is optional). Needs a tokio runtime.
+    pub fn spawn_if_needed(&self, key: &str) -> JoinHandle<Result<Vec<ConsolidationOutcome>>> {
+        let this = self.clone();
+        let key = key.to_owned();
+        tokio::spawn(async move { this.run_if_needed(&key).await })
+    }
+
+    /// Consolidates session `key` while it is over budget (up to [`ConsolidationSettings::max_rounds`]
+    /// slices). Returns `[Busy]` at once when another consolidation of this session is running, and
+    /// `[NothingToDo]` when the session is within budget.
+    pub async fn run_if_needed(&self, key: &str) -> Result<Vec<ConsolidationOutcome>> {
+        let Ok(_guard) = self.lock_for(key).try_lock_owned() else {
+            return Ok(vec![ConsolidationOutcome::Busy]);
+        };
+        let mut outcomes = Vec::new();
+        for _ in 0..self.inner.settings.max_rounds.max(1) {
+            let session = self.inner.sessions.session(key).await?;
+            let Some(range) = self.plan(&session) else { break };
+            match self.run_slice(&session, range, true).await {
+                Ok(o) => outcomes.push(o),
+                Err(e) => {
+                    tracing::warn!(session = %key, error = %e, "memory consolidation failed");
+                    return Err(e);
+                }
+            }
+        }
+        if outcomes.is_empty() {
+            outcomes.push(ConsolidationOutcome::NothingToDo);
+        }
+        Ok(outcomes)
+    }
+
+    /// Consolidates session `key` now if it is over budget (one slice), waiting for a running consolidation of
+    /// the same session to finish first.
+    pub async fn consolidate(&self, key: &str) -> Result<ConsolidationOutcome> {
+        let _guard = self.lock_for(key).lock_owned().await;
+        let session = self.inner.sessions.session(key).await?;
+        match self.plan(&session) {
+            Some(range) => self.run_slice(&session, range, true).await,
+            None => Ok(ConsolidationOutcome::NothingToDo),
+        }
+    }
+
+    /// For `/compact`: consolidates everything unconsolidated before the latest user turn, whatever the
+    /// budget says.
+    pub async fn compact(&self, key: &str) -> Result<ConsolidationOutcome> {
+        let _guard = self.lock_for(key).lock_owned().await;
+        let session = self.inner.sessions.session(key).await?;
+        let start = session.last_consolidated.min(session.messages.len());
+        let cuts = safe_cuts(&session.messages, start);
+        let end = cuts
+            .iter()
+            .rev()
+            .find(|&&i| i < session.messages.len() && session.messages[i].role() == Some("user"))
+            .copied();
+        match end {
+            Some(end) if end > start => self.run_slice(&session, start..end, true).await,
+            _ => Ok(ConsolidationOutcome::NothingToDo),
+        }
+    }
+
+    /// For `/new`: resets session `key` (see [`SessionStore::reset`]) and archives its unconsolidated messages
+    /// into memory, serialised with any consolidation of that session. The archive needs the model; when it is
+    /// unreachable the messages are archived raw, never dropped.
+    pub async fn reset_and_archive(&self, key: &str) -> Result<ConsolidationOutcome> {
+        let _guard = self.lock_for(key).lock_owned().await;
+        let old = self.inner.sessions.reset(key).await?;
+        let start = old.last_consolidated.min(old.messages.len());
+        if old.messages[start..].iter().all(|m| m.is_command()) {
+            return Ok(ConsolidationOutcome::NothingToDo);
+        }
+        let range = start..old.messages.len();
+        self.run_slice(&old, range, false).await
+    }
+
+    /// For `/new` when the caller has already reset the session: archives the unconsolidated messages of
+    /// `session` (its state before the reset), serialised with any consolidation of that session.
+    pub async fn archive_session(&self, session: Session) -> Result<ConsolidationOutcome> {
+        let _guard = self.lock_for(&session.key).lock_owned().await;
+        let start = session.last_consolidated.min(session.messages.len());
+        if session.messages[start..].iter().all(|m| m.is_command()) {
+            return Ok(ConsolidationOutcome::NothingToDo);
+        }
+        let range = start..session.messages.len();
+        self.run_slice(&session, range, false).await
+    }
+
+    /// Summarises `messages` (e.g. a session the caller already reset) into memory without touching any
+    /// session; falls back to a raw archive as consolidation does.
+    pub async fn archive(&self, key: &str, messages: Vec<SessionMessage>) -> Result<ConsolidationOutcome> {
+        let mut session = Session::new(key);
+        let len = messages.len();
+        session.messages = messages;
+        self.run_slice(&session, 0..len, false).await
+    }
+
+    fn lock_for(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.inner.locks.lock().unwrap_or_else(|p| p.into_inner());
+        locks.entry(key.to_owned()).or_default().clone()
+    }
+
+    /// Summarises `session.messages[range]`; moves the pointer when `move_pointer`.
+    async fn run_slice(
+        &self,
+        session: &Session,
+        range: Range<usize>,
+        move_pointer: bool,
+    ) -> Result<ConsolidationOutcome> {
+        let key = session.key.clone();
+        let slice = &session.messages[range.clone()];
+        let lines = conversation_lines(slice, self.inner.settings.max_message_chars);
+        let store = self.inner.store.clone();
+        let current_memory = blocking(move || store.read_memory()).await?;
+
+        let outcome = if lines.is_empty() {
+            None
+        } else {
+            Some(self.summarise(&key, &lines, &current_memory, &range).await?)
+        };
+
+        let (outcome, entry) = match outcome {
+            None => (ConsolidationOutcome::NothingToDo, None),
+            Some(Summary::Saved {
+                history_entry,
+                memory_update,
+            }) => {
+                let store = self.inner.store.clone();
+                let k = key.clone();
+                let (entry, memory_updated) = blocking(move || {
+                    let memory_updated = match memory_update {
+                        Some(m) if m.trim() != current_memory.trim() => {
+                            store.write_memory(&m)?;
+                            true
+                        }
+                        _ => false,
+                    };
+                    let entry = store.append_history(&history_entry, Some(&k))?;
+                    Ok((entry, memory_updated))
+                })
+                .await?;
+                (
+                    ConsolidationOutcome::Summarised {
+                        range: range.clone(),
+                        entry: entry.clone(),
+                        memory_updated,
+                    },
+                    Some(entry),
+                )
+            }
+            Some(Summary::Raw { reason }) => {
+                let text = format!("[RAW] {} messages\n{}", slice.len(), lines.join("\n"));
+                let store = self.inner.store.clone();
+                let k = key.clone();
+                let entry = blocking(move || store.append_history(&text, Some(&k))).await?;
+                tracing::warn!(session = %key, %reason, cursor = entry.cursor, "memory slice archived raw");
+                (
+                    ConsolidationOutcome::RawArchived {
+                        range: range.clone(),
+                        entry: entry.clone(),
+                        reason,
+                    },
+                    Some(entry),
+                )
+            }
+        };
+
+        if move_pointer {
+            let (start, end) = (range.start, range.end);
+            // The session may have been reset (`/new`) meanwhile: move the pointer only if the slice is still
+            // there, unchanged at both ends.
+            let first_ts = slice.first().and_then(|m| m.timestamp()).map(str::to_owned);
+            let last_ts = slice.last().and_then(|m| m.timestamp()).map(str::to_owned);
+            let same = self
+                .inner
+                .sessions
+                .with_session(&key, move |s| {
+                    s.messages.len() >= end
+                        && s.messages[start].timestamp().map(str::to_owned) == first_ts
+                        && s.messages[end - 1].timestamp().map(str::to_owned) == last_ts
+                })
+                .await?;
+            let moved = same
+                && self
+                    .inner
+                    .sessions
+                    .update_header(&key, move |h| {
+                        if h.last_consolidated == start {
+                            h.last_consolidated = end;
+                        }
+                    })
+                    .await?;
+            if !moved {
+                tracing::warn!(session = %key, start, end, "session changed during consolidation; pointer left alone");
+            }
+        }
+
+        if let Some(index) = &self.inner.index {
+            let index = index.clone();
+            let messages: Vec<SessionMessage> = slice.to_vec();
+            let k = key.clone();
+            let first = range.start;
+            let result = blocking(move || {
+                if let Some(e) = &entry {
+                    index.add_history_entry(e)?;
+                }
+                index.add_session_messages(&k, first, &messages)
+            })
+            .await;
+            if let Err(e) = result {
+                tracing::warn!(session = %key, error = %e, "memory search index not updated");
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Asks the model for a `save_memory` call. A model error is returned (the slice stays for the next run)
+    /// until the session has failed `max_failures` times in a row; then the slice is archived raw.
+    async fn summarise(
+        &self,
+        key: &str,
+        lines: &[String],
+        current_memory: &str,
+        range: &Range<usize>,
+    ) -> Result<Summary> {
+        let prompt = format!(
+            "Process this conversation and call the save_memory tool with your consolidation.\n\n\
+             ## Current Long-term Memory\n{}\n\n## Conversation to Process\n{}",
+            if current_memory.trim().is_empty() {
+                "(empty)"
+            } else {
+                current_memory
+            },
+            lines.join("\n")
+        );
+        let mut request = ChatRequest::new(
+            self.inner.settings.model.clone(),
+            vec![
+                ChatMessage::system(
+                    "You are a memory consolidation agent. Call the save_memory tool with your consolidation of \
+                     the conversation.",
+                ),
+                ChatMessage::user(prompt),
+            ],
+        )
+        .with_tools(vec![save_memory_spec()]);
+        request.max_tokens = self.inner.settings.max_tokens;
+        let response = match self.inner.provider.chat(request).await {
+            Ok(r) => {
+                self.failures(key, |n| *n = 0);
+                r
+            }
+            Err(e) => return self.on_model_error(key, e, range),
+        };
+        let call = response
+            .tool_calls
+            .iter()
+            .find(|c| c.name == SAVE_MEMORY_TOOL && c.arguments_error.is_none());
+        let Some(call) = call else {
+            let reason = if response.tool_calls.is_empty() {
+                "the model did not call save_memory".to_owned()
+            } else {
+                "the model's save_memory call was unusable".to_owned()
+            };
+            return Ok(Summary::Raw { reason });
+        };
+        let history_entry = call
+            .arguments
+            .get("history_entry")
+            .map(text_of)
+            .unwrap_or_default();
+        let memory_update = call
+            .arguments
+            .get("memory_update")
+            .map(text_of)
+            .filter(|m| !m.trim().is_empty());
+        if history_entry.trim().is_empty() {
+            return Ok(Summary::Raw {
+                reason: "save_memory came without a history_entry".to_owned(),
+            });
+        }
+        Ok(Summary::Saved {
+            history_entry: history_entry.trim().to_owned(),
+            memory_update,
+        })
+    }
+
+    fn on_model_error(&self, key: &str, error: ProviderError, range: &Range<usize>) -> Result<Summary> {
+        let max = self.inner.settings.max_failures.max(1);
+        let mut count = 0;
+        self.failures(key, |n| {
+            *n += 1;
+            count = *n;
+        });
+        if count >= max {
+            self.failures(key, |n| *n = 0);
+            return Ok(Summary::Raw {
+                reason: format!("the model failed {count} times in a row ({error})"),
+            });
+        }
+        tracing::warn!(session = %key, ?range, attempt = count, error = %error, "consolidation model call failed");
+        Err(MemoryError::Provider(error))
+    }
+
+    fn failures(&self, key: &str, f: impl FnOnce(&mut u32)) {
+        let mut map = self.inner.failures.lock().unwrap_or_else(|p| p.into_inner());
+        f(map.entry(key.to_owned()).or_default());
+    }
+}
+
+enum Summary {
+    Saved {
+        history_entry: String,
+        memory_update: Option<String>,
+    },
+    Raw {
+        reason: String,
+    },
+}
+
+fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// The `save_memory` tool as the consolidation model sees it (same arguments as the Python nanobot).
+pub fn save_memory_spec() -> ToolSpec {
+    ToolSpec {
+        name: SAVE_MEMORY_TOOL.to_owned(),
+        description: "Save the memory consolidation result to persistent storage.".to_owned(),
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "history_entry": {
+                    "type": "string",
+                    "description": "A paragraph (2-5 sentences) summarizing the key events/decisions/topics. \
+                                    Start with [YYYY-MM-DD HH:MM]. Include detail useful for searching later."
+                },
+                "memory_update": {
+                    "type": "string",
+                    "description": "Full updated long-term memory as markdown. Include all existing facts plus \
+                                    new ones. Return unchanged if nothing new."
+                }
+            },
+            "required": ["history_entry", "memory_update"]
+        }),
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f).await?
+}
+
+/// Positions `i` in `(start, len]` where the session may be cut: everything before `i` that called a tool has
+/// its result before `i`, and `messages[i]` is not a tool result. A user message always starts a new turn (tool
+/// calls left open before it were interrupted and are closed on replay).
+pub(crate) fn safe_cuts(messages: &[SessionMessage], start: usize) -> Vec<usize> {
+    let mut open: HashSet<String> = HashSet::new();
+    let mut cuts = Vec::new();
+    for (i, m) in messages.iter().enumerate().skip(start) {
+        if i > start {
+            let role = m.role();
+            if role == Some("user") {
+                open.clear();
+            }
+            if open.is_empty() && role != Some("tool") {
+                cuts.push(i);
+            }
+        }
+        match m.role() {
+            Some("assistant") => open.extend(m.tool_call_ids().into_iter().map(str::to_owned)),
+            Some("tool") => {
+                if let Some(id) = m.tool_call_id() {
+                    open.remove(id);
+                }
+            }
+            _ => {}
+        }
+    }
+    if messages.len() > start && open.is_empty() {
+        cuts.push(messages.len());
+    }
+    cuts
+}
+
+/// The slice `start..end` to consolidate under `budget`, if any.
+pub(crate) fn plan(
+    messages: &[SessionMessage],
+    last_consolidated: usize,
+    budget: Budget,
+    count: &(dyn Fn(&str) -> usize + Send + Sync),
+) -> Option<Range<usize>> {
+    let len = messages.len();
+    let start = last_consolidated.min(len);
+    let desired_end = match budget {
+        Budget::Messages { window } => {
+            let window = window.max(1);
+            if len - start < window {
+                return None;
+            }
+            len - window / 2
+        }
+        Budget::Tokens { max, target } => {
+            let tokens: Vec<usize> = messages[start..]
+                .iter()
+                .filter(|m| !m.is_command())
+                .map(|m| count(&budget_text(m)) + 4)
+                .collect();
+            let total: usize = tokens.iter().sum();
+            if total <= max {
+                return None;
+            }
+            // Smallest end whose remaining tail fits the target.
+            let mut remaining = total;
+            let mut end = start;
+            for m in &messages[start..] {
+                if remaining <= target {
+                    break;
+                }
+                if !m.is_command() {
+                    remaining -= count(&budget_text(m)) + 4;
+                }
+                end += 1;
+            }
+            end
+        }
+    };
+    let cuts = safe_cuts(messages, start);
+    let user_cut = cuts
+        .iter()
+        .copied()
+        .find(|&i| i >= desired_end && i < len && messages[i].role() == Some("user"));
+    let end = user_cut
+        .or_else(|| cuts.iter().copied().find(|&i| i >= desired_end))
+        .or_else(|| cuts.iter().copied().rfind(|&i| i < desired_end))?;
+    (end > start).then_some(start..end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn msg(v: Value) -> SessionMessage {
+        SessionMessage::from_map(v.as_object().cloned().unwrap())
+    }
+
+    fn call(id: &str) -> SessionMessage {
+        msg(json!({"role": "assistant", "content": null,
+                   "tool_calls": [{"id": id, "type": "function", "function": {"name": "exec", "arguments": "{}"}}]}))
+    }
+
+    fn result(id: &str) -> SessionMessage {
+        msg(json!({"role": "tool", "tool_call_id": id, "name": "exec", "content": "ok"}))
+    }
+
+    fn turn(n: usize) -> Vec<SessionMessage> {
+        vec![
+            SessionMessage::new("user", format!("question {n}")),
+            call(&format!("c{n}")),
+            result(&format!("c{n}")),
+            SessionMessage::new("assistant", format!("answer {n}")),
+        ]
+    }
+
+    fn heuristic(t: &str) -> usize {
+        t.len()
+    }
+
+    #[test]
+    fn cuts_never_separate_a_call_from_its_result() {
+        let msgs: Vec<_> = (0..3).flat_map(turn).collect();
+        let cuts = safe_cuts(&msgs, 0);
+        assert_eq!(cuts, vec![1, 3, 4, 5, 7, 8, 9, 11, 12]);
+        for c in cuts {
+            assert_ne!(msgs.get(c).and_then(|m| m.role()), Some("tool"));
+        }
+    }
+
+    #[test]
+    fn interrupted_calls_do_not_block_later_cuts() {
+        let mut msgs = vec![SessionMessage::new("user", "a"), call("lost")];
+        msgs.extend(turn(1));
+        assert_eq!(safe_cuts(&msgs, 0), vec![1, 2, 3, 5, 6]);
+    }
+
+    #[test]
+    fn window_plan_keeps_half_and_ends_on_a_user_turn() {
+        let msgs: Vec<_> = (0..5).flat_map(turn).collect(); // 20 messages
+        assert_eq!(plan(&msgs, 0, Budget::Messages { window: 21 }, &heuristic), None);
+        // window 10 → keep 5 → desired end 15 → next user turn starts at 16.
+        assert_eq!(
+            plan(&msgs, 0, Budget::Messages { window: 10 }, &heuristic),
+            Some(0..16)
+        );
+        assert_eq!(plan(&msgs, 16, Budget::Messages { window: 10 }, &heuristic), None);
+    }
+
+    #[test]
+    fn token_plan_consolidates_until_the_target() {
+        let msgs: Vec<_> = (0..5).flat_map(turn).collect();
+        let total: usize = msgs.iter().map(|m| heuristic(&budget_text(m)) + 4).sum();
+        assert_eq!(
+            plan(
+                &msgs,
+                0,
+                Budget::Tokens {
+                    max: total,
+                    target: total / 2
+                },
+                &heuristic
+            ),
+            None
+        );
+        let r = plan(
+            &msgs,
+            0,
+            Budget::Tokens {
+                max: total - 1,
+                target: total / 2,
+            },
+            &heuristic,
+        )
+        .unwrap();
+        assert_eq!(r.start, 0);
+        assert_eq!(msgs[r.end].role(), Some("user"));
+        let rest: usize = msgs[r.end..].iter().map(|m| heuristic(&budget_text(m)) + 4).sum();
+        assert!(rest <= total / 2, "{rest} > {}", total / 2);
+    }
+
+    #[test]
+    fn budget_resolution() {
+        assert_eq!(
+            Budget::resolve(Some(100), 1000, 100, 0),
+            Budget::Messages { window: 100 }
+        );
+        assert_eq!(
+            Budget::resolve(None, 1000, 100, 100),
+            Budget::Tokens {
+                max: 800,
+                target: 400
+            }
+        );
+    }
+}

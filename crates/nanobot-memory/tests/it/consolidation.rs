@@ -1,0 +1,269 @@
+//! Consolidation with the MockLlm over real HTTP (and a gated fake provider for the one-at-a-time rule).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use nanobot_memory::{ConsolidationOutcome, SAVE_MEMORY_TOOL};
+use nanobot_providers::{ChatRequest, ChatResponse, EventStream, Provider, ProviderError, ToolCall};
+use nanobot_testkit::{MockLlm, MockReply};
+use serde_json::json;
+use tokio::sync::{Notify, Semaphore};
+
+use crate::support::{env, fill, provider};
+
+fn save_memory(entry: &str, memory: &str) -> MockReply {
+    MockReply::tool_call(
+        SAVE_MEMORY_TOOL,
+        json!({"history_entry": entry, "memory_update": memory}),
+    )
+}
+
+#[tokio::test]
+async fn consolidation_moves_the_pointer_and_writes_both_files() {
+    let env = env();
+    let mock = MockLlm::start().await;
+    mock.push(save_memory(
+        "[2026-01-01 10:00] The user told me their cat is called Miso.",
+        "# Memory\n- The user's cat is Miso.\n",
+    ));
+    fill(&env, "telegram:42", 5).await; // 20 messages
+    let c = env.consolidator(provider(&mock), 10);
+
+    let outcomes = c.spawn_if_needed("telegram:42").await.unwrap().unwrap();
+    let ConsolidationOutcome::Summarised {
+        range,
+        entry,
+        memory_updated,
+    } = &outcomes[0]
+    else {
+        panic!("{outcomes:?}")
+    };
+    // window 10 keeps 5 → the cut is the next user turn at 16, never between a call and its result.
+    assert_eq!(*range, 0..16);
+    assert!(memory_updated);
+    assert_eq!(entry.cursor, 1);
+    assert_eq!(entry.session_key.as_deref(), Some("telegram:42"));
+    assert_eq!(outcomes.len(), 1, "within budget after one round");
+
+    let session = env.sessions.session("telegram:42").await.unwrap();
+    assert_eq!(session.last_consolidated, 16);
+    assert_eq!(
+        env.store.read_memory().unwrap(),
+        "# Memory\n- The user's cat is Miso.\n"
+    );
+    let history = env.store.read_history_after(0).unwrap();
+    assert_eq!(history.len(), 1);
+    assert!(history[0].content.contains("Miso"));
+
+    // What the model saw: the save_memory tool, the current memory and the formatted conversation.
+    let req = &mock.completion_requests()[0];
+    assert_eq!(req.tool_names(), vec![SAVE_MEMORY_TOOL.to_string()]);
+    let prompt = req.last_user_text().unwrap();
+    assert!(
+        prompt.contains("## Current Long-term Memory\n(empty)"),
+        "{prompt}"
+    );
+    assert!(prompt.contains("USER: turn 0: my cat is called Miso"), "{prompt}");
+    assert!(prompt.contains("ASSISTANT [tools: exec]"), "{prompt}");
+    assert!(
+        !prompt.contains("turn 4"),
+        "the kept tail is not consolidated: {prompt}"
+    );
+
+    // Within budget now: nothing more, and no model call.
+    let again = c.spawn_if_needed("telegram:42").await.unwrap().unwrap();
+    assert_eq!(again, vec![ConsolidationOutcome::NothingToDo]);
+    assert_eq!(mock.completion_requests().len(), 1);
+}
+
+#[tokio::test]
+async fn a_model_that_skips_the_tool_still_archives() {
+    let env = env();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("Sure, I will remember that."));
+    fill(&env, "cli:direct", 5).await;
+    std::fs::create_dir_all(env.store.dir()).unwrap();
+    env.store.write_memory("# Memory\n- old fact\n").unwrap();
+    let c = env.consolidator(provider(&mock), 10);
+
+    let outcome = c.consolidate("cli:direct").await.unwrap();
+    let ConsolidationOutcome::RawArchived { range, entry, reason } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(range, 0..16);
+    assert!(reason.contains("did not call save_memory"), "{reason}");
+    assert!(
+        entry.content.starts_with("[RAW] 16 messages\n"),
+        "{}",
+        entry.content
+    );
+    assert!(entry.content.contains("USER: turn 0: my cat is called Miso"));
+    assert_eq!(
+        env.sessions
+            .session("cli:direct")
+            .await
+            .unwrap()
+            .last_consolidated,
+        16
+    );
+    assert_eq!(
+        env.store.read_memory().unwrap(),
+        "# Memory\n- old fact\n",
+        "memory untouched"
+    );
+}
+
+#[tokio::test]
+async fn failing_model_keeps_the_slice_then_archives_it_raw() {
+    let env = env();
+    let mock = MockLlm::start().await;
+    mock.set_fallback(MockReply::error(500));
+    fill(&env, "cli:direct", 5).await;
+    let c = env.consolidator(provider(&mock), 10);
+
+    for _ in 0..2 {
+        assert!(c.consolidate("cli:direct").await.is_err());
+        assert_eq!(
+            env.sessions
+                .session("cli:direct")
+                .await
+                .unwrap()
+                .last_consolidated,
+            0
+        );
+    }
+    assert!(env.store.read_history_after(0).unwrap().is_empty());
+    let third = c.consolidate("cli:direct").await.unwrap();
+    assert!(
+        matches!(third, ConsolidationOutcome::RawArchived { .. }),
+        "{third:?}"
+    );
+    assert_eq!(
+        env.sessions
+            .session("cli:direct")
+            .await
+            .unwrap()
+            .last_consolidated,
+        16
+    );
+}
+
+#[tokio::test]
+async fn reset_and_archive_saves_the_whole_session() {
+    let env = env();
+    let mock = MockLlm::start().await;
+    mock.push(save_memory(
+        "[2026-01-01 10:00] Talked about Miso.",
+        "- cat: Miso\n",
+    ));
+    fill(&env, "cli:direct", 2).await;
+    let c = env.consolidator(provider(&mock), 100);
+
+    let outcome = c.reset_and_archive("cli:direct").await.unwrap();
+    let ConsolidationOutcome::Summarised { range, .. } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(range, 0..8);
+    let session = env.sessions.session("cli:direct").await.unwrap();
+    assert!(session.messages.is_empty());
+    assert_eq!(session.last_consolidated, 0);
+    assert_eq!(
+        env.store.read_history_after(0).unwrap()[0].content,
+        "[2026-01-01 10:00] Talked about Miso."
+    );
+}
+
+#[tokio::test]
+async fn compact_consolidates_up_to_the_latest_turn() {
+    let env = env();
+    let mock = MockLlm::start().await;
+    mock.push(save_memory("[2026-01-01 10:00] Compacted.", ""));
+    fill(&env, "cli:direct", 3).await;
+    let c = env.consolidator(provider(&mock), 100);
+    let outcome = c.compact("cli:direct").await.unwrap();
+    let ConsolidationOutcome::Summarised {
+        range,
+        memory_updated,
+        ..
+    } = outcome
+    else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(range, 0..8);
+    assert!(!memory_updated, "an empty memory_update never wipes MEMORY.md");
+    assert!(!env.store.memory_path().exists());
+}
+
+/// A provider that answers only when told to, to hold a consolidation in flight.
+#[derive(Debug)]
+struct Gated {
+    gate: Arc<Semaphore>,
+    entered: Arc<Notify>,
+}
+
+#[async_trait]
+impl Provider for Gated {
+    fn name(&self) -> &str {
+        "gated"
+    }
+
+    fn stream(&self, _request: ChatRequest) -> EventStream {
+        Box::pin(futures::stream::empty())
+    }
+
+    async fn chat(&self, _request: ChatRequest) -> Result<ChatResponse, ProviderError> {
+        self.entered.notify_one();
+        self.gate.acquire().await.unwrap().forget();
+        Ok(ChatResponse {
+            tool_calls: vec![ToolCall::new(
+                "c1",
+                SAVE_MEMORY_TOOL,
+                json!({"history_entry": "[2026-01-01 10:00] gated", "memory_update": ""}),
+            )],
+            ..ChatResponse::default()
+        })
+    }
+}
+
+#[tokio::test]
+async fn one_consolidation_per_session_at_a_time() {
+    let env = env();
+    fill(&env, "a", 5).await;
+    fill(&env, "b", 5).await;
+    let gate = Arc::new(Semaphore::new(0));
+    let entered = Arc::new(Notify::new());
+    let c = env.consolidator(
+        Arc::new(Gated {
+            gate: gate.clone(),
+            entered: entered.clone(),
+        }),
+        10,
+    );
+
+    let first = c.spawn_if_needed("a");
+    entered.notified().await; // the first run is inside the model call
+    let second = c.spawn_if_needed("a").await.unwrap().unwrap();
+    assert_eq!(second, vec![ConsolidationOutcome::Busy]);
+
+    // Another session is not blocked by it.
+    let other = c.spawn_if_needed("b");
+    entered.notified().await;
+    gate.add_permits(2);
+    let (first, other) = (first.await.unwrap().unwrap(), other.await.unwrap().unwrap());
+    assert!(
+        matches!(first[0], ConsolidationOutcome::Summarised { .. }),
+        "{first:?}"
+    );
+    assert!(
+        matches!(other[0], ConsolidationOutcome::Summarised { .. }),
+        "{other:?}"
+    );
+    let cursors: Vec<u64> = env
+        .store
+        .read_history_after(0)
+        .unwrap()
+        .iter()
+        .map(|e| e.cursor)
+        .collect();
+    assert_eq!(cursors, vec![1, 2]);
+}

@@ -1,0 +1,9 @@
+//! Integration tests of nanobot-memory: real files, real SQLite, the MockLlm over real HTTP.
+
+#![allow(clippy::unwrap_used, reason = "test helpers: a failure should fail the test")]
+
+mod consolidation;
+mod dream;
+mod history;
+mod search;
+mod support;

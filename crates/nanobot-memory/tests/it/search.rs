@@ -1,0 +1,110 @@
+//! memory_search: finds old facts after consolidation, and in session messages.
+
+use nanobot_memory::{MemorySearchTool, SAVE_MEMORY_TOOL, SearchIndex};
+use nanobot_sessions::SessionMessage;
+use nanobot_testkit::{MockLlm, MockReply};
+use nanobot_tools::{Tool, ToolContext, ToolRegistry};
+use serde_json::json;
+use std::sync::Arc;
+
+use crate::support::{env, fill, provider};
+
+#[tokio::test]
+async fn fts_finds_an_old_fact_after_consolidation() {
+    let env = env();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::tool_call(
+        SAVE_MEMORY_TOOL,
+        json!({"history_entry": "[2026-01-01 10:00] The user's tabby cat is named Miso and hates baths.",
+               "memory_update": "- cat: Miso\n"}),
+    ));
+    fill(&env, "telegram:42", 5).await;
+    let c = env.consolidator(provider(&mock), 10);
+    c.consolidate("telegram:42").await.unwrap();
+    assert_eq!(
+        env.sessions
+            .session("telegram:42")
+            .await
+            .unwrap()
+            .last_consolidated,
+        16
+    );
+
+    let index = SearchIndex::open_in_workspace(env.ws.path()).unwrap();
+    let tool = MemorySearchTool::new(index.clone(), env.store.clone(), Some(env.sessions.clone()));
+    let registry = ToolRegistry::default();
+    registry.register(Arc::new(tool.clone()));
+    let ctx = ToolContext::new(env.ws.path());
+
+    let out = registry
+        .execute("memory_search", json!({"query": "baths", "limit": 3}), &ctx)
+        .await;
+    assert!(!out.is_error, "{}", out.text);
+    assert!(
+        out.text.contains("history #1, session telegram:42"),
+        "{}",
+        out.text
+    );
+    assert!(out.text.contains("[baths]"), "{}", out.text);
+    assert!(out.text.contains("[2026-"), "{}", out.text);
+
+    // The consolidated messages themselves are searchable too.
+    let out = registry
+        .execute("memory_search", json!({"query": "cat called Miso"}), &ctx)
+        .await;
+    assert!(
+        out.text.contains("message #0, session telegram:42"),
+        "{}",
+        out.text
+    );
+
+    let out = registry
+        .execute("memory_search", json!({"query": "giraffe"}), &ctx)
+        .await;
+    assert_eq!(out.text, "No memories match \"giraffe\".");
+    let out = registry
+        .execute("memory_search", json!({"query": "   "}), &ctx)
+        .await;
+    assert!(out.is_error);
+    assert!(tool.read_only());
+}
+
+#[tokio::test]
+async fn new_session_messages_are_indexed_incrementally() {
+    let env = env();
+    let index = SearchIndex::open_in_workspace(env.ws.path()).unwrap();
+    env.sessions
+        .append(
+            "slack:C1",
+            vec![SessionMessage::new("user", "the wifi password is hunter2")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(index.sync_sessions(&env.sessions).await.unwrap(), 1);
+    assert_eq!(
+        index.sync_sessions(&env.sessions).await.unwrap(),
+        0,
+        "unchanged sessions are skipped"
+    );
+    env.sessions
+        .append(
+            "slack:C1",
+            vec![SessionMessage::new(
+                "assistant",
+                "I will remember the router is in the attic",
+            )],
+        )
+        .await
+        .unwrap();
+    assert_eq!(index.sync_sessions(&env.sessions).await.unwrap(), 1);
+    let hits = index.search("router attic", 5).unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].position, 1);
+    assert_eq!(hits[0].session_key.as_deref(), Some("slack:C1"));
+
+    // A reopened index keeps what it had.
+    drop(index);
+    let index = SearchIndex::open_in_workspace(env.ws.path()).unwrap();
+    assert_eq!(index.search("hunter2", 5).unwrap().len(), 1);
+    assert_eq!(index.sync_sessions(&env.sessions).await.unwrap(), 0);
+}
