@@ -1,11 +1,13 @@
 //! Opening an MCP session to one configured server and listing what it offers.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, Prompt, Resource, Tool};
-use rmcp::service::RunningService;
+use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
@@ -18,9 +20,11 @@ use crate::{McpError, ServerSpec, TransportSpec};
 
 /// The client side of every session: identifies itself as nanobot and asks for nothing extra
 /// (no sampling, roots or elicitation), which keeps servers from offering tools that would
-/// call back into the agent.
+/// call back into the agent. Remembers `list_changed` notifications so the manager re-lists.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct NanobotClient;
+pub(crate) struct NanobotClient {
+    pub(crate) lists_changed: Arc<AtomicBool>,
+}
 
 impl ClientHandler for NanobotClient {
     fn get_info(&self) -> ClientConfig {
@@ -28,6 +32,18 @@ impl ClientHandler for NanobotClient {
             ClientCapabilities::default(),
             Implementation::new("nanobot", env!("CARGO_PKG_VERSION")),
         )
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.lists_changed.store(true, Ordering::SeqCst);
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.lists_changed.store(true, Ordering::SeqCst);
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.lists_changed.store(true, Ordering::SeqCst);
     }
 }
 
@@ -39,19 +55,19 @@ pub(crate) struct ConnectEnv<'a> {
     pub(crate) connect_timeout: Duration,
 }
 
-/// A live session and what the server offered when it was opened.
-pub(crate) struct Session {
-    pub(crate) service: RunningService<RoleClient, NanobotClient>,
+/// What a server offers.
+#[derive(Debug, Default)]
+pub(crate) struct Offer {
     pub(crate) tools: Vec<Tool>,
     pub(crate) resources: Vec<Resource>,
     pub(crate) prompts: Vec<Prompt>,
-    pub(crate) server_version: Option<String>,
 }
 
-impl Session {
-    pub(crate) fn peer(&self) -> Peer<RoleClient> {
-        self.service.peer().clone()
-    }
+/// A live session and what the server offered when it was opened.
+pub(crate) struct Session {
+    pub(crate) service: RunningService<RoleClient, NanobotClient>,
+    pub(crate) offer: Offer,
+    pub(crate) server_version: Option<String>,
 }
 
 /// Headers rmcp sets itself; user values for these would break the protocol.
@@ -97,7 +113,17 @@ async fn check_url(spec: &ServerSpec, url: &str, guard: &SsrfGuard) -> Result<()
 pub(crate) async fn connect(spec: &ServerSpec, env: &ConnectEnv<'_>) -> Result<Session, McpError> {
     let work = async {
         let service = open(spec, env).await?;
-        list(spec, service).await
+        let info = service.peer_info();
+        let server_version = info
+            .as_ref()
+            .and_then(|i| i.server_info.as_ref())
+            .map(|s| format!("{} {}", s.name, s.version));
+        let offer = list(spec, service.peer(), &service.service().lists_changed).await?;
+        Ok(Session {
+            service,
+            offer,
+            server_version,
+        })
     };
     tokio::time::timeout(env.connect_timeout, work)
         .await
@@ -129,7 +155,7 @@ async fn open(
                 env: child_env(env.parent_env, &configured.0),
                 cwd: cwd.as_ref(),
             })?;
-            NanobotClient.serve(child).await.map_err(init_err)
+            NanobotClient::default().serve(child).await.map_err(init_err)
         }
         TransportSpec::Sse { url, headers } => {
             check_url(spec, url, env.guard).await?;
@@ -142,7 +168,7 @@ async fn open(
                 spec.tool_timeout,
             )
             .await?;
-            NanobotClient.serve(transport).await.map_err(init_err)
+            NanobotClient::default().serve(transport).await.map_err(init_err)
         }
         TransportSpec::StreamableHttp { url, headers } => {
             check_url(spec, url, env.guard).await?;
@@ -152,50 +178,44 @@ async fn open(
                 .collect();
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
             let transport = StreamableHttpClientTransport::with_client(env.http.clone(), config);
-            NanobotClient.serve(transport).await.map_err(init_err)
+            NanobotClient::default().serve(transport).await.map_err(init_err)
         }
     }
 }
 
-async fn list(
+/// Lists tools (and, when everything is enabled, resources and prompts). Clears `changed`
+/// first, so a `list_changed` that arrives while listing triggers another listing later.
+pub(crate) async fn list(
     spec: &ServerSpec,
-    service: RunningService<RoleClient, NanobotClient>,
-) -> Result<Session, McpError> {
-    let info = service.peer_info();
-    let caps = info.as_ref().map(|i| i.capabilities.clone());
-    let server_version = info
-        .as_ref()
-        .and_then(|i| i.server_info.as_ref())
-        .map(|s| format!("{} {}", s.name, s.version));
-
-    let tools = service.list_all_tools().await.map_err(|e| McpError::Service {
+    peer: &Peer<RoleClient>,
+    changed: &AtomicBool,
+) -> Result<Offer, McpError> {
+    changed.store(false, Ordering::SeqCst);
+    let caps = peer.peer_info().map(|i| i.capabilities.clone());
+    let tools = peer.list_all_tools().await.map_err(|e| McpError::Service {
         server: spec.name.clone(),
         operation: "tools/list",
         source: Box::new(e),
     })?;
     // Resources and prompts are extras: a server that advertises them but fails to list them
     // still gives us its tools.
-    let mut resources = Vec::new();
-    let mut prompts = Vec::new();
+    let mut offer = Offer {
+        tools,
+        ..Offer::default()
+    };
     if spec.allows_all() {
         if caps.as_ref().is_some_and(|c| c.resources.is_some()) {
-            match service.list_all_resources().await {
-                Ok(r) => resources = r,
+            match peer.list_all_resources().await {
+                Ok(r) => offer.resources = r,
                 Err(e) => tracing::debug!(server = %spec.name, "resources/list failed: {e}"),
             }
         }
         if caps.as_ref().is_some_and(|c| c.prompts.is_some()) {
-            match service.list_all_prompts().await {
-                Ok(p) => prompts = p,
+            match peer.list_all_prompts().await {
+                Ok(p) => offer.prompts = p,
                 Err(e) => tracing::debug!(server = %spec.name, "prompts/list failed: {e}"),
             }
         }
     }
-    Ok(Session {
-        service,
-        tools,
-        resources,
-        prompts,
-        server_version,
-    })
+    Ok(offer)
 }

@@ -2,15 +2,16 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use nanobot_tools::ssrf::SsrfGuard;
 use nanobot_tools::{Tool, ToolRegistry};
-use rmcp::RoleClient;
 use rmcp::service::RunningService;
+use rmcp::{Peer, RoleClient};
 
-use crate::client::{self, ConnectEnv, NanobotClient, Session};
+use crate::client::{self, ConnectEnv, NanobotClient, Offer, Session};
 use crate::naming::{self, prompt_name, resource_name, tool_name};
 use crate::wrap::{McpPromptTool, McpResourceTool, McpTool, ServerLink};
 use crate::{McpError, ServerSpec, TransportKind};
@@ -246,6 +247,7 @@ impl McpManager {
         let now = Instant::now();
         let mut due = Vec::new();
         let mut stale = Vec::new();
+        let mut changed = Vec::new();
         for (i, slot) in self.inner.slots.iter().enumerate() {
             let mut state = slot.lock();
             let needs = match &*state {
@@ -255,6 +257,16 @@ impl McpManager {
                     force_retry || now.duration_since(*at) >= self.inner.opts.retry_interval
                 }
             };
+            if !needs
+                && let SlotState::Connected(live) = &*state
+                && live.service.service().lists_changed.load(Ordering::SeqCst)
+            {
+                changed.push((
+                    i,
+                    live.service.peer().clone(),
+                    live.service.service().lists_changed.clone(),
+                ));
+            }
             if needs {
                 if let SlotState::Connected(_) = &*state {
                     tracing::warn!(server = %slot.spec.name, "MCP server went away; reconnecting");
@@ -285,7 +297,7 @@ impl McpManager {
                 async move { (i, client::connect(spec, env).await) }
             });
             let results = futures::future::join_all(attempts).await;
-            let mut taken = self.taken_names();
+            let mut taken = self.taken_names(None);
             for (i, result) in results {
                 let slot = &self.inner.slots[i];
                 let new_state = match result {
@@ -311,7 +323,34 @@ impl McpManager {
                 *slot.lock() = new_state;
             }
         }
+        for (i, peer, flag) in changed {
+            self.refresh(i, &peer, &flag).await;
+        }
         self.status()
+    }
+
+    /// Re-lists a connected server after it announced a changed list, and swaps its tools.
+    async fn refresh(&self, i: usize, peer: &Peer<RoleClient>, flag: &AtomicBool) {
+        let slot = &self.inner.slots[i];
+        let listing = client::list(&slot.spec, peer, flag);
+        let offer = match tokio::time::timeout(self.inner.opts.connect_timeout, listing).await {
+            Ok(Ok(offer)) => offer,
+            Ok(Err(e)) => {
+                tracing::warn!(server = %slot.spec.name, "re-listing failed: {}", error_chain(&e));
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(server = %slot.spec.name, "re-listing timed out");
+                return;
+            }
+        };
+        let mut taken = self.taken_names(Some(i));
+        let (tools, warnings) = self.build_tools(&slot.spec, peer, &offer, &mut taken);
+        tracing::info!(server = %slot.spec.name, tools = tools.len(), "MCP server changed its lists");
+        if let SlotState::Connected(live) = &mut *slot.lock() {
+            live.tools = tools;
+            live.warnings = warnings;
+        }
     }
 
     /// The shared client, built on first use.
@@ -347,9 +386,12 @@ impl McpManager {
     }
 
     /// Names of tools already registered by connected servers.
-    fn taken_names(&self) -> HashSet<String> {
+    fn taken_names(&self, except: Option<usize>) -> HashSet<String> {
         let mut taken = HashSet::new();
-        for slot in &self.inner.slots {
+        for (i, slot) in self.inner.slots.iter().enumerate() {
+            if Some(i) == except {
+                continue;
+            }
             if let SlotState::Connected(live) = &*slot.lock() {
                 taken.extend(live.tools.iter().map(|t| t.name().to_owned()));
             }
@@ -359,9 +401,26 @@ impl McpManager {
 
     /// Wraps a fresh session's tools, resources and prompts, applying `enabledTools`.
     fn wrap(&self, spec: &ServerSpec, session: Session, taken: &mut HashSet<String>) -> Live {
+        let (tools, warnings) = self.build_tools(spec, session.service.peer(), &session.offer, taken);
+        Live {
+            service: session.service,
+            tools,
+            server_version: session.server_version,
+            warnings,
+        }
+    }
+
+    /// Wraps what a server offers, applying `enabledTools`; returns the tools and warnings.
+    fn build_tools(
+        &self,
+        spec: &ServerSpec,
+        peer: &Peer<RoleClient>,
+        offer: &Offer,
+        taken: &mut HashSet<String>,
+    ) -> (Vec<Arc<dyn Tool>>, Vec<String>) {
         let link = Arc::new(ServerLink {
             server: spec.name.clone(),
-            peer: session.peer(),
+            peer: peer.clone(),
             timeout: spec.tool_timeout,
             media_dir: self.inner.opts.media_dir.clone(),
             max_chars: self.inner.opts.max_result_chars,
@@ -378,7 +437,7 @@ impl McpManager {
         let all = spec.allows_all();
         let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
         let mut matched: HashSet<&str> = HashSet::new();
-        for tool in &session.tools {
+        for tool in &offer.tools {
             let wrapped = tool_name(&spec.name, &tool.name);
             if !all {
                 let hit = spec
@@ -397,7 +456,7 @@ impl McpManager {
         }
         let mut warnings = Vec::new();
         if !all {
-            let available: Vec<&str> = session.tools.iter().map(|t| t.name.as_ref()).collect();
+            let available: Vec<&str> = offer.tools.iter().map(|t| t.name.as_ref()).collect();
             for entry in &spec.enabled_tools {
                 if !matched.contains(entry.as_str()) {
                     let msg = format!(
@@ -410,14 +469,14 @@ impl McpManager {
                 }
             }
         } else {
-            for resource in &session.resources {
+            for resource in &offer.resources {
                 let name = unique(
                     resource_name(&spec.name, &resource.name),
                     format!("{}/resource/{}", spec.name, resource.uri),
                 );
                 tools.push(Arc::new(McpResourceTool::new(name, resource, link.clone())));
             }
-            for prompt in &session.prompts {
+            for prompt in &offer.prompts {
                 let name = unique(
                     prompt_name(&spec.name, &prompt.name),
                     format!("{}/prompt/{}", spec.name, prompt.name),
@@ -425,12 +484,7 @@ impl McpManager {
                 tools.push(Arc::new(McpPromptTool::new(name, prompt, link.clone())));
             }
         }
-        Live {
-            service: session.service,
-            tools,
-            server_version: session.server_version,
-            warnings,
-        }
+        (tools, warnings)
     }
 
     /// The wrapped tools of every connected server, sorted by name (a stable prompt).

@@ -473,3 +473,96 @@ async fn configured_headers_reach_the_server_and_accept_is_ours() {
             .any(|(_, a)| a.contains("text/event-stream") && a.contains("application/json"))
     );
 }
+
+/// A server whose tool list grows when its `grow` tool is called (and says so).
+#[derive(Clone, Default)]
+struct Growing {
+    grown: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl rmcp::ServerHandler for Growing {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        rmcp::model::ServerConfig::new(
+            rmcp::model::ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
+        let schema = Arc::new(serde_json::Map::from_iter([("type".to_owned(), json!("object"))]));
+        let mut tools = vec![rmcp::model::Tool::new("grow", "Adds a tool", schema.clone())];
+        if self.grown.load(std::sync::atomic::Ordering::SeqCst) {
+            tools.push(rmcp::model::Tool::new("fresh", "A new tool", schema));
+        }
+        Ok(rmcp::model::ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+        use rmcp::model::{CallToolResult, ContentBlock};
+        match request.name.as_ref() {
+            "grow" => {
+                self.grown.store(true, std::sync::atomic::Ordering::SeqCst);
+                let _ = context.peer.notify_tool_list_changed().await;
+                Ok(CallToolResult::success(vec![ContentBlock::text("grown")]).into())
+            }
+            "fresh" => Ok(CallToolResult::success(vec![ContentBlock::text("fresh!")]).into()),
+            _ => Err(rmcp::ErrorData::invalid_params("unknown tool", None)),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_list_changed_notification_makes_the_next_connect_relist() {
+    let service = StreamableHttpService::new(
+        || Ok(Growing::default()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let router = axum::Router::new().nest_service("/mcp", service);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let manager = McpManager::new(
+        vec![spec(
+            "grow",
+            RawServer {
+                url: Some(format!("http://{addr}/mcp")),
+                ..RawServer::default()
+            },
+        )],
+        local_options(None),
+    );
+    let status = manager.connect().await;
+    assert_eq!(status[0].tools, ["mcp_grow_grow"]);
+    let out = find(&manager.tools(), "mcp_grow_grow")
+        .execute(json!({}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(out.text, "grown");
+    // The notification is handled on a task of its own: give it turns until it has run.
+    let mut tools = Vec::new();
+    for _ in 0..200 {
+        tools = manager.connect().await[0].tools.clone();
+        if tools.len() == 2 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(tools, ["mcp_grow_grow", "mcp_grow_fresh"]);
+    let out = find(&manager.tools(), "mcp_grow_fresh")
+        .execute(json!({}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(out.text, "fresh!");
+    manager.shutdown().await;
+}
