@@ -1,0 +1,380 @@
+//! End to end against the `telegram-test-api` emulator (through the fixing proxy in `harness`).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use async_trait::async_trait;
+use nanobot_bus::{Bus, InProcessBus, InboundMessage, OutboundKind, OutboundMessage};
+use nanobot_channels::{ChannelManager, ManagerSettings, PairingStore, Transcribe, TranscribeError};
+use nanobot_config::{Secret, TelegramConfig, TelegramMode};
+use nanobot_telegram::{TelegramChannel, TelegramSettings};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::harness::{BotEvent, Emulator};
+
+const TOKEN: &str = "123456:TEST-token";
+
+fn init_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+fn settings(emu: &Emulator, allow_from: &[&str]) -> TelegramSettings {
+    let config = TelegramConfig {
+        token: Secret::new(TOKEN),
+        allow_from: allow_from.iter().map(|s| s.to_string()).collect(),
+        base_url: Some(emu.api_url.clone()),
+        ..TelegramConfig::default()
+    };
+    let mut settings = TelegramSettings::from_config(&config).unwrap();
+    settings.poll_timeout = Duration::from_secs(1);
+    settings
+}
+
+/// Runs `channel` under a ChannelManager on a fresh bus.
+struct Running {
+    bus: Arc<InProcessBus>,
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    fn start(channel: TelegramChannel) -> Self {
+        let bus = Arc::new(InProcessBus::new(64));
+        let cancel = CancellationToken::new();
+        let mut manager = ChannelManager::new(ManagerSettings::default());
+        manager.add(Arc::new(channel));
+        let task = tokio::spawn(manager.run(bus.clone(), cancel.clone()));
+        Self { bus, cancel, task }
+    }
+
+    async fn next_inbound(&self) -> Result<InboundMessage> {
+        tokio::time::timeout(Duration::from_secs(20), self.bus.consume_inbound())
+            .await
+            .context("timed out waiting for an inbound message")?
+            .context("bus closed")
+    }
+
+    async fn stop(self) {
+        self.cancel.cancel();
+        let _ = self.task.await;
+    }
+}
+
+#[tokio::test]
+async fn message_reaches_the_bus_and_the_reply_appears_in_the_chat() -> Result<()> {
+    init_logs();
+    let Some(mut emu) = Emulator::start().await? else {
+        return Ok(());
+    };
+    let media = tempfile::tempdir()?;
+    let channel = TelegramChannel::new(settings(&emu, &["42"]), media.path())?;
+    let run = Running::start(channel);
+    emu.wait_until_polling().await?;
+    let commands: Vec<_> = emu
+        .registered_commands()
+        .iter()
+        .map(|c| c["command"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(commands, ["start", "new", "stop", "help"]);
+
+    emu.user_says(TOKEN, 42, "alice", "hello bot").await?;
+    let inbound = run.next_inbound().await?;
+    assert_eq!(inbound.channel, "telegram");
+    assert_eq!(inbound.sender_id, "42|alice");
+    assert_eq!(inbound.chat_id, "42");
+    assert_eq!(inbound.content, "hello bot");
+    assert!(inbound.metadata["message_id"].as_i64().is_some());
+    assert_eq!(inbound.metadata["is_group"], json!(false));
+    // The typing indicator starts while the agent works.
+    let action = emu
+        .wait_for(|e| match e {
+            BotEvent::ChatAction { chat_id: 42, action } => Some(action.clone()),
+            _ => None,
+        })
+        .await?;
+    assert_eq!(action, "typing");
+
+    run.bus
+        .publish_outbound(OutboundMessage::reply(
+            "telegram",
+            "42",
+            "**Hi** alice, `my_var` & snake_case_name <3",
+        ))
+        .await?;
+    let sent = emu.next_sent().await?;
+    assert_eq!(sent["chat_id"], json!(42));
+    assert_eq!(sent["parse_mode"], json!("HTML"));
+    assert_eq!(
+        sent["text"],
+        json!("<b>Hi</b> alice, <code>my_var</code> &amp; snake_case_name &lt;3")
+    );
+
+    let chat = emu.chat_messages(TOKEN, 42).await?;
+    assert_eq!(chat.len(), 1, "{chat:?}");
+    assert_eq!(chat[0]["text"], sent["text"]);
+    run.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_5000_character_reply_arrives_as_two_messages() -> Result<()> {
+    init_logs();
+    let Some(mut emu) = Emulator::start().await? else {
+        return Ok(());
+    };
+    let media = tempfile::tempdir()?;
+    let run = Running::start(TelegramChannel::new(settings(&emu, &["*"]), media.path())?);
+    emu.wait_until_polling().await?;
+
+    let words: Vec<String> = (0..1000).map(|i| format!("w{i:03}")).collect();
+    let long = words.join(" ");
+    assert_eq!(long.len(), 4999);
+    run.bus
+        .publish_outbound(OutboundMessage::reply("telegram", "7", long.clone()))
+        .await?;
+    let first = emu.next_sent().await?;
+    let second = emu.next_sent().await?;
+
+    let chat = emu.chat_messages(TOKEN, 7).await?;
+    assert_eq!(chat.len(), 2, "{chat:?}");
+    let texts: Vec<&str> = chat
+        .iter()
+        .map(|m| m["text"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        texts,
+        [first["text"].as_str().unwrap(), second["text"].as_str().unwrap()]
+    );
+    for text in &texts {
+        assert!(text.chars().count() <= 4096);
+    }
+    let rejoined: Vec<&str> = texts.iter().flat_map(|t| t.split(' ')).collect();
+    assert_eq!(
+        rejoined,
+        words.iter().map(String::as_str).collect::<Vec<_>>(),
+        "nothing lost or reordered"
+    );
+    run.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_denied_user_gets_a_pairing_code_the_owner_can_approve() -> Result<()> {
+    init_logs();
+    let Some(mut emu) = Emulator::start().await? else {
+        return Ok(());
+    };
+    let home = tempfile::tempdir()?;
+    let store = Arc::new(PairingStore::in_config_dir(home.path())?);
+    let channel = TelegramChannel::new(settings(&emu, &["1|owner"]), home.path().join("media"))?
+        .with_pairing(store.clone());
+    let run = Running::start(channel);
+    emu.wait_until_polling().await?;
+
+    emu.user_says(TOKEN, 99, "mallory", "let me in").await?;
+    let reply = emu.next_sent().await?;
+    assert_eq!(reply["chat_id"], json!(99));
+    let text = reply["text"].as_str().unwrap_or_default().to_string();
+    let code = text
+        .split_whitespace()
+        .find(|w| {
+            w.len() == 9
+                && w.as_bytes()[4] == b'-'
+                && w.chars().all(|c| c == '-' || c.is_ascii_alphanumeric())
+        })
+        .with_context(|| format!("no XXXX-XXXX code in {text:?}"))?
+        .to_string();
+    assert_eq!(
+        run.bus.inbound_len(),
+        0,
+        "a denied message never reaches the agent"
+    );
+    assert!(
+        !emu.chat_messages(TOKEN, 99).await?.is_empty(),
+        "the code is visible in mallory's chat"
+    );
+
+    emu.user_says(TOKEN, 1, "owner", &format!("/pairing approve {code}"))
+        .await?;
+    let approved = emu.next_sent().await?;
+    assert_eq!(approved["chat_id"], json!(1));
+    assert!(
+        approved["text"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("Approved 99|mallory"),
+        "{approved}"
+    );
+    assert!(store.is_approved("telegram", "99"));
+    assert_eq!(
+        run.bus.inbound_len(),
+        0,
+        "the owner's /pairing command is not forwarded"
+    );
+
+    emu.user_says(TOKEN, 99, "mallory", "thanks").await?;
+    let inbound = run.next_inbound().await?;
+    assert_eq!(
+        (inbound.sender_id.as_str(), inbound.content.as_str()),
+        ("99|mallory", "thanks")
+    );
+    run.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn streaming_edits_one_message_then_finalises_it() -> Result<()> {
+    init_logs();
+    let Some(mut emu) = Emulator::start().await? else {
+        return Ok(());
+    };
+    let media = tempfile::tempdir()?;
+    let mut s = settings(&emu, &["*"]);
+    s.stream_edit_interval = Duration::ZERO;
+    let run = Running::start(TelegramChannel::new(s, media.path())?);
+    emu.wait_until_polling().await?;
+
+    let sid = || "s1".to_string();
+    for delta in ["Hel", "lo **wor"] {
+        let msg = OutboundMessage::of_kind(
+            OutboundKind::StreamDelta { stream_id: sid() },
+            "telegram",
+            "5",
+            delta,
+        );
+        run.bus.publish_outbound(msg).await?;
+    }
+    let end = OutboundMessage::of_kind(
+        OutboundKind::StreamEnd { stream_id: sid() },
+        "telegram",
+        "5",
+        "Hello **world**",
+    );
+    run.bus.publish_outbound(end).await?;
+
+    let first = emu.next_sent().await?;
+    assert_eq!(first["text"], json!("Hel"));
+    let edit1 = emu
+        .wait_for(|e| {
+            if let BotEvent::Edited(b) = e {
+                Some(b.clone())
+            } else {
+                None
+            }
+        })
+        .await?;
+    assert_eq!(edit1["text"], json!("Hello **wor"));
+    let last = emu
+        .wait_for(|e| {
+            if let BotEvent::Edited(b) = e {
+                Some(b.clone())
+            } else {
+                None
+            }
+        })
+        .await?;
+    assert_eq!(last["text"], json!("Hello <b>world</b>"));
+    assert_eq!(last["parse_mode"], json!("HTML"));
+    assert_eq!(last["message_id"], edit1["message_id"]);
+    run.stop().await;
+    Ok(())
+}
+
+struct FakeTranscriber;
+
+#[async_trait]
+impl Transcribe for FakeTranscriber {
+    async fn transcribe(&self, path: &Path) -> Result<String, TranscribeError> {
+        let bytes = tokio::fs::read(path)
+            .await
+            .map_err(|e| TranscribeError(Box::new(e)))?;
+        Ok(format!("{} bytes of speech", bytes.len()))
+    }
+}
+
+#[tokio::test]
+async fn photos_and_voice_notes_are_downloaded_and_transcribed() -> Result<()> {
+    init_logs();
+    let Some(mut emu) = Emulator::start().await? else {
+        return Ok(());
+    };
+    let media = tempfile::tempdir()?;
+    let channel = TelegramChannel::new(settings(&emu, &["42"]), media.path())?
+        .with_transcriber(Arc::new(FakeTranscriber));
+    let run = Running::start(channel);
+    emu.wait_until_polling().await?;
+
+    emu.add_file("PHOTOBIG", "photos/file_1.jpg", b"\xFF\xD8jpeg-bytes");
+    emu.add_file("VOICE1", "voice/file_2.oga", b"OggS-voice");
+    let photo = json!({
+        "caption": "look at this",
+        "photo": [
+            { "file_id": "PHOTOSMALL", "file_unique_id": "s", "width": 90, "height": 90 },
+            { "file_id": "PHOTOBIG", "file_unique_id": "b", "width": 800, "height": 600 },
+        ],
+    });
+    emu.user_sends(TOKEN, 42, "alice", photo).await?;
+    let inbound = run.next_inbound().await?;
+    let saved = media.path().join("PHOTOBIG.jpg");
+    assert_eq!(inbound.media, [saved.display().to_string()]);
+    assert_eq!(
+        inbound.content,
+        format!("look at this\n[image: {}]", saved.display())
+    );
+    assert_eq!(std::fs::read(&saved)?, b"\xFF\xD8jpeg-bytes");
+
+    let voice = json!({ "voice": { "file_id": "VOICE1", "file_unique_id": "v", "duration": 2, "mime_type": "audio/ogg" } });
+    emu.user_sends(TOKEN, 42, "alice", voice).await?;
+    let inbound = run.next_inbound().await?;
+    assert_eq!(inbound.content, "[transcription: 10 bytes of speech]");
+    assert_eq!(std::fs::read(media.path().join("VOICE1.ogg"))?, b"OggS-voice");
+    run.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn webhook_mode_receives_updates_pushed_by_the_server() -> Result<()> {
+    init_logs();
+    let Some(mut emu) = Emulator::start().await? else {
+        return Ok(());
+    };
+    let port = nanobot_testkit::peers::free_port()?;
+    let config = TelegramConfig {
+        token: Secret::new(TOKEN),
+        allow_from: vec!["42".into()],
+        base_url: Some(emu.api_url.clone()),
+        mode: TelegramMode::Webhook,
+        webhook_url: format!("http://127.0.0.1:{port}/tg-hook"),
+        webhook_listen_port: port,
+        webhook_path: "/tg-hook".into(),
+        ..TelegramConfig::default()
+    };
+    let media = tempfile::tempdir()?;
+    let run = Running::start(TelegramChannel::new(
+        TelegramSettings::from_config(&config)?,
+        media.path(),
+    )?);
+    let url = emu
+        .wait_for(|e| match e {
+            BotEvent::SetWebhook(url) => Some(url.clone()),
+            _ => None,
+        })
+        .await?;
+    assert_eq!(url, Some(format!("http://127.0.0.1:{port}/tg-hook")));
+    nanobot_testkit::peers::wait_for_port(&format!("127.0.0.1:{port}"), Duration::from_secs(10)).await?;
+
+    emu.user_says(TOKEN, 42, "alice", "via webhook").await?;
+    let inbound = run.next_inbound().await?;
+    assert_eq!(
+        (inbound.sender_id.as_str(), inbound.content.as_str()),
+        ("42|alice", "via webhook")
+    );
+    run.stop().await;
+    Ok(())
+}

@@ -1,0 +1,427 @@
+//! The Telegram Bot API emulator (npm `telegram-test-api` 4.2.1) and a thin proxy that absorbs its quirks.
+//!
+//! The emulator is looser than Telegram; the proxy makes it answer like Telegram so the production code is
+//! tested unchanged:
+//! - `getMe` lacks fields teloxide requires (`has_main_web_app`, `can_join_groups`, …): added.
+//! - `getUpdates` ignores `timeout` (no long polling): the proxy holds the request until updates arrive or a
+//!   short deadline passes, so the client does not spin.
+//! - `sendMessage` answers `date` in milliseconds: converted to seconds.
+//! - `editMessageText` answers `result: null`: the edited message is returned.
+//! - `sendChatAction`, `setMyCommands`, `getFile` and file downloads are not supported (HTTP 500 in a
+//!   non-Telegram format): the proxy answers them itself and records them; other unsupported methods get
+//!   Telegram's own `{"ok":false,"error_code":404,"description":"Not Found"}` envelope.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use nanobot_testkit::peers::{self, ChildGuard};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+/// Something the bot did, as seen by the proxy.
+#[derive(Debug, Clone)]
+pub(crate) enum BotEvent {
+    /// `getUpdates` was called with this offset.
+    Poll { offset: i64 },
+    /// A message was sent (the request body).
+    Sent(Value),
+    /// A message was edited (the request body).
+    Edited(Value),
+    /// `sendChatAction`.
+    ChatAction { chat_id: i64, action: String },
+    /// `setWebhook` with this URL.
+    SetWebhook(Option<String>),
+}
+
+/// file id → (file path, bytes).
+type Files = Arc<Mutex<HashMap<String, (String, Vec<u8>)>>>;
+
+#[derive(Clone)]
+struct ProxyState {
+    upstream: String,
+    http: reqwest::Client,
+    events: mpsc::UnboundedSender<BotEvent>,
+    files: Files,
+    commands: Arc<Mutex<Vec<Value>>>,
+}
+
+/// A running emulator with the fixing proxy in front of it.
+pub(crate) struct Emulator {
+    _node: ChildGuard,
+    /// The emulator itself (client-side API: inject user messages, read the chat).
+    pub(crate) upstream: String,
+    /// The Bot API base URL to give the bot (the proxy).
+    pub(crate) api_url: String,
+    http: reqwest::Client,
+    events: mpsc::UnboundedReceiver<BotEvent>,
+    files: Files,
+    commands: Arc<Mutex<Vec<Value>>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+const START_JS: &str = r#"
+const TelegramServer = require('telegram-test-api');
+const server = new TelegramServer({ port: +process.env.TG_PORT, host: '127.0.0.1', storeTimeout: 600 });
+server.start().then(() => console.log('READY'));
+process.on('SIGTERM', () => server.stop().then(() => process.exit(0)));
+"#;
+
+impl Emulator {
+    /// Starts the emulator and the proxy; `None` (test skipped) when the emulator is not installed.
+    pub(crate) async fn start() -> Result<Option<Self>> {
+        nanobot_testkit::install_ring();
+        let Some(pkg) = peers::require_node_package("telegram-test-api") else {
+            return Ok(None);
+        };
+        let Some(node) = peers::require("node", peers::node()) else {
+            return Ok(None);
+        };
+        let node_modules = pkg.parent().context("package dir has a parent")?.to_path_buf();
+        let port = peers::free_port()?;
+        let mut cmd = tokio::process::Command::new(node);
+        cmd.arg("-e")
+            .arg(START_JS)
+            .env("NODE_PATH", &node_modules)
+            .env("TG_PORT", port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let node = ChildGuard::spawn_tokio("telegram-test-api", &mut cmd)?;
+        peers::wait_for_port(&format!("127.0.0.1:{port}"), Duration::from_secs(30)).await?;
+        let upstream = format!("http://127.0.0.1:{port}");
+
+        let http = reqwest::Client::builder().build()?;
+        let (tx, events) = mpsc::unbounded_channel();
+        let state = ProxyState {
+            upstream: upstream.clone(),
+            http: http.clone(),
+            events: tx,
+            files: Arc::new(Mutex::new(HashMap::new())),
+            commands: Arc::new(Mutex::new(Vec::new())),
+        };
+        let (files, commands) = (state.files.clone(), state.commands.clone());
+        let router = axum::Router::new()
+            .route("/file/{bot}/{*path}", axum::routing::get(download))
+            .route("/{bot}/{method}", axum::routing::post(bot_method).get(bot_method))
+            .with_state(state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let api_url = format!("http://{}", listener.local_addr()?);
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        Ok(Some(Self {
+            _node: node,
+            upstream,
+            api_url,
+            http,
+            events,
+            files,
+            commands,
+            server,
+        }))
+    }
+
+    /// Next bot action, failing after 20 s.
+    pub(crate) async fn next_event(&mut self) -> Result<BotEvent> {
+        tokio::time::timeout(Duration::from_secs(20), self.events.recv())
+            .await
+            .context("timed out waiting for the bot")?
+            .context("proxy stopped")
+    }
+
+    /// Waits for the next event `pick` accepts, skipping others (polls, typing, …).
+    pub(crate) async fn wait_for<T>(&mut self, mut pick: impl FnMut(&BotEvent) -> Option<T>) -> Result<T> {
+        loop {
+            let event = self.next_event().await?;
+            if let Some(found) = pick(&event) {
+                return Ok(found);
+            }
+        }
+    }
+
+    /// Waits until the bot polls past the initial drop of pending updates (so injected messages reach it).
+    pub(crate) async fn wait_until_polling(&mut self) -> Result<()> {
+        self.wait_for(|e| matches!(e, BotEvent::Poll { offset } if *offset >= 0).then_some(()))
+            .await
+    }
+
+    /// Waits for the next message the bot sends; returns its request body.
+    pub(crate) async fn next_sent(&mut self) -> Result<Value> {
+        self.wait_for(|e| match e {
+            BotEvent::Sent(body) => Some(body.clone()),
+            _ => None,
+        })
+        .await
+    }
+
+    /// A user writes `text` to the bot in a private chat (chat id = user id).
+    pub(crate) async fn user_says(
+        &self,
+        token: &str,
+        user_id: i64,
+        username: &str,
+        text: &str,
+    ) -> Result<()> {
+        self.user_sends(token, user_id, username, json!({ "text": text }))
+            .await
+    }
+
+    /// A user sends a message with the given extra fields (`text`, `photo`, `voice`, …).
+    pub(crate) async fn user_sends(
+        &self,
+        token: &str,
+        user_id: i64,
+        username: &str,
+        fields: Value,
+    ) -> Result<()> {
+        let mut message = json!({
+            "botToken": token,
+            "from": { "id": user_id, "is_bot": false, "first_name": username, "username": username },
+            "chat": { "id": user_id, "type": "private", "first_name": username, "username": username },
+            "date": chrono_now(),
+        });
+        if let (Some(m), Some(f)) = (message.as_object_mut(), fields.as_object()) {
+            m.extend(f.clone());
+        }
+        let resp = self
+            .http
+            .post(format!("{}/sendMessage", self.upstream))
+            .json(&message)
+            .send()
+            .await?;
+        anyhow::ensure!(
+            resp.status().is_success(),
+            "emulator rejected the user message: {}",
+            resp.status()
+        );
+        Ok(())
+    }
+
+    /// What the chat with `chat_id` shows from the bot (the emulator's client view; each message once).
+    pub(crate) async fn chat_messages(&self, token: &str, chat_id: i64) -> Result<Vec<Value>> {
+        let resp: Value = self
+            .http
+            .post(format!("{}/getUpdates", self.upstream))
+            .json(&json!({ "token": token, "chatId": chat_id }))
+            .send()
+            .await?
+            .json()
+            .await?;
+        Ok(resp["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|u| u["message"].clone())
+            .collect())
+    }
+
+    /// Serves a file for `getFile` + download.
+    pub(crate) fn add_file(&self, file_id: &str, file_path: &str, bytes: &[u8]) {
+        self.files
+            .lock()
+            .unwrap()
+            .insert(file_id.to_string(), (file_path.to_string(), bytes.to_vec()));
+    }
+
+    /// The commands the bot registered with `setMyCommands`.
+    pub(crate) fn registered_commands(&self) -> Vec<Value> {
+        self.commands.lock().unwrap().clone()
+    }
+}
+
+fn chrono_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+fn ok(result: Value) -> Response {
+    axum::Json(json!({ "ok": true, "result": result })).into_response()
+}
+
+fn parse_body(headers: &HeaderMap, body: &Bytes) -> Value {
+    let is_json = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        serde_json::from_slice(body).unwrap_or(Value::Null)
+    } else {
+        Value::Null
+    }
+}
+
+async fn forward(state: &ProxyState, bot: &str, method: &str, body: &Value) -> Result<(StatusCode, Value)> {
+    let resp = state
+        .http
+        .post(format!("{}/{bot}/{method}", state.upstream))
+        .json(body)
+        .send()
+        .await?;
+    let status = StatusCode::from_u16(resp.status().as_u16())?;
+    let value = resp.json().await.unwrap_or(Value::Null);
+    Ok((status, value))
+}
+
+async fn bot_method(
+    State(state): State<ProxyState>,
+    Path((bot, method)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match handle(&state, &bot, &method, &headers, &body).await {
+        Ok(response) => response,
+        Err(e) => (StatusCode::BAD_GATEWAY, format!("proxy error: {e:#}")).into_response(),
+    }
+}
+
+async fn handle(
+    state: &ProxyState,
+    bot: &str,
+    method: &str,
+    headers: &HeaderMap,
+    raw: &Bytes,
+) -> Result<Response> {
+    let body = parse_body(headers, raw);
+    let method = method.to_ascii_lowercase();
+    let send = |e| {
+        let _ = state.events.send(e);
+    };
+    Ok(match method.as_str() {
+        "getme" => {
+            let (_, mut v) = forward(state, bot, "getMe", &body).await?;
+            let me = &mut v["result"];
+            for (key, value) in [
+                ("is_bot", json!(true)),
+                ("can_join_groups", json!(true)),
+                ("can_read_all_group_messages", json!(false)),
+                ("supports_inline_queries", json!(false)),
+                ("can_connect_to_business", json!(false)),
+                ("has_main_web_app", json!(false)),
+            ] {
+                me[key] = value;
+            }
+            axum::Json(v).into_response()
+        }
+        "getupdates" => {
+            let offset = body["offset"].as_i64().unwrap_or(0);
+            send(BotEvent::Poll { offset });
+            let wait = body["timeout"].as_u64().unwrap_or(0).min(1);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(wait);
+            loop {
+                let (_, v) = forward(state, bot, "getUpdates", &json!({})).await?;
+                let empty = v["result"].as_array().is_none_or(Vec::is_empty);
+                if !empty || tokio::time::Instant::now() >= deadline {
+                    break axum::Json(v).into_response();
+                }
+                // Emulating a long poll against a server that answers at once.
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+        }
+        "sendmessage" => {
+            send(BotEvent::Sent(body.clone()));
+            let (status, mut v) = forward(state, bot, "sendMessage", &body).await?;
+            if let Some(date) = v["result"]["date"].as_i64().filter(|d| *d > 100_000_000_000) {
+                v["result"]["date"] = json!(date / 1000);
+            }
+            (status, axum::Json(v)).into_response()
+        }
+        "editmessagetext" => {
+            send(BotEvent::Edited(body.clone()));
+            forward(state, bot, "editMessageText", &body).await?;
+            ok(json!({
+                "message_id": body["message_id"],
+                "date": chrono_now(),
+                "chat": { "id": body["chat_id"], "type": "private", "first_name": "Bot" },
+                "text": body["text"],
+            }))
+        }
+        "sendchataction" => {
+            send(BotEvent::ChatAction {
+                chat_id: body["chat_id"].as_i64().unwrap_or(0),
+                action: body["action"].as_str().unwrap_or("").to_string(),
+            });
+            ok(json!(true))
+        }
+        "setmycommands" => {
+            state
+                .commands
+                .lock()
+                .unwrap()
+                .extend(body["commands"].as_array().cloned().unwrap_or_default());
+            ok(json!(true))
+        }
+        "setwebhook" => {
+            // teloxide sends setWebhook as multipart; the emulator wants JSON.
+            let url = body["url"]
+                .as_str()
+                .map(String::from)
+                .or_else(|| multipart_field(raw, "url"));
+            send(BotEvent::SetWebhook(url.clone()));
+            let (status, v) = forward(state, bot, "setWebhook", &json!({ "url": url })).await?;
+            // It answers `result: null` where Telegram answers `true`.
+            if status.is_success() {
+                ok(json!(true))
+            } else {
+                (status, axum::Json(v)).into_response()
+            }
+        }
+        "getfile" => {
+            let id = body["file_id"].as_str().unwrap_or("");
+            match state.files.lock().unwrap().get(id) {
+                Some((path, bytes)) => ok(json!({
+                    "file_id": id, "file_unique_id": format!("u{id}"), "file_size": bytes.len(), "file_path": path,
+                })),
+                None => (
+                    StatusCode::BAD_REQUEST,
+                    axum::Json(json!({"ok": false, "error_code": 400, "description": "Bad Request: invalid file_id"})),
+                )
+                    .into_response(),
+            }
+        }
+        _ => {
+            let (status, v) = forward(state, bot, &method, &body).await?;
+            if status.is_server_error() && v.get("ok").is_none() {
+                (
+                    StatusCode::NOT_FOUND,
+                    axum::Json(json!({"ok": false, "error_code": 404, "description": "Not Found"})),
+                )
+                    .into_response()
+            } else {
+                (status, axum::Json(v)).into_response()
+            }
+        }
+    })
+}
+
+/// The value of a text field in a multipart/form-data body (enough for `setWebhook`'s `url`).
+fn multipart_field(raw: &[u8], name: &str) -> Option<String> {
+    let text = String::from_utf8_lossy(raw);
+    let marker = format!("name=\"{name}\"");
+    let start = text.find(&marker)? + marker.len();
+    let rest = &text[start..];
+    let value_start = rest.find("\r\n\r\n")? + 4;
+    let value = &rest[value_start..];
+    let end = value.find("\r\n")?;
+    Some(value[..end].to_string())
+}
+
+async fn download(State(state): State<ProxyState>, Path((_bot, path)): Path<(String, String)>) -> Response {
+    let files = state.files.lock().unwrap();
+    match files.values().find(|(p, _)| *p == path) {
+        Some((_, bytes)) => bytes.clone().into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
