@@ -1,1 +1,184 @@
-//! The nanobot command line (work in progress).
+//! The nanobot command line, as a library: every command's logic lives here, `bins/nanobot` only parses,
+//! starts logging and calls [`run`].
+//!
+//! **Owns:** the command tree ([`Cli`]), loading the config for `-c`/`-w` with the user-facing messages
+//! (missing config → "run `nanobot onboard`", no API key → the provider and the key/variable to set, a bad
+//! value → file, line and field), the exit codes ([`error`]: 0 ok, 1 runtime, 2 usage/config), `onboard`
+//! (config + workspace templates), `agent` (one-shot and interactive), `status`, `doctor`, `channels status`,
+//! `cron …`, `mcp list` and `eval` (scripted traces through the real loop and tools).
+//!
+//! **Must not know:** how the agent works inside (that is `nanobot-core`), chat platforms, the gateway's
+//! HTTP surface. It never reads the process environment itself: the binary passes a [`CliEnv`]
+//! ([`CliEnv::from_process`]).
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use clap::Parser;
+//! use nanobot_cli::{Cli, CliEnv};
+//!
+//! let home = tempfile::tempdir()?;
+//! let env = CliEnv::for_home(home.path(), BTreeMap::new());
+//! let mut out = Vec::new();
+//!
+//! // No config yet: a usage error that says what to do.
+//! let err = nanobot_cli::run_with(Cli::parse_from(["nanobot", "status"]), &env, &mut out).unwrap_err();
+//! assert!(out.is_empty() || String::from_utf8_lossy(&out).contains("nanobot onboard"));
+//! # let _ = err;
+//!
+//! nanobot_cli::run_with(Cli::parse_from(["nanobot", "onboard"]), &env, &mut out)?;
+//! assert!(home.path().join(".nanobot/config.json").is_file());
+//! assert!(home.path().join(".nanobot/workspace/AGENTS.md").is_file());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod agent;
+mod args;
+mod cron_cmd;
+pub mod error;
+mod eval;
+mod gateway;
+mod mcp_cmd;
+mod onboard;
+mod render;
+mod setup;
+mod status;
+
+use std::io::Write;
+
+pub use args::{
+    AgentArgs, ChannelsAction, Cli, Command, ConfigArgs, CronAction, CronAddArgs, CronConfigArgs, EvalArgs,
+    McpAction,
+};
+pub use error::{CliError, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE};
+pub use eval::{ExpectationResult, Trace, TraceReport};
+pub use onboard::{OnboardReport, TEMPLATES, default_config};
+pub use render::MarkdownStream;
+pub use setup::CliEnv;
+
+/// The `tracing` filter for this command line: `NANOBOT_LOG` when set, `info` with `agent --logs`, else
+/// `warn` (logs always go to stderr; stdout carries only answers).
+pub fn log_filter(cli: &Cli, env: &CliEnv) -> String {
+    if let Some(f) = env
+        .vars
+        .get(nanobot_config::env_vars::NANOBOT_LOG)
+        .filter(|v| !v.trim().is_empty())
+    {
+        return f.clone();
+    }
+    match &cli.command {
+        Command::Agent(a) if a.logs => "info".to_owned(),
+        _ => "warn".to_owned(),
+    }
+}
+
+/// Runs a parsed command against the real terminal (stdout) and returns the exit code, having printed any
+/// error to stderr.
+pub fn run(cli: Cli, env: &CliEnv) -> u8 {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let result = run_with(cli, env, &mut out);
+    let _ = out.flush();
+    match result {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            if is_broken_pipe(&e) {
+                return EXIT_OK;
+            }
+            eprintln!("Error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+fn is_broken_pipe(e: &CliError) -> bool {
+    matches!(e, CliError::Io { source, .. } if source.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+fn write_out(out: &mut dyn Write, text: &str) -> Result<(), CliError> {
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| CliError::io("write", "stdout", e))
+}
+
+/// A tokio runtime for the commands that need one (only those: `--help`/`--version` never get here).
+fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::io("start", "the async runtime", e))
+}
+
+/// Runs a parsed command, writing its normal output to `out` (the interactive chat uses the terminal
+/// directly).
+pub fn run_with(cli: Cli, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliError> {
+    match cli.command {
+        Command::Onboard(a) => {
+            let report = onboard::onboard(env, &a)?;
+            let config = setup::load(env, &a, true).ok().map(|s| s.loaded.config);
+            write_out(out, &onboard::render_report(&report, config.as_ref()))
+        }
+        Command::Status(a) => write_out(out, &status::status_text(env, &a)?),
+        Command::Doctor(a) => {
+            let findings = status::doctor(env, &a);
+            let (text, problems) = status::doctor_text(&findings);
+            write_out(out, &text)?;
+            if problems > 0 {
+                return Err(CliError::DoctorFailed(problems));
+            }
+            Ok(())
+        }
+        Command::Channels {
+            action: ChannelsAction::Status(a),
+        } => write_out(out, &status::channels_text(env, &a)?),
+        Command::Cron { action } => cron(action, env, out),
+        Command::Mcp {
+            action: McpAction::List { config, no_connect },
+        } => {
+            let s = setup::load(env, &config, true)?;
+            let text = if no_connect {
+                mcp_cmd::list_text(env, &s, false)
+            } else {
+                runtime()?.block_on(mcp_cmd::list_connected(env, &s))
+            }?;
+            write_out(out, &text)
+        }
+        Command::Agent(a) => {
+            let rt = runtime()?;
+            let result = rt.block_on(agent::run(env, &a, out));
+            rt.shutdown_timeout(std::time::Duration::from_secs(5));
+            result
+        }
+        Command::Eval(a) => {
+            let rt = runtime()?;
+            rt.block_on(eval::run(env, &a, out))
+        }
+    }
+}
+
+fn cron(action: CronAction, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliError> {
+    match action {
+        CronAction::List { config, all } => {
+            let s = setup::load(env, &config.into(), true)?;
+            write_out(out, &cron_cmd::list_text(&s, all)?)
+        }
+        CronAction::Add(a) => {
+            let s = setup::load(env, &a.config.clone().into(), true)?;
+            write_out(out, &cron_cmd::add(&s, &a)?)
+        }
+        CronAction::Remove { id, config } => {
+            let s = setup::load(env, &config.into(), true)?;
+            write_out(out, &cron_cmd::remove(&s, &id)?)
+        }
+        CronAction::Enable { id, disable, config } => {
+            let s = setup::load(env, &config.into(), true)?;
+            write_out(out, &cron_cmd::enable(&s, &id, !disable)?)
+        }
+        CronAction::Run { id, force, config } => {
+            let s = setup::load(env, &config.into(), true)?;
+            let rt = runtime()?;
+            let text = rt.block_on(agent::run_cron_job(env, &s, &id, force))?;
+            write_out(out, &text)
+        }
+    }
+}

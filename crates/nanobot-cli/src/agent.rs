@@ -1,0 +1,417 @@
+//! `nanobot agent`: one message with `-m` (only the answer on stdout), or the interactive chat (line
+//! editing and history, streamed Markdown answers, a spinner, tool hints, Ctrl-C stops the turn, cron jobs
+//! fire while it runs). Also `nanobot cron run`.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use nanobot_bus::InboundMessage;
+use nanobot_core::{AgentHook, AgentLoop, BoxError, StopReason, ToolBatch, TurnOptions, tool_hint};
+use nanobot_providers::Provider;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::args::AgentArgs;
+use crate::error::CliError;
+use crate::render::MarkdownStream;
+use crate::setup::{self, CliEnv, Setup};
+
+/// The interactive prompt.
+pub(crate) const PROMPT: &str = "You: ";
+
+/// Something the UI shows while a turn runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum UiEvent {
+    /// A tool is about to run (`read_file("notes.md")`).
+    ToolHint(String),
+}
+
+/// A hook that forwards tool hints to whoever listens (the spinner/terminal in the CLI).
+#[derive(Default)]
+pub(crate) struct UiHook {
+    tx: Mutex<Option<mpsc::UnboundedSender<UiEvent>>>,
+    max_len: usize,
+}
+
+impl UiHook {
+    pub(crate) fn new(max_len: usize) -> Self {
+        UiHook {
+            tx: Mutex::new(None),
+            max_len,
+        }
+    }
+
+    /// Starts forwarding to a new receiver (replacing any earlier one).
+    pub(crate) fn listen(&self) -> mpsc::UnboundedReceiver<UiEvent> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+        rx
+    }
+}
+
+#[async_trait]
+impl AgentHook for UiHook {
+    async fn before_execute_tools(&self, batch: &ToolBatch<'_>) -> Result<Vec<nanobot_core::Veto>, BoxError> {
+        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(tx) = tx {
+            for call in batch.calls {
+                let _ = tx.send(UiEvent::ToolHint(tool_hint(call, self.max_len)));
+            }
+        }
+        Ok(Vec::new())
+    }
+}
+
+/// Builds the agent loop for this setup: the provider (resolved from the config and the environment, or
+/// `provider` when given), the tools, skills, MCP servers and cron store of the config, plus `hooks`.
+pub(crate) fn build_loop(
+    env: &CliEnv,
+    s: &Setup,
+    provider: Option<Arc<dyn Provider>>,
+    hooks: Vec<Arc<dyn AgentHook>>,
+) -> Result<AgentLoop, CliError> {
+    nanobot_providers::install_ring();
+    let config = &s.loaded.config;
+    let core_env = env.core_env(&s.paths);
+    let provider = match provider {
+        Some(p) => p,
+        None => nanobot_providers::resolve_provider(config, "", &core_env.vars)
+            .map_err(|e| CliError::from_provider(e, s.paths.config_path()))?,
+    };
+    let mut builder = AgentLoop::builder_from_config(config, &core_env, provider)?;
+    for h in hooks {
+        builder = builder.hook(h);
+    }
+    Ok(builder.build()?)
+}
+
+fn spinner(env: &CliEnv) -> ProgressBar {
+    if !env.stderr_tty {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}") {
+        pb.set_style(style);
+    }
+    pb.set_message("nanobot is thinking…");
+    pb.enable_steady_tick(Duration::from_millis(100));
+    pb
+}
+
+fn show_hint(pb: &ProgressBar, hint: &str) {
+    let line = format!("  ↳ {hint}");
+    if pb.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        pb.suspend(|| eprintln!("{line}"));
+    }
+}
+
+/// `nanobot agent`.
+pub(crate) async fn run(env: &CliEnv, a: &AgentArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let s = setup::load(env, &a.config, true)?;
+    // Missing workspace files are added (never overwritten), as the Python nanobot does.
+    crate::onboard::write_templates(&s.workspace)?;
+    let hint_len = s.loaded.config.agents.defaults.tool_hint_max_length.max(8) as usize;
+    let ui = Arc::new(UiHook::new(hint_len));
+    let agent = build_loop(env, &s, None, vec![ui.clone() as Arc<dyn AgentHook>])?;
+    let result = match &a.message {
+        Some(text) => one_shot(env, a, &agent, &ui, text, out).await,
+        None => interactive(env, &s, a, &agent, &ui).await,
+    };
+    if let Some(m) = agent.mcp() {
+        m.shutdown().await;
+    }
+    result
+}
+
+async fn one_shot(
+    env: &CliEnv,
+    a: &AgentArgs,
+    agent: &AgentLoop,
+    ui: &UiHook,
+    text: &str,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let pb = spinner(env);
+    let mut hints = ui.listen();
+    let msg = cli_message(text, &a.session);
+    let turn = agent.process_message(msg, TurnOptions::default());
+    tokio::pin!(turn);
+    let reply = loop {
+        tokio::select! {
+            r = &mut turn => break r,
+            Some(UiEvent::ToolHint(h)) = hints.recv() => show_hint(&pb, &h),
+        }
+    };
+    pb.finish_and_clear();
+    let reply = reply?;
+    if reply.stop_reason == Some(StopReason::Error) {
+        return Err(CliError::Turn(reply.content));
+    }
+    let ansi = env.stdout_tty && !a.no_markdown;
+    let mut text = MarkdownStream::render_all(&reply.content, ansi);
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| CliError::io("write", "stdout", e))
+}
+
+fn cli_message(text: &str, session: &str) -> InboundMessage {
+    let chat_id = session.split_once(':').map_or(session, |(_, id)| id);
+    InboundMessage::new("cli", "user", chat_id, text).with_session_key(session)
+}
+
+type Editor = rustyline::DefaultEditor;
+
+fn is_exit(line: &str) -> bool {
+    matches!(
+        line.trim().to_ascii_lowercase().as_str(),
+        "exit" | "quit" | "/exit" | "/quit" | ":q"
+    )
+}
+
+async fn interactive(
+    env: &CliEnv,
+    s: &Setup,
+    a: &AgentArgs,
+    agent: &AgentLoop,
+    ui: &UiHook,
+) -> Result<(), CliError> {
+    let mut editor =
+        Editor::new().map_err(|e| CliError::Turn(format!("cannot start the line editor: {e}")))?;
+    let history = s.paths.cli_history_path();
+    if let Some(dir) = history.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let _ = editor.load_history(&history);
+    let printer: Option<Box<dyn rustyline::ExternalPrinter + Send>> = if env.stdin_tty {
+        editor
+            .create_external_printer()
+            .ok()
+            .map(|p| Box::new(p) as Box<dyn rustyline::ExternalPrinter + Send>)
+    } else {
+        None
+    };
+    let printer = Arc::new(Mutex::new(printer));
+
+    // Cron jobs fire in this mode too; their answers are printed above the prompt.
+    let cancel = CancellationToken::new();
+    if let Some(svc) = agent.cron() {
+        let mut finished = svc.subscribe();
+        let run_svc = svc.clone();
+        let c = cancel.clone();
+        tokio::spawn(async move { run_svc.run(c).await });
+        let printer = printer.clone();
+        let c = cancel.clone();
+        tokio::spawn(async move {
+            loop {
+                let outcome = tokio::select! {
+                    () = c.cancelled() => break,
+                    o = finished.recv() => o,
+                };
+                match outcome {
+                    Ok(o) => {
+                        let body = o
+                            .output
+                            .clone()
+                            .or_else(|| o.record.error.clone().map(|e| format!("failed: {e}")))
+                            .unwrap_or_default();
+                        let text = format!("\n⏰ {}: {}\n", o.job.name, body);
+                        let mut p = printer.lock().unwrap_or_else(|p| p.into_inner());
+                        match p.as_mut() {
+                            Some(p) => {
+                                let _ = p.print(text);
+                            }
+                            None => {
+                                print!("{text}");
+                                let _ = std::io::stdout().flush();
+                            }
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                }
+            }
+        });
+    }
+
+    println!(
+        "🐈 nanobot interactive mode — type exit or press Ctrl-D to leave, Ctrl-C stops a running turn\n"
+    );
+    let ansi = env.stdout_tty && !a.no_markdown;
+    let mut editor = Some(editor);
+    let result = loop {
+        let Some(mut ed) = editor.take() else {
+            break Ok(());
+        };
+        let (ed, line) = match tokio::task::spawn_blocking(move || {
+            let line = ed.readline(PROMPT);
+            (ed, line)
+        })
+        .await
+        {
+            Ok(x) => x,
+            Err(e) => break Err(CliError::Turn(format!("the line editor stopped: {e}"))),
+        };
+        let mut ed = ed;
+        match line {
+            Ok(line) => {
+                let text = line.trim().to_owned();
+                if text.is_empty() {
+                    editor = Some(ed);
+                    continue;
+                }
+                let _ = ed.add_history_entry(text.as_str());
+                editor = Some(ed);
+                if is_exit(&text) {
+                    break Ok(());
+                }
+                if let Err(e) = chat_turn(env, agent, ui, &a.session, &text, ansi).await {
+                    eprintln!("Error: {e}");
+                }
+            }
+            Err(rustyline::error::ReadlineError::Interrupted) => {
+                println!("(type exit or press Ctrl-D to leave)");
+                editor = Some(ed);
+            }
+            Err(rustyline::error::ReadlineError::Eof) => {
+                editor = Some(ed);
+                break Ok(());
+            }
+            Err(e) => {
+                editor = Some(ed);
+                break Err(CliError::Turn(format!("cannot read the input: {e}")));
+            }
+        }
+    };
+    if let Some(mut ed) = editor {
+        let _ = ed.save_history(&history);
+    }
+    cancel.cancel();
+    println!("Goodbye!");
+    result
+}
+
+async fn chat_turn(
+    env: &CliEnv,
+    agent: &AgentLoop,
+    ui: &UiHook,
+    session: &str,
+    text: &str,
+    ansi: bool,
+) -> Result<(), CliError> {
+    let pb = spinner(env);
+    let mut hints = ui.listen();
+    let (tx, mut deltas) = mpsc::unbounded_channel::<String>();
+    let opts = TurnOptions {
+        stream: Some(tx),
+        ..TurnOptions::default()
+    };
+    let turn = agent.process_message(cli_message(text, session), opts);
+    tokio::pin!(turn);
+    let mut md = MarkdownStream::new(ansi);
+    let mut streamed = false;
+    let mut stdout = std::io::stdout();
+    let mut print = |s: &str| {
+        let _ = stdout.write_all(s.as_bytes());
+        let _ = stdout.flush();
+    };
+    let mut stopped = false;
+    let reply = loop {
+        tokio::select! {
+            r = &mut turn => break r,
+            Some(d) = deltas.recv() => {
+                if !streamed {
+                    pb.finish_and_clear();
+                    print("\n🐈 ");
+                    streamed = true;
+                }
+                print(&md.push(&d));
+            }
+            Some(UiEvent::ToolHint(h)) = hints.recv() => {
+                if streamed {
+                    print(&md.finish());
+                    print("\n");
+                }
+                show_hint(&pb, &h);
+            }
+            r = tokio::signal::ctrl_c(), if !stopped => {
+                if r.is_ok() {
+                    stopped = true;
+                    agent.stop_session(session);
+                }
+            }
+        }
+    };
+    while let Ok(d) = deltas.try_recv() {
+        if !streamed {
+            pb.finish_and_clear();
+            print("\n🐈 ");
+            streamed = true;
+        }
+        print(&md.push(&d));
+    }
+    pb.finish_and_clear();
+    let reply = reply?;
+    if stopped || reply.stop_reason == Some(StopReason::Cancelled) {
+        print(&md.finish());
+        print("\n⏹ Stopped.\n\n");
+        return Ok(());
+    }
+    if streamed {
+        print(&md.finish());
+        print("\n\n");
+    } else if !reply.content.is_empty() {
+        print("\n🐈 ");
+        print(&MarkdownStream::render_all(&reply.content, ansi));
+        print("\n\n");
+    }
+    Ok(())
+}
+
+/// `nanobot cron run ID`: runs the job now as an agent turn and returns its answer.
+pub(crate) async fn run_cron_job(env: &CliEnv, s: &Setup, id: &str, force: bool) -> Result<String, CliError> {
+    let agent = build_loop(env, s, None, Vec::new())?;
+    let svc = agent
+        .cron()
+        .cloned()
+        .ok_or_else(|| CliError::Usage("cron is not available in this configuration".into()))?;
+    let outcome = svc.run_now(id, force).await;
+    if let Some(m) = agent.mcp() {
+        m.shutdown().await;
+    }
+    let outcome = outcome?;
+    match (&outcome.output, &outcome.record.error) {
+        (Some(text), _) => Ok(format!("{text}\n")),
+        (None, Some(e)) => Err(CliError::Turn(format!("job `{id}` failed: {e}"))),
+        (None, None) => Ok(String::new()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_words() {
+        for w in ["exit", "quit", " /quit ", "EXIT", ":q"] {
+            assert!(is_exit(w), "{w}");
+        }
+        assert!(!is_exit("exit now"));
+    }
+
+    #[test]
+    fn cli_messages_keep_the_session_key() {
+        let m = cli_message("hi", "cli:direct");
+        assert_eq!(m.session_key(), "cli:direct");
+        assert_eq!(m.chat_id, "direct");
+        let m = cli_message("hi", "project-x");
+        assert_eq!(m.session_key(), "project-x");
+    }
+}

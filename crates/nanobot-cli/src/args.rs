@@ -1,0 +1,286 @@
+//! The command tree (clap derive). Parsing never touches the config or starts a runtime, so `--help` and
+//! `--version` are instant.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// nanobot: a personal AI assistant you run yourself.
+#[derive(Debug, Parser)]
+#[command(name = "nanobot", version, about = "🐈 nanobot: a personal AI assistant you run yourself", long_about = None, propagate_version = true)]
+#[command(after_help = "Start here: `nanobot onboard`, then `nanobot agent`.")]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// `-c CONFIG` and `-w WORKSPACE`, shared by the subcommands that load a config.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ConfigArgs {
+    /// Config file (default: ~/.nanobot/config.json).
+    #[arg(short = 'c', long = "config", value_name = "CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Workspace directory (default: agents.defaults.workspace from the config).
+    #[arg(short = 'w', long = "workspace", value_name = "WORKSPACE")]
+    pub workspace: Option<PathBuf>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+#[non_exhaustive]
+pub enum Command {
+    /// Write a default config and the workspace templates (or refresh them, keeping your values).
+    Onboard(ConfigArgs),
+    /// Talk to the agent: one message with `-m`, otherwise an interactive chat.
+    Agent(AgentArgs),
+    /// Show the config, workspace, model, provider keys (never their values), channels and MCP servers.
+    Status(ConfigArgs),
+    /// Check what would stop a working setup and say how to fix each problem.
+    Doctor(ConfigArgs),
+    /// Chat channels.
+    Channels {
+        /// What to do with the channels.
+        #[command(subcommand)]
+        action: ChannelsAction,
+    },
+    /// Scheduled jobs (`<workspace>/cron/jobs.json`).
+    Cron {
+        /// What to do with the jobs.
+        #[command(subcommand)]
+        action: CronAction,
+    },
+    /// MCP servers (`tools.mcpServers`).
+    Mcp {
+        /// What to do with the servers.
+        #[command(subcommand)]
+        action: McpAction,
+    },
+    /// Replay a scripted conversation through the real agent loop and tools, and check expectations.
+    Eval(EvalArgs),
+    // The long-running modes (`gateway`, `serve`) join here: one variant each, dispatched in
+    // `crate::gateway` to the functions of `nanobot-gateway`.
+}
+
+/// `nanobot agent`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct AgentArgs {
+    /// Send this one message, print only the answer on stdout, and exit.
+    #[arg(short = 'm', long = "message", value_name = "TEXT")]
+    pub message: Option<String>,
+    /// Session key.
+    #[arg(
+        short = 's',
+        long = "session",
+        value_name = "SESSION",
+        default_value = "cli:direct"
+    )]
+    pub session: String,
+    /// Config file and workspace.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Print the answer as plain text instead of rendering Markdown.
+    #[arg(long = "no-markdown")]
+    pub no_markdown: bool,
+    /// Show the agent's logs (on stderr) while it works.
+    #[arg(long = "logs")]
+    pub logs: bool,
+}
+
+/// `nanobot channels …`.
+#[derive(Debug, Subcommand)]
+#[non_exhaustive]
+pub enum ChannelsAction {
+    /// Which channels are enabled and whether their credentials look right.
+    Status(ConfigArgs),
+}
+
+/// `nanobot mcp …`.
+#[derive(Debug, Subcommand)]
+#[non_exhaustive]
+pub enum McpAction {
+    /// Each server, its transport, whether it connects, and its tools.
+    List {
+        /// Config file and workspace.
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// Only show the configuration; do not start or connect to the servers.
+        #[arg(long = "no-connect")]
+        no_connect: bool,
+    },
+}
+
+/// `-c`/`--config` for the cron commands (where `-c` is not the config: `cron add -c` is the expression,
+/// as in the Python nanobot).
+#[derive(Debug, Clone, Default, Args)]
+pub struct CronConfigArgs {
+    /// Config file (default: ~/.nanobot/config.json).
+    #[arg(long = "config", value_name = "CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Workspace directory (default: from the config).
+    #[arg(short = 'w', long = "workspace", value_name = "WORKSPACE")]
+    pub workspace: Option<PathBuf>,
+}
+
+impl From<CronConfigArgs> for ConfigArgs {
+    fn from(a: CronConfigArgs) -> Self {
+        ConfigArgs {
+            config: a.config,
+            workspace: a.workspace,
+        }
+    }
+}
+
+/// `nanobot cron …`.
+#[derive(Debug, Subcommand)]
+#[non_exhaustive]
+pub enum CronAction {
+    /// List the jobs.
+    List {
+        /// Config file and workspace.
+        #[command(flatten)]
+        config: CronConfigArgs,
+        /// Include disabled jobs.
+        #[arg(short = 'a', long = "all")]
+        all: bool,
+    },
+    /// Add a job (exactly one of --every, --cron, --at).
+    Add(CronAddArgs),
+    /// Remove a job.
+    Remove {
+        /// The job id.
+        id: String,
+        /// Config file and workspace.
+        #[command(flatten)]
+        config: CronConfigArgs,
+    },
+    /// Enable (or with --disable, disable) a job.
+    Enable {
+        /// The job id.
+        id: String,
+        /// Disable instead.
+        #[arg(long = "disable")]
+        disable: bool,
+        /// Config file and workspace.
+        #[command(flatten)]
+        config: CronConfigArgs,
+    },
+    /// Run a job now, as an agent turn, and print its answer.
+    Run {
+        /// The job id.
+        id: String,
+        /// Run it even when it is disabled.
+        #[arg(short = 'f', long = "force")]
+        force: bool,
+        /// Config file and workspace.
+        #[command(flatten)]
+        config: CronConfigArgs,
+    },
+}
+
+/// `nanobot cron add`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct CronAddArgs {
+    /// Job name.
+    #[arg(short = 'n', long = "name")]
+    pub name: String,
+    /// The message the agent gets when the job fires.
+    #[arg(short = 'm', long = "message")]
+    pub message: String,
+    /// Run every N seconds.
+    #[arg(short = 'e', long = "every", value_name = "SECONDS")]
+    pub every: Option<i64>,
+    /// Crontab expression (5 fields, e.g. '0 9 * * MON-FRI').
+    #[arg(short = 'c', long = "cron", value_name = "EXPR")]
+    pub cron: Option<String>,
+    /// IANA time zone for --cron (e.g. Europe/Berlin).
+    #[arg(long = "tz", value_name = "TZ")]
+    pub tz: Option<String>,
+    /// Run once at this ISO time (e.g. 2026-12-01T09:00:00).
+    #[arg(long = "at", value_name = "ISO")]
+    pub at: Option<String>,
+    /// Deliver the answer to a chat (--channel and --to).
+    #[arg(short = 'd', long = "deliver")]
+    pub deliver: bool,
+    /// Chat id to deliver to.
+    #[arg(long = "to")]
+    pub to: Option<String>,
+    /// Channel to deliver to (telegram, discord, slack …).
+    #[arg(long = "channel")]
+    pub channel: Option<String>,
+    /// Config file and workspace.
+    #[command(flatten)]
+    pub config: CronConfigArgs,
+}
+
+/// `nanobot eval`.
+#[derive(Debug, Clone, Args)]
+pub struct EvalArgs {
+    /// The JSON trace to replay.
+    #[arg(long = "trace", value_name = "FILE", required = true, num_args = 1..)]
+    pub trace: Vec<PathBuf>,
+    /// Workspace to run in (default: a fresh temporary directory, removed afterwards).
+    #[arg(short = 'w', long = "workspace", value_name = "WORKSPACE")]
+    pub workspace: Option<PathBuf>,
+    /// Print each expectation's result as JSON lines instead of text.
+    #[arg(long = "json")]
+    pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_tree_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn agent_defaults_to_the_cli_direct_session() {
+        let cli = Cli::try_parse_from(["nanobot", "agent", "-m", "hi"]).unwrap();
+        let Command::Agent(a) = cli.command else {
+            panic!("not agent")
+        };
+        assert_eq!(a.session, "cli:direct");
+        assert_eq!(a.message.as_deref(), Some("hi"));
+    }
+
+    #[test]
+    fn cron_add_takes_the_python_flags() {
+        let cli = Cli::try_parse_from([
+            "nanobot",
+            "cron",
+            "add",
+            "-n",
+            "brief",
+            "-m",
+            "Morning",
+            "-c",
+            "0 9 * * MON-FRI",
+            "--tz",
+            "Europe/Berlin",
+            "--config",
+            "/x/config.json",
+        ])
+        .unwrap();
+        let Command::Cron {
+            action: CronAction::Add(a),
+        } = cli.command
+        else {
+            panic!("not cron add")
+        };
+        assert_eq!(a.cron.as_deref(), Some("0 9 * * MON-FRI"));
+        assert_eq!(
+            a.config.config.as_deref(),
+            Some(std::path::Path::new("/x/config.json"))
+        );
+    }
+
+    #[test]
+    fn unknown_flags_are_usage_errors() {
+        let err = Cli::try_parse_from(["nanobot", "agent", "--bogus"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+    }
+}

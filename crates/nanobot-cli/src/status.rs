@@ -1,0 +1,553 @@
+//! `nanobot status`, `nanobot doctor` and `nanobot channels status`. Secrets are never printed: only whether
+//! a key is set and where it comes from.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use nanobot_config::Config;
+use nanobot_providers::{ProviderError, ProviderFactory, registry};
+
+use crate::args::ConfigArgs;
+use crate::error::CliError;
+use crate::setup::{self, CliEnv, Setup};
+
+/// Where a provider's key comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum KeySource {
+    /// `providers.<name>.apiKey` in the config.
+    Config,
+    /// The named environment variable.
+    Env(String),
+}
+
+/// Providers that have a key: (config key, where it comes from), registry order, then custom blocks.
+pub(crate) fn providers_with_keys(
+    config: &Config,
+    env: &HashMap<String, String>,
+) -> Vec<(String, KeySource)> {
+    let mut out = Vec::new();
+    for spec in registry::PROVIDERS {
+        let key = registry::config_key(spec.name);
+        if config.providers.get(&key).is_some_and(|b| b.has_api_key()) {
+            out.push((key, KeySource::Config));
+        } else if let Some(var) = spec
+            .env_keys
+            .iter()
+            .find(|v| env.get(**v).is_some_and(|s| !s.trim().is_empty()))
+        {
+            out.push((key, KeySource::Env((*var).to_owned())));
+        }
+    }
+    for (name, block) in config.providers.iter() {
+        if registry::find_spec(name).is_none() && block.has_api_key() {
+            out.push((name.to_owned(), KeySource::Config));
+        }
+    }
+    out
+}
+
+/// Channel name → (enabled, credentials set) for the typed channels and every other block.
+pub(crate) fn channel_states(config: &Config) -> Vec<(String, bool, bool)> {
+    let c = &config.channels;
+    let mut out = vec![
+        (
+            "telegram".to_owned(),
+            c.telegram.enabled,
+            !c.telegram.token.is_empty(),
+        ),
+        (
+            "discord".to_owned(),
+            c.discord.enabled,
+            !c.discord.token.is_empty(),
+        ),
+        (
+            "slack".to_owned(),
+            c.slack.enabled,
+            !c.slack.bot_token.is_empty() && !c.slack.app_token.is_empty(),
+        ),
+    ];
+    for name in c.other.names() {
+        if c.other.get(name).is_some_and(|v| v.is_object()) {
+            out.push((name.to_owned(), c.other.is_enabled(name), true));
+        }
+    }
+    out
+}
+
+fn yes(b: bool) -> &'static str {
+    if b { "✓" } else { "✗" }
+}
+
+/// The text of `nanobot status` (also used by tests).
+pub(crate) fn status_text(env: &CliEnv, args: &ConfigArgs) -> Result<String, CliError> {
+    let (paths, _) = env.paths(args.config.as_deref());
+    let mut out = String::from("🐈 nanobot status\n\n");
+    let config_path = paths.config_path();
+    if !config_path.exists() {
+        let _ = writeln!(
+            out,
+            "Config:    {} ✗ (run `nanobot onboard`)",
+            config_path.display()
+        );
+        return Ok(out);
+    }
+    let s = setup::load(env, args, true)?;
+    let config = &s.loaded.config;
+    let _ = writeln!(out, "Config:    {} ✓", config_path.display());
+    let _ = writeln!(
+        out,
+        "Workspace: {} {}",
+        s.workspace.display(),
+        yes(s.workspace.is_dir())
+    );
+    let d = &config.agents.defaults;
+    let _ = writeln!(out, "Model:     {}", d.model);
+    let vars = env.vars_hash();
+    match ProviderFactory::new(&config.providers, d, vars.clone()).resolve(&d.model) {
+        Ok(r) => {
+            let _ = writeln!(
+                out,
+                "Provider:  {} ({}; matched by {})",
+                r.name, r.base_url, r.rule
+            );
+        }
+        Err(e) => {
+            let e = CliError::from_provider(e, config_path);
+            let _ = writeln!(out, "Provider:  ✗ {e}");
+        }
+    }
+    let keys = providers_with_keys(config, &vars);
+    if keys.is_empty() {
+        let _ = writeln!(out, "API keys:  none set");
+    } else {
+        let _ = writeln!(out, "API keys:");
+        for (name, src) in keys {
+            let from = match src {
+                KeySource::Config => "config".to_owned(),
+                KeySource::Env(v) => format!("env {v}"),
+            };
+            let _ = writeln!(out, "  {name:<16} ✓ ({from})");
+        }
+    }
+    let enabled: Vec<String> = channel_states(config)
+        .into_iter()
+        .filter(|(_, on, _)| *on)
+        .map(|(n, _, _)| n)
+        .collect();
+    let _ = writeln!(
+        out,
+        "Channels:  {}",
+        if enabled.is_empty() {
+            "none enabled (the CLI always works)".to_owned()
+        } else {
+            enabled.join(", ")
+        }
+    );
+    let servers = &config.tools.mcp_servers;
+    if servers.is_empty() {
+        let _ = writeln!(out, "MCP:       no servers configured");
+    } else {
+        let _ = writeln!(out, "MCP:");
+        for (name, cfg) in servers {
+            match nanobot_mcp::ServerSpec::from_config(name, cfg) {
+                Ok(spec) => {
+                    let _ = writeln!(
+                        out,
+                        "  {name:<16} {:<15} {}",
+                        spec.transport.kind().as_str(),
+                        spec.transport.target()
+                    );
+                }
+                Err(e) => {
+                    let _ = writeln!(out, "  {name:<16} ✗ {e}");
+                }
+            }
+        }
+    }
+    let _ = writeln!(out, "Cron jobs: {}", cron_summary(&s.workspace));
+    Ok(out)
+}
+
+fn cron_summary(workspace: &Path) -> String {
+    let store = nanobot_cron::JobStore::new(nanobot_config::paths::workspace::cron_jobs(workspace));
+    match store.load() {
+        Ok(f) => {
+            let on = f.jobs.iter().filter(|j| j.enabled).count();
+            format!("{} ({} enabled)", f.jobs.len(), on)
+        }
+        Err(e) => format!("✗ {e}"),
+    }
+}
+
+/// How bad a doctor finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Level {
+    /// Fine.
+    Ok,
+    /// Works, but probably not as intended.
+    Warn,
+    /// Stops a working setup.
+    Problem,
+}
+
+/// One doctor finding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Finding {
+    /// How bad.
+    pub level: Level,
+    /// What was checked and found.
+    pub what: String,
+    /// How to fix it (empty when fine).
+    pub fix: String,
+}
+
+impl Finding {
+    fn ok(what: impl Into<String>) -> Self {
+        Finding {
+            level: Level::Ok,
+            what: what.into(),
+            fix: String::new(),
+        }
+    }
+    fn warn(what: impl Into<String>, fix: impl Into<String>) -> Self {
+        Finding {
+            level: Level::Warn,
+            what: what.into(),
+            fix: fix.into(),
+        }
+    }
+    fn problem(what: impl Into<String>, fix: impl Into<String>) -> Self {
+        Finding {
+            level: Level::Problem,
+            what: what.into(),
+            fix: fix.into(),
+        }
+    }
+}
+
+/// Runs the doctor's checks.
+pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
+    let mut f = Vec::new();
+    let s: Setup = match setup::load(env, args, true) {
+        Ok(s) => {
+            f.push(Finding::ok(format!(
+                "config loads: {}",
+                s.paths.config_path().display()
+            )));
+            for w in &s.loaded.warnings {
+                f.push(Finding::warn(w.message.clone(), "remove or correct the key"));
+            }
+            s
+        }
+        Err(e) => {
+            let fix = match &e {
+                CliError::NoConfig { .. } => "run `nanobot onboard`".to_owned(),
+                _ => "correct the file at the place named above".to_owned(),
+            };
+            f.push(Finding::problem(e.to_string(), fix));
+            return f;
+        }
+    };
+    let config = &s.loaded.config;
+    let d = &config.agents.defaults;
+    let config_path = s.paths.config_path();
+    match ProviderFactory::new(&config.providers, d, env.vars_hash()).resolve(&d.model) {
+        Ok(r) => f.push(Finding::ok(format!(
+            "model `{}` → provider `{}` ({})",
+            d.model, r.name, r.base_url
+        ))),
+        Err(e) => {
+            let fix = match &e {
+                ProviderError::MissingApiKey { .. } => {
+                    "add the key as described, then run `nanobot doctor` again"
+                }
+                _ => {
+                    "set `agents.defaults.model` / `agents.defaults.provider` or a provider's apiKey/apiBase"
+                }
+            };
+            f.push(Finding::problem(
+                CliError::from_provider(e, config_path).to_string(),
+                fix,
+            ));
+        }
+    }
+    f.push(check_workspace(&s.workspace));
+    for (name, _) in crate::onboard::TEMPLATES {
+        if !s.workspace.join(name).exists() && s.workspace.is_dir() {
+            f.push(Finding::warn(
+                format!("workspace file {name} is missing"),
+                "run `nanobot onboard` (it only adds missing files)",
+            ));
+        }
+    }
+    f.extend(check_channels(config));
+    for (name, cfg) in &config.tools.mcp_servers {
+        match nanobot_mcp::ServerSpec::from_config(name, cfg) {
+            Ok(spec) => f.push(Finding::ok(format!(
+                "MCP server `{name}`: {} {}",
+                spec.transport.kind().as_str(),
+                spec.transport.target()
+            ))),
+            Err(e) => f.push(Finding::problem(
+                format!("MCP server `{name}`: {e}"),
+                format!("fix `tools.mcpServers.{name}` (give `command` for stdio or `url` for HTTP)"),
+            )),
+        }
+    }
+    let cron = nanobot_config::paths::workspace::cron_jobs(&s.workspace);
+    if cron.exists() {
+        match nanobot_cron::JobStore::new(&cron).load() {
+            Ok(file) => f.push(Finding::ok(format!("cron store: {} job(s)", file.jobs.len()))),
+            Err(e) => f.push(Finding::problem(
+                format!("cron store unreadable: {e}"),
+                format!("fix or move {}", cron.display()),
+            )),
+        }
+    }
+    f
+}
+
+fn check_workspace(ws: &Path) -> Finding {
+    if !ws.exists() {
+        return Finding::problem(
+            format!("workspace {} does not exist", ws.display()),
+            "run `nanobot onboard` (or `nanobot onboard -w <dir>`)",
+        );
+    }
+    if !ws.is_dir() {
+        return Finding::problem(
+            format!("workspace {} is not a directory", ws.display()),
+            "set `agents.defaults.workspace` to a directory",
+        );
+    }
+    if let Err(e) = std::fs::read_dir(ws) {
+        return Finding::problem(
+            format!("workspace {} is not readable: {e}", ws.display()),
+            format!("fix its permissions (chmod u+rwx {})", ws.display()),
+        );
+    }
+    match tempfile::Builder::new().prefix(".nanobot-doctor").tempfile_in(ws) {
+        Ok(_) => Finding::ok(format!("workspace {} is readable and writable", ws.display())),
+        Err(e) => Finding::problem(
+            format!("workspace {} is not writable: {e}", ws.display()),
+            format!("fix its permissions (chmod u+rwx {})", ws.display()),
+        ),
+    }
+}
+
+/// `<digits>:<35-ish of [A-Za-z0-9_-]>`.
+pub(crate) fn telegram_token_ok(t: &str) -> bool {
+    match t.split_once(':') {
+        Some((id, secret)) => {
+            !id.is_empty()
+                && id.chars().all(|c| c.is_ascii_digit())
+                && secret.len() >= 30
+                && secret
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        }
+        None => false,
+    }
+}
+
+/// Three dot-separated base64url parts.
+pub(crate) fn discord_token_ok(t: &str) -> bool {
+    let parts: Vec<&str> = t.split('.').collect();
+    parts.len() == 3
+        && parts.iter().all(|p| {
+            !p.is_empty()
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        })
+        && t.len() >= 50
+}
+
+fn check_channels(config: &Config) -> Vec<Finding> {
+    let mut f = Vec::new();
+    let c = &config.channels;
+    if c.telegram.enabled {
+        let t = c.telegram.token.expose();
+        if t.is_empty() {
+            f.push(Finding::problem(
+                "telegram is enabled but has no token",
+                "set `channels.telegram.token` to the token from @BotFather",
+            ));
+        } else if !telegram_token_ok(t) {
+            f.push(Finding::problem(
+                "telegram token does not look like a bot token (`123456789:AA…`)",
+                "copy the whole token from @BotFather into `channels.telegram.token`",
+            ));
+        } else {
+            f.push(Finding::ok("telegram token format"));
+        }
+        if c.telegram.allow_from.is_empty() {
+            f.push(Finding::warn(
+                "telegram `allowFrom` is empty: nobody can talk to the bot",
+                "add your user id or username to `channels.telegram.allowFrom` (or \"*\" for everyone)",
+            ));
+        }
+    }
+    if c.discord.enabled {
+        let t = c.discord.token.expose();
+        if t.is_empty() {
+            f.push(Finding::problem(
+                "discord is enabled but has no token",
+                "set `channels.discord.token` to the bot token from the Discord developer portal",
+            ));
+        } else if !discord_token_ok(t) {
+            f.push(Finding::problem(
+                "discord token does not look like a bot token (three dot-separated parts)",
+                "copy the bot token (not the client secret) into `channels.discord.token`",
+            ));
+        } else {
+            f.push(Finding::ok("discord token format"));
+        }
+        if c.discord.allow_from.is_empty() {
+            f.push(Finding::warn(
+                "discord `allowFrom` is empty: nobody can talk to the bot",
+                "add user ids to `channels.discord.allowFrom` (or \"*\")",
+            ));
+        }
+    }
+    if c.slack.enabled {
+        let bot = c.slack.bot_token.expose();
+        let app = c.slack.app_token.expose();
+        if !bot.starts_with("xoxb-") {
+            f.push(Finding::problem(
+                "slack bot token missing or not an `xoxb-…` token",
+                "set `channels.slack.botToken` to the Bot User OAuth Token (xoxb-…)",
+            ));
+        }
+        if c.slack.mode == "socket" && !app.starts_with("xapp-") {
+            f.push(Finding::problem(
+                "slack app token missing or not an `xapp-…` token (needed for socket mode)",
+                "set `channels.slack.appToken` to an app-level token with connections:write (xapp-…)",
+            ));
+        }
+        if bot.starts_with("xoxb-") && (c.slack.mode != "socket" || app.starts_with("xapp-")) {
+            f.push(Finding::ok("slack token formats"));
+        }
+    }
+    f
+}
+
+/// The text of `nanobot doctor` and the number of problems.
+pub(crate) fn doctor_text(findings: &[Finding]) -> (String, usize) {
+    let mut out = String::from("🐈 nanobot doctor\n\n");
+    let mut problems = 0;
+    for x in findings {
+        let mark = match x.level {
+            Level::Ok => "✓",
+            Level::Warn => "!",
+            Level::Problem => {
+                problems += 1;
+                "✗"
+            }
+        };
+        let _ = writeln!(out, "{mark} {}", x.what);
+        if !x.fix.is_empty() {
+            let _ = writeln!(out, "    fix: {}", x.fix);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n{}",
+        if problems == 0 {
+            "No problems found.".to_owned()
+        } else {
+            format!("{problems} problem(s) found.")
+        }
+    );
+    (out, problems)
+}
+
+/// The text of `nanobot channels status`.
+pub(crate) fn channels_text(env: &CliEnv, args: &ConfigArgs) -> Result<String, CliError> {
+    let s = setup::load(env, args, true)?;
+    let config = &s.loaded.config;
+    let mut out = format!(
+        "{:<12} {:<8} {:<12} {}\n",
+        "Channel", "Enabled", "Credentials", "Allowed"
+    );
+    for (name, enabled, creds) in channel_states(config) {
+        let allowed = match name.as_str() {
+            "telegram" => allow_text(&config.channels.telegram.allow_from),
+            "discord" => allow_text(&config.channels.discord.allow_from),
+            "slack" => allow_text(&config.channels.slack.allow_from),
+            other => config
+                .channels
+                .other
+                .get(other)
+                .and_then(|b| b.get("allowFrom"))
+                .and_then(|a| a.as_array())
+                .map(|a| {
+                    if a.is_empty() {
+                        "nobody".to_owned()
+                    } else {
+                        format!("{} entries", a.len())
+                    }
+                })
+                .unwrap_or_else(|| "-".to_owned()),
+        };
+        let _ = writeln!(out, "{name:<12} {:<8} {:<12} {allowed}", yes(enabled), yes(creds));
+    }
+    Ok(out)
+}
+
+fn allow_text(list: &[String]) -> String {
+    if list.is_empty() {
+        "nobody".to_owned()
+    } else if list.iter().any(|x| x == "*") {
+        "everyone".to_owned()
+    } else {
+        format!("{} entries", list.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_formats() {
+        assert!(telegram_token_ok("123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"));
+        assert!(!telegram_token_ok("AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"));
+        assert!(!telegram_token_ok("12x:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"));
+        assert!(discord_token_ok(
+            "MTA1NjQ4ODk1NzQ5NjQ2OTU2OA.GkNwYm.abcdefghijklmnopqrstuvwxyz0123456789AB"
+        ));
+        assert!(!discord_token_ok("not-a-token"));
+    }
+
+    #[test]
+    fn keys_are_listed_by_source_never_by_value() {
+        let config: Config =
+            serde_json::from_str(r#"{"providers":{"anthropic":{"apiKey":"sk-ant-secret"}}}"#).unwrap();
+        let env = HashMap::from([("OPENROUTER_API_KEY".to_string(), "sk-or-secret".to_string())]);
+        let keys = providers_with_keys(&config, &env);
+        assert!(keys.contains(&("anthropic".into(), KeySource::Config)));
+        assert!(keys.contains(&("openrouter".into(), KeySource::Env("OPENROUTER_API_KEY".into()))));
+    }
+
+    #[test]
+    fn doctor_flags_bad_telegram_token_and_missing_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = CliEnv::for_home(dir.path(), Default::default());
+        crate::onboard::onboard(&env, &ConfigArgs::default()).unwrap();
+        let cfg = dir.path().join(".nanobot/config.json");
+        let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+        v["channels"]["telegram"]["enabled"] = true.into();
+        v["channels"]["telegram"]["token"] = "oops".into();
+        std::fs::write(&cfg, serde_json::to_string(&v).unwrap()).unwrap();
+        let findings = doctor(&env, &ConfigArgs::default());
+        let (text, problems) = doctor_text(&findings);
+        assert!(problems >= 2, "{text}");
+        assert!(text.contains("telegram token does not look like"), "{text}");
+        assert!(
+            text.contains("OPENROUTER_API_KEY") || text.contains("apiKey"),
+            "{text}"
+        );
+        assert!(!text.contains("oops"), "{text}");
+    }
+}
