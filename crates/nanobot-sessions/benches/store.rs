@@ -1,5 +1,6 @@
-//! Session store costs on a long session: appending one message to a 100,000-message session, and loading it
-//! from disk plus building `history(100)`; and `history(100)` from the cache.
+//! Session store costs on a long session (100,000 messages): appending one message (with and without fsync),
+//! `history(100)` read from the end of the file (cache dropped first) and from the cache, and, for comparison,
+//! reading a whole Python-written file.
 //!
 //! Run: `cargo bench -p nanobot-sessions --bench store`.
 
@@ -15,19 +16,23 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use nanobot_sessions::{FsyncPolicy, SessionMessage, SessionStore, StoreOptions};
 
 const KEY: &str = "telegram:100000";
+const KEY_APPEND: &str = "telegram:append";
+const KEY_PYTHON: &str = "telegram:python";
+/// The same shapes on a 1,000-message session, to show the cost does not depend on the length.
+const KEY_SMALL: &str = "telegram:1000";
 const MESSAGES: usize = 100_000;
 
 /// Writes a 100,000-message session file the way a long-lived chat would look: user turns, tool calls with
 /// results, answers.
-fn write_big_session(path: &Path) {
+fn write_big_session(path: &Path, key: &str, messages: usize) {
     std::fs::create_dir_all(path.parent().unwrap_or(Path::new("."))).unwrap();
     let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
     writeln!(
         out,
-        r#"{{"_type":"metadata","key":"{KEY}","created_at":"2026-01-01T00:00:00","updated_at":"2026-01-01T00:00:00","metadata":{{}},"last_consolidated":0}}"#
+        r#"{{"_type":"metadata","key":"{key}","created_at":"2026-01-01T00:00:00","updated_at":"2026-01-01T00:00:00","metadata":{{}},"last_consolidated":0}}"#
     )
     .unwrap();
-    for i in 0..MESSAGES {
+    for i in 0..messages {
         let line = match i % 4 {
             0 => format!(
                 r#"{{"role":"user","content":"question number {i}: what is in notes.txt today?","timestamp":"2026-01-01T00:00:01"}}"#
@@ -57,29 +62,35 @@ fn benches(c: &mut Criterion) {
     let home = tempfile::tempdir().unwrap();
     let workspace = tempfile::tempdir().unwrap();
     let store = SessionStore::new(home.path(), workspace.path()).unwrap();
-    write_big_session(&store.path_for(KEY));
     let never = SessionStore::with_options(
         home.path(),
         workspace.path(),
         StoreOptions::default().fsync(FsyncPolicy::Never),
     )
     .unwrap();
+    // Written as the Python nanobot writes files: one metadata line, then 100,000 messages.
+    write_big_session(&store.path_for(KEY), KEY, MESSAGES);
+    write_big_session(&store.path_for(KEY_APPEND), KEY_APPEND, MESSAGES);
+    write_big_session(&store.path_for(KEY_PYTHON), KEY_PYTHON, MESSAGES);
+    write_big_session(&store.path_for(KEY_SMALL), KEY_SMALL, 1_000);
 
     let mut group = c.benchmark_group("sessions_100k");
     group.sample_size(20);
     group.bench_function("append_one_fsync", |b| {
         b.iter(|| {
-            rt.block_on(store.append(KEY, vec![SessionMessage::new("user", "one more")]))
+            rt.block_on(store.append(KEY_APPEND, vec![SessionMessage::new("user", "one more")]))
                 .unwrap()
         });
     });
     group.bench_function("append_one_no_fsync", |b| {
         b.iter(|| {
-            rt.block_on(never.append(KEY, vec![SessionMessage::new("user", "one more")]))
+            rt.block_on(never.append(KEY_APPEND, vec![SessionMessage::new("user", "one more")]))
                 .unwrap()
         });
     });
-    group.bench_function("load_and_history_100", |b| {
+    // First read of a Python-written file goes through it once and leaves a marker at its end.
+    rt.block_on(store.history(KEY, 100)).unwrap();
+    group.bench_function("cold_history_100", |b| {
         b.iter(|| {
             rt.block_on(async {
                 store.invalidate(KEY).await;
@@ -89,9 +100,47 @@ fn benches(c: &mut Criterion) {
         });
     });
     group.bench_function("cached_history_100", |b| {
+        rt.block_on(store.with_session(KEY, |s| s.messages.len()))
+            .unwrap();
         b.iter(|| {
             let h = rt.block_on(store.history(KEY, 100)).unwrap();
             assert!(h.len() >= 90);
+        });
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("sessions_1k");
+    group.sample_size(20);
+    group.bench_function("append_one_no_fsync", |b| {
+        b.iter(|| {
+            rt.block_on(never.append(KEY_SMALL, vec![SessionMessage::new("user", "one more")]))
+                .unwrap()
+        });
+    });
+    rt.block_on(store.history(KEY_SMALL, 100)).unwrap();
+    group.bench_function("cold_history_100", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                store.invalidate(KEY_SMALL).await;
+                let h = store.history(KEY_SMALL, 100).await.unwrap();
+                assert!(h.len() >= 90);
+            })
+        });
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("sessions_100k_whole_file");
+    group.sample_size(10);
+    group.bench_function("full_load_python_file", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                never.invalidate(KEY_PYTHON).await;
+                let n = never
+                    .with_session(KEY_PYTHON, |s| s.messages.len())
+                    .await
+                    .unwrap();
+                assert_eq!(n, MESSAGES);
+            })
         });
     });
     group.finish();
