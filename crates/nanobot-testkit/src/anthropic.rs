@@ -210,13 +210,6 @@ fn stream(reply: &MockReply, ctx: &RenderCtx<'_>) -> Vec<SseEvent> {
     }
     if let Some(text) = &reply.content {
         events.push(start(index, json!({ "type": "text", "text": "" })));
-        if index == 0 {
-            events.push(SseEvent::named(
-                "ping",
-                &json!({ "type": "ping" }),
-                EventKind::Frame,
-            ));
-        }
         for piece in reply.split(text) {
             events.push(delta(index, json!({ "type": "text_delta", "text": piece })));
         }
@@ -243,6 +236,16 @@ fn stream(reply: &MockReply, ctx: &RenderCtx<'_>) -> Vec<SseEvent> {
         }
         events.push(stop(index));
         index += 1;
+    }
+    // Anthropic sends one `ping` right after the first content_block_start.
+    if let Some(first) = events
+        .iter()
+        .position(|e| e.event.as_deref() == Some("content_block_start"))
+    {
+        events.insert(
+            first + 1,
+            SseEvent::named("ping", &json!({ "type": "ping" }), EventKind::Frame),
+        );
     }
     events.push(SseEvent::named(
         "message_delta",

@@ -12,4 +12,5 @@ mod openai;
 mod peers;
 mod real_sdk;
 mod script;
+mod snapshots;
 mod support;
