@@ -668,28 +668,29 @@ impl LoopInner {
     async fn queued_command(&self, key: &str, cmd: Command, args: &str) -> Result<String, CoreError> {
         match cmd {
             Command::New => {
-                let old = self.sessions.reset(key).await?;
-                let n = old.messages.len().saturating_sub(old.last_consolidated);
-                if n > 0 {
-                    match &self.memory {
-                        Some(m) => {
-                            let m = m.clone();
-                            tokio::spawn(async move {
-                                if let Err(e) = m.archive_session(old).await {
-                                    tracing::warn!(error = %e, "archiving the session failed");
-                                }
-                            });
-                        }
-                        None => {
-                            let ws = self.settings.workspace.clone();
-                            let key = key.to_owned();
-                            tokio::task::spawn_blocking(move || {
-                                if let Err(e) = raw_archive(&ws, &key, old.unconsolidated()) {
-                                    tracing::warn!(error = %e, "archiving the session failed");
-                                }
-                            });
-                        }
+                if self.memory.is_none() {
+                    // Archive first, so a failure never loses the conversation.
+                    let current = self.sessions.session(key).await?;
+                    if !current.unconsolidated().is_empty() {
+                        let ws = self.settings.workspace.clone();
+                        let k = key.to_owned();
+                        let path = ws.join("memory").join("history.jsonl");
+                        tokio::task::spawn_blocking(move || raw_archive(&ws, &k, current.unconsolidated()))
+                            .await
+                            .map_err(|e| CoreError::Config(format!("archive task failed: {e}")))?
+                            .map_err(|e| CoreError::io("appending to", path, e))?;
                     }
+                }
+                let old = self.sessions.reset(key).await?;
+                if let Some(m) = &self.memory
+                    && old.messages.len() > old.last_consolidated
+                {
+                    let m = m.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = m.archive_session(old).await {
+                            tracing::warn!(error = %e, "archiving the session failed");
+                        }
+                    });
                 }
                 Ok("New session started.".to_owned())
             }

@@ -277,6 +277,17 @@ mod tests {
     use nanobot_providers::ToolCall;
     use serde_json::json;
 
+    /// Text of about `chars` characters that tokenizes like prose (repeated letters would compress).
+    fn words(chars: usize) -> String {
+        let mut s = String::new();
+        let mut k = 0;
+        while s.len() < chars {
+            s.push_str(&format!("w{k} "));
+            k += 1;
+        }
+        s
+    }
+
     fn turn(i: usize, big: usize) -> Vec<ChatMessage> {
         vec![
             ChatMessage::user(format!("question {i}")),
@@ -284,7 +295,7 @@ mod tests {
                 None,
                 vec![ToolCall::new(format!("c{i}"), "read_file", json!({"path": "a"}))],
             ),
-            ChatMessage::tool_result(format!("c{i}"), "read_file", "x".repeat(big)),
+            ChatMessage::tool_result(format!("c{i}"), "read_file", words(big)),
             ChatMessage::assistant(format!("answer {i}")),
         ]
     }

@@ -1,1 +1,13 @@
-//! Integration tests of nanobot-core.
+//! Integration tests of nanobot-core: the real OpenAI-compatible client against `nanobot_testkit::MockLlm`
+//! over HTTP, real session files, real tools (and the real MCP `server-everything` when installed).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+mod agent_loop;
+mod commands;
+mod common;
+mod embed;
+mod mcp;
+mod recovery;
+mod runner;
+mod subagents;

@@ -1,0 +1,347 @@
+//! The agent loop end to end: sessions, tools, progress, streaming, routing, concurrency, /stop.
+
+use std::time::Duration;
+
+use nanobot_bus::{InboundMessage, OutboundKind, SYSTEM_CHANNEL};
+use nanobot_core::{StopReason, TurnOptions, WANTS_STREAM_KEY};
+use nanobot_testkit::{MockLlm, MockReply, TempHome, ToolCallSpec};
+use serde_json::json;
+
+use crate::common::{GUARD, Running, agent, session_lines};
+
+#[tokio::test]
+async fn multi_tool_turn_is_saved_with_truncated_results() {
+    let home = TempHome::new();
+    let big = "0123456789".repeat(100);
+    home.write_workspace_file("big.txt", &big);
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::tool_call(
+        "write_file",
+        json!({"path": "a.txt", "content": "hello"}),
+    ));
+    mock.push(MockReply::tool_calls(vec![
+        ToolCallSpec::new("read_file", json!({"path": "big.txt"})),
+        ToolCallSpec::new("list_dir", json!({"path": "."})),
+    ]));
+    mock.push(MockReply::text("Done: wrote a.txt."));
+    let agent = agent(&home, &mock);
+
+    let answer = agent.process_direct("make a file", "cli:direct").await.unwrap();
+    assert_eq!(answer, "Done: wrote a.txt.");
+    assert_eq!(
+        std::fs::read_to_string(home.workspace().join("a.txt")).unwrap(),
+        "hello"
+    );
+
+    let reqs = mock.completion_requests();
+    assert_eq!(reqs.len(), 3);
+    // The model saw the whole read_file result, in call order before list_dir's.
+    let results = reqs[2].tool_results();
+    assert_eq!(results.len(), 3);
+    assert!(
+        results[1].content.contains(&"0123456789".repeat(50)),
+        "full result sent to the model"
+    );
+    assert!(results[2].content.contains("a.txt"));
+    // The request's user message carries the runtime context; the system prompt does not change.
+    assert!(reqs[0].last_user_text().unwrap().contains("Runtime Context"));
+    assert_eq!(reqs[0].system_text(), reqs[2].system_text());
+
+    let lines = session_lines(&agent, "cli:direct");
+    assert_eq!(lines[0]["_type"], "metadata");
+    let roles: Vec<&str> = lines[1..].iter().map(|l| l["role"].as_str().unwrap()).collect();
+    assert_eq!(
+        roles,
+        [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "tool",
+            "tool",
+            "assistant"
+        ]
+    );
+    assert_eq!(
+        lines[1]["content"], "make a file",
+        "stored without the runtime context"
+    );
+    assert_eq!(lines[2]["tool_calls"][0]["function"]["name"], "write_file");
+    assert_eq!(lines[5]["name"], "read_file");
+    let stored = lines[5]["content"].as_str().unwrap();
+    assert!(
+        stored.ends_with("... (truncated)") && stored.chars().count() < 520,
+        "stored copy truncated"
+    );
+    assert_eq!(lines[7]["content"], "Done: wrote a.txt.");
+    assert!(lines[1..].iter().all(|l| l["timestamp"].is_string()));
+    assert!(
+        !agent.sessions().checkpoint_path("cli:direct").exists(),
+        "checkpoint cleared after the turn"
+    );
+
+    // The next turn replays the history.
+    mock.push(MockReply::text("again"));
+    agent.process_direct("and now?", "cli:direct").await.unwrap();
+    let last = mock.completion_requests().pop().unwrap();
+    assert_eq!(
+        last.messages().len(),
+        1 + 7 + 1,
+        "system + stored turn + new user message"
+    );
+}
+
+#[tokio::test]
+async fn think_blocks_are_stripped_everywhere() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("<think>secret plan</think>The answer is 4."));
+    let agent = agent(&home, &mock);
+    assert_eq!(
+        agent.process_direct("2+2?", "cli:t").await.unwrap(),
+        "The answer is 4."
+    );
+    let lines = session_lines(&agent, "cli:t");
+    assert!(!lines.iter().any(|l| l.to_string().contains("secret plan")));
+
+    // Streamed to the CLI: no think text in the deltas either.
+    mock.push(MockReply::text("<think>hidden</think>Streamed answer").chunk_chars(3));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let msg = InboundMessage::new("cli", "u", "t", "again").with_session_key("cli:t");
+    let reply = agent
+        .process_message(
+            msg,
+            TurnOptions {
+                stream: Some(tx),
+                ..TurnOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.content, "Streamed answer");
+    let mut streamed = String::new();
+    while let Ok(d) = rx.try_recv() {
+        streamed.push_str(&d);
+    }
+    assert_eq!(streamed, "Streamed answer");
+}
+
+#[tokio::test]
+async fn empty_answer_is_retried_once() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text(""));
+    mock.push(MockReply::text("Here is the summary."));
+    let agent = agent(&home, &mock);
+    assert_eq!(
+        agent.process_direct("do it", "cli:e").await.unwrap(),
+        "Here is the summary."
+    );
+    let reqs = mock.completion_requests();
+    assert_eq!(reqs.len(), 2);
+    assert!(
+        reqs[1]
+            .last_user_text()
+            .unwrap()
+            .contains("previous reply was empty")
+    );
+}
+
+#[tokio::test]
+async fn max_iterations_ends_with_a_final_call_without_tools() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.set_fallback(MockReply::tool_call("list_dir", json!({"path": "."})));
+    let mut s = crate::common::settings(&home);
+    s.max_tool_iterations = 2;
+    let agent = nanobot_core::AgentLoop::new(crate::common::provider(&mock), s).unwrap();
+    let answer = agent.process_direct("loop forever", "cli:m").await.unwrap();
+    assert!(
+        answer.contains("maximum number of tool call iterations (2)"),
+        "{answer}"
+    );
+    let reqs = mock.completion_requests();
+    assert_eq!(reqs.len(), 3, "two iterations plus one final call");
+    assert!(!reqs[1].tools().is_empty());
+    assert!(reqs[2].tools().is_empty(), "the final call offers no tools");
+
+    // When the final call answers, that answer is used.
+    mock.clear_fallback();
+    mock.push_all([
+        MockReply::tool_call("list_dir", json!({"path": "."})),
+        MockReply::tool_call("list_dir", json!({"path": "."})),
+        MockReply::text("Best effort answer."),
+    ]);
+    assert_eq!(
+        agent.process_direct("again", "cli:m").await.unwrap(),
+        "Best effort answer."
+    );
+}
+
+#[tokio::test]
+async fn provider_errors_end_the_turn_with_a_clear_message() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::error(401));
+    let agent = agent(&home, &mock);
+    let msg = InboundMessage::new("cli", "u", "x", "hi");
+    let reply = agent.process_message(msg, TurnOptions::default()).await.unwrap();
+    assert_eq!(reply.stop_reason, Some(StopReason::Error));
+    assert!(
+        reply.content.contains("rejected the credentials"),
+        "{}",
+        reply.content
+    );
+}
+
+#[tokio::test]
+async fn progress_hints_and_reply_go_to_the_bus() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::tool_call("list_dir", json!({"path": "."})).with_text("Let me look."));
+    mock.push(MockReply::text("Nothing much."));
+    let run = Running::start(agent(&home, &mock));
+    let mut msg = InboundMessage::new("telegram", "42", "42", "what's there?");
+    msg.metadata.insert("message_id".into(), json!(7));
+    run.send(msg).await;
+    let p = run.next().await;
+    assert_eq!(
+        (p.kind.clone(), p.content.as_str()),
+        (OutboundKind::Progress, "Let me look.")
+    );
+    let h = run.next().await;
+    assert_eq!(h.kind, OutboundKind::ToolHint);
+    assert_eq!(h.content, "list_dir(\".\")");
+    let r = run.next().await;
+    assert_eq!(
+        (r.kind.clone(), r.channel.as_str(), r.chat_id.as_str()),
+        (OutboundKind::Reply, "telegram", "42")
+    );
+    assert_eq!(r.content, "Nothing much.");
+    assert_eq!(r.metadata["message_id"], 7);
+}
+
+#[tokio::test]
+async fn streaming_channels_get_deltas_and_one_stream_end() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("<think>x</think>Hello there, friend.").chunk_chars(4));
+    let run = Running::start(agent(&home, &mock));
+    run.send(InboundMessage::new("web", "u", "c", "hi").with_metadata(WANTS_STREAM_KEY, true))
+        .await;
+    let mut text = String::new();
+    let stream_id;
+    loop {
+        let m = run.next().await;
+        match m.kind {
+            OutboundKind::StreamDelta { .. } => text.push_str(&m.content),
+            OutboundKind::StreamEnd { stream_id: id } => {
+                assert_eq!(m.content, "Hello there, friend.");
+                stream_id = id;
+                break;
+            }
+            other => panic!("unexpected {other:?}: {}", m.content),
+        }
+    }
+    assert_eq!(text, "Hello there, friend.");
+    assert!(!stream_id.is_empty());
+    // No duplicate plain reply follows: the next outbound belongs to the next message.
+    mock.push(MockReply::text("second"));
+    run.send(InboundMessage::new("web", "u", "c", "again")).await;
+    assert_eq!(run.next_reply().await.content, "second");
+}
+
+#[tokio::test]
+async fn message_tool_to_own_chat_suppresses_the_final_reply() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::tool_call(
+        "message",
+        json!({"content": "Here you go!"}),
+    ));
+    mock.push(MockReply::text("I sent it."));
+    let run = Running::start(agent(&home, &mock));
+    run.send(InboundMessage::new("telegram", "1", "99", "send me something"))
+        .await;
+    let m = run.next_reply().await;
+    assert_eq!((m.content.as_str(), m.chat_id.as_str()), ("Here you go!", "99"));
+    mock.push(MockReply::text("pong"));
+    run.send(InboundMessage::new("telegram", "1", "99", "ping")).await;
+    assert_eq!(
+        run.next_reply().await.content,
+        "pong",
+        "no duplicate 'I sent it.' reply"
+    );
+}
+
+#[tokio::test]
+async fn system_messages_are_routed_to_the_origin_session() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("Your report is ready."));
+    let run = Running::start(agent(&home, &mock));
+    run.send(InboundMessage::new(
+        SYSTEM_CHANNEL,
+        "subagent",
+        "telegram:42",
+        "[Subagent 'x' completed]\n\nResult: 3",
+    ))
+    .await;
+    let m = run.next_reply().await;
+    assert_eq!(
+        (m.channel.as_str(), m.chat_id.as_str(), m.content.as_str()),
+        ("telegram", "42", "Your report is ready.")
+    );
+    let req = mock.last_request().unwrap();
+    assert!(req.last_user_text().unwrap().contains("Channel: telegram"));
+    let lines = session_lines(&run.agent, "telegram:42");
+    assert!(lines.iter().any(|l| l["content"] == "Your report is ready."));
+}
+
+#[tokio::test]
+async fn two_sessions_progress_while_one_is_slow() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.when_last_user_contains(
+        "slow job",
+        MockReply::text("slow done").delay(Duration::from_secs(3600)),
+    );
+    mock.when_last_user_contains("quick job", MockReply::text("quick done"));
+    let run = Running::start(agent(&home, &mock));
+    run.send(InboundMessage::new("telegram", "a", "A", "slow job"))
+        .await;
+    tokio::time::timeout(GUARD, mock.wait_for_requests(1))
+        .await
+        .unwrap();
+    run.send(InboundMessage::new("telegram", "b", "B", "quick job"))
+        .await;
+    let m = run.next_reply().await;
+    assert_eq!((m.chat_id.as_str(), m.content.as_str()), ("B", "quick done"));
+    assert_eq!(run.agent.stop_session("telegram:A"), 1);
+}
+
+#[tokio::test]
+async fn stop_cancels_a_turn_waiting_on_the_model() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.when_last_user_contains_once(
+        "take your time",
+        MockReply::text("too late").delay(Duration::from_secs(3600)),
+    );
+    let run = Running::start(agent(&home, &mock));
+    run.send(InboundMessage::new("telegram", "a", "A", "take your time"))
+        .await;
+    tokio::time::timeout(GUARD, mock.wait_for_requests(1))
+        .await
+        .unwrap();
+    run.send(InboundMessage::new("telegram", "a", "A", "/stop")).await;
+    let m = run.next_reply().await;
+    assert_eq!(m.content, "⏹ Stopped 1 task(s).");
+    // The session's worker is free again: a new message is answered (it would wait an hour otherwise).
+    mock.push(MockReply::text("fresh answer"));
+    run.send(InboundMessage::new("telegram", "a", "A", "hello again"))
+        .await;
+    assert_eq!(run.next_reply().await.content, "fresh answer");
+    let lines = session_lines(&run.agent, "telegram:A");
+    assert!(!lines.iter().any(|l| l["content"] == "too late"));
+}

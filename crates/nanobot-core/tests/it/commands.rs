@@ -1,0 +1,75 @@
+//! Slash commands: answered without a model call.
+
+use nanobot_testkit::{MockLlm, MockReply, TempHome};
+
+use crate::common::{agent, session_lines};
+
+#[tokio::test]
+async fn unknown_command_suggests_and_makes_no_llm_request() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let agent = agent(&home, &mock);
+    let a = agent.process_direct("/hepl", "cli:c").await.unwrap();
+    assert!(a.contains("Did you mean /help?"), "{a}");
+    let b = agent
+        .process_direct("/Status@nanobot_bot", "cli:c")
+        .await
+        .unwrap();
+    assert!(b.contains("Model: mock-model"), "{b}");
+    let h = agent.process_direct("/HELP", "cli:c").await.unwrap();
+    assert!(h.contains("/new") && h.contains("/stop") && h.contains("/compact"));
+    assert_eq!(
+        agent.process_direct("/stop", "cli:c").await.unwrap(),
+        "No active task to stop."
+    );
+    assert_eq!(mock.request_count(), 0, "commands never reach the model");
+}
+
+#[tokio::test]
+async fn new_archives_and_starts_fresh() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("noted"));
+    let agent = agent(&home, &mock);
+    agent
+        .process_direct("remember: the cat is called Tom", "cli:n")
+        .await
+        .unwrap();
+    assert_eq!(
+        agent.process_direct("/new", "cli:n").await.unwrap(),
+        "New session started."
+    );
+    let lines = session_lines(&agent, "cli:n");
+    assert_eq!(lines.len(), 1, "only the metadata line is left");
+    // Without a memory service the raw archive is written before /new answers.
+    let path = home.workspace().join("memory/history.jsonl");
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.contains("the cat is called Tom"));
+}
+
+#[tokio::test]
+async fn compact_without_memory_archives_raw_and_moves_the_pointer() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.set_fallback(MockReply::text("ok"));
+    let agent = agent(&home, &mock);
+    for i in 0..8 {
+        agent
+            .process_direct(&format!("message {i}"), "cli:k")
+            .await
+            .unwrap();
+    }
+    let before = mock.request_count();
+    let out = agent.process_direct("/compact", "cli:k").await.unwrap();
+    assert!(out.starts_with("Compacted"), "{out}");
+    assert_eq!(mock.request_count(), before);
+    let session = agent.sessions().session("cli:k").await.unwrap();
+    assert!(session.last_consolidated > 0);
+    assert_eq!(session.messages[session.last_consolidated].role(), Some("user"));
+    let history = std::fs::read_to_string(home.workspace().join("memory/history.jsonl")).unwrap();
+    assert!(history.contains("message 0"));
+    // The next turn no longer replays the archived messages.
+    agent.process_direct("after", "cli:k").await.unwrap();
+    let req = mock.last_request().unwrap();
+    assert!(!req.messages().iter().any(|m| m["content"] == "message 0"));
+}

@@ -1,0 +1,96 @@
+//! Shared helpers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nanobot_bus::{Bus, InProcessBus, OutboundMessage};
+use nanobot_core::{AgentLoop, AgentSettings};
+use nanobot_providers::registry::find_spec;
+use nanobot_providers::{Endpoint, OpenAiCompatClient, Provider, Timeouts};
+use nanobot_testkit::{MockLlm, TempHome};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// Hang guard for awaits that must complete (a failure, never a timing assertion).
+pub(crate) const GUARD: Duration = Duration::from_secs(60);
+
+pub(crate) fn provider(mock: &MockLlm) -> Arc<dyn Provider> {
+    nanobot_providers::install_ring();
+    let spec = find_spec("openai").unwrap();
+    let ep = Endpoint::new(spec.name, spec, mock.openai_base_url(), Some("sk-test".into()))
+        .unwrap()
+        .with_timeouts(Timeouts {
+            request: Duration::from_secs(3600),
+            stream_idle: Duration::from_secs(3600),
+            connect: Duration::from_secs(10),
+        });
+    Arc::new(OpenAiCompatClient::new(ep))
+}
+
+pub(crate) fn settings(home: &TempHome) -> AgentSettings {
+    let mut s = AgentSettings::new(home.workspace(), home.nanobot_dir(), "mock-model");
+    s.max_tool_iterations = 10;
+    s
+}
+
+pub(crate) fn agent(home: &TempHome, mock: &MockLlm) -> AgentLoop {
+    AgentLoop::new(provider(mock), settings(home)).unwrap()
+}
+
+/// A loop running on an in-process bus; cancelled on drop.
+pub(crate) struct Running {
+    pub(crate) bus: Arc<InProcessBus>,
+    pub(crate) agent: AgentLoop,
+    cancel: CancellationToken,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+impl Running {
+    pub(crate) fn start(agent: AgentLoop) -> Self {
+        let bus = Arc::new(InProcessBus::new(64));
+        let cancel = CancellationToken::new();
+        let (a, b, c) = (agent.clone(), bus.clone(), cancel.clone());
+        tokio::spawn(async move { a.run(b, c).await });
+        Self { bus, agent, cancel }
+    }
+
+    pub(crate) async fn send(&self, msg: nanobot_bus::InboundMessage) {
+        self.bus.publish_inbound(msg).await.unwrap();
+    }
+
+    /// The next outbound message.
+    pub(crate) async fn next(&self) -> OutboundMessage {
+        tokio::time::timeout(GUARD, self.bus.consume_outbound())
+            .await
+            .expect("no outbound message")
+            .unwrap()
+    }
+
+    /// The next outbound reply (skipping progress and tool hints).
+    pub(crate) async fn next_reply(&self) -> OutboundMessage {
+        loop {
+            let m = self.next().await;
+            if !m.is_progress() {
+                return m;
+            }
+        }
+    }
+}
+
+/// The stored session lines: the first metadata line, then the messages (later metadata records skipped).
+pub(crate) fn session_lines(agent: &AgentLoop, key: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(agent.sessions().path_for(key)).unwrap();
+    let all: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(
+        all[0]["_type"], "metadata",
+        "the first line is the metadata record"
+    );
+    let mut out = vec![all[0].clone()];
+    out.extend(all[1..].iter().filter(|l| l["_type"] != "metadata").cloned());
+    out
+}
