@@ -151,6 +151,34 @@ pub enum ConsolidationOutcome {
     },
 }
 
+impl ConsolidationOutcome {
+    /// The messages consolidated or archived (empty for [`ConsolidationOutcome::NothingToDo`] and `Busy`).
+    pub fn range(&self) -> Range<usize> {
+        match self {
+            Self::Summarised { range, .. } | Self::RawArchived { range, .. } => range.clone(),
+            _ => 0..0,
+        }
+    }
+
+    /// How many messages went into memory.
+    pub fn archived_messages(&self) -> usize {
+        self.range().len()
+    }
+
+    /// Whether the model summarised them (false for a raw archive or when nothing happened).
+    pub fn summarised(&self) -> bool {
+        matches!(self, Self::Summarised { .. })
+    }
+
+    /// The history entry written, if any.
+    pub fn entry(&self) -> Option<&HistoryEntry> {
+        match self {
+            Self::Summarised { entry, .. } | Self::RawArchived { entry, .. } => Some(entry),
+            _ => None,
+        }
+    }
+}
+
 /// Moves the oldest safe slice of a session into memory: the model summarises it through a `save_memory` tool
 /// call (`history_entry` → `history.jsonl`, `memory_update` → `MEMORY.md`), then the session's
 /// `last_consolidated` pointer moves past it. The session file itself is never shortened.
@@ -175,6 +203,9 @@ struct Inner {
     index: Option<SearchIndex>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     failures: Mutex<HashMap<String, u32>>,
+    /// Per session: where the last consolidation ended (index, timestamp of the message before it), so a
+    /// session archived after a reset is not archived twice.
+    done: Mutex<HashMap<String, (usize, Option<String>)>>,
 }
 
 impl fmt::Debug for Consolidator {
@@ -203,6 +234,7 @@ impl Consolidator {
                 index: None,
                 locks: Mutex::new(HashMap::new()),
                 failures: Mutex::new(HashMap::new()),
+                done: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -224,6 +256,7 @@ impl Consolidator {
                 index: Some(index),
                 locks: Mutex::new(HashMap::new()),
                 failures: Mutex::new(HashMap::new()),
+                done: Mutex::new(HashMap::new()),
             },
         };
         Self {
@@ -332,7 +365,22 @@ impl Consolidator {
     /// `session` (its state before the reset), serialised with any consolidation of that session.
     pub async fn archive_session(&self, session: Session) -> Result<ConsolidationOutcome> {
         let _guard = self.lock_for(&session.key).lock_owned().await;
-        let start = session.last_consolidated.min(session.messages.len());
+        let mut start = session.last_consolidated.min(session.messages.len());
+        // A consolidation that finished while the session was being reset already archived part of it.
+        let done = self
+            .inner
+            .done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&session.key)
+            .cloned();
+        if let Some((end, ts)) = done
+            && end > start
+            && end <= session.messages.len()
+            && session.messages[end - 1].timestamp().map(str::to_owned) == ts
+        {
+            start = end;
+        }
         if session.messages[start..].iter().all(|m| m.is_command()) {
             return Ok(ConsolidationOutcome::NothingToDo);
         }
@@ -425,6 +473,7 @@ impl Consolidator {
             // there, unchanged at both ends.
             let first_ts = slice.first().and_then(|m| m.timestamp()).map(str::to_owned);
             let last_ts = slice.last().and_then(|m| m.timestamp()).map(str::to_owned);
+            let last_ts_for_done = last_ts.clone();
             let same = self
                 .inner
                 .sessions
@@ -444,6 +493,11 @@ impl Consolidator {
                         }
                     })
                     .await?;
+            self.inner
+                .done
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key.clone(), (end, last_ts_for_done));
             if !moved {
                 tracing::warn!(session = %key, start, end, "session changed during consolidation; pointer left alone");
             }

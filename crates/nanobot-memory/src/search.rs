@@ -156,7 +156,7 @@ impl SearchIndex {
                 for e in entries {
                     let cursor = i64::try_from(e.cursor).unwrap_or(i64::MAX);
                     if seen.execute(params![cursor])? == 1 {
-                        doc.execute(params![e.content, e.session_key, e.timestamp, cursor])?;
+                        doc.execute(params![cjk_spaced(&e.content), e.session_key, e.timestamp, cursor])?;
                         added += 1;
                     }
                 }
@@ -196,7 +196,7 @@ impl SearchIndex {
                     let raw_ts = m.timestamp().unwrap_or("");
                     if seen.execute(params![key, position, raw_ts])? == 1 {
                         let stamp = short_stamp(m.timestamp());
-                        doc.execute(params![text, key, stamp, position])?;
+                        doc.execute(params![cjk_spaced(&text), key, stamp, position])?;
                         added += 1;
                     }
                 }
@@ -258,21 +258,17 @@ impl SearchIndex {
     /// The best `limit` matches for `query`, best first. Every word of the query must match; when nothing
     /// does, any word may. Query syntax is not interpreted (words are quoted), so any text is safe.
     pub fn search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>> {
-        let words: Vec<String> = query
-            .split(|c: char| !c.is_alphanumeric() && c != '_')
-            .filter(|w| !w.is_empty())
-            .map(|w| format!("\"{w}\""))
-            .collect();
-        if words.is_empty() || limit == 0 {
+        let terms = query_terms(query);
+        if terms.is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let all = words.join(" AND ");
+        let all = terms.join(" AND ");
         let hits = self.run_query(&all, limit)?;
-        if !hits.is_empty() || words.len() == 1 {
+        if !hits.is_empty() || terms.len() == 1 {
             return Ok(hits);
         }
-        self.run_query(&words.join(" OR "), limit)
+        self.run_query(&terms.join(" OR "), limit)
     }
 
     fn run_query(&self, fts_query: &str, limit: i64) -> Result<Vec<SearchHit>> {
@@ -293,13 +289,104 @@ impl SearchIndex {
                     session_key: r.get(1)?,
                     timestamp: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
                     position: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
-                    snippet: r.get(4)?,
+                    snippet: cjk_unspaced(&r.get::<_, String>(4)?),
                     score: r.get(5)?,
                 })
             })?;
             rows.collect()
         })
     }
+}
+
+/// Chinese, Japanese and Korean script characters, which are written without spaces between words.
+fn is_cjk(c: char) -> bool {
+    matches!(c as u32,
+        0x3040..=0x30FF      // Hiragana, Katakana
+        | 0x3400..=0x4DBF    // CJK Extension A
+        | 0x4E00..=0x9FFF    // CJK Unified Ideographs
+        | 0xAC00..=0xD7AF    // Hangul syllables
+        | 0xF900..=0xFAFF    // CJK Compatibility Ideographs
+        | 0x20000..=0x2FFFF) // CJK Extensions B–F
+}
+
+/// The text as indexed: each CJK character becomes its own token (FTS5's `unicode61` tokenizer would otherwise
+/// keep a whole run of CJK characters as one word), so a query can match words inside a sentence.
+fn cjk_spaced(text: &str) -> String {
+    if !text.chars().any(is_cjk) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() * 2);
+    for c in text.chars() {
+        if is_cjk(c) {
+            out.push(' ');
+            out.push(c);
+            out.push(' ');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Undoes [`cjk_spaced`] in a snippet: drops spaces next to CJK characters (and next to the `[`/`]` marks
+/// around them).
+fn cjk_unspaced(text: &str) -> String {
+    if !text.chars().any(is_cjk) {
+        return text.to_owned();
+    }
+    let chars: Vec<char> = text.chars().collect();
+    let near_cjk = |i: usize, step: isize| {
+        let mut j = i as isize + step;
+        while j >= 0 && (j as usize) < chars.len() && matches!(chars[j as usize], '[' | ']' | ' ') {
+            j += step;
+        }
+        j >= 0 && (j as usize) < chars.len() && is_cjk(chars[j as usize])
+    };
+    chars
+        .iter()
+        .enumerate()
+        .filter(|&(i, &c)| !(c == ' ' && (near_cjk(i, -1) || near_cjk(i, 1))))
+        .map(|(_, &c)| c)
+        .collect()
+}
+
+/// FTS5 terms of a free-text query, each quoted (so FTS syntax in the query is inert): words, and for runs
+/// of CJK characters their overlapping two-character phrases (a single character stays as it is).
+fn query_terms(query: &str) -> Vec<String> {
+    let mut terms = Vec::new();
+    for word in query
+        .split(|c: char| !c.is_alphanumeric() && c != '_')
+        .filter(|w| !w.is_empty())
+    {
+        let mut latin = String::new();
+        let mut run: Vec<char> = Vec::new();
+        let flush_run = |run: &mut Vec<char>, terms: &mut Vec<String>| {
+            match run.len() {
+                0 => {}
+                1 => terms.push(format!("\"{}\"", run[0])),
+                _ => terms.extend(run.windows(2).map(|w| format!("\"{} {}\"", w[0], w[1]))),
+            }
+            run.clear();
+        };
+        for c in word.chars() {
+            if is_cjk(c) {
+                if !latin.is_empty() {
+                    terms.push(format!("\"{latin}\""));
+                    latin.clear();
+                }
+                run.push(c);
+            } else {
+                flush_run(&mut run, &mut terms);
+                latin.push(c);
+            }
+        }
+        flush_run(&mut run, &mut terms);
+        if !latin.is_empty() {
+            terms.push(format!("\"{latin}\""));
+        }
+    }
+    terms.dedup();
+    terms
 }
 
 #[cfg(test)]
@@ -326,5 +413,30 @@ mod tests {
         // Any word may match when not all do; FTS syntax in the query is inert.
         assert_eq!(index.search("colour OR \"zebra\" NEAR(", 10).unwrap().len(), 1);
         assert!(index.search("  ** ", 10).unwrap().is_empty());
+    }
+
+    #[test]
+    fn cjk_text_is_found_by_words_inside_sentences() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = SearchIndex::open(&dir.path().join("i.sqlite")).unwrap();
+        let msgs = vec![
+            SessionMessage::new("user", "我的猫叫米索，它不喜欢洗澡。"),
+            SessionMessage::new("user", "明天去北京出差"),
+        ];
+        index.add_session_messages("feishu:1", 0, &msgs).unwrap();
+        let hits = index.search("洗澡", 5).unwrap();
+        assert_eq!(hits.len(), 1);
+        assert_eq!(hits[0].position, 0);
+        assert!(hits[0].snippet.contains("不喜欢[洗澡]。"), "{}", hits[0].snippet);
+        assert!(hits[0].snippet.contains("我的猫叫米索"), "{}", hits[0].snippet);
+        assert_eq!(index.search("北京", 5).unwrap()[0].position, 1);
+        assert!(
+            index.search("京北", 5).unwrap().is_empty(),
+            "order matters inside a CJK word"
+        );
+        assert_eq!(
+            query_terms("猫 abc北京x"),
+            vec!["\"猫\"", "\"abc\"", "\"北 京\"", "\"x\""]
+        );
     }
 }

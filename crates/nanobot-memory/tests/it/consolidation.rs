@@ -267,3 +267,47 @@ async fn one_consolidation_per_session_at_a_time() {
         .collect();
     assert_eq!(cursors, vec![1, 2]);
 }
+
+#[tokio::test]
+async fn a_reset_during_consolidation_leaves_the_new_session_alone() {
+    let env = env();
+    fill(&env, "a", 5).await;
+    let gate = Arc::new(Semaphore::new(0));
+    let entered = Arc::new(Notify::new());
+    let c = env.consolidator(
+        Arc::new(Gated {
+            gate: gate.clone(),
+            entered: entered.clone(),
+        }),
+        10,
+    );
+
+    let running = c.spawn_if_needed("a");
+    entered.notified().await;
+    // `/new` as the core does it: reset, then archive the old messages (waits for the running consolidation).
+    let old = env.sessions.reset("a").await.unwrap();
+    env.sessions
+        .append("a", crate::support::turn(9, "fresh start"))
+        .await
+        .unwrap();
+    let archive = tokio::spawn({
+        let c = c.clone();
+        async move { c.archive_session(old).await }
+    });
+    gate.add_permits(2);
+    let first = running.await.unwrap().unwrap();
+    assert_eq!(first[0].archived_messages(), 16);
+    let archived = archive.await.unwrap().unwrap();
+    assert!(archived.summarised());
+    assert_eq!(
+        archived.range(),
+        16..20,
+        "the rest of the old session; nothing is archived twice"
+    );
+    let session = env.sessions.session("a").await.unwrap();
+    assert_eq!(session.messages.len(), 4);
+    assert_eq!(
+        session.last_consolidated, 0,
+        "pointer of the fresh session untouched"
+    );
+}
