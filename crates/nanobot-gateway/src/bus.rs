@@ -1,0 +1,139 @@
+//! [`GatewayBus`]: the in-process bus with two gateway concerns on top: it remembers the most recently active
+//! chat (where the heartbeat delivers) and it can stop taking inbound messages while outbound delivery goes on
+//! (the first step of a graceful shutdown).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use nanobot_bus::{Bus, BusError, InProcessBus, InboundMessage, OutboundMessage};
+
+/// Channels whose messages never make a chat the heartbeat's target.
+pub const INTERNAL_CHANNELS: [&str; 6] = ["api", "cli", "system", "cron", "heartbeat", "dream"];
+
+/// A channel and chat id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// Channel name (`telegram`, …).
+    pub channel: String,
+    /// Chat id within the channel.
+    pub chat_id: String,
+}
+
+/// The gateway's bus (see the module docs).
+#[derive(Debug, Clone)]
+pub struct GatewayBus {
+    inner: InProcessBus,
+    inbound_closed: Arc<AtomicBool>,
+    last_route: Arc<Mutex<Option<Route>>>,
+}
+
+impl GatewayBus {
+    /// A bus holding up to `capacity` messages each way.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            inner: InProcessBus::new(capacity),
+            inbound_closed: Arc::default(),
+            last_route: Arc::default(),
+        }
+    }
+
+    /// The chat of the most recent inbound message from a real channel (not the API, CLI, cron…).
+    pub fn last_route(&self) -> Option<Route> {
+        self.last_route
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Sets the most recently active chat (at start-up, from the sessions on disk).
+    pub fn set_last_route(&self, route: Route) {
+        *self
+            .last_route
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(route);
+    }
+
+    /// Refuses further inbound messages ([`BusError::Closed`]); queued ones can still be consumed and outbound
+    /// messages still flow.
+    pub fn close_inbound(&self) {
+        self.inbound_closed.store(true, Ordering::SeqCst);
+    }
+}
+
+#[async_trait]
+impl Bus for GatewayBus {
+    async fn publish_inbound(&self, msg: InboundMessage) -> Result<(), BusError> {
+        if self.inbound_closed.load(Ordering::SeqCst) {
+            return Err(BusError::Closed);
+        }
+        if !INTERNAL_CHANNELS.contains(&msg.channel.as_str()) {
+            self.set_last_route(Route {
+                channel: msg.channel.clone(),
+                chat_id: msg.chat_id.clone(),
+            });
+        }
+        self.inner.publish_inbound(msg).await
+    }
+
+    async fn consume_inbound(&self) -> Option<InboundMessage> {
+        self.inner.consume_inbound().await
+    }
+
+    async fn publish_outbound(&self, msg: OutboundMessage) -> Result<(), BusError> {
+        self.inner.publish_outbound(msg).await
+    }
+
+    async fn consume_outbound(&self) -> Option<OutboundMessage> {
+        self.inner.consume_outbound().await
+    }
+
+    fn inbound_len(&self) -> usize {
+        self.inner.inbound_len()
+    }
+
+    fn outbound_len(&self) -> usize {
+        self.inner.outbound_len()
+    }
+
+    fn close(&self) {
+        self.close_inbound();
+        self.inner.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn remembers_the_last_real_chat_and_refuses_inbound_after_close() {
+        let bus = GatewayBus::new(8);
+        bus.publish_inbound(InboundMessage::new("telegram", "u", "42", "hi"))
+            .await
+            .unwrap();
+        bus.publish_inbound(InboundMessage::new("api", "u", "default", "hi"))
+            .await
+            .unwrap();
+        assert_eq!(
+            bus.last_route(),
+            Some(Route {
+                channel: "telegram".into(),
+                chat_id: "42".into()
+            })
+        );
+        assert_eq!(bus.inbound_len(), 2);
+        bus.close_inbound();
+        assert!(matches!(
+            bus.publish_inbound(InboundMessage::new("telegram", "u", "42", "late"))
+                .await,
+            Err(BusError::Closed)
+        ));
+        // Queued messages are still delivered, and outbound still flows.
+        assert_eq!(bus.consume_inbound().await.unwrap().content, "hi");
+        bus.publish_outbound(OutboundMessage::reply("telegram", "42", "ok"))
+            .await
+            .unwrap();
+        assert_eq!(bus.outbound_len(), 1);
+    }
+}

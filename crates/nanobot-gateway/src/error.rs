@@ -1,0 +1,85 @@
+//! [`GatewayError`]: everything that can stop the gateway from starting or shutting down cleanly.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Errors of the gateway.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// The API would listen on a non-loopback address without `api.apiKey`.
+    #[error(
+        "refusing to serve the API on {host}:{port} without a key: set `api.apiKey` in the config, \
+         or bind `api.host` to 127.0.0.1"
+    )]
+    UnprotectedApi {
+        /// `api.host`.
+        host: String,
+        /// `api.port`.
+        port: u16,
+    },
+    /// A listen address could not be parsed or resolved.
+    #[error("{field}: `{value}` is not a valid listen address")]
+    BadAddress {
+        /// The config key (`gateway.host`, `api.host`).
+        field: &'static str,
+        /// What it held.
+        value: String,
+    },
+    /// Binding a listener failed (port in use, permission).
+    #[error("cannot listen on {addr} ({field}): {source}")]
+    Bind {
+        /// The config key the address came from.
+        field: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The agent could not be built from the config.
+    #[error(transparent)]
+    Core(#[from] nanobot_core::CoreError),
+    /// The provider could not be resolved from the config.
+    #[error(transparent)]
+    Provider(#[from] nanobot_providers::ProviderError),
+    /// A channel could not be built from its config.
+    #[error("channel {channel}: {source}")]
+    Channel {
+        /// Channel name.
+        channel: &'static str,
+        /// The cause.
+        #[source]
+        source: nanobot_channels::ChannelError,
+    },
+    /// The cron store refused a system job.
+    #[error(transparent)]
+    Cron(#[from] nanobot_cron::CronError),
+    /// A file could not be read or written.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The heartbeat's model call failed.
+    #[error("heartbeat: the model call failed: {0}")]
+    Heartbeat(#[source] nanobot_providers::ProviderError),
+    /// A second Ctrl-C / SIGTERM arrived during the graceful shutdown.
+    #[error("interrupted again during shutdown: exiting at once")]
+    Interrupted,
+}
+
+impl GatewayError {
+    pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Self::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+}

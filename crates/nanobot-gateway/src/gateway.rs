@@ -1,0 +1,604 @@
+//! [`Gateway`]: starts the agent, the channels, cron + heartbeat and the HTTP servers from one config, and
+//! shuts them down gracefully.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Future;
+use nanobot_bus::{Bus, InboundMessage, OutboundMessage, SYSTEM_CHANNEL};
+use nanobot_channels::{Channel, ChannelManager, HealthRegistry, ManagerSettings, PairingStore};
+use nanobot_config::Config;
+use nanobot_core::commands::{self, Command, Parsed};
+use nanobot_core::{AgentLoop, Environment, TurnOptions};
+use nanobot_cron::CronSchedule;
+use nanobot_providers::Provider;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::api::{ApiSettings, api_router};
+use crate::bus::{GatewayBus, Route};
+use crate::error::GatewayError;
+use crate::heartbeat::{HeartbeatOutcome, HeartbeatService};
+use crate::http::{OpsState, ops_router};
+use crate::metrics::{Metrics, TurnOutcome};
+
+/// Default time running turns get to finish after a shutdown signal.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// Capacity of each bus direction.
+const BUS_CAPACITY: usize = 1024;
+
+/// What to start. Build with [`GatewayOptions::gateway`] or [`GatewayOptions::serve`], then adjust.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct GatewayOptions {
+    /// The loaded config (with `-w` already applied to `agents.defaults.workspace`).
+    pub config: Config,
+    /// Home, environment variables and config path (never read from the process by this crate).
+    pub env: Environment,
+    /// `--port`: overrides `gateway.port`.
+    pub port: Option<u16>,
+    /// Serve the OpenAI-compatible API on `api.host:api.port` (`--no-api` turns it off).
+    pub api: bool,
+    /// Serve `/health`, `/ready`, `/metrics` on `gateway.host:gateway.port`.
+    pub ops_http: bool,
+    /// Run the chat channels enabled in the config.
+    pub channels: bool,
+    /// Run the cron service with the `dream` and `heartbeat` system jobs.
+    pub cron: bool,
+    /// How long running turns may take to finish after a shutdown signal.
+    pub shutdown_grace: Duration,
+    /// Use this provider instead of resolving one from the config (tests, embedding).
+    pub provider: Option<Arc<dyn Provider>>,
+}
+
+impl std::fmt::Debug for GatewayOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayOptions")
+            .field("port", &self.port)
+            .field("api", &self.api)
+            .field("ops_http", &self.ops_http)
+            .field("channels", &self.channels)
+            .field("cron", &self.cron)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GatewayOptions {
+    /// `nanobot gateway`: everything on.
+    pub fn gateway(config: Config, env: Environment) -> Self {
+        Self {
+            config,
+            env,
+            port: None,
+            api: true,
+            ops_http: true,
+            channels: true,
+            cron: true,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            provider: None,
+        }
+    }
+
+    /// `nanobot serve`: the OpenAI-compatible API alone.
+    pub fn serve(config: Config, env: Environment) -> Self {
+        Self {
+            ops_http: false,
+            channels: false,
+            cron: false,
+            ..Self::gateway(config, env)
+        }
+    }
+}
+
+/// How a shutdown went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// True when every running turn finished before the deadline (none had to be cancelled).
+    pub drained: bool,
+}
+
+/// A running gateway. Stop it with [`Gateway::shutdown`].
+pub struct Gateway {
+    agent: AgentLoop,
+    bus: GatewayBus,
+    metrics: Metrics,
+    health: HealthRegistry,
+    heartbeat: Option<HeartbeatService>,
+    http_addr: Option<SocketAddr>,
+    api_addr: Option<SocketAddr>,
+    accept: CancellationToken,
+    stop_channels: CancellationToken,
+    tracker: TaskTracker,
+    servers: Vec<JoinHandle<()>>,
+    dispatcher: JoinHandle<()>,
+    channels_task: JoinHandle<()>,
+    grace: Duration,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("http_addr", &self.http_addr)
+            .field("api_addr", &self.api_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Resolves `host:port`; the error names the config key.
+async fn resolve(field: &'static str, host: &str, port: u16) -> Result<Vec<SocketAddr>, GatewayError> {
+    let bad = || GatewayError::BadAddress {
+        field,
+        value: host.to_owned(),
+    };
+    let host = host.trim();
+    if host.is_empty() {
+        return Err(bad());
+    }
+    let target = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(target)
+        .await
+        .map_err(|_| bad())?
+        .collect();
+    if addrs.is_empty() {
+        return Err(bad());
+    }
+    Ok(addrs)
+}
+
+async fn bind(field: &'static str, addrs: &[SocketAddr]) -> Result<TcpListener, GatewayError> {
+    let mut last = None;
+    for addr in addrs {
+        match TcpListener::bind(addr).await {
+            Ok(l) => return Ok(l),
+            Err(e) => last = Some((*addr, e)),
+        }
+    }
+    match last {
+        Some((addr, source)) => Err(GatewayError::Bind { field, addr, source }),
+        None => Err(GatewayError::BadAddress {
+            field,
+            value: String::new(),
+        }),
+    }
+}
+
+/// The API key of `config.api`, when one is set.
+fn api_key(config: &Config) -> Option<String> {
+    config
+        .api
+        .api_key
+        .as_ref()
+        .map(|k| k.expose().to_owned())
+        .filter(|k| !k.is_empty())
+}
+
+/// Checks the API's bind address before anything starts: a non-loopback address needs `api.apiKey`.
+pub async fn check_api_bind(config: &Config) -> Result<Vec<SocketAddr>, GatewayError> {
+    let addrs = resolve("api.host", &config.api.host, config.api.port).await?;
+    if api_key(config).is_none() && !addrs.iter().all(|a| a.ip().is_loopback()) {
+        return Err(GatewayError::UnprotectedApi {
+            host: config.api.host.clone(),
+            port: config.api.port,
+        });
+    }
+    Ok(addrs)
+}
+
+/// The channels enabled in `config`, one line per channel crate.
+fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Channel>>, GatewayError> {
+    let paths = env.paths();
+    let ch = &config.channels;
+    let mut out: Vec<Arc<dyn Channel>> = Vec::new();
+    let pairing = || -> Result<Arc<PairingStore>, GatewayError> {
+        let path = paths.data_dir().join("pairing.json");
+        PairingStore::open(&path)
+            .map(Arc::new)
+            .map_err(|e| GatewayError::io("open", path, std::io::Error::other(e)))
+    };
+    if ch.telegram.enabled {
+        let settings = nanobot_telegram::TelegramSettings::from_config(&ch.telegram).map_err(|source| {
+            GatewayError::Channel {
+                channel: "telegram",
+                source,
+            }
+        })?;
+        let channel = nanobot_telegram::TelegramChannel::new(settings, paths.media_dir(Some("telegram")))
+            .map_err(|source| GatewayError::Channel {
+                channel: "telegram",
+                source,
+            })?
+            .with_pairing(pairing()?);
+        out.push(Arc::new(channel));
+    }
+    // Discord / Slack: one `if ch.<name>.enabled { out.push(...) }` each when their crates land.
+    Ok(out)
+}
+
+/// Commands the agent answers at once without publishing (the gateway publishes their reply).
+fn is_immediate(msg: &InboundMessage) -> bool {
+    msg.channel != SYSTEM_CHANNEL
+        && matches!(
+            commands::parse(&msg.content),
+            Some(Parsed::Known(Command::Stop | Command::Help | Command::Status, _) | Parsed::Unknown { .. })
+        )
+}
+
+/// One bus-driven turn, measured. Its first poll queues the message in its session (so turns of one chat
+/// keep their order); the caller polls it once before spawning it.
+async fn bus_turn(agent: AgentLoop, bus: GatewayBus, metrics: Metrics, msg: InboundMessage) {
+    let in_flight = metrics.turn_started();
+    let channel = msg.channel.clone();
+    let immediate = is_immediate(&msg);
+    let route = (msg.channel.clone(), msg.chat_id.clone(), msg.metadata.clone());
+    let opts = TurnOptions {
+        publish: true,
+        ..TurnOptions::default()
+    };
+    let result = agent.process_message(msg, opts).await;
+    let outcome = match &result {
+        Ok(r) => TurnOutcome::from_stop(r.stop_reason),
+        Err(e) => {
+            tracing::warn!(channel = %channel, error = %e, "turn failed");
+            TurnOutcome::Error
+        }
+    };
+    if immediate && let Ok(r) = &result {
+        let mut out = OutboundMessage::reply(route.0, route.1, r.content.clone());
+        out.metadata = route.2;
+        if let Err(e) = bus.publish_outbound(out).await {
+            tracing::warn!(error = %e, "cannot publish a command reply");
+        }
+    }
+    metrics.record_turn(&channel, outcome, in_flight.elapsed());
+}
+
+async fn spawn_turn(
+    tracker: &TaskTracker,
+    agent: &AgentLoop,
+    bus: &GatewayBus,
+    metrics: &Metrics,
+    msg: InboundMessage,
+) {
+    let mut fut: Pin<Box<dyn Future<Output = ()> + Send>> =
+        Box::pin(tracker.track_future(bus_turn(agent.clone(), bus.clone(), metrics.clone(), msg)));
+    if futures::poll!(fut.as_mut()).is_pending() {
+        tokio::spawn(fut);
+    }
+}
+
+/// Consumes inbound messages until `accept` fires, then drains what was already queued.
+async fn dispatch(
+    agent: AgentLoop,
+    bus: GatewayBus,
+    metrics: Metrics,
+    tracker: TaskTracker,
+    accept: CancellationToken,
+) {
+    loop {
+        let msg = tokio::select! {
+            biased;
+            () = accept.cancelled() => break,
+            m = bus.consume_inbound() => match m {
+                Some(m) => m,
+                None => return,
+            },
+        };
+        spawn_turn(&tracker, &agent, &bus, &metrics, msg).await;
+    }
+    // Accepted messages are never dropped: process what is queued.
+    while bus.inbound_len() > 0 {
+        match bus.consume_inbound().await {
+            Some(m) => spawn_turn(&tracker, &agent, &bus, &metrics, m).await,
+            None => break,
+        }
+    }
+}
+
+impl Gateway {
+    /// Starts everything `opts` asks for. Fails before anything runs when the API would be exposed without a
+    /// key, a port cannot be bound, or the provider/channels cannot be built.
+    pub async fn start(opts: GatewayOptions) -> Result<Self, GatewayError> {
+        nanobot_providers::install_ring();
+        let config = &opts.config;
+        let api_addrs = if opts.api {
+            Some(check_api_bind(config).await?)
+        } else {
+            None
+        };
+        let http_addrs = if opts.ops_http {
+            let port = opts.port.unwrap_or(config.gateway.port);
+            Some(resolve("gateway.host", &config.gateway.host, port).await?)
+        } else {
+            None
+        };
+        let provider = match &opts.provider {
+            Some(p) => p.clone(),
+            None => nanobot_providers::resolve_provider(config, "", &opts.env.vars)?,
+        };
+        let metrics = Metrics::new();
+        let bus = GatewayBus::new(BUS_CAPACITY);
+        let agent = AgentLoop::builder_from_config(config, &opts.env, provider.clone())?
+            .hook(metrics.hook())
+            .bus(Arc::new(bus.clone()))
+            .build()?;
+        let channels = if opts.channels {
+            build_channels(config, &opts.env)?
+        } else {
+            Vec::new()
+        };
+        let channel_names: Vec<String> = channels.iter().map(|c| c.name().to_owned()).collect();
+
+        // Listeners first: a port in use fails the start before anything runs.
+        let http_listener = match &http_addrs {
+            Some(a) => Some(bind("gateway.port", a).await?),
+            None => None,
+        };
+        let api_listener = match &api_addrs {
+            Some(a) => Some(bind("api.port", a).await?),
+            None => None,
+        };
+
+        let accept = CancellationToken::new();
+        let stop_channels = CancellationToken::new();
+        let tracker = TaskTracker::new();
+
+        let mut manager = ChannelManager::new(ManagerSettings::from_config(&config.channels));
+        for c in channels {
+            manager.add(c);
+        }
+        let health = manager.health();
+        let channels_task = tokio::spawn(manager.run(Arc::new(bus.clone()), stop_channels.clone()));
+
+        // The chat the heartbeat reports to survives restarts through the sessions on disk.
+        if let Ok(mut sessions) = agent.sessions().list_sessions().await {
+            sessions.sort_by_key(|s| std::cmp::Reverse(s.updated_at));
+            if let Some((channel, chat_id)) = sessions.iter().find_map(|s| {
+                let (c, id) = s.key.split_once(':')?;
+                channel_names
+                    .iter()
+                    .any(|n| n == c)
+                    .then(|| (c.to_owned(), id.to_owned()))
+            }) {
+                bus.set_last_route(Route { channel, chat_id });
+            }
+        }
+
+        let mut heartbeat = None;
+        if opts.cron
+            && let Some(cron) = agent.cron()
+        {
+            let dream = &config.agents.defaults.dream;
+            if dream.enabled {
+                let every = Duration::from_secs(u64::from(dream.interval_h.max(1)) * 3600);
+                cron.upsert_system_job("dream", "dream", CronSchedule::every(every))?;
+            } else {
+                cron.remove_system_job("dream")?;
+            }
+            let hb = &config.gateway.heartbeat;
+            if hb.enabled {
+                let every = Duration::from_secs(hb.interval_s.max(1));
+                cron.upsert_system_job("heartbeat", "heartbeat", CronSchedule::every(every))?;
+                let service = HeartbeatService::new(
+                    agent.clone(),
+                    provider.clone(),
+                    agent.settings().model.clone(),
+                    agent.settings().workspace.clone(),
+                    bus.clone(),
+                );
+                spawn_heartbeat_listener(
+                    cron.subscribe(),
+                    service.clone(),
+                    metrics.clone(),
+                    &tracker,
+                    accept.clone(),
+                );
+                heartbeat = Some(service);
+            } else {
+                cron.remove_system_job("heartbeat")?;
+            }
+            let svc = cron.clone();
+            let stop = accept.clone();
+            tokio::spawn(async move { svc.run(stop).await });
+        }
+
+        let dispatcher = tokio::spawn(dispatch(
+            agent.clone(),
+            bus.clone(),
+            metrics.clone(),
+            tracker.clone(),
+            accept.clone(),
+        ));
+
+        let mut servers = Vec::new();
+        let mut http_addr = None;
+        if let Some(listener) = http_listener {
+            http_addr = listener.local_addr().ok();
+            let router = ops_router(OpsState {
+                metrics: metrics.clone(),
+                bus: bus.clone(),
+                channels: health.clone(),
+                provider: provider.name().to_owned(),
+                model: agent.settings().model.clone(),
+            });
+            servers.push(serve(listener, router, accept.clone(), "gateway"));
+        }
+        let mut api_addr = None;
+        if let Some(listener) = api_listener {
+            api_addr = listener.local_addr().ok();
+            let settings = ApiSettings {
+                model: agent.settings().model.clone(),
+                api_key: api_key(config),
+                timeout: Duration::from_secs_f64(config.api.timeout.clamp(1.0, 86_400.0)),
+            };
+            let router = api_router(agent.clone(), settings, metrics.clone(), tracker.clone());
+            servers.push(serve(listener, router, accept.clone(), "api"));
+        }
+        tracing::info!(?http_addr, ?api_addr, channels = ?channel_names, "gateway started");
+        Ok(Self {
+            agent,
+            bus,
+            metrics,
+            health,
+            heartbeat,
+            http_addr,
+            api_addr,
+            accept,
+            stop_channels,
+            tracker,
+            servers,
+            dispatcher,
+            channels_task,
+            grace: opts.shutdown_grace,
+        })
+    }
+
+    /// Where `/health`, `/ready` and `/metrics` are served.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
+    }
+
+    /// Where the OpenAI-compatible API is served.
+    pub fn api_addr(&self) -> Option<SocketAddr> {
+        self.api_addr
+    }
+
+    /// The agent loop.
+    pub fn agent(&self) -> &AgentLoop {
+        &self.agent
+    }
+
+    /// The bus (publish inbound messages as a channel would).
+    pub fn bus(&self) -> &GatewayBus {
+        &self.bus
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The channels' health.
+    pub fn channel_health(&self) -> &HealthRegistry {
+        &self.health
+    }
+
+    /// The heartbeat, when enabled.
+    pub fn heartbeat(&self) -> Option<&HeartbeatService> {
+        self.heartbeat.as_ref()
+    }
+
+    /// Graceful shutdown: stop accepting (HTTP, channels' inbound, cron), let running turns finish up to the
+    /// deadline (then cancel them; cancelled turns still save what they did), deliver queued replies, stop the
+    /// channels, the agent and its MCP servers.
+    pub async fn shutdown(self) -> ShutdownReport {
+        let deadline = Instant::now() + self.grace;
+        tracing::info!(
+            in_flight = self.metrics.in_flight(),
+            "shutting down: waiting for running turns"
+        );
+        self.bus.close_inbound();
+        self.accept.cancel();
+        let _ = tokio::time::timeout_at(deadline, self.dispatcher).await;
+        self.tracker.close();
+        let mut servers = self.servers;
+        let tracker = self.tracker.clone();
+        let drained = tokio::time::timeout_at(deadline, async {
+            tracker.wait().await;
+            for s in &mut servers {
+                let _ = s.await;
+            }
+        })
+        .await
+        .is_ok();
+        let done = CancellationToken::new();
+        done.cancel();
+        if !drained {
+            tracing::warn!("shutdown deadline reached: cancelling the remaining turns");
+            // A cancelled token makes `run` return at once, cancelling every running turn.
+            self.agent.run(Arc::new(self.bus.clone()), done.clone()).await;
+            let _ = tokio::time::timeout(Duration::from_secs(5), self.tracker.wait()).await;
+            for s in &servers {
+                s.abort();
+            }
+        }
+        // Let the channels deliver what is queued, then stop them.
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            while self.bus.outbound_len() > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        self.stop_channels.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.channels_task).await;
+        // Stops the agent's workers and MCP servers.
+        self.agent.run(Arc::new(self.bus.clone()), done).await;
+        tracing::info!(drained, "gateway stopped");
+        ShutdownReport { drained }
+    }
+}
+
+fn serve(
+    listener: TcpListener,
+    router: axum::Router,
+    accept: CancellationToken,
+    name: &'static str,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let result = axum::serve(listener, router)
+            .with_graceful_shutdown(async move { accept.cancelled().await })
+            .await;
+        if let Err(e) = result {
+            tracing::error!(server = name, error = %e, "HTTP server failed");
+        }
+    })
+}
+
+fn spawn_heartbeat_listener(
+    mut runs: tokio::sync::broadcast::Receiver<nanobot_cron::RunOutcome>,
+    service: HeartbeatService,
+    metrics: Metrics,
+    tracker: &TaskTracker,
+    accept: CancellationToken,
+) {
+    let tracker2 = tracker.clone();
+    tokio::spawn(async move {
+        loop {
+            let outcome = tokio::select! {
+                () = accept.cancelled() => break,
+                r = runs.recv() => r,
+            };
+            match outcome {
+                Ok(run) if run.job.id == "heartbeat" => {
+                    let service = service.clone();
+                    let metrics = metrics.clone();
+                    tracker2.spawn(async move {
+                        match service.tick().await {
+                            Ok(HeartbeatOutcome::NoTasks) => metrics.record_heartbeat("empty"),
+                            Ok(HeartbeatOutcome::Skipped) => metrics.record_heartbeat("skip"),
+                            Ok(_) => metrics.record_heartbeat("run"),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "heartbeat failed");
+                                metrics.record_heartbeat("error");
+                                metrics.record_error("heartbeat");
+                            }
+                        }
+                    });
+                }
+                Ok(_) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    });
+}
