@@ -378,3 +378,63 @@ async fn webhook_mode_receives_updates_pushed_by_the_server() -> Result<()> {
     run.stop().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn webhook_rejects_requests_without_the_secret_token() -> Result<()> {
+    init_logs();
+    let Some(mut emu) = Emulator::start().await? else {
+        return Ok(());
+    };
+    let port = nanobot_testkit::peers::free_port()?;
+    let config = TelegramConfig {
+        token: Secret::new(TOKEN),
+        allow_from: vec!["42".into()],
+        base_url: Some(emu.api_url.clone()),
+        mode: TelegramMode::Webhook,
+        webhook_url: format!("http://127.0.0.1:{port}/hook"),
+        webhook_listen_port: port,
+        webhook_path: "/hook".into(),
+        webhook_secret_token: Secret::new("s3cret"),
+        ..TelegramConfig::default()
+    };
+    let media = tempfile::tempdir()?;
+    let run = Running::start(TelegramChannel::new(
+        TelegramSettings::from_config(&config)?,
+        media.path(),
+    )?);
+    emu.wait_for(|e| matches!(e, BotEvent::SetWebhook(_)).then_some(()))
+        .await?;
+
+    let update = json!({
+        "update_id": 500,
+        "message": {
+            "message_id": 9, "date": 1_700_000_000,
+            "from": { "id": 42, "is_bot": false, "first_name": "alice", "username": "alice" },
+            "chat": { "id": 42, "type": "private", "first_name": "alice" },
+            "text": "signed",
+        },
+    });
+    let http = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}/hook");
+    let denied = http
+        .post(&url)
+        .header("X-Telegram-Bot-Api-Secret-Token", "wrong")
+        .json(&update)
+        .send()
+        .await?;
+    assert_eq!(denied.status().as_u16(), 401);
+    let missing = http.post(&url).json(&update).send().await?;
+    assert_eq!(missing.status().as_u16(), 401);
+    assert_eq!(run.bus.inbound_len(), 0);
+    let accepted = http
+        .post(&url)
+        .header("X-Telegram-Bot-Api-Secret-Token", "s3cret")
+        .json(&update)
+        .send()
+        .await?;
+    assert_eq!(accepted.status().as_u16(), 200);
+    let inbound = run.next_inbound().await?;
+    assert_eq!(inbound.content, "signed");
+    run.stop().await;
+    Ok(())
+}

@@ -331,16 +331,17 @@ async fn handle(
             }
         }
         "sendmessage" => {
-            send(BotEvent::Sent(body.clone()));
             let (status, mut v) = forward(state, bot, "sendMessage", &body).await?;
+            // Reported once the emulator has stored it, so the test can read the chat right away.
+            send(BotEvent::Sent(body.clone()));
             if let Some(date) = v["result"]["date"].as_i64().filter(|d| *d > 100_000_000_000) {
                 v["result"]["date"] = json!(date / 1000);
             }
             (status, axum::Json(v)).into_response()
         }
         "editmessagetext" => {
-            send(BotEvent::Edited(body.clone()));
             forward(state, bot, "editMessageText", &body).await?;
+            send(BotEvent::Edited(body.clone()));
             ok(json!({
                 "message_id": body["message_id"],
                 "date": chrono_now(),
