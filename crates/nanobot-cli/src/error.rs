@@ -108,15 +108,14 @@ impl CliError {
             | CliError::ProviderSetup(_)
             | CliError::Usage(_)
             | CliError::Trace(_) => EXIT_USAGE,
-            CliError::Cron(e) => match e {
+            CliError::Cron(
                 nanobot_cron::CronError::InvalidExpr { .. }
                 | nanobot_cron::CronError::UnknownTimezone { .. }
                 | nanobot_cron::CronError::InvalidSchedule { .. }
                 | nanobot_cron::CronError::NotFound { .. }
                 | nanobot_cron::CronError::Protected { .. }
-                | nanobot_cron::CronError::Disabled { .. } => EXIT_USAGE,
-                _ => EXIT_RUNTIME,
-            },
+                | nanobot_cron::CronError::Disabled { .. },
+            ) => EXIT_USAGE,
             CliError::Core(nanobot_core::CoreError::Config(_)) => EXIT_USAGE,
             CliError::Core(nanobot_core::CoreError::Provider(p)) => provider_exit(p),
             _ => EXIT_RUNTIME,

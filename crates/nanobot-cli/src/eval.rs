@@ -128,15 +128,35 @@ pub struct Expect {
     /// At most this many tool calls in the turn.
     #[serde(default)]
     pub max_tool_calls: Option<usize>,
-    /// Tool name → a substring its result (as sent back to the model) must contain.
+    /// Tool name → a substring (or a list of substrings) that one of its results (as sent back to the model)
+    /// must contain.
     #[serde(default)]
-    pub tool_results_contain: BTreeMap<String, String>,
+    pub tool_results_contain: BTreeMap<String, OneOrMany>,
     /// Workspace file → a substring it must contain after the turn.
     #[serde(default)]
     pub files: BTreeMap<String, String>,
     /// Workspace files that must not exist after the turn.
     #[serde(default)]
     pub files_absent: Vec<String>,
+}
+
+/// One string or a list of strings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    /// One string.
+    One(String),
+    /// Several.
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn items(&self) -> Vec<&str> {
+        match self {
+            OneOrMany::One(s) => vec![s.as_str()],
+            OneOrMany::Many(v) => v.iter().map(String::as_str).collect(),
+        }
+    }
 }
 
 /// One checked expectation.
@@ -490,24 +510,26 @@ fn check_turn(
             format!("{} tool calls: {used:?}", used.len()),
         );
     }
-    for (tool, needle) in &e.tool_results_contain {
+    for (tool, needles) in &e.tool_results_contain {
         let found: Vec<&String> = tool_results
             .iter()
             .filter(|(n, _)| n == tool)
             .map(|(_, c)| c)
             .collect();
-        push(
-            format!("{tool} result contains {needle:?}"),
-            found.iter().any(|c| c.contains(needle.as_str())),
-            if found.is_empty() {
-                format!("no {tool} result was sent to the model")
-            } else {
-                format!(
-                    "{tool} results: {:?}",
-                    found.iter().map(|c| short(c)).collect::<Vec<_>>()
-                )
-            },
-        );
+        for needle in needles.items() {
+            push(
+                format!("{tool} result contains {needle:?}"),
+                found.iter().any(|c| c.contains(needle)),
+                if found.is_empty() {
+                    format!("no {tool} result was sent to the model")
+                } else {
+                    format!(
+                        "{tool} results: {:?}",
+                        found.iter().map(|c| short(c)).collect::<Vec<_>>()
+                    )
+                },
+            );
+        }
     }
     for (rel, needle) in &e.files {
         let text = std::fs::read_to_string(workspace.join(rel));

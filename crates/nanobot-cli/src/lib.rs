@@ -50,7 +50,9 @@ pub use args::{
     McpAction,
 };
 pub use error::{CliError, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE};
-pub use eval::{ExpectationResult, Trace, TraceReport};
+pub use eval::{
+    Expect, ExpectationResult, OneOrMany, ScriptedCall, ScriptedResponse, Trace, TraceReport, TraceTurn,
+};
 pub use onboard::{OnboardReport, TEMPLATES, default_config};
 pub use render::MarkdownStream;
 pub use setup::CliEnv;

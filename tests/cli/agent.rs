@@ -1,0 +1,153 @@
+//! `nanobot agent -m`: one turn against MockLlm; only the answer on stdout.
+
+use nanobot_testkit::{MockLlm, MockReply, TempHome};
+use serde_json::{Value, json};
+
+use crate::support::{merge, nanobot, onboarded, run, stderr, stdout};
+
+/// Session files live in `~/.nanobot/sessions/<workspace id>/<base64url key>.jsonl`.
+fn session_file(home: &TempHome, encoded_key: &str) -> Option<std::path::PathBuf> {
+    let dir = home.nanobot_dir().join("sessions");
+    std::fs::read_dir(dir).ok()?.flatten().find_map(|ws| {
+        let p = ws.path().join(format!("{encoded_key}.jsonl"));
+        p.is_file().then_some(p)
+    })
+}
+
+#[test]
+fn onboard_then_agent_m_prints_only_the_answer() {
+    let mock = MockLlm::start_background();
+    let home = onboarded(&mock);
+    home.write_workspace_file("notes.md", "The launch is on Friday.");
+    mock.push(MockReply::tool_call("read_file", json!({"path": "notes.md"})));
+    mock.push(MockReply::text("The launch is **Friday**."));
+    let o = run(home.home(), &["agent", "-m", "When is the launch?"]);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "The launch is **Friday**.\n",
+        "stdout carries only the answer"
+    );
+
+    let reqs = mock.completion_requests();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(
+        reqs[0]
+            .last_user_text()
+            .as_deref()
+            .map(|t| t.contains("When is the launch?")),
+        Some(true)
+    );
+    let results = reqs[1].tool_results();
+    assert_eq!(results.len(), 1);
+    assert!(
+        results[0].content.contains("The launch is on Friday."),
+        "{:?}",
+        results[0]
+    );
+
+    // The turn is saved in the default session `cli:direct`.
+    let file = session_file(&home, "Y2xpOmRpcmVjdA").expect("cli:direct session file");
+    let text = std::fs::read_to_string(file).unwrap();
+    assert!(
+        text.lines().next().unwrap().contains("\"_type\":\"metadata\""),
+        "{text}"
+    );
+    assert!(text.contains("When is the launch?"));
+    assert!(text.contains("The launch is **Friday**."));
+}
+
+#[test]
+fn logs_go_to_stderr_and_sessions_keep_history() {
+    let mock = MockLlm::start_background();
+    let home = onboarded(&mock);
+    mock.push(MockReply::text("Nice to meet you, Ada."));
+    mock.push(MockReply::text("You are Ada."));
+    mock.push(MockReply::text("I don't know yet."));
+    let o = run(home.home(), &["agent", "-m", "I am Ada", "--logs"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "Nice to meet you, Ada.\n");
+    assert!(!stderr(&o).is_empty(), "--logs writes logs to stderr");
+
+    let o = run(home.home(), &["agent", "-m", "Who am I?", "--no-markdown"]);
+    assert_eq!(stdout(&o), "You are Ada.\n");
+    let second = &mock.completion_requests()[1];
+    let history = serde_json::to_string(second.messages()).unwrap();
+    assert!(
+        history.contains("I am Ada"),
+        "the same session carries history: {history}"
+    );
+
+    let o = run(home.home(), &["agent", "-m", "Who am I?", "-s", "cli:other"]);
+    assert_eq!(stdout(&o), "I don't know yet.\n");
+    let third = &mock.completion_requests()[2];
+    let history = serde_json::to_string(third.messages()).unwrap();
+    assert!(
+        !history.contains("I am Ada"),
+        "another session starts empty: {history}"
+    );
+    assert!(
+        session_file(&home, "Y2xpOm90aGVy").is_some(),
+        "cli:other session file"
+    );
+}
+
+#[test]
+fn python_written_config_works_unchanged() {
+    let mock = MockLlm::start_background();
+    let home = TempHome::new();
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/cli/fixtures/python-config.json"
+    );
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    // Only the provider is pointed at the mock.
+    merge(
+        &mut config,
+        &mock.nanobot_config(nanobot_testkit::WireFormat::OpenAi),
+    );
+    home.write_config(&config);
+    mock.push(MockReply::text("Hello from the mock."));
+    let o = run(home.home(), &["agent", "-m", "Hello"]);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert_eq!(stdout(&o), "Hello from the mock.\n");
+    let req = mock.last_request().unwrap();
+    assert_eq!(req.model(), Some("mock-model"));
+    assert!(!req.tool_names().is_empty(), "the built-in tools are offered");
+    // The workspace of the Python config (~/.nanobot/workspace) is used and gets its templates.
+    assert!(home.workspace().join("AGENTS.md").is_file());
+
+    let o = run(home.home(), &["status"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("Provider:  custom"), "{}", stdout(&o));
+}
+
+#[test]
+fn model_failure_is_a_runtime_error_with_empty_stdout() {
+    let mock = MockLlm::start_background();
+    let home = onboarded(&mock);
+    mock.push(MockReply::error(401));
+    let o = run(home.home(), &["agent", "-m", "hi"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "stdout: {} stderr: {}",
+        stdout(&o),
+        stderr(&o)
+    );
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+    assert!(stderr(&o).contains("Error"), "{}", stderr(&o));
+}
+
+#[test]
+fn slash_commands_answer_without_a_model_call() {
+    let mock = MockLlm::start_background();
+    let home = onboarded(&mock);
+    let o = nanobot(home.home())
+        .args(["agent", "-m", "/help"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("/new"), "{}", stdout(&o));
+    assert_eq!(mock.completion_requests().len(), 0);
+}

@@ -1,0 +1,10 @@
+//! End-to-end tests of the `nanobot` binary: each test runs the built executable with a temporary HOME
+//! (children get HOME and the environment through `Command::env`; the test process env is never changed),
+//! against `MockLlm` from nanobot-testkit over real HTTP.
+
+mod agent;
+mod basics;
+mod cron;
+mod eval;
+mod interactive;
+mod support;

@@ -1,0 +1,70 @@
+//! Running the binary in a temporary home.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use nanobot_testkit::{MockLlm, TempHome, WireFormat};
+use serde_json::Value;
+
+/// The built `nanobot` executable.
+pub(crate) fn exe() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_nanobot"))
+}
+
+/// A `nanobot` command with a clean environment: only HOME, PATH and the given variables.
+pub(crate) fn nanobot(home: &Path) -> Command {
+    let mut cmd = Command::new(exe());
+    cmd.env_clear()
+        .env("HOME", home)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("NO_COLOR", "1")
+        .current_dir(home);
+    cmd
+}
+
+/// Runs `nanobot args…` in `home`.
+pub(crate) fn run(home: &Path, args: &[&str]) -> Output {
+    nanobot(home).args(args).output().expect("run nanobot")
+}
+
+pub(crate) fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub(crate) fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Merges `over` into `base` (objects key by key, anything else replaced).
+pub(crate) fn merge(base: &mut Value, over: &Value) {
+    match (base, over) {
+        (Value::Object(b), Value::Object(o)) => {
+            for (k, v) in o {
+                match b.get_mut(k) {
+                    Some(slot) => merge(slot, v),
+                    None => {
+                        b.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (b, o) => *b = o.clone(),
+    }
+}
+
+/// `nanobot onboard`, then the config pointed at `mock` (OpenAI wire format through `custom`).
+pub(crate) fn onboarded(mock: &MockLlm) -> TempHome {
+    let home = TempHome::new();
+    let o = run(home.home(), &["onboard"]);
+    assert!(o.status.success(), "onboard failed: {}", stderr(&o));
+    point_at_mock(&home, mock);
+    home
+}
+
+/// Edits the config in `home` so the agent talks to `mock`.
+pub(crate) fn point_at_mock(home: &TempHome, mock: &MockLlm) {
+    let path = home.config_path();
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    merge(&mut config, &mock.nanobot_config(WireFormat::OpenAi));
+    home.write_config(&config);
+}
