@@ -212,11 +212,12 @@ impl SearchIndex {
         self.add_history_entries(&entries)
     }
 
-    /// Indexes new messages of every session in `sessions` whose file changed since the last sync; returns how
-    /// many messages were new.
+    /// Indexes new messages of every session in `sessions` whose file changed since the last sync (old-layout
+    /// files not migrated yet are skipped); returns how many messages were new.
     pub async fn sync_sessions(&self, sessions: &SessionStore) -> Result<usize> {
         let mut added = 0;
-        for info in sessions.list_sessions().await? {
+        // Old-layout files are left for the session store to migrate when their session is next used.
+        for info in sessions.list_sessions().await?.into_iter().filter(|i| !i.legacy) {
             // The newest message's time and the file size: either changes when messages are appended.
             let size = std::fs::metadata(&info.path).map(|m| m.len()).unwrap_or(0);
             let mark = format!("{}|{size}", info.updated_at.format("%Y-%m-%dT%H:%M:%S%.f"));

@@ -4,6 +4,7 @@
 
 mod consolidation;
 mod dream;
+mod facade;
 mod history;
 mod search;
 mod support;

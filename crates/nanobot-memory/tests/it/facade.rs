@@ -1,0 +1,62 @@
+//! `Memory::open`: the wiring the agent core uses.
+
+use nanobot_memory::{Budget, ConsolidationSettings, DreamSettings, Memory};
+use nanobot_testkit::{MockLlm, MockReply};
+use nanobot_tools::{Tool, ToolContext};
+use serde_json::json;
+
+use crate::support::{env, fill, provider};
+
+#[tokio::test]
+async fn open_migrates_and_wires_consolidation_into_search() {
+    let env = env();
+    std::fs::create_dir_all(env.store.dir()).unwrap();
+    std::fs::write(
+        env.store.dir().join("HISTORY.md"),
+        "[2025-10-10 10:10] The user's boat is the Albatross.\n\n",
+    )
+    .unwrap();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::tool_call(
+        nanobot_memory::SAVE_MEMORY_TOOL,
+        json!({"history_entry": "[2026-01-01 10:00] Discussed the cat Miso.", "memory_update": "- cat: Miso\n"}),
+    ));
+    let memory = Memory::open(
+        env.ws.path(),
+        env.sessions.clone(),
+        provider(&mock),
+        ConsolidationSettings::new("m", Budget::Messages { window: 10 }),
+        DreamSettings::new("m"),
+    )
+    .unwrap();
+    assert!(env.store.dir().join("HISTORY.md.bak").exists());
+
+    fill(&env, "cli:direct", 5).await;
+    let outcomes = memory
+        .consolidator
+        .spawn_if_needed("cli:direct")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(outcomes[0].summarised());
+    assert_eq!(outcomes[0].entry().unwrap().cursor, 2, "after the migrated entry");
+
+    let tool = memory.search_tool();
+    let ctx = ToolContext::new(env.ws.path());
+    let out = tool.execute(json!({"query": "Albatross"}), &ctx).await.unwrap();
+    assert!(out.text.contains("history #1"), "{}", out.text);
+    let out = tool
+        .execute(json!({"query": "Miso", "limit": 10}), &ctx)
+        .await
+        .unwrap();
+    assert!(
+        out.text.contains("history #2, session cli:direct"),
+        "{}",
+        out.text
+    );
+    assert!(
+        out.text.contains("message #0, session cli:direct"),
+        "{}",
+        out.text
+    );
+}
