@@ -18,6 +18,15 @@
 //! compacted to a single first-line record from time to time. See [`SessionStore`] for durability, caching and
 //! concurrency.
 //!
+//! # Cost on long sessions
+//!
+//! Appending is one write of the new lines. Metadata records appended by this crate also carry
+//! `"_message_count"` (the number of messages before them; ignored by the Python nanobot), and one is appended at
+//! least every 256 messages. Reading the history of a session that is not cached therefore reads the file
+//! backwards: up to the newest metadata record (which gives `last_consolidated` and every message's index) and
+//! the newest `2 × max_messages + 32` messages — a bounded amount, whatever the session's length. A file written
+//! by the Python nanobot is read whole once, then gets such a record. `docs/benchmarks.md` has the figures.
+//!
 //! # Example
 //!
 //! ```

@@ -39,8 +39,8 @@ pub enum FsyncPolicy {
 pub struct StoreOptions {
     /// When appends reach the disk.
     pub fsync: FsyncPolicy,
-    /// After this many appended metadata records, the next metadata change rewrites the file (atomically) with a
-    /// single, up-to-date first line.
+    /// Once more metadata records than this (and than 1/8 of the message count) have been appended, the next
+    /// metadata change rewrites the file (atomically) with a single, up-to-date first line.
     pub compact_after: usize,
 }
 
@@ -96,10 +96,10 @@ pub struct SessionInfo {
 ///   [`SessionStore::invalidate_all`] drop it (e.g. after another program edited the file).
 /// * **Durability.** Appending messages is one `write(2)` of the new lines on an `O_APPEND` descriptor, then an
 ///   fsync as [`FsyncPolicy`] says: no rewrite per message. A metadata change appends one complete metadata
-///   record (see the file-format notes in the crate docs); every
-///   [`StoreOptions::compact_after`] records, and on [`SessionStore::save`] / [`SessionStore::reset`] /
-///   migration, the file is replaced atomically (temp file, fsync, rename, fsync of the directory). Files are
-///   created mode 0600, directories 0700.
+///   record (see the crate docs); a torn record is a cut last line, handled below. When appended records exceed
+///   both [`StoreOptions::compact_after`] and 1/8 of the message count, and on [`SessionStore::save`] /
+///   [`SessionStore::reset`] / migration, the file is replaced atomically (temp file, fsync, rename, fsync of
+///   the directory). Files are created mode 0600, directories 0700.
 /// * **Crash recovery.** A file whose last line was cut is copied to `<file>.corrupt-<time>`, cut back to its
 ///   last complete line, and loaded with a warning.
 /// * **Old layouts.** `<workspace>/sessions/<channel>_<chat_id>.jsonl` (and the even older

@@ -117,6 +117,7 @@ pub(crate) fn scan(path: &Path, key: &str, want: usize) -> Result<TailRead> {
     let mut lines = RevLines::new(file, len, path);
     let mut newest_first: Vec<Map<String, Value>> = Vec::new();
     let mut header: Option<(Map<String, Value>, usize, usize)> = None;
+    let mut reached_start = true;
     while let Some((offset, line)) = lines.next_line()? {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
@@ -142,12 +143,18 @@ pub(crate) fn scan(path: &Path, key: &str, want: usize) -> Result<TailRead> {
             newest_first.push(map);
         }
         if header.is_some() && newest_first.len() >= want {
+            reached_start = false;
             break;
         }
     }
     let Some((map, total, since_anchor)) = header else {
         return Ok(TailRead::Unusable);
     };
+    // A count that disagrees with the lines (the file was edited by hand): do not trust it.
+    if newest_first.len() > total || (reached_start && newest_first.len() != total) {
+        tracing::warn!(file = %path.display(), "message count in the session file is stale; reading it whole");
+        return Ok(TailRead::Unusable);
+    }
     let mut session = Session::new(key);
     let Ok(updated) = format::apply_metadata(&mut session, map, path, 0) else {
         return Ok(TailRead::Unusable);

@@ -184,3 +184,26 @@ async fn a_python_written_file_gets_a_marker_after_the_first_read() {
     assert_eq!(py.messages.len(), 1000);
     assert_eq!(py.last_consolidated, 10);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_edited_file_with_a_stale_count_is_read_whole() {
+    let env = Env::new();
+    let key = "cli:edited";
+    env.store.append(key, varied(300)).await.unwrap();
+    env.store.set_last_consolidated(key, 100).await.unwrap();
+    let path = env.store.path_for(key);
+    // Someone deletes the first 50 messages by hand: the record at the end now over-counts.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let kept: Vec<&str> = text
+        .lines()
+        .enumerate()
+        .filter(|(i, _)| *i == 0 || *i > 50)
+        .map(|(_, l)| l)
+        .collect();
+    std::fs::write(&path, kept.join("\n") + "\n").unwrap();
+    env.store.invalidate(key).await;
+    let full = env.store.session(key).await.unwrap();
+    assert_eq!(full.messages.len(), 250);
+    env.store.invalidate(key).await;
+    assert_eq!(env.store.history(key, 400).await.unwrap(), full.history(400));
+}
