@@ -63,11 +63,21 @@
 //! in-stream error event after `n` deltas; [`MockReply::delay`] waits (tokio time) before answering. To
 //! test "nothing more arrives", use `#[tokio::test(start_paused = true)]` with `tokio::time::timeout`.
 //!
+//! [`MockLlm::cancelled`] / [`MockLlm::wait_for_cancelled`] tell which requests the client abandoned before
+//! the answer was complete (e.g. `/stop` during a `delay` or a stalled stream).
+//!
 //! # Choosing a reply
 //!
 //! Rules first ([`MockLlm::when_last_user_contains`], [`MockLlm::when`]; `_once` variants are consumed), then
 //! the FIFO script ([`MockLlm::push`]), then the fallback ([`MockLlm::set_fallback`], default HTTP 500 with
 //! [`NO_REPLY_LEFT`]). `GET /v1/models` answers a fixed list and consumes nothing.
+//!
+//! # Runtimes
+//!
+//! [`MockLlm::start`] serves on the caller's tokio runtime (so `start_paused` clocks apply to delays); share
+//! it between tasks with `Arc<MockLlm>`. When the test thread blocks (e.g. `std::process::Command::output()`
+//! on a nanobot binary), use [`MockLlm::start_background`], which has its own runtime thread.
+//! [`MockLlm::nanobot_config`] gives the `config.json` fragment that points nanobot at the mock.
 
 mod anthropic;
 mod home;

@@ -5,6 +5,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::Poll;
 
 use axum::Router;
 use axum::body::Body;
@@ -44,11 +45,13 @@ struct Script {
     rules: Vec<Rule>,
     fallback: Option<MockReply>,
     requests: Vec<RecordedRequest>,
+    cancelled: Vec<usize>,
 }
 
 struct Inner {
     script: Mutex<Script>,
     count: watch::Sender<usize>,
+    cancelled: watch::Sender<usize>,
     call_counter: AtomicU64,
     seq: AtomicU64,
 }
@@ -57,6 +60,31 @@ impl Inner {
     fn script(&self) -> MutexGuard<'_, Script> {
         // A panicking test thread must not hide the recorded requests from the others.
         self.script.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Marks a completion request as cancelled if it is dropped before the answer was complete.
+struct InFlight {
+    inner: Arc<Inner>,
+    index: usize,
+    done: bool,
+}
+
+impl InFlight {
+    fn finish(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut script = self.inner.script();
+            script.cancelled.push(self.index);
+            let n = script.cancelled.len();
+            drop(script);
+            self.inner.cancelled.send_replace(n);
+        }
     }
 }
 
@@ -126,6 +154,7 @@ impl MockLlm {
         let inner = Arc::new(Inner {
             script: Mutex::new(Script::default()),
             count: watch::Sender::new(0),
+            cancelled: watch::Sender::new(0),
             call_counter: AtomicU64::new(0),
             seq: AtomicU64::new(0),
         });
@@ -338,6 +367,21 @@ impl MockLlm {
         *self.inner.count.borrow()
     }
 
+    /// Indexes ([`RecordedRequest::index`]) of the completion requests whose client went away before the
+    /// answer was complete (during a `delay`, a stalled stream, or mid-body). Use it to check that `/stop`
+    /// really aborted the in-flight LLM call. Faults the mock causes itself (dropped connections) do not count.
+    pub fn cancelled(&self) -> Vec<usize> {
+        self.inner.script().cancelled.clone()
+    }
+
+    /// Resolves once at least `n` requests have been cancelled by their client (see [`MockLlm::cancelled`]).
+    /// Never sleeps; wrap it in `tokio::time::timeout` if the test should fail rather than hang.
+    pub async fn wait_for_cancelled(&self, n: usize) -> Vec<usize> {
+        let mut rx = self.inner.cancelled.subscribe();
+        let _ = rx.wait_for(|count| *count >= n).await;
+        self.cancelled()
+    }
+
     /// Resolves once at least `n` requests (of any path) have been received, and returns them all.
     /// A request counts as soon as its body has been read, before any `delay` and before the answer.
     /// Never sleeps; wrap it in `tokio::time::timeout` if the test should fail rather than hang.
@@ -429,7 +473,7 @@ async fn openai_handler(
     Extension(kill): Extension<Kill>,
     req: Request,
 ) -> Response {
-    complete(&inner, kill, req, WireFormat::OpenAi).await
+    complete(inner, kill, req, WireFormat::OpenAi).await
 }
 
 async fn anthropic_handler(
@@ -437,7 +481,7 @@ async fn anthropic_handler(
     Extension(kill): Extension<Kill>,
     req: Request,
 ) -> Response {
-    complete(&inner, kill, req, WireFormat::Anthropic).await
+    complete(inner, kill, req, WireFormat::Anthropic).await
 }
 
 async fn models_handler(State(inner): State<Arc<Inner>>, req: Request) -> Response {
@@ -457,13 +501,19 @@ async fn not_found_handler(State(inner): State<Arc<Inner>>, req: Request) -> Res
     )
 }
 
-async fn complete(inner: &Inner, kill: Kill, req: Request, format: WireFormat) -> Response {
-    let recorded = record(inner, req).await;
-    let reply = next_reply(inner, &recorded);
+async fn complete(inner: Arc<Inner>, kill: Kill, req: Request, format: WireFormat) -> Response {
+    let recorded = record(&inner, req).await;
+    let reply = next_reply(&inner, &recorded);
+    let guard = InFlight {
+        inner: inner.clone(),
+        index: recorded.index,
+        done: false,
+    };
     if let Some(delay) = reply.delay {
         tokio::time::sleep(delay).await;
     }
     if reply.kind == ReplyKind::DropConnection {
+        guard.finish();
         kill.0.notify_one();
         return std::future::pending().await;
     }
@@ -477,10 +527,10 @@ async fn complete(inner: &Inner, kill: Kill, req: Request, format: WireFormat) -
         WireFormat::OpenAi => openai::render(&reply, &ctx),
         WireFormat::Anthropic => anthropic::render(&reply, &ctx),
     };
-    respond(rendered, &reply)
+    respond(rendered, &reply, guard)
 }
 
-fn respond(rendered: Rendered, reply: &MockReply) -> Response {
+fn respond(rendered: Rendered, reply: &MockReply, guard: InFlight) -> Response {
     let Rendered {
         status,
         headers,
@@ -488,10 +538,13 @@ fn respond(rendered: Rendered, reply: &MockReply) -> Response {
     } = rendered;
     let cut = reply.stall_after.or(reply.drop_after);
     match body {
-        RenderedBody::Json(value) if cut.is_none() => json_response(status, &headers, &value),
+        RenderedBody::Json(value) if cut.is_none() => {
+            guard.finish();
+            json_response(status, &headers, &value)
+        }
         RenderedBody::Json(_) => {
             // Headers go out, the body never does.
-            let tail = tail(reply);
+            let tail = tail(reply, guard);
             build(status, &headers, "application/json", Body::from_stream(tail))
         }
         RenderedBody::Sse(events) => {
@@ -505,9 +558,16 @@ fn respond(rendered: Rendered, reply: &MockReply) -> Response {
                     .map(|e| Ok::<Bytes, std::io::Error>(e.to_bytes())),
             );
             let body = if cut.is_some() {
-                Body::from_stream(head.chain(tail(reply)))
+                Body::from_stream(head.chain(tail(reply, guard)))
             } else {
-                Body::from_stream(head)
+                // The guard lives in the body: dropped before the end means the client went away.
+                let mut guard = Some(guard);
+                Body::from_stream(head.chain(stream::poll_fn(move |_| {
+                    if let Some(g) = guard.take() {
+                        g.finish();
+                    }
+                    Poll::Ready(None)
+                })))
             };
             let mut response = build(status, &headers, "text/event-stream", body);
             response
@@ -519,10 +579,16 @@ fn respond(rendered: Rendered, reply: &MockReply) -> Response {
 }
 
 /// The end of a cut body: hang forever (stall) or fail the body so the connection is aborted (drop).
-fn tail(reply: &MockReply) -> BoxStream<'static, Result<Bytes, std::io::Error>> {
+fn tail(reply: &MockReply, guard: InFlight) -> BoxStream<'static, Result<Bytes, std::io::Error>> {
     if reply.stall_after.is_some() {
-        stream::pending().boxed()
+        // Never ends; the guard is dropped (cancelled) when the client gives up.
+        stream::poll_fn(move |_| {
+            let _ = &guard;
+            Poll::Pending
+        })
+        .boxed()
     } else {
+        guard.finish();
         stream::once(async {
             // Return Pending once first: hyper flushes what it has buffered (head and the chunks sent so
             // far) before it sees the error and aborts the connection.

@@ -317,3 +317,45 @@ async fn error_event_mid_stream_in_both_formats() {
         .count();
     assert_eq!(deltas, 2);
 }
+
+#[tokio::test]
+async fn client_cancellation_is_recorded() {
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("never sent").delay(Duration::from_secs(3600)));
+    mock.push(MockReply::text("abcdefgh").chunk_chars(2).stall_after_chunks(1));
+    mock.push(MockReply::text("complete"));
+    mock.push(MockReply::drop_connection());
+    let c = client();
+    // 1. cancelled during the delay
+    let url = chat_url(&mock);
+    let (c2, url2) = (c.clone(), url.clone());
+    let task = tokio::spawn(async move { c2.post(url2).json(&chat_body("x", false)).send().await });
+    mock.wait_for_requests(1).await;
+    task.abort();
+    assert_eq!(mock.wait_for_cancelled(1).await, [0]);
+    // 2. cancelled while the stream stalls
+    let mut resp = c.post(&url).json(&chat_body("x", true)).send().await.unwrap();
+    read_events(&mut resp, 2).await;
+    drop(resp);
+    assert_eq!(mock.wait_for_cancelled(2).await, [0, 1]);
+    // 3. complete answers and the mock's own faults are not cancellations
+    c.post(&url)
+        .json(&chat_body("x", true))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(c.post(&url).json(&chat_body("x", false)).send().await.is_err());
+    mock.push(MockReply::text("sync"));
+    c.post(&url)
+        .json(&chat_body("x", false))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(mock.cancelled(), [0, 1]);
+}
