@@ -536,7 +536,7 @@ impl TelegramChannel {
         markdown: &str,
         reply_to: Option<MessageId>,
     ) -> Result<(), ChannelError> {
-        for (i, piece) in split_message(markdown, TELEGRAM_LIMIT).iter().enumerate() {
+        for (i, piece) in telegram_pieces(markdown).iter().enumerate() {
             self.send_chunk(chat, piece, if i == 0 { reply_to } else { None })
                 .await?;
         }
@@ -638,7 +638,7 @@ impl TelegramChannel {
             self.streams.lock().await.remove(stream_id);
             return self.send_reply(chat, msg).await;
         };
-        let pieces = split_message(&msg.content, TELEGRAM_LIMIT);
+        let pieces = telegram_pieces(&msg.content);
         let mut rest = pieces.iter();
         if let Some(first) = rest.next() {
             self.edit_chunk(chat, id, first).await?;
@@ -736,6 +736,23 @@ impl Channel for TelegramChannel {
     fn supports_streaming(&self) -> bool {
         self.settings.streaming
     }
+}
+
+/// Splits Markdown into pieces whose HTML fits in one Telegram message: at [`TELEGRAM_LIMIT`] characters, and
+/// smaller where markup (`&amp;`, tags) would push a piece's HTML past Telegram's hard limit.
+fn telegram_pieces(markdown: &str) -> Vec<String> {
+    fn fit(markdown: &str, limit: usize, out: &mut Vec<String>) {
+        for piece in split_message(markdown, limit) {
+            if limit > 256 && markdown_to_telegram_html(&piece).chars().count() > HARD_LIMIT {
+                fit(&piece, limit / 2, out);
+            } else {
+                out.push(piece);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    fit(markdown, TELEGRAM_LIMIT, &mut out);
+    out
 }
 
 /// `/cmd@bot rest` → `("cmd", "rest")`, for commands addressed to us (or to no bot in particular).
@@ -844,6 +861,20 @@ mod tests {
         ));
         let rejected = map_err(RequestError::Api(ApiError::ChatNotFound));
         assert!(!rejected.is_retryable());
+    }
+
+    #[test]
+    fn pieces_stay_under_the_hard_limit_after_escaping() {
+        // 3,900 characters that each become 4 or 5 in HTML.
+        let markdown = "<&> ".repeat(975);
+        let pieces = telegram_pieces(&markdown);
+        assert!(pieces.len() > 1);
+        for piece in &pieces {
+            assert!(markdown_to_telegram_html(piece).chars().count() <= HARD_LIMIT);
+        }
+        let words: usize = pieces.iter().map(|p| p.split_whitespace().count()).sum();
+        assert_eq!(words, 975);
+        assert_eq!(telegram_pieces("short"), ["short"]);
     }
 
     #[test]
