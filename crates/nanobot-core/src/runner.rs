@@ -350,16 +350,6 @@ impl AgentRunner {
                 add_usage(&mut usage, &u);
                 last_usage = Some(u);
             }
-            let _ = self
-                .hook
-                .after_iteration(&IterationEnd {
-                    iteration: iterations - 1,
-                    model: &model,
-                    usage: response.usage,
-                    finish_reason: &response.finish_reason,
-                    tool_calls: &response.tool_calls,
-                })
-                .await;
 
             if response.has_tool_calls() {
                 extra.clear();
@@ -413,22 +403,43 @@ impl AgentRunner {
                     &messages[turn_start..],
                 )
                 .await;
+                let _ = self
+                    .hook
+                    .after_iteration(&IterationEnd {
+                        iteration: iterations - 1,
+                        model: &model,
+                        usage: response.usage,
+                        finish_reason: &response.finish_reason,
+                        tool_calls: &response.tool_calls,
+                    })
+                    .await;
                 continue;
             }
 
-            let text = strip_think(response.content.as_deref().unwrap_or_default());
+            let _ = self
+                .hook
+                .after_iteration(&IterationEnd {
+                    iteration: iterations - 1,
+                    model: &model,
+                    usage: response.usage,
+                    finish_reason: &response.finish_reason,
+                    tool_calls: &response.tool_calls,
+                })
+                .await;
+            let raw = response.content.as_deref().unwrap_or_default();
             if response.finish_reason == FinishReason::Length && continuations < MAX_LENGTH_CONTINUATIONS {
                 continuations += 1;
-                partial.push_str(&text);
+                partial.push_str(raw);
                 extra = vec![
-                    ChatMessage::assistant(partial.clone()),
+                    ChatMessage::assistant(strip_think(&partial)),
                     ChatMessage::user(CONTINUE_PROMPT),
                 ];
                 continue;
             }
-            let mut full = std::mem::take(&mut partial);
-            full.push_str(&text);
-            if full.trim().is_empty() && !empty_retried {
+            let mut joined = std::mem::take(&mut partial);
+            joined.push_str(raw);
+            let full = strip_think(&joined);
+            if full.is_empty() && !empty_retried {
                 empty_retried = true;
                 extra = vec![ChatMessage::user(EMPTY_RETRY_PROMPT)];
                 continue;

@@ -345,3 +345,28 @@ async fn stop_cancels_a_turn_waiting_on_the_model() {
     let lines = session_lines(&run.agent, "telegram:A");
     assert!(!lines.iter().any(|l| l["content"] == "too late"));
 }
+
+#[tokio::test]
+async fn a_cut_off_answer_is_continued() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("The first half, ").finish_reason("length"));
+    mock.push(MockReply::text("and the second half."));
+    let agent = agent(&home, &mock);
+    let answer = agent
+        .process_direct("tell me everything", "cli:len")
+        .await
+        .unwrap();
+    assert_eq!(answer, "The first half, and the second half.");
+    let reqs = mock.completion_requests();
+    assert_eq!(reqs.len(), 2);
+    assert!(
+        reqs[1]
+            .last_user_text()
+            .unwrap()
+            .contains("Continue exactly where you stopped")
+    );
+    let lines = session_lines(&agent, "cli:len");
+    assert_eq!(lines.len(), 3, "metadata, user, one assistant answer");
+    assert_eq!(lines[2]["content"], "The first half, and the second half.");
+}
