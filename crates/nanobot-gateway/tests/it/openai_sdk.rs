@@ -1,0 +1,76 @@
+//! The official OpenAI Python SDK as a client of the API (peer: `openai` in `.ci/.peers/venv`).
+
+use nanobot_testkit::{MockLlm, MockReply, TempHome, peers};
+
+use crate::common::{GUARD, KEY, api_url, sessions, start, texts};
+
+const SCRIPT: &str = r#"
+import os, sys, openai
+from openai import OpenAI
+base, key = os.environ["BASE_URL"], os.environ["API_KEY"]
+c = OpenAI(base_url=base, api_key=key, max_retries=0)
+r = c.chat.completions.create(model="mock-model", messages=[{"role": "user", "content": "plain alice"}],
+                              extra_body={"session_id": "sdk:alice"})
+assert r.choices[0].message.content == "PLAIN", r
+parts = []
+for chunk in c.chat.completions.create(model="mock-model", stream=True,
+                                       messages=[{"role": "user", "content": "stream bob"}],
+                                       extra_body={"session_id": "sdk:bob"}):
+    if chunk.choices and chunk.choices[0].delta.content:
+        parts.append(chunk.choices[0].delta.content)
+assert "".join(parts) == "STREAMED ANSWER", parts
+assert len(parts) > 1, parts
+try:
+    OpenAI(base_url=base, api_key="sk-wrong", max_retries=0).chat.completions.create(
+        model="mock-model", messages=[{"role": "user", "content": "x"}])
+    sys.exit("a wrong key was accepted")
+except openai.AuthenticationError:
+    pass
+models = c.models.list()
+assert [m.id for m in models.data] == ["mock-model"], models
+print("SDK-OK")
+"#;
+
+#[tokio::test]
+async fn the_openai_python_sdk_talks_to_the_api() {
+    let Some(python) = peers::require("openai (python venv)", peers::python()) else {
+        return;
+    };
+    let check = std::process::Command::new(&python)
+        .args(["-c", "import openai"])
+        .output()
+        .unwrap();
+    if !check.status.success() {
+        if peers::is_ci() {
+            panic!("the openai package is missing from the venv (run scripts/install-peers.sh)");
+        }
+        eprintln!("skipped: openai not installed (run scripts/install-peers.sh)");
+        return;
+    }
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.when_last_user_contains("plain alice", MockReply::text("PLAIN"));
+    mock.when_last_user_contains("stream bob", MockReply::text("STREAMED ANSWER").chunk_chars(4));
+    let gw = start(&home, &mock).await;
+    let out = tokio::time::timeout(
+        GUARD,
+        tokio::process::Command::new(&python)
+            .args(["-c", SCRIPT])
+            .env("BASE_URL", api_url(&gw, "/v1"))
+            .env("API_KEY", KEY)
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("SDK-OK"),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    gw.shutdown().await;
+    let s = sessions(&home);
+    assert_eq!(texts(&s["sdk:alice"], "assistant"), ["PLAIN"]);
+    assert_eq!(texts(&s["sdk:bob"], "assistant"), ["STREAMED ANSWER"]);
+}

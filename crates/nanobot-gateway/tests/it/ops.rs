@@ -1,0 +1,157 @@
+//! `/health`, `/ready`, `/metrics`, bus-driven turns and the graceful shutdown, in-process.
+
+use std::time::Duration;
+
+use nanobot_bus::{Bus, InboundMessage};
+use nanobot_gateway::Gateway;
+use nanobot_testkit::{MockLlm, MockReply, TempHome};
+use serde_json::{Value, json};
+
+use crate::common::{GUARD, KEY, api_url, client, ops_url, options, sessions, start, texts};
+
+#[tokio::test]
+async fn health_ready_and_metrics_report_turns_tokens_and_tools() {
+    let home = TempHome::new();
+    home.write_workspace_file("notes.txt", "hello");
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::tool_call("read_file", json!({"path": "notes.txt"})).with_usage(100, 10));
+    mock.push(MockReply::text("It says hello.").with_usage(150, 5));
+    let gw = start(&home, &mock).await;
+    let c = client();
+
+    let h: Value = c
+        .get(ops_url(&gw, "/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(h["status"], "ok");
+    let r = c.get(ops_url(&gw, "/ready")).send().await.unwrap();
+    assert_eq!(r.status(), 200, "no channels configured: ready");
+    let ready: Value = r.json().await.unwrap();
+    assert_eq!(ready["provider"]["model"], "mock-model");
+
+    // A message arriving on the bus, as a channel would publish it.
+    gw.bus()
+        .publish_inbound(InboundMessage::new(
+            "telegram",
+            "7",
+            "42",
+            "what is in notes.txt?",
+        ))
+        .await
+        .unwrap();
+    mock.wait_for_requests(2).await;
+
+    // The turn ends asynchronously after the second model call; its session file shows it.
+    let m = gw.metrics().clone();
+    tokio::time::timeout(GUARD, async {
+        while m.turns(nanobot_gateway::TurnOutcome::Ok) == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap();
+    let text = c
+        .get(ops_url(&gw, "/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("nanobot_turns_total{channel=\"telegram\",outcome=\"ok\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("nanobot_llm_requests_total 2"), "{text}");
+    assert!(
+        text.contains("nanobot_llm_tokens_total{kind=\"prompt\"} 250"),
+        "{text}"
+    );
+    assert!(
+        text.contains("nanobot_llm_tokens_total{kind=\"completion\"} 15"),
+        "{text}"
+    );
+    assert!(
+        text.contains("nanobot_tool_calls_total{tool=\"read_file\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("nanobot_turn_duration_seconds_count{channel=\"telegram\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("nanobot_bus_queue_depth{direction=\"inbound\"} 0"),
+        "{text}"
+    );
+    assert!(text.contains("nanobot_turns_in_flight 0"), "{text}");
+    assert_eq!(
+        gw.bus().last_route().map(|r| r.chat_id),
+        Some("42".to_owned()),
+        "the heartbeat's target is the last active chat"
+    );
+    gw.shutdown().await;
+    let s = sessions(&home);
+    assert_eq!(
+        texts(&s["telegram:42"], "assistant").last().map(String::as_str),
+        Some("It says hello.")
+    );
+}
+
+#[tokio::test]
+async fn shutdown_lets_a_running_turn_finish_and_saves_it() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("finished anyway").delay(Duration::from_millis(500)));
+    let gw = start(&home, &mock).await;
+    let url = api_url(&gw, "/v1/chat/completions");
+    let req = client()
+        .post(url)
+        .bearer_auth(KEY)
+        .json(&json!({"messages": [{"role": "user", "content": "slow"}], "session_id": "slow"}))
+        .send();
+    let answer = tokio::spawn(req);
+    mock.wait_for_requests(1).await;
+    let report = tokio::time::timeout(GUARD, gw.shutdown()).await.unwrap();
+    assert!(report.drained, "the turn finished within the grace period");
+    let r = answer.await.unwrap().unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "finished anyway");
+    assert_eq!(texts(&sessions(&home)["slow"], "assistant"), ["finished anyway"]);
+}
+
+#[tokio::test]
+async fn shutdown_past_the_deadline_cancels_the_turn_but_keeps_the_user_message() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("never").delay(Duration::from_secs(600)));
+    let mut opts = options(&home, &mock, json!({}));
+    opts.shutdown_grace = Duration::from_millis(100);
+    let gw = Gateway::start(opts).await.unwrap();
+    gw.bus()
+        .publish_inbound(InboundMessage::new("telegram", "7", "42", "a long task"))
+        .await
+        .unwrap();
+    mock.wait_for_requests(1).await;
+    let report = tokio::time::timeout(GUARD, gw.shutdown()).await.unwrap();
+    assert!(!report.drained);
+    let s = sessions(&home);
+    let msgs = &s["telegram:42"];
+    assert!(texts(msgs, "user")[0].contains("a long task"), "{msgs:?}");
+    assert!(!texts(msgs, "assistant").iter().any(|t| t == "never"));
+}
+
+#[tokio::test]
+async fn an_occupied_port_fails_the_start_with_the_config_key() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let opts = options(&home, &mock, json!({"gateway": {"port": port}}));
+    let err = Gateway::start(opts).await.unwrap_err();
+    assert!(err.to_string().contains("gateway.port"), "{err}");
+}
