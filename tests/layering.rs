@@ -18,7 +18,11 @@ fn graph() -> (BTreeMap<String, BTreeSet<String>>, BTreeSet<String>) {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("run cargo metadata");
-    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata JSON");
     let name_of: BTreeMap<&str, &str> = meta["packages"]
         .as_array()
@@ -37,7 +41,11 @@ fn graph() -> (BTreeMap<String, BTreeSet<String>>, BTreeSet<String>) {
         let from = name_of[node["id"].as_str().unwrap()].to_string();
         let set = edges.entry(from).or_default();
         for dep in node["deps"].as_array().unwrap() {
-            let runtime = dep["dep_kinds"].as_array().unwrap().iter().any(|k| k["kind"].as_str() != Some("dev"));
+            let runtime = dep["dep_kinds"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|k| k["kind"].as_str() != Some("dev"));
             if runtime {
                 set.insert(name_of[dep["pkg"].as_str().unwrap()].to_string());
             }
@@ -62,26 +70,49 @@ fn reachable(edges: &BTreeMap<String, BTreeSet<String>>, from: &str) -> BTreeSet
 fn assert_never_reaches(edges: &BTreeMap<String, BTreeSet<String>>, from: &str, forbidden: &[&str]) {
     let reach = reachable(edges, from);
     let bad: Vec<_> = forbidden.iter().filter(|f| reach.contains(**f)).collect();
-    assert!(bad.is_empty(), "{from} must not depend on {bad:?} (see ARCHITECTURE.md, layering)");
+    assert!(
+        bad.is_empty(),
+        "{from} must not depend on {bad:?} (see ARCHITECTURE.md, layering)"
+    );
 }
 
 #[test]
 fn core_never_reaches_channels() {
     let (edges, members) = graph();
-    assert!(members.contains("nanobot-core"), "nanobot-core is a workspace member");
+    assert!(
+        members.contains("nanobot-core"),
+        "nanobot-core is a workspace member"
+    );
     assert_never_reaches(
         &edges,
         "nanobot-core",
-        &["nanobot-channels", "nanobot-telegram", "nanobot-discord", "nanobot-slack", "teloxide", "serenity", "slack-morphism"],
+        &[
+            "nanobot-channels",
+            "nanobot-telegram",
+            "nanobot-discord",
+            "nanobot-slack",
+            "teloxide",
+            "serenity",
+            "slack-morphism",
+        ],
     );
 }
 
 #[test]
 fn channels_never_reach_core_or_providers() {
     let (edges, members) = graph();
-    for channel in ["nanobot-channels", "nanobot-telegram", "nanobot-discord", "nanobot-slack"] {
+    for channel in [
+        "nanobot-channels",
+        "nanobot-telegram",
+        "nanobot-discord",
+        "nanobot-slack",
+    ] {
         if members.contains(channel) {
-            assert_never_reaches(&edges, channel, &["nanobot-core", "nanobot-providers", "nanobot-tools"]);
+            assert_never_reaches(
+                &edges,
+                channel,
+                &["nanobot-core", "nanobot-providers", "nanobot-tools"],
+            );
         }
     }
 }
@@ -99,6 +130,10 @@ fn bus_and_config_never_reach_an_http_client() {
 fn rustls_with_ring_only() {
     let (edges, members) = graph();
     for member in &members {
-        assert_never_reaches(&edges, member, &["openssl-sys", "openssl", "native-tls", "aws-lc-sys", "aws-lc-rs"]);
+        assert_never_reaches(
+            &edges,
+            member,
+            &["openssl-sys", "openssl", "native-tls", "aws-lc-sys", "aws-lc-rs"],
+        );
     }
 }

@@ -18,7 +18,11 @@ struct Lane<T> {
 impl<T: Send> Lane<T> {
     fn new(capacity: usize) -> Self {
         let (tx, rx) = mpsc::channel(capacity);
-        Self { tx: RwLock::new(Some(tx)), rx: Mutex::new(rx), capacity }
+        Self {
+            tx: RwLock::new(Some(tx)),
+            rx: Mutex::new(rx),
+            capacity,
+        }
     }
 
     fn sender(&self) -> Option<mpsc::Sender<T>> {
@@ -65,7 +69,10 @@ impl InProcessBus {
     /// A bus whose queues each hold at most `capacity` messages (at least 1).
     pub fn new(capacity: usize) -> Self {
         let capacity = capacity.max(1);
-        Self { inbound: Arc::new(Lane::new(capacity)), outbound: Arc::new(Lane::new(capacity)) }
+        Self {
+            inbound: Arc::new(Lane::new(capacity)),
+            outbound: Arc::new(Lane::new(capacity)),
+        }
     }
 }
 
@@ -146,7 +153,9 @@ mod tests {
     async fn close_rejects_new_messages_but_drains_accepted_ones() {
         let bus = InProcessBus::new(4);
         bus.publish_inbound(msg(1)).await.unwrap();
-        bus.publish_outbound(OutboundMessage::reply("cli", "c", "x")).await.unwrap();
+        bus.publish_outbound(OutboundMessage::reply("cli", "c", "x"))
+            .await
+            .unwrap();
         bus.close();
         assert!(matches!(bus.publish_inbound(msg(2)).await, Err(BusError::Closed)));
         assert_eq!(bus.consume_inbound().await.unwrap().content, "1");

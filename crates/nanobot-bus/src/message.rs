@@ -165,9 +165,14 @@ mod tests {
     #[test]
     fn outbound_kind_round_trips_as_tagged_json() {
         let mut msg = OutboundMessage::reply("discord", "c1", "done");
-        msg.kind = OutboundKind::StreamDelta { stream_id: "s1".into() };
+        msg.kind = OutboundKind::StreamDelta {
+            stream_id: "s1".into(),
+        };
         let json = serde_json::to_value(&msg).unwrap();
-        assert_eq!(json["kind"], serde_json::json!({"type": "stream_delta", "stream_id": "s1"}));
+        assert_eq!(
+            json["kind"],
+            serde_json::json!({"type": "stream_delta", "stream_id": "s1"})
+        );
         let back: OutboundMessage = serde_json::from_value(json).unwrap();
         assert_eq!(back, msg);
         assert!(!back.is_progress());
