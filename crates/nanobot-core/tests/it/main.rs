@@ -6,6 +6,7 @@
 mod agent_loop;
 mod commands;
 mod common;
+mod config;
 mod embed;
 mod mcp;
 mod recovery;
