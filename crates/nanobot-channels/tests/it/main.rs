@@ -1,3 +1,4 @@
 //! Integration tests of nanobot-channels.
 
+mod layering;
 mod manager;
