@@ -340,6 +340,16 @@ impl AgentLoop {
         Self::builder(provider, settings).build()
     }
 
+    /// The provider.
+    pub fn provider(&self) -> &Arc<dyn Provider> {
+        &self.inner.provider
+    }
+
+    /// The attached bus, if any.
+    pub fn bus(&self) -> Option<Arc<dyn Bus>> {
+        self.inner.bus()
+    }
+
     /// The settings.
     pub fn settings(&self) -> &AgentSettings {
         &self.inner.settings
@@ -986,6 +996,10 @@ impl LoopInner {
                 && let Some(m) = &self.memory
             {
                 return m.dream().await;
+            }
+            if job.id == "heartbeat" {
+                let outcome = AgentLoop { inner: self.clone() }.heartbeat_tick().await?;
+                return Ok(format!("{outcome:?}"));
             }
             return Ok(String::new());
         }

@@ -67,3 +67,6 @@ pub use settings::{
 mod embed;
 
 pub use embed::{Agent, AgentBuilder, AgentResponse};
+mod heartbeat;
+
+pub use heartbeat::{HEARTBEAT_FILE, HEARTBEAT_OK, HEARTBEAT_SESSION, HeartbeatOutcome, has_tasks};

@@ -8,6 +8,7 @@ mod commands;
 mod common;
 mod config;
 mod embed;
+mod heartbeat;
 mod mcp;
 mod recovery;
 mod runner;

@@ -1,0 +1,194 @@
+//! The heartbeat: now and then, read `HEARTBEAT.md`; if it lists tasks, let the model decide (through a virtual
+//! `heartbeat` tool) whether to run them now; run them as a turn in the `heartbeat` session and deliver the
+//! answer to the most recently active chat. Silent when there is nothing to do or report.
+
+use nanobot_bus::{InboundMessage, OutboundMessage};
+use nanobot_providers::{ChatMessage, ChatRequest, ToolChoice, ToolSpec};
+use serde_json::json;
+
+use crate::agent_loop::{AgentLoop, TurnOptions};
+use crate::error::CoreError;
+
+/// The heartbeat's session key.
+pub const HEARTBEAT_SESSION: &str = "heartbeat";
+/// The heartbeat file in the workspace.
+pub const HEARTBEAT_FILE: &str = "HEARTBEAT.md";
+/// The answer that means "nothing to report" (never delivered).
+pub const HEARTBEAT_OK: &str = "HEARTBEAT_OK";
+
+/// Channels that never receive heartbeat reports (internal ones).
+const INTERNAL_CHANNELS: [&str; 5] = ["cron", "heartbeat", "system", "unified", "api"];
+
+/// What one heartbeat did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HeartbeatOutcome {
+    /// `HEARTBEAT.md` is missing or lists no tasks: the model was not asked.
+    NoTasks,
+    /// The model decided there is nothing to do now.
+    Skipped,
+    /// The tasks ran; `delivered_to` is the chat (`channel:chat_id`) that got the answer, if any.
+    Ran {
+        /// The tasks the model chose to run.
+        tasks: String,
+        /// The answer.
+        answer: String,
+        /// Where it was delivered (`None`: nothing to report, or no active chat).
+        delivered_to: Option<String>,
+    },
+}
+
+/// True when `HEARTBEAT.md` text has something to do: any line that is not blank, a heading, an HTML comment or
+/// an empty checkbox.
+pub fn has_tasks(text: &str) -> bool {
+    let mut in_comment = false;
+    text.lines().any(|line| {
+        let l = line.trim();
+        if in_comment {
+            if l.contains("-->") {
+                in_comment = false;
+            }
+            return false;
+        }
+        if l.starts_with("<!--") {
+            in_comment = !l.contains("-->");
+            return false;
+        }
+        !(l.is_empty()
+            || l.starts_with('#')
+            || matches!(l, "- [ ]" | "* [ ]" | "- [x]" | "* [x]" | "-" | "*"))
+    })
+}
+
+fn heartbeat_tool() -> ToolSpec {
+    ToolSpec {
+        name: "heartbeat".into(),
+        description: "Report whether the tasks in HEARTBEAT.md should run now.".into(),
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "action": {"type": "string", "enum": ["skip", "run"], "description": "skip: nothing to do now; run: do the tasks now"},
+                "tasks": {"type": "string", "description": "For run: the tasks to do now, as instructions"}
+            },
+            "required": ["action"]
+        }),
+    }
+}
+
+impl AgentLoop {
+    /// Runs one heartbeat (the gateway calls it every `gateway.heartbeat.intervalS`, as the protected `heartbeat`
+    /// cron job).
+    pub async fn heartbeat_tick(&self) -> Result<HeartbeatOutcome, CoreError> {
+        let ws = &self.settings().workspace;
+        let text = match tokio::fs::read_to_string(ws.join(HEARTBEAT_FILE)).await {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HeartbeatOutcome::NoTasks),
+            Err(e) => return Err(CoreError::io("reading", ws.join(HEARTBEAT_FILE), e)),
+        };
+        if !has_tasks(&text) {
+            return Ok(HeartbeatOutcome::NoTasks);
+        }
+        let now = chrono::Utc::now().with_timezone(&self.settings().timezone);
+        let request = ChatRequest {
+            model: self.settings().model.clone(),
+            messages: vec![
+                ChatMessage::system(
+                    "You are the heartbeat of a personal assistant. Read the user's HEARTBEAT.md and decide whether \
+                     any task should be done now. Always answer by calling the heartbeat tool.",
+                ),
+                ChatMessage::user(format!(
+                    "Current time: {} ({})\n\nHEARTBEAT.md:\n\n{text}",
+                    now.format("%Y-%m-%d %H:%M %A"),
+                    self.settings().timezone.name()
+                )),
+            ],
+            tools: vec![heartbeat_tool()],
+            max_tokens: Some(1024),
+            temperature: self.settings().temperature,
+            reasoning_effort: None,
+            tool_choice: Some(ToolChoice::Auto),
+        };
+        let response = self.provider().chat(request).await?;
+        let decision = response.tool_calls.iter().find(|c| c.name == "heartbeat");
+        let Some(call) = decision else {
+            return Ok(HeartbeatOutcome::Skipped);
+        };
+        let action = call
+            .arguments
+            .get("action")
+            .and_then(|a| a.as_str())
+            .unwrap_or("skip");
+        let tasks = call
+            .arguments
+            .get("tasks")
+            .and_then(|t| t.as_str())
+            .unwrap_or("")
+            .trim()
+            .to_owned();
+        if action != "run" {
+            return Ok(HeartbeatOutcome::Skipped);
+        }
+        let tasks = if tasks.is_empty() {
+            text.trim().to_owned()
+        } else {
+            tasks
+        };
+        let target = self.most_recent_chat().await;
+        let (channel, chat_id) = target.clone().unwrap_or_else(|| ("cli".into(), "direct".into()));
+        let prompt = format!(
+            "[Heartbeat] Scheduled check. Do these tasks now:\n\n{tasks}\n\nIf there is nothing worth telling the \
+             user, reply exactly {HEARTBEAT_OK}."
+        );
+        let msg =
+            InboundMessage::new(&channel, "heartbeat", &chat_id, prompt).with_session_key(HEARTBEAT_SESSION);
+        let reply = self
+            .process_message(
+                msg,
+                TurnOptions {
+                    is_cron: true,
+                    ..TurnOptions::default()
+                },
+            )
+            .await?;
+        let answer = reply.content.trim().to_owned();
+        let mut delivered_to = None;
+        if !answer.is_empty()
+            && !answer.contains(HEARTBEAT_OK)
+            && !reply.delivered_by_tool
+            && let Some((c, id)) = target
+            && let Some(bus) = self.bus()
+        {
+            bus.publish_outbound(OutboundMessage::reply(&c, &id, &answer))
+                .await?;
+            delivered_to = Some(format!("{c}:{id}"));
+        }
+        Ok(HeartbeatOutcome::Ran {
+            tasks,
+            answer,
+            delivered_to,
+        })
+    }
+
+    /// The most recently updated session whose key is a real chat (`channel:chat_id`, not internal).
+    async fn most_recent_chat(&self) -> Option<(String, String)> {
+        let sessions = self.sessions().list_sessions().await.ok()?;
+        sessions.into_iter().find_map(|s| {
+            let (c, id) = s.key.split_once(':')?;
+            (!INTERNAL_CHANNELS.contains(&c) && !id.is_empty()).then(|| (c.to_owned(), id.to_owned()))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_detection_ignores_headings_comments_and_empty_boxes() {
+        assert!(!has_tasks(
+            "# Heartbeat\n\n<!-- add tasks below\n- example -->\n- [ ]\n"
+        ));
+        assert!(has_tasks("# Heartbeat\n- [ ] check the weather for Berlin\n"));
+        assert!(has_tasks("Remind me to stretch"));
+    }
+}

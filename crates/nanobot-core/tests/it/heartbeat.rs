@@ -1,0 +1,83 @@
+//! The heartbeat: skip and run paths.
+
+use nanobot_bus::InboundMessage;
+use nanobot_core::HeartbeatOutcome;
+use nanobot_testkit::{MockLlm, MockReply, TempHome};
+use serde_json::json;
+
+use crate::common::{Running, agent};
+
+#[tokio::test]
+async fn no_tasks_means_no_model_call_and_skip_stays_silent() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let agent = agent(&home, &mock);
+    assert_eq!(agent.heartbeat_tick().await.unwrap(), HeartbeatOutcome::NoTasks);
+    home.write_workspace_file("HEARTBEAT.md", "# Heartbeat\n<!-- nothing yet -->\n- [ ]\n");
+    assert_eq!(agent.heartbeat_tick().await.unwrap(), HeartbeatOutcome::NoTasks);
+    assert_eq!(mock.request_count(), 0);
+
+    home.write_workspace_file(
+        "HEARTBEAT.md",
+        "# Heartbeat\n- Every morning: summarise the weather\n",
+    );
+    mock.push(MockReply::tool_call("heartbeat", json!({"action": "skip"})));
+    assert_eq!(agent.heartbeat_tick().await.unwrap(), HeartbeatOutcome::Skipped);
+    let req = mock.last_request().unwrap();
+    assert_eq!(req.tool_names(), ["heartbeat"]);
+    assert!(req.last_user_text().unwrap().contains("summarise the weather"));
+}
+
+#[tokio::test]
+async fn run_delivers_to_the_most_recently_active_chat() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let run = Running::start(agent(&home, &mock));
+    mock.push(MockReply::text("hi"));
+    run.send(InboundMessage::new("telegram", "42", "42", "hello"))
+        .await;
+    assert_eq!(run.next_reply().await.content, "hi");
+
+    home.write_workspace_file("HEARTBEAT.md", "- Check whether the backup folder exists\n");
+    mock.push(MockReply::tool_call(
+        "heartbeat",
+        json!({"action": "run", "tasks": "Check the backup folder"}),
+    ));
+    mock.push(MockReply::text("The backup folder is missing!"));
+    let outcome = run.agent.heartbeat_tick().await.unwrap();
+    assert_eq!(
+        outcome,
+        HeartbeatOutcome::Ran {
+            tasks: "Check the backup folder".into(),
+            answer: "The backup folder is missing!".into(),
+            delivered_to: Some("telegram:42".into()),
+        }
+    );
+    let m = run.next_reply().await;
+    assert_eq!(
+        (m.channel.as_str(), m.chat_id.as_str(), m.content.as_str()),
+        ("telegram", "42", "The backup folder is missing!")
+    );
+    assert!(
+        run.agent.sessions().path_for("heartbeat").exists(),
+        "runs in the heartbeat session"
+    );
+
+    // Nothing to report: silent.
+    mock.push(MockReply::tool_call(
+        "heartbeat",
+        json!({"action": "run", "tasks": "Check again"}),
+    ));
+    mock.push(MockReply::text("HEARTBEAT_OK"));
+    let outcome = run.agent.heartbeat_tick().await.unwrap();
+    assert!(
+        matches!(
+            outcome,
+            HeartbeatOutcome::Ran {
+                delivered_to: None,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+}
