@@ -51,7 +51,7 @@ pub use context::{
     BOOTSTRAP_FILES, ContextBuilder, RUNTIME_CONTEXT_END, RUNTIME_CONTEXT_TAG, TurnOrigin,
     strip_runtime_context,
 };
-pub use memory::{ConsolidationReport, ConsolidationTrigger, MemoryService, raw_archive};
+pub use memory::{ConsolidationReport, ConsolidationTrigger, MemoryAdapter, MemoryService, raw_archive};
 pub use subagent::{SubagentManager, SubagentOrigin, SubagentSettings};
 pub use tools::{CronAction, CronArgs, CronTool, MessageArgs, MessageTool, SpawnArgs, SpawnTool, TurnInfo};
 mod agent_loop;

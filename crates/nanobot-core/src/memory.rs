@@ -146,3 +146,67 @@ mod tests {
         );
     }
 }
+
+/// [`MemoryService`] over `nanobot-memory`'s [`nanobot_memory::Memory`] (consolidator, Dream, undo log).
+#[derive(Debug, Clone)]
+pub struct MemoryAdapter {
+    memory: nanobot_memory::Memory,
+}
+
+impl MemoryAdapter {
+    /// Wraps `memory`.
+    pub fn new(memory: nanobot_memory::Memory) -> Self {
+        Self { memory }
+    }
+
+    /// The wrapped memory (its `memory_search` tool, store, index).
+    pub fn memory(&self) -> &nanobot_memory::Memory {
+        &self.memory
+    }
+}
+
+fn report(o: &nanobot_memory::ConsolidationOutcome) -> ConsolidationReport {
+    ConsolidationReport::new(o.archived_messages(), o.range().end, o.summarised())
+}
+
+#[async_trait]
+impl MemoryService for MemoryAdapter {
+    async fn consolidate(
+        &self,
+        session_key: &str,
+        trigger: ConsolidationTrigger,
+    ) -> Result<ConsolidationReport, BoxError> {
+        let c = &self.memory.consolidator;
+        match trigger {
+            ConsolidationTrigger::Compact => Ok(report(&c.compact(session_key).await?)),
+            _ => {
+                let outcomes = c.run_if_needed(session_key).await?;
+                let mut total = ConsolidationReport::default();
+                for o in &outcomes {
+                    let r = report(o);
+                    total.archived_messages += r.archived_messages;
+                    total.last_consolidated = total.last_consolidated.max(r.last_consolidated);
+                    total.summarised |= r.summarised;
+                }
+                Ok(total)
+            }
+        }
+    }
+
+    async fn archive_session(&self, session: Session) -> Result<(), BoxError> {
+        self.memory.consolidator.archive_session(session).await?;
+        Ok(())
+    }
+
+    async fn dream(&self) -> Result<String, BoxError> {
+        Ok(self.memory.dream.run().await?.report())
+    }
+
+    async fn dream_log(&self, args: &str) -> Result<String, BoxError> {
+        Ok(self.memory.dream.log_text(args).await?)
+    }
+
+    async fn dream_restore(&self, args: &str) -> Result<String, BoxError> {
+        Ok(self.memory.dream.restore_text(args).await?)
+    }
+}

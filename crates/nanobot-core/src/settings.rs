@@ -217,6 +217,9 @@ pub fn registry_settings(config: &Config) -> RegistrySettings {
     }
 }
 
+/// Tokens set aside for the system prompt and tool definitions when sizing the consolidation budget.
+const MEMORY_RESERVED_TOKENS: usize = 8_000;
+
 /// Where the built-in skills are written so `read_file` can read them: `<data dir>/builtin-skills`.
 pub fn builtin_skills_dir(data_dir: &std::path::Path) -> PathBuf {
     data_dir.join("builtin-skills")
@@ -254,10 +257,40 @@ impl crate::agent_loop::AgentLoop {
         let base = base_tools_from_config(config, env, &ws, Some(builtin_dir))?;
         let tz = settings.timezone;
         let data_dir = settings.data_dir.clone();
+        let sessions = nanobot_sessions::SessionStore::new(&data_dir, &ws)?;
+        let d = &config.agents.defaults;
+        let budget = nanobot_memory::Budget::resolve(
+            d.memory_window.map(|w| w as usize),
+            d.context_window_tokens as usize,
+            d.max_tokens as usize,
+            MEMORY_RESERVED_TOKENS,
+        );
+        let consolidation = nanobot_memory::ConsolidationSettings::new(settings.model.clone(), budget);
+        let dream_model = d.dream.model_override.clone().filter(|m| !m.trim().is_empty());
+        let dream = nanobot_memory::DreamSettings::new(dream_model.unwrap_or_else(|| settings.model.clone()));
+        let memory = match nanobot_memory::Memory::open(
+            &ws,
+            sessions.clone(),
+            provider.clone(),
+            consolidation,
+            dream,
+        ) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                tracing::warn!(error = %e, "long-term memory unavailable; /compact falls back to raw archives");
+                None
+            }
+        };
         let mut builder = crate::agent_loop::AgentLoop::builder(provider, settings)
+            .sessions(sessions)
             .registry_settings(registry_settings(config))
             .base_tools(base)
             .skills(skills);
+        if let Some(m) = memory {
+            builder = builder
+                .tool(Arc::new(m.search_tool()))
+                .memory(Arc::new(crate::memory::MemoryAdapter::new(m)));
+        }
         if !config.tools.mcp_servers.is_empty() {
             let ssrf = SsrfGuard::from_cidrs(&config.tools.ssrf_whitelist)
                 .map_err(|e| CoreError::Config(format!("tools.ssrfWhitelist: {e}")))?;

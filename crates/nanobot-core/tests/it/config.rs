@@ -68,3 +68,56 @@ fn bad_timezone_is_a_clear_error() {
     let err = nanobot_core::AgentSettings::from_config(&config, &env).unwrap_err();
     assert!(err.to_string().contains("agents.defaults.timezone") && err.to_string().contains("Mars/Olympus"));
 }
+
+#[tokio::test]
+async fn memory_is_wired_compact_summarises_and_memory_reaches_the_prompt() {
+    nanobot_providers::install_ring();
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let config: nanobot_config::Config = serde_json::from_value(json!({
+        "agents": {"defaults": {"model": "local-model"}},
+        "providers": {"custom": {"apiBase": mock.openai_base_url()}},
+        "tools": {"web": {"enable": false}}
+    }))
+    .unwrap();
+    let env = Environment::new(home.home(), HashMap::new());
+    let agent = AgentLoop::from_config(&config, &env).unwrap();
+    assert!(agent.tools().contains("memory_search"));
+
+    mock.set_fallback(MockReply::text("ok"));
+    for i in 0..6 {
+        agent
+            .process_direct(&format!("fact {i}: my dog is called Rex"), "cli:mem")
+            .await
+            .unwrap();
+    }
+    mock.clear_fallback();
+    mock.when(
+        |r| r.tool_names().iter().any(|t| t == "save_memory"),
+        MockReply::tool_call(
+            "save_memory",
+            json!({"history_entry": "[2026-01-01 10:00] User talked about the dog Rex.",
+                   "memory_update": "# Memory\n- The user's dog is called Rex."}),
+        ),
+    );
+    let out = agent.process_direct("/compact", "cli:mem").await.unwrap();
+    assert!(out.starts_with("Compacted"), "{out}");
+    let memory = std::fs::read_to_string(home.workspace().join("memory/MEMORY.md")).unwrap();
+    assert!(memory.contains("Rex"));
+    let session = agent.sessions().session("cli:mem").await.unwrap();
+    assert!(session.last_consolidated > 0);
+
+    mock.clear_rules();
+    mock.push(MockReply::text("Rex!"));
+    agent
+        .process_direct("what's my dog's name?", "cli:mem")
+        .await
+        .unwrap();
+    let req = mock.last_request().unwrap();
+    assert!(
+        req.system_text()
+            .unwrap()
+            .contains("The user's dog is called Rex."),
+        "MEMORY.md in the system prompt"
+    );
+}
