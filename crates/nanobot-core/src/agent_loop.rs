@@ -535,7 +535,7 @@ impl LoopInner {
                 let last = s
                     .metadata
                     .get("_last_usage")
-                    .and_then(|u| u.get("prompt_tokens"))
+                    .and_then(|u| u.get("prompt_tokens").or_else(|| u.get("input_tokens")))
                     .and_then(Value::as_u64);
                 (s.messages.len(), s.unconsolidated().len(), last)
             })

@@ -316,3 +316,31 @@ impl crate::agent_loop::AgentLoop {
         Ok(builder.cron(store, tz))
     }
 }
+
+impl crate::agent_loop::AgentLoop {
+    /// Creates, updates or removes the protected system jobs from `config`: `dream` (every
+    /// `agents.defaults.dream.intervalH` hours, when enabled) and `heartbeat` (every `gateway.heartbeat.intervalS`
+    /// seconds, when enabled). The gateway calls it at start-up; a no-op without cron.
+    pub fn install_system_jobs(&self, config: &Config) -> Result<(), CoreError> {
+        let Some(cron) = self.cron() else { return Ok(()) };
+        let dream = &config.agents.defaults.dream;
+        if dream.enabled {
+            let every = Duration::from_secs(u64::from(dream.interval_h.max(1)) * 3600);
+            cron.upsert_system_job(
+                "dream",
+                "Dream (memory consolidation)",
+                nanobot_cron::CronSchedule::every(every),
+            )?;
+        } else {
+            cron.remove_system_job("dream")?;
+        }
+        let hb = &config.gateway.heartbeat;
+        if hb.enabled {
+            let every = Duration::from_secs(hb.interval_s.max(60));
+            cron.upsert_system_job("heartbeat", "Heartbeat", nanobot_cron::CronSchedule::every(every))?;
+        } else {
+            cron.remove_system_job("heartbeat")?;
+        }
+        Ok(())
+    }
+}
