@@ -388,6 +388,9 @@ impl AgentLoop {
     /// Consumes inbound messages from `bus` until `cancel` fires or the bus closes. Different sessions run
     /// concurrently (up to `max_concurrent_sessions`), turns of one session in order. `/stop`, `/help`,
     /// `/status` and unknown commands are answered at once, even while a turn runs.
+    ///
+    /// When it returns, running turns are cancelled, MCP servers are shut down and the loop is stopped for good
+    /// (later calls fail with [`CoreError::Stopped`]).
     pub async fn run(&self, bus: Arc<dyn Bus>, cancel: CancellationToken) {
         self.set_bus(bus.clone());
         tracing::info!(model = %self.inner.settings.model, "agent loop started");
@@ -601,6 +604,7 @@ impl LoopInner {
                 }
             };
             let permit = tokio::select! {
+                biased;
                 () = self.shutdown.cancelled() => None,
                 p = self.permits.clone().acquire_owned() => p.ok(),
             };

@@ -6,8 +6,9 @@
 //! [`ContextBuilder`] (system prompt from identity, bootstrap files, `memory/MEMORY.md` and skills; runtime
 //! context and images on the user message), [`AgentLoop`] (bus consumer with one worker per session, slash
 //! [`commands`], session saving, crash recovery, progress/tool hints/streaming, `system` routing,
-//! [`AgentLoop::process_direct`]), the bus-aware tools `message`, `spawn` (subagents) and `cron`, the
-//! [`MemoryService`] trait long-term memory implements, [`AgentLoop::from_config`], and the embedding API
+//! [`AgentLoop::process_direct`]), the bus-aware tools `message`, `spawn` (subagents) and `cron`, the heartbeat
+//! ([`AgentLoop::heartbeat_tick`]), the [`MemoryService`] trait (implemented over `nanobot-memory` by
+//! [`MemoryAdapter`]), [`AgentLoop::from_config`] / [`AgentLoop::builder_from_config`], and the embedding API
 //! ([`Agent::builder`]).
 //!
 //! **Must not know:** any chat platform (channels meet the agent on the bus), the process environment or
