@@ -10,6 +10,7 @@ mod config;
 mod embed;
 mod heartbeat;
 mod mcp;
+mod python_compat;
 mod recovery;
 mod runner;
 mod subagents;
