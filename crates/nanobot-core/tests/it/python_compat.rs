@@ -4,10 +4,8 @@ use nanobot_testkit::{MockLlm, MockReply, TempHome};
 
 use crate::common::{agent, session_lines};
 
-const FIXTURES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/fixtures/python-nanobot"
-);
+/// A copy of `shared/fixtures/python-nanobot/sessions/Y2xpOnRvb2x0ZXN0.jsonl` (written by nanobot-ai 0.3.5).
+const FIXTURE: &str = include_str!("../fixtures/python-session-cli-tooltest.jsonl");
 
 #[tokio::test]
 async fn a_python_session_is_replayed_and_continued() {
