@@ -1,5 +1,6 @@
 //! [`SlackChannel`]: Socket Mode receiving, access control, reactions, threads, files and sending.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -37,6 +38,7 @@ pub struct SlackChannel {
     client: Arc<SlackHyperClient>,
     files: reqwest::Client,
     bot_user: Mutex<Option<String>>,
+    seen: Mutex<VecDeque<(String, String)>>,
     handled: watch::Sender<u64>,
 }
 
@@ -82,6 +84,61 @@ fn on_error(
     HttpStatusCode::OK
 }
 
+/// How many recent `(channel, ts)` pairs are remembered to handle a message once.
+const SEEN_CAPACITY: usize = 512;
+
+/// A `message` or `app_mention` event, reduced to what the channel uses.
+struct Received {
+    user: String,
+    from_bot: bool,
+    channel: String,
+    channel_type: Option<String>,
+    ts: String,
+    thread_ts: Option<String>,
+    text: String,
+    files: Vec<SlackFile>,
+    app_mention: bool,
+}
+
+impl Received {
+    /// `None` for events the channel does not answer (edits, joins, bot messages without a user, …).
+    fn from_event(body: SlackEventCallbackBody) -> Option<Self> {
+        match body {
+            SlackEventCallbackBody::Message(msg) => {
+                if !matches!(msg.subtype, None | Some(SlackMessageEventType::FileShare))
+                    || msg.hidden == Some(true)
+                {
+                    return None;
+                }
+                let content = msg.content.unwrap_or_else(SlackMessageContent::new);
+                Some(Self {
+                    user: msg.sender.user?.to_string(),
+                    from_bot: msg.sender.bot_id.is_some(),
+                    channel: msg.origin.channel?.to_string(),
+                    channel_type: msg.origin.channel_type.map(|t| t.to_string()),
+                    ts: msg.origin.ts.to_string(),
+                    thread_ts: msg.origin.thread_ts.map(|t| t.to_string()),
+                    text: content.text.unwrap_or_default(),
+                    files: content.files.unwrap_or_default(),
+                    app_mention: false,
+                })
+            }
+            SlackEventCallbackBody::AppMention(ev) => Some(Self {
+                user: ev.user.to_string(),
+                from_bot: false,
+                channel: ev.channel.to_string(),
+                channel_type: ev.origin.channel_type.map(|t| t.to_string()),
+                ts: ev.origin.ts.to_string(),
+                thread_ts: ev.origin.thread_ts.map(|t| t.to_string()),
+                text: ev.content.text.unwrap_or_default(),
+                files: ev.content.files.unwrap_or_default(),
+                app_mention: true,
+            }),
+            _ => None,
+        }
+    }
+}
+
 fn bad_config(message: String) -> ChannelError {
     ChannelError::Config {
         channel: NAME.into(),
@@ -121,6 +178,7 @@ impl SlackChannel {
             client,
             files,
             bot_user: Mutex::new(None),
+            seen: Mutex::new(VecDeque::with_capacity(SEEN_CAPACITY)),
             handled: watch::Sender::new(0),
         })
     }
@@ -153,6 +211,20 @@ impl SlackChannel {
     /// event was looked at and dropped.
     pub fn handled_events(&self) -> watch::Receiver<u64> {
         self.handled.subscribe()
+    }
+
+    /// True the first time a message (`channel`, `ts`) is seen: Slack sends a mention both as `message` and as
+    /// `app_mention` when the app subscribes to both.
+    fn first_sighting(&self, channel: &str, ts: &str) -> bool {
+        let mut seen = lock(&self.seen);
+        if seen.iter().any(|(c, t)| c == channel && t == ts) {
+            return false;
+        }
+        if seen.len() == SEEN_CAPACITY {
+            seen.pop_front();
+        }
+        seen.push_back((channel.to_string(), ts.to_string()));
+        true
     }
 
     fn bot_token(&self) -> SlackApiToken {
@@ -253,31 +325,30 @@ impl SlackChannel {
         bus: &Arc<dyn Bus>,
         event: SlackPushEventCallback,
     ) -> Result<(), ChannelError> {
-        let SlackEventCallbackBody::Message(msg) = event.event else {
+        let Some(msg) = Received::from_event(event.event) else {
             return Ok(());
         };
-        if !matches!(msg.subtype, None | Some(SlackMessageEventType::FileShare)) || msg.hidden == Some(true) {
-            return Ok(());
-        }
         let bot_user = self.bot_user_id().unwrap_or_default();
-        let Some(user) = msg.sender.user.as_ref().map(|u| u.to_string()) else {
-            return Ok(());
-        };
-        if msg.sender.bot_id.is_some() || user == bot_user {
+        if msg.from_bot || msg.user == bot_user {
             return Ok(());
         }
-        let Some(channel) = msg.origin.channel.as_ref().map(|c| c.to_string()) else {
+        if !self.first_sighting(&msg.channel, &msg.ts) {
+            // The same message as both `message` and `app_mention`: handled once.
             return Ok(());
-        };
-        let ts = msg.origin.ts.to_string();
-        let channel_type = msg.origin.channel_type.as_ref().map(|t| t.to_string());
+        }
+        let Received {
+            user,
+            channel,
+            channel_type,
+            ts,
+            thread_ts,
+            text: raw_text,
+            files,
+            app_mention,
+            ..
+        } = msg;
         let direct = is_direct(channel_type.as_deref(), &channel);
-        let raw_text = msg
-            .content
-            .as_ref()
-            .and_then(|c| c.text.clone())
-            .unwrap_or_default();
-        let mentioned = mentions(&raw_text, &bot_user);
+        let mentioned = app_mention || mentions(&raw_text, &bot_user);
         let text = clean_text(&raw_text, &bot_user);
         if direct {
             if !self.settings.dm_enabled {
@@ -290,12 +361,7 @@ impl SlackChannel {
                 return Ok(());
             }
         }
-        let thread = reply_thread(
-            &ts,
-            msg.origin.thread_ts.as_ref().map(|t| t.0.as_str()),
-            direct,
-            self.settings.reply_in_thread,
-        );
+        let thread = reply_thread(&ts, thread_ts.as_deref(), direct, self.settings.reply_in_thread);
         let decision = self.access.check(&InboundContext {
             sender_id: &user,
             chat_id: &channel,
@@ -326,7 +392,7 @@ impl SlackChannel {
             lines.push(text);
         }
         let mut media = Vec::new();
-        for file in msg.content.iter().flat_map(|c| c.files.iter().flatten()) {
+        for file in &files {
             lines.push(self.receive_file(file, &mut media).await);
         }
         let mut inbound = InboundMessage::new(NAME, user, channel.clone(), lines.join("\n"))

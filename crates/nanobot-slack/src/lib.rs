@@ -3,7 +3,8 @@
 //! [`SlackChannel`] implements [`nanobot_channels::Channel`]. It checks both tokens at start (`auth.test` with the
 //! bot token, which also gives the bot's user id; `apps.connections.open` with the app-level token), then receives
 //! events over Socket Mode (each envelope is acknowledged; events are handled in order by the channel's run loop).
-//! For every `message` event from a person it applies the channel's access control: `allowFrom` (pairing codes
+//! For every `message` or `app_mention` event from a person (a message delivered as both is handled once) it
+//! applies the channel's access control: `allowFrom` (pairing codes
 //! for denied direct messages), `dm.enabled` / `dm.policy`, and `groupPolicy` in channels (`mention` answers only
 //! messages that mention the bot; `groupRequireMention` makes `open` behave as `mention`; `allowlist` uses
 //! `groupAllowFrom`). Accepted messages get the `reactEmoji` reaction, shared files are downloaded to

@@ -257,6 +257,34 @@ async fn without_a_mention_channel_messages_are_ignored_but_dms_are_served() -> 
 }
 
 #[tokio::test]
+async fn a_mention_sent_as_message_and_app_mention_is_served_once() -> Result<()> {
+    let Some(h) = Harness::start(GroupPolicy::Mention, false).await? else {
+        return Ok(());
+    };
+    let text = format!("<@{}> once please", h.bot);
+    let ts = h.alice_says(GENERAL, "channel", &text).await?;
+    let twin = h.slack.push_event(json!({
+        "type": "app_mention", "channel": GENERAL, "user": h.alice, "text": text, "ts": ts, "event_ts": ts,
+    }));
+    h.slack.acked(&twin).await?;
+    h.handled(2).await?;
+    assert_eq!(h.bus.inbound_len(), 1, "the twin event is dropped");
+    assert_eq!(h.inbound().await?.content, "once please");
+
+    // An app that subscribes to app_mention only is served too.
+    let envelope = h.slack.push_event(json!({
+        "type": "app_mention", "channel": GENERAL, "user": h.alice,
+        "text": format!("<@{}> second", h.bot), "ts": "1795331600.000100",
+    }));
+    h.slack.acked(&envelope).await?;
+    let inbound = h.inbound().await?;
+    assert_eq!(inbound.content, "second");
+    assert_eq!(inbound.metadata["thread_ts"], "1795331600.000100");
+    h.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_stranger_is_not_served_and_gets_a_pairing_code_in_dms() -> Result<()> {
     let Some(h) = Harness::start(GroupPolicy::Open, true).await? else {
         return Ok(());
