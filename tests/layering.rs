@@ -5,6 +5,8 @@
 //! - `nanobot-bus` and `nanobot-config` never reach an HTTP client.
 //! - Nothing in the workspace reaches OpenSSL, native-tls or aws-lc: rustls with ring only.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test helpers may panic")]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 

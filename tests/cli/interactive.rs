@@ -61,3 +61,63 @@ fn ctrl_d_leaves() {
     );
     assert_eq!(mock.completion_requests().len(), 0);
 }
+
+#[test]
+fn ctrl_c_stops_the_running_turn_and_the_chat_goes_on() {
+    let mock = MockLlm::start_background();
+    let home = onboarded(&mock);
+    // The first answer would take ten minutes; Ctrl-C must end the turn without waiting for it.
+    // (Rules, not a FIFO script: Ctrl-C may come before the first request is even sent.)
+    mock.when_last_user_contains(
+        "long story",
+        MockReply::text("too late").delay(Duration::from_secs(600)),
+    );
+    mock.when_last_user_contains("Are you there?", MockReply::text("Second answer."));
+    let mut p = spawn_chat(home.home());
+    p.expect("You: ").unwrap();
+    p.send_line("Tell me a long story").unwrap();
+    p.expect("thinking").unwrap();
+    p.send(ControlCode::EndOfText).unwrap();
+    p.expect("Stopped").unwrap();
+    p.expect("You: ").unwrap();
+    p.send_line("Are you there?").unwrap();
+    p.expect("Second answer.").unwrap();
+    p.expect("You: ").unwrap();
+    p.send_line("quit").unwrap();
+    p.expect(Eof).unwrap();
+    let status = p.get_process().wait().unwrap();
+    assert!(
+        matches!(status, expectrl::process::unix::WaitStatus::Exited(_, 0)),
+        "{status:?}"
+    );
+    let reqs = mock.completion_requests();
+    assert!(reqs.len() <= 2, "{} requests", reqs.len());
+    assert!(
+        reqs.last()
+            .unwrap()
+            .last_user_text()
+            .unwrap()
+            .contains("Are you there?")
+    );
+}
+
+#[test]
+fn cron_jobs_fire_in_the_chat() {
+    let mock = MockLlm::start_background();
+    let home = onboarded(&mock);
+    let o = crate::support::run(
+        home.home(),
+        &["cron", "add", "-n", "ping", "-m", "cron ping", "--every", "1"],
+    );
+    assert!(o.status.success(), "{}", crate::support::stderr(&o));
+    mock.when_last_user_contains("cron ping", MockReply::text("pong from cron"));
+    let mut p = spawn_chat(home.home());
+    p.expect("pong from cron").unwrap();
+    p.send(ControlCode::EndOfTransmission).unwrap();
+    p.expect(Eof).unwrap();
+    assert!(
+        mock.completion_requests()
+            .iter()
+            .any(|r| r.last_user_text().unwrap_or_default().contains("cron ping"))
+    );
+}

@@ -2,6 +2,8 @@
 //! (children get HOME and the environment through `Command::env`; the test process env is never changed),
 //! against `MockLlm` from nanobot-testkit over real HTTP.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test helpers may panic")]
+
 mod agent;
 mod basics;
 mod cron;

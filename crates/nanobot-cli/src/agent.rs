@@ -245,6 +245,7 @@ async fn interactive(
         "🐈 nanobot interactive mode — type exit or press Ctrl-D to leave, Ctrl-C stops a running turn\n"
     );
     let ansi = env.stdout_tty && !a.no_markdown;
+    let mut interrupts = Interrupts::new();
     let mut editor = Some(editor);
     let result = loop {
         let Some(mut ed) = editor.take() else {
@@ -272,7 +273,7 @@ async fn interactive(
                 if is_exit(&text) {
                     break Ok(());
                 }
-                if let Err(e) = chat_turn(env, agent, ui, &a.session, &text, ansi).await {
+                if let Err(e) = chat_turn(env, agent, ui, &mut interrupts, &a.session, &text, ansi).await {
                     eprintln!("Error: {e}");
                 }
             }
@@ -298,14 +299,58 @@ async fn interactive(
     result
 }
 
+/// Ctrl-C while a turn runs (at the prompt the line editor reads it as a key). The handler is installed once,
+/// before the first prompt, so an early Ctrl-C never kills the process.
+struct Interrupts {
+    #[cfg(unix)]
+    sig: Option<tokio::signal::unix::Signal>,
+}
+
+impl Interrupts {
+    fn new() -> Self {
+        Interrupts {
+            #[cfg(unix)]
+            sig: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok(),
+        }
+    }
+
+    /// Forgets interrupts that arrived between turns.
+    fn drain(&mut self) {
+        #[cfg(unix)]
+        if let Some(s) = self.sig.as_mut() {
+            use futures::FutureExt;
+            while let Some(Some(())) = s.recv().now_or_never() {}
+        }
+    }
+
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        match self.sig.as_mut() {
+            Some(s) => {
+                if s.recv().await.is_none() {
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending::<()>().await,
+        }
+        #[cfg(not(unix))]
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 async fn chat_turn(
     env: &CliEnv,
     agent: &AgentLoop,
     ui: &UiHook,
+    interrupts: &mut Interrupts,
     session: &str,
     text: &str,
     ansi: bool,
 ) -> Result<(), CliError> {
+    // Before anything shows that the turn started: a Ctrl-C after that must count.
+    interrupts.drain();
     let pb = spinner(env);
     let mut hints = ui.listen();
     let (tx, mut deltas) = mpsc::unbounded_channel::<String>();
@@ -323,6 +368,8 @@ async fn chat_turn(
         let _ = stdout.flush();
     };
     let mut stopped = false;
+    let mut confirmed = false;
+    let mut retry = tokio::time::interval(Duration::from_millis(50));
     let reply = loop {
         tokio::select! {
             r = &mut turn => break r,
@@ -341,11 +388,13 @@ async fn chat_turn(
                 }
                 show_hint(&pb, &h);
             }
-            r = tokio::signal::ctrl_c(), if !stopped => {
-                if r.is_ok() {
-                    stopped = true;
-                    agent.stop_session(session);
-                }
+            () = interrupts.recv(), if !stopped => {
+                stopped = true;
+                confirmed = agent.stop_session(session) > 0;
+            }
+            // The turn may not have registered yet when Ctrl-C came: try again until it is stopped.
+            _ = retry.tick(), if stopped && !confirmed => {
+                confirmed = agent.stop_session(session) > 0;
             }
         }
     };

@@ -20,10 +20,10 @@
 //! let env = CliEnv::for_home(home.path(), BTreeMap::new());
 //! let mut out = Vec::new();
 //!
-//! // No config yet: a usage error that says what to do.
-//! let err = nanobot_cli::run_with(Cli::parse_from(["nanobot", "status"]), &env, &mut out).unwrap_err();
-//! assert!(out.is_empty() || String::from_utf8_lossy(&out).contains("nanobot onboard"));
-//! # let _ = err;
+//! // No config yet: a usage error (exit code 2) that says what to do.
+//! let err = nanobot_cli::run_with(Cli::parse_from(["nanobot", "agent", "-m", "hi"]), &env, &mut out).unwrap_err();
+//! assert!(err.to_string().contains("nanobot onboard"));
+//! assert_eq!(err.exit_code(), nanobot_cli::EXIT_USAGE);
 //!
 //! nanobot_cli::run_with(Cli::parse_from(["nanobot", "onboard"]), &env, &mut out)?;
 //! assert!(home.path().join(".nanobot/config.json").is_file());

@@ -129,10 +129,22 @@ pub(crate) fn render_report(r: &OnboardReport, config: Option<&Config>) -> Strin
     let has_key = config.is_some_and(|c| c.providers.first_with_key().is_some());
     out.push_str("\nNext steps:\n");
     if !has_key {
+        let model = config.map_or("anthropic/claude-opus-4-5", |c| c.agents.defaults.model.as_str());
+        let which = match nanobot_providers::registry::no_provider_error(model) {
+            nanobot_providers::ProviderError::MissingApiKey {
+                config_key, env_var, ..
+            } => format!(
+                "set `providers.{config_key}.apiKey` in {}{}",
+                r.config_path.display(),
+                env_var
+                    .map(|v| format!(" or the environment variable {v}"))
+                    .unwrap_or_default()
+            ),
+            _ => format!("set a provider's `apiKey` in {}", r.config_path.display()),
+        };
         out.push_str(&format!(
-            "  1. Add your API key: set `providers.openrouter.apiKey` in {} (or another provider's apiKey),\n     \
-             or the environment variable OPENROUTER_API_KEY (get one at https://openrouter.ai/keys)\n",
-            r.config_path.display()
+            "  1. Add an API key for the model `{model}`: {which}.\n     \
+             A key for OpenRouter (OPENROUTER_API_KEY, https://openrouter.ai/keys) also works for every model.\n"
         ));
         out.push_str("  2. Chat: nanobot agent -m \"Hello!\"\n");
     } else {

@@ -13,7 +13,7 @@ const RESET: &str = "\x1b[0m";
 /// out += &md.push("tle\nSome **bo");
 /// out += &md.push("ld** text\n");
 /// out += &md.finish();
-/// assert!(out.contains("\x1b[1mTitle"));
+/// assert!(out.contains("\x1b[1;4mTitle"), "headings are bold and underlined");
 /// assert!(!out.contains("**"));
 /// assert_eq!(MarkdownStream::render_all("**x**", false), "**x**");
 /// ```
