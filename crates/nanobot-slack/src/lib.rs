@@ -4,10 +4,9 @@
 //! bot token, which also gives the bot's user id; `apps.connections.open` with the app-level token), then receives
 //! events over Socket Mode (each envelope is acknowledged; events are handled in order by the channel's run loop).
 //! For every `message` or `app_mention` event from a person (a message delivered as both is handled once) it
-//! applies the channel's access control: `allowFrom` (pairing codes
-//! for denied direct messages), `dm.enabled` / `dm.policy`, and `groupPolicy` in channels (`mention` answers only
-//! messages that mention the bot; `groupRequireMention` makes `open` behave as `mention`; `allowlist` uses
-//! `groupAllowFrom`). Accepted messages get the `reactEmoji` reaction, shared files are downloaded to
+//! applies the channel's access control: `allowFrom` (pairing codes for denied direct messages), `dm.enabled` /
+//! `dm.policy`, and `groupPolicy` in channels (`mention` answers only messages that mention the bot;
+//! `groupRequireMention` makes `open` behave as `mention`; `allowlist` uses `groupAllowFrom`). Accepted messages get the `reactEmoji` reaction, shared files are downloaded to
 //! `<media_dir>/slack/`, and the message goes on the bus with its `ts`, its thread and a per-thread session key.
 //!
 //! Replies are converted from Markdown to Slack mrkdwn, split at Slack's limit and posted in the thread (channel
