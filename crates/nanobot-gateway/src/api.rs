@@ -2,7 +2,8 @@
 //! `POST /v1/chat/completions` (JSON, or SSE with `"stream": true`).
 //!
 //! The conversation lives on the server: each request's last user message is one turn in the nanobot session
-//! named by `session_id` in the body (default [`DEFAULT_SESSION`]). A bearer key (`api.apiKey`) is required
+//! `api:<session_id>` (`session_id` from the body; [`DEFAULT_SESSION`] without one), as in the Python nanobot.
+//! Only the configured model may be asked for. A bearer key (`api.apiKey`) is required
 //! when configured; bodies are limited to [`MAX_BODY_BYTES`]; a client that goes away cancels its turn.
 
 use std::convert::Infallible;
@@ -30,7 +31,7 @@ use crate::metrics::{Metrics, TurnOutcome};
 /// The session used when a request names none.
 pub const DEFAULT_SESSION: &str = "api:default";
 /// Largest request body accepted (larger ones get 413).
-pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+pub const MAX_BODY_BYTES: usize = 20 * 1024 * 1024;
 /// The channel name API turns are recorded under.
 pub const API_CHANNEL: &str = "api";
 
@@ -86,7 +87,8 @@ async fn health() -> Response {
 
 /// An OpenAI-style error response.
 fn error(status: StatusCode, kind: &str, message: impl Into<String>) -> Response {
-    let body = json!({"error": {"message": message.into(), "type": kind, "param": null, "code": null}});
+    let body =
+        json!({"error": {"message": message.into(), "type": kind, "param": null, "code": status.as_u16()}});
     (status, axum::Json(body)).into_response()
 }
 
@@ -209,19 +211,20 @@ async fn chat_inner(st: &ApiState, headers: &HeaderMap, body: &Bytes) -> Respons
             "`messages` must contain a user message with text",
         );
     };
-    let key = req
-        .session_id
-        .as_deref()
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .unwrap_or(DEFAULT_SESSION)
-        .to_owned();
-    let chat_id = key.strip_prefix("api:").unwrap_or(&key).to_owned();
+    let session = req.session_id.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    let key = session.map_or_else(|| DEFAULT_SESSION.to_owned(), |s| format!("api:{s}"));
+    let chat_id = session.unwrap_or("default").to_owned();
     let msg = InboundMessage::new(API_CHANNEL, "api", chat_id, text).with_session_key(&key);
-    let model = req
-        .model
-        .filter(|m| !m.is_empty())
-        .unwrap_or_else(|| st.settings.model.clone());
+    let model = st.settings.model.clone();
+    if let Some(asked) = req.model.as_deref().filter(|m| !m.is_empty())
+        && asked != model
+    {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            format!("Only configured model '{model}' is available"),
+        );
+    }
     if req.stream {
         return stream_completion(st, msg, key, model);
     }

@@ -102,7 +102,7 @@ async fn burst_across_sessions_then_sigterm_with_turns_in_flight() {
         for k in 0..2 {
             let (c, url) = (c.clone(), url.clone());
             tasks.push(tokio::spawn(async move {
-                let got = ask(&c, &url, &format!("api:s{s}"), &format!("message <m-{s}-{k}>")).await;
+                let got = ask(&c, &url, &format!("s{s}"), &format!("message <m-{s}-{k}>")).await;
                 (s, k, got)
             }));
         }
@@ -118,7 +118,7 @@ async fn burst_across_sessions_then_sigterm_with_turns_in_flight() {
     for s in 0..SLOW {
         let (c, url) = (c.clone(), url.clone());
         slow.push(tokio::spawn(async move {
-            ask(&c, &url, &format!("api:slow{s}"), &format!("<slow-{s}>")).await
+            ask(&c, &url, &format!("slow{s}"), &format!("<slow-{s}>")).await
         }));
     }
     tokio::time::timeout(GUARD, mock.wait_for_requests(before + SLOW))

@@ -69,7 +69,7 @@ async fn streaming_completion_sends_chunks_then_done() {
     let r = client()
         .post(api_url(&gw, "/v1/chat/completions"))
         .bearer_auth(KEY)
-        .json(&chat("stream please", Some("api:s1"), true))
+        .json(&chat("stream please", Some("s1"), true))
         .send()
         .await
         .unwrap();
@@ -162,8 +162,8 @@ async fn two_session_ids_are_kept_apart() {
     assert!(!last.contains("bob-1") && !last.contains("B1"));
     gw.shutdown().await;
     let s = sessions(&home);
-    assert_eq!(texts(&s["alice"], "assistant"), ["A1", "A2"]);
-    assert_eq!(texts(&s["bob"], "assistant"), ["B1"]);
+    assert_eq!(texts(&s["api:alice"], "assistant"), ["A1", "A2"]);
+    assert_eq!(texts(&s["api:bob"], "assistant"), ["B1"]);
 }
 
 #[tokio::test]
@@ -191,6 +191,21 @@ async fn bad_bodies_get_openai_style_errors_and_oversized_ones_413() {
         .await
         .unwrap();
     assert_eq!(r.status(), 400);
+    let mut other_model = chat("hi", None, false);
+    other_model["model"] = json!("gpt-4o");
+    let r = c
+        .post(&url)
+        .bearer_auth(KEY)
+        .json(&other_model)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v["error"]["message"],
+        "Only configured model 'mock-model' is available"
+    );
     let huge = "x".repeat(nanobot_gateway::api::MAX_BODY_BYTES + 10);
     let r = c
         .post(&url)

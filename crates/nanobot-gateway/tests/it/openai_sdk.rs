@@ -10,12 +10,12 @@ from openai import OpenAI
 base, key = os.environ["BASE_URL"], os.environ["API_KEY"]
 c = OpenAI(base_url=base, api_key=key, max_retries=0)
 r = c.chat.completions.create(model="mock-model", messages=[{"role": "user", "content": "plain alice"}],
-                              extra_body={"session_id": "sdk:alice"})
+                              extra_body={"session_id": "alice"})
 assert r.choices[0].message.content == "PLAIN", r
 parts = []
 for chunk in c.chat.completions.create(model="mock-model", stream=True,
                                        messages=[{"role": "user", "content": "stream bob"}],
-                                       extra_body={"session_id": "sdk:bob"}):
+                                       extra_body={"session_id": "bob"}):
     if chunk.choices and chunk.choices[0].delta.content:
         parts.append(chunk.choices[0].delta.content)
 assert "".join(parts) == "STREAMED ANSWER", parts
@@ -71,6 +71,6 @@ async fn the_openai_python_sdk_talks_to_the_api() {
     );
     gw.shutdown().await;
     let s = sessions(&home);
-    assert_eq!(texts(&s["sdk:alice"], "assistant"), ["PLAIN"]);
-    assert_eq!(texts(&s["sdk:bob"], "assistant"), ["STREAMED ANSWER"]);
+    assert_eq!(texts(&s["api:alice"], "assistant"), ["PLAIN"]);
+    assert_eq!(texts(&s["api:bob"], "assistant"), ["STREAMED ANSWER"]);
 }

@@ -121,7 +121,10 @@ async fn shutdown_lets_a_running_turn_finish_and_saves_it() {
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["choices"][0]["message"]["content"], "finished anyway");
-    assert_eq!(texts(&sessions(&home)["slow"], "assistant"), ["finished anyway"]);
+    assert_eq!(
+        texts(&sessions(&home)["api:slow"], "assistant"),
+        ["finished anyway"]
+    );
 }
 
 #[tokio::test]
