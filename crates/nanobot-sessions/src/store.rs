@@ -289,10 +289,7 @@ impl SessionStore {
     /// its messages.
     pub async fn reset(&self, key: &str) -> Result<Session> {
         self.run(key, |inner, key, slot| {
-            inner.load(key, slot)?;
-            let Some(current) = slot.cached.as_mut() else {
-                unreachable!("loaded above")
-            };
+            let current = inner.load(key, slot)?;
             let mut fresh = Session {
                 key: current.key.clone(),
                 messages: Vec::new(),
@@ -456,12 +453,13 @@ impl Inner {
             slot.total = session.messages.len();
             slot.tail_ok = true;
             slot.head = None;
-            slot.cached = Some(session);
+            return Ok(slot.cached.insert(session));
         }
-        match slot.cached.as_mut() {
-            Some(s) => Ok(s),
-            None => unreachable!("the slot was filled above"),
-        }
+        slot.cached.as_mut().ok_or(SessionError::Invalid {
+            path: self.path_for(key),
+            line: 0,
+            what: "session cache slot emptied while locked".into(),
+        })
     }
 
     /// Makes sure the slot knows the session's metadata and message count, reading as little as possible:
