@@ -8,5 +8,6 @@ mod agent;
 mod basics;
 mod cron;
 mod eval;
+mod gateway;
 mod interactive;
 mod support;

@@ -58,8 +58,44 @@ pub enum Command {
     },
     /// Replay a scripted conversation through the real agent loop and tools, and check expectations.
     Eval(EvalArgs),
-    // The long-running modes (`gateway`, `serve`) join here: one variant each, dispatched in
-    // `crate::gateway` to the functions of `nanobot-gateway`.
+    /// Run the long-running gateway: chat channels, cron and heartbeat, health/metrics, the OpenAI-compatible API.
+    Gateway(GatewayArgs),
+    /// Serve only the OpenAI-compatible API (`/v1/chat/completions`).
+    Serve(ServeArgs),
+}
+
+/// `nanobot gateway`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct GatewayArgs {
+    /// Port of the health/metrics server (overrides gateway.port).
+    #[arg(short = 'p', long = "port")]
+    pub port: Option<u16>,
+    /// Config file and workspace.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Debug logging.
+    #[arg(short = 'v', long = "verbose")]
+    pub verbose: bool,
+    /// Do not serve the OpenAI-compatible API.
+    #[arg(long = "no-api")]
+    pub no_api: bool,
+}
+
+/// `nanobot serve`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ServeArgs {
+    /// Port of the API (overrides api.port).
+    #[arg(short = 'p', long = "port")]
+    pub port: Option<u16>,
+    /// Address to listen on (overrides api.host; a non-loopback address needs api.apiKey).
+    #[arg(long = "host")]
+    pub host: Option<String>,
+    /// Config file and workspace.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Debug logging.
+    #[arg(short = 'v', long = "verbose")]
+    pub verbose: bool,
 }
 
 /// `nanobot agent`.

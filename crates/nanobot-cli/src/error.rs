@@ -8,6 +8,8 @@ pub const EXIT_OK: u8 = 0;
 pub const EXIT_RUNTIME: u8 = 1;
 /// Exit code for a usage or configuration error (bad flags, no config, no API key, an invalid value).
 pub const EXIT_USAGE: u8 = 2;
+/// Exit code after a second interrupt during a shutdown (128 + SIGINT).
+pub const EXIT_INTERRUPTED: u8 = 130;
 
 /// Why a command failed. The `Display` text is what the user sees (after `Error: `); it never holds a secret.
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +90,12 @@ pub enum CliError {
     /// The turn failed; the message is the agent's.
     #[error("{0}")]
     Turn(String),
+    /// The gateway could not start or failed.
+    #[error("{0}")]
+    Gateway(#[source] nanobot_gateway::GatewayError),
+    /// A second Ctrl-C/SIGTERM during a shutdown: exit at once.
+    #[error("interrupted")]
+    Interrupted,
 }
 
 fn hint_flag(explicit: &bool) -> &'static str {
@@ -117,6 +125,15 @@ impl CliError {
                 | nanobot_cron::CronError::Disabled { .. },
             ) => EXIT_USAGE,
             CliError::Core(nanobot_core::CoreError::Config(_)) => EXIT_USAGE,
+            CliError::Interrupted => EXIT_INTERRUPTED,
+            CliError::Gateway(
+                nanobot_gateway::GatewayError::UnprotectedApi { .. }
+                | nanobot_gateway::GatewayError::BadAddress { .. },
+            ) => EXIT_USAGE,
+            CliError::Gateway(nanobot_gateway::GatewayError::Core(nanobot_core::CoreError::Config(_))) => {
+                EXIT_USAGE
+            }
+            CliError::Gateway(nanobot_gateway::GatewayError::Provider(p)) => provider_exit(p),
             CliError::Core(nanobot_core::CoreError::Provider(p)) => provider_exit(p),
             _ => EXIT_RUNTIME,
         }

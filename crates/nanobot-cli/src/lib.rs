@@ -47,9 +47,9 @@ use std::io::Write;
 
 pub use args::{
     AgentArgs, ChannelsAction, Cli, Command, ConfigArgs, CronAction, CronAddArgs, CronConfigArgs, EvalArgs,
-    McpAction,
+    GatewayArgs, McpAction, ServeArgs,
 };
-pub use error::{CliError, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE};
+pub use error::{CliError, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE};
 pub use eval::{
     Expect, ExpectationResult, OneOrMany, ScriptedCall, ScriptedResponse, Trace, TraceReport, TraceTurn,
 };
@@ -69,6 +69,9 @@ pub fn log_filter(cli: &Cli, env: &CliEnv) -> String {
     }
     match &cli.command {
         Command::Agent(a) if a.logs => "info".to_owned(),
+        Command::Gateway(a) if a.verbose => "info,nanobot=debug".to_owned(),
+        Command::Serve(a) if a.verbose => "info,nanobot=debug".to_owned(),
+        Command::Gateway(_) | Command::Serve(_) => "info".to_owned(),
         _ => "warn".to_owned(),
     }
 }
@@ -103,7 +106,7 @@ fn write_out(out: &mut dyn Write, text: &str) -> Result<(), CliError> {
 }
 
 /// A tokio runtime for the commands that need one (only those: `--help`/`--version` never get here).
-fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -155,6 +158,8 @@ pub fn run_with(cli: Cli, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliEr
             let rt = runtime()?;
             rt.block_on(eval::run(env, &a, out))
         }
+        Command::Gateway(a) => gateway::gateway(env, &a),
+        Command::Serve(a) => gateway::serve(env, &a),
     }
 }
 
