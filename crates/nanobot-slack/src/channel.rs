@@ -39,6 +39,7 @@ pub struct SlackChannel {
     files: reqwest::Client,
     bot_user: Mutex<Option<String>>,
     seen: Mutex<VecDeque<(String, String)>>,
+    threads: Mutex<VecDeque<(String, String)>>,
     handled: watch::Sender<u64>,
 }
 
@@ -139,6 +140,19 @@ impl Received {
     }
 }
 
+/// Records `(channel, ts)` in a bounded memory; true when it was not there yet.
+fn remember(memory: &Mutex<VecDeque<(String, String)>>, channel: &str, ts: &str) -> bool {
+    let mut seen = lock(memory);
+    if seen.iter().any(|(c, t)| c == channel && t == ts) {
+        return false;
+    }
+    if seen.len() == SEEN_CAPACITY {
+        seen.pop_front();
+    }
+    seen.push_back((channel.to_string(), ts.to_string()));
+    true
+}
+
 fn bad_config(message: String) -> ChannelError {
     ChannelError::Config {
         channel: NAME.into(),
@@ -179,6 +193,7 @@ impl SlackChannel {
             files,
             bot_user: Mutex::new(None),
             seen: Mutex::new(VecDeque::with_capacity(SEEN_CAPACITY)),
+            threads: Mutex::new(VecDeque::with_capacity(SEEN_CAPACITY)),
             handled: watch::Sender::new(0),
         })
     }
@@ -216,15 +231,66 @@ impl SlackChannel {
     /// True the first time a message (`channel`, `ts`) is seen: Slack sends a mention both as `message` and as
     /// `app_mention` when the app subscribes to both.
     fn first_sighting(&self, channel: &str, ts: &str) -> bool {
-        let mut seen = lock(&self.seen);
-        if seen.iter().any(|(c, t)| c == channel && t == ts) {
-            return false;
+        remember(&self.seen, channel, ts)
+    }
+
+    /// Earlier messages of the thread `root` (up to the configured limit: the parent, then the latest ones
+    /// before `current`), formatted for the model; `None` when there are none or Slack refuses.
+    async fn thread_context(
+        &self,
+        channel: &str,
+        root: &str,
+        current: &str,
+        bot_user: &str,
+    ) -> Option<String> {
+        let limit = usize::try_from(self.settings.thread_context_limit).unwrap_or(0);
+        if limit == 0 || !remember(&self.threads, channel, root) {
+            return None;
         }
-        if seen.len() == SEEN_CAPACITY {
-            seen.pop_front();
-        }
-        seen.push_back((channel.to_string(), ts.to_string()));
-        true
+        let token = self.bot_token();
+        let session = self.client.open_session(&token);
+        let req =
+            SlackApiConversationsRepliesRequest::new(channel.to_string().into(), root.to_string().into())
+                .with_limit(200);
+        let resp = match session.conversations_replies(&req).await {
+            Ok(resp) => resp,
+            Err(e) => {
+                tracing::debug!(error = %e, "slack: could not read the thread context");
+                return None;
+            }
+        };
+        let earlier: Vec<String> = resp
+            .messages
+            .iter()
+            .filter(|m| m.origin.ts.0 != current)
+            .filter_map(|m| {
+                let text = m
+                    .content
+                    .text
+                    .as_deref()
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())?;
+                let from_bot =
+                    m.sender.bot_id.is_some() || m.sender.user.as_ref().is_some_and(|u| u.0 == bot_user);
+                let who = if from_bot {
+                    "assistant".to_string()
+                } else {
+                    m.sender
+                        .user
+                        .as_ref()
+                        .map_or_else(|| "someone".to_string(), |u| format!("<@{u}>"))
+                };
+                Some(format!("{who}: {}", clean_text(text, bot_user)))
+            })
+            .collect();
+        let kept: Vec<&String> = match earlier.split_first() {
+            None => return None,
+            Some((parent, rest)) => std::iter::once(parent)
+                .chain(rest.iter().skip(rest.len().saturating_sub(limit - 1)))
+                .take(limit)
+                .collect(),
+        };
+        Some(kept.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n"))
     }
 
     fn bot_token(&self) -> SlackApiToken {
@@ -387,7 +453,18 @@ impl SlackChannel {
             _ => return Ok(()),
         }
         self.react(&channel, &ts, &self.settings.react_emoji, true).await;
+        if thread.as_deref() == Some(ts.as_str()) {
+            // A thread the bot starts itself: its history is the session's, no context to fetch later.
+            remember(&self.threads, &channel, &ts);
+        }
         let mut lines = Vec::new();
+        if let Some(root) = thread_ts.as_deref().filter(|root| *root != ts)
+            && let Some(context) = self.thread_context(&channel, root, &ts, &bot_user).await
+        {
+            lines.push(format!(
+                "[Earlier messages in this thread]\n{context}\n[End of thread context]\n"
+            ));
+        }
         if !text.is_empty() {
             lines.push(text);
         }

@@ -8,6 +8,8 @@
 //! `dm.policy`, and `groupPolicy` in channels (`mention` answers only messages that mention the bot;
 //! `groupRequireMention` makes `open` behave as `mention`; `allowlist` uses `groupAllowFrom`). Accepted messages get the `reactEmoji` reaction, shared files are downloaded to
 //! `<media_dir>/slack/`, and the message goes on the bus with its `ts`, its thread and a per-thread session key.
+//! When the bot is first addressed inside a thread it did not start, the thread's earlier messages are put in
+//! front of the text (`includeThreadContext`, `threadContextLimit`).
 //!
 //! Replies are converted from Markdown to Slack mrkdwn, split at Slack's limit and posted in the thread (channel
 //! messages start a thread under themselves when `replyInThread` is on; direct messages are answered inline unless

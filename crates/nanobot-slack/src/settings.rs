@@ -35,6 +35,9 @@ pub struct SlackSettings {
     pub react_emoji: String,
     /// `doneEmoji`: reaction that replaces it when the reply was sent (empty = none).
     pub done_emoji: String,
+    /// `includeThreadContext` + `threadContextLimit`: when the bot is first addressed inside an existing thread,
+    /// give the model up to this many earlier messages of it (0 = never).
+    pub thread_context_limit: u32,
     /// Web API base URL (`baseUrl`, default [`DEFAULT_API_URL`]); `apps.connections.open` goes there too.
     pub api_url: String,
     /// Socket Mode connections kept open at once (Slack delivers each event on one of them).
@@ -57,6 +60,7 @@ impl SlackSettings {
             reply_in_thread: true,
             react_emoji: "eyes".into(),
             done_emoji: "white_check_mark".into(),
+            thread_context_limit: 20,
             api_url: DEFAULT_API_URL.into(),
             socket_connections: 2,
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
@@ -99,6 +103,11 @@ impl SlackSettings {
         s.reply_in_thread = config.reply_in_thread;
         s.react_emoji = emoji_name(&config.react_emoji);
         s.done_emoji = emoji_name(&config.done_emoji);
+        s.thread_context_limit = if config.include_thread_context {
+            config.thread_context_limit.min(200)
+        } else {
+            0
+        };
         if let Some(base) = config
             .base_url
             .as_deref()
@@ -180,6 +189,9 @@ mod tests {
         assert_eq!(s.api_url, "http://127.0.0.1:4000/api");
         assert_eq!(s.dm_allow_from, Some(vec!["U1".to_string()]));
         assert!(s.reply_in_thread);
+        assert_eq!(s.thread_context_limit, 20);
+        c.include_thread_context = false;
+        assert_eq!(SlackSettings::from_config(&c).unwrap().thread_context_limit, 0);
 
         c.base_url = Some("slack.local".into());
         assert!(

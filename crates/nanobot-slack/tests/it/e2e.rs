@@ -285,6 +285,56 @@ async fn a_mention_sent_as_message_and_app_mention_is_served_once() -> Result<()
 }
 
 #[tokio::test]
+async fn addressed_inside_an_existing_thread_the_model_gets_its_earlier_messages() -> Result<()> {
+    let Some(h) = Harness::start(GroupPolicy::Mention, false).await? else {
+        return Ok(());
+    };
+    let root = h.alice_says(GENERAL, "channel", "Planning the offsite").await?;
+    h.slack
+        .call(
+            ALICE_TOKEN,
+            "chat.postMessage",
+            json!({"channel": GENERAL, "text": "I suggest Lisbon &amp; Porto", "thread_ts": root}),
+        )
+        .await?;
+    let text = format!("<@{}> what do you think?", h.bot);
+    let posted = h
+        .slack
+        .call(
+            ALICE_TOKEN,
+            "chat.postMessage",
+            json!({"channel": GENERAL, "text": text, "thread_ts": root}),
+        )
+        .await?;
+    let ts = posted["ts"].as_str().context("ts")?.to_string();
+    let envelope = h.slack.push_event(json!({
+        "type": "message", "channel": GENERAL, "channel_type": "channel", "user": h.alice,
+        "text": text, "ts": ts, "thread_ts": root,
+    }));
+    h.slack.acked(&envelope).await?;
+    let inbound = h.inbound().await?;
+    let alice = &h.alice;
+    assert_eq!(
+        inbound.content,
+        format!(
+            "[Earlier messages in this thread]\n<@{alice}>: Planning the offsite\n<@{alice}>: I suggest Lisbon & Porto\n\
+             [End of thread context]\n\nwhat do you think?"
+        )
+    );
+    assert_eq!(inbound.session_key(), format!("slack:{GENERAL}:{root}"));
+
+    // The next message in the same thread carries no context again (the session has it).
+    let next = h.slack.push_event(json!({
+        "type": "message", "channel": GENERAL, "channel_type": "channel", "user": h.alice,
+        "text": format!("<@{}> and the dates?", h.bot), "ts": "1795339999.000001", "thread_ts": root,
+    }));
+    h.slack.acked(&next).await?;
+    assert_eq!(h.inbound().await?.content, "and the dates?");
+    h.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_stranger_is_not_served_and_gets_a_pairing_code_in_dms() -> Result<()> {
     let Some(h) = Harness::start(GroupPolicy::Open, true).await? else {
         return Ok(());
