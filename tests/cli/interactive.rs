@@ -121,3 +121,34 @@ fn cron_jobs_fire_in_the_chat() {
             .any(|r| r.last_user_text().unwrap_or_default().contains("cron ping"))
     );
 }
+
+#[test]
+fn piped_input_works_without_a_terminal() {
+    use std::io::Write;
+    let mock = MockLlm::start_background();
+    let home = onboarded(&mock);
+    mock.push(MockReply::text("Piped answer."));
+    let mut child = nanobot(home.home())
+        .arg("agent")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"Hello through a pipe\nexit\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Piped answer."), "{text}");
+    assert!(!text.contains('\x1b'), "no terminal, no ANSI codes: {text:?}");
+}

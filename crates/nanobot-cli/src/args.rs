@@ -116,11 +116,17 @@ pub struct AgentArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
     /// Print the answer as plain text instead of rendering Markdown.
-    #[arg(long = "no-markdown")]
+    #[arg(long = "no-markdown", overrides_with = "markdown")]
     pub no_markdown: bool,
+    /// Render Markdown (the default; accepted for compatibility with the Python nanobot).
+    #[arg(long = "markdown", hide = true)]
+    pub markdown: bool,
     /// Show the agent's logs (on stderr) while it works.
-    #[arg(long = "logs")]
+    #[arg(long = "logs", overrides_with = "no_logs")]
     pub logs: bool,
+    /// Hide the logs (the default; accepted for compatibility with the Python nanobot).
+    #[arg(long = "no-logs", hide = true)]
+    pub no_logs: bool,
 }
 
 /// `nanobot channels …`.
@@ -312,6 +318,21 @@ mod tests {
             a.config.config.as_deref(),
             Some(std::path::Path::new("/x/config.json"))
         );
+    }
+
+    #[test]
+    fn python_style_toggles_are_accepted_and_the_last_one_wins() {
+        let cli = Cli::try_parse_from(["nanobot", "agent", "-m", "x", "--logs", "--no-logs", "--markdown"])
+            .unwrap();
+        let Command::Agent(a) = cli.command else {
+            panic!("not agent")
+        };
+        assert!(!a.logs && !a.no_markdown);
+        let cli = Cli::try_parse_from(["nanobot", "agent", "--markdown", "--no-markdown"]).unwrap();
+        let Command::Agent(a) = cli.command else {
+            panic!("not agent")
+        };
+        assert!(a.no_markdown);
     }
 
     #[test]
