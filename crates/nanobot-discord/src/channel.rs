@@ -13,7 +13,7 @@ use nanobot_channels::{
 };
 use serenity::all::{
     Attachment, ChannelId, ClientBuilder, Context, CreateAttachment, CreateMessage, EventHandler, Http,
-    HttpBuilder, Message, MessageId, ReactionType, Ready, UserId,
+    HttpBuilder, Message, MessageId, MessageReference, MessageReferenceKind, ReactionType, Ready, UserId,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -216,7 +216,11 @@ impl DiscordChannel {
             if i == 0
                 && let Some(id) = reply_to
             {
-                create = create.reference_message((channel, id));
+                // A deleted original must not make the answer fail: send it unquoted then.
+                let reference = MessageReference::new(MessageReferenceKind::Default, channel)
+                    .message_id(id)
+                    .fail_if_not_exists(false);
+                create = create.reference_message(reference);
             }
             if i == last_text
                 && let Some(group) = file_groups.next()

@@ -163,6 +163,10 @@ async fn allowed_dm_reaches_the_bus_and_a_long_reply_is_split_at_2000() -> Resul
     }
     assert_eq!(contents.join(" "), long, "nothing lost or reordered");
     assert_eq!(posts[0].payload()["message_reference"]["message_id"], "100");
+    assert_eq!(
+        posts[0].payload()["message_reference"]["fail_if_not_exists"],
+        false
+    );
     assert!(posts[1].payload().get("message_reference").is_none());
 
     // A file goes out as a multipart attachment.
