@@ -452,3 +452,63 @@ async fn a_wrong_app_token_is_an_auth_error() -> Result<()> {
     assert!(!err.is_retryable());
     Ok(())
 }
+
+/// Needs no peer: the Socket Mode fake plus a front server answering the Web API locally.
+#[tokio::test]
+async fn socket_mode_envelopes_are_acked_and_only_allowed_users_are_served() -> Result<()> {
+    let slack = SlackFake::start_hermetic().await?;
+    let config = SlackConfig {
+        app_token: Secret::new(APP_TOKEN),
+        bot_token: Secret::new(BOT_TOKEN),
+        allow_from: vec!["U0ALICE".into()],
+        base_url: Some(slack.api.clone()),
+        ..SlackConfig::default()
+    };
+    let mut settings = SlackSettings::from_config(&config)?;
+    settings.socket_connections = 1;
+    let media = tempfile::tempdir()?;
+    let channel = Arc::new(SlackChannel::new(settings, media.path())?);
+    let bus = Arc::new(InProcessBus::new(16));
+    let cancel = CancellationToken::new();
+    let mut manager = ChannelManager::new(ManagerSettings::default());
+    manager.add(channel.clone());
+    let manager = tokio::spawn(manager.run(bus.clone() as Arc<dyn Bus>, cancel.clone()));
+    slack.connected().await?;
+    assert_eq!(channel.bot_user_id().as_deref(), Some("UBOT"));
+
+    let stranger = slack.push_event(json!({
+        "type": "message", "channel": "D0EVE", "channel_type": "im", "user": "U0EVE",
+        "text": "hi", "ts": "1795330001.000001",
+    }));
+    let allowed = slack.push_event(json!({
+        "type": "message", "channel": "D0ALICE", "channel_type": "im", "user": "U0ALICE",
+        "text": "hello &amp; welcome", "ts": "1795330002.000001",
+    }));
+    slack.acked(&stranger).await?;
+    slack.acked(&allowed).await?;
+    let inbound = tokio::time::timeout(Duration::from_secs(20), bus.consume_inbound())
+        .await?
+        .context("bus closed")?;
+    assert_eq!(
+        (
+            inbound.sender_id.as_str(),
+            inbound.chat_id.as_str(),
+            inbound.content.as_str()
+        ),
+        ("U0ALICE", "D0ALICE", "hello & welcome")
+    );
+    let mut handled = channel.handled_events();
+    tokio::time::timeout(Duration::from_secs(20), handled.wait_for(|n| *n >= 2)).await??;
+    assert_eq!(bus.inbound_len(), 0, "the stranger's message was dropped");
+
+    let mut reply = OutboundMessage::reply("slack", "D0ALICE", "**ok**");
+    reply.metadata = inbound.metadata.clone();
+    bus.publish_outbound(reply).await?;
+    let post = slack.wait_calls(|calls| posts(calls).into_iter().next()).await?;
+    assert_eq!(post["channel"], "D0ALICE");
+    assert_eq!(post["text"], "*ok*");
+    assert!(posts(&slack.calls()).iter().all(|p| p["channel"] != "D0EVE"));
+    cancel.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(20), manager).await;
+    Ok(())
+}

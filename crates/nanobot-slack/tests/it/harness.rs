@@ -5,7 +5,8 @@
 //! tokio-tungstenite server that sends `hello`, pushes `events_api` envelopes and records the acknowledgements.
 //! Every other Web API call is recorded and forwarded to emulate. One emulator looseness is absorbed here, never in
 //! the channel: emulate answers `GET /api/files.getUploadURLExternal` with 404 (Slack accepts GET and POST for
-//! every method), so a GET is forwarded as a form-encoded POST.
+//! every method), so a GET is forwarded as a form-encoded POST. Without emulate ([`SlackFake::start_hermetic`])
+//! the front server answers the Web API itself, enough for Socket Mode tests that need no peer.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -88,10 +89,10 @@ fn emulate_install() -> Option<(PathBuf, PathBuf)> {
 pub(crate) struct SlackFake {
     /// Base URL for the channel's `baseUrl` (the front server's `/api`).
     pub(crate) api: String,
-    emulate: String,
+    emulate: Option<String>,
     state: Arc<State>,
     http: reqwest::Client,
-    _emulate: ChildGuard,
+    _emulate: Option<ChildGuard>,
     _dir: tempfile::TempDir,
 }
 
@@ -124,7 +125,21 @@ impl SlackFake {
         let guard = ChildGuard::spawn_tokio("emulate", &mut cmd)?;
         let emulate = format!("http://127.0.0.1:{port}");
         peers::wait_for_http(&format!("{emulate}/"), Duration::from_secs(30)).await?;
+        Self::serve(Some(emulate), Some(guard), dir).await.map(Some)
+    }
 
+    /// The fakes without emulate: the front server answers `auth.test` (bot user `UBOT`) and every other method
+    /// with `{"ok":true}` itself, so Socket Mode can be tested without any peer installed.
+    pub(crate) async fn start_hermetic() -> Result<Self> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Self::serve(None, None, tempfile::tempdir()?).await
+    }
+
+    async fn serve(
+        emulate: Option<String>,
+        guard: Option<ChildGuard>,
+        dir: tempfile::TempDir,
+    ) -> Result<Self> {
         let state = Arc::new(State::default());
         let http = reqwest::Client::builder().no_proxy().build()?;
 
@@ -156,14 +171,14 @@ impl SlackFake {
                 async move { front(&state, &http, &target, &ws_url, method, uri, headers, body).await }
             });
         tokio::spawn(async move { axum::serve(front_listener, app).await });
-        Ok(Some(Self {
+        Ok(Self {
             api,
             emulate,
             state,
             http,
             _emulate: guard,
             _dir: dir,
-        }))
+        })
     }
 
     /// A URL on the front server that serves a shared file to the bot token only.
@@ -175,7 +190,10 @@ impl SlackFake {
     pub(crate) async fn call(&self, token: &str, method: &str, body: Value) -> Result<Value> {
         let v: Value = self
             .http
-            .post(format!("{}/api/{method}", self.emulate))
+            .post(format!(
+                "{}/api/{method}",
+                self.emulate.as_deref().context("no emulate in a hermetic test")?
+            ))
             .bearer_auth(token)
             .json(&body)
             .send()
@@ -253,7 +271,7 @@ impl SlackFake {
 async fn front(
     state: &State,
     http: &reqwest::Client,
-    emulate: &str,
+    emulate: &Option<String>,
     ws_url: &str,
     method: Method,
     uri: Uri,
@@ -292,6 +310,9 @@ async fn front(
         };
         return axum::Json(reply).into_response();
     }
+    let Some(emulate) = emulate else {
+        return axum::Json(local_answer(&name)).into_response();
+    };
     let target = format!("{emulate}{}", uri.path());
     let mut req = if method == Method::GET {
         http.post(&target)
@@ -320,6 +341,18 @@ async fn front(
             (status, [("content-type", ct)], bytes.to_vec()).into_response()
         }
         Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+    }
+}
+
+/// What the front server answers when no emulator runs behind it.
+fn local_answer(method: &str) -> Value {
+    match method {
+        "auth.test" => json!({
+            "ok": true, "url": "https://test.slack.com/", "team": "Test", "user": "nanobot",
+            "team_id": "T000000001", "user_id": "UBOT",
+        }),
+        "chat.postMessage" => json!({"ok": true, "channel": "C000000001", "ts": "1795330000.000001"}),
+        _ => json!({"ok": true}),
     }
 }
 
