@@ -29,6 +29,10 @@ pub struct InboundMessage {
     /// Session to use instead of `channel:chat_id` (threads, unified sessions, cron jobs bound to a session).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key_override: Option<String>,
+    /// The channel can show an answer while it is being written: the agent then publishes
+    /// [`OutboundKind::StreamDelta`] pieces and one [`OutboundKind::StreamEnd`] instead of a single reply.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub wants_stream: bool,
 }
 
 impl InboundMessage {
@@ -48,6 +52,7 @@ impl InboundMessage {
             media: Vec::new(),
             metadata: Map::new(),
             session_key_override: None,
+            wants_stream: false,
         }
     }
 
@@ -63,6 +68,13 @@ impl InboundMessage {
     #[must_use]
     pub fn with_session_key(mut self, key: impl Into<String>) -> Self {
         self.session_key_override = Some(key.into());
+        self
+    }
+
+    /// Asks for a streamed answer (see [`InboundMessage::wants_stream`]).
+    #[must_use]
+    pub fn with_streaming(mut self, on: bool) -> Self {
+        self.wants_stream = on;
         self
     }
 

@@ -35,8 +35,6 @@ use crate::tools::{CronTool, MessageTool, SpawnTool, TurnInfo};
 pub const STORED_TOOL_RESULT_MAX_CHARS: usize = 500;
 /// What replaces inline images in stored sessions.
 pub const IMAGE_PLACEHOLDER: &str = "[image]";
-/// Inbound metadata key: `true` when the channel wants streamed deltas.
-pub const WANTS_STREAM_KEY: &str = "_wants_stream";
 /// Messages kept in the prompt after `/compact` without a memory service.
 const COMPACT_KEEP_MESSAGES: usize = 8;
 
@@ -857,11 +855,7 @@ impl LoopInner {
         let mut hooks: Vec<Arc<dyn AgentHook>> = self.hooks.clone();
         hooks.push(Arc::new(self.usage.clone()));
         hooks.push(Arc::new(LoggingHook));
-        let wants_stream = msg
-            .metadata
-            .get(WANTS_STREAM_KEY)
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
+        let wants_stream = msg.wants_stream;
         let bus_hook = match (&bus, opts.publish) {
             (Some(b), true) => Some(Arc::new(BusHook::new(
                 b.clone(),

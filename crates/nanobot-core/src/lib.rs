@@ -60,7 +60,7 @@ mod settings;
 
 pub use agent_loop::{
     AgentLoop, AgentLoopBuilder, IMAGE_PLACEHOLDER, STORED_TOOL_RESULT_MAX_CHARS, TurnOptions, TurnReply,
-    WANTS_STREAM_KEY, stored_message,
+    stored_message,
 };
 pub use settings::{
     AgentSettings, Environment, base_tools_from_config, builtin_skills_dir, registry_settings,

@@ -367,7 +367,8 @@ impl TelegramChannel {
             .with_metadata("message_id", msg.id.0)
             .with_metadata("user_id", from.id.0)
             .with_metadata("first_name", from.first_name.clone())
-            .with_metadata("is_group", is_group);
+            .with_metadata("is_group", is_group)
+            .with_streaming(self.settings.streaming);
         if let Some(username) = &from.username {
             inbound = inbound.with_metadata("username", username.clone());
         }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use nanobot_bus::{InboundMessage, OutboundKind, SYSTEM_CHANNEL};
-use nanobot_core::{StopReason, TurnOptions, WANTS_STREAM_KEY};
+use nanobot_core::{StopReason, TurnOptions};
 use nanobot_testkit::{MockLlm, MockReply, TempHome, ToolCallSpec};
 use serde_json::json;
 
@@ -227,7 +227,7 @@ async fn streaming_channels_get_deltas_and_one_stream_end() {
     let mock = MockLlm::start().await;
     mock.push(MockReply::text("<think>x</think>Hello there, friend.").chunk_chars(4));
     let run = Running::start(agent(&home, &mock));
-    run.send(InboundMessage::new("web", "u", "c", "hi").with_metadata(WANTS_STREAM_KEY, true))
+    run.send(InboundMessage::new("web", "u", "c", "hi").with_streaming(true))
         .await;
     let mut text = String::new();
     let stream_id;
