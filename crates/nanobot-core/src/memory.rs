@@ -77,21 +77,6 @@ pub trait MemoryService: Send + Sync {
 /// Appends a raw archive entry (`{"cursor","timestamp","content","session_key"}`) of `messages` to
 /// `<workspace>/memory/history.jsonl` — the fallback when no [`MemoryService`] is configured. Returns the cursor.
 pub fn raw_archive(workspace: &Path, session_key: &str, messages: &[SessionMessage]) -> std::io::Result<u64> {
-    use std::io::Write as _;
-    let dir = workspace.join("memory");
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join("history.jsonl");
-    let last_cursor = std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|text| {
-            text.lines().rev().find_map(|l| {
-                serde_json::from_str::<serde_json::Value>(l)
-                    .ok()?
-                    .get("cursor")?
-                    .as_u64()
-            })
-        })
-        .unwrap_or(0);
     let mut content = String::from("[RAW] ");
     for m in messages {
         let role = m.role().unwrap_or("?").to_uppercase();
@@ -107,19 +92,12 @@ pub fn raw_archive(workspace: &Path, session_key: &str, messages: &[SessionMessa
             crate::text::truncate_chars(&text, 2000)
         ));
     }
-    let cursor = last_cursor + 1;
-    let line = serde_json::json!({
-        "cursor": cursor,
-        "timestamp": chrono::Local::now().format("%Y-%m-%d %H:%M").to_string(),
-        "content": content,
-        "session_key": session_key,
-    });
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)?;
-    writeln!(f, "{line}")?;
-    Ok(cursor)
+    // The memory store's writer holds the history lock while it reads the last cursor and appends, so entries
+    // written here and by a running consolidation never share a cursor.
+    nanobot_memory::MemoryStore::new(workspace)
+        .append_history(&content, Some(session_key))
+        .map(|entry| entry.cursor)
+        .map_err(std::io::Error::other)
 }
 
 #[cfg(test)]
