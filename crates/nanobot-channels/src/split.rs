@@ -82,12 +82,19 @@ fn plain_cut(s: &str, cut: usize, skip: usize) -> (String, String) {
 }
 
 /// The best cut at or before byte `end`: `(cut, bytes to skip after it)`.
+///
+/// A newline is preferred, then a space, but only in the second half of the window: cutting at a newline near
+/// the start would send a tiny first piece ("Heading" alone) followed by a full one.
 fn preferred_cut(s: &str, end: usize) -> (usize, usize) {
     let window = &s[..end];
-    if let Some(i) = window.rfind('\n').filter(|&i| i > 0) {
+    let half = end / 2;
+    if let Some(i) = window.rfind('\n').filter(|&i| i > 0 && i >= half) {
         return (i, 1);
     }
-    if let Some(i) = window.rfind(' ').filter(|&i| i > 0) {
+    if let Some(i) = window.rfind(' ').filter(|&i| i > 0 && i >= half) {
+        return (i, 1);
+    }
+    if let Some(i) = window.rfind('\n').filter(|&i| i > 0) {
         return (i, 1);
     }
     (end, 0)
@@ -158,6 +165,22 @@ mod tests {
         );
         assert_eq!(split_message("aaaa bbbb cccc", 10), ["aaaa bbbb", "cccc"]);
         assert_eq!(split_message("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+    }
+
+    #[test]
+    fn an_early_newline_does_not_make_a_tiny_first_piece() {
+        let text = format!("Heading\n{}", "word ".repeat(40));
+        let pieces = split_message(&text, 100);
+        assert_within(&pieces, 100);
+        assert!(
+            pieces[0].chars().count() > 50,
+            "first piece too small: {:?}",
+            pieces[0]
+        );
+        assert_eq!(
+            pieces.join(" ").split_whitespace().count(),
+            text.split_whitespace().count()
+        );
     }
 
     #[test]
