@@ -316,54 +316,29 @@ impl WebSearchTool {
     async fn search(&self, query: &str, count: usize) -> Result<Vec<SearchHit>, ToolError> {
         let client = self.client()?;
         let key = self.settings.search.api_key.expose();
-        let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
         let hits = match self.effective_provider() {
             SearchProvider::Brave => {
-                let v: Value = client
-                    .get(with_query(
-                        &self.endpoint("https://api.search.brave.com/res/v1/web/search"),
-                        &[("q", query), ("count", &count.to_string())],
-                    )?)
-                    .header("X-Subscription-Token", key)
-                    .header("Accept", "application/json")
-                    .send()
-                    .await?
-                    .error_for_status()?
-                    .json()
-                    .await?;
-                v.pointer("/web/results")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|r| SearchHit {
-                        title: s(r, "title"),
-                        url: s(r, "url"),
-                        snippet: s(r, "description"),
-                    })
-                    .collect()
+                let v = fetch_json(
+                    client
+                        .get(with_query(
+                            &self.endpoint("https://api.search.brave.com/res/v1/web/search"),
+                            &[("q", query), ("count", &count.to_string())],
+                        )?)
+                        .header("X-Subscription-Token", key)
+                        .header("Accept", "application/json"),
+                )
+                .await?;
+                json_hits(&v, "/web/results", &["description"])
             }
             SearchProvider::Tavily => {
-                let v: Value = client
-                    .post(self.endpoint("https://api.tavily.com/search"))
-                    .bearer_auth(key)
-                    .json(&json!({"query": query, "max_results": count}))
-                    .send()
-                    .await?
-                    .error_for_status()?
-                    .json()
-                    .await?;
-                v.get("results")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|r| SearchHit {
-                        title: s(r, "title"),
-                        url: s(r, "url"),
-                        snippet: s(r, "content"),
-                    })
-                    .collect()
+                let v = fetch_json(
+                    client
+                        .post(self.endpoint("https://api.tavily.com/search"))
+                        .bearer_auth(key)
+                        .json(&json!({"query": query, "max_results": count})),
+                )
+                .await?;
+                json_hits(&v, "/results", &["content"])
             }
             SearchProvider::Searxng => {
                 let base = self.settings.search.base_url.trim().trim_end_matches('/');
@@ -372,52 +347,19 @@ impl WebSearchTool {
                 } else {
                     format!("{base}/search")
                 };
-                let v: Value = client
-                    .get(with_query(&endpoint, &[("q", query), ("format", "json")])?)
-                    .send()
-                    .await?
-                    .error_for_status()?
-                    .json()
+                let v = fetch_json(client.get(with_query(&endpoint, &[("q", query), ("format", "json")])?))
                     .await?;
-                v.get("results")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|r| SearchHit {
-                        title: s(r, "title"),
-                        url: s(r, "url"),
-                        snippet: s(r, "content"),
-                    })
-                    .collect()
+                json_hits(&v, "/results", &["content"])
             }
             SearchProvider::Jina => {
-                let v: Value = client
-                    .get(with_query(&self.endpoint("https://s.jina.ai/"), &[("q", query)])?)
-                    .bearer_auth(key)
-                    .header("Accept", "application/json")
-                    .send()
-                    .await?
-                    .error_for_status()?
-                    .json()
-                    .await?;
-                v.get("data")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|r| {
-                        let snip = {
-                            let d = s(r, "description");
-                            if d.is_empty() { s(r, "content") } else { d }
-                        };
-                        SearchHit {
-                            title: s(r, "title"),
-                            url: s(r, "url"),
-                            snippet: snip,
-                        }
-                    })
-                    .collect()
+                let v = fetch_json(
+                    client
+                        .get(with_query(&self.endpoint("https://s.jina.ai/"), &[("q", query)])?)
+                        .bearer_auth(key)
+                        .header("Accept", "application/json"),
+                )
+                .await?;
+                json_hits(&v, "/data", &["description", "content"])
             }
             SearchProvider::DuckDuckGo => {
                 let html = client
@@ -435,6 +377,34 @@ impl WebSearchTool {
         };
         Ok(hits.into_iter().take(count).collect())
     }
+}
+
+/// Sends a search request and decodes its JSON body (an HTTP error status is an error).
+async fn fetch_json(request: reqwest::RequestBuilder) -> Result<Value, ToolError> {
+    Ok(request.send().await?.error_for_status()?.json().await?)
+}
+
+/// The hits in the JSON array at `pointer`: `title`, `url`, and as snippet the first
+/// non-empty of `snippet_keys`. A missing array gives no hits.
+fn json_hits(v: &Value, pointer: &str, snippet_keys: &[&str]) -> Vec<SearchHit> {
+    let s = |r: &Value, k: &str| r.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    v.pointer(pointer)
+        .and_then(Value::as_array)
+        .map(|results| {
+            results
+                .iter()
+                .map(|r| SearchHit {
+                    title: s(r, "title"),
+                    url: s(r, "url"),
+                    snippet: snippet_keys
+                        .iter()
+                        .map(|k| s(r, k))
+                        .find(|x| !x.is_empty())
+                        .unwrap_or_default(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn with_query(endpoint: &str, pairs: &[(&str, &str)]) -> Result<Url, ToolError> {
