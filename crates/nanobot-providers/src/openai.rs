@@ -427,20 +427,7 @@ fn chunk_events(chunk: &Value) -> Vec<StreamEvent> {
                     .get("index")
                     .and_then(Value::as_u64)
                     .map_or(pos, |i| i as usize);
-                let function = tc.get("function");
-                out.push(StreamEvent::ToolCallDelta {
-                    index,
-                    id: tc.get("id").and_then(Value::as_str).map(str::to_owned),
-                    name: function
-                        .and_then(|f| f.get("name"))
-                        .and_then(Value::as_str)
-                        .map(str::to_owned),
-                    arguments: match function.and_then(|f| f.get("arguments")) {
-                        Some(Value::String(s)) => s.clone(),
-                        Some(Value::Null) | None => String::new(),
-                        Some(other) => other.to_string(),
-                    },
-                });
+                out.push(tool_call_delta(index, tc));
             }
         }
         if let Some(r) = choice.get("finish_reason").and_then(Value::as_str) {
@@ -451,6 +438,25 @@ fn chunk_events(chunk: &Value) -> Vec<StreamEvent> {
         out.push(StreamEvent::Usage(u));
     }
     out
+}
+
+/// One OpenAI `tool_calls[]` entry (a stream delta or a whole call) as a [`StreamEvent::ToolCallDelta`];
+/// non-string `arguments` are kept as their JSON text.
+fn tool_call_delta(index: usize, tc: &Value) -> StreamEvent {
+    let function = tc.get("function");
+    StreamEvent::ToolCallDelta {
+        index,
+        id: tc.get("id").and_then(Value::as_str).map(str::to_owned),
+        name: function
+            .and_then(|f| f.get("name"))
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        arguments: match function.and_then(|f| f.get("arguments")) {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Null) | None => String::new(),
+            Some(other) => other.to_string(),
+        },
+    }
 }
 
 /// The events of a non-streaming `chat.completion` body.
@@ -471,20 +477,7 @@ fn response_json_events(v: &Value) -> Vec<StreamEvent> {
             .flatten()
             .enumerate()
         {
-            let function = tc.get("function");
-            out.push(StreamEvent::ToolCallDelta {
-                index,
-                id: tc.get("id").and_then(Value::as_str).map(str::to_owned),
-                name: function
-                    .and_then(|f| f.get("name"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-                arguments: match function.and_then(|f| f.get("arguments")) {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(Value::Null) | None => String::new(),
-                    Some(other) => other.to_string(),
-                },
-            });
+            out.push(tool_call_delta(index, tc));
         }
         if let Some(r) = choice.get("finish_reason").and_then(Value::as_str) {
             out.push(StreamEvent::Done(FinishReason::from_wire(r)));
