@@ -99,6 +99,26 @@ fn is_output(e: &StreamEvent) -> bool {
     }
 }
 
+/// Passes `s`'s events on to `tx` until the stream ends or fails. `None` when there is nothing left
+/// to do (the stream finished, or the receiver is gone); otherwise the error and whether any
+/// output (see [`is_output`]) was already forwarded.
+async fn forward(
+    mut s: EventStream,
+    tx: &tokio::sync::mpsc::Sender<Result<StreamEvent, ProviderError>>,
+) -> Option<(ProviderError, bool)> {
+    let mut emitted = false;
+    while let Some(item) = s.next().await {
+        match item {
+            Ok(e) => {
+                emitted |= is_output(&e);
+                tx.send(Ok(e)).await.ok()?;
+            }
+            Err(e) => return Some((e, emitted)),
+        }
+    }
+    None
+}
+
 #[async_trait]
 impl Provider for RetryingProvider {
     fn name(&self) -> &str {
@@ -111,24 +131,9 @@ impl Provider for RetryingProvider {
         event_stream(move |tx| async move {
             let mut retry = 0;
             loop {
-                let mut s = inner.stream(request.clone());
-                let mut emitted = false;
-                let mut failure = None;
-                while let Some(item) = s.next().await {
-                    match item {
-                        Ok(e) => {
-                            emitted |= is_output(&e);
-                            if tx.send(Ok(e)).await.is_err() {
-                                return;
-                            }
-                        }
-                        Err(e) => {
-                            failure = Some(e);
-                            break;
-                        }
-                    }
-                }
-                let Some(err) = failure else { return };
+                let Some((err, emitted)) = forward(inner.stream(request.clone()), &tx).await else {
+                    return;
+                };
                 let may_retry = err.is_retryable()
                     && retry < policy.max_retries
                     && (!emitted || policy.retry_after_output);
@@ -190,24 +195,9 @@ impl Provider for FallbackProvider {
                 if i > 0 || req.model.is_empty() {
                     req.model = model.clone();
                 }
-                let mut s = provider.stream(req);
-                let mut emitted = false;
-                let mut failure = None;
-                while let Some(item) = s.next().await {
-                    match item {
-                        Ok(e) => {
-                            emitted |= is_output(&e);
-                            if tx.send(Ok(e)).await.is_err() {
-                                return;
-                            }
-                        }
-                        Err(e) => {
-                            failure = Some(e);
-                            break;
-                        }
-                    }
-                }
-                let Some(err) = failure else { return };
+                let Some((err, emitted)) = forward(provider.stream(req), &tx).await else {
+                    return;
+                };
                 if emitted || i + 1 == chain.len() {
                     let _ = tx.send(Err(err)).await;
                     return;
