@@ -25,6 +25,7 @@ mod channel;
 mod error;
 mod format;
 mod manager;
+mod media;
 mod pairing;
 mod split;
 
@@ -36,5 +37,6 @@ pub use manager::{
     ChannelHealth, ChannelManager, ChannelState, HealthRegistry, ManagerSettings, RetryPolicy,
     SupervisorSettings,
 };
+pub use media::safe_file_name;
 pub use pairing::{PAIRING_TTL, PairingError, PairingRequest, PairingStore};
 pub use split::{DISCORD_LIMIT, SLACK_LIMIT, TELEGRAM_LIMIT, split_message};

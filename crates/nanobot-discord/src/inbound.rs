@@ -24,27 +24,8 @@ pub(crate) fn clean_content(content: &str, bot: Option<UserId>) -> String {
     text.trim().to_string()
 }
 
-/// A file name that cannot leave the media directory: path separators and control characters replaced, no
-/// leading dots, at most 100 characters.
-pub(crate) fn safe_file_name(name: &str) -> String {
-    let cleaned: String = name
-        .chars()
-        .map(|c| {
-            if c.is_alphanumeric() || matches!(c, '.' | '-' | '_') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(100)
-        .collect();
-    let cleaned = cleaned.trim_start_matches('.').to_string();
-    if cleaned.is_empty() {
-        "file".to_string()
-    } else {
-        cleaned
-    }
-}
+/// A file name that cannot leave the media directory (shared by every channel).
+pub(crate) use nanobot_channels::safe_file_name;
 
 #[cfg(test)]
 mod tests {

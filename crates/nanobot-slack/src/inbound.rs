@@ -46,26 +46,8 @@ pub(crate) fn reply_thread(
     }
 }
 
-/// A file name that cannot leave the media directory.
-pub(crate) fn safe_file_name(name: &str) -> String {
-    let cleaned: String = name
-        .chars()
-        .map(|c| {
-            if c.is_alphanumeric() || matches!(c, '.' | '-' | '_') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(100)
-        .collect();
-    let cleaned = cleaned.trim_start_matches('.');
-    if cleaned.is_empty() {
-        "file".to_string()
-    } else {
-        cleaned.to_string()
-    }
-}
+/// A file name that cannot leave the media directory (shared by every channel).
+pub(crate) use nanobot_channels::safe_file_name;
 
 #[cfg(test)]
 mod tests {
