@@ -27,6 +27,7 @@ mod format;
 mod manager;
 mod media;
 mod pairing;
+mod settings;
 mod split;
 
 pub use access::{AccessControl, AccessDecision, AllowList, GroupPolicy, InboundContext, PAIRING_COMMAND};
@@ -39,4 +40,5 @@ pub use manager::{
 };
 pub use media::safe_file_name;
 pub use pairing::{PAIRING_TTL, PairingError, PairingRequest, PairingStore};
+pub use settings::http_base_url;
 pub use split::{DISCORD_LIMIT, SLACK_LIMIT, TELEGRAM_LIMIT, split_message};

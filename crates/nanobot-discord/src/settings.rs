@@ -1,6 +1,6 @@
 //! Resolved settings of the Discord channel (from `channels.discord`).
 
-use nanobot_channels::{ChannelError, GroupPolicy};
+use nanobot_channels::{ChannelError, GroupPolicy, http_base_url};
 use nanobot_config::{DiscordConfig, Secret};
 use serenity::all::GatewayIntents;
 
@@ -87,18 +87,8 @@ impl DiscordSettings {
         s.group_policy = config.group_policy;
         s.intents = GatewayIntents::from_bits_truncate(config.intents) | REQUIRED_INTENTS;
         s.read_receipt_emoji = config.read_receipt_emoji.trim().to_string();
-        if let Some(base) = config
-            .base_url
-            .as_deref()
-            .map(str::trim)
-            .filter(|b| !b.is_empty())
-        {
-            if !(base.starts_with("http://") || base.starts_with("https://")) {
-                return Err(bad(format!(
-                    "channels.discord.baseUrl {base:?} must start with http:// or https://"
-                )));
-            }
-            s.api_base = Some(base.trim_end_matches('/').to_string());
+        if let Some(base) = http_base_url(NAME, config.base_url.as_deref())? {
+            s.api_base = Some(base);
         }
         if let Some(url) = config.proxy_url() {
             let url = url.trim();

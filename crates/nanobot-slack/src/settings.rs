@@ -1,6 +1,6 @@
 //! Resolved settings of the Slack channel (from `channels.slack`).
 
-use nanobot_channels::{ChannelError, GroupPolicy};
+use nanobot_channels::{ChannelError, GroupPolicy, http_base_url};
 use nanobot_config::{DmPolicy, Secret, SlackConfig};
 
 use crate::NAME;
@@ -108,18 +108,8 @@ impl SlackSettings {
         } else {
             0
         };
-        if let Some(base) = config
-            .base_url
-            .as_deref()
-            .map(str::trim)
-            .filter(|b| !b.is_empty())
-        {
-            if !(base.starts_with("http://") || base.starts_with("https://")) {
-                return Err(bad(format!(
-                    "channels.slack.baseUrl {base:?} must start with http:// or https://"
-                )));
-            }
-            s.api_url = base.trim_end_matches('/').to_string();
+        if let Some(base) = http_base_url(NAME, config.base_url.as_deref())? {
+            s.api_url = base;
         }
         if let Some(proxy) = config.proxy_url() {
             tracing::warn!(
