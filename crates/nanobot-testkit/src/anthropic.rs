@@ -19,19 +19,9 @@ pub(crate) fn render(reply: &MockReply, ctx: &RenderCtx<'_>) -> Rendered {
             message,
             code,
             body,
-        } => {
-            if let Some(value) = retry_after {
-                headers.push(("retry-after".into(), value.clone()));
-            }
-            let body = body
-                .clone()
-                .unwrap_or_else(|| error_body(*status, message.as_deref(), code.as_deref()));
-            Rendered {
-                status: *status,
-                headers,
-                body: RenderedBody::Json(body),
-            }
-        }
+        } => Rendered::error(headers, *status, retry_after.as_deref(), body.as_ref(), || {
+            error_body(*status, message.as_deref(), code.as_deref())
+        }),
         ReplyKind::EmptyStream if ctx.stream() => Rendered {
             status: 200,
             headers,

@@ -7,7 +7,7 @@ use crate::reply::{MockReply, ReplyKind};
 
 /// Renders `reply` as an answer to `POST /v1/chat/completions`.
 pub(crate) fn render(reply: &MockReply, ctx: &RenderCtx<'_>) -> Rendered {
-    let mut headers = reply.headers.clone();
+    let headers = reply.headers.clone();
     match &reply.kind {
         ReplyKind::Error {
             status,
@@ -15,19 +15,9 @@ pub(crate) fn render(reply: &MockReply, ctx: &RenderCtx<'_>) -> Rendered {
             message,
             code,
             body,
-        } => {
-            if let Some(value) = retry_after {
-                headers.push(("retry-after".into(), value.clone()));
-            }
-            let body = body
-                .clone()
-                .unwrap_or_else(|| error_body(*status, message.as_deref(), code.as_deref()));
-            Rendered {
-                status: *status,
-                headers,
-                body: RenderedBody::Json(body),
-            }
-        }
+        } => Rendered::error(headers, *status, retry_after.as_deref(), body.as_ref(), || {
+            error_body(*status, message.as_deref(), code.as_deref())
+        }),
         ReplyKind::EmptyStream if ctx.stream() => Rendered {
             status: 200,
             headers,

@@ -83,6 +83,27 @@ pub(crate) struct Rendered {
     pub(crate) body: RenderedBody,
 }
 
+impl Rendered {
+    /// A scripted error answer: `status`, a `retry-after` header when one is set, and the scripted
+    /// `body` or else the wire format's own error body.
+    pub(crate) fn error(
+        mut headers: Vec<(String, String)>,
+        status: u16,
+        retry_after: Option<&str>,
+        body: Option<&Value>,
+        default_body: impl FnOnce() -> Value,
+    ) -> Self {
+        if let Some(value) = retry_after {
+            headers.push(("retry-after".into(), value.to_owned()));
+        }
+        Self {
+            status,
+            headers,
+            body: RenderedBody::Json(body.cloned().unwrap_or_else(default_body)),
+        }
+    }
+}
+
 /// Per-request facts the renderers need.
 pub(crate) struct RenderCtx<'a> {
     /// The request body.
