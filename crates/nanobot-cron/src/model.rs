@@ -491,6 +491,32 @@ pub struct CronJob {
 }
 
 impl CronJob {
+    /// A new enabled job created (and last edited) at `now_ms`, due next at `next_run_at_ms`, kept after it ran.
+    pub(crate) fn created(
+        id: String,
+        name: String,
+        schedule: CronSchedule,
+        payload: CronPayload,
+        next_run_at_ms: Option<i64>,
+        now_ms: i64,
+    ) -> Self {
+        Self {
+            id,
+            name,
+            enabled: true,
+            schedule,
+            payload,
+            state: CronJobState {
+                next_run_at_ms,
+                ..Default::default()
+            },
+            created_at_ms: now_ms,
+            updated_at_ms: now_ms,
+            delete_after_run: false,
+            extra: Map::new(),
+        }
+    }
+
     /// Whether this is a protected system job (by id, or by a `system_event` payload).
     pub fn is_protected(&self) -> bool {
         PROTECTED_JOB_IDS.contains(&self.id.as_str()) || self.payload.kind == PAYLOAD_SYSTEM_EVENT

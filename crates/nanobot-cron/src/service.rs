@@ -217,19 +217,8 @@ impl CronService {
                 }
             };
             let job = CronJob {
-                id,
-                name,
-                enabled: true,
-                schedule: new.schedule,
-                payload,
-                state: crate::CronJobState {
-                    next_run_at_ms: next,
-                    ..Default::default()
-                },
-                created_at_ms: now,
-                updated_at_ms: now,
                 delete_after_run,
-                extra: Default::default(),
+                ..CronJob::created(id, name, new.schedule, payload, next, now)
             };
             file.jobs.push(job.clone());
             Ok(job)
@@ -311,21 +300,15 @@ impl CronService {
                 job.payload.kind = crate::model::PAYLOAD_SYSTEM_EVENT.to_owned();
                 return Ok(job.clone());
             }
-            let job = CronJob {
-                id: id.to_owned(),
-                name: name.to_owned(),
-                enabled: true,
-                state: crate::CronJobState {
-                    next_run_at_ms: schedule.next_run_after(now, tz)?,
-                    ..Default::default()
-                },
+            let next = schedule.next_run_after(now, tz)?;
+            let job = CronJob::created(
+                id.to_owned(),
+                name.to_owned(),
                 schedule,
-                payload: CronPayload::system_event(),
-                created_at_ms: now,
-                updated_at_ms: now,
-                delete_after_run: false,
-                extra: Default::default(),
-            };
+                CronPayload::system_event(),
+                next,
+                now,
+            );
             file.jobs.push(job.clone());
             Ok(job)
         })?;
