@@ -251,47 +251,19 @@ impl AgentRunner {
         let mut messages = messages;
         let cancel = tool_context.cancel.clone();
         let streaming = self.hook.wants_streaming();
-        let mut usage = Usage::default();
-        let mut last_usage = None;
-        let mut tools_used = Vec::new();
-        let mut iterations = 0usize;
+        let mut tally = Tally {
+            turn_start,
+            ..Tally::default()
+        };
         let mut extra: Vec<ChatMessage> = Vec::new();
         let mut partial = String::new();
         let mut continuations = 0usize;
         let mut empty_retried = false;
         let max_iterations = max_iterations.max(1);
 
-        let finish = |messages: Vec<ChatMessage>,
-                      content: String,
-                      stop_reason: StopReason,
-                      usage: Usage,
-                      last_usage: Option<Usage>,
-                      iterations: usize,
-                      tools_used: Vec<String>,
-                      error: Option<String>| RunResult {
-            content,
-            messages,
-            turn_start,
-            stop_reason,
-            usage,
-            last_usage,
-            iterations,
-            tools_used,
-            error,
-        };
-
-        while iterations < max_iterations {
+        while tally.iterations < max_iterations {
             if cancel.is_cancelled() {
-                return finish(
-                    messages,
-                    String::new(),
-                    StopReason::Cancelled,
-                    usage,
-                    last_usage,
-                    iterations,
-                    tools_used,
-                    None,
-                );
+                return tally.finish(messages, String::new(), StopReason::Cancelled, None);
             }
             let tool_specs = self.tools.definitions();
             let mut request_messages = messages.clone();
@@ -303,7 +275,7 @@ impl AgentRunner {
             let _ = self
                 .hook
                 .before_iteration(&IterationStart {
-                    iteration: iterations,
+                    iteration: tally.iterations,
                     messages: &request_messages,
                 })
                 .await;
@@ -319,37 +291,17 @@ impl AgentRunner {
             let response = match self.call_model(request, streaming, &cancel).await {
                 Ok(r) => r,
                 Err(CallError::Cancelled) => {
-                    return finish(
-                        messages,
-                        String::new(),
-                        StopReason::Cancelled,
-                        usage,
-                        last_usage,
-                        iterations,
-                        tools_used,
-                        None,
-                    );
+                    return tally.finish(messages, String::new(), StopReason::Cancelled, None);
                 }
                 Err(CallError::Provider(e)) => {
                     tracing::error!(error = %e, "model call failed; ending the turn");
                     let content = provider_error_message(&e);
-                    return finish(
-                        messages,
-                        content,
-                        StopReason::Error,
-                        usage,
-                        last_usage,
-                        iterations + 1,
-                        tools_used,
-                        Some(e.to_string()),
-                    );
+                    tally.iterations += 1;
+                    return tally.finish(messages, content, StopReason::Error, Some(e.to_string()));
                 }
             };
-            iterations += 1;
-            if let Some(u) = response.usage {
-                add_usage(&mut usage, &u);
-                last_usage = Some(u);
-            }
+            tally.iterations += 1;
+            tally.record(response.usage);
 
             if response.has_tool_calls() {
                 extra.clear();
@@ -365,48 +317,41 @@ impl AgentRunner {
                 messages.push(assistant);
                 self.checkpoint(
                     CheckpointPhase::AwaitingTools,
-                    iterations - 1,
+                    tally.iterations - 1,
                     &messages[turn_start..],
                 )
                 .await;
                 let vetoes = self
                     .hook
                     .before_execute_tools(&ToolBatch {
-                        iteration: iterations - 1,
+                        iteration: tally.iterations - 1,
                         assistant_text: text.as_deref(),
                         calls: &response.tool_calls,
                     })
                     .await
                     .unwrap_or_default();
-                tools_used.extend(response.tool_calls.iter().map(|c| c.name.clone()));
+                tally
+                    .tools_used
+                    .extend(response.tool_calls.iter().map(|c| c.name.clone()));
                 let results = self
                     .execute_tools(&response.tool_calls, &vetoes, &tool_context)
                     .await;
                 if cancel.is_cancelled() {
-                    return finish(
-                        messages,
-                        String::new(),
-                        StopReason::Cancelled,
-                        usage,
-                        last_usage,
-                        iterations,
-                        tools_used,
-                        None,
-                    );
+                    return tally.finish(messages, String::new(), StopReason::Cancelled, None);
                 }
                 for (call, result) in response.tool_calls.iter().zip(results) {
                     messages.push(ChatMessage::tool_result(&call.id, &call.name, result));
                 }
                 self.checkpoint(
                     CheckpointPhase::ToolsCompleted,
-                    iterations - 1,
+                    tally.iterations - 1,
                     &messages[turn_start..],
                 )
                 .await;
                 let _ = self
                     .hook
                     .after_iteration(&IterationEnd {
-                        iteration: iterations - 1,
+                        iteration: tally.iterations - 1,
                         model: &model,
                         usage: response.usage,
                         finish_reason: &response.finish_reason,
@@ -419,7 +364,7 @@ impl AgentRunner {
             let _ = self
                 .hook
                 .after_iteration(&IterationEnd {
-                    iteration: iterations - 1,
+                    iteration: tally.iterations - 1,
                     model: &model,
                     usage: response.usage,
                     finish_reason: &response.finish_reason,
@@ -455,16 +400,7 @@ impl AgentRunner {
                 *c = Some(content.clone());
             }
             messages.push(assistant);
-            return finish(
-                messages,
-                content,
-                StopReason::Completed,
-                usage,
-                last_usage,
-                iterations,
-                tools_used,
-                None,
-            );
+            return tally.finish(messages, content, StopReason::Completed, None);
         }
 
         // The cap: one last call without tools.
@@ -485,23 +421,11 @@ impl AgentRunner {
         };
         let text = match self.call_model(request, streaming, &cancel).await {
             Ok(r) => {
-                if let Some(u) = r.usage {
-                    add_usage(&mut usage, &u);
-                    last_usage = Some(u);
-                }
+                tally.record(r.usage);
                 strip_think(r.content.as_deref().unwrap_or_default())
             }
             Err(CallError::Cancelled) => {
-                return finish(
-                    messages,
-                    String::new(),
-                    StopReason::Cancelled,
-                    usage,
-                    last_usage,
-                    iterations,
-                    tools_used,
-                    None,
-                );
+                return tally.finish(messages, String::new(), StopReason::Cancelled, None);
             }
             Err(CallError::Provider(e)) => {
                 tracing::warn!(error = %e, "final call after the iteration cap failed");
@@ -519,16 +443,8 @@ impl AgentRunner {
             .await
             .unwrap_or(content);
         messages.push(ChatMessage::assistant(content.clone()));
-        finish(
-            messages,
-            content,
-            StopReason::MaxIterations,
-            usage,
-            last_usage,
-            iterations + 1,
-            tools_used,
-            None,
-        )
+        tally.iterations += 1;
+        tally.finish(messages, content, StopReason::MaxIterations, None)
     }
 
     fn read_only_tools(&self) -> HashSet<String> {
@@ -654,6 +570,47 @@ impl AgentRunner {
     }
 }
 
+/// What a run has counted so far; ends as the tail of its [`RunResult`].
+#[derive(Default)]
+struct Tally {
+    turn_start: usize,
+    usage: Usage,
+    last_usage: Option<Usage>,
+    iterations: usize,
+    tools_used: Vec<String>,
+}
+
+impl Tally {
+    /// Adds one response's usage (and remembers it as the last one).
+    fn record(&mut self, usage: Option<Usage>) {
+        if let Some(u) = usage {
+            add_usage(&mut self.usage, &u);
+            self.last_usage = Some(u);
+        }
+    }
+
+    /// The run's result: what was counted, with the final messages, content and reason.
+    fn finish(
+        self,
+        messages: Vec<ChatMessage>,
+        content: String,
+        stop_reason: StopReason,
+        error: Option<String>,
+    ) -> RunResult {
+        RunResult {
+            content,
+            messages,
+            turn_start: self.turn_start,
+            stop_reason,
+            usage: self.usage,
+            last_usage: self.last_usage,
+            iterations: self.iterations,
+            tools_used: self.tools_used,
+            error,
+        }
+    }
+}
+
 fn add_usage(total: &mut Usage, u: &Usage) {
     total.prompt_tokens += u.prompt_tokens;
     total.completion_tokens += u.completion_tokens;
@@ -663,5 +620,48 @@ fn add_usage(total: &mut Usage, u: &Usage) {
     }
     if let Some(c) = u.cache_write_tokens {
         *total.cache_write_tokens.get_or_insert(0) += c;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tally_sums_usage_keeps_the_last_and_ends_in_the_result() {
+        let mut tally = Tally {
+            turn_start: 2,
+            ..Tally::default()
+        };
+        let one = Usage {
+            prompt_tokens: 10,
+            completion_tokens: 1,
+            total_tokens: 11,
+            ..Usage::default()
+        };
+        let two = Usage {
+            prompt_tokens: 20,
+            completion_tokens: 2,
+            total_tokens: 22,
+            ..Usage::default()
+        };
+        tally.record(Some(one));
+        tally.record(None);
+        tally.record(Some(two));
+        tally.iterations = 3;
+        tally.tools_used.push("exec".into());
+        let r = tally.finish(Vec::new(), "done".into(), StopReason::Completed, None);
+        assert_eq!(
+            (
+                r.usage.prompt_tokens,
+                r.usage.completion_tokens,
+                r.usage.total_tokens
+            ),
+            (30, 3, 33)
+        );
+        assert_eq!(r.last_usage.map(|u| u.total_tokens), Some(22));
+        assert_eq!((r.turn_start, r.iterations, r.content.as_str()), (2, 3, "done"));
+        assert_eq!(r.tools_used, ["exec"]);
+        assert_eq!(r.stop_reason, StopReason::Completed);
     }
 }
