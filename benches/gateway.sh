@@ -6,7 +6,7 @@
 #   (d) idle gateway RSS
 # The Python nanobot (`nanobot-ai` from PyPI) is installed into a venv under $BENCH_OUT on first use.
 #
-# Usage: benches/gateway.sh            (env: RUNS=20 REQUESTS=400 SKIP_PYTHON=1 NANOBOT_AI_VERSION=0.3.5)
+# Usage: benches/gateway.sh            (env: SKIP_BUILD=1 RUNS=20 REQUESTS=400 SKIP_PYTHON=1 NANOBOT_AI_VERSION=0.3.5)
 # Output: $BENCH_OUT/results.jsonl (default target/bench) and a Markdown table on stdout.
 set -euo pipefail
 
@@ -33,14 +33,15 @@ record() { # bench impl json
 }
 
 echo "== building (release)" >&2
-(cd "$ROOT" && cargo build --release -q -p nanobot -p nanobot-gateway-bin && cargo build --release -q -p nanobot-gateway --examples)
+[ -n "${SKIP_BUILD:-}" ] || (cd "$ROOT" && cargo build --release -q -p nanobot -p nanobot-gateway-bin && cargo build --release -q -p nanobot-gateway --examples)
 
 PY=""
 if [ -z "${SKIP_PYTHON:-}" ]; then
   if [ ! -x "$OUT/py-venv/bin/nanobot" ]; then
     echo "== installing nanobot-ai into $OUT/py-venv" >&2
     python3 -m venv "$OUT/py-venv"
-    "$OUT/py-venv/bin/pip" install -q "nanobot-ai${NANOBOT_AI_VERSION:+==$NANOBOT_AI_VERSION}"
+    # aiohttp: the optional dependency of `nanobot serve` (`nanobot plugins enable api`)
+    "$OUT/py-venv/bin/pip" install -q "nanobot-ai${NANOBOT_AI_VERSION:+==$NANOBOT_AI_VERSION}" aiohttp
   fi
   PY=$OUT/py-venv/bin/nanobot
   echo "== python nanobot-ai $("$OUT/py-venv/bin/pip" show nanobot-ai | sed -n 's/^Version: //p')" >&2
