@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use futures::Future;
 use nanobot_bus::{Bus, InboundMessage, OutboundMessage, SYSTEM_CHANNEL};
-use nanobot_channels::{Channel, ChannelManager, HealthRegistry, ManagerSettings, PairingStore};
+use nanobot_channels::{
+    Channel, ChannelError, ChannelManager, HealthRegistry, ManagerSettings, PairingStore,
+};
 use nanobot_config::Config;
 use nanobot_core::commands::{self, Command, Parsed};
 use nanobot_core::{AgentLoop, Environment, TurnOptions};
@@ -207,22 +209,36 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
             .map_err(|e| GatewayError::io("open", path, std::io::Error::other(e)))
     };
     if ch.telegram.enabled {
-        let settings = nanobot_telegram::TelegramSettings::from_config(&ch.telegram).map_err(|source| {
-            GatewayError::Channel {
-                channel: "telegram",
-                source,
-            }
-        })?;
+        let settings = nanobot_telegram::TelegramSettings::from_config(&ch.telegram)
+            .map_err(channel_error("telegram"))?;
         let channel = nanobot_telegram::TelegramChannel::new(settings, paths.media_dir(Some("telegram")))
-            .map_err(|source| GatewayError::Channel {
-                channel: "telegram",
-                source,
-            })?
+            .map_err(channel_error("telegram"))?
             .with_pairing(pairing()?);
         out.push(Arc::new(channel));
     }
-    // Discord / Slack: one `if ch.<name>.enabled { out.push(...) }` each when their crates land.
+    if ch.discord.enabled {
+        // Discord and Slack keep their downloads in `<media>/<channel>/` themselves.
+        let settings = nanobot_discord::DiscordSettings::from_config(&ch.discord)
+            .map_err(channel_error(nanobot_discord::NAME))?;
+        let channel = nanobot_discord::DiscordChannel::new(settings, paths.media_dir(None))
+            .map_err(channel_error(nanobot_discord::NAME))?
+            .with_pairing(pairing()?);
+        out.push(Arc::new(channel));
+    }
+    if ch.slack.enabled {
+        let settings = nanobot_slack::SlackSettings::from_config(&ch.slack)
+            .map_err(channel_error(nanobot_slack::NAME))?;
+        let channel = nanobot_slack::SlackChannel::new(settings, paths.media_dir(None))
+            .map_err(channel_error(nanobot_slack::NAME))?
+            .with_pairing(pairing()?);
+        out.push(Arc::new(channel));
+    }
     Ok(out)
+}
+
+/// Maps a channel's construction error to the gateway error naming that channel.
+fn channel_error(channel: &'static str) -> impl FnOnce(ChannelError) -> GatewayError {
+    move |source| GatewayError::Channel { channel, source }
 }
 
 /// Commands the agent answers at once without publishing (the gateway publishes their reply).

@@ -158,3 +158,28 @@ async fn an_occupied_port_fails_the_start_with_the_config_key() {
     let err = Gateway::start(opts).await.unwrap_err();
     assert!(err.to_string().contains("gateway.port"), "{err}");
 }
+
+#[tokio::test]
+async fn enabled_discord_and_slack_channels_are_built_from_the_config() {
+    // Each enabled channel is constructed (and its settings validated) at start: a missing token names the
+    // channel and the key, which shows the gateway wires that adapter in rather than ignoring the block.
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    for (name, block, key) in [
+        (
+            "discord",
+            json!({"discord": {"enabled": true, "token": "", "allowFrom": ["1"]}}),
+            "token",
+        ),
+        (
+            "slack",
+            json!({"slack": {"enabled": true, "appToken": "", "botToken": "", "allowFrom": ["U1"]}}),
+            "Token",
+        ),
+    ] {
+        let opts = options(&home, &mock, json!({ "channels": block }));
+        let err = Gateway::start(opts).await.unwrap_err().to_string();
+        assert!(err.contains(name), "{name}: {err}");
+        assert!(err.contains(key), "{name}: {err}");
+    }
+}
