@@ -1,5 +1,5 @@
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nanobot_tools::builtin::{ExecTool, LandlockSupport, landlock_support};
@@ -274,7 +274,27 @@ async fn landlock_confines_writes_to_the_workspace() {
         println!("skipped: Landlock unavailable on this kernel: {why}");
         return;
     }
-    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("landlock-{}", std::process::id()));
+    // The ruleset leaves /tmp, /var/tmp and $TMPDIR writable on purpose, so "outside" must lie beyond them:
+    // a clone (and its target dir) may itself live under /tmp.
+    let temp_roots: Vec<PathBuf> = ["/tmp", "/var/tmp"]
+        .into_iter()
+        .map(PathBuf::from)
+        .chain(std::env::var_os("TMPDIR").map(PathBuf::from))
+        .filter_map(|p| p.canonicalize().ok())
+        .collect();
+    let candidates = [
+        Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR"))),
+        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")),
+    ];
+    let Some(root) = candidates.into_iter().flatten().find(|c| {
+        std::fs::create_dir_all(c).is_ok()
+            && c.canonicalize()
+                .is_ok_and(|c| !temp_roots.iter().any(|t| c.starts_with(t)))
+    }) else {
+        println!("skipped: no writable directory outside the sandbox's temp roots to test an escape");
+        return;
+    };
+    let base = root.join(format!("nanobot-landlock-test-{}", std::process::id()));
     let ws = base.join("ws");
     let outside = base.join("outside");
     std::fs::create_dir_all(&ws).unwrap();
