@@ -178,7 +178,8 @@ async fn env_is_scrubbed() {
                 "PWD",
                 "SHLVL",
                 "_",
-                "OLDPWD"
+                "OLDPWD",
+                "TMPDIR"
             ]
             .contains(&n),
             "unexpected var {n}"
