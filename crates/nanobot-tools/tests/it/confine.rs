@@ -381,23 +381,30 @@ async fn a_fork_loop_is_bounded_and_the_call_returns() {
     let m = marker();
     // Bounded by the loop itself so a root run (where RLIMIT_NPROC does not bind) stays small.
     let cmd = format!(
-        "i=0; while [ $i -lt 120 ]; do sleep {m} & i=$((i+1)); done 2>/dev/null; \
-         echo procs=$(ls /proc | grep -c '^[0-9]')"
+        "python3 -c \"\nimport subprocess\nn, err = 0, ''\nfor i in range(120):\n    try:\n        \
+         subprocess.Popen(['sleep', '{m}']); n += 1\n    except OSError as e:\n        err = str(e); break\n\
+         print('started=%d %s' % (n, err))\n\""
     );
     let out = lab.run(&reg, &cmd).await;
-    let procs: usize = out
+    let started: usize = out
         .text
-        .split("procs=")
+        .split("started=")
         .nth(1)
         .and_then(|t| t.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no count: {}", out.text));
     if kernel_support().root {
         println!("running as root: RLIMIT_NPROC does not bind root; checking only that nothing survives");
+        assert_eq!(started, 120, "{}", out.text);
     } else {
         assert!(
-            procs <= 24 + 2,
-            "process limit not applied: {procs} processes\n{}",
+            started < 24,
+            "process limit not applied: {started} started\n{}",
+            out.text
+        );
+        assert!(
+            out.text.contains("Resource temporarily unavailable"),
+            "{}",
             out.text
         );
     }
@@ -494,4 +501,187 @@ fn the_report_names_what_is_enforced() {
         "{:?}",
         none.warnings
     );
+}
+
+/// Runs every attack above again as an unprivileged user (uid 65534) when the tests run as
+/// root, as CI does: that is the path users get (no capabilities to start with, and the process
+/// limit binds). The child is this test binary under `setpriv`.
+#[test]
+fn the_attacks_also_fail_for_an_unprivileged_user() {
+    if std::env::var_os("NANOBOT_TEST_UNPRIVILEGED").is_some() {
+        return; // we are that child
+    }
+    if !kernel_support().root {
+        println!("skipped: not root, so the other tests already ran unprivileged");
+        return;
+    }
+    let Some(setpriv) = ["/usr/bin/setpriv", "/bin/setpriv"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+    else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI is set but setpriv (util-linux) is missing"
+        );
+        println!("skipped: setpriv (util-linux) is not installed");
+        return;
+    };
+    let exe = std::env::current_exe().unwrap();
+    let base = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::os::unix::fs::chown(base.path(), Some(65534), Some(65534)).unwrap();
+    let drop = |cmd: &mut std::process::Command| {
+        cmd.arg("--reuid=65534")
+            .arg("--regid=65534")
+            .arg("--clear-groups")
+            .arg("--inh-caps=-all")
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("NANOBOT_TEST_UNPRIVILEGED", "1")
+            .env("NANOBOT_TEST_LAB_BASE", base.path());
+    };
+    let mut probe = std::process::Command::new(&setpriv);
+    drop(&mut probe);
+    let reachable = probe.arg("test").arg("-x").arg(&exe).status().unwrap();
+    if !reachable.success() {
+        println!(
+            "skipped: uid 65534 cannot reach {} (directory permissions)",
+            exe.display()
+        );
+        return;
+    }
+    let mut cmd = std::process::Command::new(&setpriv);
+    drop(&mut cmd);
+    if let Some(ci) = std::env::var_os("CI") {
+        cmd.env("CI", ci);
+    }
+    let out = cmd
+        .arg(&exe)
+        .args(["confine::", "--skip", "the_attacks_also_fail", "--test-threads=2"])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "unprivileged run failed:\n{text}");
+    assert!(text.contains("test result: ok"), "{text}");
+    assert!(
+        !text.contains("ok. 0 passed"),
+        "no test ran unprivileged:\n{text}"
+    );
+}
+
+/// The other half of `nothing_survives_when_nanobot_dies`: only does something in the child that
+/// test starts (it plays nanobot, stuck in a long `exec` call, and is killed).
+#[tokio::test]
+async fn helper_plays_nanobot_stuck_in_exec() {
+    let (Some(root), Some(mark)) = (
+        std::env::var_os("NANOBOT_TEST_HANG_LAB"),
+        std::env::var("NANOBOT_TEST_HANG_MARK").ok(),
+    ) else {
+        return;
+    };
+    let root = PathBuf::from(root);
+    let home = root.join("home");
+    let mut parent = BTreeMap::new();
+    parent.insert("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned());
+    let s = ExecSettings {
+        parent_env: parent,
+        sandbox: ExecSandbox::Bwrap,
+        data_dir: Some(home.join(".nanobot")),
+        ..ExecSettings::default()
+    };
+    let ws = home.join(".nanobot/workspace");
+    let reg = ToolRegistry::default();
+    reg.register(Arc::new(
+        ExecTool::new(s, Arc::new(Sandbox::new(&ws, false))).unwrap(),
+    ));
+    let cmd = format!("setsid sleep {mark} & (sleep {mark} &); echo ready > ready.fifo; sleep {mark}");
+    let _ = reg
+        .execute("exec", json!({"command": cmd, "timeout": 600}), &ctx(&ws))
+        .await;
+}
+
+/// nanobot killed with SIGKILL in the middle of an `exec` call: bubblewrap's parent-death signal
+/// ends the sandbox and every process in it. Needs user + PID namespaces.
+#[test]
+fn nothing_survives_when_nanobot_dies() {
+    if !backends().iter().any(|(s, _)| *s == ExecSandbox::Bwrap) {
+        println!("skipped: needs user + PID namespaces (bubblewrap)");
+        return;
+    }
+    if std::env::var_os("NANOBOT_TEST_HANG_LAB").is_some() {
+        return;
+    }
+    let lab = Lab::new();
+    let fifo = lab.ws.join("ready.fifo");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let m = marker();
+    let mut nanobot = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "confine::helper_plays_nanobot_stuck_in_exec",
+            "--nocapture",
+        ])
+        .env("NANOBOT_TEST_HANG_LAB", &lab.root)
+        .env("NANOBOT_TEST_HANG_MARK", &m)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait (bounded) until the command inside the sandbox says it started its children.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = fifo.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::read_to_string(reader));
+    });
+    let ready = rx.recv_timeout(std::time::Duration::from_secs(60));
+    if !matches!(ready, Ok(Ok(ref t)) if t.contains("ready")) {
+        let _ = nanobot.kill();
+        let _ = nanobot.wait();
+        // unblock the reader thread if it is still waiting
+        let _ = std::fs::write(&fifo, "x");
+        panic!("the sandboxed command never started: {ready:?}");
+    }
+    let victims: Vec<i32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&m))
+        })
+        .collect();
+    assert!(
+        victims.len() >= 3,
+        "expected the sandbox's sleeps, found {victims:?}"
+    );
+    let fds: Vec<_> = victims
+        .iter()
+        .filter_map(|p| {
+            let pid = rustix::process::Pid::from_raw(*p)?;
+            rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+        })
+        .collect();
+    nanobot.kill().unwrap();
+    nanobot.wait().unwrap();
+    // Each pidfd becomes readable when its process has exited; bounded wait.
+    for fd in &fds {
+        let mut p = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+        let limit = rustix::event::Timespec {
+            tv_sec: 20,
+            tv_nsec: 0,
+        };
+        let n = rustix::event::poll(&mut p, Some(&limit)).unwrap();
+        assert_eq!(n, 1, "a sandboxed process outlived nanobot by 20 s");
+    }
+    assert!(alive_with(&m).is_empty(), "survivors after nanobot died");
 }
