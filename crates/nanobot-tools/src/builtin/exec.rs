@@ -431,6 +431,45 @@ impl GroupKill {
     }
 }
 
+impl GroupKill {
+    /// Kills the group and, when it is bubblewrap's, waits (at most 10 s) until the sandbox's PID
+    /// namespace is gone: the kill reaches the namespace's init only through bubblewrap's
+    /// parent-death signal, asynchronously, and the kernel ends the namespace's other processes
+    /// before that init's exit is visible.
+    async fn kill_and_wait_namespace(&mut self) {
+        #[cfg(target_os = "linux")]
+        let inits: Vec<rustix::fd::OwnedFd> = self
+            .0
+            .map(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .filter_map(|c| c.parse::<i32>().ok())
+                    .filter_map(rustix::process::Pid::from_raw)
+                    .filter_map(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.kill();
+        #[cfg(target_os = "linux")]
+        if !inits.is_empty() {
+            let _ = tokio::task::spawn_blocking(move || {
+                let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                for fd in &inits {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    let limit = rustix::event::Timespec {
+                        tv_sec: i64::try_from(left.as_secs()).unwrap_or(10),
+                        tv_nsec: i64::from(left.subsec_nanos()),
+                    };
+                    let mut p = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+                    let _ = rustix::event::poll(&mut p, Some(&limit));
+                }
+            })
+            .await;
+        }
+    }
+}
+
 impl Drop for GroupKill {
     fn drop(&mut self) {
         self.kill();
@@ -598,7 +637,7 @@ impl TypedTool for ExecTool {
         let status = tokio::select! {
             r = tokio::time::timeout(timeout, child.wait()) => r,
             () = ctx.cancel.cancelled() => {
-                group.kill();
+                group.kill_and_wait_namespace().await;
                 let _ = child.wait().await;
                 return Err(ToolError::Cancelled);
             }
@@ -607,7 +646,7 @@ impl TypedTool for ExecTool {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => return Err(ToolError::Failed(format!("waiting for command: {e}"))),
             Err(_) => {
-                group.kill();
+                group.kill_and_wait_namespace().await;
                 let _ = child.wait().await;
                 out_task.abort();
                 err_task.abort();

@@ -337,6 +337,21 @@ async fn no_descendant_outlives_the_call() {
         assert!(out.text.contains("started"), "{}", out.text);
         let alive = alive_with(&m);
         assert!(alive.is_empty(), "restrict={restrict}: survivors: {alive:?}");
+        // and when the call times out while its children run
+        let m = marker();
+        let out = reg
+            .execute(
+                "exec",
+                json!({"command": format!("setsid sleep {m} & (sleep {m} &); sleep {m}"), "timeout": 1}),
+                &ctx(&lab.ws),
+            )
+            .await;
+        assert!(out.text.contains("timed out"), "{}", out.text);
+        let alive = alive_with(&m);
+        assert!(
+            alive.is_empty(),
+            "restrict={restrict}: survivors after a timeout: {alive:?}"
+        );
     }
 }
 
