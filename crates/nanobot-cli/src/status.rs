@@ -295,6 +295,9 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
             )),
         }
     }
+    if config.tools.exec.enable {
+        f.extend(check_exec(env, &s));
+    }
     let cron = nanobot_config::paths::workspace::cron_jobs(&s.workspace);
     if cron.exists() {
         match nanobot_cron::JobStore::new(&cron).load() {
@@ -304,6 +307,26 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
                 format!("fix or move {}", cron.display()),
             )),
         }
+    }
+    f
+}
+
+/// What `exec` will enforce on this machine: Landlock ABI, namespaces, what is hidden, limits.
+fn check_exec(env: &CliEnv, s: &Setup) -> Vec<Finding> {
+    let core_env = env.core_env(&s.paths);
+    let settings = nanobot_core::exec_settings_from_config(&s.loaded.config, &core_env);
+    let ws = std::fs::canonicalize(&s.workspace).unwrap_or_else(|_| s.workspace.clone());
+    let report = nanobot_tools::builtin::confinement_report(&settings, &ws);
+    let mut f: Vec<Finding> = report
+        .facts
+        .into_iter()
+        .map(|fact| Finding::ok(format!("exec: {fact}")))
+        .collect();
+    for w in report.warnings {
+        f.push(Finding::warn(
+            format!("exec: {w}"),
+            "see docs/security.md (install bubblewrap; allow unprivileged user namespaces)",
+        ));
     }
     f
 }
@@ -549,5 +572,37 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("oops"), "{text}");
+    }
+
+    #[test]
+    fn doctor_shows_what_exec_enforces_here() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = CliEnv::for_home(dir.path(), Default::default());
+        crate::onboard::onboard(&env, &ConfigArgs::default()).unwrap();
+        let (text, _) = doctor_text(&doctor(&env, &ConfigArgs::default()));
+        assert!(text.contains("exec: Landlock"), "{text}");
+        assert!(text.contains("exec: exec confinement:"), "{text}");
+        assert!(
+            text.contains("exec: limits:") || text.contains("prlimit"),
+            "{text}"
+        );
+        let data = std::fs::canonicalize(dir.path().join(".nanobot")).unwrap();
+        match &nanobot_tools::confine::kernel_support().bwrap {
+            Ok(_) => assert!(
+                text.contains(&format!("hidden from exec (empty tmpfs): {}", data.display())),
+                "{text}"
+            ),
+            Err(_) => assert!(text.contains("! exec:"), "a degraded machine must warn: {text}"),
+        }
+        // with no sandbox at all the doctor says so loudly
+        let cfg = dir.path().join(".nanobot/config.json");
+        let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+        v["tools"]["exec"]["sandbox"] = "none".into();
+        std::fs::write(&cfg, serde_json::to_string(&v).unwrap()).unwrap();
+        let (text, _) = doctor_text(&doctor(&env, &ConfigArgs::default()));
+        assert!(
+            text.contains("! exec: exec runs WITHOUT kernel confinement"),
+            "{text}"
+        );
     }
 }

@@ -63,7 +63,8 @@ pub use agent_loop::{
     stored_message,
 };
 pub use settings::{
-    AgentSettings, Environment, base_tools_from_config, builtin_skills_dir, registry_settings,
+    AgentSettings, Environment, base_tools_from_config, builtin_skills_dir, exec_settings_from_config,
+    registry_settings,
 };
 mod embed;
 

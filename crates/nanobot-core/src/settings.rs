@@ -143,6 +143,50 @@ impl AgentSettings {
     }
 }
 
+/// The `exec` settings `config.tools.exec` asks for in `env` (also what `nanobot doctor` reports on).
+pub fn exec_settings_from_config(config: &Config, env: &Environment) -> ExecSettings {
+    let sandbox_mode = ExecSandbox::from_config(&config.tools.exec.sandbox).unwrap_or_else(|fallback| {
+        tracing::warn!(value = %config.tools.exec.sandbox, "tools.exec.sandbox: unsupported value; using auto");
+        fallback
+    });
+    ExecSettings {
+        timeout: Duration::from_secs(config.tools.exec.timeout.max(1)),
+        path_prepend: config.tools.exec.path_prepend.clone(),
+        path_append: config.tools.exec.path_append.clone(),
+        sandbox: sandbox_mode,
+        extra_writable: expand_paths(&config.tools.exec.sandbox_rw_binds, &env.home),
+        extra_readable: expand_paths(&config.tools.exec.sandbox_ro_binds, &env.home),
+        data_dir: Some(env.paths().data_dir()),
+        hide_paths: expand_paths(&config.tools.exec.hide_paths, &env.home),
+        network: config.tools.exec.network,
+        limits: nanobot_tools::confine::ExecLimits {
+            max_processes: config.tools.exec.max_processes,
+            cpu_seconds: config.tools.exec.max_cpu_seconds,
+            memory_mb: config.tools.exec.max_memory_mb,
+            file_size_mb: config.tools.exec.max_file_size_mb,
+        },
+        allowed_env_keys: config.tools.exec.allowed_env_keys.clone(),
+        allow_patterns: config.tools.exec.allow_patterns.clone(),
+        deny_patterns: config.tools.exec.deny_patterns.clone(),
+        restrict_to_workspace: config.tools.restrict_to_workspace,
+        parent_env: env
+            .vars
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<BTreeMap<_, _>>(),
+        ..ExecSettings::default()
+    }
+}
+
+/// `~`-expanded absolute paths of a config list (relative entries are dropped: a bind needs a
+/// fixed place).
+fn expand_paths(list: &[String], home: &std::path::Path) -> Vec<PathBuf> {
+    list.iter()
+        .map(|p| nanobot_config::paths::expand_tilde(p.trim(), home))
+        .filter(|p| p.is_absolute())
+        .collect()
+}
+
 /// The tools shared by the main agent and subagents (files, exec, web), built from `config.tools`.
 pub fn base_tools_from_config(
     config: &Config,
@@ -160,28 +204,10 @@ pub fn base_tools_from_config(
         register_fs_tools(&reg, &sandbox);
     }
     if t.exec.enable {
-        let sandbox_mode = ExecSandbox::from_config(&t.exec.sandbox).unwrap_or_else(|fallback| {
-            tracing::warn!(value = %t.exec.sandbox, "tools.exec.sandbox: unsupported value; using auto");
-            fallback
-        });
-        let settings = ExecSettings {
-            timeout: Duration::from_secs(t.exec.timeout.max(1)),
-            path_prepend: t.exec.path_prepend.clone(),
-            path_append: t.exec.path_append.clone(),
-            sandbox: sandbox_mode,
-            extra_writable: t.exec.sandbox_rw_binds.iter().map(PathBuf::from).collect(),
-            allowed_env_keys: t.exec.allowed_env_keys.clone(),
-            allow_patterns: t.exec.allow_patterns.clone(),
-            deny_patterns: t.exec.deny_patterns.clone(),
-            restrict_to_workspace: t.restrict_to_workspace,
-            parent_env: env
-                .vars
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect::<BTreeMap<_, _>>(),
-            ..ExecSettings::default()
-        };
-        reg.register(Arc::new(ExecTool::new(settings, Arc::new(sandbox.clone()))?));
+        let settings = exec_settings_from_config(config, env);
+        let exec = ExecTool::new(settings, Arc::new(sandbox.clone()))?;
+        exec.warn_if_degraded();
+        reg.register(Arc::new(exec));
     }
     if t.web.enable {
         let ssrf = SsrfGuard::from_cidrs(&t.ssrf_whitelist)

@@ -33,6 +33,7 @@
 //! ```
 
 pub mod builtin;
+pub mod confine;
 mod error;
 mod registry;
 pub mod sandbox;

@@ -61,24 +61,27 @@ pub struct FsSettings {
 /// How `exec` children are confined (`tools.exec.sandbox`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ExecSandbox {
-    /// `""` (the default): Landlock where the kernel supports it, otherwise none (with a warning).
+    /// `""` (the default): bubblewrap namespaces where they work, else Landlock, else none (each
+    /// fallback with a warning).
     #[default]
     Auto,
-    /// `"landlock"`: writes only inside the workspace and temp dirs; if the kernel lacks
-    /// Landlock, runs unconfined with a logged warning.
+    /// `"landlock"`: Landlock only (no namespaces); if the kernel lacks Landlock, runs
+    /// unconfined with a logged warning.
     Landlock,
+    /// `"bwrap"`: bubblewrap namespaces required; a call fails when they are unavailable.
+    Bwrap,
     /// `"none"`/`"off"`: no OS-level confinement (the command guard still runs).
     None,
 }
 
 impl ExecSandbox {
-    /// Parses the config value (`""`, `"auto"`, `"landlock"`, `"none"`, `"off"`). Unknown
-    /// values (the Python `"bwrap"`) map to `Auto` and are reported by returning `Err` with the
-    /// fallback.
+    /// Parses the config value (`""`, `"auto"`, `"bwrap"`, `"landlock"`, `"none"`, `"off"`).
+    /// Unknown values map to `Auto` and are reported by returning `Err` with the fallback.
     pub fn from_config(value: &str) -> Result<Self, Self> {
         match value.trim().to_ascii_lowercase().as_str() {
             "" | "auto" => Ok(Self::Auto),
             "landlock" => Ok(Self::Landlock),
+            "bwrap" | "bubblewrap" => Ok(Self::Bwrap),
             "none" | "off" | "false" => Ok(Self::None),
             _ => Err(Self::Auto),
         }
@@ -96,8 +99,21 @@ pub struct ExecSettings {
     pub path_append: String,
     /// `tools.exec.sandbox`.
     pub sandbox: ExecSandbox,
-    /// `tools.exec.sandboxRwBinds`: extra directories the Landlock ruleset lets the child write.
+    /// `tools.exec.sandboxRwBinds`: extra paths the child may read and write (absolute).
     pub extra_writable: Vec<PathBuf>,
+    /// `tools.exec.sandboxRoBinds`: extra paths the child may read under `restrictToWorkspace`
+    /// (absolute; without the restriction everything not hidden is readable anyway).
+    pub extra_readable: Vec<PathBuf>,
+    /// nanobot's data directory (`~/.nanobot`: config with keys, sessions, pairing, cron):
+    /// invisible to the child in every mode (the workspace stays visible if it lies inside).
+    pub data_dir: Option<PathBuf>,
+    /// `tools.exec.hidePaths`, expanded: more paths invisible to the child in every mode
+    /// (by default the usual credential stores under `$HOME`).
+    pub hide_paths: Vec<PathBuf>,
+    /// `tools.exec.network`: whether the child may use the network.
+    pub network: bool,
+    /// `tools.exec.maxProcesses` and friends.
+    pub limits: crate::confine::ExecLimits,
     /// `tools.exec.allowedEnvKeys`: variables passed through from the parent environment.
     pub allowed_env_keys: Vec<String>,
     /// `tools.exec.allowPatterns`: if non-empty, a command must match one (regexes).
@@ -121,6 +137,11 @@ impl Default for ExecSettings {
             path_append: String::new(),
             sandbox: ExecSandbox::Auto,
             extra_writable: Vec::new(),
+            extra_readable: Vec::new(),
+            data_dir: None,
+            hide_paths: Vec::new(),
+            network: true,
+            limits: crate::confine::ExecLimits::default(),
             allowed_env_keys: Vec::new(),
             allow_patterns: Vec::new(),
             deny_patterns: Vec::new(),

@@ -26,8 +26,9 @@ pub use gateway::{ApiConfig, GatewayConfig, HeartbeatConfig};
 pub(crate) use providers::PROVIDER_SPECIFIC_KEYS;
 pub use providers::{ProviderConfig, ProvidersConfig, normalize_name};
 pub use tools::{
-    CliAppsConfig, ExecToolConfig, FileToolConfig, ImageGenerationConfig, McpServerConfig, McpTransportKind,
-    MyToolConfig, SandboxMode, ToolsConfig, WebFetchConfig, WebSearchConfig, WebToolsConfig,
+    CliAppsConfig, DEFAULT_HIDE_PATHS, ExecToolConfig, FileToolConfig, ImageGenerationConfig,
+    McpServerConfig, McpTransportKind, MyToolConfig, SandboxMode, ToolsConfig, WebFetchConfig,
+    WebSearchConfig, WebToolsConfig,
 };
 pub use transcription::TranscriptionConfig;
 

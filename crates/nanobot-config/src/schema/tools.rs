@@ -183,6 +183,41 @@ impl SandboxMode {
     }
 }
 
+/// The default of `tools.exec.hidePaths`: credential stores a command has no business reading.
+pub const DEFAULT_HIDE_PATHS: &[&str] = &[
+    "~/.ssh",
+    "~/.gnupg",
+    "~/.aws",
+    "~/.azure",
+    "~/.kube",
+    "~/.docker",
+    "~/.netrc",
+    "~/.git-credentials",
+    "~/.config/gh",
+    "~/.config/gcloud",
+];
+
+// The exec confinement keys are ours (the Python nanobot ignores them): written only when changed,
+// so a config saved by either program stays the same file.
+fn is_default_hide(v: &[String]) -> bool {
+    v.len() == DEFAULT_HIDE_PATHS.len() && v.iter().zip(DEFAULT_HIDE_PATHS).all(|(a, b)| a == b)
+}
+fn is_true(v: &bool) -> bool {
+    *v
+}
+fn is_256(v: &u64) -> bool {
+    *v == 256
+}
+fn is_600(v: &u64) -> bool {
+    *v == 600
+}
+fn is_8192(v: &u64) -> bool {
+    *v == 8192
+}
+fn is_1024(v: &u64) -> bool {
+    *v == 1024
+}
+
 /// `tools.exec`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -197,14 +232,38 @@ pub struct ExecToolConfig {
     /// Directories put after `PATH` (`:`-separated).
     #[serde(alias = "path_append")]
     pub path_append: String,
-    /// Process sandbox: `""`/`"auto"`, `"none"`, `"landlock"`, `"bwrap"` (see [`ExecToolConfig::sandbox_mode`]).
+    /// Process sandbox: `""`/`"auto"` (bubblewrap namespaces, else Landlock), `"none"`,
+    /// `"landlock"`, `"bwrap"` (see [`ExecToolConfig::sandbox_mode`] and `docs/security.md`).
     pub sandbox: String,
-    /// Extra read-only bind mounts for the sandbox.
+    /// Extra paths commands may read under `restrictToWorkspace` (absolute or `~/…`).
     #[serde(alias = "sandbox_ro_binds", deserialize_with = "string_list")]
     pub sandbox_ro_binds: Vec<String>,
-    /// Extra read-write bind mounts for the sandbox.
+    /// Extra paths commands may read and write in every mode (absolute or `~/…`).
     #[serde(alias = "sandbox_rw_binds", deserialize_with = "string_list")]
     pub sandbox_rw_binds: Vec<String>,
+    /// Paths hidden from commands in every mode, on top of nanobot's data directory (which is
+    /// always hidden). Default: the usual credential stores under the home directory.
+    #[serde(
+        alias = "hide_paths",
+        deserialize_with = "string_list",
+        skip_serializing_if = "is_default_hide"
+    )]
+    pub hide_paths: Vec<String>,
+    /// Whether commands may use the network (`false` cuts them off).
+    #[serde(skip_serializing_if = "is_true")]
+    pub network: bool,
+    /// Most processes one command may run at once (`0` = no limit).
+    #[serde(alias = "max_processes", skip_serializing_if = "is_256")]
+    pub max_processes: u64,
+    /// CPU seconds per process (`0` = no limit).
+    #[serde(alias = "max_cpu_seconds", skip_serializing_if = "is_600")]
+    pub max_cpu_seconds: u64,
+    /// Address space per process in MiB (`0` = no limit).
+    #[serde(alias = "max_memory_mb", skip_serializing_if = "is_8192")]
+    pub max_memory_mb: u64,
+    /// Largest file a command may write, in MiB (`0` = no limit).
+    #[serde(alias = "max_file_size_mb", skip_serializing_if = "is_1024")]
+    pub max_file_size_mb: u64,
     /// Environment variables passed through to commands (the rest is scrubbed).
     #[serde(alias = "allowed_env_keys", deserialize_with = "string_list")]
     pub allowed_env_keys: Vec<String>,
@@ -229,6 +288,12 @@ impl Default for ExecToolConfig {
             sandbox: String::new(),
             sandbox_ro_binds: Vec::new(),
             sandbox_rw_binds: Vec::new(),
+            hide_paths: DEFAULT_HIDE_PATHS.iter().map(|p| (*p).to_owned()).collect(),
+            network: true,
+            max_processes: 256,
+            max_cpu_seconds: 600,
+            max_memory_mb: 8192,
+            max_file_size_mb: 1024,
             allowed_env_keys: Vec::new(),
             allow_patterns: Vec::new(),
             deny_patterns: Vec::new(),
@@ -444,5 +509,43 @@ impl McpServerConfig {
         } else {
             Some(McpTransportKind::StreamableHttp)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_confinement_keys_read_both_spellings_and_save_only_when_changed() {
+        let camel: ExecToolConfig = serde_json::from_value(serde_json::json!({
+            "network": false, "hidePaths": ["~/.secret"], "maxProcesses": 9,
+            "maxCpuSeconds": 8, "maxMemoryMb": 7, "maxFileSizeMb": 6
+        }))
+        .unwrap();
+        let snake: ExecToolConfig = serde_json::from_value(serde_json::json!({
+            "network": false, "hide_paths": ["~/.secret"], "max_processes": 9,
+            "max_cpu_seconds": 8, "max_memory_mb": 7, "max_file_size_mb": 6
+        }))
+        .unwrap();
+        assert_eq!(camel, snake);
+        assert!(!camel.network);
+        assert_eq!((camel.max_processes, camel.max_cpu_seconds), (9, 8));
+        assert_eq!((camel.max_memory_mb, camel.max_file_size_mb), (7, 6));
+        let saved = serde_json::to_value(&camel).unwrap();
+        assert_eq!(saved["hidePaths"], serde_json::json!(["~/.secret"]));
+        assert_eq!(saved["maxProcesses"], 9);
+        let default = serde_json::to_value(ExecToolConfig::default()).unwrap();
+        for key in [
+            "network",
+            "hidePaths",
+            "maxProcesses",
+            "maxCpuSeconds",
+            "maxMemoryMb",
+            "maxFileSizeMb",
+        ] {
+            assert!(default.get(key).is_none(), "{key} written at its default");
+        }
+        assert!(ExecToolConfig::default().hide_paths.iter().any(|p| p == "~/.ssh"));
     }
 }

@@ -8,6 +8,7 @@ mod commands;
 mod common;
 mod config;
 mod embed;
+mod exec_confinement;
 mod heartbeat;
 mod mcp;
 mod python_compat;

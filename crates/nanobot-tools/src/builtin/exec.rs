@@ -1,5 +1,6 @@
-//! `exec`: runs a shell command with a scrubbed environment, a timeout that kills the whole
-//! process group, the command guard, and (on Linux) a Landlock ruleset.
+//! `exec`: runs a shell command with a scrubbed environment, the command guard (a friendly first
+//! line, not the boundary), and the kernel confinement of [`crate::confine`]: bubblewrap
+//! namespaces, else Landlock, plus resource limits. No descendant outlives the call.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,7 @@ use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 
 use super::guard;
+use crate::confine::{self, Backend, FsView, kernel_support};
 use crate::error::ToolError;
 use crate::sandbox::Sandbox;
 use crate::schema::TypedTool;
@@ -45,6 +47,8 @@ pub struct ExecTool {
     sandbox: Arc<Sandbox>,
     allow: Vec<Regex>,
     deny: Vec<Regex>,
+    /// The private `/tmp` of this tool's commands (created on first use, removed with the tool).
+    tmp: Arc<OnceLock<Result<tempfile::TempDir, String>>>,
 }
 
 impl ExecTool {
@@ -65,7 +69,86 @@ impl ExecTool {
             deny: compile("denyPatterns", &settings.deny_patterns)?,
             settings: Arc::new(settings),
             sandbox,
+            tmp: Arc::new(OnceLock::new()),
         })
+    }
+
+    /// What `exec` will enforce on this machine with these settings (for `doctor` and the
+    /// start-up warning).
+    pub fn confinement(&self) -> ConfinementReport {
+        confinement_report(&self.settings, self.sandbox.workspace_real())
+    }
+
+    /// Logs (once per process) a warning when confinement is degraded on this machine. Runs the
+    /// probe on a background thread so start-up does not wait for it.
+    pub fn warn_if_degraded(&self) {
+        static ONCE: OnceLock<()> = OnceLock::new();
+        if ONCE.set(()).is_err() {
+            return;
+        }
+        let settings = self.settings.clone();
+        let ws = self.sandbox.workspace_real().to_path_buf();
+        let _ = std::thread::Builder::new()
+            .name("nanobot-exec-probe".into())
+            .spawn(move || {
+                for w in confinement_report(&settings, &ws).warnings {
+                    tracing::warn!("exec confinement degraded: {w}");
+                }
+            });
+    }
+
+    fn backend(&self) -> Result<Backend, String> {
+        let k = kernel_support();
+        Ok(match self.settings.sandbox {
+            ExecSandbox::None => Backend::None,
+            ExecSandbox::Bwrap => match &k.bwrap {
+                Ok(p) => Backend::Bwrap(p.clone()),
+                Err(e) => return Err(format!("tools.exec.sandbox is \"bwrap\" but {e}")),
+            },
+            ExecSandbox::Landlock => {
+                if k.landlock.is_ok() {
+                    Backend::Landlock
+                } else {
+                    Backend::None
+                }
+            }
+            ExecSandbox::Auto => match (&k.bwrap, &k.landlock) {
+                (Ok(p), _) => Backend::Bwrap(p.clone()),
+                (Err(_), Ok(_)) => Backend::Landlock,
+                _ => Backend::None,
+            },
+        })
+    }
+
+    fn private_tmp(&self) -> Result<PathBuf, ToolError> {
+        let base = self
+            .settings
+            .parent_env
+            .get("TMPDIR")
+            .filter(|t| Path::new(t).is_dir())
+            .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+        let made = self.tmp.get_or_init(|| {
+            tempfile::Builder::new()
+                .prefix("nanobot-exec-")
+                .tempdir_in(&base)
+                .map_err(|e| format!("cannot create the private temp dir in {}: {e}", base.display()))
+        });
+        match made {
+            Ok(d) => Ok(crate::sandbox::real_path(d.path()).unwrap_or_else(|_| d.path().to_path_buf())),
+            Err(e) => Err(ToolError::Failed(e.clone())),
+        }
+    }
+
+    fn view(&self, private_tmp: PathBuf) -> FsView {
+        FsView {
+            workspace: self.sandbox.workspace_real().to_path_buf(),
+            private_tmp,
+            restrict: self.settings.restrict_to_workspace,
+            read_only: real_existing(&self.settings.extra_readable),
+            read_write: real_existing(&self.settings.extra_writable),
+            hidden: hidden_paths(&self.settings, self.sandbox.workspace_real()),
+            network: self.settings.network,
+        }
     }
 
     /// The guard: built-in rules, config deny/allow patterns, and the workspace restriction.
@@ -131,13 +214,16 @@ impl ExecTool {
         Ok(())
     }
 
-    fn child_env(&self) -> BTreeMap<String, String> {
+    fn child_env(&self, tmpdir: &Path) -> BTreeMap<String, String> {
         let parent = &self.settings.parent_env;
         let mut env = BTreeMap::new();
-        let home = parent
-            .get("HOME")
-            .cloned()
-            .unwrap_or_else(|| self.sandbox.workspace().display().to_string());
+        let workspace = self.sandbox.workspace_real().display().to_string();
+        // Under the restriction the real home is not there: the workspace is home.
+        let home = match parent.get("HOME") {
+            Some(h) if !self.settings.restrict_to_workspace => h.clone(),
+            _ => workspace,
+        };
+        env.insert("TMPDIR".to_owned(), tmpdir.display().to_string());
         env.insert("HOME".to_owned(), home);
         env.insert(
             "LANG".to_owned(),
@@ -168,23 +254,150 @@ impl ExecTool {
         }
         env
     }
+}
 
-    fn writable_dirs(&self, cwd: &Path) -> Vec<PathBuf> {
-        let mut dirs = vec![
-            self.sandbox.workspace_real().to_path_buf(),
-            PathBuf::from("/tmp"),
-            PathBuf::from("/var/tmp"),
-            PathBuf::from("/dev"),
-        ];
-        if let Some(t) = self.settings.parent_env.get("TMPDIR") {
-            dirs.push(PathBuf::from(t));
+fn real_existing(paths: &[PathBuf]) -> Vec<PathBuf> {
+    paths
+        .iter()
+        .filter(|p| p.is_absolute())
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .collect()
+}
+
+/// The data directory and `hidePaths` (real, existing), minus any that is the workspace itself.
+fn hidden_paths(settings: &ExecSettings, workspace: &Path) -> Vec<PathBuf> {
+    let mut out = real_existing(&settings.data_dir.iter().cloned().collect::<Vec<_>>());
+    out.extend(real_existing(&settings.hide_paths));
+    out.retain(|h| h.as_path() != workspace);
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// What `exec` enforces on this machine, as lines for `nanobot doctor`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfinementReport {
+    /// The backend calls will use.
+    pub backend: Backend,
+    /// Facts, one per line (`Landlock ABI 7`, `bubblewrap: /usr/bin/bwrap`, …).
+    pub facts: Vec<String>,
+    /// What is weaker than the documented default, one per line (empty when nothing is).
+    pub warnings: Vec<String>,
+}
+
+/// Builds the [`ConfinementReport`] for `settings` with `workspace`.
+pub fn confinement_report(settings: &ExecSettings, workspace: &Path) -> ConfinementReport {
+    let k = kernel_support();
+    let mut facts = Vec::new();
+    let mut warnings = Vec::new();
+    match &k.landlock {
+        Ok(abi) => facts.push(format!("Landlock ABI {abi} enforced")),
+        Err(e) => facts.push(format!("Landlock unavailable: {e}")),
+    }
+    match &k.bwrap {
+        Ok(p) => facts.push(format!(
+            "user namespaces available; bubblewrap {} works",
+            p.display()
+        )),
+        Err(e) => facts.push(format!("no namespaces: {e}")),
+    }
+    let tool = ExecTool {
+        settings: Arc::new(settings.clone()),
+        sandbox: Arc::new(Sandbox::new(workspace, settings.restrict_to_workspace)),
+        allow: Vec::new(),
+        deny: Vec::new(),
+        tmp: Arc::new(OnceLock::new()),
+    };
+    let backend = match tool.backend() {
+        Ok(b) => b,
+        Err(e) => {
+            warnings.push(format!("every exec call will fail: {e}"));
+            Backend::None
         }
-        if cwd.starts_with(self.sandbox.workspace_real()) {
-            // already covered
+    };
+    facts.push(format!("exec confinement: {}", backend.name()));
+    let hidden = hidden_paths(settings, workspace);
+    let shown: Vec<String> = hidden.iter().map(|p| p.display().to_string()).collect();
+    match &backend {
+        Backend::Bwrap(_) => {
+            facts.push(format!("hidden from exec (empty tmpfs): {}", shown.join(", ")));
+            facts.push(
+                "every descendant ends with the call (PID namespace); nanobot is invisible to it".into(),
+            );
         }
-        dirs.extend(self.settings.extra_writable.iter().cloned());
-        dirs.retain(|d| d.exists());
-        dirs
+        Backend::Landlock => {
+            facts.push(format!(
+                "hidden from exec (Landlock, not granted): {}",
+                shown.join(", ")
+            ));
+            warnings.push(
+                "no PID namespace: children started with setsid can outlive an exec call; \
+                 install bubblewrap and allow unprivileged user namespaces"
+                    .into(),
+            );
+            if !matches!(k.landlock, Ok(abi) if abi >= 6) {
+                warnings.push("Landlock ABI < 6: exec children can signal nanobot".into());
+            }
+        }
+        Backend::None => warnings.push(
+            "exec runs WITHOUT kernel confinement: it can read nanobot's data directory \
+             (API keys, other chats' sessions) and write anywhere the user can; only the \
+             command guard (a word list) stands in the way"
+                .into(),
+        ),
+    }
+    if settings
+        .data_dir
+        .as_ref()
+        .is_some_and(|d| std::fs::canonicalize(d).is_ok_and(|d| d == workspace))
+    {
+        warnings.push("the workspace is the data directory itself, so it cannot be hidden from exec".into());
+    }
+    facts.push(format!(
+        "reads: {}; writes: workspace, private /tmp{}",
+        if settings.restrict_to_workspace {
+            "workspace, system directories, sandboxRoBinds"
+        } else {
+            "everything not hidden"
+        },
+        if settings.extra_writable.is_empty() {
+            ""
+        } else {
+            ", sandboxRwBinds"
+        }
+    ));
+    facts.push(format!(
+        "network: {}",
+        match (settings.network, &backend) {
+            (true, _) => "allowed",
+            (false, Backend::Bwrap(_)) => "cut (network namespace)",
+            (false, Backend::Landlock) => "TCP cut (Landlock); UDP still allowed",
+            (false, Backend::None) => "NOT cut (no confinement available)",
+        }
+    ));
+    let l = &settings.limits;
+    match &k.prlimit {
+        Some(_) => {
+            facts.push(format!(
+                "limits: {} processes, {} s CPU, {} MiB memory, {} MiB files (0 = none), {} chars of output",
+                l.max_processes, l.cpu_seconds, l.memory_mb, l.file_size_mb, settings.max_output_chars
+            ));
+            if k.root {
+                warnings.push(
+                    "running as root: the process-count limit does not bind root (the PID namespace \
+                     and the timeout still end every process)"
+                        .into(),
+                );
+            } else if !matches!(backend, Backend::Bwrap(_)) {
+                warnings.push("no user namespace: the process-count limit is not applied".into());
+            }
+        }
+        None => warnings.push("prlimit (util-linux) not found: no resource limits on exec".into()),
+    }
+    ConfinementReport {
+        backend,
+        facts,
+        warnings,
     }
 }
 
@@ -197,46 +410,12 @@ pub enum LandlockSupport {
     Unavailable(String),
 }
 
-/// Probes Landlock once (by restricting a throwaway thread) and caches the answer.
+/// Whether Landlock is enforced here (probed once, see [`confine::kernel_support`]).
 pub fn landlock_support() -> LandlockSupport {
-    static PROBE: OnceLock<LandlockSupport> = OnceLock::new();
-    PROBE
-        .get_or_init(|| {
-            #[cfg(target_os = "linux")]
-            {
-                let handle = std::thread::spawn(|| match landlock_restrict(&[]) {
-                    Ok(true) => LandlockSupport::Enforced,
-                    Ok(false) => LandlockSupport::Unavailable("ruleset not enforced by the kernel".into()),
-                    Err(e) => LandlockSupport::Unavailable(e),
-                });
-                handle
-                    .join()
-                    .unwrap_or_else(|_| LandlockSupport::Unavailable("probe panicked".into()))
-            }
-            #[cfg(not(target_os = "linux"))]
-            {
-                LandlockSupport::Unavailable("not Linux".into())
-            }
-        })
-        .clone()
-}
-
-/// Restricts the calling thread: read/execute everywhere, write only under `writable`.
-/// `Ok(true)` when enforced (fully or partially).
-#[cfg(target_os = "linux")]
-fn landlock_restrict(writable: &[PathBuf]) -> Result<bool, String> {
-    use landlock::{
-        ABI, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, path_beneath_rules,
-    };
-    let abi = ABI::V5;
-    let status = Ruleset::default()
-        .handle_access(AccessFs::from_all(abi))
-        .and_then(|r| r.create())
-        .and_then(|r| r.add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi))))
-        .and_then(|r| r.add_rules(path_beneath_rules(writable, AccessFs::from_all(abi))))
-        .and_then(|r| r.restrict_self())
-        .map_err(|e| e.to_string())?;
-    Ok(status.ruleset != RulesetStatus::NotEnforced)
+    match &kernel_support().landlock {
+        Ok(_) => LandlockSupport::Enforced,
+        Err(e) => LandlockSupport::Unavailable(e.clone()),
+    }
 }
 
 /// Kills the child's process group when dropped (timeout, cancellation) unless disarmed.
@@ -248,6 +427,45 @@ impl GroupKill {
         if let Some(pid) = self.0.take() {
             let _ =
                 nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+impl GroupKill {
+    /// Kills the group and, when it is bubblewrap's, waits (at most 10 s) until the sandbox's PID
+    /// namespace is gone: the kill reaches the namespace's init only through bubblewrap's
+    /// parent-death signal, asynchronously, and the kernel ends the namespace's other processes
+    /// before that init's exit is visible.
+    async fn kill_and_wait_namespace(&mut self) {
+        #[cfg(target_os = "linux")]
+        let inits: Vec<rustix::fd::OwnedFd> = self
+            .0
+            .map(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .filter_map(|c| c.parse::<i32>().ok())
+                    .filter_map(rustix::process::Pid::from_raw)
+                    .filter_map(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.kill();
+        #[cfg(target_os = "linux")]
+        if !inits.is_empty() {
+            let _ = tokio::task::spawn_blocking(move || {
+                let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                for fd in &inits {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    let limit = rustix::event::Timespec {
+                        tv_sec: i64::try_from(left.as_secs()).unwrap_or(10),
+                        tv_nsec: i64::from(left.subsec_nanos()),
+                    };
+                    let mut p = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+                    let _ = rustix::event::poll(&mut p, Some(&limit));
+                }
+            })
+            .await;
         }
     }
 }
@@ -329,40 +547,56 @@ impl TypedTool for ExecTool {
                 .unwrap_or(self.settings.timeout.as_secs().max(1))
                 .clamp(1, MAX_TIMEOUT_SECS),
         );
-        let env = self.child_env();
-        let use_landlock = match self.settings.sandbox {
-            ExecSandbox::None => false,
-            ExecSandbox::Auto | ExecSandbox::Landlock => match landlock_support() {
-                LandlockSupport::Enforced => true,
-                LandlockSupport::Unavailable(why) => {
+        let backend = self.backend().map_err(ToolError::Failed)?;
+        let k = kernel_support();
+        let view = self.view(self.private_tmp()?);
+        let mut argv: Vec<std::ffi::OsString> = Vec::new();
+        let tmpdir = match &backend {
+            Backend::Bwrap(bwrap) => {
+                argv.push(bwrap.clone().into_os_string());
+                argv.extend(view.bwrap_args(&cwd, k.bwrap_disable_userns));
+                argv.push("--".into());
+                PathBuf::from("/tmp")
+            }
+            Backend::Landlock | Backend::None => {
+                if backend == Backend::None {
                     static WARNED: OnceLock<()> = OnceLock::new();
                     WARNED.get_or_init(|| {
-                        tracing::warn!(reason = %why, "Landlock unavailable: exec runs without an OS sandbox");
+                        tracing::warn!("exec runs without kernel confinement (see `nanobot doctor`)");
                     });
-                    false
                 }
-            },
+                view.private_tmp.clone()
+            }
         };
-        let writable = self.writable_dirs(&cwd);
-        let command = args.command.clone();
+        if let Some(prlimit) = &k.prlimit {
+            let nproc = matches!(backend, Backend::Bwrap(_));
+            argv.extend(confine::prlimit_args(prlimit, &self.settings.limits, nproc));
+        }
+        argv.extend(["sh".into(), "-c".into(), args.command.clone().into()]);
+        let env = self.child_env(&tmpdir);
+        let landlock = (backend == Backend::Landlock)
+            .then(|| (view.landlock_read(), view.landlock_write(), view.network));
         let cwd2 = cwd.clone();
         let handle = tokio::runtime::Handle::current();
         let (tx, rx) = tokio::sync::oneshot::channel();
+        let (keep_parent, parent_done) = std::sync::mpsc::channel::<()>();
         // A dedicated thread: Landlock restricts the calling thread and what it spawns, so it
-        // must never be a pooled runtime thread. The thread ends right after spawning.
+        // must never be a pooled runtime thread; and bwrap's --die-with-parent fires when the
+        // thread that spawned it ends, so the thread lives until this call is over.
         std::thread::Builder::new()
             .name("nanobot-exec-spawn".into())
             .spawn(move || {
                 let _guard = handle.enter();
                 #[cfg(target_os = "linux")]
-                if use_landlock && let Err(e) = landlock_restrict(&writable) {
+                if let Some((read, write, network)) = &landlock
+                    && let Err(e) = confine::landlock_restrict(read, write, *network)
+                {
                     let _ = tx.send(Err(std::io::Error::other(format!("landlock: {e}"))));
                     return;
                 }
-                let _ = &writable;
-                let mut cmd = tokio::process::Command::new("sh");
-                cmd.arg("-c")
-                    .arg(&command)
+                let _ = &landlock;
+                let mut cmd = tokio::process::Command::new(&argv[0]);
+                cmd.args(&argv[1..])
                     .current_dir(&cwd2)
                     .env_clear()
                     .envs(&env)
@@ -372,7 +606,13 @@ impl TypedTool for ExecTool {
                     .kill_on_drop(true);
                 #[cfg(unix)]
                 cmd.process_group(0);
-                let _ = tx.send(cmd.spawn());
+                let spawned = cmd.spawn();
+                let ok = spawned.is_ok();
+                let _ = tx.send(spawned);
+                if ok {
+                    // Returns when the call drops `keep_parent`.
+                    let _ = parent_done.recv();
+                }
             })
             .map_err(|e| ToolError::Failed(format!("cannot start exec thread: {e}")))?;
         let mut child = rx
@@ -397,7 +637,7 @@ impl TypedTool for ExecTool {
         let status = tokio::select! {
             r = tokio::time::timeout(timeout, child.wait()) => r,
             () = ctx.cancel.cancelled() => {
-                group.kill();
+                group.kill_and_wait_namespace().await;
                 let _ = child.wait().await;
                 return Err(ToolError::Cancelled);
             }
@@ -406,7 +646,7 @@ impl TypedTool for ExecTool {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => return Err(ToolError::Failed(format!("waiting for command: {e}"))),
             Err(_) => {
-                group.kill();
+                group.kill_and_wait_namespace().await;
                 let _ = child.wait().await;
                 out_task.abort();
                 err_task.abort();
@@ -416,9 +656,12 @@ impl TypedTool for ExecTool {
                 )));
             }
         };
-        // The shell is done; background children may still hold the pipes open, so collect
-        // what is there without waiting on them for long.
-        group.0 = None;
+        // The shell is done: end what it left in its process group (inside bubblewrap the PID
+        // namespace has already ended every descendant). Children that left the group (setsid)
+        // may still hold the pipes open without namespaces, so collect what is there without
+        // waiting on them for long.
+        group.kill();
+        drop(keep_parent);
         let grace = Duration::from_secs(2);
         let stdout = tokio::time::timeout(grace, out_task)
             .await

@@ -6,6 +6,11 @@
 //! `sudo`, `env`, `nohup`, `timeout` … wrappers), and `sh -c '…'`, `eval …`, `xargs …` and
 //! `find -exec …` payloads are checked recursively. Redirection targets are checked for block
 //! devices and nanobot's memory files.
+//!
+//! The guard is a friendly first line, **not the boundary**: its refusal tells the model why, but
+//! shell can always say the same thing another way (decoding into `sh`, variables, `${IFS}`,
+//! ANSI-C quoting, globbed command names, interpreters). What a command can reach is decided by
+//! the kernel ([`crate::confine`], `docs/security.md`), which holds when this list misses.
 
 use std::path::Path;
 use std::sync::LazyLock;

@@ -11,7 +11,7 @@ pub mod guard;
 pub mod search;
 pub mod web;
 
-pub use exec::{ExecTool, LandlockSupport, landlock_support};
+pub use exec::{ConfinementReport, ExecTool, LandlockSupport, confinement_report, landlock_support};
 pub use fs::{EditFileTool, ListDirTool, ReadFileTool, WriteFileTool};
 pub use search::{GlobTool, GrepTool};
 pub use web::{WebFetchTool, WebSearchTool};

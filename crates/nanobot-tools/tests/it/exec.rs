@@ -178,7 +178,8 @@ async fn env_is_scrubbed() {
                 "PWD",
                 "SHLVL",
                 "_",
-                "OLDPWD"
+                "OLDPWD",
+                "TMPDIR"
             ]
             .contains(&n),
             "unexpected var {n}"
@@ -274,8 +275,8 @@ async fn landlock_confines_writes_to_the_workspace() {
         println!("skipped: Landlock unavailable on this kernel: {why}");
         return;
     }
-    // The ruleset leaves /tmp, /var/tmp and $TMPDIR writable on purpose, so "outside" must lie beyond them:
-    // a clone (and its target dir) may itself live under /tmp.
+    // "Outside" lies beyond /tmp, /var/tmp and $TMPDIR: earlier rulesets left them writable, and a
+    // clone (and its target dir) may itself live under /tmp.
     let temp_roots: Vec<PathBuf> = ["/tmp", "/var/tmp"]
         .into_iter()
         .map(PathBuf::from)
