@@ -32,4 +32,18 @@ if [ "$(cat "$dest/venv/.stamp" 2>/dev/null)" != "$want" ]; then
   "$dest/venv/bin/pip" install --quiet --disable-pip-version-check -r "$pins/requirements.txt"
   echo "$want" > "$dest/venv/.stamp"
 fi
+# --- Debian packages: programs the tests run (each only when missing; one apt-get for all) ------------------
+# bubblewrap: exec's namespace sandbox (docs/security.md), tested by nanobot-tools.
+need=()
+command -v bwrap >/dev/null || need+=(bubblewrap)
+if [ ${#need[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null; then
+    echo "install-peers: ${need[*]} (apt)" >&2
+    sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  else
+    echo "install-peers: please install ${need[*]} (no apt-get here)" >&2
+  fi
+fi
 echo "install-peers: ready in $dest" >&2
