@@ -323,7 +323,6 @@ impl FakeFeishu {
 }
 
 /// An `im.message.receive_v1` event payload.
-#[expect(clippy::too_many_arguments, reason = "one argument per field a test varies")]
 pub fn message_event(
     event_id: &str,
     message_id: &str,
