@@ -85,3 +85,58 @@ async fn lark_oapi_sdk_accepts_the_feishu_fake() {
     assert_eq!(sent[0].token.as_deref(), Some("t-1"));
     fake.pinged().await.unwrap();
 }
+
+#[tokio::test]
+async fn dingtalk_stream_sdk_accepts_the_dingtalk_fake() {
+    use nanobot_testkit::fake_dingtalk::{FakeDingTalk, text_message};
+    let Some(python) = peers::require("python venv (dingtalk-stream SDK)", peers::python()) else {
+        return;
+    };
+    let fake = FakeDingTalk::start("ding_test", "secret-2").await.unwrap();
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(fixture("dingtalk_sdk_probe.py"))
+        .args(["ding_test", "secret-2"])
+        .env("DINGTALK_OPENAPI_ENDPOINT", fake.base_url())
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdout(Stdio::piped());
+    let mut child = ChildGuard::spawn_tokio("dingtalk probe", &mut cmd).unwrap();
+    fake.connected(1).await.unwrap();
+    let open = fake
+        .calls()
+        .into_iter()
+        .find(|c| c.path == "/v1.0/gateway/connections/open")
+        .unwrap();
+    assert_eq!(open.body["clientId"], "ding_test");
+    assert_eq!(
+        open.body["subscriptions"],
+        json!([{"type": "CALLBACK", "topic": "/v1.0/im/bot/messages/get"}])
+    );
+
+    // A system ping is acknowledged with its data echoed.
+    let ping = fake.push_system("ping", &json!({"opaque": "p-1"})).unwrap();
+    let ack = fake.acked(&ping).await.unwrap();
+    assert_eq!(ack.frame["code"], 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(ack.frame["data"].as_str().unwrap()).unwrap(),
+        json!({"opaque": "p-1"})
+    );
+
+    let frame = fake
+        .push_message(&text_message("msg-1", "staff-1", "1", "cid-1", "hello", false))
+        .unwrap();
+    let ack = fake.acked(&frame).await.unwrap();
+    assert_eq!(ack.frame["code"], 200, "{}", ack.frame);
+    assert_eq!(ack.frame["headers"]["messageId"], frame.as_str());
+
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let out = json_line(&mut lines).await;
+    assert_eq!(out["message_id"], frame.as_str());
+    assert_eq!(out["msg_id"], "msg-1");
+    assert_eq!(out["sender"], "staff-1");
+    assert_eq!(out["text"], "hello");
+    assert_eq!(
+        out["token"], "at-1",
+        "the SDK fetched an access token from the fake"
+    );
+}
