@@ -93,6 +93,8 @@ fn core_never_reaches_channels() {
             "nanobot-telegram",
             "nanobot-discord",
             "nanobot-slack",
+            "nanobot-feishu",
+            "nanobot-dingtalk",
             "teloxide",
             "serenity",
             "slack-morphism",
@@ -108,6 +110,8 @@ fn channels_never_reach_core_or_providers() {
         "nanobot-telegram",
         "nanobot-discord",
         "nanobot-slack",
+        "nanobot-feishu",
+        "nanobot-dingtalk",
     ] {
         if members.contains(channel) {
             assert_never_reaches(
