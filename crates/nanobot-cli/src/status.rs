@@ -68,11 +68,72 @@ pub(crate) fn channel_states(config: &Config) -> Vec<(String, bool, bool)> {
         ),
     ];
     for name in c.other.names() {
-        if c.other.get(name).is_some_and(|v| v.is_object()) {
-            out.push((name.to_owned(), c.other.is_enabled(name), true));
+        if let Some(block) = c.other.get(name).filter(|v| v.is_object()) {
+            let set = |key: &str| {
+                block
+                    .get(key)
+                    .and_then(|v| v.as_str())
+                    .is_some_and(|v| !v.trim().is_empty())
+            };
+            let creds = match name {
+                "feishu" => set("appId") && set("appSecret"),
+                "dingtalk" => set("clientId") && set("clientSecret"),
+                _ => true,
+            };
+            out.push((name.to_owned(), c.other.is_enabled(name), creds));
         }
     }
     out
+}
+
+/// Doctor findings for the Feishu and DingTalk blocks (kept raw in the config; read as their adapters do).
+fn raw_channel_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>) {
+    if c.other.is_enabled("feishu")
+        && let Some(block) = c.other.get("feishu")
+    {
+        match nanobot_config::FeishuConfig::from_block(block) {
+            Err(e) => f.push(Finding::problem(&e, "fix the value named in `channels.feishu`")),
+            Ok(cfg) if cfg.app_id.trim().is_empty() || cfg.app_secret.is_empty() => f.push(Finding::problem(
+                "feishu is enabled but `appId` or `appSecret` is empty",
+                "copy the App ID (cli_…) and App Secret from the app's Credentials page in the Feishu/Lark console",
+            )),
+            Ok(cfg) if !matches!(cfg.domain.as_str(), "feishu" | "lark") => f.push(Finding::problem(
+                "feishu `domain` must be \"feishu\" or \"lark\"",
+                "set `channels.feishu.domain` to \"feishu\" (China) or \"lark\" (international)",
+            )),
+            Ok(cfg) => {
+                f.push(Finding::ok("feishu credentials set"));
+                if cfg.allow_from.is_empty() {
+                    f.push(Finding::warn(
+                        "feishu `allowFrom` is empty: nobody can talk to the bot",
+                        "add open_ids (ou_…) to `channels.feishu.allowFrom` (or \"*\")",
+                    ));
+                }
+            }
+        }
+    }
+    if c.other.is_enabled("dingtalk")
+        && let Some(block) = c.other.get("dingtalk")
+    {
+        match nanobot_config::DingTalkConfig::from_block(block) {
+            Err(e) => f.push(Finding::problem(&e, "fix the value named in `channels.dingtalk`")),
+            Ok(cfg) if cfg.client_id.trim().is_empty() || cfg.client_secret.is_empty() => {
+                f.push(Finding::problem(
+                    "dingtalk is enabled but `clientId` or `clientSecret` is empty",
+                    "copy the AppKey and AppSecret of the robot's app from the DingTalk developer console",
+                ))
+            }
+            Ok(cfg) => {
+                f.push(Finding::ok("dingtalk credentials set"));
+                if cfg.allow_from.is_empty() {
+                    f.push(Finding::warn(
+                        "dingtalk `allowFrom` is empty: nobody can talk to the bot",
+                        "add staff ids to `channels.dingtalk.allowFrom` (or \"*\")",
+                    ));
+                }
+            }
+        }
+    }
 }
 
 fn yes(b: bool) -> &'static str {
@@ -452,6 +513,7 @@ fn check_channels(config: &Config) -> Vec<Finding> {
             f.push(Finding::ok("slack token formats"));
         }
     }
+    raw_channel_findings(c, &mut f);
     f
 }
 
@@ -604,5 +666,34 @@ mod tests {
             text.contains("! exec: exec runs WITHOUT kernel confinement"),
             "{text}"
         );
+    }
+}
+
+#[cfg(test)]
+mod raw_channel_tests {
+    use super::*;
+
+    #[test]
+    fn feishu_and_dingtalk_are_checked() {
+        let config: Config = serde_json::from_str(
+            r#"{"channels":{"feishu":{"enabled":true,"appId":"cli_1","appSecret":""},
+                "dingtalk":{"enabled":true,"clientId":"d","clientSecret":"SECRET5","allowFrom":["s1"]}}}"#,
+        )
+        .unwrap();
+        let states = channel_states(&config);
+        assert!(states.contains(&("feishu".into(), true, false)), "{states:?}");
+        assert!(states.contains(&("dingtalk".into(), true, true)), "{states:?}");
+        let findings = check_channels(&config);
+        let text = doctor_text(&findings).0;
+        assert!(
+            text.contains("✗ feishu is enabled but `appId` or `appSecret` is empty"),
+            "{text}"
+        );
+        assert!(text.contains("✓ dingtalk credentials set"), "{text}");
+        assert!(!text.contains("SECRET5"));
+        let bad: Config =
+            serde_json::from_str(r#"{"channels":{"feishu":{"enabled":true,"allowFrom":7}}}"#).unwrap();
+        let text = doctor_text(&check_channels(&bad)).0;
+        assert!(text.contains("channels.feishu"), "{text}");
     }
 }

@@ -233,6 +233,40 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
             .with_pairing(pairing()?);
         out.push(Arc::new(channel));
     }
+    // Feishu and DingTalk blocks stay raw in the config (like in 0.3.5's plugin channels); each adapter reads its own.
+    let block_error = |channel: &'static str| {
+        move |message: String| GatewayError::Channel {
+            channel,
+            source: ChannelError::Config {
+                channel: channel.to_string(),
+                message,
+            },
+        }
+    };
+    if ch.other.is_enabled(nanobot_feishu::NAME)
+        && let Some(block) = ch.other.get(nanobot_feishu::NAME)
+    {
+        let config =
+            nanobot_config::FeishuConfig::from_block(block).map_err(block_error(nanobot_feishu::NAME))?;
+        let settings = nanobot_feishu::FeishuSettings::from_config(&config)
+            .map_err(channel_error(nanobot_feishu::NAME))?;
+        let channel = nanobot_feishu::FeishuChannel::new(settings, paths.media_dir(None))
+            .map_err(channel_error(nanobot_feishu::NAME))?
+            .with_pairing(pairing()?);
+        out.push(Arc::new(channel));
+    }
+    if ch.other.is_enabled(nanobot_dingtalk::NAME)
+        && let Some(block) = ch.other.get(nanobot_dingtalk::NAME)
+    {
+        let config =
+            nanobot_config::DingTalkConfig::from_block(block).map_err(block_error(nanobot_dingtalk::NAME))?;
+        let settings = nanobot_dingtalk::DingTalkSettings::from_config(&config)
+            .map_err(channel_error(nanobot_dingtalk::NAME))?;
+        let channel = nanobot_dingtalk::DingTalkChannel::new(settings, paths.media_dir(None))
+            .map_err(channel_error(nanobot_dingtalk::NAME))?
+            .with_pairing(pairing()?);
+        out.push(Arc::new(channel));
+    }
     Ok(out)
 }
 

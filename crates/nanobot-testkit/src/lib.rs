@@ -80,6 +80,8 @@
 //! [`MockLlm::nanobot_config`] gives the `config.json` fragment that points nanobot at the mock.
 
 mod anthropic;
+pub mod fake_dingtalk;
+pub mod fake_feishu;
 mod home;
 mod mock;
 mod openai;

@@ -398,3 +398,131 @@ impl SlackConfig {
         non_empty(&self.proxy)
     }
 }
+
+/// `channels.feishu` (Feishu / Lark, long-connection mode). Not a field of [`ChannelsConfig`]: the block stays
+/// raw in [`ChannelsConfig::other`] and the adapter reads it with [`FeishuConfig::from_block`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct FeishuConfig {
+    /// Whether the channel runs.
+    pub enabled: bool,
+    /// App ID (`cli_…`).
+    #[serde(alias = "app_id")]
+    pub app_id: String,
+    /// App secret.
+    #[serde(alias = "app_secret")]
+    pub app_secret: Secret,
+    /// Event encryption key (webhook mode only; unused by the long connection).
+    #[serde(alias = "encrypt_key")]
+    pub encrypt_key: Secret,
+    /// Event verification token (webhook mode only; unused by the long connection).
+    #[serde(alias = "verification_token")]
+    pub verification_token: Secret,
+    /// Allowed sender open_ids. Empty denies everybody; `"*"` allows everybody.
+    #[serde(alias = "allow_from", deserialize_with = "string_list")]
+    pub allow_from: Vec<String>,
+    /// Reaction (Feishu emoji type) added to a received message.
+    #[serde(alias = "react_emoji")]
+    pub react_emoji: String,
+    /// Reaction added when the reply is done (`null` = none).
+    #[serde(alias = "done_emoji")]
+    pub done_emoji: Option<String>,
+    /// Prefix of tool-hint lines.
+    #[serde(alias = "tool_hint_prefix")]
+    pub tool_hint_prefix: String,
+    /// Group policy: `open` or `mention`.
+    #[serde(alias = "group_policy")]
+    pub group_policy: GroupPolicy,
+    /// Quote the user's message in the reply.
+    #[serde(alias = "reply_to_message")]
+    pub reply_to_message: bool,
+    /// Stream replies as updatable cards.
+    pub streaming: bool,
+    /// `feishu` (open.feishu.cn) or `lark` (open.larksuite.com).
+    pub domain: String,
+    /// One session per topic (thread) in groups, rather than one per group.
+    #[serde(alias = "topic_isolation")]
+    pub topic_isolation: bool,
+    /// Open API base URL (nanobot-rs only; for fakes in tests). Not written when unset.
+    #[serde(alias = "base_url", skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Default for FeishuConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            app_id: String::new(),
+            app_secret: Secret::default(),
+            encrypt_key: Secret::default(),
+            verification_token: Secret::default(),
+            allow_from: Vec::new(),
+            react_emoji: "THUMBSUP".into(),
+            done_emoji: None,
+            tool_hint_prefix: "\u{1f527}".into(),
+            group_policy: GroupPolicy::Mention,
+            reply_to_message: false,
+            streaming: true,
+            domain: "feishu".into(),
+            topic_isolation: true,
+            base_url: None,
+            extra: Extra::default(),
+        }
+    }
+}
+
+/// `channels.dingtalk` (DingTalk, Stream mode). Like [`FeishuConfig`], read from the raw block with
+/// [`DingTalkConfig::from_block`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DingTalkConfig {
+    /// Whether the channel runs.
+    pub enabled: bool,
+    /// Client ID (AppKey) of the robot's app; also the `robotCode`.
+    #[serde(alias = "client_id")]
+    pub client_id: String,
+    /// Client secret (AppSecret).
+    #[serde(alias = "client_secret")]
+    pub client_secret: Secret,
+    /// Allowed sender staff ids. Empty denies everybody; `"*"` allows everybody.
+    #[serde(alias = "allow_from", deserialize_with = "string_list")]
+    pub allow_from: Vec<String>,
+    /// Follow redirects when fetching remote media to send.
+    #[serde(alias = "allow_remote_media_redirects")]
+    pub allow_remote_media_redirects: bool,
+    /// Hosts redirects may lead to (empty = the original host only).
+    #[serde(
+        alias = "remote_media_redirect_allowed_hosts",
+        deserialize_with = "string_list"
+    )]
+    pub remote_media_redirect_allowed_hosts: Vec<String>,
+    /// One session per user in group chats, rather than one per group.
+    #[serde(alias = "group_user_isolation")]
+    pub group_user_isolation: bool,
+    /// Answer group chats only; direct messages get a notice.
+    #[serde(alias = "disable_private_chat")]
+    pub disable_private_chat: bool,
+    /// Open API base URL (nanobot-rs only; for fakes in tests). Not written when unset.
+    #[serde(alias = "base_url", skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl FeishuConfig {
+    /// Reads the raw `channels.feishu` block; the error names the block and the bad key.
+    pub fn from_block(block: &serde_json::Value) -> Result<Self, String> {
+        serde_json::from_value(block.clone()).map_err(|e| format!("channels.feishu: {e}"))
+    }
+}
+
+impl DingTalkConfig {
+    /// Reads the raw `channels.dingtalk` block; the error names the block and the bad key.
+    pub fn from_block(block: &serde_json::Value) -> Result<Self, String> {
+        serde_json::from_value(block.clone()).map_err(|e| format!("channels.dingtalk: {e}"))
+    }
+}

@@ -18,8 +18,8 @@ use serde_json::{Map, Value};
 
 pub use agents::{AgentDefaults, AgentsConfig, DreamConfig, ProviderRetryMode};
 pub use channels::{
-    ChannelsConfig, DiscordConfig, DmPolicy, GroupPolicy, SlackConfig, SlackDmConfig, TelegramConfig,
-    TelegramMode,
+    ChannelsConfig, DingTalkConfig, DiscordConfig, DmPolicy, FeishuConfig, GroupPolicy, SlackConfig,
+    SlackDmConfig, TelegramConfig, TelegramMode,
 };
 pub use extra::{ChannelBlocks, Extra};
 pub use gateway::{ApiConfig, GatewayConfig, HeartbeatConfig};

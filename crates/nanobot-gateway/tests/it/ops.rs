@@ -183,3 +183,38 @@ async fn enabled_discord_and_slack_channels_are_built_from_the_config() {
         assert!(err.contains(key), "{name}: {err}");
     }
 }
+
+#[tokio::test]
+async fn enabled_feishu_and_dingtalk_channels_are_built_from_the_config() {
+    // Their blocks stay raw in the config; an enabled one is read and validated at start (the error names the
+    // channel and the key), a disabled one is left alone.
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    for (name, block, key) in [
+        (
+            "feishu",
+            json!({"feishu": {"enabled": true, "appId": "", "appSecret": "s"}}),
+            "appId",
+        ),
+        (
+            "feishu",
+            json!({"feishu": {"enabled": true, "appId": "cli_1", "appSecret": "s", "domain": "x"}}),
+            "domain",
+        ),
+        (
+            "feishu",
+            json!({"feishu": {"enabled": true, "allowFrom": 5}}),
+            "channels.feishu",
+        ),
+        (
+            "dingtalk",
+            json!({"dingtalk": {"enabled": true, "clientId": "d", "clientSecret": ""}}),
+            "clientSecret",
+        ),
+    ] {
+        let opts = options(&home, &mock, json!({ "channels": block }));
+        let err = Gateway::start(opts).await.unwrap_err().to_string();
+        assert!(err.contains(name), "{name}: {err}");
+        assert!(err.contains(key), "{name}: {err}");
+    }
+}

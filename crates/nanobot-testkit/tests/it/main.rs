@@ -6,6 +6,7 @@
 )]
 
 mod anthropic;
+mod fake_sdks;
 mod faults;
 mod home;
 mod openai;

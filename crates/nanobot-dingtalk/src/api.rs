@@ -1,0 +1,214 @@
+//! The Open API calls: opening a Stream connection, the access token (cached, renewed before it expires and when
+//! the API answers 401), robot messages and file downloads.
+
+use std::time::{Duration, Instant};
+
+use nanobot_channels::ChannelError;
+use nanobot_config::Secret;
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use crate::NAME;
+
+/// Bound of every HTTP call.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+/// A token is renewed this long before DingTalk says it expires.
+const TOKEN_MARGIN: Duration = Duration::from_secs(60);
+/// The callback topic of robot messages.
+pub(crate) const BOT_TOPIC: &str = "/v1.0/im/bot/messages/get";
+
+pub(crate) struct Api {
+    http: reqwest::Client,
+    base: String,
+    client_id: String,
+    client_secret: Secret,
+    token: Mutex<Option<(String, Instant)>>,
+}
+
+pub(crate) fn transient(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> ChannelError {
+    ChannelError::Transient {
+        channel: NAME.into(),
+        source: e.into(),
+    }
+}
+
+fn rejected(what: String) -> ChannelError {
+    ChannelError::Rejected {
+        channel: NAME.into(),
+        source: what.into(),
+    }
+}
+
+fn auth(what: String) -> ChannelError {
+    ChannelError::Auth {
+        channel: NAME.into(),
+        source: what.into(),
+    }
+}
+
+/// Classifies a non-success answer of `path`.
+fn failure(path: &str, status: reqwest::StatusCode, body: &Value) -> ChannelError {
+    let code = body.get("code").and_then(Value::as_str).unwrap_or_default();
+    let what = format!("{path}: HTTP {status} {code}");
+    match status.as_u16() {
+        401 | 403 => auth(what),
+        429 => ChannelError::RateLimited {
+            channel: NAME.into(),
+            retry_after: None,
+        },
+        500..=599 => transient(what),
+        _ => rejected(what),
+    }
+}
+
+impl Api {
+    pub(crate) fn new(base: String, client_id: String, client_secret: Secret) -> Result<Self, ChannelError> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .timeout(HTTP_TIMEOUT)
+            .build()
+            .map_err(|e| ChannelError::Config {
+                channel: NAME.into(),
+                message: format!("cannot build the HTTP client: {e}"),
+            })?;
+        Ok(Self {
+            http,
+            base,
+            client_id,
+            client_secret,
+            token: Mutex::new(None),
+        })
+    }
+
+    pub(crate) fn robot_code(&self) -> &str {
+        &self.client_id
+    }
+
+    async fn post(
+        &self,
+        path: &str,
+        body: &Value,
+        token: Option<&str>,
+    ) -> Result<(reqwest::StatusCode, Value), ChannelError> {
+        let mut req = self.http.post(format!("{}{path}", self.base)).json(body);
+        if let Some(token) = token {
+            req = req.header("x-acs-dingtalk-access-token", token);
+        }
+        let resp = req.send().await.map_err(transient)?;
+        let status = resp.status();
+        let value = resp.json().await.unwrap_or(Value::Null);
+        Ok((status, value))
+    }
+
+    /// `POST /v1.0/gateway/connections/open`: the Stream endpoint and its one-time ticket, as a URL.
+    pub(crate) async fn open_connection(&self) -> Result<String, ChannelError> {
+        let path = "/v1.0/gateway/connections/open";
+        let body = json!({
+            "clientId": self.client_id,
+            "clientSecret": self.client_secret.expose(),
+            "subscriptions": [{"type": "CALLBACK", "topic": BOT_TOPIC}],
+            "ua": concat!("nanobot-rs/", env!("CARGO_PKG_VERSION")),
+            "localIp": "",
+        });
+        let (status, value) = self.post(path, &body, None).await?;
+        if !status.is_success() {
+            return Err(failure(path, status, &value));
+        }
+        let endpoint = value["endpoint"]
+            .as_str()
+            .filter(|u| u.starts_with("ws://") || u.starts_with("wss://"))
+            .ok_or_else(|| transient(format!("{path}: no endpoint in the answer")))?;
+        let ticket = value["ticket"]
+            .as_str()
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| transient(format!("{path}: no ticket in the answer")))?;
+        let mut url =
+            url::Url::parse(endpoint).map_err(|e| transient(format!("{path}: bad endpoint: {e}")))?;
+        url.query_pairs_mut().append_pair("ticket", ticket);
+        Ok(url.into())
+    }
+
+    async fn token(&self) -> Result<String, ChannelError> {
+        let mut slot = self.token.lock().await;
+        if let Some((token, until)) = slot.as_ref()
+            && Instant::now() < *until
+        {
+            return Ok(token.clone());
+        }
+        let path = "/v1.0/oauth2/accessToken";
+        let body = json!({"appKey": self.client_id, "appSecret": self.client_secret.expose()});
+        let (status, value) = self.post(path, &body, None).await?;
+        if !status.is_success() {
+            return Err(failure(path, status, &value));
+        }
+        let token = value["accessToken"]
+            .as_str()
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| auth(format!("{path}: no accessToken in the answer")))?
+            .to_string();
+        let expire = Duration::from_secs(value["expireIn"].as_u64().unwrap_or(7200));
+        *slot = Some((
+            token.clone(),
+            Instant::now() + expire.saturating_sub(TOKEN_MARGIN),
+        ));
+        Ok(token)
+    }
+
+    /// An authorised call; when the API answers 401 the token is renewed and the call made once more.
+    pub(crate) async fn call(&self, path: &str, body: &Value) -> Result<Value, ChannelError> {
+        let mut retried = false;
+        loop {
+            let token = self.token().await?;
+            let (status, value) = self.post(path, body, Some(&token)).await?;
+            if status.as_u16() == 401 && !retried {
+                tracing::debug!("dingtalk: access token rejected; renewing it");
+                let mut slot = self.token.lock().await;
+                if slot.as_ref().is_some_and(|(t, _)| *t == token) {
+                    *slot = None;
+                }
+                retried = true;
+                continue;
+            }
+            if !status.is_success() {
+                return Err(failure(path, status, &value));
+            }
+            if let Some(code) = value.get("errcode").and_then(Value::as_i64).filter(|c| *c != 0) {
+                return Err(rejected(format!("{path}: errcode {code}")));
+            }
+            return Ok(value);
+        }
+    }
+
+    /// Downloads a received file by its download code, refusing more than `max` bytes.
+    pub(crate) async fn download(&self, code: &str, max: u64) -> Result<Vec<u8>, ChannelError> {
+        let answer = self
+            .call(
+                "/v1.0/robot/messageFiles/download",
+                &json!({"downloadCode": code, "robotCode": self.client_id}),
+            )
+            .await?;
+        let url = answer["downloadUrl"]
+            .as_str()
+            .filter(|u| u.starts_with("http://") || u.starts_with("https://"))
+            .ok_or_else(|| rejected("messageFiles/download: no downloadUrl".into()))?;
+        let mut resp = self
+            .http
+            .get(url)
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(transient)?;
+        if resp.content_length().is_some_and(|n| n > max) {
+            return Err(rejected(format!("file larger than {max} bytes")));
+        }
+        let mut out = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(transient)? {
+            let chunk: bytes::Bytes = chunk;
+            out.extend_from_slice(&chunk);
+            if out.len() as u64 > max {
+                return Err(rejected(format!("file larger than {max} bytes")));
+            }
+        }
+        Ok(out)
+    }
+}

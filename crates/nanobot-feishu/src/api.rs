@@ -1,0 +1,244 @@
+//! The Open API calls the channel makes: endpoint discovery, the tenant access token (cached, refreshed before it
+//! expires and when the API says it is no longer valid), messages, replies, reactions and resources.
+
+use std::time::{Duration, Instant};
+
+use nanobot_channels::ChannelError;
+use nanobot_config::Secret;
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use crate::NAME;
+
+/// Bound of every HTTP call.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+/// A token is renewed this long before Feishu says it expires.
+const TOKEN_MARGIN: Duration = Duration::from_secs(300);
+/// API codes that mean "the tenant access token is invalid or expired".
+const TOKEN_INVALID: [i64; 4] = [99_991_661, 99_991_663, 99_991_664, 99_991_665];
+
+/// What endpoint discovery returned.
+#[derive(Debug, Clone)]
+pub(crate) struct Endpoint {
+    /// `wss://…?device_id=…&service_id=…`.
+    pub(crate) url: String,
+    /// Seconds between pings (`ClientConfig.PingInterval`), when given.
+    pub(crate) ping_interval: Option<u64>,
+}
+
+pub(crate) struct Api {
+    http: reqwest::Client,
+    base: String,
+    app_id: String,
+    app_secret: Secret,
+    token: Mutex<Option<(String, Instant)>>,
+}
+
+fn transient(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> ChannelError {
+    ChannelError::Transient {
+        channel: NAME.into(),
+        source: e.into(),
+    }
+}
+
+fn rejected(what: String) -> ChannelError {
+    ChannelError::Rejected {
+        channel: NAME.into(),
+        source: what.into(),
+    }
+}
+
+fn auth(what: String) -> ChannelError {
+    ChannelError::Auth {
+        channel: NAME.into(),
+        source: what.into(),
+    }
+}
+
+/// `code` and `msg` of an Open API answer.
+fn code_of(body: &Value) -> (i64, &str) {
+    (
+        body.get("code").and_then(Value::as_i64).unwrap_or(-1),
+        body.get("msg").and_then(Value::as_str).unwrap_or(""),
+    )
+}
+
+impl Api {
+    pub(crate) fn new(base: String, app_id: String, app_secret: Secret) -> Result<Self, ChannelError> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .timeout(HTTP_TIMEOUT)
+            .build()
+            .map_err(|e| ChannelError::Config {
+                channel: NAME.into(),
+                message: format!("cannot build the HTTP client: {e}"),
+            })?;
+        Ok(Self {
+            http,
+            base,
+            app_id,
+            app_secret,
+            token: Mutex::new(None),
+        })
+    }
+
+    async fn post_plain(&self, path: &str, body: &Value) -> Result<Value, ChannelError> {
+        let url = format!("{}{path}", self.base);
+        let resp = self.http.post(&url).json(body).send().await.map_err(transient)?;
+        let status = resp.status();
+        let value: Value = resp.json().await.unwrap_or(Value::Null);
+        if status.is_server_error() {
+            return Err(transient(format!("{path}: HTTP {status}")));
+        }
+        Ok(value)
+    }
+
+    /// `POST /callback/ws/endpoint`: the long connection's URL for this app.
+    pub(crate) async fn endpoint(&self) -> Result<Endpoint, ChannelError> {
+        let path = "/callback/ws/endpoint";
+        let body = self
+            .post_plain(
+                path,
+                &json!({"AppID": self.app_id, "AppSecret": self.app_secret.expose()}),
+            )
+            .await?;
+        let (code, msg) = code_of(&body);
+        match code {
+            0 => {}
+            // System busy / internal error: try again later.
+            1 | 1_000_040_343 => return Err(transient(format!("{path}: code {code} {msg}"))),
+            _ => return Err(auth(format!("{path}: code {code} {msg}"))),
+        }
+        let data = &body["data"];
+        let url = data["URL"]
+            .as_str()
+            .filter(|u| u.starts_with("ws://") || u.starts_with("wss://"))
+            .ok_or_else(|| transient(format!("{path}: no WebSocket URL in the answer")))?
+            .to_string();
+        let ping_interval = data["ClientConfig"]["PingInterval"].as_u64();
+        Ok(Endpoint { url, ping_interval })
+    }
+
+    /// The tenant access token, from the cache while it is fresh.
+    async fn token(&self) -> Result<String, ChannelError> {
+        let mut slot = self.token.lock().await;
+        if let Some((token, until)) = slot.as_ref()
+            && Instant::now() < *until
+        {
+            return Ok(token.clone());
+        }
+        let path = "/open-apis/auth/v3/tenant_access_token/internal";
+        let body = self
+            .post_plain(
+                path,
+                &json!({"app_id": self.app_id, "app_secret": self.app_secret.expose()}),
+            )
+            .await?;
+        let (code, msg) = code_of(&body);
+        if code != 0 {
+            return Err(auth(format!("{path}: code {code} {msg}")));
+        }
+        let token = body["tenant_access_token"]
+            .as_str()
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| auth(format!("{path}: no tenant_access_token in the answer")))?
+            .to_string();
+        let expire = Duration::from_secs(body["expire"].as_u64().unwrap_or(7200));
+        let until = Instant::now() + expire.saturating_sub(TOKEN_MARGIN);
+        *slot = Some((token.clone(), until));
+        Ok(token)
+    }
+
+    async fn forget_token(&self, stale: &str) {
+        let mut slot = self.token.lock().await;
+        if slot.as_ref().is_some_and(|(t, _)| t == stale) {
+            *slot = None;
+        }
+    }
+
+    /// An authorised JSON call; a token the API calls invalid is renewed and the call made once more.
+    pub(crate) async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, ChannelError> {
+        let mut retried = false;
+        loop {
+            let token = self.token().await?;
+            let mut req = self
+                .http
+                .request(method.clone(), format!("{}{path}", self.base))
+                .bearer_auth(&token);
+            if let Some(body) = body {
+                req = req.json(body);
+            }
+            let resp = req.send().await.map_err(transient)?;
+            let status = resp.status();
+            let value: Value = resp.json().await.unwrap_or(Value::Null);
+            let (code, msg) = code_of(&value);
+            if TOKEN_INVALID.contains(&code) && !retried {
+                tracing::debug!(code, "feishu: tenant access token rejected; renewing it");
+                self.forget_token(&token).await;
+                retried = true;
+                continue;
+            }
+            if status.as_u16() == 429 || code == 99_991_400 {
+                return Err(ChannelError::RateLimited {
+                    channel: NAME.into(),
+                    retry_after: None,
+                });
+            }
+            if status.is_server_error() {
+                return Err(transient(format!("{path}: HTTP {status}")));
+            }
+            if code != 0 {
+                return Err(rejected(format!("{path}: code {code} {msg}")));
+            }
+            return Ok(value);
+        }
+    }
+
+    /// Downloads a message resource (`type` `image` or `file`), refusing more than `max` bytes.
+    pub(crate) async fn resource(
+        &self,
+        message_id: &str,
+        key: &str,
+        kind: &str,
+        max: u64,
+    ) -> Result<Vec<u8>, ChannelError> {
+        let token = self.token().await?;
+        let url = format!(
+            "{}/open-apis/im/v1/messages/{}/resources/{}?type={}",
+            self.base,
+            enc(message_id),
+            enc(key),
+            enc(kind)
+        );
+        let mut resp = self
+            .http
+            .get(url)
+            .bearer_auth(token)
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(transient)?;
+        if resp.content_length().is_some_and(|n| n > max) {
+            return Err(rejected(format!("resource {key} is larger than {max} bytes")));
+        }
+        let mut out = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(transient)? {
+            let chunk: bytes::Bytes = chunk;
+            out.extend_from_slice(&chunk);
+            if out.len() as u64 > max {
+                return Err(rejected(format!("resource {key} is larger than {max} bytes")));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Percent-encodes one path segment.
+pub(crate) fn enc(segment: &str) -> String {
+    url::form_urlencoded::byte_serialize(segment.as_bytes()).collect()
+}

@@ -1,0 +1,60 @@
+//! The Feishu (Lark) channel for nanobot, over the long-connection event mode (no public URL needed).
+//!
+//! [`FeishuChannel`] implements [`nanobot_channels::Channel`]. It asks the Open API for a long-connection endpoint
+//! with the app's credentials (`POST /callback/ws/endpoint`), opens the WebSocket and speaks the SDKs' framed
+//! protocol ([`frame::Frame`], protobuf): pings at the interval the server sets, every data frame acknowledged,
+//! events split over several frames joined. A dropped connection is re-established with backoff (1 s doubling to
+//! 60 s); events redelivered by id are handled once.
+//!
+//! `im.message.receive_v1` events from people go through the channel's access control (`allowFrom`, pairing codes
+//! for denied direct messages) and `groupPolicy` (`mention` answers only messages that @mention the bot or
+//! `@_all`); text and posts are read with mentions resolved, images and files are downloaded to
+//! `<media_dir>/feishu/`. Accepted messages get the `reactEmoji` reaction and go on the bus with a session per
+//! topic in groups (`topicIsolation`). Replies go through the IM API with the tenant access token (cached,
+//! renewed before it expires and when the API rejects it): plain text as text messages, Markdown as cards, split
+//! at 4000 characters, quoting the user's message when `replyToMessage` is on and always inside a topic. When the
+//! reply is out, `doneEmoji` (if set) replaces the reaction.
+//!
+//! It knows the bus, the channel toolkit and the config schema, never the agent; nothing here reads the process
+//! environment. `domain` picks Feishu or Lark; `baseUrl` points everything at another server (a fake in tests).
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use nanobot_bus::InProcessBus;
+//! use nanobot_channels::{ChannelManager, ManagerSettings};
+//! use nanobot_feishu::{FeishuChannel, FeishuSettings};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut config = nanobot_config::FeishuConfig::default();
+//! config.app_id = "cli_a1b2c3".into();
+//! config.app_secret = nanobot_config::Secret::new("…");
+//! config.allow_from = vec!["ou_0123456789abcdef".into()];
+//! let channel = FeishuChannel::new(FeishuSettings::from_config(&config)?, "/tmp/nanobot-media")?;
+//! let mut manager = ChannelManager::new(ManagerSettings::default());
+//! manager.add(Arc::new(channel));
+//! manager.run(Arc::new(InProcessBus::default()), CancellationToken::new()).await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Settings are validated up front, with errors naming the config key:
+//!
+//! ```
+//! use nanobot_feishu::FeishuSettings;
+//!
+//! let err = FeishuSettings::from_config(&nanobot_config::FeishuConfig::default()).unwrap_err();
+//! assert!(err.to_string().contains("channels.feishu.appId is empty"));
+//! ```
+
+mod api;
+mod channel;
+pub mod frame;
+mod inbound;
+mod settings;
+
+pub use channel::{FeishuChannel, META_CHAT_TYPE, META_MESSAGE_ID, META_THREAD_ID};
+pub use settings::{DEFAULT_MAX_FILE_BYTES, FEISHU_URL, FeishuSettings, LARK_URL};
+
+/// The channel's name on the bus (and the key of its config block).
+pub const NAME: &str = "feishu";

@@ -1,0 +1,142 @@
+//! The channel fakes, checked by the platforms' official Python SDKs (real peers): a fake is only as good as
+//! its fidelity.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use nanobot_testkit::fake_feishu::{BOT_OPEN_ID, FakeFeishu, message_event};
+use nanobot_testkit::peers::{self, ChildGuard};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/it/fixtures")
+        .join(name)
+}
+
+/// Reads JSON lines from the probe until one parses (bounded).
+async fn json_line(lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) -> Value {
+    let read = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                return v;
+            }
+        }
+        panic!("the probe ended without printing its result");
+    };
+    tokio::time::timeout(Duration::from_secs(60), read)
+        .await
+        .expect("no result from the probe within 60 s")
+}
+
+#[tokio::test]
+async fn lark_oapi_sdk_accepts_the_feishu_fake() {
+    let Some(python) = peers::require("python venv (lark-oapi SDK)", peers::python()) else {
+        return;
+    };
+    let fake = FakeFeishu::start("cli_test", "secret-1").await.unwrap();
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(fixture("lark_sdk_probe.py"))
+        .args([fake.base_url(), "cli_test", "secret-1"])
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdout(Stdio::piped());
+    let mut child = ChildGuard::spawn_tokio("lark probe", &mut cmd).unwrap();
+    fake.connected(1).await.unwrap();
+    // The SDK discovered the endpoint with the app's credentials and pings at once.
+    let discovery = fake
+        .calls()
+        .into_iter()
+        .find(|c| c.path == "/callback/ws/endpoint")
+        .unwrap();
+    assert_eq!(
+        discovery.body,
+        json!({"AppID": "cli_test", "AppSecret": "secret-1"})
+    );
+
+    let event = message_event(
+        "ev-1",
+        "om_1",
+        "ou_alice",
+        "oc_group",
+        "group",
+        "@_user_1 hi",
+        &[("@_user_1", BOT_OPEN_ID, "bot")],
+    );
+    let frame = fake.push_event(&event).unwrap();
+    let ack = fake.acked(&frame).await.unwrap();
+    assert_eq!(ack.payload["code"], 200, "{:?}", ack.payload);
+    assert!(ack.has_biz_rt);
+
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let out = json_line(&mut lines).await;
+    assert_eq!(out["event_id"], "ev-1");
+    assert_eq!(out["message_id"], "om_1");
+    assert_eq!(out["sender"], "ou_alice");
+    assert_eq!(out["text"], "@_user_1 hi");
+    assert_eq!(out["mention"], BOT_OPEN_ID);
+    assert_eq!(out["sent_ok"], true, "{out}");
+    // The SDK's API client got a tenant token and sent with it.
+    let sent = fake.sent_messages();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].query, "receive_id_type=chat_id");
+    assert_eq!(sent[0].body["receive_id"], "oc_group");
+    assert_eq!(sent[0].token.as_deref(), Some("t-1"));
+    fake.pinged().await.unwrap();
+}
+
+#[tokio::test]
+async fn dingtalk_stream_sdk_accepts_the_dingtalk_fake() {
+    use nanobot_testkit::fake_dingtalk::{FakeDingTalk, text_message};
+    let Some(python) = peers::require("python venv (dingtalk-stream SDK)", peers::python()) else {
+        return;
+    };
+    let fake = FakeDingTalk::start("ding_test", "secret-2").await.unwrap();
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(fixture("dingtalk_sdk_probe.py"))
+        .args(["ding_test", "secret-2"])
+        .env("DINGTALK_OPENAPI_ENDPOINT", fake.base_url())
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdout(Stdio::piped());
+    let mut child = ChildGuard::spawn_tokio("dingtalk probe", &mut cmd).unwrap();
+    fake.connected(1).await.unwrap();
+    let open = fake
+        .calls()
+        .into_iter()
+        .find(|c| c.path == "/v1.0/gateway/connections/open")
+        .unwrap();
+    assert_eq!(open.body["clientId"], "ding_test");
+    assert_eq!(
+        open.body["subscriptions"],
+        json!([{"type": "CALLBACK", "topic": "/v1.0/im/bot/messages/get"}])
+    );
+
+    // A system ping is acknowledged with its data echoed.
+    let ping = fake.push_system("ping", &json!({"opaque": "p-1"})).unwrap();
+    let ack = fake.acked(&ping).await.unwrap();
+    assert_eq!(ack.frame["code"], 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(ack.frame["data"].as_str().unwrap()).unwrap(),
+        json!({"opaque": "p-1"})
+    );
+
+    let frame = fake
+        .push_message(&text_message("msg-1", "staff-1", "1", "cid-1", "hello", false))
+        .unwrap();
+    let ack = fake.acked(&frame).await.unwrap();
+    assert_eq!(ack.frame["code"], 200, "{}", ack.frame);
+    assert_eq!(ack.frame["headers"]["messageId"], frame.as_str());
+
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let out = json_line(&mut lines).await;
+    assert_eq!(out["message_id"], frame.as_str());
+    assert_eq!(out["msg_id"], "msg-1");
+    assert_eq!(out["sender"], "staff-1");
+    assert_eq!(out["text"], "hello");
+    assert_eq!(
+        out["token"], "at-1",
+        "the SDK fetched an access token from the fake"
+    );
+}
