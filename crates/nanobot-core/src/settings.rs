@@ -152,7 +152,11 @@ pub fn base_tools_from_config(
 ) -> Result<Vec<Arc<dyn Tool>>, CoreError> {
     let t = &config.tools;
     let reg = ToolRegistry::default();
-    let mut sandbox = Sandbox::new(workspace, t.restrict_to_workspace).with_home(Some(env.home.clone()));
+    // nanobot's data directory (config with keys, sessions, cron, pairing) stays out of the file tools' reach in
+    // every mode; the workspace stays reachable when it lies inside it.
+    let mut sandbox = Sandbox::new(workspace, t.restrict_to_workspace)
+        .with_home(Some(env.home.clone()))
+        .with_data_dir(Some(env.paths().data_dir()));
     if let Some(root) = extra_read_root {
         sandbox = sandbox.with_read_root(root);
     }
