@@ -56,6 +56,10 @@ pub struct AgentSettings {
     pub workspace: PathBuf,
     /// The data directory (`~/.nanobot`): sessions live below it.
     pub data_dir: PathBuf,
+    /// `tools.restrictToWorkspace`: also confines the `message` tool's attachments (default on outside a config).
+    pub restrict_to_workspace: bool,
+    /// The user's home directory, for `~` in attachment paths (`None`: `~` is refused).
+    pub home: Option<PathBuf>,
     /// Model id.
     pub model: String,
     /// Output-token limit.
@@ -96,6 +100,8 @@ impl AgentSettings {
         Self {
             workspace: workspace.into(),
             data_dir: data_dir.into(),
+            restrict_to_workspace: true,
+            home: None,
             model: model.into(),
             max_tokens: 8192,
             context_window_tokens: 200_000,
@@ -126,6 +132,8 @@ impl AgentSettings {
             })?,
         };
         let mut s = Self::new(paths.workspace(&d.workspace), paths.data_dir(), d.model.clone());
+        s.restrict_to_workspace = config.tools.restrict_to_workspace;
+        s.home = Some(env.home.clone());
         s.max_tokens = d.max_tokens;
         s.context_window_tokens = d.context_window_tokens;
         s.temperature = Some(d.temperature);
