@@ -20,7 +20,9 @@ use crate::error::CoreError;
 
 /// What the binaries pass in instead of letting a library read the process: the home directory, the
 /// environment as a map, and the config file path when it is not the default.
-#[derive(Debug, Clone, Default)]
+///
+/// `Debug` lists the variables' names only: their values include API keys.
+#[derive(Clone, Default)]
 pub struct Environment {
     /// The user's home directory.
     pub home: PathBuf,
@@ -28,6 +30,18 @@ pub struct Environment {
     pub vars: HashMap<String, String>,
     /// `--config` when given.
     pub config_path: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Environment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut names: Vec<&str> = self.vars.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        f.debug_struct("Environment")
+            .field("home", &self.home)
+            .field("vars", &names)
+            .field("config_path", &self.config_path)
+            .finish()
+    }
 }
 
 impl Environment {
@@ -354,5 +368,23 @@ impl crate::agent_loop::AgentLoop {
             cron.remove_system_job("heartbeat")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environment_debug_shows_names_not_values() {
+        let env = Environment::new(
+            "/home/u",
+            HashMap::from([("OPENAI_API_KEY".to_owned(), "sk-SEKRIT".to_owned())]),
+        );
+        let dbg = format!("{env:?}");
+        assert!(
+            dbg.contains("OPENAI_API_KEY") && !dbg.contains("sk-SEKRIT"),
+            "{dbg}"
+        );
     }
 }
