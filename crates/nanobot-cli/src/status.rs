@@ -695,5 +695,57 @@ mod raw_channel_tests {
             serde_json::from_str(r#"{"channels":{"feishu":{"enabled":true,"allowFrom":7}}}"#).unwrap();
         let text = doctor_text(&check_channels(&bad)).0;
         assert!(text.contains("channels.feishu"), "{text}");
+    /// `status` and `doctor` over a config holding every kind of secret, and over configs that fail to load with
+    /// a secret in the wrong place: no value ever appears.
+    #[test]
+    fn status_and_doctor_never_print_secrets() {
+        let secrets = [
+            "sk-SEKRIT-prov",
+            "hdr-SEKRIT",
+            "123456789:AAHSEKRITtgtoken",
+            "xoxb-SEKRIT-bot",
+            "xapp-SEKRIT-app",
+            "SEKRIT.discord.token",
+            "SEKRIT-search",
+            "SEKRIT-api",
+            "SEKRIT-mcp-env",
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let env = CliEnv::for_home(dir.path(), Default::default());
+        crate::onboard::onboard(&env, &ConfigArgs::default()).unwrap();
+        let cfg = dir.path().join(".nanobot/config.json");
+        let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+        v["providers"]["openai"] =
+            serde_json::json!({"apiKey": secrets[0], "extraHeaders": {"X-K": secrets[1]}});
+        v["channels"]["telegram"] =
+            serde_json::json!({"enabled": true, "token": secrets[2], "allowFrom": ["*"]});
+        v["channels"]["slack"] =
+            serde_json::json!({"enabled": true, "botToken": secrets[3], "appToken": secrets[4]});
+        v["channels"]["discord"] = serde_json::json!({"enabled": true, "token": secrets[5]});
+        v["tools"]["web"]["search"]["apiKey"] = secrets[6].into();
+        v["api"]["apiKey"] = secrets[7].into();
+        v["tools"]["mcpServers"] = serde_json::json!({"gh": {"command": "x", "env": {"TOKEN": secrets[8]}}});
+        std::fs::write(&cfg, serde_json::to_string(&v).unwrap()).unwrap();
+        let status = status_text(&env, &ConfigArgs::default()).unwrap();
+        let (report, _) = doctor_text(&doctor(&env, &ConfigArgs::default()));
+        for s in secrets {
+            assert!(!status.contains(s), "status shows {s}:\n{status}");
+            assert!(!report.contains(s), "doctor shows {s}:\n{report}");
+        }
+        for broken in [
+            serde_json::json!({"providers": {"custom": secrets[0]}}),
+            serde_json::json!({"channels": {"telegram": {"token": 123_456_789_012_u64}}}),
+        ] {
+            std::fs::write(&cfg, broken.to_string()).unwrap();
+            let err = match status_text(&env, &ConfigArgs::default()) {
+                Ok(text) => text,
+                Err(e) => format!("{e} {e:?}"),
+            };
+            let (report, _) = doctor_text(&doctor(&env, &ConfigArgs::default()));
+            for s in [secrets[0], "123456789012"] {
+                assert!(!err.contains(s), "status shows {s}:\n{err}");
+                assert!(!report.contains(s), "doctor shows {s}:\n{report}");
+            }
+        }
     }
 }

@@ -90,7 +90,8 @@ fn resolve(s: &str, path: &JsonPath, env: &BTreeMap<String, String>) -> Result<O
             if !is_var_name(name) {
                 return Err(InterpError::Malformed {
                     field: path.to_string(),
-                    reason: format!("`${{{name}}}` is not a variable name (letters, digits, `_`)"),
+                    // The text between the braces is not quoted: a pasted key is a common cause.
+                    reason: "the text inside `${…}` is not a variable name (letters, digits, `_`)".into(),
                 });
             }
             match env.get(name) {

@@ -238,11 +238,17 @@ fn load_value(
 }
 
 /// Types `value` into a [`Config`], reporting a failure with its dotted path and origin.
+///
+/// Secrets are known by the schema: a field typed [`crate::Secret`] or [`crate::SecretMap`] refuses a wrong value
+/// without quoting it (see `secret.rs`), and a block (an object or a list) given as a plain value is described by
+/// the kind of value found, not the value, since such a block may hold secrets (`providers.custom` given as a
+/// string is usually the key). Every other bad value is quoted as written.
 fn typed(value: &Value, origin: impl Fn(&str) -> String) -> Result<Config, ConfigError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let field = e.path().to_string();
         let field = if field == "." { String::new() } else { field };
-        let message = scrub(&field, &e.inner().to_string());
+        let found = value_at(value, e.path());
+        let message = hide_misplaced_value(&e.inner().to_string(), found);
         ConfigError::InvalidValue {
             origin: origin(&field),
             field,
@@ -252,44 +258,51 @@ fn typed(value: &Value, origin: impl Fn(&str) -> String) -> Result<Config, Confi
     })
 }
 
-/// Removes quoted values from a serde message when the field may hold a secret.
-fn scrub(field: &str, message: &str) -> String {
-    let lower = field.to_ascii_lowercase();
-    let secretish = [
-        "key",
-        "token",
-        "secret",
-        "password",
-        "passwd",
-        "auth",
-        "credential",
-        "headers",
-        "env",
+/// The raw value at a deserializer's error path, when it can be followed.
+fn value_at<'a>(root: &'a Value, path: &serde_path_to_error::Path) -> Option<&'a Value> {
+    use serde_path_to_error::Segment;
+    let mut cur = root;
+    for seg in path.iter() {
+        cur = match seg {
+            Segment::Map { key } => cur.get(key.as_str())?,
+            Segment::Seq { index } => cur.get(*index)?,
+            Segment::Enum { .. } => cur,
+            Segment::Unknown => return None,
+        };
+    }
+    Some(cur)
+}
+
+/// Rewrites serde's "invalid type: string \"…\", expected struct X" when a plain value stands where the schema
+/// wants a block: the value is replaced by its kind.
+fn hide_misplaced_value(message: &str, found: Option<&Value>) -> String {
+    let kind = match found {
+        Some(Value::String(_)) => "a string",
+        Some(Value::Number(_)) => "a number",
+        Some(Value::Bool(_)) => "a boolean",
+        _ => return message.to_owned(),
+    };
+    let Some(rest) = message.strip_prefix("invalid type: ") else {
+        return message.to_owned();
+    };
+    let Some((_, expected)) = rest.split_once(", expected ") else {
+        return message.to_owned();
+    };
+    let block = [
+        "struct",
+        "a map",
+        "map",
+        "a sequence",
+        "a list",
+        "an object",
+        "sequence",
     ]
     .iter()
-    .any(|w| lower.contains(w));
-    if !secretish {
+    .any(|w| expected.starts_with(w));
+    if !block {
         return message.to_owned();
     }
-    let mut out = String::with_capacity(message.len());
-    let mut quote: Option<char> = None;
-    for ch in message.chars() {
-        match quote {
-            Some(q) if ch == q => {
-                out.push_str("[REDACTED]");
-                out.push(ch);
-                quote = None;
-            }
-            Some(_) => {}
-            None => {
-                out.push(ch);
-                if ch == '`' || ch == '"' {
-                    quote = Some(ch);
-                }
-            }
-        }
-    }
-    out
+    format!("expected {expected}, found {kind} (not shown: this block can hold secrets such as API keys)")
 }
 
 impl fmt::Debug for LoadedConfig {
@@ -360,15 +373,18 @@ impl LoadedConfig {
 
 #[cfg(test)]
 mod tests {
-    use super::scrub;
+    use super::hide_misplaced_value;
+    use serde_json::json;
 
     #[test]
-    fn scrub_hides_values_of_secret_fields_only() {
-        let msg = "invalid type: integer `12345`, expected a string";
-        assert_eq!(
-            scrub("providers.openai.apiKey", msg),
-            "invalid type: integer `[REDACTED]`, expected a string"
+    fn plain_values_in_place_of_blocks_are_hidden_others_shown() {
+        let msg = "invalid type: string \"sk-abc\", expected struct ProviderConfig";
+        let out = hide_misplaced_value(msg, Some(&json!("sk-abc")));
+        assert!(
+            !out.contains("sk-abc") && out.contains("ProviderConfig") && out.contains("a string"),
+            "{out}"
         );
-        assert_eq!(scrub("gateway.port", msg), msg);
+        let msg = "invalid type: string \"lots\", expected u32";
+        assert_eq!(hide_misplaced_value(msg, Some(&json!("lots"))), msg);
     }
 }

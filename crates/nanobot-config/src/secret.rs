@@ -26,9 +26,80 @@ pub const EMPTY_SECRET: &str = "[EMPTY]";
 #[serde(transparent)]
 pub struct Secret(String);
 
+/// The error for a secret field holding something other than a string. It names what was found, never the value:
+/// the schema, not the key's name, says this field is a secret.
+pub(crate) const SECRET_TYPE_ERROR: &str =
+    "expected a string; this field holds a secret, so the value is not shown";
+/// The error for a header or environment map (a [`SecretMap`]) that is not an object of strings.
+pub(crate) const SECRET_MAP_ERROR: &str =
+    "expected an object of names to strings; its values may hold secrets, so they are not shown";
+
 impl<'de> Deserialize<'de> for Secret {
     fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        Ok(Self(Option::<String>::deserialize(de)?.unwrap_or_default()))
+        de.deserialize_option(SecretVisitor)
+    }
+}
+
+/// Accepts a string (or `null`, read as empty) and refuses anything else without echoing it: serde's own
+/// "invalid type" messages quote the value.
+struct SecretVisitor;
+
+macro_rules! refuse_secret {
+    ($($name:ident: $ty:ty),* $(,)?) => {
+        $(fn $name<E: serde::de::Error>(self, _v: $ty) -> Result<Self::Value, E> {
+            Err(E::custom(SECRET_TYPE_ERROR))
+        })*
+    };
+}
+
+impl<'de> serde::de::Visitor<'de> for SecretVisitor {
+    type Value = Secret;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string (a secret)")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Secret, E> {
+        Ok(Secret(v.to_owned()))
+    }
+
+    fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Secret, E> {
+        Ok(Secret(v))
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<Secret, E> {
+        Ok(Secret::default())
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Secret, E> {
+        Ok(Secret::default())
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, de: D) -> Result<Secret, D::Error> {
+        de.deserialize_any(SecretVisitor)
+    }
+
+    refuse_secret!(
+        visit_bool: bool,
+        visit_i64: i64,
+        visit_u64: u64,
+        visit_i128: i128,
+        visit_u128: u128,
+        visit_f64: f64,
+        visit_char: char,
+        visit_bytes: &[u8],
+    );
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, _seq: A) -> Result<Secret, A::Error> {
+        Err(serde::de::Error::custom(SECRET_TYPE_ERROR))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, _map: A) -> Result<Secret, A::Error> {
+        Err(serde::de::Error::custom(SECRET_TYPE_ERROR))
+    }
+
+    fn visit_enum<A: serde::de::EnumAccess<'de>>(self, _data: A) -> Result<Secret, A::Error> {
+        Err(serde::de::Error::custom(SECRET_TYPE_ERROR))
     }
 }
 
@@ -88,9 +159,68 @@ impl SecretOptionExt for Option<Secret> {
 /// An ordered string map whose values may hold credentials (HTTP headers, a child process's environment).
 ///
 /// Keys are printed by `Debug`, values are not. Order is kept as in the file.
-#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(transparent)]
 pub struct SecretMap(pub IndexMap<String, String>);
+
+impl<'de> Deserialize<'de> for SecretMap {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        de.deserialize_any(SecretMapVisitor)
+    }
+}
+
+/// Accepts an object whose values are strings (`null` reads as empty) and refuses anything else without echoing
+/// a value.
+struct SecretMapVisitor;
+
+macro_rules! refuse_secret_map {
+    ($($name:ident: $ty:ty),* $(,)?) => {
+        $(fn $name<E: serde::de::Error>(self, _v: $ty) -> Result<Self::Value, E> {
+            Err(E::custom(SECRET_MAP_ERROR))
+        })*
+    };
+}
+
+impl<'de> serde::de::Visitor<'de> for SecretMapVisitor {
+    type Value = SecretMap;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object of names to strings")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<SecretMap, A::Error> {
+        let mut out = IndexMap::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value: Secret = map.next_value()?;
+            out.insert(key, value.0);
+        }
+        Ok(SecretMap(out))
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<SecretMap, E> {
+        Ok(SecretMap::default())
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<SecretMap, E> {
+        Ok(SecretMap::default())
+    }
+
+    refuse_secret_map!(
+        visit_bool: bool,
+        visit_i64: i64,
+        visit_u64: u64,
+        visit_i128: i128,
+        visit_u128: u128,
+        visit_f64: f64,
+        visit_char: char,
+        visit_str: &str,
+        visit_bytes: &[u8],
+    );
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, _seq: A) -> Result<SecretMap, A::Error> {
+        Err(serde::de::Error::custom(SECRET_MAP_ERROR))
+    }
+}
 
 impl SecretMap {
     /// An empty map.

@@ -249,7 +249,13 @@ impl AgentLoopBuilder {
         for t in base_tools.into_iter().chain(self.extra_tools) {
             tools.register(t);
         }
-        tools.register(Arc::new(MessageTool));
+        let attachments = nanobot_tools::sandbox::Sandbox::new(&s.workspace, s.restrict_to_workspace)
+            .with_home(s.home.clone())
+            .with_data_dir(Some(s.data_dir.clone()));
+        tools.register(Arc::new(MessageTool::confined(
+            attachments,
+            s.data_dir.join("media").join("outbox"),
+        )));
         tools.register(Arc::new(SpawnTool::new(subagents.clone())));
         let mut context = ContextBuilder::new(&s.workspace)
             .with_bot_name(&s.bot_name)

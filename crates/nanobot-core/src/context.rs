@@ -139,7 +139,7 @@ impl ContextBuilder {
         let parts: Vec<String> = BOOTSTRAP_FILES
             .iter()
             .filter_map(|f| {
-                let text = std::fs::read_to_string(self.workspace.join(f)).ok()?;
+                let text = read_in_workspace(&self.workspace, f)?;
                 (!text.trim().is_empty()).then(|| format!("## {f}\n\n{}", text.trim_end()))
             })
             .collect();
@@ -147,7 +147,7 @@ impl ContextBuilder {
     }
 
     fn memory(&self) -> Option<String> {
-        let text = std::fs::read_to_string(self.workspace.join("memory").join("MEMORY.md")).ok()?;
+        let text = read_in_workspace(&self.workspace, "memory/MEMORY.md")?;
         (!text.trim().is_empty()).then(|| format!("# Memory\n\n## Long-term Memory\n{}", text.trim_end()))
     }
 
@@ -232,6 +232,23 @@ impl ContextBuilder {
     }
 }
 
+/// Reads a file of the workspace that goes into the system prompt, by handle beneath the workspace: a symlink
+/// planted there (by a command the model ran) cannot pull `config.json` or any other file outside into the
+/// prompt. Missing, unreadable or refused files read as absent.
+fn read_in_workspace(workspace: &Path, rel: &str) -> Option<String> {
+    use std::io::Read as _;
+    let sandbox = nanobot_tools::sandbox::Sandbox::new(workspace, true);
+    let nanobot_tools::sandbox::Opened::File(f) = sandbox.open_read(rel).ok()? else {
+        return None;
+    };
+    if !f.meta.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    (&f.file).take(8 * 1024 * 1024).read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
 /// The image MIME type for a file name, by extension.
 pub(crate) fn image_mime(path: &Path) -> Option<&'static str> {
     let ext = path.extension()?.to_str()?.to_ascii_lowercase();
@@ -290,6 +307,20 @@ mod tests {
         let mem = p.find("User likes tea.").unwrap();
         assert!(agents < soul && soul < mem);
         assert_eq!(p, b.system_prompt(), "stable across calls");
+    }
+
+    #[test]
+    fn planted_symlinks_do_not_pull_outside_files_into_the_prompt() {
+        let root = tempfile::tempdir().unwrap();
+        let ws = root.path().join("workspace");
+        std::fs::create_dir_all(ws.join("memory")).unwrap();
+        std::fs::write(root.path().join("config.json"), "sk-SEKRIT-prompt").unwrap();
+        std::os::unix::fs::symlink(root.path().join("config.json"), ws.join("AGENTS.md")).unwrap();
+        std::os::unix::fs::symlink("../../config.json", ws.join("memory/MEMORY.md")).unwrap();
+        std::fs::write(ws.join("SOUL.md"), "Be kind.").unwrap();
+        let p = ContextBuilder::new(&ws).system_prompt();
+        assert!(!p.contains("SEKRIT"), "{p}");
+        assert!(p.contains("Be kind."), "{p}");
     }
 
     #[test]

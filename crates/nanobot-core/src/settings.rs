@@ -20,7 +20,9 @@ use crate::error::CoreError;
 
 /// What the binaries pass in instead of letting a library read the process: the home directory, the
 /// environment as a map, and the config file path when it is not the default.
-#[derive(Debug, Clone, Default)]
+///
+/// `Debug` lists the variables' names only: their values include API keys.
+#[derive(Clone, Default)]
 pub struct Environment {
     /// The user's home directory.
     pub home: PathBuf,
@@ -28,6 +30,18 @@ pub struct Environment {
     pub vars: HashMap<String, String>,
     /// `--config` when given.
     pub config_path: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Environment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut names: Vec<&str> = self.vars.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        f.debug_struct("Environment")
+            .field("home", &self.home)
+            .field("vars", &names)
+            .field("config_path", &self.config_path)
+            .finish()
+    }
 }
 
 impl Environment {
@@ -56,6 +70,10 @@ pub struct AgentSettings {
     pub workspace: PathBuf,
     /// The data directory (`~/.nanobot`): sessions live below it.
     pub data_dir: PathBuf,
+    /// `tools.restrictToWorkspace`: also confines the `message` tool's attachments (default on outside a config).
+    pub restrict_to_workspace: bool,
+    /// The user's home directory, for `~` in attachment paths (`None`: `~` is refused).
+    pub home: Option<PathBuf>,
     /// Model id.
     pub model: String,
     /// Output-token limit.
@@ -96,6 +114,8 @@ impl AgentSettings {
         Self {
             workspace: workspace.into(),
             data_dir: data_dir.into(),
+            restrict_to_workspace: true,
+            home: None,
             model: model.into(),
             max_tokens: 8192,
             context_window_tokens: 200_000,
@@ -126,6 +146,8 @@ impl AgentSettings {
             })?,
         };
         let mut s = Self::new(paths.workspace(&d.workspace), paths.data_dir(), d.model.clone());
+        s.restrict_to_workspace = config.tools.restrict_to_workspace;
+        s.home = Some(env.home.clone());
         s.max_tokens = d.max_tokens;
         s.context_window_tokens = d.context_window_tokens;
         s.temperature = Some(d.temperature);
@@ -196,7 +218,11 @@ pub fn base_tools_from_config(
 ) -> Result<Vec<Arc<dyn Tool>>, CoreError> {
     let t = &config.tools;
     let reg = ToolRegistry::default();
-    let mut sandbox = Sandbox::new(workspace, t.restrict_to_workspace).with_home(Some(env.home.clone()));
+    // nanobot's data directory (config with keys, sessions, cron, pairing) stays out of the file tools' reach in
+    // every mode; the workspace stays reachable when it lies inside it.
+    let mut sandbox = Sandbox::new(workspace, t.restrict_to_workspace)
+        .with_home(Some(env.home.clone()))
+        .with_data_dir(Some(env.paths().data_dir()));
     if let Some(root) = extra_read_root {
         sandbox = sandbox.with_read_root(root);
     }
@@ -368,5 +394,23 @@ impl crate::agent_loop::AgentLoop {
             cron.remove_system_job("heartbeat")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environment_debug_shows_names_not_values() {
+        let env = Environment::new(
+            "/home/u",
+            HashMap::from([("OPENAI_API_KEY".to_owned(), "sk-SEKRIT".to_owned())]),
+        );
+        let dbg = format!("{env:?}");
+        assert!(
+            dbg.contains("OPENAI_API_KEY") && !dbg.contains("sk-SEKRIT"),
+            "{dbg}"
+        );
     }
 }

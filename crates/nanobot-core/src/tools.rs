@@ -1,12 +1,15 @@
 //! The bus-aware tools: `message`, `spawn` and `cron`, and the per-turn facts they read from the
 //! [`ToolContext`] extensions ([`TurnInfo`]).
 
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use nanobot_bus::{Bus, OutboundMessage};
 use nanobot_cron::{CronPayload, CronSchedule, CronService, NewJob, ScheduleArgs};
+use nanobot_tools::sandbox::{Opened, Sandbox};
 use nanobot_tools::{ToolContext, ToolError, ToolOutput, TypedTool};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -66,9 +69,67 @@ pub struct MessageArgs {
     pub media: Option<Vec<String>>,
 }
 
+/// Largest attachment the `message` tool sends.
+pub(crate) const ATTACHMENT_MAX_BYTES: u64 = 50 * 1024 * 1024;
+
 /// `message`: sends a message to a chat (the current one by default).
-#[derive(Debug, Default, Clone, Copy)]
-pub struct MessageTool;
+///
+/// Attachments are opened through a [`Sandbox`] (by handle, like the file tools: `restrictToWorkspace` applies and
+/// nanobot's data directory is out of reach) and copied into a private outbox; the channel sends the copy. So
+/// what was checked is what is sent: nothing the model's other tools can touch can swap it afterwards.
+#[derive(Debug, Default, Clone)]
+pub struct MessageTool {
+    confine: Option<(Arc<Sandbox>, PathBuf)>,
+}
+
+impl MessageTool {
+    /// Attachments are opened through `sandbox` and copied into `outbox` (a directory only nanobot writes, such as
+    /// `<data dir>/media/outbox`). Without this, attachments are refused.
+    pub fn confined(sandbox: Sandbox, outbox: impl Into<PathBuf>) -> Self {
+        Self {
+            confine: Some((Arc::new(sandbox), outbox.into())),
+        }
+    }
+}
+
+/// Opens `raw` through `sandbox` and copies it into `outbox`; returns the copy's path.
+fn stage_attachment(sandbox: &Sandbox, outbox: &Path, raw: &str) -> Result<PathBuf, ToolError> {
+    let mut file = match sandbox.open_read(raw) {
+        Ok(Opened::File(f)) if f.meta.is_file() => f,
+        Ok(_) => {
+            return Err(ToolError::Failed(format!(
+                "attachment {raw} is not a regular file"
+            )));
+        }
+        Err(e) if e.is_not_found() => return Err(ToolError::Failed(format!("attachment not found: {raw}"))),
+        Err(e) => return Err(ToolError::Sandbox(e)),
+    };
+    if file.meta.len() > ATTACHMENT_MAX_BYTES {
+        return Err(ToolError::Failed(format!(
+            "attachment {raw} is too large ({} bytes, max {ATTACHMENT_MAX_BYTES})",
+            file.meta.len()
+        )));
+    }
+    std::fs::create_dir_all(outbox).map_err(|e| ToolError::io("creating", outbox, e))?;
+    let name = file
+        .logical
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "attachment".to_owned());
+    let dst = outbox.join(format!("{}-{name}", uuid::Uuid::new_v4().simple()));
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&dst)
+        .map_err(|e| ToolError::io("writing", &dst, e))?;
+    let copied = std::io::copy(&mut (&mut file.file).take(ATTACHMENT_MAX_BYTES), &mut out)
+        .and_then(|_| out.sync_all());
+    if let Err(e) = copied {
+        let _ = std::fs::remove_file(&dst);
+        return Err(ToolError::io("writing", &dst, e));
+    }
+    Ok(dst)
+}
 
 #[async_trait]
 impl TypedTool for MessageTool {
@@ -105,18 +166,17 @@ impl TypedTool for MessageTool {
         }
         let mut media = Vec::new();
         for m in args.media.unwrap_or_default() {
-            let p = if std::path::Path::new(&m).is_absolute() {
-                m.into()
-            } else {
-                ctx.workspace.join(&m)
-            };
-            if !p.is_file() {
-                return Err(ToolError::Failed(format!(
-                    "attachment not found: {}",
-                    p.display()
-                )));
+            if m.starts_with("http://") || m.starts_with("https://") {
+                media.push(m);
+                continue;
             }
-            media.push(p.display().to_string());
+            let Some((sandbox, outbox)) = self.confine.clone() else {
+                return Err(ToolError::Failed("attachments are not available here".into()));
+            };
+            let staged = tokio::task::spawn_blocking(move || stage_attachment(&sandbox, &outbox, &m))
+                .await
+                .map_err(|e| ToolError::Failed(format!("attachment task failed: {e}")))??;
+            media.push(staged.display().to_string());
         }
         let same_chat = channel == ctx.channel && chat_id == ctx.chat_id;
         let mut out = OutboundMessage::reply(&channel, &chat_id, &args.content);
@@ -322,6 +382,45 @@ impl TypedTool for CronTool {
                     job.describe(tz)
                 )))
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attachments_are_staged_through_the_sandbox() {
+        let home = tempfile::tempdir().unwrap();
+        let data = home.path().join(".nanobot");
+        let ws = data.join("workspace");
+        let outbox = data.join("media").join("outbox");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(data.join("config.json"), "sk-SEKRIT").unwrap();
+        std::fs::write(ws.join("report.txt"), "report").unwrap();
+        std::os::unix::fs::symlink(data.join("config.json"), ws.join("cfg")).unwrap();
+        std::fs::write(home.path().join("outside.txt"), "outside").unwrap();
+        for restrict in [true, false] {
+            let sandbox = Sandbox::new(&ws, restrict).with_data_dir(Some(data.clone()));
+            let staged = stage_attachment(&sandbox, &outbox, "report.txt").unwrap();
+            assert!(staged.starts_with(&outbox), "{}", staged.display());
+            assert_eq!(std::fs::read_to_string(&staged).unwrap(), "report");
+            for bad in [
+                "cfg",
+                "../config.json",
+                &data.join("config.json").display().to_string(),
+            ] {
+                let err = stage_attachment(&sandbox, &outbox, bad).unwrap_err();
+                assert!(!err.to_string().contains("SEKRIT"), "{err}");
+            }
+            let outside = home.path().join("outside.txt").display().to_string();
+            assert_eq!(stage_attachment(&sandbox, &outbox, &outside).is_ok(), !restrict);
+        }
+        // only the staged copies are in the outbox
+        for e in std::fs::read_dir(&outbox).unwrap() {
+            let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+            assert!(text == "report" || text == "outside", "{text}");
         }
     }
 }

@@ -161,14 +161,14 @@ impl TelegramChannel {
             .map(|(c, d)| BotCommand::new(*c, *d))
             .collect();
         if let Err(e) = self.bot.set_my_commands(commands).await {
-            tracing::warn!(error = %e, "telegram: could not register bot commands");
+            tracing::warn!(error = %scrub(e), "telegram: could not register bot commands");
         }
         Ok(identity)
     }
 
     async fn poll(&self, bus: &Arc<dyn Bus>, cancel: &CancellationToken) -> Result<(), ChannelError> {
         if let Err(e) = self.bot.delete_webhook().await {
-            tracing::debug!(error = %e, "telegram: deleteWebhook failed");
+            tracing::debug!(error = %scrub(e), "telegram: deleteWebhook failed");
         }
         // Drop updates that queued up while we were away: ask for the last one only, then confirm past it.
         let pending = tokio::select! {
@@ -442,7 +442,7 @@ impl TelegramChannel {
             let started = Instant::now();
             while started.elapsed() < TYPING_MAX {
                 if let Err(e) = bot.send_chat_action(ChatId(chat), ChatAction::Typing).await {
-                    tracing::debug!(error = %e, chat, "telegram: typing indicator failed");
+                    tracing::debug!(error = %scrub(e), chat, "telegram: typing indicator failed");
                 }
                 tokio::select! {
                     () = token.cancelled() => return,
@@ -597,7 +597,7 @@ impl TelegramChannel {
                     state.shown = preview;
                     state.last_edit = Some(Instant::now());
                 }
-                Err(e) => tracing::warn!(error = %e, "telegram: could not start a streamed message"),
+                Err(e) => tracing::warn!(error = %scrub(e), "telegram: could not start a streamed message"),
             },
             Some(id) => {
                 if state
@@ -616,7 +616,9 @@ impl TelegramChannel {
                         state.shown = preview;
                         state.last_edit = Some(Instant::now());
                     }
-                    Err(e) => tracing::warn!(error = %e, "telegram: could not edit a streamed message"),
+                    Err(e) => {
+                        tracing::warn!(error = %scrub(e), "telegram: could not edit a streamed message")
+                    }
                 }
             }
         }
@@ -810,8 +812,21 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Classifies a Bot API failure by what the caller does next.
+/// Drops the body a server sent back from a teloxide error before it is shown or logged: a broken proxy may echo
+/// the request path, which holds the bot token (teloxide already hides the token in URLs).
+fn scrub(e: RequestError) -> RequestError {
+    match e {
+        RequestError::InvalidJson { source, raw } => RequestError::InvalidJson {
+            source,
+            raw: format!("({} bytes, not shown)", raw.len()).into(),
+        },
+        other => other,
+    }
+}
+
 fn map_err(e: RequestError) -> ChannelError {
     let channel = NAME.to_string();
+    let e = scrub(e);
     match e {
         RequestError::RetryAfter(seconds) => ChannelError::RateLimited {
             channel,

@@ -90,3 +90,174 @@ fn debug_of_a_loaded_config_hides_interpolated_and_env_values() {
 fn display_of_secret_is_redacted() {
     assert_eq!(Secret::new("abc").to_string(), "[REDACTED]");
 }
+
+/// The Debug and Display of an error, and its source chain: every way it can reach a user or a log.
+fn every_rendering(err: &nanobot_config::ConfigError) -> String {
+    let mut out = format!("{err}\n{err:?}\n{err:#?}");
+    let mut src = std::error::Error::source(err);
+    while let Some(s) = src {
+        out.push_str(&format!("\n{s}\n{s:?}"));
+        src = s.source();
+    }
+    out
+}
+
+/// A wrong value in (or in place of) every secret-bearing field of the schema is reported by path, never by value.
+#[test]
+fn bad_secret_values_are_never_echoed() {
+    use serde_json::json;
+    const K: &str = "SEKRIT-2c9d";
+    let n: u64 = 9_876_543_210_123;
+    let cases: Vec<(String, &str)> = vec![
+        // a secret field with the wrong type (number, bool, list, object)
+        (
+            json!({"providers": {"openai": {"apiKey": n}}}).to_string(),
+            "providers.openai.apiKey",
+        ),
+        (
+            json!({"providers": {"openai": {"apiKey": [K]}}}).to_string(),
+            "providers.openai.apiKey",
+        ),
+        (
+            json!({"providers": {"openai": {"apiKey": {"k": K}}}}).to_string(),
+            "providers.openai.apiKey",
+        ),
+        (
+            json!({"providers": {"openai": {"extraHeaders": K}}}).to_string(),
+            "providers.openai.extraHeaders",
+        ),
+        (
+            json!({"providers": {"openai": {"extraHeaders": {"X": n}}}}).to_string(),
+            "providers.openai.extraHeaders.X",
+        ),
+        (
+            json!({"providers": {"openai": {"extraHeaders": [K]}}}).to_string(),
+            "providers.openai.extraHeaders",
+        ),
+        (
+            json!({"channels": {"telegram": {"token": n}}}).to_string(),
+            "channels.telegram.token",
+        ),
+        (
+            json!({"channels": {"telegram": {"token": [K]}}}).to_string(),
+            "channels.telegram.token",
+        ),
+        (
+            json!({"channels": {"telegram": {"webhookSecretToken": n}}}).to_string(),
+            "channels.telegram.webhookSecretToken",
+        ),
+        (
+            json!({"channels": {"discord": {"token": n}}}).to_string(),
+            "channels.discord.token",
+        ),
+        (
+            json!({"channels": {"discord": {"proxyPassword": n}}}).to_string(),
+            "channels.discord.proxyPassword",
+        ),
+        (
+            json!({"channels": {"slack": {"botToken": n}}}).to_string(),
+            "channels.slack.botToken",
+        ),
+        (
+            json!({"channels": {"slack": {"appToken": true}}}).to_string(),
+            "channels.slack.appToken",
+        ),
+        (
+            json!({"channels": {"slack": {"signingSecret": n}}}).to_string(),
+            "channels.slack.signingSecret",
+        ),
+        (json!({"api": {"apiKey": n}}).to_string(), "api.apiKey"),
+        (
+            json!({"tools": {"web": {"search": {"apiKey": n}}}}).to_string(),
+            "tools.web.search.apiKey",
+        ),
+        (
+            json!({"tools": {"mcpServers": {"gh": {"env": {"TOKEN": n}}}}}).to_string(),
+            "tools.mcpServers.gh.env.TOKEN",
+        ),
+        (
+            json!({"tools": {"mcpServers": {"gh": {"env": K}}}}).to_string(),
+            "tools.mcpServers.gh.env",
+        ),
+        (
+            json!({"tools": {"mcpServers": {"gh": {"headers": K}}}}).to_string(),
+            "tools.mcpServers.gh.headers",
+        ),
+        (
+            json!({"tools": {"mcpServers": {"gh": {"headers": {"Authorization": [K]}}}}}).to_string(),
+            "tools.mcpServers.gh.headers.Authorization",
+        ),
+        // a secret-bearing block given as a plain value
+        (
+            json!({"providers": {"custom": K}}).to_string(),
+            "providers.custom",
+        ),
+        (
+            json!({"providers": {"custom": n}}).to_string(),
+            "providers.custom",
+        ),
+        (json!({"providers": K}).to_string(), "providers"),
+        (
+            json!({"channels": {"telegram": K}}).to_string(),
+            "channels.telegram",
+        ),
+        (json!({"channels": {"slack": n}}).to_string(), "channels.slack"),
+        (
+            json!({"tools": {"web": {"search": K}}}).to_string(),
+            "tools.web.search",
+        ),
+        (
+            json!({"tools": {"mcpServers": {"gh": K}}}).to_string(),
+            "tools.mcpServers.gh",
+        ),
+        (json!({"api": K}).to_string(), "api"),
+        // interpolation failures next to secrets
+        (
+            json!({"providers": {"openai": {"apiKey": format!("${{{K}")}}}).to_string(),
+            "providers.openai.apiKey",
+        ),
+        (
+            json!({"providers": {"openai": {"apiKey": format!("${{{K}}}")}}}).to_string(),
+            "providers.openai.apiKey",
+        ),
+    ];
+    let n = n.to_string();
+    let n = n.as_str();
+    for (json, field) in &cases {
+        let err = load_str(json, "c.json".as_ref(), &env(&[])).expect_err(json);
+        let text = every_rendering(&err);
+        assert!(
+            text.contains(field),
+            "{json}: the error does not name {field}: {text}"
+        );
+        for leaked in [K, n] {
+            assert!(
+                !text.contains(leaked),
+                "{json}: the error shows the value: {text}"
+            );
+        }
+    }
+}
+
+/// Ordinary bad values are shown as written: only the schema's secrets are hidden.
+#[test]
+fn ordinary_bad_values_are_shown() {
+    let cases = [
+        (r#"{"agents": {"defaults": {"maxTokens": "lots"}}}"#, "lots"),
+        (r#"{"agents": {"defaults": {"temperature": "warm"}}}"#, "warm"),
+        (r#"{"gateway": {"port": "eighty"}}"#, "eighty"),
+        (
+            r#"{"channels": {"telegram": {"enabled": "yes please"}}}"#,
+            "yes please",
+        ),
+        (r#"{"tools": {"exec": {"timeout": "forever"}}}"#, "forever"),
+        (r#"{"providers": {"openai": {"apiBase": 12345}}}"#, "12345"),
+        (r#"{"channels": {"slack": {"mode": 4242}}}"#, "4242"),
+    ];
+    for (json, shown) in cases {
+        let err = load_str(json, "c.json".as_ref(), &env(&[])).expect_err(json);
+        let text = err.to_string();
+        assert!(text.contains(shown), "{json}: {text}");
+        assert!(!text.contains("REDACTED"), "{json}: {text}");
+    }
+}

@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::error::ToolError;
-use crate::sandbox::Sandbox;
+use crate::sandbox::{Opened, OpenedDir, Sandbox, SandboxError, open_child_dir};
 use crate::schema::TypedTool;
 use crate::tool::{ToolContext, ToolOutput};
 
@@ -121,67 +121,19 @@ impl TypedTool for ReadFileTool {
                 args.path
             )));
         }
-        let path = self.sandbox.resolve_read(&args.path)?;
-        if is_blocked_device(&path.to_string_lossy()) {
-            return Err(ToolError::Failed(format!(
-                "Reading {} is blocked (device file)",
-                args.path
-            )));
-        }
-        let meta = tokio::fs::metadata(&path).await.map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                ToolError::Failed(format!("File not found: {}", args.path))
-            } else {
-                ToolError::io("reading", &path, e)
+        let sandbox = self.sandbox.clone();
+        let raw = args.path.clone();
+        let read = blocking(move || read_blocking(&sandbox, &raw)).await?;
+        let (bytes, len) = match read {
+            Read::Image { mime, len, logical } => {
+                return Ok(ToolOutput::text(format!(
+                    "[Image: {} ({mime}, {len} bytes)]",
+                    display_path(&self.sandbox, &logical)
+                ))
+                .with_media(logical));
             }
-        })?;
-        if meta.is_dir() {
-            return Err(ToolError::Failed(format!(
-                "{} is a directory; use list_dir",
-                args.path
-            )));
-        }
-        if !meta.is_file() {
-            return Err(ToolError::Failed(format!(
-                "Reading {} is blocked (not a regular file)",
-                args.path
-            )));
-        }
-        let len = meta.len();
-        let mut head = vec![0u8; 16];
-        {
-            use tokio::io::AsyncReadExt;
-            let mut f = tokio::fs::File::open(&path)
-                .await
-                .map_err(|e| ToolError::io("reading", &path, e))?;
-            let n = f
-                .read(&mut head)
-                .await
-                .map_err(|e| ToolError::io("reading", &path, e))?;
-            head.truncate(n);
-        }
-        if let Some(mime) = image_mime(&path, &head) {
-            if len > IMAGE_MAX_BYTES {
-                return Err(ToolError::Failed(format!(
-                    "Image {} is too large ({len} bytes, max {IMAGE_MAX_BYTES})",
-                    args.path
-                )));
-            }
-            return Ok(ToolOutput::text(format!(
-                "[Image: {} ({mime}, {len} bytes)]",
-                display_path(&self.sandbox, &path)
-            ))
-            .with_media(path));
-        }
-        if len > READ_MAX_BYTES {
-            return Err(ToolError::Failed(format!(
-                "File {} is too large ({len} bytes, max {READ_MAX_BYTES}); use grep or exec with head/tail",
-                args.path
-            )));
-        }
-        let bytes = tokio::fs::read(&path)
-            .await
-            .map_err(|e| ToolError::io("reading", &path, e))?;
+            Read::Text { bytes, len } => (bytes, len),
+        };
         if bytes.iter().take(8192).any(|b| *b == 0) {
             return Err(ToolError::Failed(format!(
                 "{} looks like a binary file ({len} bytes); it cannot be shown as text",
@@ -245,29 +197,88 @@ impl WriteFileTool {
     }
 }
 
-async fn write_atomic(path: &Path, content: &[u8]) -> Result<(), ToolError> {
-    if let Some(parent) = path.parent() {
-        tokio::fs::create_dir_all(parent)
-            .await
-            .map_err(|e| ToolError::io("creating directory", parent, e))?;
+/// Writes through the sandbox's handle-based atomic write (temp file, fsync, rename in the same
+/// directory handle); returns the path as resolved.
+async fn write_atomic(sandbox: &Arc<Sandbox>, raw: &str, content: Vec<u8>) -> Result<PathBuf, ToolError> {
+    let sandbox = sandbox.clone();
+    let raw = raw.to_owned();
+    blocking(move || sandbox.write_atomic(&raw, &content).map_err(ToolError::from)).await
+}
+
+/// Runs blocking file-system work off the async threads.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ToolError::Failed(format!("file task failed: {e}")))?
+}
+
+/// A sandbox error as the model reads it: a missing path says so plainly.
+pub(crate) fn not_found_or(raw: &str, what: &str, e: SandboxError) -> ToolError {
+    if e.is_not_found() {
+        ToolError::Failed(format!("{what} not found: {raw}"))
+    } else {
+        ToolError::Sandbox(e)
     }
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp: PathBuf = path.with_file_name(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
-    if let Err(e) = tokio::fs::write(&tmp, content).await {
-        let _ = tokio::fs::remove_file(&tmp).await;
-        return Err(ToolError::io("writing", path, e));
+}
+
+enum Read {
+    Image {
+        mime: &'static str,
+        len: u64,
+        logical: PathBuf,
+    },
+    Text {
+        bytes: Vec<u8>,
+        len: u64,
+    },
+}
+
+fn read_blocking(sandbox: &Sandbox, raw: &str) -> Result<Read, ToolError> {
+    use std::io::Read as _;
+    let opened = sandbox.open_read(raw).map_err(|e| not_found_or(raw, "File", e))?;
+    let mut f = match opened {
+        Opened::Dir(_) => {
+            return Err(ToolError::Failed(format!("{raw} is a directory; use list_dir")));
+        }
+        Opened::File(f) => f,
+    };
+    if !f.meta.is_file() {
+        return Err(ToolError::Failed(format!(
+            "Reading {raw} is blocked (not a regular file)"
+        )));
     }
-    if let Ok(meta) = tokio::fs::metadata(path).await {
-        let _ = tokio::fs::set_permissions(&tmp, meta.permissions()).await;
+    let len = f.meta.len();
+    let mut head = [0u8; 16];
+    let n = f
+        .file
+        .read(&mut head)
+        .map_err(|e| ToolError::io("reading", &f.logical, e))?;
+    if let Some(mime) = image_mime(&f.logical, &head[..n]) {
+        if len > IMAGE_MAX_BYTES {
+            return Err(ToolError::Failed(format!(
+                "Image {raw} is too large ({len} bytes, max {IMAGE_MAX_BYTES})"
+            )));
+        }
+        return Ok(Read::Image {
+            mime,
+            len,
+            logical: f.logical,
+        });
     }
-    if let Err(e) = tokio::fs::rename(&tmp, path).await {
-        let _ = tokio::fs::remove_file(&tmp).await;
-        return Err(ToolError::io("writing", path, e));
+    if len > READ_MAX_BYTES {
+        return Err(ToolError::Failed(format!(
+            "File {raw} is too large ({len} bytes, max {READ_MAX_BYTES}); use grep or exec with head/tail"
+        )));
     }
-    Ok(())
+    let mut bytes = head[..n].to_vec();
+    f.file
+        .by_ref()
+        .take(READ_MAX_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| ToolError::io("reading", &f.logical, e))?;
+    Ok(Read::Text { bytes, len })
 }
 
 #[async_trait]
@@ -284,14 +295,10 @@ impl TypedTool for WriteFileTool {
     }
 
     async fn call(&self, args: WriteFileArgs, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let path = self.sandbox.resolve_write(&args.path)?;
-        if path.is_dir() {
-            return Err(ToolError::Failed(format!("{} is a directory", args.path)));
-        }
-        write_atomic(&path, args.content.as_bytes()).await?;
+        let len = args.content.len();
+        let path = write_atomic(&self.sandbox, &args.path, args.content.into_bytes()).await?;
         Ok(ToolOutput::text(format!(
-            "Successfully wrote {} bytes to {}",
-            args.content.len(),
+            "Successfully wrote {len} bytes to {}",
             display_path(&self.sandbox, &path)
         )))
     }
@@ -362,14 +369,31 @@ impl TypedTool for EditFileTool {
         if args.old_text.is_empty() {
             return Err(ToolError::InvalidArguments("old_text must not be empty".into()));
         }
-        let path = self.sandbox.resolve_write(&args.path)?;
-        let content = match tokio::fs::read_to_string(&path).await {
-            Ok(c) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(ToolError::Failed(format!("File not found: {}", args.path)));
+        let sandbox = self.sandbox.clone();
+        let raw = args.path.clone();
+        let (content, path) = blocking(move || {
+            use std::io::Read as _;
+            let mut f = match sandbox.open_for_edit(&raw) {
+                Ok(Opened::File(f)) if f.meta.is_file() => f,
+                Ok(Opened::File(_)) => {
+                    return Err(ToolError::Failed(format!("{raw} is not a regular file")));
+                }
+                Ok(Opened::Dir(_)) => return Err(ToolError::Failed(format!("{raw} is a directory"))),
+                Err(e) => return Err(not_found_or(&raw, "File", e)),
+            };
+            if f.meta.len() > READ_MAX_BYTES {
+                return Err(ToolError::Failed(format!(
+                    "File {raw} is too large to edit ({} bytes, max {READ_MAX_BYTES})",
+                    f.meta.len()
+                )));
             }
-            Err(e) => return Err(ToolError::io("reading", &path, e)),
-        };
+            let mut content = String::new();
+            f.file
+                .read_to_string(&mut content)
+                .map_err(|e| ToolError::io("reading", &f.logical, e))?;
+            Ok((content, f.logical))
+        })
+        .await?;
         let count = content.matches(args.old_text.as_str()).count();
         let shown = display_path(&self.sandbox, &path);
         if count == 0 {
@@ -403,7 +427,7 @@ impl TypedTool for EditFileTool {
         } else {
             content.replacen(&args.old_text, &args.new_text, 1)
         };
-        write_atomic(&path, updated.as_bytes()).await?;
+        write_atomic(&self.sandbox, &args.path, updated.into_bytes()).await?;
         Ok(ToolOutput::text(if count > 1 {
             format!("Successfully edited {shown} ({count} replacements)")
         } else {
@@ -472,64 +496,66 @@ impl TypedTool for ListDirTool {
 
     async fn call(&self, args: ListDirArgs, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let raw = args.path.unwrap_or_else(|| ".".to_owned());
-        let dir = self.sandbox.resolve_read(&raw)?;
-        if !dir.is_dir() {
-            return Err(ToolError::Failed(if dir.exists() {
-                format!("{raw} is not a directory")
-            } else {
-                format!("Directory not found: {raw}")
-            }));
-        }
         let max = args.max_entries.unwrap_or(200) as usize;
         let recursive = args.recursive.unwrap_or(false);
         let sandbox = self.sandbox.clone();
-        tokio::task::spawn_blocking(move || list(&sandbox, &dir, recursive, max, &raw))
-            .await
-            .map_err(|e| ToolError::Failed(format!("list_dir task failed: {e}")))?
+        blocking(move || {
+            let dir = match sandbox.open_dir(&raw) {
+                Ok(Opened::Dir(d)) => d,
+                Ok(Opened::File(_)) => return Err(ToolError::Failed(format!("{raw} is not a directory"))),
+                Err(e) => return Err(not_found_or(&raw, "Directory", e)),
+            };
+            list(&dir, recursive, max, &raw)
+        })
+        .await
     }
 }
 
-fn list(
-    sandbox: &Sandbox,
-    dir: &Path,
-    recursive: bool,
-    max: usize,
-    raw: &str,
-) -> Result<ToolOutput, ToolError> {
+fn list(root: &OpenedDir, recursive: bool, max: usize, raw: &str) -> Result<ToolOutput, ToolError> {
     let mut entries: Vec<String> = Vec::new();
     let mut total = 0usize;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let mut children: Vec<(String, bool, PathBuf)> = std::fs::read_dir(&d)
-            .map_err(|e| ToolError::io("listing", &d, e))?
+    let first = root
+        .dir
+        .try_clone()
+        .map_err(|e| ToolError::io("listing", &root.logical, e))?;
+    let mut stack: Vec<(cap_std::fs::Dir, PathBuf)> = vec![(first, PathBuf::new())];
+    while let Some((d, rel_dir)) = stack.pop() {
+        let mut children: Vec<(std::ffi::OsString, bool)> = d
+            .entries()
+            .map_err(|e| ToolError::io("listing", root.logical.join(&rel_dir), e))?
             .filter_map(Result::ok)
             .map(|e| {
                 let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
-                (e.file_name().to_string_lossy().into_owned(), is_dir, e.path())
+                (e.file_name(), is_dir)
             })
             .collect();
         children.sort_by(|a, b| a.0.cmp(&b.0));
         let mut subdirs = Vec::new();
-        for (name, is_dir, path) in children {
-            if is_dir && SKIP_DIRS.contains(&name.as_str()) {
+        for (name, is_dir) in children {
+            let shown_name = name.to_string_lossy();
+            if is_dir && SKIP_DIRS.contains(&shown_name.as_ref()) {
                 continue;
             }
             total += 1;
+            let rel = rel_dir.join(&name);
             if entries.len() < max {
-                let rel = path.strip_prefix(dir).unwrap_or(&path).display().to_string();
                 entries.push(if is_dir {
-                    format!("📁 {rel}/")
+                    format!("📁 {}/", rel.display())
                 } else {
-                    format!("📄 {rel}")
+                    format!("📄 {}", rel.display())
                 });
             }
             if recursive && is_dir {
-                subdirs.push(path);
+                // Opened without following symlinks; the data directory is not entered.
+                if let Ok(sub) = open_child_dir(&d, &name)
+                    && root.fence.may_enter(&sub)
+                {
+                    subdirs.push((sub, rel));
+                }
             }
         }
         stack.extend(subdirs.into_iter().rev());
     }
-    let _ = sandbox;
     if total == 0 {
         return Ok(ToolOutput::text(format!("Directory {raw} is empty")));
     }

@@ -1,6 +1,8 @@
 //! `glob` and `grep`: in-process search (ignore + globset + grep-searcher), no shell-out.
 
-use std::io::Read;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -12,9 +14,12 @@ use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContex
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::fs::{SKIP_DIRS, display_path};
+use cap_std::fs::Dir;
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+
+use super::fs::{SKIP_DIRS, blocking, display_path, not_found_or};
 use crate::error::ToolError;
-use crate::sandbox::Sandbox;
+use crate::sandbox::{Fence, Opened, OpenedDir, Sandbox, open_child_dir, open_child_file};
 use crate::schema::TypedTool;
 use crate::tool::{ToolContext, ToolOutput};
 
@@ -23,23 +28,118 @@ pub const GLOB_MAX_RESULTS: usize = 200;
 /// Default `head_limit` of `grep`.
 pub const GREP_DEFAULT_HEAD_LIMIT: usize = 250;
 
-fn walker(root: &Path) -> ignore::Walk {
-    ignore::WalkBuilder::new(root)
-        .hidden(false)
-        .require_git(false)
-        .filter_entry(|e| {
-            !(e.file_type().is_some_and(|t| t.is_dir())
-                && e.depth() > 0
-                && SKIP_DIRS.contains(&e.file_name().to_string_lossy().as_ref()))
-        })
-        .build()
+/// Most bytes of one `.gitignore`/`.ignore` file read.
+const IGNORE_FILE_MAX: u64 = 1024 * 1024;
+
+/// A file found by [`walk`]: its directory handle, name and path relative to the walk's root.
+struct Found<'a> {
+    dir: &'a Dir,
+    name: &'a OsStr,
+    rel: &'a Path,
 }
 
-fn looks_binary(path: &Path) -> bool {
+/// Loads `.gitignore` and `.ignore` of `dir` (opened by handle, without following symlinks).
+fn ignore_rules(dir: &Dir, logical_dir: &Path) -> Option<Gitignore> {
+    let mut builder = GitignoreBuilder::new(logical_dir);
+    let mut any = false;
+    for file in [".gitignore", ".ignore"] {
+        let Ok(f) = open_child_file(dir, OsStr::new(file)) else {
+            continue;
+        };
+        if !f.metadata().is_ok_and(|m| m.is_file()) {
+            continue;
+        }
+        let mut text = String::new();
+        if f.take(IGNORE_FILE_MAX).read_to_string(&mut text).is_err() {
+            continue;
+        }
+        for line in text.lines() {
+            if builder.add_line(None, line).is_ok() {
+                any = true;
+            }
+        }
+    }
+    if any { builder.build().ok() } else { None }
+}
+
+fn ignored(rules: &[Gitignore], path: &Path, is_dir: bool) -> bool {
+    for r in rules.iter().rev() {
+        match r.matched(path, is_dir) {
+            ignore::Match::Ignore(_) => return true,
+            ignore::Match::Whitelist(_) => return false,
+            ignore::Match::None => {}
+        }
+    }
+    false
+}
+
+/// Walks the tree below `root` by handle: every subdirectory is opened without following symlinks
+/// (so none can be swapped for a link to outside mid-walk), the noise directories and the data
+/// directory are skipped, and `.gitignore`/`.ignore` rules are honoured. `visit` gets every regular
+/// file (symlinks are not followed, as with `ignore`'s default walker).
+fn walk(root: &OpenedDir, mut visit: impl FnMut(Found<'_>)) {
+    let Ok(first) = root.dir.try_clone() else {
+        return;
+    };
+    let mut stack: Vec<(Dir, PathBuf, Vec<Gitignore>)> = vec![(first, PathBuf::new(), Vec::new())];
+    while let Some((dir, rel_dir, mut rules)) = stack.pop() {
+        let logical_dir = root.logical.join(&rel_dir);
+        if let Some(r) = ignore_rules(&dir, &logical_dir) {
+            rules.push(r);
+        }
+        let Ok(entries) = dir.entries() else {
+            continue;
+        };
+        let mut children: Vec<(OsString, bool, bool)> = entries
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                let t = e.file_type().ok()?;
+                Some((e.file_name(), t.is_dir(), t.is_file()))
+            })
+            .collect();
+        children.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut subdirs = Vec::new();
+        for (name, is_dir, is_file) in children {
+            let rel = rel_dir.join(&name);
+            if ignored(&rules, &root.logical.join(&rel), is_dir) {
+                continue;
+            }
+            if is_dir {
+                if SKIP_DIRS.contains(&name.to_string_lossy().as_ref()) {
+                    continue;
+                }
+                if let Ok(sub) = open_child_dir(&dir, &name)
+                    && root.fence.may_enter(&sub)
+                {
+                    subdirs.push((sub, rel, rules.clone()));
+                }
+            } else if is_file {
+                visit(Found {
+                    dir: &dir,
+                    name: &name,
+                    rel: &rel,
+                });
+            }
+        }
+        stack.extend(subdirs.into_iter().rev());
+    }
+}
+
+fn looks_binary(file: &mut File) -> bool {
     let mut buf = [0u8; 8192];
-    match std::fs::File::open(path).and_then(|mut f| f.read(&mut buf)) {
+    let binary = match file.read(&mut buf) {
         Ok(n) => buf[..n].contains(&0),
         Err(_) => true,
+    };
+    binary || file.seek(SeekFrom::Start(0)).is_err()
+}
+
+/// The modification time of `name` in `dir` (not following a symlink), for sorting.
+fn mtime(dir: &Dir, name: &OsStr) -> (i64, i64) {
+    match rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+        #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+        Ok(st) => (st.st_mtime as i64, st.st_mtime_nsec as i64),
+        Err(_) => (0, 0),
     }
 }
 
@@ -51,13 +151,10 @@ fn compile_glob(pattern: &str, literal_separator: bool) -> Result<GlobMatcher, T
         .map_err(|e| ToolError::InvalidArguments(format!("invalid glob pattern '{pattern}': {e}")))
 }
 
-fn resolve_dir(sandbox: &Sandbox, raw: Option<&str>) -> Result<PathBuf, ToolError> {
+/// Opens the search root (default: the workspace) by handle.
+fn open_root(sandbox: &Sandbox, raw: Option<&str>) -> Result<Opened, ToolError> {
     let raw = raw.filter(|s| !s.trim().is_empty()).unwrap_or(".");
-    let dir = sandbox.resolve_read(raw)?;
-    if !dir.exists() {
-        return Err(ToolError::Failed(format!("Path not found: {raw}")));
-    }
-    Ok(dir)
+    sandbox.open_dir(raw).map_err(|e| not_found_or(raw, "Path", e))
 }
 
 /// Arguments of `glob`.
@@ -102,7 +199,6 @@ impl TypedTool for GlobTool {
     }
 
     async fn call(&self, args: GlobArgs, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let root = resolve_dir(&self.sandbox, args.path.as_deref())?;
         let pattern = args.pattern.trim().trim_start_matches("./").to_owned();
         let matcher = if pattern.contains('/') {
             compile_glob(&pattern, true)?
@@ -110,25 +206,26 @@ impl TypedTool for GlobTool {
             compile_glob(&format!("**/{pattern}"), true)?
         };
         let sandbox = self.sandbox.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut hits: Vec<(SystemTime, PathBuf)> = Vec::new();
-            for entry in walker(&root).filter_map(Result::ok) {
-                if !entry.file_type().is_some_and(|t| t.is_file()) {
-                    continue;
+        let raw = args.path.clone();
+        blocking(move || {
+            let root = match open_root(&sandbox, raw.as_deref())? {
+                Opened::Dir(d) => d,
+                Opened::File(f) => {
+                    return Err(ToolError::Failed(format!(
+                        "{} is not a directory",
+                        display_path(&sandbox, &f.logical)
+                    )));
                 }
-                let rel = entry.path().strip_prefix(&root).unwrap_or(entry.path());
-                if matcher.is_match(rel) {
-                    let mtime = entry
-                        .metadata()
-                        .ok()
-                        .and_then(|m| m.modified().ok())
-                        .unwrap_or(SystemTime::UNIX_EPOCH);
-                    hits.push((mtime, entry.path().to_path_buf()));
+            };
+            let mut hits: Vec<((i64, i64), PathBuf)> = Vec::new();
+            walk(&root, |f| {
+                if matcher.is_match(f.rel) {
+                    hits.push((mtime(f.dir, f.name), root.logical.join(f.rel)));
                 }
-            }
+            });
             hits.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
             if hits.is_empty() {
-                return ToolOutput::text(format!("No files matched pattern '{pattern}'"));
+                return Ok(ToolOutput::text(format!("No files matched pattern '{pattern}'")));
             }
             let total = hits.len();
             let mut out: Vec<String> = hits
@@ -141,10 +238,9 @@ impl TypedTool for GlobTool {
                     "\n(showing {GLOB_MAX_RESULTS} of {total} matches; narrow the pattern)"
                 ));
             }
-            ToolOutput::text(out.join("\n"))
+            Ok(ToolOutput::text(out.join("\n")))
         })
         .await
-        .map_err(|e| ToolError::Failed(format!("glob task failed: {e}")))
     }
 }
 
@@ -270,7 +366,6 @@ impl TypedTool for GrepTool {
     }
 
     async fn call(&self, args: GrepArgs, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let root = resolve_dir(&self.sandbox, args.path.as_deref())?;
         let matcher = RegexMatcherBuilder::new()
             .case_insensitive(args.case_insensitive.unwrap_or(false))
             .build(&args.pattern)
@@ -286,7 +381,8 @@ impl TypedTool for GrepTool {
         let limit = args.head_limit.map_or(GREP_DEFAULT_HEAD_LIMIT, |n| n as usize);
         let sandbox = self.sandbox.clone();
         let pattern = args.pattern.clone();
-        tokio::task::spawn_blocking(move || {
+        let raw = args.path.clone();
+        blocking(move || {
             let content = mode == OutputMode::Content;
             let mut searcher = SearcherBuilder::new()
                 .binary_detection(BinaryDetection::quit(0))
@@ -294,47 +390,51 @@ impl TypedTool for GrepTool {
                 .before_context(if content { before } else { 0 })
                 .after_context(if content { after } else { 0 })
                 .build();
-            let files: Vec<PathBuf> = if root.is_file() {
-                vec![root.clone()]
-            } else {
-                walker(&root)
-                    .filter_map(Result::ok)
-                    .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
-                    .map(|e| e.into_path())
-                    .collect()
-            };
             let mut results: Vec<(SystemTime, String, usize, Vec<String>)> = Vec::new();
-            for file in files {
+            let mut search = |mut file: File, logical: PathBuf, rel: &Path, fence: &Fence| {
                 if let Some(f) = &filter {
-                    let rel = file.strip_prefix(&root).unwrap_or(&file);
-                    let name_hit = file.file_name().is_some_and(|n| f.is_match(n));
+                    let name_hit = logical.file_name().is_some_and(|n| f.is_match(n));
                     if !f.is_match(rel) && !name_hit {
-                        continue;
+                        return;
                     }
                 }
-                if looks_binary(&file) {
-                    continue;
+                let Ok(meta) = file.metadata() else { return };
+                if !meta.is_file() || !fence.may_read_file(&meta) || looks_binary(&mut file) {
+                    return;
                 }
-                let shown = display_path(&sandbox, &file);
+                let shown = display_path(&sandbox, &logical);
                 let mut sink = Collect {
                     shown: &shown,
                     lines: Vec::new(),
                     matches: 0,
                     content,
                 };
-                if searcher.search_path(&matcher, &file, &mut sink).is_err() {
-                    continue;
+                if searcher.search_file(&matcher, &file, &mut sink).is_err() {
+                    return;
                 }
                 if sink.matches > 0 {
-                    let mtime = std::fs::metadata(&file)
-                        .and_then(|m| m.modified())
-                        .unwrap_or(SystemTime::UNIX_EPOCH);
+                    let mtime = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
                     let lines = sink.lines;
                     results.push((mtime, shown.clone(), sink.matches, lines));
                 }
+            };
+            match open_root(&sandbox, raw.as_deref())? {
+                Opened::File(f) => {
+                    let rel = f.logical.file_name().map(PathBuf::from).unwrap_or_default();
+                    search(f.file, f.logical.clone(), &rel, &f.fence);
+                }
+                Opened::Dir(root) => {
+                    walk(&root, |found| {
+                        if let Ok(file) = open_child_file(found.dir, found.name) {
+                            search(file, root.logical.join(found.rel), found.rel, &root.fence);
+                        }
+                    });
+                }
             }
             if results.is_empty() {
-                return ToolOutput::text(format!("No matches found for pattern '{pattern}'"));
+                return Ok(ToolOutput::text(format!(
+                    "No matches found for pattern '{pattern}'"
+                )));
             }
             let mut out: Vec<String> = Vec::new();
             match mode {
@@ -363,9 +463,8 @@ impl TypedTool for GrepTool {
                     "\n(showing first {limit} of {total} results; raise head_limit or narrow the search)"
                 ));
             }
-            ToolOutput::text(out.join("\n"))
+            Ok(ToolOutput::text(out.join("\n")))
         })
         .await
-        .map_err(|e| ToolError::Failed(format!("grep task failed: {e}")))
     }
 }

@@ -4,6 +4,7 @@
 mod confine;
 mod exec;
 mod fs;
+mod fs_handles;
 mod registry;
 mod web;
 
