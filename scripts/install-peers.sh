@@ -32,6 +32,14 @@ if [ "$(cat "$dest/venv/.stamp" 2>/dev/null)" != "$want" ]; then
   "$dest/venv/bin/pip" install --quiet --disable-pip-version-check -r "$pins/requirements.txt"
   echo "$want" > "$dest/venv/.stamp"
 fi
+# --- The Python nanobot (own venv: its anthropic<1 pin conflicts with the shared venv's) ---------------
+want=$(stamp "$pins/nanobot-requirements.txt")
+if [ "$(cat "$dest/nanobot-venv/.stamp" 2>/dev/null)" != "$want" ]; then
+  echo "install-peers: python nanobot" >&2
+  python3 -m venv "$dest/nanobot-venv"
+  "$dest/nanobot-venv/bin/pip" install --quiet --disable-pip-version-check -r "$pins/nanobot-requirements.txt"
+  echo "$want" > "$dest/nanobot-venv/.stamp"
+fi
 # --- Debian packages: programs the tests run (each only when missing; one apt-get for all) ------------------
 # bubblewrap: exec's namespace sandbox (docs/security.md), tested by nanobot-tools.
 need=()

@@ -6,6 +6,7 @@
 
 mod agent;
 mod basics;
+mod compat_python;
 mod cron;
 mod eval;
 mod gateway;

@@ -119,7 +119,18 @@ pub(crate) async fn run(env: &CliEnv, a: &AgentArgs, out: &mut dyn Write) -> Res
     let ui = Arc::new(UiHook::new(hint_len));
     let agent = build_loop(env, &s, None, vec![ui.clone() as Arc<dyn AgentHook>])?;
     let result = match &a.message {
-        Some(text) => one_shot(env, a, &agent, &ui, text, out).await,
+        Some(text) => {
+            let r = one_shot(env, a, &agent, &ui, text, out).await;
+            // What the turn started (the `/new` archive, consolidation) finishes before the process exits.
+            if !agent.finish_background(ONE_SHOT_FINISH_LIMIT).await {
+                eprintln!(
+                    "nanobot: memory work (archive or consolidation) still running after {}s; left unfinished \
+                     (the session keeps what was not archived)",
+                    ONE_SHOT_FINISH_LIMIT.as_secs()
+                );
+            }
+            r
+        }
         None => interactive(env, &s, a, &agent, &ui).await,
     };
     if let Some(m) = agent.mcp() {
@@ -127,6 +138,9 @@ pub(crate) async fn run(env: &CliEnv, a: &AgentArgs, out: &mut dyn Write) -> Res
     }
     result
 }
+
+/// How long `agent -m` waits, after the answer, for the memory work the turn started.
+const ONE_SHOT_FINISH_LIMIT: Duration = Duration::from_secs(120);
 
 async fn one_shot(
     env: &CliEnv,

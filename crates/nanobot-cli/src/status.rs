@@ -191,10 +191,17 @@ pub(crate) fn status_text(env: &CliEnv, args: &ConfigArgs) -> Result<String, Cli
             let _ = writeln!(out, "  {name:<16} ✓ ({from})");
         }
     }
+    let unsupported = nanobot_gateway::unsupported_channels(config);
     let enabled: Vec<String> = channel_states(config)
         .into_iter()
         .filter(|(_, on, _)| *on)
-        .map(|(n, _, _)| n)
+        .map(|(n, _, _)| {
+            if unsupported.contains(&n) {
+                format!("{n} (✗ not supported by this build: the gateway refuses to start)")
+            } else {
+                n
+            }
+        })
         .collect();
     let _ = writeln!(
         out,
@@ -343,6 +350,17 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
         }
     }
     f.extend(check_channels(config));
+    for name in nanobot_gateway::unsupported_channels(config) {
+        f.push(Finding::problem(
+            format!(
+                "channel `{name}` is enabled but this build cannot run it (the gateway refuses to start)"
+            ),
+            format!(
+                "set `channels.{name}.enabled` to false, or start the gateway with {}=1 to run without it",
+                nanobot_gateway::ALLOW_UNSUPPORTED_CHANNELS_VAR
+            ),
+        ));
+    }
     for (name, cfg) in &config.tools.mcp_servers {
         match nanobot_mcp::ServerSpec::from_config(name, cfg) {
             Ok(spec) => f.push(Finding::ok(format!(
@@ -576,6 +594,13 @@ pub(crate) fn channels_text(env: &CliEnv, args: &ConfigArgs) -> Result<String, C
                 .unwrap_or_else(|| "-".to_owned()),
         };
         let _ = writeln!(out, "{name:<12} {:<8} {:<12} {allowed}", yes(enabled), yes(creds));
+        if enabled && !nanobot_gateway::BUILT_CHANNELS.contains(&name.as_str()) {
+            let _ = writeln!(
+                out,
+                "{:<12} ✗ not supported by this build: the gateway refuses to start",
+                ""
+            );
+        }
     }
     Ok(out)
 }

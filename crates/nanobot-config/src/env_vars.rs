@@ -25,5 +25,28 @@ pub const HOME: &str = "HOME";
 /// The user's home directory on Windows.
 pub const USERPROFILE: &str = "USERPROFILE";
 
-/// `NANOBOT_` variables that are not config overrides; the loader skips them.
-pub const RESERVED: &[&str] = &[NANOBOT_CONFIG, NANOBOT_LOG];
+/// Start the gateway without the enabled channels this build cannot run (they are named in a warning).
+pub const NANOBOT_GATEWAY_SKIP_UNSUPPORTED_CHANNELS: &str = "NANOBOT_GATEWAY_SKIP_UNSUPPORTED_CHANNELS";
+
+/// Most concurrent model requests (the Python nanobot 0.3.5's runtime variable; unset or ≤ 0: no limit).
+pub const NANOBOT_MAX_CONCURRENT_REQUESTS: &str = "NANOBOT_MAX_CONCURRENT_REQUESTS";
+
+/// `NANOBOT_` variables that are not config overrides; the loader skips them. After nanobot-rs's own come the
+/// Python nanobot 0.3.5's runtime variables, which are not config keys there either.
+pub const RESERVED: &[&str] = &[
+    NANOBOT_CONFIG,
+    NANOBOT_LOG,
+    NANOBOT_GATEWAY_SKIP_UNSUPPORTED_CHANNELS,
+    NANOBOT_MAX_CONCURRENT_REQUESTS,
+    "NANOBOT_STREAM_IDLE_TIMEOUT_S",
+    "NANOBOT_OPENAI_COMPAT_TIMEOUT_S",
+    "NANOBOT_PATH_APPEND",
+    "NANOBOT_PATH_PREPEND",
+    "NANOBOT_SANDBOX_ENFORCED",
+    "NANOBOT_RESTART_NOTIFY_CHANNEL",
+    "NANOBOT_RESTART_NOTIFY_CHAT_ID",
+    "NANOBOT_RESTART_NOTIFY_METADATA",
+    "NANOBOT_RESTART_STARTED_AT",
+    "NANOBOT_API_URL",
+    "NANOBOT_COMPLETE",
+];

@@ -100,6 +100,8 @@ struct LoopInner {
     permits: Arc<Semaphore>,
     started: Instant,
     shutdown: CancellationToken,
+    /// Memory work started after a turn (archives, consolidation); [`AgentLoop::finish_background`] waits.
+    background: tokio_util::task::TaskTracker,
 }
 
 /// The agent loop. Cheap to clone; clones share everything.
@@ -295,6 +297,7 @@ impl AgentLoopBuilder {
                 turn_seq: AtomicU64::new(1),
                 started: Instant::now(),
                 shutdown: CancellationToken::new(),
+                background: tokio_util::task::TaskTracker::new(),
             }
         });
         Ok(AgentLoop { inner })
@@ -462,6 +465,17 @@ impl AgentLoop {
     /// Cancels the running turn and the subagents of `session_key`; returns how many tasks were stopped.
     pub fn stop_session(&self, session_key: &str) -> usize {
         self.inner.stop_session(session_key)
+    }
+
+    /// Waits up to `limit` for the memory work started after turns (the `/new` archive, consolidation) to
+    /// finish. True when nothing is left running; false when `limit` passed first (the work is left as it is:
+    /// the session still holds what was not archived).
+    pub async fn finish_background(&self, limit: std::time::Duration) -> bool {
+        let tracker = &self.inner.background;
+        tracker.close();
+        let done = tokio::time::timeout(limit, tracker.wait()).await.is_ok();
+        tracker.reopen();
+        done
     }
 
     /// Runs a cron job as a turn (what the cron service's handler does); delivers when the job says so.
@@ -704,7 +718,7 @@ impl LoopInner {
                     && old.messages.len() > old.last_consolidated
                 {
                     let m = m.clone();
-                    tokio::spawn(async move {
+                    self.background.spawn(async move {
                         if let Err(e) = m.archive_session(old).await {
                             tracing::warn!(error = %e, "archiving the session failed");
                         }
@@ -933,7 +947,7 @@ impl LoopInner {
         {
             let m = m.clone();
             let k = key.to_owned();
-            tokio::spawn(async move {
+            self.background.spawn(async move {
                 if let Err(e) = m.consolidate(&k, ConsolidationTrigger::AfterTurn).await {
                     tracing::warn!(session = %k, error = %e, "background consolidation failed");
                 }
@@ -1023,7 +1037,11 @@ impl LoopInner {
             .unwrap_or_else(|| format!("cron:{}", job.id));
         let mut msg = InboundMessage::new(channel.clone(), "cron", chat.clone(), p.message.clone())
             .with_session_key(key);
-        msg.metadata = p.channel_meta.clone();
+        msg.metadata = if p.is_bound() {
+            p.origin_metadata.clone()
+        } else {
+            p.channel_meta.clone()
+        };
         let (tx, rx) = oneshot::channel();
         self.enqueue(Job {
             msg,
@@ -1036,13 +1054,17 @@ impl LoopInner {
         let reply = rx
             .await
             .map_err(|_| -> BoxError { "the agent loop has stopped".into() })??;
-        if p.deliver
+        if (p.deliver || p.is_bound())
             && !reply.delivered_by_tool
             && !reply.content.is_empty()
             && let Some(bus) = self.bus()
         {
             let mut out = OutboundMessage::reply(channel, chat, reply.content.clone());
-            out.metadata = p.channel_meta.clone();
+            out.metadata = if p.is_bound() {
+                p.origin_metadata.clone()
+            } else {
+                p.channel_meta.clone()
+            };
             bus.publish_outbound(out).await?;
         }
         Ok(reply.content)

@@ -360,10 +360,14 @@ impl TypedTool for CronTool {
                     tz,
                 )
                 .map_err(cron_err)?;
+                // Written as 0.3.5 writes a job: bound to the session and origin chat, with the older
+                // delivery fields (`deliver`, `channel`, `to`) left empty; only `deliver: false` asked
+                // explicitly is kept in the old form (0.3.5 has no such option).
                 let mut payload = CronPayload::agent_turn(message);
-                payload.deliver = args.deliver.unwrap_or(true);
-                payload.channel = Some(ctx.channel.clone());
-                payload.to = Some(ctx.chat_id.clone());
+                if args.deliver == Some(false) {
+                    payload.channel = Some(ctx.channel.clone());
+                    payload.to = Some(ctx.chat_id.clone());
+                }
                 payload.session_key = (!ctx.session_key.is_empty()).then(|| ctx.session_key.clone());
                 payload.origin_channel = Some(ctx.channel.clone());
                 payload.origin_chat_id = Some(ctx.chat_id.clone());

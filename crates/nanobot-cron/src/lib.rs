@@ -38,6 +38,7 @@
 //! # });
 //! ```
 
+pub mod actions;
 mod clock;
 mod error;
 mod model;

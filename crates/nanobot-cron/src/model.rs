@@ -374,6 +374,20 @@ impl CronPayload {
         }
     }
 
+    /// True for a session-bound agent job as the Python nanobot 0.3.5 writes them: session and origin chat
+    /// set, and none of the older delivery fields (`deliver`, `channel`, `to`, `channelMeta`). Its answer
+    /// goes back to the origin chat.
+    pub fn is_bound(&self) -> bool {
+        self.kind == PAYLOAD_AGENT_TURN
+            && self.session_key.as_deref().is_some_and(|s| !s.is_empty())
+            && self.origin_channel.as_deref().is_some_and(|s| !s.is_empty())
+            && self.origin_chat_id.as_deref().is_some_and(|s| !s.is_empty())
+            && !self.deliver
+            && self.channel.as_deref().is_none_or(str::is_empty)
+            && self.to.as_deref().is_none_or(str::is_empty)
+            && self.channel_meta.is_empty()
+    }
+
     /// A system-event payload (for `dream` / `heartbeat`).
     pub fn system_event() -> Self {
         CronPayload {

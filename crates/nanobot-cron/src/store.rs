@@ -176,8 +176,14 @@ impl JobStore {
         &self.path
     }
 
-    /// The current contents; re-read only when the file changed since the last read.
+    /// The current contents; re-read only when the file changed since the last read. Changes queued by
+    /// the Python nanobot in `action.jsonl` are merged first ([`crate::actions`]).
     pub fn load(&self) -> Result<StoreFile, CronError> {
+        if let Err(e) = crate::actions::merge(self) {
+            tracing::warn!(
+                "cannot merge the cron queue (jobs queued by the Python nanobot stay queued): {e}"
+            );
+        }
         let fp = fingerprint(&self.path);
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((cached_fp, file)) = cache.as_ref()

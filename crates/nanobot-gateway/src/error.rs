@@ -18,6 +18,16 @@ pub enum GatewayError {
         /// `api.port`.
         port: u16,
     },
+    /// Channels are enabled that this build cannot run.
+    #[error(
+        "enabled channel(s) this build cannot run: {}; disable them in `channels` of the config, or set \
+         NANOBOT_GATEWAY_SKIP_UNSUPPORTED_CHANNELS=1 to start without them",
+        names.join(", ")
+    )]
+    UnsupportedChannels {
+        /// The channel names, in file order.
+        names: Vec<String>,
+    },
     /// A listen address could not be parsed or resolved.
     #[error("{field}: `{value}` is not a valid listen address")]
     BadAddress {

@@ -197,6 +197,46 @@ pub async fn check_api_bind(config: &Config) -> Result<Vec<SocketAddr>, GatewayE
     Ok(addrs)
 }
 
+/// The chat channels this build can run: exactly the names [`build_channels`] builds. A channel crate
+/// added there is added here too; every other enabled channel block is refused at start-up
+/// ([`unsupported_channels`]) and reported by `status`, `channels status` and `doctor`.
+pub const BUILT_CHANNELS: &[&str] = &["telegram", "discord", "slack"];
+
+/// The variable that lets the gateway start without the enabled channels it cannot run (any non-empty
+/// value but `0`/`false`): they are then named in a warning instead of stopping the start.
+pub const ALLOW_UNSUPPORTED_CHANNELS_VAR: &str = "NANOBOT_GATEWAY_SKIP_UNSUPPORTED_CHANNELS";
+
+/// Channels enabled in `config` (`"enabled": true`) that this build cannot run, in file order.
+pub fn unsupported_channels(config: &Config) -> Vec<String> {
+    let other = &config.channels.other;
+    other
+        .names()
+        .filter(|n| other.is_enabled(n) && !BUILT_CHANNELS.contains(n))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Refuses enabled channels this build cannot run, unless [`ALLOW_UNSUPPORTED_CHANNELS_VAR`] is set (then it
+/// warns, naming them).
+fn check_unsupported_channels(config: &Config, env: &Environment) -> Result<(), GatewayError> {
+    let names = unsupported_channels(config);
+    if names.is_empty() {
+        return Ok(());
+    }
+    let allowed = env
+        .vars
+        .get(ALLOW_UNSUPPORTED_CHANNELS_VAR)
+        .is_some_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"));
+    if allowed {
+        tracing::warn!(
+            channels = %names.join(", "),
+            "enabled channels this build cannot run are NOT started ({ALLOW_UNSUPPORTED_CHANNELS_VAR} is set)"
+        );
+        return Ok(());
+    }
+    Err(GatewayError::UnsupportedChannels { names })
+}
+
 /// The channels enabled in `config`, one line per channel crate.
 fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Channel>>, GatewayError> {
     let paths = env.paths();
@@ -383,6 +423,7 @@ impl Gateway {
             .bus(Arc::new(bus.clone()))
             .build()?;
         let channels = if opts.channels {
+            check_unsupported_channels(config, &opts.env)?;
             build_channels(config, &opts.env)?
         } else {
             Vec::new()

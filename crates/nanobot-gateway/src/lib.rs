@@ -33,7 +33,10 @@ pub mod service;
 
 pub use bus::{GatewayBus, INTERNAL_CHANNELS, Route};
 pub use error::GatewayError;
-pub use gateway::{DEFAULT_SHUTDOWN_GRACE, Gateway, GatewayOptions, ShutdownReport, check_api_bind};
+pub use gateway::{
+    ALLOW_UNSUPPORTED_CHANNELS_VAR, BUILT_CHANNELS, DEFAULT_SHUTDOWN_GRACE, Gateway, GatewayOptions,
+    ShutdownReport, check_api_bind, unsupported_channels,
+};
 pub use heartbeat::{HeartbeatOutcome, HeartbeatService};
 pub use metrics::{Metrics, MetricsHook, TurnOutcome};
 

@@ -49,6 +49,14 @@ pub enum SessionError {
         /// Why it was rejected.
         reason: String,
     },
+    /// A session namespace (`sessions/<id>/`, its `.workspace` marker) cannot be claimed.
+    #[error("{}: {what}", path.display())]
+    Namespace {
+        /// The folder or file at fault.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
     /// A checkpoint file exists but is not valid JSON.
     #[error("invalid checkpoint {}", path.display())]
     Checkpoint {

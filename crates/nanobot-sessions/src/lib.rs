@@ -11,7 +11,8 @@
 //! # Files
 //!
 //! `<config dir>/sessions/<workspace id>/<unpadded base64url(key)>.jsonl`, where the workspace id is read from
-//! `<workspace>/.nanobot/workspace-id`. First line: the metadata record
+//! `<workspace>/.nanobot/workspace-id`; the folder's `.workspace` marker names the workspace it belongs to (see
+//! [`namespace`]). First line: the metadata record
 //! `{"_type":"metadata","key":…,"created_at":…,"updated_at":…,"metadata":{…},"last_consolidated":N}`; then one
 //! OpenAI-style message per line, each with a `timestamp`. A later metadata change is appended as a complete
 //! metadata record (the last one wins; the Python loader treats such lines the same way), and the file is
@@ -55,6 +56,7 @@ mod error;
 mod format;
 mod fsio;
 mod message;
+pub mod namespace;
 mod session;
 mod store;
 mod tail;

@@ -158,8 +158,9 @@ pub const WORKSPACE_ID_FILE: &str = "workspace-id";
 impl SessionStore {
     /// A store for `workspace`'s sessions under `config_dir` (normally `~/.nanobot`), with default options.
     ///
-    /// Reads `<workspace>/.nanobot/workspace-id`, creating it (a random id) if missing. This is the only
-    /// blocking I/O outside the async methods.
+    /// Claims the workspace's session namespace as the Python nanobot 0.3.5 does ([`crate::namespace`]):
+    /// `<workspace>/.nanobot/workspace-id` and the folder's `.workspace` marker, created or repaired as
+    /// needed. This is the only blocking I/O outside the async methods.
     pub fn new(config_dir: impl Into<PathBuf>, workspace: impl Into<PathBuf>) -> Result<Self> {
         Self::with_options(config_dir, workspace, StoreOptions::default())
     }
@@ -172,8 +173,8 @@ impl SessionStore {
     ) -> Result<Self> {
         let config_dir = config_dir.into();
         let workspace = workspace.into();
-        let workspace_id = workspace_id(&workspace)?;
-        let dir = config_dir.join("sessions").join(&workspace_id);
+        let ns = crate::namespace::claim(&config_dir.join("sessions"), &workspace)?;
+        let (workspace_id, dir) = (ns.id, ns.dir);
         Ok(Self {
             inner: Arc::new(Inner {
                 config_dir,
@@ -822,52 +823,6 @@ pub(crate) fn legacy_safe_key(key: &str) -> String {
         .to_owned()
 }
 
-/// Reads `<workspace>/.nanobot/workspace-id`, creating it with a random id if missing.
-fn workspace_id(workspace: &Path) -> Result<String> {
-    let dir = workspace.join(".nanobot");
-    let path = dir.join(WORKSPACE_ID_FILE);
-    let read = |path: &Path| -> Result<Option<String>> {
-        match fs::read_to_string(path) {
-            Ok(s) => Ok(Some(s.trim().to_owned())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(SessionError::io("read", path, e)),
-        }
-    };
-    let id = match read(&path)? {
-        Some(id) => id,
-        None => {
-            fsio::create_dir_private(&dir)?;
-            let id = uuid::Uuid::new_v4().simple().to_string();
-            match fsio::private_new().open(&path) {
-                Ok(mut f) => {
-                    f.write_all(format!("{id}\n").as_bytes())
-                        .and_then(|()| f.sync_all())
-                        .map_err(|e| SessionError::io("write", &path, e))?;
-                    id
-                }
-                // Someone else created it first: use theirs.
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read(&path)?.unwrap_or_default(),
-                Err(e) => return Err(SessionError::io("create", &path, e)),
-            }
-        }
-    };
-    let valid = !id.is_empty()
-        && id.len() <= 128
-        && id != "."
-        && id != ".."
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if valid {
-        Ok(id)
-    } else {
-        Err(SessionError::WorkspaceId {
-            path,
-            reason: format!("{id:?} is not a plain name (letters, digits, '-', '_', '.')"),
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -882,16 +837,5 @@ mod tests {
     fn legacy_names_match_python() {
         assert_eq!(legacy_safe_key("telegram:12345"), "telegram_12345");
         assert_eq!(legacy_safe_key("api:a/b?c"), "api_a_b_c");
-    }
-
-    #[test]
-    fn workspace_id_is_created_once_and_validated() {
-        let ws = tempfile::tempdir().unwrap();
-        let a = workspace_id(ws.path()).unwrap();
-        assert_eq!(a.len(), 32);
-        assert_eq!(workspace_id(ws.path()).unwrap(), a);
-        fs::write(ws.path().join(".nanobot/workspace-id"), "../../etc\n").unwrap();
-        let e = workspace_id(ws.path()).unwrap_err().to_string();
-        assert!(e.contains("workspace-id"), "{e}");
     }
 }

@@ -107,10 +107,16 @@ async fn cron_tool_binds_jobs_to_the_chat_and_refuses_inside_cron_turns() {
     let jobs = cron.list().unwrap();
     assert_eq!(jobs.len(), 1);
     let job = &jobs[0];
-    assert_eq!(job.payload.channel.as_deref(), Some("telegram"));
-    assert_eq!(job.payload.to.as_deref(), Some("5"));
+    // Written as 0.3.5 writes it: bound to the session and origin chat, no legacy delivery fields.
+    assert_eq!(job.payload.origin_channel.as_deref(), Some("telegram"));
+    assert_eq!(job.payload.origin_chat_id.as_deref(), Some("5"));
     assert_eq!(job.payload.session_key.as_deref(), Some("telegram:5"));
-    assert!(job.payload.deliver);
+    assert_eq!(
+        (job.payload.channel.as_deref(), job.payload.to.as_deref()),
+        (None, None)
+    );
+    assert!(!job.payload.deliver);
+    assert!(job.payload.is_bound());
 
     // The job fires: a cron turn, whose attempt to add another job is refused; the answer is delivered.
     mock.push(MockReply::tool_call(

@@ -50,8 +50,21 @@ fn workspace_id_is_stable_and_names_the_directory() {
     let ws = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(ws.path().join(".nanobot")).unwrap();
     std::fs::write(ws.path().join(".nanobot/workspace-id"), "3f9c2a1b7d\n").unwrap();
+    // Not 32 hex digits: refused, as the Python nanobot refuses it.
+    let e = SessionStore::new(env.home.path(), ws.path())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("workspace-id"), "{e}");
+    let id = "3f9c2a1b7d3f9c2a1b7d3f9c2a1b7d00";
+    std::fs::write(ws.path().join(".nanobot/workspace-id"), format!("{id}\n")).unwrap();
     let s = SessionStore::new(env.home.path(), ws.path()).unwrap();
-    assert_eq!(s.workspace_id(), "3f9c2a1b7d");
+    assert_eq!(s.workspace_id(), id);
+    // The namespace records its workspace, as 0.3.5 expects.
+    let marker = std::fs::read_to_string(s.dir().join(".workspace")).unwrap();
+    assert_eq!(
+        std::path::PathBuf::from(marker.trim()),
+        std::fs::canonicalize(ws.path()).unwrap()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,8 +181,14 @@ async fn checkpoints_write_read_replace_clear() {
     );
     let path = env.store.checkpoint_path(key);
     assert_eq!(path.file_name().unwrap(), "dGVsZWdyYW06Nw.jsonl.checkpoint.json");
-    // Only the checkpoint and no temp files are left in the directory.
-    assert_eq!(std::fs::read_dir(env.store.dir()).unwrap().count(), 1);
+    // Only the checkpoint (beside the namespace marker) and no temp files are left in the directory.
+    let names: Vec<_> = std::fs::read_dir(env.store.dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n != ".workspace")
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
 
     std::fs::write(&path, "{\"phase\": ").unwrap();
     let err = env.store.read_checkpoint(key).await.unwrap_err();

@@ -1,0 +1,400 @@
+//! Drop-in both ways: the real Python nanobot 0.3.5 and this `nanobot` take turns on one home, against the
+//! same MockLlm, and each continues what the other left (session history, cron jobs, the session namespace
+//! marker). One chain test: the Python nanobot takes seconds to start.
+//!
+//! The Python nanobot is `.ci/.peers/nanobot-venv/bin/nanobot` (installed by `scripts/install-peers.sh`);
+//! missing, the test skips, or fails under `CI`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nanobot_testkit::peers;
+use nanobot_testkit::{MockLlm, MockReply, RecordedRequest, TempHome, WireFormat};
+use serde_json::{Value, json};
+
+use crate::support::{run, stderr, stdout};
+
+/// Bound on one run of either program.
+const RUN_LIMIT: Duration = Duration::from_secs(180);
+
+fn python_nanobot() -> Option<PathBuf> {
+    let exe = peers::peers_dir()?
+        .join("nanobot-venv")
+        .join("bin")
+        .join("nanobot");
+    exe.is_file().then_some(exe)
+}
+
+/// Runs `cmd` to completion within [`RUN_LIMIT`] (killed past it).
+fn bounded(mut cmd: Command, what: &str) -> Output {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("start {what}: {e}"));
+    let started = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if started.elapsed() > RUN_LIMIT {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{what} did not finish within {RUN_LIMIT:?}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn py(exe: &Path, home: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(exe);
+    cmd.env_clear()
+        .env("HOME", home)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("NO_COLOR", "1")
+        .env("TERM", "dumb")
+        .current_dir(home)
+        .args(args);
+    let o = bounded(cmd, "python nanobot");
+    assert!(
+        o.status.success(),
+        "python nanobot {args:?} failed ({:?})\nstdout: {}\nstderr: {}",
+        o.status,
+        stdout(&o),
+        stderr(&o)
+    );
+    let err = stderr(&o);
+    assert!(!err.contains("Traceback"), "python nanobot {args:?}: {err}");
+    o
+}
+
+fn rs(home: &Path, args: &[&str]) -> Output {
+    let o = run(home, args);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "nanobot {args:?}\nstdout: {}\nstderr: {}",
+        stdout(&o),
+        stderr(&o)
+    );
+    o
+}
+
+/// The texts of the user and assistant messages of a request, in order (tool traffic left out).
+fn dialogue(req: &RecordedRequest) -> Vec<(String, String)> {
+    req.messages()
+        .iter()
+        .filter_map(|m| {
+            let role = m.get("role")?.as_str()?;
+            if role != "user" && role != "assistant" {
+                return None;
+            }
+            let text = match m.get("content")? {
+                Value::String(s) => s.clone(),
+                Value::Array(parts) => parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .collect::<Vec<_>>()
+                    .join(""),
+                _ => return None,
+            };
+            (!text.is_empty()).then(|| (role.to_owned(), text))
+        })
+        .collect()
+}
+
+/// Asserts that `req`'s history holds each `(role, needle)` in this order.
+fn assert_history(req: &RecordedRequest, expected: &[(&str, &str)], who: &str) {
+    let got = dialogue(req);
+    let mut at = 0;
+    for (role, needle) in expected {
+        match got[at..]
+            .iter()
+            .position(|(r, t)| r == role && t.contains(needle))
+        {
+            Some(i) => at += i + 1,
+            None => panic!("{who}: history lacks {role} {needle:?} (in order); history: {got:#?}"),
+        }
+    }
+}
+
+fn new_requests(mock: &MockLlm, seen: &mut usize) -> Vec<RecordedRequest> {
+    let all = mock.completion_requests();
+    let out = all[*seen..].to_vec();
+    *seen = all.len();
+    out
+}
+
+fn session_dirs(home: &TempHome) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(home.nanobot_dir().join("sessions"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+fn jobs(home: &TempHome) -> Vec<Value> {
+    let path = home.workspace().join("cron/jobs.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    if text.trim().is_empty() {
+        return Vec::new();
+    }
+    let v: Value = serde_json::from_str(&text).unwrap();
+    v["jobs"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn python_rust_python_rust_on_one_home() {
+    let Some(pyexe) = peers::require("python nanobot (nanobot-ai 0.3.5)", python_nanobot()) else {
+        return;
+    };
+    let mock = MockLlm::start_background();
+    mock.set_fallback(MockReply::text("Noted."));
+    let home = TempHome::new();
+    let h = home.home();
+    home.write_config(&mock.nanobot_config(WireFormat::OpenAi));
+    let mut seen = 0;
+
+    // 1. Python: a turn that schedules a job through the cron tool (agent mode: queued in action.jsonl).
+    mock.when_once(
+        |r| r.last_user_text().is_some_and(|t| t.contains("remind me hourly")) && !r.ends_with_tool_result(),
+        MockReply::tool_call(
+            "cron",
+            json!({"action": "add", "name": "water", "message": "drink water", "every_seconds": 3600}),
+        ),
+    );
+    mock.when_once(
+        |r| r.ends_with_tool_result(),
+        MockReply::text("Scheduled the water reminder."),
+    );
+    let o = py(&pyexe, h, &["agent", "-m", "remind me hourly to drink water"]);
+    assert!(
+        stdout(&o).contains("Scheduled the water reminder."),
+        "{}",
+        stdout(&o)
+    );
+    let reqs = new_requests(&mock, &mut seen);
+    assert!(reqs.iter().any(|r| r.ends_with_tool_result()), "{reqs:#?}");
+    let dirs = session_dirs(&home);
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let marker = std::fs::read_to_string(dirs[0].join(".workspace")).unwrap();
+    let queue = std::fs::read_to_string(home.workspace().join("cron/action.jsonl")).unwrap_or_default();
+    assert!(
+        queue.contains("drink water") || jobs(&home).len() == 1,
+        "the python agent queued no job"
+    );
+
+    // 2. Rust: sees the job (merged from the queue) and continues the conversation.
+    let o = rs(h, &["status"]);
+    assert!(stdout(&o).contains("Cron jobs: 1 (1 enabled)"), "{}", stdout(&o));
+    let o = rs(h, &["cron", "list"]);
+    assert!(stdout(&o).contains("water"), "{}", stdout(&o));
+    let js = jobs(&home);
+    assert_eq!(js.len(), 1, "{js:#?}");
+    let job_id = js[0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(js[0]["payload"]["sessionKey"], "cli:direct");
+    assert_eq!(js[0]["payload"]["deliver"], false);
+    assert_eq!(js[0]["payload"]["channel"], Value::Null);
+    mock.when_once(
+        |r| r.last_user_text().is_some_and(|t| t.contains("what did I ask")),
+        MockReply::text("You asked for a water reminder."),
+    );
+    let o = rs(h, &["agent", "-m", "what did I ask?"]);
+    assert_eq!(stdout(&o), "You asked for a water reminder.\n");
+    let reqs = new_requests(&mock, &mut seen);
+    assert_history(
+        &reqs[0],
+        &[
+            ("user", "remind me hourly to drink water"),
+            ("assistant", "Scheduled the water reminder."),
+            ("user", "what did I ask?"),
+        ],
+        "rust after python",
+    );
+    // Same namespace, marker unchanged: the Python nanobot will accept it.
+    assert_eq!(session_dirs(&home), dirs);
+    assert_eq!(
+        std::fs::read_to_string(dirs[0].join(".workspace")).unwrap(),
+        marker
+    );
+
+    // 3. Python again: reads Rust's turn, lists the job through its cron tool.
+    mock.when_once(
+        |r| {
+            r.last_user_text()
+                .is_some_and(|t| t.contains("list my reminders"))
+                && !r.ends_with_tool_result()
+        },
+        MockReply::tool_call("cron", json!({"action": "list"})),
+    );
+    mock.when_once(
+        |r| r.ends_with_tool_result(),
+        MockReply::text("One reminder: water."),
+    );
+    let o = py(&pyexe, h, &["agent", "-m", "list my reminders"]);
+    assert!(stdout(&o).contains("One reminder: water."), "{}", stdout(&o));
+    let reqs = new_requests(&mock, &mut seen);
+    let first = reqs
+        .iter()
+        .find(|r| {
+            r.last_user_text()
+                .is_some_and(|t| t.contains("list my reminders"))
+        })
+        .expect("python asked the model");
+    assert_history(
+        first,
+        &[
+            ("user", "remind me hourly to drink water"),
+            ("user", "what did I ask?"),
+            ("assistant", "You asked for a water reminder."),
+            ("user", "list my reminders"),
+        ],
+        "python after rust",
+    );
+    let listed = reqs
+        .iter()
+        .flat_map(|r| r.tool_results())
+        .find(|t| t.content.contains(&job_id))
+        .unwrap_or_else(|| panic!("python's cron list did not show job {job_id}: {reqs:#?}"));
+    assert!(listed.content.contains("water"), "{listed:?}");
+    assert_eq!(session_dirs(&home), dirs);
+
+    // 4. Rust again: the whole conversation is there, the job still once.
+    mock.when_once(
+        |r| r.last_user_text().is_some_and(|t| t.contains("anything else")),
+        MockReply::text("That is all."),
+    );
+    let o = rs(h, &["agent", "-m", "anything else?"]);
+    assert_eq!(stdout(&o), "That is all.\n");
+    let reqs = new_requests(&mock, &mut seen);
+    assert_history(
+        &reqs[0],
+        &[
+            ("user", "remind me hourly to drink water"),
+            ("user", "what did I ask?"),
+            ("user", "list my reminders"),
+            ("assistant", "One reminder: water."),
+            ("user", "anything else?"),
+        ],
+        "rust after python again",
+    );
+    let js = jobs(&home);
+    assert_eq!(js.len(), 1, "{js:#?}");
+    assert_eq!(js[0]["id"], job_id.as_str());
+    let o = rs(h, &["cron", "list"]);
+    assert!(stdout(&o).contains(&job_id), "{}", stdout(&o));
+}
+
+#[test]
+fn python_accepts_a_home_written_by_older_nanobot_rs() {
+    // Older nanobot-rs wrote `sessions/<id>/` without the `.workspace` marker; this build adds it at start,
+    // and the Python nanobot then runs on the home instead of refusing it.
+    let Some(pyexe) = peers::require("python nanobot (nanobot-ai 0.3.5)", python_nanobot()) else {
+        return;
+    };
+    let mock = MockLlm::start_background();
+    mock.set_fallback(MockReply::text("Noted."));
+    let home = TempHome::new();
+    let h = home.home();
+    home.write_config(&mock.nanobot_config(WireFormat::OpenAi));
+    let id = "00112233445566778899aabbccddeeff";
+    home.write_workspace_file(".nanobot/workspace-id", format!("{id}\n"));
+    let line = |v: Value| serde_json::to_string(&v).unwrap();
+    // Recent timestamps, so that neither program compacts the session as idle.
+    let date = Command::new("date")
+        .args(["+%Y-%m-%dT%H:%M:%S"])
+        .output()
+        .unwrap();
+    let now = String::from_utf8(date.stdout).unwrap().trim().to_owned();
+    let old = [
+        line(
+            json!({"_type": "metadata", "key": "cli:direct", "created_at": now,
+            "updated_at": now, "metadata": {}, "last_consolidated": 0}),
+        ),
+        line(json!({"role": "user", "content": "my cat is called Tom", "timestamp": now})),
+        line(json!({"role": "assistant", "content": "Nice name.", "timestamp": now})),
+    ]
+    .join("\n")
+        + "\n";
+    home.write_home_file(format!(".nanobot/sessions/{id}/Y2xpOmRpcmVjdA.jsonl"), old);
+    rs(h, &["agent", "-m", "hello"]);
+    assert_history(
+        &mock.completion_requests()[0],
+        &[("user", "my cat is called Tom"), ("user", "hello")],
+        "nanobot-rs on its own older home",
+    );
+    let marker = home.nanobot_dir().join(format!("sessions/{id}/.workspace"));
+    let recorded = std::fs::read_to_string(&marker).expect("marker added at start");
+    assert_eq!(
+        PathBuf::from(recorded.trim()),
+        std::fs::canonicalize(home.workspace()).unwrap()
+    );
+    py(&pyexe, h, &["agent", "-m", "what is my cat called?"]);
+    let reqs = mock.completion_requests();
+    let req = reqs
+        .iter()
+        .find(|r| r.last_user_text().is_some_and(|t| t.contains("cat called")))
+        .expect("python asked the model");
+    assert_history(
+        req,
+        &[("user", "my cat is called Tom"), ("assistant", "Nice name.")],
+        "python on an old nanobot-rs home",
+    );
+}
+
+#[test]
+fn enabled_channels_this_build_cannot_run_are_refused_and_reported() {
+    let mock = MockLlm::start_background();
+    let home = crate::support::onboarded(&mock);
+    let h = home.home();
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(home.config_path()).unwrap()).unwrap();
+    config["channels"]["whatsapp"] = json!({"enabled": true, "bridgeUrl": "ws://127.0.0.1:1"});
+    config["channels"]["matrix"] = json!({"enabled": false});
+    config["gateway"]["port"] = peers::free_port().unwrap().into();
+    config["api"]["port"] = peers::free_port().unwrap().into();
+    home.write_config(&config);
+
+    let mut cmd = crate::support::nanobot(h);
+    cmd.arg("gateway");
+    let o = bounded(cmd, "nanobot gateway");
+    assert!(!o.status.success(), "the gateway started with whatsapp enabled");
+    let err = stderr(&o);
+    assert!(err.contains("whatsapp") && !err.contains("matrix"), "{err}");
+    assert!(err.contains("NANOBOT_GATEWAY_SKIP_UNSUPPORTED_CHANNELS"), "{err}");
+
+    let o = run(h, &["channels", "status"]);
+    let out = stdout(&o);
+    assert!(out.contains("not supported by this build"), "{out}");
+    let o = run(h, &["status"]);
+    assert!(stdout(&o).contains("whatsapp (✗ not supported"), "{}", stdout(&o));
+    let o = run(h, &["doctor"]);
+    assert!(!o.status.success(), "doctor found no problem");
+    assert!(
+        stdout(&o).contains("channel `whatsapp` is enabled but this build cannot run it"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn one_shot_new_archives_before_exiting() {
+    // `agent -m /new` resets the session and archives it in the background; the process must not exit
+    // before the archive reached memory/history.jsonl.
+    let mock = MockLlm::start_background();
+    let home = crate::support::onboarded(&mock);
+    let h = home.home();
+    mock.set_fallback(MockReply::text("The user's dog is called Rex."));
+    rs(h, &["agent", "-m", "my dog is called Rex"]);
+    let o = rs(h, &["agent", "-m", "/new"]);
+    assert!(stdout(&o).contains("New session"), "{}", stdout(&o));
+    let history = std::fs::read_to_string(home.workspace().join("memory/history.jsonl"))
+        .unwrap_or_else(|e| panic!("no memory/history.jsonl after `agent -m /new`: {e}"));
+    assert!(history.contains("Rex"), "{history}");
+}
