@@ -32,4 +32,9 @@ if [ "$(cat "$dest/venv/.stamp" 2>/dev/null)" != "$want" ]; then
   "$dest/venv/bin/pip" install --quiet --disable-pip-version-check -r "$pins/requirements.txt"
   echo "$want" > "$dest/venv/.stamp"
 fi
+# --- Browser for the WebUI tests (Debian's chromium; playwright-core above drives it) -------------------------
+if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null; then
+  echo "install-peers: chromium" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
 echo "install-peers: ready in $dest" >&2

@@ -108,6 +108,7 @@ fn channels_never_reach_core_or_providers() {
         "nanobot-telegram",
         "nanobot-discord",
         "nanobot-slack",
+        "nanobot-websocket",
     ] {
         if members.contains(channel) {
             assert_never_reaches(

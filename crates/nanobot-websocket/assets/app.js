@@ -260,7 +260,7 @@
   }
   function renderHistory(messages) {
     for (const m of messages) {
-      if (m.role === 'user') userBubble(textOf(m.content).replace(/^\[Runtime Context[\s\S]*?\n\n/, ''));
+      if (m.role === 'user') userBubble(textOf(m.content).replace(/\[(image|file): [^\]\n]*\]/g, '[$1]'));
       else if (m.role === 'assistant') {
         if (Array.isArray(m.tool_calls)) for (const c of m.tool_calls) toolRow((c.function && c.function.name || 'tool') + '(' + (c.function && c.function.arguments || '') + ')');
         const t = textOf(m.content);
