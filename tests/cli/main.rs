@@ -11,3 +11,4 @@ mod eval;
 mod gateway;
 mod interactive;
 mod support;
+mod webui;
