@@ -42,14 +42,16 @@ if [ "$(cat "$dest/nanobot-venv/.stamp" 2>/dev/null)" != "$want" ]; then
 fi
 # --- Debian packages: programs the tests run (each only when missing; one apt-get for all) ------------------
 # bubblewrap: exec's namespace sandbox (docs/security.md), tested by nanobot-tools.
+# chromium: the WebUI's browser tests (playwright-core, from the npm pins, drives Debian's build).
 need=()
 command -v bwrap >/dev/null || need+=(bubblewrap)
+[ -x /usr/bin/chromium ] || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null; then
     echo "install-peers: ${need[*]} (apt)" >&2
     sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
   else
     echo "install-peers: please install ${need[*]} (no apt-get here)" >&2
   fi

@@ -158,6 +158,7 @@ fn channels_never_reach_core_or_providers() {
         "nanobot-telegram",
         "nanobot-discord",
         "nanobot-slack",
+        "nanobot-websocket",
     ] {
         assert!(
             channels.iter().any(|c| c == known),

@@ -12,3 +12,4 @@ mod eval;
 mod gateway;
 mod interactive;
 mod support;
+mod webui;

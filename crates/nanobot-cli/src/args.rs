@@ -62,6 +62,34 @@ pub enum Command {
     Gateway(GatewayArgs),
     /// Serve only the OpenAI-compatible API (`/v1/chat/completions`).
     Serve(ServeArgs),
+    /// Start the gateway with its `websocket` channel and open the WebUI in the browser.
+    Webui(WebuiArgs),
+}
+
+/// `nanobot webui` (the flags of nanobot 0.3.5).
+#[derive(Debug, Clone, Default, Args)]
+pub struct WebuiArgs {
+    /// WebUI port (overrides channels.websocket.port).
+    #[arg(short = 'p', long = "port")]
+    pub port: Option<u16>,
+    /// Port of the health/metrics server (overrides gateway.port).
+    #[arg(long = "gateway-port")]
+    pub gateway_port: Option<u16>,
+    /// Config file and workspace.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Deprecated in 0.3.5; refused with a hint (`nanobot gateway` runs in the background under a supervisor).
+    #[arg(long = "background")]
+    pub background: bool,
+    /// 0.3.5's frontend development server; this WebUI has no build step, so it is refused.
+    #[arg(long = "dev")]
+    pub dev: bool,
+    /// Do not open a browser.
+    #[arg(long = "no-open")]
+    pub no_open: bool,
+    /// Accept the local WebUI defaults without asking (the channel is turned on for this run either way).
+    #[arg(short = 'y', long = "yes")]
+    pub yes: bool,
 }
 
 /// `nanobot gateway`.

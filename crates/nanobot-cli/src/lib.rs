@@ -42,12 +42,13 @@ mod onboard;
 mod render;
 mod setup;
 mod status;
+mod webui;
 
 use std::io::Write;
 
 pub use args::{
     AgentArgs, ChannelsAction, Cli, Command, ConfigArgs, CronAction, CronAddArgs, CronConfigArgs, EvalArgs,
-    GatewayArgs, McpAction, ServeArgs,
+    GatewayArgs, McpAction, ServeArgs, WebuiArgs,
 };
 pub use error::{CliError, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE};
 pub use eval::{
@@ -71,7 +72,7 @@ pub fn log_filter(cli: &Cli, env: &CliEnv) -> String {
         Command::Agent(a) if a.logs => "info".to_owned(),
         Command::Gateway(a) if a.verbose => "info,nanobot=debug".to_owned(),
         Command::Serve(a) if a.verbose => "info,nanobot=debug".to_owned(),
-        Command::Gateway(_) | Command::Serve(_) => "info".to_owned(),
+        Command::Gateway(_) | Command::Serve(_) | Command::Webui(_) => "info".to_owned(),
         _ => "warn".to_owned(),
     }
 }
@@ -160,6 +161,7 @@ pub fn run_with(cli: Cli, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliEr
         }
         Command::Gateway(a) => gateway::gateway(env, &a),
         Command::Serve(a) => gateway::serve(env, &a),
+        Command::Webui(a) => webui::webui(env, &a, out),
     }
 }
 

@@ -122,6 +122,7 @@ pub struct Gateway {
     dispatcher: JoinHandle<()>,
     channels_task: JoinHandle<()>,
     grace: Duration,
+    websocket: Option<nanobot_websocket::WebSocketChannel>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -200,7 +201,7 @@ pub async fn check_api_bind(config: &Config) -> Result<Vec<SocketAddr>, GatewayE
 /// The chat channels this build can run: exactly the names [`build_channels`] builds. A channel crate
 /// added there is added here too; every other enabled channel block is refused at start-up
 /// ([`unsupported_channels`]) and reported by `status`, `channels status` and `doctor`.
-pub const BUILT_CHANNELS: &[&str] = &["telegram", "discord", "slack", "feishu", "dingtalk"];
+pub const BUILT_CHANNELS: &[&str] = &["telegram", "discord", "slack", "feishu", "dingtalk", "websocket"];
 
 /// The variable that lets the gateway start without the enabled channels it cannot run (any non-empty
 /// value but `0`/`false`): they are then named in a warning instead of stopping the start.
@@ -308,6 +309,36 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
         out.push(Arc::new(channel));
     }
     Ok(out)
+}
+
+/// The `websocket` channel when `channels.websocket` exists and is enabled (0.3.5 turns it on by default inside
+/// the block `nanobot onboard` writes; with no block at all no port is opened). Its WebUI reads this agent's
+/// sessions, memory and cron jobs.
+fn build_websocket(
+    config: &Config,
+    env: &Environment,
+    agent: &AgentLoop,
+) -> Result<Option<nanobot_websocket::WebSocketChannel>, GatewayError> {
+    let Some(block) = config.channels.other.get(nanobot_websocket::NAME) else {
+        return Ok(None);
+    };
+    let raw = nanobot_websocket::WebSocketConfig::from_json(block)
+        .map_err(channel_error(nanobot_websocket::NAME))?;
+    if !raw.enabled {
+        return Ok(None);
+    }
+    let settings = nanobot_websocket::WebSocketSettings::from_config(&raw)
+        .map_err(channel_error(nanobot_websocket::NAME))?;
+    let store = crate::webui::GatewayWebUiStore {
+        sessions: agent.sessions().clone(),
+        workspace: agent.settings().workspace.clone(),
+    };
+    let channel = nanobot_websocket::WebSocketChannel::new(
+        settings,
+        env.paths().media_dir(Some(nanobot_websocket::NAME)),
+    )
+    .with_store(Arc::new(store));
+    Ok(Some(channel))
 }
 
 /// Maps a channel's construction error to the gateway error naming that channel.
@@ -422,12 +453,20 @@ impl Gateway {
             .hook(metrics.hook())
             .bus(Arc::new(bus.clone()))
             .build()?;
-        let channels = if opts.channels {
+        let mut channels = if opts.channels {
             check_unsupported_channels(config, &opts.env)?;
             build_channels(config, &opts.env)?
         } else {
             Vec::new()
         };
+        let websocket = if opts.channels {
+            build_websocket(config, &opts.env, &agent)?
+        } else {
+            None
+        };
+        if let Some(ws) = &websocket {
+            channels.push(Arc::new(ws.clone()));
+        }
         let channel_names: Vec<String> = channels.iter().map(|c| c.name().to_owned()).collect();
 
         // Listeners first: a port in use fails the start before anything runs.
@@ -551,6 +590,7 @@ impl Gateway {
             dispatcher,
             channels_task,
             grace: opts.shutdown_grace,
+            websocket,
         })
     }
 
@@ -562,6 +602,14 @@ impl Gateway {
     /// Where the OpenAI-compatible API is served.
     pub fn api_addr(&self) -> Option<SocketAddr> {
         self.api_addr
+    }
+
+    /// Where the `websocket` channel (and its WebUI) listens, once bound; waits up to 10 s for the bind.
+    pub async fn websocket_addr(&self) -> Option<SocketAddr> {
+        match &self.websocket {
+            Some(ws) => ws.wait_bound(Duration::from_secs(10)).await,
+            None => None,
+        }
     }
 
     /// The agent loop.

@@ -30,6 +30,7 @@ pub mod heartbeat;
 pub mod http;
 pub mod metrics;
 pub mod service;
+mod webui;
 
 pub use bus::{GatewayBus, INTERNAL_CHANNELS, Route};
 pub use error::GatewayError;

@@ -7,3 +7,5 @@ mod common;
 mod heartbeat;
 mod openai_sdk;
 mod ops;
+mod websocket;
+mod webui_browser;

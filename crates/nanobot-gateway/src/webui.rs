@@ -1,0 +1,153 @@
+//! What the WebUI of the `websocket` channel may read: sessions (and delete one), `MEMORY.md`, `history.jsonl`
+//! and the cron jobs, from this gateway's stores. The channel crate knows none of these paths.
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use nanobot_sessions::SessionStore;
+use nanobot_websocket::{SessionSummary, WebSocketError, WebUiStore};
+use serde_json::Value;
+
+/// Most sessions listed.
+const MAX_SESSIONS: usize = 300;
+
+/// The gateway's [`WebUiStore`].
+pub(crate) struct GatewayWebUiStore {
+    pub(crate) sessions: SessionStore,
+    pub(crate) workspace: PathBuf,
+}
+
+fn store_err(what: &'static str) -> impl FnOnce(nanobot_sessions::SessionError) -> WebSocketError {
+    move |e| WebSocketError::Store {
+        what,
+        source: Box::new(e),
+    }
+}
+
+async fn read_optional(path: PathBuf) -> Result<String, WebSocketError> {
+    match tokio::fs::read_to_string(&path).await {
+        Ok(s) => Ok(s),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(source) => Err(WebSocketError::Io {
+            path: path.display().to_string(),
+            source,
+        }),
+    }
+}
+
+#[async_trait]
+impl WebUiStore for GatewayWebUiStore {
+    async fn sessions(&self) -> Result<Vec<SessionSummary>, WebSocketError> {
+        let mut list = self
+            .sessions
+            .list_sessions()
+            .await
+            .map_err(store_err("sessions"))?;
+        list.truncate(MAX_SESSIONS);
+        let mut out = Vec::with_capacity(list.len());
+        for info in list {
+            let title = self
+                .sessions
+                .with_session(&info.key, |s| {
+                    s.messages
+                        .iter()
+                        .find(|m| m.role() == Some("user"))
+                        .and_then(|m| m.content_text())
+                        .unwrap_or_default()
+                })
+                .await
+                .unwrap_or_default();
+            let title = nanobot_core::strip_runtime_context(&title);
+            let title: String = title
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .chars()
+                .take(80)
+                .collect();
+            let chat_id = info
+                .key
+                .strip_prefix("websocket:")
+                .filter(|c| nanobot_websocket::is_valid_chat_id(c))
+                .map(str::to_owned);
+            out.push(SessionSummary {
+                key: info.key,
+                chat_id,
+                title,
+                updated_at: info.updated_at.format("%Y-%m-%dT%H:%M:%S").to_string(),
+            });
+        }
+        Ok(out)
+    }
+
+    async fn messages(&self, key: &str) -> Result<Vec<Value>, WebSocketError> {
+        if !self.sessions.exists(key).await.map_err(store_err("session"))? {
+            return Ok(Vec::new());
+        }
+        self.sessions
+            .with_session(key, |s| {
+                s.messages
+                    .iter()
+                    .map(|m| {
+                        let mut map = m.as_map().clone();
+                        if m.role() == Some("user")
+                            && let Some(Value::String(text)) = map.get_mut("content")
+                        {
+                            *text = nanobot_core::strip_runtime_context(text);
+                        }
+                        Value::Object(map)
+                    })
+                    .collect()
+            })
+            .await
+            .map_err(store_err("session"))
+    }
+
+    async fn delete(&self, key: &str) -> Result<bool, WebSocketError> {
+        if !self.sessions.exists(key).await.map_err(store_err("session"))? {
+            return Ok(false);
+        }
+        self.sessions.delete(key).await.map_err(store_err("session"))?;
+        Ok(true)
+    }
+
+    async fn memory(&self) -> Result<String, WebSocketError> {
+        read_optional(nanobot_config::paths::workspace::memory_dir(&self.workspace).join("MEMORY.md")).await
+    }
+
+    async fn history(&self, limit: usize) -> Result<Vec<Value>, WebSocketError> {
+        let text = read_optional(
+            nanobot_config::paths::workspace::memory_dir(&self.workspace).join("history.jsonl"),
+        )
+        .await?;
+        let entries: Vec<Value> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let skip = entries.len().saturating_sub(limit);
+        Ok(entries.into_iter().skip(skip).collect())
+    }
+
+    async fn cron_jobs(&self) -> Result<Vec<Value>, WebSocketError> {
+        let text = read_optional(nanobot_config::paths::workspace::cron_jobs(&self.workspace)).await?;
+        if text.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        let v: Value = serde_json::from_str(&text).map_err(|e| WebSocketError::Store {
+            what: "cron/jobs.json",
+            source: Box::new(e),
+        })?;
+        Ok(v.get("jobs")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    fn commands(&self) -> Vec<(String, String)> {
+        nanobot_core::commands::COMMANDS
+            .iter()
+            .map(|(name, _, desc)| (format!("/{name}"), (*desc).to_owned()))
+            .collect()
+    }
+}

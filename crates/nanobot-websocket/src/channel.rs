@@ -1,0 +1,556 @@
+//! [`WebSocketChannel`]: the listener, the handshake checks, one task pair per connection, and fan-out of the
+//! agent's messages to the connections subscribed to a chat.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::{SinkExt as _, StreamExt as _};
+use nanobot_bus::{Bus, InboundMessage, OutboundMessage};
+use nanobot_channels::{AllowList, Channel, ChannelError};
+use serde_json::{Map, Value, json};
+use tokio::sync::{mpsc, watch};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+
+use crate::protocol::{self, Inbound, control, is_valid_chat_id};
+use crate::settings::Listen;
+use crate::store::WebUiStore;
+use crate::tokens::TokenStore;
+use crate::{NAME, WebSocketError, WebSocketSettings, media};
+
+/// Frames queued for one connection before it counts as too slow and is closed.
+const OUTBOUND_QUEUE: usize = 256;
+/// How long one frame may take to send.
+const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+struct Conn {
+    tx: mpsc::Sender<Message>,
+    chats: HashSet<String>,
+    kill: CancellationToken,
+}
+
+#[derive(Default)]
+struct Hub {
+    next: u64,
+    conns: HashMap<u64, Conn>,
+    subs: HashMap<String, HashSet<u64>>,
+}
+
+impl Hub {
+    fn attach(&mut self, id: u64, chat: &str) {
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.chats.insert(chat.to_string());
+            self.subs.entry(chat.to_string()).or_default().insert(id);
+        }
+    }
+
+    fn remove(&mut self, id: u64) {
+        if let Some(c) = self.conns.remove(&id) {
+            c.kill.cancel();
+            for chat in c.chats {
+                if let Some(set) = self.subs.get_mut(&chat) {
+                    set.remove(&id);
+                    if set.is_empty() {
+                        self.subs.remove(&chat);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What a connection proved at the handshake.
+#[derive(Debug, Clone)]
+pub(crate) struct Peer {
+    pub(crate) client_id: String,
+    pub(crate) remote: Option<SocketAddr>,
+    /// Authenticated as the WebUI (bootstrap token or trusted proxy): may use `webui_request`.
+    pub(crate) trusted: bool,
+}
+
+pub(crate) struct Inner {
+    pub(crate) settings: WebSocketSettings,
+    pub(crate) media_dir: PathBuf,
+    pub(crate) store: Option<Arc<dyn WebUiStore>>,
+    pub(crate) allow: AllowList,
+    pub(crate) tokens: TokenStore,
+    hub: Mutex<Hub>,
+    bound: watch::Sender<Option<SocketAddr>>,
+}
+
+/// The websocket channel. See the [crate docs](crate).
+#[derive(Clone)]
+pub struct WebSocketChannel {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for WebSocketChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebSocketChannel")
+            .field("settings", &self.inner.settings)
+            .field("media_dir", &self.inner.media_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WebSocketChannel {
+    /// A channel with these settings that stores uploaded files in `media_dir`. Without
+    /// [`with_store`](Self::with_store) the WebUI's session list, memory and cron views answer `503`.
+    pub fn new(settings: WebSocketSettings, media_dir: impl Into<PathBuf>) -> Self {
+        let allow = AllowList::new(&settings.allow_from);
+        Self {
+            inner: Arc::new(Inner {
+                settings,
+                media_dir: media_dir.into(),
+                store: None,
+                allow,
+                tokens: TokenStore::default(),
+                hub: Mutex::new(Hub::default()),
+                bound: watch::Sender::new(None),
+            }),
+        }
+    }
+
+    /// Gives the WebUI read access to sessions, memory and cron jobs (and session deletion).
+    #[must_use]
+    pub fn with_store(self, store: Arc<dyn WebUiStore>) -> Self {
+        let Self { inner } = self;
+        match Arc::try_unwrap(inner) {
+            Ok(mut inner) => {
+                inner.store = Some(store);
+                Self {
+                    inner: Arc::new(inner),
+                }
+            }
+            // Already shared (running): keep it as it is.
+            Err(inner) => Self { inner },
+        }
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &WebSocketSettings {
+        &self.inner.settings
+    }
+
+    /// The TCP address the channel listens on, once bound (`None` before, and for Unix sockets).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        *self.inner.bound.borrow()
+    }
+
+    /// Waits until the listener is bound, up to `within`; the TCP address (None on timeout or Unix sockets).
+    pub async fn wait_bound(&self, within: Duration) -> Option<SocketAddr> {
+        let mut rx = self.inner.bound.subscribe();
+        tokio::time::timeout(within, rx.wait_for(Option::is_some))
+            .await
+            .ok()
+            .and_then(|r| r.ok().and_then(|v| *v))
+    }
+
+    /// Number of open connections.
+    pub fn connections(&self) -> usize {
+        lock(&self.inner.hub).conns.len()
+    }
+}
+
+fn io_error(path: String) -> impl FnOnce(std::io::Error) -> ChannelError {
+    move |source| ChannelError::Io { path, source }
+}
+
+#[async_trait]
+impl Channel for WebSocketChannel {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    async fn run(&self, bus: Arc<dyn Bus>, cancel: CancellationToken) -> Result<(), ChannelError> {
+        let app = crate::server::App {
+            inner: self.inner.clone(),
+            bus,
+            cancel: cancel.child_token(),
+        };
+        let router = crate::server::router(app.clone());
+        let result = match &self.inner.settings.listen {
+            Listen::Tcp { host, port } => {
+                let target = if host.contains(':') && !host.starts_with('[') {
+                    format!("[{host}]:{port}")
+                } else {
+                    format!("{host}:{port}")
+                };
+                let listener =
+                    tokio::net::TcpListener::bind(&target)
+                        .await
+                        .map_err(|e| ChannelError::Config {
+                            channel: NAME.into(),
+                            message: format!("cannot listen on {target} (channels.websocket.host/port): {e}"),
+                        })?;
+                let addr = listener.local_addr().ok();
+                self.inner.bound.send_replace(addr);
+                tracing::info!(?addr, path = %self.inner.settings.path, "websocket: listening");
+                let stop = cancel.clone();
+                axum::serve(
+                    listener,
+                    router.into_make_service_with_connect_info::<SocketAddr>(),
+                )
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await
+                .map_err(io_error(target))
+            }
+            Listen::Unix(path) => {
+                if let Some(dir) = path.parent() {
+                    tokio::fs::create_dir_all(dir)
+                        .await
+                        .map_err(io_error(dir.display().to_string()))?;
+                }
+                let _ = tokio::fs::remove_file(path).await;
+                let listener =
+                    tokio::net::UnixListener::bind(path).map_err(io_error(path.display().to_string()))?;
+                {
+                    use std::os::unix::fs::PermissionsExt as _;
+                    tokio::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                        .await
+                        .map_err(io_error(path.display().to_string()))?;
+                }
+                tracing::info!(path = %path.display(), "websocket: listening on a unix socket");
+                let stop = cancel.clone();
+                let r = axum::serve(listener, router.into_make_service())
+                    .with_graceful_shutdown(async move { stop.cancelled().await })
+                    .await
+                    .map_err(io_error(path.display().to_string()));
+                let _ = tokio::fs::remove_file(path).await;
+                r
+            }
+        };
+        app.cancel.cancel();
+        self.inner.bound.send_replace(None);
+        result
+    }
+
+    async fn send(&self, msg: &OutboundMessage) -> Result<(), ChannelError> {
+        let frame = protocol::event(msg).to_string();
+        self.inner.fan_out(&msg.chat_id, &frame);
+        Ok(())
+    }
+
+    fn supports_streaming(&self) -> bool {
+        self.inner.settings.streaming
+    }
+}
+
+impl Inner {
+    /// Queues `frame` for every connection subscribed to `chat`; a connection whose queue is full is closed.
+    fn fan_out(&self, chat: &str, frame: &str) {
+        let mut hub = lock(&self.hub);
+        let Some(ids) = hub.subs.get(chat).cloned() else {
+            return;
+        };
+        let mut slow = Vec::new();
+        for id in ids {
+            if let Some(c) = hub.conns.get(&id)
+                && c.tx.try_send(Message::text(frame)).is_err()
+            {
+                slow.push(id);
+            }
+        }
+        for id in slow {
+            tracing::warn!(conn = id, "websocket: closing a connection that does not keep up");
+            hub.remove(id);
+        }
+    }
+
+    fn send_to(&self, id: u64, frame: String) {
+        let mut hub = lock(&self.hub);
+        let full = hub
+            .conns
+            .get(&id)
+            .is_some_and(|c| c.tx.try_send(Message::text(frame)).is_err());
+        if full {
+            hub.remove(id);
+        }
+    }
+}
+
+/// Serves one upgraded connection until it closes, the channel stops, or it falls behind.
+pub(crate) async fn serve_connection<S>(app: crate::server::App, ws: WebSocketStream<S>, peer: Peer)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let inner = app.inner.clone();
+    let (mut sink, mut stream) = ws.split();
+    let (tx, mut rx) = mpsc::channel::<Message>(OUTBOUND_QUEUE);
+    let kill = app.cancel.child_token();
+    let default_chat = uuid::Uuid::new_v4().to_string();
+    let id = {
+        let mut hub = lock(&inner.hub);
+        hub.next += 1;
+        let id = hub.next;
+        let ready = control(
+            "ready",
+            json!({"chat_id": default_chat, "client_id": peer.client_id}),
+        );
+        // The queue is empty: the first frame always fits.
+        let _ = tx.try_send(Message::text(ready));
+        hub.conns.insert(
+            id,
+            Conn {
+                tx,
+                chats: HashSet::new(),
+                kill: kill.clone(),
+            },
+        );
+        hub.attach(id, &default_chat);
+        id
+    };
+    let ping_every = inner.settings.ping_interval;
+    let writer_kill = kill.clone();
+    let writer = tokio::spawn(async move {
+        let mut ping = tokio::time::interval(ping_every);
+        ping.tick().await;
+        loop {
+            let msg = tokio::select! {
+                () = writer_kill.cancelled() => break,
+                m = rx.recv() => match m { Some(m) => m, None => break },
+                _ = ping.tick() => Message::Ping(Vec::new().into()),
+            };
+            match tokio::time::timeout(SEND_TIMEOUT, sink.send(msg)).await {
+                Ok(Ok(())) => {}
+                _ => break,
+            }
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
+    });
+    let mut conn = Connection {
+        app: &app,
+        id,
+        peer: &peer,
+        default_chat,
+    };
+    loop {
+        let frame = tokio::select! {
+            () = kill.cancelled() => break,
+            f = stream.next() => f,
+        };
+        let text = match frame {
+            Some(Ok(Message::Text(t))) => t.as_str().to_string(),
+            Some(Ok(Message::Binary(b))) => match String::from_utf8(b.to_vec()) {
+                Ok(t) => t,
+                Err(_) => continue,
+            },
+            Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+            Some(Ok(_)) => continue,
+        };
+        conn.handle(&text).await;
+    }
+    lock(&inner.hub).remove(id);
+    let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+}
+
+struct Connection<'a> {
+    app: &'a crate::server::App,
+    id: u64,
+    peer: &'a Peer,
+    default_chat: String,
+}
+
+impl Connection<'_> {
+    fn inner(&self) -> &Inner {
+        &self.app.inner
+    }
+
+    fn reply(&self, event: &str, fields: Value) {
+        self.inner().send_to(self.id, control(event, fields));
+    }
+
+    fn attach(&self, chat: &str) {
+        lock(&self.inner().hub).attach(self.id, chat);
+    }
+
+    async fn handle(&mut self, raw: &str) {
+        match protocol::parse(raw) {
+            Inbound::Ignore => {}
+            Inbound::Legacy(text) => {
+                let chat = self.default_chat.clone();
+                self.publish(&chat, text, Vec::new(), Map::new()).await;
+            }
+            Inbound::Envelope(env) => self.envelope(env).await,
+        }
+    }
+
+    async fn envelope(&mut self, env: Map<String, Value>) {
+        let kind = env
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        match kind.as_str() {
+            "new_chat" => {
+                let chat = uuid::Uuid::new_v4().to_string();
+                self.attach(&chat);
+                self.reply("attached", json!({"chat_id": chat}));
+            }
+            "attach" => match env.get("chat_id").and_then(Value::as_str) {
+                Some(chat) if is_valid_chat_id(chat) => {
+                    self.attach(chat);
+                    self.reply("attached", json!({"chat_id": chat}));
+                }
+                _ => self.reply("error", json!({"detail": "invalid chat_id"})),
+            },
+            "message" => self.message(&env).await,
+            "webui_request" => self.webui_request(&env).await,
+            other => self.reply("error", json!({"detail": format!("unknown type: '{other}'")})),
+        }
+    }
+
+    async fn message(&mut self, env: &Map<String, Value>) {
+        let Some(chat) = env
+            .get("chat_id")
+            .and_then(Value::as_str)
+            .filter(|c| is_valid_chat_id(c))
+        else {
+            self.reply("error", json!({"detail": "invalid chat_id"}));
+            return;
+        };
+        let chat = chat.to_string();
+        let turn_id = env
+            .get("turn_id")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty());
+        let mut reject = json!({"chat_id": chat});
+        if let Some(t) = turn_id {
+            reject["turn_id"] = json!(t);
+        }
+        let with = |mut base: Value, extra: Value| {
+            if let (Some(b), Value::Object(e)) = (base.as_object_mut(), extra) {
+                b.extend(e);
+            }
+            base
+        };
+        if !self.inner().allow.allows(&self.peer.client_id) {
+            self.reply("error", with(reject, json!({"detail": "access_denied"})));
+            return;
+        }
+        let Some(content) = env.get("content").and_then(Value::as_str) else {
+            self.reply("error", with(reject, json!({"detail": "missing content"})));
+            return;
+        };
+        let mut media = Vec::new();
+        match env.get("media") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(items)) => match media::store(items, &self.inner().media_dir).await {
+                Ok(paths) => media = paths,
+                Err(WebSocketError::Attachment(reason)) => {
+                    self.reply(
+                        "error",
+                        with(reject, json!({"detail": "attachment_rejected", "reason": reason})),
+                    );
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "websocket: cannot store an attachment");
+                    self.reply(
+                        "error",
+                        with(
+                            reject,
+                            json!({"detail": "attachment_rejected", "reason": "decode"}),
+                        ),
+                    );
+                    return;
+                }
+            },
+            Some(_) => {
+                self.reply(
+                    "error",
+                    with(
+                        reject,
+                        json!({"detail": "attachment_rejected", "reason": "malformed"}),
+                    ),
+                );
+                return;
+            }
+        }
+        if content.trim().is_empty() && media.is_empty() {
+            self.reply("error", with(reject, json!({"detail": "missing content"})));
+            return;
+        }
+        // 0.3.5 runs `!command` as a shell command for trusted local WebUI clients only. This version has no
+        // user shell: a trusted client is told so; anyone else's `!…` is ordinary text for the agent.
+        if env.get("user_shell") == Some(&Value::Bool(true)) && content.starts_with('!') && self.peer.trusted
+        {
+            self.reply("error", with(reject, json!({"detail": "user_shell_unavailable"})));
+            return;
+        }
+        self.attach(&chat);
+        let mut meta = Map::new();
+        if env.get("webui") == Some(&Value::Bool(true)) {
+            meta.insert("webui".into(), Value::Bool(true));
+        }
+        if let Some(t) = turn_id {
+            meta.insert("turn_id".into(), json!(t));
+        }
+        self.publish(&chat, content.to_string(), media, meta).await;
+    }
+
+    async fn publish(&self, chat: &str, content: String, media: Vec<String>, mut meta: Map<String, Value>) {
+        if !self.inner().allow.allows(&self.peer.client_id) {
+            self.reply("error", json!({"detail": "access_denied", "chat_id": chat}));
+            return;
+        }
+        if let Some(r) = self.peer.remote {
+            meta.insert("remote".into(), json!(r.to_string()));
+        }
+        let mut msg = InboundMessage::new(NAME, self.peer.client_id.clone(), chat, content)
+            .with_streaming(self.inner().settings.streaming);
+        msg.media = media;
+        msg.metadata = meta;
+        if let Err(e) = self.app.bus.publish_inbound(msg).await {
+            tracing::warn!(error = %e, "websocket: cannot publish an inbound message");
+            self.reply("error", json!({"detail": "unavailable", "chat_id": chat}));
+        }
+    }
+
+    async fn webui_request(&self, env: &Map<String, Value>) {
+        let Some(request_id) = env.get("request_id").and_then(Value::as_str).filter(|r| {
+            (1..=128).contains(&r.len())
+                && r.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+        }) else {
+            self.reply("error", json!({"detail": "invalid webui request_id"}));
+            return;
+        };
+        let fail = |status: u16, message: &str| {
+            self.reply(
+                "webui_response",
+                json!({"request_id": request_id, "ok": false, "error": {"status": status, "message": message}}),
+            );
+        };
+        if !self.peer.trusted {
+            fail(403, "access_denied");
+            return;
+        }
+        let action = env.get("action").and_then(Value::as_str).unwrap_or_default();
+        let empty = Map::new();
+        let Some(payload) = env.get("payload").map_or(Some(&empty), Value::as_object) else {
+            fail(400, "WebUI request payload must be an object");
+            return;
+        };
+        let Some(store) = self.inner().store.clone() else {
+            fail(503, "this gateway gives the WebUI no store");
+            return;
+        };
+        match crate::server::webui_action(store.as_ref(), action, payload).await {
+            Ok(result) => self.reply(
+                "webui_response",
+                json!({"request_id": request_id, "ok": true, "result": result}),
+            ),
+            Err((status, message)) => fail(status, &message),
+        }
+    }
+}
