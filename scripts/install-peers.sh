@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the real programs the tests talk to (MCP servers, a Telegram Bot API emulator, an OpenAI-compatible
-# mock, the OpenAI Python SDK) into .ci/.peers/, pinned by .ci/peers/package-lock.json and requirements.txt.
+# mock, the OpenAI Python SDK, aiosmtpd) into .ci/.peers/, Dovecot from Debian, pinned by .ci/peers/package-lock.json and requirements.txt.
 # Idempotent: a second run with unchanged pins does nothing. Needs node/npm and python3 (with venv).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,5 +31,12 @@ if [ "$(cat "$dest/venv/.stamp" 2>/dev/null)" != "$want" ]; then
   fi
   "$dest/venv/bin/pip" install --quiet --disable-pip-version-check -r "$pins/requirements.txt"
   echo "$want" > "$dest/venv/.stamp"
+fi
+# --- Debian peers: Dovecot (IMAP with IDLE) for the e-mail channel's tests --------------------------------
+# The tests start their own dovecot with a generated config; the system service is not used.
+if ! command -v dovecot >/dev/null && command -v apt-get >/dev/null; then
+  echo "install-peers: dovecot-imapd (apt)" >&2
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends dovecot-imapd >/dev/null
 fi
 echo "install-peers: ready in $dest" >&2

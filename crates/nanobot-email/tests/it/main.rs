@@ -1,0 +1,1 @@
+//! Integration tests of the e-mail channel against real Dovecot and SMTP servers.
