@@ -90,7 +90,7 @@ impl EmailChannel {
         };
         let validity = imap::select(&mut session, s).await?;
         let caps = bounded(&endpoint, "CAPABILITY", s.timeout, session.capabilities()).await?;
-        let idle = caps.has_str("IDLE");
+        let idle = s.prefer_idle && caps.has_str("IDLE");
         tracing::info!(
             server = %endpoint,
             mailbox = %s.imap.mailbox,

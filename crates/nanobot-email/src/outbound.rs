@@ -126,7 +126,11 @@ pub(crate) fn compose(
                 .header(ContentType::TEXT_HTML)
                 .body(render_html(&markdown)),
         );
-    let mut builder = Message::builder().from(from).to(to).subject(subject);
+    let mut builder = Message::builder()
+        .from(from)
+        .to(to)
+        .subject(subject)
+        .message_id(None);
     if let Some(thread) = thread
         && let Some(id) = &thread.message_id
     {

@@ -80,6 +80,8 @@ pub struct EmailSettings {
     pub auto_reply: bool,
     /// `pollIntervalSeconds` (servers without IDLE; at least 5 s from the config).
     pub poll_interval: Duration,
+    /// Wait for new mail with IDLE when the server offers it (otherwise poll every `poll_interval`).
+    pub prefer_idle: bool,
     /// How long one IDLE waits before it is renewed (the channel's heartbeat moves each time).
     pub idle_renew: Duration,
     /// Bound of every single network step (connect, handshake, command, send).
@@ -220,6 +222,7 @@ impl EmailSettings {
             },
             auto_reply: config.auto_reply_enabled,
             poll_interval: Duration::from_secs(config.poll_interval_seconds.max(5)),
+            prefer_idle: true,
             idle_renew: Duration::from_secs(60),
             timeout: Duration::from_secs(30),
             mark_seen: config.mark_seen,
