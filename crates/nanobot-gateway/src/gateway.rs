@@ -233,6 +233,31 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
             .with_pairing(pairing()?);
         out.push(Arc::new(channel));
     }
+    if let Some(block) = ch
+        .other
+        .get(nanobot_email::NAME)
+        .filter(|_| ch.other.is_enabled(nanobot_email::NAME))
+    {
+        let mut settings =
+            nanobot_email::EmailSettings::from_block(block, paths.media_dir(None), paths.data_dir())
+                .map_err(|e| channel_error(nanobot_email::NAME)(e.into()))?;
+        // The system store honours the process's SSL_CERT_FILE; the environment passed in may name one too.
+        if let Some(file) = env
+            .vars
+            .get("SSL_CERT_FILE")
+            .map(std::path::PathBuf::from)
+            .filter(|f| f.is_file())
+        {
+            settings.extra_roots.push(file);
+        }
+        if !settings.consent_granted {
+            tracing::warn!(
+                "email: channels.email is enabled but consentGranted is false: no mail is read or sent until the \
+                 account owner agrees and it is set to true"
+            );
+        }
+        out.push(Arc::new(nanobot_email::EmailChannel::new(settings)));
+    }
     Ok(out)
 }
 

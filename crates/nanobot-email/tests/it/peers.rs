@@ -268,7 +268,10 @@ service stats {{
             fields = me.2,
         );
         std::fs::write(root.join("dovecot.conf"), config)?;
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/smtp_peer.py");
+        // This file is also compiled into other crates' tests (the gateway's), so find the script from the root.
+        let script = peers::repo_root()
+            .context("no workspace root")?
+            .join("crates/nanobot-email/tests/it/smtp_peer.py");
         let smtp_log = root.join("smtp.log");
         let smtp = spawn_tied(
             "aiosmtpd",

@@ -4,6 +4,11 @@
 
 mod api;
 mod common;
+mod email;
 mod heartbeat;
 mod openai_sdk;
 mod ops;
+// nanobot-email's harness for real mail servers (Dovecot, aiosmtpd); not every helper is used here.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../../nanobot-email/tests/it/peers.rs"]
+mod email_peers;
