@@ -424,6 +424,23 @@ async fn a_wrong_password_is_a_clear_failure_not_a_crash_loop() -> anyhow::Resul
         "{login}"
     );
 
+    // A wrong SMTP password: the reply fails as an authentication error (not retried as a passing fault).
+    let mut settings = p.settings("badpass", dir.path());
+    settings.smtp.password = nanobot_config::Secret::new("WRONG-SMTP-456");
+    let channel = EmailChannel::new(settings);
+    let err = nanobot_channels::Channel::send(
+        &channel,
+        &OutboundMessage::reply("email", addr("badpass-alice"), "hi"),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(err, nanobot_channels::ChannelError::Auth { .. }),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable());
+    assert!(!format!("{err:?}").contains("WRONG-SMTP-456"), "{err:?}");
+
     // Without consent nothing is read or sent.
     let mut settings = p.settings("badpass", dir.path());
     settings.consent_granted = false;
