@@ -78,6 +78,13 @@ pub(crate) fn channel_states(config: &Config) -> Vec<(String, bool, bool)> {
             let creds = match name {
                 "feishu" => set("appId") && set("appSecret"),
                 "dingtalk" => set("clientId") && set("clientSecret"),
+                // Both mail servers need a password (an app password for Gmail / Fastmail).
+                "email" => ["imapPassword", "smtpPassword"].iter().all(|k| {
+                    block
+                        .get(*k)
+                        .and_then(|v| v.as_str())
+                        .is_some_and(|v| !v.is_empty())
+                }),
                 _ => true,
             };
             out.push((name.to_owned(), c.other.is_enabled(name), creds));
@@ -532,6 +539,50 @@ fn check_channels(config: &Config) -> Vec<Finding> {
         }
     }
     raw_channel_findings(c, &mut f);
+    if let Some(block) = c.other.get("email").filter(|_| c.other.is_enabled("email")) {
+        f.extend(check_email(block));
+    }
+    f
+}
+
+/// `channels.email`: consent, the settings the channel validates at start, and the anti-spoofing checks.
+fn check_email(block: &serde_json::Value) -> Vec<Finding> {
+    let mut f = Vec::new();
+    let settings = match nanobot_email::EmailSettings::from_block(block, "media", "data") {
+        Ok(s) => s,
+        Err(e) => {
+            f.push(Finding::problem(
+                format!("email channel: {e}"),
+                "complete `channels.email` (IMAP and SMTP host, user name and an app password)",
+            ));
+            return f;
+        }
+    };
+    if settings.consent_granted {
+        f.push(Finding::ok(format!(
+            "email channel: {} via {} / {}",
+            settings.imap.username,
+            settings.imap.endpoint(),
+            settings.smtp.endpoint()
+        )));
+    } else {
+        f.push(Finding::problem(
+            "email channel enabled but `channels.email.consentGranted` is false: it reads and sends nothing",
+            "set `channels.email.consentGranted` to true once the mailbox owner agrees",
+        ));
+    }
+    if settings.allow_from.is_empty() {
+        f.push(Finding::warn(
+            "email channel: `allowFrom` is empty, so every mail is left unanswered",
+            "add the sender addresses to serve to `channels.email.allowFrom`",
+        ));
+    }
+    if !settings.verify_dkim && !settings.verify_spf {
+        f.push(Finding::warn(
+            "email channel: verifyDkim and verifySpf are off, so a forged From address on allowFrom is served",
+            "turn them on and set `channels.email.trustedAuthservIds` to your provider's receiving server",
+        ));
+    }
     f
 }
 
@@ -618,6 +669,48 @@ fn allow_text(list: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn doctor_covers_the_email_channel() {
+        let block = serde_json::json!({"enabled": true, "imapHost": "imap.x.org"});
+        let f = check_email(&block);
+        assert!(
+            f.iter()
+                .any(|x| x.level == Level::Problem && x.what.contains("channels.email.imapUsername")),
+            "{f:?}"
+        );
+        let block = serde_json::json!({
+            "enabled": true, "consentGranted": false,
+            "imapHost": "imap.x.org", "imapUsername": "bot@x.org", "imapPassword": "pw",
+            "smtpHost": "smtp.x.org", "smtpUsername": "bot@x.org", "smtpPassword": "pw",
+            "verifyDkim": false, "verifySpf": false,
+        });
+        let f = check_email(&block);
+        assert!(
+            f.iter()
+                .any(|x| x.level == Level::Problem && x.what.contains("consentGranted")),
+            "{f:?}"
+        );
+        assert!(
+            f.iter()
+                .any(|x| x.level == Level::Warn && x.what.contains("allowFrom")),
+            "{f:?}"
+        );
+        assert!(
+            f.iter()
+                .any(|x| x.level == Level::Warn && x.what.contains("verifyDkim")),
+            "{f:?}"
+        );
+        assert!(
+            f.iter().all(|x| !x.what.contains("pw")),
+            "no secret echoed: {f:?}"
+        );
+        let config: Config = serde_json::from_value(serde_json::json!({"channels": {"email": {
+            "enabled": true, "imapPassword": "pw", "smtpPassword": ""}}}))
+        .unwrap();
+        let states = channel_states(&config);
+        assert!(states.contains(&("email".to_owned(), true, false)), "{states:?}");
+    }
 
     #[test]
     fn token_formats() {

@@ -201,7 +201,7 @@ pub async fn check_api_bind(config: &Config) -> Result<Vec<SocketAddr>, GatewayE
 /// The chat channels this build can run: exactly the names [`build_channels`] builds. A channel crate
 /// added there is added here too; every other enabled channel block is refused at start-up
 /// ([`unsupported_channels`]) and reported by `status`, `channels status` and `doctor`.
-pub const BUILT_CHANNELS: &[&str] = &["telegram", "discord", "slack", "feishu", "dingtalk", "websocket"];
+pub const BUILT_CHANNELS: &[&str] = &["telegram", "discord", "slack", "feishu", "dingtalk", "websocket", "email"];
 
 /// The variable that lets the gateway start without the enabled channels it cannot run (any non-empty
 /// value but `0`/`false`): they are then named in a warning instead of stopping the start.
@@ -307,6 +307,31 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
             .map_err(channel_error(nanobot_dingtalk::NAME))?
             .with_pairing(pairing()?);
         out.push(Arc::new(channel));
+    }
+    if let Some(block) = ch
+        .other
+        .get(nanobot_email::NAME)
+        .filter(|_| ch.other.is_enabled(nanobot_email::NAME))
+    {
+        let mut settings =
+            nanobot_email::EmailSettings::from_block(block, paths.media_dir(None), paths.data_dir())
+                .map_err(|e| channel_error(nanobot_email::NAME)(e.into()))?;
+        // The system store honours the process's SSL_CERT_FILE; the environment passed in may name one too.
+        if let Some(file) = env
+            .vars
+            .get("SSL_CERT_FILE")
+            .map(std::path::PathBuf::from)
+            .filter(|f| f.is_file())
+        {
+            settings.extra_roots.push(file);
+        }
+        if !settings.consent_granted {
+            tracing::warn!(
+                "email: channels.email is enabled but consentGranted is false: no mail is read or sent until the \
+                 account owner agrees and it is set to true"
+            );
+        }
+        out.push(Arc::new(nanobot_email::EmailChannel::new(settings)));
     }
     Ok(out)
 }

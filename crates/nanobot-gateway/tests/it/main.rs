@@ -4,8 +4,13 @@
 
 mod api;
 mod common;
+mod email;
 mod heartbeat;
 mod openai_sdk;
 mod ops;
 mod websocket;
 mod webui_browser;
+// nanobot-email's harness for real mail servers (Dovecot, aiosmtpd); not every helper is used here.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../../nanobot-email/tests/it/peers.rs"]
+mod email_peers;

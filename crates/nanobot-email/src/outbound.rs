@@ -1,0 +1,230 @@
+//! Replies: subject, threading headers, Markdown rendered as text and HTML, attachments, SMTP delivery.
+
+use std::path::Path;
+
+use lettre::message::header::{ContentType, HeaderName, HeaderValue};
+use lettre::message::{Attachment, Mailbox, MultiPart, SinglePart};
+use lettre::transport::smtp::authentication::Credentials;
+use lettre::transport::smtp::client::{Certificate, CertificateStore, Tls, TlsParameters};
+use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use pulldown_cmark::{Event, Options, Parser};
+
+use crate::settings::{EmailSettings, SmtpSecurity};
+use crate::{EmailError, tls};
+
+/// `prefix + subject`, unless the subject already starts with `Re:` (any case); an empty subject becomes
+/// `nanobot reply`.
+///
+/// ```
+/// assert_eq!(nanobot_email::reply_subject("Lunch?", "Re: "), "Re: Lunch?");
+/// assert_eq!(nanobot_email::reply_subject("RE: Lunch?", "Re: "), "RE: Lunch?");
+/// assert_eq!(nanobot_email::reply_subject("  ", ""), "Re: nanobot reply");
+/// ```
+pub fn reply_subject(subject: &str, prefix: &str) -> String {
+    let subject = Some(subject.trim())
+        .filter(|s| !s.is_empty())
+        .unwrap_or("nanobot reply");
+    let prefix = if prefix.is_empty() { "Re: " } else { prefix };
+    if subject.to_lowercase().starts_with("re:") {
+        subject.to_string()
+    } else {
+        format!("{prefix}{subject}")
+    }
+}
+
+/// The Markdown answer as plain text.
+pub fn render_text(markdown: &str) -> String {
+    nanobot_channels::strip_markdown(markdown)
+}
+
+/// The Markdown answer as an HTML document. Raw HTML in the answer is shown as text, never rendered.
+///
+/// ```
+/// let html = nanobot_email::render_html("**hi** <script>x</script>");
+/// assert!(html.contains("<strong>hi</strong>"));
+/// assert!(html.contains("&lt;script&gt;") && !html.contains("<script>"));
+/// ```
+pub fn render_html(markdown: &str) -> String {
+    let parser = Parser::new_ext(
+        markdown,
+        Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS,
+    )
+    .map(|event| match event {
+        Event::Html(raw) | Event::InlineHtml(raw) => Event::Text(raw),
+        other => other,
+    });
+    let mut body = String::new();
+    pulldown_cmark::html::push_html(&mut body, parser);
+    format!("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"></head><body>\n{body}</body></html>\n")
+}
+
+/// What a reply threads onto.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Thread {
+    pub(crate) subject: String,
+    pub(crate) message_id: Option<String>,
+    pub(crate) references: Vec<String>,
+}
+
+/// Builds the reply to `to`. `attachments` are local files (checked against the size and count limits; a file
+/// that cannot go is named in the text instead).
+pub(crate) fn compose(
+    settings: &EmailSettings,
+    to: &str,
+    subject: &str,
+    thread: Option<&Thread>,
+    content: &str,
+    attachments: &[String],
+) -> Result<Message, EmailError> {
+    let to: Mailbox = to
+        .parse()
+        .map_err(|e| EmailError::Compose(format!("recipient {to:?}: {e}")))?;
+    let from: Mailbox = settings.smtp.from_address.parse().map_err(|e| {
+        EmailError::Config(format!(
+            "channels.email.fromAddress {:?}: {e}",
+            settings.smtp.from_address
+        ))
+    })?;
+    let mut notes = Vec::new();
+    let mut files = Vec::new();
+    for path in attachments {
+        let p = Path::new(path);
+        let name = p
+            .file_name()
+            .map_or_else(|| "attachment".to_string(), |n| n.to_string_lossy().into_owned());
+        if files.len() >= settings.max_attachments_per_email {
+            notes.push(format!("[attachment: {name} - too many attachments]"));
+            continue;
+        }
+        match std::fs::metadata(p) {
+            Ok(m) if m.is_file() && m.len() <= settings.max_attachment_size => match std::fs::read(p) {
+                Ok(data) => files.push((name, data)),
+                Err(e) => {
+                    tracing::warn!(path, error = %e, "email: attachment not readable; skipped");
+                    notes.push(format!("[attachment: {name} - send failed]"));
+                }
+            },
+            Ok(m) if m.is_file() => notes.push(format!("[attachment: {name} - too large]")),
+            _ => notes.push(format!("[attachment: {name} - send failed]")),
+        }
+    }
+    let mut markdown = content.trim_end().to_string();
+    if !notes.is_empty() {
+        if !markdown.is_empty() {
+            markdown.push_str("\n\n");
+        }
+        markdown.push_str(&notes.join("\n"));
+    }
+    let alternative = MultiPart::alternative()
+        .singlepart(
+            SinglePart::builder()
+                .header(ContentType::TEXT_PLAIN)
+                .body(render_text(&markdown)),
+        )
+        .singlepart(
+            SinglePart::builder()
+                .header(ContentType::TEXT_HTML)
+                .body(render_html(&markdown)),
+        );
+    let mut builder = Message::builder()
+        .from(from)
+        .to(to)
+        .subject(subject)
+        .message_id(None);
+    if let Some(thread) = thread
+        && let Some(id) = &thread.message_id
+    {
+        let mut refs = thread.references.clone();
+        if !refs.contains(id) {
+            refs.push(id.clone());
+        }
+        builder = builder.in_reply_to(id.clone()).references(refs.join(" "));
+    }
+    let built = if files.is_empty() {
+        builder.multipart(alternative)
+    } else {
+        let mut mixed = MultiPart::mixed().multipart(alternative);
+        for (name, data) in files {
+            let ct = ContentType::parse(guess_mime(&name)).unwrap_or(
+                ContentType::parse("application/octet-stream")
+                    .map_err(|e| EmailError::Compose(e.to_string()))?,
+            );
+            mixed = mixed.singlepart(Attachment::new(name).body(data, ct));
+        }
+        builder.multipart(mixed)
+    };
+    let mut msg = built.map_err(|e| EmailError::Compose(e.to_string()))?;
+    msg.headers_mut().insert_raw(HeaderValue::new(
+        HeaderName::new_from_ascii_str("Auto-Submitted"),
+        "auto-replied".to_string(),
+    ));
+    Ok(msg)
+}
+
+fn guess_mime(name: &str) -> &'static str {
+    let ext = name
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default();
+    match ext.as_str() {
+        "pdf" => "application/pdf",
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "txt" | "md" | "log" => "text/plain",
+        "csv" => "text/csv",
+        "html" | "htm" => "text/html",
+        "json" => "application/json",
+        "zip" => "application/zip",
+        _ => "application/octet-stream",
+    }
+}
+
+/// The SMTP transport for these settings.
+pub(crate) fn transport(settings: &EmailSettings) -> Result<AsyncSmtpTransport<Tokio1Executor>, EmailError> {
+    let s = &settings.smtp;
+    let params = || -> Result<TlsParameters, EmailError> {
+        let mut b = TlsParameters::builder(s.host.clone()).certificate_store(CertificateStore::None);
+        for der in tls::trusted_roots(&settings.extra_roots, settings.system_roots)? {
+            let cert = Certificate::from_der(der.to_vec()).map_err(|e| EmailError::Tls(e.to_string()))?;
+            b = b.add_root_certificate(cert);
+        }
+        b.build_rustls().map_err(|e| EmailError::Tls(e.to_string()))
+    };
+    let tls = match s.security {
+        SmtpSecurity::Implicit => Tls::Wrapper(params()?),
+        SmtpSecurity::StartTls => Tls::Required(params()?),
+        SmtpSecurity::None => Tls::None,
+    };
+    Ok(
+        AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(s.host.clone())
+            .port(s.port)
+            .tls(tls)
+            .credentials(Credentials::new(
+                s.username.clone(),
+                s.password.expose().to_string(),
+            ))
+            .timeout(Some(settings.timeout))
+            .build(),
+    )
+}
+
+/// Sends `msg`, bounded by the settings' timeout (lettre bounds each step; this bounds the whole).
+pub(crate) async fn send(
+    transport: &AsyncSmtpTransport<Tokio1Executor>,
+    settings: &EmailSettings,
+    msg: Message,
+) -> Result<(), EmailError> {
+    let endpoint = settings.smtp.endpoint();
+    let limit = settings.timeout * 3;
+    match tokio::time::timeout(limit, transport.send(msg)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(source)) => Err(EmailError::Smtp { endpoint, source }),
+        Err(_) => Err(EmailError::Timeout {
+            endpoint,
+            what: "sending the message",
+            limit,
+        }),
+    }
+}
