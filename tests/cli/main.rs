@@ -10,4 +10,5 @@ mod cron;
 mod eval;
 mod gateway;
 mod interactive;
+mod interrupt;
 mod support;
