@@ -12,3 +12,4 @@ mod gateway;
 mod interactive;
 mod interrupt;
 mod support;
+mod wheel;
