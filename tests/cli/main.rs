@@ -11,5 +11,6 @@ mod cron;
 mod eval;
 mod gateway;
 mod interactive;
+mod interrupt;
 mod support;
 mod webui;

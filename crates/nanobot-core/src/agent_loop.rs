@@ -35,6 +35,10 @@ use crate::tools::{CronTool, MessageTool, SpawnTool, TurnInfo};
 pub const STORED_TOOL_RESULT_MAX_CHARS: usize = 500;
 /// What replaces inline images in stored sessions.
 pub const IMAGE_PLACEHOLDER: &str = "[image]";
+/// The assistant note stored after a user message whose turn was interrupted (`/stop`, shutdown, a killed
+/// process) before any answer: the next turn sees the question and that it went unanswered, as in the Python
+/// nanobot 0.3.5 (whose note carries the same `_recovery_interrupted` marker).
+pub const TURN_INTERRUPTED_NOTE: &str = "Error: the turn was interrupted before an answer was produced.";
 /// Messages kept in the prompt after `/compact` without a memory service.
 const COMPACT_KEEP_MESSAGES: usize = 8;
 
@@ -900,6 +904,9 @@ impl LoopInner {
             user: stored_user.clone(),
             turn_id,
         });
+        // Before the model is asked: a checkpoint holding the user's message, so a turn killed at any point
+        // (SIGTERM, a caller's timeout killing the process) keeps the question.
+        sink.begin().await;
         let runner = AgentRunner::new(self.provider.clone(), self.tools.clone())
             .with_hook(Arc::new(CompositeHook::new(hooks)))
             .with_checkpoints(sink);
@@ -925,6 +932,9 @@ impl LoopInner {
         // Save the turn: the user's message, then everything the run added (sanitised copies).
         let mut stored = vec![stored_user];
         stored.extend(result.new_messages().iter().map(stored_message));
+        if result.stop_reason == StopReason::Cancelled && stored.len() == 1 {
+            stored.push(interrupted_note());
+        }
         self.sessions.append(key, stored).await?;
         if let Err(e) = self.sessions.clear_checkpoint(key).await {
             tracing::warn!(session = %key, error = %e, "cannot clear the checkpoint");
@@ -1146,11 +1156,20 @@ pub fn stored_message(m: &ChatMessage) -> SessionMessage {
     }
 }
 
+/// The note closing a user message whose turn ended without an answer.
+fn interrupted_note() -> SessionMessage {
+    SessionMessage::new("assistant", TURN_INTERRUPTED_NOTE).with("_recovery_interrupted", true)
+}
+
 /// The messages to append for a checkpoint: user message, completed messages, and an "interrupted" result for
-/// every call of the last assistant message that has none.
+/// every call of the last assistant message that has none. A checkpoint written before the model answered
+/// (no `run`) gives the user message and [`TURN_INTERRUPTED_NOTE`].
 fn recovered_messages(cp: &Value) -> Option<Vec<SessionMessage>> {
     let user: SessionMessage = serde_json::from_value(cp.get("user")?.clone()).ok()?;
-    let run: RunCheckpoint = serde_json::from_value(cp.get("run")?.clone()).ok()?;
+    let run: RunCheckpoint = match cp.get("run") {
+        Some(v) => serde_json::from_value(v.clone()).ok()?,
+        None => return Some(vec![user, interrupted_note()]),
+    };
     let mut out = vec![user];
     let mut answered: HashSet<String> = HashSet::new();
     let mut pending: Vec<(String, String)> = Vec::new();
@@ -1188,6 +1207,16 @@ struct SessionCheckpoint {
     key: String,
     user: SessionMessage,
     turn_id: u64,
+}
+
+impl SessionCheckpoint {
+    /// The opening checkpoint: the user's message, before the model is asked.
+    async fn begin(&self) {
+        let payload = json!({"version": 1, "turn": self.turn_id, "user": self.user});
+        if let Err(e) = self.store.write_checkpoint(&self.key, &payload).await {
+            tracing::warn!(session = %self.key, error = %e, "cannot write the opening checkpoint");
+        }
+    }
 }
 
 #[async_trait]

@@ -59,8 +59,8 @@ mod agent_loop;
 mod settings;
 
 pub use agent_loop::{
-    AgentLoop, AgentLoopBuilder, IMAGE_PLACEHOLDER, STORED_TOOL_RESULT_MAX_CHARS, TurnOptions, TurnReply,
-    stored_message,
+    AgentLoop, AgentLoopBuilder, IMAGE_PLACEHOLDER, STORED_TOOL_RESULT_MAX_CHARS, TURN_INTERRUPTED_NOTE,
+    TurnOptions, TurnReply, stored_message,
 };
 pub use settings::{
     AgentSettings, Environment, base_tools_from_config, builtin_skills_dir, exec_settings_from_config,

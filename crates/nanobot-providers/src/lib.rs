@@ -49,6 +49,7 @@ mod openai;
 mod provider;
 pub mod registry;
 mod resilience;
+pub mod shaping;
 mod text_tools;
 mod transcribe;
 mod types;

@@ -9,6 +9,7 @@ use crate::endpoint::{Endpoint, event_stream, merge_extra, sse};
 use crate::error::ProviderError;
 use crate::provider::{EventStream, Provider, collect};
 use crate::registry::wire_model;
+use crate::shaping::shape;
 use crate::text_tools::TextToolCallFilter;
 use crate::types::{
     ChatMessage, ChatRequest, ChatResponse, Content, ContentPart, FinishReason, StreamEvent, ToolChoice,
@@ -53,7 +54,6 @@ impl OpenAiCompatClient {
     pub fn request_body(&self, request: &ChatRequest, stream: bool) -> Value {
         let spec = self.endpoint.spec;
         let model = wire_model(spec, &self.endpoint.provider, &request.model);
-        let lower = model.to_lowercase();
         let mut body = Map::new();
         body.insert("model".into(), Value::String(model.clone()));
         let mut messages: Vec<Value> = request.messages.iter().map(|m| self.message(m)).collect();
@@ -69,24 +69,16 @@ impl OpenAiCompatClient {
             }
         }
         body.insert("messages".into(), Value::Array(messages));
+        let shaping = shape(
+            spec,
+            &model,
+            request.temperature,
+            request.reasoning_effort.as_deref(),
+        );
         if let Some(n) = request.max_tokens {
-            let key = if spec.supports_max_completion_tokens {
-                "max_completion_tokens"
-            } else {
-                "max_tokens"
-            };
-            body.insert(key.into(), json!(n.max(1)));
+            body.insert(shaping.token_field.key().into(), json!(n.max(1)));
         }
-        let forced = spec
-            .model_overrides
-            .iter()
-            .find(|o| lower.contains(o.pattern))
-            .and_then(|o| o.temperature);
-        let reasoning_model = spec.supports_max_completion_tokens
-            && ["o1", "o3", "o4", "gpt-5"].iter().any(|p| lower.starts_with(p));
-        if let Some(t) = forced.or(request.temperature)
-            && !reasoning_model
-        {
+        if let Some(t) = shaping.temperature {
             body.insert("temperature".into(), json!(t));
         }
         if !request.tools.is_empty() {
@@ -113,9 +105,10 @@ impl OpenAiCompatClient {
             };
             body.insert("tool_choice".into(), choice);
         }
-        if let Some(effort) = &request.reasoning_effort {
+        if let Some(effort) = shaping.reasoning_effort {
             body.insert("reasoning_effort".into(), json!(effort));
         }
+        body.extend(shaping.extra);
         if stream {
             body.insert("stream".into(), json!(true));
             body.insert("stream_options".into(), json!({"include_usage": true}));

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use nanobot_config::{ProviderConfig, ProvidersConfig, normalize_name};
 
 use crate::error::ProviderError;
+use crate::shaping::ThinkingStyle;
 
 /// Which wire format a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +65,14 @@ pub struct ProviderSpec {
     pub empty_string_tool_content: bool,
     /// Per-model overrides.
     pub model_overrides: &'static [ModelOverride],
+    /// The provider's own thinking switch, sent when a reasoning effort is configured.
+    pub thinking_style: ThinkingStyle,
+    /// A gateway that takes `"reasoning": {"effort": …}` for models with a thinking switch (OpenRouter).
+    pub gateway_reasoning_effort: bool,
+    /// `reasoning_effort` values this provider spells differently (`from`, `to`; an empty `to` leaves it out).
+    pub reasoning_effort_remap: &'static [(&'static str, &'static str)],
+    /// Substrings of models that always reason and reject `reasoning_effort`.
+    pub implicit_reasoning_models: &'static [&'static str],
 }
 
 const BASE: ProviderSpec = ProviderSpec {
@@ -85,6 +94,10 @@ const BASE: ProviderSpec = ProviderSpec {
     parse_text_tool_calls: false,
     empty_string_tool_content: false,
     model_overrides: &[],
+    thinking_style: ThinkingStyle::None,
+    gateway_reasoning_effort: false,
+    reasoning_effort_remap: &[],
+    implicit_reasoning_models: &[],
 };
 
 const LOCAL: ProviderSpec = ProviderSpec {
@@ -122,6 +135,7 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         detect_by_key_prefix: "sk-or-",
         detect_by_base_keyword: "openrouter",
         supports_prompt_caching: true,
+        gateway_reasoning_effort: true,
         ..BASE
     },
     ProviderSpec {
@@ -153,6 +167,8 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         default_api_base: "https://ark.cn-beijing.volces.com/api/v3",
         is_gateway: true,
         detect_by_base_keyword: "volces",
+        supports_max_completion_tokens: true,
+        thinking_style: ThinkingStyle::ThinkingType,
         ..BASE
     },
     ProviderSpec {
@@ -161,6 +177,8 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         env_keys: &["ARK_API_KEY", "VOLCENGINE_API_KEY"],
         default_api_base: "https://ark.cn-beijing.volces.com/api/coding/v3",
         is_gateway: true,
+        supports_max_completion_tokens: true,
+        thinking_style: ThinkingStyle::ThinkingType,
         ..BASE
     },
     ProviderSpec {
@@ -171,6 +189,7 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         default_api_base: "https://ark.ap-southeast.bytepluses.com/api/v3",
         is_gateway: true,
         detect_by_base_keyword: "bytepluses",
+        thinking_style: ThinkingStyle::ThinkingType,
         ..BASE
     },
     ProviderSpec {
@@ -179,6 +198,7 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         env_keys: &["BYTEPLUS_API_KEY"],
         default_api_base: "https://ark.ap-southeast.bytepluses.com/api/coding/v3",
         is_gateway: true,
+        thinking_style: ThinkingStyle::ThinkingType,
         ..BASE
     },
     ProviderSpec {
@@ -217,6 +237,7 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         env_keys: &["DEEPSEEK_API_KEY"],
         default_api_base: "https://api.deepseek.com",
         sends_reasoning_content: true,
+        thinking_style: ThinkingStyle::ThinkingType,
         ..BASE
     },
     ProviderSpec {
@@ -241,6 +262,7 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         keywords: &["qwen", "dashscope"],
         env_keys: &["DASHSCOPE_API_KEY"],
         default_api_base: "https://dashscope.aliyuncs.com/compatible-mode/v1",
+        thinking_style: ThinkingStyle::EnableThinking,
         ..BASE
     },
     ProviderSpec {
@@ -250,8 +272,9 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         env_keys: &["MOONSHOT_API_KEY"],
         default_api_base: "https://api.moonshot.ai/v1",
         sends_reasoning_content: true,
+        // Kimi K2.7 models require temperature 1.0 (K2.5/K2.6 get none: see `shaping`).
         model_overrides: &[ModelOverride {
-            pattern: "kimi-k2.5",
+            pattern: "kimi-k2.7",
             temperature: Some(1.0),
         }],
         ..BASE
@@ -262,6 +285,7 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         keywords: &["minimax"],
         env_keys: &["MINIMAX_API_KEY"],
         default_api_base: "https://api.minimax.io/v1",
+        thinking_style: ThinkingStyle::ReasoningSplit,
         ..BASE
     },
     ProviderSpec {
@@ -270,6 +294,14 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         keywords: &["mistral"],
         env_keys: &["MISTRAL_API_KEY"],
         default_api_base: "https://api.mistral.ai/v1",
+        reasoning_effort_remap: &[
+            ("minimal", "none"),
+            ("low", "none"),
+            ("medium", "high"),
+            ("high", "high"),
+            ("none", "none"),
+        ],
+        implicit_reasoning_models: &["magistral"],
         ..BASE
     },
     ProviderSpec {
@@ -310,6 +342,7 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         keywords: &["mimo"],
         env_keys: &["XIAOMI_MIMO_API_KEY"],
         default_api_base: "https://api.xiaomimimo.com/v1",
+        thinking_style: ThinkingStyle::ThinkingType,
         ..BASE
     },
     ProviderSpec {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
-use nanobot_core::AgentLoop;
+use nanobot_core::{AgentLoop, TURN_INTERRUPTED_NOTE};
 use nanobot_sessions::INTERRUPTED_TOOL_RESULT;
 use nanobot_testkit::{MockLlm, MockReply, TempHome};
 use nanobot_tools::{Tool, ToolContext, ToolError, ToolOutput};
@@ -118,4 +118,109 @@ async fn a_killed_turn_is_recovered_from_its_checkpoint() {
     );
     assert_eq!(lines[1]["content"], "summarise my notes");
     assert!(!agent_b.sessions().checkpoint_path("cli:r").exists());
+}
+
+/// The (role, text) pairs of the conversation a request carried, system prompt left out.
+fn dialogue(req: &nanobot_testkit::RecordedRequest) -> Vec<(String, String)> {
+    req.messages()
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .map(|m| {
+            let text = match &m["content"] {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (m["role"].as_str().unwrap_or_default().to_owned(), text)
+        })
+        .collect()
+}
+
+/// True when `dialogue` holds `question` from the user directly followed by the interruption note.
+fn question_then_note(dialogue: &[(String, String)], question: &str) -> bool {
+    dialogue.windows(2).any(|w| {
+        w[0].0 == "user"
+            && w[0].1.contains(question)
+            && w[1] == ("assistant".to_owned(), TURN_INTERRUPTED_NOTE.to_owned())
+    })
+}
+
+#[tokio::test]
+async fn a_stopped_turn_keeps_the_question_with_a_note() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.when_last_user_contains_once(
+        "what is the capital of Peru",
+        MockReply::text("never sent").stall_after_chunks(0),
+    );
+    let agent = AgentLoop::new(provider(&mock), settings(&home)).unwrap();
+    let a = agent.clone();
+    let turn = tokio::spawn(async move { a.process_direct("what is the capital of Peru?", "cli:s").await });
+    tokio::time::timeout(GUARD, mock.wait_for_requests(1))
+        .await
+        .unwrap();
+    assert_eq!(agent.stop_session("cli:s"), 1);
+    let stopped = tokio::time::timeout(GUARD, turn).await.unwrap().unwrap().unwrap();
+    assert_eq!(stopped, "", "a stopped turn has no answer");
+
+    mock.push(MockReply::text("Lima."));
+    let answer = agent.process_direct("and now?", "cli:s").await.unwrap();
+    assert_eq!(answer, "Lima.");
+    let sent = dialogue(&mock.last_request().unwrap());
+    assert!(
+        question_then_note(&sent, "capital of Peru"),
+        "the next request carries the question and the note: {sent:?}"
+    );
+    let last = sent.last().unwrap();
+    assert!(last.0 == "user" && last.1.ends_with("and now?"), "{last:?}");
+
+    let lines = session_lines(&agent, "cli:s");
+    assert_eq!(lines[1]["content"], "what is the capital of Peru?");
+    assert_eq!(lines[2]["content"], TURN_INTERRUPTED_NOTE);
+    assert_eq!(lines[2]["_recovery_interrupted"], true);
+    assert!(!lines.iter().any(|l| l["content"] == "never sent"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_killed_while_the_model_stalls_keeps_the_question() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.when_last_user_contains_once("summarise the log", MockReply::text("x").stall_after_chunks(0));
+
+    // "Process" A is torn down while the model has not answered (no cleanup runs, like SIGKILL).
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let agent_a = AgentLoop::new(provider(&mock), settings(&home)).unwrap();
+    rt.spawn(async move {
+        let _ = agent_a.process_direct("summarise the log please", "cli:k").await;
+    });
+    tokio::time::timeout(GUARD, mock.wait_for_requests(1))
+        .await
+        .unwrap();
+    rt.shutdown_background();
+
+    let agent_b = AgentLoop::new(provider(&mock), settings(&home)).unwrap();
+    mock.push(MockReply::text("Sorry, where were we?"));
+    agent_b.process_direct("hello?", "cli:k").await.unwrap();
+    let sent = dialogue(&mock.last_request().unwrap());
+    assert!(question_then_note(&sent, "summarise the log"), "{sent:?}");
+    let lines = session_lines(&agent_b, "cli:k");
+    let roles: Vec<&str> = lines[1..].iter().map(|l| l["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant", "user", "assistant"]);
+    assert!(!agent_b.sessions().checkpoint_path("cli:k").exists());
+}
+
+#[tokio::test]
+async fn a_finished_turn_leaves_no_note_and_no_checkpoint() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("fine"));
+    let agent = AgentLoop::new(provider(&mock), settings(&home)).unwrap();
+    assert_eq!(agent.process_direct("all good?", "cli:f").await.unwrap(), "fine");
+    assert!(!agent.sessions().checkpoint_path("cli:f").exists());
+    let lines = session_lines(&agent, "cli:f");
+    assert!(!lines.iter().any(|l| l["content"] == TURN_INTERRUPTED_NOTE));
+    assert_eq!(lines.len(), 3);
 }

@@ -282,10 +282,19 @@ fn spec_quirks_in_request_bodies() {
         .with_max_tokens(0)
         .with_tools(vec![read_file_tool()]);
 
-    // Kimi K2.5: temperature forced to 1.0; reasoning_content sent back; max_tokens at least 1.
+    // Kimi K2.5: the server picks the temperature (none sent); reasoning_content sent back; max_tokens at
+    // least 1. Kimi K2.7: temperature forced to 1.0.
     let kimi = client_for("moonshot").request_body(&req, false);
     assert_eq!(kimi["model"], "kimi-k2.5");
-    assert_eq!(kimi["temperature"], 1.0);
+    assert!(kimi.get("temperature").is_none());
+    let k27 = ChatRequest {
+        model: "moonshot/kimi-k2.7".into(),
+        ..req.clone()
+    };
+    assert_eq!(
+        client_for("moonshot").request_body(&k27, false)["temperature"],
+        1.0
+    );
     assert_eq!(kimi["max_tokens"], 1);
     assert_eq!(kimi["messages"][2]["reasoning_content"], "r");
     assert!(kimi.get("stream").is_none());
