@@ -10,4 +10,5 @@ mod factory;
 mod openai;
 mod registry;
 mod resilience;
+mod timeouts;
 mod transcribe;
