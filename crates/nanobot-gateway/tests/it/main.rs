@@ -5,5 +5,6 @@
 mod api;
 mod common;
 mod heartbeat;
+mod limits;
 mod openai_sdk;
 mod ops;
