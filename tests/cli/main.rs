@@ -7,6 +7,7 @@
 mod agent;
 mod basics;
 mod cron;
+mod doctor;
 mod eval;
 mod gateway;
 mod interactive;
