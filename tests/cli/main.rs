@@ -8,6 +8,7 @@ mod agent;
 mod basics;
 mod compat_python;
 mod cron;
+mod doctor;
 mod eval;
 mod gateway;
 mod interactive;

@@ -169,6 +169,15 @@ impl CliError {
 
     /// A config error, with the line of the field looked up in `text` when the loader did not give one.
     pub(crate) fn from_config(e: nanobot_config::ConfigError, text: Option<&str>) -> Self {
+        Self::from_config_in(e, text, None)
+    }
+
+    /// [`CliError::from_config`] naming the config file `path` in range errors too.
+    pub(crate) fn from_config_in(
+        e: nanobot_config::ConfigError,
+        text: Option<&str>,
+        path: Option<&std::path::Path>,
+    ) -> Self {
         use nanobot_config::ConfigError as E;
         let message = match &e {
             E::InvalidValue {
@@ -185,9 +194,13 @@ impl CliError {
             }
             E::Validation { field, message } => {
                 let line = text.and_then(|t| locate_field(t, field));
-                match line {
-                    Some(l) => format!("invalid config: `{field}` (line {l}) {message}"),
-                    None => e.to_string(),
+                match (line, path) {
+                    (Some(l), Some(p)) => {
+                        format!("invalid config in {}, line {l}: `{field}` {message}", p.display())
+                    }
+                    (Some(l), None) => format!("invalid config: `{field}` (line {l}) {message}"),
+                    (None, Some(p)) => format!("invalid config in {}: `{field}` {message}", p.display()),
+                    (None, None) => e.to_string(),
                 }
             }
             _ => e.to_string(),

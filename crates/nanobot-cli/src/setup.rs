@@ -141,7 +141,7 @@ pub(crate) fn load(env: &CliEnv, args: &ConfigArgs, require_file: bool) -> Resul
         Some(t) => nanobot_config::load_str(t, &path, &env.vars),
         None => nanobot_config::load(&path, &env.vars),
     }
-    .map_err(|e| CliError::from_config(e, text.as_deref()))?;
+    .map_err(|e| CliError::from_config_in(e, text.as_deref(), Some(&path)))?;
     let mut loaded = loaded;
     if let Some(ws) = &args.workspace {
         let ws = env.absolute(ws);

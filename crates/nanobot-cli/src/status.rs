@@ -301,6 +301,21 @@ impl Finding {
     }
 }
 
+/// `message` prefixed with the config file and, when the message names a dotted config field
+/// (`agents.defaults.timezone`) found in the file's `text`, its line.
+fn with_place(path: &Path, text: Option<&str>, message: &str) -> String {
+    let line = text.and_then(|t| {
+        message
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '[' || c == ']'))
+            .filter(|w| w.contains('.') && w.chars().next().is_some_and(|c| c.is_ascii_alphabetic()))
+            .find_map(|field| crate::error::locate_field(t, field))
+    });
+    match line {
+        Some(l) => format!("{}, line {l}: {message}", path.display()),
+        None => format!("{}: {message}", path.display()),
+    }
+}
+
 /// Runs the doctor's checks.
 pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
     let mut f = Vec::new();
@@ -327,6 +342,19 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
     let config = &s.loaded.config;
     let d = &config.agents.defaults;
     let config_path = s.paths.config_path();
+    // What `agent` and `gateway` build from the config, built the same way: whatever they refuse is reported
+    // here, with the file, and the line of the field the error names.
+    let text = std::fs::read_to_string(config_path).ok();
+    let core_env = env.core_env(&s.paths);
+    let refused = nanobot_core::AgentSettings::from_config(config, &core_env)
+        .err()
+        .or_else(|| nanobot_core::base_tools_from_config(config, &core_env, &s.workspace, None).err());
+    if let Some(e) = refused {
+        f.push(Finding::problem(
+            with_place(config_path, text.as_deref(), &e.to_string()),
+            "correct the field named above; `nanobot agent` and `nanobot gateway` refuse this config",
+        ));
+    }
     match ProviderFactory::new(&config.providers, d, env.vars_hash()).resolve(&d.model) {
         Ok(r) => f.push(Finding::ok(format!(
             "model `{}` → provider `{}` ({})",
@@ -813,6 +841,8 @@ mod raw_channel_tests {
             serde_json::from_str(r#"{"channels":{"feishu":{"enabled":true,"allowFrom":7}}}"#).unwrap();
         let text = doctor_text(&check_channels(&bad)).0;
         assert!(text.contains("channels.feishu"), "{text}");
+    }
+
     /// `status` and `doctor` over a config holding every kind of secret, and over configs that fail to load with
     /// a secret in the wrong place: no value ever appears.
     #[test]

@@ -111,6 +111,8 @@ pub fn load_str(
     path: &Path,
     env: &BTreeMap<String, String>,
 ) -> Result<LoadedConfig, ConfigError> {
+    // A UTF-8 byte-order mark (Windows editors write one) is not JSON but is accepted, as Python's loader does.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let raw: Value = serde_json::from_str(text).map_err(|source| ConfigError::Json {
         path: path.to_path_buf(),
         line: source.line(),

@@ -30,15 +30,17 @@ macro_rules! walk {
 walk!(Config, agents => "agents", channels => "channels", transcription => "transcription",
       providers => "providers", api => "api", gateway => "gateway", tools => "tools");
 walk!(AgentsConfig, defaults => "defaults");
-walk!(AgentDefaults, dream => "dream");
+walk!(AgentDefaults, dream => "dream", timeouts => "timeouts");
+walk!(TimeoutsConfig);
+walk!(ServerLimitsConfig);
 walk!(DreamConfig);
 walk!(TelegramConfig);
 walk!(DiscordConfig);
 walk!(SlackConfig, dm => "dm");
 walk!(SlackDmConfig);
 walk!(TranscriptionConfig);
-walk!(ApiConfig);
-walk!(GatewayConfig, heartbeat => "heartbeat");
+walk!(ApiConfig, limits => "limits");
+walk!(GatewayConfig, heartbeat => "heartbeat", limits => "limits");
 walk!(HeartbeatConfig);
 walk!(ToolsConfig, web => "web", exec => "exec", file => "file", cli_apps => "cliApps", my => "my",
       image_generation => "imageGeneration", mcp_servers => "mcpServers");

@@ -38,6 +38,48 @@ impl Config {
         if d.dream.interval_h == 0 {
             return Err(invalid("agents.defaults.dream.intervalH", "must be at least 1"));
         }
+        let t = &d.timeouts;
+        for (name, v) in [
+            ("connect", t.connect),
+            ("firstByte", t.first_byte),
+            ("idle", t.idle),
+            ("call", t.call),
+            ("turn", Some(t.turn)),
+        ] {
+            if let Some(v) = v
+                && !(0.001..=604_800.0).contains(&v)
+            {
+                return Err(invalid(
+                    format!("agents.defaults.timeouts.{name}"),
+                    "must be between 0.001 and 604800 seconds",
+                ));
+            }
+        }
+        for (block, l) in [("api", &self.api.limits), ("gateway", &self.gateway.limits)] {
+            for (name, v) in [
+                ("headerReadTimeout", l.header_read_timeout),
+                ("idleTimeout", l.idle_timeout),
+            ] {
+                if !(0.001..=86_400.0).contains(&v) {
+                    return Err(invalid(
+                        format!("{block}.limits.{name}"),
+                        "must be between 0.001 and 86400 seconds",
+                    ));
+                }
+            }
+            if l.max_connections_per_client == 0 {
+                return Err(invalid(
+                    format!("{block}.limits.maxConnectionsPerClient"),
+                    "must be at least 1",
+                ));
+            }
+            if l.max_body_bytes == 0 || l.max_other_body_bytes == 0 {
+                return Err(invalid(
+                    format!("{block}.limits.maxBodyBytes"),
+                    "body limits must be at least 1 byte",
+                ));
+            }
+        }
         if self.channels.send_max_retries > 10 {
             return Err(invalid("channels.sendMaxRetries", "must be between 0 and 10"));
         }

@@ -920,7 +920,28 @@ impl LoopInner {
             s.context_window_tokens as usize,
             s.max_tokens as usize,
         ));
-        let result = runner.run(spec).await;
+        // The turn's deadline: when it passes, the run is cancelled like `/stop` and the user is told why.
+        let limit = s.turn_timeout;
+        let timed_out = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watchdog = {
+            let (cancel, timed_out) = (cancel.clone(), timed_out.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(limit).await;
+                timed_out.store(true, Ordering::SeqCst);
+                cancel.cancel();
+            })
+        };
+        let mut result = runner.run(spec).await;
+        watchdog.abort();
+        if result.stop_reason == StopReason::Cancelled && timed_out.load(Ordering::SeqCst) {
+            tracing::warn!(session = %key, ?limit, "turn stopped at its deadline");
+            result.stop_reason = StopReason::Error;
+            result.content = format!(
+                "Sorry, this request took longer than the turn limit of {} and was stopped \
+                 (agents.defaults.timeouts.turn).",
+                human_duration(limit)
+            );
+        }
 
         {
             let mut running = lock(&self.running);
@@ -1353,6 +1374,16 @@ impl AgentHook for ChannelStreamHook {
     async fn on_stream(&self, delta: &str) -> Result<(), BoxError> {
         let _ = self.0.send(delta.to_owned());
         Ok(())
+    }
+}
+
+/// `90s`, `1m 30s`, `250ms`.
+fn human_duration(d: std::time::Duration) -> String {
+    let secs = d.as_secs();
+    if secs >= 60 {
+        format!("{}m {}s", secs / 60, secs % 60)
+    } else {
+        format!("{d:?}")
     }
 }
 

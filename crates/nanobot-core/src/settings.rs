@@ -102,6 +102,8 @@ pub struct AgentSettings {
     pub bot_name: String,
     /// One session for every channel (`agents.defaults.unifiedSession`).
     pub unified_session: bool,
+    /// Longest a turn may run (`agents.defaults.timeouts.turn`); then it is stopped and the user told so.
+    pub turn_timeout: std::time::Duration,
 }
 
 impl AgentSettings {
@@ -130,6 +132,7 @@ impl AgentSettings {
             timezone: Tz::UTC,
             bot_name: "nanobot".into(),
             unified_session: false,
+            turn_timeout: std::time::Duration::from_secs(3600),
         }
     }
 
@@ -161,6 +164,7 @@ impl AgentSettings {
         s.timezone = tz;
         s.bot_name = d.bot_name.clone();
         s.unified_session = d.unified_session;
+        s.turn_timeout = std::time::Duration::from_secs_f64(d.timeouts.turn.clamp(0.001, 604_800.0));
         Ok(s)
     }
 }

@@ -248,22 +248,27 @@ fn file_label(path: &str) -> String {
 /// Builds a serenity REST client for these settings.
 fn build_http(settings: &DiscordSettings) -> Result<Http, ChannelError> {
     let mut builder = HttpBuilder::new(settings.token.expose());
+    let bad = |e: reqwest_012::Error| ChannelError::Config {
+        channel: NAME.into(),
+        message: format!("channels.discord.proxy: {e}"),
+    };
+    // serenity's default client has no timeout: every REST call (sends, uploads, typing) is bounded here
+    // (connect 10 s, whole request 60 s), so a server that stops answering cannot hold a send forever.
+    let mut client = reqwest_012::Client::builder()
+        .use_rustls_tls()
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .timeout(std::time::Duration::from_secs(60));
     if let Some(proxy) = &settings.proxy {
-        let bad = |e: reqwest_012::Error| ChannelError::Config {
-            channel: NAME.into(),
-            message: format!("channels.discord.proxy: {e}"),
-        };
         let mut p = reqwest_012::Proxy::all(proxy.url.as_str()).map_err(bad)?;
         if !proxy.username.is_empty() {
             p = p.basic_auth(&proxy.username, proxy.password.expose());
         }
-        let client = reqwest_012::Client::builder()
-            .use_rustls_tls()
-            .proxy(p)
-            .build()
-            .map_err(bad)?;
-        builder = builder.client(client);
+        client = client.proxy(p);
     }
+    builder = builder.client(client.build().map_err(|e| ChannelError::Config {
+        channel: NAME.into(),
+        message: format!("cannot build the HTTP client: {e}"),
+    })?);
     if let Some(base) = &settings.api_base {
         // serenity's rate limiter ignores the base override, so it must be off for the override to apply.
         builder = builder.proxy(base.clone()).ratelimiter_disabled(true);

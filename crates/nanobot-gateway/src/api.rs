@@ -27,10 +27,11 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::task::TaskTracker;
 
 use crate::metrics::{Metrics, TurnOutcome};
+use crate::server::ServerLimits;
 
 /// The session used when a request names none.
 pub const DEFAULT_SESSION: &str = "api:default";
-/// Largest request body accepted (larger ones get 413).
+/// Default largest body of `POST /v1/chat/completions` (larger ones get 413); `api.limits.maxBodyBytes`.
 pub const MAX_BODY_BYTES: usize = 20 * 1024 * 1024;
 /// The channel name API turns are recorded under.
 pub const API_CHANNEL: &str = "api";
@@ -67,6 +68,18 @@ struct ApiState {
 /// The API's router. Turns started by streaming requests are spawned on `tracker`, so a graceful shutdown can
 /// wait for them.
 pub fn api_router(agent: AgentLoop, settings: ApiSettings, metrics: Metrics, tracker: TaskTracker) -> Router {
+    api_router_with_limits(agent, settings, metrics, tracker, &ServerLimits::default())
+}
+
+/// [`api_router`] with the body limits of `limits`: `max_body_bytes` for `POST /v1/chat/completions`,
+/// `max_other_body_bytes` for every other route.
+pub fn api_router_with_limits(
+    agent: AgentLoop,
+    settings: ApiSettings,
+    metrics: Metrics,
+    tracker: TaskTracker,
+    limits: &ServerLimits,
+) -> Router {
     let state = ApiState {
         agent,
         settings: Arc::new(settings),
@@ -74,10 +87,18 @@ pub fn api_router(agent: AgentLoop, settings: ApiSettings, metrics: Metrics, tra
         tracker,
     };
     Router::new()
-        .route("/health", get(health))
-        .route("/v1/models", get(models))
-        .route("/v1/chat/completions", post(chat_completions))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .route(
+            "/health",
+            get(health).layer(DefaultBodyLimit::max(limits.max_other_body_bytes)),
+        )
+        .route(
+            "/v1/models",
+            get(models).layer(DefaultBodyLimit::max(limits.max_other_body_bytes)),
+        )
+        .route(
+            "/v1/chat/completions",
+            post(chat_completions).layer(DefaultBodyLimit::max(limits.max_body_bytes)),
+        )
         .with_state(state)
 }
 

@@ -22,12 +22,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::api::{ApiSettings, api_router};
+use crate::api::{ApiSettings, api_router_with_limits};
 use crate::bus::{GatewayBus, Route};
 use crate::error::GatewayError;
 use crate::heartbeat::{HeartbeatOutcome, HeartbeatService};
 use crate::http::{OpsState, ops_router};
 use crate::metrics::{Metrics, TurnOutcome};
+use crate::server::ServerLimits;
+use axum::extract::DefaultBodyLimit;
 
 /// Default time running turns get to finish after a shutdown signal.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -586,7 +588,16 @@ impl Gateway {
                 provider: provider.name().to_owned(),
                 model: agent.settings().model.clone(),
             });
-            servers.push(serve(listener, router, accept.clone(), "gateway"));
+            let limits = ServerLimits::from_config(&config.gateway.limits);
+            let router = router.layer(DefaultBodyLimit::max(limits.max_other_body_bytes));
+            servers.push(crate::server::serve(
+                listener,
+                router,
+                limits,
+                metrics.clone(),
+                accept.clone(),
+                "gateway",
+            ));
         }
         let mut api_addr = None;
         if let Some(listener) = api_listener {
@@ -596,8 +607,17 @@ impl Gateway {
                 api_key: api_key(config),
                 timeout: Duration::from_secs_f64(config.api.timeout.clamp(1.0, 86_400.0)),
             };
-            let router = api_router(agent.clone(), settings, metrics.clone(), tracker.clone());
-            servers.push(serve(listener, router, accept.clone(), "api"));
+            let limits = ServerLimits::from_config(&config.api.limits);
+            let router =
+                api_router_with_limits(agent.clone(), settings, metrics.clone(), tracker.clone(), &limits);
+            servers.push(crate::server::serve(
+                listener,
+                router,
+                limits,
+                metrics.clone(),
+                accept.clone(),
+                "api",
+            ));
         }
         tracing::info!(?http_addr, ?api_addr, channels = ?channel_names, "gateway started");
         Ok(Self {
@@ -710,22 +730,6 @@ impl Gateway {
         tracing::info!(drained, "gateway stopped");
         ShutdownReport { drained }
     }
-}
-
-fn serve(
-    listener: TcpListener,
-    router: axum::Router,
-    accept: CancellationToken,
-    name: &'static str,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let result = axum::serve(listener, router)
-            .with_graceful_shutdown(async move { accept.cancelled().await })
-            .await;
-        if let Err(e) = result {
-            tracing::error!(server = name, error = %e, "HTTP server failed");
-        }
-    })
 }
 
 fn spawn_heartbeat_listener(

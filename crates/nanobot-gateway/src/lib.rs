@@ -29,6 +29,7 @@ mod gateway;
 pub mod heartbeat;
 pub mod http;
 pub mod metrics;
+pub mod server;
 pub mod service;
 mod webui;
 

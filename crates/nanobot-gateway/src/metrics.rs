@@ -104,6 +104,7 @@ struct Inner {
     cached_tokens: AtomicU64,
     in_flight: AtomicI64,
     heartbeats: Mutex<BTreeMap<String, u64>>,
+    refusals: Mutex<BTreeMap<(String, String), u64>>,
 }
 
 /// The gateway's metrics. Cheap to clone; clones share the counters.
@@ -189,6 +190,22 @@ impl Metrics {
             .entry((route.to_owned(), status))
             .or_default() += 1;
         lock(&self.inner.api_latency).observe(took.as_secs_f64());
+    }
+
+    /// Counts a connection or request an HTTP server refused or closed: `server` is `api` or `gateway`,
+    /// `kind` one of `header_timeout`, `idle_timeout`, `per_client_cap`, `body_too_large`.
+    pub fn record_refusal(&self, server: &str, kind: &str) {
+        *lock(&self.inner.refusals)
+            .entry((server.to_owned(), kind.to_owned()))
+            .or_default() += 1;
+    }
+
+    /// How often `server` refused for `kind` (see [`Metrics::record_refusal`]).
+    pub fn refusals(&self, server: &str, kind: &str) -> u64 {
+        lock(&self.inner.refusals)
+            .get(&(server.to_owned(), kind.to_owned()))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Counts an error of `kind` (`turn`, `heartbeat`, `api`, …).
@@ -307,6 +324,20 @@ impl Metrics {
         );
         for (tool, n) in lock(&i.tool_calls).iter() {
             let _ = writeln!(o, "nanobot_tool_calls_total{{tool=\"{}\"}} {n}", esc(tool));
+        }
+        h(
+            &mut o,
+            "nanobot_http_refused_total",
+            "counter",
+            "Connections and requests the HTTP servers refused or closed, by server and kind.",
+        );
+        for ((server, kind), n) in lock(&i.refusals).iter() {
+            let _ = writeln!(
+                o,
+                "nanobot_http_refused_total{{server=\"{}\",kind=\"{}\"}} {n}",
+                esc(server),
+                esc(kind)
+            );
         }
         h(&mut o, "nanobot_errors_total", "counter", "Errors by kind.");
         for (kind, n) in lock(&i.errors).iter() {

@@ -6,7 +6,7 @@ use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use crate::endpoint::{Endpoint, event_stream, merge_extra, sse};
+use crate::endpoint::{Endpoint, event_stream, merge_extra};
 use crate::error::ProviderError;
 use crate::provider::{EventStream, Provider, collect};
 use crate::registry::wire_model;
@@ -215,8 +215,7 @@ impl AnthropicClient {
 
     async fn stream_events(&self, body: &Value, tx: &Tx) -> Result<(), ProviderError> {
         let provider = &self.endpoint.provider;
-        let resp = self.endpoint.post_json(&self.url(), &self.auth(), body).await?;
-        let mut events = sse(provider.clone(), resp, self.endpoint.timeouts.stream_idle);
+        let mut events = self.endpoint.post_sse(&self.url(), &self.auth(), body).await?;
         let mut thinking: Option<(usize, String, String)> = None;
         let mut input_usage = Usage::default();
         let mut finish: Option<FinishReason> = None;

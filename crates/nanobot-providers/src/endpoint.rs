@@ -5,15 +5,18 @@ use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use eventsource_stream::Eventsource;
+use std::time::Duration;
+
+use eventsource_stream::{EventStreamError, Eventsource};
 use futures::{Stream, StreamExt};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
-use crate::error::{ProviderError, parse_retry_after};
+use crate::error::{ProviderError, WaitKind, parse_retry_after};
 use crate::provider::EventStream;
 use crate::registry::ProviderSpec;
-use crate::types::{StreamEvent, Timeouts};
+use crate::types::{StreamEvent, Timeouts, display_endpoint};
 
 /// Where and how to reach one provider. `Debug` never shows the key or header values.
 #[derive(Clone)]
@@ -101,13 +104,55 @@ impl Endpoint {
         self
     }
 
+    /// The base URL as messages show it (no user, password or query).
+    pub fn display_url(&self) -> String {
+        display_endpoint(&self.base_url)
+    }
+
+    /// The [`ProviderError::TimedOut`] for this endpoint.
+    pub(crate) fn timed_out(&self, what: WaitKind, after: Duration) -> ProviderError {
+        let err = ProviderError::TimedOut {
+            provider: self.provider.clone(),
+            endpoint: self.display_url(),
+            what,
+            after,
+        };
+        tracing::warn!(provider = %self.provider, error = %err, "LLM call timed out");
+        err
+    }
+
+    /// The deadline of a call that starts now (`timeouts.total`).
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.timeouts.total
+    }
+
+    /// The next wait's limit: `now + bound`, or the call's deadline when that comes first.
+    fn limit(&self, bound: Duration, what: WaitKind, deadline: Instant) -> (Instant, WaitKind, Duration) {
+        let now = Instant::now();
+        if now + bound < deadline {
+            (now + bound, what, bound)
+        } else {
+            (deadline, WaitKind::Deadline, self.timeouts.total)
+        }
+    }
+
     /// POSTs `body` as JSON; non-2xx answers become classified errors. Waits at most `timeouts.request` for
-    /// the response head.
+    /// the response head, and never past `timeouts.total` from now.
     pub(crate) async fn post_json(
         &self,
         url: &str,
         auth: &[(&str, String)],
         body: &Value,
+    ) -> Result<reqwest::Response, ProviderError> {
+        self.post_json_until(url, auth, body, self.deadline()).await
+    }
+
+    async fn post_json_until(
+        &self,
+        url: &str,
+        auth: &[(&str, String)],
+        body: &Value,
+        deadline: Instant,
     ) -> Result<reqwest::Response, ProviderError> {
         let mut target = reqwest::Url::parse(url)
             .map_err(|e| ProviderError::Config(format!("{}: invalid URL `{url}`: {e}", self.provider)))?;
@@ -122,13 +167,11 @@ impl Endpoint {
             req = req.header(k.as_str(), v.as_str());
         }
         tracing::debug!(provider = %self.provider, url, model = ?body.get("model"), stream = ?body.get("stream"), "LLM request");
-        let resp = match tokio::time::timeout(self.timeouts.request, req.send()).await {
-            Err(_) => {
-                return Err(ProviderError::transient(
-                    &self.provider,
-                    "timed out waiting for the response",
-                    None,
-                ));
+        let (limit, what, after) = self.limit(self.timeouts.request, WaitKind::Head, deadline);
+        let resp = match tokio::time::timeout_at(limit, req.send()).await {
+            Err(_) => return Err(self.timed_out(what, after)),
+            Ok(Err(e)) if e.is_connect() && e.is_timeout() => {
+                return Err(self.timed_out(WaitKind::Connect, self.timeouts.connect));
             }
             Ok(Err(e)) => return Err(ProviderError::from_reqwest(&self.provider, e)),
             Ok(Ok(r)) => r,
@@ -138,7 +181,8 @@ impl Endpoint {
             return Ok(resp);
         }
         let retry_after = parse_retry_after(resp.headers());
-        let mut text = tokio::time::timeout(self.timeouts.stream_idle, resp.text())
+        let (limit, _, _) = self.limit(self.timeouts.stream_idle, WaitKind::Idle, deadline);
+        let mut text = tokio::time::timeout_at(limit, resp.text())
             .await
             .ok()
             .and_then(Result::ok)
@@ -154,19 +198,36 @@ impl Endpoint {
         Err(err)
     }
 
-    /// Reads a whole JSON body with the request timeout.
+    /// POSTs `body` and returns the server-sent events of the answer. Every wait is bounded: the head by
+    /// `timeouts.request`, each gap in the body by `timeouts.stream_idle` (any byte, keep-alive comments
+    /// included, resets it), and the whole call by `timeouts.total`.
+    pub(crate) async fn post_sse(
+        &self,
+        url: &str,
+        auth: &[(&str, String)],
+        body: &Value,
+    ) -> Result<
+        impl Stream<Item = Result<eventsource_stream::Event, ProviderError>> + Send + Unpin + use<>,
+        ProviderError,
+    > {
+        let deadline = self.deadline();
+        let resp = self.post_json_until(url, auth, body, deadline).await?;
+        Ok(sse(self.clone(), resp, deadline))
+    }
+
+    /// Reads a whole JSON body: at most `timeouts.stream_idle` between two pieces and `timeouts.request` in
+    /// all.
     pub(crate) async fn read_json(&self, resp: reqwest::Response) -> Result<Value, ProviderError> {
-        let bytes = match tokio::time::timeout(self.timeouts.request, resp.bytes()).await {
-            Err(_) => {
-                return Err(ProviderError::transient(
-                    &self.provider,
-                    "timed out reading the response",
-                    None,
-                ));
+        let deadline = Instant::now() + self.timeouts.request;
+        let mut body = timed_body(self.clone(), resp, deadline);
+        let mut bytes = Vec::new();
+        while let Some(piece) = body.next().await {
+            match piece {
+                Ok(b) => bytes.extend_from_slice(&b),
+                Err(BodyError::Read(e)) => return Err(ProviderError::from_reqwest(&self.provider, e)),
+                Err(BodyError::Wait(e)) => return Err(e),
             }
-            Ok(Err(e)) => return Err(ProviderError::from_reqwest(&self.provider, e)),
-            Ok(Ok(b)) => b,
-        };
+        }
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Err(ProviderError::transient(
                 &self.provider,
@@ -179,24 +240,64 @@ impl Endpoint {
     }
 }
 
-/// The server-sent events of a response; each wait longer than `idle` is a transient "stalled" error.
-pub(crate) fn sse(
-    provider: String,
+/// Why a body could not be read further.
+#[derive(Debug)]
+enum BodyError {
+    /// A bound passed.
+    Wait(ProviderError),
+    /// The connection failed.
+    Read(reqwest::Error),
+}
+
+impl fmt::Display for BodyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Wait(e) => e.fmt(f),
+            Self::Read(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for BodyError {}
+
+/// The body's pieces as they arrive; a gap longer than `timeouts.stream_idle`, or reaching `deadline`, ends it
+/// with [`BodyError::Wait`]. Works below any parsing, so SSE comments and pings count as activity.
+fn timed_body(
+    ep: Endpoint,
     resp: reqwest::Response,
-    idle: std::time::Duration,
-) -> impl Stream<Item = Result<eventsource_stream::Event, ProviderError>> + Send + Unpin {
-    let mut events = resp.bytes_stream().eventsource();
+    deadline: Instant,
+) -> impl Stream<Item = Result<bytes::Bytes, BodyError>> + Send + Unpin + use<> {
+    let body = Box::pin(resp.bytes_stream());
+    Box::pin(futures::stream::unfold(
+        Some((ep, body)),
+        move |state| async move {
+            let (ep, mut body) = state?;
+            let (limit, what, after) = ep.limit(ep.timeouts.stream_idle, WaitKind::Idle, deadline);
+            match tokio::time::timeout_at(limit, body.next()).await {
+                Err(_) => Some((Err(BodyError::Wait(ep.timed_out(what, after))), None)),
+                Ok(None) => None,
+                Ok(Some(Ok(b))) => Some((Ok(b), Some((ep, body)))),
+                Ok(Some(Err(e))) => Some((Err(BodyError::Read(e)), None)),
+            }
+        },
+    ))
+}
+
+/// The server-sent events of a response; every wait is bounded as in [`Endpoint::post_sse`].
+fn sse(
+    ep: Endpoint,
+    resp: reqwest::Response,
+    deadline: Instant,
+) -> impl Stream<Item = Result<eventsource_stream::Event, ProviderError>> + Send + Unpin + use<> {
+    let provider = ep.provider.clone();
+    let mut events = timed_body(ep, resp, deadline).eventsource();
     Box::pin(async_gen(move |tx| async move {
         loop {
-            let next = match tokio::time::timeout(idle, events.next()).await {
-                Err(_) => Err(ProviderError::transient(
-                    &provider,
-                    format!("stream stalled: nothing received for {idle:?}"),
-                    None,
-                )),
-                Ok(None) => return,
-                Ok(Some(Ok(ev))) => Ok(ev),
-                Ok(Some(Err(e))) => Err(ProviderError::transient(
+            let next = match events.next().await {
+                None => return,
+                Some(Ok(ev)) => Ok(ev),
+                Some(Err(EventStreamError::Transport(BodyError::Wait(e)))) => Err(e),
+                Some(Err(e)) => Err(ProviderError::transient(
                     &provider,
                     "stream interrupted",
                     Some(Box::new(std::io::Error::other(e.to_string()))),

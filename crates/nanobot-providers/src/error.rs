@@ -98,12 +98,68 @@ pub enum ProviderError {
     /// The configuration does not say how to reach a model.
     #[error("configuration: {0}")]
     Config(String),
+    /// A wait passed its bound (see `Timeouts`): connecting, the response head, a gap in the body, or the
+    /// deadline of the whole call. Names the endpoint (base URL without credentials or query) and how long.
+    #[error("{provider}: {}", what.describe(endpoint, *after))]
+    TimedOut {
+        /// Provider name.
+        provider: String,
+        /// The base URL, without user, password or query.
+        endpoint: String,
+        /// Which wait.
+        what: WaitKind,
+        /// How long was waited.
+        after: Duration,
+    },
+}
+
+/// Which wait of a model call passed its bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WaitKind {
+    /// Opening the connection (TCP, TLS).
+    Connect,
+    /// The response head after the request was sent.
+    Head,
+    /// The next byte of the body (the stream stalled).
+    Idle,
+    /// The whole call, retries included.
+    Deadline,
+}
+
+impl WaitKind {
+    /// One sentence naming `endpoint` and `after`.
+    pub fn describe(self, endpoint: &str, after: Duration) -> String {
+        let after = human(after);
+        match self {
+            Self::Connect => format!("could not connect to {endpoint} within {after}"),
+            Self::Head => format!("{endpoint} stalled: no response for {after} after the request was sent"),
+            Self::Idle => format!("{endpoint} stalled: nothing received for {after}"),
+            Self::Deadline => {
+                format!("{endpoint} did not finish the answer within the call deadline of {after}")
+            }
+        }
+    }
+}
+
+/// `1.5s`, `200ms`, `10m 0s`.
+fn human(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs >= 60 {
+        format!("{}m {}s", secs / 60, secs % 60)
+    } else {
+        format!("{d:?}")
+    }
 }
 
 impl ProviderError {
     /// True when the same request may succeed if tried again (rate limits and transient failures).
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::RateLimited { .. } | Self::Transient { .. })
+        match self {
+            Self::RateLimited { .. } | Self::Transient { .. } => true,
+            Self::TimedOut { what, .. } => *what != WaitKind::Deadline,
+            _ => false,
+        }
     }
 
     /// The delay the provider asked for, when it did.

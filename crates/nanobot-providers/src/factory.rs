@@ -4,8 +4,9 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
-use nanobot_config::{AgentDefaults, Config, ProviderRetryMode, ProvidersConfig};
+use nanobot_config::{AgentDefaults, Config, ProviderRetryMode, ProvidersConfig, TimeoutsConfig};
 
 use crate::anthropic::AnthropicClient;
 use crate::endpoint::Endpoint;
@@ -60,7 +61,8 @@ pub struct ProviderFactory {
     forced: String,
     fallback_models: Vec<String>,
     env: HashMap<String, String>,
-    timeouts: Timeouts,
+    timeouts: Option<Timeouts>,
+    configured: TimeoutsConfig,
     retry: RetryPolicy,
     http: Option<reqwest::Client>,
 }
@@ -78,16 +80,37 @@ impl ProviderFactory {
             forced: defaults.provider.clone(),
             fallback_models: defaults.fallback_models.clone(),
             env,
-            timeouts: Timeouts::default(),
+            timeouts: None,
+            configured: defaults.timeouts.clone(),
             retry,
             http: None,
         }
     }
 
-    /// Sets the timeouts.
+    /// Uses these timeouts for every endpoint (instead of the defaults for the endpoint's locality with
+    /// `agents.defaults.timeouts` applied).
     pub fn with_timeouts(mut self, timeouts: Timeouts) -> Self {
-        self.timeouts = timeouts;
+        self.timeouts = Some(timeouts);
         self
+    }
+
+    /// The bounds of calls to `base_url`: [`Timeouts::for_base_url`] with what `agents.defaults.timeouts`
+    /// sets, unless [`ProviderFactory::with_timeouts`] fixed them.
+    pub fn timeouts_for(&self, base_url: &str) -> Timeouts {
+        if let Some(t) = &self.timeouts {
+            return t.clone();
+        }
+        let mut t = Timeouts::for_base_url(base_url);
+        let c = &self.configured;
+        let secs = |v: Option<f64>, d: Duration| {
+            v.filter(|s| s.is_finite() && *s > 0.0)
+                .map_or(d, |s| Duration::from_secs_f64(s.min(604_800.0)))
+        };
+        t.connect = secs(c.connect, t.connect);
+        t.request = secs(c.first_byte, t.request);
+        t.stream_idle = secs(c.idle, t.stream_idle);
+        t.total = secs(c.call, t.total);
+        t
     }
 
     /// Sets the retry policy.
@@ -137,11 +160,12 @@ impl ProviderFactory {
             "openai" | "openai_compat" | "openai-compat" | "chat_completions" => Backend::OpenAiCompat,
             _ => spec.backend,
         };
+        let timeouts = self.timeouts_for(&base);
         let proxy = block.proxy.clone().filter(|p| !p.trim().is_empty());
         let http = match (&self.http, proxy) {
             (Some(h), None) => h.clone(),
             (_, proxy) => {
-                let mut b = crate::http::http_client_builder(self.timeouts.connect);
+                let mut b = crate::http::http_client_builder(timeouts.connect);
                 if let Some(p) = proxy {
                     let p = reqwest::Proxy::all(&p).map_err(|e| {
                         ProviderError::Config(format!(
@@ -156,7 +180,7 @@ impl ProviderFactory {
             }
         };
         let mut endpoint = Endpoint::new(m.name.clone(), spec, base.clone(), api_key.clone())?
-            .with_timeouts(self.timeouts.clone())
+            .with_timeouts(timeouts)
             .with_http(http);
         endpoint.headers = block
             .headers()
@@ -191,12 +215,19 @@ impl ProviderFactory {
         })
     }
 
-    /// The client for `model`, with retries.
+    /// The client for `model`, with retries; the call's deadline (`Timeouts::total`) bounds all attempts
+    /// together.
     pub fn build(&self, model: &str) -> Result<Arc<dyn Provider>, ProviderError> {
-        Ok(Arc::new(RetryingProvider::new(
-            self.client(model)?,
-            self.retry.clone(),
-        )))
+        let r = self.resolve(model)?;
+        let total = r.endpoint.timeouts.total;
+        let shown = r.endpoint.display_url();
+        let client: Arc<dyn Provider> = match r.backend {
+            Backend::Anthropic => Arc::new(AnthropicClient::new(r.endpoint)),
+            Backend::OpenAiCompat => Arc::new(OpenAiCompatClient::new(r.endpoint)),
+        };
+        Ok(Arc::new(
+            RetryingProvider::new(client, self.retry.clone()).with_deadline(total, shown),
+        ))
     }
 
     /// The client for `model` with retries, falling back to `agents.defaults.fallbackModels` in order.

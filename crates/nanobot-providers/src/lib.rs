@@ -56,7 +56,7 @@ mod types;
 
 pub use anthropic::{ANTHROPIC_VERSION, AnthropicClient, DEFAULT_MAX_TOKENS};
 pub use endpoint::Endpoint;
-pub use error::{BoxError, ProviderError, parse_retry_after};
+pub use error::{BoxError, ProviderError, WaitKind, parse_retry_after};
 pub use factory::{ProviderFactory, ResolvedProvider, resolve_provider};
 pub use http::{http_client, http_client_builder, install_ring};
 pub use openai::{EMPTY_CONTENT, OpenAiCompatClient};
@@ -66,5 +66,5 @@ pub use resilience::{FallbackProvider, RetryPolicy, RetryingProvider, Sleeper, t
 pub use transcribe::{Transcriber, WhisperTranscriber, transcriber_from_config};
 pub use types::{
     ChatMessage, ChatRequest, ChatResponse, Content, ContentPart, FinishReason, StreamEvent, Timeouts,
-    ToolCall, ToolChoice, ToolSpec, Usage,
+    ToolCall, ToolChoice, ToolSpec, Usage, display_endpoint, is_local_url,
 };

@@ -5,7 +5,7 @@ use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use crate::endpoint::{Endpoint, event_stream, merge_extra, sse};
+use crate::endpoint::{Endpoint, event_stream, merge_extra};
 use crate::error::ProviderError;
 use crate::provider::{EventStream, Provider, collect};
 use crate::registry::wire_model;
@@ -184,12 +184,7 @@ impl OpenAiCompatClient {
         let mut out = Emitter::new(tx, self.endpoint.spec.parse_text_tool_calls);
         let body = self.request_body(&request, true);
         let result = async {
-            let resp = self.endpoint.post_json(&self.url(), &self.auth(), &body).await?;
-            let mut events = sse(
-                self.endpoint.provider.clone(),
-                resp,
-                self.endpoint.timeouts.stream_idle,
-            );
+            let mut events = self.endpoint.post_sse(&self.url(), &self.auth(), &body).await?;
             let mut finished = false;
             while let Some(ev) = events.next().await {
                 let ev = ev?;

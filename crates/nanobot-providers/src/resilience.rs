@@ -7,9 +7,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::StreamExt;
 use futures::future::BoxFuture;
+use tokio::time::Instant;
 
 use crate::endpoint::event_stream;
-use crate::error::ProviderError;
+use crate::error::{ProviderError, WaitKind};
 use crate::provider::{EventStream, Provider};
 use crate::types::{ChatRequest, ChatResponse, StreamEvent};
 
@@ -76,19 +77,61 @@ impl RetryPolicy {
     }
 }
 
-/// Wraps a provider with retries. A failure is retried when it is retryable, retries are left, and nothing
-/// was streamed to the caller yet (unless [`RetryPolicy::retry_after_output`]).
+/// Wraps a provider with retries. A failure is retried when it is retryable, retries are left, nothing was
+/// streamed to the caller yet (unless [`RetryPolicy::retry_after_output`]), and the call's deadline (when one
+/// is set with [`RetryingProvider::with_deadline`]) leaves room for the wait: attempts, stalls and waits
+/// together never outlast it.
 #[derive(Debug, Clone)]
 pub struct RetryingProvider {
     inner: Arc<dyn Provider>,
     policy: RetryPolicy,
+    deadline: Option<CallDeadline>,
+}
+
+/// The bound of a whole call, retries included, and the endpoint its message names.
+#[derive(Debug, Clone)]
+struct CallDeadline {
+    total: Duration,
+    endpoint: String,
+}
+
+impl CallDeadline {
+    fn error(&self, provider: &str) -> ProviderError {
+        let err = ProviderError::TimedOut {
+            provider: provider.to_owned(),
+            endpoint: self.endpoint.clone(),
+            what: WaitKind::Deadline,
+            after: self.total,
+        };
+        tracing::warn!(provider, error = %err, "LLM call deadline passed");
+        err
+    }
 }
 
 impl RetryingProvider {
     /// Wraps `inner`.
     pub fn new(inner: Arc<dyn Provider>, policy: RetryPolicy) -> Self {
-        Self { inner, policy }
+        Self {
+            inner,
+            policy,
+            deadline: None,
+        }
     }
+
+    /// Bounds each call, all attempts and waits together, by `total`; the error names `endpoint` (a base URL
+    /// as [`crate::display_endpoint`] shows it).
+    pub fn with_deadline(mut self, total: Duration, endpoint: impl Into<String>) -> Self {
+        self.deadline = Some(CallDeadline {
+            total,
+            endpoint: endpoint.into(),
+        });
+        self
+    }
+}
+
+/// Whether a wait of `delay` still ends before `deadline`.
+fn room_for(deadline: Option<Instant>, delay: Duration) -> bool {
+    deadline.is_none_or(|d| Instant::now() + delay < d)
 }
 
 fn is_output(e: &StreamEvent) -> bool {
@@ -128,15 +171,26 @@ impl Provider for RetryingProvider {
     fn stream(&self, request: ChatRequest) -> EventStream {
         let inner = self.inner.clone();
         let policy = self.policy.clone();
+        let bound = self.deadline.clone();
         event_stream(move |tx| async move {
+            let deadline = bound.as_ref().map(|b| Instant::now() + b.total);
             let mut retry = 0;
             loop {
-                let Some((err, emitted)) = forward(inner.stream(request.clone()), &tx).await else {
+                let attempt = forward(inner.stream(request.clone()), &tx);
+                let outcome = match (deadline, &bound) {
+                    (Some(d), Some(b)) => match tokio::time::timeout_at(d, attempt).await {
+                        Ok(o) => o,
+                        Err(_) => Some((b.error(inner.name()), false)),
+                    },
+                    _ => attempt.await,
+                };
+                let Some((err, emitted)) = outcome else {
                     return;
                 };
                 let may_retry = err.is_retryable()
                     && retry < policy.max_retries
-                    && (!emitted || policy.retry_after_output);
+                    && (!emitted || policy.retry_after_output)
+                    && room_for(deadline, policy.delay(retry, &err));
                 if !may_retry {
                     let _ = tx.send(Err(err)).await;
                     return;
@@ -150,11 +204,23 @@ impl Provider for RetryingProvider {
     }
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ProviderError> {
+        let deadline = self.deadline.as_ref().map(|b| Instant::now() + b.total);
         let mut retry = 0;
         loop {
-            match self.inner.chat(request.clone()).await {
+            let attempt = self.inner.chat(request.clone());
+            let outcome = match (deadline, &self.deadline) {
+                (Some(d), Some(b)) => tokio::time::timeout_at(d, attempt)
+                    .await
+                    .unwrap_or_else(|_| Err(b.error(self.inner.name()))),
+                _ => attempt.await,
+            };
+            match outcome {
                 Ok(r) => return Ok(r),
-                Err(err) if err.is_retryable() && retry < self.policy.max_retries => {
+                Err(err)
+                    if err.is_retryable()
+                        && retry < self.policy.max_retries
+                        && room_for(deadline, self.policy.delay(retry, &err)) =>
+                {
                     let delay = self.policy.delay(retry, &err);
                     tracing::warn!(provider = %self.inner.name(), attempt = retry + 1, ?delay, error = %err, "retrying LLM request");
                     (self.policy.sleeper)(delay).await;

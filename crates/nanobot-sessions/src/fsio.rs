@@ -96,6 +96,11 @@ pub(crate) enum Tail {
 /// Makes sure `path` ends with a complete line, so that the next append starts a fresh line and a load sees
 /// only whole records. Reads only the last line, however long the file is.
 pub(crate) fn repair_tail(path: &Path) -> Result<Tail> {
+    repair_tail_counted(path, &mut 0)
+}
+
+/// [`repair_tail`], adding the bytes it read to `read`. A file that ends with a newline costs one byte.
+pub(crate) fn repair_tail_counted(path: &Path, read: &mut u64) -> Result<Tail> {
     let mut f = match OpenOptions::new().read(true).append(true).open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Tail::Missing),
@@ -105,10 +110,16 @@ pub(crate) fn repair_tail(path: &Path) -> Result<Tail> {
     if len == 0 {
         return Ok(Tail::Clean);
     }
-    let (start, fragment) = last_line(&mut f, len, path)?;
-    if fragment.last() == Some(&b'\n') {
+    let mut last = [0u8; 1];
+    f.seek(SeekFrom::Start(len - 1))
+        .map_err(|e| SessionError::io("seek", path, e))?;
+    f.read_exact(&mut last)
+        .map_err(|e| SessionError::io("read", path, e))?;
+    *read += 1;
+    if last[0] == b'\n' {
         return Ok(Tail::Clean);
     }
+    let (start, fragment) = last_line_counted(&mut f, len, path, read)?;
     if serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&fragment).is_ok() {
         f.write_all(b"\n")
             .map_err(|e| SessionError::io("append to", path, e))?;
@@ -130,37 +141,48 @@ pub(crate) fn repair_tail(path: &Path) -> Result<Tail> {
     Ok(Tail::Truncated { backup })
 }
 
-/// The last line of a file of `len` bytes (with its newline, if any) and its start offset. Reads backwards in
-/// chunks, so the cost depends on the line's length, not the file's.
+/// The last line of the file (its start offset and bytes, trailing newline included when there is one).
 pub(crate) fn last_line(f: &mut File, len: u64, path: &Path) -> Result<(u64, Vec<u8>)> {
-    const CHUNK: u64 = 16 * 1024;
-    let mut buf: Vec<u8> = Vec::new();
+    last_line_counted(f, len, path, &mut 0)
+}
+
+/// [`last_line`], adding the bytes read to `read`. Linear in the line's length: chunks are read backwards,
+/// only the new chunk is searched for a newline, and they are joined once at the end.
+fn last_line_counted(f: &mut File, len: u64, path: &Path, read: &mut u64) -> Result<(u64, Vec<u8>)> {
+    let mut chunk_len: u64 = 16 * 1024;
+    // Newest chunk first; joined in file order at the end.
+    let mut chunks: Vec<Vec<u8>> = Vec::new();
     let mut pos = len;
-    // The newline that ends the last line is part of it, not its start.
-    let mut trailing: Option<usize> = None;
+    let mut first = true;
     loop {
-        let start = pos.saturating_sub(CHUNK);
+        let start = pos.saturating_sub(chunk_len);
         let mut chunk = vec![0u8; (pos - start) as usize];
         f.seek(SeekFrom::Start(start))
             .map_err(|e| SessionError::io("seek", path, e))?;
         f.read_exact(&mut chunk)
             .map_err(|e| SessionError::io("read", path, e))?;
-        chunk.extend_from_slice(&buf);
-        buf = chunk;
-        let trailing = *trailing.get_or_insert(usize::from(buf.last() == Some(&b'\n')));
-        let limit = buf.len() - trailing;
-        if let Some(nl) = buf[..limit].iter().rposition(|&b| b == b'\n') {
-            let line = buf.split_off(nl + 1);
-            return Ok((len - line.len() as u64, line));
+        *read += chunk.len() as u64;
+        // The newline that ends the last line is part of it, not its start.
+        let limit = chunk.len() - usize::from(first && chunk.last() == Some(&b'\n'));
+        first = false;
+        let found = chunk[..limit].iter().rposition(|&b| b == b'\n');
+        match found {
+            Some(nl) => {
+                chunks.push(chunk.split_off(nl + 1));
+                break;
+            }
+            None => chunks.push(chunk),
         }
         if start == 0 {
-            return Ok((0, buf));
+            break;
         }
         pos = start;
+        chunk_len = (chunk_len * 2).min(8 * 1024 * 1024);
     }
+    let line: Vec<u8> = chunks.into_iter().rev().flatten().collect();
+    Ok((len - line.len() as u64, line))
 }
 
-/// `<path>.<what>-<timestamp>`, not yet existing.
 pub(crate) fn backup_path(path: &Path, what: &str) -> PathBuf {
     let stamp = time::now().format("%Y%m%dT%H%M%S%.3f").to_string();
     let base = format!("{}.{what}-{stamp}", path.display());

@@ -4,12 +4,13 @@ use std::collections::HashMap;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::NaiveDateTime;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::error::{Result, SessionError};
@@ -42,13 +43,24 @@ pub struct StoreOptions {
     /// Once more metadata records than this (and than 1/8 of the message count) have been appended, the next
     /// metadata change rewrites the file (atomically) with a single, up-to-date first line.
     pub compact_after: usize,
+    /// A message whose text `content` is longer than this many bytes (default [`MAX_MESSAGE_BYTES`]) is
+    /// spilled: the whole text goes to a side file beside the session (`<session>.spill/<id>.txt`, mode
+    /// 0600) and the session line keeps its first [`SPILL_PREVIEW_BYTES`] bytes with a note naming the file.
+    /// Session lines stay small, so reading the tail stays cheap.
+    pub max_message_bytes: usize,
 }
+
+/// Default of [`StoreOptions::max_message_bytes`]: 1 MiB.
+pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
+/// How much of a spilled message stays in the session line.
+pub const SPILL_PREVIEW_BYTES: usize = 16 * 1024;
 
 impl Default for StoreOptions {
     fn default() -> Self {
         Self {
             fsync: FsyncPolicy::Always,
             compact_after: 64,
+            max_message_bytes: MAX_MESSAGE_BYTES,
         }
     }
 }
@@ -58,6 +70,13 @@ impl StoreOptions {
     #[must_use]
     pub fn fsync(mut self, policy: FsyncPolicy) -> Self {
         self.fsync = policy;
+        self
+    }
+
+    /// Sets [`StoreOptions::max_message_bytes`] (at least [`SPILL_PREVIEW_BYTES`]).
+    #[must_use]
+    pub fn max_message_bytes(mut self, bytes: usize) -> Self {
+        self.max_message_bytes = bytes.max(SPILL_PREVIEW_BYTES);
         self
     }
 
@@ -126,6 +145,10 @@ struct Inner {
     dir: PathBuf,
     options: StoreOptions,
     slots: StdMutex<HashMap<String, Arc<Mutex<Slot>>>>,
+    /// Bytes read from session files (tail reads, repairs, whole loads): see [`SessionStore::bytes_read`].
+    bytes_read: AtomicU64,
+    /// `fdatasync`/`fsync` calls on session and checkpoint files: see [`SessionStore::syncs`].
+    syncs: AtomicU64,
 }
 
 /// Per-key state, guarded by the key's lock.
@@ -143,6 +166,8 @@ struct Slot {
     trailing_metadata: usize,
     /// The file is known to end with a complete line (checked or written by us).
     tail_ok: bool,
+    /// The checkpoint as last written by this store (what the next write appends a change to).
+    checkpoint: Option<Map<String, Value>>,
 }
 
 impl Slot {
@@ -183,8 +208,23 @@ impl SessionStore {
                 dir,
                 options,
                 slots: StdMutex::new(HashMap::new()),
+                bytes_read: AtomicU64::new(0),
+                syncs: AtomicU64::new(0),
             }),
         })
+    }
+
+    /// Bytes this store has read from session files so far: tail reads, tail repairs and whole loads. Reading
+    /// history costs bytes of the tail, whatever the file's length or the length of its lines; tests and
+    /// benchmarks assert on this rather than on time.
+    pub fn bytes_read(&self) -> u64 {
+        self.inner.bytes_read.load(Ordering::Relaxed)
+    }
+
+    /// `fdatasync`/`fsync` calls this store has made on session and checkpoint files so far (appends with
+    /// [`FsyncPolicy::Always`], checkpoint writes; atomic rewrites count once).
+    pub fn syncs(&self) -> u64 {
+        self.inner.syncs.load(Ordering::Relaxed)
     }
 
     /// The workspace id (the directory name under `<config dir>/sessions/`).
@@ -351,27 +391,67 @@ impl SessionStore {
         tokio::task::spawn_blocking(move || inner.list()).await?
     }
 
-    /// Writes the crash-recovery checkpoint of session `key` (atomically, mode 0600), replacing any previous
-    /// one. The payload is opaque to this crate.
+    /// Writes the crash-recovery checkpoint of session `key` (mode 0600), replacing any previous one. The
+    /// payload is opaque to this crate, but an object whose arrays only grow between two writes (a run's
+    /// messages) costs only the change: the file is a journal, the first write of a run holds the whole
+    /// payload and each later one appends the fields that changed (for an array that grew, its new items).
+    /// One `write(2)` and one `fdatasync` per call; a torn last record is ignored when reading.
     pub async fn write_checkpoint(&self, key: &str, payload: &Value) -> Result<()> {
-        let bytes = serde_json::to_vec(payload).map_err(|source| SessionError::Serialize {
-            what: "checkpoint",
-            source,
-        })?;
-        self.run(key, move |inner, key, _| {
-            fsio::write_atomic(&checkpoint_path(&inner.path_for(key)), &bytes)
+        let payload = payload.clone();
+        self.run(key, move |inner, key, slot| {
+            let path = checkpoint_path(&inner.path_for(key));
+            let new = match payload {
+                Value::Object(m) => m,
+                other => {
+                    let mut m = Map::new();
+                    m.insert(CHECKPOINT_VALUE.into(), other);
+                    m
+                }
+            };
+            let existing = fs::metadata(&path).is_ok();
+            let (record, base) = match slot.checkpoint.as_ref().filter(|_| existing) {
+                Some(prev) => (checkpoint_delta(prev, &new), false),
+                None => (
+                    json!({CHECKPOINT_RECORD: "base", "value": Value::Object(new.clone())}),
+                    true,
+                ),
+            };
+            let mut line = serde_json::to_vec(&record).map_err(|source| SessionError::Serialize {
+                what: "checkpoint",
+                source,
+            })?;
+            line.push(b'\n');
+            let mut opts = fs::OpenOptions::new();
+            opts.create(true).append(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+            fsio::create_dir_private(&inner.dir)?;
+            let file = opts.open(&path).map_err(|e| SessionError::io("open", &path, e))?;
+            if base {
+                file.set_len(0)
+                    .map_err(|e| SessionError::io("truncate", &path, e))?;
+            }
+            slot.checkpoint = None;
+            (&file)
+                .write_all(&line)
+                .map_err(|e| SessionError::io("append to", &path, e))?;
+            file.sync_data()
+                .map_err(|e| SessionError::io("fsync", &path, e))?;
+            inner.syncs.fetch_add(1, Ordering::Relaxed);
+            slot.checkpoint = Some(new);
+            Ok(())
         })
         .await
     }
 
-    /// The checkpoint of session `key`, if one was written and not cleared.
+    /// The checkpoint of session `key`, if one was written and not cleared. Reads the journal written by
+    /// [`SessionStore::write_checkpoint`] (ignoring a torn last record) and the single-object file of older
+    /// versions.
     pub async fn read_checkpoint(&self, key: &str) -> Result<Option<Value>> {
         self.run(key, |inner, key, _| {
             let path = checkpoint_path(&inner.path_for(key));
             match fs::read(&path) {
-                Ok(bytes) => serde_json::from_slice(&bytes)
-                    .map(Some)
-                    .map_err(|source| SessionError::Checkpoint { path, source }),
+                Ok(bytes) => replay_checkpoint(&bytes, &path),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(SessionError::io("read", path, e)),
             }
@@ -381,7 +461,8 @@ impl SessionStore {
 
     /// Removes the checkpoint of session `key` (no error if there is none).
     pub async fn clear_checkpoint(&self, key: &str) -> Result<()> {
-        self.run(key, |inner, key, _| {
+        self.run(key, |inner, key, slot| {
+            slot.checkpoint = None;
             let path = checkpoint_path(&inner.path_for(key));
             match fs::remove_file(&path) {
                 Ok(()) => Ok(()),
@@ -409,6 +490,14 @@ impl SessionStore {
 }
 
 impl Inner {
+    /// [`tail::scan`], counting the bytes read.
+    fn tail_scan(&self, path: &Path, key: &str, want: usize) -> Result<TailRead> {
+        let mut read = 0;
+        let out = tail::scan_counted(path, key, want, &mut read);
+        self.bytes_read.fetch_add(read, Ordering::Relaxed);
+        out
+    }
+
     fn slot(&self, key: &str) -> Arc<Mutex<Slot>> {
         let mut slots = self
             .slots
@@ -445,7 +534,10 @@ impl Inner {
             if !path.exists() {
                 self.migrate_legacy(key)?;
             }
-            let (session, trailing, since) = match read_session(&path, key)? {
+            let mut read = 0;
+            let parsed = read_session(&path, key, &mut read);
+            self.bytes_read.fetch_add(read, Ordering::Relaxed);
+            let (session, trailing, since) = match parsed? {
                 Some(parsed) => (parsed.session, parsed.trailing_metadata, parsed.since_anchor),
                 None => (Session::new(key), 0, 0),
             };
@@ -473,7 +565,7 @@ impl Inner {
         if !path.exists() {
             self.migrate_legacy(key)?;
         }
-        match tail::scan(&path, key, 0)? {
+        match self.tail_scan(&path, key, 0)? {
             TailRead::Missing => self.set_head(slot, Session::new(key), 0, 0),
             TailRead::Found(scan) => self.set_head(slot, scan.header, scan.total, scan.since_anchor),
             TailRead::Unusable => {
@@ -499,7 +591,7 @@ impl Inner {
             self.migrate_legacy(key)?;
         }
         let want = max.saturating_mul(2).saturating_add(32);
-        let scan = match tail::scan(&path, key, want)? {
+        let scan = match self.tail_scan(&path, key, want)? {
             TailRead::Missing => {
                 self.set_head(slot, Session::new(key), 0, 0);
                 return Ok(Vec::new());
@@ -536,6 +628,9 @@ impl Inner {
         }
         self.ensure_head(key, slot)?;
         let path = self.path_for(key);
+        for m in &mut messages {
+            self.spill_if_large(&path, m)?;
+        }
         if !slot.tail_ok {
             fsio::repair_tail(&path)?;
             slot.tail_ok = true;
@@ -553,6 +648,7 @@ impl Inner {
                 file.write_all(bytes.as_bytes())
                     .map_err(|e| SessionError::io("append to", &path, e))?;
                 if self.options.fsync == FsyncPolicy::Always {
+                    self.syncs.fetch_add(1, Ordering::Relaxed);
                     file.sync_data()
                         .map_err(|e| SessionError::io("fsync", &path, e))?;
                 }
@@ -587,6 +683,42 @@ impl Inner {
         Ok(())
     }
 
+    /// Moves the text of a message longer than [`StoreOptions::max_message_bytes`] to a side file, keeping a
+    /// preview and a note in the message (see there).
+    fn spill_if_large(&self, session_path: &Path, m: &mut SessionMessage) -> Result<()> {
+        let limit = self.options.max_message_bytes;
+        let Some(Value::String(text)) = m.content() else {
+            return Ok(());
+        };
+        if text.len() <= limit {
+            return Ok(());
+        }
+        let mut dir = session_path.as_os_str().to_owned();
+        dir.push(".spill");
+        let dir = PathBuf::from(dir);
+        fsio::create_dir_private(&dir)?;
+        let file = dir.join(format!("{}.txt", uuid::Uuid::new_v4().simple()));
+        let mut f = fsio::private_new()
+            .open(&file)
+            .map_err(|e| SessionError::io("create", &file, e))?;
+        f.write_all(text.as_bytes())
+            .map_err(|e| SessionError::io("write", &file, e))?;
+        f.sync_data().map_err(|e| SessionError::io("fsync", &file, e))?;
+        let mut cut = SPILL_PREVIEW_BYTES.min(text.len());
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let note = format!(
+            "{}\n\n[message shortened in the session file: its full text ({} bytes) is in {}]",
+            &text[..cut],
+            text.len(),
+            file.display()
+        );
+        tracing::info!(bytes = text.len(), file = %file.display(), "large message spilled to a side file");
+        *m = std::mem::replace(m, SessionMessage::new("user", "")).with("content", note);
+        Ok(())
+    }
+
     /// Appends the current metadata (with the message count) as a new record.
     fn append_metadata_record(&self, key: &str, slot: &mut Slot) -> Result<()> {
         let path = self.path_for(key);
@@ -599,6 +731,7 @@ impl Inner {
                 file.write_all(line.as_bytes())
                     .map_err(|e| SessionError::io("append to", &path, e))?;
                 if self.options.fsync == FsyncPolicy::Always {
+                    self.syncs.fetch_add(1, Ordering::Relaxed);
                     file.sync_data()
                         .map_err(|e| SessionError::io("fsync", &path, e))?;
                 }
@@ -727,12 +860,15 @@ impl Inner {
 }
 
 /// Reads and parses a session file, repairing a cut last line first. `None` if the file is missing.
-fn read_session(path: &Path, key: &str) -> Result<Option<format::Parsed>> {
-    if fsio::repair_tail(path)? == Tail::Missing {
+fn read_session(path: &Path, key: &str, read: &mut u64) -> Result<Option<format::Parsed>> {
+    if fsio::repair_tail_counted(path, read)? == Tail::Missing {
         return Ok(None);
     }
     let bytes = match fs::read(path) {
-        Ok(b) => b,
+        Ok(b) => {
+            *read += b.len() as u64;
+            b
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(SessionError::io("read", path, e)),
     };
@@ -799,6 +935,89 @@ fn session_info(path: &Path, legacy: bool) -> Result<Option<SessionInfo>> {
 fn metadata_key(first_line: &[u8]) -> Option<String> {
     let map: Map<String, Value> = serde_json::from_slice(first_line).ok()?;
     map.get("key").and_then(Value::as_str).map(str::to_owned)
+}
+
+/// The key marking a checkpoint journal record (`"base"` or `"change"`).
+const CHECKPOINT_RECORD: &str = "_checkpoint";
+/// Where a payload that is not an object is kept inside the journal's object.
+const CHECKPOINT_VALUE: &str = "_value";
+
+/// The record that turns `prev` into `new`: changed fields (`set`), grown arrays (`extend`, new items only)
+/// and removed fields (`unset`).
+fn checkpoint_delta(prev: &Map<String, Value>, new: &Map<String, Value>) -> Value {
+    let mut set = Map::new();
+    let mut extend = Map::new();
+    for (k, v) in new {
+        match (prev.get(k), v) {
+            (Some(old), _) if old == v => {}
+            (Some(Value::Array(old)), Value::Array(items))
+                if items.len() > old.len() && items[..old.len()] == old[..] =>
+            {
+                extend.insert(k.clone(), Value::Array(items[old.len()..].to_vec()));
+            }
+            _ => {
+                set.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    let unset: Vec<&String> = prev.keys().filter(|k| !new.contains_key(*k)).collect();
+    json!({CHECKPOINT_RECORD: "change", "set": set, "extend": extend, "unset": unset})
+}
+
+/// The checkpoint a journal (or an older single-object file) holds.
+fn replay_checkpoint(bytes: &[u8], path: &Path) -> Result<Option<Value>> {
+    let mut state: Option<Map<String, Value>> = None;
+    let mut lines = bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.iter().all(u8::is_ascii_whitespace));
+    let Some(first) = lines.next() else {
+        return Ok(None);
+    };
+    let first: Value = serde_json::from_slice(first).map_err(|source| SessionError::Checkpoint {
+        path: path.to_owned(),
+        source,
+    })?;
+    match first {
+        Value::Object(mut m) if m.get(CHECKPOINT_RECORD).and_then(Value::as_str) == Some("base") => {
+            if let Some(Value::Object(v)) = m.remove("value") {
+                state = Some(v);
+            }
+        }
+        // A checkpoint written whole by an older version.
+        other => return Ok(Some(other)),
+    }
+    for line in lines {
+        // A torn record (crash mid-write) ends the journal: the state before it stands.
+        let Ok(Value::Object(rec)) = serde_json::from_slice::<Value>(line) else {
+            break;
+        };
+        let Some(st) = state.as_mut() else { break };
+        if let Some(Value::Object(set)) = rec.get("set") {
+            for (k, v) in set {
+                st.insert(k.clone(), v.clone());
+            }
+        }
+        if let Some(Value::Object(ext)) = rec.get("extend") {
+            for (k, v) in ext {
+                if let (Some(Value::Array(items)), Value::Array(more)) = (st.get_mut(k), v) {
+                    items.extend(more.iter().cloned());
+                }
+            }
+        }
+        if let Some(Value::Array(unset)) = rec.get("unset") {
+            for k in unset.iter().filter_map(Value::as_str) {
+                st.remove(k);
+            }
+        }
+    }
+    Ok(state.map(|mut m| match m.remove(CHECKPOINT_VALUE) {
+        Some(v) if m.is_empty() => v,
+        Some(v) => {
+            m.insert(CHECKPOINT_VALUE.into(), v);
+            Value::Object(m)
+        }
+        None => Value::Object(m),
+    }))
 }
 
 fn checkpoint_path(session_file: &Path) -> PathBuf {

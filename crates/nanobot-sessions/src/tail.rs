@@ -22,7 +22,9 @@ use crate::time;
 /// The store appends a metadata record (with the message count) after at most this many messages.
 pub(crate) const ANCHOR_EVERY: usize = 256;
 
-/// Lines of a file, newest first.
+/// Lines of a file, newest first. Reading costs O(bytes returned): chunks are read backwards, each is searched
+/// for newlines once, and a chunk grows with a line that does not fit, so a 16 MiB line is read in a few
+/// large reads rather than rescanned at every step.
 struct RevLines<'a> {
     file: File,
     path: &'a Path,
@@ -30,7 +32,12 @@ struct RevLines<'a> {
     pos: u64,
     /// Bytes not yet returned; they end at the end of an unreturned line (newline included).
     buf: Vec<u8>,
+    /// `buf[..unsearched]` has not been searched for a newline yet; the rest holds none (besides the one
+    /// ending the buffer).
+    unsearched: usize,
     chunk: u64,
+    /// Bytes read from the file so far.
+    read: u64,
 }
 
 impl<'a> RevLines<'a> {
@@ -40,7 +47,9 @@ impl<'a> RevLines<'a> {
             path,
             pos: len,
             buf: Vec::new(),
+            unsearched: 0,
             chunk: 64 * 1024,
+            read: 0,
         }
     }
 
@@ -48,9 +57,12 @@ impl<'a> RevLines<'a> {
     fn next_line(&mut self) -> Result<Option<(u64, Vec<u8>)>> {
         loop {
             let end = self.buf.len() - usize::from(self.buf.last() == Some(&b'\n'));
-            if let Some(nl) = self.buf[..end].iter().rposition(|&b| b == b'\n') {
+            let search_to = self.unsearched.min(end);
+            if let Some(nl) = self.buf[..search_to].iter().rposition(|&b| b == b'\n') {
                 let mut line = self.buf.split_off(nl + 1);
                 line.truncate(end - nl - 1);
+                // Everything before `nl` is still unsearched; `nl` itself ends the next line.
+                self.unsearched = nl;
                 return Ok(Some((self.pos + nl as u64 + 1, line)));
             }
             if self.pos == 0 {
@@ -59,9 +71,12 @@ impl<'a> RevLines<'a> {
                 }
                 let mut line = std::mem::take(&mut self.buf);
                 line.truncate(end);
+                self.unsearched = 0;
                 return Ok(Some((0, line)));
             }
-            let start = self.pos.saturating_sub(self.chunk);
+            // A line longer than the buffer: read at least as much again, so the total stays linear.
+            let want = self.chunk.max(self.buf.len() as u64);
+            let start = self.pos.saturating_sub(want);
             let mut chunk = vec![0u8; (self.pos - start) as usize];
             self.file
                 .seek(SeekFrom::Start(start))
@@ -69,12 +84,20 @@ impl<'a> RevLines<'a> {
             self.file
                 .read_exact(&mut chunk)
                 .map_err(|e| SessionError::io("read", self.path, e))?;
+            self.read += chunk.len() as u64;
+            self.unsearched = chunk.len();
             chunk.extend_from_slice(&self.buf);
             self.buf = chunk;
             self.pos = start;
             self.chunk = (self.chunk * 2).min(8 * 1024 * 1024);
         }
     }
+}
+
+/// Whether a line may be a metadata record (`"_type"` near its start): only those are parsed while counting.
+fn may_be_metadata(line: &[u8]) -> bool {
+    let head = &line[..line.len().min(64)];
+    head.windows(7).any(|w| w == b"\"_type\"")
 }
 
 /// What [`scan`] found.
@@ -99,10 +122,96 @@ pub(crate) struct TailScan {
     pub(crate) messages: Vec<SessionMessage>,
 }
 
+/// Reads `path` as [`scan`] does, adding the bytes read (repair included) to `read`.
+pub(crate) fn scan_counted(path: &Path, key: &str, want: usize, read: &mut u64) -> Result<TailRead> {
+    scan_inner(path, key, want, read)
+}
+
+/// Newest-first messages kept, messages only counted, the header (record, total, messages after it) and
+/// whether the start of the file was reached; `None` when a line does not parse.
+type Walked = (
+    Vec<Map<String, Value>>,
+    usize,
+    Option<(Map<String, Value>, usize, usize)>,
+    bool,
+);
+
+fn walk(lines: &mut RevLines<'_>, want: usize) -> Result<Option<Walked>> {
+    let mut newest_first: Vec<Map<String, Value>> = Vec::new();
+    let mut counted = 0usize;
+    let mut header: Option<(Map<String, Value>, usize, usize)> = None;
+    while let Some((offset, line)) = lines.next_line()? {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let kept = newest_first.len() < want;
+        if !kept && offset != 0 && !may_be_metadata(&line) {
+            counted += 1;
+            continue;
+        }
+        let Ok(map) = serde_json::from_slice::<Map<String, Value>>(&line) else {
+            return Ok(None);
+        };
+        if format::is_metadata(&map) {
+            let before = if offset == 0 {
+                Some(0)
+            } else {
+                map.get(format::MESSAGE_COUNT)
+                    .and_then(Value::as_u64)
+                    .and_then(|n| usize::try_from(n).ok())
+            };
+            let Some(before) = before else {
+                return Ok(None);
+            };
+            let after = newest_first.len() + counted;
+            header = Some((map, before + after, after));
+            if newest_first.len() >= want {
+                return Ok(Some((newest_first, counted, header, false)));
+            }
+            // Keep reading for more messages; the newest metadata record already gave the count.
+            return finish(lines, newest_first, header, want);
+        } else if kept {
+            newest_first.push(map);
+        } else {
+            counted += 1;
+        }
+    }
+    Ok(Some((newest_first, counted, header, true)))
+}
+
+/// After the header was found: read back until `want` messages are kept (older metadata records skipped).
+/// (Counting never started: it begins only once `want` messages are kept.)
+fn finish(
+    lines: &mut RevLines<'_>,
+    mut newest_first: Vec<Map<String, Value>>,
+    header: Option<(Map<String, Value>, usize, usize)>,
+    want: usize,
+) -> Result<Option<Walked>> {
+    while newest_first.len() < want {
+        let Some((_, line)) = lines.next_line()? else {
+            return Ok(Some((newest_first, 0, header, true)));
+        };
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let Ok(map) = serde_json::from_slice::<Map<String, Value>>(&line) else {
+            return Ok(None);
+        };
+        if !format::is_metadata(&map) {
+            newest_first.push(map);
+        }
+    }
+    Ok(Some((newest_first, 0, header, false)))
+}
+
 /// Reads `path` backwards until the newest metadata record and at least `want` messages (or the start of the
 /// file) are reached. Repairs a cut last line first.
-pub(crate) fn scan(path: &Path, key: &str, want: usize) -> Result<TailRead> {
-    if fsio::repair_tail(path)? == Tail::Missing {
+///
+/// Past the `want` newest messages, lines are only counted (a metadata record, recognised by `"_type"` near the
+/// line's start, is parsed): the first read of a file written by the Python nanobot, whose only metadata is
+/// its first line, walks back to it without parsing or keeping the messages in between.
+fn scan_inner(path: &Path, key: &str, want: usize, read: &mut u64) -> Result<TailRead> {
+    if fsio::repair_tail_counted(path, read)? == Tail::Missing {
         return Ok(TailRead::Missing);
     }
     let file = match File::open(path) {
@@ -115,43 +224,17 @@ pub(crate) fn scan(path: &Path, key: &str, want: usize) -> Result<TailRead> {
         .map_err(|e| SessionError::io("stat", path, e))?
         .len();
     let mut lines = RevLines::new(file, len, path);
-    let mut newest_first: Vec<Map<String, Value>> = Vec::new();
-    let mut header: Option<(Map<String, Value>, usize, usize)> = None;
-    let mut reached_start = true;
-    while let Some((offset, line)) = lines.next_line()? {
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let Ok(map) = serde_json::from_slice::<Map<String, Value>>(&line) else {
-            return Ok(TailRead::Unusable);
-        };
-        if format::is_metadata(&map) {
-            if header.is_none() {
-                let before = if offset == 0 {
-                    Some(0)
-                } else {
-                    map.get(format::MESSAGE_COUNT)
-                        .and_then(Value::as_u64)
-                        .and_then(|n| usize::try_from(n).ok())
-                };
-                let Some(before) = before else {
-                    return Ok(TailRead::Unusable);
-                };
-                header = Some((map, before + newest_first.len(), newest_first.len()));
-            }
-        } else {
-            newest_first.push(map);
-        }
-        if header.is_some() && newest_first.len() >= want {
-            reached_start = false;
-            break;
-        }
-    }
+    let result = walk(&mut lines, want);
+    *read += lines.read;
+    let Some((newest_first, counted, header, reached_start)) = result? else {
+        return Ok(TailRead::Unusable);
+    };
     let Some((map, total, since_anchor)) = header else {
         return Ok(TailRead::Unusable);
     };
+    let seen = newest_first.len() + counted;
     // A count that disagrees with the lines (the file was edited by hand): do not trust it.
-    if newest_first.len() > total || (reached_start && newest_first.len() != total) {
+    if seen > total || (reached_start && seen != total) {
         tracing::warn!(file = %path.display(), "message count in the session file is stale; reading it whole");
         return Ok(TailRead::Unusable);
     }

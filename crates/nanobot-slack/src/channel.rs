@@ -175,7 +175,10 @@ impl SlackChannel {
         let connector =
             SlackClientHyperConnector::with_connector(https).with_slack_api_url(&settings.api_url);
         let client = Arc::new(SlackClient::new(connector));
+        // File downloads: bounded connect and a bound on the whole transfer.
         let files = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .timeout(std::time::Duration::from_secs(120))
             .build()
             .map_err(|e| bad_config(format!("cannot build the HTTP client: {e}")))?;
         let mut allow = settings.allow_from.clone();

@@ -549,14 +549,26 @@ fn respond(rendered: Rendered, reply: &MockReply, guard: InFlight) -> Response {
         }
         RenderedBody::Sse(events) => {
             let events = match cut {
+                _ if reply.stall_head => Vec::new(),
                 Some(n) => cut_after_deltas(events, n),
                 None => events,
             };
-            let head = stream::iter(
+            let pings = reply.keepalive.map_or_else(
+                || stream::empty().boxed(),
+                |(every, count)| {
+                    stream::iter(0..count)
+                        .then(move |_| async move {
+                            tokio::time::sleep(every).await;
+                            Ok::<Bytes, std::io::Error>(Bytes::from_static(b": keep-alive\n\n"))
+                        })
+                        .boxed()
+                },
+            );
+            let head = pings.chain(stream::iter(
                 events
                     .into_iter()
                     .map(|e| Ok::<Bytes, std::io::Error>(e.to_bytes())),
-            );
+            ));
             let body = if cut.is_some() {
                 Body::from_stream(head.chain(tail(reply, guard)))
             } else {

@@ -116,6 +116,8 @@ pub struct MockReply {
     pub(crate) chunk_chars: Option<usize>,
     pub(crate) model: Option<String>,
     pub(crate) headers: Vec<(String, String)>,
+    pub(crate) stall_head: bool,
+    pub(crate) keepalive: Option<(Duration, usize)>,
 }
 
 impl MockReply {
@@ -136,6 +138,8 @@ impl MockReply {
             chunk_chars: None,
             model: None,
             headers: Vec::new(),
+            stall_head: false,
+            keepalive: None,
         }
     }
 
@@ -269,6 +273,24 @@ impl MockReply {
     #[must_use]
     pub fn stall_after_chunks(mut self, n: usize) -> Self {
         self.stall_after = Some(n);
+        self
+    }
+
+    /// Sends the status line and headers, then nothing at all (no preamble, no comment) while keeping the
+    /// connection open: a server that accepted the request and went silent.
+    #[must_use]
+    pub fn stall_after_headers(mut self) -> Self {
+        self.stall_head = true;
+        self.stall_after = Some(0);
+        self
+    }
+
+    /// Streaming: before the first event, sends the SSE comment `: keep-alive` `count` times, one every
+    /// `every` (tokio time: honours paused test clocks), as slow local servers do while they read the prompt.
+    /// The answer follows as usual.
+    #[must_use]
+    pub fn keepalive_before_first(mut self, every: Duration, count: usize) -> Self {
+        self.keepalive = Some((every, count));
         self
     }
 

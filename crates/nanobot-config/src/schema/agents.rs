@@ -100,9 +100,58 @@ pub struct AgentDefaults {
     /// Old configs (before consolidation by token budget): messages kept in the prompt. Written back only if set.
     #[serde(alias = "memory_window", skip_serializing_if = "Option::is_none")]
     pub memory_window: Option<u32>,
+    /// Bounds of the waits of a turn and of each model call (nanobot-rs; the Python nanobot ignores the
+    /// key). Written back only when changed.
+    #[serde(skip_serializing_if = "TimeoutsConfig::is_default")]
+    pub timeouts: TimeoutsConfig,
     /// Keys this version does not model (kept on save).
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// `agents.defaults.timeouts`, in seconds. An unset model-call bound takes the default for where the server
+/// is: a cloud API, or a server on this machine or a private network (which may load and think longer).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TimeoutsConfig {
+    /// Connecting to the model server (default 10 s cloud, 5 s local).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connect: Option<f64>,
+    /// From sending a request to the response head (default 120 s cloud, 600 s local).
+    #[serde(alias = "first_byte", skip_serializing_if = "Option::is_none")]
+    pub first_byte: Option<f64>,
+    /// Longest silence within a streamed answer; keep-alive comments count as activity (default 90 s cloud,
+    /// 300 s local).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle: Option<f64>,
+    /// A whole model call, retries and their waits included (default 600 s cloud, 1800 s local).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call: Option<f64>,
+    /// A whole turn: every model call and tool run until the answer (default 3600 s).
+    pub turn: f64,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Default for TimeoutsConfig {
+    fn default() -> Self {
+        Self {
+            connect: None,
+            first_byte: None,
+            idle: None,
+            call: None,
+            turn: 3600.0,
+            extra: Extra::default(),
+        }
+    }
+}
+
+impl TimeoutsConfig {
+    /// Whether nothing differs from the defaults (then it is not written back).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 impl Default for AgentDefaults {
@@ -132,6 +181,7 @@ impl Default for AgentDefaults {
             idle_compact_check_interval_seconds: 60,
             dream: DreamConfig::default(),
             memory_window: None,
+            timeouts: TimeoutsConfig::default(),
             extra: Extra::default(),
         }
     }

@@ -18,6 +18,9 @@ pub struct GatewayConfig {
     pub restart_mode: String,
     /// The periodic heartbeat that reads `HEARTBEAT.md`.
     pub heartbeat: HeartbeatConfig,
+    /// Connection limits of the gateway's HTTP server (nanobot-rs). Written back only when changed.
+    #[serde(skip_serializing_if = "ServerLimitsConfig::is_default")]
+    pub limits: ServerLimitsConfig,
     /// Keys this version does not model (kept on save).
     #[serde(flatten)]
     pub extra: Extra,
@@ -30,6 +33,7 @@ impl Default for GatewayConfig {
             port: 18790,
             restart_mode: "auto".into(),
             heartbeat: HeartbeatConfig::default(),
+            limits: ServerLimitsConfig::default(),
             extra: Extra::default(),
         }
     }
@@ -72,6 +76,9 @@ pub struct ApiConfig {
     /// Bearer key clients must send (`null`/`""` = no key; then only loopback should be exposed).
     #[serde(alias = "api_key")]
     pub api_key: Option<Secret>,
+    /// Connection limits of the API server (nanobot-rs). Written back only when changed.
+    #[serde(skip_serializing_if = "ServerLimitsConfig::is_default")]
+    pub limits: ServerLimitsConfig,
     /// Keys this version does not model (kept on save).
     #[serde(flatten)]
     pub extra: Extra,
@@ -84,7 +91,54 @@ impl Default for ApiConfig {
             port: 8900,
             timeout: 120.0,
             api_key: Some(Secret::default()),
+            limits: ServerLimitsConfig::default(),
             extra: Extra::default(),
         }
+    }
+}
+
+/// `api.limits` and `gateway.limits`: what one HTTP client may hold of a server nanobot opens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ServerLimitsConfig {
+    /// Seconds a client has to send a complete request head, counted from the connection's start or the end
+    /// of its previous response (so it also bounds an idle kept-alive connection).
+    #[serde(alias = "header_read_timeout")]
+    pub header_read_timeout: f64,
+    /// Seconds a connection may wait for the client without a byte arriving, while the server is not busy
+    /// answering it (a request body that stops coming, an idle kept-alive connection).
+    #[serde(alias = "idle_timeout")]
+    pub idle_timeout: f64,
+    /// Connections one client address may hold open at once; more are refused with 503.
+    #[serde(alias = "max_connections_per_client")]
+    pub max_connections_per_client: u32,
+    /// Largest request body of the main POST route (`/v1/chat/completions`), in bytes; larger ones get 413.
+    #[serde(alias = "max_body_bytes")]
+    pub max_body_bytes: u64,
+    /// Largest request body of every other route, in bytes.
+    #[serde(alias = "max_other_body_bytes")]
+    pub max_other_body_bytes: u64,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Default for ServerLimitsConfig {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: 10.0,
+            idle_timeout: 60.0,
+            max_connections_per_client: 64,
+            max_body_bytes: 20 * 1024 * 1024,
+            max_other_body_bytes: 64 * 1024,
+            extra: Extra::default(),
+        }
+    }
+}
+
+impl ServerLimitsConfig {
+    /// Whether nothing differs from the defaults (then it is not written back).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
     }
 }

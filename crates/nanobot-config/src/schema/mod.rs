@@ -16,13 +16,13 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-pub use agents::{AgentDefaults, AgentsConfig, DreamConfig, ProviderRetryMode};
+pub use agents::{AgentDefaults, AgentsConfig, DreamConfig, ProviderRetryMode, TimeoutsConfig};
 pub use channels::{
     ChannelsConfig, DingTalkConfig, DiscordConfig, DmPolicy, FeishuConfig, GroupPolicy, SlackConfig,
     SlackDmConfig, TelegramConfig, TelegramMode,
 };
 pub use extra::{ChannelBlocks, Extra};
-pub use gateway::{ApiConfig, GatewayConfig, HeartbeatConfig};
+pub use gateway::{ApiConfig, GatewayConfig, HeartbeatConfig, ServerLimitsConfig};
 pub(crate) use providers::PROVIDER_SPECIFIC_KEYS;
 pub use providers::{ProviderConfig, ProvidersConfig, normalize_name};
 pub use tools::{

@@ -370,3 +370,18 @@ async fn a_cut_off_answer_is_continued() {
     assert_eq!(lines.len(), 3, "metadata, user, one assistant answer");
     assert_eq!(lines[2]["content"], "The first half, and the second half.");
 }
+
+/// A turn whose model never finishes is stopped at `turn_timeout`, and the user is told why (paused clock:
+/// the hour-long model delay passes at once).
+#[tokio::test(start_paused = true)]
+async fn a_turn_is_stopped_at_its_deadline_with_a_message() {
+    let home = nanobot_testkit::TempHome::new();
+    let mock = nanobot_testkit::MockLlm::start().await;
+    mock.push(nanobot_testkit::MockReply::text("too late").delay(std::time::Duration::from_secs(3000)));
+    let mut s = crate::common::settings(&home);
+    s.turn_timeout = std::time::Duration::from_secs(5);
+    let agent = nanobot_core::AgentLoop::new(crate::common::provider(&mock), s).unwrap();
+    let answer = agent.process_direct("hi", "cli:deadline").await.unwrap();
+    assert!(answer.contains("turn limit of 5s"), "{answer}");
+    assert!(!answer.contains("too late"));
+}

@@ -23,6 +23,7 @@ pub(crate) fn provider(mock: &MockLlm) -> Arc<dyn Provider> {
             request: Duration::from_secs(3600),
             stream_idle: Duration::from_secs(3600),
             connect: Duration::from_secs(10),
+            total: Duration::from_secs(3600),
         });
     Arc::new(OpenAiCompatClient::new(ep))
 }

@@ -20,6 +20,7 @@ pub(crate) fn provider(mock: &MockLlm) -> Arc<dyn Provider> {
             request: Duration::from_secs(20),
             stream_idle: Duration::from_secs(20),
             connect: Duration::from_secs(5),
+            ..Timeouts::default()
         });
     Arc::new(OpenAiCompatClient::new(ep))
 }

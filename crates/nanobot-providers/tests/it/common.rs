@@ -15,6 +15,7 @@ pub(crate) fn timeouts() -> Timeouts {
         request: Duration::from_secs(20),
         stream_idle: Duration::from_secs(20),
         connect: Duration::from_secs(5),
+        ..Timeouts::default()
     }
 }
 

@@ -11,4 +11,5 @@ mod openai;
 mod registry;
 mod resilience;
 mod shaping;
+mod timeouts;
 mod transcribe;

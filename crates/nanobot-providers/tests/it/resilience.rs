@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use nanobot_providers::{
     ChatMessage, ChatRequest, FallbackProvider, Provider, ProviderError, RetryPolicy, RetryingProvider,
-    StreamEvent, Timeouts,
+    StreamEvent, Timeouts, WaitKind,
 };
 use nanobot_testkit::{MockLlm, MockReply};
 
@@ -105,7 +105,16 @@ async fn stalled_stream_is_transient_and_not_retried_after_output() {
         }
     };
     assert!(!text.is_empty());
-    assert!(matches!(err, ProviderError::Transient { .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            ProviderError::TimedOut {
+                what: WaitKind::Idle,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("stalled"), "{err}");
     assert!(
         delays.lock().unwrap().is_empty(),

@@ -1,0 +1,202 @@
+//! Costs that must stay linear: reading the tail after a huge last message, the first read of a long
+//! Python-written file, checkpoints per tool step, oversized messages. Asserted on bytes read and syncs
+//! counted by the store, never on time.
+
+use nanobot_sessions::{SessionMessage, SessionStore, StoreOptions};
+use serde_json::json;
+
+use crate::{Env, lines};
+
+fn store_with(env: &Env, options: StoreOptions) -> SessionStore {
+    SessionStore::with_options(env.home.path(), env.workspace.path(), options).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_16_mib_last_message_is_read_once_not_rescanned() {
+    let env = Env::new();
+    // Spilling off: the raw cost of a 16 MiB line is what is measured.
+    let store = store_with(&env, StoreOptions::default().max_message_bytes(usize::MAX));
+    let key = "api:big";
+    let mut small = Vec::new();
+    for i in 0..40 {
+        small.push(SessionMessage::new(
+            if i % 2 == 0 { "user" } else { "assistant" },
+            format!("m{i}"),
+        ));
+    }
+    store.append(key, small).await.unwrap();
+    let big = "y".repeat(16 * 1024 * 1024);
+    store
+        .append(key, vec![SessionMessage::new("user", big.clone())])
+        .await
+        .unwrap();
+    let file_len = std::fs::metadata(store.path_for(key)).unwrap().len();
+
+    for _ in 0..3 {
+        store.invalidate(key).await;
+        let before = store.bytes_read();
+        let h = store.history(key, 10).await.unwrap();
+        assert_eq!(h.last().unwrap().content_text().unwrap().len(), big.len());
+        let read = store.bytes_read() - before;
+        // Linear: each byte of the tail is read at most about twice (chunks double), never once per step.
+        assert!(
+            read <= 2 * file_len + 1024 * 1024,
+            "read {read} bytes of a {file_len}-byte file"
+        );
+        assert!(read >= 16 * 1024 * 1024, "the big line must be read: {read}");
+    }
+    // Appending does not read the big line again: the store knows the file ends with a newline.
+    let before = store.bytes_read();
+    store
+        .append(key, vec![SessionMessage::new("assistant", "ok")])
+        .await
+        .unwrap();
+    assert!(store.bytes_read() - before < 1024 * 1024);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_long_lines_cost_only_the_lines_wanted() {
+    let env = Env::new();
+    let store = store_with(&env, StoreOptions::default().max_message_bytes(usize::MAX));
+    let key = "cli:long-lines";
+    for i in 0..30 {
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        store
+            .append(
+                key,
+                vec![SessionMessage::new(
+                    role,
+                    format!("{i}:{}", "z".repeat(512 * 1024)),
+                )],
+            )
+            .await
+            .unwrap();
+    }
+    store.invalidate(key).await;
+    let before = store.bytes_read();
+    let h = store.history(key, 2).await.unwrap();
+    assert!(!h.is_empty());
+    let read = store.bytes_read() - before;
+    let file_len = std::fs::metadata(store.path_for(key)).unwrap().len();
+    // `2 × max + 32` = 36 of 30 messages are wanted here, so the whole file; twice its size is the bound.
+    assert!(read <= 2 * file_len, "{read} > 2 × {file_len}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_read_of_a_long_python_file_keeps_only_the_tail() {
+    let env = Env::new();
+    let key = "cli:py-long";
+    let path = env.store.path_for(key);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let mut text = String::from(
+        "{\"_type\": \"metadata\", \"key\": \"cli:py-long\", \"created_at\": \"2026-01-01T00:00:00\", \"updated_at\": \"2026-01-01T00:00:00\", \"metadata\": {}, \"last_consolidated\": 4990}\n",
+    );
+    for i in 0..5000 {
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        // Some contents mention "_type" early: such lines are parsed, and still counted as messages.
+        let content = if i % 97 == 0 {
+            "\"_type\": \"metadata\"".to_owned()
+        } else {
+            format!("message {i}")
+        };
+        text.push_str(
+            &serde_json::to_string(
+                &json!({"role": role, "content": content, "timestamp": "2026-01-01T00:00:01"}),
+            )
+            .unwrap(),
+        );
+        text.push('\n');
+    }
+    std::fs::write(&path, &text).unwrap();
+    let full = {
+        let s = env.store.session(key).await.unwrap();
+        env.store.invalidate(key).await;
+        s
+    };
+    assert_eq!(full.messages.len(), 5000);
+    let h = env.store.history(key, 5).await.unwrap();
+    assert_eq!(h, full.history(5));
+    // The count record left at the end says 5000: every line was counted, none lost.
+    let l = lines(&path);
+    assert_eq!(l.last().unwrap()["_message_count"], 5000);
+    // A later read reads only the tail.
+    env.store.invalidate(key).await;
+    let before = env.store.bytes_read();
+    assert_eq!(env.store.history(key, 5).await.unwrap(), full.history(5));
+    assert!(env.store.bytes_read() - before < text.len() as u64 / 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_step_is_one_append_and_one_sync() {
+    let env = Env::new();
+    let key = "cli:cp";
+    let mut messages = Vec::new();
+    let mut last = json!(null);
+    let syncs0 = env.store.syncs();
+    for step in 0..20 {
+        messages.push(json!({"role": "assistant", "content": format!("step {step} {}", "w".repeat(2000))}));
+        messages.push(json!({"role": "tool", "tool_call_id": format!("c{step}"), "content": "done"}));
+        last = json!({"phase": "tools_completed", "iteration": step, "messages": messages});
+        env.store.write_checkpoint(key, &last).await.unwrap();
+    }
+    assert_eq!(env.store.syncs() - syncs0, 20, "one sync per step");
+    assert_eq!(env.store.read_checkpoint(key).await.unwrap(), Some(last.clone()));
+    // Appended changes only: the file is about the size of the final payload, not 20 growing copies of it.
+    let cp = env.store.checkpoint_path(key);
+    let file_len = std::fs::metadata(&cp).unwrap().len() as usize;
+    let payload_len = serde_json::to_vec(&last).unwrap().len();
+    assert!(file_len < payload_len * 2, "{file_len} vs {payload_len}");
+
+    // A torn last record (crash mid-write) leaves the state before it.
+    let mut bytes = std::fs::read(&cp).unwrap();
+    bytes.extend_from_slice(b"{\"_checkpoint\": \"change\", \"set\": {\"phase\": \"aw");
+    std::fs::write(&cp, &bytes).unwrap();
+    assert_eq!(env.store.read_checkpoint(key).await.unwrap(), Some(last));
+
+    // A field replaced, one removed, a payload that is not an object.
+    env.store.clear_checkpoint(key).await.unwrap();
+    assert_eq!(env.store.read_checkpoint(key).await.unwrap(), None);
+    env.store
+        .write_checkpoint(key, &json!({"a": [1], "b": 1}))
+        .await
+        .unwrap();
+    env.store.write_checkpoint(key, &json!({"a": [2]})).await.unwrap();
+    assert_eq!(
+        env.store.read_checkpoint(key).await.unwrap(),
+        Some(json!({"a": [2]}))
+    );
+    env.store.write_checkpoint(key, &json!([1, 2])).await.unwrap();
+    assert_eq!(env.store.read_checkpoint(key).await.unwrap(), Some(json!([1, 2])));
+    // A checkpoint file of an older version (one JSON object) still reads.
+    std::fs::write(&cp, b"{\"phase\": \"awaiting_tools\"}").unwrap();
+    assert_eq!(
+        env.store.read_checkpoint(key).await.unwrap(),
+        Some(json!({"phase": "awaiting_tools"}))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_message_is_spilled_to_a_side_file() {
+    let env = Env::new();
+    let key = "api:spill";
+    let big: String = "é".repeat(1024 * 1024); // 2 MiB of two-byte characters
+    env.store
+        .append(key, vec![SessionMessage::new("user", big.clone())])
+        .await
+        .unwrap();
+    let l = lines(&env.store.path_for(key));
+    let stored = l.last().unwrap()["content"].as_str().unwrap().to_owned();
+    assert!(stored.len() < 64 * 1024, "the session line stays small");
+    assert!(
+        stored.contains("bytes) is in"),
+        "{}",
+        &stored[stored.len() - 200..]
+    );
+    let side = stored.rsplit("is in ").next().unwrap().trim_end_matches(']');
+    assert_eq!(std::fs::read_to_string(side).unwrap(), big, "nothing is lost");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(side).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+}
