@@ -5,6 +5,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test helpers may panic")]
 
 #[path = "../cli/support.rs"]
-#[allow(dead_code, reason = "shared with the cli tests; the wheel test uses a few of its helpers")]
+#[allow(
+    dead_code,
+    reason = "shared with the cli tests; the wheel test uses a few of its helpers"
+)]
 mod support;
 mod wheel;

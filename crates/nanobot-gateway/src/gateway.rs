@@ -203,7 +203,15 @@ pub async fn check_api_bind(config: &Config) -> Result<Vec<SocketAddr>, GatewayE
 /// The chat channels this build can run: exactly the names [`build_channels`] builds. A channel crate
 /// added there is added here too; every other enabled channel block is refused at start-up
 /// ([`unsupported_channels`]) and reported by `status`, `channels status` and `doctor`.
-pub const BUILT_CHANNELS: &[&str] = &["telegram", "discord", "slack", "feishu", "dingtalk", "websocket", "email"];
+pub const BUILT_CHANNELS: &[&str] = &[
+    "telegram",
+    "discord",
+    "slack",
+    "feishu",
+    "dingtalk",
+    "websocket",
+    "email",
+];
 
 /// The variable that lets the gateway start without the enabled channels it cannot run (any non-empty
 /// value but `0`/`false`): they are then named in a warning instead of stopping the start.

@@ -93,6 +93,7 @@ fn endpoint(name: &str, base: &str) -> Endpoint {
             request: Duration::from_secs(10),
             stream_idle: Duration::from_secs(10),
             connect: Duration::from_secs(5),
+            total: Duration::from_secs(30),
         })
 }
 
