@@ -32,10 +32,34 @@ pub(crate) struct Lab {
     pub key: String,
 }
 
+/// Where labs are made: the target dir's scratch folder, unless the checkout lies under a directory the sandbox
+/// replaces with a private one (`/tmp`, `/var/tmp`: a clone made in `/tmp`), where the "outside" canary would be
+/// hidden from commands for the wrong reason and the control case would fail. Then a folder under `/var/cache`
+/// (as root, which CI is), else the test says what to set.
+fn lab_base() -> PathBuf {
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let real = target.canonicalize().unwrap_or_else(|_| target.clone());
+    let private = ["/tmp", "/var/tmp"]
+        .iter()
+        .any(|root| real.starts_with(root) || target.starts_with(root));
+    if !private {
+        return target;
+    }
+    let fallback = PathBuf::from("/var/cache/nanobot-tests");
+    match std::fs::create_dir_all(&fallback) {
+        Ok(()) => fallback,
+        Err(e) => panic!(
+            "the target dir {} is under a private-temp root of the exec sandbox and {} cannot be made ({e}); \
+             set NANOBOT_TEST_LAB_BASE to a writable folder outside /tmp and /var/tmp",
+            target.display(),
+            fallback.display()
+        ),
+    }
+}
+
 impl Lab {
     pub(crate) fn new() -> Self {
-        let base = std::env::var_os("NANOBOT_TEST_LAB_BASE")
-            .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from);
+        let base = std::env::var_os("NANOBOT_TEST_LAB_BASE").map_or_else(lab_base, PathBuf::from);
         std::fs::create_dir_all(&base).unwrap();
         let dir = tempfile::tempdir_in(&base).unwrap();
         let root = dir.path().canonicalize().unwrap();
@@ -543,7 +567,7 @@ fn the_attacks_also_fail_for_an_unprivileged_user() {
         return;
     };
     let exe = std::env::current_exe().unwrap();
-    let base = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let base = tempfile::tempdir_in(lab_base()).unwrap();
     std::os::unix::fs::chown(base.path(), Some(65534), Some(65534)).unwrap();
     let drop = |cmd: &mut std::process::Command| {
         cmd.arg("--reuid=65534")
