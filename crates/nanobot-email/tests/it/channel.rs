@@ -423,6 +423,13 @@ async fn a_wrong_password_is_a_clear_failure_not_a_crash_loop() -> anyhow::Resul
         matches!(login, nanobot_email::EmailError::Login { .. }),
         "{login}"
     );
+    // What `nanobot doctor` shows: the account and the server, never the password.
+    let shown = login.to_string();
+    assert!(
+        shown.contains(&addr("badpass-bot")) && shown.contains(&settings.imap.endpoint()),
+        "{shown}"
+    );
+    assert!(!shown.contains("WRONG-PASSWORD-123"), "{shown}");
 
     // A wrong SMTP password: the reply fails as an authentication error (not retried as a passing fault).
     let mut settings = p.settings("badpass", dir.path());
