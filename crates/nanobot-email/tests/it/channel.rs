@@ -620,3 +620,29 @@ async fn post_action_delete_removes_handled_mail() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_action_reaches_skipped_mail_only_when_ignore_skipped_is_off() -> anyhow::Result<()> {
+    let Some(p) = peers::shared() else { return Ok(()) };
+    let dir = tempfile::tempdir()?;
+    p.send(
+        "paskip-mallory",
+        text_mail("paskip-mallory", "paskip-bot", "Stranger", "let me in")?,
+    )
+    .await?;
+    p.send(
+        "paskip-alice",
+        text_mail("paskip-alice", "paskip-bot", "Handle me", "hello")?,
+    )
+    .await?;
+    let mut settings = p.settings("paskip", dir.path());
+    settings.post_action = Some(PostAction::Delete);
+    settings.post_action_ignore_skipped = false;
+    let run = Running::start(settings);
+    assert_eq!(run.next().await?.sender_id, addr("paskip-alice"));
+    p.wait_for("paskip-bot", "both mails deleted", <[_]>::is_empty)
+        .await?;
+    let left = run.stop().await?;
+    assert!(left.is_empty(), "the stranger was still not served: {left:?}");
+    Ok(())
+}
