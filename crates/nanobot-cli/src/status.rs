@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
+use std::time::Duration;
 
 use nanobot_config::Config;
 use nanobot_providers::{ProviderError, ProviderFactory, registry};
@@ -611,7 +612,73 @@ fn check_email(block: &serde_json::Value) -> Vec<Finding> {
             "turn them on and set `channels.email.trustedAuthservIds` to your provider's receiving server",
         ));
     }
+    if settings.consent_granted {
+        let result = imap_login_bounded(&settings, Duration::from_secs(10), Duration::from_secs(20));
+        f.push(imap_login_finding(&settings, result));
+    }
     f
+}
+
+/// Tries the IMAP login (connect, TLS, login, select, log out) with every step bounded by `step` and the whole by
+/// `overall`. Runs on a current-thread runtime of its own in a scoped thread, so it works whether or not the caller
+/// is inside a tokio runtime.
+fn imap_login_bounded(
+    settings: &nanobot_email::EmailSettings,
+    step: Duration,
+    overall: Duration,
+) -> Result<(), String> {
+    let mut settings = settings.clone();
+    settings.timeout = settings.timeout.min(step);
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("cannot start a tokio runtime: {e}"))?;
+                let result = rt.block_on(async {
+                    match tokio::time::timeout(overall, nanobot_email::check_imap_login(&settings)).await {
+                        Ok(r) => r.map_err(|e| e.to_string()),
+                        Err(_) => Err(format!(
+                            "no answer from {} within {} s",
+                            settings.imap.endpoint(),
+                            overall.as_secs()
+                        )),
+                    }
+                });
+                // A name lookup still running on the blocking pool must not hold doctor up.
+                rt.shutdown_background();
+                result
+            })
+            .join()
+            .unwrap_or_else(|_| Err("the IMAP check failed unexpectedly".into()))
+    })
+}
+
+/// The finding of the IMAP login check: names the account and the server, never the password.
+fn imap_login_finding(settings: &nanobot_email::EmailSettings, result: Result<(), String>) -> Finding {
+    let user = &settings.imap.username;
+    let server = settings.imap.endpoint();
+    match result {
+        Ok(()) => Finding::ok(format!(
+            "email channel: IMAP login as {user} at {server} works (mailbox {})",
+            settings.imap.mailbox
+        )),
+        Err(e) => {
+            // Whatever the error says, the password is not repeated.
+            let password = settings.imap.password.expose();
+            let e = if password.is_empty() {
+                e
+            } else {
+                e.replace(password, "<password>")
+            };
+            Finding::problem(
+                format!("email channel: IMAP check of {user} at {server} failed: {e}"),
+                "check `channels.email.imapHost`, `imapPort`, `imapUseSsl`, `imapUsername` and `imapPassword` \
+                 (Gmail and Fastmail need an app password)",
+            )
+        }
+    }
 }
 
 /// The text of `nanobot doctor` and the number of problems.
@@ -738,6 +805,93 @@ mod tests {
         .unwrap();
         let states = channel_states(&config);
         assert!(states.contains(&("email".to_owned(), true, false)), "{states:?}");
+    }
+
+    fn email_block(port: u16, ssl: bool) -> serde_json::Value {
+        serde_json::json!({
+            "enabled": true, "consentGranted": true,
+            "imapHost": "127.0.0.1", "imapPort": port, "imapUseSsl": ssl,
+            "imapUsername": "bot@x.org", "imapPassword": "SECRET-IMAP-PW",
+            "smtpHost": "127.0.0.1", "smtpUsername": "bot@x.org", "smtpPassword": "SECRET-SMTP-PW",
+            "allowFrom": ["a@x.org"], "verifyDkim": false, "verifySpf": false,
+        })
+    }
+
+    fn login_problem(f: &[Finding]) -> &Finding {
+        let shown = format!("{f:?}");
+        assert!(!shown.contains("SECRET-"), "no password in the findings: {shown}");
+        f.iter()
+            .find(|x| x.what.contains("IMAP check"))
+            .unwrap_or_else(|| panic!("an IMAP check finding: {shown}"))
+    }
+
+    #[test]
+    fn doctor_reports_an_unreachable_imap_server_by_account_and_server() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let f = check_email(&email_block(port, true));
+        let x = login_problem(&f);
+        assert_eq!(x.level, Level::Problem, "{x:?}");
+        assert!(x.what.contains("bot@x.org"), "{x:?}");
+        assert!(x.what.contains(&format!("127.0.0.1:{port}")), "{x:?}");
+    }
+
+    #[test]
+    fn doctor_reports_a_server_that_refuses_and_never_sends_the_password_in_clear() {
+        use std::io::{BufRead as _, BufReader, Write as _};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // A minimal IMAP server without TLS: greets, then refuses every command with NO.
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            conn.write_all(b"* OK fake IMAP ready\r\n").unwrap();
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut received = String::new();
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                received.push_str(&line);
+                let tag = line.split_whitespace().next().unwrap_or("*").to_string();
+                let _ = conn.write_all(format!("{tag} NO not here\r\n").as_bytes());
+                line.clear();
+            }
+            received
+        });
+        let f = check_email(&email_block(port, false));
+        let x = login_problem(&f);
+        assert_eq!(x.level, Level::Problem, "{x:?}");
+        assert!(
+            x.what.contains("bot@x.org") && x.what.contains(&format!("127.0.0.1:{port}")),
+            "{x:?}"
+        );
+        assert!(x.what.contains("STARTTLS"), "names the refusal: {x:?}");
+        let received = server.join().unwrap();
+        assert!(received.contains("STARTTLS"), "{received}");
+        assert!(
+            !received.contains("SECRET") && !received.to_uppercase().contains("LOGIN"),
+            "no login attempted without TLS: {received}"
+        );
+    }
+
+    #[test]
+    fn the_imap_login_finding_names_account_and_server_never_the_password() {
+        let s = nanobot_email::EmailSettings::from_block(&email_block(993, true), "m", "d").unwrap();
+        let err = nanobot_email::EmailError::Login {
+            endpoint: s.imap.endpoint(),
+            username: s.imap.username.clone(),
+            message: "[AUTHENTICATIONFAILED] bad SECRET-IMAP-PW".into(),
+        };
+        let x = imap_login_finding(&s, Err(err.to_string()));
+        assert_eq!(x.level, Level::Problem);
+        assert!(
+            x.what.contains("bot@x.org") && x.what.contains("127.0.0.1:993"),
+            "{x:?}"
+        );
+        assert!(x.what.contains("AUTHENTICATIONFAILED"), "{x:?}");
+        assert!(!x.what.contains("SECRET"), "{x:?}");
+        assert_eq!(imap_login_finding(&s, Ok(())).level, Level::Ok);
     }
 
     #[test]

@@ -15,7 +15,9 @@ use tokio_util::sync::CancellationToken;
 use crate::imap::{self, ImapSession, bounded};
 use crate::message::{ParsedMail, parse_mail};
 use crate::outbound::{self, Thread, reply_subject};
-use crate::{EmailError, EmailSettings, MailboxState, NAME, StateFile, check_authentication_results, tls};
+use crate::{
+    EmailError, EmailSettings, MailboxState, NAME, PostAction, StateFile, check_authentication_results, tls,
+};
 
 /// Inbound metadata: the received message's `Message-ID`.
 pub const META_MESSAGE_ID: &str = "message_id";
@@ -37,6 +39,26 @@ impl std::fmt::Debug for EmailChannel {
         f.debug_struct("EmailChannel")
             .field("settings", &self.settings)
             .finish_non_exhaustive()
+    }
+}
+
+/// What the server offers for `postAction`.
+#[derive(Debug, Clone, Copy)]
+struct Features {
+    /// `MOVE` (RFC 6851).
+    mv: bool,
+    /// `UIDPLUS` (RFC 4315): `UID EXPUNGE`.
+    uidplus: bool,
+}
+
+/// The server's NO or BAD answer to a command, if that is what `e` is (the connection is still usable).
+fn refusal(e: &EmailError) -> Option<&str> {
+    match e {
+        EmailError::Imap {
+            source: async_imap::error::Error::No(m) | async_imap::error::Error::Bad(m),
+            ..
+        } => Some(m),
+        _ => None,
     }
 }
 
@@ -91,6 +113,10 @@ impl EmailChannel {
         let validity = imap::select(&mut session, s).await?;
         let caps = bounded(&endpoint, "CAPABILITY", s.timeout, session.capabilities()).await?;
         let idle = s.prefer_idle && caps.has_str("IDLE");
+        let features = Features {
+            mv: caps.has_str("MOVE"),
+            uidplus: caps.has_str("UIDPLUS"),
+        };
         tracing::info!(
             server = %endpoint,
             mailbox = %s.imap.mailbox,
@@ -99,7 +125,8 @@ impl EmailChannel {
         );
         loop {
             self.heartbeat.beat();
-            self.sync(&mut session, bus, cancel, state, validity).await?;
+            self.sync(&mut session, bus, cancel, state, validity, features)
+                .await?;
             while session.unsolicited_responses.try_recv().is_ok() {}
             if cancel.is_cancelled() {
                 imap::logout(session, s.timeout).await;
@@ -149,6 +176,7 @@ impl EmailChannel {
         cancel: &CancellationToken,
         state: &mut StateFile,
         validity: u32,
+        features: Features,
     ) -> Result<(), EmailError> {
         let s = &self.settings;
         let endpoint = s.imap.endpoint();
@@ -173,9 +201,15 @@ impl EmailChannel {
             if cancel.is_cancelled() {
                 break;
             }
-            match self.handle(session, bus, uid, validity).await? {
-                Handled::Delivered => tracing::debug!(uid, "email: message delivered to the agent"),
-                Handled::Skipped => {}
+            let act = match self.handle(session, bus, uid, validity).await? {
+                Handled::Delivered => {
+                    tracing::debug!(uid, "email: message delivered to the agent");
+                    true
+                }
+                Handled::Skipped => !s.post_action_ignore_skipped,
+            };
+            if act {
+                self.post_action(session, uid, features).await?;
             }
             state.set(
                 &key,
@@ -185,6 +219,114 @@ impl EmailChannel {
                 },
             )?;
             self.heartbeat.beat();
+        }
+        Ok(())
+    }
+
+    /// Applies `postAction` to message `uid` (bounded commands). A command the server refuses is logged and the
+    /// message left where it is; a broken connection is an error (the caller reconnects).
+    async fn post_action(
+        &self,
+        session: &mut ImapSession,
+        uid: u32,
+        features: Features,
+    ) -> Result<(), EmailError> {
+        let s = &self.settings;
+        let Some(action) = &s.post_action else {
+            return Ok(());
+        };
+        let endpoint = s.imap.endpoint();
+        if let PostAction::Move(target) = action {
+            let (what, result) = if features.mv {
+                let r = bounded(
+                    &endpoint,
+                    "UID MOVE",
+                    s.timeout,
+                    session.uid_mv(uid.to_string(), target),
+                )
+                .await;
+                ("UID MOVE", r)
+            } else {
+                let r = bounded(
+                    &endpoint,
+                    "UID COPY",
+                    s.timeout,
+                    session.uid_copy(uid.to_string(), target),
+                )
+                .await;
+                ("UID COPY", r)
+            };
+            match result {
+                Ok(()) => {}
+                Err(e) => {
+                    if let Some(m) = refusal(&e) {
+                        tracing::warn!(
+                            uid,
+                            mailbox = %target,
+                            "email: postAction move: the server refused {what} ({m}); the message stays in {}",
+                            s.imap.mailbox
+                        );
+                        return Ok(());
+                    }
+                    return Err(e);
+                }
+            }
+            if features.mv {
+                tracing::debug!(uid, mailbox = %target, "email: handled message moved");
+                return Ok(());
+            }
+        }
+        let stored = bounded(&endpoint, "UID STORE \\Deleted", s.timeout, async {
+            session
+                .uid_store(uid.to_string(), "+FLAGS.SILENT (\\Deleted)")
+                .await?
+                .try_collect::<Vec<_>>()
+                .await
+        })
+        .await;
+        if let Err(e) = stored {
+            if let Some(m) = refusal(&e) {
+                tracing::warn!(
+                    uid,
+                    "email: postAction: the server refused to flag the message deleted ({m})"
+                );
+                return Ok(());
+            }
+            return Err(e);
+        }
+        if features.uidplus {
+            let expunged = bounded(&endpoint, "UID EXPUNGE", s.timeout, async {
+                session
+                    .uid_expunge(uid.to_string())
+                    .await?
+                    .try_collect::<Vec<_>>()
+                    .await
+            })
+            .await;
+            match expunged {
+                Ok(_) => return Ok(()),
+                Err(e) => {
+                    let Some(m) = refusal(&e) else { return Err(e) };
+                    tracing::warn!(uid, "email: postAction: UID EXPUNGE refused ({m})");
+                }
+            }
+        }
+        if s.post_action_expunge {
+            // Without UIDPLUS only a mailbox-wide EXPUNGE removes it: that also removes mail others flagged
+            // \Deleted, hence only on postActionExpunge (as 0.3.5).
+            let expunged = bounded(&endpoint, "EXPUNGE", s.timeout, async {
+                session.expunge().await?.try_collect::<Vec<_>>().await
+            })
+            .await;
+            if let Err(e) = expunged {
+                let Some(m) = refusal(&e) else { return Err(e) };
+                tracing::warn!(uid, "email: postAction: EXPUNGE refused ({m})");
+            }
+        } else if !features.uidplus {
+            tracing::debug!(
+                uid,
+                "email: the server has no UID EXPUNGE and postActionExpunge is off: the message is only flagged \\Deleted"
+            );
         }
         Ok(())
     }

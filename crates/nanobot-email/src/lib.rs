@@ -67,7 +67,7 @@ pub use config::EmailConfig;
 pub use error::EmailError;
 pub use message::{Attachment, ParsedMail, html_to_text, parse_mail, trim_reply};
 pub use outbound::{render_html, render_text, reply_subject};
-pub use settings::{EmailSettings, ImapSettings, SmtpSecurity, SmtpSettings};
+pub use settings::{EmailSettings, ImapSettings, PostAction, SmtpSecurity, SmtpSettings};
 pub use state::{MailboxState, StateFile};
 
 /// The channel's name on the bus.

@@ -67,6 +67,16 @@ impl SmtpSettings {
     }
 }
 
+/// What happens to a handled mail after it is on the bus and marked seen (`postAction`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PostAction {
+    /// Flag it `\Deleted` and expunge it (UID EXPUNGE where the server offers UIDPLUS).
+    Delete,
+    /// Move it to this mailbox (UID MOVE, else UID COPY + delete). The mailbox must exist.
+    Move(String),
+}
+
 /// Everything the e-mail channel needs, validated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EmailSettings {
@@ -88,6 +98,12 @@ pub struct EmailSettings {
     pub timeout: Duration,
     /// `markSeen`.
     pub mark_seen: bool,
+    /// `postAction` (with `postActionMoveMailbox`); `None`: handled mail stays where it is.
+    pub post_action: Option<PostAction>,
+    /// `postActionExpunge`: expunge the whole mailbox when the server cannot expunge by UID.
+    pub post_action_expunge: bool,
+    /// `postActionIgnoreSkipped`: mail not served (strangers, unauthenticated) is left alone.
+    pub post_action_ignore_skipped: bool,
     /// `maxBodyChars`.
     pub max_body_chars: usize,
     /// `subjectPrefix`.
@@ -182,17 +198,34 @@ impl EmailSettings {
                  in clear to {smtp_host}; turn one on (clear text is only allowed to a loopback host)"
             )));
         };
-        if let Some(action) = config.post_action.as_deref().filter(|a| !a.trim().is_empty()) {
-            if !matches!(action, "delete" | "move") {
+        let post_action = match config.post_action.as_deref().map(str::trim).unwrap_or_default() {
+            "" => None,
+            "delete" => Some(PostAction::Delete),
+            "move" => {
+                let target = config
+                    .post_action_move_mailbox
+                    .as_deref()
+                    .map(str::trim)
+                    .unwrap_or_default();
+                if target.is_empty() {
+                    return Err(EmailError::Config(
+                        "channels.email.postActionMoveMailbox not set (needed while postAction is \"move\")"
+                            .into(),
+                    ));
+                }
+                if target.chars().any(char::is_control) {
+                    return Err(EmailError::Config(
+                        "channels.email.postActionMoveMailbox contains a control character".into(),
+                    ));
+                }
+                Some(PostAction::Move(target.to_string()))
+            }
+            other => {
                 return Err(EmailError::Config(format!(
-                    "channels.email.postAction {action:?} must be \"delete\" or \"move\""
+                    "channels.email.postAction {other:?} must be \"delete\" or \"move\""
                 )));
             }
-            tracing::warn!(
-                action,
-                "email: channels.email.postAction is not supported by this version; handled mail is only marked seen"
-            );
-        }
+        };
         let from_address = [&config.from_address, &config.smtp_username, &config.imap_username]
             .into_iter()
             .map(|a| a.trim())
@@ -226,6 +259,9 @@ impl EmailSettings {
             idle_renew: Duration::from_secs(60),
             timeout: Duration::from_secs(30),
             mark_seen: config.mark_seen,
+            post_action,
+            post_action_expunge: config.post_action_expunge,
+            post_action_ignore_skipped: config.post_action_ignore_skipped,
             max_body_chars: config.max_body_chars,
             subject_prefix: config.subject_prefix.clone(),
             allow_from: config
@@ -413,5 +449,30 @@ mod tests {
         b["smtpPassword"] = "SECRET-SMTP".into();
         let shown = format!("{:?}", EmailSettings::from_block(&b, "/m", "/d").unwrap());
         assert!(!shown.contains("SECRET-"), "{shown}");
+    }
+
+    #[test]
+    fn post_action_values_and_their_mailbox() {
+        let s = EmailSettings::from_block(&block(), "/m", "/d").unwrap();
+        assert_eq!(s.post_action, None);
+        assert!(s.post_action_ignore_skipped);
+        let mut b = block();
+        b["postAction"] = "delete".into();
+        b["post_action_expunge"] = true.into();
+        let s = EmailSettings::from_block(&b, "/m", "/d").unwrap();
+        assert_eq!(s.post_action, Some(PostAction::Delete));
+        assert!(s.post_action_expunge);
+        b["postAction"] = "move".into();
+        let err = EmailSettings::from_block(&b, "/m", "/d").unwrap_err().to_string();
+        assert!(err.contains("channels.email.postActionMoveMailbox"), "{err}");
+        b["postActionMoveMailbox"] = " Archive/Bot ".into();
+        let s = EmailSettings::from_block(&b, "/m", "/d").unwrap();
+        assert_eq!(s.post_action, Some(PostAction::Move("Archive/Bot".into())));
+        b["postActionMoveMailbox"] = "A\r\nB".into();
+        let err = EmailSettings::from_block(&b, "/m", "/d").unwrap_err().to_string();
+        assert!(err.contains("control character"), "{err}");
+        b["postAction"] = "archive".into();
+        let err = EmailSettings::from_block(&b, "/m", "/d").unwrap_err().to_string();
+        assert!(err.contains("channels.email.postAction \"archive\""), "{err}");
     }
 }

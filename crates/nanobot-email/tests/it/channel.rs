@@ -10,7 +10,7 @@ use lettre::message::{Attachment, MultiPart, SinglePart};
 use mail_parser::{MessageParser, MimeHeaders as _};
 use nanobot_bus::{Bus, InProcessBus, InboundMessage, OutboundMessage};
 use nanobot_channels::{ChannelManager, ChannelState, HealthRegistry, ManagerSettings, SupervisorSettings};
-use nanobot_email::{EmailChannel, EmailSettings};
+use nanobot_email::{EmailChannel, EmailSettings, PostAction};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -423,6 +423,13 @@ async fn a_wrong_password_is_a_clear_failure_not_a_crash_loop() -> anyhow::Resul
         matches!(login, nanobot_email::EmailError::Login { .. }),
         "{login}"
     );
+    // What `nanobot doctor` shows: the account and the server, never the password.
+    let shown = login.to_string();
+    assert!(
+        shown.contains(&addr("badpass-bot")) && shown.contains(&settings.imap.endpoint()),
+        "{shown}"
+    );
+    assert!(!shown.contains("WRONG-PASSWORD-123"), "{shown}");
 
     // A wrong SMTP password: the reply fails as an authentication error (not retried as a passing fault).
     let mut settings = p.settings("badpass", dir.path());
@@ -520,5 +527,122 @@ async fn unauthenticated_mail_is_left_alone_when_dkim_and_spf_are_required() -> 
     let bot = p.messages("verify-bot").await?;
     assert!(!seen(&flags_of(&bot, "No results").context("present")?));
     assert!(!seen(&flags_of(&bot, "Untrusted results").context("present")?));
+    Ok(())
+}
+
+/// Subjects and flags of every message in `user`'s `mailbox`.
+async fn mailbox(p: &MailPeers, user: &str, mailbox: &str) -> anyhow::Result<Vec<(String, Vec<String>)>> {
+    use futures::TryStreamExt as _;
+    let mut s = p.imap(user).await?;
+    s.select(mailbox).await?;
+    let fetched: Vec<_> = s
+        .uid_fetch("1:*", "(UID FLAGS BODY.PEEK[])")
+        .await?
+        .try_collect()
+        .await
+        .unwrap_or_default();
+    let out = fetched
+        .iter()
+        .map(|f| {
+            let subject = MessageParser::default()
+                .parse(f.body().unwrap_or_default())
+                .and_then(|m| m.subject().map(str::to_string))
+                .unwrap_or_default();
+            (subject, f.flags().map(|fl| format!("{fl:?}")).collect())
+        })
+        .collect();
+    let _ = s.logout().await;
+    Ok(out)
+}
+
+/// `postAction` on handled mail; mallory's mail (a stranger) comes first and must stay untouched.
+async fn post_action_case(scenario: &str, action: PostAction) -> anyhow::Result<Option<&'static MailPeers>> {
+    let Some(p) = peers::shared() else { return Ok(None) };
+    let dir = tempfile::tempdir()?;
+    let bot = format!("{scenario}-bot");
+    if let PostAction::Move(target) = &action {
+        let mut s = p.imap(&bot).await?;
+        s.create(target).await?;
+        let _ = s.logout().await;
+    }
+    let mallory = format!("{scenario}-mallory");
+    let alice = format!("{scenario}-alice");
+    p.send(&mallory, text_mail(&mallory, &bot, "Stranger", "let me in")?)
+        .await?;
+    p.send(&alice, text_mail(&alice, &bot, "Handle me", "hello")?)
+        .await?;
+    let mut settings = p.settings(scenario, dir.path());
+    settings.post_action = Some(action);
+    let run = Running::start(settings);
+    let first = run.next().await?;
+    assert_eq!(first.sender_id, addr(&alice));
+    let inbox = p
+        .wait_for(&bot, "the handled mail leaving INBOX", |msgs| {
+            flags_of(msgs, "Handle me").is_none()
+        })
+        .await?;
+    run.stop().await?;
+    let stranger = flags_of(&inbox, "Stranger").context("the stranger's mail is still in INBOX")?;
+    assert!(
+        !seen(&stranger) && !stranger.iter().any(|f| f == "Deleted"),
+        "the stranger's mail is untouched: {stranger:?}"
+    );
+    assert_eq!(inbox.len(), 1, "only the stranger's mail is left in INBOX");
+    Ok(Some(p))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_action_move_moves_handled_mail_to_the_target_mailbox() -> anyhow::Result<()> {
+    let Some(p) = post_action_case("pamove", PostAction::Move("Handled".into())).await? else {
+        return Ok(());
+    };
+    let moved = mailbox(p, "pamove-bot", "Handled").await?;
+    assert_eq!(moved.len(), 1, "{moved:?}");
+    assert_eq!(moved[0].0, "Handle me");
+    assert!(
+        seen(&moved[0].1),
+        "moved after it was marked seen: {:?}",
+        moved[0].1
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_action_delete_removes_handled_mail() -> anyhow::Result<()> {
+    // The handled mail left INBOX (expunged, not only flagged: INBOX is listed with \\Deleted mail too) and the
+    // stranger's stayed; deleted means no copy elsewhere either.
+    if let Some(p) = post_action_case("padelete", PostAction::Delete).await? {
+        let mut s = p.imap("padelete-bot").await?;
+        let names: Vec<_> = futures::TryStreamExt::try_collect(s.list(None, Some("*")).await?).await?;
+        let _ = s.logout().await;
+        let names: Vec<String> = names.iter().map(|n| n.name().to_string()).collect();
+        assert_eq!(names, ["INBOX"], "no mailbox was created for a delete");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_action_reaches_skipped_mail_only_when_ignore_skipped_is_off() -> anyhow::Result<()> {
+    let Some(p) = peers::shared() else { return Ok(()) };
+    let dir = tempfile::tempdir()?;
+    p.send(
+        "paskip-mallory",
+        text_mail("paskip-mallory", "paskip-bot", "Stranger", "let me in")?,
+    )
+    .await?;
+    p.send(
+        "paskip-alice",
+        text_mail("paskip-alice", "paskip-bot", "Handle me", "hello")?,
+    )
+    .await?;
+    let mut settings = p.settings("paskip", dir.path());
+    settings.post_action = Some(PostAction::Delete);
+    settings.post_action_ignore_skipped = false;
+    let run = Running::start(settings);
+    assert_eq!(run.next().await?.sender_id, addr("paskip-alice"));
+    p.wait_for("paskip-bot", "both mails deleted", <[_]>::is_empty)
+        .await?;
+    let left = run.stop().await?;
+    assert!(left.is_empty(), "the stranger was still not served: {left:?}");
     Ok(())
 }

@@ -22,6 +22,7 @@ pub(crate) const DOMAIN: &str = "nanobot.test";
 /// see each other's mail.
 const SCENARIOS: &[&str] = &[
     "reply", "stranger", "attach", "restart", "outage", "verify", "badpass", "starttls", "gateway", "poll",
+    "pamove", "padelete", "paskip",
 ];
 
 /// The address of `user` (`"reply-alice"`).
