@@ -21,6 +21,19 @@ if [ "$(cat "$dest/node/.stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$dest/node/.stamp"
 fi
 
+# --- The WhatsApp bridge's npm packages for the tests: only `ws` (the pinned @whiskeysockets/baileys is optional
+# and left out: the tests replace the WhatsApp connection inside the real bridge, and baileys fetches parts of
+# itself from github.com). Users get both from `nanobot channels login whatsapp`.
+wa_pins="$root/crates/nanobot-whatsapp/bridge/package.json"
+want=$(stamp "$wa_pins")
+if [ "$(cat "$dest/whatsapp-bridge/.stamp" 2>/dev/null)" != "$want" ]; then
+  echo "install-peers: whatsapp bridge (ws)" >&2
+  mkdir -p "$dest/whatsapp-bridge"
+  cp "$wa_pins" "$dest/whatsapp-bridge/package.json"
+  (cd "$dest/whatsapp-bridge" && npm install --omit=optional --no-package-lock --no-audit --no-fund --loglevel=error)
+  echo "$want" > "$dest/whatsapp-bridge/.stamp"
+fi
+
 # --- Python peers ----------------------------------------------------------------------------------------
 want=$(stamp "$pins/requirements.txt")
 if [ "$(cat "$dest/venv/.stamp" 2>/dev/null)" != "$want" ]; then
