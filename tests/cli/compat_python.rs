@@ -355,8 +355,8 @@ fn enabled_channels_this_build_cannot_run_are_refused_and_reported() {
     let h = home.home();
     let mut config: Value =
         serde_json::from_str(&std::fs::read_to_string(home.config_path()).unwrap()).unwrap();
-    config["channels"]["whatsapp"] = json!({"enabled": true, "bridgeUrl": "ws://127.0.0.1:1"});
-    config["channels"]["matrix"] = json!({"enabled": false});
+    config["channels"]["matrix"] = json!({"enabled": true, "homeserver": "https://matrix.invalid"});
+    config["channels"]["mattermost"] = json!({"enabled": false});
     config["gateway"]["port"] = peers::free_port().unwrap().into();
     config["api"]["port"] = peers::free_port().unwrap().into();
     home.write_config(&config);
@@ -364,20 +364,20 @@ fn enabled_channels_this_build_cannot_run_are_refused_and_reported() {
     let mut cmd = crate::support::nanobot(h);
     cmd.arg("gateway");
     let o = bounded(cmd, "nanobot gateway");
-    assert!(!o.status.success(), "the gateway started with whatsapp enabled");
+    assert!(!o.status.success(), "the gateway started with matrix enabled");
     let err = stderr(&o);
-    assert!(err.contains("whatsapp") && !err.contains("matrix"), "{err}");
+    assert!(err.contains("matrix") && !err.contains("mattermost"), "{err}");
     assert!(err.contains("NANOBOT_GATEWAY_SKIP_UNSUPPORTED_CHANNELS"), "{err}");
 
     let o = run(h, &["channels", "status"]);
     let out = stdout(&o);
     assert!(out.contains("not supported by this build"), "{out}");
     let o = run(h, &["status"]);
-    assert!(stdout(&o).contains("whatsapp (✗ not supported"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("matrix (✗ not supported"), "{}", stdout(&o));
     let o = run(h, &["doctor"]);
     assert!(!o.status.success(), "doctor found no problem");
     assert!(
-        stdout(&o).contains("channel `whatsapp` is enabled but this build cannot run it"),
+        stdout(&o).contains("channel `matrix` is enabled but this build cannot run it"),
         "{}",
         stdout(&o)
     );

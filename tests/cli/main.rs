@@ -15,3 +15,4 @@ mod interactive;
 mod interrupt;
 mod support;
 mod webui;
+mod whatsapp;

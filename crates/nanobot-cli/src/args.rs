@@ -163,6 +163,21 @@ pub struct AgentArgs {
 pub enum ChannelsAction {
     /// Which channels are enabled and whether their credentials look right.
     Status(ConfigArgs),
+    /// Link a channel that logs in interactively (WhatsApp: scan a QR code with your phone).
+    Login(ChannelLoginArgs),
+}
+
+/// `nanobot channels login CHANNEL`.
+#[derive(Debug, Clone, Args)]
+pub struct ChannelLoginArgs {
+    /// The channel (`whatsapp`).
+    pub channel: String,
+    /// Link again even if a device is already linked (the old credentials are kept aside, not deleted).
+    #[arg(short = 'f', long = "force")]
+    pub force: bool,
+    /// Config file and workspace.
+    #[command(flatten)]
+    pub config: ConfigArgs,
 }
 
 /// `nanobot mcp …`.

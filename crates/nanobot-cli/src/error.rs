@@ -96,6 +96,9 @@ pub enum CliError {
     /// A second Ctrl-C/SIGTERM during a shutdown: exit at once.
     #[error("interrupted")]
     Interrupted,
+    /// `nanobot channels login whatsapp` failed (not linked, logged out, bridge not installed …).
+    #[error("{0}")]
+    WhatsApp(#[source] nanobot_whatsapp::WhatsAppError),
 }
 
 fn hint_flag(explicit: &bool) -> &'static str {
@@ -125,6 +128,7 @@ impl CliError {
                 | nanobot_cron::CronError::Disabled { .. },
             ) => EXIT_USAGE,
             CliError::Core(nanobot_core::CoreError::Config(_)) => EXIT_USAGE,
+            CliError::WhatsApp(nanobot_whatsapp::WhatsAppError::Config(_)) => EXIT_USAGE,
             CliError::Interrupted => EXIT_INTERRUPTED,
             CliError::Gateway(
                 nanobot_gateway::GatewayError::UnprotectedApi { .. }

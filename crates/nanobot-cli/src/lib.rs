@@ -33,6 +33,7 @@
 
 mod agent;
 mod args;
+mod channels_login;
 mod cron_cmd;
 pub mod error;
 mod eval;
@@ -47,8 +48,8 @@ mod webui;
 use std::io::Write;
 
 pub use args::{
-    AgentArgs, ChannelsAction, Cli, Command, ConfigArgs, CronAction, CronAddArgs, CronConfigArgs, EvalArgs,
-    GatewayArgs, McpAction, ServeArgs, WebuiArgs,
+    AgentArgs, ChannelLoginArgs, ChannelsAction, Cli, Command, ConfigArgs, CronAction, CronAddArgs,
+    CronConfigArgs, EvalArgs, GatewayArgs, McpAction, ServeArgs, WebuiArgs,
 };
 pub use error::{CliError, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE};
 pub use eval::{
@@ -137,6 +138,9 @@ pub fn run_with(cli: Cli, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliEr
         Command::Channels {
             action: ChannelsAction::Status(a),
         } => write_out(out, &status::channels_text(env, &a)?),
+        Command::Channels {
+            action: ChannelsAction::Login(a),
+        } => channels_login::login(env, &a, out),
         Command::Cron { action } => cron(action, env, out),
         Command::Mcp {
             action: McpAction::List { config, no_connect },

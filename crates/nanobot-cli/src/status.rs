@@ -386,6 +386,7 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
         }
     }
     f.extend(check_channels(config));
+    f.extend(check_whatsapp(config, &s.paths, &env.vars_hash()));
     for name in nanobot_gateway::unsupported_channels(config) {
         f.push(Finding::problem(
             format!(
@@ -499,6 +500,75 @@ pub(crate) fn discord_token_ok(t: &str) -> bool {
                     .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
         })
         && t.len() >= 50
+}
+
+/// The WhatsApp channel's settings as the gateway builds them, or the problem that stops it.
+fn whatsapp_settings(
+    config: &Config,
+    paths: &nanobot_config::paths::NanobotPaths,
+    vars: &std::collections::HashMap<String, String>,
+) -> Option<Result<nanobot_whatsapp::WhatsAppSettings, nanobot_whatsapp::WhatsAppError>> {
+    let block = config.channels.other.get(nanobot_whatsapp::NAME)?;
+    Some(
+        nanobot_whatsapp::WhatsAppConfig::from_block(block)
+            .and_then(|c| {
+                nanobot_whatsapp::WhatsAppSettings::from_config(&c, &paths.data_dir(), &paths.media_dir(None))
+            })
+            .map(|mut s| {
+                s.bridge = s.bridge.with_environment(vars);
+                s
+            }),
+    )
+}
+
+/// Doctor findings for WhatsApp: the block, the bridge's npm packages, a linked device, `allowFrom`.
+fn check_whatsapp(
+    config: &Config,
+    paths: &nanobot_config::paths::NanobotPaths,
+    vars: &std::collections::HashMap<String, String>,
+) -> Vec<Finding> {
+    let mut f = Vec::new();
+    if !config.channels.other.is_enabled(nanobot_whatsapp::NAME) {
+        return f;
+    }
+    let s = match whatsapp_settings(config, paths, vars) {
+        Some(Ok(s)) => s,
+        Some(Err(e)) => {
+            f.push(Finding::problem(
+                e.to_string(),
+                "fix the value named in `channels.whatsapp`",
+            ));
+            return f;
+        }
+        None => return f,
+    };
+    if s.bridge.socket_module.is_none() && !nanobot_whatsapp::bridge_installed(&s.bridge) {
+        f.push(Finding::problem(
+            format!("whatsapp bridge not installed (no ws / @whiskeysockets/baileys in {})", s.bridge.node_modules().display()),
+            "run `nanobot channels login whatsapp` (installs the bridge with npm, then shows the QR code to scan)",
+        ));
+    }
+    if nanobot_whatsapp::credentials_present(&s.auth_dir) {
+        f.push(Finding::ok(format!(
+            "whatsapp device linked (credentials in {})",
+            s.auth_dir.display()
+        )));
+    } else {
+        f.push(Finding::problem(
+            format!(
+                "whatsapp is enabled but no device is linked (no credentials in {})",
+                s.auth_dir.display()
+            ),
+            "run `nanobot channels login whatsapp` and scan the QR code with WhatsApp → Linked devices",
+        ));
+    }
+    if s.allow_from.is_empty() {
+        f.push(Finding::warn(
+            "whatsapp `allowFrom` is empty: nobody can talk to the bot",
+            "add phone numbers with country code (e.g. \"+4915512345678\") to `channels.whatsapp.allowFrom`",
+        ));
+    }
+    f
 }
 
 fn check_channels(config: &Config) -> Vec<Finding> {
@@ -719,7 +789,12 @@ pub(crate) fn channels_text(env: &CliEnv, args: &ConfigArgs) -> Result<String, C
         "{:<12} {:<8} {:<12} {}\n",
         "Channel", "Enabled", "Credentials", "Allowed"
     );
-    for (name, enabled, creds) in channel_states(config) {
+    for (name, enabled, mut creds) in channel_states(config) {
+        if name == nanobot_whatsapp::NAME {
+            // WhatsApp's credentials are the linked device's, in the data directory.
+            creds = matches!(whatsapp_settings(config, &s.paths, &env.vars_hash()),
+                Some(Ok(w)) if nanobot_whatsapp::credentials_present(&w.auth_dir));
+        }
         let allowed = match name.as_str() {
             "telegram" => allow_text(&config.channels.telegram.allow_from),
             "discord" => allow_text(&config.channels.discord.allow_from),

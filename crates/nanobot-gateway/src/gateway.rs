@@ -211,6 +211,7 @@ pub const BUILT_CHANNELS: &[&str] = &[
     "dingtalk",
     "websocket",
     "email",
+    "whatsapp",
 ];
 
 /// The variable that lets the gateway start without the enabled channels it cannot run (any non-empty
@@ -343,7 +344,53 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
         }
         out.push(Arc::new(nanobot_email::EmailChannel::new(settings)));
     }
+    if let Some(block) = ch
+        .other
+        .get(nanobot_whatsapp::NAME)
+        .filter(|_| ch.other.is_enabled(nanobot_whatsapp::NAME))
+    {
+        let wa_error = |e: nanobot_whatsapp::WhatsAppError| channel_error(nanobot_whatsapp::NAME)(e.into());
+        let wa = nanobot_whatsapp::WhatsAppConfig::from_block(block).map_err(wa_error)?;
+        let mut settings =
+            nanobot_whatsapp::WhatsAppSettings::from_config(&wa, &paths.data_dir(), &paths.media_dir(None))
+                .map_err(wa_error)?;
+        settings.bridge = settings.bridge.with_environment(&env.vars);
+        let mut channel = nanobot_whatsapp::WhatsAppChannel::new(settings).with_pairing(pairing()?);
+        match nanobot_providers::transcriber_from_config(config, &env.vars) {
+            Ok(Some(t)) => channel = channel.with_transcriber(Arc::new(VoiceToText(Arc::new(t)))),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "whatsapp: voice notes are not transcribed"),
+        }
+        out.push(Arc::new(channel));
+    }
     Ok(out)
+}
+
+/// The providers' transcriber as a channel's [`nanobot_channels::Transcribe`].
+struct VoiceToText(Arc<dyn nanobot_providers::Transcriber>);
+
+#[async_trait::async_trait]
+impl nanobot_channels::Transcribe for VoiceToText {
+    async fn transcribe(&self, path: &std::path::Path) -> Result<String, nanobot_channels::TranscribeError> {
+        let audio = tokio::fs::read(path)
+            .await
+            .map_err(|e| nanobot_channels::TranscribeError(Box::new(e)))?;
+        let name = path
+            .file_name()
+            .map_or_else(|| "voice.ogg".into(), |n| n.to_string_lossy().into_owned());
+        let mime = match path.extension().and_then(|e| e.to_str()).unwrap_or_default() {
+            "mp3" => "audio/mpeg",
+            "m4a" | "mp4" => "audio/mp4",
+            "aac" => "audio/aac",
+            "amr" => "audio/amr",
+            "wav" => "audio/wav",
+            _ => "audio/ogg",
+        };
+        self.0
+            .transcribe(audio, &name, mime)
+            .await
+            .map_err(|e| nanobot_channels::TranscribeError(Box::new(e)))
+    }
 }
 
 /// The `websocket` channel when `channels.websocket` exists and is enabled (0.3.5 turns it on by default inside

@@ -1,7 +1,7 @@
 //! The WhatsApp channel for nanobot: a personal WhatsApp account, linked as a device by scanning a QR code.
 //!
-//! There is no mature Rust implementation of the WhatsApp Web multi-device protocol, so this crate runs a small
-//! Node.js bridge (`bridge/bridge.cjs`, shipped inside the crate) on the maintained npm package
+//! No Rust implementation of the WhatsApp Web multi-device protocol is mature yet (`whatsapp-rust` is young; see
+//! `docs/channels.md`), so this crate runs a small Node.js bridge (`bridge/bridge.cjs`, shipped inside the crate) on the maintained npm package
 //! `@whiskeysockets/baileys`. [`WhatsAppChannel`] (a [`nanobot_channels::Channel`]) starts the bridge and
 //! supervises it: the bridge listens on 127.0.0.1 only, accepts only the client that presents the random token
 //! it was given on stdin, and exits when its stdin closes, so it never outlives nanobot. A bridge that exits is
@@ -40,7 +40,10 @@ pub use bridge::{BRIDGE_PACKAGE_JSON, BRIDGE_SCRIPT};
 pub use channel::{LinkState, WhatsAppChannel};
 pub use error::WhatsAppError;
 pub use login::{Linked, bridge_installed, credentials_present, install_bridge, login, render_qr};
-pub use settings::{BridgeSettings, DEFAULT_MAX_MEDIA_BYTES, WhatsAppConfig, WhatsAppSettings, auth_dir};
+pub use settings::{
+    BRIDGE_INHERITED_VARS, BridgeSettings, DEFAULT_MAX_MEDIA_BYTES, NODE_MODULES_VAR, NODE_VAR,
+    SOCKET_MODULE_VAR, TEST_CONTROL_VAR, WhatsAppConfig, WhatsAppSettings, auth_dir,
+};
 
 /// The channel's name on the bus (and the key of its config block).
 pub const NAME: &str = "whatsapp";

@@ -40,11 +40,11 @@ pub fn credentials_present(auth_dir: &Path) -> bool {
 
 /// Installs the bridge's npm packages into its directory with `npm` (from the npm registry; bounded), writing
 /// progress to `out`.
-pub async fn install_bridge(
+pub async fn install_bridge<W: Write + ?Sized>(
     bridge: &BridgeSettings,
     npm: &Path,
     env: &[(String, String)],
-    out: &mut (dyn Write + Send),
+    out: &mut W,
 ) -> Result<(), WhatsAppError> {
     write_files(bridge)?;
     let _ = writeln!(
@@ -109,9 +109,9 @@ pub fn render_qr(data: &str) -> Result<String, WhatsAppError> {
 /// Links this nanobot to a WhatsApp account: starts the bridge in login mode, prints each QR code it gets to
 /// `out` until the phone scans one, then stops the bridge (which saves the credentials in the settings'
 /// credentials directory). Already linked: returns at once. The whole is bounded by `bound`.
-pub async fn login(
+pub async fn login<W: Write + ?Sized>(
     settings: &WhatsAppSettings,
-    out: &mut (dyn Write + Send),
+    out: &mut W,
     bound: Duration,
 ) -> Result<Linked, WhatsAppError> {
     let bridge = Bridge::start(
@@ -133,7 +133,7 @@ pub async fn login(
     }
 }
 
-async fn follow(bridge: &Bridge, out: &mut (dyn Write + Send)) -> Result<Linked, WhatsAppError> {
+async fn follow<W: Write + ?Sized>(bridge: &Bridge, out: &mut W) -> Result<Linked, WhatsAppError> {
     let mut ws = bridge.connect().await?;
     let mut shown = 0usize;
     while let Some(frame) = ws.next().await {

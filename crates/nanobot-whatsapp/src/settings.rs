@@ -1,6 +1,6 @@
 //! `channels.whatsapp` as written in `config.json` ([`WhatsAppConfig`]) and resolved ([`WhatsAppSettings`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use nanobot_channels::GroupPolicy;
@@ -83,7 +83,60 @@ pub struct BridgeSettings {
     pub env: Vec<(String, String)>,
 }
 
+/// Variables of nanobot's environment the bridge inherits (the rest, with API keys and tokens, is not passed):
+/// what Node.js needs to run, locale and time zone, proxies and trusted certificates.
+pub const BRIDGE_INHERITED_VARS: &[&str] = &[
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "TMPDIR",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+];
+/// `NANOBOT_WHATSAPP_NODE`: the Node.js program to run the bridge with (default `node` from `PATH`).
+pub const NODE_VAR: &str = "NANOBOT_WHATSAPP_NODE";
+/// `NANOBOT_WHATSAPP_NODE_MODULES`: where the bridge's npm packages are, instead of `<bridge dir>/node_modules`.
+pub const NODE_MODULES_VAR: &str = "NANOBOT_WHATSAPP_NODE_MODULES";
+/// `NANOBOT_WHATSAPP_SOCKET_MODULE`: tests only: a module replacing the WhatsApp connection inside the bridge.
+pub const SOCKET_MODULE_VAR: &str = "NANOBOT_WHATSAPP_SOCKET_MODULE";
+/// Passed to the bridge along with [`SOCKET_MODULE_VAR`]: where the tests' scripted socket reports.
+pub const TEST_CONTROL_VAR: &str = "NANOBOT_WA_TEST_CONTROL";
+
 impl BridgeSettings {
+    /// Applies nanobot's environment (passed in): the inherited variables ([`BRIDGE_INHERITED_VARS`]) and the
+    /// overrides [`NODE_VAR`], [`NODE_MODULES_VAR`] and [`SOCKET_MODULE_VAR`].
+    #[must_use]
+    pub fn with_environment(mut self, vars: &HashMap<String, String>) -> Self {
+        let set = |k: &str| vars.get(k).filter(|v| !v.is_empty());
+        for k in BRIDGE_INHERITED_VARS {
+            if let Some(v) = set(k) {
+                self.env.push(((*k).to_string(), v.clone()));
+            }
+        }
+        if let Some(node) = set(NODE_VAR) {
+            self.node = PathBuf::from(node);
+        }
+        if let Some(m) = set(NODE_MODULES_VAR) {
+            self.node_modules = Some(PathBuf::from(m));
+        }
+        if let Some(m) = set(SOCKET_MODULE_VAR) {
+            self.socket_module = Some(PathBuf::from(m));
+            if let Some(c) = set(TEST_CONTROL_VAR) {
+                self.env.push((TEST_CONTROL_VAR.to_string(), c.clone()));
+            }
+        }
+        self
+    }
+
     /// The bridge of a data directory: files in `<data_dir>/whatsapp/bridge`, `node` from `PATH`.
     pub fn in_data_dir(data_dir: &Path) -> Self {
         Self {
@@ -260,6 +313,30 @@ mod tests {
         assert!(err.to_string().contains("channels.whatsapp.proxy"), "{err}");
         let err = WhatsAppConfig::from_block(&serde_json::json!({"allowFrom": "123"})).unwrap_err();
         assert!(err.to_string().starts_with("channels.whatsapp:"), "{err}");
+    }
+
+    #[test]
+    fn the_bridge_gets_only_the_environment_it_needs() {
+        let vars: HashMap<String, String> = [
+            ("PATH", "/usr/bin"),
+            ("OPENAI_API_KEY", "sk-SECRET"),
+            ("HTTPS_PROXY", "http://proxy:3128"),
+            (NODE_VAR, "/opt/node/bin/node"),
+            (TEST_CONTROL_VAR, "127.0.0.1:1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let b = BridgeSettings::in_data_dir(Path::new("/d")).with_environment(&vars);
+        assert_eq!(b.node, Path::new("/opt/node/bin/node"));
+        assert_eq!(b.dir, Path::new("/d/whatsapp/bridge"));
+        assert_eq!(b.node_modules(), Path::new("/d/whatsapp/bridge/node_modules"));
+        let names: Vec<&str> = b.env.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            names,
+            ["PATH", "HTTPS_PROXY"],
+            "no API key, no test hook without the socket module"
+        );
     }
 
     #[test]
