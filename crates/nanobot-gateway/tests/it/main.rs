@@ -11,6 +11,7 @@ mod openai_sdk;
 mod ops;
 mod websocket;
 mod webui_browser;
+mod whatsapp;
 // nanobot-email's harness for real mail servers (Dovecot, aiosmtpd); not every helper is used here.
 #[allow(dead_code, unreachable_pub)]
 #[path = "../../../nanobot-email/tests/it/peers.rs"]
