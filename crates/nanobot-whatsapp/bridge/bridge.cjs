@@ -219,8 +219,17 @@ async function startBaileys() {
   }
   let sock;
   let restarts = 0;
+  const saving = new Set();
   const connect = async () => {
-    const { state, saveCreds } = await useMultiFileAuthState(authDir);
+    const { state, saveCreds: save } = await useMultiFileAuthState(authDir);
+    // Credential writes in flight are awaited before the process exits (a half-written creds.json would lose
+    // the link).
+    const saveCreds = () => {
+      const p = Promise.resolve(save()).catch((e) => log(`saving the credentials failed: ${e.message}`));
+      saving.add(p);
+      p.finally(() => saving.delete(p));
+      return p;
+    };
     sock = makeWASocket({
       auth: state,
       logger,
@@ -310,6 +319,9 @@ async function startBaileys() {
     },
     async close() {
       sock.end(undefined);
+      // Let the last writes of the auth state land (bounded).
+      const settle = new Promise((resolve) => setTimeout(resolve, 1000));
+      await Promise.all([Promise.allSettled([...saving]), settle]);
     },
   };
 }

@@ -25,7 +25,7 @@ pub const BRIDGE_PACKAGE_JSON: &str = include_str!("../bridge/package.json");
 /// Bound of the bridge's start (until it listens).
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a stopping bridge may take to close WhatsApp and save its credentials before it is killed.
-const STOP_GRACE: Duration = Duration::from_secs(5);
+const STOP_GRACE: Duration = Duration::from_secs(10);
 /// Largest frame between nanobot and the bridge (media travel base64-encoded inside).
 const MAX_FRAME: usize = 64 * 1024 * 1024;
 /// Lines of the bridge's stderr kept for error messages.
