@@ -107,6 +107,9 @@ fn login_shows_the_qr_code_in_the_terminal_and_reports_the_linked_account() {
         std::fs::metadata(&auth_dir).unwrap().permissions().mode() & 0o777,
         0o700
     );
+    // nanobot waited for its bridge: no process is left behind.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    assert!(stat.is_empty(), "the bridge outlived `nanobot channels login`: {stat}");
 }
 
 #[test]
