@@ -109,7 +109,10 @@ fn login_shows_the_qr_code_in_the_terminal_and_reports_the_linked_account() {
     );
     // nanobot waited for its bridge: no process is left behind.
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    assert!(stat.is_empty(), "the bridge outlived `nanobot channels login`: {stat}");
+    assert!(
+        stat.is_empty(),
+        "the bridge outlived `nanobot channels login`: {stat}"
+    );
 }
 
 #[test]
