@@ -39,7 +39,7 @@ pub fn credentials_present(auth_dir: &Path) -> bool {
 }
 
 /// Installs the bridge's npm packages into its directory with `npm` (from the npm registry; bounded), writing
-/// progress to `out`.
+/// progress to `out`. npm runs with `env` only (pass [`BridgeSettings::env`]).
 pub async fn install_bridge<W: Write + ?Sized>(
     bridge: &BridgeSettings,
     npm: &Path,
@@ -61,6 +61,8 @@ pub async fn install_bridge<W: Write + ?Sized>(
         "--loglevel=error",
     ])
     .current_dir(&bridge.dir)
+    // Only what npm needs (PATH, HOME, proxies, certificates): package install scripts never see API keys.
+    .env_clear()
     .envs(env.iter().map(|(k, v)| (k, v)))
     .stdin(Stdio::null())
     .stdout(Stdio::null())

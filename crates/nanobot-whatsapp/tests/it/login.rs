@@ -81,3 +81,24 @@ async fn a_logout_during_login_is_reported() -> Result<()> {
     assert!(matches!(err, WhatsAppError::LoggedOut), "{err:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_missing_npm_is_named_when_installing_the_bridge() -> Result<()> {
+    let home = tempfile::tempdir()?;
+    let bridge = nanobot_whatsapp::BridgeSettings::in_data_dir(home.path());
+    assert!(!nanobot_whatsapp::bridge_installed(&bridge));
+    let npm = home.path().join("no-such-npm");
+    let mut out = Vec::new();
+    let err = nanobot_whatsapp::install_bridge(&bridge, &npm, &[], &mut out)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, WhatsAppError::NotInstalled { .. }), "{err:?}");
+    assert!(err.to_string().contains("no-such-npm"), "{err}");
+    // The bridge's files were written where the packages are to go.
+    assert_eq!(
+        std::fs::read_to_string(bridge.dir.join("package.json"))?,
+        nanobot_whatsapp::BRIDGE_PACKAGE_JSON
+    );
+    assert!(String::from_utf8_lossy(&out).contains("Installing the WhatsApp bridge"));
+    Ok(())
+}
