@@ -13,5 +13,6 @@ mod eval;
 mod gateway;
 mod interactive;
 mod interrupt;
+mod local_first;
 mod support;
 mod webui;

@@ -62,15 +62,22 @@ fn main() -> ExitCode {
     } else {
         "info"
     };
-    let filter = vars
-        .get("RUST_LOG")
-        .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default_filter));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+    let get = |k: &str| vars.get(k).map(String::as_str);
+    let plan = nanobot_logging::LogPlan {
+        filter: nanobot_logging::filter_from(get, default_filter),
+        stderr: true,
+        colour: nanobot_logging::colour(std::io::IsTerminal::is_terminal(&std::io::stderr()), get),
+        dir: None,
+    };
+    let _logs = nanobot_logging::init(&plan)
+        .or_else(|e| {
+            eprintln!("nanobot-gateway: {e}; using `{default_filter}`");
+            nanobot_logging::init(&nanobot_logging::LogPlan {
+                filter: default_filter.into(),
+                ..plan.clone()
+            })
+        })
+        .ok();
     match run(args, vars) {
         Ok(code) => code,
         Err(e) => {

@@ -20,7 +20,8 @@ use crate::text::{StreamThinkFilter, strip_think};
 const MAX_LENGTH_CONTINUATIONS: usize = 3;
 
 /// The answer when the model returns nothing even after a retry.
-pub const EMPTY_FINAL_RESPONSE: &str = "I've completed processing but have no response to give.";
+pub const EMPTY_FINAL_RESPONSE: &str = "The model gave an empty answer twice (the second time after being asked \
+     again), so there is nothing to show. Try rephrasing the request; a very small model may need a larger one.";
 
 const EMPTY_RETRY_PROMPT: &str = "Your previous reply was empty. Please give your final answer to the user now: \
      summarise what you found or did.";

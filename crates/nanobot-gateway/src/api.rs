@@ -288,7 +288,11 @@ async fn chat_inner(st: &ApiState, headers: &HeaderMap, body: &Bytes) -> Respons
                 "message": {"role": "assistant", "content": reply.content},
                 "finish_reason": "stop",
             }],
-            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+            "usage": {
+                "prompt_tokens": reply.usage.prompt_tokens,
+                "completion_tokens": reply.usage.completion_tokens,
+                "total_tokens": reply.usage.total_tokens,
+            },
         }))
         .into_response(),
         Err(e) => turn_error(&e),

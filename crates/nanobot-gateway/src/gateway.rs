@@ -509,8 +509,22 @@ impl Gateway {
             Some(a) => Some(bind("gateway.port", a).await?),
             None => None,
         };
+        // The API beside channels is one part among others: a busy port stops that part only, with an error
+        // saying so. Alone (`nanobot serve`) it is the whole point, and fails the start.
+        let api_is_a_part = opts.ops_http || opts.channels;
         let api_listener = match &api_addrs {
-            Some(a) => Some(bind("api.port", a).await?),
+            Some(a) => match bind("api.port", a).await {
+                Ok(l) => Some(l),
+                Err(e) if api_is_a_part => {
+                    tracing::error!(
+                        error = %e,
+                        "the OpenAI-compatible API is not started (the rest of the gateway runs): free the port, \
+                         set another `api.port` in config.json, or pass --no-api"
+                    );
+                    None
+                }
+                Err(e) => return Err(e),
+            },
             None => None,
         };
 

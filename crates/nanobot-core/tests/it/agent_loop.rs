@@ -148,6 +148,26 @@ async fn empty_answer_is_retried_once() {
 }
 
 #[tokio::test]
+async fn an_empty_answer_twice_is_a_clear_message_not_an_outage() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.set_fallback(MockReply::text(""));
+    let agent = agent(&home, &mock);
+    let answer = agent.process_direct("hi", "cli:empty").await.unwrap();
+    assert_eq!(answer, nanobot_core::EMPTY_FINAL_RESPONSE);
+    assert!(!answer.contains("unavailable"));
+    let reqs = mock.completion_requests();
+    assert!(
+        reqs.last()
+            .unwrap()
+            .last_user_text()
+            .unwrap()
+            .contains("previous reply was empty"),
+        "one retry with a nudge"
+    );
+}
+
+#[tokio::test]
 async fn max_iterations_ends_with_a_final_call_without_tools() {
     let home = TempHome::new();
     let mock = MockLlm::start().await;

@@ -21,7 +21,7 @@ fn chat(text: &str, session: Option<&str>, stream: bool) -> Value {
 async fn plain_completion_runs_a_turn_in_the_default_session() {
     let home = TempHome::new();
     let mock = MockLlm::start().await;
-    mock.push(MockReply::text("Hello from nanobot"));
+    mock.push(MockReply::text("Hello from nanobot").with_usage(12, 5));
     let gw = start(&home, &mock).await;
     let c = client();
 
@@ -50,6 +50,15 @@ async fn plain_completion_runs_a_turn_in_the_default_session() {
     assert_eq!(v["object"], "chat.completion");
     assert_eq!(v["choices"][0]["message"]["content"], "Hello from nanobot");
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    // Usage as the provider reported it.
+    assert_eq!(
+        (
+            &v["usage"]["prompt_tokens"],
+            &v["usage"]["completion_tokens"],
+            &v["usage"]["total_tokens"]
+        ),
+        (&json!(12), &json!(5), &json!(17))
+    );
     assert!(mock.requests()[0].last_user_text().unwrap().contains("hi there"));
 
     let report = tokio::time::timeout(GUARD, gw.shutdown()).await.unwrap();
