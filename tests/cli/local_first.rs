@@ -158,3 +158,35 @@ fn command_replies_in_the_chat_show_one_cat() {
     p.expect(Eof).unwrap();
     assert_eq!(mock.completion_requests().len(), 0);
 }
+
+#[test]
+fn doctor_online_sends_one_tiny_request_per_model_and_names_what_fails() {
+    let mock = MockLlm::start_background();
+    let home = onboarded(&mock);
+    mock.push(MockReply::text("OK"));
+    let o = run(home.home(), &["doctor", "--online"]);
+    let out = stdout(&o);
+    assert!(
+        out.contains("model `mock-model` answers (provider custom at"),
+        "{out}\n{}",
+        stderr(&o)
+    );
+    let req = mock.last_request().unwrap();
+    assert_eq!(req.body["max_tokens"], 1, "one output token: {}", req.body);
+    let before = mock.completion_requests().len();
+
+    // Without --online nothing is sent.
+    let _ = run(home.home(), &["doctor"]);
+    assert_eq!(mock.completion_requests().len(), before);
+
+    // A key the server rejects is a problem with the setting to change (plain `doctor` cannot know it).
+    mock.push(MockReply::error(401));
+    let o = run(home.home(), &["doctor", "--online"]);
+    let out = stdout(&o);
+    assert_ne!(o.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("✗ model `mock-model`") && out.contains("providers.custom.apiKey"),
+        "{out}"
+    );
+    assert!(!out.contains("sk-mock"), "{out}");
+}

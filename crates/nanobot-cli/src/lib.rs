@@ -34,6 +34,7 @@
 mod agent;
 mod args;
 mod cron_cmd;
+mod doctor_online;
 pub mod error;
 mod eval;
 mod gateway;
@@ -48,8 +49,8 @@ mod webui;
 use std::io::Write;
 
 pub use args::{
-    AgentArgs, ChannelsAction, Cli, Command, ConfigArgs, CronAction, CronAddArgs, CronConfigArgs, EvalArgs,
-    GatewayArgs, McpAction, ServeArgs, WebuiArgs,
+    AgentArgs, ChannelsAction, Cli, Command, ConfigArgs, CronAction, CronAddArgs, CronConfigArgs, DoctorArgs,
+    EvalArgs, GatewayArgs, McpAction, ServeArgs, WebuiArgs,
 };
 pub use error::{CliError, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE};
 pub use eval::{
@@ -158,7 +159,13 @@ pub fn run_with(cli: Cli, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliEr
         }
         Command::Status(a) => write_out(out, &status::status_text(env, &a)?),
         Command::Doctor(a) => {
-            let findings = status::doctor(env, &a);
+            let mut findings = status::doctor(env, &a.config);
+            if a.online
+                && let Ok(s) = setup::load(env, &a.config, true)
+            {
+                let core_env = env.core_env(&s.paths);
+                findings.extend(doctor_online::findings(&s.loaded.config, &core_env.vars));
+            }
             let (text, problems) = status::doctor_text(&findings);
             write_out(out, &text)?;
             if problems > 0 {
