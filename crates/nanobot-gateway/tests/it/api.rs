@@ -107,6 +107,27 @@ async fn streaming_completion_sends_chunks_then_done() {
     assert_eq!(text, "one two three four five six");
     assert!(chunks.len() >= 4, "several deltas expected: {chunks:?}");
     assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "stop");
+
+    // With `stream_options.include_usage`, a last chunk carries the provider's usage.
+    mock.push(MockReply::text("short").with_usage(30, 2));
+    let mut body = chat("with usage", Some("s1"), true);
+    body["stream_options"] = json!({"include_usage": true});
+    let r = client()
+        .post(api_url(&gw, "/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let text = tokio::time::timeout(GUARD, r.text()).await.unwrap().unwrap();
+    let datas: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+        .collect();
+    let last: Value = serde_json::from_str(datas[datas.len() - 2]).unwrap();
+    assert_eq!(last["choices"], json!([]), "{text}");
+    assert_eq!(last["usage"]["prompt_tokens"], 30, "{text}");
+    assert_eq!(last["usage"]["total_tokens"], 32, "{text}");
     gw.shutdown().await;
 }
 
