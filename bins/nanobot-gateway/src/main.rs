@@ -30,8 +30,11 @@ struct Args {
     #[arg(short = 'v', long)]
     verbose: bool,
     /// Do not serve the OpenAI-compatible API.
-    #[arg(long)]
+    #[arg(long, overrides_with = "api")]
     no_api: bool,
+    /// Serve the OpenAI-compatible API (on by default only when `api.apiKey` is set).
+    #[arg(long, overrides_with = "no_api")]
+    api: bool,
     #[command(subcommand)]
     command: Option<Sub>,
 }
@@ -150,7 +153,7 @@ fn run(args: Args, vars: BTreeMap<String, String>) -> anyhow::Result<ExitCode> {
     env.config_path = Some(paths.config_path().to_path_buf());
     let mut opts = GatewayOptions::gateway(loaded.config, env);
     opts.port = args.port;
-    opts.api = !args.no_api;
+    opts.api = (opts.api || args.api) && !args.no_api;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let report = runtime.block_on(nanobot_gateway::run_gateway(opts))?;
     if !report.drained {

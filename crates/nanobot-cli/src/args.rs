@@ -117,8 +117,11 @@ pub struct GatewayArgs {
     #[arg(short = 'v', long = "verbose")]
     pub verbose: bool,
     /// Do not serve the OpenAI-compatible API.
-    #[arg(long = "no-api")]
+    #[arg(long = "no-api", overrides_with = "api")]
     pub no_api: bool,
+    /// Serve the OpenAI-compatible API (on by default only when `api.apiKey` is set).
+    #[arg(long = "api", overrides_with = "no_api")]
+    pub api: bool,
 }
 
 /// `nanobot serve`.

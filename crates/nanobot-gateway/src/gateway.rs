@@ -74,13 +74,14 @@ impl std::fmt::Debug for GatewayOptions {
 }
 
 impl GatewayOptions {
-    /// `nanobot gateway`: everything on.
+    /// `nanobot gateway`: channels, cron, heartbeat and the ops server; the OpenAI-compatible API only when
+    /// the config asks for it ([`config_wants_api`]) — the Python nanobot's gateway never runs it.
     pub fn gateway(config: Config, env: Environment) -> Self {
         Self {
+            api: config_wants_api(&config),
             config,
             env,
             port: None,
-            api: true,
             ops_http: true,
             channels: true,
             cron: true,
@@ -92,6 +93,7 @@ impl GatewayOptions {
     /// `nanobot serve`: the OpenAI-compatible API alone.
     pub fn serve(config: Config, env: Environment) -> Self {
         Self {
+            api: true,
             ops_http: false,
             channels: false,
             cron: false,
@@ -176,6 +178,11 @@ async fn bind(field: &'static str, addrs: &[SocketAddr]) -> Result<TcpListener, 
             value: String::new(),
         }),
     }
+}
+
+/// Whether the gateway runs the OpenAI-compatible API without being told (`--api`): when `api.apiKey` is set.
+pub fn config_wants_api(config: &Config) -> bool {
+    api_key(config).is_some()
 }
 
 /// The API key of `config.api`, when one is set.

@@ -296,7 +296,12 @@ async fn a_client_that_disconnects_cancels_its_turn() {
 async fn a_non_loopback_api_without_a_key_is_refused_at_start() {
     let home = TempHome::new();
     let mock = MockLlm::start().await;
-    let opts = options(&home, &mock, json!({"api": {"host": "0.0.0.0", "apiKey": ""}}));
+    let mut opts = options(&home, &mock, json!({"api": {"host": "0.0.0.0", "apiKey": ""}}));
+    assert!(
+        !opts.api,
+        "without a key the gateway does not run the API unless told to"
+    );
+    opts.api = true; // `--api`
     let err = Gateway::start(opts).await.unwrap_err();
     assert!(matches!(err, GatewayError::UnprotectedApi { .. }), "{err}");
     assert!(err.to_string().contains("api.apiKey"), "{err}");
