@@ -21,7 +21,7 @@ async fn gateway_serves_health_and_stops_on_sigterm() {
     config["api"]["port"] = api.into();
     home.write_config(&config);
     let mut child = nanobot(home.home())
-        .arg("gateway")
+        .args(["gateway", "--api"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -13,6 +13,7 @@ mod eval;
 mod gateway;
 mod interactive;
 mod interrupt;
+mod local_first;
 mod support;
 mod webui;
 mod whatsapp;

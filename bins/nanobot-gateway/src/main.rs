@@ -30,8 +30,11 @@ struct Args {
     #[arg(short = 'v', long)]
     verbose: bool,
     /// Do not serve the OpenAI-compatible API.
-    #[arg(long)]
+    #[arg(long, overrides_with = "api")]
     no_api: bool,
+    /// Serve the OpenAI-compatible API (on by default only when `api.apiKey` is set).
+    #[arg(long, overrides_with = "no_api")]
+    api: bool,
     #[command(subcommand)]
     command: Option<Sub>,
 }
@@ -62,15 +65,22 @@ fn main() -> ExitCode {
     } else {
         "info"
     };
-    let filter = vars
-        .get("RUST_LOG")
-        .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default_filter));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+    let get = |k: &str| vars.get(k).map(String::as_str);
+    let plan = nanobot_logging::LogPlan {
+        filter: nanobot_logging::filter_from(get, default_filter),
+        stderr: true,
+        colour: nanobot_logging::colour(std::io::IsTerminal::is_terminal(&std::io::stderr()), get),
+        dir: None,
+    };
+    let _logs = nanobot_logging::init(&plan)
+        .or_else(|e| {
+            eprintln!("nanobot-gateway: {e}; using `{default_filter}`");
+            nanobot_logging::init(&nanobot_logging::LogPlan {
+                filter: default_filter.into(),
+                ..plan.clone()
+            })
+        })
+        .ok();
     match run(args, vars) {
         Ok(code) => code,
         Err(e) => {
@@ -143,7 +153,7 @@ fn run(args: Args, vars: BTreeMap<String, String>) -> anyhow::Result<ExitCode> {
     env.config_path = Some(paths.config_path().to_path_buf());
     let mut opts = GatewayOptions::gateway(loaded.config, env);
     opts.port = args.port;
-    opts.api = !args.no_api;
+    opts.api = (opts.api || args.api) && !args.no_api;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let report = runtime.block_on(nanobot_gateway::run_gateway(opts))?;
     if !report.drained {

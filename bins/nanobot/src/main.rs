@@ -1,4 +1,4 @@
-//! The `nanobot` binary: parses the command line, starts logging (stderr only) and hands over to
+//! The `nanobot` binary: parses the command line, starts logging (stderr, or files under `logs/` for the interactive chat) and hands over to
 //! [`nanobot_cli`]. `--help` and `--version` are answered by the parser before anything else happens.
 
 use std::process::ExitCode;
@@ -17,12 +17,19 @@ fn main() -> ExitCode {
         }
     };
     let env = CliEnv::from_process();
-    let filter = tracing_subscriber::EnvFilter::try_new(nanobot_cli::log_filter(&cli, &env))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+    let plan = nanobot_cli::log_plan(&cli, &env);
+    let _logs = match nanobot_logging::init(&plan) {
+        Ok(guard) => Some(guard),
+        Err(e) => {
+            eprintln!("nanobot: {e}; logging to stderr instead");
+            let fallback = nanobot_logging::LogPlan {
+                filter: "warn".into(),
+                stderr: true,
+                dir: None,
+                ..plan
+            };
+            nanobot_logging::init(&fallback).ok()
+        }
+    };
     ExitCode::from(nanobot_cli::run(cli, &env))
 }

@@ -431,7 +431,12 @@ async fn chat_turn(
         print(&md.finish());
         print("\n\n");
     } else if !reply.content.is_empty() {
-        print("\n🐈 ");
+        // Command replies (`/help`, `/status`) carry their own 🐈 heading.
+        print(if reply.content.starts_with('🐈') {
+            "\n"
+        } else {
+            "\n🐈 "
+        });
         print(&MarkdownStream::render_all(&reply.content, ansi));
         print("\n\n");
     }

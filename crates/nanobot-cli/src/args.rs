@@ -15,6 +15,18 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// `nanobot doctor`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct DoctorArgs {
+    /// Config and workspace.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Also send one tiny real request (one output token) to each configured model: the default and the
+    /// fallbacks.
+    #[arg(long)]
+    pub online: bool,
+}
+
 /// `-c CONFIG` and `-w WORKSPACE`, shared by the subcommands that load a config.
 #[derive(Debug, Clone, Default, Args)]
 pub struct ConfigArgs {
@@ -37,7 +49,7 @@ pub enum Command {
     /// Show the config, workspace, model, provider keys (never their values), channels and MCP servers.
     Status(ConfigArgs),
     /// Check what would stop a working setup and say how to fix each problem.
-    Doctor(ConfigArgs),
+    Doctor(DoctorArgs),
     /// Chat channels.
     Channels {
         /// What to do with the channels.
@@ -105,8 +117,11 @@ pub struct GatewayArgs {
     #[arg(short = 'v', long = "verbose")]
     pub verbose: bool,
     /// Do not serve the OpenAI-compatible API.
-    #[arg(long = "no-api")]
+    #[arg(long = "no-api", overrides_with = "api")]
     pub no_api: bool,
+    /// Serve the OpenAI-compatible API (on by default only when `api.apiKey` is set).
+    #[arg(long = "api", overrides_with = "no_api")]
+    pub api: bool,
 }
 
 /// `nanobot serve`.

@@ -35,7 +35,7 @@ pub(crate) fn gateway(env: &CliEnv, a: &GatewayArgs) -> Result<(), CliError> {
     crate::onboard::write_templates(&s.workspace)?;
     let mut opts = nanobot_gateway::GatewayOptions::gateway(s.loaded.config, env.core_env(&s.paths));
     opts.port = a.port;
-    opts.api = !a.no_api;
+    opts.api = (opts.api || a.api) && !a.no_api;
     let rt = crate::runtime()?;
     let result = rt.block_on(nanobot_gateway::run_gateway(opts));
     finish(rt, result)

@@ -35,9 +35,11 @@ mod agent;
 mod args;
 mod channels_login;
 mod cron_cmd;
+mod doctor_online;
 pub mod error;
 mod eval;
 mod gateway;
+mod local_servers;
 mod mcp_cmd;
 mod onboard;
 mod render;
@@ -49,7 +51,7 @@ use std::io::Write;
 
 pub use args::{
     AgentArgs, ChannelLoginArgs, ChannelsAction, Cli, Command, ConfigArgs, CronAction, CronAddArgs,
-    CronConfigArgs, EvalArgs, GatewayArgs, McpAction, ServeArgs, WebuiArgs,
+    CronConfigArgs, DoctorArgs, EvalArgs, GatewayArgs, McpAction, ServeArgs, WebuiArgs,
 };
 pub use error::{CliError, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE};
 pub use eval::{
@@ -59,22 +61,41 @@ pub use onboard::{OnboardReport, TEMPLATES, default_config};
 pub use render::MarkdownStream;
 pub use setup::CliEnv;
 
-/// The `tracing` filter for this command line: `NANOBOT_LOG` when set, `info` with `agent --logs`, else
-/// `warn` (logs always go to stderr; stdout carries only answers).
+/// The `tracing` filter for this command line: `NANOBOT_LOG` (else `RUST_LOG`) when set, `info` with
+/// `agent --logs`, else `warn`.
 pub fn log_filter(cli: &Cli, env: &CliEnv) -> String {
-    if let Some(f) = env
-        .vars
-        .get(nanobot_config::env_vars::NANOBOT_LOG)
-        .filter(|v| !v.trim().is_empty())
-    {
-        return f.clone();
-    }
+    let default = match &cli.command {
+        Command::Agent(a) if a.logs => "info",
+        // One-shot: a failed turn is reported once, by the error line itself (the runner's log line and the
+        // retries' lines would repeat it).
+        Command::Agent(a) if a.message.is_some() => "warn,nanobot_core::runner=off,nanobot_providers=error",
+        Command::Gateway(a) if a.verbose => "info,nanobot=debug",
+        Command::Serve(a) if a.verbose => "info,nanobot=debug",
+        Command::Gateway(_) | Command::Serve(_) | Command::Webui(_) => "info",
+        _ => "warn",
+    };
+    nanobot_logging::filter_from(|k| env.vars.get(k).map(String::as_str), default)
+}
+
+/// Where this command line's log lines go. The interactive chat keeps the screen for the conversation: its
+/// lines go to rotated files in `<data dir>/logs/` (and to stderr too only with `--logs`). Every other command
+/// writes to stderr (stdout carries only answers), coloured only on a terminal without `NO_COLOR`.
+pub fn log_plan(cli: &Cli, env: &CliEnv) -> nanobot_logging::LogPlan {
+    let filter = log_filter(cli, env);
+    let colour = nanobot_logging::colour(env.stderr_tty, |k| env.vars.get(k).map(String::as_str));
     match &cli.command {
-        Command::Agent(a) if a.logs => "info".to_owned(),
-        Command::Gateway(a) if a.verbose => "info,nanobot=debug".to_owned(),
-        Command::Serve(a) if a.verbose => "info,nanobot=debug".to_owned(),
-        Command::Gateway(_) | Command::Serve(_) | Command::Webui(_) => "info".to_owned(),
-        _ => "warn".to_owned(),
+        Command::Agent(a) if a.message.is_none() => nanobot_logging::LogPlan {
+            filter,
+            stderr: a.logs,
+            colour,
+            dir: Some(env.paths(a.config.config.as_deref()).0.logs_dir()),
+        },
+        _ => nanobot_logging::LogPlan {
+            filter,
+            stderr: true,
+            colour,
+            dir: None,
+        },
     }
 }
 
@@ -123,11 +144,29 @@ pub fn run_with(cli: Cli, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliEr
         Command::Onboard(a) => {
             let report = onboard::onboard(env, &a)?;
             let config = setup::load(env, &a, true).ok().map(|s| s.loaded.config);
-            write_out(out, &onboard::render_report(&report, config.as_ref()))
+            let has_key = config
+                .as_ref()
+                .is_some_and(|c| c.providers.first_with_key().is_some());
+            // Without a key, a model server on this machine is the quickest way to a first chat.
+            let local = if has_key {
+                Vec::new()
+            } else {
+                local_servers::find(&local_servers::USUAL, "127.0.0.1")
+            };
+            write_out(
+                out,
+                &onboard::render_report(&report, config.as_ref(), local.first()),
+            )
         }
         Command::Status(a) => write_out(out, &status::status_text(env, &a)?),
         Command::Doctor(a) => {
-            let findings = status::doctor(env, &a);
+            let mut findings = status::doctor(env, &a.config);
+            if a.online
+                && let Ok(s) = setup::load(env, &a.config, true)
+            {
+                let core_env = env.core_env(&s.paths);
+                findings.extend(doctor_online::findings(&s.loaded.config, &core_env.vars));
+            }
             let (text, problems) = status::doctor_text(&findings);
             write_out(out, &text)?;
             if problems > 0 {

@@ -111,8 +111,12 @@ pub(crate) fn write_templates(workspace: &Path) -> Result<Vec<String>, CliError>
     Ok(written)
 }
 
-/// The text `nanobot onboard` prints.
-pub(crate) fn render_report(r: &OnboardReport, config: Option<&Config>) -> String {
+/// The text `nanobot onboard` prints; `local` is a model server found on this machine.
+pub(crate) fn render_report(
+    r: &OnboardReport,
+    config: Option<&Config>,
+    local: Option<&crate::local_servers::Found>,
+) -> String {
     let mut out = String::new();
     if r.created {
         out.push_str(&format!("✓ Created config at {}\n", r.config_path.display()));
@@ -128,6 +132,10 @@ pub(crate) fn render_report(r: &OnboardReport, config: Option<&Config>) -> Strin
     }
     let has_key = config.is_some_and(|c| c.providers.first_with_key().is_some());
     out.push_str("\nNext steps:\n");
+    if let (false, Some(found)) = (has_key, local) {
+        out.push_str(&crate::local_servers::offer(found));
+        out.push_str("  Or, for a cloud model:\n");
+    }
     if !has_key {
         let model = config.map_or("anthropic/claude-opus-4-5", |c| c.agents.defaults.model.as_str());
         let which = match nanobot_providers::registry::no_provider_error(model) {
@@ -150,6 +158,10 @@ pub(crate) fn render_report(r: &OnboardReport, config: Option<&Config>) -> Strin
     } else {
         out.push_str("  Chat: nanobot agent -m \"Hello!\"\n");
     }
+    out.push_str(
+        "  (`nanobot` not found? Install it with `cargo install --locked --path bins/nanobot` from the source \
+         folder, or run `cargo run --release -p nanobot -- agent` there.)\n",
+    );
     out
 }
 

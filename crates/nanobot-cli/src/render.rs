@@ -1,5 +1,5 @@
 //! Markdown for the terminal, rendered as it streams: headings, bullets, quotes, rules, fenced code blocks,
-//! `**bold**`, `*italic*` and `` `code` `` become ANSI styles. Output does not depend on how the text was
+//! tables (aligned columns), links (`text (url)`), `**bold**`, `*italic*` and `` `code` `` become ANSI styles. Output does not depend on how the text was
 //! split into deltas (a line's prefix and a lone `*` wait for the next character when needed).
 
 const RESET: &str = "\x1b[0m";
@@ -144,6 +144,23 @@ impl MarkdownStream {
                 continue;
             }
             match c {
+                '[' if !self.code => {
+                    let line_end = self.pending.find('\n');
+                    let line = &self.pending[..line_end.unwrap_or(self.pending.len())];
+                    if let Some((text, url, len)) = parse_link(line) {
+                        let (text, url) = (text.to_owned(), url.to_owned());
+                        out.push_str("\x1b[4m");
+                        out.push_str(&text);
+                        out.push_str(&self.sgr());
+                        out.push_str(&format!(" ({url})"));
+                        self.consume(len);
+                    } else if line_end.is_none() && !last && may_become_link(line) {
+                        break;
+                    } else {
+                        out.push('[');
+                        self.consume(1);
+                    }
+                }
                 '`' => {
                     self.code = !self.code;
                     out.push_str(&self.sgr());
@@ -189,6 +206,39 @@ impl MarkdownStream {
         let rest = &line[indent_len..];
         let indent = line[..indent_len].to_owned();
 
+        if !self.code_block && rest.starts_with('|') {
+            // A table: wait for the whole block (up to the first line that is not a row), then align it.
+            let mut end = 0;
+            let mut rows = Vec::new();
+            loop {
+                let rest_text = &self.pending[end..];
+                match rest_text.find('\n') {
+                    Some(i) if rest_text[..i].trim_start().starts_with('|') => {
+                        rows.push(rest_text[..i].to_owned());
+                        end += i + 1;
+                    }
+                    Some(_) => break,
+                    None if last => {
+                        if rest_text.trim_start().starts_with('|') {
+                            rows.push(rest_text.to_owned());
+                            end += rest_text.len();
+                        }
+                        break;
+                    }
+                    None if rest_text.is_empty()
+                        || rest_text.trim_start().starts_with('|')
+                        || rest_text.trim().is_empty() =>
+                    {
+                        return false;
+                    }
+                    None => break,
+                }
+            }
+            out.push_str(&render_table(&rows));
+            self.consume(end);
+            self.at_line_start = true;
+            return true;
+        }
         if self.code_block {
             if rest.starts_with("```") {
                 if !complete {
@@ -321,5 +371,144 @@ mod tests {
     #[test]
     fn plain_mode_passes_text_through() {
         assert_eq!(MarkdownStream::render_all(SAMPLE, false), SAMPLE);
+    }
+}
+
+/// `[text](url)` at the start of `line`: the text, the URL and the bytes taken.
+fn parse_link(line: &str) -> Option<(&str, &str, usize)> {
+    let close = line.find("](")?;
+    let text = &line[1..close];
+    if text.contains('[') || text.contains(']') {
+        return None;
+    }
+    let url_start = close + 2;
+    let url_len = line[url_start..].find(')')?;
+    let url = &line[url_start..url_start + url_len];
+    if url.is_empty() || url.contains(char::is_whitespace) {
+        return None;
+    }
+    Some((text, url, url_start + url_len + 1))
+}
+
+/// True while an unfinished line starting with `[` could still turn out to be a link.
+fn may_become_link(line: &str) -> bool {
+    match line.find(']') {
+        None => true,
+        Some(i) => match line[i + 1..].chars().next() {
+            None => true,
+            Some('(') => !line[i + 1..].contains(')'),
+            Some(_) => false,
+        },
+    }
+}
+
+/// The cells of a table row (`| a | b |`).
+fn cells(row: &str) -> Vec<String> {
+    let t = row.trim();
+    let t = t.strip_prefix('|').unwrap_or(t);
+    let t = t.strip_suffix('|').unwrap_or(t);
+    t.split('|')
+        .map(|c| c.trim().replace("**", "").replace('`', ""))
+        .collect()
+}
+
+/// A Markdown table with aligned columns: the header bold, a rule under it, `│` between columns.
+fn render_table(rows: &[String]) -> String {
+    let is_rule = |r: &[String]| {
+        !r.is_empty()
+            && r.iter()
+                .all(|c| !c.is_empty() && c.chars().all(|ch| matches!(ch, '-' | ':' | ' ')))
+    };
+    let parsed: Vec<Vec<String>> = rows.iter().map(|r| cells(r)).collect();
+    let has_header = parsed.get(1).is_some_and(|r| is_rule(r));
+    let body: Vec<&Vec<String>> = parsed.iter().filter(|r| !is_rule(r)).collect();
+    let columns = body.iter().map(|r| r.len()).max().unwrap_or(0);
+    let width = |s: &str| unicode_width::UnicodeWidthStr::width(s);
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| {
+            body.iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| width(c))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for (n, row) in body.iter().enumerate() {
+        let header = has_header && n == 0;
+        if header {
+            out.push_str("\x1b[1m");
+        }
+        let line: Vec<String> = (0..columns)
+            .map(|i| {
+                let c = row.get(i).map_or("", String::as_str);
+                format!("{c}{}", " ".repeat(widths[i].saturating_sub(width(c))))
+            })
+            .collect();
+        out.push_str(line.join(" │ ").trim_end());
+        if header {
+            out.push_str(RESET);
+            out.push('\n');
+            let rule: Vec<String> = widths.iter().map(|w| "─".repeat(*w)).collect();
+            out.push_str(&rule.join("─┼─"));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod table_and_link_tests {
+    use super::*;
+
+    fn plain(s: &str) -> String {
+        let mut out = String::new();
+        let mut esc = false;
+        for c in s.chars() {
+            match (esc, c) {
+                (false, '\x1b') => esc = true,
+                (true, 'm') => esc = false,
+                (true, _) => {}
+                (false, c) => out.push(c),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn tables_are_aligned_whatever_the_deltas() {
+        let text = "Results:\n| name | size |\n|---|---:|\n| a.txt | 12 |\n| **longer.md** | 3 |\nDone.\n";
+        let whole = MarkdownStream::render_all(text, true);
+        let mut md = MarkdownStream::new(true);
+        let mut pieces = String::new();
+        for ch in text.chars() {
+            pieces.push_str(&md.push(&ch.to_string()));
+        }
+        pieces.push_str(&md.finish());
+        assert_eq!(plain(&whole), plain(&pieces));
+        let p = plain(&whole);
+        assert!(
+            p.contains("name      │ size\n──────────┼─────\na.txt     │ 12\nlonger.md │ 3\nDone."),
+            "{p}"
+        );
+        assert!(!p.contains("|---"), "{p}");
+    }
+
+    #[test]
+    fn links_show_text_and_address() {
+        let text = "See [the docs](https://example.org/docs) and [1] here, [x](not closed\n";
+        let mut md = MarkdownStream::new(true);
+        let mut out = String::new();
+        for ch in text.chars() {
+            out.push_str(&md.push(&ch.to_string()));
+        }
+        out.push_str(&md.finish());
+        let p = plain(&out);
+        assert!(
+            p.contains("See the docs (https://example.org/docs) and [1] here, [x](not closed"),
+            "{p}"
+        );
+        assert!(out.contains("\x1b[4mthe docs"), "{out:?}");
+        assert_eq!(MarkdownStream::render_all("[a](b)", false), "[a](b)");
     }
 }

@@ -279,21 +279,21 @@ pub(crate) struct Finding {
 }
 
 impl Finding {
-    fn ok(what: impl Into<String>) -> Self {
+    pub(crate) fn ok(what: impl Into<String>) -> Self {
         Finding {
             level: Level::Ok,
             what: what.into(),
             fix: String::new(),
         }
     }
-    fn warn(what: impl Into<String>, fix: impl Into<String>) -> Self {
+    pub(crate) fn warn(what: impl Into<String>, fix: impl Into<String>) -> Self {
         Finding {
             level: Level::Warn,
             what: what.into(),
             fix: fix.into(),
         }
     }
-    fn problem(what: impl Into<String>, fix: impl Into<String>) -> Self {
+    pub(crate) fn problem(what: impl Into<String>, fix: impl Into<String>) -> Self {
         Finding {
             level: Level::Problem,
             what: what.into(),

@@ -65,6 +65,8 @@ pub struct TurnReply {
     pub delivered_by_tool: bool,
     /// True when the answer was streamed on the bus and closed with a `StreamEnd` (no separate reply is sent).
     pub streamed: bool,
+    /// Tokens used by every model call of the turn, as the provider reported them (zero for commands).
+    pub usage: nanobot_providers::Usage,
 }
 
 impl TurnReply {
@@ -74,6 +76,7 @@ impl TurnReply {
             stop_reason: None,
             delivered_by_tool: false,
             streamed: false,
+            usage: nanobot_providers::Usage::default(),
         }
     }
 }
@@ -991,6 +994,7 @@ impl LoopInner {
             stop_reason: Some(result.stop_reason),
             delivered_by_tool: delivered,
             streamed: false,
+            usage: result.usage,
         };
         if result.stop_reason == StopReason::Cancelled {
             reply.content.clear();

@@ -38,8 +38,8 @@ pub use hook::{
     Veto,
 };
 pub use runner::{
-    AgentRunner, CheckpointPhase, CheckpointSink, EMPTY_FINAL_RESPONSE, RunCheckpoint, RunResult, RunSpec,
-    StopReason, max_iterations_message, provider_error_message,
+    AgentRunner, CheckpointPhase, CheckpointSink, EMPTY_FINAL_RESPONSE, REPEATED_CALLS_LIMIT, RunCheckpoint,
+    RunResult, RunSpec, StopReason, max_iterations_message, provider_error_message, repeated_calls_message,
 };
 pub use text::{StreamThinkFilter, strip_think, tool_hint, truncate_chars};
 pub mod commands;

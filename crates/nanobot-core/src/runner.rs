@@ -20,7 +20,8 @@ use crate::text::{StreamThinkFilter, strip_think};
 const MAX_LENGTH_CONTINUATIONS: usize = 3;
 
 /// The answer when the model returns nothing even after a retry.
-pub const EMPTY_FINAL_RESPONSE: &str = "I've completed processing but have no response to give.";
+pub const EMPTY_FINAL_RESPONSE: &str = "The model gave an empty answer twice (the second time after being asked \
+     again), so there is nothing to show. Try rephrasing the request; a very small model may need a larger one.";
 
 const EMPTY_RETRY_PROMPT: &str = "Your previous reply was empty. Please give your final answer to the user now: \
      summarise what you found or did.";
@@ -35,6 +36,35 @@ pub fn max_iterations_message(n: usize) -> String {
         "I reached the maximum number of tool call iterations ({n}) without completing the task. \
          You can try breaking the task into smaller steps."
     )
+}
+
+/// How many rounds in a row may repeat the very same tool calls (names and arguments) before the run stops: a
+/// confused small model otherwise loops until the iteration cap, at tens of seconds a call.
+pub const REPEATED_CALLS_LIMIT: usize = 3;
+
+/// The answer when the model repeated the same tool calls [`REPEATED_CALLS_LIMIT`] times in a row.
+pub fn repeated_calls_message(tool: &str) -> String {
+    format!(
+        "I stopped because the model called `{tool}` with the same arguments {REPEATED_CALLS_LIMIT} times in a \
+         row without getting further. Try rephrasing the request, breaking it into smaller steps, or a larger model."
+    )
+}
+
+/// Why the tool loop was cut short.
+enum Cap {
+    Iterations,
+    Repeated(String),
+}
+
+/// The final answer after a cap: what happened, then the model's own summary when it gave one (never tool-call
+/// text it wrote instead of calling a tool).
+fn capped_answer(header: String, summary: &str, tools: &[String]) -> String {
+    let summary = summary.trim();
+    if summary.is_empty() || nanobot_providers::contains_text_tool_call(summary, tools) {
+        header
+    } else {
+        format!("{header}\n\nWhere the model got to:\n\n{summary}")
+    }
 }
 
 /// Why a run ended.
@@ -148,11 +178,12 @@ pub trait CheckpointSink: Send + Sync {
     async fn save(&self, checkpoint: &RunCheckpoint);
 }
 
-/// A user-facing explanation of a failed model call (no secrets, no stack traces).
+/// A user-facing explanation of a failed model call: the cause, the endpoint and what to change (no secrets:
+/// provider errors never carry keys, endpoints are shown without credentials).
 pub fn provider_error_message(err: &ProviderError) -> String {
     match err {
-        ProviderError::Auth { provider, .. } => format!(
-            "Sorry, the AI provider ({provider}) rejected the credentials. Please check the API key in the configuration."
+        ProviderError::Auth { .. } => format!(
+            "Sorry, the AI provider rejected the credentials. Please check the API key in the configuration. ({err})"
         ),
         ProviderError::RateLimited { provider, .. } => {
             format!(
@@ -166,8 +197,11 @@ pub fn provider_error_message(err: &ProviderError) -> String {
             "Sorry, this conversation is too long for the model. Use /compact or /new and try again."
                 .to_owned()
         }
+        ProviderError::Unreachable { .. } => format!("Sorry, I cannot reach the AI provider. {err}"),
         ProviderError::Transient { provider, .. } => {
-            format!("Sorry, the AI provider ({provider}) is temporarily unavailable. Please try again.")
+            format!(
+                "Sorry, the AI provider ({provider}) is temporarily unavailable ({err}). Please try again."
+            )
         }
         other => format!("Sorry, I could not get an answer from the AI model: {other}"),
     }
@@ -260,6 +294,9 @@ impl AgentRunner {
         let mut continuations = 0usize;
         let mut empty_retried = false;
         let max_iterations = max_iterations.max(1);
+        let mut cap = Cap::Iterations;
+        let mut last_batch: Option<String> = None;
+        let mut repeats = 0usize;
 
         while tally.iterations < max_iterations {
             if cancel.is_cancelled() {
@@ -342,6 +379,17 @@ impl AgentRunner {
                 for (call, result) in response.tool_calls.iter().zip(results) {
                     messages.push(ChatMessage::tool_result(&call.id, &call.name, result));
                 }
+                let batch: String = response
+                    .tool_calls
+                    .iter()
+                    .map(|c| format!("{}\u{0}{}\u{0}", c.name, c.arguments))
+                    .collect();
+                repeats = if last_batch.as_deref() == Some(batch.as_str()) {
+                    repeats + 1
+                } else {
+                    1
+                };
+                last_batch = Some(batch);
                 self.checkpoint(
                     CheckpointPhase::ToolsCompleted,
                     tally.iterations - 1,
@@ -358,6 +406,12 @@ impl AgentRunner {
                         tool_calls: &response.tool_calls,
                     })
                     .await;
+                if repeats >= REPEATED_CALLS_LIMIT {
+                    let tool = response.tool_calls[0].name.clone();
+                    tracing::warn!(tool = %tool, repeats, "the model repeats the same tool calls; stopping the loop");
+                    cap = Cap::Repeated(tool);
+                    break;
+                }
                 continue;
             }
 
@@ -404,7 +458,10 @@ impl AgentRunner {
         }
 
         // The cap: one last call without tools.
-        tracing::warn!(max_iterations, "maximum tool iterations reached");
+        if matches!(cap, Cap::Iterations) {
+            tracing::warn!(max_iterations, "maximum tool iterations reached");
+        }
+        let tool_names = self.tools.names();
         let mut request_messages = messages.clone();
         request_messages.push(ChatMessage::user(FINAL_CALL_PROMPT));
         if let Some(b) = &budget {
@@ -432,11 +489,11 @@ impl AgentRunner {
                 String::new()
             }
         };
-        let content = if text.is_empty() {
-            max_iterations_message(max_iterations)
-        } else {
-            text
+        let header = match cap {
+            Cap::Iterations => max_iterations_message(max_iterations),
+            Cap::Repeated(tool) => repeated_calls_message(&tool),
         };
+        let content = capped_answer(header, &text, &tool_names);
         let content = self
             .hook
             .finalize_content(content.clone())

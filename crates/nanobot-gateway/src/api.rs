@@ -159,6 +159,9 @@ struct ChatBody {
     messages: Vec<Value>,
     #[serde(default)]
     stream: bool,
+    /// `{"include_usage": true}` asks for a last chunk with the turn's usage (OpenAI's streaming option).
+    #[serde(default)]
+    stream_options: Option<Value>,
     #[serde(default)]
     session_id: Option<String>,
 }
@@ -247,7 +250,13 @@ async fn chat_inner(st: &ApiState, headers: &HeaderMap, body: &Bytes) -> Respons
         );
     }
     if req.stream {
-        return stream_completion(st, msg, key, model);
+        let include_usage = req
+            .stream_options
+            .as_ref()
+            .and_then(|o| o.get("include_usage"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        return stream_completion(st, msg, key, model, include_usage);
     }
 
     let in_flight = st.metrics.turn_started();
@@ -288,7 +297,11 @@ async fn chat_inner(st: &ApiState, headers: &HeaderMap, body: &Bytes) -> Respons
                 "message": {"role": "assistant", "content": reply.content},
                 "finish_reason": "stop",
             }],
-            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+            "usage": {
+                "prompt_tokens": reply.usage.prompt_tokens,
+                "completion_tokens": reply.usage.completion_tokens,
+                "total_tokens": reply.usage.total_tokens,
+            },
         }))
         .into_response(),
         Err(e) => turn_error(&e),
@@ -335,6 +348,23 @@ impl ChunkMeta {
         });
         Event::default().data(v.to_string())
     }
+
+    /// The last chunk of `stream_options.include_usage`: no choices, the turn's usage.
+    fn usage_chunk(&self, u: nanobot_providers::Usage) -> Event {
+        let v = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [],
+            "usage": {
+                "prompt_tokens": u.prompt_tokens,
+                "completion_tokens": u.completion_tokens,
+                "total_tokens": u.total_tokens,
+            },
+        });
+        Event::default().data(v.to_string())
+    }
 }
 
 enum Phase {
@@ -342,6 +372,7 @@ enum Phase {
     Deltas,
     Finish,
     Stop,
+    Usage,
     DoneMarker,
     End,
 }
@@ -353,9 +384,17 @@ struct StreamState {
     guard: StopOnDrop,
     sent_any: bool,
     meta: ChunkMeta,
+    include_usage: bool,
+    usage: nanobot_providers::Usage,
 }
 
-fn stream_completion(st: &ApiState, msg: InboundMessage, key: String, model: String) -> Response {
+fn stream_completion(
+    st: &ApiState,
+    msg: InboundMessage,
+    key: String,
+    model: String,
+    include_usage: bool,
+) -> Response {
     let (tx, deltas) = mpsc::unbounded_channel();
     let (done_tx, done) = oneshot::channel();
     let agent = st.agent.clone();
@@ -401,6 +440,8 @@ fn stream_completion(st: &ApiState, msg: InboundMessage, key: String, model: Str
             created: Utc::now().timestamp(),
             model,
         },
+        include_usage,
+        usage: nanobot_providers::Usage::default(),
     };
     Sse::new(sse_events(state))
         .keep_alive(KeepAlive::default())
@@ -437,6 +478,9 @@ fn sse_events(state: StreamState) -> impl Stream<Item = Result<Event, Infallible
                     let result = (&mut s.done).await;
                     s.guard.armed = false;
                     s.phase = Phase::Stop;
+                    if let Ok(Ok(reply)) = &result {
+                        s.usage = reply.usage;
+                    }
                     match result {
                         Ok(Ok(reply)) if !s.sent_any && !reply.content.is_empty() => {
                             let ev = s.meta.chunk(json!({"content": reply.content}), None);
@@ -454,9 +498,17 @@ fn sse_events(state: StreamState) -> impl Stream<Item = Result<Event, Infallible
                     }
                 }
                 Phase::Stop => {
-                    s.phase = Phase::DoneMarker;
+                    s.phase = if s.include_usage {
+                        Phase::Usage
+                    } else {
+                        Phase::DoneMarker
+                    };
                     let ev = s.meta.chunk(json!({}), Some("stop"));
                     return Some((Ok(ev), s));
+                }
+                Phase::Usage => {
+                    s.phase = Phase::DoneMarker;
+                    return Some((Ok(s.meta.usage_chunk(s.usage)), s));
                 }
                 Phase::DoneMarker => {
                     s.phase = Phase::End;

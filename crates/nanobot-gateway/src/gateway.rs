@@ -74,13 +74,14 @@ impl std::fmt::Debug for GatewayOptions {
 }
 
 impl GatewayOptions {
-    /// `nanobot gateway`: everything on.
+    /// `nanobot gateway`: channels, cron, heartbeat and the ops server; the OpenAI-compatible API only when
+    /// the config asks for it ([`config_wants_api`]) — the Python nanobot's gateway never runs it.
     pub fn gateway(config: Config, env: Environment) -> Self {
         Self {
+            api: config_wants_api(&config),
             config,
             env,
             port: None,
-            api: true,
             ops_http: true,
             channels: true,
             cron: true,
@@ -92,6 +93,7 @@ impl GatewayOptions {
     /// `nanobot serve`: the OpenAI-compatible API alone.
     pub fn serve(config: Config, env: Environment) -> Self {
         Self {
+            api: true,
             ops_http: false,
             channels: false,
             cron: false,
@@ -176,6 +178,11 @@ async fn bind(field: &'static str, addrs: &[SocketAddr]) -> Result<TcpListener, 
             value: String::new(),
         }),
     }
+}
+
+/// Whether the gateway runs the OpenAI-compatible API without being told (`--api`): when `api.apiKey` is set.
+pub fn config_wants_api(config: &Config) -> bool {
+    api_key(config).is_some()
 }
 
 /// The API key of `config.api`, when one is set.
@@ -556,8 +563,22 @@ impl Gateway {
             Some(a) => Some(bind("gateway.port", a).await?),
             None => None,
         };
+        // The API beside channels is one part among others: a busy port stops that part only, with an error
+        // saying so. Alone (`nanobot serve`) it is the whole point, and fails the start.
+        let api_is_a_part = opts.ops_http || opts.channels;
         let api_listener = match &api_addrs {
-            Some(a) => Some(bind("api.port", a).await?),
+            Some(a) => match bind("api.port", a).await {
+                Ok(l) => Some(l),
+                Err(e) if api_is_a_part => {
+                    tracing::error!(
+                        error = %e,
+                        "the OpenAI-compatible API is not started (the rest of the gateway runs): free the port, \
+                         set another `api.port` in config.json, or pass --no-api"
+                    );
+                    None
+                }
+                Err(e) => return Err(e),
+            },
             None => None,
         };
 

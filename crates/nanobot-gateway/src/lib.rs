@@ -37,7 +37,7 @@ pub use bus::{GatewayBus, INTERNAL_CHANNELS, Route};
 pub use error::GatewayError;
 pub use gateway::{
     ALLOW_UNSUPPORTED_CHANNELS_VAR, BUILT_CHANNELS, DEFAULT_SHUTDOWN_GRACE, Gateway, GatewayOptions,
-    ShutdownReport, check_api_bind, unsupported_channels,
+    ShutdownReport, check_api_bind, config_wants_api, unsupported_channels,
 };
 pub use heartbeat::{HeartbeatOutcome, HeartbeatService};
 pub use metrics::{Metrics, MetricsHook, TurnOutcome};

@@ -173,7 +173,7 @@ impl Endpoint {
             Ok(Err(e)) if e.is_connect() && e.is_timeout() => {
                 return Err(self.timed_out(WaitKind::Connect, self.timeouts.connect));
             }
-            Ok(Err(e)) => return Err(ProviderError::from_reqwest(&self.provider, e)),
+            Ok(Err(e)) => return Err(crate::diagnose::transport_error(self, e)),
             Ok(Ok(r)) => r,
         };
         let status = resp.status();
@@ -193,7 +193,11 @@ impl Endpoint {
                 text = text.replace(secret.as_str(), "[REDACTED]");
             }
         }
-        let err = ProviderError::from_http(&self.provider, status.as_u16(), retry_after, &text);
+        let err = crate::diagnose::explain_http(
+            self,
+            body.get("model").and_then(Value::as_str),
+            ProviderError::from_http(&self.provider, status.as_u16(), retry_after, &text),
+        );
         tracing::warn!(provider = %self.provider, status = status.as_u16(), error = %err, "LLM request failed");
         Err(err)
     }

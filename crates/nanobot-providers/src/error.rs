@@ -98,6 +98,22 @@ pub enum ProviderError {
     /// The configuration does not say how to reach a model.
     #[error("configuration: {0}")]
     Config(String),
+    /// The server could not be reached at all: nothing listening, a host name that does not resolve, a failed
+    /// TLS handshake. Not retried: the server or the configuration has to change, and `hint` says what.
+    #[error("{provider}: cannot reach {endpoint}: {cause}; {hint}")]
+    Unreachable {
+        /// Provider name.
+        provider: String,
+        /// The base URL, without user, password or query.
+        endpoint: String,
+        /// What went wrong.
+        cause: String,
+        /// What to change.
+        hint: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
     /// A wait passed its bound (see `Timeouts`): connecting, the response head, a gap in the body, or the
     /// deadline of the whole call. Names the endpoint (base URL without credentials or query) and how long.
     #[error("{provider}: {}", what.describe(endpoint, *after))]

@@ -37,6 +37,13 @@ pub fn parse_arguments(raw: &str) -> ParsedArguments {
             other => ParsedArguments::Invalid(format!("arguments must be a JSON object, got `{other}`")),
         };
     }
+    // Some chat templates HTML-escape the JSON itself (`{&quot;path&quot;: …}`).
+    if trimmed.contains("&quot;") || trimmed.contains("&#34;") || trimmed.contains("&#x22;") {
+        let decoded = html_escape::decode_html_entities(trimmed);
+        if let ParsedArguments::Ok(v) | ParsedArguments::Repaired(v) = parse_arguments(&decoded) {
+            return ParsedArguments::Repaired(v);
+        }
+    }
     let escaped = escape_controls_in_strings(trimmed);
     if let Ok(v @ Value::Object(_)) = serde_json::from_str::<Value>(&escaped) {
         return ParsedArguments::Repaired(v);

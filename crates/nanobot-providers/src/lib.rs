@@ -40,6 +40,8 @@
 //! ```
 
 mod anthropic;
+mod capabilities;
+mod diagnose;
 mod endpoint;
 mod error;
 mod factory;
@@ -50,11 +52,13 @@ mod provider;
 pub mod registry;
 mod resilience;
 pub mod shaping;
+mod text_tool_calls;
 mod text_tools;
 mod transcribe;
 mod types;
 
 pub use anthropic::{ANTHROPIC_VERSION, AnthropicClient, DEFAULT_MAX_TOKENS};
+pub use capabilities::{Capabilities, StreamWithTools};
 pub use endpoint::Endpoint;
 pub use error::{BoxError, ProviderError, WaitKind, parse_retry_after};
 pub use factory::{ProviderFactory, ResolvedProvider, resolve_provider};
@@ -63,6 +67,7 @@ pub use openai::{EMPTY_CONTENT, OpenAiCompatClient};
 pub use provider::{EventStream, Provider, ResponseAccumulator, collect, response_events};
 pub use registry::{Backend, ProviderSpec};
 pub use resilience::{FallbackProvider, RetryPolicy, RetryingProvider, Sleeper, tokio_sleeper};
+pub use text_tool_calls::contains_text_tool_call;
 pub use transcribe::{Transcriber, WhisperTranscriber, transcriber_from_config};
 pub use types::{
     ChatMessage, ChatRequest, ChatResponse, Content, ContentPart, FinishReason, StreamEvent, Timeouts,

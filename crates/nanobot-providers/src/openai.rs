@@ -5,6 +5,9 @@ use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
+use std::sync::Arc;
+
+use crate::capabilities::{Capabilities, StreamWithTools, refuses_stream_with_tools};
 use crate::endpoint::{Endpoint, event_stream, merge_extra};
 use crate::error::ProviderError;
 use crate::provider::{EventStream, Provider, collect};
@@ -19,10 +22,11 @@ use crate::types::{
 /// Placeholder for empty content, as the Python nanobot sends it.
 pub const EMPTY_CONTENT: &str = "(empty)";
 
-/// An OpenAI-compatible provider.
+/// An OpenAI-compatible provider. Clones share what was learnt about the server ([`Capabilities`]).
 #[derive(Debug, Clone)]
 pub struct OpenAiCompatClient {
     endpoint: Endpoint,
+    caps: Arc<Capabilities>,
 }
 
 type Tx = mpsc::Sender<Result<StreamEvent, ProviderError>>;
@@ -30,7 +34,21 @@ type Tx = mpsc::Sender<Result<StreamEvent, ProviderError>>;
 impl OpenAiCompatClient {
     /// A client for this endpoint.
     pub fn new(endpoint: Endpoint) -> Self {
-        Self { endpoint }
+        Self {
+            endpoint,
+            caps: Arc::default(),
+        }
+    }
+
+    /// Shares `caps` (what is known about the server) with other clients of the same endpoint.
+    pub fn with_capabilities(mut self, caps: Arc<Capabilities>) -> Self {
+        self.caps = caps;
+        self
+    }
+
+    /// What was learnt about the server so far.
+    pub fn capabilities(&self) -> &Arc<Capabilities> {
+        &self.caps
     }
 
     /// The endpoint.
@@ -181,7 +199,13 @@ impl OpenAiCompatClient {
     }
 
     async fn run_stream(self, request: ChatRequest, tx: Tx) {
-        let mut out = Emitter::new(tx, self.endpoint.spec.parse_text_tool_calls);
+        let mut out = Emitter::new(tx, &request);
+        let with_tools = !request.tools.is_empty();
+        if with_tools && self.caps.stream_with_tools(&request.model) == StreamWithTools::No {
+            // Learnt earlier in this process: one plain request.
+            self.finish_json(&request, out).await;
+            return;
+        }
         let body = self.request_body(&request, true);
         let result = async {
             let mut events = self.endpoint.post_sse(&self.url(), &self.auth(), &body).await?;
@@ -223,14 +247,24 @@ impl OpenAiCompatClient {
             Ok(())
         }
         .await;
-        if let Err(e) = result {
-            out.fail(e).await;
-            return;
+        match result {
+            Err(e) if with_tools && !out.saw_content && refuses_stream_with_tools(&e) => {
+                self.caps
+                    .refuse_stream_with_tools(&self.endpoint.provider, &request.model, "refused");
+                self.finish_json(&request, out).await;
+                return;
+            }
+            Err(e) => {
+                out.fail(e).await;
+                return;
+            }
+            Ok(()) => {}
         }
         if !out.saw_content {
-            // llama.cpp and friends: `tool_choice: auto` + `stream: true` may give an empty 200 stream. Ask again
-            // without streaming.
-            tracing::warn!(provider = %self.endpoint.provider, "empty stream; retrying without streaming");
+            // llama.cpp and friends: `tool_choice: auto` + `stream: true` may give an empty 200 stream. Ask once
+            // without streaming; when that answers, the server is remembered as one that does not stream with
+            // tools. An answer that is empty both ways is the model's (empty) answer, not an outage.
+            tracing::debug!(provider = %self.endpoint.provider, "empty stream; asking again without streaming");
             match self.chat_json(&request).await {
                 Ok(events) => {
                     for e in events {
@@ -238,14 +272,12 @@ impl OpenAiCompatClient {
                             return;
                         }
                     }
-                    if !out.saw_content {
-                        let e = ProviderError::transient(
+                    if with_tools && out.saw_content {
+                        self.caps.refuse_stream_with_tools(
                             &self.endpoint.provider,
-                            "empty response: the stream and the non-streaming retry both had no content",
-                            None,
+                            &request.model,
+                            "empty stream",
                         );
-                        out.fail(e).await;
-                        return;
                     }
                 }
                 Err(e) => {
@@ -253,8 +285,32 @@ impl OpenAiCompatClient {
                     return;
                 }
             }
+        } else if with_tools {
+            self.caps.confirm_stream_with_tools(&request.model);
         }
-        out.end().await;
+        self.end(out, &request.model).await;
+    }
+
+    /// Ends `out` and records a model that writes tool calls as text.
+    async fn end(&self, out: Emitter, model: &str) {
+        if out.end().await {
+            self.caps.saw_text_tool_calls(&self.endpoint.provider, model);
+        }
+    }
+
+    /// Answers `request` with one plain (non-streaming) request through `out`.
+    async fn finish_json(&self, request: &ChatRequest, mut out: Emitter) {
+        match self.chat_json(request).await {
+            Ok(events) => {
+                for e in events {
+                    if !out.send(e).await {
+                        return;
+                    }
+                }
+                self.end(out, &request.model).await;
+            }
+            Err(e) => out.fail(e).await,
+        }
     }
 
     /// A non-streaming request, as events.
@@ -291,10 +347,13 @@ struct Emitter {
 }
 
 impl Emitter {
-    fn new(tx: Tx, parse_text_calls: bool) -> Self {
+    /// Text tool calls are read whenever tools are offered (on every OpenAI-compatible provider: local
+    /// servers are often configured as `custom`).
+    fn new(tx: Tx, request: &ChatRequest) -> Self {
+        let tools: Vec<String> = request.tools.iter().map(|t| t.name.clone()).collect();
         Self {
             tx,
-            filter: parse_text_calls.then(|| TextToolCallFilter::new(1000)),
+            filter: (!tools.is_empty()).then(|| TextToolCallFilter::new(1000, tools)),
             saw_content: false,
             native_calls: 0,
             done: None,
@@ -344,13 +403,14 @@ impl Emitter {
         let _ = self.tx.send(Err(e)).await;
     }
 
-    async fn end(mut self) {
+    /// Sends what the filter held back and the finish reason; true when tool calls were read from text.
+    async fn end(mut self) -> bool {
         let mut found = false;
         if let Some(mut f) = self.filter.take() {
             let events = f.finish();
             found = f.found_calls();
             if !self.forward(events).await {
-                return;
+                return found;
             }
         }
         let reason = match self.done.take() {
@@ -359,6 +419,7 @@ impl Emitter {
             None => FinishReason::Stop,
         };
         let _ = self.tx.send(Ok(StreamEvent::Done(reason))).await;
+        found
     }
 }
 
@@ -492,18 +553,8 @@ impl Provider for OpenAiCompatClient {
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ProviderError> {
         let this = self.clone();
         let stream = event_stream(move |tx| async move {
-            let mut out = Emitter::new(tx, this.endpoint.spec.parse_text_tool_calls);
-            match this.chat_json(&request).await {
-                Ok(events) => {
-                    for e in events {
-                        if !out.send(e).await {
-                            return;
-                        }
-                    }
-                    out.end().await;
-                }
-                Err(e) => out.fail(e).await,
-            }
+            let out = Emitter::new(tx, &request);
+            this.finish_json(&request, out).await;
         });
         collect(stream).await
     }

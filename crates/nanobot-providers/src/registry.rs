@@ -59,7 +59,8 @@ pub struct ProviderSpec {
     pub supports_prompt_caching: bool,
     /// Send `reasoning_content` of earlier assistant messages back (DeepSeek thinking mode, Kimi).
     pub sends_reasoning_content: bool,
-    /// Parse `<tool_call>{…}</tool_call>` written in the text as tool calls (local models).
+    /// Marks providers usually backed by local models. Informational since text tool calls are read on every
+    /// OpenAI-compatible provider whenever tools are offered.
     pub parse_text_tool_calls: bool,
     /// Assistant messages with tool calls carry `"content": ""` instead of `null` (llama.cpp and friends).
     pub empty_string_tool_content: bool,

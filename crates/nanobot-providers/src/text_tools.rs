@@ -1,30 +1,29 @@
-//! Tool calls written as text by models without native tool calling: `<tool_call>{"name":…,"arguments":…}
-//! </tool_call>`, or an answer that is nothing but such a JSON object (optionally in a code fence).
+//! The streaming filter for tool calls written as text (formats in [`crate::text_tool_calls`]): text passes
+//! through until a tool-call marker; from there the rest of the answer is held back and read as calls when the
+//! stream ends (or passed on as text when it holds none).
 
-use serde_json::Value;
-
-use crate::json::{ParsedArguments, parse_arguments};
+use crate::text_tool_calls::{markers, parse_region};
 use crate::types::StreamEvent;
 
-const OPEN: &str = "<tool_call>";
-const CLOSE: &str = "</tool_call>";
-
-/// Streams text through, holding back `<tool_call>` blocks and turning them into tool-call events.
+/// Streams text through, holding back tool-call regions and turning them into tool-call events.
 #[derive(Debug, Default)]
 pub(crate) struct TextToolCallFilter {
     buf: String,
-    inside: bool,
+    holding: bool,
     next_index: usize,
     emitted_text: bool,
-    maybe_json: bool,
     found_calls: bool,
+    tools: Vec<String>,
+    markers: Vec<String>,
 }
 
 impl TextToolCallFilter {
-    /// A filter whose tool calls are numbered from `first_index` (after any native ones).
-    pub(crate) fn new(first_index: usize) -> Self {
+    /// A filter for calls to `tools`, numbered from `first_index` (after any native ones).
+    pub(crate) fn new(first_index: usize, tools: Vec<String>) -> Self {
         Self {
             next_index: first_index,
+            markers: markers(&tools),
+            tools,
             ..Self::default()
         }
     }
@@ -32,63 +31,43 @@ impl TextToolCallFilter {
     /// Feeds a text delta; returns what may be passed on now.
     pub(crate) fn push(&mut self, text: &str) -> Vec<StreamEvent> {
         self.buf.push_str(text);
-        if !self.emitted_text && !self.inside {
+        if self.holding {
+            return Vec::new();
+        }
+        if !self.emitted_text {
             let t = self.buf.trim_start();
             if t.is_empty() {
                 return Vec::new();
             }
             // An answer that starts like a JSON object may be a bare tool call: hold everything back.
             if t.starts_with('{') || t.starts_with("```") {
-                self.maybe_json = true;
+                self.holding = true;
+                return Vec::new();
             }
         }
-        if self.maybe_json {
-            return Vec::new();
-        }
-        self.drain(false)
-    }
-
-    fn drain(&mut self, at_end: bool) -> Vec<StreamEvent> {
         let mut out = Vec::new();
-        loop {
-            if self.inside {
-                let Some(end) = self.buf.find(CLOSE) else {
-                    if at_end {
-                        let body = std::mem::take(&mut self.buf);
-                        if !self.emit_call(&body, &mut out) {
-                            out.push(StreamEvent::TextDelta(format!("{OPEN}{body}")));
-                        }
-                        self.inside = false;
-                    }
-                    return out;
-                };
-                let body: String = self.buf[..end].to_owned();
-                self.buf.drain(..end + CLOSE.len());
-                self.inside = false;
-                if !self.emit_call(&body, &mut out) {
-                    out.push(StreamEvent::TextDelta(format!("{OPEN}{body}{CLOSE}")));
-                }
-                continue;
-            }
-            if let Some(start) = self.buf.find(OPEN) {
-                let before: String = self.buf[..start].to_owned();
-                self.text(before, &mut out);
-                self.buf.drain(..start + OPEN.len());
-                self.inside = true;
-                continue;
-            }
-            // Keep a tail that could be the start of `<tool_call>`.
-            let keep = if at_end {
-                0
-            } else {
-                partial_prefix_len(&self.buf, OPEN)
-            };
-            let cut = self.buf.len() - keep;
-            let text: String = self.buf[..cut].to_owned();
-            self.buf.drain(..cut);
-            self.text(text, &mut out);
+        if let Some(at) = self
+            .markers
+            .iter()
+            .filter_map(|m| self.buf.find(m.as_str()))
+            .min()
+        {
+            let before: String = self.buf.drain(..at).collect();
+            self.text(before, &mut out);
+            self.holding = true;
             return out;
         }
+        // Keep a tail that could be the start of a marker.
+        let keep = self
+            .markers
+            .iter()
+            .map(|m| partial_prefix_len(&self.buf, m))
+            .max()
+            .unwrap_or(0);
+        let cut = self.buf.len() - keep;
+        let text: String = self.buf.drain(..cut).collect();
+        self.text(text, &mut out);
+        out
     }
 
     fn text(&mut self, text: String, out: &mut Vec<StreamEvent>) {
@@ -98,33 +77,32 @@ impl TextToolCallFilter {
         }
     }
 
-    fn emit_call(&mut self, body: &str, out: &mut Vec<StreamEvent>) -> bool {
-        let Some((name, args)) = parse_call(body) else {
-            return false;
-        };
-        out.push(StreamEvent::ToolCallDelta {
-            index: self.next_index,
-            id: Some(format!("call_text_{}", self.next_index)),
-            name: Some(name),
-            arguments: args,
-        });
-        self.next_index += 1;
-        self.found_calls = true;
-        true
-    }
-
     /// Ends the text; returns what was held back.
     pub(crate) fn finish(&mut self) -> Vec<StreamEvent> {
-        if self.maybe_json {
-            self.maybe_json = false;
-            let whole = std::mem::take(&mut self.buf);
-            let mut out = Vec::new();
-            if !whole.contains(OPEN) && self.emit_call(strip_fence(whole.trim()), &mut out) {
-                return out;
-            }
-            self.buf = whole;
+        let held = std::mem::take(&mut self.buf);
+        let mut out = Vec::new();
+        if !self.holding {
+            self.text(held, &mut out);
+            return out;
         }
-        self.drain(true)
+        self.holding = false;
+        let trimmed = held.trim_start();
+        let Some((calls, leftover)) = parse_region(trimmed, &self.tools) else {
+            self.text(held, &mut out);
+            return out;
+        };
+        for c in calls {
+            out.push(StreamEvent::ToolCallDelta {
+                index: self.next_index,
+                id: Some(format!("call_text_{}", self.next_index)),
+                name: Some(c.name),
+                arguments: c.arguments,
+            });
+            self.next_index += 1;
+            self.found_calls = true;
+        }
+        self.text(leftover, &mut out);
+        out
     }
 
     /// True once any text tool call was found.
@@ -133,34 +111,13 @@ impl TextToolCallFilter {
     }
 }
 
+/// The length of the longest tail of `buf` that is a proper prefix of `tag` (on a character boundary).
 fn partial_prefix_len(buf: &str, tag: &str) -> usize {
     (1..tag.len())
         .rev()
+        .filter(|&n| tag.is_char_boundary(n))
         .find(|&n| buf.ends_with(&tag[..n]))
         .unwrap_or(0)
-}
-
-fn strip_fence(s: &str) -> &str {
-    let Some(rest) = s.strip_prefix("```") else {
-        return s;
-    };
-    let rest = rest.strip_prefix("json").unwrap_or(rest);
-    rest.strip_suffix("```").unwrap_or(rest).trim()
-}
-
-/// `{"name": …, "arguments": {…}}` (or `parameters`) → name and argument JSON text.
-fn parse_call(body: &str) -> Option<(String, String)> {
-    let v = match parse_arguments(body) {
-        ParsedArguments::Ok(v) | ParsedArguments::Repaired(v) => v,
-        ParsedArguments::Invalid(_) => return None,
-    };
-    let name = v.get("name")?.as_str()?.to_owned();
-    let args = match v.get("arguments").or_else(|| v.get("parameters")) {
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
-        None => "{}".to_owned(),
-    };
-    Some((name, args))
 }
 
 #[cfg(test)]
@@ -168,7 +125,7 @@ mod tests {
     use super::*;
 
     fn run(pieces: &[&str]) -> Vec<StreamEvent> {
-        let mut f = TextToolCallFilter::new(0);
+        let mut f = TextToolCallFilter::new(0, vec!["read_file".into(), "exec".into()]);
         let mut out: Vec<StreamEvent> = pieces.iter().flat_map(|p| f.push(p)).collect();
         out.extend(f.finish());
         out

@@ -2,4 +2,5 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
+mod logs;
 mod process;

@@ -148,6 +148,26 @@ async fn empty_answer_is_retried_once() {
 }
 
 #[tokio::test]
+async fn an_empty_answer_twice_is_a_clear_message_not_an_outage() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.set_fallback(MockReply::text(""));
+    let agent = agent(&home, &mock);
+    let answer = agent.process_direct("hi", "cli:empty").await.unwrap();
+    assert_eq!(answer, nanobot_core::EMPTY_FINAL_RESPONSE);
+    assert!(!answer.contains("unavailable"));
+    let reqs = mock.completion_requests();
+    assert!(
+        reqs.last()
+            .unwrap()
+            .last_user_text()
+            .unwrap()
+            .contains("previous reply was empty"),
+        "one retry with a nudge"
+    );
+}
+
+#[tokio::test]
 async fn max_iterations_ends_with_a_final_call_without_tools() {
     let home = TempHome::new();
     let mock = MockLlm::start().await;
@@ -172,10 +192,54 @@ async fn max_iterations_ends_with_a_final_call_without_tools() {
         MockReply::tool_call("list_dir", json!({"path": "."})),
         MockReply::text("Best effort answer."),
     ]);
-    assert_eq!(
-        agent.process_direct("again", "cli:m").await.unwrap(),
-        "Best effort answer."
+    // When the final call answers, the answer says what happened, then gives the model's summary.
+    let answer = agent.process_direct("again", "cli:m").await.unwrap();
+    assert!(
+        answer.starts_with("I reached the maximum number of tool call iterations (2)")
+            && answer.ends_with("Best effort answer."),
+        "{answer}"
     );
+    // Tool-call text written instead of a summary is not shown as the answer.
+    mock.push_all([
+        MockReply::tool_call("list_dir", json!({"path": "."})),
+        MockReply::tool_call("list_dir", json!({"path": "."})),
+        MockReply::text("functions.list_dir: {\"path\": \".\"}"),
+    ]);
+    let answer = agent.process_direct("once more", "cli:m").await.unwrap();
+    assert!(!answer.contains("functions.list_dir"), "{answer}");
+    assert!(
+        answer.contains("maximum number of tool call iterations (2)"),
+        "{answer}"
+    );
+}
+
+#[tokio::test]
+async fn a_model_repeating_the_same_call_is_stopped_early_with_a_clear_answer() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.set_fallback(MockReply::tool_call("list_dir", json!({"path": "."})));
+    let mut s = crate::common::settings(&home);
+    s.max_tool_iterations = 50;
+    let agent = nanobot_core::AgentLoop::new(crate::common::provider(&mock), s).unwrap();
+    let answer = agent.process_direct("loop forever", "cli:r").await.unwrap();
+    assert!(
+        answer.contains("called `list_dir` with the same arguments 3 times in a row"),
+        "{answer}"
+    );
+    // Three identical rounds, then one final call without tools.
+    let reqs = mock.completion_requests();
+    assert_eq!(reqs.len(), 4);
+    assert!(reqs[3].tools().is_empty());
+
+    // Different arguments are progress, not a loop.
+    mock.clear_fallback();
+    mock.push_all([
+        MockReply::tool_call("list_dir", json!({"path": "."})),
+        MockReply::tool_call("list_dir", json!({"path": "a"})),
+        MockReply::tool_call("list_dir", json!({"path": "."})),
+        MockReply::text("Found it."),
+    ]);
+    assert_eq!(agent.process_direct("look", "cli:r2").await.unwrap(), "Found it.");
 }
 
 #[tokio::test]

@@ -21,7 +21,7 @@ fn chat(text: &str, session: Option<&str>, stream: bool) -> Value {
 async fn plain_completion_runs_a_turn_in_the_default_session() {
     let home = TempHome::new();
     let mock = MockLlm::start().await;
-    mock.push(MockReply::text("Hello from nanobot"));
+    mock.push(MockReply::text("Hello from nanobot").with_usage(12, 5));
     let gw = start(&home, &mock).await;
     let c = client();
 
@@ -50,6 +50,15 @@ async fn plain_completion_runs_a_turn_in_the_default_session() {
     assert_eq!(v["object"], "chat.completion");
     assert_eq!(v["choices"][0]["message"]["content"], "Hello from nanobot");
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    // Usage as the provider reported it.
+    assert_eq!(
+        (
+            &v["usage"]["prompt_tokens"],
+            &v["usage"]["completion_tokens"],
+            &v["usage"]["total_tokens"]
+        ),
+        (&json!(12), &json!(5), &json!(17))
+    );
     assert!(mock.requests()[0].last_user_text().unwrap().contains("hi there"));
 
     let report = tokio::time::timeout(GUARD, gw.shutdown()).await.unwrap();
@@ -98,6 +107,27 @@ async fn streaming_completion_sends_chunks_then_done() {
     assert_eq!(text, "one two three four five six");
     assert!(chunks.len() >= 4, "several deltas expected: {chunks:?}");
     assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "stop");
+
+    // With `stream_options.include_usage`, a last chunk carries the provider's usage.
+    mock.push(MockReply::text("short").with_usage(30, 2));
+    let mut body = chat("with usage", Some("s1"), true);
+    body["stream_options"] = json!({"include_usage": true});
+    let r = client()
+        .post(api_url(&gw, "/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let text = tokio::time::timeout(GUARD, r.text()).await.unwrap().unwrap();
+    let datas: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+        .collect();
+    let last: Value = serde_json::from_str(datas[datas.len() - 2]).unwrap();
+    assert_eq!(last["choices"], json!([]), "{text}");
+    assert_eq!(last["usage"]["prompt_tokens"], 30, "{text}");
+    assert_eq!(last["usage"]["total_tokens"], 32, "{text}");
     gw.shutdown().await;
 }
 
@@ -266,7 +296,12 @@ async fn a_client_that_disconnects_cancels_its_turn() {
 async fn a_non_loopback_api_without_a_key_is_refused_at_start() {
     let home = TempHome::new();
     let mock = MockLlm::start().await;
-    let opts = options(&home, &mock, json!({"api": {"host": "0.0.0.0", "apiKey": ""}}));
+    let mut opts = options(&home, &mock, json!({"api": {"host": "0.0.0.0", "apiKey": ""}}));
+    assert!(
+        !opts.api,
+        "without a key the gateway does not run the API unless told to"
+    );
+    opts.api = true; // `--api`
     let err = Gateway::start(opts).await.unwrap_err();
     assert!(matches!(err, GatewayError::UnprotectedApi { .. }), "{err}");
     assert!(err.to_string().contains("api.apiKey"), "{err}");

@@ -12,6 +12,7 @@ c = OpenAI(base_url=base, api_key=key, max_retries=0)
 r = c.chat.completions.create(model="mock-model", messages=[{"role": "user", "content": "plain alice"}],
                               extra_body={"session_id": "alice"})
 assert r.choices[0].message.content == "PLAIN", r
+assert (r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.total_tokens) == (21, 4, 25), r.usage
 parts = []
 for chunk in c.chat.completions.create(model="mock-model", stream=True,
                                        messages=[{"role": "user", "content": "stream bob"}],
@@ -20,6 +21,11 @@ for chunk in c.chat.completions.create(model="mock-model", stream=True,
         parts.append(chunk.choices[0].delta.content)
 assert "".join(parts) == "STREAMED ANSWER", parts
 assert len(parts) > 1, parts
+usage = [ch.usage for ch in c.chat.completions.create(model="mock-model", stream=True,
+                                                     stream_options={"include_usage": True},
+                                                     messages=[{"role": "user", "content": "stream bob"}],
+                                                     extra_body={"session_id": "bob2"}) if ch.usage]
+assert len(usage) == 1 and usage[0].total_tokens == 9, usage
 try:
     OpenAI(base_url=base, api_key="sk-wrong", max_retries=0).chat.completions.create(
         model="mock-model", messages=[{"role": "user", "content": "x"}])
@@ -49,8 +55,11 @@ async fn the_openai_python_sdk_talks_to_the_api() {
     }
     let home = TempHome::new();
     let mock = MockLlm::start().await;
-    mock.when_last_user_contains("plain alice", MockReply::text("PLAIN"));
-    mock.when_last_user_contains("stream bob", MockReply::text("STREAMED ANSWER").chunk_chars(4));
+    mock.when_last_user_contains("plain alice", MockReply::text("PLAIN").with_usage(21, 4));
+    mock.when_last_user_contains(
+        "stream bob",
+        MockReply::text("STREAMED ANSWER").chunk_chars(4).with_usage(7, 2),
+    );
     let gw = start(&home, &mock).await;
     let out = tokio::time::timeout(
         GUARD,

@@ -218,3 +218,32 @@ async fn enabled_feishu_and_dingtalk_channels_are_built_from_the_config() {
         assert!(err.contains(key), "{name}: {err}");
     }
 }
+
+#[tokio::test]
+async fn a_busy_api_port_stops_the_api_only_and_serve_alone_fails() {
+    nanobot_testkit::install_ring();
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let patch = json!({"api": {"port": port}});
+    let gw = Gateway::start(options(&home, &mock, patch.clone()))
+        .await
+        .expect("the gateway starts without its API");
+    assert_eq!(gw.api_addr(), None);
+    let health = client().get(ops_url(&gw, "/health")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    gw.shutdown().await;
+
+    // `serve` is the API alone: the busy port is the start's error, naming the setting and the address.
+    let opts = options(&home, &mock, patch);
+    let serve = nanobot_gateway::GatewayOptions::serve(opts.config, opts.env);
+    let Err(err) = Gateway::start(serve).await else {
+        panic!("serve must fail on a busy api.port");
+    };
+    let text = err.to_string();
+    assert!(
+        text.contains("api.port") && text.contains(&port.to_string()),
+        "{text}"
+    );
+}

@@ -19,6 +19,8 @@ const FIXTURES: &str = r#"{"fixtures":[
   "response":{"toolCalls":[{"id":"call_weather_1","name":"get_weather","arguments":"{\"city\":\"Paris\"}"}]}},
  {"match":{"userMessage":"weather in Paris","hasToolResult":true},"response":{"content":"It is sunny and 21C in Paris."}},
  {"match":{"userMessage":"rate limit me"},"response":{"error":{"message":"Rate limit exceeded","type":"rate_limit_error","code":"rate_limit_exceeded"},"status":429}},
+ {"match":{"userMessage":"llama weather"},"response":{"content":"functions.get_weather: {&quot;city&quot;: &quot;Paris&quot;}"}},
+ {"match":{"userMessage":"llama again"},"response":{"content":"Still sunny."}},
  {"match":{"userMessage":"hello"},"response":{"content":"Hi there! I am a scripted mock."}}]}"#;
 
 struct Aimock {
@@ -134,4 +136,54 @@ async fn aimock_tool_call_turn_streamed_answer_and_429() {
         .unwrap_err();
     assert!(matches!(err, ProviderError::RateLimited { .. }), "{err:?}");
     assert_eq!(*delays.lock().unwrap(), vec![Duration::from_secs(1)]);
+}
+
+/// The journal's entries (what aimock received).
+async fn journal(http: &reqwest::Client, control: &str) -> Vec<serde_json::Value> {
+    let v: serde_json::Value = http
+        .get(format!("{control}/journal"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v.as_array()
+        .or_else(|| v["entries"].as_array())
+        .cloned()
+        .unwrap_or_else(|| panic!("unexpected journal shape: {v}"))
+}
+
+#[tokio::test]
+async fn aimock_as_llama_cpp_refused_stream_text_calls_then_one_request_per_call() {
+    let Some(mock) = start().await else { return };
+    let http = reqwest::Client::new();
+    let control = mock.base.replace("/v1", "/__aimock");
+    // llama.cpp's refusal of `stream: true` with tools, injected for the next request.
+    http.post(format!("{control}/error"))
+        .json(&json!({"status": 500, "body": {"message": "Cannot use tools with stream", "type": "server_error"}}))
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap();
+    let c = client(&mock.base);
+    let req = |text: &str| {
+        ChatRequest::new("local", vec![ChatMessage::user(text)]).with_tools(vec![weather_tool()])
+    };
+    let first = nanobot_providers::collect(c.stream(req("llama weather")))
+        .await
+        .unwrap();
+    assert_eq!(first.tool_calls.len(), 1, "{first:?}");
+    assert_eq!(first.tool_calls[0].name, "get_weather");
+    assert_eq!(first.tool_calls[0].arguments, json!({"city": "Paris"}));
+    let before = journal(&http, &control).await.len();
+    let second = nanobot_providers::collect(c.stream(req("llama again")))
+        .await
+        .unwrap();
+    assert_eq!(second.content.as_deref(), Some("Still sunny."));
+    let entries = journal(&http, &control).await;
+    assert_eq!(entries.len(), before + 1, "one request for the second call");
+    let last = entries.last().unwrap();
+    assert_ne!(last["body"]["stream"], json!(true), "{last}");
 }

@@ -6,7 +6,9 @@
 mod aimock;
 mod anthropic;
 mod common;
+mod diagnose;
 mod factory;
+mod local_server;
 mod openai;
 mod registry;
 mod resilience;

@@ -216,7 +216,9 @@ async fn text_tool_calls_from_local_models() {
     );
     let client = openai(&mock, "vllm");
     let resp = client
-        .chat_stream_collect(ChatRequest::new("vllm/qwen", vec![ChatMessage::user("x")]))
+        .chat_stream_collect(
+            ChatRequest::new("vllm/qwen", vec![ChatMessage::user("x")]).with_tools(vec![read_file_tool()]),
+        )
         .await;
     assert_eq!(resp.content.as_deref(), Some("Checking. "));
     assert_eq!(resp.tool_calls.len(), 1);

@@ -1,0 +1,78 @@
+//! `nanobot doctor --online`: one tiny real request (one output token) to each configured model, the default
+//! and the fallbacks, so a wrong address, key or model name shows up before the first chat. Each request is
+//! bounded; the finding names the provider and the endpoint (never the key) and, on failure, the cause and what
+//! to change.
+
+use std::time::Duration;
+
+use nanobot_providers::{ChatMessage, ChatRequest, ProviderFactory};
+
+use crate::status::Finding;
+
+/// The bound of one check.
+const EACH: Duration = Duration::from_secs(30);
+
+/// Checks each configured model against its provider.
+pub(crate) fn findings(
+    config: &nanobot_config::Config,
+    vars: &std::collections::HashMap<String, String>,
+) -> Vec<Finding> {
+    let defaults = &config.agents.defaults;
+    let mut models = vec![defaults.model.clone()];
+    models.extend(defaults.fallback_models.iter().cloned());
+    let factory = ProviderFactory::new(&config.providers, defaults, vars.clone());
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                    return vec![Finding::problem(
+                        "online check: cannot start a tokio runtime",
+                        "run `nanobot doctor --online` again",
+                    )];
+                };
+                nanobot_providers::install_ring();
+                let out = rt.block_on(async {
+                    let mut out = Vec::new();
+                    for model in &models {
+                        out.push(check(&factory, model).await);
+                    }
+                    out
+                });
+                rt.shutdown_background();
+                out
+            })
+            .join()
+            .unwrap_or_default()
+    })
+}
+
+async fn check(factory: &ProviderFactory, model: &str) -> Finding {
+    let resolved = match factory.resolve(model) {
+        Ok(r) => r,
+        Err(e) => return Finding::problem(format!("model `{model}`: {e}"), "see the message"),
+    };
+    let at = resolved.endpoint.display_url();
+    let client = match factory.client(model) {
+        Ok(c) => c,
+        Err(e) => return Finding::problem(format!("model `{model}`: {e}"), "see the message"),
+    };
+    let request = ChatRequest::new(model, vec![ChatMessage::user("Reply with OK.")]).with_max_tokens(1);
+    match tokio::time::timeout(EACH, client.chat(request)).await {
+        Ok(Ok(_)) => Finding::ok(format!(
+            "model `{model}` answers (provider {} at {at})",
+            resolved.name
+        )),
+        Ok(Err(e)) => Finding::problem(
+            format!("model `{model}` (provider {} at {at}) failed: {e}", resolved.name),
+            "the message above names the cause and the setting to change",
+        ),
+        Err(_) => Finding::problem(
+            format!(
+                "model `{model}` (provider {} at {at}) did not answer within {} s",
+                resolved.name,
+                EACH.as_secs()
+            ),
+            "check that the server is running and not overloaded (a local model may still be loading)",
+        ),
+    }
+}

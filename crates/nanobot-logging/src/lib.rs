@@ -1,0 +1,195 @@
+//! Where nanobot's log lines go, the same way for both binaries (`nanobot`, `nanobot-gateway`).
+//!
+//! **Owns:** the log filter's source (`NANOBOT_LOG`, then `RUST_LOG`, then the caller's default), whether
+//! stderr gets colour (only on a terminal, never with `NO_COLOR` or `TERM=dumb`), and rotated log files
+//! (`<dir>/nanobot.log.YYYY-MM-DD`, daily, the last 7 kept) for modes where stderr is the user's screen.
+//!
+//! **Must not know:** configuration files or the process environment: the caller passes variables and
+//! terminal facts in.
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use nanobot_logging::{colour, filter_from};
+//!
+//! let vars = BTreeMap::from([("NO_COLOR".to_string(), "1".to_string())]);
+//! let get = |k: &str| vars.get(k).map(String::as_str);
+//! assert!(!colour(true, get));
+//! assert_eq!(filter_from(get, "warn"), "warn");
+//! ```
+
+use std::path::PathBuf;
+
+use tracing_appender::non_blocking::WorkerGuard;
+use tracing_appender::rolling::{Builder, Rotation};
+use tracing_subscriber::prelude::*;
+use tracing_subscriber::{EnvFilter, fmt};
+
+/// The variable naming the log filter (`tracing` `EnvFilter` syntax), honoured by both binaries.
+pub const NANOBOT_LOG: &str = "NANOBOT_LOG";
+/// The conventional filter variable, used when `NANOBOT_LOG` is unset.
+pub const RUST_LOG: &str = "RUST_LOG";
+/// Set (to anything but the empty string) to turn colour off (<https://no-color.org>).
+pub const NO_COLOR: &str = "NO_COLOR";
+/// How many daily log files are kept.
+pub const KEPT_FILES: usize = 7;
+/// The log files' name prefix.
+pub const FILE_PREFIX: &str = "nanobot.log";
+
+/// Where lines go and how they look.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogPlan {
+    /// The `EnvFilter` directive.
+    pub filter: String,
+    /// Write to stderr.
+    pub stderr: bool,
+    /// ANSI colour on stderr (see [`colour`]).
+    pub colour: bool,
+    /// Also write to rotated files in this directory.
+    pub dir: Option<PathBuf>,
+}
+
+/// Why logging could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoggingError {
+    /// The filter directive is invalid.
+    #[error("invalid log filter `{filter}` (from NANOBOT_LOG or RUST_LOG): {message}")]
+    Filter {
+        /// The directive.
+        filter: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The log directory cannot be created or written.
+    #[error("cannot write logs to {}: {message}", dir.display())]
+    Dir {
+        /// The directory.
+        dir: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// A global subscriber was already installed.
+    #[error("logging was already set up")]
+    AlreadySet,
+}
+
+/// Keeps the file writer alive; drop it last (it flushes the lines still queued).
+#[derive(Debug)]
+#[must_use = "dropping the guard stops file logging"]
+pub struct LogGuard {
+    _file: Option<WorkerGuard>,
+}
+
+/// The filter: `NANOBOT_LOG`, else `RUST_LOG`, else `default` (empty values count as unset).
+pub fn filter_from<'a>(get: impl Fn(&str) -> Option<&'a str>, default: &str) -> String {
+    [NANOBOT_LOG, RUST_LOG]
+        .into_iter()
+        .find_map(|k| get(k).map(str::trim).filter(|v| !v.is_empty()))
+        .unwrap_or(default)
+        .to_owned()
+}
+
+/// Colour only when stderr is a terminal, `NO_COLOR` is unset or empty, and `TERM` is not `dumb`.
+pub fn colour<'a>(stderr_is_terminal: bool, get: impl Fn(&str) -> Option<&'a str>) -> bool {
+    stderr_is_terminal && get(NO_COLOR).is_none_or(str::is_empty) && get("TERM") != Some("dumb")
+}
+
+/// Installs the global subscriber for `plan`.
+pub fn init(plan: &LogPlan) -> Result<LogGuard, LoggingError> {
+    let filter = EnvFilter::try_new(&plan.filter).map_err(|e| LoggingError::Filter {
+        filter: plan.filter.clone(),
+        message: e.to_string(),
+    })?;
+    let (file_layer, guard) = match &plan.dir {
+        Some(dir) => {
+            let dir_error = |message: String| LoggingError::Dir {
+                dir: dir.clone(),
+                message,
+            };
+            std::fs::create_dir_all(dir).map_err(|e| dir_error(e.to_string()))?;
+            let appender = Builder::new()
+                .rotation(Rotation::DAILY)
+                .filename_prefix(FILE_PREFIX)
+                .max_log_files(KEPT_FILES)
+                .build(dir)
+                .map_err(|e| dir_error(e.to_string()))?;
+            let (writer, guard) = tracing_appender::non_blocking(appender);
+            (
+                Some(fmt::layer().with_writer(writer).with_ansi(false)),
+                Some(guard),
+            )
+        }
+        None => (None, None),
+    };
+    let stderr_layer = plan.stderr.then(|| {
+        fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(plan.colour)
+            .with_target(false)
+    });
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(file_layer)
+        .with(stderr_layer)
+        .try_init()
+        .map_err(|_| LoggingError::AlreadySet)?;
+    Ok(LogGuard { _file: guard })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        let none = vars(&[]);
+        assert!(colour(true, |k| none.get(k).map(String::as_str)));
+        assert!(!colour(false, |k| none.get(k).map(String::as_str)));
+        let set = vars(&[("NO_COLOR", "1")]);
+        assert!(!colour(true, |k| set.get(k).map(String::as_str)));
+        let empty = vars(&[("NO_COLOR", "")]);
+        assert!(colour(true, |k| empty.get(k).map(String::as_str)));
+        let dumb = vars(&[("TERM", "dumb")]);
+        assert!(!colour(true, |k| dumb.get(k).map(String::as_str)));
+    }
+
+    #[test]
+    fn nanobot_log_wins_over_rust_log_over_the_default() {
+        let both = vars(&[("NANOBOT_LOG", "debug"), ("RUST_LOG", "trace")]);
+        assert_eq!(filter_from(|k| both.get(k).map(String::as_str), "warn"), "debug");
+        let rust = vars(&[("NANOBOT_LOG", " "), ("RUST_LOG", "trace")]);
+        assert_eq!(filter_from(|k| rust.get(k).map(String::as_str), "warn"), "trace");
+        let none = vars(&[]);
+        assert_eq!(filter_from(|k| none.get(k).map(String::as_str), "warn"), "warn");
+    }
+
+    #[test]
+    fn a_bad_filter_or_directory_is_a_clear_error() {
+        let plan = LogPlan {
+            filter: "nanobot=[".into(),
+            stderr: false,
+            colour: false,
+            dir: None,
+        };
+        let e = init(&plan).unwrap_err();
+        assert!(e.to_string().contains("nanobot=["), "{e}");
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let plan = LogPlan {
+            filter: "info".into(),
+            stderr: false,
+            colour: false,
+            dir: Some(file.path().join("logs")),
+        };
+        let e = init(&plan).unwrap_err();
+        assert!(matches!(e, LoggingError::Dir { .. }), "{e}");
+    }
+}
