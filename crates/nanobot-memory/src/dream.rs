@@ -6,10 +6,10 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use nanobot_providers::{ChatMessage, ChatRequest, Provider, ToolSpec};
 use nanobot_tools::builtin::{EditFileTool, ListDirTool, ReadFileTool, WriteFileTool};
 use nanobot_tools::sandbox::{Sandbox, normalize, real_path};
 use nanobot_tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use nanobot_types::{ChatMessage, ChatRequest, Provider, ToolSpec};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

@@ -5,16 +5,16 @@ use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
+use crate::ProviderError;
 use crate::endpoint::{Endpoint, event_stream, merge_extra};
-use crate::error::ProviderError;
-use crate::provider::{EventStream, Provider, collect};
 use crate::registry::wire_model;
 use crate::shaping::shape;
 use crate::text_tools::TextToolCallFilter;
-use crate::types::{
+use crate::{
     ChatMessage, ChatRequest, ChatResponse, Content, ContentPart, FinishReason, StreamEvent, ToolChoice,
     Usage,
 };
+use crate::{EventStream, Provider, collect};
 
 /// Placeholder for empty content, as the Python nanobot sends it.
 pub const EMPTY_CONTENT: &str = "(empty)";

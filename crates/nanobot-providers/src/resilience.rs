@@ -10,9 +10,9 @@ use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use crate::endpoint::event_stream;
-use crate::error::{ProviderError, WaitKind};
-use crate::provider::{EventStream, Provider};
-use crate::types::{ChatRequest, ChatResponse, StreamEvent};
+use crate::{ChatRequest, ChatResponse, StreamEvent};
+use crate::{EventStream, Provider};
+use crate::{ProviderError, WaitKind};
 
 /// How to wait between attempts. The default is `tokio::time::sleep`; tests inject one that records.
 pub type Sleeper = Arc<dyn Fn(Duration) -> BoxFuture<'static, ()> + Send + Sync>;

@@ -3,8 +3,8 @@
 
 use serde_json::Value;
 
+use crate::StreamEvent;
 use crate::json::{ParsedArguments, parse_arguments};
-use crate::types::StreamEvent;
 
 const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
