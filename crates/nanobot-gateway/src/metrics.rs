@@ -120,9 +120,7 @@ impl Default for Metrics {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use nanobot_util::lock;
 
 /// Escapes a label value for the Prometheus text format.
 fn esc(v: &str) -> String {

@@ -269,7 +269,7 @@ impl Dream {
         let changes = diff_snapshots(&before, &after_snap);
         let summary = match &result {
             Ok(s) => s.clone(),
-            Err(e) => format!("interrupted: {}", crate::tool::error_chain(e)),
+            Err(e) => format!("interrupted: {}", nanobot_util::error_chain(e)),
         };
         let record = if changes.is_empty() {
             None
