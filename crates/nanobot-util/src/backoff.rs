@@ -43,6 +43,13 @@ impl Backoff {
         asked.map_or(own, |a| a.min(self.max))
     }
 
+    /// The delay before retry number `n` (0-based) of a fresh schedule, without advancing this one: for
+    /// callers that count their attempts themselves.
+    pub fn nth_delay(&self, n: u32) -> Duration {
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        self.builder.build().nth(n).unwrap_or(self.max)
+    }
+
     /// Starts the schedule over (after a success, or a connection that stayed up long enough).
     pub fn reset(&mut self) {
         self.delays = self.builder.build();
@@ -63,6 +70,10 @@ mod tests {
         assert_eq!(b.next_delay(), s(1));
         assert_eq!(b.next_delay_or(Some(s(600))), s(60), "asked delays are capped");
         assert_eq!(b.next_delay_or(Some(s(3))), s(3));
+        assert_eq!(
+            [b.nth_delay(0), b.nth_delay(2), b.nth_delay(40)],
+            [s(1), s(4), s(60)]
+        );
     }
 
     #[test]
