@@ -3,6 +3,10 @@
 //! - `nanobot-core` never reaches a channel crate or a chat-platform SDK: core and channels meet on the bus.
 //! - Channels never reach the agent core or the LLM providers.
 //! - `nanobot-bus` and `nanobot-config` never reach an HTTP client.
+//! - `nanobot-types` (the bottom floor) reaches no other crate of ours and no HTTP client.
+//! - Tools, sessions, memory, MCP, skills and cron never reach `nanobot-providers`: they see models only
+//!   through the conversation types and the `Provider` trait in `nanobot-types`. (Tools and MCP do use an
+//!   HTTP client of their own, for `web_fetch`/`web_search` and MCP's HTTP transports.)
 //! - Nothing in the workspace reaches OpenSSL, native-tls or aws-lc: rustls with ring only.
 //!
 //! The layering rules are checked on the host platform's graph (`--filter-platform`), which needs only the
@@ -180,6 +184,44 @@ fn bus_and_config_never_reach_an_http_client() {
     for base in ["nanobot-bus", "nanobot-config"] {
         assert!(members.contains(base), "{base} is a workspace member");
         assert_never_reaches(&edges, base, &["reqwest", "hyper", "nanobot-providers"]);
+    }
+}
+
+#[test]
+fn types_are_the_bottom_floor() {
+    let (edges, members) = graph();
+    assert!(
+        members.contains("nanobot-types"),
+        "nanobot-types is a workspace member"
+    );
+    let ours: Vec<&str> = members
+        .iter()
+        .map(String::as_str)
+        .filter(|m| *m != "nanobot-types")
+        .collect();
+    assert_never_reaches(&edges, "nanobot-types", &ours);
+    assert_never_reaches(&edges, "nanobot-types", &["reqwest", "hyper", "rustls"]);
+}
+
+#[test]
+fn lower_floors_never_reach_providers() {
+    let (edges, members) = graph();
+    for lower in [
+        "nanobot-tools",
+        "nanobot-sessions",
+        "nanobot-memory",
+        "nanobot-mcp",
+        "nanobot-skills",
+        "nanobot-cron",
+    ] {
+        assert!(members.contains(lower), "{lower} is a workspace member");
+        assert_never_reaches(&edges, lower, &["nanobot-providers"]);
+    }
+    for user in ["nanobot-tools", "nanobot-memory"] {
+        assert!(
+            edges[user].contains("nanobot-types"),
+            "{user} takes the conversation types from nanobot-types"
+        );
     }
 }
 

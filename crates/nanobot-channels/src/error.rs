@@ -78,6 +78,39 @@ pub enum ChannelError {
 }
 
 impl ChannelError {
+    /// A [`ChannelError::Transient`] failure of `channel` (network trouble, 5xx, a dropped connection).
+    pub fn transient(
+        channel: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self::Transient {
+            channel: channel.into(),
+            source: source.into(),
+        }
+    }
+
+    /// A [`ChannelError::Rejected`] request of `channel` (the platform refused it; retrying will not help).
+    pub fn rejected(
+        channel: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self::Rejected {
+            channel: channel.into(),
+            source: source.into(),
+        }
+    }
+
+    /// A [`ChannelError::Auth`] failure of `channel` (the platform refused the credentials).
+    pub fn auth(
+        channel: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self::Auth {
+            channel: channel.into(),
+            source: source.into(),
+        }
+    }
+
     /// True when sending again later may succeed (network trouble, rate limits).
     pub fn is_retryable(&self) -> bool {
         matches!(self, Self::RateLimited { .. } | Self::Transient { .. })

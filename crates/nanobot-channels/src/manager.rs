@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use nanobot_bus::{Bus, OutboundKind, OutboundMessage};
+use nanobot_util::Backoff;
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -178,7 +179,7 @@ pub struct HealthRegistry(Arc<Mutex<BTreeMap<String, ChannelHealth>>>);
 
 impl HealthRegistry {
     fn update(&self, name: &str, f: impl FnOnce(&mut ChannelHealth)) {
-        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut map = nanobot_util::lock(&self.0);
         f(map
             .entry(name.to_string())
             .or_insert_with(|| ChannelHealth::new(name)));
@@ -186,21 +187,12 @@ impl HealthRegistry {
 
     /// Every channel's health, ordered by name.
     pub fn snapshot(&self) -> Vec<ChannelHealth> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect()
+        nanobot_util::lock(&self.0).values().cloned().collect()
     }
 
     /// One channel's health.
     pub fn get(&self, name: &str) -> Option<ChannelHealth> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(name)
-            .cloned()
+        nanobot_util::lock(&self.0).get(name).cloned()
     }
 }
 
@@ -379,26 +371,15 @@ async fn deliver(
                 }
             }
             Err(e) => {
-                tracing::error!(channel = channel.name(), error = %error_chain(&e), chat = %msg.chat_id, "send failed; message dropped");
+                tracing::error!(channel = channel.name(), error = %nanobot_util::error_chain(&e), chat = %msg.chat_id, "send failed; message dropped");
                 health.update(channel.name(), |h| {
                     h.send_failures += 1;
-                    h.last_error = Some(error_chain(&e));
+                    h.last_error = Some(nanobot_util::error_chain(&e));
                 });
                 return;
             }
         }
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 enum Outcome {
@@ -415,7 +396,7 @@ async fn supervise(
 ) {
     let s = &settings.supervisor;
     let name = channel.name().to_string();
-    let mut backoff = s.initial_backoff;
+    let mut schedule = Backoff::exponential(s.initial_backoff, s.max_backoff);
     loop {
         health.update(&name, |h| h.state = ChannelState::Running);
         let started = Instant::now();
@@ -430,7 +411,7 @@ async fn supervise(
             Outcome::Exited(Ok(())) => ("exited unexpectedly".to_string(), false),
             Outcome::Exited(Err(e)) => {
                 let fatal = matches!(e, ChannelError::Config { .. } | ChannelError::Auth { .. });
-                (error_chain(&e), fatal)
+                (nanobot_util::error_chain(&e), fatal)
             }
             Outcome::Stalled => (format!("stalled: no progress for {:?}", s.stall_timeout), false),
         };
@@ -443,8 +424,9 @@ async fn supervise(
             return;
         }
         if started.elapsed() >= s.healthy_after {
-            backoff = s.initial_backoff;
+            schedule.reset();
         }
+        let backoff = schedule.next_delay();
         tracing::warn!(channel = %name, error = %error, ?backoff, "channel stopped; restarting");
         health.update(&name, |h| {
             h.state = ChannelState::Backoff;
@@ -458,7 +440,6 @@ async fn supervise(
                 return;
             }
         }
-        backoff = (backoff * 2).min(s.max_backoff);
     }
 }
 

@@ -138,9 +138,7 @@ impl PairingStore {
 
     fn lock(&self) -> MutexGuard<'_, PairingFile> {
         // The state is plain data, valid after any panic elsewhere.
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        nanobot_util::lock(&self.state)
     }
 
     /// True when `sender_id`'s id part was approved on `channel`.
@@ -269,24 +267,8 @@ impl PairingStore {
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        let tmp = self.path.with_extension("json.tmp");
-        write_private(&tmp, &json).map_err(io)?;
-        std::fs::rename(&tmp, &self.path).map_err(io)
+        nanobot_util::write_atomic(&self.path, &json).map_err(|e| io(e.into()))
     }
-}
-
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options.open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
 }
 
 fn random_code() -> String {

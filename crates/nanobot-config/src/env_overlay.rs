@@ -34,6 +34,9 @@ pub(crate) struct Overlay {
     pub(crate) created: Vec<(JsonPath, Value)>,
     /// Variables whose name could not be used.
     pub(crate) ignored: Vec<(String, String)>,
+    /// Variables that had no effect because the file sets their key (the file wins, as in 0.3.5), with the
+    /// dotted field.
+    pub(crate) shadowed: Vec<(String, String)>,
 }
 
 impl Overlay {
@@ -56,8 +59,15 @@ pub(crate) fn is_override(name: &str) -> bool {
     upper.len() > PREFIX.len() && upper.starts_with(PREFIX) && !RESERVED.contains(&upper.as_str())
 }
 
-/// Applies every override in `env` to `root` (the canonical JSON of the config).
-pub(crate) fn apply(root: &mut Value, env: &BTreeMap<String, String>) -> Result<Overlay, ConfigError> {
+/// Applies every override in `env` to `root` (the canonical JSON of the config: the file over the defaults),
+/// typing each value by the key it lands on. A key that `file` (the file's own JSON, any spelling) sets is left
+/// alone and the variable recorded as shadowed: the file wins over the environment, as in nanobot 0.3.5. An
+/// object-valued variable only fills the keys the file leaves out.
+pub(crate) fn apply(
+    root: &mut Value,
+    env: &BTreeMap<String, String>,
+    file: &Value,
+) -> Result<Overlay, ConfigError> {
     let mut overlay = Overlay::default();
     let mut created_paths: Vec<JsonPath> = Vec::new();
     for (name, raw) in env.iter().filter(|(k, _)| is_override(k)) {
@@ -73,7 +83,7 @@ pub(crate) fn apply(root: &mut Value, env: &BTreeMap<String, String>) -> Result<
             ));
             continue;
         }
-        apply_one(root, name, raw, &segments, &mut overlay, &mut created_paths)?;
+        apply_one(root, file, name, raw, &segments, &mut overlay, &mut created_paths)?;
     }
     for path in created_paths {
         if let Some(v) = get(root, &path) {
@@ -85,6 +95,7 @@ pub(crate) fn apply(root: &mut Value, env: &BTreeMap<String, String>) -> Result<
 
 fn apply_one(
     root: &mut Value,
+    file: &Value,
     var: &str,
     raw: &str,
     segments: &[String],
@@ -94,6 +105,8 @@ fn apply_one(
     let origin = || format!("environment variable {var}");
     let mut path = JsonPath::default();
     let mut cur = root;
+    // The same place in the file's own JSON, while the file has it.
+    let mut in_file = Some(file);
     let (last, parents) = segments.split_last().ok_or_else(|| ConfigError::InvalidValue {
         field: String::new(),
         origin: origin(),
@@ -116,6 +129,9 @@ fn apply_one(
                 seg.clone()
             }
         };
+        in_file = in_file
+            .and_then(Value::as_object)
+            .and_then(|o| find_key(o, &key).and_then(|k| o.get(&k)));
         path = path.child_key(&key);
         cur = match obj.get_mut(&key) {
             Some(v) => v,
@@ -138,6 +154,24 @@ fn apply_one(
         message,
         source: None,
     })?;
+    let file_value = in_file
+        .and_then(Value::as_object)
+        .and_then(|o| find_key(o, &key).and_then(|k| o.get(&k)));
+    let value = match (file_value, value) {
+        (None, v) => v,
+        (Some(Value::Object(f)), Value::Object(mut v)) => {
+            without_keys_of(&mut v, f);
+            if v.is_empty() {
+                overlay.shadowed.push((var.to_owned(), field));
+                return Ok(());
+            }
+            Value::Object(v)
+        }
+        (Some(_), _) => {
+            overlay.shadowed.push((var.to_owned(), field));
+            return Ok(());
+        }
+    };
     let after = match (before.clone(), value) {
         (Some(Value::Object(mut old)), Value::Object(new)) => {
             deep_merge(&mut old, new);
@@ -215,6 +249,28 @@ fn parse_as(raw: &str, existing: Option<&Value>) -> Result<Value, String> {
     }
 }
 
+/// Drops from `value` every key `file` sets (any spelling), recursively: what is left is what the environment
+/// may fill.
+fn without_keys_of(value: &mut Map<String, Value>, file: &Map<String, Value>) {
+    let keys: Vec<String> = value.keys().cloned().collect();
+    for k in keys {
+        let Some(fk) = find_key(file, &camelize(&k)).or_else(|| find_key(file, &k)) else {
+            continue;
+        };
+        match (value.get_mut(&k), file.get(&fk)) {
+            (Some(Value::Object(v)), Some(Value::Object(f))) => {
+                without_keys_of(v, f);
+                if v.is_empty() {
+                    value.shift_remove(&k);
+                }
+            }
+            _ => {
+                value.shift_remove(&k);
+            }
+        }
+    }
+}
+
 /// Merges `new` into `old`: objects key by key (matching spellings), everything else replaced.
 fn deep_merge(old: &mut Map<String, Value>, new: Map<String, Value>) {
     for (k, v) in new {
@@ -252,6 +308,7 @@ mod tests {
                 ("NANOBOT_LOG", "debug"),
                 ("OTHER", "x"),
             ]),
+            &json!({}),
         )
         .unwrap();
         assert_eq!(
@@ -269,7 +326,12 @@ mod tests {
     #[test]
     fn new_provider_gets_a_typed_entry_and_is_recorded_as_created() {
         let mut v = json!({"providers": {}});
-        let o = apply(&mut v, &env(&[("NANOBOT_PROVIDERS__MY_LLM__API_KEY", "12345")])).unwrap();
+        let o = apply(
+            &mut v,
+            &env(&[("NANOBOT_PROVIDERS__MY_LLM__API_KEY", "12345")]),
+            &json!({}),
+        )
+        .unwrap();
         assert_eq!(v["providers"]["myLlm"]["apiKey"], json!("12345"));
         assert_eq!(v["providers"]["myLlm"]["apiType"], json!("auto"));
         assert_eq!(o.created.len(), 1);
@@ -278,13 +340,48 @@ mod tests {
     #[test]
     fn bad_values_name_the_variable_not_the_value() {
         let mut v = json!({"gateway": {"port": 1}});
-        let err = apply(&mut v, &env(&[("NANOBOT_GATEWAY__PORT", "secret-ish")]))
-            .unwrap_err()
-            .to_string();
+        let err = apply(
+            &mut v,
+            &env(&[("NANOBOT_GATEWAY__PORT", "secret-ish")]),
+            &json!({}),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("NANOBOT_GATEWAY__PORT") && err.contains("gateway.port"),
             "{err}"
         );
         assert!(!err.contains("secret-ish"), "{err}");
+    }
+
+    #[test]
+    fn the_file_wins_and_object_values_fill_only_what_it_leaves_out() {
+        let mut v = json!({"agents": {"defaults": {"model": "file-model", "maxTokens": 8192}},
+                           "channels": {"telegram": {"enabled": false, "token": "t"}}});
+        let file = json!({"agents": {"defaults": {"model": "file-model"}},
+                          "channels": {"telegram": {"token": "t"}}});
+        let o = apply(
+            &mut v,
+            &env(&[
+                ("NANOBOT_AGENTS__DEFAULTS__MODEL", "env-model"),
+                ("NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS", "1234"),
+                (
+                    "NANOBOT_CHANNELS__TELEGRAM",
+                    r#"{"enabled": true, "token": "env-token"}"#,
+                ),
+            ]),
+            &file,
+        )
+        .unwrap();
+        assert_eq!(v["agents"]["defaults"]["model"], json!("file-model"));
+        assert_eq!(v["agents"]["defaults"]["maxTokens"], json!(1234));
+        assert_eq!(v["channels"]["telegram"], json!({"enabled": true, "token": "t"}));
+        assert_eq!(
+            o.shadowed,
+            [(
+                "NANOBOT_AGENTS__DEFAULTS__MODEL".to_string(),
+                "agents.defaults.model".to_string()
+            )]
+        );
     }
 }

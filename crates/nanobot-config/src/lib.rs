@@ -25,6 +25,7 @@ mod env_overlay;
 pub mod env_vars;
 mod error;
 mod interpolate;
+mod layers;
 mod load;
 mod migrate;
 pub mod paths;

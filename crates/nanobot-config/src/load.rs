@@ -1,10 +1,12 @@
-//! Loading: built-in defaults < `config.json` < `NANOBOT_…__…` environment variables.
+//! Loading: built-in defaults < `NANOBOT_…__…` environment variables < `config.json` (nanobot 0.3.5's
+//! precedence: the environment fills what the file leaves out), layered by figment (see `layers.rs`).
 //!
 //! 1. The file is parsed as JSON (errors give line and column) and old keys are migrated.
 //! 2. `${VAR}` references in string values are resolved from the environment map.
 //! 3. The JSON is typed into [`Config`]: missing keys take the built-in defaults, both camelCase and
 //!    snake_case are accepted, and a wrong type is reported with its dotted path.
-//! 4. `NANOBOT_` variables override what the file (or the defaults) say, key by key.
+//! 4. `NANOBOT_` variables fill the keys the file does not set, each typed by its key; figment merges
+//!    defaults, environment and file, and the merged document is typed again (errors name the variable).
 //! 5. Unmodelled keys become warnings; [`Config::validate`] checks ranges.
 //!
 //! [`LoadedConfig::save`] writes the config back without the environment's overrides and with `${VAR}`
@@ -17,8 +19,9 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::doc;
-use crate::env_overlay::{self, Overlay};
+use crate::env_overlay::Overlay;
 use crate::interpolate::{self, InterpError, Interpolated};
+use crate::layers;
 use crate::migrate::migrate;
 use crate::{Config, ConfigError};
 
@@ -32,6 +35,8 @@ pub enum WarningKind {
     Migrated,
     /// A `NANOBOT_` variable whose name could not be used.
     IgnoredEnvVar,
+    /// A `NANOBOT_` variable for a key the file sets: the file wins (nanobot 0.3.5's precedence).
+    ShadowedEnvVar,
 }
 
 /// Something about a config worth telling the user that does not stop loading.
@@ -170,7 +175,7 @@ fn load_value(
 
     let file_origin = path.display().to_string();
     let from_file: Config = typed(&raw, |_| file_origin.clone())?;
-    let mut canonical = serde_json::to_value(&from_file).map_err(ConfigError::Serialize)?;
+    let canonical = serde_json::to_value(&from_file).map_err(ConfigError::Serialize)?;
     let interpolated: Vec<Interpolated> = interpolated
         .into_iter()
         .map(|i| Interpolated {
@@ -179,29 +184,36 @@ fn load_value(
         })
         .collect();
 
-    let (config, overlay) = if env.keys().any(|k| env_overlay::is_override(k)) {
-        let mut overlay = env_overlay::apply(&mut canonical, env)?;
-        let config: Config = typed(&canonical, |field| match overlay.var_for(field) {
-            Some(var) => format!("environment variable {var}"),
-            None => file_origin.clone(),
-        })?;
-        // Record what the overrides look like once typed, so a save recognises them unchanged.
-        let typed_json = serde_json::to_value(&config).map_err(ConfigError::Serialize)?;
-        for set in &mut overlay.sets {
-            if let Some(v) = doc::get(&typed_json, &set.path) {
-                set.after = v.clone();
+    // figment layers defaults < environment < file (0.3.5's precedence); the environment is typed by the
+    // key each variable lands on, against the file typed over the defaults.
+    let mut env_layer = layers::EnvLayer::new(env, &canonical, &raw)?;
+    let figment = layers::figment(&env_layer, layers::restrict(&canonical, &raw), path)?;
+    let merged = layers::merged(&figment, &canonical)?;
+    let config: Config = typed(&merged, |field| {
+        if layers::from_env(&figment, field) {
+            match env_layer.var_for(field) {
+                Some(var) => format!("environment variable {var}"),
+                None => layers::ENV_LAYER.to_owned(),
             }
+        } else {
+            file_origin.clone()
         }
-        for (path, after) in &mut overlay.created {
-            if let Some(v) = doc::get(&typed_json, path) {
-                *after = v.clone();
-            }
-        }
-        (config, overlay)
-    } else {
-        (from_file, Overlay::default())
-    };
+    })?;
+    // Record what the overrides look like once typed, so a save recognises them unchanged.
+    let typed_json = serde_json::to_value(&config).map_err(ConfigError::Serialize)?;
+    env_layer.record_typed(&typed_json);
+    let overlay = env_layer.into_overlay();
 
+    for (var, field) in &overlay.shadowed {
+        warnings.push(ConfigWarning {
+            kind: WarningKind::ShadowedEnvVar,
+            field: var.clone(),
+            message: format!(
+                "environment variable {var} has no effect: {file_origin} sets `{field}`, and the file wins over \
+                 the environment (as in nanobot 0.3.5)"
+            ),
+        });
+    }
     for (var, why) in &overlay.ignored {
         warnings.push(ConfigWarning {
             kind: WarningKind::IgnoredEnvVar,

@@ -1,6 +1,5 @@
 //! Writing `config.json`: camelCase, pretty-printed like the Python nanobot, atomically and private.
 
-use std::io::Write;
 use std::path::Path;
 
 use serde_json::Value;
@@ -31,22 +30,11 @@ pub(crate) fn write_json_atomic(path: &Path, value: &Value) -> Result<(), Config
         create_private_dir(dir).map_err(io("cannot create directory", dir))?;
     }
     let text = serde_json::to_string_pretty(value).map_err(ConfigError::Serialize)?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".config.json.")
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(io("cannot create a temporary file in", dir))?;
-    set_private(tmp.as_file()).map_err(io("cannot set permissions of", tmp.path()))?;
-    tmp.write_all(text.as_bytes())
-        .map_err(io("cannot write", tmp.path()))?;
-    tmp.as_file().sync_all().map_err(io("cannot flush", tmp.path()))?;
-    tmp.persist(path).map_err(|e| ConfigError::Io {
-        action: "cannot replace",
-        path: path.to_path_buf(),
-        source: e.error,
-    })?;
-    sync_dir(dir);
-    Ok(())
+    nanobot_util::write_atomic(path, text.as_bytes()).map_err(|e| ConfigError::Io {
+        action: e.action,
+        path: e.path,
+        source: e.source,
+    })
 }
 
 #[cfg(unix)]
@@ -58,27 +46,4 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 #[cfg(not(unix))]
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)
-}
-
-#[cfg(unix)]
-fn set_private(file: &std::fs::File) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))
-}
-
-#[cfg(not(unix))]
-fn set_private(_file: &std::fs::File) -> std::io::Result<()> {
-    Ok(())
-}
-
-/// Makes the rename durable. Best effort: some file systems refuse to sync a directory.
-fn sync_dir(dir: &Path) {
-    #[cfg(unix)]
-    if let Ok(d) = std::fs::File::open(dir)
-        && let Err(e) = d.sync_all()
-    {
-        tracing::debug!(dir = %dir.display(), error = %e, "could not sync the config directory");
-    }
-    #[cfg(not(unix))]
-    let _ = dir;
 }

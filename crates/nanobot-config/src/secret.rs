@@ -1,148 +1,14 @@
-//! Values that must never reach a log: [`Secret`] and [`SecretMap`].
+//! Values that must never reach a log: [`Secret`] (the one shared type, from `nanobot-util`) and [`SecretMap`].
 
 use std::fmt;
 
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
-/// Text printed instead of a non-empty secret.
-pub const REDACTED: &str = "[REDACTED]";
-/// Text printed for an empty secret (so "not set" is still visible in a dump).
-pub const EMPTY_SECRET: &str = "[EMPTY]";
-
-/// A secret string (API key, bot token, password).
-///
-/// `Debug` and `Display` print [`REDACTED`] (or [`EMPTY_SECRET`] when empty), never the value; serde is
-/// transparent, so a config file round-trips unchanged. Read the value with [`Secret::expose`], only where it is
-/// sent to the service it belongs to. `null` in a file reads as the empty secret.
-///
-/// ```
-/// use nanobot_config::Secret;
-/// let key = Secret::new("sk-live-123");
-/// assert_eq!(format!("{key:?} {key}"), "[REDACTED] [REDACTED]");
-/// assert_eq!(key.expose(), "sk-live-123");
-/// ```
-#[derive(Clone, Default, PartialEq, Eq, Hash, Serialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-/// The error for a secret field holding something other than a string. It names what was found, never the value:
-/// the schema, not the key's name, says this field is a secret.
-pub(crate) const SECRET_TYPE_ERROR: &str =
-    "expected a string; this field holds a secret, so the value is not shown";
+pub use nanobot_util::secret::{EMPTY_SECRET, REDACTED, Secret};
 /// The error for a header or environment map (a [`SecretMap`]) that is not an object of strings.
 pub(crate) const SECRET_MAP_ERROR: &str =
     "expected an object of names to strings; its values may hold secrets, so they are not shown";
-
-impl<'de> Deserialize<'de> for Secret {
-    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        de.deserialize_option(SecretVisitor)
-    }
-}
-
-/// Accepts a string (or `null`, read as empty) and refuses anything else without echoing it: serde's own
-/// "invalid type" messages quote the value.
-struct SecretVisitor;
-
-macro_rules! refuse_secret {
-    ($($name:ident: $ty:ty),* $(,)?) => {
-        $(fn $name<E: serde::de::Error>(self, _v: $ty) -> Result<Self::Value, E> {
-            Err(E::custom(SECRET_TYPE_ERROR))
-        })*
-    };
-}
-
-impl<'de> serde::de::Visitor<'de> for SecretVisitor {
-    type Value = Secret;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a string (a secret)")
-    }
-
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Secret, E> {
-        Ok(Secret(v.to_owned()))
-    }
-
-    fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Secret, E> {
-        Ok(Secret(v))
-    }
-
-    fn visit_none<E: serde::de::Error>(self) -> Result<Secret, E> {
-        Ok(Secret::default())
-    }
-
-    fn visit_unit<E: serde::de::Error>(self) -> Result<Secret, E> {
-        Ok(Secret::default())
-    }
-
-    fn visit_some<D: serde::Deserializer<'de>>(self, de: D) -> Result<Secret, D::Error> {
-        de.deserialize_any(SecretVisitor)
-    }
-
-    refuse_secret!(
-        visit_bool: bool,
-        visit_i64: i64,
-        visit_u64: u64,
-        visit_i128: i128,
-        visit_u128: u128,
-        visit_f64: f64,
-        visit_char: char,
-        visit_bytes: &[u8],
-    );
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, _seq: A) -> Result<Secret, A::Error> {
-        Err(serde::de::Error::custom(SECRET_TYPE_ERROR))
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, _map: A) -> Result<Secret, A::Error> {
-        Err(serde::de::Error::custom(SECRET_TYPE_ERROR))
-    }
-
-    fn visit_enum<A: serde::de::EnumAccess<'de>>(self, _data: A) -> Result<Secret, A::Error> {
-        Err(serde::de::Error::custom(SECRET_TYPE_ERROR))
-    }
-}
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The secret value itself. Call only where the value is handed to the service it is for.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// Whether the secret is the empty string (Python nanobot writes `""` for "not set").
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl From<String> for Secret {
-    fn from(value: String) -> Self {
-        Self(value)
-    }
-}
-
-impl From<&str> for Secret {
-    fn from(value: &str) -> Self {
-        Self(value.to_owned())
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_empty() { EMPTY_SECRET } else { REDACTED })
-    }
-}
 
 /// `Option<Secret>` helpers: Python configs write both `null` and `""` for "no key".
 pub trait SecretOptionExt {
@@ -192,7 +58,7 @@ impl<'de> serde::de::Visitor<'de> for SecretMapVisitor {
         let mut out = IndexMap::new();
         while let Some(key) = map.next_key::<String>()? {
             let value: Secret = map.next_value()?;
-            out.insert(key, value.0);
+            out.insert(key, value.expose().to_owned());
         }
         Ok(SecretMap(out))
     }

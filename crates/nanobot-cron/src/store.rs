@@ -11,7 +11,6 @@
 //!   verbatim and written back untouched.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
@@ -289,12 +288,9 @@ impl JobStore {
             path: self.path.clone(),
             source,
         })?;
-        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io(dir))?;
-        tmp.write_all(json.as_bytes()).map_err(io(tmp.path()))?;
-        tmp.as_file().sync_all().map_err(io(tmp.path()))?;
-        tmp.persist(&self.path).map_err(|e| CronError::Io {
-            path: self.path.clone(),
-            source: e.error,
+        nanobot_util::write_atomic(&self.path, json.as_bytes()).map_err(|e| CronError::Io {
+            path: e.path,
+            source: e.source,
         })?;
         Ok(())
     }

@@ -25,39 +25,18 @@ pub(crate) struct Api {
     token: Mutex<Option<(String, Instant)>>,
 }
 
-pub(crate) fn transient(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> ChannelError {
-    ChannelError::Transient {
-        channel: NAME.into(),
-        source: e.into(),
-    }
-}
-
-fn rejected(what: String) -> ChannelError {
-    ChannelError::Rejected {
-        channel: NAME.into(),
-        source: what.into(),
-    }
-}
-
-fn auth(what: String) -> ChannelError {
-    ChannelError::Auth {
-        channel: NAME.into(),
-        source: what.into(),
-    }
-}
-
 /// Classifies a non-success answer of `path`.
 fn failure(path: &str, status: reqwest::StatusCode, body: &Value) -> ChannelError {
     let code = body.get("code").and_then(Value::as_str).unwrap_or_default();
     let what = format!("{path}: HTTP {status} {code}");
     match status.as_u16() {
-        401 | 403 => auth(what),
+        401 | 403 => ChannelError::auth(NAME, what),
         429 => ChannelError::RateLimited {
             channel: NAME.into(),
             retry_after: None,
         },
-        500..=599 => transient(what),
-        _ => rejected(what),
+        500..=599 => ChannelError::transient(NAME, what),
+        _ => ChannelError::rejected(NAME, what),
     }
 }
 
@@ -94,7 +73,7 @@ impl Api {
         if let Some(token) = token {
             req = req.header("x-acs-dingtalk-access-token", token);
         }
-        let resp = req.send().await.map_err(transient)?;
+        let resp = req.send().await.map_err(|e| ChannelError::transient(NAME, e))?;
         let status = resp.status();
         let value = resp.json().await.unwrap_or(Value::Null);
         Ok((status, value))
@@ -117,13 +96,13 @@ impl Api {
         let endpoint = value["endpoint"]
             .as_str()
             .filter(|u| u.starts_with("ws://") || u.starts_with("wss://"))
-            .ok_or_else(|| transient(format!("{path}: no endpoint in the answer")))?;
+            .ok_or_else(|| ChannelError::transient(NAME, format!("{path}: no endpoint in the answer")))?;
         let ticket = value["ticket"]
             .as_str()
             .filter(|t| !t.is_empty())
-            .ok_or_else(|| transient(format!("{path}: no ticket in the answer")))?;
-        let mut url =
-            url::Url::parse(endpoint).map_err(|e| transient(format!("{path}: bad endpoint: {e}")))?;
+            .ok_or_else(|| ChannelError::transient(NAME, format!("{path}: no ticket in the answer")))?;
+        let mut url = url::Url::parse(endpoint)
+            .map_err(|e| ChannelError::transient(NAME, format!("{path}: bad endpoint: {e}")))?;
         url.query_pairs_mut().append_pair("ticket", ticket);
         Ok(url.into())
     }
@@ -144,7 +123,7 @@ impl Api {
         let token = value["accessToken"]
             .as_str()
             .filter(|t| !t.is_empty())
-            .ok_or_else(|| auth(format!("{path}: no accessToken in the answer")))?
+            .ok_or_else(|| ChannelError::auth(NAME, format!("{path}: no accessToken in the answer")))?
             .to_string();
         let expire = Duration::from_secs(value["expireIn"].as_u64().unwrap_or(7200));
         *slot = Some((
@@ -173,7 +152,7 @@ impl Api {
                 return Err(failure(path, status, &value));
             }
             if let Some(code) = value.get("errcode").and_then(Value::as_i64).filter(|c| *c != 0) {
-                return Err(rejected(format!("{path}: errcode {code}")));
+                return Err(ChannelError::rejected(NAME, format!("{path}: errcode {code}")));
             }
             return Ok(value);
         }
@@ -190,23 +169,29 @@ impl Api {
         let url = answer["downloadUrl"]
             .as_str()
             .filter(|u| u.starts_with("http://") || u.starts_with("https://"))
-            .ok_or_else(|| rejected("messageFiles/download: no downloadUrl".into()))?;
+            .ok_or_else(|| ChannelError::rejected(NAME, "messageFiles/download: no downloadUrl"))?;
         let mut resp = self
             .http
             .get(url)
             .send()
             .await
             .and_then(reqwest::Response::error_for_status)
-            .map_err(transient)?;
+            .map_err(|e| ChannelError::transient(NAME, e))?;
         if resp.content_length().is_some_and(|n| n > max) {
-            return Err(rejected(format!("file larger than {max} bytes")));
+            return Err(ChannelError::rejected(
+                NAME,
+                format!("file larger than {max} bytes"),
+            ));
         }
         let mut out = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(transient)? {
+        while let Some(chunk) = resp.chunk().await.map_err(|e| ChannelError::transient(NAME, e))? {
             let chunk: bytes::Bytes = chunk;
             out.extend_from_slice(&chunk);
             if out.len() as u64 > max {
-                return Err(rejected(format!("file larger than {max} bytes")));
+                return Err(ChannelError::rejected(
+                    NAME,
+                    format!("file larger than {max} bytes"),
+                ));
             }
         }
         Ok(out)

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -12,12 +12,13 @@ use nanobot_channels::{
     AccessControl, AccessDecision, AllowList, Channel, ChannelError, GroupPolicy, InboundContext,
     PairingStore, safe_file_name, split_message,
 };
+use nanobot_util::Backoff;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_tungstenite::tungstenite::Message as Ws;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{Api, BOT_TOPIC, transient};
+use crate::api::{Api, BOT_TOPIC};
 use crate::{DingTalkSettings, NAME};
 
 /// Prefix of group chat ids (`group:<openConversationId>`); other chat ids are users' staff ids.
@@ -39,9 +40,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 const PRIVATE_CHAT_DISABLED: &str =
     "私聊已关闭，请在群聊中 @ 我。(Private chat is turned off for this bot: please mention me in a group.)";
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use nanobot_util::lock;
 
 /// The DingTalk channel. See the [crate docs](crate).
 pub struct DingTalkChannel {
@@ -241,8 +240,8 @@ impl DingTalkChannel {
         let (mut ws, _) = tokio::select! {
             () = cancel.cancelled() => return Ok(Ended::Cancelled),
             r = connect => r
-                .map_err(|_| transient("WebSocket handshake timed out"))?
-                .map_err(transient)?,
+                .map_err(|_| ChannelError::transient(NAME, "WebSocket handshake timed out"))?
+                .map_err(|e| ChannelError::transient(NAME, e))?,
         };
         self.connections.send_modify(|n| *n += 1);
         tracing::info!("dingtalk: stream connected");
@@ -462,24 +461,28 @@ impl Channel for DingTalkChannel {
     }
 
     async fn run(&self, bus: Arc<dyn Bus>, cancel: CancellationToken) -> Result<(), ChannelError> {
-        let mut backoff = Duration::from_secs(1);
+        let mut schedule = Backoff::exponential(Duration::from_secs(1), MAX_BACKOFF);
         loop {
-            match self.session(&bus, &cancel).await {
+            let failure = match self.session(&bus, &cancel).await {
                 Ok(Ended::Cancelled) => return Ok(()),
                 Ok(Ended::Dropped(why)) => {
                     tracing::info!(reason = %why, "dingtalk: stream connection ended; reconnecting");
-                    backoff = Duration::from_secs(1);
+                    schedule.reset();
+                    None
                 }
                 Err(e @ (ChannelError::Auth { .. } | ChannelError::Config { .. } | ChannelError::Bus(_))) => {
                     return Err(e);
                 }
-                Err(e) => tracing::warn!(error = %e, retry_in = ?backoff, "dingtalk: could not connect"),
+                Err(e) => Some(e),
+            };
+            let backoff = schedule.next_delay();
+            if let Some(e) = failure {
+                tracing::warn!(error = %e, retry_in = ?backoff, "dingtalk: could not connect");
             }
             tokio::select! {
                 () = cancel.cancelled() => return Ok(()),
                 () = tokio::time::sleep(backoff) => {}
             }
-            backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     }
 

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -27,9 +27,7 @@ const TYPING_MAX: Duration = Duration::from_secs(600);
 /// Discord accepts at most this many files on one message.
 const MAX_FILES_PER_MESSAGE: usize = 10;
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use nanobot_util::lock;
 
 /// State shared by the channel (sending) and the gateway event handler (receiving).
 struct Shared {

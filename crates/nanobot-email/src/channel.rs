@@ -458,10 +458,7 @@ impl EmailChannel {
     }
 
     fn remember_thread(&self, sender: &str, mail: &ParsedMail) {
-        let mut threads = self
-            .threads
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut threads = nanobot_util::lock(&self.threads);
         threads.insert(
             sender.to_string(),
             Thread {
@@ -528,10 +525,7 @@ impl EmailChannel {
                     .collect(),
             });
         }
-        let threads = self
-            .threads
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let threads = nanobot_util::lock(&self.threads);
         threads.get(&msg.chat_id.trim().to_lowercase()).cloned()
     }
 }

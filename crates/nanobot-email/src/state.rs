@@ -2,7 +2,6 @@
 //! restarts and reconnects.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -78,15 +77,7 @@ impl StateFile {
             path: self.path.display().to_string(),
             message: e.to_string(),
         })?;
-        let tmp = self.path.with_extension("json.tmp");
-        let mut file = std::fs::File::create(&tmp).map_err(|e| EmailError::io(&tmp, e))?;
-        file.write_all(&bytes).map_err(|e| EmailError::io(&tmp, e))?;
-        file.sync_all().map_err(|e| EmailError::io(&tmp, e))?;
-        drop(file);
-        std::fs::rename(&tmp, &self.path).map_err(|e| EmailError::io(&self.path, e))?;
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
+        nanobot_util::write_atomic(&self.path, &bytes).map_err(|e| EmailError::io(&e.path, e.source))?;
         Ok(())
     }
 }

@@ -34,27 +34,6 @@ pub(crate) struct Api {
     token: Mutex<Option<(String, Instant)>>,
 }
 
-fn transient(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> ChannelError {
-    ChannelError::Transient {
-        channel: NAME.into(),
-        source: e.into(),
-    }
-}
-
-fn rejected(what: String) -> ChannelError {
-    ChannelError::Rejected {
-        channel: NAME.into(),
-        source: what.into(),
-    }
-}
-
-fn auth(what: String) -> ChannelError {
-    ChannelError::Auth {
-        channel: NAME.into(),
-        source: what.into(),
-    }
-}
-
 /// `code` and `msg` of an Open API answer.
 fn code_of(body: &Value) -> (i64, &str) {
     (
@@ -84,11 +63,17 @@ impl Api {
 
     async fn post_plain(&self, path: &str, body: &Value) -> Result<Value, ChannelError> {
         let url = format!("{}{path}", self.base);
-        let resp = self.http.post(&url).json(body).send().await.map_err(transient)?;
+        let resp = self
+            .http
+            .post(&url)
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| ChannelError::transient(NAME, e))?;
         let status = resp.status();
         let value: Value = resp.json().await.unwrap_or(Value::Null);
         if status.is_server_error() {
-            return Err(transient(format!("{path}: HTTP {status}")));
+            return Err(ChannelError::transient(NAME, format!("{path}: HTTP {status}")));
         }
         Ok(value)
     }
@@ -106,14 +91,19 @@ impl Api {
         match code {
             0 => {}
             // System busy / internal error: try again later.
-            1 | 1_000_040_343 => return Err(transient(format!("{path}: code {code} {msg}"))),
-            _ => return Err(auth(format!("{path}: code {code} {msg}"))),
+            1 | 1_000_040_343 => {
+                return Err(ChannelError::transient(
+                    NAME,
+                    format!("{path}: code {code} {msg}"),
+                ));
+            }
+            _ => return Err(ChannelError::auth(NAME, format!("{path}: code {code} {msg}"))),
         }
         let data = &body["data"];
         let url = data["URL"]
             .as_str()
             .filter(|u| u.starts_with("ws://") || u.starts_with("wss://"))
-            .ok_or_else(|| transient(format!("{path}: no WebSocket URL in the answer")))?
+            .ok_or_else(|| ChannelError::transient(NAME, format!("{path}: no WebSocket URL in the answer")))?
             .to_string();
         let ping_interval = data["ClientConfig"]["PingInterval"].as_u64();
         Ok(Endpoint { url, ping_interval })
@@ -136,12 +126,12 @@ impl Api {
             .await?;
         let (code, msg) = code_of(&body);
         if code != 0 {
-            return Err(auth(format!("{path}: code {code} {msg}")));
+            return Err(ChannelError::auth(NAME, format!("{path}: code {code} {msg}")));
         }
         let token = body["tenant_access_token"]
             .as_str()
             .filter(|t| !t.is_empty())
-            .ok_or_else(|| auth(format!("{path}: no tenant_access_token in the answer")))?
+            .ok_or_else(|| ChannelError::auth(NAME, format!("{path}: no tenant_access_token in the answer")))?
             .to_string();
         let expire = Duration::from_secs(body["expire"].as_u64().unwrap_or(7200));
         let until = Instant::now() + expire.saturating_sub(TOKEN_MARGIN);
@@ -173,7 +163,7 @@ impl Api {
             if let Some(body) = body {
                 req = req.json(body);
             }
-            let resp = req.send().await.map_err(transient)?;
+            let resp = req.send().await.map_err(|e| ChannelError::transient(NAME, e))?;
             let status = resp.status();
             let value: Value = resp.json().await.unwrap_or(Value::Null);
             let (code, msg) = code_of(&value);
@@ -190,10 +180,10 @@ impl Api {
                 });
             }
             if status.is_server_error() {
-                return Err(transient(format!("{path}: HTTP {status}")));
+                return Err(ChannelError::transient(NAME, format!("{path}: HTTP {status}")));
             }
             if code != 0 {
-                return Err(rejected(format!("{path}: code {code} {msg}")));
+                return Err(ChannelError::rejected(NAME, format!("{path}: code {code} {msg}")));
             }
             return Ok(value);
         }
@@ -222,16 +212,22 @@ impl Api {
             .send()
             .await
             .and_then(reqwest::Response::error_for_status)
-            .map_err(transient)?;
+            .map_err(|e| ChannelError::transient(NAME, e))?;
         if resp.content_length().is_some_and(|n| n > max) {
-            return Err(rejected(format!("resource {key} is larger than {max} bytes")));
+            return Err(ChannelError::rejected(
+                NAME,
+                format!("resource {key} is larger than {max} bytes"),
+            ));
         }
         let mut out = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(transient)? {
+        while let Some(chunk) = resp.chunk().await.map_err(|e| ChannelError::transient(NAME, e))? {
             let chunk: bytes::Bytes = chunk;
             out.extend_from_slice(&chunk);
             if out.len() as u64 > max {
-                return Err(rejected(format!("resource {key} is larger than {max} bytes")));
+                return Err(ChannelError::rejected(
+                    NAME,
+                    format!("resource {key} is larger than {max} bytes"),
+                ));
             }
         }
         Ok(out)

@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -12,6 +12,7 @@ use nanobot_channels::{
     AccessControl, AccessDecision, AllowList, Channel, ChannelError, InboundContext, PairingStore,
     safe_file_name, split_message,
 };
+use nanobot_util::Backoff;
 use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -46,9 +47,7 @@ const PARTS_TTL: Duration = Duration::from_secs(10);
 /// Parts of split events by frame id: when the first arrived, and the parts so far.
 type Parts = HashMap<String, (Instant, Vec<Option<Vec<u8>>>)>;
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use nanobot_util::lock;
 
 /// The Feishu / Lark channel. See the [crate docs](crate).
 pub struct FeishuChannel {
@@ -538,26 +537,28 @@ impl Channel for FeishuChannel {
             () = cancel.cancelled() => return Ok(()),
             () = self.learn_bot() => {}
         }
-        let mut backoff = Duration::from_secs(1);
+        let mut schedule = Backoff::exponential(Duration::from_secs(1), MAX_BACKOFF);
         loop {
-            match self.session(&bus, &cancel).await {
+            let failure = match self.session(&bus, &cancel).await {
                 Ok(Ended::Cancelled) => return Ok(()),
                 Ok(Ended::Dropped(why)) => {
                     tracing::warn!(reason = %why, "feishu: long connection lost; reconnecting");
-                    backoff = Duration::from_secs(1);
+                    schedule.reset();
+                    None
                 }
                 Err(e @ (ChannelError::Auth { .. } | ChannelError::Config { .. } | ChannelError::Bus(_))) => {
                     return Err(e);
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, retry_in = ?backoff, "feishu: could not connect");
-                }
+                Err(e) => Some(e),
+            };
+            let backoff = schedule.next_delay();
+            if let Some(e) = failure {
+                tracing::warn!(error = %e, retry_in = ?backoff, "feishu: could not connect");
             }
             tokio::select! {
                 () = cancel.cancelled() => return Ok(()),
                 () = tokio::time::sleep(backoff) => {}
             }
-            backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     }
 

@@ -1,16 +1,22 @@
 //! [`Metrics`]: counters and histograms of the running gateway, fed by the agent through [`MetricsHook`] (model
-//! calls, tokens, tool calls) and by the gateway itself (turns, latency, API requests), rendered in the
-//! Prometheus text format by [`Metrics::render`].
+//! calls, tokens, tool calls) and by the gateway itself (turns, latency, API requests), kept in a
+//! `prometheus-client` registry and rendered by [`Metrics::render`] in the text exposition format (OpenMetrics
+//! text, which Prometheus also reads as its classic text format).
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use nanobot_channels::{ChannelHealth, ChannelState};
 use nanobot_core::{AgentHook, BoxError, IterationEnd, StopReason, ToolBatch, Veto};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 /// Upper bounds (seconds) of the latency histogram buckets.
 pub const LATENCY_BUCKETS: [f64; 12] = [
@@ -52,59 +58,151 @@ impl TurnOutcome {
     }
 }
 
-#[derive(Debug, Clone, Default)]
-struct Histogram {
-    buckets: [u64; LATENCY_BUCKETS.len()],
-    count: u64,
-    sum: f64,
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct TurnLabels {
+    channel: String,
+    outcome: &'static str,
 }
 
-impl Histogram {
-    fn observe(&mut self, secs: f64) {
-        for (i, le) in LATENCY_BUCKETS.iter().enumerate() {
-            if secs <= *le {
-                self.buckets[i] += 1;
-            }
-        }
-        self.count += 1;
-        self.sum += secs;
-    }
-
-    fn render(&self, out: &mut String, name: &str, labels: &str) {
-        let sep = if labels.is_empty() { "" } else { "," };
-        for (i, le) in LATENCY_BUCKETS.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {}",
-                self.buckets[i]
-            );
-        }
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}", self.count);
-        let braces = if labels.is_empty() {
-            String::new()
-        } else {
-            format!("{{{labels}}}")
-        };
-        let _ = writeln!(out, "{name}_sum{braces} {}", self.sum);
-        let _ = writeln!(out, "{name}_count{braces} {}", self.count);
-    }
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ChannelLabels {
+    channel: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ApiLabels {
+    route: String,
+    status: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ToolLabels {
+    tool: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DecisionLabels {
+    decision: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RefusalLabels {
+    server: String,
+    kind: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DirectionLabels {
+    direction: &'static str,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
+}
+
+/// The metric handles; each is also registered in `registry` (handles share their values with it).
+#[derive(Debug)]
 struct Inner {
-    turns: Mutex<BTreeMap<(String, TurnOutcome), u64>>,
-    turn_latency: Mutex<BTreeMap<String, Histogram>>,
-    api_requests: Mutex<BTreeMap<(String, u16), u64>>,
-    api_latency: Mutex<Histogram>,
-    tool_calls: Mutex<BTreeMap<String, u64>>,
-    errors: Mutex<BTreeMap<String, u64>>,
-    llm_requests: AtomicU64,
-    prompt_tokens: AtomicU64,
-    completion_tokens: AtomicU64,
-    cached_tokens: AtomicU64,
-    in_flight: AtomicI64,
-    heartbeats: Mutex<BTreeMap<String, u64>>,
-    refusals: Mutex<BTreeMap<(String, String), u64>>,
+    registry: Registry,
+    turns: Family<TurnLabels, Counter>,
+    /// Turns by outcome over all channels (not exposed; read by [`Metrics::turns`]).
+    turns_by_outcome: Family<OutcomeLabels, Counter>,
+    turn_latency: Family<ChannelLabels, Histogram, fn() -> Histogram>,
+    in_flight: Gauge,
+    api_requests: Family<ApiLabels, Counter>,
+    api_latency: Histogram,
+    tool_calls: Family<ToolLabels, Counter>,
+    errors: Family<KindLabels, Counter>,
+    llm_requests: Counter,
+    tokens: Family<KindLabels, Counter>,
+    heartbeats: Family<DecisionLabels, Counter>,
+    refusals: Family<RefusalLabels, Counter>,
+}
+
+impl Inner {
+    fn new() -> Self {
+        let mut registry = Registry::default();
+        let turns = Family::<TurnLabels, Counter>::default();
+        let turn_latency: Family<ChannelLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        let in_flight = Gauge::default();
+        let llm_requests = Counter::default();
+        let tokens = Family::<KindLabels, Counter>::default();
+        for kind in ["prompt", "completion", "cache_read"] {
+            let _created = tokens.get_or_create(&KindLabels { kind: kind.into() });
+        }
+        let tool_calls = Family::<ToolLabels, Counter>::default();
+        let refusals = Family::<RefusalLabels, Counter>::default();
+        let errors = Family::<KindLabels, Counter>::default();
+        let heartbeats = Family::<DecisionLabels, Counter>::default();
+        let api_requests = Family::<ApiLabels, Counter>::default();
+        let api_latency = latency_histogram();
+        // Registration order is exposition order.
+        registry.register(
+            "nanobot_turns",
+            "Agent turns by channel and outcome",
+            turns.clone(),
+        );
+        registry.register(
+            "nanobot_turns_in_flight",
+            "Agent turns running now",
+            in_flight.clone(),
+        );
+        registry.register(
+            "nanobot_turn_duration_seconds",
+            "Latency of agent turns by channel",
+            turn_latency.clone(),
+        );
+        registry.register("nanobot_llm_requests", "Model calls", llm_requests.clone());
+        registry.register(
+            "nanobot_llm_tokens",
+            "Tokens reported by the provider",
+            tokens.clone(),
+        );
+        registry.register("nanobot_tool_calls", "Tool calls by tool", tool_calls.clone());
+        registry.register(
+            "nanobot_http_refused",
+            "Connections and requests the HTTP servers refused or closed, by server and kind",
+            refusals.clone(),
+        );
+        registry.register("nanobot_errors", "Errors by kind", errors.clone());
+        registry.register("nanobot_heartbeats", "Heartbeat decisions", heartbeats.clone());
+        registry.register(
+            "nanobot_api_requests",
+            "OpenAI-compatible API requests by route and status",
+            api_requests.clone(),
+        );
+        registry.register(
+            "nanobot_api_request_duration_seconds",
+            "Latency of API requests",
+            api_latency.clone(),
+        );
+        Self {
+            registry,
+            turns,
+            turns_by_outcome: Family::default(),
+            turn_latency,
+            in_flight,
+            api_requests,
+            api_latency,
+            tool_calls,
+            errors,
+            llm_requests,
+            tokens,
+            heartbeats,
+            refusals,
+        }
+    }
 }
 
 /// The gateway's metrics. Cheap to clone; clones share the counters.
@@ -118,15 +216,6 @@ impl Default for Metrics {
     fn default() -> Self {
         Self::new()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Escapes a label value for the Prometheus text format.
-fn esc(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 /// What [`Metrics::render`] reads besides the counters.
@@ -144,7 +233,7 @@ impl Metrics {
     /// Empty metrics; uptime counts from now.
     pub fn new() -> Self {
         Self {
-            inner: Arc::default(),
+            inner: Arc::new(Inner::new()),
             started: Instant::now(),
         }
     }
@@ -158,7 +247,7 @@ impl Metrics {
 
     /// A turn started; the returned guard counts it as in flight until dropped.
     pub fn turn_started(&self) -> InFlight {
-        self.inner.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.inner.in_flight.inc();
         InFlight {
             metrics: self.clone(),
             started: Instant::now(),
@@ -167,17 +256,27 @@ impl Metrics {
 
     /// Turns running now.
     pub fn in_flight(&self) -> i64 {
-        self.inner.in_flight.load(Ordering::SeqCst)
+        self.inner.in_flight.get()
     }
 
     /// Records a finished turn of `channel`.
     pub fn record_turn(&self, channel: &str, outcome: TurnOutcome, took: Duration) {
-        *lock(&self.inner.turns)
-            .entry((channel.to_owned(), outcome))
-            .or_default() += 1;
-        lock(&self.inner.turn_latency)
-            .entry(channel.to_owned())
-            .or_default()
+        let i = &self.inner;
+        i.turns
+            .get_or_create(&TurnLabels {
+                channel: channel.to_owned(),
+                outcome: outcome.label(),
+            })
+            .inc();
+        i.turns_by_outcome
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.label(),
+            })
+            .inc();
+        i.turn_latency
+            .get_or_create(&ChannelLabels {
+                channel: channel.to_owned(),
+            })
             .observe(took.as_secs_f64());
         if outcome == TurnOutcome::Error {
             self.record_error("turn");
@@ -186,264 +285,128 @@ impl Metrics {
 
     /// Records an API request by route and status.
     pub fn record_api(&self, route: &str, status: u16, took: Duration) {
-        *lock(&self.inner.api_requests)
-            .entry((route.to_owned(), status))
-            .or_default() += 1;
-        lock(&self.inner.api_latency).observe(took.as_secs_f64());
+        self.inner
+            .api_requests
+            .get_or_create(&ApiLabels {
+                route: route.to_owned(),
+                status,
+            })
+            .inc();
+        self.inner.api_latency.observe(took.as_secs_f64());
     }
 
     /// Counts a connection or request an HTTP server refused or closed: `server` is `api` or `gateway`,
     /// `kind` one of `header_timeout`, `idle_timeout`, `per_client_cap`, `body_too_large`.
     pub fn record_refusal(&self, server: &str, kind: &str) {
-        *lock(&self.inner.refusals)
-            .entry((server.to_owned(), kind.to_owned()))
-            .or_default() += 1;
+        self.inner.refusals.get_or_create(&refusal(server, kind)).inc();
     }
 
     /// How often `server` refused for `kind` (see [`Metrics::record_refusal`]).
     pub fn refusals(&self, server: &str, kind: &str) -> u64 {
-        lock(&self.inner.refusals)
-            .get(&(server.to_owned(), kind.to_owned()))
-            .copied()
-            .unwrap_or(0)
+        self.inner.refusals.get_or_create(&refusal(server, kind)).get()
     }
 
     /// Counts an error of `kind` (`turn`, `heartbeat`, `api`, …).
     pub fn record_error(&self, kind: &str) {
-        *lock(&self.inner.errors).entry(kind.to_owned()).or_default() += 1;
+        self.inner
+            .errors
+            .get_or_create(&KindLabels {
+                kind: kind.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts a heartbeat decision (`skip`, `run`, `empty`, `error`).
     pub fn record_heartbeat(&self, decision: &str) {
-        *lock(&self.inner.heartbeats)
-            .entry(decision.to_owned())
-            .or_default() += 1;
+        self.inner
+            .heartbeats
+            .get_or_create(&DecisionLabels {
+                decision: decision.to_owned(),
+            })
+            .inc();
     }
 
     /// Turns counted so far with this outcome (all channels).
     pub fn turns(&self, outcome: TurnOutcome) -> u64 {
-        lock(&self.inner.turns)
-            .iter()
-            .filter(|((_, o), _)| *o == outcome)
-            .map(|(_, n)| n)
-            .sum()
+        self.inner
+            .turns_by_outcome
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.label(),
+            })
+            .get()
     }
 
     /// Model calls counted so far.
     pub fn llm_requests(&self) -> u64 {
-        self.inner.llm_requests.load(Ordering::Relaxed)
+        self.inner.llm_requests.get()
     }
 
     /// Tool calls counted so far for `tool`.
     pub fn tool_calls(&self, tool: &str) -> u64 {
-        lock(&self.inner.tool_calls).get(tool).copied().unwrap_or(0)
+        self.inner
+            .tool_calls
+            .get_or_create(&ToolLabels {
+                tool: tool.to_owned(),
+            })
+            .get()
     }
 
-    /// The Prometheus text exposition of everything, with `gauges` read by the caller.
+    /// The text exposition of everything, with `gauges` read by the caller: the registry of counters, then
+    /// uptime, bus queues and channel health (values read now, so they live in a registry built for this call).
     pub fn render(&self, gauges: &Gauges) -> String {
-        let mut o = String::with_capacity(4096);
-        let i = &self.inner;
-        let h = |o: &mut String, name: &str, kind: &str, help: &str| {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        };
-        h(
-            &mut o,
+        let mut now = Registry::default();
+        let uptime = Gauge::<f64, AtomicU64>::default();
+        uptime.set(self.started.elapsed().as_secs_f64());
+        now.register(
             "nanobot_uptime_seconds",
-            "gauge",
-            "Seconds since the gateway started.",
+            "Seconds since the gateway started",
+            uptime,
         );
-        let _ = writeln!(
-            o,
-            "nanobot_uptime_seconds {}",
-            self.started.elapsed().as_secs_f64()
-        );
-
-        h(
-            &mut o,
-            "nanobot_turns_total",
-            "counter",
-            "Agent turns by channel and outcome.",
-        );
-        for ((ch, outcome), n) in lock(&i.turns).iter() {
-            let _ = writeln!(
-                o,
-                "nanobot_turns_total{{channel=\"{}\",outcome=\"{}\"}} {n}",
-                esc(ch),
-                outcome.label()
-            );
-        }
-        h(
-            &mut o,
-            "nanobot_turns_in_flight",
-            "gauge",
-            "Agent turns running now.",
-        );
-        let _ = writeln!(o, "nanobot_turns_in_flight {}", self.in_flight());
-        h(
-            &mut o,
-            "nanobot_turn_duration_seconds",
-            "histogram",
-            "Latency of agent turns by channel.",
-        );
-        for (ch, hist) in lock(&i.turn_latency).iter() {
-            hist.render(
-                &mut o,
-                "nanobot_turn_duration_seconds",
-                &format!("channel=\"{}\"", esc(ch)),
-            );
-        }
-
-        h(&mut o, "nanobot_llm_requests_total", "counter", "Model calls.");
-        let _ = writeln!(
-            o,
-            "nanobot_llm_requests_total {}",
-            i.llm_requests.load(Ordering::Relaxed)
-        );
-        h(
-            &mut o,
-            "nanobot_llm_tokens_total",
-            "counter",
-            "Tokens reported by the provider.",
-        );
-        for (kind, v) in [
-            ("prompt", &i.prompt_tokens),
-            ("completion", &i.completion_tokens),
-            ("cache_read", &i.cached_tokens),
+        let queue = Family::<DirectionLabels, Gauge>::default();
+        for (direction, depth) in [
+            ("inbound", gauges.inbound_queue),
+            ("outbound", gauges.outbound_queue),
         ] {
-            let _ = writeln!(
-                o,
-                "nanobot_llm_tokens_total{{kind=\"{kind}\"}} {}",
-                v.load(Ordering::Relaxed)
-            );
+            queue
+                .get_or_create(&DirectionLabels { direction })
+                .set(i64::try_from(depth).unwrap_or(i64::MAX));
         }
-        h(
-            &mut o,
-            "nanobot_tool_calls_total",
-            "counter",
-            "Tool calls by tool.",
+        now.register("nanobot_bus_queue_depth", "Messages waiting on the bus", queue);
+        let up = Family::<ChannelLabels, Gauge>::default();
+        let restarts = Family::<ChannelLabels, Counter>::default();
+        let sent = Family::<ChannelLabels, Counter>::default();
+        let failures = Family::<ChannelLabels, Counter>::default();
+        for c in &gauges.channels {
+            let labels = ChannelLabels {
+                channel: c.name.clone(),
+            };
+            up.get_or_create(&labels)
+                .set(i64::from(c.state == ChannelState::Running));
+            restarts.get_or_create(&labels).inc_by(u64::from(c.restarts));
+            sent.get_or_create(&labels).inc_by(c.sent);
+            failures.get_or_create(&labels).inc_by(c.send_failures);
+        }
+        now.register("nanobot_channel_up", "1 when the channel's receive loop runs", up);
+        now.register("nanobot_channel_restarts", "Channel restarts", restarts);
+        now.register("nanobot_channel_sent", "Messages delivered by channel", sent);
+        now.register(
+            "nanobot_channel_send_failures",
+            "Messages given up on by channel",
+            failures,
         );
-        for (tool, n) in lock(&i.tool_calls).iter() {
-            let _ = writeln!(o, "nanobot_tool_calls_total{{tool=\"{}\"}} {n}", esc(tool));
-        }
-        h(
-            &mut o,
-            "nanobot_http_refused_total",
-            "counter",
-            "Connections and requests the HTTP servers refused or closed, by server and kind.",
-        );
-        for ((server, kind), n) in lock(&i.refusals).iter() {
-            let _ = writeln!(
-                o,
-                "nanobot_http_refused_total{{server=\"{}\",kind=\"{}\"}} {n}",
-                esc(server),
-                esc(kind)
-            );
-        }
-        h(&mut o, "nanobot_errors_total", "counter", "Errors by kind.");
-        for (kind, n) in lock(&i.errors).iter() {
-            let _ = writeln!(o, "nanobot_errors_total{{kind=\"{}\"}} {n}", esc(kind));
-        }
-        h(
-            &mut o,
-            "nanobot_heartbeats_total",
-            "counter",
-            "Heartbeat decisions.",
-        );
-        for (d, n) in lock(&i.heartbeats).iter() {
-            let _ = writeln!(o, "nanobot_heartbeats_total{{decision=\"{}\"}} {n}", esc(d));
-        }
+        let mut out = String::with_capacity(4096);
+        // Writing into a String cannot fail.
+        let _ = encode_registry(&mut out, &now);
+        let _ = encode_registry(&mut out, &self.inner.registry);
+        let _ = encode_eof(&mut out);
+        out
+    }
+}
 
-        h(
-            &mut o,
-            "nanobot_api_requests_total",
-            "counter",
-            "OpenAI-compatible API requests by route and status.",
-        );
-        for ((route, status), n) in lock(&i.api_requests).iter() {
-            let _ = writeln!(
-                o,
-                "nanobot_api_requests_total{{route=\"{}\",status=\"{status}\"}} {n}",
-                esc(route)
-            );
-        }
-        h(
-            &mut o,
-            "nanobot_api_request_duration_seconds",
-            "histogram",
-            "Latency of API requests.",
-        );
-        lock(&i.api_latency).render(&mut o, "nanobot_api_request_duration_seconds", "");
-
-        h(
-            &mut o,
-            "nanobot_bus_queue_depth",
-            "gauge",
-            "Messages waiting on the bus.",
-        );
-        let _ = writeln!(
-            o,
-            "nanobot_bus_queue_depth{{direction=\"inbound\"}} {}",
-            gauges.inbound_queue
-        );
-        let _ = writeln!(
-            o,
-            "nanobot_bus_queue_depth{{direction=\"outbound\"}} {}",
-            gauges.outbound_queue
-        );
-
-        h(
-            &mut o,
-            "nanobot_channel_up",
-            "gauge",
-            "1 when the channel's receive loop runs.",
-        );
-        for c in &gauges.channels {
-            let up = u8::from(c.state == ChannelState::Running);
-            let _ = writeln!(o, "nanobot_channel_up{{channel=\"{}\"}} {up}", esc(&c.name));
-        }
-        h(
-            &mut o,
-            "nanobot_channel_restarts_total",
-            "counter",
-            "Channel restarts.",
-        );
-        for c in &gauges.channels {
-            let _ = writeln!(
-                o,
-                "nanobot_channel_restarts_total{{channel=\"{}\"}} {}",
-                esc(&c.name),
-                c.restarts
-            );
-        }
-        h(
-            &mut o,
-            "nanobot_channel_sent_total",
-            "counter",
-            "Messages delivered by channel.",
-        );
-        for c in &gauges.channels {
-            let _ = writeln!(
-                o,
-                "nanobot_channel_sent_total{{channel=\"{}\"}} {}",
-                esc(&c.name),
-                c.sent
-            );
-        }
-        h(
-            &mut o,
-            "nanobot_channel_send_failures_total",
-            "counter",
-            "Messages given up on by channel.",
-        );
-        for c in &gauges.channels {
-            let _ = writeln!(
-                o,
-                "nanobot_channel_send_failures_total{{channel=\"{}\"}} {}",
-                esc(&c.name),
-                c.send_failures
-            );
-        }
-        o
+fn refusal(server: &str, kind: &str) -> RefusalLabels {
+    RefusalLabels {
+        server: server.to_owned(),
+        kind: kind.to_owned(),
     }
 }
 
@@ -463,7 +426,7 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.metrics.inner.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.metrics.inner.in_flight.dec();
     }
 }
 
@@ -476,22 +439,31 @@ pub struct MetricsHook {
 #[async_trait]
 impl AgentHook for MetricsHook {
     async fn before_execute_tools(&self, batch: &ToolBatch<'_>) -> Result<Vec<Veto>, BoxError> {
-        let mut map = lock(&self.metrics.inner.tool_calls);
         for call in batch.calls {
-            *map.entry(call.name.clone()).or_default() += 1;
+            self.metrics
+                .inner
+                .tool_calls
+                .get_or_create(&ToolLabels {
+                    tool: call.name.clone(),
+                })
+                .inc();
         }
         Ok(Vec::new())
     }
 
     async fn after_iteration(&self, ctx: &IterationEnd<'_>) -> Result<(), BoxError> {
         let i = &self.metrics.inner;
-        i.llm_requests.fetch_add(1, Ordering::Relaxed);
+        i.llm_requests.inc();
         if let Some(u) = &ctx.usage {
-            i.prompt_tokens.fetch_add(u.prompt_tokens, Ordering::Relaxed);
-            i.completion_tokens
-                .fetch_add(u.completion_tokens, Ordering::Relaxed);
-            i.cached_tokens
-                .fetch_add(u.cache_read_tokens.unwrap_or(0), Ordering::Relaxed);
+            for (kind, n) in [
+                ("prompt", u.prompt_tokens),
+                ("completion", u.completion_tokens),
+                ("cache_read", u.cache_read_tokens.unwrap_or(0)),
+            ] {
+                i.tokens
+                    .get_or_create(&KindLabels { kind: kind.into() })
+                    .inc_by(n);
+            }
         }
         Ok(())
     }
@@ -519,11 +491,20 @@ mod tests {
         );
         assert!(text.contains("nanobot_turns_total{channel=\"telegram\",outcome=\"error\"} 1"));
         assert!(text.contains("nanobot_errors_total{kind=\"turn\"} 1"));
-        assert!(text.contains("nanobot_turn_duration_seconds_bucket{channel=\"telegram\",le=\"0.05\"} 1"));
-        assert!(text.contains("nanobot_turn_duration_seconds_bucket{channel=\"telegram\",le=\"+Inf\"} 2"));
+        // prometheus-client writes `le` first; label order carries no meaning in the format.
+        assert!(
+            text.contains("nanobot_turn_duration_seconds_bucket{le=\"0.05\",channel=\"telegram\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("nanobot_turn_duration_seconds_bucket{le=\"+Inf\",channel=\"telegram\"} 2"));
+        assert!(
+            text.contains("# HELP nanobot_turns Agent turns by channel and outcome.\n"),
+            "{text}"
+        );
         assert!(text.contains("nanobot_bus_queue_depth{direction=\"inbound\"} 3"));
         assert!(text.contains("nanobot_api_request_duration_seconds_count 1"));
         assert!(text.contains("nanobot_api_requests_total{route=\"/v1/chat/completions\",status=\"200\"} 1"));
+        assert_eq!(m.turns(TurnOutcome::Ok), 1);
     }
 
     #[test]
@@ -539,7 +520,85 @@ mod tests {
     }
 
     #[test]
-    fn label_values_are_escaped() {
-        assert_eq!(esc("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    fn exposition_parses_with_escaped_labels_and_every_family() {
+        let m = Metrics::new();
+        m.record_turn(
+            "we\"ird\\chan\nnel",
+            TurnOutcome::Cancelled,
+            Duration::from_millis(3),
+        );
+        m.record_refusal("api", "header_timeout");
+        m.record_heartbeat("run");
+        let health = ChannelHealth {
+            name: "telegram".into(),
+            state: ChannelState::Running,
+            restarts: 2,
+            last_error: None,
+            last_progress_at: None,
+            sent: 5,
+            send_failures: 0,
+        };
+        let text = m.render(&Gauges {
+            inbound_queue: 1,
+            outbound_queue: 2,
+            channels: vec![health],
+        });
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        let lines = text.lines().map(|l| Ok(l.to_owned()));
+        let scrape = prometheus_parse::Scrape::parse(lines).unwrap();
+        let value = |metric: &str, label: Option<(&str, &str)>| -> f64 {
+            let sample = scrape
+                .samples
+                .iter()
+                .find(|s| s.metric == metric && label.is_none_or(|(k, v)| s.labels.get(k) == Some(v)))
+                .unwrap_or_else(|| panic!("no sample {metric} {label:?} in\n{text}"));
+            match &sample.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => *v,
+                other => panic!("{metric}: unexpected {other:?}"),
+            }
+        };
+        assert_eq!(
+            value(
+                "nanobot_turns_total",
+                Some(("channel", "we\\\"ird\\\\chan\\nnel"))
+            ),
+            1.0,
+            "label values are escaped, not cut"
+        );
+        assert_eq!(
+            value("nanobot_http_refused_total", Some(("kind", "header_timeout"))),
+            1.0
+        );
+        assert_eq!(value("nanobot_heartbeats_total", Some(("decision", "run"))), 1.0);
+        assert_eq!(value("nanobot_channel_up", Some(("channel", "telegram"))), 1.0);
+        assert_eq!(
+            value("nanobot_channel_restarts_total", Some(("channel", "telegram"))),
+            2.0
+        );
+        assert_eq!(
+            value("nanobot_channel_sent_total", Some(("channel", "telegram"))),
+            5.0
+        );
+        assert_eq!(
+            value("nanobot_bus_queue_depth", Some(("direction", "outbound"))),
+            2.0
+        );
+        assert_eq!(value("nanobot_llm_tokens_total", Some(("kind", "prompt"))), 0.0);
+        assert_eq!(value("nanobot_turns_in_flight", None), 0.0);
+        assert!(value("nanobot_uptime_seconds", None) >= 0.0);
+        let hist = scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == "nanobot_turn_duration_seconds")
+            .unwrap_or_else(|| panic!("no histogram in\n{text}"));
+        match &hist.value {
+            prometheus_parse::Value::Histogram(buckets) => {
+                assert_eq!(buckets.len(), LATENCY_BUCKETS.len() + 1, "{buckets:?}");
+                assert_eq!(buckets[0].count, 1.0, "3 ms falls in the first bucket");
+            }
+            other => panic!("histogram parsed as {other:?}"),
+        }
     }
 }

@@ -87,7 +87,7 @@ struct ClientSlot {
 
 impl PerClient {
     fn acquire(self: &Arc<Self>, ip: IpAddr, cap: usize) -> Option<ClientSlot> {
-        let mut t = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut t = nanobot_util::lock(&self.0);
         let n = t.entry(ip).or_default();
         if *n >= cap {
             return None;
@@ -102,11 +102,7 @@ impl PerClient {
 
 impl Drop for ClientSlot {
     fn drop(&mut self) {
-        let mut t = self
-            .table
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut t = nanobot_util::lock(&self.table.0);
         if let Some(n) = t.get_mut(&self.ip) {
             *n = n.saturating_sub(1);
             if *n == 0 {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use nanobot_tools::ssrf::SsrfGuard;
 use nanobot_tools::{Tool, ToolRegistry};
+use nanobot_util::error_chain;
 use rmcp::service::RunningService;
 use rmcp::{Peer, RoleClient};
 
@@ -580,21 +581,6 @@ impl McpManager {
         });
         futures::future::join_all(closing).await;
     }
-}
-
-/// `error: source: source…` on one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let s_text = s.to_string();
-        if !text.contains(&s_text) {
-            text.push_str(": ");
-            text.push_str(&s_text);
-        }
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]

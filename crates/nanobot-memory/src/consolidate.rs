@@ -5,8 +5,8 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use nanobot_providers::{ChatMessage, ChatRequest, Provider, ProviderError, ToolSpec};
 use nanobot_sessions::{Session, SessionMessage, SessionStore};
+use nanobot_types::{ChatMessage, ChatRequest, Provider, ProviderError, ToolSpec};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 

@@ -6,10 +6,10 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use nanobot_providers::{ChatMessage, ChatRequest, Provider, ToolSpec};
 use nanobot_tools::builtin::{EditFileTool, ListDirTool, ReadFileTool, WriteFileTool};
 use nanobot_tools::sandbox::{Sandbox, normalize, real_path};
 use nanobot_tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use nanobot_types::{ChatMessage, ChatRequest, Provider, ToolSpec};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -269,7 +269,7 @@ impl Dream {
         let changes = diff_snapshots(&before, &after_snap);
         let summary = match &result {
             Ok(s) => s.clone(),
-            Err(e) => format!("interrupted: {}", crate::tool::error_chain(e)),
+            Err(e) => format!("interrupted: {}", nanobot_util::error_chain(e)),
         };
         let record = if changes.is_empty() {
             None

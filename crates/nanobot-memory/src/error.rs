@@ -44,7 +44,7 @@ pub enum MemoryError {
     Session(#[from] nanobot_sessions::SessionError),
     /// The model could not be reached or refused the request.
     #[error("model call")]
-    Provider(#[from] nanobot_providers::ProviderError),
+    Provider(#[from] nanobot_types::ProviderError),
     /// The search index (SQLite) failed.
     #[error("search index {}", path.display())]
     Index {

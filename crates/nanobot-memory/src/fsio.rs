@@ -1,7 +1,7 @@
 //! Small file helpers: atomic replacement and "missing means empty" reads.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{ErrorKind, Write};
+use std::fs;
+use std::io::ErrorKind;
 use std::path::Path;
 
 use crate::error::{MemoryError, Result};
@@ -26,31 +26,11 @@ pub(crate) fn ensure_dir(dir: &Path) -> Result<()> {
     fs::create_dir_all(dir).map_err(|e| MemoryError::io("creating directory", dir, e))
 }
 
-/// Replaces `path` with `contents` atomically: a temporary file in the same directory, fsync, rename, fsync of
-/// the directory. A reader sees the old or the new contents, never a mix; a crash leaves one of them.
+/// Replaces `path` with `contents` atomically ([`nanobot_util::write_atomic`]), creating the directory first.
+/// A reader sees the old or the new contents, never a mix; a crash leaves one of them.
 pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    ensure_dir(dir)?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}-{}", std::process::id(), unique()));
-    let result = (|| {
-        let mut f = create_private(&tmp).map_err(|e| MemoryError::io("creating", &tmp, e))?;
-        f.write_all(contents)
-            .map_err(|e| MemoryError::io("writing", &tmp, e))?;
-        f.sync_all().map_err(|e| MemoryError::io("syncing", &tmp, e))?;
-        fs::rename(&tmp, path).map_err(|e| MemoryError::io("renaming into place", path, e))
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result?;
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    ensure_dir(path.parent().unwrap_or(Path::new(".")))?;
+    nanobot_util::write_atomic(path, contents).map_err(|e| MemoryError::io(e.action, e.path, e.source))
 }
 
 /// Deletes `path`; a missing file is fine.
@@ -60,22 +40,4 @@ pub(crate) fn remove_optional(path: &Path) -> Result<()> {
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
         Err(e) => Err(MemoryError::io("deleting", path, e)),
     }
-}
-
-/// Opens a new file for writing with mode 0600 on Unix.
-pub(crate) fn create_private(path: &Path) -> std::io::Result<File> {
-    let mut o = OpenOptions::new();
-    o.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        o.mode(0o600);
-    }
-    o.open(path)
-}
-
-fn unique() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
 }

@@ -9,7 +9,7 @@
 //! agent core.
 //!
 //! **Must not know:** configuration files, the process environment, channels, the agent loop. Models are
-//! reached through [`nanobot_providers::Provider`], sessions through [`nanobot_sessions::SessionStore`]; the
+//! reached through [`nanobot_types::Provider`], sessions through [`nanobot_sessions::SessionStore`]; the
 //! core resolves config into [`ConsolidationSettings`] and [`DreamSettings`] and schedules Dream.
 //!
 //! # Files (inside the workspace)
@@ -55,8 +55,8 @@ mod tool;
 use std::path::Path;
 use std::sync::Arc;
 
-use nanobot_providers::Provider;
 use nanobot_sessions::SessionStore;
+use nanobot_types::Provider;
 
 pub use consolidate::{
     Budget, ConsolidationOutcome, ConsolidationSettings, Consolidator, SAVE_MEMORY_TOOL, TokenCounter,

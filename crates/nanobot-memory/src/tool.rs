@@ -114,18 +114,6 @@ impl Tool for MemorySearchTool {
         self.run(query, limit)
             .await
             .map(ToolOutput::text)
-            .map_err(|e| ToolError::Failed(error_chain(&e)))
+            .map_err(|e| ToolError::Failed(nanobot_util::error_chain(&e)))
     }
-}
-
-/// An error and its sources, `: `-joined.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(inner) = src {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        src = inner.source();
-    }
-    s
 }

@@ -6,14 +6,14 @@ use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
+use crate::ProviderError;
 use crate::endpoint::{Endpoint, event_stream, merge_extra};
-use crate::error::ProviderError;
-use crate::provider::{EventStream, Provider, collect};
 use crate::registry::wire_model;
-use crate::types::{
+use crate::{
     ChatMessage, ChatRequest, ChatResponse, Content, ContentPart, FinishReason, StreamEvent, ToolChoice,
     Usage,
 };
+use crate::{EventStream, Provider, collect};
 
 /// The `anthropic-version` header sent.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";

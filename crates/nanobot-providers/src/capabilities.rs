@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use crate::error::ProviderError;
+use crate::ProviderError;
 
 /// Whether the server streams an answer when tools are offered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 use std::error::Error as StdError;
 
 use crate::endpoint::Endpoint;
-use crate::error::ProviderError;
+use crate::ProviderError;
 use crate::registry::config_key;
 
 /// Why a connection could not be made.
@@ -62,7 +62,7 @@ fn cause(err: &reqwest::Error) -> Option<Cause> {
 /// retried: the server or the configuration must change), else the generic classification.
 pub(crate) fn transport_error(ep: &Endpoint, err: reqwest::Error) -> ProviderError {
     let Some(c) = cause(&err) else {
-        return ProviderError::from_reqwest(&ep.provider, err);
+        return crate::error::from_reqwest(&ep.provider, err);
     };
     let key = config_key(&ep.provider);
     let (what, hint) = match c {

@@ -13,10 +13,10 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::error::{ProviderError, WaitKind, parse_retry_after};
-use crate::provider::EventStream;
+use crate::EventStream;
 use crate::registry::ProviderSpec;
-use crate::types::{StreamEvent, Timeouts, display_endpoint};
+use crate::{ProviderError, WaitKind, parse_retry_after};
+use crate::{StreamEvent, Timeouts, display_endpoint};
 
 /// Where and how to reach one provider. `Debug` never shows the key or header values.
 #[derive(Clone)]
@@ -228,7 +228,7 @@ impl Endpoint {
         while let Some(piece) = body.next().await {
             match piece {
                 Ok(b) => bytes.extend_from_slice(&b),
-                Err(BodyError::Read(e)) => return Err(ProviderError::from_reqwest(&self.provider, e)),
+                Err(BodyError::Read(e)) => return Err(crate::error::from_reqwest(&self.provider, e)),
                 Err(BodyError::Wait(e)) => return Err(e),
             }
         }

@@ -8,16 +8,16 @@ use std::time::Duration;
 
 use nanobot_config::{AgentDefaults, Config, ProviderRetryMode, ProvidersConfig, TimeoutsConfig};
 
+use crate::Provider;
+use crate::ProviderError;
+use crate::Timeouts;
 use crate::anthropic::AnthropicClient;
 use crate::endpoint::Endpoint;
-use crate::error::ProviderError;
 use crate::openai::OpenAiCompatClient;
-use crate::provider::Provider;
 use crate::registry::{
     Backend, MatchInput, ProviderSpec, config_key, match_provider, missing_key, no_provider_error, wire_model,
 };
 use crate::resilience::{FallbackProvider, RetryPolicy, RetryingProvider};
-use crate::types::Timeouts;
 
 /// A model resolved to a provider endpoint (what `/status` shows). `Debug` redacts the key.
 #[derive(Clone)]

@@ -1,11 +1,13 @@
 //! How nanobot talks to language models.
 //!
-//! **Owns:** the conversation types ([`ChatMessage`], [`ToolCall`], [`ToolSpec`], [`Usage`], [`StreamEvent`]),
-//! the object-safe [`Provider`] trait (one streaming method; [`Provider::chat`] collects), the typed
-//! [`ProviderError`], the provider [`registry`] (specs and model→provider matching), the OpenAI-compatible
+//! **Owns:** the provider [`registry`] (specs and model→provider matching), the OpenAI-compatible
 //! ([`OpenAiCompatClient`]) and Anthropic ([`AnthropicClient`]) clients, retries and fallback models
 //! ([`RetryingProvider`], [`FallbackProvider`]), lenient tool-argument [`json`], transcription
 //! ([`Transcriber`]) and the shared HTTP client set-up ([`install_ring`], [`http_client`]).
+//!
+//! The conversation types ([`ChatMessage`], [`ToolCall`], [`ToolSpec`], [`Usage`], [`StreamEvent`]), the
+//! [`Provider`] trait and [`ProviderError`] live one floor down in `nanobot-types` (so tools, sessions, memory
+//! and MCP need no HTTP client) and are re-exported here at their old paths.
 //!
 //! **Must not know:** tools beyond [`ToolSpec`], sessions, channels, the agent loop. It never reads the process
 //! environment: the environment is passed in as a map ([`ProviderFactory::new`]).
@@ -46,9 +48,7 @@ mod endpoint;
 mod error;
 mod factory;
 mod http;
-pub mod json;
 mod openai;
-mod provider;
 pub mod registry;
 mod resilience;
 pub mod shaping;
@@ -60,16 +60,18 @@ mod types;
 pub use anthropic::{ANTHROPIC_VERSION, AnthropicClient, DEFAULT_MAX_TOKENS};
 pub use capabilities::{Capabilities, StreamWithTools};
 pub use endpoint::Endpoint;
-pub use error::{BoxError, ProviderError, WaitKind, parse_retry_after};
+pub use error::{from_reqwest, parse_retry_after};
 pub use factory::{ProviderFactory, ResolvedProvider, resolve_provider};
 pub use http::{http_client, http_client_builder, install_ring};
+pub use nanobot_types::json;
+pub use nanobot_types::{
+    BoxError, ChatMessage, ChatRequest, ChatResponse, Content, ContentPart, EventStream, FinishReason,
+    Provider, ProviderError, ResponseAccumulator, StreamEvent, ToolCall, ToolChoice, ToolSpec, Usage,
+    WaitKind, collect, response_events,
+};
 pub use openai::{EMPTY_CONTENT, OpenAiCompatClient};
-pub use provider::{EventStream, Provider, ResponseAccumulator, collect, response_events};
 pub use registry::{Backend, ProviderSpec};
 pub use resilience::{FallbackProvider, RetryPolicy, RetryingProvider, Sleeper, tokio_sleeper};
 pub use text_tool_calls::contains_text_tool_call;
 pub use transcribe::{Transcriber, WhisperTranscriber, transcriber_from_config};
-pub use types::{
-    ChatMessage, ChatRequest, ChatResponse, Content, ContentPart, FinishReason, StreamEvent, Timeouts,
-    ToolCall, ToolChoice, ToolSpec, Usage, display_endpoint, is_local_url,
-};
+pub use types::{Timeouts, display_endpoint, is_local_url};

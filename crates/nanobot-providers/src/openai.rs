@@ -8,16 +8,16 @@ use tokio::sync::mpsc;
 use std::sync::Arc;
 
 use crate::capabilities::{Capabilities, StreamWithTools, refuses_stream_with_tools};
+use crate::ProviderError;
 use crate::endpoint::{Endpoint, event_stream, merge_extra};
-use crate::error::ProviderError;
-use crate::provider::{EventStream, Provider, collect};
 use crate::registry::wire_model;
 use crate::shaping::shape;
 use crate::text_tools::TextToolCallFilter;
-use crate::types::{
+use crate::{
     ChatMessage, ChatRequest, ChatResponse, Content, ContentPart, FinishReason, StreamEvent, ToolChoice,
     Usage,
 };
+use crate::{EventStream, Provider, Timeouts, collect};
 
 /// Placeholder for empty content, as the Python nanobot sends it.
 pub const EMPTY_CONTENT: &str = "(empty)";
@@ -49,6 +49,40 @@ impl OpenAiCompatClient {
     /// What was learnt about the server so far.
     pub fn capabilities(&self) -> &Arc<Capabilities> {
         &self.caps
+    }
+
+    /// One line for embedders: a client for the OpenAI-compatible server at `base_url`
+    /// (`http://127.0.0.1:8080/v1`, `https://api.groq.com/openai/v1`) with an optional API key.
+    ///
+    /// Sets up TLS itself (installs rustls' `ring` provider as the process default, once; calling it again, or
+    /// after [`crate::install_ring`], is fine), uses the registry's `custom` spec (no model-name rewriting) and
+    /// the timeouts for the URL ([`Timeouts::for_base_url`]: long ones for a server on this machine or the LAN).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), nanobot_providers::ProviderError> {
+    /// use nanobot_providers::{ChatMessage, ChatRequest, OpenAiCompatClient, Provider};
+    /// let llm = OpenAiCompatClient::for_url("http://127.0.0.1:8080/v1", None::<String>)?;
+    /// let answer = llm.chat(ChatRequest::new("qwen3", vec![ChatMessage::user("hi")])).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn for_url(
+        base_url: impl Into<String>,
+        api_key: Option<impl Into<String>>,
+    ) -> Result<Self, ProviderError> {
+        crate::install_ring();
+        let base_url = base_url.into();
+        if let Err(e) = reqwest::Url::parse(&base_url) {
+            // The text is not shown: a mistyped URL may carry a key in its query.
+            return Err(ProviderError::Config(format!(
+                "custom: the base URL is not a valid URL ({e}); expected e.g. http://127.0.0.1:8080/v1"
+            )));
+        }
+        let spec = crate::registry::find_spec("custom")
+            .ok_or_else(|| ProviderError::Config("the provider registry has no `custom` spec".into()))?;
+        let timeouts = Timeouts::for_base_url(&base_url);
+        let endpoint =
+            Endpoint::new("custom", spec, base_url, api_key.map(Into::into))?.with_timeouts(timeouts);
+        Ok(Self::new(endpoint))
     }
 
     /// The endpoint.

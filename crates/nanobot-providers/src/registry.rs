@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use nanobot_config::{ProviderConfig, ProvidersConfig, normalize_name};
 
-use crate::error::ProviderError;
+use crate::ProviderError;
 use crate::shaping::ThinkingStyle;
 
 /// Which wire format a provider speaks.

@@ -7,12 +7,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::StreamExt;
 use futures::future::BoxFuture;
+use nanobot_util::Backoff;
 use tokio::time::Instant;
 
 use crate::endpoint::event_stream;
-use crate::error::{ProviderError, WaitKind};
-use crate::provider::{EventStream, Provider};
-use crate::types::{ChatRequest, ChatResponse, StreamEvent};
+use crate::{ChatRequest, ChatResponse, StreamEvent};
+use crate::{EventStream, Provider};
+use crate::{ProviderError, WaitKind};
 
 /// How to wait between attempts. The default is `tokio::time::sleep`; tests inject one that records.
 pub type Sleeper = Arc<dyn Fn(Duration) -> BoxFuture<'static, ()> + Send + Sync>;
@@ -72,7 +73,7 @@ impl RetryPolicy {
     /// The wait before retry number `retry` (0-based): `Retry-After` when given, else `base * 2^retry`; both
     /// capped at `max_delay`.
     pub fn delay(&self, retry: u32, err: &ProviderError) -> Duration {
-        let computed = self.base_delay.saturating_mul(2u32.saturating_pow(retry));
+        let computed = Backoff::exponential(self.base_delay, self.max_delay).nth_delay(retry);
         err.retry_after().unwrap_or(computed).min(self.max_delay)
     }
 }

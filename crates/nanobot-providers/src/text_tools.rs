@@ -3,7 +3,7 @@
 //! stream ends (or passed on as text when it holds none).
 
 use crate::text_tool_calls::{markers, parse_region};
-use crate::types::StreamEvent;
+use crate::StreamEvent;
 
 /// Streams text through, holding back tool-call regions and turning them into tool-call events.
 #[derive(Debug, Default)]

@@ -7,9 +7,9 @@ use async_trait::async_trait;
 use nanobot_config::Config;
 use serde_json::Value;
 
-use crate::error::ProviderError;
+use crate::ProviderError;
+use crate::Timeouts;
 use crate::registry::find_spec;
-use crate::types::Timeouts;
 
 /// Turns audio into text.
 #[async_trait]
@@ -128,15 +128,15 @@ impl Transcriber for WhisperTranscriber {
                     None,
                 ));
             }
-            Ok(Err(e)) => return Err(ProviderError::from_reqwest(provider, e)),
+            Ok(Err(e)) => return Err(crate::error::from_reqwest(provider, e)),
             Ok(Ok(r)) => r,
         };
         let status = resp.status();
-        let retry_after = crate::error::parse_retry_after(resp.headers());
+        let retry_after = crate::parse_retry_after(resp.headers());
         let body = resp
             .text()
             .await
-            .map_err(|e| ProviderError::from_reqwest(provider, e))?;
+            .map_err(|e| crate::error::from_reqwest(provider, e))?;
         if !status.is_success() {
             return Err(ProviderError::from_http(
                 provider,

@@ -27,44 +27,12 @@ pub(crate) fn private_new() -> OpenOptions {
     o
 }
 
-/// Flushes a directory entry change (rename, create) to disk. Best effort on platforms that cannot open a
-/// directory.
-fn sync_dir(dir: &Path) -> Result<()> {
-    #[cfg(unix)]
-    {
-        let d = File::open(dir).map_err(|e| SessionError::io("open directory", dir, e))?;
-        d.sync_all()
-            .map_err(|e| SessionError::io("fsync directory", dir, e))?;
-    }
-    #[cfg(not(unix))]
-    let _ = dir;
-    Ok(())
-}
-
-/// Replaces `path` with `bytes` atomically: a private temp file in the same directory, fsync, rename, fsync of
-/// the directory. A crash leaves either the old or the new file, never a mix.
+/// Replaces `path` with `bytes` atomically ([`nanobot_util::write_atomic`]: a private temp file in the same
+/// directory, fsync, rename, fsync of the directory), creating the directory (0700) first. A crash leaves either
+/// the old or the new file, never a mix.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    create_dir_private(dir)?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", uuid::Uuid::new_v4().simple()));
-    let result = (|| {
-        let mut f = private_new()
-            .open(&tmp)
-            .map_err(|e| SessionError::io("create", &tmp, e))?;
-        f.write_all(bytes)
-            .map_err(|e| SessionError::io("write", &tmp, e))?;
-        f.sync_all().map_err(|e| SessionError::io("fsync", &tmp, e))?;
-        fs::rename(&tmp, path).map_err(|e| SessionError::io("rename into place", path, e))
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result?;
-    sync_dir(dir)
+    create_dir_private(path.parent().unwrap_or(Path::new(".")))?;
+    nanobot_util::write_atomic(path, bytes).map_err(|e| SessionError::io(e.action, e.path, e.source))
 }
 
 /// Opens `path` for appending (`O_APPEND`); `None` if it does not exist.

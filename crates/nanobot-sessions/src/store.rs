@@ -499,18 +499,12 @@ impl Inner {
     }
 
     fn slot(&self, key: &str) -> Arc<Mutex<Slot>> {
-        let mut slots = self
-            .slots
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut slots = nanobot_util::lock(&self.slots);
         slots.entry(key.to_owned()).or_default().clone()
     }
 
     fn slots_snapshot(&self) -> Vec<Arc<Mutex<Slot>>> {
-        let slots = self
-            .slots
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let slots = nanobot_util::lock(&self.slots);
         slots.values().cloned().collect()
     }
 

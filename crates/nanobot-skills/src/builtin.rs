@@ -72,9 +72,10 @@ pub fn materialize_builtins(dir: &Path) -> Result<PathBuf, SkillsError> {
         }
         let parent = target.parent().unwrap_or(dir);
         fs::create_dir_all(parent).map_err(io(parent))?;
-        let tmp = target.with_extension("tmp-nanobot");
-        fs::write(&tmp, file.contents).map_err(io(&tmp))?;
-        fs::rename(&tmp, &target).map_err(io(&target))?;
+        nanobot_util::write_atomic(&target, file.contents).map_err(|e| SkillsError::Io {
+            path: e.path,
+            source: e.source,
+        })?;
     }
     Ok(dir.to_path_buf())
 }

@@ -2,7 +2,7 @@
 //!
 //! Nothing here reads the process environment: the caller passes `PATH` and the variables as values.
 
-use std::collections::HashMap;
+use nanobot_util::EnvMap;
 use std::ffi::OsString;
 use std::fmt;
 use std::path::PathBuf;
@@ -46,19 +46,17 @@ impl fmt::Display for Missing {
 #[derive(Clone)]
 pub struct RequirementEnv {
     path: Option<OsString>,
-    vars: HashMap<String, String>,
+    vars: EnvMap,
     os: String,
     cwd: PathBuf,
 }
 
 impl fmt::Debug for RequirementEnv {
-    // Variable values may be secrets: show only the names.
+    // Variable values may be secrets: `EnvMap` shows only the names.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut names: Vec<&String> = self.vars.keys().collect();
-        names.sort();
         f.debug_struct("RequirementEnv")
             .field("path", &self.path)
-            .field("vars", &names)
+            .field("vars", &self.vars)
             .field("os", &self.os)
             .finish()
     }
@@ -67,7 +65,8 @@ impl fmt::Debug for RequirementEnv {
 impl RequirementEnv {
     /// Checks against these environment variables; `PATH` is taken from the map, the OS is the one
     /// this binary was built for (`std::env::consts::OS`).
-    pub fn new(vars: HashMap<String, String>) -> Self {
+    pub fn new(vars: impl Into<EnvMap>) -> Self {
+        let vars = vars.into();
         let path = vars.get("PATH").map(OsString::from);
         RequirementEnv {
             path,
@@ -111,7 +110,7 @@ impl RequirementEnv {
 
     /// Whether the environment variable is set to a non-empty value.
     pub fn has_env(&self, name: &str) -> bool {
-        self.vars.get(name).is_some_and(|v| !v.trim().is_empty())
+        self.vars.non_empty(name).is_some()
     }
 
     /// Whether one of `allowed` names this OS.
@@ -151,6 +150,7 @@ fn normalise_os(os: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     #[test]
     fn os_names_normalised() {

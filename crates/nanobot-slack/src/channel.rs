@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use nanobot_bus::{Bus, InboundMessage, OutboundKind, OutboundMessage};
@@ -25,9 +25,7 @@ pub const META_THREAD_TS: &str = "thread_ts";
 /// Metadata key: Slack's `channel_type` (`im`, `channel`, `group`, `mpim`).
 pub const META_CHANNEL_TYPE: &str = "channel_type";
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use nanobot_util::lock;
 
 /// The Slack channel. See the [crate docs](crate).
 pub struct SlackChannel {

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -80,9 +80,7 @@ impl std::fmt::Debug for TelegramChannel {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use nanobot_util::{Backoff, lock};
 
 impl TelegramChannel {
     /// A channel with these settings that stores downloaded media in `media_dir`. Without
@@ -178,7 +176,7 @@ impl TelegramChannel {
         let mut offset = pending.last().map_or(0, |u| u.id.as_offset());
         self.heartbeat.beat();
         let timeout = u32::try_from(self.settings.poll_timeout.as_secs()).unwrap_or(30);
-        let mut failures: u32 = 0;
+        let mut schedule = Backoff::exponential(Duration::from_secs(1), Duration::from_secs(32));
         loop {
             let request = self
                 .bot
@@ -192,7 +190,7 @@ impl TelegramChannel {
             };
             match result {
                 Ok(updates) => {
-                    failures = 0;
+                    schedule.reset();
                     self.heartbeat.beat();
                     for update in updates {
                         offset = update.id.as_offset();
@@ -204,10 +202,9 @@ impl TelegramChannel {
                     if matches!(err, ChannelError::Auth { .. }) {
                         return Err(err);
                     }
-                    let wait = err
-                        .retry_after()
-                        .unwrap_or(Duration::from_secs(1 << failures.min(5)));
-                    failures = failures.saturating_add(1);
+                    // Telegram's own `retry_after` (a flood wait) is obeyed as given, uncapped.
+                    let own = schedule.next_delay();
+                    let wait = err.retry_after().unwrap_or(own);
                     tracing::warn!(error = %err, ?wait, "telegram: getUpdates failed");
                     tokio::select! {
                         () = cancel.cancelled() => return Ok(()),

@@ -86,9 +86,7 @@ impl Drop for FakeDingTalk {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use nanobot_util::lock;
 
 impl FakeDingTalk {
     /// Starts the fake for an app with these credentials, on two loopback ports (HTTP and WebSocket).

@@ -352,9 +352,7 @@ pub fn message_event(
     })
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use nanobot_util::lock;
 
 fn ok(data: Value) -> Response {
     Json(json!({"code": 0, "msg": "success", "data": data})).into_response()

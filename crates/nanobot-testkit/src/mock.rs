@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
 
 use axum::Router;
@@ -59,7 +59,7 @@ struct Inner {
 impl Inner {
     fn script(&self) -> MutexGuard<'_, Script> {
         // A panicking test thread must not hide the recorded requests from the others.
-        self.script.lock().unwrap_or_else(PoisonError::into_inner)
+        nanobot_util::lock(&self.script)
     }
 }
 

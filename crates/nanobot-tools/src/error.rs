@@ -66,16 +66,6 @@ impl ToolError {
 
     /// The error and its source chain, `: `-separated: what the model reads.
     pub fn model_text(&self) -> String {
-        let mut text = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(err) = source {
-            let s = err.to_string();
-            if !text.contains(&s) {
-                text.push_str(": ");
-                text.push_str(&s);
-            }
-            source = err.source();
-        }
-        text
+        nanobot_util::error_chain(self)
     }
 }

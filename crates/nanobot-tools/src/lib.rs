@@ -11,7 +11,7 @@
 //!
 //! It must not know about configuration files, the environment, channels or the agent loop:
 //! the agent core resolves config into the [`settings`] structs and passes them in. Providers
-//! see tools only as [`nanobot_providers::ToolSpec`].
+//! see tools only as [`nanobot_types::ToolSpec`].
 //!
 //! ```
 //! use std::sync::Arc;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use futures::FutureExt;
-use nanobot_providers::ToolSpec;
+use nanobot_types::ToolSpec;
 use serde_json::Value;
 
 use crate::error::ToolError;

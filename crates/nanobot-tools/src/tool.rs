@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use nanobot_providers::ToolSpec;
+use nanobot_types::ToolSpec;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 

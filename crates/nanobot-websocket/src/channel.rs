@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -28,9 +28,7 @@ const OUTBOUND_QUEUE: usize = 256;
 /// How long one frame may take to send.
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+pub(crate) use nanobot_util::lock;
 
 struct Conn {
     tx: mpsc::Sender<Message>,

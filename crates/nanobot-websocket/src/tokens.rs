@@ -25,9 +25,7 @@ pub(crate) struct TokenStore {
     issued: Mutex<HashMap<String, (Instant, Audience)>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use nanobot_util::lock;
 
 /// Compares two secrets in time independent of where they differ.
 pub(crate) fn ct_eq(a: &str, b: &str) -> bool {

@@ -5,28 +5,76 @@ use nanobot_config::{ConfigError, WarningKind, load};
 use crate::{env, fixture_path, read_json, write_config};
 
 #[test]
-fn env_overrides_the_file_including_nested_keys() {
+fn the_file_wins_over_env_as_in_0_3_5() {
+    // An onboarded file (0.3.5 writes every key) leaves nothing for the environment to fill: in 0.3.5 the
+    // values a file passes to pydantic-settings win over NANOBOT_ variables. Each one is reported.
+    let vars = [
+        ("NANOBOT_AGENTS__DEFAULTS__MODEL", "openai/gpt-4o"),
+        ("NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS", "4096"),
+        ("NANOBOT_AGENTS__DEFAULTS__DREAM__INTERVAL_H", "6"),
+        ("NANOBOT_CHANNELS__TELEGRAM__ALLOW_FROM", r#"["42","43"]"#),
+        ("NANOBOT_CHANNELS__TELEGRAM__ENABLED", "true"),
+        ("NANOBOT_PROVIDERS__AZURE_OPENAI__API_KEY", "12345"),
+        ("NANOBOT_GATEWAY__PORT", "9000"),
+    ];
+    let mut all = vars.to_vec();
+    all.extend([("NANOBOT_LOG", "debug"), ("PATH", "/usr/bin")]);
+    let loaded = load(&fixture_path(), &env(&all)).unwrap();
+    let from_file = load(&fixture_path(), &env(&[])).unwrap();
+    assert_eq!(loaded.config, from_file.config, "the file's values are kept");
+    let c = &loaded.config;
+    assert_eq!(c.agents.defaults.model, "anthropic/claude-opus-4-5");
+    assert_eq!(c.gateway.port, 18790);
+    assert!(loaded.env_overrides().is_empty());
+    let shadowed: Vec<&str> = loaded
+        .warnings
+        .iter()
+        .filter(|w| w.kind == WarningKind::ShadowedEnvVar)
+        .map(|w| w.field.as_str())
+        .collect();
+    let mut expected: Vec<&str> = vars.iter().map(|(k, _)| *k).collect();
+    expected.sort_unstable();
+    assert_eq!(shadowed, expected);
+    let model = loaded
+        .warnings
+        .iter()
+        .find(|w| w.field == "NANOBOT_AGENTS__DEFAULTS__MODEL")
+        .unwrap();
+    assert!(
+        model.message.contains("agents.defaults.model") && model.message.contains("file wins"),
+        "{}",
+        model.message
+    );
+    assert_eq!(loaded.warnings.len(), vars.len(), "{:?}", loaded.warnings);
+}
+
+#[test]
+fn env_fills_nested_keys_the_file_leaves_out_typed_by_key() {
+    // The run of 0.3.5 this mirrors: file `model: file-model`, env MODEL=env-model and MAX_TOKENS=1234 →
+    // file-model and 1234.
+    let (_dir, path) = write_config(
+        r#"{"agents": {"defaults": {"model": "file-model"}}, "channels": {"telegram": {"token": "t"}}}"#,
+    );
     let loaded = load(
-        &fixture_path(),
+        &path,
         &env(&[
-            ("NANOBOT_AGENTS__DEFAULTS__MODEL", "openai/gpt-4o"),
-            ("NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS", "4096"),
+            ("NANOBOT_AGENTS__DEFAULTS__MODEL", "env-model"),
+            ("NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS", "1234"),
             ("NANOBOT_AGENTS__DEFAULTS__DREAM__INTERVAL_H", "6"),
             ("NANOBOT_CHANNELS__TELEGRAM__ALLOW_FROM", r#"["42","43"]"#),
             ("NANOBOT_CHANNELS__TELEGRAM__ENABLED", "true"),
             ("NANOBOT_PROVIDERS__AZURE_OPENAI__API_KEY", "12345"),
             ("NANOBOT_GATEWAY__PORT", "9000"),
-            ("NANOBOT_LOG", "debug"),
-            ("PATH", "/usr/bin"),
         ]),
     )
     .unwrap();
     let c = &loaded.config;
-    assert_eq!(c.agents.defaults.model, "openai/gpt-4o");
-    assert_eq!(c.agents.defaults.max_tokens, 4096);
+    assert_eq!(c.agents.defaults.model, "file-model");
+    assert_eq!(c.agents.defaults.max_tokens, 1234);
     assert_eq!(c.agents.defaults.dream.interval_h, 6);
     assert_eq!(c.channels.telegram.allow_from, ["42", "43"]);
     assert!(c.channels.telegram.enabled);
+    assert_eq!(c.channels.telegram.token.expose(), "t");
     assert_eq!(
         c.providers
             .get("azureOpenai")
@@ -35,14 +83,16 @@ fn env_overrides_the_file_including_nested_keys() {
             .as_ref()
             .unwrap()
             .expose(),
-        "12345"
+        "12345",
+        "an all-digit key stays a string: typed by its key"
     );
     assert_eq!(c.gateway.port, 9000);
-    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
     assert!(loaded.env_overrides().contains(&(
-        "agents.defaults.model".to_owned(),
-        "NANOBOT_AGENTS__DEFAULTS__MODEL".to_owned()
+        "agents.defaults.maxTokens".to_owned(),
+        "NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS".to_owned()
     )));
+    assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+    assert_eq!(loaded.warnings[0].kind, WarningKind::ShadowedEnvVar);
 }
 
 #[test]
@@ -71,15 +121,20 @@ fn env_overrides_are_not_written_back_on_save() {
     let loaded = load(
         &path,
         &env(&[
-            ("NANOBOT_AGENTS__DEFAULTS__MODEL", "env-model"),
+            ("NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS", "1234"),
             ("NANOBOT_PROVIDERS__OPENAI__API_KEY", "sk-env"),
         ]),
     )
     .unwrap();
-    assert_eq!(loaded.config.agents.defaults.model, "env-model");
+    assert_eq!(loaded.config.agents.defaults.max_tokens, 1234);
     loaded.save().unwrap();
     let saved = read_json(&path);
     assert_eq!(saved["agents"]["defaults"]["model"], "file-model");
+    assert_eq!(
+        saved["agents"]["defaults"]["maxTokens"],
+        serde_json::json!(8192),
+        "the default is written, not the environment's value"
+    );
     assert!(
         saved["providers"].get("openai").is_none(),
         "a provider that exists only in the env is not saved"
@@ -90,10 +145,11 @@ fn env_overrides_are_not_written_back_on_save() {
 #[test]
 fn a_changed_value_is_saved_even_if_env_had_set_it() {
     let (_dir, path) = write_config(r#"{"agents": {"defaults": {"model": "file-model"}}}"#);
-    let mut loaded = load(&path, &env(&[("NANOBOT_AGENTS__DEFAULTS__MODEL", "env-model")])).unwrap();
-    loaded.config.agents.defaults.model = "chosen-in-app".into();
+    let mut loaded = load(&path, &env(&[("NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS", "1234")])).unwrap();
+    assert_eq!(loaded.config.agents.defaults.max_tokens, 1234);
+    loaded.config.agents.defaults.max_tokens = 2048;
     loaded.save().unwrap();
-    assert_eq!(read_json(&path)["agents"]["defaults"]["model"], "chosen-in-app");
+    assert_eq!(read_json(&path)["agents"]["defaults"]["maxTokens"], 2048);
 }
 
 #[test]
@@ -195,4 +251,23 @@ fn missing_variable_is_an_error_naming_the_field() {
         "{msg}"
     );
     assert!(!msg.contains("do-not-print"));
+}
+
+#[test]
+fn a_value_refused_after_layering_names_the_variable_from_figments_metadata() {
+    // `70000` parses as a number (the key's type) but does not fit a port: the error comes from typing the
+    // merged document, and figment's metadata says which layer the field came from.
+    let (_dir, path) = write_config(r#"{"agents": {"defaults": {"model": "m"}}}"#);
+    let err = load(&path, &env(&[("NANOBOT_GATEWAY__PORT", "70000")])).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("gateway.port") && msg.contains("environment variable NANOBOT_GATEWAY__PORT"),
+        "{msg}"
+    );
+    let (_dir, path) = write_config(r#"{"gateway": {"port": 70000}}"#);
+    let msg = load(&path, &env(&[])).unwrap_err().to_string();
+    assert!(
+        msg.contains("gateway.port") && msg.contains("config.json") && !msg.contains("environment"),
+        "{msg}"
+    );
 }

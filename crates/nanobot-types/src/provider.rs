@@ -8,7 +8,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 
 use crate::error::ProviderError;
-use crate::types::{ChatRequest, ChatResponse, FinishReason, StreamEvent, ToolCall, Usage};
+use crate::message::{ChatRequest, ChatResponse, FinishReason, StreamEvent, ToolCall, Usage};
 
 /// A stream of events of one model answer. Dropping it cancels the request.
 pub type EventStream = BoxStream<'static, Result<StreamEvent, ProviderError>>;

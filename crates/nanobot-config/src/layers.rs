@@ -1,0 +1,248 @@
+//! The layering, done by figment: built-in defaults < `NANOBOT_…__…` environment < `config.json`, the
+//! precedence of nanobot 0.3.5 (pydantic-settings gives the values a file passes in priority over the
+//! environment; the environment fills what the file leaves out).
+//!
+//! Two custom [`Provider`]s answer figment's two limits for us:
+//! - [`EnvLayer`] reads an environment *map* handed in by the caller, never the process environment;
+//! - it types each value by the key it lands on (`"4096"` for `maxTokens` is a number, an all-digit API key
+//!   stays a string) instead of guessing from the text.
+//!
+//! What figment has no equivalent for stays ours: `${VAR}` interpolation, migrations of old keys, unknown-key
+//! warnings and the file/line/field error messages (typing uses `serde_path_to_error` on the merged document,
+//! and [`Figment::find_metadata`] says which layer a bad field came from).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use figment::value::{Dict, Map as FigmentMap};
+use figment::{Figment, Metadata, Profile, Provider};
+use serde_json::{Map, Value};
+
+use crate::doc::{JsonPath, Seg, find_key, get};
+use crate::env_overlay::{self, Overlay};
+use crate::{Config, ConfigError};
+
+/// The name of the environment layer in figment's metadata.
+pub(crate) const ENV_LAYER: &str = "NANOBOT_ environment variables";
+/// The name of the defaults layer.
+const DEFAULTS_LAYER: &str = "built-in defaults";
+
+/// A JSON document as a figment layer, under a name (`built-in defaults`, the file's path).
+struct JsonLayer {
+    metadata: Metadata,
+    doc: Value,
+}
+
+impl Provider for JsonLayer {
+    fn metadata(&self) -> Metadata {
+        self.metadata.clone()
+    }
+
+    fn data(&self) -> Result<FigmentMap<Profile, Dict>, figment::Error> {
+        to_dict(&self.doc)
+    }
+}
+
+/// The `NANOBOT_…__…` variables of an environment map as a figment layer: each value typed by the key it lands
+/// on in the target document (the file over the defaults), keys the file sets left out.
+pub(crate) struct EnvLayer {
+    overlay: Overlay,
+    doc: Value,
+}
+
+impl EnvLayer {
+    /// Reads the overrides in `env` against `target` (canonical JSON: the file typed over the defaults), leaving
+    /// out every key `file` (the file's own JSON) sets. Fails on a value that does not fit its key, naming the
+    /// variable and the field, never the value.
+    pub(crate) fn new(
+        env: &BTreeMap<String, String>,
+        target: &Value,
+        file: &Value,
+    ) -> Result<Self, ConfigError> {
+        let mut applied = target.clone();
+        let overlay = env_overlay::apply(&mut applied, env, file)?;
+        let mut doc = Value::Object(Map::new());
+        for (path, _) in &overlay.created {
+            if let Some(v) = get(&applied, path) {
+                insert_path(&mut doc, path, v.clone());
+            }
+        }
+        for set in &overlay.sets {
+            if let Some(v) = get(&applied, &set.path) {
+                insert_path(&mut doc, &set.path, v.clone());
+            }
+        }
+        Ok(Self { overlay, doc })
+    }
+
+    /// The variable that set `field` or one of its parents, if any.
+    pub(crate) fn var_for(&self, field: &str) -> Option<&str> {
+        self.overlay.var_for(field)
+    }
+
+    /// Records the overrides as they look once typed (`typed` is the final config's JSON), so a save
+    /// recognises them unchanged and leaves them out of the file.
+    pub(crate) fn record_typed(&mut self, typed: &Value) {
+        for set in &mut self.overlay.sets {
+            if let Some(v) = get(typed, &set.path) {
+                set.after = v.clone();
+            }
+        }
+        for (path, after) in &mut self.overlay.created {
+            if let Some(v) = get(typed, path) {
+                *after = v.clone();
+            }
+        }
+    }
+
+    /// What the environment set, for warnings and for leaving it out of a save.
+    pub(crate) fn into_overlay(self) -> Overlay {
+        self.overlay
+    }
+}
+
+impl Provider for EnvLayer {
+    fn metadata(&self) -> Metadata {
+        Metadata::named(ENV_LAYER)
+    }
+
+    fn data(&self) -> Result<FigmentMap<Profile, Dict>, figment::Error> {
+        to_dict(&self.doc)
+    }
+}
+
+/// The three layers, lowest first. `file` is the canonical JSON restricted to the keys the file sets.
+pub(crate) fn figment(env: &EnvLayer, file: Value, path: &Path) -> Result<Figment, ConfigError> {
+    let defaults = serde_json::to_value(Config::default()).map_err(ConfigError::Serialize)?;
+    Ok(Figment::from(JsonLayer {
+        metadata: Metadata::named(DEFAULTS_LAYER),
+        doc: defaults,
+    })
+    .merge(env)
+    .merge(JsonLayer {
+        metadata: Metadata::from(
+            path.display().to_string(),
+            figment::Source::File(path.to_path_buf()),
+        ),
+        doc: file,
+    }))
+}
+
+/// The merged document as JSON, keys in the order of `like` (the file's order; figment keeps maps sorted),
+/// keys only the environment added after them.
+pub(crate) fn merged(figment: &Figment, like: &Value) -> Result<Value, ConfigError> {
+    let v: Value = figment.extract().map_err(|e| ConfigError::InvalidValue {
+        field: e.path.join("."),
+        origin: e
+            .metadata
+            .as_ref()
+            .map_or_else(|| ENV_LAYER.to_owned(), |m| m.name.to_string()),
+        message: e.kind.to_string(),
+        source: None,
+    })?;
+    Ok(reorder_like(v, like))
+}
+
+/// Whether `field` (dotted, as typing errors name it) came from the environment layer.
+pub(crate) fn from_env(figment: &Figment, field: &str) -> bool {
+    let key = field.split('[').next().unwrap_or(field);
+    !key.is_empty() && figment.find_metadata(key).is_some_and(|m| m.name == ENV_LAYER)
+}
+
+/// The keys of `canonical` (the file typed over the defaults, canonical spellings) that the file's own JSON
+/// `raw` sets, in any spelling: the file's layer.
+pub(crate) fn restrict(canonical: &Value, raw: &Value) -> Value {
+    match (canonical, raw) {
+        (Value::Object(c), Value::Object(r)) => {
+            let mut out = Map::new();
+            for (k, v) in c {
+                if let Some(rk) = find_key(r, k)
+                    && let Some(rv) = r.get(&rk)
+                {
+                    out.insert(k.clone(), restrict(v, rv));
+                }
+            }
+            Value::Object(out)
+        }
+        (c, _) => c.clone(),
+    }
+}
+
+fn reorder_like(v: Value, like: &Value) -> Value {
+    match (v, like) {
+        (Value::Object(mut m), Value::Object(l)) => {
+            let mut out = Map::new();
+            for (k, lv) in l {
+                if let Some(v) = m.shift_remove(k) {
+                    out.insert(k.clone(), reorder_like(v, lv));
+                }
+            }
+            out.extend(m);
+            Value::Object(out)
+        }
+        (Value::Array(items), Value::Array(l)) => Value::Array(
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| match l.get(i) {
+                    Some(lv) => reorder_like(v, lv),
+                    None => v,
+                })
+                .collect(),
+        ),
+        (v, _) => v,
+    }
+}
+
+/// Sets `path` in `doc`, creating the objects on the way.
+fn insert_path(doc: &mut Value, path: &JsonPath, value: Value) {
+    let Some((Seg::Key(last), parents)) = path.0.split_last() else {
+        return;
+    };
+    let mut cur = doc;
+    for seg in parents {
+        let Seg::Key(k) = seg else { return };
+        let Some(obj) = cur.as_object_mut() else { return };
+        cur = obj.entry(k.clone()).or_insert_with(|| Value::Object(Map::new()));
+    }
+    if let Some(obj) = cur.as_object_mut() {
+        obj.insert(last.clone(), value);
+    }
+}
+
+#[expect(
+    clippy::result_large_err,
+    reason = "figment::Error is what Provider::data returns; this helper only feeds it"
+)]
+fn to_dict(doc: &Value) -> Result<FigmentMap<Profile, Dict>, figment::Error> {
+    let dict: Dict = serde_json::from_value(doc.clone()).map_err(|e| figment::Error::from(e.to_string()))?;
+    Ok(Profile::Default.collect(dict))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn restrict_keeps_the_files_keys_in_canonical_spelling() {
+        let canonical =
+            json!({"agents": {"defaults": {"maxTokens": 10, "model": "m"}}, "gateway": {"port": 1}});
+        let raw = json!({"agents": {"defaults": {"max_tokens": "10"}}});
+        assert_eq!(
+            restrict(&canonical, &raw),
+            json!({"agents": {"defaults": {"maxTokens": 10}}})
+        );
+    }
+
+    #[test]
+    fn figment_orders_are_restored() {
+        let like = json!({"b": 1, "a": {"z": 1, "y": 2}});
+        let v = json!({"a": {"y": 2, "z": 1}, "b": 1, "c": 3});
+        let out = reorder_like(v, &like);
+        assert_eq!(
+            serde_json::to_string(&out).unwrap(),
+            r#"{"b":1,"a":{"z":1,"y":2},"c":3}"#
+        );
+    }
+}

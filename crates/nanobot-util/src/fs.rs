@@ -1,0 +1,101 @@
+//! [`write_atomic`]: replace a file so that a crash leaves the old or the new contents, never a mix.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// A step of [`write_atomic`] failed; names the step and the path it was working on.
+#[derive(Debug, thiserror::Error)]
+#[error("{action} {}", path.display())]
+pub struct AtomicWriteError {
+    /// What failed: `cannot create a temporary file in`, `cannot write`, `cannot flush`, `cannot replace`.
+    pub action: &'static str,
+    /// The file or directory concerned.
+    pub path: PathBuf,
+    /// The I/O error.
+    #[source]
+    pub source: io::Error,
+}
+
+impl From<AtomicWriteError> for io::Error {
+    fn from(e: AtomicWriteError) -> Self {
+        io::Error::new(e.source.kind(), e)
+    }
+}
+
+/// Replaces `path` with `bytes` atomically: a temporary file (mode 0600 on Unix) in the same directory,
+/// written and fsynced, renamed over `path`, then the directory fsynced. A reader sees the old or the new
+/// contents; a crash leaves one of them, and a failed write removes its temporary file. The directory must
+/// exist (callers decide its permissions).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AtomicWriteError> {
+    let err = |action: &'static str, p: &Path| {
+        let path = p.to_path_buf();
+        move |source| AtomicWriteError { action, path, source }
+    };
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(err("cannot create a temporary file in", dir))?;
+    tmp.write_all(bytes).map_err(err("cannot write", tmp.path()))?;
+    tmp.as_file()
+        .sync_all()
+        .map_err(err("cannot flush", tmp.path()))?;
+    tmp.persist(path).map_err(|e| AtomicWriteError {
+        action: "cannot replace",
+        path: path.to_path_buf(),
+        source: e.error,
+    })?;
+    sync_dir(dir);
+    Ok(())
+}
+
+/// Flushes the rename to disk; best effort (some platforms and file systems cannot open a directory).
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_whole_and_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jobs.json");
+        std::fs::write(&path, "old contents, longer than the new").unwrap();
+        write_atomic(&path, b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["jobs.json"]);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "written files are private");
+        }
+    }
+
+    #[test]
+    fn a_missing_directory_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nope").join("f.json");
+        let e = write_atomic(&path, b"x").unwrap_err();
+        assert_eq!(e.path, dir.path().join("nope"));
+        assert!(e.to_string().contains("cannot create a temporary file in"), "{e}");
+        assert!(!path.exists());
+    }
+}

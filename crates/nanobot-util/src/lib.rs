@@ -1,0 +1,38 @@
+//! nanobot's shared plumbing: one implementation of each small job that several crates need.
+//!
+//! **Owns:** the retry/restart delay schedule ([`Backoff`], on `backon`), atomic file replacement
+//! ([`write_atomic`]), poison-ignoring locks ([`lock`]), one-line error chains ([`ErrorChain`]), the redacted
+//! [`Secret`] string (on `secrecy`) and the environment map libraries are handed ([`EnvMap`]).
+//!
+//! **Must not know:** anything about nanobot's domain (messages, config schema, channels). It sits at the
+//! bottom floor beside `nanobot-types`, so configuration, channels and the storage crates can all use it without
+//! taking the conversation types. It never reads the process environment.
+//!
+//! ```
+//! use std::time::Duration;
+//! use nanobot_util::{Backoff, ErrorChain, Secret};
+//!
+//! let mut backoff = Backoff::exponential(Duration::from_secs(1), Duration::from_secs(4));
+//! let delays: Vec<_> = (0..4).map(|_| backoff.next_delay()).collect();
+//! assert_eq!(delays, [1, 2, 4, 4].map(Duration::from_secs));
+//!
+//! let key = Secret::new("sk-live-123");
+//! assert_eq!(format!("{key:?} {key}"), "[REDACTED] [REDACTED]");
+//!
+//! let err = std::io::Error::other("disk full");
+//! assert_eq!(ErrorChain(&err).to_string(), "disk full");
+//! ```
+
+mod backoff;
+mod env;
+mod error_chain;
+mod fs;
+pub mod secret;
+mod sync;
+
+pub use backoff::Backoff;
+pub use env::EnvMap;
+pub use error_chain::{ErrorChain, error_chain};
+pub use fs::{AtomicWriteError, write_atomic};
+pub use secret::Secret;
+pub use sync::lock;
