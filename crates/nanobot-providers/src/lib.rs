@@ -45,6 +45,7 @@ mod error;
 mod factory;
 mod http;
 pub mod json;
+pub mod json_limits;
 mod openai;
 mod provider;
 pub mod registry;
