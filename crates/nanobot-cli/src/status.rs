@@ -413,6 +413,9 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
     if config.tools.exec.enable {
         f.extend(check_exec(env, &s));
     }
+    if config.tools.web.enable {
+        f.push(check_web_egress(&config.tools.web));
+    }
     let cron = nanobot_config::paths::workspace::cron_jobs(&s.workspace);
     if cron.exists() {
         match nanobot_cron::JobStore::new(&cron).load() {
@@ -424,6 +427,17 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
         }
     }
     f
+}
+
+/// Where the web tools may connect (`tools.web.allowedDomains`).
+fn check_web_egress(web: &nanobot_config::WebToolsConfig) -> Finding {
+    match &web.allowed_domains {
+        None => Finding::ok(
+            "web: egress: any domain (set tools.web.allowedDomains to limit web_fetch/web_search)",
+        ),
+        Some(list) if list.is_empty() => Finding::ok("web: egress: none (tools.web.allowedDomains is empty)"),
+        Some(list) => Finding::ok(format!("web: egress limited to {}", list.join(", "))),
+    }
 }
 
 /// What `exec` will enforce on this machine: Landlock ABI, namespaces, what is hidden, limits.
@@ -764,6 +778,17 @@ fn allow_text(list: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn doctor_shows_the_web_egress_allow_list() {
+        let cfg: nanobot_config::WebToolsConfig = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert!(check_web_egress(&cfg).what.contains("any domain"));
+        let cfg: nanobot_config::WebToolsConfig =
+            serde_json::from_value(serde_json::json!({"allowedDomains": ["example.org", "*.wikipedia.org"]}))
+                .unwrap();
+        let f = check_web_egress(&cfg);
+        assert_eq!(f.what, "web: egress limited to example.org, *.wikipedia.org");
+    }
 
     #[test]
     fn doctor_covers_the_email_channel() {

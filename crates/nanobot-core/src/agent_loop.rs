@@ -141,6 +141,7 @@ pub struct AgentLoopBuilder {
     mcp: Option<McpManager>,
     cron: Option<(JobStore, chrono_tz::Tz)>,
     bus: Option<Arc<dyn Bus>>,
+    rights: crate::rights::ChatRights,
 }
 
 impl std::fmt::Debug for AgentLoopBuilder {
@@ -216,6 +217,13 @@ impl AgentLoopBuilder {
         self
     }
 
+    /// What turns may reach beyond their own chat (default: nothing; see [`crate::rights`]).
+    #[must_use]
+    pub fn chat_rights(mut self, rights: crate::rights::ChatRights) -> Self {
+        self.rights = rights;
+        self
+    }
+
     /// Attaches a bus now (for `message`/`spawn` in [`AgentLoop::process_direct`]); [`AgentLoop::run`] also sets it.
     #[must_use]
     pub fn bus(mut self, bus: Arc<dyn Bus>) -> Self {
@@ -258,10 +266,10 @@ impl AgentLoopBuilder {
         let attachments = nanobot_tools::sandbox::Sandbox::new(&s.workspace, s.restrict_to_workspace)
             .with_home(s.home.clone())
             .with_data_dir(Some(s.data_dir.clone()));
-        tools.register(Arc::new(MessageTool::confined(
-            attachments,
-            s.data_dir.join("media").join("outbox"),
-        )));
+        tools.register(Arc::new(
+            MessageTool::confined(attachments, s.data_dir.join("media").join("outbox"))
+                .with_rights(self.rights),
+        ));
         tools.register(Arc::new(SpawnTool::new(subagents.clone())));
         let mut context = ContextBuilder::new(&s.workspace)
             .with_bot_name(&s.bot_name)
@@ -343,6 +351,7 @@ impl AgentLoop {
             mcp: None,
             cron: None,
             bus: None,
+            rights: crate::rights::ChatRights::default(),
         }
     }
 

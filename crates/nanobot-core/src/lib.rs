@@ -45,6 +45,7 @@ pub use text::{StreamThinkFilter, strip_think, tool_hint, truncate_chars};
 pub mod commands;
 mod context;
 mod memory;
+pub mod rights;
 mod subagent;
 mod tools;
 

@@ -258,6 +258,7 @@ pub fn base_tools_from_config(
                 timeout: Duration::from_secs(search.timeout.max(1)),
             },
             ssrf,
+            allowed_domains: t.web.allowed_domains.clone(),
             ..WebSettings::default()
         };
         register_web_tools(&reg, &web);
@@ -341,7 +342,8 @@ impl crate::agent_loop::AgentLoop {
             .sessions(sessions)
             .registry_settings(registry_settings(config))
             .base_tools(base)
-            .skills(skills);
+            .skills(skills)
+            .chat_rights(crate::rights::ChatRights::from_channels(&config.channels));
         if let Some(m) = memory {
             builder = builder
                 .tool(Arc::new(m.search_tool()))
