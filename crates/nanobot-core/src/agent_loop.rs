@@ -283,9 +283,22 @@ impl AgentLoopBuilder {
         let mcp = self.mcp;
         let bus = self.bus;
         let cron_cfg = self.cron;
+        // Jobs not created through the tool or the CLI are held (nanobot_cron::trust); on the first start
+        // with a ledger, the jobs already scheduled are trusted once.
+        let cron_ledger = match &cron_cfg {
+            Some((store, _)) => {
+                let ledger = nanobot_cron::TrustLedger::new(s.data_dir.join("cron").join("trusted.json"));
+                ledger.baseline_if_missing(store)?;
+                Some(ledger)
+            }
+            None => None,
+        };
         let inner = Arc::new_cyclic(|weak: &Weak<LoopInner>| {
             let cron = cron_cfg.map(|(store, tz)| {
-                let svc = CronService::new(store, cron_handler(weak.clone())).with_default_tz(tz);
+                let mut svc = CronService::new(store, cron_handler(weak.clone())).with_default_tz(tz);
+                if let Some(ledger) = cron_ledger {
+                    svc = svc.with_ledger(ledger);
+                }
                 tools.register(Arc::new(CronTool::new(svc.clone())));
                 svc
             });
