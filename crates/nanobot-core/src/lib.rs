@@ -50,8 +50,8 @@ mod subagent;
 mod tools;
 
 pub use context::{
-    BOOTSTRAP_FILES, ContextBuilder, RUNTIME_CONTEXT_END, RUNTIME_CONTEXT_TAG, TurnOrigin,
-    strip_runtime_context,
+    BOOTSTRAP_FILES, ContextBuilder, MEMORY_FRAME, RUNTIME_CONTEXT_END, RUNTIME_CONTEXT_TAG, SKILLS_FRAME,
+    TurnOrigin, strip_runtime_context,
 };
 pub use memory::{ConsolidationReport, ConsolidationTrigger, MemoryAdapter, MemoryService, raw_archive};
 pub use subagent::{SubagentManager, SubagentOrigin, SubagentSettings};
