@@ -263,7 +263,9 @@ impl AgentLoopBuilder {
         for t in base_tools.into_iter().chain(self.extra_tools) {
             tools.register(t);
         }
-        let attachments = nanobot_tools::sandbox::Sandbox::new(&s.workspace, s.restrict_to_workspace)
+        // Attachments come only from the workspace, whatever `restrictToWorkspace` says (issue 28): a chat
+        // must not mail out files from elsewhere on the machine.
+        let attachments = nanobot_tools::sandbox::Sandbox::new(&s.workspace, true)
             .with_home(s.home.clone())
             .with_data_dir(Some(s.data_dir.clone()));
         tools.register(Arc::new(

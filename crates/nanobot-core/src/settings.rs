@@ -70,7 +70,8 @@ pub struct AgentSettings {
     pub workspace: PathBuf,
     /// The data directory (`~/.nanobot`): sessions live below it.
     pub data_dir: PathBuf,
-    /// `tools.restrictToWorkspace`: also confines the `message` tool's attachments (default on outside a config).
+    /// `tools.restrictToWorkspace` (default on outside a config). The `message` tool's attachments are confined to
+    /// the workspace whatever this says.
     pub restrict_to_workspace: bool,
     /// The user's home directory, for `~` in attachment paths (`None`: `~` is refused).
     pub home: Option<PathBuf>,

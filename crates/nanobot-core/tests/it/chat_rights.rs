@@ -133,3 +133,35 @@ async fn a_chat_lists_and_removes_only_its_own_cron_jobs_and_the_cli_sees_all() 
     assert_eq!(run.next_reply().await.content, "all");
     assert!(last_tool_result(&mock).contains(&alice_job.id));
 }
+
+#[tokio::test]
+async fn attachments_come_only_from_the_workspace_even_without_restrict_to_workspace() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let mut s = settings(&home);
+    s.restrict_to_workspace = false;
+    let agent = AgentLoop::builder(provider(&mock), s).build().unwrap();
+    let run = Running::start(agent);
+    std::fs::create_dir_all(home.workspace()).unwrap();
+    std::fs::write(home.workspace().join("report.txt"), "report").unwrap();
+    let outside = home.home().join("private.txt");
+    std::fs::write(&outside, "private").unwrap();
+    mock.push(MockReply::tool_call(
+        "message",
+        json!({"content": "here", "media": [outside.display().to_string()]}),
+    ));
+    mock.push(MockReply::tool_call(
+        "message",
+        json!({"content": "report", "media": ["report.txt"]}),
+    ));
+    mock.push(MockReply::text("done"));
+    run.send(InboundMessage::new("telegram", "111", "111", "send files"))
+        .await;
+    let m = run.next_reply().await;
+    assert_eq!(m.content, "report", "the outside file was not sent");
+    assert_eq!(m.media.len(), 1);
+    assert_eq!(std::fs::read_to_string(&m.media[0]).unwrap(), "report");
+    let refused = mock.requests()[1].body.to_string();
+    assert!(refused.contains("private.txt"), "{refused:.400}");
+    assert!(!refused.contains("\"private\""), "{refused:.400}");
+}
