@@ -43,7 +43,13 @@ fn no_runs() -> JobHandler {
 
 /// The service over this setup's store, running jobs with `handler` (or refusing to run any).
 pub(crate) fn service(setup: &Setup, handler: Option<JobHandler>) -> Result<CronService, CliError> {
-    Ok(CronService::new(store(setup)?, handler.unwrap_or_else(no_runs)).with_default_tz(user_tz(setup)))
+    let store = store(setup)?;
+    // What the CLI adds or enables is the user's own: trusted to run unattended (nanobot_cron::trust).
+    let ledger = nanobot_cron::TrustLedger::new(setup.paths.data_dir().join("cron").join("trusted.json"));
+    ledger.baseline_if_missing(&store)?;
+    Ok(CronService::new(store, handler.unwrap_or_else(no_runs))
+        .with_default_tz(user_tz(setup))
+        .with_ledger(ledger))
 }
 
 /// `cron list`.

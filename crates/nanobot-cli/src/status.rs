@@ -414,6 +414,10 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
     if config.tools.exec.enable {
         f.extend(check_exec(env, &s));
     }
+    if config.tools.web.enable {
+        f.push(check_web_egress(&config.tools.web));
+    }
+    f.extend(check_shared_memory(config));
     let cron = nanobot_config::paths::workspace::cron_jobs(&s.workspace);
     if cron.exists() {
         match nanobot_cron::JobStore::new(&cron).load() {
@@ -425,6 +429,80 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
         }
     }
     f
+}
+
+/// The people allowed on the enabled channels (`allowFrom` entries; `"*"` stands for anyone).
+fn allowed_people(config: &Config) -> Vec<String> {
+    let c = &config.channels;
+    let mut lists: Vec<(String, Vec<String>)> = Vec::new();
+    if c.telegram.enabled {
+        lists.push(("telegram".into(), c.telegram.allow_from.clone()));
+    }
+    if c.discord.enabled {
+        lists.push(("discord".into(), c.discord.allow_from.clone()));
+    }
+    if c.slack.enabled {
+        lists.push(("slack".into(), c.slack.allow_from.clone()));
+    }
+    for name in c.other.names() {
+        if !c.other.is_enabled(name) {
+            continue;
+        }
+        let entries = c
+            .other
+            .get(name)
+            .and_then(|b| b.get("allowFrom"))
+            .and_then(|a| a.as_array())
+            .map(|a| a.iter().filter_map(|v| v.as_str()).map(str::to_owned).collect())
+            .unwrap_or_default();
+        lists.push((name.to_owned(), entries));
+    }
+    let mut people: Vec<String> = lists
+        .into_iter()
+        .flat_map(|(ch, entries)| {
+            entries
+                .into_iter()
+                .map(|e| e.trim().to_owned())
+                .filter(|e| !e.is_empty())
+                .map(move |e| format!("{ch}:{e}"))
+        })
+        .collect();
+    people.sort();
+    people.dedup();
+    people
+}
+
+/// Memory is shared by everyone the agent talks to: warn when several people (or anyone) may talk to it.
+fn check_shared_memory(config: &Config) -> Option<Finding> {
+    let people = allowed_people(config);
+    let open = people.iter().any(|p| p.ends_with(":*"));
+    if people.len() < 2 && !open {
+        return None;
+    }
+    let who = if open {
+        "anyone (allowFrom has \"*\")".to_owned()
+    } else {
+        format!("{} people ({})", people.len(), people.join(", "))
+    };
+    Some(Finding::warn(
+        format!(
+            "memory is shared: {who} may talk to the agent, and long-term memory (MEMORY.md, history, Dream) is one \
+             for all of them, so what one person tells the agent can reach the others (chats, cron jobs and \
+             memory_search are kept apart)"
+        ),
+        "give each person their own workspace and config (one gateway each), or allow only people who may share",
+    ))
+}
+
+/// Where the web tools may connect (`tools.web.allowedDomains`).
+fn check_web_egress(web: &nanobot_config::WebToolsConfig) -> Finding {
+    match &web.allowed_domains {
+        None => Finding::ok(
+            "web: egress: any domain (set tools.web.allowedDomains to limit web_fetch/web_search)",
+        ),
+        Some(list) if list.is_empty() => Finding::ok("web: egress: none (tools.web.allowedDomains is empty)"),
+        Some(list) => Finding::ok(format!("web: egress limited to {}", list.join(", "))),
+    }
 }
 
 /// What `exec` will enforce on this machine: Landlock ABI, namespaces, what is hidden, limits.
@@ -839,6 +917,42 @@ fn allow_text(list: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn doctor_warns_when_several_people_share_memory() {
+        let one: Config = serde_json::from_value(serde_json::json!({
+            "channels": {"telegram": {"enabled": true, "allowFrom": ["111"]}}
+        }))
+        .unwrap();
+        assert!(check_shared_memory(&one).is_none());
+        let two: Config = serde_json::from_value(serde_json::json!({
+            "channels": {"telegram": {"enabled": true, "allowFrom": ["111", "222"]}}
+        }))
+        .unwrap();
+        let f = check_shared_memory(&two).unwrap();
+        assert!(f.level == Level::Warn && f.what.contains("2 people"), "{f:?}");
+        let open: Config = serde_json::from_value(serde_json::json!({
+            "channels": {"email": {"enabled": true, "allowFrom": ["*"]}}
+        }))
+        .unwrap();
+        assert!(check_shared_memory(&open).unwrap().what.contains("anyone"));
+        let disabled: Config = serde_json::from_value(serde_json::json!({
+            "channels": {"telegram": {"enabled": false, "allowFrom": ["111", "222"]}}
+        }))
+        .unwrap();
+        assert!(check_shared_memory(&disabled).is_none());
+    }
+
+    #[test]
+    fn doctor_shows_the_web_egress_allow_list() {
+        let cfg: nanobot_config::WebToolsConfig = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert!(check_web_egress(&cfg).what.contains("any domain"));
+        let cfg: nanobot_config::WebToolsConfig =
+            serde_json::from_value(serde_json::json!({"allowedDomains": ["example.org", "*.wikipedia.org"]}))
+                .unwrap();
+        let f = check_web_egress(&cfg);
+        assert_eq!(f.what, "web: egress limited to example.org, *.wikipedia.org");
+    }
 
     #[test]
     fn doctor_covers_the_email_channel() {

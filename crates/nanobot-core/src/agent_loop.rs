@@ -144,6 +144,7 @@ pub struct AgentLoopBuilder {
     mcp: Option<McpManager>,
     cron: Option<(JobStore, chrono_tz::Tz)>,
     bus: Option<Arc<dyn Bus>>,
+    rights: crate::rights::ChatRights,
 }
 
 impl std::fmt::Debug for AgentLoopBuilder {
@@ -219,6 +220,13 @@ impl AgentLoopBuilder {
         self
     }
 
+    /// What turns may reach beyond their own chat (default: nothing; see [`crate::rights`]).
+    #[must_use]
+    pub fn chat_rights(mut self, rights: crate::rights::ChatRights) -> Self {
+        self.rights = rights;
+        self
+    }
+
     /// Attaches a bus now (for `message`/`spawn` in [`AgentLoop::process_direct`]); [`AgentLoop::run`] also sets it.
     #[must_use]
     pub fn bus(mut self, bus: Arc<dyn Bus>) -> Self {
@@ -258,13 +266,15 @@ impl AgentLoopBuilder {
         for t in base_tools.into_iter().chain(self.extra_tools) {
             tools.register(t);
         }
-        let attachments = nanobot_tools::sandbox::Sandbox::new(&s.workspace, s.restrict_to_workspace)
+        // Attachments come only from the workspace, whatever `restrictToWorkspace` says (issue 28): a chat
+        // must not mail out files from elsewhere on the machine.
+        let attachments = nanobot_tools::sandbox::Sandbox::new(&s.workspace, true)
             .with_home(s.home.clone())
             .with_data_dir(Some(s.data_dir.clone()));
-        tools.register(Arc::new(MessageTool::confined(
-            attachments,
-            s.data_dir.join("media").join("outbox"),
-        )));
+        tools.register(Arc::new(
+            MessageTool::confined(attachments, s.data_dir.join("media").join("outbox"))
+                .with_rights(self.rights),
+        ));
         tools.register(Arc::new(SpawnTool::new(subagents.clone())));
         let mut context = ContextBuilder::new(&s.workspace)
             .with_bot_name(&s.bot_name)
@@ -278,9 +288,22 @@ impl AgentLoopBuilder {
         let mcp = self.mcp;
         let bus = self.bus;
         let cron_cfg = self.cron;
+        // Jobs not created through the tool or the CLI are held (nanobot_cron::trust); on the first start
+        // with a ledger, the jobs already scheduled are trusted once.
+        let cron_ledger = match &cron_cfg {
+            Some((store, _)) => {
+                let ledger = nanobot_cron::TrustLedger::new(s.data_dir.join("cron").join("trusted.json"));
+                ledger.baseline_if_missing(store)?;
+                Some(ledger)
+            }
+            None => None,
+        };
         let inner = Arc::new_cyclic(|weak: &Weak<LoopInner>| {
             let cron = cron_cfg.map(|(store, tz)| {
-                let svc = CronService::new(store, cron_handler(weak.clone())).with_default_tz(tz);
+                let mut svc = CronService::new(store, cron_handler(weak.clone())).with_default_tz(tz);
+                if let Some(ledger) = cron_ledger {
+                    svc = svc.with_ledger(ledger);
+                }
                 tools.register(Arc::new(CronTool::new(svc.clone())));
                 svc
             });
@@ -346,6 +369,7 @@ impl AgentLoop {
             mcp: None,
             cron: None,
             bus: None,
+            rights: crate::rights::ChatRights::default(),
         }
     }
 

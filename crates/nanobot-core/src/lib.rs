@@ -45,12 +45,13 @@ pub use text::{StreamThinkFilter, strip_think, tool_hint, truncate_chars};
 pub mod commands;
 mod context;
 mod memory;
+pub mod rights;
 mod subagent;
 mod tools;
 
 pub use context::{
-    BOOTSTRAP_FILES, ContextBuilder, RUNTIME_CONTEXT_END, RUNTIME_CONTEXT_TAG, TurnOrigin,
-    strip_runtime_context,
+    BOOTSTRAP_FILES, ContextBuilder, MEMORY_FRAME, RUNTIME_CONTEXT_END, RUNTIME_CONTEXT_TAG, SKILLS_FRAME,
+    TurnOrigin, strip_runtime_context,
 };
 pub use memory::{ConsolidationReport, ConsolidationTrigger, MemoryAdapter, MemoryService, raw_archive};
 pub use subagent::{SubagentManager, SubagentOrigin, SubagentSettings};

@@ -70,7 +70,8 @@ pub struct AgentSettings {
     pub workspace: PathBuf,
     /// The data directory (`~/.nanobot`): sessions live below it.
     pub data_dir: PathBuf,
-    /// `tools.restrictToWorkspace`: also confines the `message` tool's attachments (default on outside a config).
+    /// `tools.restrictToWorkspace` (default on outside a config). The `message` tool's attachments are confined to
+    /// the workspace whatever this says.
     pub restrict_to_workspace: bool,
     /// The user's home directory, for `~` in attachment paths (`None`: `~` is refused).
     pub home: Option<PathBuf>,
@@ -258,6 +259,7 @@ pub fn base_tools_from_config(
                 timeout: Duration::from_secs(search.timeout.max(1)),
             },
             ssrf,
+            allowed_domains: t.web.allowed_domains.clone(),
             ..WebSettings::default()
         };
         register_web_tools(&reg, &web);
@@ -341,7 +343,8 @@ impl crate::agent_loop::AgentLoop {
             .sessions(sessions)
             .registry_settings(registry_settings(config))
             .base_tools(base)
-            .skills(skills);
+            .skills(skills)
+            .chat_rights(crate::rights::ChatRights::from_channels(&config.channels));
         if let Some(m) = memory {
             builder = builder
                 .tool(Arc::new(m.search_tool()))

@@ -15,6 +15,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use crate::rights::{ChatRights, owns_job};
 use crate::subagent::{SubagentManager, SubagentOrigin};
 
 /// Facts about the running turn that bus-aware tools need; stored in [`ToolContext::extensions`].
@@ -77,9 +78,13 @@ pub(crate) const ATTACHMENT_MAX_BYTES: u64 = 50 * 1024 * 1024;
 /// Attachments are opened through a [`Sandbox`] (by handle, like the file tools: `restrictToWorkspace` applies and
 /// nanobot's data directory is out of reach) and copied into a private outbox; the channel sends the copy. So
 /// what was checked is what is sent: nothing the model's other tools can touch can swap it afterwards.
+///
+/// Targets other than the turn's own chat must be permitted by [`ChatRights`] (the target channel's
+/// `allowFrom`); without rights given, only the own chat (and, from the CLI, any chat) can be reached.
 #[derive(Debug, Default, Clone)]
 pub struct MessageTool {
     confine: Option<(Arc<Sandbox>, PathBuf)>,
+    rights: Arc<ChatRights>,
 }
 
 impl MessageTool {
@@ -88,7 +93,15 @@ impl MessageTool {
     pub fn confined(sandbox: Sandbox, outbox: impl Into<PathBuf>) -> Self {
         Self {
             confine: Some((Arc::new(sandbox), outbox.into())),
+            rights: Arc::default(),
         }
+    }
+
+    /// Checks targets against `rights`.
+    #[must_use]
+    pub fn with_rights(mut self, rights: ChatRights) -> Self {
+        self.rights = Arc::new(rights);
+        self
     }
 }
 
@@ -164,6 +177,9 @@ impl TypedTool for MessageTool {
                 "no target: give channel and chat_id".into(),
             ));
         }
+        self.rights
+            .may_send(&ctx.channel, &ctx.chat_id, &channel, &chat_id)
+            .map_err(ToolError::Failed)?;
         let mut media = Vec::new();
         for m in args.media.unwrap_or_default() {
             if m.starts_with("http://") || m.starts_with("https://") {
@@ -311,14 +327,15 @@ impl TypedTool for CronTool {
 
     fn description(&self) -> &str {
         "Schedule reminders and recurring tasks. Actions: add (with message and one of every_seconds, cron_expr \
-         [+ tz] or at), list, remove (with job_id). Jobs report back to this chat."
+         [+ tz] or at), list, remove (with job_id). Jobs belong to and report back to this chat."
     }
 
     async fn call(&self, args: CronArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let tz = self.service.default_tz();
         match args.action {
             CronAction::List => {
-                let jobs = self.service.list().map_err(cron_err)?;
+                let mut jobs = self.service.list().map_err(cron_err)?;
+                jobs.retain(|j| owns_job(j, &ctx.channel, &ctx.chat_id, &ctx.session_key));
                 if jobs.is_empty() {
                     return Ok(ToolOutput::text("No scheduled jobs."));
                 }
@@ -330,7 +347,17 @@ impl TypedTool for CronTool {
                     .job_id
                     .filter(|s| !s.trim().is_empty())
                     .ok_or_else(|| ToolError::InvalidArguments("job_id is required for remove".into()))?;
-                let job = self.service.remove(id.trim()).map_err(cron_err)?;
+                let id = id.trim();
+                // A chat removes only its own jobs; another chat's job is reported as not found (its id
+                // reveals nothing).
+                let owned = self.service.list().map_err(cron_err)?.iter().any(|j| {
+                    j.id == id
+                        && (j.is_protected() || owns_job(j, &ctx.channel, &ctx.chat_id, &ctx.session_key))
+                });
+                if !owned {
+                    return Err(cron_err(nanobot_cron::CronError::NotFound { id: id.to_owned() }));
+                }
+                let job = self.service.remove(id).map_err(cron_err)?;
                 Ok(ToolOutput::text(format!(
                     "Removed job '{}' ({})",
                     job.name, job.id

@@ -45,6 +45,7 @@ mod model;
 mod schedule;
 mod service;
 mod store;
+pub mod trust;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::CronError;
@@ -55,3 +56,4 @@ pub use model::{
 pub use schedule::{CronExpr, parse_tz};
 pub use service::{BoxError, CronService, JobHandler, NewJob, RunOutcome};
 pub use store::{JobStore, StoreFile};
+pub use trust::TrustLedger;

@@ -101,6 +101,7 @@ pub struct CronService {
     default_tz: Tz,
     poll: chrono::Duration,
     shared: Arc<Shared>,
+    ledger: Option<Arc<crate::trust::TrustLedger>>,
 }
 
 impl std::fmt::Debug for CronService {
@@ -124,6 +125,43 @@ impl CronService {
             default_tz: Tz::UTC,
             poll: chrono::Duration::seconds(5),
             shared: Arc::default(),
+            ledger: None,
+        }
+    }
+
+    /// Holds jobs `ledger` does not trust instead of running them unattended (see [`crate::trust`]); jobs
+    /// this service adds, and jobs [`CronService::set_enabled`] enables, are trusted. Call
+    /// [`crate::TrustLedger::baseline_if_missing`] first when upgrading.
+    #[must_use]
+    pub fn with_ledger(mut self, ledger: crate::trust::TrustLedger) -> Self {
+        self.ledger = Some(Arc::new(ledger));
+        self
+    }
+
+    /// Trusts job `id` as stored now (after an add or a confirmation).
+    fn trust_stored(&self, id: &str) -> Result<(), CronError> {
+        if let Some(ledger) = &self.ledger
+            && let Some(job) = self.get(id)?
+        {
+            ledger.trust(&job)?;
+        }
+        Ok(())
+    }
+
+    /// Why a job the scheduler claimed must not run unattended, if it must not.
+    fn hold_reason(&self, job: &CronJob) -> Option<String> {
+        let ledger = self.ledger.as_ref()?;
+        if job.is_protected() {
+            return None;
+        }
+        match ledger.is_trusted(job) {
+            Ok(true) => None,
+            Ok(false) => Some(format!(
+                "held: job {} was not created through the cron tool or the CLI, or a file write changed it since; \
+                 it does not run unattended (disabled). `nanobot cron enable {}` confirms it",
+                job.id, job.id
+            )),
+            Err(e) => Some(format!("held: cannot read the trusted-jobs ledger: {e}")),
         }
     }
 
@@ -223,6 +261,7 @@ impl CronService {
             file.jobs.push(job.clone());
             Ok(job)
         })?;
+        self.trust_stored(&job.id)?;
         self.wake();
         Ok(job)
     }
@@ -243,7 +282,8 @@ impl CronService {
         Ok(job)
     }
 
-    /// Enables or disables a job (not a protected one). Enabling plans the next run from now.
+    /// Enables or disables a job (not a protected one). Enabling plans the next run from now and, with a
+    /// ledger, trusts the job as it is ([`crate::trust`]).
     pub fn set_enabled(&self, id: &str, enabled: bool) -> Result<CronJob, CronError> {
         let now = self.now_ms();
         let tz = self.default_tz;
@@ -265,6 +305,10 @@ impl CronService {
             }
             Ok(job.clone())
         })?;
+        if enabled {
+            // Enabling is the user's confirmation (the CLI): the job may run unattended as it is now.
+            self.trust_stored(id)?;
+        }
         self.wake();
         Ok(job)
     }
@@ -350,7 +394,7 @@ impl CronService {
         let due = self.claim_due(self.clock.now())?;
         let mut out = Vec::with_capacity(due.len());
         for job in due {
-            out.push(self.execute(job).await);
+            out.push(self.execute_unattended(job).await);
         }
         Ok(out)
     }
@@ -367,7 +411,7 @@ impl CronService {
                     for job in jobs {
                         let me = self.clone();
                         tasks.spawn(async move {
-                            me.execute(job).await;
+                            me.execute_unattended(job).await;
                         });
                     }
                 }
@@ -492,6 +536,39 @@ impl CronService {
             }
             Ok(due)
         })
+    }
+
+    /// Runs a job the scheduler claimed, unless it must be held ([`crate::trust`]): then it is disabled,
+    /// the reason recorded as its last error, and the handler never sees it.
+    async fn execute_unattended(&self, job: CronJob) -> RunOutcome {
+        let Some(reason) = self.hold_reason(&job) else {
+            return self.execute(job).await;
+        };
+        tracing::warn!(job = %job.id, "cron: {reason}");
+        let now = self.clock.now().timestamp_millis();
+        let rec = RunRecord::new(now, status::ERROR, 0, Some(reason.clone()));
+        let saved = self.store.update(|file| {
+            if let Some(current) = file.job_mut(&job.id) {
+                current.state.record(rec.clone());
+                current.enabled = false;
+                current.state.next_run_at_ms = None;
+            }
+            Ok(())
+        });
+        if let Err(e) = saved {
+            tracing::warn!(job = %job.id, "cron: cannot record the hold: {e}");
+        }
+        self.shared
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&job.id);
+        self.wake();
+        RunOutcome {
+            job,
+            record: rec,
+            output: None,
+        }
     }
 
     /// Runs a claimed job through the handler and records the result.

@@ -235,7 +235,19 @@ async fn chat_inner(st: &ApiState, headers: &HeaderMap, body: &Bytes) -> Respons
             "`messages` must contain a user message with text",
         );
     };
-    let session = req.session_id.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    // Taken as given (no trimming, like the Python nanobot's JSON route); an empty id means the default
+    // session. Control characters cannot name a session: refused here with a message that names the character
+    // and never a server path.
+    let session = req.session_id.as_deref().filter(|s| !s.is_empty());
+    if let Some(s) = session
+        && let Err(e) = nanobot_sessions::keyname::check_key(s)
+    {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            format!("`session_id`: {e}"),
+        );
+    }
     let key = session.map_or_else(|| DEFAULT_SESSION.to_owned(), |s| format!("api:{s}"));
     let chat_id = session.unwrap_or("default").to_owned();
     let msg = InboundMessage::new(API_CHANNEL, "api", chat_id, text).with_session_key(&key);
@@ -323,11 +335,15 @@ fn turn_error(e: &CoreError) -> Response {
             "server_error",
             "the gateway is shutting down",
         ),
-        other => error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "server_error",
-            other.to_string(),
-        ),
+        other => {
+            // The error may name files of the server: it goes to the log, the client gets a plain message.
+            tracing::error!(error = %other, "API turn failed");
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "the turn failed; the gateway log has the details",
+            )
+        }
     }
 }
 

@@ -259,27 +259,35 @@ impl SearchIndex {
     /// The best `limit` matches for `query`, best first. Every word of the query must match; when nothing
     /// does, any word may. Query syntax is not interpreted (words are quoted), so any text is safe.
     pub fn search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>> {
+        self.search_in(query, limit, None)
+    }
+
+    /// Like [`SearchIndex::search`], but with `session` given, only what that session said: its messages and
+    /// the history entries recorded from it (history entries that name no session still match).
+    pub fn search_in(&self, query: &str, limit: usize, session: Option<&str>) -> Result<Vec<SearchHit>> {
         let terms = query_terms(query);
         if terms.is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let all = terms.join(" AND ");
-        let hits = self.run_query(&all, limit)?;
+        let hits = self.run_query(&all, limit, session)?;
         if !hits.is_empty() || terms.len() == 1 {
             return Ok(hits);
         }
-        self.run_query(&terms.join(" OR "), limit)
+        self.run_query(&terms.join(" OR "), limit, session)
     }
 
-    fn run_query(&self, fts_query: &str, limit: i64) -> Result<Vec<SearchHit>> {
+    fn run_query(&self, fts_query: &str, limit: i64, session: Option<&str>) -> Result<Vec<SearchHit>> {
         self.with_conn(|conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT kind, session_key, timestamp, position,
                         snippet(docs, 0, '[', ']', '…', 24), bm25(docs)
-                 FROM docs WHERE docs MATCH ?1 ORDER BY bm25(docs) LIMIT ?2",
+                 FROM docs WHERE docs MATCH ?1
+                   AND (?3 IS NULL OR session_key = ?3 OR (kind = 'history' AND COALESCE(session_key, '') = ''))
+                 ORDER BY bm25(docs) LIMIT ?2",
             )?;
-            let rows = stmt.query_map(params![fts_query, limit], |r| {
+            let rows = stmt.query_map(params![fts_query, limit, session], |r| {
                 let kind: String = r.get(0)?;
                 Ok(SearchHit {
                     kind: if kind == "history" {

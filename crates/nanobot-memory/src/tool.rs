@@ -36,7 +36,12 @@ impl MemorySearchTool {
         }
     }
 
-    async fn run(&self, query: &str, limit: usize) -> Result<String, crate::MemoryError> {
+    async fn run(
+        &self,
+        query: &str,
+        limit: usize,
+        session: Option<String>,
+    ) -> Result<String, crate::MemoryError> {
         let (index, store) = (self.index.clone(), self.store.clone());
         tokio::task::spawn_blocking(move || index.sync_history(&store)).await??;
         if let Some(sessions) = &self.sessions {
@@ -44,7 +49,8 @@ impl MemorySearchTool {
         }
         let index = self.index.clone();
         let q = query.to_owned();
-        let hits = tokio::task::spawn_blocking(move || index.search(&q, limit)).await??;
+        let hits =
+            tokio::task::spawn_blocking(move || index.search_in(&q, limit, session.as_deref())).await??;
         if hits.is_empty() {
             return Ok(format!("No memories match \"{query}\"."));
         }
@@ -99,7 +105,7 @@ impl Tool for MemorySearchTool {
         true
     }
 
-    async fn execute(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let query = args
             .get("query")
             .and_then(Value::as_str)
@@ -111,9 +117,17 @@ impl Tool for MemorySearchTool {
             .and_then(Value::as_u64)
             .map_or(DEFAULT_LIMIT, |n| usize::try_from(n).unwrap_or(MAX_LIMIT))
             .clamp(1, MAX_LIMIT);
-        self.run(query, limit)
+        self.run(query, limit, search_scope(ctx))
             .await
             .map(ToolOutput::text)
             .map_err(|e| ToolError::Failed(nanobot_util::error_chain(&e)))
     }
 }
+
+/// The session a search is confined to: a chat sees its own conversation (and history entries that name no
+/// session), never what was said in other chats. The local CLI (the owner at the machine) and calls outside any
+/// session search everything.
+fn search_scope(ctx: &ToolContext) -> Option<String> {
+    (ctx.channel != "cli" && !ctx.session_key.is_empty()).then(|| ctx.session_key.clone())
+}
+

@@ -75,6 +75,20 @@ pub enum SessionError {
         #[source]
         source: serde_json::Error,
     },
+    /// A session key that cannot name a session (a control character). The message names the character and
+    /// its position, never a path, so it can be shown to a remote client.
+    #[error("{what}")]
+    InvalidKey {
+        /// What is wrong.
+        what: String,
+    },
+    /// A hashed session file records another key in its first line (a SHA-256 collision or a planted file):
+    /// refused rather than mixed.
+    #[error("{} belongs to another session key", path.display())]
+    KeyMismatch {
+        /// The session file.
+        path: PathBuf,
+    },
     /// An empty session key was given.
     #[error("session key must not be empty")]
     EmptyKey,

@@ -55,6 +55,8 @@
 mod error;
 mod format;
 mod fsio;
+pub mod keyname;
+pub mod legacy;
 mod message;
 pub mod namespace;
 mod session;

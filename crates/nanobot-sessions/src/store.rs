@@ -7,8 +7,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::NaiveDateTime;
 use serde_json::{Map, Value, json};
 use tokio::sync::{Mutex, OwnedMutexGuard};
@@ -16,6 +14,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 use crate::error::{Result, SessionError};
 use crate::format;
 use crate::fsio::{self, Tail};
+use crate::keyname;
 use crate::message::SessionMessage;
 use crate::session::{self, Session, SessionHeader};
 use crate::tail::{self, TailRead};
@@ -100,7 +99,8 @@ pub struct SessionInfo {
     pub updated_at: NaiveDateTime,
     /// The file.
     pub path: PathBuf,
-    /// Whether the file is in an old layout and not migrated yet (it will be on first access).
+    /// Whether the file is in an old layout. Always `false` now: old layouts are imported when the store opens
+    /// ([`crate::legacy`]); kept so callers built against earlier versions still compile.
     pub legacy: bool,
 }
 
@@ -122,8 +122,12 @@ pub struct SessionInfo {
 /// * **Crash recovery.** A file whose last line was cut is copied to `<file>.corrupt-<time>`, cut back to its
 ///   last complete line, and loaded with a warning.
 /// * **Old layouts.** `<workspace>/sessions/<channel>_<chat_id>.jsonl` (and the even older
-///   `<config dir>/sessions/<channel>_<chat_id>.jsonl`) are found when a key has no file yet, copied into the
-///   current layout atomically, and the old file is renamed to `<old>.migrated` (kept, never deleted).
+///   `<config dir>/sessions/<channel>_<chat_id>.jsonl`) are imported once, when the store first opens its
+///   namespace ([`crate::legacy`]), copied into the current layout atomically, and the old file is renamed to
+///   `<old>.migrated-<time>` (kept, never deleted). They are never looked up on demand: the workspace is where
+///   the model can write.
+/// * **Names.** [`crate::keyname`]: base64url as in the Python nanobot, long keys hashed, control characters
+///   refused.
 #[derive(Clone)]
 pub struct SessionStore {
     inner: Arc<Inner>,
@@ -139,7 +143,6 @@ impl std::fmt::Debug for SessionStore {
 }
 
 struct Inner {
-    config_dir: PathBuf,
     workspace: PathBuf,
     workspace_id: String,
     dir: PathBuf,
@@ -200,9 +203,9 @@ impl SessionStore {
         let workspace = workspace.into();
         let ns = crate::namespace::claim(&config_dir.join("sessions"), &workspace)?;
         let (workspace_id, dir) = (ns.id, ns.dir);
+        crate::legacy::import_once(&config_dir, &workspace, &dir)?;
         Ok(Self {
             inner: Arc::new(Inner {
-                config_dir,
                 workspace,
                 workspace_id,
                 dir,
@@ -266,9 +269,7 @@ impl SessionStore {
     /// Whether session `key` has a file (in the current or an old layout) or unsaved state in the cache.
     pub async fn exists(&self, key: &str) -> Result<bool> {
         self.run(key, |inner, key, slot| {
-            Ok(slot.cached.as_ref().is_some_and(|s| !s.messages.is_empty())
-                || inner.path_for(key).exists()
-                || inner.legacy_candidates(key).iter().any(|p| p.exists()))
+            Ok(slot.cached.as_ref().is_some_and(|s| !s.messages.is_empty()) || inner.path_for(key).exists())
         })
         .await
     }
@@ -479,9 +480,7 @@ impl SessionStore {
         F: FnOnce(&Inner, &str, &mut Slot) -> Result<R> + Send + 'static,
         R: Send + 'static,
     {
-        if key.is_empty() {
-            return Err(SessionError::EmptyKey);
-        }
+        keyname::check_key(key)?;
         let mut guard: OwnedMutexGuard<Slot> = self.inner.slot(key).lock_owned().await;
         let inner = self.inner.clone();
         let key = key.to_owned();
@@ -509,25 +508,26 @@ impl Inner {
     }
 
     fn path_for(&self, key: &str) -> PathBuf {
-        self.dir
-            .join(format!("{}.jsonl", URL_SAFE_NO_PAD.encode(key.as_bytes())))
+        self.dir.join(format!("{}.jsonl", keyname::file_stem(key)))
     }
 
-    fn legacy_candidates(&self, key: &str) -> [PathBuf; 2] {
-        let name = format!("{}.jsonl", legacy_safe_key(key));
-        [
-            self.workspace.join("sessions").join(&name),
-            self.config_dir.join("sessions").join(&name),
-        ]
+    /// [`Inner::path_for`], checking that a hashed file really belongs to `key` (its first line names it).
+    fn owned_path(&self, key: &str) -> Result<PathBuf> {
+        let path = self.path_for(key);
+        if keyname::is_hashed_stem(&keyname::file_stem(key))
+            && let Some(first) = fsio::first_line(&path)?
+            && let Some(other) = metadata_key(&first)
+            && other != key
+        {
+            return Err(SessionError::KeyMismatch { path });
+        }
+        Ok(path)
     }
 
     /// Loads session `key` into the slot (once) and returns it.
     fn load<'s>(&self, key: &str, slot: &'s mut Slot) -> Result<&'s mut Session> {
         if slot.cached.is_none() {
-            let path = self.path_for(key);
-            if !path.exists() {
-                self.migrate_legacy(key)?;
-            }
+            let path = self.owned_path(key)?;
             let mut read = 0;
             let parsed = read_session(&path, key, &mut read);
             self.bytes_read.fetch_add(read, Ordering::Relaxed);
@@ -555,10 +555,7 @@ impl Inner {
         if slot.cached.is_some() || slot.head.is_some() {
             return Ok(());
         }
-        let path = self.path_for(key);
-        if !path.exists() {
-            self.migrate_legacy(key)?;
-        }
+        let path = self.owned_path(key)?;
         match self.tail_scan(&path, key, 0)? {
             TailRead::Missing => self.set_head(slot, Session::new(key), 0, 0),
             TailRead::Found(scan) => self.set_head(slot, scan.header, scan.total, scan.since_anchor),
@@ -580,10 +577,7 @@ impl Inner {
         if let Some(s) = &slot.cached {
             return Ok(s.history(max));
         }
-        let path = self.path_for(key);
-        if !path.exists() {
-            self.migrate_legacy(key)?;
-        }
+        let path = self.owned_path(key)?;
         let want = max.saturating_mul(2).saturating_add(32);
         let scan = match self.tail_scan(&path, key, want)? {
             TailRead::Missing => {
@@ -781,48 +775,10 @@ impl Inner {
         Ok(true)
     }
 
-    /// Copies an old-layout file of `key` into the current layout. Returns whether one was found.
-    fn migrate_legacy(&self, key: &str) -> Result<bool> {
-        for old in self.legacy_candidates(key) {
-            let bytes = match fs::read(&old) {
-                Ok(b) => b,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(SessionError::io("read", old, e)),
-            };
-            if let Some(other) = metadata_key(bytes.split(|&b| b == b'\n').next().unwrap_or_default())
-                && other != key
-            {
-                tracing::debug!(file = %old.display(), file_key = other, key, "old-layout file belongs to another key");
-                continue;
-            }
-            let mut complete = bytes;
-            if complete.last().is_some_and(|&b| b != b'\n') {
-                let cut = complete.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-                if serde_json::from_slice::<Map<String, Value>>(&complete[cut..]).is_ok() {
-                    complete.push(b'\n');
-                } else {
-                    tracing::warn!(file = %old.display(), "old-layout session ends with a cut line; it is not migrated (the old file keeps it)");
-                    complete.truncate(cut);
-                }
-            }
-            let new = self.path_for(key);
-            fsio::write_atomic(&new, &complete)?;
-            let kept = fsio::backup_path(&old, "migrated");
-            fs::rename(&old, &kept).map_err(|e| SessionError::io("rename", &old, e))?;
-            tracing::info!(from = %old.display(), to = %new.display(), kept = %kept.display(), "migrated session file");
-            return Ok(true);
-        }
-        Ok(false)
-    }
-
     fn list(&self) -> Result<Vec<SessionInfo>> {
         let mut out: Vec<SessionInfo> = Vec::new();
         let mut seen = std::collections::HashSet::new();
-        let dirs = [
-            (self.dir.clone(), false),
-            (self.workspace.join("sessions"), true),
-            (self.config_dir.join("sessions"), true),
-        ];
+        let dirs = [(self.dir.clone(), false)];
         for (dir, legacy) in dirs {
             let entries = match fs::read_dir(&dir) {
                 Ok(e) => e,
@@ -888,8 +844,7 @@ fn session_info(path: &Path, legacy: bool) -> Result<Option<SessionInfo>> {
         None
     } else {
         path.file_stem()
-            .and_then(|s| URL_SAFE_NO_PAD.decode(s.to_string_lossy().as_bytes()).ok())
-            .and_then(|b| String::from_utf8(b).ok())
+            .and_then(|s| keyname::key_from_stem(&s.to_string_lossy()))
     };
     let key = match head.get("key").and_then(Value::as_str) {
         Some(k) => k.to_owned(),

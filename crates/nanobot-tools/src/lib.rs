@@ -35,6 +35,7 @@
 pub mod builtin;
 pub mod confine;
 mod error;
+pub mod fuzzing;
 mod registry;
 pub mod sandbox;
 mod schema;

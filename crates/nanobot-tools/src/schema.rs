@@ -205,6 +205,14 @@ impl ArgsSchema {
     /// Casts then validates `args` (`null` counts as `{}`). Unknown fields are ignored.
     /// On failure returns the list of problems, e.g. `["timeout must be <= 600"]`.
     pub fn prepare(&self, args: Value) -> Result<Value, Vec<String>> {
+        // Casting and validation recurse over the value: refuse deep nesting first, without recursion.
+        let depth = nanobot_types::json_limits::value_depth(&args);
+        if depth > nanobot_types::json_limits::MAX_ARGUMENT_DEPTH {
+            return Err(vec![format!(
+                "parameters are nested {depth} levels deep; the limit is {}",
+                nanobot_types::json_limits::MAX_ARGUMENT_DEPTH
+            )]);
+        }
         let args = match args {
             Value::Null => Value::Object(Map::new()),
             Value::Object(map) => Value::Object(cast_object(map, &self.schema)),

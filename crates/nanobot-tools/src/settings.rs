@@ -189,6 +189,42 @@ pub struct WebSettings {
     pub fetch_max_chars: usize,
     /// Request timeout of `web_fetch`.
     pub fetch_timeout: Duration,
+    /// `tools.web.allowedDomains`: `None` = any domain; otherwise the only domains (and their
+    /// subdomains) the web tools may contact. See [`WebSettings::domain_allowed`].
+    pub allowed_domains: Option<Vec<String>>,
+}
+
+impl WebSettings {
+    /// Whether the web tools may contact `host`: always without an allow-list; with one, when `host`
+    /// equals an entry or is a subdomain of it (`example.com` covers `docs.example.com`; a leading
+    /// `*.` or `.` is accepted and means the same). Case-insensitive; a trailing dot is ignored.
+    pub fn domain_allowed(&self, host: &str) -> bool {
+        let Some(list) = &self.allowed_domains else {
+            return true;
+        };
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        list.iter().any(|entry| {
+            let d = entry
+                .trim()
+                .trim_start_matches("*.")
+                .trim_start_matches('.')
+                .trim_end_matches('.')
+                .to_ascii_lowercase();
+            !d.is_empty() && (host == d || host.ends_with(&format!(".{d}")))
+        })
+    }
+
+    /// [`WebSettings::domain_allowed`] for a URL, with the refusal the model sees.
+    pub fn check_egress(&self, url: &url::Url) -> Result<(), crate::ToolError> {
+        let host = url.host_str().unwrap_or_default();
+        if self.domain_allowed(host) {
+            Ok(())
+        } else {
+            Err(crate::ToolError::Failed(format!(
+                "{host} is not on tools.web.allowedDomains; the web tools may not contact it"
+            )))
+        }
+    }
 }
 
 impl Default for WebSettings {
@@ -200,6 +236,7 @@ impl Default for WebSettings {
             ssrf: SsrfGuard::default(),
             fetch_max_chars: 50_000,
             fetch_timeout: Duration::from_secs(30),
+            allowed_domains: None,
         }
     }
 }

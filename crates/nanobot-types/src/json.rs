@@ -18,8 +18,12 @@ pub enum ParsedArguments {
 
 /// Parses tool-call argument text: strict JSON first, then a lenient repair (trailing commas, single quotes,
 /// code fences, truncated objects, raw newlines in strings, prose around the object). Empty text is `{}`.
-/// Anything that does not end up as a JSON object is [`ParsedArguments::Invalid`].
+/// Anything that does not end up as a JSON object is [`ParsedArguments::Invalid`], and so is text larger or
+/// nested deeper than [`crate::json_limits`] allows (checked first, without recursion).
 pub fn parse_arguments(raw: &str) -> ParsedArguments {
+    if let Err(why) = crate::json_limits::check_argument_text(raw) {
+        return ParsedArguments::Invalid(why);
+    }
     let trimmed = raw.trim();
     if trimmed.is_empty() {
         return ParsedArguments::Ok(Value::Object(serde_json::Map::new()));
@@ -135,6 +139,28 @@ mod tests {
             r#"{"a": [1, 2], "b": {"c": "é"}}"#
         );
         assert_eq!(to_python_json(&json!({})), "{}");
+    }
+
+    #[test]
+    fn deeply_nested_arguments_are_refused_not_overflowing() {
+        // Broken JSON that strict parsing rejects goes to the repairer, which recurses: the depth check must
+        // come first. Run on a small stack so a recursive walk would show up as a crash here.
+        let handle = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(|| {
+                for text in [
+                    format!("{{\"a\": {}", "[".repeat(200_000)),
+                    format!("{{\"a\": {}1{}}}", "[".repeat(100_000), "]".repeat(100_000)),
+                    format!("{{'a': {}", "{'b': ".repeat(50_000)),
+                ] {
+                    match parse_arguments(&text) {
+                        ParsedArguments::Invalid(why) => assert!(why.contains("levels"), "{why}"),
+                        other => panic!("accepted: {other:?}"),
+                    }
+                }
+            })
+            .unwrap();
+        handle.join().unwrap();
     }
 
     #[test]

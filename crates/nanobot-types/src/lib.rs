@@ -25,6 +25,7 @@
 
 mod error;
 pub mod json;
+pub mod json_limits;
 mod message;
 mod provider;
 

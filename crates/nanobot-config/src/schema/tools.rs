@@ -82,6 +82,11 @@ pub struct WebToolsConfig {
     pub search: WebSearchConfig,
     /// `web_fetch`.
     pub fetch: WebFetchConfig,
+    /// Egress allow-list (nanobot-rs; not in 0.3.5): when set, `web_fetch` reaches only these domains and
+    /// their subdomains (every redirect hop included) and `web_search` only a backend on them. Absent or
+    /// `null` = any domain (0.3.5's behaviour); `[]` = none.
+    #[serde(alias = "allowed_domains", default, skip_serializing_if = "Option::is_none")]
+    pub allowed_domains: Option<Vec<String>>,
     /// Keys this version does not model (kept on save).
     #[serde(flatten)]
     pub extra: Extra,
@@ -95,6 +100,7 @@ impl Default for WebToolsConfig {
             user_agent: None,
             search: WebSearchConfig::default(),
             fetch: WebFetchConfig::default(),
+            allowed_domains: None,
             extra: Extra::default(),
         }
     }

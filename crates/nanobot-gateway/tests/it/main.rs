@@ -6,6 +6,7 @@ mod api;
 mod common;
 mod email;
 mod heartbeat;
+mod isolation;
 mod limits;
 mod openai_sdk;
 mod ops;

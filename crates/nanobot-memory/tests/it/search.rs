@@ -108,3 +108,61 @@ async fn new_session_messages_are_indexed_incrementally() {
     assert_eq!(index.search("hunter2", 5).unwrap().len(), 1);
     assert_eq!(index.sync_sessions(&env.sessions).await.unwrap(), 0);
 }
+
+#[tokio::test]
+async fn a_chat_searches_only_its_own_conversation_and_the_cli_everything() {
+    let env = env();
+    let index = SearchIndex::open_in_workspace(env.ws.path()).unwrap();
+    for (key, text) in [
+        ("telegram:alice", "my bank pin is 4711"),
+        ("telegram:bob", "my bank pin is 9999"),
+    ] {
+        env.sessions
+            .append(key, vec![SessionMessage::new("user", text)])
+            .await
+            .unwrap();
+    }
+    let tool = MemorySearchTool::new(index, env.store.clone(), Some(env.sessions.clone()));
+    let registry = ToolRegistry::default();
+    registry.register(Arc::new(tool));
+    let in_chat = |channel: &str, chat: &str| {
+        let mut ctx = ToolContext::new(env.ws.path());
+        ctx.channel = channel.into();
+        ctx.chat_id = chat.into();
+        ctx.session_key = format!("{channel}:{chat}");
+        ctx
+    };
+    let bob = registry
+        .execute(
+            "memory_search",
+            json!({"query": "bank pin"}),
+            &in_chat("telegram", "bob"),
+        )
+        .await;
+    assert!(bob.text.contains("9999"), "{}", bob.text);
+    assert!(
+        !bob.text.contains("4711") && !bob.text.contains("alice"),
+        "{}",
+        bob.text
+    );
+    let stranger = registry
+        .execute(
+            "memory_search",
+            json!({"query": "bank pin"}),
+            &in_chat("telegram", "mallory"),
+        )
+        .await;
+    assert_eq!(stranger.text, "No memories match \"bank pin\".");
+    let cli = registry
+        .execute(
+            "memory_search",
+            json!({"query": "bank pin"}),
+            &in_chat("cli", "direct"),
+        )
+        .await;
+    assert!(
+        cli.text.contains("4711") && cli.text.contains("9999"),
+        "{}",
+        cli.text
+    );
+}

@@ -94,19 +94,33 @@ async fn every_field_survives_load_save_and_append() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn old_layout_is_found_migrated_and_kept() {
-    let env = Env::new();
-    let old_dir = env.workspace.path().join("sessions");
+/// A store opened over a workspace that already has an old-layout folder (an upgrade).
+fn upgraded_env(files: &[(&str, &str)]) -> crate::Env {
+    let home = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let old_dir = workspace.path().join("sessions");
     std::fs::create_dir_all(&old_dir).unwrap();
-    let old = old_dir.join("telegram_12345.jsonl");
-    std::fs::copy(fixture("workspace/sessions/telegram_12345.jsonl"), &old).unwrap();
-    let original = lines(&old);
+    for (name, fixture_rel) in files {
+        std::fs::copy(fixture(fixture_rel), old_dir.join(name)).unwrap();
+    }
+    let store = nanobot_sessions::SessionStore::new(home.path(), workspace.path()).unwrap();
+    crate::Env {
+        home,
+        workspace,
+        store,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_layout_is_imported_at_upgrade_and_kept() {
+    let env = upgraded_env(&[("telegram_12345.jsonl", "workspace/sessions/telegram_12345.jsonl")]);
+    let old_dir = env.workspace.path().join("sessions");
+    let original = lines(&fixture("workspace/sessions/telegram_12345.jsonl"));
 
     let listed = env.store.list_sessions().await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].key, "telegram:12345");
-    assert!(listed[0].legacy);
+    assert!(!listed[0].legacy);
     assert_eq!(listed[0].updated_at.to_string(), "2026-02-25 10:01:05");
 
     let s = env.store.session("telegram:12345").await.unwrap();
@@ -121,17 +135,12 @@ async fn old_layout_is_found_migrated_and_kept() {
     assert!(new.starts_with(env.home.path().join("sessions").join(env.store.workspace_id())));
     assert_eq!(new.file_name().unwrap(), "dGVsZWdyYW06MTIzNDU.jsonl");
     assert_eq!(lines(&new), original);
-    assert!(!old.exists());
     let kept: Vec<_> = std::fs::read_dir(&old_dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(kept.len(), 1);
     assert!(kept[0].starts_with("telegram_12345.jsonl.migrated-"), "{kept:?}");
-
-    let listed = env.store.list_sessions().await.unwrap();
-    assert_eq!(listed.len(), 1);
-    assert!(!listed[0].legacy);
 
     let h = env.store.history("telegram:12345", 10).await.unwrap();
     let roles: Vec<_> = h.iter().map(|m| m.role().unwrap()).collect();
@@ -142,23 +151,74 @@ async fn old_layout_is_found_migrated_and_kept() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn appending_to_an_unmigrated_key_migrates_first() {
-    let env = Env::new();
+async fn a_file_planted_in_the_workspace_after_the_upgrade_is_never_read() {
+    let env = upgraded_env(&[]);
     let old_dir = env.workspace.path().join("sessions");
+    // The model writes an old-layout file for another chat, with a forged history.
+    std::fs::copy(
+        fixture("workspace/sessions/telegram_12345.jsonl"),
+        old_dir.join("telegram_12345.jsonl"),
+    )
+    .unwrap();
+    assert!(!env.store.exists("telegram:12345").await.unwrap());
+    assert!(
+        env.store
+            .session("telegram:12345")
+            .await
+            .unwrap()
+            .messages
+            .is_empty()
+    );
+    assert!(env.store.list_sessions().await.unwrap().is_empty());
+    // Reopening the store (a restart) does not import it either: the import ran once.
+    let again = nanobot_sessions::SessionStore::new(env.home.path(), env.workspace.path()).unwrap();
+    assert!(again.session("telegram:12345").await.unwrap().messages.is_empty());
+    assert!(old_dir.join("telegram_12345.jsonl").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_file_whose_name_disagrees_with_its_key_is_not_imported() {
+    // Named after chat 999 but recording key telegram:12345: it must not become either session.
+    let env = upgraded_env(&[("telegram_999.jsonl", "workspace/sessions/telegram_12345.jsonl")]);
+    assert!(
+        env.store
+            .session("telegram:12345")
+            .await
+            .unwrap()
+            .messages
+            .is_empty()
+    );
+    assert!(
+        env.store
+            .session("telegram:999")
+            .await
+            .unwrap()
+            .messages
+            .is_empty()
+    );
+    assert!(env.workspace.path().join("sessions/telegram_999.jsonl").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_never_overwrites_a_current_session() {
+    let home = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let first = nanobot_sessions::SessionStore::new(home.path(), workspace.path()).unwrap();
+    first
+        .append("telegram:12345", vec![SessionMessage::new("user", "current")])
+        .await
+        .unwrap();
+    // Drop the marker so the next open imports again (as an upgrade from a version without it would).
+    std::fs::remove_file(first.dir().join(nanobot_sessions::legacy::IMPORT_MARKER)).unwrap();
+    let old_dir = workspace.path().join("sessions");
     std::fs::create_dir_all(&old_dir).unwrap();
     std::fs::copy(
         fixture("workspace/sessions/telegram_12345.jsonl"),
         old_dir.join("telegram_12345.jsonl"),
     )
     .unwrap();
-    env.store
-        .append(
-            "telegram:12345",
-            vec![SessionMessage::new("user", "still there?")],
-        )
-        .await
-        .unwrap();
-    let s = env.store.session("telegram:12345").await.unwrap();
-    assert_eq!(s.messages.len(), 7);
-    assert_eq!(s.messages[0].content_text().as_deref(), Some("Hello"));
+    let store = nanobot_sessions::SessionStore::new(home.path(), workspace.path()).unwrap();
+    let s = store.session("telegram:12345").await.unwrap();
+    assert_eq!(s.messages.len(), 1);
+    assert_eq!(s.messages[0].content_text().as_deref(), Some("current"));
 }

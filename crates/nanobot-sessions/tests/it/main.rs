@@ -6,6 +6,7 @@ mod bounds;
 mod crash;
 mod fixtures;
 mod history;
+mod keynames;
 mod store;
 
 use std::path::{Path, PathBuf};

@@ -186,7 +186,7 @@ async fn checkpoints_write_read_replace_clear() {
         .unwrap()
         .flatten()
         .map(|e| e.file_name())
-        .filter(|n| n != ".workspace")
+        .filter(|n| n != ".workspace" && n != nanobot_sessions::legacy::IMPORT_MARKER)
         .collect();
     assert_eq!(names.len(), 1, "{names:?}");
 

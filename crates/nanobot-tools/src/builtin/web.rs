@@ -149,7 +149,11 @@ impl TypedTool for WebFetchTool {
 
     async fn call(&self, args: WebFetchArgs, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let guard = &self.settings.ssrf;
+        if let Ok(u) = Url::parse(args.url.trim()) {
+            self.settings.check_egress(&u)?;
+        }
         let (mut url, _) = guard.check_str(args.url.trim()).await?;
+        self.settings.check_egress(&url)?;
         let client = self.client()?;
         let mut hops = 0;
         let resp = loop {
@@ -170,6 +174,7 @@ impl TypedTool for WebFetchTool {
                 let next = url
                     .join(loc)
                     .map_err(|e| ToolError::Failed(format!("bad redirect location '{loc}': {e}")))?;
+                self.settings.check_egress(&next)?;
                 guard.check_url(&next).await?;
                 url = next;
                 continue;
@@ -313,7 +318,24 @@ impl WebSearchTool {
         }
     }
 
+    /// The URL of the backend [`WebSearchTool::effective_provider`] queries (for the egress check).
+    fn backend_url(&self) -> String {
+        match self.effective_provider() {
+            SearchProvider::Brave => self.endpoint("https://api.search.brave.com/res/v1/web/search"),
+            SearchProvider::Tavily => self.endpoint("https://api.tavily.com/search"),
+            SearchProvider::Jina => self.endpoint("https://s.jina.ai/"),
+            SearchProvider::Searxng => self.endpoint(""),
+            SearchProvider::DuckDuckGo => self.endpoint("https://html.duckduckgo.com/html/"),
+        }
+    }
+
     async fn search(&self, query: &str, count: usize) -> Result<Vec<SearchHit>, ToolError> {
+        if self.settings.allowed_domains.is_some() {
+            let backend = self.backend_url();
+            let url = Url::parse(&backend)
+                .map_err(|e| ToolError::Failed(format!("bad search endpoint '{backend}': {e}")))?;
+            self.settings.check_egress(&url)?;
+        }
         let client = self.client()?;
         let key = self.settings.search.api_key.expose();
         let hits = match self.effective_provider() {

@@ -5,6 +5,7 @@ mod confine;
 mod exec;
 mod fs;
 mod fs_handles;
+mod fuzz_arguments;
 mod registry;
 mod web;
 

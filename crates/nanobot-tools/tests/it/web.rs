@@ -64,6 +64,10 @@ async fn serve() -> SocketAddr {
 }
 
 fn web_registry(addr: SocketAddr) -> ToolRegistry {
+    web_registry_allowing(addr, None)
+}
+
+fn web_registry_allowing(addr: SocketAddr, allowed: Option<&[&str]>) -> ToolRegistry {
     let guard = SsrfGuard::from_cidrs(&["127.0.0.2/32"])
         .unwrap()
         .with_resolver(Arc::new(FakeDns(addr.ip())));
@@ -74,6 +78,7 @@ fn web_registry(addr: SocketAddr) -> ToolRegistry {
             base_url: format!("http://{addr}"),
             ..SearchSettings::default()
         },
+        allowed_domains: allowed.map(|a| a.iter().map(|d| (*d).to_owned()).collect()),
         ..WebSettings::default()
     };
     let reg = ToolRegistry::default();
@@ -207,4 +212,66 @@ async fn search_via_searxng_and_ddg_parsing() {
     assert_eq!(hits[0].url, "https://example.com/a");
     assert_eq!(hits[0].title, "Example A");
     assert_eq!(hits[0].snippet, "Snippet & more");
+}
+
+#[tokio::test]
+async fn the_domain_allow_list_stops_fetches_redirects_and_search_backends_off_it() {
+    let addr = serve().await;
+    let ws = tempfile::tempdir().unwrap();
+    let page = format!("http://public.test:{}/page", addr.port());
+    let exfil = format!("http://public.test:{}/page?secret=hunter2", addr.port());
+
+    // Only the search backend's address (127.0.0.2) is allowed: public.test is refused, query string and all.
+    let reg = web_registry_allowing(addr, Some(&["127.0.0.2"]));
+    let out = reg
+        .execute("web_fetch", json!({"url": exfil}), &ctx(ws.path()))
+        .await;
+    assert!(
+        out.is_error
+            && out
+                .text
+                .contains("public.test is not on tools.web.allowedDomains"),
+        "{}",
+        out.text
+    );
+    // A redirect from an allowed host to one off the list is refused at the hop.
+    let out = reg
+        .execute(
+            "web_fetch",
+            json!({"url": format!("http://{addr}/to-public")}),
+            &ctx(ws.path()),
+        )
+        .await;
+    assert!(
+        out.is_error && out.text.contains("public.test is not on"),
+        "{}",
+        out.text
+    );
+    // The search backend is on the list: search works.
+    let out = reg
+        .execute("web_search", json!({"query": "rust lang"}), &ctx(ws.path()))
+        .await;
+    assert!(!out.is_error, "{}", out.text);
+
+    // A subdomain entry form (`*.test`) covers public.test; the backend is then off the list.
+    let reg = web_registry_allowing(addr, Some(&["*.test"]));
+    let out = reg
+        .execute("web_fetch", json!({"url": page}), &ctx(ws.path()))
+        .await;
+    assert!(!out.is_error, "{}", out.text);
+    let out = reg
+        .execute("web_search", json!({"query": "rust"}), &ctx(ws.path()))
+        .await;
+    assert!(
+        out.is_error && out.text.contains("127.0.0.2 is not on"),
+        "{}",
+        out.text
+    );
+
+    // An empty list allows nothing.
+    let reg = web_registry_allowing(addr, Some(&[]));
+    let out = reg
+        .execute("web_fetch", json!({"url": page}), &ctx(ws.path()))
+        .await;
+    assert!(out.is_error, "{}", out.text);
 }
