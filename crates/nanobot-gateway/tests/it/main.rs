@@ -9,6 +9,7 @@ mod heartbeat;
 mod limits;
 mod openai_sdk;
 mod ops;
+mod qq;
 mod websocket;
 mod webui_browser;
 // nanobot-email's harness for real mail servers (Dovecot, aiosmtpd); not every helper is used here.
