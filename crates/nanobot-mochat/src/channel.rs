@@ -119,6 +119,8 @@ struct Inner {
     handled: watch::Sender<u64>,
     socket_joins: watch::Sender<u64>,
     polling: watch::Sender<bool>,
+    /// Fired when `run` ends: pending reply-delay timers are dropped with it.
+    stopped: CancellationToken,
 }
 
 /// The Mochat channel. See the [crate docs](crate).
@@ -181,6 +183,7 @@ impl MochatChannel {
                 handled: watch::Sender::new(0),
                 socket_joins: watch::Sender::new(0),
                 polling: watch::Sender::new(false),
+                stopped: CancellationToken::new(),
             }),
         })
     }
@@ -495,7 +498,10 @@ impl Inner {
         let target = target.to_string();
         let kind = kind.to_string();
         tokio::spawn(async move {
-            tokio::time::sleep(me.settings.reply_delay).await;
+            tokio::select! {
+                () = me.stopped.cancelled() => return,
+                () = tokio::time::sleep(me.settings.reply_delay) => {}
+            }
             let entries = {
                 let mut st = lock(&me.state);
                 match st.delays.get_mut(&key) {
@@ -784,13 +790,8 @@ fn target(raw: &str) -> (String, bool) {
     (trimmed.to_string(), !trimmed.starts_with("session_"))
 }
 
-#[async_trait]
-impl Channel for MochatChannel {
-    fn name(&self) -> &str {
-        NAME
-    }
-
-    async fn run(&self, bus: Arc<dyn Bus>, cancel: CancellationToken) -> Result<(), ChannelError> {
+impl MochatChannel {
+    async fn run_until(&self, bus: Arc<dyn Bus>, cancel: CancellationToken) -> Result<(), ChannelError> {
         let inner = &self.inner;
         inner.refresh().await;
         let mut backoff = inner.settings.reconnect_delay;
@@ -845,6 +846,19 @@ impl Channel for MochatChannel {
             let _ = task.await;
         }
         Ok(())
+    }
+}
+
+#[async_trait]
+impl Channel for MochatChannel {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    async fn run(&self, bus: Arc<dyn Bus>, cancel: CancellationToken) -> Result<(), ChannelError> {
+        let result = self.run_until(bus, cancel).await;
+        self.inner.stopped.cancel();
+        result
     }
 
     async fn send(&self, msg: &OutboundMessage) -> Result<(), ChannelError> {
