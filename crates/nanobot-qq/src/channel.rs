@@ -41,6 +41,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Heartbeat interval used when Hello names none (QQ says 41.25 s).
 const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(41_250);
+/// Largest local file sent as rich media.
+const MAX_UPLOAD_BYTES: u64 = 20 * 1024 * 1024;
 /// Longest wait between reconnection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
@@ -653,6 +655,61 @@ impl QqChannel {
     }
 }
 
+impl QqChannel {
+    /// Uploads a local file as rich media (base64; images as type 1, anything else as a file, type 4) and sends
+    /// it as a media message (`msg_type` 7) replying to `msg_id`.
+    async fn send_file(
+        &self,
+        chat_id: &str,
+        chat_type: &str,
+        msg_id: Option<&str>,
+        path: &str,
+    ) -> Result<(), ChannelError> {
+        use base64::Engine as _;
+        let local = path.strip_prefix("file://").unwrap_or(path);
+        let io = |source| ChannelError::Io {
+            path: local.to_string(),
+            source,
+        };
+        let meta = tokio::fs::metadata(local).await.map_err(io)?;
+        if !meta.is_file() || meta.len() > MAX_UPLOAD_BYTES {
+            return Err(rejected(format!(
+                "{local}: not a file or larger than {MAX_UPLOAD_BYTES} bytes"
+            )));
+        }
+        let data = tokio::fs::read(local).await.map_err(io)?;
+        let name = file_label(local);
+        let image = is_image_name(&name);
+        let mut body = json!({"file_type": if image { 1 } else { 4 }, "srv_send_msg": false,
+            "file_data": base64::engine::general_purpose::STANDARD.encode(&data)});
+        if !image {
+            // A name makes QQ show an image as a file attachment, so only files carry one.
+            body["file_name"] = json!(name);
+        }
+        let base = if chat_type == "group" {
+            format!("/v2/groups/{chat_id}")
+        } else {
+            format!("/v2/users/{chat_id}")
+        };
+        let uploaded = self
+            .api
+            .call(reqwest::Method::POST, &format!("{base}/files"), Some(&body))
+            .await?;
+        let info = uploaded["file_info"]
+            .as_str()
+            .filter(|i| !i.is_empty())
+            .ok_or_else(|| rejected(format!("{base}/files: no file_info in the answer")))?;
+        let mut message = json!({"msg_type": 7, "media": {"file_info": info}, "msg_seq": self.next_seq()});
+        if let Some(id) = msg_id {
+            message["msg_id"] = json!(id);
+        }
+        self.api
+            .call(reqwest::Method::POST, &format!("{base}/messages"), Some(&message))
+            .await
+            .map(drop)
+    }
+}
+
 fn is_image_name(name: &str) -> bool {
     let ext = Path::new(name)
         .extension()
@@ -764,15 +821,26 @@ impl Channel for QqChannel {
             .or(msg.reply_to.as_deref())
             .filter(|id| !id.is_empty());
         for path in &msg.media {
-            // Sending files (QQ's rich-media upload) is not supported by this version: the chat gets a note.
-            tracing::warn!(path = %path, "qq: sending files is not supported; file not sent");
-            self.send_text(
-                chat,
-                chat_type,
-                msg_id,
-                &format!("[Attachment not sent: {}]", file_label(path)),
-            )
-            .await?;
+            let result = match chat_type {
+                "c2c" | "group" => self.send_file(chat, chat_type, msg_id, path).await,
+                _ => Err(rejected("files are sent to single chats and groups only".into())),
+            };
+            if let Err(e) = result {
+                if matches!(
+                    e,
+                    ChannelError::Transient { .. } | ChannelError::RateLimited { .. }
+                ) {
+                    return Err(e);
+                }
+                tracing::warn!(error = %e, path = %path, "qq: file not sent");
+                self.send_text(
+                    chat,
+                    chat_type,
+                    msg_id,
+                    &format!("[Attachment send failed: {}]", file_label(path)),
+                )
+                .await?;
+            }
         }
         let text = msg.content.trim();
         if !text.is_empty() {

@@ -19,7 +19,9 @@
 //! Replies are passive replies through the REST API: they name the message id they answer and carry an
 //! increasing `msg_seq` (`POST /v2/users/{openid}/messages`, `/v2/groups/{group_openid}/messages`, and
 //! `/channels/{id}/messages`, `/dms/{guild_id}/messages` for guilds), as plain text or QQ Markdown
-//! (`msgFormat`). The `ackMessage` (default "⏳ Processing...") is sent first unless empty.
+//! (`msgFormat`). The `ackMessage` (default "⏳ Processing...") is sent first unless empty. Files the agent sends
+//! (local paths up to 20 MiB) are uploaded as rich media (`POST .../files`, base64) and sent as `msg_type` 7 to
+//! single chats and groups; a file that cannot be sent is named in a note.
 //!
 //! It knows the bus, the channel toolkit and the config schema, never the agent; nothing here reads the process
 //! environment. `baseUrl` (nanobot-rs only) points the API and the token endpoint at another server (a fake in

@@ -1,7 +1,7 @@
 //! A fake QQ Bot API for channel tests: the app access token endpoint, `GET /users/@me`, `GET /gateway/bot`, the
 //! WebSocket gateway (Hello, Identify → READY, heartbeats acknowledged, Resume → replay of missed events then
 //! RESUMED) and the message endpoints (C2C, group, guild channel, guild DM), every REST call and every frame the
-//! client sent recorded. `GET /files/<name>` serves attachment bytes (`/files/big-<n>` serves `n` bytes).
+//! client sent recorded. rich-media uploads (`POST .../files`, answering a `file_info`); `GET /files/<name>` serves attachment bytes (`/files/big-<n>` serves `n` bytes).
 //!
 //! The official `qq-botpy` Python SDK connects to it and receives events (see the testkit's `fake_sdks` tests).
 //! Test controls: [`FakeQq::push_event`] (queued for replay while no connection is open),
@@ -289,6 +289,14 @@ fn rest(s: &State, method: &Method, uri: &Uri, headers: &HeaderMap, body: &Bytes
             "session_start_limit": {"total": 1000, "remaining": 999, "reset_after": 86_400_000, "max_concurrency": 1}}))
         .into_response(),
         ("GET", "/gateway") => Json(json!({"url": s.ws_url})).into_response(),
+        ("POST", p) if p.ends_with("/files") => {
+            if json_body["file_data"].as_str().is_none_or(str::is_empty) {
+                return (StatusCode::BAD_REQUEST, Json(json!({"code": 40034, "message": "file_data missing"})))
+                    .into_response();
+            }
+            Json(json!({"file_uuid": format!("uuid-{n}"), "file_info": format!("fileinfo-{n}"), "ttl": 3600}))
+                .into_response()
+        }
         ("POST", p) if p.ends_with("/messages") => {
             Json(json!({"id": format!("sent-{n}"), "timestamp": "2026-11-23T20:00:01+08:00"})).into_response()
         }

@@ -282,3 +282,51 @@ async fn wrong_credentials_stop_the_channel_with_a_clear_error() -> Result<()> {
     assert!(!text.contains("WRONG-SECRET"), "{text}");
     Ok(())
 }
+
+#[tokio::test]
+async fn files_are_uploaded_and_sent_as_media_replies() -> Result<()> {
+    let h = Harness::start(json!({"ackMessage": ""})).await?;
+    h.fake.push_event(
+        "C2C_MESSAGE_CREATE",
+        &c2c_message("f-1", ALICE, "send me the report"),
+    );
+    let inbound = h.inbound().await?;
+    let pdf = h.media.path().join("report.pdf");
+    std::fs::write(&pdf, b"%PDF-1.4 tiny")?;
+    let png = h.media.path().join("chart.png");
+    std::fs::write(&png, b"PNG tiny")?;
+    let mut reply = OutboundMessage::reply("qq", ALICE, "here it is");
+    reply.metadata = inbound.metadata.clone();
+    reply.media = vec![
+        pdf.display().to_string(),
+        png.display().to_string(),
+        h.media.path().join("missing.txt").display().to_string(),
+    ];
+    h.bus.publish_outbound(reply).await?;
+    let sent = h.fake.sent(4).await?;
+    let uploads: Vec<_> = h
+        .fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.path.ends_with("/files"))
+        .collect();
+    assert_eq!(uploads.len(), 2, "{uploads:?}");
+    assert_eq!(uploads[0].path, format!("/v2/users/{ALICE}/files"));
+    assert_eq!(uploads[0].body["file_type"], 4);
+    assert_eq!(uploads[0].body["file_name"], "report.pdf");
+    assert_eq!(uploads[0].body["file_data"], "JVBERi0xLjQgdGlueQ==");
+    assert_eq!(uploads[1].body["file_type"], 1);
+    assert!(uploads[1].body.get("file_name").is_none(), "images carry no name");
+    assert_eq!(sent[0].body["msg_type"], 7);
+    assert!(
+        sent[0].body["media"]["file_info"]
+            .as_str()
+            .is_some_and(|i| i.starts_with("fileinfo-"))
+    );
+    assert_eq!(sent[0].body["msg_id"], "f-1");
+    assert_eq!(sent[1].body["msg_type"], 7);
+    assert_eq!(sent[2].body["content"], "[Attachment send failed: missing.txt]");
+    assert_eq!(sent[3].body["content"], "here it is");
+    h.stop().await;
+    Ok(())
+}
