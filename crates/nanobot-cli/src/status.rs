@@ -79,6 +79,8 @@ pub(crate) fn channel_states(config: &Config) -> Vec<(String, bool, bool)> {
             let creds = match name {
                 "feishu" => set("appId") && set("appSecret"),
                 "dingtalk" => set("clientId") && set("clientSecret"),
+                "qq" => set("appId") && set("secret"),
+                "mochat" => set("clawToken"),
                 // Both mail servers need a password (an app password for Gmail / Fastmail).
                 "email" => ["imapPassword", "smtpPassword"].iter().all(|k| {
                     block
@@ -137,6 +139,58 @@ fn raw_channel_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>
                     f.push(Finding::warn(
                         "dingtalk `allowFrom` is empty: nobody can talk to the bot",
                         "add staff ids to `channels.dingtalk.allowFrom` (or \"*\")",
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Doctor findings for `channels.mochat` (raw in the config; read by the adapter's own parser).
+fn mochat_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>) {
+    if c.other.is_enabled(nanobot_mochat::NAME)
+        && let Some(block) = c.other.get(nanobot_mochat::NAME)
+    {
+        match nanobot_mochat::MochatSettings::from_block(block) {
+            Err(e) => f.push(Finding::problem(
+                e.to_string(),
+                "set the agent's claw token and fix the value named in `channels.mochat`",
+            )),
+            Ok(s) => {
+                f.push(Finding::ok("mochat claw token set"));
+                if s.allow_from.is_empty() {
+                    f.push(Finding::warn(
+                        "mochat `allowFrom` is empty: nobody can talk to the agent",
+                        "add user ids to `channels.mochat.allowFrom` (or \"*\")",
+                    ));
+                }
+                if s.sessions.is_empty() && s.panels.is_empty() {
+                    f.push(Finding::warn(
+                        "mochat has no `sessions` or `panels`: nothing is watched",
+                        "list session / panel ids in `channels.mochat.sessions` / `panels` (or \"*\")",
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Doctor findings for `channels.qq` (raw in the config; read by the adapter's own parser).
+fn qq_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>) {
+    if c.other.is_enabled(nanobot_qq::NAME)
+        && let Some(block) = c.other.get(nanobot_qq::NAME)
+    {
+        match nanobot_qq::QqSettings::from_block(block) {
+            Err(e) => f.push(Finding::problem(
+                e.to_string(),
+                "copy the AppID and AppSecret from the bot's page on q.qq.com into `channels.qq`",
+            )),
+            Ok(s) => {
+                f.push(Finding::ok("qq credentials set"));
+                if s.allow_from.is_empty() {
+                    f.push(Finding::warn(
+                        "qq `allowFrom` is empty: nobody can talk to the bot",
+                        "add user openids to `channels.qq.allowFrom` (or \"*\")",
                     ));
                 }
             }
@@ -716,6 +770,8 @@ fn check_channels(config: &Config) -> Vec<Finding> {
         }
     }
     raw_channel_findings(c, &mut f);
+    qq_findings(c, &mut f);
+    mochat_findings(c, &mut f);
     if let Some(block) = c.other.get("email").filter(|_| c.other.is_enabled("email")) {
         f.extend(check_email(block));
     }
@@ -1180,6 +1236,38 @@ mod raw_channel_tests {
         );
         assert!(text.contains("✓ dingtalk credentials set"), "{text}");
         assert!(!text.contains("SECRET5"));
+        let qq: Config = serde_json::from_str(
+            r#"{"channels":{"qq":{"enabled":true,"appId":"102","secret":"SECRET9","msgFormat":"html"}}}"#,
+        )
+        .unwrap();
+        assert!(channel_states(&qq).contains(&("qq".into(), true, true)));
+        let text = doctor_text(&check_channels(&qq)).0;
+        assert!(text.contains("channels.qq.msgFormat"), "{text}");
+        assert!(!text.contains("SECRET9"), "{text}");
+        let qq: Config =
+            serde_json::from_str(r#"{"channels":{"qq":{"enabled":true,"appId":"102","secret":""}}}"#)
+                .unwrap();
+        assert!(channel_states(&qq).contains(&("qq".into(), true, false)));
+        let text = doctor_text(&check_channels(&qq)).0;
+        assert!(text.contains("channels.qq.secret is empty"), "{text}");
+        let qq: Config =
+            serde_json::from_str(r#"{"channels":{"qq":{"enabled":true,"appId":"102","secret":"SECRET9"}}}"#)
+                .unwrap();
+        let text = doctor_text(&check_channels(&qq)).0;
+        assert!(text.contains("✓ qq credentials set"), "{text}");
+        assert!(text.contains("qq `allowFrom` is empty"), "{text}");
+        let mochat: Config = serde_json::from_str(
+            r#"{"channels":{"mochat":{"enabled":true,"clawToken":"TOKEN7","allowFrom":["u"],"sessions":["*"]}}}"#,
+        )
+        .unwrap();
+        assert!(channel_states(&mochat).contains(&("mochat".into(), true, true)));
+        let text = doctor_text(&check_channels(&mochat)).0;
+        assert!(text.contains("✓ mochat claw token set"), "{text}");
+        assert!(!text.contains("TOKEN7"), "{text}");
+        let mochat: Config =
+            serde_json::from_str(r#"{"channels":{"mochat":{"enabled":true,"clawToken":""}}}"#).unwrap();
+        let text = doctor_text(&check_channels(&mochat)).0;
+        assert!(text.contains("channels.mochat.clawToken is empty"), "{text}");
         let bad: Config =
             serde_json::from_str(r#"{"channels":{"feishu":{"enabled":true,"allowFrom":7}}}"#).unwrap();
         let text = doctor_text(&check_channels(&bad)).0;

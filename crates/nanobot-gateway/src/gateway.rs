@@ -219,6 +219,8 @@ pub const BUILT_CHANNELS: &[&str] = &[
     "websocket",
     "email",
     "whatsapp",
+    "qq",
+    "mochat",
 ];
 
 /// The variable that lets the gateway start without the enabled channels it cannot run (any non-empty
@@ -324,6 +326,28 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
         let channel = nanobot_dingtalk::DingTalkChannel::new(settings, paths.media_dir(None))
             .map_err(channel_error(nanobot_dingtalk::NAME))?
             .with_pairing(pairing()?);
+        out.push(Arc::new(channel));
+    }
+    if let Some(block) = ch
+        .other
+        .get(nanobot_qq::NAME)
+        .filter(|_| ch.other.is_enabled(nanobot_qq::NAME))
+    {
+        let settings = nanobot_qq::QqSettings::from_block(block).map_err(channel_error(nanobot_qq::NAME))?;
+        let channel = nanobot_qq::QqChannel::new(settings, paths.media_dir(None))
+            .map_err(channel_error(nanobot_qq::NAME))?
+            .with_pairing(pairing()?);
+        out.push(Arc::new(channel));
+    }
+    if let Some(block) = ch
+        .other
+        .get(nanobot_mochat::NAME)
+        .filter(|_| ch.other.is_enabled(nanobot_mochat::NAME))
+    {
+        let settings =
+            nanobot_mochat::MochatSettings::from_block(block).map_err(channel_error(nanobot_mochat::NAME))?;
+        let channel = nanobot_mochat::MochatChannel::new(settings, paths.data_dir())
+            .map_err(channel_error(nanobot_mochat::NAME))?;
         out.push(Arc::new(channel));
     }
     if let Some(block) = ch

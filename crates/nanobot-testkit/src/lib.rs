@@ -82,6 +82,7 @@
 mod anthropic;
 pub mod fake_dingtalk;
 pub mod fake_feishu;
+pub mod fake_qq;
 mod home;
 mod mock;
 mod openai;

@@ -10,6 +10,7 @@ mod isolation;
 mod limits;
 mod openai_sdk;
 mod ops;
+mod qq;
 mod websocket;
 mod webui_browser;
 mod whatsapp;

@@ -140,3 +140,60 @@ async fn dingtalk_stream_sdk_accepts_the_dingtalk_fake() {
         "the SDK fetched an access token from the fake"
     );
 }
+
+#[tokio::test]
+async fn qq_botpy_sdk_accepts_the_qq_fake() {
+    use nanobot_testkit::fake_qq::{FakeQq, SESSION_ID, c2c_message};
+    let Some(python) = peers::require("python venv (qq-botpy SDK)", peers::python()) else {
+        return;
+    };
+    let fake = FakeQq::start("102030", "secret-3", 30_000).await.unwrap();
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(fixture("qq_sdk_probe.py"))
+        .args(["102030", "secret-3", fake.base_url()])
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdout(Stdio::piped());
+    let mut child = ChildGuard::spawn_tokio("qq probe", &mut cmd).unwrap();
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let ready = json_line(&mut lines).await;
+    assert_eq!(
+        ready["ready"], "fake-bot",
+        "the SDK read /users/@me and got READY"
+    );
+    fake.ready(1).await.unwrap();
+    let identify = fake.frame(2, 0).await.unwrap();
+    assert_eq!(
+        identify["d"]["token"], "QQBot qqtoken-1",
+        "the SDK used the fake's token"
+    );
+    assert_eq!(identify["d"]["shard"], json!([0, 1]));
+    // botpy's public_messages (1<<25) and direct_message (1<<12)
+    assert_eq!(identify["d"]["intents"], (1 << 25) | (1 << 12));
+    assert!(
+        fake.calls().iter().any(|c| c.path == "/gateway/bot"),
+        "the SDK found the gateway through /gateway/bot"
+    );
+
+    fake.push_event(
+        "C2C_MESSAGE_CREATE",
+        &c2c_message("msg-1", "USER_OPENID_1", "ping"),
+    );
+    let out = json_line(&mut lines).await;
+    assert_eq!(out["id"], "msg-1");
+    assert_eq!(out["openid"], "USER_OPENID_1");
+    assert_eq!(out["content"], "ping");
+    assert_eq!(
+        out["reply_id"].as_str().map(|s| s.starts_with("sent-")),
+        Some(true)
+    );
+    let sent = fake.sent(1).await.unwrap();
+    assert_eq!(sent[0].path, "/v2/users/USER_OPENID_1/messages");
+    assert_eq!(
+        sent[0].body["msg_id"], "msg-1",
+        "a passive reply names the message"
+    );
+    assert_eq!(sent[0].body["content"], "pong: ping");
+    assert_eq!(sent[0].authorization.as_deref(), Some("QQBot qqtoken-1"));
+    let _ = SESSION_ID;
+}

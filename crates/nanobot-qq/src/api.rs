@@ -1,0 +1,243 @@
+//! The REST calls: the app access token (cached, renewed before it expires and when the API answers 401), the
+//! gateway address, messages and attachment downloads. Every call is bounded by [`HTTP_TIMEOUT`].
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nanobot_channels::ChannelError;
+use nanobot_config::Secret;
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::Mutex;
+
+use crate::NAME;
+
+/// Bound of every HTTP call (downloads included).
+const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
+/// A token is renewed this long before QQ says it expires.
+const TOKEN_MARGIN: Duration = Duration::from_secs(60);
+
+pub(crate) struct Api {
+    http: reqwest::Client,
+    base: String,
+    token_url: String,
+    app_id: String,
+    secret: Secret,
+    token: Mutex<Option<(String, Instant)>>,
+}
+
+pub(crate) fn transient(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> ChannelError {
+    ChannelError::Transient {
+        channel: NAME.into(),
+        source: e.into(),
+    }
+}
+
+pub(crate) fn rejected(what: String) -> ChannelError {
+    ChannelError::Rejected {
+        channel: NAME.into(),
+        source: what.into(),
+    }
+}
+
+fn auth(what: String) -> ChannelError {
+    ChannelError::Auth {
+        channel: NAME.into(),
+        source: what.into(),
+    }
+}
+
+/// Classifies a non-success answer of `endpoint` (QQ's error body carries `code` and `message`).
+fn failure(endpoint: &str, status: reqwest::StatusCode, body: &Value) -> ChannelError {
+    let code = body.get("code").map(Value::to_string).unwrap_or_default();
+    let message: String = body
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .chars()
+        .take(200)
+        .collect();
+    let what = format!("{endpoint}: HTTP {status} {code} {message}");
+    match status.as_u16() {
+        401 | 403 => auth(what),
+        429 => ChannelError::RateLimited {
+            channel: NAME.into(),
+            retry_after: None,
+        },
+        500..=599 => transient(what),
+        _ => rejected(what),
+    }
+}
+
+impl Api {
+    pub(crate) fn new(
+        base: String,
+        token_url: String,
+        app_id: String,
+        secret: Secret,
+    ) -> Result<Self, ChannelError> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .timeout(HTTP_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| ChannelError::Config {
+                channel: NAME.into(),
+                message: format!("cannot build the HTTP client: {e}"),
+            })?;
+        Ok(Self {
+            http,
+            base,
+            token_url,
+            app_id,
+            secret,
+            token: Mutex::new(None),
+        })
+    }
+
+    /// The cached access token, fetched (`POST getAppAccessToken`) when missing or about to expire.
+    pub(crate) async fn token(&self) -> Result<String, ChannelError> {
+        let mut slot = self.token.lock().await;
+        if let Some((token, until)) = slot.as_ref()
+            && Instant::now() < *until
+        {
+            return Ok(token.clone());
+        }
+        let endpoint = "getAppAccessToken";
+        let resp = self
+            .http
+            .post(&self.token_url)
+            .json(&json!({"appId": self.app_id, "clientSecret": self.secret.expose()}))
+            .send()
+            .await
+            .map_err(|e| transient(format!("{endpoint}: {e}")))?;
+        let status = resp.status();
+        let value: Value = resp.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            return Err(failure(endpoint, status, &value));
+        }
+        let Some(token) = value["access_token"].as_str().filter(|t| !t.is_empty()) else {
+            // A wrong appId/secret is answered with 200 and an error code.
+            return Err(auth(format!(
+                "{endpoint}: no access_token in the answer (code {}): check channels.qq.appId and secret",
+                value.get("code").map(Value::to_string).unwrap_or_default()
+            )));
+        };
+        // QQ sends `expires_in` as a string of seconds.
+        let secs = match &value["expires_in"] {
+            Value::String(s) => s.trim().parse().unwrap_or(7200),
+            v => v.as_u64().unwrap_or(7200),
+        };
+        let lifetime = Duration::from_secs(secs);
+        let margin = TOKEN_MARGIN.min(lifetime / 2);
+        *slot = Some((
+            token.to_string(),
+            Instant::now() + lifetime.saturating_sub(margin),
+        ));
+        Ok(token.to_string())
+    }
+
+    async fn forget(&self, token: &str) {
+        let mut slot = self.token.lock().await;
+        if slot.as_ref().is_some_and(|(t, _)| t == token) {
+            *slot = None;
+        }
+    }
+
+    /// An authorised call; when the API answers 401 the token is renewed and the call made once more.
+    pub(crate) async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, ChannelError> {
+        let mut retried = false;
+        loop {
+            let token = self.token().await?;
+            let mut req = self
+                .http
+                .request(method.clone(), format!("{}{path}", self.base))
+                .header("Authorization", format!("QQBot {token}"))
+                .header("X-Union-Appid", &self.app_id);
+            if let Some(body) = body {
+                req = req.json(body);
+            }
+            let resp = req.send().await.map_err(|e| transient(format!("{path}: {e}")))?;
+            let status = resp.status();
+            let value: Value = resp.json().await.unwrap_or(Value::Null);
+            if status.as_u16() == 401 && !retried {
+                tracing::debug!("qq: access token rejected; renewing it");
+                self.forget(&token).await;
+                retried = true;
+                continue;
+            }
+            if !status.is_success() {
+                return Err(failure(path, status, &value));
+            }
+            return Ok(value);
+        }
+    }
+
+    /// `GET /gateway/bot`: the WebSocket address.
+    pub(crate) async fn gateway_url(&self) -> Result<String, ChannelError> {
+        let value = self.call(reqwest::Method::GET, "/gateway/bot", None).await?;
+        value["url"]
+            .as_str()
+            .filter(|u| u.starts_with("ws://") || u.starts_with("wss://"))
+            .map(str::to_string)
+            .ok_or_else(|| transient("/gateway/bot: no ws:// or wss:// url in the answer"))
+    }
+
+    /// Streams `url` into `dest` (through `<dest>.part`, renamed when complete), refusing more than `max` bytes
+    /// and redirects.
+    pub(crate) async fn download(&self, url: &str, dest: &Path, max: u64) -> Result<u64, ChannelError> {
+        let mut resp = self
+            .http
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| transient(format!("download: {e}")))?;
+        if resp.status() != reqwest::StatusCode::OK {
+            return Err(rejected(format!("download: HTTP {}", resp.status())));
+        }
+        if resp.content_length().is_some_and(|n| n > max) {
+            return Err(rejected(format!(
+                "download: file larger than downloadMaxBytes ({max} bytes)"
+            )));
+        }
+        let mut part = dest.as_os_str().to_owned();
+        part.push(".part");
+        let part = std::path::PathBuf::from(part);
+        let io = |source| ChannelError::Io {
+            path: part.display().to_string(),
+            source,
+        };
+        let result = async {
+            let mut file = tokio::fs::File::create(&part).await.map_err(io)?;
+            let mut total = 0u64;
+            while let Some(chunk) = resp
+                .chunk()
+                .await
+                .map_err(|e| transient(format!("download: {e}")))?
+            {
+                let chunk: bytes::Bytes = chunk;
+                total += chunk.len() as u64;
+                if total > max {
+                    return Err(rejected(format!(
+                        "download: file larger than downloadMaxBytes ({max} bytes)"
+                    )));
+                }
+                file.write_all(&chunk).await.map_err(io)?;
+            }
+            file.flush().await.map_err(io)?;
+            drop(file);
+            tokio::fs::rename(&part, dest).await.map_err(io)?;
+            Ok(total)
+        }
+        .await;
+        if result.is_err() {
+            let _ = tokio::fs::remove_file(&part).await;
+        }
+        result
+    }
+}
