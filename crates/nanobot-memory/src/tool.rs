@@ -130,4 +130,3 @@ impl Tool for MemorySearchTool {
 fn search_scope(ctx: &ToolContext) -> Option<String> {
     (ctx.channel != "cli" && !ctx.session_key.is_empty()).then(|| ctx.session_key.clone())
 }
-

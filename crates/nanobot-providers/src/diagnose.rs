@@ -4,8 +4,8 @@
 
 use std::error::Error as StdError;
 
-use crate::endpoint::Endpoint;
 use crate::ProviderError;
+use crate::endpoint::Endpoint;
 use crate::registry::config_key;
 
 /// Why a connection could not be made.

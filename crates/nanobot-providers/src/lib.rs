@@ -63,12 +63,12 @@ pub use endpoint::Endpoint;
 pub use error::{from_reqwest, parse_retry_after};
 pub use factory::{ProviderFactory, ResolvedProvider, resolve_provider};
 pub use http::{http_client, http_client_builder, install_ring};
-pub use nanobot_types::{json, json_limits};
 pub use nanobot_types::{
     BoxError, ChatMessage, ChatRequest, ChatResponse, Content, ContentPart, EventStream, FinishReason,
     Provider, ProviderError, ResponseAccumulator, StreamEvent, ToolCall, ToolChoice, ToolSpec, Usage,
     WaitKind, collect, response_events,
 };
+pub use nanobot_types::{json, json_limits};
 pub use openai::{EMPTY_CONTENT, OpenAiCompatClient};
 pub use registry::{Backend, ProviderSpec};
 pub use resilience::{FallbackProvider, RetryPolicy, RetryingProvider, Sleeper, tokio_sleeper};

@@ -7,8 +7,8 @@ use tokio::sync::mpsc;
 
 use std::sync::Arc;
 
-use crate::capabilities::{Capabilities, StreamWithTools, refuses_stream_with_tools};
 use crate::ProviderError;
+use crate::capabilities::{Capabilities, StreamWithTools, refuses_stream_with_tools};
 use crate::endpoint::{Endpoint, event_stream, merge_extra};
 use crate::registry::wire_model;
 use crate::shaping::shape;

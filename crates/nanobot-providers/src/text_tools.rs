@@ -2,8 +2,8 @@
 //! through until a tool-call marker; from there the rest of the answer is held back and read as calls when the
 //! stream ends (or passed on as text when it holds none).
 
-use crate::text_tool_calls::{markers, parse_region};
 use crate::StreamEvent;
+use crate::text_tool_calls::{markers, parse_region};
 
 /// Streams text through, holding back tool-call regions and turning them into tool-call events.
 #[derive(Debug, Default)]
