@@ -157,6 +157,8 @@ async fn journal(http: &reqwest::Client, control: &str) -> Vec<serde_json::Value
 #[tokio::test]
 async fn aimock_as_llama_cpp_refused_stream_text_calls_then_one_request_per_call() {
     let Some(mock) = start().await else { return };
+    // This test's own client to aimock's control API needs the TLS provider too, whichever test runs first.
+    nanobot_providers::install_ring();
     let http = reqwest::Client::new();
     let control = mock.base.replace("/v1", "/__aimock");
     // llama.cpp's refusal of `stream: true` with tools, injected for the next request.
