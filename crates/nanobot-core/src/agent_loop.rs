@@ -104,14 +104,19 @@ struct LoopInner {
     permits: Arc<Semaphore>,
     started: Instant,
     shutdown: CancellationToken,
+    /// Set by the first [`AgentLoop::shutdown`].
+    stopped: std::sync::atomic::AtomicBool,
+    /// The chat of the most recent message from a real channel (where the heartbeat reports).
+    last_route: Mutex<Option<(String, String)>>,
     /// Memory work started after a turn (archives, consolidation); [`AgentLoop::finish_background`] waits.
     background: tokio_util::task::TaskTracker,
 }
 
 /// The agent loop. Cheap to clone; clones share everything.
 ///
-/// Build it with [`AgentLoop::builder`] (or [`AgentLoop::from_config`] in the binaries), then either
-/// [`AgentLoop::run`] it on a bus or call [`AgentLoop::process_direct`].
+/// Build it with [`AgentLoop::builder`] (the binaries use `nanobot_runtime::build_agent`), then hand it bus
+/// messages with [`AgentLoop::submit`] or call [`AgentLoop::process_direct`]; stop it with
+/// [`AgentLoop::shutdown`].
 #[derive(Clone)]
 pub struct AgentLoop {
     inner: Arc<LoopInner>,
@@ -216,7 +221,8 @@ impl AgentLoopBuilder {
         self
     }
 
-    /// Attaches a bus now (for `message`/`spawn` in [`AgentLoop::process_direct`]); [`AgentLoop::run`] also sets it.
+    /// Attaches a bus now (for `message`/`spawn` in [`AgentLoop::process_direct`] and the replies of
+    /// [`AgentLoop::submit`]).
     #[must_use]
     pub fn bus(mut self, bus: Arc<dyn Bus>) -> Self {
         self.bus = Some(bus);
@@ -301,6 +307,8 @@ impl AgentLoopBuilder {
                 turn_seq: AtomicU64::new(1),
                 started: Instant::now(),
                 shutdown: CancellationToken::new(),
+                stopped: std::sync::atomic::AtomicBool::new(false),
+                last_route: Mutex::default(),
                 background: tokio_util::task::TaskTracker::new(),
             }
         });
@@ -386,55 +394,78 @@ impl AgentLoop {
         self.inner.mcp.as_ref()
     }
 
+    /// The long-term memory service, when configured.
+    pub(crate) fn memory_service(&self) -> Option<&Arc<dyn MemoryService>> {
+        self.inner.memory.as_ref()
+    }
+
+    /// The chat of the most recent message from a real channel, if any since start.
+    pub(crate) fn last_route(&self) -> Option<(String, String)> {
+        lock(&self.inner.last_route).clone()
+    }
+
     /// Token totals since start.
     pub fn usage(&self) -> crate::hook::UsageTotals {
         self.inner.usage.totals()
     }
 
-    /// Attaches a bus (for `message` and `spawn` outside [`AgentLoop::run`]).
+    /// Attaches a bus (where [`AgentLoop::submit`] publishes, and `message` and `spawn` deliver).
     pub fn set_bus(&self, bus: Arc<dyn Bus>) {
         *self.inner.bus.write().unwrap_or_else(|p| p.into_inner()) = Some(bus);
     }
 
-    /// Consumes inbound messages from `bus` until `cancel` fires or the bus closes. Different sessions run
-    /// concurrently (up to `max_concurrent_sessions`), turns of one session in order. `/stop`, `/help`,
-    /// `/status` and unknown commands are answered at once, even while a turn runs.
-    ///
-    /// When it returns, running turns are cancelled, MCP servers are shut down and the loop is stopped for good
-    /// (later calls fail with [`CoreError::Stopped`]).
-    pub async fn run(&self, bus: Arc<dyn Bus>, cancel: CancellationToken) {
-        self.set_bus(bus.clone());
-        tracing::info!(model = %self.inner.settings.model, "agent loop started");
-        loop {
-            let msg = tokio::select! {
-                () = cancel.cancelled() => break,
-                m = bus.consume_inbound() => match m {
-                    Some(m) => m,
-                    None => break,
-                },
-            };
-            let opts = TurnOptions {
-                publish: true,
-                ..TurnOptions::default()
-            };
-            if let Some(reply) = self.inner.immediate_command(&msg).await {
-                let out = reply_for(&msg, reply);
-                if let Err(e) = bus.publish_outbound(out).await {
+    /// Hands one bus message to the agent: the one place that decides who answers it. `/stop`, `/help`,
+    /// `/status` and unknown commands are answered at once (even while a turn of the session runs); anything
+    /// else is queued in its session (turns of one session keep their order, different sessions run
+    /// concurrently up to `max_concurrent_sessions`). Every reply, progress message and stream goes out on the
+    /// attached bus. The message is queued before this returns; the returned future resolves when its turn is
+    /// done (awaiting it is optional).
+    pub fn submit(
+        &self,
+        msg: InboundMessage,
+    ) -> impl std::future::Future<Output = Result<TurnReply, CoreError>> + Send + 'static {
+        self.inner.note_route(&msg);
+        let (tx, rx) = oneshot::channel();
+        if self.inner.is_immediate(&msg) {
+            let inner = self.inner.clone();
+            tokio::spawn(async move {
+                let content = inner.immediate_command(&msg).await.unwrap_or_default();
+                if let Some(bus) = inner.bus()
+                    && let Err(e) = bus.publish_outbound(reply_for(&msg, content.clone())).await
+                {
                     tracing::warn!(error = %e, "cannot publish a command reply");
                 }
-                continue;
-            }
+                let _ = tx.send(Ok(TurnReply::command(content)));
+            });
+        } else {
             self.inner.enqueue(Job {
                 msg,
-                opts,
-                reply: None,
+                opts: TurnOptions {
+                    publish: true,
+                    ..TurnOptions::default()
+                },
+                reply: Some(tx),
             });
         }
+        async move { rx.await.map_err(|_| CoreError::Stopped)? }
+    }
+
+    /// Stops the agent for good: running turns are cancelled (they still save what they did), queued ones fail
+    /// with [`CoreError::Stopped`], MCP servers are shut down. Idempotent.
+    pub async fn shutdown(&self) {
         self.inner.shutdown.cancel();
+        if self.inner.stopped.swap(true, Ordering::SeqCst) {
+            return;
+        }
         if let Some(mcp) = &self.inner.mcp {
             mcp.shutdown().await;
         }
         tracing::info!("agent loop stopped");
+    }
+
+    /// True once [`AgentLoop::shutdown`] was called.
+    pub fn is_shut_down(&self) -> bool {
+        self.inner.shutdown.is_cancelled()
     }
 
     /// Processes `text` in session `session_key` (`channel:chat_id`; `cli:direct` by default in the CLI) and
@@ -507,7 +538,7 @@ fn cron_handler(weak: Weak<LoopInner>) -> JobHandler {
 }
 
 impl LoopInner {
-    fn bus(&self) -> Option<Arc<dyn Bus>> {
+    pub(crate) fn bus(&self) -> Option<Arc<dyn Bus>> {
         self.bus.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
@@ -519,6 +550,25 @@ impl LoopInner {
             return "unified:default".to_owned();
         }
         msg.session_key()
+    }
+
+    /// Remembers the chat of a message from a real channel (not the API, CLI, cron, …).
+    fn note_route(&self, msg: &InboundMessage) {
+        if !crate::heartbeat::is_internal_channel(&msg.channel) && !msg.chat_id.is_empty() {
+            *lock(&self.last_route) = Some((msg.channel.clone(), msg.chat_id.clone()));
+        }
+    }
+
+    /// Commands answered at once, without waiting for the session's queue.
+    fn is_immediate(&self, msg: &InboundMessage) -> bool {
+        msg.channel != SYSTEM_CHANNEL
+            && matches!(
+                commands::parse(&msg.content),
+                Some(
+                    Parsed::Known(Command::Stop | Command::Help | Command::Status, _)
+                        | Parsed::Unknown { .. }
+                )
+            )
     }
 
     fn stop_session(&self, key: &str) -> usize {
@@ -1041,16 +1091,13 @@ impl LoopInner {
 
     async fn run_cron_job(self: Arc<Self>, job: CronJob) -> Result<String, BoxError> {
         if job.payload.kind == PAYLOAD_SYSTEM_EVENT {
-            if job.id == "dream"
-                && let Some(m) = &self.memory
-            {
-                return m.dream().await;
-            }
-            if job.id == "heartbeat" {
-                let outcome = AgentLoop { inner: self.clone() }.heartbeat_tick().await?;
-                return Ok(format!("{outcome:?}"));
-            }
-            return Ok(String::new());
+            return match crate::system_jobs::SystemJob::from_id(&job.id) {
+                Some(system) => AgentLoop { inner: self }.run_system_job(system).await,
+                None => {
+                    tracing::warn!(job = %job.id, "unknown system job ignored");
+                    Ok(String::new())
+                }
+            };
         }
         let p = &job.payload;
         let channel = p

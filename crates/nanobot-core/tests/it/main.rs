@@ -6,9 +6,7 @@
 mod agent_loop;
 mod commands;
 mod common;
-mod config;
 mod embed;
-mod exec_confinement;
 mod heartbeat;
 mod mcp;
 mod python_compat;
