@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use chrono::Utc;
-use nanobot_bus::{Bus, InboundMessage, OutboundKind, OutboundMessage, SYSTEM_CHANNEL};
+use nanobot_bus::{Bus, InboundMessage, OutboundKind, OutboundMessage};
 use nanobot_cron::{CronJob, CronService, JobHandler, JobStore, PAYLOAD_SYSTEM_EVENT};
 use nanobot_mcp::McpManager;
 use nanobot_providers::{ChatMessage, Content, ContentPart, Provider};
@@ -544,10 +544,7 @@ impl LoopInner {
     }
 
     fn session_key(&self, msg: &InboundMessage) -> String {
-        if msg.session_key_override.is_none()
-            && self.settings.unified_session
-            && msg.channel != SYSTEM_CHANNEL
-        {
+        if msg.session_key_override.is_none() && self.settings.unified_session && !msg.is_system_report() {
             return "unified:default".to_owned();
         }
         msg.session_key()
@@ -629,10 +626,16 @@ mod tests {
 
     #[test]
     fn system_messages_route_to_their_origin() {
-        let m = InboundMessage::new(SYSTEM_CHANNEL, "subagent", "telegram:42", "done");
+        let m = InboundMessage::system_report("subagent", "telegram", "42", "done");
         assert_eq!(
             system_target(&m),
-            ("telegram".into(), "42".into(), "telegram:42".into())
+            Some(("telegram".into(), "42".into(), "telegram:42".into()))
+        );
+        let m = InboundMessage::system_report("subagent", "matrix", "!room:example.org", "done");
+        assert_eq!(reply_route(&m), ("matrix".into(), "!room:example.org".into()));
+        assert_eq!(
+            system_target(&InboundMessage::new("telegram", "u", "1", "hi")),
+            None
         );
     }
 }

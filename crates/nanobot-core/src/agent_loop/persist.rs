@@ -28,17 +28,23 @@ impl LoopInner {
     }
 }
 
-/// `(channel, chat_id, session key)` a `system` message is routed back to: `chat_id` is `channel:chat`.
-pub(super) fn system_target(msg: &InboundMessage) -> (String, String, String) {
-    let (c, id) = match msg.chat_id.split_once(':') {
-        Some((c, id)) => (c.to_owned(), id.to_owned()),
-        None => ("cli".to_owned(), msg.chat_id.clone()),
-    };
+/// `(channel, chat_id, session key)` a system report is routed back to (its typed origin,
+/// [`InboundMessage::report_origin`]); `None` for chat messages.
+pub(super) fn system_target(msg: &InboundMessage) -> Option<(String, String, String)> {
+    let (c, id) = msg.report_origin()?;
     let key = msg
         .session_key_override
         .clone()
         .unwrap_or_else(|| format!("{c}:{id}"));
-    (c, id, key)
+    Some((c, id, key))
+}
+
+/// Where the answer to `msg` goes: the origin of a system report, else the message's own chat.
+pub(super) fn reply_route(msg: &InboundMessage) -> (String, String) {
+    match system_target(msg) {
+        Some((c, id, _)) => (c, id),
+        None => (msg.channel.clone(), msg.chat_id.clone()),
+    }
 }
 
 /// The user's message as stored: the original text (no runtime context), images named, not inlined.
@@ -53,7 +59,7 @@ pub(super) fn stored_user_message(msg: &InboundMessage) -> SessionMessage {
         text.push_str(&format!("\n[{kind}: {m}]"));
     }
     let mut sm = SessionMessage::new("user", text);
-    if msg.channel == SYSTEM_CHANNEL {
+    if msg.is_system_report() {
         sm = sm.with("sender_id", msg.sender_id.clone());
     }
     sm

@@ -14,14 +14,9 @@ impl LoopInner {
         {
             return;
         }
-        let (channel, chat_id) = if msg.channel == SYSTEM_CHANNEL {
-            let (c, id, _) = system_target(msg);
-            (c, id)
-        } else {
-            (msg.channel.clone(), msg.chat_id.clone())
-        };
+        let (channel, chat_id) = reply_route(msg);
         let mut out = OutboundMessage::reply(channel, chat_id, r.content.clone());
-        if msg.channel != SYSTEM_CHANNEL {
+        if !msg.is_system_report() {
             out.metadata = msg.metadata.clone();
         }
         if let Err(e) = bus.publish_outbound(out).await {

@@ -10,7 +10,7 @@ const COMPACT_KEEP_MESSAGES: usize = 8;
 impl LoopInner {
     /// Commands answered at once, without waiting for the session's queue.
     pub(super) fn is_immediate(&self, msg: &InboundMessage) -> bool {
-        msg.channel != SYSTEM_CHANNEL
+        !msg.is_system_report()
             && matches!(
                 commands::parse(&msg.content),
                 Some(
@@ -22,7 +22,7 @@ impl LoopInner {
 
     /// Commands answered without waiting for the session's queue; `None` for anything else.
     pub(super) async fn immediate_command(&self, msg: &InboundMessage) -> Option<String> {
-        if msg.channel == SYSTEM_CHANNEL {
+        if msg.is_system_report() {
             return None;
         }
         let key = self.session_key(msg);

@@ -67,7 +67,7 @@ impl LoopInner {
         let bus = self.bus();
         let mut info = TurnInfo::new(bus.clone());
         info.is_cron = opts.is_cron;
-        info.metadata = if msg.channel == SYSTEM_CHANNEL {
+        info.metadata = if msg.is_system_report() {
             Map::new()
         } else {
             msg.metadata.clone()

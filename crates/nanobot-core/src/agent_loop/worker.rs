@@ -6,9 +6,9 @@ use super::*;
 
 impl LoopInner {
     pub(super) fn enqueue(self: &Arc<Self>, job: Job) {
-        let key = match job.msg.channel.as_str() {
-            SYSTEM_CHANNEL => system_target(&job.msg).2,
-            _ => self.session_key(&job.msg),
+        let key = match system_target(&job.msg) {
+            Some((_, _, key)) => key,
+            None => self.session_key(&job.msg),
         };
         let mut workers = lock(&self.workers);
         let job = match workers.get(&key) {
@@ -79,17 +79,12 @@ impl LoopInner {
         opts: TurnOptions,
     ) -> Result<TurnReply, CoreError> {
         self.recover_checkpoint(key).await;
-        if msg.channel != SYSTEM_CHANNEL
+        if !msg.is_system_report()
             && let Some(Parsed::Known(cmd, args)) = commands::parse(&msg.content)
         {
             return self.queued_command(key, cmd, &args).await.map(TurnReply::command);
         }
-        let (channel, chat_id) = if msg.channel == SYSTEM_CHANNEL {
-            let (c, id, _) = system_target(msg);
-            (c, id)
-        } else {
-            (msg.channel.clone(), msg.chat_id.clone())
-        };
+        let (channel, chat_id) = reply_route(msg);
         self.turn(key, msg, &channel, &chat_id, opts).await
     }
 }
