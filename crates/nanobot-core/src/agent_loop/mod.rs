@@ -13,7 +13,28 @@ use async_trait::async_trait;
 use chrono::Utc;
 use nanobot_bus::{Bus, InboundMessage, OutboundKind, OutboundMessage};
 use nanobot_cron::{CronJob, CronService, JobHandler, JobStore, PAYLOAD_SYSTEM_EVENT};
+#[cfg(feature = "mcp")]
 use nanobot_mcp::McpManager;
+
+/// Without the `mcp` feature there is no MCP manager: an uninhabited stand-in keeps the loop's code the same.
+#[cfg(not(feature = "mcp"))]
+#[derive(Debug, Clone)]
+enum McpManager {}
+
+#[cfg(not(feature = "mcp"))]
+impl McpManager {
+    async fn connect(&self) {
+        match *self {}
+    }
+
+    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        match *self {}
+    }
+
+    async fn shutdown(&self) {
+        match *self {}
+    }
+}
 use nanobot_providers::{ChatMessage, Content, ContentPart, Provider};
 use nanobot_sessions::{INTERRUPTED_TOOL_RESULT, SessionMessage, SessionStore};
 use nanobot_skills::SkillsLoader;
@@ -210,6 +231,7 @@ impl AgentLoopBuilder {
 
     /// Connects these MCP servers before turns and offers their tools.
     #[must_use]
+    #[cfg(feature = "mcp")]
     pub fn mcp(mut self, manager: McpManager) -> Self {
         self.mcp = Some(manager);
         self
@@ -391,6 +413,7 @@ impl AgentLoop {
     }
 
     /// The MCP manager, when MCP servers are configured.
+    #[cfg(feature = "mcp")]
     pub fn mcp(&self) -> Option<&McpManager> {
         self.inner.mcp.as_ref()
     }

@@ -8,6 +8,7 @@ mod commands;
 mod common;
 mod embed;
 mod heartbeat;
+#[cfg(feature = "mcp")]
 mod mcp;
 mod python_compat;
 mod recovery;
