@@ -1,6 +1,8 @@
 //! The layering rules of ARCHITECTURE.md, checked on the real dependency graph (`cargo metadata`).
 //!
 //! - `nanobot-core` never reaches a channel crate or a chat-platform SDK: core and channels meet on the bus.
+//! - `nanobot-core` never depends on `nanobot-config`: `nanobot-runtime` (the composition root) wires the config;
+//!   nothing below the runtime reaches it.
 //! - Channels never reach the agent core or the LLM providers.
 //! - `nanobot-bus` and `nanobot-config` never reach an HTTP client.
 //! - `nanobot-types` (the bottom floor) reaches no other crate of ours and no HTTP client.
@@ -151,6 +153,45 @@ fn core_never_reaches_channels() {
     forbidden.extend(["teloxide", "serenity", "slack-morphism"].map(String::from));
     let forbidden: Vec<&str> = forbidden.iter().map(String::as_str).collect();
     assert_never_reaches(&edges, "nanobot-core", &forbidden);
+}
+
+/// The composition root: `nanobot-core` takes typed settings and never depends on the `config.json` schema
+/// itself; `nanobot-runtime` turns the config into an agent (it depends on core and config); the gateway and
+/// the CLI compose over the runtime; nothing below the runtime reaches it.
+#[test]
+fn runtime_is_the_composition_root_and_core_knows_no_config() {
+    let (edges, members) = graph();
+    assert!(
+        members.contains("nanobot-runtime"),
+        "nanobot-runtime is a workspace member"
+    );
+    assert!(
+        !edges["nanobot-core"].contains("nanobot-config"),
+        "nanobot-core must not depend on nanobot-config (it takes typed settings; nanobot-runtime wires the \
+         config)"
+    );
+    for dep in ["nanobot-core", "nanobot-config"] {
+        assert!(
+            edges["nanobot-runtime"].contains(dep),
+            "nanobot-runtime composes {dep}"
+        );
+    }
+    for top in ["nanobot-gateway", "nanobot-cli"] {
+        assert!(
+            edges[top].contains("nanobot-runtime"),
+            "{top} runs the agent through nanobot-runtime"
+        );
+    }
+    const ABOVE: &[&str] = &[
+        "nanobot-runtime",
+        "nanobot-gateway",
+        "nanobot-cli",
+        "nanobot",
+        "nanobot-gateway-bin",
+    ];
+    for m in members.iter().filter(|m| !ABOVE.contains(&m.as_str())) {
+        assert_never_reaches(&edges, m, &["nanobot-runtime"]);
+    }
 }
 
 #[test]

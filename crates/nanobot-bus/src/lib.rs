@@ -26,7 +26,7 @@ mod memory;
 mod message;
 
 pub use memory::InProcessBus;
-pub use message::{InboundMessage, OutboundKind, OutboundMessage, SYSTEM_CHANNEL};
+pub use message::{InboundKind, InboundMessage, OutboundKind, OutboundMessage, SYSTEM_CHANNEL};
 
 use async_trait::async_trait;
 

@@ -33,6 +33,34 @@ pub struct InboundMessage {
     /// [`OutboundKind::StreamDelta`] pieces and one [`OutboundKind::StreamEnd`] instead of a single reply.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub wants_stream: bool,
+    /// What kind of message this is: a chat message, or a report routed back to the chat that asked for it.
+    #[serde(default, skip_serializing_if = "InboundKind::is_chat")]
+    pub kind: InboundKind,
+}
+
+/// What an inbound message is, so the agent routes it by type instead of parsing its channel and chat id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum InboundKind {
+    /// Something said in a chat (or by a scheduler): answered where it came from.
+    #[default]
+    Chat,
+    /// An internal report (a finished subagent) for the chat `origin_channel`/`origin_chat_id`: the agent
+    /// processes it in that chat's session and answers there.
+    SystemReport {
+        /// The channel of the chat the report belongs to.
+        origin_channel: String,
+        /// The chat id within that channel.
+        origin_chat_id: String,
+    },
+}
+
+impl InboundKind {
+    /// True for [`InboundKind::Chat`].
+    pub fn is_chat(&self) -> bool {
+        matches!(self, InboundKind::Chat)
+    }
 }
 
 impl InboundMessage {
@@ -53,7 +81,52 @@ impl InboundMessage {
             metadata: Map::new(),
             session_key_override: None,
             wants_stream: false,
+            kind: InboundKind::Chat,
         }
+    }
+
+    /// An internal report from `sender_id` for the chat `origin_channel`/`origin_chat_id` (channel
+    /// [`SYSTEM_CHANNEL`], chat id `channel:chat` as nanobot 0.3.5 writes it, and the typed
+    /// [`InboundKind::SystemReport`] the agent routes by).
+    pub fn system_report(
+        sender_id: impl Into<String>,
+        origin_channel: impl Into<String>,
+        origin_chat_id: impl Into<String>,
+        content: impl Into<String>,
+    ) -> Self {
+        let (origin_channel, origin_chat_id) = (origin_channel.into(), origin_chat_id.into());
+        let mut msg = Self::new(
+            SYSTEM_CHANNEL,
+            sender_id,
+            format!("{origin_channel}:{origin_chat_id}"),
+            content,
+        );
+        msg.kind = InboundKind::SystemReport {
+            origin_channel,
+            origin_chat_id,
+        };
+        msg
+    }
+
+    /// The chat a [`InboundKind::SystemReport`] belongs to; `None` for chat messages. A report read from an
+    /// older source without the typed kind (channel `system`, chat id `channel:chat`) is understood too.
+    pub fn report_origin(&self) -> Option<(String, String)> {
+        match &self.kind {
+            InboundKind::SystemReport {
+                origin_channel,
+                origin_chat_id,
+            } => Some((origin_channel.clone(), origin_chat_id.clone())),
+            _ if self.channel == SYSTEM_CHANNEL => Some(match self.chat_id.split_once(':') {
+                Some((c, id)) => (c.to_owned(), id.to_owned()),
+                None => ("cli".to_owned(), self.chat_id.clone()),
+            }),
+            _ => None,
+        }
+    }
+
+    /// True for internal reports (see [`InboundMessage::report_origin`]).
+    pub fn is_system_report(&self) -> bool {
+        self.report_origin().is_some()
     }
 
     /// The session this message belongs to: the override if set, else `channel:chat_id`.
@@ -172,6 +245,27 @@ mod tests {
         let msg = InboundMessage::new("telegram", "42|alice", "12345", "hi");
         assert_eq!(msg.session_key(), "telegram:12345");
         assert_eq!(msg.with_session_key("cron:job1").session_key(), "cron:job1");
+    }
+
+    #[test]
+    fn system_reports_carry_their_origin_typed_and_old_ones_are_understood() {
+        let r = InboundMessage::system_report("subagent", "telegram", "42:7", "done");
+        assert_eq!(
+            r.report_origin(),
+            Some(("telegram".into(), "42:7".into())),
+            "a chat id with ':' survives"
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["kind"]["type"], "system_report");
+        assert_eq!(serde_json::from_value::<InboundMessage>(json).unwrap(), r);
+        let old = InboundMessage::new(SYSTEM_CHANNEL, "subagent", "discord:9", "done");
+        assert_eq!(old.report_origin(), Some(("discord".into(), "9".into())));
+        let chat = InboundMessage::new("telegram", "u", "1", "hi");
+        assert!(!chat.is_system_report());
+        assert!(
+            serde_json::to_value(&chat).unwrap().get("kind").is_none(),
+            "chat messages serialise as before"
+        );
     }
 
     #[test]

@@ -81,7 +81,7 @@ pub(crate) fn build_loop(
         None => nanobot_providers::resolve_provider(config, "", &core_env.vars)
             .map_err(|e| CliError::from_provider(e, s.paths.config_path()))?,
     };
-    let mut builder = AgentLoop::builder_from_config(config, &core_env, provider)?;
+    let mut builder = nanobot_runtime::agent_builder(config, &core_env, provider)?;
     for h in hooks {
         builder = builder.hook(h);
     }

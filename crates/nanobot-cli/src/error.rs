@@ -62,6 +62,9 @@ pub enum CliError {
     /// The agent could not be built or failed.
     #[error("{0}")]
     Core(#[from] nanobot_core::CoreError),
+    /// The agent could not be composed from the config.
+    #[error("{0}")]
+    Runtime(#[from] nanobot_runtime::RuntimeError),
     /// A file operation failed.
     #[error("cannot {action} {}: {source}", path.display())]
     Io {
@@ -139,6 +142,9 @@ impl CliError {
             }
             CliError::Gateway(nanobot_gateway::GatewayError::Provider(p)) => provider_exit(p),
             CliError::Core(nanobot_core::CoreError::Provider(p)) => provider_exit(p),
+            CliError::Runtime(r) | CliError::Gateway(nanobot_gateway::GatewayError::Runtime(r)) => {
+                runtime_exit(r)
+            }
             _ => EXIT_RUNTIME,
         }
     }
@@ -210,6 +216,16 @@ impl CliError {
             _ => e.to_string(),
         };
         CliError::Config { message, source: e }
+    }
+}
+
+fn runtime_exit(e: &nanobot_runtime::RuntimeError) -> u8 {
+    match e {
+        nanobot_runtime::RuntimeError::Config(_)
+        | nanobot_runtime::RuntimeError::Core(nanobot_core::CoreError::Config(_)) => EXIT_USAGE,
+        nanobot_runtime::RuntimeError::Provider(p)
+        | nanobot_runtime::RuntimeError::Core(nanobot_core::CoreError::Provider(p)) => provider_exit(p),
+        _ => EXIT_RUNTIME,
     }
 }
 

@@ -56,3 +56,94 @@ pub(crate) fn serve(env: &CliEnv, a: &ServeArgs) -> Result<(), CliError> {
     let result = rt.block_on(nanobot_gateway::run_serve(opts));
     finish(rt, result)
 }
+
+/// The `nanobot-gateway` program's command line: `nanobot gateway`'s options, plus `install-service`.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "nanobot-gateway",
+    version,
+    about = "Runs nanobot in long-running mode: chat channels, cron and heartbeat, health/metrics and the \
+             OpenAI-compatible API."
+)]
+pub struct GatewayCli {
+    /// The same options as `nanobot gateway`.
+    #[command(flatten)]
+    pub args: GatewayArgs,
+    /// What to do instead of running.
+    #[command(subcommand)]
+    pub command: Option<GatewaySub>,
+}
+
+/// `nanobot-gateway`'s subcommands.
+#[derive(Debug, clap::Subcommand)]
+#[non_exhaustive]
+pub enum GatewaySub {
+    /// Write a systemd user unit that runs this gateway.
+    InstallService {
+        /// Print the unit instead of writing it.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+/// The `tracing` filter of `nanobot-gateway`: `NANOBOT_LOG`, else `RUST_LOG`, else `info` (`-v`: debug for
+/// nanobot).
+pub fn gateway_log_filter(cli: &GatewayCli, env: &CliEnv) -> String {
+    for var in [nanobot_config::env_vars::NANOBOT_LOG, "RUST_LOG"] {
+        if let Some(f) = env.vars.get(var).filter(|v| !v.trim().is_empty()) {
+            return f.clone();
+        }
+    }
+    if cli.args.verbose {
+        "info,nanobot=debug".to_owned()
+    } else {
+        "info".to_owned()
+    }
+}
+
+/// Runs the `nanobot-gateway` program: the environment is discovered exactly as for `nanobot` (this crate's
+/// [`CliEnv`]), and running is `nanobot gateway`. Returns the exit code, having printed any error.
+pub fn run_gateway_binary(cli: GatewayCli, env: &CliEnv) -> u8 {
+    let result = match cli.command {
+        Some(GatewaySub::InstallService { dry_run }) => install_service(env, &cli.args, dry_run),
+        None => gateway(env, &cli.args),
+    };
+    match result {
+        Ok(()) => crate::EXIT_OK,
+        Err(e) => {
+            eprintln!("Error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+/// `nanobot-gateway install-service`: a systemd user unit running this program with the same `-c`/`-w`.
+fn install_service(env: &CliEnv, a: &GatewayArgs, dry_run: bool) -> Result<(), CliError> {
+    let (paths, _) = env.paths(a.config.config.as_deref());
+    let mut unit_args = vec!["-c".to_owned(), paths.config_path().display().to_string()];
+    if let Some(ws) = &a.config.workspace {
+        unit_args.extend(["-w".to_owned(), env.absolute(ws).display().to_string()]);
+    }
+    let program = std::env::current_exe().map_err(|e| CliError::io("find", "this program's path", e))?;
+    let unit = nanobot_gateway::service::ServiceUnit {
+        program,
+        args: unit_args,
+        stop_timeout_secs: nanobot_gateway::DEFAULT_SHUTDOWN_GRACE.as_secs() + 15,
+    };
+    if dry_run {
+        print!("{}", unit.render());
+        return Ok(());
+    }
+    let xdg = env
+        .vars
+        .get("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from);
+    let target = nanobot_gateway::service::ServiceUnit::path(&env.home, xdg.as_deref());
+    let path = unit.install(&target).map_err(CliError::Gateway)?;
+    println!("Wrote {}", path.display());
+    println!(
+        "Enable it with: systemctl --user daemon-reload && systemctl --user enable --now nanobot-gateway"
+    );
+    Ok(())
+}

@@ -57,6 +57,7 @@ pub use error::{CliError, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE};
 pub use eval::{
     Expect, ExpectationResult, OneOrMany, ScriptedCall, ScriptedResponse, Trace, TraceReport, TraceTurn,
 };
+pub use gateway::{GatewayCli, GatewaySub, gateway_log_filter, run_gateway_binary};
 pub use onboard::{OnboardReport, TEMPLATES, default_config};
 pub use render::MarkdownStream;
 pub use setup::CliEnv;

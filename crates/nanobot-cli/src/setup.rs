@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+use nanobot_config::LoadedConfig;
 use nanobot_config::paths::NanobotPaths;
-use nanobot_config::{LoadedConfig, env_vars};
 
 use crate::args::ConfigArgs;
 use crate::error::CliError;
@@ -48,12 +48,7 @@ impl CliEnv {
     pub fn from_process() -> Self {
         use std::io::IsTerminal;
         let vars: BTreeMap<String, String> = std::env::vars().collect();
-        let home = vars
-            .get(env_vars::HOME)
-            .or_else(|| vars.get(env_vars::USERPROFILE))
-            .filter(|h| !h.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("."));
+        let home = nanobot_runtime::home_from_vars(|k| vars.get(k).map(String::as_str));
         CliEnv {
             home,
             vars,
@@ -82,30 +77,27 @@ impl CliEnv {
 
     /// `p` made absolute against the current directory (`~` expanded).
     pub(crate) fn absolute(&self, p: &Path) -> PathBuf {
-        let p = match p.to_str() {
-            Some(s) => nanobot_config::paths::expand_tilde(s, &self.home),
-            None => p.to_path_buf(),
-        };
-        if p.is_absolute() { p } else { self.cwd.join(p) }
+        nanobot_runtime::absolute(p, &self.home, &self.cwd)
     }
 
-    /// The paths for `-c` (or `NANOBOT_CONFIG`, or the default `~/.nanobot/config.json`).
+    /// The paths for `-c` (or `NANOBOT_CONFIG`, or the default `~/.nanobot/config.json`): the runtime's one
+    /// discovery rule.
     pub(crate) fn paths(&self, config: Option<&Path>) -> (NanobotPaths, bool) {
-        let explicit = config.map(|p| self.absolute(p)).or_else(|| {
-            self.vars
-                .get(env_vars::NANOBOT_CONFIG)
-                .filter(|v| !v.trim().is_empty())
-                .map(|v| self.absolute(Path::new(v)))
-        });
+        let explicit = nanobot_runtime::explicit_config_path(
+            config,
+            |k| self.vars.get(k).map(String::as_str),
+            &self.home,
+            &self.cwd,
+        );
         match explicit {
             Some(p) => (NanobotPaths::with_config_path(&self.home, p), true),
             None => (NanobotPaths::new(&self.home), false),
         }
     }
 
-    /// The agent core's view of this environment.
-    pub(crate) fn core_env(&self, paths: &NanobotPaths) -> nanobot_core::Environment {
-        let mut env = nanobot_core::Environment::new(&self.home, self.vars_hash());
+    /// The runtime's view of this environment.
+    pub(crate) fn core_env(&self, paths: &NanobotPaths) -> nanobot_runtime::Environment {
+        let mut env = nanobot_runtime::Environment::new(&self.home, self.vars_hash());
         env.config_path = Some(paths.config_path().to_path_buf());
         env
     }

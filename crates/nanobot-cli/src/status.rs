@@ -401,9 +401,9 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
     // here, with the file, and the line of the field the error names.
     let text = std::fs::read_to_string(config_path).ok();
     let core_env = env.core_env(&s.paths);
-    let refused = nanobot_core::AgentSettings::from_config(config, &core_env)
+    let refused = nanobot_runtime::agent_settings(config, &core_env)
         .err()
-        .or_else(|| nanobot_core::base_tools_from_config(config, &core_env, &s.workspace, None).err());
+        .or_else(|| nanobot_runtime::base_tools(config, &core_env, &s.workspace, None).err());
     if let Some(e) = refused {
         f.push(Finding::problem(
             with_place(config_path, text.as_deref(), &e.to_string()),
@@ -562,7 +562,7 @@ fn check_web_egress(web: &nanobot_config::WebToolsConfig) -> Finding {
 /// What `exec` will enforce on this machine: Landlock ABI, namespaces, what is hidden, limits.
 fn check_exec(env: &CliEnv, s: &Setup) -> Vec<Finding> {
     let core_env = env.core_env(&s.paths);
-    let settings = nanobot_core::exec_settings_from_config(&s.loaded.config, &core_env);
+    let settings = nanobot_runtime::exec_settings(&s.loaded.config, &core_env);
     let ws = std::fs::canonicalize(&s.workspace).unwrap_or_else(|_| s.workspace.clone());
     let report = nanobot_tools::builtin::confinement_report(&settings, &ws);
     let mut f: Vec<Finding> = report

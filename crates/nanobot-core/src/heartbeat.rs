@@ -17,7 +17,13 @@ pub const HEARTBEAT_FILE: &str = "HEARTBEAT.md";
 pub const HEARTBEAT_OK: &str = "HEARTBEAT_OK";
 
 /// Channels that never receive heartbeat reports (internal ones).
-const INTERNAL_CHANNELS: [&str; 5] = ["cron", "heartbeat", "system", "unified", "api"];
+const INTERNAL_CHANNELS: [&str; 7] = ["api", "cli", "cron", "dream", "heartbeat", "system", "unified"];
+
+/// True for channels of nanobot itself (API, CLI, cron, the heartbeat, subagent reports…): never a chat the
+/// heartbeat reports to.
+pub(crate) fn is_internal_channel(channel: &str) -> bool {
+    INTERNAL_CHANNELS.contains(&channel)
+}
 
 /// What one heartbeat did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +42,17 @@ pub enum HeartbeatOutcome {
         /// Where it was delivered (`None`: nothing to report, or no active chat).
         delivered_to: Option<String>,
     },
+}
+
+impl HeartbeatOutcome {
+    /// A short label: `empty` (no tasks), `skip` or `run` (what metrics count).
+    pub fn label(&self) -> &'static str {
+        match self {
+            HeartbeatOutcome::NoTasks => "empty",
+            HeartbeatOutcome::Skipped => "skip",
+            HeartbeatOutcome::Ran { .. } => "run",
+        }
+    }
 }
 
 /// True when `HEARTBEAT.md` text has something to do: any line that is not blank, a heading, an HTML comment or
@@ -76,8 +93,10 @@ fn heartbeat_tool() -> ToolSpec {
 }
 
 impl AgentLoop {
-    /// Runs one heartbeat (the gateway calls it every `gateway.heartbeat.intervalS`, as the protected `heartbeat`
-    /// cron job).
+    /// Runs one heartbeat: one model call to decide, and a turn when the model says `run`. The protected
+    /// `heartbeat` cron job calls it through [`AgentLoop::run_system_job`] (its only caller in long-running
+    /// mode). Reports go to the chat of the most recent message from a real channel, else to the most recently
+    /// updated chat session on disk.
     pub async fn heartbeat_tick(&self) -> Result<HeartbeatOutcome, CoreError> {
         let ws = &self.settings().workspace;
         let text = match tokio::fs::read_to_string(ws.join(HEARTBEAT_FILE)).await {
@@ -133,7 +152,10 @@ impl AgentLoop {
         } else {
             tasks
         };
-        let target = self.most_recent_chat().await;
+        let target = match self.last_route() {
+            Some(r) => Some(r),
+            None => self.most_recent_chat().await,
+        };
         let (channel, chat_id) = target.clone().unwrap_or_else(|| ("cli".into(), "direct".into()));
         let prompt = format!(
             "[Heartbeat] Scheduled check. Do these tasks now:\n\n{tasks}\n\nIf there is nothing worth telling the \
@@ -174,7 +196,7 @@ impl AgentLoop {
         let sessions = self.sessions().list_sessions().await.ok()?;
         sessions.into_iter().find_map(|s| {
             let (c, id) = s.key.split_once(':')?;
-            (!INTERNAL_CHANNELS.contains(&c) && !id.is_empty()).then(|| (c.to_owned(), id.to_owned()))
+            (!is_internal_channel(c) && !id.is_empty()).then(|| (c.to_owned(), id.to_owned()))
         })
     }
 }

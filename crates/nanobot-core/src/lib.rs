@@ -4,15 +4,15 @@
 //! read-only tools, iteration cap, empty-answer retry, `length` continuation, think stripping, context budget,
 //! checkpoints), [`AgentHook`] / [`CompositeHook`] with the [`LoggingHook`] and [`UsageHook`],
 //! [`ContextBuilder`] (system prompt from identity, bootstrap files, `memory/MEMORY.md` and skills; runtime
-//! context and images on the user message), [`AgentLoop`] (bus consumer with one worker per session, slash
-//! [`commands`], session saving, crash recovery, progress/tool hints/streaming, `system` routing,
-//! [`AgentLoop::process_direct`]), the bus-aware tools `message`, `spawn` (subagents) and `cron`, the heartbeat
-//! ([`AgentLoop::heartbeat_tick`]), the [`MemoryService`] trait (implemented over `nanobot-memory` by
-//! [`MemoryAdapter`]), [`AgentLoop::from_config`] / [`AgentLoop::builder_from_config`], and the embedding API
-//! ([`Agent::builder`]).
+//! context and images on the user message), [`AgentLoop`] (one worker per session, slash [`commands`], session
+//! saving, crash recovery, progress/tool hints/streaming, `system` routing; [`AgentLoop::submit`] for bus
+//! messages (the one place deciding who answers), [`AgentLoop::process_direct`], [`AgentLoop::shutdown`]), the
+//! bus-aware tools `message`, `spawn` (subagents) and `cron`, the system jobs ([`SystemJob`]: Dream and the
+//! heartbeat, run by [`AgentLoop::run_system_job`], their one handler), the [`MemoryService`] trait
+//! (implemented over `nanobot-memory` by [`MemoryAdapter`]), and the embedding API ([`Agent::builder`]).
 //!
-//! **Must not know:** any chat platform (channels meet the agent on the bus), the process environment or
-//! `~/.nanobot` by itself (an [`Environment`] is passed in).
+//! **Must not know:** `config.json` (it takes typed [`AgentSettings`]; `nanobot-runtime` wires the config), any
+//! chat platform (channels meet the agent on the bus), the process environment or `~/.nanobot` by itself.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -63,13 +63,13 @@ pub use agent_loop::{
     AgentLoop, AgentLoopBuilder, IMAGE_PLACEHOLDER, STORED_TOOL_RESULT_MAX_CHARS, TURN_INTERRUPTED_NOTE,
     TurnOptions, TurnReply, stored_message,
 };
-pub use settings::{
-    AgentSettings, Environment, base_tools_from_config, builtin_skills_dir, exec_settings_from_config,
-    registry_settings,
-};
+pub use settings::{AgentSettings, builtin_skills_dir};
 mod embed;
 
 pub use embed::{Agent, AgentBuilder, AgentResponse};
 mod heartbeat;
+mod system_jobs;
+
+pub use system_jobs::SystemJob;
 
 pub use heartbeat::{HEARTBEAT_FILE, HEARTBEAT_OK, HEARTBEAT_SESSION, HeartbeatOutcome, has_tasks};

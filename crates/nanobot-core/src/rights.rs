@@ -8,9 +8,7 @@
 
 use std::collections::HashMap;
 
-use nanobot_config::ChannelsConfig;
 use nanobot_cron::CronJob;
-use serde_json::Value;
 
 /// The channel of the local CLI, whose turns act with the owner's rights.
 pub const OWNER_CHANNEL: &str = "cli";
@@ -41,25 +39,6 @@ impl ChatRights {
             .collect();
         self.allow.insert(channel.into(), list);
         self
-    }
-
-    /// The rights the configured channels give: each channel's `allowFrom`.
-    pub fn from_channels(channels: &ChannelsConfig) -> Self {
-        let mut rights = Self::default()
-            .with_channel("telegram", &channels.telegram.allow_from)
-            .with_channel("discord", &channels.discord.allow_from)
-            .with_channel("slack", &channels.slack.allow_from);
-        for name in channels.other.names() {
-            let entries: Vec<String> = channels
-                .other
-                .get(name)
-                .and_then(|b| b.get("allowFrom"))
-                .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
-                .unwrap_or_default();
-            rights = rights.with_channel(name, entries);
-        }
-        rights
     }
 
     /// Whether a turn in `from_channel:from_chat` may send to `to_channel:to_chat`; `Err` says why not.

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use nanobot_bus::{Bus, InboundMessage, SYSTEM_CHANNEL};
+use nanobot_bus::{Bus, InboundMessage};
 use nanobot_providers::{ChatMessage, Provider};
 use nanobot_tools::{ToolContext, ToolRegistry};
 use tokio::sync::Semaphore;
@@ -136,14 +136,9 @@ impl SubagentManager {
                  Summarize this naturally for the user. Keep it brief (1-2 sentences). Do not mention technical \
                  details like \"subagent\" or task IDs."
             );
-            let msg = InboundMessage::new(
-                SYSTEM_CHANNEL,
-                "subagent",
-                format!("{}:{}", origin.channel, origin.chat_id),
-                content,
-            )
-            .with_session_key(origin.session_key.clone())
-            .with_metadata("subagent_id", task_id.clone());
+            let msg = InboundMessage::system_report("subagent", &origin.channel, &origin.chat_id, content)
+                .with_session_key(origin.session_key.clone())
+                .with_metadata("subagent_id", task_id.clone());
             if let Err(e) = bus.publish_inbound(msg).await {
                 tracing::warn!(id = %task_id, error = %e, "cannot report a subagent result");
             }

@@ -50,6 +50,9 @@ pub enum GatewayError {
     /// The agent could not be built from the config.
     #[error(transparent)]
     Core(#[from] nanobot_core::CoreError),
+    /// The agent could not be composed from the config (a bad setting, the provider, the system jobs).
+    #[error(transparent)]
+    Runtime(#[from] nanobot_runtime::RuntimeError),
     /// The provider could not be resolved from the config.
     #[error(transparent)]
     Provider(#[from] nanobot_providers::ProviderError),
@@ -76,9 +79,6 @@ pub enum GatewayError {
         #[source]
         source: std::io::Error,
     },
-    /// The heartbeat's model call failed.
-    #[error("heartbeat: the model call failed: {0}")]
-    Heartbeat(#[source] nanobot_providers::ProviderError),
     /// A second Ctrl-C / SIGTERM arrived during the graceful shutdown.
     #[error("interrupted again during shutdown: exiting at once")]
     Interrupted,

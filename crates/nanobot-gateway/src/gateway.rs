@@ -2,32 +2,27 @@
 //! shuts them down gracefully.
 
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::Future;
-use nanobot_bus::{Bus, InboundMessage, OutboundMessage, SYSTEM_CHANNEL};
+use nanobot_bus::{Bus, InboundMessage};
 use nanobot_channels::{
     Channel, ChannelError, ChannelManager, HealthRegistry, ManagerSettings, PairingStore,
 };
 use nanobot_config::Config;
-use nanobot_core::commands::{self, Command, Parsed};
-use nanobot_core::{AgentLoop, Environment, TurnOptions};
-use nanobot_cron::CronSchedule;
+use nanobot_core::{AgentLoop, CoreError, SystemJob, TurnReply};
 use nanobot_providers::Provider;
+use nanobot_runtime::{Environment, Runtime, RuntimeOptions, TurnObserver, TurnWatch};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::api::{ApiSettings, api_router_with_limits};
 use crate::bus::{GatewayBus, Route};
 use crate::error::GatewayError;
-use crate::heartbeat::{HeartbeatOutcome, HeartbeatService};
 use crate::http::{OpsState, ops_router};
-use crate::metrics::{Metrics, TurnOutcome};
+use crate::metrics::{InFlight, Metrics, TurnOutcome};
 use crate::server::ServerLimits;
 use axum::extract::DefaultBodyLimit;
 
@@ -52,7 +47,7 @@ pub struct GatewayOptions {
     pub ops_http: bool,
     /// Run the chat channels enabled in the config.
     pub channels: bool,
-    /// Run the cron service with the `dream` and `heartbeat` system jobs.
+    /// Run the cron service with the `dream` and `heartbeat` system jobs (installed and run by the runtime).
     pub cron: bool,
     /// How long running turns may take to finish after a shutdown signal.
     pub shutdown_grace: Duration,
@@ -112,18 +107,14 @@ pub struct ShutdownReport {
 
 /// A running gateway. Stop it with [`Gateway::shutdown`].
 pub struct Gateway {
-    agent: AgentLoop,
+    runtime: Runtime,
     bus: GatewayBus,
     metrics: Metrics,
     health: HealthRegistry,
-    heartbeat: Option<HeartbeatService>,
     http_addr: Option<SocketAddr>,
     api_addr: Option<SocketAddr>,
-    accept: CancellationToken,
     stop_channels: CancellationToken,
-    tracker: TaskTracker,
     servers: Vec<JoinHandle<()>>,
-    dispatcher: JoinHandle<()>,
     channels_task: JoinHandle<()>,
     grace: Duration,
     websocket: Option<nanobot_websocket::WebSocketChannel>,
@@ -459,83 +450,47 @@ fn channel_error(channel: &'static str) -> impl FnOnce(ChannelError) -> GatewayE
     move |source| GatewayError::Channel { channel, source }
 }
 
-/// Commands the agent answers at once without publishing (the gateway publishes their reply).
-fn is_immediate(msg: &InboundMessage) -> bool {
-    msg.channel != SYSTEM_CHANNEL
-        && matches!(
-            commands::parse(&msg.content),
-            Some(Parsed::Known(Command::Stop | Command::Help | Command::Status, _) | Parsed::Unknown { .. })
-        )
-}
+/// Feeds the gateway's metrics from the runtime's dispatcher and system jobs.
+struct MetricsObserver(Metrics);
 
-/// One bus-driven turn, measured. Its first poll queues the message in its session (so turns of one chat
-/// keep their order); the caller polls it once before spawning it.
-async fn bus_turn(agent: AgentLoop, bus: GatewayBus, metrics: Metrics, msg: InboundMessage) {
-    let in_flight = metrics.turn_started();
-    let channel = msg.channel.clone();
-    let immediate = is_immediate(&msg);
-    let route = (msg.channel.clone(), msg.chat_id.clone(), msg.metadata.clone());
-    let opts = TurnOptions {
-        publish: true,
-        ..TurnOptions::default()
-    };
-    let result = agent.process_message(msg, opts).await;
-    let outcome = match &result {
-        Ok(r) => TurnOutcome::from_stop(r.stop_reason),
-        Err(e) => {
-            tracing::warn!(channel = %channel, error = %e, "turn failed");
-            TurnOutcome::Error
-        }
-    };
-    if immediate && let Ok(r) = &result {
-        let mut out = OutboundMessage::reply(route.0, route.1, r.content.clone());
-        out.metadata = route.2;
-        if let Err(e) = bus.publish_outbound(out).await {
-            tracing::warn!(error = %e, "cannot publish a command reply");
-        }
-    }
-    metrics.record_turn(&channel, outcome, in_flight.elapsed());
-}
-
-async fn spawn_turn(
-    tracker: &TaskTracker,
-    agent: &AgentLoop,
-    bus: &GatewayBus,
-    metrics: &Metrics,
-    msg: InboundMessage,
-) {
-    let mut fut: Pin<Box<dyn Future<Output = ()> + Send>> =
-        Box::pin(tracker.track_future(bus_turn(agent.clone(), bus.clone(), metrics.clone(), msg)));
-    if futures::poll!(fut.as_mut()).is_pending() {
-        tokio::spawn(fut);
-    }
-}
-
-/// Consumes inbound messages until `accept` fires, then drains what was already queued.
-async fn dispatch(
-    agent: AgentLoop,
-    bus: GatewayBus,
+struct MetricsWatch {
     metrics: Metrics,
-    tracker: TaskTracker,
-    accept: CancellationToken,
-) {
-    loop {
-        let msg = tokio::select! {
-            biased;
-            () = accept.cancelled() => break,
-            m = bus.consume_inbound() => match m {
-                Some(m) => m,
-                None => return,
-            },
-        };
-        spawn_turn(&tracker, &agent, &bus, &metrics, msg).await;
+    channel: String,
+    in_flight: InFlight,
+}
+
+impl TurnObserver for MetricsObserver {
+    fn turn_started(&self, msg: &InboundMessage) -> Box<dyn TurnWatch> {
+        Box::new(MetricsWatch {
+            metrics: self.0.clone(),
+            channel: msg.channel.clone(),
+            in_flight: self.0.turn_started(),
+        })
     }
-    // Accepted messages are never dropped: process what is queued.
-    while bus.inbound_len() > 0 {
-        match bus.consume_inbound().await {
-            Some(m) => spawn_turn(&tracker, &agent, &bus, &metrics, m).await,
-            None => break,
+
+    fn system_job_finished(&self, job: SystemJob, result: Result<&str, &str>) {
+        if job != SystemJob::Heartbeat {
+            return;
         }
+        match result {
+            Ok(decision) => self.0.record_heartbeat(decision),
+            Err(e) => {
+                tracing::warn!(error = %e, "heartbeat failed");
+                self.0.record_heartbeat("error");
+                self.0.record_error("heartbeat");
+            }
+        }
+    }
+}
+
+impl TurnWatch for MetricsWatch {
+    fn finished(self: Box<Self>, result: &Result<TurnReply, CoreError>) {
+        let outcome = match result {
+            Ok(r) => TurnOutcome::from_stop(r.stop_reason),
+            Err(_) => TurnOutcome::Error,
+        };
+        self.metrics
+            .record_turn(&self.channel, outcome, self.in_flight.elapsed());
     }
 }
 
@@ -558,11 +513,11 @@ impl Gateway {
         };
         let provider = match &opts.provider {
             Some(p) => p.clone(),
-            None => nanobot_providers::resolve_provider(config, "", &opts.env.vars)?,
+            None => nanobot_runtime::provider(config, &opts.env)?,
         };
         let metrics = Metrics::new();
         let bus = GatewayBus::new(BUS_CAPACITY);
-        let agent = AgentLoop::builder_from_config(config, &opts.env, provider.clone())?
+        let agent = nanobot_runtime::agent_builder(config, &opts.env, provider.clone())?
             .hook(metrics.hook())
             .bus(Arc::new(bus.clone()))
             .build()?;
@@ -606,9 +561,7 @@ impl Gateway {
             None => None,
         };
 
-        let accept = CancellationToken::new();
         let stop_channels = CancellationToken::new();
-        let tracker = TaskTracker::new();
 
         let mut manager = ChannelManager::new(ManagerSettings::from_config(&config.channels));
         for c in channels {
@@ -631,51 +584,17 @@ impl Gateway {
             }
         }
 
-        let mut heartbeat = None;
-        if opts.cron
-            && let Some(cron) = agent.cron()
-        {
-            let dream = &config.agents.defaults.dream;
-            if dream.enabled {
-                let every = Duration::from_secs(u64::from(dream.interval_h.max(1)) * 3600);
-                cron.upsert_system_job("dream", "dream", CronSchedule::every(every))?;
-            } else {
-                cron.remove_system_job("dream")?;
-            }
-            let hb = &config.gateway.heartbeat;
-            if hb.enabled {
-                let every = Duration::from_secs(hb.interval_s.max(1));
-                cron.upsert_system_job("heartbeat", "heartbeat", CronSchedule::every(every))?;
-                let service = HeartbeatService::new(
-                    agent.clone(),
-                    provider.clone(),
-                    agent.settings().model.clone(),
-                    agent.settings().workspace.clone(),
-                    bus.clone(),
-                );
-                spawn_heartbeat_listener(
-                    cron.subscribe(),
-                    service.clone(),
-                    metrics.clone(),
-                    &tracker,
-                    accept.clone(),
-                );
-                heartbeat = Some(service);
-            } else {
-                cron.remove_system_job("heartbeat")?;
-            }
-            let svc = cron.clone();
-            let stop = accept.clone();
-            tokio::spawn(async move { svc.run(stop).await });
-        }
-
-        let dispatcher = tokio::spawn(dispatch(
+        // The one dispatcher, cron with the system jobs (the heartbeat runs once per tick, through the agent).
+        let runtime = Runtime::start(
             agent.clone(),
-            bus.clone(),
-            metrics.clone(),
-            tracker.clone(),
-            accept.clone(),
-        ));
+            Arc::new(bus.clone()),
+            config,
+            RuntimeOptions::default()
+                .with_cron(opts.cron)
+                .with_observer(Arc::new(MetricsObserver(metrics.clone()))),
+        )?;
+        let accept = runtime.accepting();
+        let tracker = runtime.tracker();
 
         let mut servers = Vec::new();
         let mut http_addr = None;
@@ -721,18 +640,14 @@ impl Gateway {
         }
         tracing::info!(?http_addr, ?api_addr, channels = ?channel_names, "gateway started");
         Ok(Self {
-            agent,
+            runtime,
             bus,
             metrics,
             health,
-            heartbeat,
             http_addr,
             api_addr,
-            accept,
             stop_channels,
-            tracker,
             servers,
-            dispatcher,
             channels_task,
             grace: opts.shutdown_grace,
             websocket,
@@ -759,7 +674,7 @@ impl Gateway {
 
     /// The agent loop.
     pub fn agent(&self) -> &AgentLoop {
-        &self.agent
+        self.runtime.agent()
     }
 
     /// The bus (publish inbound messages as a channel would).
@@ -777,11 +692,6 @@ impl Gateway {
         &self.health
     }
 
-    /// The heartbeat, when enabled.
-    pub fn heartbeat(&self) -> Option<&HeartbeatService> {
-        self.heartbeat.as_ref()
-    }
-
     /// Graceful shutdown: stop accepting (HTTP, channels' inbound, cron), let running turns finish up to the
     /// deadline (then cancel them; cancelled turns still save what they did), deliver queued replies, stop the
     /// channels, the agent and its MCP servers.
@@ -791,27 +701,22 @@ impl Gateway {
             in_flight = self.metrics.in_flight(),
             "shutting down: waiting for running turns"
         );
+        let mut runtime = self.runtime;
         self.bus.close_inbound();
-        self.accept.cancel();
-        let _ = tokio::time::timeout_at(deadline, self.dispatcher).await;
-        self.tracker.close();
+        runtime.stop_accepting(deadline).await;
         let mut servers = self.servers;
-        let tracker = self.tracker.clone();
-        let drained = tokio::time::timeout_at(deadline, async {
-            tracker.wait().await;
-            for s in &mut servers {
-                let _ = s.await;
-            }
-        })
-        .await
-        .is_ok();
-        let done = CancellationToken::new();
-        done.cancel();
+        let drained = runtime.drain(deadline).await
+            && tokio::time::timeout_at(deadline, async {
+                for s in &mut servers {
+                    let _ = s.await;
+                }
+            })
+            .await
+            .is_ok();
         if !drained {
             tracing::warn!("shutdown deadline reached: cancelling the remaining turns");
-            // A cancelled token makes `run` return at once, cancelling every running turn.
-            self.agent.run(Arc::new(self.bus.clone()), done.clone()).await;
-            let _ = tokio::time::timeout(Duration::from_secs(5), self.tracker.wait()).await;
+            runtime.shutdown().await;
+            let _ = tokio::time::timeout(Duration::from_secs(5), runtime.tracker().wait()).await;
             for s in &servers {
                 s.abort();
             }
@@ -826,47 +731,8 @@ impl Gateway {
         self.stop_channels.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(5), self.channels_task).await;
         // Stops the agent's workers and MCP servers.
-        self.agent.run(Arc::new(self.bus.clone()), done).await;
+        runtime.shutdown().await;
         tracing::info!(drained, "gateway stopped");
         ShutdownReport { drained }
     }
-}
-
-fn spawn_heartbeat_listener(
-    mut runs: tokio::sync::broadcast::Receiver<nanobot_cron::RunOutcome>,
-    service: HeartbeatService,
-    metrics: Metrics,
-    tracker: &TaskTracker,
-    accept: CancellationToken,
-) {
-    let tracker2 = tracker.clone();
-    tokio::spawn(async move {
-        loop {
-            let outcome = tokio::select! {
-                () = accept.cancelled() => break,
-                r = runs.recv() => r,
-            };
-            match outcome {
-                Ok(run) if run.job.id == "heartbeat" => {
-                    let service = service.clone();
-                    let metrics = metrics.clone();
-                    tracker2.spawn(async move {
-                        match service.tick().await {
-                            Ok(HeartbeatOutcome::NoTasks) => metrics.record_heartbeat("empty"),
-                            Ok(HeartbeatOutcome::Skipped) => metrics.record_heartbeat("skip"),
-                            Ok(_) => metrics.record_heartbeat("run"),
-                            Err(e) => {
-                                tracing::warn!(error = %e, "heartbeat failed");
-                                metrics.record_heartbeat("error");
-                                metrics.record_error("heartbeat");
-                            }
-                        }
-                    });
-                }
-                Ok(_) => {}
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
-            }
-        }
-    });
 }

@@ -1,8 +1,8 @@
 //! nanobot's long-running mode: the wiring behind `nanobot gateway`, `nanobot-gateway` and `nanobot serve`.
 //!
-//! **Owns:** [`Gateway`] (starts the agent loop, the [`ChannelManager`](nanobot_channels::ChannelManager) with
-//! the channels enabled in the config, the cron service with the protected `dream` and `heartbeat` jobs, the
-//! [`heartbeat`], and two HTTP servers; shuts them down gracefully), the gateway's HTTP surface
+//! **Owns:** [`Gateway`] (starts the agent on a [`nanobot_runtime::Runtime`] (the one dispatcher, cron with the
+//! protected `dream` and `heartbeat` jobs), the [`ChannelManager`](nanobot_channels::ChannelManager) with the
+//! channels enabled in the config, and two HTTP servers; shuts them down gracefully), the gateway's HTTP surface
 //! ([`http`]: `/health`, `/ready`, `/metrics`), the OpenAI-compatible API ([`api`]), [`Metrics`] fed through an
 //! agent hook, the [`GatewayBus`], the systemd unit of `install-service` ([`service`]), and the front doors
 //! [`run_gateway`] / [`run_serve`] the binaries call.
@@ -14,7 +14,7 @@
 //! use nanobot_gateway::{GatewayOptions, service::ServiceUnit};
 //!
 //! let config = nanobot_config::Config::default();
-//! let env = nanobot_core::Environment::new("/home/me", Default::default());
+//! let env = nanobot_runtime::Environment::new("/home/me", Default::default());
 //! let opts = GatewayOptions::serve(config, env);
 //! assert!(opts.api && !opts.channels && !opts.cron);
 //!
@@ -26,7 +26,6 @@ pub mod api;
 mod bus;
 mod error;
 mod gateway;
-pub mod heartbeat;
 pub mod http;
 pub mod metrics;
 pub mod server;
@@ -39,7 +38,6 @@ pub use gateway::{
     ALLOW_UNSUPPORTED_CHANNELS_VAR, BUILT_CHANNELS, DEFAULT_SHUTDOWN_GRACE, Gateway, GatewayOptions,
     ShutdownReport, check_api_bind, config_wants_api, unsupported_channels,
 };
-pub use heartbeat::{HeartbeatOutcome, HeartbeatService};
 pub use metrics::{Metrics, MetricsHook, TurnOutcome};
 
 /// Waits for Ctrl-C or SIGTERM.

@@ -56,7 +56,20 @@ impl Running {
         let bus = Arc::new(InProcessBus::new(64));
         let cancel = CancellationToken::new();
         let (a, b, c) = (agent.clone(), bus.clone(), cancel.clone());
-        tokio::spawn(async move { a.run(b, c).await });
+        agent.set_bus(bus.clone());
+        // The simplest dispatcher an embedder writes: every message to `submit`, which decides who answers.
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = c.cancelled() => break,
+                    m = b.consume_inbound() => match m {
+                        Some(m) => drop(a.submit(m)),
+                        None => break,
+                    },
+                }
+            }
+            a.shutdown().await;
+        });
         Self { bus, agent, cancel }
     }
 

@@ -7,10 +7,9 @@ mod agent_loop;
 mod chat_rights;
 mod commands;
 mod common;
-mod config;
 mod embed;
-mod exec_confinement;
 mod heartbeat;
+#[cfg(feature = "mcp")]
 mod mcp;
 mod python_compat;
 mod recovery;

@@ -167,17 +167,4 @@ async fn cron_tool_binds_jobs_to_the_chat_and_refuses_inside_cron_turns() {
         .await;
     assert!(removed.is_error, "{}", removed.text);
     assert_eq!(cron.list().unwrap().len(), 2);
-
-    // System jobs from the config: dream on, heartbeat off.
-    let mut config = nanobot_config::Config::default();
-    config.gateway.heartbeat.enabled = false;
-    run.agent.install_system_jobs(&config).unwrap();
-    let ids: Vec<String> = cron.list().unwrap().into_iter().map(|j| j.id).collect();
-    assert!(
-        ids.contains(&"dream".to_owned()) && !ids.contains(&"heartbeat".to_owned()),
-        "{ids:?}"
-    );
-    config.gateway.heartbeat.enabled = true;
-    run.agent.install_system_jobs(&config).unwrap();
-    assert!(cron.get("heartbeat").unwrap().is_some_and(|j| j.is_protected()));
 }

@@ -40,7 +40,7 @@ pub(crate) fn options(home: &TempHome, mock: &MockLlm, patch: Value) -> GatewayO
     let path = home.write_config(&cfg);
     let vars: BTreeMap<String, String> = home.env().into_iter().collect();
     let loaded = nanobot_config::load_str(&cfg.to_string(), &path, &vars).unwrap();
-    let mut env = nanobot_core::Environment::new(home.home(), home.env());
+    let mut env = nanobot_runtime::Environment::new(home.home(), home.env());
     env.config_path = Some(path);
     GatewayOptions::gateway(loaded.config, env)
 }

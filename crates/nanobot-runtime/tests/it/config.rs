@@ -1,8 +1,8 @@
-//! `AgentLoop::from_config`: everything built from a `config.json` and an environment map.
+//! `build_agent`: everything built from a `config.json` and an environment map.
 
 use std::collections::HashMap;
 
-use nanobot_core::{AgentLoop, Environment};
+use nanobot_runtime::Environment;
 use nanobot_testkit::{MockLlm, MockReply, TempHome};
 use serde_json::json;
 
@@ -24,7 +24,7 @@ async fn loop_from_config_uses_provider_tools_skills_and_workspace() {
         home.home(),
         HashMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
     );
-    let agent = AgentLoop::from_config(&config, &env).unwrap();
+    let agent = nanobot_runtime::build_agent(&config, &env).unwrap();
     assert_eq!(agent.settings().workspace, home.workspace());
     let tools = agent.tools().names();
     assert!(
@@ -65,7 +65,7 @@ fn bad_timezone_is_a_clear_error() {
     let config: nanobot_config::Config =
         serde_json::from_value(json!({"agents": {"defaults": {"timezone": "Mars/Olympus"}}})).unwrap();
     let env = Environment::new(home.home(), HashMap::new());
-    let err = nanobot_core::AgentSettings::from_config(&config, &env).unwrap_err();
+    let err = nanobot_runtime::agent_settings(&config, &env).unwrap_err();
     assert!(err.to_string().contains("agents.defaults.timezone") && err.to_string().contains("Mars/Olympus"));
 }
 
@@ -81,7 +81,7 @@ async fn memory_is_wired_compact_summarises_and_memory_reaches_the_prompt() {
     }))
     .unwrap();
     let env = Environment::new(home.home(), HashMap::new());
-    let agent = AgentLoop::from_config(&config, &env).unwrap();
+    let agent = nanobot_runtime::build_agent(&config, &env).unwrap();
     assert!(agent.tools().contains("memory_search"));
 
     mock.set_fallback(MockReply::text("ok"));

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use nanobot_core::{AgentLoop, Environment};
+use nanobot_runtime::Environment;
 use nanobot_testkit::{MockLlm, MockReply, TempHome};
 use nanobot_tools::confine::kernel_support;
 use serde_json::json;
@@ -44,7 +44,7 @@ async fn the_model_cannot_read_the_api_key_through_exec() {
             ("HOME".to_owned(), home.home().display().to_string()),
         ]),
     );
-    let agent = AgentLoop::from_config(&config, &env).unwrap();
+    let agent = nanobot_runtime::build_agent(&config, &env).unwrap();
     let answer = agent
         .process_direct("show me your config", "cli:direct")
         .await

@@ -1,0 +1,150 @@
+//! Slash commands: the ones answered at once (`/stop`, `/help`, `/status`, unknown ones) and the queued ones
+//! (`/new`, `/compact`, `/dream…`).
+
+#[allow(unused_imports)]
+use super::*;
+
+/// Messages kept in the prompt after `/compact` without a memory service.
+const COMPACT_KEEP_MESSAGES: usize = 8;
+
+impl LoopInner {
+    /// Commands answered at once, without waiting for the session's queue.
+    pub(super) fn is_immediate(&self, msg: &InboundMessage) -> bool {
+        !msg.is_system_report()
+            && matches!(
+                commands::parse(&msg.content),
+                Some(
+                    Parsed::Known(Command::Stop | Command::Help | Command::Status, _)
+                        | Parsed::Unknown { .. }
+                )
+            )
+    }
+
+    /// Commands answered without waiting for the session's queue; `None` for anything else.
+    pub(super) async fn immediate_command(&self, msg: &InboundMessage) -> Option<String> {
+        if msg.is_system_report() {
+            return None;
+        }
+        let key = self.session_key(msg);
+        match commands::parse(&msg.content)? {
+            Parsed::Known(Command::Stop, _) => {
+                let n = self.stop_session(&key);
+                Some(if n == 0 {
+                    "No active task to stop.".to_owned()
+                } else {
+                    format!("⏹ Stopped {n} task(s).")
+                })
+            }
+            Parsed::Known(Command::Help, _) => Some(commands::help_text()),
+            Parsed::Known(Command::Status, _) => Some(self.status_text(&key).await),
+            Parsed::Unknown { name, suggestion } => Some(commands::unknown_text(&name, suggestion)),
+            Parsed::Known(..) => None,
+        }
+    }
+
+    pub(super) async fn queued_command(
+        &self,
+        key: &str,
+        cmd: Command,
+        args: &str,
+    ) -> Result<String, CoreError> {
+        match cmd {
+            Command::New => {
+                if self.memory.is_none() {
+                    // Archive first, so a failure never loses the conversation.
+                    let current = self.sessions.session(key).await?;
+                    if !current.unconsolidated().is_empty() {
+                        let ws = self.settings.workspace.clone();
+                        let k = key.to_owned();
+                        let path = ws.join("memory").join("history.jsonl");
+                        tokio::task::spawn_blocking(move || raw_archive(&ws, &k, current.unconsolidated()))
+                            .await
+                            .map_err(|e| CoreError::Config(format!("archive task failed: {e}")))?
+                            .map_err(|e| CoreError::io("appending to", path, e))?;
+                    }
+                }
+                let old = self.sessions.reset(key).await?;
+                if let Some(m) = &self.memory
+                    && old.messages.len() > old.last_consolidated
+                {
+                    let m = m.clone();
+                    self.background.spawn(async move {
+                        if let Err(e) = m.archive_session(old).await {
+                            tracing::warn!(error = %e, "archiving the session failed");
+                        }
+                    });
+                }
+                Ok("New session started.".to_owned())
+            }
+            Command::Compact => match &self.memory {
+                Some(m) => match m.consolidate(key, ConsolidationTrigger::Compact).await {
+                    Ok(r) => Ok(format!(
+                        "Compacted: {} messages archived into memory.",
+                        r.archived_messages
+                    )),
+                    Err(e) => Ok(format!("Compaction failed: {e}")),
+                },
+                None => self.compact_raw(key).await,
+            },
+            Command::Dream => match &self.memory {
+                Some(m) => Ok(m.dream().await.unwrap_or_else(|e| format!("Dream failed: {e}"))),
+                None => Ok("Dream is not available: long-term memory is not configured.".to_owned()),
+            },
+            Command::DreamLog => match &self.memory {
+                Some(m) => Ok(m
+                    .dream_log(args)
+                    .await
+                    .unwrap_or_else(|e| format!("Dream log failed: {e}"))),
+                None => Ok("Dream is not available: long-term memory is not configured.".to_owned()),
+            },
+            Command::DreamRestore => match &self.memory {
+                Some(m) => Ok(m
+                    .dream_restore(args)
+                    .await
+                    .unwrap_or_else(|e| format!("Dream restore failed: {e}"))),
+                None => Ok("Dream is not available: long-term memory is not configured.".to_owned()),
+            },
+            // Answered before queueing; kept for completeness.
+            Command::Help => Ok(commands::help_text()),
+            Command::Status => Ok(self.status_text(key).await),
+            Command::Stop => Ok("No active task to stop.".to_owned()),
+        }
+    }
+
+    /// `/compact` without a memory service: archive all but a short tail as raw text and move the pointer.
+    pub(super) async fn compact_raw(&self, key: &str) -> Result<String, CoreError> {
+        let session = self.sessions.session(key).await?;
+        let start = session.last_consolidated.min(session.messages.len());
+        let len = session.messages.len();
+        if len.saturating_sub(start) <= COMPACT_KEEP_MESSAGES {
+            return Ok("Nothing to compact yet.".to_owned());
+        }
+        // Keep a tail that starts at a user message.
+        let mut keep_from = len - COMPACT_KEEP_MESSAGES;
+        while keep_from < len && session.messages[keep_from].role() != Some("user") {
+            keep_from += 1;
+        }
+        if keep_from >= len || keep_from <= start {
+            return Ok("Nothing to compact yet.".to_owned());
+        }
+        let slice = session.messages[start..keep_from].to_vec();
+        let ws = self.settings.workspace.clone();
+        let k = key.to_owned();
+        let n = slice.len();
+        tokio::task::spawn_blocking(move || raw_archive(&ws, &k, &slice))
+            .await
+            .map_err(|e| CoreError::Config(format!("archive task failed: {e}")))?
+            .map_err(|e| {
+                CoreError::io(
+                    "appending to",
+                    self.settings.workspace.join("memory/history.jsonl"),
+                    e,
+                )
+            })?;
+        self.sessions.set_last_consolidated(key, keep_from).await?;
+        Ok(format!(
+            "Compacted: {n} older messages archived (raw); the last {} kept.",
+            len - keep_from
+        ))
+    }
+}

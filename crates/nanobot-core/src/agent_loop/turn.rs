@@ -1,0 +1,231 @@
+//! Turn assembly: MCP tools, history, context, the run with its hooks, deadline and saving.
+
+#[allow(unused_imports)]
+use super::*;
+
+impl LoopInner {
+    pub(super) async fn connect_mcp(&self) {
+        let Some(mcp) = &self.mcp else { return };
+        mcp.connect().await;
+        let mut registered = lock(&self.mcp_registered);
+        for tool in mcp.tools() {
+            if registered.insert(tool.name().to_owned()) {
+                self.tools.register(tool);
+            }
+        }
+    }
+
+    pub(super) async fn history(&self, key: &str) -> Result<Vec<ChatMessage>, CoreError> {
+        let stored = self
+            .sessions
+            .history(key, self.settings.max_history_messages)
+            .await?;
+        Ok(stored
+            .into_iter()
+            .filter_map(|m| {
+                let mut map = m.into_map();
+                if map.get("role").and_then(Value::as_str) == Some("user")
+                    && let Some(Value::String(text)) = map.get("content")
+                {
+                    let clean = crate::context::strip_runtime_context(text);
+                    map.insert("content".into(), Value::String(clean));
+                }
+                serde_json::from_value::<ChatMessage>(Value::Object(map))
+                    .map_err(|e| tracing::debug!(error = %e, "history: skipped an unreadable message"))
+                    .ok()
+            })
+            .collect())
+    }
+
+    pub(super) async fn turn(
+        self: &Arc<Self>,
+        key: &str,
+        msg: &InboundMessage,
+        channel: &str,
+        chat_id: &str,
+        opts: TurnOptions,
+    ) -> Result<TurnReply, CoreError> {
+        self.connect_mcp().await;
+        let history = self.history(key).await?;
+        let origin = TurnOrigin {
+            channel: channel.to_owned(),
+            chat_id: chat_id.to_owned(),
+        };
+        let messages = self.context.build_messages(
+            history,
+            &msg.content,
+            &msg.media,
+            &origin,
+            msg.timestamp.max(Utc::now()),
+        );
+        let stored_user = stored_user_message(msg);
+
+        let turn_id = self.turn_seq.fetch_add(1, Ordering::SeqCst);
+        let cancel = self.shutdown.child_token();
+        lock(&self.running).insert(key.to_owned(), (turn_id, cancel.clone()));
+
+        let bus = self.bus();
+        let mut info = TurnInfo::new(bus.clone());
+        info.is_cron = opts.is_cron;
+        info.metadata = if msg.is_system_report() {
+            Map::new()
+        } else {
+            msg.metadata.clone()
+        };
+        let mut ctx = ToolContext::new(&self.settings.workspace)
+            .with_session(key)
+            .with_route(channel, chat_id)
+            .with_cancel(cancel.clone());
+        ctx.extensions.insert(info.clone());
+
+        let mut hooks: Vec<Arc<dyn AgentHook>> = self.hooks.clone();
+        hooks.push(Arc::new(self.usage.clone()));
+        hooks.push(Arc::new(LoggingHook));
+        let wants_stream = msg.wants_stream;
+        let bus_hook = match (&bus, opts.publish) {
+            (Some(b), true) => Some(Arc::new(BusHook::new(
+                b.clone(),
+                channel,
+                chat_id,
+                info.metadata.clone(),
+                self.settings.tool_hint_max_length,
+                wants_stream,
+                turn_id,
+            ))),
+            _ => None,
+        };
+        if let Some(h) = &bus_hook {
+            hooks.push(h.clone());
+        }
+        if let Some(tx) = &opts.stream {
+            hooks.push(Arc::new(ChannelStreamHook(tx.clone())));
+        }
+        let sink = Arc::new(SessionCheckpoint {
+            store: self.sessions.clone(),
+            key: key.to_owned(),
+            user: stored_user.clone(),
+            turn_id,
+        });
+        // Before the model is asked: a checkpoint holding the user's message, so a turn killed at any point
+        // (SIGTERM, a caller's timeout killing the process) keeps the question.
+        sink.begin().await;
+        let runner = AgentRunner::new(self.provider.clone(), self.tools.clone())
+            .with_hook(Arc::new(CompositeHook::new(hooks)))
+            .with_checkpoints(sink);
+        let s = &self.settings;
+        let mut spec = RunSpec::new(messages, &s.model, ctx);
+        spec.max_iterations = s.max_tool_iterations;
+        spec.max_tokens = Some(s.max_tokens);
+        spec.temperature = s.temperature;
+        spec.reasoning_effort = s.reasoning_effort.clone();
+        spec.budget = Some(ContextBudget::new(
+            s.context_window_tokens as usize,
+            s.max_tokens as usize,
+        ));
+        // The turn's deadline: when it passes, the run is cancelled like `/stop` and the user is told why.
+        let limit = s.turn_timeout;
+        let timed_out = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watchdog = {
+            let (cancel, timed_out) = (cancel.clone(), timed_out.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(limit).await;
+                timed_out.store(true, Ordering::SeqCst);
+                cancel.cancel();
+            })
+        };
+        let mut result = runner.run(spec).await;
+        watchdog.abort();
+        if result.stop_reason == StopReason::Cancelled && timed_out.load(Ordering::SeqCst) {
+            tracing::warn!(session = %key, ?limit, "turn stopped at its deadline");
+            result.stop_reason = StopReason::Error;
+            result.content = format!(
+                "Sorry, this request took longer than the turn limit of {} and was stopped \
+                 (agents.defaults.timeouts.turn).",
+                human_duration(limit)
+            );
+        }
+
+        {
+            let mut running = lock(&self.running);
+            if running.get(key).is_some_and(|(id, _)| *id == turn_id) {
+                running.remove(key);
+            }
+        }
+
+        // Save the turn: the user's message, then everything the run added (sanitised copies).
+        let mut stored = vec![stored_user];
+        stored.extend(result.new_messages().iter().map(stored_message));
+        if result.stop_reason == StopReason::Cancelled && stored.len() == 1 {
+            stored.push(interrupted_note());
+        }
+        self.sessions.append(key, stored).await?;
+        if let Err(e) = self.sessions.clear_checkpoint(key).await {
+            tracing::warn!(session = %key, error = %e, "cannot clear the checkpoint");
+        }
+        if let Some(u) = result.last_usage {
+            let usage = json!({
+                "prompt_tokens": u.prompt_tokens,
+                "completion_tokens": u.completion_tokens,
+                "total_tokens": u.total_tokens,
+            });
+            let _ = self
+                .sessions
+                .update_header(key, move |h| {
+                    h.metadata.insert("_last_usage".into(), usage);
+                })
+                .await;
+        }
+        if let Some(m) = &self.memory
+            && result.stop_reason != StopReason::Cancelled
+        {
+            let m = m.clone();
+            let k = key.to_owned();
+            self.background.spawn(async move {
+                if let Err(e) = m.consolidate(&k, ConsolidationTrigger::AfterTurn).await {
+                    tracing::warn!(session = %k, error = %e, "background consolidation failed");
+                }
+            });
+        }
+
+        let delivered = info.message_sent.load(Ordering::SeqCst);
+        let mut reply = TurnReply {
+            content: result.content.clone(),
+            stop_reason: Some(result.stop_reason),
+            delivered_by_tool: delivered,
+            streamed: false,
+            usage: result.usage,
+        };
+        if result.stop_reason == StopReason::Cancelled {
+            reply.content.clear();
+            return Ok(reply);
+        }
+        // A streamed final answer is closed here (StreamEnd with the final text); nothing else is sent for it.
+        if let Some(h) = &bus_hook
+            && !delivered
+            && let Some(stream_id) = h.final_stream_id()
+        {
+            let mut out = OutboundMessage::of_kind(
+                OutboundKind::StreamEnd { stream_id },
+                channel,
+                chat_id,
+                &reply.content,
+            );
+            out.metadata = info.metadata.clone();
+            if let Err(e) = h.bus.publish_outbound(out).await {
+                tracing::warn!(error = %e, "cannot publish the end of a stream");
+            }
+            reply.streamed = true;
+        }
+        Ok(reply)
+    }
+}
+
+/// `90s`, `1m 30s`, `250ms`.
+pub(super) fn human_duration(d: std::time::Duration) -> String {
+    let secs = d.as_secs();
+    if secs >= 60 {
+        format!("{}m {}s", secs / 60, secs % 60)
+    } else {
+        format!("{d:?}")
+    }
+}

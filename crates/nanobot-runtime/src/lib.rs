@@ -1,0 +1,44 @@
+//! The composition root of nanobot: everything between `config.json` and a running agent.
+//!
+//! **Owns:** environment discovery, done one way for every binary ([`Environment::discover`] /
+//! [`Environment::from_process`]); config → agent wiring ([`build_agent`], [`agent_builder`]: typed
+//! [`AgentSettings`](nanobot_core::AgentSettings), tools, skills, memory, MCP servers and the cron store from the
+//! schema); the protected system jobs installed from the config ([`install_system_jobs`]; they run through
+//! [`AgentLoop::run_system_job`](nanobot_core::AgentLoop::run_system_job), their one handler); the one bus
+//! dispatcher with its [`TurnObserver`] for metrics; the [`Runtime`] lifecycle (start, stop accepting, drain,
+//! shutdown).
+//!
+//! **Must not know:** chat platforms or HTTP (the gateway composes those on top), the process environment
+//! outside [`Environment::from_process`] (which only binaries call).
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use std::path::Path;
+//! use nanobot_runtime::Environment;
+//!
+//! let vars = HashMap::from([("HOME".to_owned(), "/home/me".to_owned())]);
+//! let env = Environment::discover(vars, Path::new("/srv"), Some(Path::new("bot.json")));
+//! assert_eq!(env.paths().config_path(), Path::new("/srv/bot.json"));
+//!
+//! let config = nanobot_config::Config::default();
+//! let settings = nanobot_runtime::agent_settings(&config, &env)?;
+//! assert_eq!(settings.workspace, Path::new("/home/me/.nanobot/workspace"));
+//! # Ok::<(), nanobot_runtime::RuntimeError>(())
+//! ```
+
+mod dispatch;
+mod env;
+mod error;
+mod runtime;
+mod system;
+mod wiring;
+
+pub use dispatch::{TurnObserver, TurnWatch};
+pub use env::{Environment, absolute, explicit_config_path, home_from_vars};
+pub use error::RuntimeError;
+pub use runtime::{Runtime, RuntimeOptions};
+pub use system::{MIN_HEARTBEAT_INTERVAL, install_system_jobs, system_job_schedule};
+pub use wiring::{
+    agent_builder, agent_settings, base_tools, build_agent, chat_rights, exec_settings, provider,
+    registry_settings,
+};

@@ -1,0 +1,182 @@
+//! [`Runtime`]: the agent running on a bus: the one dispatcher, cron with the system jobs, and the lifecycle.
+
+use std::sync::Arc;
+
+use nanobot_bus::Bus;
+use nanobot_config::Config;
+use nanobot_core::{AgentLoop, SystemJob};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::dispatch::{TurnObserver, dispatch};
+use crate::error::RuntimeError;
+use crate::system::install_system_jobs;
+
+/// What [`Runtime::start`] runs besides the dispatcher.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct RuntimeOptions {
+    /// Run the cron service, with the system jobs installed from the config.
+    pub cron: bool,
+    /// Told about every bus-driven turn and system job (metrics).
+    pub observer: Option<Arc<dyn TurnObserver>>,
+}
+
+impl std::fmt::Debug for RuntimeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeOptions")
+            .field("cron", &self.cron)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
+}
+
+impl RuntimeOptions {
+    /// Runs cron (and so the system jobs) too.
+    #[must_use]
+    pub fn with_cron(mut self, on: bool) -> Self {
+        self.cron = on;
+        self
+    }
+
+    /// Reports turns and system jobs to `observer`.
+    #[must_use]
+    pub fn with_observer(mut self, observer: Arc<dyn TurnObserver>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+}
+
+/// The agent running on a bus (see the module docs). Stop it with [`Runtime::stop_accepting`], wait for turns
+/// with [`Runtime::drain`], then [`Runtime::shutdown`].
+pub struct Runtime {
+    agent: AgentLoop,
+    accept: CancellationToken,
+    tracker: TaskTracker,
+    dispatcher: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("agent", &self.agent)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// Attaches `bus` to `agent` and starts the dispatcher on it; with `opts.cron`, installs the system jobs
+    /// of `config` and runs the cron service (whose system jobs go to
+    /// [`AgentLoop::run_system_job`], their only handler).
+    pub fn start(
+        agent: AgentLoop,
+        bus: Arc<dyn Bus>,
+        config: &Config,
+        opts: RuntimeOptions,
+    ) -> Result<Self, RuntimeError> {
+        agent.set_bus(bus.clone());
+        let accept = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        if opts.cron
+            && let Some(cron) = agent.cron()
+        {
+            install_system_jobs(&agent, config)?;
+            if let Some(observer) = &opts.observer {
+                spawn_system_job_watch(cron.subscribe(), observer.clone(), accept.clone());
+            }
+            let svc = cron.clone();
+            let stop = accept.clone();
+            tokio::spawn(async move { svc.run(stop).await });
+        }
+        let dispatcher = tokio::spawn(dispatch(
+            agent.clone(),
+            bus,
+            opts.observer,
+            tracker.clone(),
+            accept.clone(),
+        ));
+        Ok(Self {
+            agent,
+            accept,
+            tracker,
+            dispatcher: Some(dispatcher),
+        })
+    }
+
+    /// The agent.
+    pub fn agent(&self) -> &AgentLoop {
+        &self.agent
+    }
+
+    /// Cancelled when the runtime stops accepting work (servers sharing the runtime's life watch it).
+    pub fn accepting(&self) -> CancellationToken {
+        self.accept.clone()
+    }
+
+    /// Tracks every running turn (other front doors, such as the HTTP API, add theirs so a shutdown waits
+    /// for them too).
+    pub fn tracker(&self) -> TaskTracker {
+        self.tracker.clone()
+    }
+
+    /// Stops taking messages off the bus and stops cron; what was already queued on the bus is still handed to
+    /// the agent (waits up to `deadline` for that).
+    pub async fn stop_accepting(&mut self, deadline: Instant) {
+        self.accept.cancel();
+        if let Some(d) = self.dispatcher.take() {
+            let _ = tokio::time::timeout_at(deadline, d).await;
+        }
+    }
+
+    /// Waits until every tracked turn has finished, up to `deadline`; true when they all did.
+    pub async fn drain(&self, deadline: Instant) -> bool {
+        self.tracker.close();
+        tokio::time::timeout_at(deadline, self.tracker.wait())
+            .await
+            .is_ok()
+    }
+
+    /// Stops the agent: running turns are cancelled (they save what they did), MCP servers shut down.
+    pub async fn shutdown(&self) {
+        self.accept.cancel();
+        self.agent.shutdown().await;
+    }
+}
+
+fn spawn_system_job_watch(
+    mut runs: tokio::sync::broadcast::Receiver<nanobot_cron::RunOutcome>,
+    observer: Arc<dyn TurnObserver>,
+    stop: CancellationToken,
+) {
+    tokio::spawn(async move {
+        loop {
+            let run = tokio::select! {
+                () = stop.cancelled() => break,
+                r = runs.recv() => r,
+            };
+            match run {
+                Ok(run) => {
+                    let Some(job) = SystemJob::from_id(&run.job.id) else {
+                        continue;
+                    };
+                    if run.job.payload.kind != nanobot_cron::PAYLOAD_SYSTEM_EVENT {
+                        continue;
+                    }
+                    let error = run
+                        .record
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| run.record.status.clone());
+                    match (&run.output, run.record.status.as_str()) {
+                        (Some(out), nanobot_cron::status::OK) => observer.system_job_finished(job, Ok(out)),
+                        _ => observer.system_job_finished(job, Err(&error)),
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    });
+}

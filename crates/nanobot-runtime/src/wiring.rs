@@ -1,0 +1,291 @@
+//! Config → agent: `config.json` (the Python-compatible schema) turned into the typed settings, tools, skills,
+//! memory, MCP servers and cron store `nanobot-core` takes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono_tz::Tz;
+use nanobot_config::{ChannelsConfig, Config};
+use nanobot_core::rights::ChatRights;
+use nanobot_core::{AgentLoop, AgentLoopBuilder, AgentSettings, MemoryAdapter, builtin_skills_dir};
+use nanobot_providers::Provider;
+use nanobot_tools::builtin::{ExecTool, register_fs_tools, register_web_tools};
+use nanobot_tools::sandbox::Sandbox;
+use nanobot_tools::ssrf::SsrfGuard;
+use nanobot_tools::{
+    ExecSandbox, ExecSettings, RegistrySettings, SearchProvider, SearchSettings, Tool, ToolRegistry,
+    WebSettings,
+};
+
+use crate::env::Environment;
+use crate::error::RuntimeError;
+
+/// Tokens set aside for the system prompt and tool definitions when sizing the consolidation budget.
+const MEMORY_RESERVED_TOKENS: usize = 8_000;
+
+/// The agent's settings from `agents.defaults` of `config`, paths resolved against `env`.
+pub fn agent_settings(config: &Config, env: &Environment) -> Result<AgentSettings, RuntimeError> {
+    let d = &config.agents.defaults;
+    let paths = env.paths();
+    let tz: Tz = match d.timezone.trim() {
+        "" => Tz::UTC,
+        name => name.parse().map_err(|_| {
+            RuntimeError::Config(format!(
+                "agents.defaults.timezone: unknown IANA time zone `{name}`"
+            ))
+        })?,
+    };
+    let mut s = AgentSettings::new(paths.workspace(&d.workspace), paths.data_dir(), d.model.clone());
+    s.restrict_to_workspace = config.tools.restrict_to_workspace;
+    s.home = Some(env.home.clone());
+    s.max_tokens = d.max_tokens;
+    s.context_window_tokens = d.context_window_tokens;
+    s.temperature = Some(d.temperature);
+    s.reasoning_effort = d.reasoning_effort.clone();
+    s.max_tool_iterations = d.max_tool_iterations.max(1) as usize;
+    s.max_concurrent_subagents = d.max_concurrent_subagents.max(1) as usize;
+    s.tool_hint_max_length = d.tool_hint_max_length.max(8) as usize;
+    if let Some(w) = d.memory_window {
+        s.max_history_messages = w.max(2) as usize;
+    }
+    s.timezone = tz;
+    s.bot_name = d.bot_name.clone();
+    s.unified_session = d.unified_session;
+    s.turn_timeout = Duration::from_secs_f64(d.timeouts.turn.clamp(0.001, 604_800.0));
+    Ok(s)
+}
+
+/// The `exec` settings `config.tools.exec` asks for in `env` (also what `nanobot doctor` reports on).
+pub fn exec_settings(config: &Config, env: &Environment) -> ExecSettings {
+    let exec = &config.tools.exec;
+    let sandbox_mode = ExecSandbox::from_config(&exec.sandbox).unwrap_or_else(|fallback| {
+        tracing::warn!(value = %exec.sandbox, "tools.exec.sandbox: unsupported value; using auto");
+        fallback
+    });
+    ExecSettings {
+        timeout: Duration::from_secs(exec.timeout.max(1)),
+        path_prepend: exec.path_prepend.clone(),
+        path_append: exec.path_append.clone(),
+        sandbox: sandbox_mode,
+        extra_writable: expand_paths(&exec.sandbox_rw_binds, &env.home),
+        extra_readable: expand_paths(&exec.sandbox_ro_binds, &env.home),
+        data_dir: Some(env.paths().data_dir()),
+        hide_paths: expand_paths(&exec.hide_paths, &env.home),
+        network: exec.network,
+        limits: nanobot_tools::confine::ExecLimits {
+            max_processes: exec.max_processes,
+            cpu_seconds: exec.max_cpu_seconds,
+            memory_mb: exec.max_memory_mb,
+            file_size_mb: exec.max_file_size_mb,
+        },
+        allowed_env_keys: exec.allowed_env_keys.clone(),
+        allow_patterns: exec.allow_patterns.clone(),
+        deny_patterns: exec.deny_patterns.clone(),
+        restrict_to_workspace: config.tools.restrict_to_workspace,
+        parent_env: env
+            .vars
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<BTreeMap<_, _>>(),
+        ..ExecSettings::default()
+    }
+}
+
+/// `~`-expanded absolute paths of a config list (relative entries are dropped: a bind needs a fixed place).
+fn expand_paths(list: &[String], home: &Path) -> Vec<PathBuf> {
+    list.iter()
+        .map(|p| nanobot_config::paths::expand_tilde(p.trim(), home))
+        .filter(|p| p.is_absolute())
+        .collect()
+}
+
+/// The tools shared by the main agent and subagents (files, exec, web), built from `config.tools`.
+pub fn base_tools(
+    config: &Config,
+    env: &Environment,
+    workspace: &Path,
+    extra_read_root: Option<PathBuf>,
+) -> Result<Vec<Arc<dyn Tool>>, RuntimeError> {
+    let t = &config.tools;
+    let reg = ToolRegistry::default();
+    // nanobot's data directory (config with keys, sessions, cron, pairing) stays out of the file tools' reach in
+    // every mode; the workspace stays reachable when it lies inside it.
+    let mut sandbox = Sandbox::new(workspace, t.restrict_to_workspace)
+        .with_home(Some(env.home.clone()))
+        .with_data_dir(Some(env.paths().data_dir()));
+    if let Some(root) = extra_read_root {
+        sandbox = sandbox.with_read_root(root);
+    }
+    if t.file.enable {
+        register_fs_tools(&reg, &sandbox);
+    }
+    if t.exec.enable {
+        let exec = ExecTool::new(exec_settings(config, env), Arc::new(sandbox.clone()))
+            .map_err(nanobot_core::CoreError::from)?;
+        exec.warn_if_degraded();
+        reg.register(Arc::new(exec));
+    }
+    if t.web.enable {
+        let ssrf = ssrf_guard(config)?;
+        let search = &t.web.search;
+        let provider = SearchProvider::from_config(&search.provider).unwrap_or_else(|| {
+            tracing::warn!(provider = %search.provider, "tools.web.search.provider: unknown; using duckduckgo");
+            SearchProvider::DuckDuckGo
+        });
+        let web = WebSettings {
+            proxy: t.web.proxy.clone().filter(|p| !p.trim().is_empty()),
+            user_agent: t.web.user_agent.clone(),
+            search: SearchSettings {
+                provider,
+                api_key: nanobot_tools::Secret::new(search.api_key.expose()),
+                base_url: search.base_url.clone(),
+                max_results: search.max_results.clamp(1, 10),
+                timeout: Duration::from_secs(search.timeout.max(1)),
+            },
+            ssrf,
+            allowed_domains: t.web.allowed_domains.clone(),
+            ..WebSettings::default()
+        };
+        register_web_tools(&reg, &web);
+    }
+    Ok(reg.names().into_iter().filter_map(|n| reg.get(&n)).collect())
+}
+
+fn ssrf_guard(config: &Config) -> Result<SsrfGuard, RuntimeError> {
+    SsrfGuard::from_cidrs(&config.tools.ssrf_whitelist)
+        .map_err(|e| RuntimeError::Config(format!("tools.ssrfWhitelist: {e}")))
+}
+
+/// Registry settings from `agents.defaults`.
+pub fn registry_settings(config: &Config) -> RegistrySettings {
+    RegistrySettings {
+        max_tool_result_chars: config.agents.defaults.max_tool_result_chars as usize,
+        ..RegistrySettings::default()
+    }
+}
+
+/// The provider `config` names, with its key from the config or `env.vars` (with retries and fallbacks).
+pub fn provider(config: &Config, env: &Environment) -> Result<Arc<dyn Provider>, RuntimeError> {
+    nanobot_providers::install_ring();
+    Ok(nanobot_providers::resolve_provider(config, "", &env.vars)?)
+}
+
+/// The loop the CLI and the gateway run: provider resolved from `config` and `env.vars`, tools from
+/// `config.tools`, skills, memory, MCP servers, the cron store of the workspace, sessions under the data
+/// directory. Nothing is read from the process environment.
+pub fn build_agent(config: &Config, env: &Environment) -> Result<AgentLoop, RuntimeError> {
+    Ok(agent_builder(config, env, provider(config, env)?)?.build()?)
+}
+
+/// Like [`build_agent`] with a given provider, returning the builder so callers can add hooks or tools.
+pub fn agent_builder(
+    config: &Config,
+    env: &Environment,
+    provider: Arc<dyn Provider>,
+) -> Result<AgentLoopBuilder, RuntimeError> {
+    let settings = agent_settings(config, env)?;
+    let ws = settings.workspace.clone();
+    std::fs::create_dir_all(&ws).map_err(|e| {
+        RuntimeError::Config(format!(
+            "agents.defaults.workspace: cannot create {}: {e}",
+            ws.display()
+        ))
+    })?;
+    let builtin_dir = builtin_skills_dir(&settings.data_dir);
+    let skills = nanobot_skills::SkillsLoader::new(
+        &ws,
+        builtin_dir.clone(),
+        nanobot_skills::RequirementEnv::new(env.vars.clone()),
+    )
+    .with_disabled(config.agents.defaults.disabled_skills.iter().cloned());
+    if let Err(e) = skills.materialize_builtins() {
+        tracing::warn!(error = %e, "cannot write the built-in skills; they stay unavailable to read_file");
+    }
+    let base = base_tools(config, env, &ws, Some(builtin_dir))?;
+    let tz = settings.timezone;
+    let data_dir = settings.data_dir.clone();
+    let sessions =
+        nanobot_sessions::SessionStore::new(&data_dir, &ws).map_err(nanobot_core::CoreError::from)?;
+    let d = &config.agents.defaults;
+    let budget = nanobot_memory::Budget::resolve(
+        d.memory_window.map(|w| w as usize),
+        d.context_window_tokens as usize,
+        d.max_tokens as usize,
+        MEMORY_RESERVED_TOKENS,
+    );
+    let consolidation = nanobot_memory::ConsolidationSettings::new(settings.model.clone(), budget);
+    let dream_model = d.dream.model_override.clone().filter(|m| !m.trim().is_empty());
+    let dream = nanobot_memory::DreamSettings::new(dream_model.unwrap_or_else(|| settings.model.clone()));
+    let memory = match nanobot_memory::Memory::open(
+        &ws,
+        sessions.clone(),
+        provider.clone(),
+        consolidation,
+        dream,
+    ) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            tracing::warn!(error = %e, "long-term memory unavailable; /compact falls back to raw archives");
+            None
+        }
+    };
+    let mut builder = AgentLoop::builder(provider, settings)
+        .sessions(sessions)
+        .registry_settings(registry_settings(config))
+        .base_tools(base)
+        .skills(skills)
+        .chat_rights(chat_rights(&config.channels));
+    if let Some(m) = memory {
+        builder = builder
+            .tool(Arc::new(m.search_tool()))
+            .memory(Arc::new(MemoryAdapter::new(m)));
+    }
+    if !config.tools.mcp_servers.is_empty() {
+        let opts = nanobot_mcp::McpOptions {
+            parent_env: env.vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            media_dir: Some(env.paths().media_dir(Some("mcp"))),
+            ssrf: ssrf_guard(config)?,
+            ..nanobot_mcp::McpOptions::default()
+        };
+        let (manager, errors) = nanobot_mcp::McpManager::from_config(&config.tools.mcp_servers, opts);
+        for e in errors {
+            tracing::warn!(error = %e, "MCP server left out");
+        }
+        builder = builder.mcp(manager);
+    }
+    let store = nanobot_cron::JobStore::new(nanobot_config::paths::workspace::cron_jobs(&ws));
+    let legacy = data_dir.join("cron").join("jobs.json");
+    if legacy.is_file()
+        && let Err(e) = store.migrate_from(&legacy)
+    {
+        tracing::warn!(error = %e, path = %legacy.display(), "cannot migrate the old cron store");
+    }
+    Ok(builder.cron(store, tz))
+}
+
+/// The rights the configured channels give a turn beyond its own chat: each channel's `allowFrom` (the
+/// `message` tool may reach those chats, and no others).
+pub fn chat_rights(channels: &ChannelsConfig) -> ChatRights {
+    let mut rights = ChatRights::default()
+        .with_channel("telegram", &channels.telegram.allow_from)
+        .with_channel("discord", &channels.discord.allow_from)
+        .with_channel("slack", &channels.slack.allow_from);
+    for name in channels.other.names() {
+        let entries: Vec<String> = channels
+            .other
+            .get(name)
+            .and_then(|b| b.get("allowFrom"))
+            .and_then(serde_json::Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(serde_json::Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        rights = rights.with_channel(name, entries);
+    }
+    rights
+}
