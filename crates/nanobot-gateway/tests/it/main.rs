@@ -8,6 +8,7 @@ mod email;
 mod heartbeat;
 mod isolation;
 mod limits;
+mod mochat;
 mod openai_sdk;
 mod ops;
 mod qq;
