@@ -260,12 +260,26 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
             .map(Arc::new)
             .map_err(|e| GatewayError::io("open", path, std::io::Error::other(e)))
     };
+    // One transcriber (the configured speech-to-text provider) for every channel that receives voice notes.
+    let transcriber = |channel: &str| -> Option<Arc<dyn nanobot_channels::Transcribe>> {
+        match nanobot_providers::transcriber_from_config(config, &env.vars) {
+            Ok(Some(t)) => Some(Arc::new(VoiceToText(Arc::new(t)))),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "{channel}: voice notes are not transcribed");
+                None
+            }
+        }
+    };
     if ch.telegram.enabled {
         let settings = nanobot_telegram::TelegramSettings::from_config(&ch.telegram)
             .map_err(channel_error("telegram"))?;
-        let channel = nanobot_telegram::TelegramChannel::new(settings, paths.media_dir(Some("telegram")))
+        let mut channel = nanobot_telegram::TelegramChannel::new(settings, paths.media_dir(Some("telegram")))
             .map_err(channel_error("telegram"))?
             .with_pairing(pairing()?);
+        if let Some(t) = transcriber("telegram") {
+            channel = channel.with_transcriber(t);
+        }
         out.push(Arc::new(channel));
     }
     if ch.discord.enabled {
@@ -378,10 +392,8 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
                 .map_err(wa_error)?;
         settings.bridge = settings.bridge.with_environment(&env.vars);
         let mut channel = nanobot_whatsapp::WhatsAppChannel::new(settings).with_pairing(pairing()?);
-        match nanobot_providers::transcriber_from_config(config, &env.vars) {
-            Ok(Some(t)) => channel = channel.with_transcriber(Arc::new(VoiceToText(Arc::new(t)))),
-            Ok(None) => {}
-            Err(e) => tracing::warn!(error = %e, "whatsapp: voice notes are not transcribed"),
+        if let Some(t) = transcriber(nanobot_whatsapp::NAME) {
+            channel = channel.with_transcriber(t);
         }
         out.push(Arc::new(channel));
     }
