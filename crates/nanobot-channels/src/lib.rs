@@ -22,6 +22,7 @@
 
 mod access;
 mod channel;
+mod dedup;
 mod error;
 mod format;
 mod manager;
@@ -32,6 +33,7 @@ mod split;
 
 pub use access::{AccessControl, AccessDecision, AllowList, GroupPolicy, InboundContext, PAIRING_COMMAND};
 pub use channel::{Channel, Heartbeat, Transcribe, TranscribeError};
+pub use dedup::RecentIds;
 pub use error::ChannelError;
 pub use format::{markdown_to_slack_mrkdwn, markdown_to_telegram_html, strip_markdown};
 pub use manager::{

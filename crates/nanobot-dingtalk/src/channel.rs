@@ -1,8 +1,7 @@
 //! [`DingTalkChannel`]: the Stream connection, access control and sending.
 
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -40,15 +39,13 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 const PRIVATE_CHAT_DISABLED: &str =
     "私聊已关闭，请在群聊中 @ 我。(Private chat is turned off for this bot: please mention me in a group.)";
 
-use nanobot_util::lock;
-
 /// The DingTalk channel. See the [crate docs](crate).
 pub struct DingTalkChannel {
     settings: DingTalkSettings,
     access: AccessControl,
     media_dir: PathBuf,
     api: Api,
-    seen: Mutex<VecDeque<String>>,
+    seen: nanobot_channels::RecentIds,
     handled: watch::Sender<u64>,
     connections: watch::Sender<u64>,
 }
@@ -192,7 +189,7 @@ impl DingTalkChannel {
             access,
             media_dir: media_dir.into(),
             api,
-            seen: Mutex::new(VecDeque::with_capacity(SEEN_CAPACITY)),
+            seen: nanobot_channels::RecentIds::new(SEEN_CAPACITY),
             handled: watch::Sender::new(0),
             connections: watch::Sender::new(0),
         })
@@ -220,18 +217,7 @@ impl DingTalkChannel {
     }
 
     fn first_sighting(&self, id: &str) -> bool {
-        if id.is_empty() {
-            return true;
-        }
-        let mut seen = lock(&self.seen);
-        if seen.iter().any(|s| s == id) {
-            return false;
-        }
-        if seen.len() >= SEEN_CAPACITY {
-            seen.pop_front();
-        }
-        seen.push_back(id.to_string());
-        true
+        self.seen.first_sighting(id)
     }
 
     async fn session(&self, bus: &Arc<dyn Bus>, cancel: &CancellationToken) -> Result<Ended, ChannelError> {

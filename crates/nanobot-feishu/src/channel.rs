@@ -1,6 +1,6 @@
 //! [`FeishuChannel`]: the long connection, access control, reactions and sending.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -56,7 +56,7 @@ pub struct FeishuChannel {
     media_dir: PathBuf,
     api: Api,
     bot_open_id: Mutex<Option<String>>,
-    seen: Mutex<VecDeque<String>>,
+    seen: nanobot_channels::RecentIds,
     reactions: Mutex<HashMap<String, String>>,
     handled: watch::Sender<u64>,
     connections: watch::Sender<u64>,
@@ -98,7 +98,7 @@ impl FeishuChannel {
             media_dir: media_dir.into(),
             api,
             bot_open_id: Mutex::new(None),
-            seen: Mutex::new(VecDeque::with_capacity(SEEN_CAPACITY)),
+            seen: nanobot_channels::RecentIds::new(SEEN_CAPACITY),
             reactions: Mutex::new(HashMap::new()),
             handled: watch::Sender::new(0),
             connections: watch::Sender::new(0),
@@ -148,18 +148,7 @@ impl FeishuChannel {
 
     /// True the first time `id` is seen (ids are remembered up to [`SEEN_CAPACITY`]).
     fn first_sighting(&self, id: &str) -> bool {
-        if id.is_empty() {
-            return true;
-        }
-        let mut seen = lock(&self.seen);
-        if seen.iter().any(|s| s == id) {
-            return false;
-        }
-        if seen.len() >= SEEN_CAPACITY {
-            seen.pop_front();
-        }
-        seen.push_back(id.to_string());
-        true
+        self.seen.first_sighting(id)
     }
 
     /// One long connection: discovery, handshake, then frames until it drops or `cancel` fires.

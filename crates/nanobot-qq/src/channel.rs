@@ -1,6 +1,6 @@
 //! [`QqChannel`]: the gateway connection (identify, heartbeat, resume), access control and passive replies.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -183,7 +183,7 @@ pub struct QqChannel {
     access: AccessControl,
     media_dir: PathBuf,
     api: Api,
-    seen: Mutex<VecDeque<String>>,
+    seen: nanobot_channels::RecentIds,
     chat_types: Mutex<HashMap<String, &'static str>>,
     msg_seq: AtomicU64,
     handled: watch::Sender<u64>,
@@ -224,7 +224,7 @@ impl QqChannel {
             access,
             media_dir,
             api,
-            seen: Mutex::new(VecDeque::with_capacity(SEEN_CAPACITY)),
+            seen: nanobot_channels::RecentIds::new(SEEN_CAPACITY),
             chat_types: Mutex::default(),
             msg_seq: AtomicU64::new(1),
             handled: watch::Sender::new(0),
@@ -259,18 +259,7 @@ impl QqChannel {
     }
 
     fn first_sighting(&self, id: &str) -> bool {
-        if id.is_empty() {
-            return true;
-        }
-        let mut seen = lock(&self.seen);
-        if seen.iter().any(|s| s == id) {
-            return false;
-        }
-        if seen.len() >= SEEN_CAPACITY {
-            seen.pop_front();
-        }
-        seen.push_back(id.to_string());
-        true
+        self.seen.first_sighting(id)
     }
 
     async fn session(

@@ -1,13 +1,12 @@
 //! [`SlackChannel`]: Socket Mode receiving, access control, reactions, threads, files and sending.
 
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use nanobot_bus::{Bus, InboundMessage, OutboundKind, OutboundMessage};
 use nanobot_channels::{
-    AccessControl, AccessDecision, AllowList, Channel, ChannelError, InboundContext, PairingStore,
+    AccessControl, AccessDecision, AllowList, Channel, ChannelError, InboundContext, PairingStore, RecentIds,
     SLACK_LIMIT, markdown_to_slack_mrkdwn, split_message,
 };
 use slack_morphism::errors::SlackClientError;
@@ -36,8 +35,8 @@ pub struct SlackChannel {
     client: Arc<SlackHyperClient>,
     files: reqwest::Client,
     bot_user: Mutex<Option<String>>,
-    seen: Mutex<VecDeque<(String, String)>>,
-    threads: Mutex<VecDeque<(String, String)>>,
+    seen: RecentIds,
+    threads: RecentIds,
     handled: watch::Sender<u64>,
 }
 
@@ -139,16 +138,8 @@ impl Received {
 }
 
 /// Records `(channel, ts)` in a bounded memory; true when it was not there yet.
-fn remember(memory: &Mutex<VecDeque<(String, String)>>, channel: &str, ts: &str) -> bool {
-    let mut seen = lock(memory);
-    if seen.iter().any(|(c, t)| c == channel && t == ts) {
-        return false;
-    }
-    if seen.len() == SEEN_CAPACITY {
-        seen.pop_front();
-    }
-    seen.push_back((channel.to_string(), ts.to_string()));
-    true
+fn remember(memory: &RecentIds, channel: &str, ts: &str) -> bool {
+    memory.insert(&format!("{channel}\u{0}{ts}"))
 }
 
 fn bad_config(message: String) -> ChannelError {
@@ -193,8 +184,8 @@ impl SlackChannel {
             client,
             files,
             bot_user: Mutex::new(None),
-            seen: Mutex::new(VecDeque::with_capacity(SEEN_CAPACITY)),
-            threads: Mutex::new(VecDeque::with_capacity(SEEN_CAPACITY)),
+            seen: RecentIds::new(SEEN_CAPACITY),
+            threads: RecentIds::new(SEEN_CAPACITY),
             handled: watch::Sender::new(0),
         })
     }

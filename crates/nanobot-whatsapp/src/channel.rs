@@ -1,6 +1,6 @@
 //! [`WhatsAppChannel`]: the supervised bridge, access control, received media and sending.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -83,7 +83,7 @@ pub struct WhatsAppChannel {
     transcriber: Option<Arc<dyn Transcribe>>,
     conn: Mutex<Option<Conn>>,
     next_ref: AtomicU64,
-    seen: Mutex<VecDeque<String>>,
+    seen: nanobot_channels::RecentIds,
     self_ids: Mutex<HashSet<String>>,
     lid_to_phone: Mutex<HashMap<String, String>>,
     state: watch::Sender<LinkState>,
@@ -208,7 +208,7 @@ impl WhatsAppChannel {
             transcriber: None,
             conn: Mutex::new(None),
             next_ref: AtomicU64::new(1),
-            seen: Mutex::new(VecDeque::with_capacity(SEEN_CAPACITY)),
+            seen: nanobot_channels::RecentIds::new(SEEN_CAPACITY),
             self_ids: Mutex::new(HashSet::new()),
             lid_to_phone: Mutex::new(lid_to_phone),
             state: watch::Sender::new(LinkState::Stopped),
@@ -375,18 +375,7 @@ impl WhatsAppChannel {
 
     /// True the first time a message id is seen.
     fn first_sighting(&self, id: &str) -> bool {
-        if id.is_empty() {
-            return true;
-        }
-        let mut seen = lock(&self.seen);
-        if seen.iter().any(|s| s == id) {
-            return false;
-        }
-        if seen.len() == SEEN_CAPACITY {
-            seen.pop_front();
-        }
-        seen.push_back(id.to_string());
-        true
+        self.seen.first_sighting(id)
     }
 
     /// Who sent `m`, by phone number when it can be found, else by LID.
