@@ -260,16 +260,23 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
             .map(Arc::new)
             .map_err(|e| GatewayError::io("open", path, std::io::Error::other(e)))
     };
-    // One transcriber (the configured speech-to-text provider) for every channel that receives voice notes.
-    let transcriber = |channel: &str| -> Option<Arc<dyn nanobot_channels::Transcribe>> {
-        match nanobot_providers::transcriber_from_config(config, &env.vars) {
-            Ok(Some(t)) => Some(Arc::new(VoiceToText(Arc::new(t)))),
-            Ok(None) => None,
-            Err(e) => {
-                tracing::warn!(error = %e, "{channel}: voice notes are not transcribed");
-                None
-            }
-        }
+    // One transcriber (the configured speech-to-text provider) for every channel that receives voice notes, made
+    // only when the first such channel is built.
+    let transcriber_cell = std::cell::OnceCell::new();
+    let transcriber = || -> Option<Arc<dyn nanobot_channels::Transcribe>> {
+        transcriber_cell
+            .get_or_init(
+                || match nanobot_providers::transcriber_from_config(config, &env.vars) {
+                    Ok(t) => {
+                        t.map(|t| Arc::new(VoiceToText(Arc::new(t))) as Arc<dyn nanobot_channels::Transcribe>)
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "voice notes are not transcribed");
+                        None
+                    }
+                },
+            )
+            .clone()
     };
     if ch.telegram.enabled {
         let settings = nanobot_telegram::TelegramSettings::from_config(&ch.telegram)
@@ -277,7 +284,7 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
         let mut channel = nanobot_telegram::TelegramChannel::new(settings, paths.media_dir(Some("telegram")))
             .map_err(channel_error("telegram"))?
             .with_pairing(pairing()?);
-        if let Some(t) = transcriber("telegram") {
+        if let Some(t) = transcriber() {
             channel = channel.with_transcriber(t);
         }
         out.push(Arc::new(channel));
@@ -392,7 +399,7 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
                 .map_err(wa_error)?;
         settings.bridge = settings.bridge.with_environment(&env.vars);
         let mut channel = nanobot_whatsapp::WhatsAppChannel::new(settings).with_pairing(pairing()?);
-        if let Some(t) = transcriber(nanobot_whatsapp::NAME) {
+        if let Some(t) = transcriber() {
             channel = channel.with_transcriber(t);
         }
         out.push(Arc::new(channel));
