@@ -71,6 +71,20 @@ pub enum ConfigError {
         /// What is wrong.
         message: String,
     },
+    /// The file has a top-level key that is not a setting (nanobot 0.3.5 refuses such a file too, so a home
+    /// used by both programs stays loadable by both).
+    #[error(
+        "unknown setting `{key}` at the top level of {}: remove or rename it (the top-level settings are \
+         agents, channels, transcription, providers, api, gateway, tools, modelPresets; nanobot 0.3.5 refuses \
+         this file too)",
+        path.display()
+    )]
+    UnknownSetting {
+        /// The key as written.
+        key: String,
+        /// The config file.
+        path: PathBuf,
+    },
     /// The config could not be turned into JSON (should not happen).
     #[error("cannot serialise the config: {0}")]
     Serialize(#[source] serde_json::Error),

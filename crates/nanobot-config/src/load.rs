@@ -221,6 +221,14 @@ fn load_value(
             message: format!("environment variable {var} ignored: {why}"),
         });
     }
+    // 0.3.5's root settings model forbids extra keys (nested blocks only ignore them): a top-level key the file
+    // sets is an error there, so it is one here. (An unknown top-level variable is ignored there: a warning.)
+    if let Some(key) = from_file.extra.0.keys().next() {
+        return Err(ConfigError::UnknownSetting {
+            key: key.clone(),
+            path: path.to_path_buf(),
+        });
+    }
     for field in config.unknown_keys() {
         let message = match overlay.var_for(&field) {
             Some(var) => {

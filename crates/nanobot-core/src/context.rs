@@ -123,8 +123,8 @@ impl ContextBuilder {
         let mut s = format!(
             "# {name}\n\nYou are {name}, a helpful AI assistant.\n\n## Runtime\n{os} {arch}, nanobot-rs {version}\n\n\
              ## Workspace\nYour workspace is at: {ws}\n\
-             - Long-term memory: {ws}/memory/MEMORY.md (write important facts here)\n\
-             - History log: {ws}/memory/history.jsonl\n\
+             - Long-term memory: {ws}/memory/MEMORY.md (kept by the Dream memory job; read it, do not edit it)\n\
+             - History log: {ws}/memory/history.jsonl (append-only JSONL, one archived summary per line)\n\
              - Custom skills: {ws}/skills/{{skill-name}}/SKILL.md\n\n\
              ## Guidelines\n\
              - State intent before tool calls, but NEVER predict or claim results before receiving them.\n\

@@ -6,8 +6,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use nanobot_sessions::{Session, SessionMessage, SessionStore};
-use nanobot_types::{ChatMessage, ChatRequest, Provider, ProviderError, ToolSpec};
-use serde_json::{Value, json};
+use nanobot_types::{ChatMessage, ChatRequest, FinishReason, Provider, ProviderError};
 use tokio::task::JoinHandle;
 
 use crate::error::{MemoryError, Result};
@@ -15,8 +14,45 @@ use crate::format::{budget_text, conversation_lines};
 use crate::search::SearchIndex;
 use crate::store::{HistoryEntry, MemoryStore};
 
-/// Name of the tool the consolidation model is asked to call.
-pub const SAVE_MEMORY_TOOL: &str = "save_memory";
+/// The answer with which the model says a slice holds nothing worth keeping (no history entry is written).
+pub const NOTHING_TO_KEEP: &str = "(nothing)";
+
+/// What the archive request asks for, after the conversation (same output contract as 0.3.5's archive prompt:
+/// one marked fact per line, or `(nothing)`).
+pub const ARCHIVE_PROMPT: &str = "Write a compact checkpoint of the conversation above, to be stored in the \
+history log and read back later instead of the conversation itself.
+
+Keep what is needed to carry on: the current goal, where it stands, results that later work depends on, open \
+problems, the next step, and exact names, paths, commands and identifiers. Mark these `[ephemeral]`.
+
+Keep any other fact only if it spares the user from repeating it, is not already in this checkpoint, would cause \
+rework or a lost preference if forgotten, and will still matter in two weeks. Mark each one:
+- `[permanent]` lasting preferences, traits and habits of the user;
+- `[durable]` technical findings, project knowledge and configuration valid for months;
+- `[ephemeral]` task state and decisions that may change within weeks;
+- `[correction]` a fact that replaces something long-term memory says.
+
+Where facts conflict, keep the latest. Merge duplicates. If space is short, corrections and preferences first.
+
+Answer with one fact per line, written as `- [mark] fact`, and nothing else. Answer `(nothing)` if nothing \
+qualifies.";
+
+/// The tool result given to a model that calls a tool while archiving.
+const ARCHIVE_TOOL_REFUSAL: &str =
+    "No tools run while archiving. Use only the conversation given and answer with the checkpoint text now.";
+
+/// The system message of the archive request: the model's role and the current long-term memory, as data.
+fn archive_system_prompt(current_memory: &str) -> String {
+    let memory = if current_memory.trim().is_empty() {
+        "(empty)"
+    } else {
+        current_memory.trim()
+    };
+    format!(
+        "You archive conversations of an AI assistant into its history log. Answer with text only; no tools are \
+         available.\n\n## Long-term memory (data, for reference; kept by the Dream job, not by you)\n{memory}"
+    )
+}
 
 /// Counts the tokens of a text (the agent core passes its tokenizer; the default is a byte heuristic).
 pub type TokenCounter = Arc<dyn Fn(&str) -> usize + Send + Sync>;
@@ -131,16 +167,14 @@ pub enum ConsolidationOutcome {
     NothingToDo,
     /// Another consolidation of this session is running (background runs skip instead of waiting).
     Busy,
-    /// The model summarised `range` through `save_memory`.
+    /// The model archived `range` with a text answer.
     Summarised {
         /// The messages consolidated (indices into the session).
         range: Range<usize>,
-        /// The history entry written.
-        entry: HistoryEntry,
-        /// Whether `MEMORY.md` changed.
-        memory_updated: bool,
+        /// The history entry written; `None` when the model answered [`NOTHING_TO_KEEP`].
+        entry: Option<HistoryEntry>,
     },
-    /// The model did not call `save_memory` (or kept failing): `range` was archived verbatim instead.
+    /// The model gave no usable answer (or kept failing): `range` was archived verbatim instead.
     RawArchived {
         /// The messages archived.
         range: Range<usize>,
@@ -173,20 +207,22 @@ impl ConsolidationOutcome {
     /// The history entry written, if any.
     pub fn entry(&self) -> Option<&HistoryEntry> {
         match self {
-            Self::Summarised { entry, .. } | Self::RawArchived { entry, .. } => Some(entry),
+            Self::Summarised { entry, .. } => entry.as_ref(),
+            Self::RawArchived { entry, .. } => Some(entry),
             _ => None,
         }
     }
 }
 
-/// Moves the oldest safe slice of a session into memory: the model summarises it through a `save_memory` tool
-/// call (`history_entry` → `history.jsonl`, `memory_update` → `MEMORY.md`), then the session's
-/// `last_consolidated` pointer moves past it. The session file itself is never shortened.
+/// Moves the oldest safe slice of a session into memory, by 0.3.5's protocol: the conversation followed by an
+/// archive prompt ([`ARCHIVE_PROMPT`]); the model's text answer is appended to `history.jsonl` (nothing for
+/// [`NOTHING_TO_KEEP`]), then the session's `last_consolidated` pointer moves past the slice. `MEMORY.md` is never
+/// written here: only Dream edits it. The session file itself is never shortened.
 ///
 /// A slice always ends at a safe cut: never between a tool call and its result (it prefers the start of a user
 /// turn). One consolidation per session runs at a time; [`Consolidator::spawn_if_needed`] runs in the
 /// background and skips a session that is already being consolidated. When the model answers without calling
-/// the tool, or its calls keep failing ([`ConsolidationSettings::max_failures`]), the slice is archived raw
+/// text, or its calls keep failing ([`ConsolidationSettings::max_failures`]), the slice is archived raw
 /// (`[RAW] n messages` + the formatted conversation) so nothing is lost.
 ///
 /// Cheap to clone; clones share the per-session locks.
@@ -423,33 +459,25 @@ impl Consolidator {
 
         let (outcome, entry) = match outcome {
             None => (ConsolidationOutcome::NothingToDo, None),
-            Some(Summary::Saved {
-                history_entry,
-                memory_update,
-            }) => {
+            Some(Summary::Saved { history_entry }) => {
                 let store = self.inner.store.clone();
                 let k = key.clone();
-                let (entry, memory_updated) = blocking(move || {
-                    let memory_updated = match memory_update {
-                        Some(m) if m.trim() != current_memory.trim() => {
-                            store.write_memory(&m)?;
-                            true
-                        }
-                        _ => false,
-                    };
-                    let entry = store.append_history(&history_entry, Some(&k))?;
-                    Ok((entry, memory_updated))
-                })
-                .await?;
+                let entry = blocking(move || store.append_history(&history_entry, Some(&k))).await?;
                 (
                     ConsolidationOutcome::Summarised {
                         range: range.clone(),
-                        entry: entry.clone(),
-                        memory_updated,
+                        entry: Some(entry.clone()),
                     },
                     Some(entry),
                 )
             }
+            Some(Summary::Nothing) => (
+                ConsolidationOutcome::Summarised {
+                    range: range.clone(),
+                    entry: None,
+                },
+                None,
+            ),
             Some(Summary::Raw { reason }) => {
                 let text = format!("[RAW] {} messages\n{}", slice.len(), lines.join("\n"));
                 let store = self.inner.store.clone();
@@ -522,8 +550,12 @@ impl Consolidator {
         Ok(outcome)
     }
 
-    /// Asks the model for a `save_memory` call. A model error is returned (the slice stays for the next run)
-    /// until the session has failed `max_failures` times in a row; then the slice is archived raw.
+    /// Asks the model for an archive of the slice as plain text (0.3.5's protocol: a prompt after the
+    /// conversation, the text answer is the history entry, `(nothing)` means nothing worth keeping). No tools
+    /// are offered; a model that calls one anyway is told so and asked once more. A model error is returned
+    /// (the slice stays for the next run) until the session has failed `max_failures` times in a row; then the
+    /// slice is archived raw, as it is when the answer is empty, cut off by the length limit or still a tool
+    /// call.
     async fn summarise(
         &self,
         key: &str,
@@ -531,65 +563,64 @@ impl Consolidator {
         current_memory: &str,
         range: &Range<usize>,
     ) -> Result<Summary> {
-        let prompt = format!(
-            "Process this conversation and call the save_memory tool with your consolidation.\n\n\
-             ## Current Long-term Memory\n{}\n\n## Conversation to Process\n{}",
-            if current_memory.trim().is_empty() {
-                "(empty)"
-            } else {
-                current_memory
-            },
-            lines.join("\n")
-        );
-        let mut request = ChatRequest::new(
-            self.inner.settings.model.clone(),
-            vec![
-                ChatMessage::system(
-                    "You are a memory consolidation agent. Call the save_memory tool with your consolidation of \
-                     the conversation.",
-                ),
-                ChatMessage::user(prompt),
-            ],
-        )
-        .with_tools(vec![save_memory_spec()]);
-        request.max_tokens = self.inner.settings.max_tokens;
-        let response = match self.inner.provider.chat(request).await {
-            Ok(r) => {
-                self.failures(key, |n| *n = 0);
-                r
-            }
-            Err(e) => return self.on_model_error(key, e, range),
-        };
-        let call = response
-            .tool_calls
-            .iter()
-            .find(|c| c.name == SAVE_MEMORY_TOOL && c.arguments_error.is_none());
-        let Some(call) = call else {
-            let reason = if response.tool_calls.is_empty() {
-                "the model did not call save_memory".to_owned()
-            } else {
-                "the model's save_memory call was unusable".to_owned()
+        let mut messages = vec![
+            ChatMessage::system(archive_system_prompt(current_memory)),
+            ChatMessage::user(format!(
+                "## Conversation to archive ({} messages)\n{}\n\n{ARCHIVE_PROMPT}",
+                range.len(),
+                lines.join("\n")
+            )),
+        ];
+        for attempt in 0..2 {
+            let mut request = ChatRequest::new(self.inner.settings.model.clone(), messages.clone());
+            request.max_tokens = self.inner.settings.max_tokens;
+            let response = match self.inner.provider.chat(request).await {
+                Ok(r) => {
+                    self.failures(key, |n| *n = 0);
+                    r
+                }
+                Err(e) => return self.on_model_error(key, e, range),
             };
-            return Ok(Summary::Raw { reason });
-        };
-        let history_entry = call
-            .arguments
-            .get("history_entry")
-            .map(text_of)
-            .unwrap_or_default();
-        let memory_update = call
-            .arguments
-            .get("memory_update")
-            .map(text_of)
-            .filter(|m| !m.trim().is_empty());
-        if history_entry.trim().is_empty() {
-            return Ok(Summary::Raw {
-                reason: "save_memory came without a history_entry".to_owned(),
+            if response.has_tool_calls() {
+                if attempt == 0 {
+                    tracing::info!(session = %key, calls = response.tool_calls.len(), "memory archive answered with tool calls; asking for the text");
+                    messages.push(ChatMessage::assistant_tool_calls(
+                        response.content.clone(),
+                        response.tool_calls.clone(),
+                    ));
+                    for call in &response.tool_calls {
+                        messages.push(ChatMessage::tool_result(
+                            &call.id,
+                            &call.name,
+                            ARCHIVE_TOOL_REFUSAL,
+                        ));
+                    }
+                    continue;
+                }
+                return Ok(Summary::Raw {
+                    reason: "the model answered the archive prompt with tool calls".to_owned(),
+                });
+            }
+            if response.finish_reason == FinishReason::Length {
+                return Ok(Summary::Raw {
+                    reason: "the archive answer was cut off by the output-token limit".to_owned(),
+                });
+            }
+            let text = response.content.as_deref().map(str::trim).unwrap_or_default();
+            if text.is_empty() {
+                return Ok(Summary::Raw {
+                    reason: "the model gave no archive text".to_owned(),
+                });
+            }
+            if text == NOTHING_TO_KEEP {
+                return Ok(Summary::Nothing);
+            }
+            return Ok(Summary::Saved {
+                history_entry: text.to_owned(),
             });
         }
-        Ok(Summary::Saved {
-            history_entry: history_entry.trim().to_owned(),
-            memory_update,
+        Ok(Summary::Raw {
+            reason: "the model answered the archive prompt with tool calls".to_owned(),
         })
     }
 
@@ -619,43 +650,12 @@ impl Consolidator {
 enum Summary {
     Saved {
         history_entry: String,
-        memory_update: Option<String>,
     },
+    /// The model found nothing worth keeping.
+    Nothing,
     Raw {
         reason: String,
     },
-}
-
-fn text_of(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
-}
-
-/// The `save_memory` tool as the consolidation model sees it (same arguments as the Python nanobot).
-pub fn save_memory_spec() -> ToolSpec {
-    ToolSpec {
-        name: SAVE_MEMORY_TOOL.to_owned(),
-        description: "Save the memory consolidation result to persistent storage.".to_owned(),
-        parameters: json!({
-            "type": "object",
-            "properties": {
-                "history_entry": {
-                    "type": "string",
-                    "description": "A paragraph (2-5 sentences) summarizing the key events/decisions/topics. \
-                                    Start with [YYYY-MM-DD HH:MM]. Include detail useful for searching later."
-                },
-                "memory_update": {
-                    "type": "string",
-                    "description": "Full updated long-term memory as markdown. Include all existing facts plus \
-                                    new ones. Return unchanged if nothing new."
-                }
-            },
-            "required": ["history_entry", "memory_update"]
-        }),
-    }
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
@@ -750,7 +750,7 @@ pub(crate) fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn msg(v: Value) -> SessionMessage {
         SessionMessage::from_map(v.as_object().cloned().unwrap())

@@ -2,8 +2,8 @@
 //!
 //! **Owns:** the memory files of a workspace ([`MemoryStore`]: `memory/MEMORY.md`, the append-only
 //! `memory/history.jsonl` with unique increasing cursors, `memory/.dream_cursor`, migration of the legacy
-//! `memory/HISTORY.md`), consolidation of long sessions into memory through the model's `save_memory` tool call
-//! ([`Consolidator`]), Dream, the periodic curator that edits `MEMORY.md` / `SOUL.md` / `USER.md` / `skills/`
+//! `memory/HISTORY.md`), consolidation of long sessions into memory by 0.3.5's archive prompt (the model's text answer goes
+//! to `history.jsonl`; [`Consolidator`]), Dream, the periodic curator that edits `MEMORY.md` / `SOUL.md` / `USER.md` / `skills/`
 //! with restricted file tools and keeps an undo log ([`Dream`], [`DreamRecord`]), and the `memory_search` tool
 //! over an embedded SQLite FTS5 index ([`SearchIndex`], [`MemorySearchTool`]). [`Memory`] bundles them for the
 //! agent core.
@@ -59,8 +59,8 @@ use nanobot_sessions::SessionStore;
 use nanobot_types::Provider;
 
 pub use consolidate::{
-    Budget, ConsolidationOutcome, ConsolidationSettings, Consolidator, SAVE_MEMORY_TOOL, TokenCounter,
-    save_memory_spec,
+    ARCHIVE_PROMPT, Budget, ConsolidationOutcome, ConsolidationSettings, Consolidator, NOTHING_TO_KEEP,
+    TokenCounter,
 };
 pub use dream::{
     DREAM_FILES, DREAM_RECORDS_DIR, DREAM_SKILLS_DIR, Dream, DreamOutcome, DreamRecord, DreamSettings,

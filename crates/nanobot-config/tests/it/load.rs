@@ -1,6 +1,6 @@
 //! Loading files: the fixture, snake_case, migrations, unknown keys, a missing file.
 
-use nanobot_config::{Config, WarningKind, load};
+use nanobot_config::{Config, ConfigError, WarningKind, load};
 
 use crate::{env, fixture_path, fixture_value, write_config};
 
@@ -80,14 +80,40 @@ fn old_restrict_to_workspace_is_migrated_and_reported() {
 }
 
 #[test]
-fn unknown_keys_warn_by_name_and_do_not_fail() {
+fn an_unknown_top_level_key_is_an_error_naming_it_and_the_file() {
+    // As in nanobot 0.3.5 ("Unknown setting."): its root model forbids extra keys.
+    let (_dir, path) = write_config(r#"{"agents": {"defaults": {"model": "m"}}, "brandNewSection": {}}"#);
+    let err = load(&path, &env(&[])).unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::UnknownSetting { key, .. } if key == "brandNewSection"),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("`brandNewSection`"), "{text}");
+    assert!(text.contains(&path.display().to_string()), "{text}");
+    // Both spellings 0.3.5 accepts for the presets are settings; a variable naming an unknown top-level key
+    // is ignored there, so it is only a warning here.
+    let (_dir, path) = write_config(r#"{"model_presets": {}}"#);
+    load(&path, &env(&[])).unwrap();
+    let loaded = load(&path, &env(&[("NANOBOT_BRANDNEW", "1")])).unwrap();
+    assert!(
+        loaded
+            .warnings
+            .iter()
+            .any(|w| w.kind == WarningKind::UnknownKey && w.field == "brandnew"),
+        "{:?}",
+        loaded.warnings
+    );
+}
+
+#[test]
+fn unknown_nested_keys_warn_by_name_and_do_not_fail() {
     let (_dir, path) = write_config(
         r#"{
           "agents": {"defaults": {"model": "m", "fancyNewOption": 3}},
           "channels": {"sendProgres": true, "telegram": {"tokn": "x"}, "myPlugin": {"enabled": true}},
           "providers": {"bedrock": {"region": "eu-west-1", "profile": "p", "oddity": 1}},
-          "tools": {"mcpServers": {"fs": {"command": "x", "autoApprove": []}}},
-          "brandNewSection": {}
+          "tools": {"mcpServers": {"fs": {"command": "x", "autoApprove": []}}}
         }"#,
     );
     let loaded = load(&path, &env(&[])).unwrap();
@@ -102,7 +128,6 @@ fn unknown_keys_warn_by_name_and_do_not_fail() {
         unknown,
         [
             "agents.defaults.fancyNewOption",
-            "brandNewSection",
             "channels.sendProgres",
             "channels.telegram.tokn",
             "providers.bedrock.oddity",
@@ -112,10 +137,11 @@ fn unknown_keys_warn_by_name_and_do_not_fail() {
     let w = loaded
         .warnings
         .iter()
-        .find(|w| w.field == "brandNewSection")
+        .find(|w| w.field == "channels.sendProgres")
         .unwrap();
     assert!(
-        w.to_string().contains("unknown config key `brandNewSection`"),
+        w.to_string()
+            .contains("unknown config key `channels.sendProgres`"),
         "{w}"
     );
     assert_eq!(loaded.config.agents.defaults.model, "m");

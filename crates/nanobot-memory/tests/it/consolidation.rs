@@ -3,67 +3,56 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use nanobot_memory::{ConsolidationOutcome, SAVE_MEMORY_TOOL};
-use nanobot_providers::{ChatRequest, ChatResponse, EventStream, Provider, ProviderError, ToolCall};
+use nanobot_memory::{ConsolidationOutcome, NOTHING_TO_KEEP};
+use nanobot_providers::{ChatRequest, ChatResponse, EventStream, Provider, ProviderError};
 use nanobot_testkit::{MockLlm, MockReply};
 use serde_json::json;
 use tokio::sync::{Notify, Semaphore};
 
 use crate::support::{env, fill, provider};
 
-fn save_memory(entry: &str, memory: &str) -> MockReply {
-    MockReply::tool_call(
-        SAVE_MEMORY_TOOL,
-        json!({"history_entry": entry, "memory_update": memory}),
-    )
-}
-
 #[tokio::test]
-async fn consolidation_moves_the_pointer_and_writes_both_files() {
+async fn consolidation_archives_the_text_answer_and_never_touches_memory_md() {
     let env = env();
     let mock = MockLlm::start().await;
-    mock.push(save_memory(
-        "[2026-01-01 10:00] The user told me their cat is called Miso.",
-        "# Memory\n- The user's cat is Miso.\n",
-    ));
+    mock.push(MockReply::text("- [permanent] The user's cat is called Miso."));
     fill(&env, "telegram:42", 5).await; // 20 messages
+    std::fs::create_dir_all(env.store.dir()).unwrap();
+    env.store
+        .write_memory("# Memory\n- The user lives in Porto.\n")
+        .unwrap();
     let c = env.consolidator(provider(&mock), 10);
 
     let outcomes = c.spawn_if_needed("telegram:42").await.unwrap().unwrap();
-    let ConsolidationOutcome::Summarised {
-        range,
-        entry,
-        memory_updated,
-    } = &outcomes[0]
-    else {
+    let ConsolidationOutcome::Summarised { range, entry } = &outcomes[0] else {
         panic!("{outcomes:?}")
     };
     // window 10 keeps 5 → the cut is the next user turn at 16, never between a call and its result.
     assert_eq!(*range, 0..16);
-    assert!(memory_updated);
+    let entry = entry.as_ref().unwrap();
     assert_eq!(entry.cursor, 1);
     assert_eq!(entry.session_key.as_deref(), Some("telegram:42"));
+    assert_eq!(entry.content, "- [permanent] The user's cat is called Miso.");
     assert_eq!(outcomes.len(), 1, "within budget after one round");
 
     let session = env.sessions.session("telegram:42").await.unwrap();
     assert_eq!(session.last_consolidated, 16);
     assert_eq!(
         env.store.read_memory().unwrap(),
-        "# Memory\n- The user's cat is Miso.\n"
+        "# Memory\n- The user lives in Porto.\n",
+        "only Dream edits MEMORY.md"
     );
     let history = env.store.read_history_after(0).unwrap();
     assert_eq!(history.len(), 1);
-    assert!(history[0].content.contains("Miso"));
 
-    // What the model saw: the save_memory tool, the current memory and the formatted conversation.
+    // What the model saw: no tools, the memory as data, the conversation, then the archive prompt.
     let req = &mock.completion_requests()[0];
-    assert_eq!(req.tool_names(), vec![SAVE_MEMORY_TOOL.to_string()]);
+    assert!(req.tool_names().is_empty(), "{:?}", req.tool_names());
+    let system = req.system_text().unwrap_or_default();
+    assert!(system.contains("The user lives in Porto."), "{system}");
     let prompt = req.last_user_text().unwrap();
-    assert!(
-        prompt.contains("## Current Long-term Memory\n(empty)"),
-        "{prompt}"
-    );
     assert!(prompt.contains("USER: turn 0: my cat is called Miso"), "{prompt}");
+    assert!(prompt.ends_with(nanobot_memory::ARCHIVE_PROMPT), "{prompt}");
     assert!(prompt.contains("ASSISTANT [tools: exec]"), "{prompt}");
     assert!(
         !prompt.contains("turn 4"),
@@ -77,10 +66,10 @@ async fn consolidation_moves_the_pointer_and_writes_both_files() {
 }
 
 #[tokio::test]
-async fn a_model_that_skips_the_tool_still_archives() {
+async fn an_empty_answer_archives_raw() {
     let env = env();
     let mock = MockLlm::start().await;
-    mock.push(MockReply::text("Sure, I will remember that."));
+    mock.push(MockReply::text("   "));
     fill(&env, "cli:direct", 5).await;
     std::fs::create_dir_all(env.store.dir()).unwrap();
     env.store.write_memory("# Memory\n- old fact\n").unwrap();
@@ -91,7 +80,7 @@ async fn a_model_that_skips_the_tool_still_archives() {
         panic!("{outcome:?}")
     };
     assert_eq!(range, 0..16);
-    assert!(reason.contains("did not call save_memory"), "{reason}");
+    assert!(reason.contains("no archive text"), "{reason}");
     assert!(
         entry.content.starts_with("[RAW] 16 messages\n"),
         "{}",
@@ -152,10 +141,7 @@ async fn failing_model_keeps_the_slice_then_archives_it_raw() {
 async fn reset_and_archive_saves_the_whole_session() {
     let env = env();
     let mock = MockLlm::start().await;
-    mock.push(save_memory(
-        "[2026-01-01 10:00] Talked about Miso.",
-        "- cat: Miso\n",
-    ));
+    mock.push(MockReply::text("[2026-01-01 10:00] Talked about Miso."));
     fill(&env, "cli:direct", 2).await;
     let c = env.consolidator(provider(&mock), 100);
 
@@ -177,21 +163,64 @@ async fn reset_and_archive_saves_the_whole_session() {
 async fn compact_consolidates_up_to_the_latest_turn() {
     let env = env();
     let mock = MockLlm::start().await;
-    mock.push(save_memory("[2026-01-01 10:00] Compacted.", ""));
+    mock.push(MockReply::text(NOTHING_TO_KEEP));
     fill(&env, "cli:direct", 3).await;
     let c = env.consolidator(provider(&mock), 100);
     let outcome = c.compact("cli:direct").await.unwrap();
-    let ConsolidationOutcome::Summarised {
-        range,
-        memory_updated,
-        ..
-    } = outcome
-    else {
+    let ConsolidationOutcome::Summarised { range, entry } = outcome else {
         panic!("{outcome:?}")
     };
     assert_eq!(range, 0..8);
-    assert!(!memory_updated, "an empty memory_update never wipes MEMORY.md");
+    assert!(entry.is_none(), "(nothing) writes no history entry");
+    assert!(env.store.read_history_after(0).unwrap().is_empty());
+    assert_eq!(
+        env.sessions
+            .session("cli:direct")
+            .await
+            .unwrap()
+            .last_consolidated,
+        8,
+        "the slice is done all the same"
+    );
     assert!(!env.store.memory_path().exists());
+}
+
+#[tokio::test]
+async fn a_tool_call_is_refused_once_then_the_text_is_taken() {
+    let env = env();
+    let mock = MockLlm::start().await;
+    // A model trained on the old protocol calls save_memory; it gets no tool and is asked again.
+    mock.push(MockReply::tool_call(
+        "save_memory",
+        json!({"history_entry": "x", "memory_update": "wiped"}),
+    ));
+    mock.push(MockReply::text("- [durable] The project builds with cargo."));
+    fill(&env, "cli:direct", 5).await;
+    let c = env.consolidator(provider(&mock), 10);
+    let outcome = c.consolidate("cli:direct").await.unwrap();
+    assert_eq!(
+        outcome.entry().unwrap().content,
+        "- [durable] The project builds with cargo."
+    );
+    assert!(
+        !env.store.memory_path().exists(),
+        "a tool call never writes MEMORY.md"
+    );
+    let requests = mock.completion_requests();
+    assert_eq!(requests.len(), 2);
+    let second = serde_json::to_string(&requests[1].body).unwrap();
+    assert!(second.contains("No tools run while archiving"), "{second}");
+
+    // Tool calls twice in a row: archived raw, nothing lost.
+    mock.push(MockReply::tool_call("save_memory", json!({})));
+    mock.push(MockReply::tool_call("save_memory", json!({})));
+    fill(&env, "cli:other", 5).await;
+    let outcome = c.consolidate("cli:other").await.unwrap();
+    let ConsolidationOutcome::RawArchived { reason, entry, .. } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(reason.contains("tool calls"), "{reason}");
+    assert!(entry.content.starts_with("[RAW] "), "{}", entry.content);
 }
 
 /// A provider that answers only when told to, to hold a consolidation in flight.
@@ -215,11 +244,7 @@ impl Provider for Gated {
         self.entered.notify_one();
         self.gate.acquire().await.unwrap().forget();
         Ok(ChatResponse {
-            tool_calls: vec![ToolCall::new(
-                "c1",
-                SAVE_MEMORY_TOOL,
-                json!({"history_entry": "[2026-01-01 10:00] gated", "memory_update": ""}),
-            )],
+            content: Some("- [ephemeral] gated".to_owned()),
             ..ChatResponse::default()
         })
     }

@@ -17,10 +17,7 @@ async fn open_migrates_and_wires_consolidation_into_search() {
     )
     .unwrap();
     let mock = MockLlm::start().await;
-    mock.push(MockReply::tool_call(
-        nanobot_memory::SAVE_MEMORY_TOOL,
-        json!({"history_entry": "[2026-01-01 10:00] Discussed the cat Miso.", "memory_update": "- cat: Miso\n"}),
-    ));
+    mock.push(MockReply::text("- [durable] The user's cat is called Miso."));
     let memory = Memory::open(
         env.ws.path(),
         env.sessions.clone(),

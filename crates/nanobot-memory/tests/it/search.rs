@@ -1,6 +1,6 @@
 //! memory_search: finds old facts after consolidation, and in session messages.
 
-use nanobot_memory::{MemorySearchTool, SAVE_MEMORY_TOOL, SearchIndex};
+use nanobot_memory::{MemorySearchTool, SearchIndex};
 use nanobot_sessions::SessionMessage;
 use nanobot_testkit::{MockLlm, MockReply};
 use nanobot_tools::{Tool, ToolContext, ToolRegistry};
@@ -13,10 +13,8 @@ use crate::support::{env, fill, provider};
 async fn fts_finds_an_old_fact_after_consolidation() {
     let env = env();
     let mock = MockLlm::start().await;
-    mock.push(MockReply::tool_call(
-        SAVE_MEMORY_TOOL,
-        json!({"history_entry": "[2026-01-01 10:00] The user's tabby cat is named Miso and hates baths.",
-               "memory_update": "- cat: Miso\n"}),
+    mock.push(MockReply::text(
+        "- [permanent] The user's tabby cat is named Miso and hates baths.",
     ));
     fill(&env, "telegram:42", 5).await;
     let c = env.consolidator(provider(&mock), 10);

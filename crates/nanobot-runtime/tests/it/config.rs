@@ -93,20 +93,32 @@ async fn memory_is_wired_compact_summarises_and_memory_reaches_the_prompt() {
     }
     mock.clear_fallback();
     mock.when(
-        |r| r.tool_names().iter().any(|t| t == "save_memory"),
-        MockReply::tool_call(
-            "save_memory",
-            json!({"history_entry": "[2026-01-01 10:00] User talked about the dog Rex.",
-                   "memory_update": "# Memory\n- The user's dog is called Rex."}),
-        ),
+        |r| {
+            r.last_user_text()
+                .is_some_and(|t| t.ends_with(nanobot_memory::ARCHIVE_PROMPT))
+        },
+        MockReply::text("- [permanent] The user's dog is called Rex."),
     );
     let out = agent.process_direct("/compact", "cli:mem").await.unwrap();
     assert!(out.starts_with("Compacted"), "{out}");
-    let memory = std::fs::read_to_string(home.workspace().join("memory/MEMORY.md")).unwrap();
-    assert!(memory.contains("Rex"));
+    let history = std::fs::read_to_string(home.workspace().join("memory/history.jsonl")).unwrap();
+    assert!(history.contains("Rex"), "{history}");
+    assert!(
+        !home.workspace().join("memory/MEMORY.md").exists()
+            || !std::fs::read_to_string(home.workspace().join("memory/MEMORY.md"))
+                .unwrap()
+                .contains("Rex"),
+        "only Dream edits MEMORY.md"
+    );
     let session = agent.sessions().session("cli:mem").await.unwrap();
     assert!(session.last_consolidated > 0);
 
+    // Dream (not the archive) moves facts into MEMORY.md; written here as it would.
+    std::fs::write(
+        home.workspace().join("memory/MEMORY.md"),
+        "# Memory\n- The user's dog is called Rex.\n",
+    )
+    .unwrap();
     mock.clear_rules();
     mock.push(MockReply::text("Rex!"));
     agent
