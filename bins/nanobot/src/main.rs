@@ -1,4 +1,4 @@
-//! The `nanobot` binary: parses the command line, starts logging (stderr, or files under `logs/` for the interactive chat) and hands over to
+//! The `nanobot` binary: parses the command line, starts logging (stderr, files under `logs/` for the interactive chat, both for `gateway`/`serve`) and hands over to
 //! [`nanobot_cli`]. `--help` and `--version` are answered by the parser before anything else happens.
 
 use std::process::ExitCode;

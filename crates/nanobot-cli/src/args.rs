@@ -38,12 +38,27 @@ pub struct ConfigArgs {
     pub workspace: Option<PathBuf>,
 }
 
+/// Arguments of `nanobot onboard`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct OnboardArgs {
+    /// Config file and workspace.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Without an API key, a model server found on this machine (llama.cpp, LM Studio, Ollama, vLLM) is written
+    /// into the config without asking (for scripts; on a terminal `onboard` asks).
+    #[arg(long = "use-local", conflicts_with = "skip_local")]
+    pub use_local: bool,
+    /// Do not look for a model server on this machine.
+    #[arg(long = "skip-local")]
+    pub skip_local: bool,
+}
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 #[non_exhaustive]
 pub enum Command {
     /// Write a default config and the workspace templates (or refresh them, keeping your values).
-    Onboard(ConfigArgs),
+    Onboard(OnboardArgs),
     /// Talk to the agent: one message with `-m`, otherwise an interactive chat.
     Agent(AgentArgs),
     /// Show the config, workspace, model, provider keys (never their values), channels and MCP servers.

@@ -101,6 +101,29 @@ pub fn gateway_log_filter(cli: &GatewayCli, env: &CliEnv) -> String {
     }
 }
 
+/// Where `nanobot-gateway`'s log lines go: stderr (colour only on a terminal without `NO_COLOR`) and rotated
+/// files in `<data dir>/logs/`, as `nanobot gateway`.
+pub fn gateway_log_plan(cli: &GatewayCli, env: &CliEnv) -> nanobot_logging::LogPlan {
+    let colour = nanobot_logging::colour(env.stderr_tty, |k| env.vars.get(k).map(String::as_str));
+    service_log_plan(gateway_log_filter(cli, env), colour, env, &cli.args.config)
+}
+
+/// The log plan of a long-running service (`gateway`, `serve`): stderr and the rotated files of the data
+/// directory that `config` selects.
+pub(crate) fn service_log_plan(
+    filter: String,
+    colour: bool,
+    env: &CliEnv,
+    config: &crate::args::ConfigArgs,
+) -> nanobot_logging::LogPlan {
+    nanobot_logging::LogPlan {
+        filter,
+        stderr: true,
+        colour,
+        dir: Some(env.paths(config.config.as_deref()).0.logs_dir()),
+    }
+}
+
 /// Runs the `nanobot-gateway` program: the environment is discovered exactly as for `nanobot` (this crate's
 /// [`CliEnv`]), and running is `nanobot gateway`. Returns the exit code, having printed any error.
 pub fn run_gateway_binary(cli: GatewayCli, env: &CliEnv) -> u8 {

@@ -51,13 +51,13 @@ use std::io::Write;
 
 pub use args::{
     AgentArgs, ChannelLoginArgs, ChannelsAction, Cli, Command, ConfigArgs, CronAction, CronAddArgs,
-    CronConfigArgs, DoctorArgs, EvalArgs, GatewayArgs, McpAction, ServeArgs, WebuiArgs,
+    CronConfigArgs, DoctorArgs, EvalArgs, GatewayArgs, McpAction, OnboardArgs, ServeArgs, WebuiArgs,
 };
 pub use error::{CliError, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE};
 pub use eval::{
     Expect, ExpectationResult, OneOrMany, ScriptedCall, ScriptedResponse, Trace, TraceReport, TraceTurn,
 };
-pub use gateway::{GatewayCli, GatewaySub, gateway_log_filter, run_gateway_binary};
+pub use gateway::{GatewayCli, GatewaySub, gateway_log_filter, gateway_log_plan, run_gateway_binary};
 pub use onboard::{OnboardReport, TEMPLATES, default_config};
 pub use render::MarkdownStream;
 pub use setup::CliEnv;
@@ -79,8 +79,10 @@ pub fn log_filter(cli: &Cli, env: &CliEnv) -> String {
 }
 
 /// Where this command line's log lines go. The interactive chat keeps the screen for the conversation: its
-/// lines go to rotated files in `<data dir>/logs/` (and to stderr too only with `--logs`). Every other command
-/// writes to stderr (stdout carries only answers), coloured only on a terminal without `NO_COLOR`.
+/// lines go to rotated files in `<data dir>/logs/` (and to stderr too only with `--logs`). The long-running
+/// services (`gateway`, `serve`) write to stderr (the terminal, or the service manager's journal) and to the same
+/// rotated files. Every other command writes to stderr only (stdout carries only answers). Colour only on a
+/// terminal without `NO_COLOR`, never in files.
 pub fn log_plan(cli: &Cli, env: &CliEnv) -> nanobot_logging::LogPlan {
     let filter = log_filter(cli, env);
     let colour = nanobot_logging::colour(env.stderr_tty, |k| env.vars.get(k).map(String::as_str));
@@ -91,6 +93,8 @@ pub fn log_plan(cli: &Cli, env: &CliEnv) -> nanobot_logging::LogPlan {
             colour,
             dir: Some(env.paths(a.config.config.as_deref()).0.logs_dir()),
         },
+        Command::Gateway(a) => gateway::service_log_plan(filter, colour, env, &a.config),
+        Command::Serve(a) => gateway::service_log_plan(filter, colour, env, &a.config),
         _ => nanobot_logging::LogPlan {
             filter,
             stderr: true,
@@ -129,6 +133,78 @@ fn write_out(out: &mut dyn Write, text: &str) -> Result<(), CliError> {
         .map_err(|e| CliError::io("write", "stdout", e))
 }
 
+/// `nanobot onboard`: the config and templates, then (without an API key) a model server on this machine,
+/// written into the config on `--use-local` or when the user says yes on a terminal.
+fn onboard_cmd(env: &CliEnv, a: &args::OnboardArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    onboard_with(env, a, out, &local_servers::USUAL)
+}
+
+/// [`onboard_cmd`] probing `candidates` on this machine.
+pub(crate) fn onboard_with(
+    env: &CliEnv,
+    a: &args::OnboardArgs,
+    out: &mut dyn Write,
+    candidates: &[local_servers::Candidate],
+) -> Result<(), CliError> {
+    let report = onboard::onboard(env, &a.config)?;
+    let mut setup = setup::load(env, &a.config, true).ok();
+    let has_key = setup
+        .as_ref()
+        .is_some_and(|s| s.loaded.config.providers.first_with_key().is_some());
+    // Without a key, a model server on this machine is the quickest way to a first chat.
+    let local = if has_key || a.skip_local {
+        Vec::new()
+    } else {
+        local_servers::find(candidates, "127.0.0.1")
+    };
+    let (Some(found), Some(s)) = (local.first(), setup.as_mut()) else {
+        let config = setup.map(|s| s.loaded.config);
+        return write_out(
+            out,
+            &onboard::render_report(&report, config.as_ref(), onboard::LocalOutcome::None),
+        );
+    };
+    let changes = onboard::local_changes(&s.loaded.config, found);
+    let write = if changes.is_empty() {
+        false
+    } else if a.use_local {
+        true
+    } else if env.stdin_tty && env.stdout_tty {
+        write_out(
+            out,
+            &format!(
+                "Found a local model server: {} at {}. Write these settings into {}?\n{}[Y/n] ",
+                found.candidate.server,
+                found.base,
+                report.config_path.display(),
+                onboard::describe_changes(&changes)
+            ),
+        )?;
+        let mut answer = String::new();
+        std::io::stdin()
+            .read_line(&mut answer)
+            .map_err(|e| CliError::io("read", "stdin", e))?;
+        matches!(answer.trim().to_ascii_lowercase().as_str(), "" | "y" | "yes")
+    } else {
+        false
+    };
+    let outcome = if changes.is_empty() {
+        onboard::LocalOutcome::AlreadySet(found)
+    } else if write {
+        onboard::apply_local(&mut s.loaded.config, &changes);
+        s.loaded.save().map_err(|e| CliError::from_config(e, None))?;
+        onboard::LocalOutcome::Written(found, &changes)
+    } else if env.stdin_tty && env.stdout_tty && !a.use_local {
+        onboard::LocalOutcome::Declined(found)
+    } else {
+        onboard::LocalOutcome::Offered(found, &changes)
+    };
+    write_out(
+        out,
+        &onboard::render_report(&report, Some(&s.loaded.config), outcome),
+    )
+}
+
 /// A tokio runtime for the commands that need one (only those: `--help`/`--version` never get here).
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
     tokio::runtime::Builder::new_multi_thread()
@@ -142,23 +218,7 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
 /// directly).
 pub fn run_with(cli: Cli, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliError> {
     match cli.command {
-        Command::Onboard(a) => {
-            let report = onboard::onboard(env, &a)?;
-            let config = setup::load(env, &a, true).ok().map(|s| s.loaded.config);
-            let has_key = config
-                .as_ref()
-                .is_some_and(|c| c.providers.first_with_key().is_some());
-            // Without a key, a model server on this machine is the quickest way to a first chat.
-            let local = if has_key {
-                Vec::new()
-            } else {
-                local_servers::find(&local_servers::USUAL, "127.0.0.1")
-            };
-            write_out(
-                out,
-                &onboard::render_report(&report, config.as_ref(), local.first()),
-            )
-        }
+        Command::Onboard(a) => onboard_cmd(env, &a, out),
         Command::Status(a) => write_out(out, &status::status_text(env, &a)?),
         Command::Doctor(a) => {
             let mut findings = status::doctor(env, &a.config);

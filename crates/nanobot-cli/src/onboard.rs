@@ -1,5 +1,7 @@
 //! `nanobot onboard`: the default config (or a refresh that keeps values and adds new keys) and the
-//! workspace templates. Never asks anything, so it works without a terminal.
+//! workspace templates. Without an API key, a model server found on this machine can be written into the config
+//! ([`local_changes`]): on a terminal after a question, otherwise only with `--use-local`; a value the user set
+//! is never replaced without saying so.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -111,12 +113,119 @@ pub(crate) fn write_templates(workspace: &Path) -> Result<Vec<String>, CliError>
     Ok(written)
 }
 
-/// The text `nanobot onboard` prints; `local` is a model server found on this machine.
-pub(crate) fn render_report(
-    r: &OnboardReport,
-    config: Option<&Config>,
-    local: Option<&crate::local_servers::Found>,
-) -> String {
+/// One value `onboard` writes for a local model server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LocalChange {
+    /// Dotted config key.
+    pub(crate) field: String,
+    /// The value before (`None`: not set).
+    pub(crate) old: Option<String>,
+    /// The value written.
+    pub(crate) new: String,
+    /// The value before is the user's own (not onboard's default), so replacing it is said out loud.
+    pub(crate) replaces_user_value: bool,
+}
+
+/// The values to write so that `config` uses the server `found`: `agents.defaults.provider`, the model it
+/// serves (when it lists one) and the provider block's `apiBase`. Values already equal are left out.
+pub(crate) fn local_changes(config: &Config, found: &crate::local_servers::Found) -> Vec<LocalChange> {
+    let defaults = nanobot_config::AgentDefaults::default();
+    let provider = found.candidate.provider;
+    let d = &config.agents.defaults;
+    let mut changes = Vec::new();
+    let mut push = |field: String, old: Option<&str>, new: &str, default: Option<&str>| {
+        let old = old.filter(|o| !o.trim().is_empty());
+        if old == Some(new) {
+            return;
+        }
+        changes.push(LocalChange {
+            field,
+            old: old.map(str::to_owned),
+            new: new.to_owned(),
+            replaces_user_value: old.is_some() && old != default,
+        });
+    };
+    push(
+        "agents.defaults.provider".to_owned(),
+        Some(&d.provider),
+        provider,
+        Some(&defaults.provider),
+    );
+    if let Some(model) = &found.model {
+        push(
+            "agents.defaults.model".to_owned(),
+            Some(&d.model),
+            model,
+            Some(&defaults.model),
+        );
+    }
+    let base = config.providers.get(provider).and_then(|p| p.api_base.clone());
+    push(
+        format!("providers.{provider}.apiBase"),
+        base.as_deref(),
+        &found.base,
+        None,
+    );
+    changes
+}
+
+/// Writes `changes` (from [`local_changes`]) into `config`.
+pub(crate) fn apply_local(config: &mut Config, changes: &[LocalChange]) {
+    for c in changes {
+        match c.field.as_str() {
+            "agents.defaults.provider" => config.agents.defaults.provider = c.new.clone(),
+            "agents.defaults.model" => config.agents.defaults.model = c.new.clone(),
+            field => {
+                let Some(name) = field
+                    .strip_prefix("providers.")
+                    .and_then(|f| f.strip_suffix(".apiBase"))
+                else {
+                    continue;
+                };
+                if config.providers.get(name).is_none() {
+                    config.providers.insert(name, ProviderConfig::default());
+                }
+                if let Some(p) = config.providers.get_mut(name) {
+                    p.api_base = Some(c.new.clone());
+                }
+            }
+        }
+    }
+}
+
+/// The lines listing `changes`, each replaced user value marked.
+pub(crate) fn describe_changes(changes: &[LocalChange]) -> String {
+    let mut out = String::new();
+    for c in changes {
+        match &c.old {
+            Some(old) if c.replaces_user_value => out.push_str(&format!(
+                "     {}: \"{}\" (your value, replaced) → \"{}\"\n",
+                c.field, old, c.new
+            )),
+            Some(old) => out.push_str(&format!("     {}: \"{}\" → \"{}\"\n", c.field, old, c.new)),
+            None => out.push_str(&format!("     {}: \"{}\"\n", c.field, c.new)),
+        }
+    }
+    out
+}
+
+/// What became of a model server found on this machine.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LocalOutcome<'a> {
+    /// None found (or not looked for).
+    None,
+    /// Found and offered: these settings would be written.
+    Offered(&'a crate::local_servers::Found, &'a [LocalChange]),
+    /// Found, and the user said no.
+    Declined(&'a crate::local_servers::Found),
+    /// Found and written into the config.
+    Written(&'a crate::local_servers::Found, &'a [LocalChange]),
+    /// Found, and the config already uses it.
+    AlreadySet(&'a crate::local_servers::Found),
+}
+
+/// The text `nanobot onboard` prints; `local` is what became of a model server found on this machine.
+pub(crate) fn render_report(r: &OnboardReport, config: Option<&Config>, local: LocalOutcome<'_>) -> String {
     let mut out = String::new();
     if r.created {
         out.push_str(&format!("✓ Created config at {}\n", r.config_path.display()));
@@ -130,13 +239,43 @@ pub(crate) fn render_report(
     for f in &r.written {
         out.push_str(&format!("  created {f}\n"));
     }
-    let has_key = config.is_some_and(|c| c.providers.first_with_key().is_some());
-    out.push_str("\nNext steps:\n");
-    if let (false, Some(found)) = (has_key, local) {
-        out.push_str(&crate::local_servers::offer(found));
-        out.push_str("  Or, for a cloud model:\n");
+    if let LocalOutcome::Written(found, changes) = local {
+        out.push_str(&format!(
+            "✓ Wrote the settings for {} at {} into {}:\n{}",
+            found.candidate.server,
+            found.base,
+            r.config_path.display(),
+            describe_changes(changes)
+        ));
+        if found.model.is_none() {
+            out.push_str("  The server lists no model: set `agents.defaults.model` to one it serves.\n");
+        }
     }
-    if !has_key {
+    let has_key = config.is_some_and(|c| c.providers.first_with_key().is_some());
+    if let LocalOutcome::AlreadySet(found) = local {
+        out.push_str(&format!(
+            "✓ The config already uses {} at {}\n",
+            found.candidate.server, found.base
+        ));
+    }
+    let local_written = matches!(local, LocalOutcome::Written(..) | LocalOutcome::AlreadySet(..));
+    out.push_str("\nNext steps:\n");
+    match local {
+        LocalOutcome::Offered(found, changes) if !has_key => {
+            out.push_str(&crate::local_servers::offer(found));
+            out.push_str(&format!(
+                "  `nanobot onboard --use-local` writes it for you:\n{}",
+                describe_changes(changes)
+            ));
+            out.push_str("  Or, for a cloud model:\n");
+        }
+        LocalOutcome::Declined(found) if !has_key => {
+            out.push_str(&crate::local_servers::offer(found));
+            out.push_str("  Or, for a cloud model:\n");
+        }
+        _ => {}
+    }
+    if !has_key && !local_written {
         let model = config.map_or("anthropic/claude-opus-4-5", |c| c.agents.defaults.model.as_str());
         let which = match nanobot_providers::registry::no_provider_error(model) {
             nanobot_providers::ProviderError::MissingApiKey {
@@ -197,7 +336,7 @@ mod tests {
         std::fs::write(
             &cfg,
             r#"{"agents":{"defaults":{"model":"openai/gpt-4o","max_tokens":1234}},
-               "providers":{"openai":{"apiKey":"${MY_KEY}"}},"myOwnKey":{"x":1}}"#,
+               "providers":{"openai":{"apiKey":"${MY_KEY}"}},"tools":{"myOwnKey":{"x":1}}}"#,
         )
         .unwrap();
         let ws = dir.path().join(".nanobot/workspace");
@@ -216,6 +355,129 @@ mod tests {
         assert!(!text.contains("sk-live"));
         assert!(v["gateway"]["heartbeat"].is_object(), "new keys added");
         assert!(v["providers"]["anthropic"].is_object());
-        assert_eq!(v["myOwnKey"]["x"], 1);
+        assert_eq!(v["tools"]["myOwnKey"]["x"], 1);
+    }
+
+    fn mock_candidate(mock: &nanobot_testkit::MockLlm) -> crate::local_servers::Candidate {
+        crate::local_servers::Candidate {
+            port: mock.addr().port(),
+            server: "llama.cpp",
+            provider: "custom",
+        }
+    }
+
+    fn run_onboard(env: &CliEnv, args: &crate::args::OnboardArgs, mock: &nanobot_testkit::MockLlm) -> String {
+        let mut out = Vec::new();
+        crate::onboard_with(env, args, &mut out, &[mock_candidate(mock)]).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    fn config_json(home: &Path) -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(home.join(".nanobot/config.json")).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_local_server_is_written_with_use_local_and_only_offered_without_it() {
+        let mock = nanobot_testkit::MockLlm::start_background();
+        let base = format!("http://127.0.0.1:{}/v1", mock.addr().port());
+        let dir = tempfile::tempdir().unwrap();
+        let env = CliEnv::for_home(dir.path(), BTreeMap::new());
+
+        // Not a terminal, no flag: offered, nothing written.
+        let text = run_onboard(&env, &crate::args::OnboardArgs::default(), &mock);
+        assert!(text.contains("nanobot onboard --use-local"), "{text}");
+        assert!(
+            text.contains(&format!("providers.custom.apiBase: \"{base}\"")),
+            "{text}"
+        );
+        let v = config_json(dir.path());
+        assert_eq!(v["agents"]["defaults"]["provider"], "auto");
+        assert!(
+            v["providers"]["custom"]["apiBase"].is_null(),
+            "{}",
+            v["providers"]["custom"]
+        );
+
+        // --use-local: written; onboard's own defaults are replaced without fuss.
+        let args = crate::args::OnboardArgs {
+            use_local: true,
+            ..Default::default()
+        };
+        let text = run_onboard(&env, &args, &mock);
+        assert!(text.contains("✓ Wrote the settings for llama.cpp"), "{text}");
+        assert!(!text.contains("your value"), "{text}");
+        assert!(!text.contains("Add an API key"), "{text}");
+        let v = config_json(dir.path());
+        assert_eq!(v["agents"]["defaults"]["provider"], "custom");
+        assert_eq!(v["agents"]["defaults"]["model"], "mock-model");
+        assert_eq!(v["providers"]["custom"]["apiBase"], base.as_str());
+        assert_eq!(v["agents"]["defaults"]["maxTokens"], 8192, "the rest untouched");
+
+        // Run again: nothing to change, and it says the config already uses the server.
+        let text = run_onboard(&env, &args, &mock);
+        assert!(text.contains("already uses llama.cpp"), "{text}");
+    }
+
+    #[test]
+    fn a_users_own_values_are_replaced_only_when_asked_and_then_named() {
+        let mock = nanobot_testkit::MockLlm::start_background();
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join(".nanobot/config.json");
+        std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();
+        std::fs::write(
+            &cfg,
+            r#"{"agents":{"defaults":{"model":"my-favourite","provider":"ollama"}},
+               "providers":{"custom":{"apiBase":"http://10.0.0.5:9000/v1"}}}"#,
+        )
+        .unwrap();
+        let env = CliEnv::for_home(dir.path(), BTreeMap::new());
+        let text = run_onboard(&env, &crate::args::OnboardArgs::default(), &mock);
+        assert!(
+            text.contains("agents.defaults.model: \"my-favourite\" (your value, replaced)"),
+            "{text}"
+        );
+        let v = config_json(dir.path());
+        assert_eq!(
+            v["agents"]["defaults"]["model"], "my-favourite",
+            "not written without --use-local"
+        );
+        assert_eq!(v["providers"]["custom"]["apiBase"], "http://10.0.0.5:9000/v1");
+
+        let args = crate::args::OnboardArgs {
+            use_local: true,
+            ..Default::default()
+        };
+        let text = run_onboard(&env, &args, &mock);
+        for field in [
+            "agents.defaults.model",
+            "agents.defaults.provider",
+            "providers.custom.apiBase",
+        ] {
+            assert!(
+                text.contains(&format!("{field}: ")) && text.contains("(your value, replaced)"),
+                "{field}: {text}"
+            );
+        }
+        assert!(
+            text.contains("\"http://10.0.0.5:9000/v1\" (your value, replaced)"),
+            "{text}"
+        );
+        let v = config_json(dir.path());
+        assert_eq!(v["agents"]["defaults"]["model"], "mock-model");
+        assert_eq!(v["agents"]["defaults"]["provider"], "custom");
+    }
+
+    #[test]
+    fn skip_local_and_a_configured_key_do_not_probe() {
+        let mock = nanobot_testkit::MockLlm::start_background();
+        let dir = tempfile::tempdir().unwrap();
+        let env = CliEnv::for_home(dir.path(), BTreeMap::new());
+        let args = crate::args::OnboardArgs {
+            skip_local: true,
+            ..Default::default()
+        };
+        let text = run_onboard(&env, &args, &mock);
+        assert!(!text.contains("llama.cpp"), "{text}");
+        assert!(mock.requests().is_empty(), "no probe");
     }
 }

@@ -1,8 +1,19 @@
-//! Markdown for the terminal, rendered as it streams: headings, bullets, quotes, rules, fenced code blocks,
-//! tables (aligned columns), links (`text (url)`), `**bold**`, `*italic*` and `` `code` `` become ANSI styles. Output does not depend on how the text was
-//! split into deltas (a line's prefix and a lone `*` wait for the next character when needed).
+//! Markdown for the terminal, rendered as it streams. pulldown-cmark parses (CommonMark, with GFM tables,
+//! strikethrough and task lists); this module only turns its events into ANSI styles: headings, bullets and
+//! numbers, quotes, rules, fenced code blocks, tables with aligned columns, links as `text (url)`, bold, italic,
+//! struck and `code` text.
+//!
+//! Streaming works line by line: a complete line is parsed and printed; a table waits for its last row (to align
+//! the columns); inside a fenced code block text is printed as it comes. A paragraph line that starts with a
+//! letter is printed as it comes up to its first character that could start Markdown (`*`, `_`, `` ` ``, `[`, …),
+//! and the rest when the line is complete. Output does not depend on how the text was split into deltas. A
+//! construct spanning lines (emphasis opened on one line and closed on the next) is shown as written.
+
+use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 
 const RESET: &str = "\x1b[0m";
+/// Style of a line of a fenced code block.
+const CODE_BLOCK: &str = "\x1b[2m";
 
 /// A streaming Markdown → ANSI renderer. With `ansi == false` it passes text through unchanged.
 ///
@@ -20,14 +31,16 @@ const RESET: &str = "\x1b[0m";
 #[derive(Debug, Clone)]
 pub struct MarkdownStream {
     ansi: bool,
+    /// Text not yet handled: the current line, incomplete.
     pending: String,
-    at_line_start: bool,
-    code_block: bool,
-    heading: bool,
-    quote: bool,
-    bold: bool,
-    italic: bool,
-    code: bool,
+    /// Bytes of the current line already printed (code lines and the plain start of paragraph lines).
+    emitted: usize,
+    /// Inside a fenced code block: its fence (the character and how many).
+    fence: Option<(char, usize)>,
+    /// Rows of a table being collected.
+    table: Vec<String>,
+    /// Whether an escape sequence was printed since the last reset at the end.
+    styled: bool,
 }
 
 impl MarkdownStream {
@@ -36,13 +49,10 @@ impl MarkdownStream {
         MarkdownStream {
             ansi,
             pending: String::new(),
-            at_line_start: true,
-            code_block: false,
-            heading: false,
-            quote: false,
-            bold: false,
-            italic: false,
-            code: false,
+            emitted: 0,
+            fence: None,
+            table: Vec::new(),
+            styled: false,
         }
     }
 
@@ -60,7 +70,14 @@ impl MarkdownStream {
             return delta.to_owned();
         }
         self.pending.push_str(delta);
-        self.process(false)
+        let mut out = String::new();
+        while let Some(nl) = self.pending.find('\n') {
+            let line: String = self.pending.drain(..=nl).collect();
+            self.complete_line(&line[..nl], true, &mut out);
+        }
+        self.partial_line(&mut out);
+        self.note_style(&out);
+        out
     }
 
     /// Flushes what is left and resets the styles.
@@ -68,31 +85,171 @@ impl MarkdownStream {
         if !self.ansi {
             return String::new();
         }
-        let mut out = self.process(true);
-        if self.any_style() {
+        let mut out = String::new();
+        let line = std::mem::take(&mut self.pending);
+        if !line.is_empty() {
+            self.complete_line(&line, false, &mut out);
+        }
+        self.flush_table(&mut out);
+        self.note_style(&out);
+        if self.styled {
             out.push_str(RESET);
         }
         *self = MarkdownStream::new(self.ansi);
         out
     }
 
-    fn any_style(&self) -> bool {
-        self.code_block || self.heading || self.quote || self.bold || self.italic || self.code
+    fn note_style(&mut self, out: &str) {
+        self.styled |= out.contains('\x1b');
     }
 
-    fn sgr(&self) -> String {
-        let mut codes: Vec<&str> = Vec::new();
-        if self.code_block {
-            codes.push("2");
+    /// A whole line (without its newline; `newline` says whether one followed).
+    fn complete_line(&mut self, line: &str, newline: bool, out: &mut String) {
+        let eol = if newline { "\n" } else { "" };
+        if let Some(fence) = self.fence {
+            if closes_fence(line, fence) {
+                self.fence = None;
+                self.emitted = 0;
+                return;
+            }
+            if self.emitted == 0 {
+                out.push_str(CODE_BLOCK);
+                out.push_str("  ");
+            }
+            out.push_str(&line[self.emitted.min(line.len())..]);
+            out.push_str(RESET);
+            out.push_str(eol);
+            self.emitted = 0;
+            return;
         }
+        if is_table_row(line) {
+            self.table.push(line.to_owned());
+            return;
+        }
+        self.flush_table(out);
+        if let Some(fence) = opens_fence(line) {
+            self.fence = Some(fence);
+            self.emitted = 0;
+            return;
+        }
+        let rendered = render_line(line);
+        let already = self.emitted.min(line.len());
+        match rendered.strip_prefix(&line[..already]) {
+            Some(rest) => out.push_str(rest),
+            // Not expected (the printed start is plain text): print the whole line again on its own.
+            None => {
+                out.push('\n');
+                out.push_str(&rendered);
+            }
+        }
+        out.push_str(eol);
+        self.emitted = 0;
+    }
+
+    /// Prints what is already certain of the incomplete line in `pending`.
+    fn partial_line(&mut self, out: &mut String) {
+        let line = self.pending.as_str();
+        if let Some(fence) = self.fence {
+            // A line that may still become the closing fence waits.
+            let t = line.trim_start_matches(' ');
+            if t.is_empty() || t.chars().all(|c| c == fence.0) {
+                return;
+            }
+            if self.emitted == 0 {
+                out.push_str(CODE_BLOCK);
+                out.push_str("  ");
+            }
+            out.push_str(&line[self.emitted..]);
+            self.emitted = line.len();
+            return;
+        }
+        if !self.table.is_empty() {
+            let t = line.trim_start();
+            if t.is_empty() || t.starts_with('|') {
+                return;
+            }
+            self.flush_table(out);
+        }
+        let line = self.pending.as_str();
+        if !line.chars().next().is_some_and(char::is_alphabetic) {
+            return;
+        }
+        let safe = line.find(is_markdown_char).unwrap_or(line.len());
+        let safe = line[..safe].trim_end().len();
+        if safe > self.emitted {
+            out.push_str(&line[self.emitted..safe]);
+            self.emitted = safe;
+        }
+    }
+
+    fn flush_table(&mut self, out: &mut String) {
+        if self.table.is_empty() {
+            return;
+        }
+        let rows = std::mem::take(&mut self.table);
+        out.push_str(&render_table(&rows));
+    }
+}
+
+/// Characters that may start or end Markdown inline syntax (a paragraph line is printed early only up to the
+/// first of them).
+fn is_markdown_char(c: char) -> bool {
+    matches!(
+        c,
+        '*' | '_' | '`' | '[' | ']' | '!' | '<' | '>' | '&' | '\\' | '~' | '|' | '$' | '^' | '{' | '}'
+    )
+}
+
+fn is_table_row(line: &str) -> bool {
+    line.trim_start().starts_with('|')
+}
+
+/// ```` ``` ```` or `~~~` (three or more, at most three spaces in): the fence.
+fn opens_fence(line: &str) -> Option<(char, usize)> {
+    let indent = line.len() - line.trim_start_matches(' ').len();
+    if indent > 3 {
+        return None;
+    }
+    let t = &line[indent..];
+    let c = t.chars().next().filter(|c| matches!(c, '`' | '~'))?;
+    let n = t.len() - t.trim_start_matches(c).len();
+    (n >= 3 && !(c == '`' && t[n..].contains('`'))).then_some((c, n))
+}
+
+/// Whether `line` closes a block opened with `fence`.
+fn closes_fence(line: &str, (c, n): (char, usize)) -> bool {
+    let t = line.trim_start_matches(' ');
+    let count = t.len() - t.trim_start_matches(c).len();
+    line.len() - t.len() <= 3 && count >= n && t[count..].trim().is_empty()
+}
+
+/// The ANSI styles in effect.
+#[derive(Debug, Clone, Copy, Default)]
+struct Style {
+    heading: bool,
+    quote: bool,
+    bold: bool,
+    italic: bool,
+    code: bool,
+    link: bool,
+    strike: bool,
+}
+
+impl Style {
+    /// A reset, then the codes of this style.
+    fn sgr(self) -> String {
+        let mut codes: Vec<&str> = Vec::new();
         if self.heading || self.bold {
             codes.push("1");
         }
-        if self.heading {
+        if self.heading || self.link {
             codes.push("4");
         }
         if self.italic || self.quote {
             codes.push("3");
+        }
+        if self.strike {
+            codes.push("9");
         }
         if self.code {
             codes.push("36");
@@ -103,230 +260,207 @@ impl MarkdownStream {
         }
         s
     }
+}
 
-    fn consume(&mut self, n_bytes: usize) {
-        self.pending.drain(..n_bytes);
-    }
-
-    fn process(&mut self, last: bool) -> String {
-        let mut out = String::new();
-        while !self.pending.is_empty() {
-            if self.at_line_start {
-                if !self.line_prefix(last, &mut out) {
-                    break;
-                }
-                continue;
+/// One line (outside code blocks and tables) parsed on its own and styled. Leading spaces are kept as they are
+/// (a nested bullet stays indented, four spaces never make a code block).
+fn render_line(line: &str) -> String {
+    let indent_len = line.len() - line.trim_start_matches(' ').len();
+    let (indent, rest) = line.split_at(indent_len);
+    let mut out = String::from(indent);
+    let mut style = Style::default();
+    let mut lists: Vec<Option<u64>> = Vec::new();
+    let mut links: Vec<(String, usize)> = Vec::new();
+    let options = Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
+    for event in Parser::new_ext(rest, options) {
+        match event {
+            Event::Start(Tag::Heading { .. }) => {
+                style.heading = true;
+                out.push_str(&style.sgr());
             }
-            let Some(c) = self.pending.chars().next() else {
-                break;
-            };
-            if c == '\n' {
-                let styled = self.any_style() && !self.code_block;
-                self.heading = false;
-                self.quote = false;
-                self.bold = false;
-                self.italic = false;
-                self.code = false;
-                if styled {
-                    out.push_str(RESET);
-                }
-                if self.code_block {
-                    out.push_str(RESET);
-                }
-                out.push('\n');
-                self.at_line_start = true;
-                self.consume(1);
-                continue;
+            Event::End(TagEnd::Heading(_)) => {
+                style.heading = false;
+                out.push_str(&style.sgr());
             }
-            if self.code_block {
-                out.push(c);
-                self.consume(c.len_utf8());
-                continue;
+            Event::Start(Tag::BlockQuote(_)) => {
+                out.push_str("\x1b[2m│\x1b[0m ");
+                style.quote = true;
+                out.push_str(&style.sgr());
             }
-            match c {
-                '[' if !self.code => {
-                    let line_end = self.pending.find('\n');
-                    let line = &self.pending[..line_end.unwrap_or(self.pending.len())];
-                    if let Some((text, url, len)) = parse_link(line) {
-                        let (text, url) = (text.to_owned(), url.to_owned());
-                        out.push_str("\x1b[4m");
-                        out.push_str(&text);
-                        out.push_str(&self.sgr());
+            Event::End(TagEnd::BlockQuote(_)) => {
+                style.quote = false;
+                out.push_str(&style.sgr());
+            }
+            Event::Start(Tag::List(start)) => lists.push(start),
+            Event::End(TagEnd::List(_)) => {
+                lists.pop();
+            }
+            Event::Start(Tag::Item) => match lists.last_mut() {
+                Some(Some(n)) => {
+                    out.push_str(&format!("{n}. "));
+                    *n += 1;
+                }
+                _ => out.push_str("• "),
+            },
+            Event::Start(Tag::Strong) | Event::End(TagEnd::Strong) => {
+                style.bold = matches!(event, Event::Start(_));
+                out.push_str(&style.sgr());
+            }
+            Event::Start(Tag::Emphasis) | Event::End(TagEnd::Emphasis) => {
+                style.italic = matches!(event, Event::Start(_));
+                out.push_str(&style.sgr());
+            }
+            Event::Start(Tag::Strikethrough) | Event::End(TagEnd::Strikethrough) => {
+                style.strike = matches!(event, Event::Start(_));
+                out.push_str(&style.sgr());
+            }
+            Event::Start(Tag::Link { dest_url, .. }) => {
+                style.link = true;
+                out.push_str(&style.sgr());
+                links.push((dest_url.into_string(), out.len()));
+            }
+            Event::End(TagEnd::Link) => {
+                style.link = false;
+                out.push_str(&style.sgr());
+                if let Some((url, start)) = links.pop() {
+                    // An autolink (`<https://…>`) shows its address once.
+                    if !url.is_empty() && strip_ansi(&out[start..]) != url {
                         out.push_str(&format!(" ({url})"));
-                        self.consume(len);
-                    } else if line_end.is_none() && !last && may_become_link(line) {
-                        break;
-                    } else {
-                        out.push('[');
-                        self.consume(1);
                     }
-                }
-                '`' => {
-                    self.code = !self.code;
-                    out.push_str(&self.sgr());
-                    self.consume(1);
-                }
-                '*' if !self.code => {
-                    if self.pending.starts_with("**") {
-                        self.bold = !self.bold;
-                        out.push_str(&self.sgr());
-                        self.consume(2);
-                    } else if self.pending.len() == 1 && !last {
-                        break;
-                    } else {
-                        let next = self.pending[1..].chars().next();
-                        let opens = !self.italic && next.is_some_and(|n| !n.is_whitespace());
-                        if opens || self.italic {
-                            self.italic = !self.italic;
-                            out.push_str(&self.sgr());
-                        } else {
-                            out.push('*');
-                        }
-                        self.consume(1);
-                    }
-                }
-                _ => {
-                    out.push(c);
-                    self.consume(c.len_utf8());
                 }
             }
+            Event::Start(Tag::Image { dest_url, .. }) => {
+                out.push_str("[image: ");
+                links.push((dest_url.into_string(), out.len()));
+            }
+            Event::End(TagEnd::Image) => {
+                out.push(']');
+                if let Some((url, _)) = links.pop() {
+                    out.push_str(&format!(" ({url})"));
+                }
+            }
+            Event::Code(text) => {
+                style.code = true;
+                out.push_str(&style.sgr());
+                out.push_str(&text);
+                style.code = false;
+                out.push_str(&style.sgr());
+            }
+            Event::Text(text) | Event::Html(text) | Event::InlineHtml(text) => out.push_str(&text),
+            Event::SoftBreak | Event::HardBreak => out.push(' '),
+            Event::Rule => out.push_str(&format!("\x1b[2m{}{RESET}", "─".repeat(40))),
+            Event::TaskListMarker(done) => out.push_str(if done { "[x] " } else { "[ ] " }),
+            Event::FootnoteReference(label) => out.push_str(&format!("[^{label}]")),
+            _ => {}
         }
-        out
     }
+    out
+}
 
-    /// Handles the start of a line. Returns false when more text is needed to decide.
-    fn line_prefix(&mut self, last: bool, out: &mut String) -> bool {
-        let line_end = self.pending.find('\n');
-        let line = match line_end {
-            Some(i) => &self.pending[..i],
-            None => self.pending.as_str(),
-        };
-        let complete = line_end.is_some() || last;
-        let indent_len = line.len() - line.trim_start_matches(' ').len();
-        let rest = &line[indent_len..];
-        let indent = line[..indent_len].to_owned();
-
-        if !self.code_block && rest.starts_with('|') {
-            // A table: wait for the whole block (up to the first line that is not a row), then align it.
-            let mut end = 0;
-            let mut rows = Vec::new();
-            loop {
-                let rest_text = &self.pending[end..];
-                match rest_text.find('\n') {
-                    Some(i) if rest_text[..i].trim_start().starts_with('|') => {
-                        rows.push(rest_text[..i].to_owned());
-                        end += i + 1;
-                    }
-                    Some(_) => break,
-                    None if last => {
-                        if rest_text.trim_start().starts_with('|') {
-                            rows.push(rest_text.to_owned());
-                            end += rest_text.len();
-                        }
-                        break;
-                    }
-                    None if rest_text.is_empty()
-                        || rest_text.trim_start().starts_with('|')
-                        || rest_text.trim().is_empty() =>
-                    {
-                        return false;
-                    }
-                    None => break,
-                }
-            }
-            out.push_str(&render_table(&rows));
-            self.consume(end);
-            self.at_line_start = true;
-            return true;
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::new();
+    let mut esc = false;
+    for c in s.chars() {
+        match (esc, c) {
+            (false, '\x1b') => esc = true,
+            (true, 'm') => esc = false,
+            (true, _) => {}
+            (false, c) => out.push(c),
         }
-        if self.code_block {
-            if rest.starts_with("```") {
-                if !complete {
-                    return false;
-                }
-                let n = line.len();
-                self.code_block = false;
-                out.push_str(RESET);
-                self.consume(n);
-                // The newline (if any) is handled as a plain line end.
-                self.at_line_start = false;
-                return true;
-            }
-            if !complete && "```".starts_with(rest) {
-                return false;
-            }
-            out.push_str(&self.sgr());
-            out.push_str("  ");
-            self.at_line_start = false;
-            return true;
-        }
-
-        let only_markers = rest.chars().all(|c| {
-            matches!(c, '#' | '-' | '*' | '+' | '>' | '`' | '_' | '.' | ')' | ' ') || c.is_ascii_digit()
-        });
-        if !complete && only_markers && line.len() < 12 {
-            return false;
-        }
-        if rest.starts_with("```") {
-            if !complete {
-                return false;
-            }
-            let n = line.len();
-            self.code_block = true;
-            out.push_str(&self.sgr());
-            self.consume(n);
-            self.at_line_start = false;
-            // Swallow the fence's newline so the block starts on the next line without a blank one.
-            if self.pending.starts_with('\n') {
-                self.consume(1);
-                self.at_line_start = true;
-            }
-            return true;
-        }
-        let trimmed = rest.trim_end();
-        if complete
-            && trimmed.len() >= 3
-            && (trimmed.chars().all(|c| c == '-')
-                || trimmed.chars().all(|c| c == '*')
-                || trimmed.chars().all(|c| c == '_'))
-        {
-            let n = line.len();
-            out.push_str(&format!("\x1b[2m{}{RESET}", "─".repeat(40)));
-            self.consume(n);
-            self.at_line_start = false;
-            return true;
-        }
-        let hashes = rest.len() - rest.trim_start_matches('#').len();
-        if (1..=6).contains(&hashes) && rest[hashes..].starts_with(' ') {
-            self.heading = true;
-            out.push_str(&indent);
-            out.push_str(&self.sgr());
-            self.consume(indent_len + hashes + 1);
-            self.at_line_start = false;
-            return true;
-        }
-        for bullet in ["- ", "* ", "+ "] {
-            if rest.starts_with(bullet) {
-                out.push_str(&indent);
-                out.push_str("• ");
-                self.consume(indent_len + 2);
-                self.at_line_start = false;
-                return true;
-            }
-        }
-        if let Some(q) = rest.strip_prefix('>') {
-            let skip = if q.starts_with(' ') { 2 } else { 1 };
-            self.quote = true;
-            out.push_str(&indent);
-            out.push_str("\x1b[2m│\x1b[0m ");
-            out.push_str(&self.sgr());
-            self.consume(indent_len + skip);
-            self.at_line_start = false;
-            return true;
-        }
-        self.at_line_start = false;
-        true
     }
+    out
+}
+
+/// The cells of a table (rows of plain text, inline Markdown resolved) and whether its first row is a header,
+/// as pulldown-cmark reads it; rows it does not take as a table are split at `|`.
+fn table_cells(rows: &[String]) -> (Vec<Vec<String>>, bool) {
+    let text = rows.join("\n");
+    let mut parsed: Vec<Vec<String>> = Vec::new();
+    let mut header = false;
+    let mut cell: Option<String> = None;
+    let mut links: Vec<String> = Vec::new();
+    for event in Parser::new_ext(&text, Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH) {
+        match event {
+            Event::Start(Tag::TableHead) => {
+                header = true;
+                parsed.push(Vec::new());
+            }
+            Event::Start(Tag::TableRow) => parsed.push(Vec::new()),
+            Event::Start(Tag::TableCell) => cell = Some(String::new()),
+            Event::End(TagEnd::TableCell) => {
+                if let (Some(c), Some(row)) = (cell.take(), parsed.last_mut()) {
+                    row.push(c.trim().to_owned());
+                }
+            }
+            Event::Start(Tag::Link { dest_url, .. }) => links.push(dest_url.into_string()),
+            Event::End(TagEnd::Link) => {
+                if let (Some(url), Some(c)) = (links.pop(), cell.as_mut())
+                    && !url.is_empty()
+                    && *c != url
+                {
+                    c.push_str(&format!(" ({url})"));
+                }
+            }
+            Event::Text(t) | Event::Code(t) | Event::Html(t) | Event::InlineHtml(t) => {
+                if let Some(c) = cell.as_mut() {
+                    c.push_str(&t);
+                }
+            }
+            _ => {}
+        }
+    }
+    if parsed.is_empty() {
+        // Not a table to CommonMark (no delimiter row): the rows as written, split at `|`.
+        let split = rows
+            .iter()
+            .map(|row| {
+                let t = row.trim();
+                let t = t.strip_prefix('|').unwrap_or(t);
+                let t = t.strip_suffix('|').unwrap_or(t);
+                t.split('|').map(|c| c.trim().to_owned()).collect()
+            })
+            .collect();
+        return (split, false);
+    }
+    (parsed, header)
+}
+
+/// A Markdown table with aligned columns: the header bold, a rule under it, `│` between columns.
+fn render_table(rows: &[String]) -> String {
+    let (body, has_header) = table_cells(rows);
+    let columns = body.iter().map(Vec::len).max().unwrap_or(0);
+    let width = |s: &str| unicode_width::UnicodeWidthStr::width(s);
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| {
+            body.iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| width(c))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for (n, row) in body.iter().enumerate() {
+        let header = has_header && n == 0;
+        if header {
+            out.push_str("\x1b[1m");
+        }
+        let line: Vec<String> = (0..columns)
+            .map(|i| {
+                let c = row.get(i).map_or("", String::as_str);
+                format!("{c}{}", " ".repeat(widths[i].saturating_sub(width(c))))
+            })
+            .collect();
+        out.push_str(line.join(" │ ").trim_end());
+        if header {
+            out.push_str(RESET);
+            out.push('\n');
+            let rule: Vec<String> = widths.iter().map(|w| "─".repeat(*w)).collect();
+            out.push_str(&rule.join("─┼─"));
+        }
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]
@@ -372,89 +506,6 @@ mod tests {
     fn plain_mode_passes_text_through() {
         assert_eq!(MarkdownStream::render_all(SAMPLE, false), SAMPLE);
     }
-}
-
-/// `[text](url)` at the start of `line`: the text, the URL and the bytes taken.
-fn parse_link(line: &str) -> Option<(&str, &str, usize)> {
-    let close = line.find("](")?;
-    let text = &line[1..close];
-    if text.contains('[') || text.contains(']') {
-        return None;
-    }
-    let url_start = close + 2;
-    let url_len = line[url_start..].find(')')?;
-    let url = &line[url_start..url_start + url_len];
-    if url.is_empty() || url.contains(char::is_whitespace) {
-        return None;
-    }
-    Some((text, url, url_start + url_len + 1))
-}
-
-/// True while an unfinished line starting with `[` could still turn out to be a link.
-fn may_become_link(line: &str) -> bool {
-    match line.find(']') {
-        None => true,
-        Some(i) => match line[i + 1..].chars().next() {
-            None => true,
-            Some('(') => !line[i + 1..].contains(')'),
-            Some(_) => false,
-        },
-    }
-}
-
-/// The cells of a table row (`| a | b |`).
-fn cells(row: &str) -> Vec<String> {
-    let t = row.trim();
-    let t = t.strip_prefix('|').unwrap_or(t);
-    let t = t.strip_suffix('|').unwrap_or(t);
-    t.split('|')
-        .map(|c| c.trim().replace("**", "").replace('`', ""))
-        .collect()
-}
-
-/// A Markdown table with aligned columns: the header bold, a rule under it, `│` between columns.
-fn render_table(rows: &[String]) -> String {
-    let is_rule = |r: &[String]| {
-        !r.is_empty()
-            && r.iter()
-                .all(|c| !c.is_empty() && c.chars().all(|ch| matches!(ch, '-' | ':' | ' ')))
-    };
-    let parsed: Vec<Vec<String>> = rows.iter().map(|r| cells(r)).collect();
-    let has_header = parsed.get(1).is_some_and(|r| is_rule(r));
-    let body: Vec<&Vec<String>> = parsed.iter().filter(|r| !is_rule(r)).collect();
-    let columns = body.iter().map(|r| r.len()).max().unwrap_or(0);
-    let width = |s: &str| unicode_width::UnicodeWidthStr::width(s);
-    let widths: Vec<usize> = (0..columns)
-        .map(|i| {
-            body.iter()
-                .filter_map(|r| r.get(i))
-                .map(|c| width(c))
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for (n, row) in body.iter().enumerate() {
-        let header = has_header && n == 0;
-        if header {
-            out.push_str("\x1b[1m");
-        }
-        let line: Vec<String> = (0..columns)
-            .map(|i| {
-                let c = row.get(i).map_or("", String::as_str);
-                format!("{c}{}", " ".repeat(widths[i].saturating_sub(width(c))))
-            })
-            .collect();
-        out.push_str(line.join(" │ ").trim_end());
-        if header {
-            out.push_str(RESET);
-            out.push('\n');
-            let rule: Vec<String> = widths.iter().map(|w| "─".repeat(*w)).collect();
-            out.push_str(&rule.join("─┼─"));
-        }
-        out.push('\n');
-    }
-    out
 }
 
 #[cfg(test)]
@@ -510,5 +561,52 @@ mod table_and_link_tests {
         );
         assert!(out.contains("\x1b[4mthe docs"), "{out:?}");
         assert_eq!(MarkdownStream::render_all("[a](b)", false), "[a](b)");
+    }
+
+    #[test]
+    fn plain_paragraph_text_streams_before_the_line_ends() {
+        let mut md = MarkdownStream::new(true);
+        assert_eq!(md.push("Hello wor"), "Hello wor");
+        assert_eq!(
+            md.push("ld, see **th"),
+            "ld, see",
+            "up to the first marker, trailing spaces held back"
+        );
+        let rest = md.push("is** now\n");
+        assert_eq!(plain(&rest), " this now\n");
+        assert!(rest.contains("\x1b[1mthis"), "{rest:?}");
+        // A line that may be a heading, list, quote or table waits for its end.
+        assert_eq!(md.push("# Head"), "");
+        assert_eq!(md.push("- item"), "");
+    }
+
+    #[test]
+    fn commonmark_details_come_from_the_parser() {
+        let text = "3. third\n4. fourth\n- [x] done\n- [ ] todo\nVisit <https://example.org> or \\*not italic\\*.\n\
+                    ~~old~~ new\n~~~\nraw *text*\n~~~\n| a | `b` |\n|---|---|\n| [x](https://x.org) | 2 |\n";
+        let out = MarkdownStream::render_all(text, true);
+        let p = plain(&out);
+        assert!(p.contains("3. third\n4. fourth\n"), "{p}");
+        assert!(p.contains("• [x] done\n• [ ] todo\n"), "{p}");
+        assert!(p.contains("Visit https://example.org or *not italic*."), "{p}");
+        assert!(
+            !p.contains("(https://example.org)"),
+            "an autolink shows its address once: {p}"
+        );
+        assert!(out.contains("\x1b[9mold"), "{out:?}");
+        assert!(p.contains("  raw *text*\n"), "code is verbatim: {p}");
+        assert!(!p.contains("~~~"), "{p}");
+        assert!(p.contains(&format!("a{} │ b\n", " ".repeat(16))), "{p}");
+        assert!(p.contains("x (https://x.org) │ 2"), "{p}");
+        for size in [1, 2, 5] {
+            let mut md = MarkdownStream::new(true);
+            let mut pieces = String::new();
+            let chars: Vec<char> = text.chars().collect();
+            for piece in chars.chunks(size) {
+                pieces.push_str(&md.push(&piece.iter().collect::<String>()));
+            }
+            pieces.push_str(&md.finish());
+            assert_eq!(pieces, out, "chunk size {size}");
+        }
     }
 }

@@ -17,6 +17,9 @@ use crate::error::BoxError;
 pub enum ConsolidationTrigger {
     /// After a turn: consolidate only if the unconsolidated history is over its budget.
     AfterTurn,
+    /// Before a turn: the same rule, awaited, so history the request cannot hold is archived before it is
+    /// left out of the request (a session another process left over its budget, or one-shot runs).
+    BeforeTurn,
     /// `/compact`: consolidate now, keeping only a short recent tail.
     Compact,
 }

@@ -34,7 +34,8 @@ const FINAL_CALL_PROMPT: &str = "You have reached the maximum number of tool cal
 pub fn max_iterations_message(n: usize) -> String {
     format!(
         "I reached the maximum number of tool call iterations ({n}) without completing the task. \
-         You can try breaking the task into smaller steps."
+         You can try breaking the task into smaller steps, or raise agents.defaults.maxToolIterations in \
+         config.json."
     )
 }
 

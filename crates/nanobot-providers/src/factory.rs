@@ -54,6 +54,15 @@ impl fmt::Debug for ResolvedProvider {
     }
 }
 
+/// 0.3.5's runtime variable for the longest silence of a streamed answer, in seconds (at most 3600).
+pub const STREAM_IDLE_TIMEOUT_VAR: &str = "NANOBOT_STREAM_IDLE_TIMEOUT_S";
+
+/// 0.3.5's runtime variable for the request timeout of OpenAI-compatible providers, in seconds: here the longest
+/// wait for the response head.
+pub const OPENAI_COMPAT_TIMEOUT_VAR: &str = "NANOBOT_OPENAI_COMPAT_TIMEOUT_S";
+
+const MAX_STREAM_IDLE_SECS: f64 = 3600.0;
+
 /// Builds providers from the `providers` block, `agents.defaults` and an environment map.
 #[derive(Debug, Clone)]
 pub struct ProviderFactory {
@@ -94,13 +103,17 @@ impl ProviderFactory {
         self
     }
 
-    /// The bounds of calls to `base_url`: [`Timeouts::for_base_url`] with what `agents.defaults.timeouts`
-    /// sets, unless [`ProviderFactory::with_timeouts`] fixed them.
+    /// The bounds of calls to `base_url`: [`Timeouts::for_base_url`], then 0.3.5's runtime variable
+    /// [`STREAM_IDLE_TIMEOUT_VAR`] from the environment map, then what `agents.defaults.timeouts` sets (the more
+    /// specific setting wins), unless [`ProviderFactory::with_timeouts`] fixed them.
     pub fn timeouts_for(&self, base_url: &str) -> Timeouts {
         if let Some(t) = &self.timeouts {
             return t.clone();
         }
         let mut t = Timeouts::for_base_url(base_url);
+        if let Some(idle) = self.env_seconds(STREAM_IDLE_TIMEOUT_VAR, MAX_STREAM_IDLE_SECS) {
+            t.stream_idle = idle;
+        }
         let c = &self.configured;
         let secs = |v: Option<f64>, d: Duration| {
             v.filter(|s| s.is_finite() && *s > 0.0)
@@ -113,6 +126,44 @@ impl ProviderFactory {
         t
     }
 
+    /// [`ProviderFactory::timeouts_for`] for an OpenAI-compatible endpoint: 0.3.5's
+    /// [`OPENAI_COMPAT_TIMEOUT_VAR`] bounds the wait for the response head (unless
+    /// `agents.defaults.timeouts.firstByte` is set).
+    fn timeouts_for_openai_compat(&self, base_url: &str) -> Timeouts {
+        let mut t = self.timeouts_for(base_url);
+        if self.timeouts.is_none()
+            && !self
+                .configured
+                .first_byte
+                .is_some_and(|s| s.is_finite() && s > 0.0)
+            && let Some(request) = self.env_seconds(OPENAI_COMPAT_TIMEOUT_VAR, 604_800.0)
+        {
+            t.request = request;
+        }
+        t
+    }
+
+    /// A positive number of seconds from variable `name` of the environment map, at most `max`; an unusable
+    /// value is ignored with a warning naming the variable (as 0.3.5 does).
+    fn env_seconds(&self, name: &str, max: f64) -> Option<Duration> {
+        let raw = self.env.get(name)?.trim();
+        if raw.is_empty() {
+            return None;
+        }
+        match raw.parse::<f64>() {
+            Ok(v) if v.is_finite() && v > 0.0 => {
+                if v > max {
+                    tracing::warn!("{name}={raw} is more than {max} seconds; {max} is used");
+                }
+                Some(Duration::from_secs_f64(v.min(max)))
+            }
+            _ => {
+                tracing::warn!("{name}={raw:?} is not a positive number of seconds; it is ignored");
+                None
+            }
+        }
+    }
+
     /// Sets the retry policy.
     pub fn with_retry_policy(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
@@ -123,6 +174,30 @@ impl ProviderFactory {
     pub fn with_http_client(mut self, http: reqwest::Client) -> Self {
         self.http = Some(http);
         self
+    }
+
+    /// The endpoint `model` would be sent to (its `apiBase` or the provider's default), without building a
+    /// client; `None` when no provider matches or it has no endpoint.
+    pub fn endpoint_url(&self, model: &str) -> Option<String> {
+        let input = MatchInput {
+            providers: &self.providers,
+            forced: &self.forced,
+            env: &self.env,
+        };
+        let m = match_provider(&input, model)?;
+        let base = m
+            .config
+            .as_ref()
+            .and_then(|c| c.api_base.clone())
+            .filter(|b| !b.trim().is_empty())
+            .unwrap_or_else(|| m.spec.default_api_base.to_owned());
+        (!base.is_empty()).then_some(base)
+    }
+
+    /// Whether `model` is served by a model server on this machine or the LAN ([`crate::is_local_url`] of
+    /// [`ProviderFactory::endpoint_url`]): usually a small model, which gets lower caps.
+    pub fn is_local_model(&self, model: &str) -> bool {
+        self.endpoint_url(model).is_some_and(|u| crate::is_local_url(&u))
     }
 
     /// Matches `model` and works out endpoint, key and wire format. Errors name what to set.
@@ -160,7 +235,11 @@ impl ProviderFactory {
             "openai" | "openai_compat" | "openai-compat" | "chat_completions" => Backend::OpenAiCompat,
             _ => spec.backend,
         };
-        let timeouts = self.timeouts_for(&base);
+        let timeouts = if backend == Backend::OpenAiCompat {
+            self.timeouts_for_openai_compat(&base)
+        } else {
+            self.timeouts_for(&base)
+        };
         let proxy = block.proxy.clone().filter(|p| !p.trim().is_empty());
         let http = match (&self.http, proxy) {
             (Some(h), None) => h.clone(),

@@ -61,7 +61,9 @@ pub use anthropic::{ANTHROPIC_VERSION, AnthropicClient, DEFAULT_MAX_TOKENS};
 pub use capabilities::{Capabilities, StreamWithTools};
 pub use endpoint::Endpoint;
 pub use error::{from_reqwest, parse_retry_after};
-pub use factory::{ProviderFactory, ResolvedProvider, resolve_provider};
+pub use factory::{
+    OPENAI_COMPAT_TIMEOUT_VAR, ProviderFactory, ResolvedProvider, STREAM_IDLE_TIMEOUT_VAR, resolve_provider,
+};
 pub use http::{http_client, http_client_builder, install_ring};
 pub use nanobot_types::{
     BoxError, ChatMessage, ChatRequest, ChatResponse, Content, ContentPart, EventStream, FinishReason,

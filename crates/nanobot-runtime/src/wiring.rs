@@ -54,7 +54,49 @@ pub fn agent_settings(config: &Config, env: &Environment) -> Result<AgentSetting
     s.bot_name = d.bot_name.clone();
     s.unified_session = d.unified_session;
     s.turn_timeout = Duration::from_secs_f64(d.timeouts.turn.clamp(0.001, 604_800.0));
+    if let Some(n) = max_concurrent_requests(env) {
+        s.max_concurrent_sessions = n;
+    }
+    // A model server on this machine or the LAN usually runs a small model at tens of seconds a call: a
+    // confused one would loop for hours under the cloud defaults. Caps left at their defaults are lowered.
+    let defaults = nanobot_config::AgentDefaults::default();
+    let local = nanobot_providers::ProviderFactory::new(&config.providers, d, env.vars.clone())
+        .is_local_model(&d.model);
+    if local {
+        if d.max_tool_iterations == defaults.max_tool_iterations {
+            s.max_tool_iterations = LOCAL_MAX_TOOL_ITERATIONS;
+        }
+        if d.timeouts.turn == defaults.timeouts.turn {
+            s.turn_timeout = LOCAL_TURN_TIMEOUT;
+        }
+    }
     Ok(s)
+}
+
+/// The tool-iteration cap for a model on a local server when `agents.defaults.maxToolIterations` is left at its
+/// default (200).
+pub const LOCAL_MAX_TOOL_ITERATIONS: usize = 30;
+
+/// The turn limit for a model on a local server when `agents.defaults.timeouts.turn` is left at its default
+/// (3600 s).
+pub const LOCAL_TURN_TIMEOUT: Duration = Duration::from_secs(1200);
+
+/// 0.3.5's `NANOBOT_MAX_CONCURRENT_REQUESTS`: how many turns run at once (a positive integer; unset, empty or
+/// ≤ 0 leaves the default; anything else is ignored with a warning naming the variable).
+fn max_concurrent_requests(env: &Environment) -> Option<usize> {
+    let var = nanobot_config::env_vars::NANOBOT_MAX_CONCURRENT_REQUESTS;
+    let raw = env.vars.get(var)?.trim();
+    if raw.is_empty() {
+        return None;
+    }
+    match raw.parse::<i64>() {
+        Ok(n) if n > 0 => Some(usize::try_from(n).unwrap_or(usize::MAX).min(4096)),
+        Ok(_) => None,
+        Err(_) => {
+            tracing::warn!("{var}={raw:?} is not an integer; it is ignored");
+            None
+        }
+    }
 }
 
 /// The `exec` settings `config.tools.exec` asks for in `env` (also what `nanobot doctor` reports on).

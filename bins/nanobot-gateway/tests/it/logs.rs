@@ -8,8 +8,22 @@ use nanobot_testkit::peers::{ChildGuard, free_port, wait_for_http};
 use nanobot_testkit::{MockLlm, TempHome, WireFormat};
 use serde_json::json;
 
-/// Starts the gateway with `vars` (stderr to a file), waits until it is healthy, stops it; returns the file.
-async fn gateway_log(vars: &[(&str, &str)]) -> String {
+/// The text of the rotated log files in `<data dir>/logs/`.
+fn data_dir_logs(home: &TempHome) -> String {
+    let dir = home.nanobot_dir().join("logs");
+    let mut text = String::new();
+    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(nanobot_logging::FILE_PREFIX) {
+            text.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
+        }
+    }
+    text
+}
+
+/// Starts the gateway with `vars` (stderr to a file), waits until it is healthy and (when `want_file`) until
+/// its log file in `<data dir>/logs/` has a line, stops it; returns stderr's file and the log files' text.
+async fn gateway_logs(vars: &[(&str, &str)], want_file: bool) -> (String, String) {
     let home = TempHome::new();
     let mock = MockLlm::start().await;
     let http_port = free_port().unwrap();
@@ -36,8 +50,25 @@ async fn gateway_log(vars: &[(&str, &str)]) -> String {
     )
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", show_log()));
+    if want_file {
+        // The file writer runs on its own thread: wait (bounded) for its first line.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !data_dir_logs(&home).contains(" INFO ") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no INFO line in {}/logs within 30 s; stderr:\n{}",
+                home.nanobot_dir().display(),
+                show_log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     drop(guard);
-    show_log()
+    (show_log(), data_dir_logs(&home))
+}
+
+async fn gateway_log(vars: &[(&str, &str)]) -> String {
+    gateway_logs(vars, false).await.0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -54,4 +85,13 @@ async fn stderr_to_a_file_has_no_colour_and_nanobot_log_is_honoured() {
         !quiet.contains(" INFO ") && !quiet.contains("DEBUG"),
         "NANOBOT_LOG=error wins:\n{quiet}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lines_also_go_to_rotated_files_in_the_data_dir_without_colour() {
+    nanobot_testkit::install_ring();
+    let (stderr, files) = gateway_logs(&[], true).await;
+    assert!(stderr.contains(" INFO "), "stderr keeps the lines:\n{stderr}");
+    assert!(files.contains(" INFO "), "{files}");
+    assert!(!files.contains('\u{1b}'), "ANSI codes in the log file: {files:?}");
 }

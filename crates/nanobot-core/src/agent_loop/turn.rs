@@ -3,6 +3,9 @@
 #[allow(unused_imports)]
 use super::*;
 
+/// Longest wait for the consolidation before a turn.
+const BEFORE_TURN_CONSOLIDATION_BOUND: std::time::Duration = std::time::Duration::from_secs(120);
+
 impl LoopInner {
     pub(super) async fn connect_mcp(&self) {
         let Some(mcp) = &self.mcp else { return };
@@ -12,6 +15,34 @@ impl LoopInner {
             if registered.insert(tool.name().to_owned()) {
                 self.tools.register(tool);
             }
+        }
+    }
+
+    /// Archives what is over the memory budget before the request is assembled (0.3.5 also consolidates
+    /// before it drops history from a request), so old turns are never left out of the request unsaved. A
+    /// consolidation already running for the session is not waited for; the wait is bounded (it then goes on in
+    /// the background as after a turn).
+    async fn consolidate_before_turn(&self, key: &str) {
+        let Some(m) = &self.memory else { return };
+        let bound = BEFORE_TURN_CONSOLIDATION_BOUND.min(self.settings.turn_timeout);
+        let (m, k) = (m.clone(), key.to_owned());
+        // On the tracker, so a slow one is not cut off by the bound (one-shot mode waits for it at exit).
+        let task = self
+            .background
+            .spawn(async move { m.consolidate(&k, ConsolidationTrigger::BeforeTurn).await });
+        match tokio::time::timeout(bound, task).await {
+            Ok(Ok(Ok(_))) => {}
+            Ok(Ok(Err(e))) => {
+                tracing::warn!(session = %key, error = %e, "consolidation before the turn failed")
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(session = %key, error = %e, "consolidation before the turn panicked")
+            }
+            Err(_) => tracing::warn!(
+                session = %key,
+                seconds = bound.as_secs(),
+                "consolidation before the turn did not finish in time; the turn goes on"
+            ),
         }
     }
 
@@ -46,6 +77,7 @@ impl LoopInner {
         opts: TurnOptions,
     ) -> Result<TurnReply, CoreError> {
         self.connect_mcp().await;
+        self.consolidate_before_turn(key).await;
         let history = self.history(key).await?;
         let origin = TurnOrigin {
             channel: channel.to_owned(),

@@ -199,6 +199,10 @@ async fn max_iterations_ends_with_a_final_call_without_tools() {
             && answer.ends_with("Best effort answer."),
         "{answer}"
     );
+    assert!(
+        answer.contains("agents.defaults.maxToolIterations"),
+        "the cap message names the setting to raise: {answer}"
+    );
     // Tool-call text written instead of a summary is not shown as the answer.
     mock.push_all([
         MockReply::tool_call("list_dir", json!({"path": "."})),

@@ -223,3 +223,71 @@ fn config_timeouts_apply_per_locality() {
     assert_eq!(cloud.stream_idle, Duration::from_secs(7));
     assert_eq!(cloud.total, Timeouts::cloud().total);
 }
+
+#[test]
+fn python_runtime_variables_set_the_timeouts_and_config_wins_over_them() {
+    use nanobot_providers::{OPENAI_COMPAT_TIMEOUT_VAR, ProviderFactory, STREAM_IDLE_TIMEOUT_VAR};
+    let config: nanobot_config::Config = serde_json::from_value(serde_json::json!({
+        "agents": {"defaults": {"model": "custom/m"}},
+        "providers": {"custom": {"apiBase": "http://127.0.0.1:1/v1"}}
+    }))
+    .unwrap();
+    let env = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect::<std::collections::HashMap<_, _>>()
+    };
+    let f = ProviderFactory::new(
+        &config.providers,
+        &config.agents.defaults,
+        env(&[
+            (STREAM_IDLE_TIMEOUT_VAR, "42"),
+            (OPENAI_COMPAT_TIMEOUT_VAR, "33.5"),
+        ]),
+    );
+    assert_eq!(
+        f.timeouts_for("http://127.0.0.1:1/v1").stream_idle,
+        Duration::from_secs(42)
+    );
+    let resolved = f.resolve("custom/m").unwrap();
+    assert_eq!(resolved.endpoint.timeouts.stream_idle, Duration::from_secs(42));
+    assert_eq!(resolved.endpoint.timeouts.request, Duration::from_millis(33_500));
+
+    // Clamped like 0.3.5 (at most an hour); nonsense is ignored, not fatal.
+    let f = ProviderFactory::new(
+        &config.providers,
+        &config.agents.defaults,
+        env(&[
+            (STREAM_IDLE_TIMEOUT_VAR, "99999"),
+            (OPENAI_COMPAT_TIMEOUT_VAR, "-1"),
+        ]),
+    );
+    let t = f.resolve("custom/m").unwrap().endpoint.timeouts;
+    assert_eq!(t.stream_idle, Duration::from_secs(3600));
+    assert_eq!(t.request, Timeouts::local().request);
+    let f = ProviderFactory::new(
+        &config.providers,
+        &config.agents.defaults,
+        env(&[(STREAM_IDLE_TIMEOUT_VAR, "soon")]),
+    );
+    assert_eq!(
+        f.timeouts_for("http://127.0.0.1:1/v1").stream_idle,
+        Timeouts::local().stream_idle
+    );
+
+    // The config's own keys are the more specific setting.
+    let config: nanobot_config::Config = serde_json::from_value(serde_json::json!({
+        "agents": {"defaults": {"model": "custom/m", "timeouts": {"idle": 7, "firstByte": 9}}},
+        "providers": {"custom": {"apiBase": "http://127.0.0.1:1/v1"}}
+    }))
+    .unwrap();
+    let f = ProviderFactory::new(
+        &config.providers,
+        &config.agents.defaults,
+        env(&[(STREAM_IDLE_TIMEOUT_VAR, "42"), (OPENAI_COMPAT_TIMEOUT_VAR, "33")]),
+    );
+    let t = f.resolve("custom/m").unwrap().endpoint.timeouts;
+    assert_eq!(t.stream_idle, Duration::from_secs(7));
+    assert_eq!(t.request, Duration::from_secs(9));
+}

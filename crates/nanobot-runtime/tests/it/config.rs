@@ -133,3 +133,145 @@ async fn memory_is_wired_compact_summarises_and_memory_reaches_the_prompt() {
         "MEMORY.md in the system prompt"
     );
 }
+
+#[test]
+fn python_max_concurrent_requests_bounds_the_turns_run_at_once() {
+    let home = TempHome::new();
+    let config = nanobot_config::Config::default();
+    let settings = |value: Option<&str>| {
+        let mut vars = HashMap::new();
+        if let Some(v) = value {
+            vars.insert("NANOBOT_MAX_CONCURRENT_REQUESTS".to_owned(), v.to_owned());
+        }
+        nanobot_runtime::agent_settings(&config, &Environment::new(home.home(), vars))
+            .unwrap()
+            .max_concurrent_sessions
+    };
+    let default = settings(None);
+    assert_eq!(settings(Some("2")), 2);
+    assert_eq!(settings(Some(" 1 ")), 1);
+    // 0.3.5: unset or ≤ 0 means no limit of its own; here the default bound stays. Nonsense is ignored.
+    assert_eq!(settings(Some("0")), default);
+    assert_eq!(settings(Some("-3")), default);
+    assert_eq!(settings(Some("many")), default);
+}
+
+#[tokio::test]
+async fn history_over_the_budget_is_archived_before_the_request_leaves_it_out() {
+    // A session another process left over its budget (or a one-shot run): the turn archives the old part
+    // first, then asks the model without it; nothing is left out of the request unsaved.
+    nanobot_providers::install_ring();
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let config: nanobot_config::Config = serde_json::from_value(json!({
+        "agents": {"defaults": {"model": "local-model", "contextWindowTokens": 10000, "maxTokens": 1000}},
+        "providers": {"custom": {"apiBase": mock.openai_base_url()}},
+        "tools": {"web": {"enable": false}, "exec": {"enable": false}}
+    }))
+    .unwrap();
+    let env = Environment::new(home.home(), HashMap::new());
+    let agent = nanobot_runtime::build_agent(&config, &env).unwrap();
+    let filler = "lorem ipsum ".repeat(100);
+    let mut old = Vec::new();
+    for i in 0..8 {
+        old.push(nanobot_sessions::SessionMessage::new(
+            "user",
+            format!("old question {i}: {filler}"),
+        ));
+        old.push(nanobot_sessions::SessionMessage::new(
+            "assistant",
+            format!("old answer {i}"),
+        ));
+    }
+    agent.sessions().append("cli:big", old).await.unwrap();
+
+    mock.when(
+        |r| {
+            r.last_user_text()
+                .is_some_and(|t| t.ends_with(nanobot_memory::ARCHIVE_PROMPT))
+        },
+        MockReply::text("- [ephemeral] The user asked eight old questions."),
+    );
+    mock.set_fallback(MockReply::text("fresh answer"));
+    let out = agent.process_direct("new question", "cli:big").await.unwrap();
+    assert_eq!(out, "fresh answer");
+
+    let requests = mock.completion_requests();
+    let archive = requests
+        .iter()
+        .position(|r| {
+            r.last_user_text()
+                .is_some_and(|t| t.ends_with(nanobot_memory::ARCHIVE_PROMPT))
+        })
+        .expect("an archive request");
+    let turn = requests
+        .iter()
+        .position(|r| r.last_user_text().is_some_and(|t| t.contains("new question")))
+        .expect("the turn's request");
+    assert!(archive < turn, "archived before the turn's request");
+    assert!(
+        requests[archive]
+            .last_user_text()
+            .unwrap()
+            .contains("old question 0"),
+        "the oldest turn is in the archive"
+    );
+    assert!(
+        !requests[turn].messages().iter().any(|m| m["content"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("old question 0"))),
+        "the archived turn is not replayed"
+    );
+    let history = std::fs::read_to_string(home.workspace().join("memory/history.jsonl")).unwrap();
+    assert!(history.contains("eight old questions"), "{history}");
+    assert!(
+        agent
+            .sessions()
+            .session("cli:big")
+            .await
+            .unwrap()
+            .last_consolidated
+            > 0
+    );
+}
+
+#[test]
+fn a_model_on_a_local_server_gets_lower_caps_unless_the_config_sets_them() {
+    let home = TempHome::new();
+    let env = Environment::new(home.home(), HashMap::new());
+    let settings = |v: serde_json::Value| {
+        let config: nanobot_config::Config = serde_json::from_value(v).unwrap();
+        nanobot_runtime::agent_settings(&config, &env).unwrap()
+    };
+    let local = settings(json!({
+        "agents": {"defaults": {"model": "qwen", "provider": "custom"}},
+        "providers": {"custom": {"apiBase": "http://127.0.0.1:8080/v1"}}
+    }));
+    assert_eq!(
+        local.max_tool_iterations,
+        nanobot_runtime::LOCAL_MAX_TOOL_ITERATIONS
+    );
+    assert_eq!(local.turn_timeout, nanobot_runtime::LOCAL_TURN_TIMEOUT);
+    let ollama = settings(json!({"agents": {"defaults": {"model": "ollama/llama3.2"}}}));
+    assert_eq!(
+        ollama.max_tool_iterations,
+        nanobot_runtime::LOCAL_MAX_TOOL_ITERATIONS
+    );
+
+    // Set by the user: kept, even when it equals nothing special.
+    let chosen = settings(json!({
+        "agents": {"defaults": {"model": "qwen", "provider": "custom", "maxToolIterations": 80,
+                                "timeouts": {"turn": 7200}}},
+        "providers": {"custom": {"apiBase": "http://127.0.0.1:8080/v1"}}
+    }));
+    assert_eq!(chosen.max_tool_iterations, 80);
+    assert_eq!(chosen.turn_timeout, std::time::Duration::from_secs(7200));
+
+    // A cloud model keeps the defaults.
+    let cloud = settings(json!({
+        "agents": {"defaults": {"model": "openai/gpt-4o"}},
+        "providers": {"openai": {"apiKey": "sk-test"}}
+    }));
+    assert_eq!(cloud.max_tool_iterations, 200);
+    assert_eq!(cloud.turn_timeout, std::time::Duration::from_secs(3600));
+}
