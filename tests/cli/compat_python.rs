@@ -398,3 +398,84 @@ fn one_shot_new_archives_before_exiting() {
         .unwrap_or_else(|e| panic!("no memory/history.jsonl after `agent -m /new`: {e}"));
     assert!(history.contains("Rex"), "{history}");
 }
+
+#[test]
+fn memory_archives_follow_one_protocol_both_ways() {
+    // Both programs archive a session by a prompt after the conversation and store the model's text answer in
+    // memory/history.jsonl; neither edits MEMORY.md (only Dream does). Python → Rust → Python on one home.
+    let Some(pyexe) = peers::require("python nanobot (nanobot-ai 0.3.5)", python_nanobot()) else {
+        return;
+    };
+    let mock = MockLlm::start_background();
+    mock.set_fallback(MockReply::text("Noted."));
+    // 0.3.5's archive prompt and ours both ask for a "checkpoint" in the last user message.
+    let is_archive = |r: &RecordedRequest| {
+        r.last_user_text()
+            .is_some_and(|t| t.contains("checkpoint") && t.contains("(nothing)"))
+    };
+    let home = TempHome::new();
+    let h = home.home();
+    home.write_config(&mock.nanobot_config(WireFormat::OpenAi));
+    let history = || -> Vec<Value> {
+        std::fs::read_to_string(home.workspace().join("memory/history.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let memory_md = || std::fs::read_to_string(home.workspace().join("memory/MEMORY.md")).unwrap_or_default();
+
+    // 1. Python: a turn, then /new archives it.
+    py(&pyexe, h, &["agent", "-m", "my cat is called Miso"]);
+    let memory_before = memory_md();
+    mock.when_once(
+        move |r| is_archive(r),
+        MockReply::text("- [permanent] The user's cat is called Miso."),
+    );
+    py(&pyexe, h, &["agent", "-m", "/new"]);
+    let entries = history();
+    assert_eq!(entries.len(), 1, "python archived on /new: {entries:#?}");
+    assert!(entries[0]["content"].as_str().unwrap().contains("Miso"));
+
+    // 2. Rust: continues the cursors, archives by the same contract, leaves MEMORY.md alone.
+    rs(h, &["agent", "-m", "my dog is called Rex"]);
+    mock.when_once(
+        move |r| is_archive(r),
+        MockReply::text("- [permanent] The user's dog is called Rex."),
+    );
+    rs(h, &["agent", "-m", "/new"]);
+    let entries = history();
+    assert_eq!(entries.len(), 2, "{entries:#?}");
+    assert_eq!(entries[0]["cursor"], 1);
+    assert_eq!(entries[1]["cursor"], 2);
+    assert_eq!(
+        entries[1]["content"],
+        "- [permanent] The user's dog is called Rex."
+    );
+    let archives: Vec<RecordedRequest> = mock
+        .completion_requests()
+        .into_iter()
+        .filter(|r| is_archive(r))
+        .collect();
+    assert_eq!(archives.len(), 2, "one archive request from each program");
+    assert!(
+        archives[1]
+            .last_user_text()
+            .unwrap()
+            .contains("my dog is called Rex"),
+        "rust's archive carries the conversation"
+    );
+    assert_eq!(memory_md(), memory_before, "neither archive edits MEMORY.md");
+
+    // 3. Python again: runs on the home without error, and its next archive takes cursor 3.
+    py(&pyexe, h, &["agent", "-m", "my bird is called Kiwi"]);
+    mock.when_once(
+        move |r| is_archive(r),
+        MockReply::text("- [permanent] The user's bird is called Kiwi."),
+    );
+    py(&pyexe, h, &["agent", "-m", "/new"]);
+    let entries = history();
+    assert_eq!(entries.len(), 3, "{entries:#?}");
+    assert_eq!(entries[2]["cursor"], 3);
+    assert_eq!(memory_md(), memory_before);
+}

@@ -136,16 +136,25 @@ fn write_out(out: &mut dyn Write, text: &str) -> Result<(), CliError> {
 /// `nanobot onboard`: the config and templates, then (without an API key) a model server on this machine,
 /// written into the config on `--use-local` or when the user says yes on a terminal.
 fn onboard_cmd(env: &CliEnv, a: &args::OnboardArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    onboard_with(env, a, out, &local_servers::USUAL)
+    if env.stdin_tty && env.stdout_tty {
+        let stdin = std::io::stdin();
+        let mut input = stdin.lock();
+        onboard_with(env, a, out, &local_servers::USUAL, Some(&mut input))
+    } else {
+        onboard_with(env, a, out, &local_servers::USUAL, None)
+    }
 }
 
-/// [`onboard_cmd`] probing `candidates` on this machine.
+/// [`onboard_cmd`] probing `candidates` on this machine; `input` is the user's terminal when there is one (the
+/// question is asked there).
 pub(crate) fn onboard_with(
     env: &CliEnv,
     a: &args::OnboardArgs,
     out: &mut dyn Write,
     candidates: &[local_servers::Candidate],
+    mut input: Option<&mut dyn std::io::BufRead>,
 ) -> Result<(), CliError> {
+    let interactive = input.is_some();
     let report = onboard::onboard(env, &a.config)?;
     let mut setup = setup::load(env, &a.config, true).ok();
     let has_key = setup
@@ -169,7 +178,7 @@ pub(crate) fn onboard_with(
         false
     } else if a.use_local {
         true
-    } else if env.stdin_tty && env.stdout_tty {
+    } else if let Some(input) = input.as_mut() {
         write_out(
             out,
             &format!(
@@ -181,7 +190,7 @@ pub(crate) fn onboard_with(
             ),
         )?;
         let mut answer = String::new();
-        std::io::stdin()
+        input
             .read_line(&mut answer)
             .map_err(|e| CliError::io("read", "stdin", e))?;
         matches!(answer.trim().to_ascii_lowercase().as_str(), "" | "y" | "yes")
@@ -194,7 +203,7 @@ pub(crate) fn onboard_with(
         onboard::apply_local(&mut s.loaded.config, &changes);
         s.loaded.save().map_err(|e| CliError::from_config(e, None))?;
         onboard::LocalOutcome::Written(found, &changes)
-    } else if env.stdin_tty && env.stdout_tty && !a.use_local {
+    } else if interactive && !a.use_local {
         onboard::LocalOutcome::Declined(found)
     } else {
         onboard::LocalOutcome::Offered(found, &changes)

@@ -368,7 +368,7 @@ mod tests {
 
     fn run_onboard(env: &CliEnv, args: &crate::args::OnboardArgs, mock: &nanobot_testkit::MockLlm) -> String {
         let mut out = Vec::new();
-        crate::onboard_with(env, args, &mut out, &[mock_candidate(mock)]).unwrap();
+        crate::onboard_with(env, args, &mut out, &[mock_candidate(mock)], None).unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -479,5 +479,37 @@ mod tests {
         let text = run_onboard(&env, &args, &mock);
         assert!(!text.contains("llama.cpp"), "{text}");
         assert!(mock.requests().is_empty(), "no probe");
+    }
+
+    #[test]
+    fn on_a_terminal_onboard_asks_before_writing() {
+        let mock = nanobot_testkit::MockLlm::start_background();
+        let dir = tempfile::tempdir().unwrap();
+        let env = CliEnv::for_home(dir.path(), BTreeMap::new());
+        let ask = |answer: &str| {
+            let mut out = Vec::new();
+            let mut input = std::io::Cursor::new(answer.as_bytes().to_vec());
+            crate::onboard_with(
+                &env,
+                &crate::args::OnboardArgs::default(),
+                &mut out,
+                &[mock_candidate(&mock)],
+                Some(&mut input),
+            )
+            .unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let text = ask("n\n");
+        assert!(text.contains("Write these settings into"), "{text}");
+        assert!(text.contains("[Y/n]"), "{text}");
+        assert!(!text.contains("✓ Wrote"), "{text}");
+        assert_eq!(config_json(dir.path())["agents"]["defaults"]["provider"], "auto");
+        // Enter means yes.
+        let text = ask("\n");
+        assert!(text.contains("✓ Wrote the settings for llama.cpp"), "{text}");
+        assert_eq!(
+            config_json(dir.path())["agents"]["defaults"]["provider"],
+            "custom"
+        );
     }
 }
