@@ -346,7 +346,9 @@ fn render_line(line: &str) -> String {
                 style.code = false;
                 out.push_str(&style.sgr());
             }
-            Event::Text(text) | Event::Html(text) | Event::InlineHtml(text) => out.push_str(&text),
+            Event::Text(text) | Event::InlineHtml(text) => out.push_str(&text),
+            // An HTML block keeps its own line end; the caller adds the line's.
+            Event::Html(text) => out.push_str(text.trim_end_matches('\n')),
             Event::SoftBreak | Event::HardBreak => out.push(' '),
             Event::Rule => out.push_str(&format!("\x1b[2m{}{RESET}", "─".repeat(40))),
             Event::TaskListMarker(done) => out.push_str(if done { "[x] " } else { "[ ] " }),
@@ -582,11 +584,14 @@ mod table_and_link_tests {
 
     #[test]
     fn commonmark_details_come_from_the_parser() {
-        let text = "3. third\n4. fourth\n- [x] done\n- [ ] todo\nVisit <https://example.org> or \\*not italic\\*.\n\
+        let text = "<div>block</div>\n<b>html</b> stays\n3. third\n4. fourth\n- [x] done\n- [ ] todo\nVisit <https://example.org> or \\*not italic\\*.\n\
                     ~~old~~ new\n~~~\nraw *text*\n~~~\n| a | `b` |\n|---|---|\n| [x](https://x.org) | 2 |\n";
         let out = MarkdownStream::render_all(text, true);
         let p = plain(&out);
-        assert!(p.contains("3. third\n4. fourth\n"), "{p}");
+        assert!(
+            p.starts_with("<div>block</div>\n<b>html</b> stays\n3. third\n4. fourth\n"),
+            "{p}"
+        );
         assert!(p.contains("• [x] done\n• [ ] todo\n"), "{p}");
         assert!(p.contains("Visit https://example.org or *not italic*."), "{p}");
         assert!(

@@ -194,10 +194,12 @@ pub fn provider_error_message(err: &ProviderError) -> String {
         ProviderError::QuotaExceeded { provider, .. } => {
             format!("Sorry, the AI provider ({provider}) reports that the quota or credit is exhausted.")
         }
-        ProviderError::ContextLengthExceeded { .. } => {
-            "Sorry, this conversation is too long for the model. Use /compact or /new and try again."
-                .to_owned()
-        }
+        ProviderError::ContextLengthExceeded { .. } => format!(
+            "Sorry, this conversation is too long for the model ({err}). Use /compact or /new and try again. \
+             If even a short conversation fails, the model's context window is smaller than \
+             agents.defaults.contextWindowTokens says: set it to the model's real size (for a local server, its \
+             context option, e.g. llama.cpp's -c), so older history is archived and left out first."
+        ),
         ProviderError::Unreachable { .. } => format!("Sorry, I cannot reach the AI provider. {err}"),
         ProviderError::Transient { provider, .. } => {
             format!(

@@ -219,6 +219,8 @@ impl ProviderError {
             "too many tokens",
             "input is too long",
             "reduce the length",
+            // llama.cpp's server: `exceed_context_size_error`, "exceeds the available context size".
+            "context size",
         ]
         .iter()
         .any(|p| lower.contains(p));
@@ -300,6 +302,16 @@ mod tests {
             r#"{"error":{"message":"This model's maximum context length is 8192 tokens"}}"#,
         );
         assert!(matches!(ctx, ProviderError::ContextLengthExceeded { .. }));
+        let llama = ProviderError::from_http(
+            "p",
+            400,
+            None,
+            r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5210,"n_ctx":4096}}"#,
+        );
+        assert!(
+            matches!(llama, ProviderError::ContextLengthExceeded { .. }),
+            "{llama:?}"
+        );
         assert!(ProviderError::from_http("p", 503, None, "").is_retryable());
         assert!(ProviderError::from_http("p", 529, None, "").is_retryable());
         assert!(ProviderError::from_http("p", 408, None, "").is_retryable());

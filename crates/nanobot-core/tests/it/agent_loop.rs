@@ -263,6 +263,30 @@ async fn provider_errors_end_the_turn_with_a_clear_message() {
 }
 
 #[tokio::test]
+async fn a_local_server_too_small_for_the_request_names_the_setting() {
+    // llama.cpp's answer when the request is larger than the server's context (-c).
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(
+        MockReply::error(400)
+            .error_message("the request exceeds the available context size, try increasing it"),
+    );
+    let agent = agent(&home, &mock);
+    let reply = agent
+        .process_message(InboundMessage::new("cli", "u", "x", "hi"), TurnOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(reply.stop_reason, Some(StopReason::Error));
+    assert!(
+        reply.content.contains("too long for the model")
+            && reply.content.contains("agents.defaults.contextWindowTokens")
+            && reply.content.contains("available context size"),
+        "{}",
+        reply.content
+    );
+}
+
+#[tokio::test]
 async fn progress_hints_and_reply_go_to_the_bus() {
     let home = TempHome::new();
     let mock = MockLlm::start().await;
