@@ -65,6 +65,19 @@ fn config_errors_name_file_line_and_field() {
 }
 
 #[test]
+fn an_unknown_top_level_key_is_refused_like_python_does() {
+    // nanobot 0.3.5 refuses the file ("Unknown setting."); so does nanobot-rs, naming the key and the file.
+    let home = TempHome::new();
+    let path = home.write_config_str("{\"agents\": {\"defaults\": {}}, \"agent\": {\"model\": \"x\"}}");
+    let o = run(home.home(), &["status"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("unknown setting `agent`"), "{err}");
+    assert!(err.contains(&path.display().to_string()), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
 fn no_api_key_names_the_provider_and_the_variable() {
     let home = TempHome::new();
     assert!(run(home.home(), &["onboard"]).status.success());
