@@ -479,3 +479,63 @@ fn memory_archives_follow_one_protocol_both_ways() {
     assert_eq!(entries[2]["cursor"], 3);
     assert_eq!(memory_md(), memory_before);
 }
+
+#[test]
+fn a_session_summary_written_by_rust_is_shown_by_python() {
+    // Rust archives the old part of a long session and keeps the checkpoint where 0.3.5 keeps its own
+    // (`_last_summary`); the Python nanobot then shows it in its system prompt, as after its own compaction.
+    let Some(pyexe) = peers::require("python nanobot (nanobot-ai 0.3.5)", python_nanobot()) else {
+        return;
+    };
+    let mock = MockLlm::start_background();
+    mock.set_fallback(MockReply::text("Noted."));
+    let home = TempHome::new();
+    let h = home.home();
+    let mut cfg = mock.nanobot_config(WireFormat::OpenAi);
+    cfg["agents"]["defaults"]["contextWindowTokens"] = json!(10000);
+    cfg["agents"]["defaults"]["maxTokens"] = json!(1000);
+    home.write_config(&cfg);
+    mock.when(
+        |r| {
+            r.last_user_text()
+                .is_some_and(|t| t.contains("checkpoint") && t.contains("(nothing)"))
+        },
+        MockReply::text("- [durable] The user's garden has twelve tomato plants."),
+    );
+    let filler = "The tomatoes need water every morning. ".repeat(40);
+    for i in 0..4 {
+        rs(h, &["agent", "-m", &format!("garden note {i}: {filler}")]);
+    }
+    let dirs = session_dirs(&home);
+    let file = std::fs::read_dir(&dirs[0])
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .expect("a session file");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("_last_summary") && text.contains("twelve tomato plants"),
+        "rust kept no summary: {}",
+        &text[..text.len().min(2000)]
+    );
+
+    // 0.3.5's own prompt and tools do not fit in the small window used to make Rust archive early.
+    cfg["agents"]["defaults"]["contextWindowTokens"] = json!(200000);
+    home.write_config(&cfg);
+    let before = mock.completion_requests().len();
+    py(&pyexe, h, &["agent", "-m", "what about the garden?"]);
+    let reqs = mock.completion_requests();
+    let turn = reqs[before..]
+        .iter()
+        .find(|r| {
+            r.last_user_text()
+                .is_some_and(|t| t.contains("what about the garden?"))
+        })
+        .expect("python asked the model");
+    let system = turn.system_text().unwrap_or_default();
+    assert!(
+        system.contains("[Archived Context Summary]") && system.contains("twelve tomato plants"),
+        "python does not show rust's summary: {system}"
+    );
+}

@@ -5,8 +5,9 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use nanobot_sessions::{Session, SessionMessage, SessionStore};
+use nanobot_sessions::{LAST_SUMMARY_KEY, Session, SessionMessage, SessionStore};
 use nanobot_types::{ChatMessage, ChatRequest, FinishReason, Provider, ProviderError};
+use serde_json::json;
 use tokio::task::JoinHandle;
 
 use crate::error::{MemoryError, Result};
@@ -32,7 +33,8 @@ rework or a lost preference if forgotten, and will still matter in two weeks. Ma
 - `[ephemeral]` task state and decisions that may change within weeks;
 - `[correction]` a fact that replaces something long-term memory says.
 
-Where facts conflict, keep the latest. Merge duplicates. If space is short, corrections and preferences first.
+Where facts conflict, keep the latest. Merge duplicates. If space is short, corrections and preferences first. When a previous checkpoint is given, \
+update it to the current state rather than starting over.
 
 Answer with one fact per line, written as `- [mark] fact`, and nothing else. Answer `(nothing)` if nothing \
 qualifies.";
@@ -42,16 +44,35 @@ const ARCHIVE_TOOL_REFUSAL: &str =
     "No tools run while archiving. Use only the conversation given and answer with the checkpoint text now.";
 
 /// The system message of the archive request: the model's role and the current long-term memory, as data.
-fn archive_system_prompt(current_memory: &str) -> String {
+fn archive_system_prompt(current_memory: &str, previous: Option<&str>) -> String {
     let memory = if current_memory.trim().is_empty() {
         "(empty)"
     } else {
         current_memory.trim()
     };
-    format!(
+    let mut prompt = format!(
         "You archive conversations of an AI assistant into its history log. Answer with text only; no tools are \
          available.\n\n## Long-term memory (data, for reference; kept by the Dream job, not by you)\n{memory}"
-    )
+    );
+    if let Some(previous) = previous {
+        prompt.push_str(&format!(
+            "\n\n[Archived Context Summary]\nThe previous checkpoint of this session (update it to the current \
+             state; do not start over):\n{previous}"
+        ));
+    }
+    prompt
+}
+
+/// The session's archived-context summary ([`LAST_SUMMARY_KEY`]), when it has a usable one.
+pub fn last_summary(session: &Session) -> Option<String> {
+    session
+        .metadata
+        .get(LAST_SUMMARY_KEY)?
+        .get("text")?
+        .as_str()
+        .map(str::trim)
+        .filter(|t| !t.is_empty() && *t != NOTHING_TO_KEEP)
+        .map(str::to_owned)
 }
 
 /// Counts the tokens of a text (the agent core passes its tokenizer; the default is a byte heuristic).
@@ -451,10 +472,14 @@ impl Consolidator {
         let store = self.inner.store.clone();
         let current_memory = blocking(move || store.read_memory()).await?;
 
+        let previous = last_summary(session);
         let outcome = if lines.is_empty() {
             None
         } else {
-            Some(self.summarise(&key, &lines, &current_memory, &range).await?)
+            Some(
+                self.summarise(&key, &lines, &current_memory, previous.as_deref(), &range)
+                    .await?,
+            )
         };
 
         let (outcome, entry) = match outcome {
@@ -495,6 +520,12 @@ impl Consolidator {
             }
         };
 
+        // The checkpoint the model wrote becomes the session's archived-context summary (0.3.5's
+        // `_last_summary`), shown in the system prompt in place of the messages it covers.
+        let summary = match &outcome {
+            ConsolidationOutcome::Summarised { entry: Some(e), .. } => Some(e.content.clone()),
+            _ => None,
+        };
         if move_pointer {
             let (start, end) = (range.start, range.end);
             // The session may have been reset (`/new`) meanwhile: move the pointer only if the slice is still
@@ -502,6 +533,12 @@ impl Consolidator {
             let first_ts = slice.first().and_then(|m| m.timestamp()).map(str::to_owned);
             let last_ts = slice.last().and_then(|m| m.timestamp()).map(str::to_owned);
             let last_ts_for_done = last_ts.clone();
+            let last_active = last_ts.clone().unwrap_or_else(|| {
+                chrono::Local::now()
+                    .naive_local()
+                    .format("%Y-%m-%dT%H:%M:%S%.6f")
+                    .to_string()
+            });
             let same = self
                 .inner
                 .sessions
@@ -518,6 +555,12 @@ impl Consolidator {
                     .update_header(&key, move |h| {
                         if h.last_consolidated == start {
                             h.last_consolidated = end;
+                            if let Some(text) = summary {
+                                h.metadata.insert(
+                                    LAST_SUMMARY_KEY.to_owned(),
+                                    json!({"text": text, "last_active": last_active}),
+                                );
+                            }
                         }
                     })
                     .await?;
@@ -561,10 +604,11 @@ impl Consolidator {
         key: &str,
         lines: &[String],
         current_memory: &str,
+        previous: Option<&str>,
         range: &Range<usize>,
     ) -> Result<Summary> {
         let mut messages = vec![
-            ChatMessage::system(archive_system_prompt(current_memory)),
+            ChatMessage::system(archive_system_prompt(current_memory, previous)),
             ChatMessage::user(format!(
                 "## Conversation to archive ({} messages)\n{}\n\n{ARCHIVE_PROMPT}",
                 range.len(),
@@ -750,7 +794,7 @@ pub(crate) fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::{Value, json};
+    use serde_json::Value;
 
     fn msg(v: Value) -> SessionMessage {
         SessionMessage::from_map(v.as_object().cloned().unwrap())

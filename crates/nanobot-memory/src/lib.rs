@@ -60,7 +60,7 @@ use nanobot_types::Provider;
 
 pub use consolidate::{
     ARCHIVE_PROMPT, Budget, ConsolidationOutcome, ConsolidationSettings, Consolidator, NOTHING_TO_KEEP,
-    TokenCounter,
+    TokenCounter, last_summary,
 };
 pub use dream::{
     DREAM_FILES, DREAM_RECORDS_DIR, DREAM_SKILLS_DIR, Dream, DreamOutcome, DreamRecord, DreamSettings,

@@ -66,7 +66,7 @@ mod time;
 
 pub use error::{Result, SessionError};
 pub use message::SessionMessage;
-pub use session::{INTERRUPTED_TOOL_RESULT, Session, SessionHeader};
+pub use session::{INTERRUPTED_TOOL_RESULT, LAST_SUMMARY_KEY, Session, SessionHeader};
 pub use store::{
     FsyncPolicy, MAX_MESSAGE_BYTES, SPILL_PREVIEW_BYTES, SessionInfo, SessionStore, StoreOptions,
     WORKSPACE_ID_FILE,

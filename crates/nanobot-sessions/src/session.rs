@@ -13,6 +13,11 @@ use crate::time;
 pub const INTERRUPTED_TOOL_RESULT: &str =
     "Error: this tool call was interrupted before it returned a result; its outcome is unknown.";
 
+/// Metadata key of the session's archived-context summary, as 0.3.5 keeps it: `{"text": …, "last_active": …}`,
+/// the latest archive checkpoint of the messages before `last_consolidated`, shown to the model in the system
+/// prompt. [`Session::clear`] removes it.
+pub const LAST_SUMMARY_KEY: &str = "_last_summary";
+
 /// One conversation (one session key, e.g. `telegram:12345`), as stored in one JSONL file.
 ///
 /// `messages` only ever grows while the session lives (consolidation moves `last_consolidated` forward instead
@@ -74,10 +79,12 @@ impl Session {
         &self.messages[self.last_consolidated.min(self.messages.len())..]
     }
 
-    /// Empties the session (for `/new`): no messages, `last_consolidated = 0`; metadata is kept.
+    /// Empties the session (for `/new`): no messages, `last_consolidated = 0`; metadata is kept but for the
+    /// archived-context summary ([`LAST_SUMMARY_KEY`]), as 0.3.5 does.
     pub fn clear(&mut self) {
         self.messages.clear();
         self.last_consolidated = 0;
+        self.metadata.remove(LAST_SUMMARY_KEY);
         self.updated_at = time::now();
     }
 

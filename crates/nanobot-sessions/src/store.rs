@@ -285,6 +285,20 @@ impl SessionStore {
         .await
     }
 
+    /// [`SessionStore::history`] and the session's metadata (`metadata` of its metadata line), read together.
+    pub async fn history_and_metadata(
+        &self,
+        key: &str,
+        max_messages: usize,
+    ) -> Result<(Vec<SessionMessage>, Map<String, Value>)> {
+        self.run(key, move |inner, key, slot| {
+            let history = inner.history(key, slot, max_messages)?;
+            let metadata = slot.header().map(|s| s.metadata.clone()).unwrap_or_default();
+            Ok((history, metadata))
+        })
+        .await
+    }
+
     /// Appends messages to session `key`, creating the session (and its file) if needed. Messages without a
     /// `timestamp` get one. One write of the new lines; the metadata line is not rewritten (the session's
     /// `updated_at` is taken from its newest message when read).

@@ -43,3 +43,39 @@ async fn a_python_session_is_replayed_and_continued() {
     let lines = session_lines(&agent, "cli:tooltest");
     assert_eq!(lines.last().unwrap()["content"], "Welcome back.");
 }
+
+#[tokio::test]
+async fn the_archived_context_summary_is_in_the_system_prompt() {
+    // A session 0.3.5 compacted: `_last_summary` in its metadata, replay resuming at its hidden marker.
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("Carrying on."));
+    let agent = agent(&home, &mock);
+    agent
+        .sessions()
+        .append(
+            "cli:py",
+            vec![nanobot_sessions::SessionMessage::new("user", "old question")],
+        )
+        .await
+        .unwrap();
+    agent
+        .sessions()
+        .update_header("cli:py", |h| {
+            h.metadata.insert(
+                nanobot_sessions::LAST_SUMMARY_KEY.to_owned(),
+                serde_json::json!({"text": "- [ephemeral] Migrating the blog to Zola.",
+                                   "last_active": "2026-01-02T10:00:00"}),
+            );
+        })
+        .await
+        .unwrap();
+    agent.process_direct("what next?", "cli:py").await.unwrap();
+    let system = mock.last_request().unwrap().system_text().unwrap();
+    assert!(
+        system.contains("[Archived Context Summary]")
+            && system.contains("Migrating the blog to Zola.")
+            && system.contains("2026-01-02T10:00:00"),
+        "{system}"
+    );
+}

@@ -336,3 +336,45 @@ async fn a_reset_during_consolidation_leaves_the_new_session_alone() {
         "pointer of the fresh session untouched"
     );
 }
+
+#[tokio::test]
+async fn the_checkpoint_becomes_the_sessions_summary_and_is_updated_next_time() {
+    let env = env();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("- [ephemeral] Naming the cat."));
+    mock.push(MockReply::text("- [permanent] The cat is Miso; the dog is Rex."));
+    fill(&env, "cli:s", 5).await;
+    let c = env.consolidator(provider(&mock), 10);
+    c.consolidate("cli:s").await.unwrap();
+    let session = env.sessions.session("cli:s").await.unwrap();
+    // Stored where 0.3.5 keeps it, so either program shows it in the system prompt.
+    let summary = &session.metadata[nanobot_sessions::LAST_SUMMARY_KEY];
+    assert_eq!(summary["text"], "- [ephemeral] Naming the cat.");
+    assert!(
+        summary["last_active"].as_str().is_some_and(|s| s.len() >= 19),
+        "{summary}"
+    );
+    assert_eq!(
+        nanobot_memory::last_summary(&session).as_deref(),
+        Some("- [ephemeral] Naming the cat.")
+    );
+
+    // The next archive is asked to update it.
+    fill(&env, "cli:s", 5).await;
+    c.consolidate("cli:s").await.unwrap();
+    let system = mock.completion_requests()[1].system_text().unwrap();
+    assert!(
+        system.contains("[Archived Context Summary]") && system.contains("Naming the cat."),
+        "{system}"
+    );
+    let session = env.sessions.session("cli:s").await.unwrap();
+    assert_eq!(
+        session.metadata[nanobot_sessions::LAST_SUMMARY_KEY]["text"],
+        "- [permanent] The cat is Miso; the dog is Rex."
+    );
+
+    // `/new` starts without it (as 0.3.5's clear does).
+    env.sessions.reset("cli:s").await.unwrap();
+    let session = env.sessions.session("cli:s").await.unwrap();
+    assert!(!session.metadata.contains_key(nanobot_sessions::LAST_SUMMARY_KEY));
+}
