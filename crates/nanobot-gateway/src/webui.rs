@@ -111,6 +111,23 @@ impl WebUiStore for GatewayWebUiStore {
         Ok(true)
     }
 
+    async fn create(&self, key: &str, messages: Vec<Value>) -> Result<(), WebSocketError> {
+        if self.sessions.exists(key).await.map_err(store_err("session"))? {
+            return Err(WebSocketError::Unsupported("replace an existing session"));
+        }
+        let messages = messages
+            .into_iter()
+            .filter_map(|m| match m {
+                Value::Object(map) => Some(nanobot_sessions::SessionMessage::from_map(map)),
+                _ => None,
+            })
+            .collect();
+        self.sessions
+            .append(key, messages)
+            .await
+            .map_err(store_err("session"))
+    }
+
     async fn memory(&self) -> Result<String, WebSocketError> {
         read_optional(nanobot_config::paths::workspace::memory_dir(&self.workspace).join("MEMORY.md")).await
     }
