@@ -144,7 +144,7 @@ impl RevLines<'_> {
 }
 
 /// The largest read of [`RevLines`] (a longer line is read in reads as long as what is already buffered).
-const MAX_CHUNK: u64 = 1024 * 1024;
+const MAX_CHUNK: u64 = 256 * 1024;
 
 fn is_blank(line: &[u8]) -> bool {
     line.iter().all(u8::is_ascii_whitespace)
