@@ -119,7 +119,7 @@
     if (forkIndex !== undefined && !state.readonly && !state.temporary) {
       // 0.3.5's fork: a new chat with everything before this user message.
       const f = document.createElement('button');
-      f.type = 'button'; f.className = 'fork'; f.textContent = '⑂'; f.title = 'Fork from here';
+      f.type = 'button'; f.className = 'fork'; f.textContent = 'fork'; f.title = 'Fork: a new chat with everything before this message';
       f.addEventListener('click', () => send({ type: 'fork_chat', source_chat_id: state.chat, before_user_index: forkIndex }));
       d.appendChild(f);
     }
@@ -427,9 +427,10 @@
   // ---------- memory and cron (read-only) ----------
   function showView(name) {
     for (const b of document.querySelectorAll('.views button')) b.classList.toggle('on', b.dataset.view === name);
-    for (const v of ['chat', 'memory', 'cron']) $('view-' + v).hidden = v !== name;
+    for (const v of ['chat', 'memory', 'cron', 'settings']) $('view-' + v).hidden = v !== name;
     if (name === 'memory') loadMemory();
     if (name === 'cron') loadCron();
+    if (name === 'settings') loadSettings();
   }
   for (const b of document.querySelectorAll('.views button')) b.addEventListener('click', () => showView(b.dataset.view));
   async function loadMemory() {
@@ -464,6 +465,28 @@
       }
       v.appendChild(t);
     } catch (e) { v.textContent = 'Cannot read cron jobs: ' + e.message; }
+  }
+
+  // Read-only settings (0.3.5's GET /api/settings; edit config.json to change them).
+  async function loadSettings() {
+    const v = $('view-settings');
+    try {
+      const s = await apiGet('/api/settings', 'settings.read');
+      v.innerHTML = '<h2>Settings</h2>';
+      const t = document.createElement('table');
+      const a = s.agent || {};
+      for (const [k, val] of [['Model', a.model], ['Provider', a.provider], ['API key set', a.has_api_key ? 'yes' : 'no'],
+        ['Max tokens', a.max_tokens], ['Context window', a.context_window_tokens], ['Temperature', a.temperature],
+        ['Reasoning effort', a.reasoning_effort || ''], ['Timezone', a.timezone]]) {
+        const row = t.insertRow();
+        row.insertCell().textContent = k;
+        row.insertCell().textContent = val === undefined || val === null ? '' : String(val);
+      }
+      v.appendChild(t);
+      const note = document.createElement('p');
+      note.textContent = 'Read-only here: change them in config.json.';
+      v.appendChild(note);
+    } catch (e) { v.textContent = 'Cannot read settings: ' + e.message; }
   }
 
   // ---------- theme ----------

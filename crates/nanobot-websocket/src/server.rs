@@ -352,6 +352,7 @@ fn api_error(status: StatusCode, message: &str) -> Response {
 /// - `GET /api/sessions/<key>/webui-thread`: `{"schemaVersion", "sessionKey", "messages", ...}`
 /// - `POST /api/sessions/<key>/delete`: `{"deleted": bool}`
 /// - `GET /api/commands`: `{"commands": [{"name", "description"}]}`
+/// - `GET /api/settings`: the store's read-only settings (`agent`, `providers`, `requires_restart`)
 ///
 /// Authorisation as in 0.3.5: the `api_token` from `/webui/bootstrap` as `Authorization: Bearer …` (or
 /// `?token=`), or a trusted proxy's assertion. No cookies are involved, so another site's page cannot make an
@@ -399,7 +400,10 @@ async fn api(app: &App, req: Request) -> Response {
             answer(run("sessions.list", payload).await)
         }
         "/api/commands" if get => answer(run("commands.list", Map::new()).await),
-        "/api/sessions" | "/api/commands" => api_error(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),
+        "/api/settings" if get => answer(run("settings.read", Map::new()).await),
+        "/api/sessions" | "/api/commands" | "/api/settings" => {
+            api_error(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
+        }
         _ => {
             let Some(rest) = path.strip_prefix("/api/sessions/") else {
                 return api_error(StatusCode::NOT_FOUND, "API route not found");
@@ -571,6 +575,11 @@ pub(crate) async fn webui_action(
             Ok(json!({"entries": store.history(limit).await.map_err(failed)?}))
         }
         "cron.list" => Ok(json!({"jobs": store.cron_jobs().await.map_err(failed)?})),
+        "settings.read" => match store.settings().await {
+            Ok(v) => Ok(v),
+            Err(crate::WebSocketError::Unsupported(_)) => Err((404, "settings are not available".into())),
+            Err(e) => Err(failed(e)),
+        },
         "commands.list" => {
             let list: Vec<Value> = store
                 .commands()

@@ -42,6 +42,11 @@ pub trait WebUiStore: Send + Sync {
         let _ = (key, messages);
         Err(WebSocketError::Unsupported("create sessions"))
     }
+    /// The settings the WebUI shows read-only (0.3.5's `GET /api/settings` shape: `agent`, `providers`, …); never
+    /// a secret (say `has_api_key`, not the key). The default refuses ([`WebSocketError::Unsupported`]).
+    async fn settings(&self) -> Result<Value, WebSocketError> {
+        Err(WebSocketError::Unsupported("show settings"))
+    }
     /// The slash commands: `(name, description)`.
     fn commands(&self) -> Vec<(String, String)> {
         Vec::new()

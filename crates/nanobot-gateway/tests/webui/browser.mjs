@@ -99,6 +99,9 @@ try {
   await page.waitForSelector('#view-memory li >> text=likes green tea');
   await page.click('.views button[data-view=cron]');
   await page.waitForSelector('#view-cron td >> text=water the plants');
+  await page.click('.views button[data-view=settings]');
+  await page.waitForSelector('#view-settings td >> text=Model');
+  if (!apiCalls.includes('GET /api/settings')) throw new Error('settings not read through GET /api/settings');
   await page.click('.views button[data-view=chat]');
 
   step('reload keeps the history');
@@ -106,6 +109,13 @@ try {
   await page.waitForSelector('#status.ok');
   await page.waitForSelector('#log .msg.bot >> text=A tiny red dot');
   await page.waitForSelector('#log .msg.user >> text=second chat');
+
+  step('dark theme');
+  await page.click('#theme');
+  const theme = await page.evaluate(() => document.documentElement.dataset.theme);
+  if (!theme) throw new Error('no theme');
+  await page.click('#theme');
+  await page.screenshot({ path: process.env.SCREENSHOT, fullPage: true });
 
   step('fork from the second user message');
   await page.waitForSelector('#log .msg.user >> text=long task please');
@@ -129,12 +139,6 @@ try {
   await page.click('#new-chat');
   await page.waitForFunction(() => ![...document.querySelectorAll('#sessions li')].some((li) => li.textContent.includes('temporary secret')));
 
-  step('dark theme');
-  await page.click('#theme');
-  const theme = await page.evaluate(() => document.documentElement.dataset.theme);
-  if (!theme) throw new Error('no theme');
-  await page.click('#theme');
-  await page.screenshot({ path: process.env.SCREENSHOT, fullPage: true });
   if (problems.length) throw new Error('page problems: ' + problems.join(' | '));
   console.log('OK');
 } catch (e) {

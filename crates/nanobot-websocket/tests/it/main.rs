@@ -77,6 +77,9 @@ impl WebUiStore for FakeStore {
         self.deleted.send_modify(|d| d.push(key.to_string()));
         Ok(key == "websocket:abc")
     }
+    async fn settings(&self) -> Result<Value, WebSocketError> {
+        Ok(json!({"agent": {"model": "mock-model", "has_api_key": true}, "providers": []}))
+    }
     async fn create(&self, key: &str, messages: Vec<Value>) -> Result<(), WebSocketError> {
         self.created.lock().unwrap().push((key.to_string(), messages));
         Ok(())
@@ -768,6 +771,14 @@ async fn the_http_api_reads_sessions_with_the_bootstrap_api_token() {
         .await
         .unwrap();
     assert!(v["commands"].is_array());
+    let v: Value = get("/api/settings", Some(&api))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["agent"]["model"], "mock-model");
+    assert_eq!(get("/api/settings", None).await.unwrap().status(), 401);
     assert_eq!(get("/api/nope", Some(&api)).await.unwrap().status(), 404);
     assert_eq!(
         get("/api/sessions/%00/webui-thread", Some(&api))
