@@ -98,6 +98,8 @@ pub(crate) struct Inner {
     pub(crate) tokens: TokenStore,
     hub: Mutex<Hub>,
     bound: watch::Sender<Option<SocketAddr>>,
+    /// Connections refused by the per-address cap.
+    refused: std::sync::atomic::AtomicU64,
 }
 
 /// The websocket channel. See the [crate docs](crate).
@@ -129,6 +131,7 @@ impl WebSocketChannel {
                 tokens: TokenStore::default(),
                 hub: Mutex::new(Hub::default()),
                 bound: watch::Sender::new(None),
+                refused: std::sync::atomic::AtomicU64::new(0),
             }),
         }
     }
@@ -166,6 +169,12 @@ impl WebSocketChannel {
             .await
             .ok()
             .and_then(|r| r.ok().and_then(|v| *v))
+    }
+
+    /// Connections refused so far because their address held `max_connections_per_client` already (a
+    /// metric).
+    pub fn refused_connections(&self) -> u64 {
+        self.inner.refused.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Number of open connections.
@@ -213,6 +222,7 @@ impl Channel for WebSocketChannel {
                 let addr = listener.local_addr().ok();
                 self.inner.bound.send_replace(addr);
                 tracing::info!(?addr, path = %self.inner.settings.path, tls = tls.is_some(), "websocket: listening");
+                let per_client = Arc::new(crate::listen::PerClient::default());
                 loop {
                     let (stream, remote) = tokio::select! {
                         () = cancel.cancelled() => break Ok(()),
@@ -226,15 +236,28 @@ impl Channel for WebSocketChannel {
                             }
                         },
                     };
+                    let cap = self.inner.settings.max_connections_per_client;
+                    let Some(slot) = per_client.enter(remote.ip(), cap) else {
+                        self.inner
+                            .refused
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        tracing::debug!(%remote, "websocket: too many connections from this address");
+                        tokio::spawn(crate::listen::refuse(stream));
+                        continue;
+                    };
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(crate::listen::serve_stream(
+                    let serve = crate::listen::serve_stream(
                         stream,
                         Some(remote),
                         router.clone(),
                         tls.clone(),
                         self.inner.settings.header_read_timeout,
                         app.cancel.clone(),
-                    ));
+                    );
+                    tokio::spawn(async move {
+                        serve.await;
+                        drop(slot);
+                    });
                 }
             }
             Listen::Unix(path) => {

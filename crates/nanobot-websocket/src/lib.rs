@@ -46,7 +46,7 @@ mod tokens;
 
 pub use channel::WebSocketChannel;
 pub use error::WebSocketError;
-pub use listen::{HEADER_READ_TIMEOUT, TLS_HANDSHAKE_TIMEOUT};
+pub use listen::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS_PER_CLIENT, TLS_HANDSHAKE_TIMEOUT};
 pub use media::{MAX_ATTACHMENTS, MAX_FILE_BYTES};
 pub use protocol::is_valid_chat_id;
 pub use server::{ASSETS, CONTENT_SECURITY_POLICY};

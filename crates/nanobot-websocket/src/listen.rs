@@ -5,6 +5,9 @@
 //! - Request head: at most `header_read_timeout` (default [`HEADER_READ_TIMEOUT`]) from the connection's start or the end of the previous
 //!   response (hyper's header-read timer; it also closes idle kept-alive connections), so slow-header clients
 //!   cannot pile up.
+//! - Per client address: at most `max_connections_per_client` (default [`MAX_CONNECTIONS_PER_CLIENT`])
+//!   connections still in their HTTP phase (before an upgrade, or serving the page); more are answered `503` and
+//!   closed at once, and counted ([`crate::WebSocketChannel::refused_connections`]).
 //! - After the upgrade the WebSocket connection has its own bounds (ping/pong, send timeout; see
 //!   `channel::serve_connection`).
 
@@ -28,6 +31,8 @@ use crate::NAME;
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bound on receiving a request head (see the module docs).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default cap on one client address's connections in their HTTP phase.
+pub const MAX_CONNECTIONS_PER_CLIENT: usize = 64;
 /// Bound on finishing open HTTP exchanges at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -151,4 +156,54 @@ async fn serve_http<S>(
             tracing::debug!(?remote, error = %e, "websocket: connection ended with an error");
         }
     }
+}
+
+/// Open HTTP-phase connections per client address.
+#[derive(Debug, Default)]
+pub(crate) struct PerClient(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+/// One counted connection; releases its count when dropped.
+pub(crate) struct ClientSlot {
+    table: Arc<PerClient>,
+    ip: std::net::IpAddr,
+}
+
+impl PerClient {
+    /// A slot for `ip`, or `None` when it already holds `cap` connections.
+    pub(crate) fn enter(self: &Arc<Self>, ip: std::net::IpAddr, cap: usize) -> Option<ClientSlot> {
+        let mut table = nanobot_util::lock(&self.0);
+        let n = table.entry(ip).or_insert(0);
+        if *n >= cap {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot {
+            table: Arc::clone(self),
+            ip,
+        })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut table = nanobot_util::lock(&self.table.0);
+        if let Some(n) = table.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                table.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// Answers `503` and closes; bounded, so a client that does not read cannot hold the task.
+pub(crate) async fn refuse(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt as _;
+    let answer = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: 40\r\n\
+connection: close\r\n\r\ntoo many connections from this address\r\n";
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = stream.write_all(answer).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
 }

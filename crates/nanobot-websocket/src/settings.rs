@@ -216,6 +216,9 @@ pub struct WebSocketSettings {
     /// Bound on a client's TLS handshake and on receiving each request head (default
     /// [`crate::HEADER_READ_TIMEOUT`]); slow-header connections are closed.
     pub header_read_timeout: std::time::Duration,
+    /// Most connections one client address may hold in their HTTP phase (default
+    /// [`crate::MAX_CONNECTIONS_PER_CLIENT`]); see the `listen` module.
+    pub max_connections_per_client: usize,
     /// Serve `wss://`/`https://` with this PEM certificate chain and private key (`sslCertfile`, `sslKeyfile`).
     pub tls: Option<TlsFiles>,
 }
@@ -370,6 +373,7 @@ impl WebSocketSettings {
             ping_interval: std::time::Duration::from_secs_f64(c.ping_interval_s.clamp(5.0, 300.0)),
             ping_timeout: std::time::Duration::from_secs_f64(c.ping_timeout_s.clamp(5.0, 300.0)),
             header_read_timeout: crate::HEADER_READ_TIMEOUT,
+            max_connections_per_client: crate::MAX_CONNECTIONS_PER_CLIENT,
             tls,
         })
     }
@@ -402,6 +406,7 @@ impl WebSocketSettings {
                 ping_interval: std::time::Duration::from_secs(20),
                 ping_timeout: std::time::Duration::from_secs(20),
                 header_read_timeout: crate::HEADER_READ_TIMEOUT,
+                max_connections_per_client: crate::MAX_CONNECTIONS_PER_CLIENT,
                 tls: None,
             },
         }

@@ -964,3 +964,55 @@ async fn slow_header_clients_are_closed_and_the_server_still_serves() {
     let page = http().get(format!("http://{}/", r.addr)).send().await.unwrap();
     assert_eq!(page.status(), 200);
 }
+
+#[tokio::test]
+async fn one_address_cannot_hold_more_than_its_share_of_connections() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let block = json!({"port": 0, "websocketRequiresToken": false});
+    let mut settings = WebSocketSettings::from_config(&WebSocketConfig::from_json(&block).unwrap()).unwrap();
+    settings.max_connections_per_client = 3;
+    settings.header_read_timeout = Duration::from_millis(300);
+    let r = start_with(settings).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut tcp = tokio::net::TcpStream::connect(r.addr).await.unwrap();
+        tcp.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            .await
+            .unwrap();
+        held.push(tcp);
+    }
+    let mut fourth = tokio::net::TcpStream::connect(r.addr).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(GUARD, fourth.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        answer.starts_with(b"HTTP/1.1 503"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    assert_eq!(r.channel.refused_connections(), 1);
+    // The held connections time out (no complete head); then the address may connect again.
+    for mut tcp in held {
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(GUARD, tcp.read_to_end(&mut rest))
+            .await
+            .unwrap();
+    }
+    let mut status = 0;
+    for _ in 0..100 {
+        status = http()
+            .get(format!("http://{}/", r.addr))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(status, 200);
+}
