@@ -455,6 +455,7 @@ fn build_websocket(
     let store = crate::webui::GatewayWebUiStore {
         sessions: agent.sessions().clone(),
         workspace: agent.settings().workspace.clone(),
+        settings: crate::webui::settings_view(config),
     };
     let channel = nanobot_websocket::WebSocketChannel::new(
         settings,

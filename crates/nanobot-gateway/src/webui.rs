@@ -15,6 +15,38 @@ const MAX_SESSIONS: usize = 300;
 pub(crate) struct GatewayWebUiStore {
     pub(crate) sessions: SessionStore,
     pub(crate) workspace: PathBuf,
+    /// What `GET /api/settings` shows ([`settings_view`]).
+    pub(crate) settings: Value,
+}
+
+/// The read-only settings view of 0.3.5's `GET /api/settings` (the fields this version has): the agent's model
+/// settings and, per configured provider, whether it has a key. Never a key, header or URL credential.
+pub(crate) fn settings_view(config: &nanobot_config::Config) -> Value {
+    let d = &config.agents.defaults;
+    let has_key = |p: &nanobot_config::ProviderConfig| p.api_key.as_ref().is_some_and(|k| !k.is_empty());
+    let providers: Vec<Value> = config
+        .providers
+        .0
+        .iter()
+        .map(|(name, p)| serde_json::json!({"name": name, "has_api_key": has_key(p), "api_type": p.api_type}))
+        .collect();
+    serde_json::json!({
+        "agent": {
+            "model": d.model,
+            "provider": d.provider,
+            "has_api_key": config.providers.get(&d.provider).is_some_and(has_key),
+            "model_preset": d.model_preset.clone().unwrap_or_else(|| "default".into()),
+            "max_tokens": d.max_tokens,
+            "context_window_tokens": d.context_window_tokens,
+            "temperature": d.temperature,
+            "reasoning_effort": d.reasoning_effort,
+            "timezone": d.timezone,
+            "tool_hint_max_length": d.tool_hint_max_length,
+        },
+        "providers": providers,
+        "requires_restart": false,
+        "read_only": true,
+    })
 }
 
 fn store_err(what: &'static str) -> impl FnOnce(nanobot_sessions::SessionError) -> WebSocketError {
@@ -111,6 +143,27 @@ impl WebUiStore for GatewayWebUiStore {
         Ok(true)
     }
 
+    async fn create(&self, key: &str, messages: Vec<Value>) -> Result<(), WebSocketError> {
+        if self.sessions.exists(key).await.map_err(store_err("session"))? {
+            return Err(WebSocketError::Unsupported("replace an existing session"));
+        }
+        let messages = messages
+            .into_iter()
+            .filter_map(|m| match m {
+                Value::Object(map) => Some(nanobot_sessions::SessionMessage::from_map(map)),
+                _ => None,
+            })
+            .collect();
+        self.sessions
+            .append(key, messages)
+            .await
+            .map_err(store_err("session"))
+    }
+
+    async fn settings(&self) -> Result<Value, WebSocketError> {
+        Ok(self.settings.clone())
+    }
+
     async fn memory(&self) -> Result<String, WebSocketError> {
         read_optional(nanobot_config::paths::workspace::memory_dir(&self.workspace).join("MEMORY.md")).await
     }
@@ -149,5 +202,34 @@ impl WebUiStore for GatewayWebUiStore {
             .iter()
             .map(|(name, _, desc)| (format!("/{name}"), (*desc).to_owned()))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_settings_view_never_shows_a_key() {
+        let mut config = nanobot_config::Config::default();
+        config.agents.defaults.provider = "openrouter".into();
+        config.agents.defaults.model = "some/model".into();
+        config.providers.insert(
+            "openrouter",
+            nanobot_config::ProviderConfig {
+                api_key: Some(nanobot_config::Secret::new("sk-or-very-secret")),
+                api_base: Some("https://user:pw-secret@example.com/v1".into()),
+                ..Default::default()
+            },
+        );
+        let v = settings_view(&config);
+        let text = v.to_string();
+        assert!(
+            !text.contains("very-secret") && !text.contains("pw-secret"),
+            "{text}"
+        );
+        assert_eq!(v["agent"]["model"], "some/model");
+        assert_eq!(v["agent"]["has_api_key"], true);
+        assert_eq!(v["providers"][0]["name"], "openrouter");
     }
 }

@@ -610,7 +610,7 @@ impl Inner {
         if slot.since_anchor >= tail::ANCHOR_EVERY {
             // A file written by the Python nanobot: leave a marker so the next read from the end stops here.
             // Best effort: a read must not fail because the file cannot be written.
-            if let Err(e) = self.append_metadata_record(key, slot) {
+            if let Err(e) = self.append_metadata_record_synced(key, slot, false) {
                 tracing::warn!(error = %e, "could not append a message-count record to the session file");
             }
         }
@@ -723,6 +723,12 @@ impl Inner {
 
     /// Appends the current metadata (with the message count) as a new record.
     fn append_metadata_record(&self, key: &str, slot: &mut Slot) -> Result<()> {
+        self.append_metadata_record_synced(key, slot, true)
+    }
+
+    /// [`Inner::append_metadata_record`]; `sync: false` skips the `fdatasync` (for the count marker a read
+    /// leaves: losing it in a crash only costs the next read its speed, and a cut line is repaired).
+    fn append_metadata_record_synced(&self, key: &str, slot: &mut Slot, sync: bool) -> Result<()> {
         let path = self.path_for(key);
         let total = slot.total;
         let Some(h) = slot.header() else { return Ok(()) };
@@ -732,7 +738,7 @@ impl Inner {
             Some(mut file) => {
                 file.write_all(line.as_bytes())
                     .map_err(|e| SessionError::io("append to", &path, e))?;
-                if self.options.fsync == FsyncPolicy::Always {
+                if sync && self.options.fsync == FsyncPolicy::Always {
                     self.syncs.fetch_add(1, Ordering::Relaxed);
                     file.sync_data()
                         .map_err(|e| SessionError::io("fsync", &path, e))?;

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use nanobot_bus::{Bus, InboundMessage, OutboundKind, OutboundMessage};
@@ -38,7 +39,12 @@ pub struct SlackChannel {
     seen: RecentIds,
     threads: RecentIds,
     handled: watch::Sender<u64>,
+    api_timeout: Duration,
 }
+
+/// Default bound on one Slack Web API call (connect, request and the whole answer) and on the Socket Mode
+/// connection's `hello`. See [`SlackChannel::with_api_timeout`].
+pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl std::fmt::Debug for SlackChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -52,6 +58,23 @@ impl std::fmt::Debug for SlackChannel {
 /// What the Socket Mode callbacks (plain `fn`s) reach through slack-morphism's user state.
 struct ListenerState {
     events: mpsc::Sender<SlackPushEventCallback>,
+    /// Counts the `hello` messages of Socket Mode connections.
+    hellos: watch::Sender<u64>,
+}
+
+/// Counts a Socket Mode `hello` (generic over the event type, which slack-morphism does not export).
+async fn on_hello<E>(_event: E, _client: Arc<SlackHyperClient>, states: SlackClientEventsUserState) {
+    if let Some(state) = states.read().await.get_user_state::<ListenerState>() {
+        state.hellos.send_modify(|n| *n += 1);
+    }
+}
+
+/// The error for a Slack call that did not finish within its bound.
+fn stalled(what: &str, after: Duration) -> ChannelError {
+    ChannelError::Transient {
+        channel: NAME.into(),
+        source: format!("Slack {what} got no answer within {after:?}").into(),
+    }
 }
 
 async fn on_push(
@@ -81,6 +104,9 @@ fn on_error(
     tracing::warn!(error = %err, "slack: socket mode error");
     HttpStatusCode::OK
 }
+
+/// Bound on the TCP connect of every Web API call.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many recent `(channel, ts)` pairs are remembered to handle a message once.
 const SEEN_CAPACITY: usize = 512;
@@ -154,13 +180,18 @@ impl SlackChannel {
     /// [`with_pairing`](Self::with_pairing), denied direct messages are ignored.
     pub fn new(settings: SlackSettings, media_dir: impl Into<PathBuf>) -> Result<Self, ChannelError> {
         let _ = rustls::crypto::ring::default_provider().install_default();
+        // A bounded TCP connect for every Web API call, those slack-morphism makes itself (reconnecting Socket
+        // Mode) included; each call this channel makes is also bounded as a whole (`bounded`).
+        let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
+        tcp.enforce_http(false);
+        tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_native_roots()
             .map_err(|e| bad_config(format!("cannot load the system's root certificates: {e}")))?
             .https_or_http()
             .enable_http1()
             .enable_http2()
-            .build();
+            .wrap_connector(tcp);
         let connector =
             SlackClientHyperConnector::with_connector(https).with_slack_api_url(&settings.api_url);
         let client = Arc::new(SlackClient::new(connector));
@@ -187,7 +218,28 @@ impl SlackChannel {
             seen: RecentIds::new(SEEN_CAPACITY),
             threads: RecentIds::new(SEEN_CAPACITY),
             handled: watch::Sender::new(0),
+            api_timeout: DEFAULT_API_TIMEOUT,
         })
+    }
+
+    /// Bounds each Web API call (default [`DEFAULT_API_TIMEOUT`]) and the wait for the Socket Mode `hello` after
+    /// connecting. A call that takes longer fails with a retryable error naming the method.
+    #[must_use]
+    pub fn with_api_timeout(mut self, timeout: Duration) -> Self {
+        self.api_timeout = timeout;
+        self
+    }
+
+    /// Runs one Web API call (`method`, e.g. `chat.postMessage`) within the channel's bound.
+    async fn bounded<T>(
+        &self,
+        method: &str,
+        call: impl std::future::Future<Output = Result<T, SlackClientError>>,
+    ) -> Result<T, ChannelError> {
+        match tokio::time::timeout(self.api_timeout, call).await {
+            Ok(result) => result.map_err(map_err),
+            Err(_) => Err(stalled(method, self.api_timeout)),
+        }
     }
 
     /// Issues pairing codes to denied direct messages and honours `/pairing approve` from owners.
@@ -244,7 +296,10 @@ impl SlackChannel {
         let req =
             SlackApiConversationsRepliesRequest::new(channel.to_string().into(), root.to_string().into())
                 .with_limit(200);
-        let resp = match session.conversations_replies(&req).await {
+        let resp = match self
+            .bounded("conversations.replies", session.conversations_replies(&req))
+            .await
+        {
             Ok(resp) => resp,
             Err(e) => {
                 tracing::debug!(error = %e, "slack: could not read the thread context");
@@ -304,7 +359,9 @@ impl SlackChannel {
         if let Some(ts) = thread_ts {
             req = req.with_thread_ts(ts.to_string().into());
         }
-        let resp = session.chat_post_message(&req).await.map_err(map_err)?;
+        let resp = self
+            .bounded("chat.postMessage", session.chat_post_message(&req))
+            .await?;
         Ok(resp.ts)
     }
 
@@ -315,21 +372,19 @@ impl SlackChannel {
         let token = self.bot_token();
         let session = self.client.open_session(&token);
         let result = if add {
-            session
-                .reactions_add(&SlackApiReactionsAddRequest::new(
-                    channel.to_string().into(),
-                    name.to_string().into(),
-                    ts.to_string().into(),
-                ))
+            let req = SlackApiReactionsAddRequest::new(
+                channel.to_string().into(),
+                name.to_string().into(),
+                ts.to_string().into(),
+            );
+            self.bounded("reactions.add", session.reactions_add(&req))
                 .await
                 .map(drop)
         } else {
-            session
-                .reactions_remove(
-                    &SlackApiReactionsRemoveRequest::new(name.to_string().into())
-                        .with_channel(channel.to_string().into())
-                        .with_timestamp(ts.to_string().into()),
-                )
+            let req = SlackApiReactionsRemoveRequest::new(name.to_string().into())
+                .with_channel(channel.to_string().into())
+                .with_timestamp(ts.to_string().into());
+            self.bounded("reactions.remove", session.reactions_remove(&req))
                 .await
                 .map(drop)
         };
@@ -349,21 +404,17 @@ impl SlackChannel {
             .map_or_else(|| "file".to_string(), |n| n.to_string_lossy().into_owned());
         let token = self.bot_token();
         let session = self.client.open_session(&token);
-        let url = session
-            .get_upload_url_external(&SlackApiFilesGetUploadUrlExternalRequest::new(
-                name.clone(),
-                bytes.len(),
-            ))
-            .await
-            .map_err(map_err)?;
-        session
-            .files_upload_via_url(&SlackApiFilesUploadViaUrlRequest::new(
-                url.upload_url,
-                bytes,
-                "application/octet-stream".into(),
-            ))
-            .await
-            .map_err(map_err)?;
+        let req = SlackApiFilesGetUploadUrlExternalRequest::new(name.clone(), bytes.len());
+        let url = self
+            .bounded(
+                "files.getUploadURLExternal",
+                session.get_upload_url_external(&req),
+            )
+            .await?;
+        let req =
+            SlackApiFilesUploadViaUrlRequest::new(url.upload_url, bytes, "application/octet-stream".into());
+        self.bounded("file upload", session.files_upload_via_url(&req))
+            .await?;
         let mut complete = SlackApiFilesCompleteUploadExternalRequest::new(vec![
             SlackApiFilesComplete::new(url.file_id).with_title(name),
         ])
@@ -371,10 +422,11 @@ impl SlackChannel {
         if let Some(ts) = thread_ts {
             complete = complete.with_thread_ts(ts.to_string().into());
         }
-        session
-            .files_complete_upload_external(&complete)
-            .await
-            .map_err(map_err)?;
+        self.bounded(
+            "files.completeUploadExternal",
+            session.files_complete_upload_external(&complete),
+        )
+        .await?;
         Ok(())
     }
 
@@ -625,7 +677,7 @@ impl Channel for SlackChannel {
         let session = self.client.open_session(&token);
         let me = tokio::select! {
             () = cancel.cancelled() => return Ok(()),
-            r = session.auth_test() => r.map_err(map_err)?,
+            r = self.bounded("auth.test", session.auth_test()) => r?,
         };
         *lock(&self.bot_user) = Some(me.user_id.to_string());
         let app_token = SlackApiToken::new(self.settings.app_token.expose().to_string().into());
@@ -633,23 +685,44 @@ impl Channel for SlackChannel {
         let open_request = SlackApiAppsConnectionOpenRequest::new();
         tokio::select! {
             () = cancel.cancelled() => return Ok(()),
-            r = app_session.apps_connections_open(&open_request) => {
-                r.map_err(map_err)?;
+            r = self.bounded("apps.connections.open", app_session.apps_connections_open(&open_request)) => {
+                r?;
             }
         }
 
         let (tx, mut events) = mpsc::channel(256);
+        let hellos = watch::Sender::new(0u64);
+        let mut hello = hellos.subscribe();
         let environment = Arc::new(
             SlackClientEventsListenerEnvironment::new(Arc::clone(&self.client))
                 .with_error_handler(on_error)
-                .with_user_state(ListenerState { events: tx }),
+                .with_user_state(ListenerState { events: tx, hellos }),
         );
-        let callbacks = SlackSocketModeListenerCallbacks::new().with_push_events(on_push);
+        let callbacks = SlackSocketModeListenerCallbacks::new()
+            .with_push_events(on_push)
+            .with_hello_events(on_hello);
         let config = SlackClientSocketModeConfig::new()
             .with_max_connections_count(self.settings.socket_connections.max(1));
         let listener = SlackClientSocketModeListener::new(&config, environment, callbacks);
         listener.listen_for(&app_token).await.map_err(map_err)?;
         listener.start().await;
+        // slack-morphism connects (and reconnects) in its own tasks without a bound: wait for the first
+        // connection's `hello` here, within the channel's bound.
+        tokio::select! {
+            () = cancel.cancelled() => {
+                listener.shutdown().await;
+                return Ok(());
+            }
+            connected = async {
+                let waited = tokio::time::timeout(self.api_timeout, hello.wait_for(|n| *n > 0)).await;
+                matches!(waited, Ok(Ok(_)))
+            } => {
+                if !connected {
+                    listener.shutdown().await;
+                    return Err(stalled("Socket Mode connection (no `hello`)", self.api_timeout));
+                }
+            }
+        }
         tracing::info!(bot = %me.user_id, "slack: socket mode connected");
         loop {
             tokio::select! {

@@ -53,7 +53,7 @@ mod channel;
 mod inbound;
 mod settings;
 
-pub use channel::{META_CHANNEL_TYPE, META_MESSAGE_TS, META_THREAD_TS, SlackChannel};
+pub use channel::{DEFAULT_API_TIMEOUT, META_CHANNEL_TYPE, META_MESSAGE_TS, META_THREAD_TS, SlackChannel};
 pub use settings::{DEFAULT_API_URL, DEFAULT_MAX_FILE_BYTES, SlackSettings};
 
 /// The channel's name on the bus.

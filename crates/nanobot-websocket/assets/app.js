@@ -5,7 +5,7 @@
   const $ = (id) => document.getElementById(id);
   const log = $('log'), input = $('input'), stopBtn = $('stop'), sendBtn = $('send');
   const state = {
-    ws: null, chat: null, readonly: false, running: false, retry: 0,
+    ws: null, chat: null, readonly: false, running: false, retry: 0, apiToken: null, temporary: null,
     streams: new Map(), pending: new Map(), files: [], commands: [], slashIdx: 0, reqSeq: 0,
   };
 
@@ -114,8 +114,15 @@
     d.append(s, pre);
     return add(d);
   }
-  function userBubble(text, images) {
+  function userBubble(text, images, forkIndex) {
     const d = bubble('user', text, false);
+    if (forkIndex !== undefined && !state.readonly && !state.temporary) {
+      // 0.3.5's fork: a new chat with everything before this user message.
+      const f = document.createElement('button');
+      f.type = 'button'; f.className = 'fork'; f.textContent = 'fork'; f.title = 'Fork: a new chat with everything before this message';
+      f.addEventListener('click', () => send({ type: 'fork_chat', source_chat_id: state.chat, before_user_index: forkIndex }));
+      d.appendChild(f);
+    }
     for (const src of images || []) {
       if (!/^data:image\//.test(src)) continue;
       const img = document.createElement('img');
@@ -156,6 +163,7 @@
     const url = new URL(boot.ws_url, location.href);
     url.searchParams.set('client_id', 'webui');
     if (boot.token) url.searchParams.set('token', boot.token);
+    state.apiToken = boot.api_token || null;
     const ws = new WebSocket(url.href);
     state.ws = ws;
     ws.onopen = () => { state.retry = 0; status('connected', true); };
@@ -169,6 +177,14 @@
     setTimeout(connect, delay);
   }
   function send(obj) { if (state.ws && state.ws.readyState === 1) { state.ws.send(JSON.stringify(obj)); return true; } return false; }
+  // Reads go over HTTP as in 0.3.5 (`/api/…` with the bootstrap's api_token); without one (behind a trusted
+  // proxy) over the socket.
+  async function apiGet(path, action, payload) {
+    if (!state.apiToken) return request(action, payload);
+    const r = await fetch(path, { headers: { Authorization: 'Bearer ' + state.apiToken }, cache: 'no-store', credentials: 'omit' });
+    if (!r.ok) throw new Error('HTTP ' + r.status);
+    return r.json();
+  }
   function request(action, payload) {
     return new Promise((resolve, reject) => {
       const id = 'r' + (++state.reqSeq);
@@ -190,7 +206,12 @@
         refreshSessions();
         return;
       }
-      case 'attached': if (state.expectNew) { state.expectNew = false; setChat(ev.chat_id); log.replaceChildren(); refreshSessions(); } return;
+      case 'attached':
+        if (ev.temporary) { state.temporary = ev.chat_id; setChat(ev.chat_id, false, true); log.replaceChildren(); bubble('note', 'Temporary chat: it is deleted when you leave it.', false); return; }
+        if (ev.forked_from) { openChat(ev.chat_id, true); refreshSessions(); return; }
+        if (state.expectNew) { state.expectNew = false; setChat(ev.chat_id); log.replaceChildren(); refreshSessions(); }
+        return;
+      case 'temporary_chat_discarded': refreshSessions(); return;
       case 'webui_response': {
         const p = state.pending.get(ev.request_id);
         if (!p) return;
@@ -233,13 +254,21 @@
   }
 
   // ---------- sessions ----------
-  function setChat(id, readonly) {
+  // Leaving a temporary chat discards it (0.3.5: `discard_temporary_chat`).
+  function leaveTemporary(next) {
+    if (state.temporary && state.temporary !== next) {
+      send({ type: 'discard_temporary_chat', chat_id: state.temporary });
+      state.temporary = null;
+    }
+  }
+  function setChat(id, readonly, temporary) {
+    leaveTemporary(id);
     state.chat = id;
     state.readonly = !!readonly;
     state.streams.clear();
     input.disabled = state.readonly;
     input.placeholder = state.readonly ? 'This session belongs to another channel (read-only)' : 'Message nanobot — / for commands';
-    if (!readonly) localStorage.setItem('nanobot.chat', id);
+    if (!readonly && !temporary) localStorage.setItem('nanobot.chat', id);
     for (const li of $('sessions').children) li.classList.toggle('on', li.dataset.chat === id || li.dataset.key === id);
   }
   async function openChat(chatOrKey, isChat) {
@@ -249,7 +278,7 @@
     setRunning(false);
     if (chat) { setChat(chat); send({ type: 'attach', chat_id: chat }); } else setChat(key, true);
     try {
-      const r = await request('session.messages', { key });
+      const r = await apiGet('/api/sessions/' + encodeURIComponent(key) + '/webui-thread', 'session.messages', { key });
       renderHistory(r.messages || []);
     } catch (e) { bubble('error', 'history: ' + e.message, false); }
   }
@@ -259,8 +288,9 @@
     return '';
   }
   function renderHistory(messages) {
+    let users = 0;
     for (const m of messages) {
-      if (m.role === 'user') userBubble(textOf(m.content).replace(/\[(image|file): [^\]\n]*\]/g, '[$1]'));
+      if (m.role === 'user') userBubble(textOf(m.content).replace(/\[(image|file): [^\]\n]*\]/g, '[$1]'), [], users++);
       else if (m.role === 'assistant') {
         if (Array.isArray(m.tool_calls)) for (const c of m.tool_calls) toolRow((c.function && c.function.name || 'tool') + '(' + (c.function && c.function.arguments || '') + ')');
         const t = textOf(m.content);
@@ -272,7 +302,8 @@
   let searchTimer = 0;
   async function refreshSessions() {
     let rows;
-    try { rows = (await request('sessions.list', { query: $('search').value })).sessions || []; } catch { return; }
+    const q = $('search').value;
+    try { rows = (await apiGet('/api/sessions?query=' + encodeURIComponent(q), 'sessions.list', { query: q })).sessions || []; } catch { return; }
     const ul = $('sessions');
     ul.replaceChildren();
     for (const s of rows) {
@@ -301,11 +332,12 @@
   }
   function newChat() { state.expectNew = true; send({ type: 'new_chat' }); showView('chat'); }
   $('new-chat').addEventListener('click', newChat);
+  $('temp-chat').addEventListener('click', () => { send({ type: 'new_temporary_chat' }); showView('chat'); });
   $('search').addEventListener('input', () => { clearTimeout(searchTimer); searchTimer = setTimeout(refreshSessions, 200); });
 
   // ---------- composer ----------
   async function loadCommands() {
-    try { state.commands = (await request('commands.list')).commands || []; } catch { state.commands = []; }
+    try { state.commands = (await apiGet('/api/commands', 'commands.list')).commands || []; } catch { state.commands = []; }
   }
   function slashMatches() {
     const v = input.value;
@@ -395,9 +427,10 @@
   // ---------- memory and cron (read-only) ----------
   function showView(name) {
     for (const b of document.querySelectorAll('.views button')) b.classList.toggle('on', b.dataset.view === name);
-    for (const v of ['chat', 'memory', 'cron']) $('view-' + v).hidden = v !== name;
+    for (const v of ['chat', 'memory', 'cron', 'settings']) $('view-' + v).hidden = v !== name;
     if (name === 'memory') loadMemory();
     if (name === 'cron') loadCron();
+    if (name === 'settings') loadSettings();
   }
   for (const b of document.querySelectorAll('.views button')) b.addEventListener('click', () => showView(b.dataset.view));
   async function loadMemory() {
@@ -432,6 +465,28 @@
       }
       v.appendChild(t);
     } catch (e) { v.textContent = 'Cannot read cron jobs: ' + e.message; }
+  }
+
+  // Read-only settings (0.3.5's GET /api/settings; edit config.json to change them).
+  async function loadSettings() {
+    const v = $('view-settings');
+    try {
+      const s = await apiGet('/api/settings', 'settings.read');
+      v.innerHTML = '<h2>Settings</h2>';
+      const t = document.createElement('table');
+      const a = s.agent || {};
+      for (const [k, val] of [['Model', a.model], ['Provider', a.provider], ['API key set', a.has_api_key ? 'yes' : 'no'],
+        ['Max tokens', a.max_tokens], ['Context window', a.context_window_tokens], ['Temperature', a.temperature],
+        ['Reasoning effort', a.reasoning_effort || ''], ['Timezone', a.timezone]]) {
+        const row = t.insertRow();
+        row.insertCell().textContent = k;
+        row.insertCell().textContent = val === undefined || val === null ? '' : String(val);
+      }
+      v.appendChild(t);
+      const note = document.createElement('p');
+      note.textContent = 'Read-only here: change them in config.json.';
+      v.appendChild(note);
+    } catch (e) { v.textContent = 'Cannot read settings: ' + e.message; }
   }
 
   // ---------- theme ----------

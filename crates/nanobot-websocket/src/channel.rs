@@ -33,6 +33,9 @@ pub(crate) use nanobot_util::lock;
 struct Conn {
     tx: mpsc::Sender<Message>,
     chats: HashSet<String>,
+    /// Temporary chats this connection created (`new_temporary_chat`): their sessions are deleted when
+    /// discarded or when the connection ends.
+    temporary: HashSet<String>,
     kill: CancellationToken,
 }
 
@@ -48,6 +51,18 @@ impl Hub {
         if let Some(c) = self.conns.get_mut(&id) {
             c.chats.insert(chat.to_string());
             self.subs.entry(chat.to_string()).or_default().insert(id);
+        }
+    }
+
+    fn detach(&mut self, id: u64, chat: &str) {
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.chats.remove(chat);
+        }
+        if let Some(set) = self.subs.get_mut(chat) {
+            set.remove(&id);
+            if set.is_empty() {
+                self.subs.remove(chat);
+            }
         }
     }
 
@@ -83,6 +98,8 @@ pub(crate) struct Inner {
     pub(crate) tokens: TokenStore,
     hub: Mutex<Hub>,
     bound: watch::Sender<Option<SocketAddr>>,
+    /// Connections refused by the per-address cap.
+    refused: std::sync::atomic::AtomicU64,
 }
 
 /// The websocket channel. See the [crate docs](crate).
@@ -114,6 +131,7 @@ impl WebSocketChannel {
                 tokens: TokenStore::default(),
                 hub: Mutex::new(Hub::default()),
                 bound: watch::Sender::new(None),
+                refused: std::sync::atomic::AtomicU64::new(0),
             }),
         }
     }
@@ -153,6 +171,12 @@ impl WebSocketChannel {
             .and_then(|r| r.ok().and_then(|v| *v))
     }
 
+    /// Connections refused so far because their address held `max_connections_per_client` already (a
+    /// metric).
+    pub fn refused_connections(&self) -> u64 {
+        self.inner.refused.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Number of open connections.
     pub fn connections(&self) -> usize {
         lock(&self.inner.hub).conns.len()
@@ -176,6 +200,11 @@ impl Channel for WebSocketChannel {
             cancel: cancel.child_token(),
         };
         let router = crate::server::router(app.clone());
+        // Certificate and key are read at start, so a bad file stops the channel with an error naming it.
+        let tls = match &self.inner.settings.tls {
+            Some(files) => Some(crate::listen::tls_acceptor(&files.cert, &files.key)?),
+            None => None,
+        };
         let result = match &self.inner.settings.listen {
             Listen::Tcp { host, port } => {
                 let target = if host.contains(':') && !host.starts_with('[') {
@@ -192,15 +221,44 @@ impl Channel for WebSocketChannel {
                         })?;
                 let addr = listener.local_addr().ok();
                 self.inner.bound.send_replace(addr);
-                tracing::info!(?addr, path = %self.inner.settings.path, "websocket: listening");
-                let stop = cancel.clone();
-                axum::serve(
-                    listener,
-                    router.into_make_service_with_connect_info::<SocketAddr>(),
-                )
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await
-                .map_err(io_error(target))
+                tracing::info!(?addr, path = %self.inner.settings.path, tls = tls.is_some(), "websocket: listening");
+                let per_client = Arc::new(crate::listen::PerClient::default());
+                loop {
+                    let (stream, remote) = tokio::select! {
+                        () = cancel.cancelled() => break Ok(()),
+                        r = listener.accept() => match r {
+                            Ok(pair) => pair,
+                            Err(e) => {
+                                // Out of file descriptors and the like: wait a moment instead of spinning.
+                                tracing::warn!(error = %e, "websocket: accept failed");
+                                tokio::time::sleep(Duration::from_millis(100)).await;
+                                continue;
+                            }
+                        },
+                    };
+                    let cap = self.inner.settings.max_connections_per_client;
+                    let Some(slot) = per_client.enter(remote.ip(), cap) else {
+                        self.inner
+                            .refused
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        tracing::debug!(%remote, "websocket: too many connections from this address");
+                        tokio::spawn(crate::listen::refuse(stream));
+                        continue;
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let serve = crate::listen::serve_stream(
+                        stream,
+                        Some(remote),
+                        router.clone(),
+                        tls.clone(),
+                        self.inner.settings.header_read_timeout,
+                        app.cancel.clone(),
+                    );
+                    tokio::spawn(async move {
+                        serve.await;
+                        drop(slot);
+                    });
+                }
             }
             Listen::Unix(path) => {
                 if let Some(dir) = path.parent() {
@@ -218,11 +276,27 @@ impl Channel for WebSocketChannel {
                         .map_err(io_error(path.display().to_string()))?;
                 }
                 tracing::info!(path = %path.display(), "websocket: listening on a unix socket");
-                let stop = cancel.clone();
-                let r = axum::serve(listener, router.into_make_service())
-                    .with_graceful_shutdown(async move { stop.cancelled().await })
-                    .await
-                    .map_err(io_error(path.display().to_string()));
+                let r = loop {
+                    let stream = tokio::select! {
+                        () = cancel.cancelled() => break Ok(()),
+                        r = listener.accept() => match r {
+                            Ok((stream, _)) => stream,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "websocket: accept failed");
+                                tokio::time::sleep(Duration::from_millis(100)).await;
+                                continue;
+                            }
+                        },
+                    };
+                    tokio::spawn(crate::listen::serve_stream(
+                        stream,
+                        None,
+                        router.clone(),
+                        tls.clone(),
+                        self.inner.settings.header_read_timeout,
+                        app.cancel.clone(),
+                    ));
+                };
                 let _ = tokio::fs::remove_file(path).await;
                 r
             }
@@ -301,6 +375,7 @@ where
             Conn {
                 tx,
                 chats: HashSet::new(),
+                temporary: HashSet::new(),
                 kill: kill.clone(),
             },
         );
@@ -331,10 +406,19 @@ where
         peer: &peer,
         default_chat,
     };
+    // Any frame (a pong included) proves the peer alive; one silent for a ping interval plus the pong timeout
+    // is gone.
+    let silent_for = inner.settings.ping_interval + inner.settings.ping_timeout;
     loop {
         let frame = tokio::select! {
             () = kill.cancelled() => break,
-            f = stream.next() => f,
+            f = tokio::time::timeout(silent_for, stream.next()) => match f {
+                Ok(f) => f,
+                Err(_) => {
+                    tracing::debug!(client = %peer.client_id, "websocket: no pong within the ping timeout; closing");
+                    break;
+                }
+            },
         };
         let text = match frame {
             Some(Ok(Message::Text(t))) => t.as_str().to_string(),
@@ -347,7 +431,15 @@ where
         };
         conn.handle(&text).await;
     }
+    let temporary: Vec<String> = lock(&inner.hub)
+        .conns
+        .get(&id)
+        .map(|c| c.temporary.iter().cloned().collect())
+        .unwrap_or_default();
     lock(&inner.hub).remove(id);
+    for chat in temporary {
+        discard_session(&inner, &chat).await;
+    }
     let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
 }
 
@@ -389,6 +481,16 @@ impl Connection<'_> {
             .unwrap_or_default()
             .to_string();
         match kind.as_str() {
+            "new_temporary_chat" => {
+                let chat = uuid::Uuid::new_v4().to_string();
+                self.attach(&chat);
+                if let Some(c) = lock(&self.inner().hub).conns.get_mut(&self.id) {
+                    c.temporary.insert(chat.clone());
+                }
+                self.reply("attached", json!({"chat_id": chat, "temporary": true}));
+            }
+            "discard_temporary_chat" => self.discard_temporary(&env).await,
+            "fork_chat" => self.fork(&env).await,
             "new_chat" => {
                 let chat = uuid::Uuid::new_v4().to_string();
                 self.attach(&chat);
@@ -514,6 +616,83 @@ impl Connection<'_> {
         }
     }
 
+    /// `discard_temporary_chat`: forgets one of this connection's temporary chats and deletes its session.
+    async fn discard_temporary(&self, env: &Map<String, Value>) {
+        let chat = env
+            .get("chat_id")
+            .and_then(Value::as_str)
+            .filter(|c| is_valid_chat_id(c));
+        let Some(chat) = chat else {
+            self.reply("error", json!({"detail": "invalid temporary chat_id"}));
+            return;
+        };
+        let owned = {
+            let mut hub = lock(&self.inner().hub);
+            let owned = hub
+                .conns
+                .get_mut(&self.id)
+                .is_some_and(|c| c.temporary.remove(chat));
+            if owned {
+                hub.detach(self.id, chat);
+            }
+            owned
+        };
+        if !owned {
+            self.reply("error", json!({"detail": "temporary_chat_unavailable"}));
+            return;
+        }
+        discard_session(self.inner(), chat).await;
+        self.reply("temporary_chat_discarded", json!({"chat_id": chat}));
+    }
+
+    /// `fork_chat`: a new chat holding `source_chat_id`'s messages before its `before_user_index`-th user
+    /// message (0.3.5's rule: `0` copies nothing before the first user message; the user-message count copies
+    /// everything).
+    async fn fork(&self, env: &Map<String, Value>) {
+        let Some(source) = env
+            .get("source_chat_id")
+            .and_then(Value::as_str)
+            .filter(|c| is_valid_chat_id(c))
+        else {
+            self.reply("error", json!({"detail": "invalid source_chat_id"}));
+            return;
+        };
+        let Some(before) = env
+            .get("before_user_index")
+            .filter(|v| !v.is_boolean())
+            .and_then(Value::as_u64)
+        else {
+            self.reply("error", json!({"detail": "invalid before_user_index"}));
+            return;
+        };
+        let Some(store) = self.inner().store.clone() else {
+            self.reply("error", json!({"detail": "session_manager_unavailable"}));
+            return;
+        };
+        let source_key = format!("{NAME}:{source}");
+        let messages = match store.messages(&source_key).await {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(error = %e, "websocket: fork_chat could not read the source");
+                self.reply("error", json!({"detail": "fork_chat_failed"}));
+                return;
+            }
+        };
+        let Some(copied) = fork_prefix(messages, before) else {
+            self.reply("error", json!({"detail": "invalid fork source or index"}));
+            return;
+        };
+        let chat = uuid::Uuid::new_v4().to_string();
+        let key = format!("{NAME}:{chat}");
+        if let Err(e) = store.create(&key, copied).await {
+            tracing::warn!(error = %e, "websocket: fork_chat could not create the fork");
+            self.reply("error", json!({"detail": "fork_chat_failed"}));
+            return;
+        }
+        self.attach(&chat);
+        self.reply("attached", json!({"chat_id": chat, "forked_from": source}));
+    }
+
     async fn webui_request(&self, env: &Map<String, Value>) {
         let Some(request_id) = env.get("request_id").and_then(Value::as_str).filter(|r| {
             (1..=128).contains(&r.len())
@@ -550,5 +729,32 @@ impl Connection<'_> {
             ),
             Err((status, message)) => fail(status, &message),
         }
+    }
+}
+
+/// The messages before the `before`-th user message (counting from 0), or `None` when there are fewer user
+/// messages than `before`.
+pub(crate) fn fork_prefix(messages: Vec<Value>, before: u64) -> Option<Vec<Value>> {
+    let mut users = 0u64;
+    let mut out = Vec::new();
+    for m in messages {
+        if m.get("role").and_then(Value::as_str) == Some("user") {
+            if users == before {
+                return Some(out);
+            }
+            users += 1;
+        }
+        out.push(m);
+    }
+    (users == before).then_some(out)
+}
+
+/// Deletes the session of a discarded temporary chat (best effort: logged when it fails).
+async fn discard_session(inner: &Inner, chat: &str) {
+    let Some(store) = inner.store.clone() else {
+        return;
+    };
+    if let Err(e) = store.delete(&format!("{NAME}:{chat}")).await {
+        tracing::warn!(error = %e, "websocket: could not delete a temporary chat's session");
     }
 }

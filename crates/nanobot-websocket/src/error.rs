@@ -22,6 +22,9 @@ pub enum WebSocketError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The store given to the channel cannot do this (e.g. create sessions for forks).
+    #[error("the WebUI store cannot {0}")]
+    Unsupported(&'static str),
     /// An attachment was refused (the reason is the 0.3.5 wire word: `mime`, `size`, `decode`, …).
     #[error("attachment rejected: {0}")]
     Attachment(&'static str),

@@ -36,6 +36,7 @@
 
 mod channel;
 mod error;
+mod listen;
 mod media;
 mod protocol;
 mod server;
@@ -45,11 +46,12 @@ mod tokens;
 
 pub use channel::WebSocketChannel;
 pub use error::WebSocketError;
+pub use listen::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS_PER_CLIENT, TLS_HANDSHAKE_TIMEOUT};
 pub use media::{MAX_ATTACHMENTS, MAX_FILE_BYTES};
 pub use protocol::is_valid_chat_id;
 pub use server::{ASSETS, CONTENT_SECURITY_POLICY};
 pub use settings::{
-    DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_PORT, DEFAULT_TOKEN_TTL_S, Listen, TrustedProxy,
+    DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_PORT, DEFAULT_TOKEN_TTL_S, Listen, TlsFiles, TrustedProxy,
     TrustedProxyAuthConfig, WebSocketConfig, WebSocketSettings,
 };
 pub use store::{SessionSummary, WebUiStore};

@@ -211,7 +211,11 @@ impl App {
             .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic()))
             .unwrap_or("127.0.0.1");
         let proto = header_str(headers, "x-forwarded-proto").unwrap_or_default();
-        let scheme = if proto.trim().eq_ignore_ascii_case("https") {
+        let secure = proto.split(',').next().unwrap_or_default().trim();
+        let scheme = if secure.eq_ignore_ascii_case("https")
+            || secure.eq_ignore_ascii_case("wss")
+            || self.inner.settings.tls.is_some()
+        {
             "wss"
         } else {
             "ws"
@@ -233,6 +237,9 @@ async fn handle(State(app): State<App>, req: Request) -> Response {
         header_str(req.headers(), "upgrade").is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
     if path == s.path && is_upgrade {
         return upgrade(app, req).await;
+    }
+    if path.starts_with("/api/") {
+        return api(&app, req).await;
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed\n");
@@ -317,9 +324,14 @@ fn bootstrap(app: &App, req: &Request) -> Response {
             "max_count": crate::media::MAX_ATTACHMENTS, "max_file_bytes": crate::media::MAX_FILE_BYTES}},
     });
     if !proxied {
-        match app.inner.tokens.issue(s.token_ttl, Audience::WebUi) {
-            Some(t) => body["token"] = json!(t),
-            None => {
+        let socket = app.inner.tokens.issue(s.token_ttl, Audience::WebUi);
+        let api = app.inner.tokens.issue_api(s.token_ttl);
+        match (socket, api) {
+            (Some(t), Some(a)) => {
+                body["token"] = json!(t);
+                body["api_token"] = json!(a);
+            }
+            _ => {
                 return json_response(
                     StatusCode::TOO_MANY_REQUESTS,
                     &json!({"error": "too many outstanding tokens"}),
@@ -328,6 +340,110 @@ fn bootstrap(app: &App, req: &Request) -> Response {
         }
     }
     json_response(StatusCode::OK, &body)
+}
+
+fn api_error(status: StatusCode, message: &str) -> Response {
+    json_response(status, &json!({"error": message}))
+}
+
+/// The `/api/…` routes of 0.3.5 the WebUI reads with (writes go over the socket, as in 0.3.5):
+///
+/// - `GET /api/sessions` (`?query=` filters by title or key): `{"sessions": [...]}`
+/// - `GET /api/sessions/<key>/webui-thread`: `{"schemaVersion", "sessionKey", "messages", ...}`
+/// - `POST /api/sessions/<key>/delete`: `{"deleted": bool}`
+/// - `GET /api/commands`: `{"commands": [{"name", "description"}]}`
+/// - `GET /api/settings`: the store's read-only settings (`agent`, `providers`, `requires_restart`)
+///
+/// Authorisation as in 0.3.5: the `api_token` from `/webui/bootstrap` as `Authorization: Bearer …` (or
+/// `?token=`), or a trusted proxy's assertion. No cookies are involved, so another site's page cannot make an
+/// authorised request (and a browser's `Origin` must be this origin anyway).
+async fn api(app: &App, req: Request) -> Response {
+    let proxied = app.proxy_authenticated(&req);
+    let (req, _body) = req.into_parts();
+    if !app.origin_ok(&req.headers) {
+        return api_error(StatusCode::FORBIDDEN, "Forbidden origin");
+    }
+    let bearer = header_str(&req.headers, "authorization").and_then(|a| {
+        let (scheme, rest) = a.split_once(' ')?;
+        scheme
+            .eq_ignore_ascii_case("bearer")
+            .then(|| rest.trim().to_string())
+    });
+    let token = bearer.or_else(|| query(&req.uri, "token"));
+    let authorised = proxied || token.is_some_and(|t| !t.is_empty() && app.inner.tokens.check_api(&t));
+    if !authorised {
+        return api_error(StatusCode::UNAUTHORIZED, "Unauthorized");
+    }
+    let Some(store) = app.inner.store.clone() else {
+        return api_error(StatusCode::SERVICE_UNAVAILABLE, "session manager unavailable");
+    };
+    let path = req.uri.path();
+    let method = req.method.clone();
+    let get = method == Method::GET || method == Method::HEAD;
+    let run = |action: &'static str, payload: Map<String, Value>| {
+        let store = store.clone();
+        async move { webui_action(store.as_ref(), action, &payload).await }
+    };
+    let answer = |r: Result<Value, (u16, String)>| match r {
+        Ok(v) => json_response(StatusCode::OK, &v),
+        Err((code, message)) => api_error(
+            StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            &message,
+        ),
+    };
+    match path {
+        "/api/sessions" if get => {
+            let mut payload = Map::new();
+            if let Some(q) = query(&req.uri, "query") {
+                payload.insert("query".into(), q.into());
+            }
+            answer(run("sessions.list", payload).await)
+        }
+        "/api/commands" if get => answer(run("commands.list", Map::new()).await),
+        "/api/settings" if get => answer(run("settings.read", Map::new()).await),
+        "/api/sessions" | "/api/commands" | "/api/settings" => {
+            api_error(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
+        }
+        _ => {
+            let Some(rest) = path.strip_prefix("/api/sessions/") else {
+                return api_error(StatusCode::NOT_FOUND, "API route not found");
+            };
+            let Some((raw_key, route)) = rest.split_once('/') else {
+                return api_error(StatusCode::NOT_FOUND, "API route not found");
+            };
+            let key = percent_decode(raw_key);
+            if key.trim().is_empty() || key.len() > 512 || key.chars().any(char::is_control) {
+                return api_error(StatusCode::BAD_REQUEST, "invalid session key");
+            }
+            let mut payload = Map::new();
+            payload.insert("key".into(), key.clone().into());
+            match route {
+                "webui-thread" if get => match run("session.messages", payload).await {
+                    Ok(v) => json_response(
+                        StatusCode::OK,
+                        &json!({
+                            "schemaVersion": 1,
+                            "sessionKey": key,
+                            "messages": v.get("messages").cloned().unwrap_or_else(|| json!([])),
+                            "completed_turn_ids": [],
+                            "has_pending_tool_calls": false,
+                            "active_turn_id": null,
+                        }),
+                    ),
+                    Err(e) => answer(Err(e)),
+                },
+                "delete" if method == Method::POST => match run("session.delete", payload).await {
+                    Ok(v) => json_response(
+                        StatusCode::OK,
+                        &json!({"deleted": v.get("deleted").cloned().unwrap_or(json!(false))}),
+                    ),
+                    Err(e) => answer(Err(e)),
+                },
+                "webui-thread" | "delete" => api_error(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),
+                _ => api_error(StatusCode::NOT_FOUND, "API route not found"),
+            }
+        }
+    }
 }
 
 /// The WebSocket upgrade: Origin, allow-list, then the token rules of 0.3.5.
@@ -459,6 +575,11 @@ pub(crate) async fn webui_action(
             Ok(json!({"entries": store.history(limit).await.map_err(failed)?}))
         }
         "cron.list" => Ok(json!({"jobs": store.cron_jobs().await.map_err(failed)?})),
+        "settings.read" => match store.settings().await {
+            Ok(v) => Ok(v),
+            Err(crate::WebSocketError::Unsupported(_)) => Err((404, "settings are not available".into())),
+            Err(e) => Err(failed(e)),
+        },
         "commands.list" => {
             let list: Vec<Value> = store
                 .commands()

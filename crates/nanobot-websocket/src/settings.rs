@@ -210,6 +210,26 @@ pub struct WebSocketSettings {
     pub max_message_bytes: usize,
     /// Ping interval.
     pub ping_interval: std::time::Duration,
+    /// How long after a ping the peer has to answer (any frame counts): a connection silent for
+    /// `ping_interval + ping_timeout` is closed.
+    pub ping_timeout: std::time::Duration,
+    /// Bound on a client's TLS handshake and on receiving each request head (default
+    /// [`crate::HEADER_READ_TIMEOUT`]); slow-header connections are closed.
+    pub header_read_timeout: std::time::Duration,
+    /// Most connections one client address may hold in their HTTP phase (default
+    /// [`crate::MAX_CONNECTIONS_PER_CLIENT`]); see the `listen` module.
+    pub max_connections_per_client: usize,
+    /// Serve `wss://`/`https://` with this PEM certificate chain and private key (`sslCertfile`, `sslKeyfile`).
+    pub tls: Option<TlsFiles>,
+}
+
+/// The PEM files of the listener's TLS certificate (`sslCertfile`) and key (`sslKeyfile`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// Certificate chain, leaf first.
+    pub cert: std::path::PathBuf,
+    /// Private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: std::path::PathBuf,
 }
 
 /// Normalises a configured HTTP path: leading `/`, no trailing `/` (except the root).
@@ -274,11 +294,19 @@ impl WebSocketSettings {
                 c.max_message_bytes
             )));
         }
-        if !c.ssl_certfile.trim().is_empty() || !c.ssl_keyfile.trim().is_empty() {
-            return Err(bad(
-                "channels.websocket.sslCertfile/sslKeyfile: TLS is not served by this version; put a TLS reverse proxy in front (see docs/websocket.md)".into(),
-            ));
-        }
+        let tls = match (c.ssl_certfile.trim(), c.ssl_keyfile.trim()) {
+            ("", "") => None,
+            (cert, key) if !cert.is_empty() && !key.is_empty() => Some(TlsFiles {
+                cert: cert.into(),
+                key: key.into(),
+            }),
+            _ => {
+                return Err(bad(
+                    "channels.websocket.sslCertfile and sslKeyfile must both be set for wss://, or both left empty"
+                        .into(),
+                ));
+            }
+        };
         let public_ws_url = match c.public_ws_url.trim() {
             "" => None,
             u => {
@@ -343,6 +371,10 @@ impl WebSocketSettings {
             streaming: c.streaming,
             max_message_bytes: c.max_message_bytes,
             ping_interval: std::time::Duration::from_secs_f64(c.ping_interval_s.clamp(5.0, 300.0)),
+            ping_timeout: std::time::Duration::from_secs_f64(c.ping_timeout_s.clamp(5.0, 300.0)),
+            header_read_timeout: crate::HEADER_READ_TIMEOUT,
+            max_connections_per_client: crate::MAX_CONNECTIONS_PER_CLIENT,
+            tls,
         })
     }
 
@@ -372,6 +404,10 @@ impl WebSocketSettings {
                 streaming: true,
                 max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
                 ping_interval: std::time::Duration::from_secs(20),
+                ping_timeout: std::time::Duration::from_secs(20),
+                header_read_timeout: crate::HEADER_READ_TIMEOUT,
+                max_connections_per_client: crate::MAX_CONNECTIONS_PER_CLIENT,
+                tls: None,
             },
         }
     }

@@ -36,6 +36,17 @@ pub trait WebUiStore: Send + Sync {
     async fn history(&self, limit: usize) -> Result<Vec<Value>, WebSocketError>;
     /// The cron jobs as stored in `cron/jobs.json`.
     async fn cron_jobs(&self) -> Result<Vec<Value>, WebSocketError>;
+    /// Creates session `key` holding `messages` (a fork of another chat); an error when it exists already.
+    /// The default refuses ([`WebSocketError::Unsupported`]).
+    async fn create(&self, key: &str, messages: Vec<Value>) -> Result<(), WebSocketError> {
+        let _ = (key, messages);
+        Err(WebSocketError::Unsupported("create sessions"))
+    }
+    /// The settings the WebUI shows read-only (0.3.5's `GET /api/settings` shape: `agent`, `providers`, …); never
+    /// a secret (say `has_api_key`, not the key). The default refuses ([`WebSocketError::Unsupported`]).
+    async fn settings(&self) -> Result<Value, WebSocketError> {
+        Err(WebSocketError::Unsupported("show settings"))
+    }
     /// The slash commands: `(name, description)`.
     fn commands(&self) -> Vec<(String, String)> {
         Vec::new()

@@ -23,6 +23,18 @@ pub(crate) enum Audience {
 #[derive(Debug, Default)]
 pub(crate) struct TokenStore {
     issued: Mutex<HashMap<String, (Instant, Audience)>>,
+    /// Bearer tokens of the HTTP `/api/…` routes (given to the WebUI by `/webui/bootstrap`): valid until they
+    /// expire, for any number of requests.
+    api: Mutex<HashMap<String, Instant>>,
+}
+
+fn new_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!(
+        "nbwt_{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
 }
 
 use nanobot_util::lock;
@@ -45,14 +57,36 @@ impl TokenStore {
         if issued.len() >= MAX_TOKENS {
             return None;
         }
-        let mut bytes = [0u8; 32];
-        rand::rng().fill_bytes(&mut bytes);
-        let token = format!(
-            "nbwt_{}",
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-        );
+        let token = new_token();
         issued.insert(token.clone(), (now + ttl, audience));
         Some(token)
+    }
+
+    /// A new `/api/…` bearer token valid for `ttl`, or `None` when too many are outstanding.
+    pub(crate) fn issue_api(&self, ttl: Duration) -> Option<String> {
+        let now = Instant::now();
+        let mut api = lock(&self.api);
+        api.retain(|_, exp| *exp > now);
+        if api.len() >= MAX_TOKENS {
+            return None;
+        }
+        let token = new_token();
+        api.insert(token.clone(), now + ttl);
+        Some(token)
+    }
+
+    /// Whether `token` is an `/api/…` token that has not expired (it stays valid).
+    pub(crate) fn check_api(&self, token: &str) -> bool {
+        let now = Instant::now();
+        let mut api = lock(&self.api);
+        match api.get(token) {
+            Some(exp) if *exp > now => true,
+            Some(_) => {
+                api.remove(token);
+                false
+            }
+            None => false,
+        }
     }
 
     /// Consumes `token`: its audience when it was issued and has not expired (a token works once).
@@ -76,6 +110,15 @@ mod tests {
         let old = s.issue(Duration::ZERO, Audience::Client).unwrap();
         assert_eq!(s.take(&old), None, "expired");
         assert_eq!(s.take("nbwt_forged"), None);
+        let api = s.issue_api(Duration::from_secs(60)).unwrap();
+        assert!(
+            s.check_api(&api) && s.check_api(&api),
+            "an API token works until it expires"
+        );
+        assert_eq!(s.take(&api), None, "an API token does not open a socket");
+        assert!(!s.check_api(&t), "a socket token is not an API token");
+        let old = s.issue_api(Duration::ZERO).unwrap();
+        assert!(!s.check_api(&old));
         assert!(ct_eq("abc", "abc") && !ct_eq("abc", "abd") && !ct_eq("abc", "abcd"));
     }
 }

@@ -22,6 +22,10 @@ page.on('console', (m) => { if (m.type() === 'error') problems.push(m.text()); }
 page.on('pageerror', (e) => problems.push(String(e)));
 page.on('request', (r) => { if (!r.url().startsWith(base.replace(/\/$/, '')) && !r.url().startsWith('ws://') && !r.url().startsWith('data:')) problems.push('external request: ' + r.url()); });
 
+// Session reads go over 0.3.5's HTTP API (`/api/…` with the bootstrap's api_token).
+const apiCalls = [];
+page.on('request', (r) => { const u = new URL(r.url()); if (u.pathname.startsWith('/api/')) apiCalls.push(r.method() + ' ' + u.pathname); });
+
 async function say(text) {
   await page.fill('#input', text);
   await page.press('#input', 'Enter');
@@ -64,6 +68,12 @@ try {
   await page.fill('#search', '');
   await page.click('#sessions li >> text=second chat');
   await page.waitForSelector('#log .msg.bot >> text=Second answer');
+  for (const want of ['GET /api/sessions', 'GET /api/commands']) {
+    if (!apiCalls.includes(want)) throw new Error('no ' + want + ' request: ' + apiCalls.join(', '));
+  }
+  if (!apiCalls.some((c) => /^GET \/api\/sessions\/websocket%3A[^/]+\/webui-thread$/.test(c))) {
+    throw new Error('history not read through /api/sessions/<key>/webui-thread: ' + apiCalls.join(', '));
+  }
 
   step('stop a long turn');
   await say('long task please');
@@ -89,6 +99,9 @@ try {
   await page.waitForSelector('#view-memory li >> text=likes green tea');
   await page.click('.views button[data-view=cron]');
   await page.waitForSelector('#view-cron td >> text=water the plants');
+  await page.click('.views button[data-view=settings]');
+  await page.waitForSelector('#view-settings td >> text=Model');
+  if (!apiCalls.includes('GET /api/settings')) throw new Error('settings not read through GET /api/settings');
   await page.click('.views button[data-view=chat]');
 
   step('reload keeps the history');
@@ -103,6 +116,29 @@ try {
   if (!theme) throw new Error('no theme');
   await page.click('#theme');
   await page.screenshot({ path: process.env.SCREENSHOT, fullPage: true });
+
+  step('fork from the second user message');
+  await page.waitForSelector('#log .msg.user >> text=long task please');
+  await page.locator('#log .msg.user').nth(1).locator('.fork').click();
+  await page.waitForFunction(() => {
+    const users = [...document.querySelectorAll('#log .msg.user')];
+    return users.length === 1 && users[0].textContent.includes('second chat')
+      && document.getElementById('log').textContent.includes('Second answer');
+  });
+  if (await page.locator('#log >> text=A tiny red dot').count()) throw new Error('the fork copied later messages');
+  await say('after the fork');
+  await page.waitForSelector('#log .msg.bot >> text=ok');
+  await page.waitForFunction(() => [...document.querySelectorAll('#sessions li')].filter((li) => li.textContent.includes('second chat')).length === 2);
+
+  step('temporary chat');
+  await page.click('#temp-chat');
+  await page.waitForSelector('#log .msg.note');
+  await say('temporary secret');
+  await page.waitForSelector('#log .msg.bot >> text=ok');
+  await page.waitForSelector('#sessions li >> text=temporary secret');
+  await page.click('#new-chat');
+  await page.waitForFunction(() => ![...document.querySelectorAll('#sessions li')].some((li) => li.textContent.includes('temporary secret')));
+
   if (problems.length) throw new Error('page problems: ' + problems.join(' | '));
   console.log('OK');
 } catch (e) {

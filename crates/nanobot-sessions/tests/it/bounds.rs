@@ -106,6 +106,10 @@ async fn first_read_of_a_long_python_file_keeps_only_the_tail() {
             .unwrap(),
         );
         text.push('\n');
+        if i % 500 == 250 {
+            // Blank lines are not messages (nor counted as such).
+            text.push_str("\n   \n");
+        }
     }
     std::fs::write(&path, &text).unwrap();
     let full = {

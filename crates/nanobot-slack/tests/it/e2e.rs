@@ -512,3 +512,102 @@ async fn socket_mode_envelopes_are_acked_and_only_allowed_users_are_served() -> 
     let _ = tokio::time::timeout(Duration::from_secs(20), manager).await;
     Ok(())
 }
+
+/// The error and its sources, as a log line shows them.
+fn chain(err: &ChannelError) -> String {
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}
+
+/// A channel on `slack`'s front server whose Web API calls are bounded by `timeout`.
+fn bounded_channel(slack: &SlackFake, timeout: Duration) -> Result<(SlackChannel, tempfile::TempDir)> {
+    let config = SlackConfig {
+        app_token: Secret::new(APP_TOKEN),
+        bot_token: Secret::new(BOT_TOKEN),
+        allow_from: vec!["*".into()],
+        base_url: Some(slack.api.clone()),
+        ..SlackConfig::default()
+    };
+    let mut settings = SlackSettings::from_config(&config)?;
+    settings.socket_connections = 1;
+    let media = tempfile::tempdir()?;
+    let channel = SlackChannel::new(settings, media.path())?.with_api_timeout(timeout);
+    Ok((channel, media))
+}
+
+/// Against the emulator: a `chat.postMessage` that is never answered fails within the bound with a retryable
+/// error naming the method; once the peer answers again, the same channel posts.
+#[tokio::test]
+async fn a_stalled_web_api_call_fails_within_its_bound_and_the_channel_recovers() -> Result<()> {
+    let Some(slack) = SlackFake::start().await? else {
+        return Ok(());
+    };
+    let (channel, _media) = bounded_channel(&slack, Duration::from_secs(3))?;
+    slack.stall("chat.postMessage");
+    let reply = OutboundMessage::reply("slack", GENERAL, "are you there?");
+    let err = channel.send(&reply).await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    let text = chain(&err);
+    assert!(text.contains("chat.postMessage") && text.contains("3s"), "{text}");
+    assert!(!text.contains(BOT_TOKEN), "{text}");
+    assert_eq!(posts(&slack.calls()).len(), 1, "the call reached the peer");
+
+    slack.unstall("chat.postMessage");
+    channel
+        .send(&OutboundMessage::reply("slack", GENERAL, "back again"))
+        .await?;
+    let history = slack
+        .call(ALICE_TOKEN, "conversations.history", json!({"channel": GENERAL}))
+        .await?;
+    let texts: Vec<&str> = history["messages"]
+        .as_array()
+        .context("messages")?
+        .iter()
+        .filter_map(|m| m["text"].as_str())
+        .collect();
+    assert!(texts.contains(&"back again"), "{texts:?}");
+    assert!(!texts.contains(&"are you there?"), "{texts:?}");
+    Ok(())
+}
+
+/// Against the emulator: a stalled `auth.test` at start-up ends `run` with a retryable error instead of waiting.
+#[tokio::test]
+async fn a_stalled_auth_test_ends_run_within_its_bound() -> Result<()> {
+    let Some(slack) = SlackFake::start().await? else {
+        return Ok(());
+    };
+    let (channel, _media) = bounded_channel(&slack, Duration::from_millis(300))?;
+    slack.stall("auth.test");
+    let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(4));
+    let err = channel.run(bus, CancellationToken::new()).await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(chain(&err).contains("auth.test"), "{err:?}");
+    Ok(())
+}
+
+/// Needs no peer: a Socket Mode server that accepts the connection but never says `hello` ends `run` with a
+/// retryable error within the bound (and a stalled `apps.connections.open` likewise).
+#[tokio::test]
+async fn a_silent_socket_mode_server_ends_run_within_its_bound() -> Result<()> {
+    let slack = SlackFake::start_hermetic().await?;
+    let (channel, _media) = bounded_channel(&slack, Duration::from_secs(1))?;
+    slack.silence_socket();
+    let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(4));
+    let err = channel
+        .run(bus.clone(), CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(chain(&err).contains("hello"), "{err:?}");
+
+    slack.stall("apps.connections.open");
+    let err = channel.run(bus, CancellationToken::new()).await.unwrap_err();
+    assert!(chain(&err).contains("apps.connections.open"), "{err:?}");
+    Ok(())
+}

@@ -73,6 +73,10 @@ struct State {
     connections: std::sync::Mutex<Vec<mpsc::UnboundedSender<String>>>,
     changed: Notify,
     envelope: AtomicU64,
+    /// Web API methods the front server never answers (a stalled peer).
+    stalled: std::sync::Mutex<Vec<String>>,
+    /// Socket Mode connections never get their `hello`.
+    silent_socket: std::sync::atomic::AtomicBool,
 }
 
 /// Where the Node 22 binary and emulate are installed: the peers' npm folder, or `.ci/.peers/node22`.
@@ -179,6 +183,21 @@ impl SlackFake {
             _emulate: guard,
             _dir: dir,
         })
+    }
+
+    /// From now on, calls of Web API `method` are recorded but never answered (the connection stays open).
+    pub(crate) fn stall(&self, method: &str) {
+        self.state.stalled.lock().unwrap().push(method.to_string());
+    }
+
+    /// Answers `method` again.
+    pub(crate) fn unstall(&self, method: &str) {
+        self.state.stalled.lock().unwrap().retain(|m| m != method);
+    }
+
+    /// New Socket Mode connections are accepted but never sent `hello`.
+    pub(crate) fn silence_socket(&self) {
+        self.state.silent_socket.store(true, Ordering::Relaxed);
     }
 
     /// A URL on the front server that serves a shared file to the bot token only.
@@ -295,6 +314,9 @@ async fn front(
         body: body_text,
     });
     state.changed.notify_waiters();
+    if state.stalled.lock().unwrap().contains(&name) {
+        std::future::pending::<()>().await;
+    }
     if uri.path().starts_with("/private/") {
         // A file shared by a user: only the bot token may read it.
         if auth != format!("Bearer {BOT_TOKEN}") {
@@ -358,6 +380,13 @@ fn local_answer(method: &str) -> Value {
 
 async fn socket(stream: tokio::net::TcpStream, state: Arc<State>) -> Result<()> {
     let mut ws = tokio_tungstenite::accept_async(stream).await?;
+    if state.silent_socket.load(Ordering::Relaxed) {
+        // Hold the connection open and say nothing.
+        while let Some(frame) = ws.next().await {
+            frame?;
+        }
+        return Ok(());
+    }
     let hello = json!({
         "type": "hello", "num_connections": 1,
         "debug_info": {"host": "fake-socket-mode", "approximate_connection_time": 18060},

@@ -26,6 +26,7 @@ type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<t
 
 struct Running {
     channel: WebSocketChannel,
+    store: Arc<FakeStore>,
     bus: Arc<InProcessBus>,
     addr: SocketAddr,
     cancel: CancellationToken,
@@ -38,7 +39,13 @@ impl Drop for Running {
     }
 }
 
-struct FakeStore;
+#[derive(Default)]
+struct FakeStore {
+    /// Keys deleted so far.
+    deleted: tokio::sync::watch::Sender<Vec<String>>,
+    /// Sessions created (forks).
+    created: std::sync::Mutex<Vec<(String, Vec<Value>)>>,
+}
 
 #[async_trait]
 impl WebUiStore for FakeStore {
@@ -61,10 +68,21 @@ impl WebUiStore for FakeStore {
     async fn messages(&self, key: &str) -> Result<Vec<Value>, WebSocketError> {
         Ok(vec![
             json!({"role": "user", "content": format!("hello in {key}")}),
+            json!({"role": "assistant", "content": "hi"}),
+            json!({"role": "user", "content": "second"}),
+            json!({"role": "assistant", "content": "ok"}),
         ])
     }
     async fn delete(&self, key: &str) -> Result<bool, WebSocketError> {
+        self.deleted.send_modify(|d| d.push(key.to_string()));
         Ok(key == "websocket:abc")
+    }
+    async fn settings(&self) -> Result<Value, WebSocketError> {
+        Ok(json!({"agent": {"model": "mock-model", "has_api_key": true}, "providers": []}))
+    }
+    async fn create(&self, key: &str, messages: Vec<Value>) -> Result<(), WebSocketError> {
+        self.created.lock().unwrap().push((key.to_string(), messages));
+        Ok(())
     }
     async fn memory(&self) -> Result<String, WebSocketError> {
         Ok("# Memory\n- likes tea".into())
@@ -81,8 +99,13 @@ async fn start(block: Value) -> Running {
     let mut block = block;
     block["port"] = json!(0);
     let settings = WebSocketSettings::from_config(&WebSocketConfig::from_json(&block).unwrap()).unwrap();
+    start_with(settings).await
+}
+
+async fn start_with(settings: WebSocketSettings) -> Running {
     let media = tempfile::tempdir().unwrap();
-    let channel = WebSocketChannel::new(settings, media.path()).with_store(Arc::new(FakeStore));
+    let store = Arc::new(FakeStore::default());
+    let channel = WebSocketChannel::new(settings, media.path()).with_store(store.clone());
     let bus = Arc::new(InProcessBus::new(64));
     let cancel = CancellationToken::new();
     let (c, b, k) = (channel.clone(), bus.clone(), cancel.clone());
@@ -90,6 +113,7 @@ async fn start(block: Value) -> Running {
     let addr = channel.wait_bound(GUARD).await.expect("listener bound");
     Running {
         channel,
+        store,
         bus,
         addr,
         cancel,
@@ -520,4 +544,475 @@ async fn stopping_the_channel_closes_connections() {
     })
     .await;
     assert!(end.is_ok());
+}
+
+/// A self-signed certificate for `localhost` and 127.0.0.1, written as PEM files into `dir`.
+fn self_signed(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, Vec<u8>) {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    let cert_pem = cert.cert.pem();
+    let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&c, &cert_pem).unwrap();
+    std::fs::write(&k, cert.signing_key.serialize_pem()).unwrap();
+    (c, k, cert.cert.der().to_vec())
+}
+
+#[tokio::test]
+async fn the_listener_serves_wss_with_the_configured_certificate() {
+    nanobot_testkit::install_ring();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key, der) = self_signed(dir.path());
+    let block = json!({"port": 0, "websocketRequiresToken": false,
+        "sslCertfile": cert.to_str().unwrap(), "sslKeyfile": key.to_str().unwrap()});
+    let settings = WebSocketSettings::from_config(&WebSocketConfig::from_json(&block).unwrap()).unwrap();
+    let r = start_with(settings).await;
+
+    // HTTPS: the page and the bootstrap, which names a wss:// URL.
+    let pem = std::fs::read(&cert).unwrap();
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap())
+        .build()
+        .unwrap();
+    let port = r.addr.port();
+    let boot: Value = client
+        .get(format!("https://localhost:{port}/webui/bootstrap"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(boot["ws_url"], format!("wss://localhost:{port}/"));
+
+    // A rustls client trusting only this certificate gets a WebSocket over TLS.
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls::pki_types::CertificateDer::from(der)).unwrap();
+    let config =
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(r.addr).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect("localhost".try_into().unwrap(), tcp)
+        .await
+        .unwrap();
+    let (mut ws, _) = tokio::time::timeout(
+        GUARD,
+        tokio_tungstenite::client_async(format!("wss://localhost:{port}/?client_id=t"), tls),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let ready = tokio::time::timeout(GUARD, ws.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let ready: Value = serde_json::from_str(ready.to_text().unwrap()).unwrap();
+    assert_eq!(ready["event"], "ready");
+
+    // Plain HTTP to the TLS port gets no page.
+    assert!(
+        http()
+            .get(format!("http://{}/", r.addr))
+            .timeout(GUARD)
+            .send()
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn tls_settings_errors_name_the_key_and_file() {
+    let half = json!({"sslCertfile": "/tmp/cert.pem"});
+    let err = WebSocketSettings::from_config(&WebSocketConfig::from_json(&half).unwrap()).unwrap_err();
+    assert!(err.to_string().contains("sslKeyfile"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.pem");
+    let (cert, _, _) = self_signed(dir.path());
+    let bad_key = dir.path().join("bad-key.pem");
+    std::fs::write(&bad_key, "not a key, but a secret that must not be echoed").unwrap();
+    for (c, k, want) in [
+        (missing.clone(), bad_key.clone(), "sslCertfile"),
+        (cert.clone(), bad_key.clone(), "sslKeyfile"),
+    ] {
+        let block = json!({"port": 0, "sslCertfile": c.to_str().unwrap(), "sslKeyfile": k.to_str().unwrap()});
+        let settings = WebSocketSettings::from_config(&WebSocketConfig::from_json(&block).unwrap()).unwrap();
+        let media = tempfile::tempdir().unwrap();
+        let channel = WebSocketChannel::new(settings, media.path());
+        let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(4));
+        let err = tokio::time::timeout(GUARD, channel.run(bus, CancellationToken::new()))
+            .await
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(want), "{err}");
+        assert!(!err.contains("must not be echoed"), "{err}");
+    }
+}
+
+/// Settings with a short ping interval and pong timeout (the config's minimum is 5 s each).
+fn quick_pings() -> WebSocketSettings {
+    let block = json!({"port": 0, "websocketRequiresToken": false});
+    let mut settings = WebSocketSettings::from_config(&WebSocketConfig::from_json(&block).unwrap()).unwrap();
+    settings.ping_interval = Duration::from_millis(100);
+    settings.ping_timeout = Duration::from_secs(1);
+    settings
+}
+
+#[tokio::test]
+async fn a_client_that_never_answers_pings_is_closed() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let r = start_with(quick_pings()).await;
+    // A raw client: the handshake, then it only reads (and so never sends a pong).
+    let mut tcp = tokio::net::TcpStream::connect(r.addr).await.unwrap();
+    let head = format!(
+        "GET /?client_id=mute HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        r.addr
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(GUARD, tcp.read_to_end(&mut got))
+        .await
+        .expect("the server closes a silent connection")
+        .unwrap();
+    assert!(
+        got.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    assert_eq!(r.channel.connections(), 0);
+}
+
+#[tokio::test]
+async fn a_client_that_answers_pings_stays_connected() {
+    let r = start_with(quick_pings()).await;
+    let mut ws = connect(r.addr, "client_id=alive", &[]).await.unwrap();
+    // Reading answers each ping with a pong (tungstenite does so while reading). Thirty pings (3 s) span almost
+    // three times the silence bound (1.1 s); the connection is still there.
+    let mut pings = 0;
+    while pings < 30 {
+        match tokio::time::timeout(GUARD, ws.next()).await.unwrap() {
+            Some(Ok(Message::Ping(_))) => pings += 1,
+            Some(Ok(_)) => {}
+            other => panic!("the connection ended: {other:?}"),
+        }
+    }
+    assert_eq!(r.channel.connections(), 1);
+}
+
+async fn bootstrap(r: &Running) -> Value {
+    http()
+        .get(format!("http://{}/webui/bootstrap", r.addr))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_http_api_reads_sessions_with_the_bootstrap_api_token() {
+    let r = start(json!({})).await;
+    let boot = bootstrap(&r).await;
+    let api = boot["api_token"].as_str().unwrap().to_string();
+    let socket_token = boot["token"].as_str().unwrap().to_string();
+    assert!(api.starts_with("nbwt_") && api != socket_token);
+    let base = format!("http://{}", r.addr);
+    let get = |path: &str, token: Option<&str>| {
+        let mut req = http().get(format!("{base}{path}"));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.send()
+    };
+    assert_eq!(get("/api/sessions", None).await.unwrap().status(), 401);
+    assert_eq!(
+        get("/api/sessions", Some("nbwt_forged")).await.unwrap().status(),
+        401
+    );
+    assert_eq!(
+        get("/api/sessions", Some(&socket_token)).await.unwrap().status(),
+        401,
+        "a socket token is not an API token"
+    );
+    let v: Value = get("/api/sessions?query=rust", Some(&api))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["sessions"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["sessions"][0]["key"], "websocket:abc");
+    // The token works again (until it expires), and as `?token=` too.
+    let v: Value = get(&format!("/api/sessions?token={api}"), None)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["sessions"].as_array().unwrap().len(), 2);
+    let v: Value = get("/api/sessions/websocket%3Aabc/webui-thread", Some(&api))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["sessionKey"], "websocket:abc");
+    assert_eq!(v["messages"][0]["content"], "hello in websocket:abc");
+    let v: Value = get("/api/commands", Some(&api))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(v["commands"].is_array());
+    let v: Value = get("/api/settings", Some(&api))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["agent"]["model"], "mock-model");
+    assert_eq!(get("/api/settings", None).await.unwrap().status(), 401);
+    assert_eq!(get("/api/nope", Some(&api)).await.unwrap().status(), 404);
+    assert_eq!(
+        get("/api/sessions/%00/webui-thread", Some(&api))
+            .await
+            .unwrap()
+            .status(),
+        400
+    );
+    // Deleting needs POST.
+    assert_eq!(
+        get("/api/sessions/websocket%3Aabc/delete", Some(&api))
+            .await
+            .unwrap()
+            .status(),
+        405
+    );
+    let v: Value = http()
+        .post(format!("{base}/api/sessions/websocket%3Aabc/delete"))
+        .bearer_auth(&api)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["deleted"], true);
+    // Another site's page cannot read it, even holding a token.
+    let evil = http()
+        .get(format!("{base}/api/sessions"))
+        .bearer_auth(&api)
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(evil.status(), 403);
+    // An API token does not open the socket.
+    assert_eq!(
+        connect(r.addr, &format!("client_id=webui&token={api}"), &[])
+            .await
+            .err(),
+        Some(401)
+    );
+}
+
+#[tokio::test]
+async fn temporary_chats_are_discarded_with_their_session() {
+    let r = start(json!({"websocketRequiresToken": false})).await;
+    let mut ws = connect(r.addr, "client_id=a", &[]).await.unwrap();
+    next_event(&mut ws).await;
+    send(&mut ws, json!({"type": "new_temporary_chat"})).await;
+    let attached = next_event(&mut ws).await;
+    assert_eq!(attached["event"], "attached");
+    assert_eq!(attached["temporary"], true);
+    let chat = attached["chat_id"].as_str().unwrap().to_string();
+    send(
+        &mut ws,
+        json!({"type": "message", "chat_id": chat, "content": "secret plan"}),
+    )
+    .await;
+    assert_eq!(inbound(&r.bus).await.chat_id, chat);
+
+    // Someone else cannot discard it.
+    let mut other = connect(r.addr, "client_id=b", &[]).await.unwrap();
+    next_event(&mut other).await;
+    send(
+        &mut other,
+        json!({"type": "discard_temporary_chat", "chat_id": chat}),
+    )
+    .await;
+    assert_eq!(
+        next_event(&mut other).await["detail"],
+        "temporary_chat_unavailable"
+    );
+
+    send(
+        &mut ws,
+        json!({"type": "discard_temporary_chat", "chat_id": chat}),
+    )
+    .await;
+    let done = next_event(&mut ws).await;
+    assert_eq!(
+        (done["event"].as_str(), done["chat_id"].as_str()),
+        (Some("temporary_chat_discarded"), Some(chat.as_str()))
+    );
+    assert!(r.store.deleted.borrow().contains(&format!("websocket:{chat}")));
+    send(
+        &mut ws,
+        json!({"type": "discard_temporary_chat", "chat_id": chat}),
+    )
+    .await;
+    assert_eq!(next_event(&mut ws).await["detail"], "temporary_chat_unavailable");
+
+    // A temporary chat left open goes when its connection does.
+    send(&mut ws, json!({"type": "new_temporary_chat"})).await;
+    let second = next_event(&mut ws).await["chat_id"].as_str().unwrap().to_string();
+    drop(ws);
+    let key = format!("websocket:{second}");
+    let mut deleted = r.store.deleted.subscribe();
+    tokio::time::timeout(GUARD, deleted.wait_for(|d| d.contains(&key)))
+        .await
+        .expect("the session of a closed connection's temporary chat is deleted")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_fork_copies_the_messages_before_the_chosen_user_turn() {
+    let r = start(json!({"websocketRequiresToken": false})).await;
+    let mut ws = connect(r.addr, "client_id=a", &[]).await.unwrap();
+    next_event(&mut ws).await;
+    send(
+        &mut ws,
+        json!({"type": "fork_chat", "source_chat_id": "abc", "before_user_index": 1}),
+    )
+    .await;
+    let attached = next_event(&mut ws).await;
+    assert_eq!(attached["event"], "attached", "{attached}");
+    assert_eq!(attached["forked_from"], "abc");
+    let fork = attached["chat_id"].as_str().unwrap().to_string();
+    {
+        let created = r.store.created.lock().unwrap();
+        assert_eq!(created.len(), 1);
+        assert_eq!(created[0].0, format!("websocket:{fork}"));
+        let roles: Vec<&str> = created[0].1.iter().map(|m| m["role"].as_str().unwrap()).collect();
+        assert_eq!(roles, ["user", "assistant"]);
+    }
+    // The fork is attached: messages to it reach the bus under its id.
+    send(
+        &mut ws,
+        json!({"type": "message", "chat_id": fork, "content": "another way"}),
+    )
+    .await;
+    assert_eq!(inbound(&r.bus).await.chat_id, fork);
+
+    for (index, detail) in [
+        (json!(3), "invalid fork source or index"),
+        (json!(-1), "invalid before_user_index"),
+        (json!(true), "invalid before_user_index"),
+    ] {
+        send(
+            &mut ws,
+            json!({"type": "fork_chat", "source_chat_id": "abc", "before_user_index": index}),
+        )
+        .await;
+        assert_eq!(next_event(&mut ws).await["detail"], detail);
+    }
+    send(
+        &mut ws,
+        json!({"type": "fork_chat", "source_chat_id": "../x", "before_user_index": 0}),
+    )
+    .await;
+    assert_eq!(next_event(&mut ws).await["detail"], "invalid source_chat_id");
+    send(
+        &mut ws,
+        json!({"type": "fork_chat", "source_chat_id": "abc", "before_user_index": 2}),
+    )
+    .await;
+    assert_eq!(next_event(&mut ws).await["event"], "attached");
+    assert_eq!(r.store.created.lock().unwrap()[1].1.len(), 4, "the whole session");
+}
+
+#[tokio::test]
+async fn slow_header_clients_are_closed_and_the_server_still_serves() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let block = json!({"port": 0, "websocketRequiresToken": false});
+    let mut settings = WebSocketSettings::from_config(&WebSocketConfig::from_json(&block).unwrap()).unwrap();
+    settings.header_read_timeout = Duration::from_millis(200);
+    let r = start_with(settings).await;
+    // Twenty clients that start a request head and never finish it.
+    let mut slow = Vec::new();
+    for _ in 0..20 {
+        let mut tcp = tokio::net::TcpStream::connect(r.addr).await.unwrap();
+        tcp.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            .await
+            .unwrap();
+        slow.push(tcp);
+    }
+    for mut tcp in slow {
+        let mut rest = Vec::new();
+        // The server ends each connection (EOF or reset) instead of waiting for the rest of the head.
+        let ended = tokio::time::timeout(GUARD, tcp.read_to_end(&mut rest)).await;
+        assert!(ended.is_ok(), "a slow-header connection stayed open");
+    }
+    let page = http().get(format!("http://{}/", r.addr)).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+}
+
+#[tokio::test]
+async fn one_address_cannot_hold_more_than_its_share_of_connections() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let block = json!({"port": 0, "websocketRequiresToken": false});
+    let mut settings = WebSocketSettings::from_config(&WebSocketConfig::from_json(&block).unwrap()).unwrap();
+    settings.max_connections_per_client = 3;
+    settings.header_read_timeout = Duration::from_millis(300);
+    let r = start_with(settings).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut tcp = tokio::net::TcpStream::connect(r.addr).await.unwrap();
+        tcp.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            .await
+            .unwrap();
+        held.push(tcp);
+    }
+    let mut fourth = tokio::net::TcpStream::connect(r.addr).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(GUARD, fourth.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        answer.starts_with(b"HTTP/1.1 503"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    assert_eq!(r.channel.refused_connections(), 1);
+    // The held connections time out (no complete head); then the address may connect again.
+    for mut tcp in held {
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(GUARD, tcp.read_to_end(&mut rest))
+            .await
+            .unwrap();
+    }
+    let mut status = 0;
+    for _ in 0..100 {
+        status = http()
+            .get(format!("http://{}/", r.addr))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(status, 200);
 }
