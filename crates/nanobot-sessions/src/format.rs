@@ -26,13 +26,18 @@ const METADATA: &str = "metadata";
 /// that starts from the end of the file know each message's index without reading the whole file. The Python
 /// nanobot ignores it.
 pub(crate) const MESSAGE_COUNT: &str = "_message_count";
-const KNOWN: [&str; 7] = [
+/// The archive watermark as 0.3.5 names it; it reads this field first and `last_consolidated` only when it is
+/// absent, and writes both. Both are written with the same value, so neither side reads a stale one.
+const LAST_ARCHIVED: &str = "last_archived";
+const LAST_CONSOLIDATED: &str = "last_consolidated";
+const KNOWN: [&str; 8] = [
     TYPE_FIELD,
     "key",
     "created_at",
     "updated_at",
     "metadata",
-    "last_consolidated",
+    LAST_ARCHIVED,
+    LAST_CONSOLIDATED,
     MESSAGE_COUNT,
 ];
 
@@ -63,7 +68,8 @@ pub(crate) fn metadata_line(s: &Session, message_count: Option<usize>) -> Result
             map.insert(k.clone(), v.clone());
         }
     }
-    map.insert("last_consolidated".into(), s.last_consolidated.into());
+    map.insert(LAST_ARCHIVED.into(), s.last_consolidated.into());
+    map.insert(LAST_CONSOLIDATED.into(), s.last_consolidated.into());
     if let Some(n) = message_count {
         map.insert(MESSAGE_COUNT.into(), n.into());
     }
@@ -95,6 +101,14 @@ fn line(v: &impl serde::Serialize, what: &'static str) -> Result<String> {
 /// Whether a parsed line is a metadata record.
 pub(crate) fn is_metadata(map: &Map<String, Value>) -> bool {
     map.get(TYPE_FIELD).and_then(Value::as_str) == Some(METADATA)
+}
+
+/// Whether a parsed line is a record other than metadata and other than a message: a line with a `_type`
+/// (0.3.5 writes `{"_type":"provider_state",…}`, a provider's conversation cache, after the metadata line).
+/// Such records are neither messages nor counted as messages, as in 0.3.5; they are left in place by appends and
+/// dropped when the file is rewritten (the cache is then stale, and 0.3.5 rebuilds it from the messages).
+pub(crate) fn is_other_record(map: &Map<String, Value>) -> bool {
+    map.get(TYPE_FIELD).is_some_and(Value::is_string) && !is_metadata(map)
 }
 
 /// Parses a whole session file. Blank lines are skipped; a line that is not a JSON object is an error naming
@@ -131,6 +145,8 @@ pub(crate) fn parse(bytes: &[u8], path: &Path, key: &str) -> Result<Parsed> {
                 usize::MAX
             };
             header_updated = apply_metadata(&mut session, map, path, line_no)?.or(header_updated);
+        } else if is_other_record(&map) {
+            continue;
         } else {
             session.messages.push(SessionMessage::from_map(map));
             since_anchor = since_anchor.saturating_add(1);
@@ -190,11 +206,18 @@ pub(crate) fn apply_metadata(
             )));
         }
     };
-    s.last_consolidated = match map.get("last_consolidated") {
-        None | Some(Value::Null) => 0,
-        Some(v) => v.as_u64().and_then(|n| usize::try_from(n).ok()).ok_or_else(|| {
+    // 0.3.5's rule: `last_archived` when it is an integer, else `last_consolidated`.
+    let watermark = [LAST_ARCHIVED, LAST_CONSOLIDATED]
+        .into_iter()
+        .find_map(|field| match map.get(field) {
+            Some(v @ Value::Number(n)) if n.is_i64() || n.is_u64() => Some((field, v)),
+            _ => None,
+        });
+    s.last_consolidated = match watermark {
+        None => 0,
+        Some((field, v)) => v.as_u64().and_then(|n| usize::try_from(n).ok()).ok_or_else(|| {
             invalid(format!(
-                "field `last_consolidated`: expected a non-negative integer, found {v}"
+                "field `{field}`: expected a non-negative integer, found {v}"
             ))
         })?,
     };

@@ -234,6 +234,8 @@ fn walk(lines: &mut RevLines<'_>, want: usize) -> Result<Option<Walked>> {
             }
             // Keep reading for more messages; the newest metadata record already gave the count.
             return finish(lines, newest_first, header, want);
+        } else if format::is_other_record(&map) {
+            continue;
         } else if kept {
             newest_first.push(map);
         } else {
@@ -261,7 +263,7 @@ fn finish(
         let Ok(map) = serde_json::from_slice::<Map<String, Value>>(&line) else {
             return Ok(None);
         };
-        if !format::is_metadata(&map) {
+        if !format::is_metadata(&map) && !format::is_other_record(&map) {
             newest_first.push(map);
         }
     }

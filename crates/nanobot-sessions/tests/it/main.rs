@@ -59,8 +59,9 @@ pub(crate) fn lines(path: &Path) -> Vec<Value> {
         .collect()
 }
 
-/// What the Python nanobot's loader makes of a file: every `_type: metadata` line replaces the metadata read so
-/// far, every other line is a message.
+/// What the Python nanobot 0.3.5's loader makes of a file: every `_type: metadata` line replaces the metadata
+/// read so far (its watermark is `last_archived` when that is an integer, else `last_consolidated`), a
+/// `_type: provider_state` line is its provider cache, every other line is a message.
 pub(crate) struct PythonView {
     pub(crate) messages: Vec<Value>,
     pub(crate) metadata: Map<String, Value>,
@@ -76,7 +77,13 @@ pub(crate) fn python_load(path: &Path) -> PythonView {
     for v in lines(path) {
         if v.get("_type").and_then(Value::as_str) == Some("metadata") {
             view.metadata = v["metadata"].as_object().cloned().unwrap_or_default();
-            view.last_consolidated = v["last_consolidated"].as_u64().unwrap_or(0);
+            view.last_consolidated = v["last_archived"]
+                .as_i64()
+                .or_else(|| v["last_consolidated"].as_i64())
+                .and_then(|n| u64::try_from(n).ok())
+                .unwrap_or(0);
+        } else if v.get("_type").and_then(Value::as_str) == Some("provider_state") {
+            continue;
         } else {
             view.messages.push(v);
         }

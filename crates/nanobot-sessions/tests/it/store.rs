@@ -336,3 +336,56 @@ async fn written_file_snapshot() {
         "[].updated_at" => "[timestamp]",
     });
 }
+
+/// A file as 0.3.5 writes it: `last_archived` and `last_consolidated` in the metadata line, then its provider
+/// cache record (`_type: provider_state`), then the messages. The cache record is not a message (not in the
+/// history, not counted by the tail reader); the watermark we write is read back the same by 0.3.5, which reads
+/// `last_archived` first, so the two never disagree after we move it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_provider_state_record_and_last_archived() {
+    let env = Env::new();
+    let key = "cli:py";
+    let path = env.store.path_for(key);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let mut text = String::from(concat!(
+        r#"{"_type": "metadata", "key": "cli:py", "created_at": "2026-01-01T00:00:00", "updated_at": "2026-01-01T00:00:05", "metadata": {}, "last_archived": 2, "last_consolidated": 2}"#,
+        "\n",
+        r#"{"_type": "provider_state", "state": {"kind": "responses", "response_id": "resp_1"}}"#,
+        "\n"
+    ));
+    for i in 0..6 {
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        text.push_str(&format!(
+            "{{\"role\": \"{role}\", \"content\": \"m{i}\", \"timestamp\": \"2026-01-01T00:00:0{i}\"}}\n"
+        ));
+    }
+    std::fs::write(&path, text).unwrap();
+
+    // The tail reader (a cold read) and the whole-file reader agree: six messages, the watermark at 2.
+    let tail = env.store.history(key, 4).await.unwrap();
+    let contents: Vec<_> = tail
+        .iter()
+        .map(|m| m.content_text().unwrap_or_default())
+        .collect();
+    assert_eq!(contents, ["m2", "m3", "m4", "m5"]);
+    let session = env.store.session(key).await.unwrap();
+    assert_eq!(session.messages.len(), 6);
+    assert!(
+        session
+            .messages
+            .iter()
+            .all(|m| m.role() != Some("provider_state"))
+    );
+    assert_eq!(session.last_consolidated, 2);
+
+    // Moving the watermark: 0.3.5 (which reads `last_archived` first) sees the new value.
+    env.store.set_last_consolidated(key, 4).await.unwrap();
+    let py = python_load(&path);
+    assert_eq!(py.last_consolidated, 4);
+    assert_eq!(py.messages.len(), 6);
+    env.store.invalidate(key).await;
+    assert_eq!(env.store.session(key).await.unwrap().last_consolidated, 4);
+    for v in lines(&path).iter().filter(|v| v["_type"] == "metadata") {
+        assert_eq!(v["last_archived"], v["last_consolidated"], "{v}");
+    }
+}
