@@ -529,12 +529,18 @@ pub(crate) async fn webui_action(
         tracing::warn!(error = %e, action, "websocket: WebUI request failed");
         (500u16, "the store could not be read".to_string())
     };
+    // Only this channel's chats are the WebUI's to read or delete, as in 0.3.5: another channel's session (a
+    // Telegram chat, say) is "not found" here, whoever holds the token.
+    let own_chat = format!("{}:", crate::NAME);
     let key = || -> Result<String, (u16, String)> {
         if let Some(k) = payload
             .get("key")
             .and_then(Value::as_str)
             .filter(|k| !k.trim().is_empty())
         {
+            if !k.starts_with(&own_chat) {
+                return Err((404, "session not found".into()));
+            }
             return Ok(k.to_string());
         }
         match payload.get("chat_id").and_then(Value::as_str) {
@@ -551,6 +557,7 @@ pub(crate) async fn webui_action(
                 .trim()
                 .to_lowercase();
             let mut rows = store.sessions().await.map_err(failed)?;
+            rows.retain(|r| r.key.starts_with(&own_chat));
             if !q.is_empty() {
                 rows.retain(|r| r.title.to_lowercase().contains(&q) || r.key.to_lowercase().contains(&q));
             }

@@ -503,6 +503,14 @@ async fn the_webui_bootstrap_token_unlocks_the_read_only_views() {
         ask("session.delete", json!({"key": "websocket:abc"})).await["result"]["deleted"],
         true
     );
+    assert_eq!(
+        ask("session.delete", json!({"key": "telegram:42"})).await["error"]["status"],
+        404
+    );
+    assert_eq!(
+        ask("session.messages", json!({"key": "telegram:42"})).await["error"]["status"],
+        404
+    );
     assert_eq!(ask("shell.run", json!({})).await["error"]["status"], 404);
 }
 
@@ -755,7 +763,28 @@ async fn the_http_api_reads_sessions_with_the_bootstrap_api_token() {
         .json()
         .await
         .unwrap();
-    assert_eq!(v["sessions"].as_array().unwrap().len(), 2);
+    // Only this channel's chats: the store's Telegram session is neither listed nor readable nor deletable.
+    assert_eq!(v["sessions"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["sessions"][0]["key"], "websocket:abc");
+    assert_eq!(
+        get("/api/sessions/telegram%3A42/webui-thread", Some(&api))
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    let status = http()
+        .post(format!("{base}/api/sessions/telegram%3A42/delete"))
+        .bearer_auth(&api)
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 404);
+    assert!(
+        !r.store.deleted.borrow().iter().any(|k| k == "telegram:42"),
+        "another channel's session reached the store's delete"
+    );
     let v: Value = get("/api/sessions/websocket%3Aabc/webui-thread", Some(&api))
         .await
         .unwrap()
