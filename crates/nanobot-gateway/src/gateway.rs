@@ -626,6 +626,7 @@ impl Gateway {
                 channels: health.clone(),
                 provider: provider.name().to_owned(),
                 model: agent.settings().model.clone(),
+                websocket: websocket.clone(),
             });
             let limits = ServerLimits::from_config(&config.gateway.limits);
             let router = router.layer(DefaultBodyLimit::max(limits.max_other_body_bytes));

@@ -28,6 +28,8 @@ pub struct OpsState {
     pub provider: String,
     /// The model.
     pub model: String,
+    /// The `websocket` channel, whose listener's refusals are reported with the other HTTP servers'.
+    pub websocket: Option<nanobot_websocket::WebSocketChannel>,
 }
 
 impl OpsState {
@@ -72,6 +74,11 @@ async fn ready(State(st): State<Arc<OpsState>>) -> Response {
 }
 
 async fn metrics(State(st): State<Arc<OpsState>>) -> Response {
+    if let Some(ws) = &st.websocket {
+        for (kind, total) in ws.refusals() {
+            st.metrics.sync_refusals(nanobot_websocket::NAME, kind, total);
+        }
+    }
     let text = st.metrics.render(&st.gauges());
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],

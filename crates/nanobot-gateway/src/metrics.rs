@@ -295,10 +295,21 @@ impl Metrics {
         self.inner.api_latency.observe(took.as_secs_f64());
     }
 
-    /// Counts a connection or request an HTTP server refused or closed: `server` is `api` or `gateway`,
+    /// Counts a connection or request an HTTP server refused or closed: `server` is `api`, `gateway` (or
+    /// `websocket`, synced by [`Metrics::sync_refusals`]),
     /// `kind` one of `header_timeout`, `idle_timeout`, `per_client_cap`, `body_too_large`.
     pub fn record_refusal(&self, server: &str, kind: &str) {
         self.inner.refusals.get_or_create(&refusal(server, kind)).inc();
+    }
+
+    /// Brings the count of `server`'s refusals of `kind` up to `total`, for servers that keep their own
+    /// counters (the `websocket` channel's listener); a lower `total` changes nothing (counters only grow).
+    pub fn sync_refusals(&self, server: &str, kind: &str, total: u64) {
+        let counter = self.inner.refusals.get_or_create(&refusal(server, kind));
+        let now = counter.get();
+        if total > now {
+            counter.inc_by(total - now);
+        }
     }
 
     /// How often `server` refused for `kind` (see [`Metrics::record_refusal`]).
@@ -528,6 +539,10 @@ mod tests {
             Duration::from_millis(3),
         );
         m.record_refusal("api", "header_timeout");
+        // A server with its own counters is synced; a lower total later changes nothing.
+        m.sync_refusals("websocket", "per_client_cap", 4);
+        m.sync_refusals("websocket", "per_client_cap", 2);
+        m.sync_refusals("websocket", "per_client_cap", 6);
         m.record_heartbeat("run");
         let health = ChannelHealth {
             name: "telegram".into(),
@@ -571,6 +586,11 @@ mod tests {
             value("nanobot_http_refused_total", Some(("kind", "header_timeout"))),
             1.0
         );
+        assert_eq!(
+            value("nanobot_http_refused_total", Some(("kind", "per_client_cap"))),
+            6.0
+        );
+        assert_eq!(m.refusals("websocket", "per_client_cap"), 6);
         assert_eq!(value("nanobot_heartbeats_total", Some(("decision", "run"))), 1.0);
         assert_eq!(value("nanobot_channel_up", Some(("channel", "telegram"))), 1.0);
         assert_eq!(

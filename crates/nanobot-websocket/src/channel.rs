@@ -98,8 +98,8 @@ pub(crate) struct Inner {
     pub(crate) tokens: TokenStore,
     hub: Mutex<Hub>,
     bound: watch::Sender<Option<SocketAddr>>,
-    /// Connections refused by the per-address cap.
-    refused: std::sync::atomic::AtomicU64,
+    /// Connections refused or closed before their upgrade, by cause.
+    refusals: Arc<crate::listen::Refusals>,
 }
 
 /// The websocket channel. See the [crate docs](crate).
@@ -131,7 +131,7 @@ impl WebSocketChannel {
                 tokens: TokenStore::default(),
                 hub: Mutex::new(Hub::default()),
                 bound: watch::Sender::new(None),
-                refused: std::sync::atomic::AtomicU64::new(0),
+                refusals: Arc::default(),
             }),
         }
     }
@@ -174,7 +174,14 @@ impl WebSocketChannel {
     /// Connections refused so far because their address held `max_connections_per_client` already (a
     /// metric).
     pub fn refused_connections(&self) -> u64 {
-        self.inner.refused.load(std::sync::atomic::Ordering::Relaxed)
+        self.refusals()[0].1
+    }
+
+    /// Connections refused or closed before their upgrade so far, by cause: `per_client_cap` (the address held
+    /// `maxConnectionsPerClient` already), `header_timeout` (no request head within `headerReadTimeoutS`),
+    /// `tls_handshake` (no TLS handshake within it). Counters, for the gateway's `/metrics`.
+    pub fn refusals(&self) -> [(&'static str, u64); 3] {
+        self.inner.refusals.snapshot()
     }
 
     /// Number of open connections.
@@ -238,9 +245,7 @@ impl Channel for WebSocketChannel {
                     };
                     let cap = self.inner.settings.max_connections_per_client;
                     let Some(slot) = per_client.enter(remote.ip(), cap) else {
-                        self.inner
-                            .refused
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        self.inner.refusals.per_client_cap();
                         tracing::debug!(%remote, "websocket: too many connections from this address");
                         tokio::spawn(crate::listen::refuse(stream));
                         continue;
@@ -252,6 +257,7 @@ impl Channel for WebSocketChannel {
                         router.clone(),
                         tls.clone(),
                         self.inner.settings.header_read_timeout,
+                        self.inner.refusals.clone(),
                         app.cancel.clone(),
                     );
                     tokio::spawn(async move {
@@ -294,6 +300,7 @@ impl Channel for WebSocketChannel {
                         router.clone(),
                         tls.clone(),
                         self.inner.settings.header_read_timeout,
+                        self.inner.refusals.clone(),
                         app.cancel.clone(),
                     ));
                 };

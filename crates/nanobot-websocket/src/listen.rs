@@ -14,6 +14,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -33,6 +34,29 @@ pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default cap on one client address's connections in their HTTP phase.
 pub const MAX_CONNECTIONS_PER_CLIENT: usize = 64;
+/// Connections the listener refused or closed before their upgrade, by cause (a metric for each refusal).
+#[derive(Debug, Default)]
+pub(crate) struct Refusals {
+    per_client_cap: AtomicU64,
+    header_timeout: AtomicU64,
+    tls_handshake: AtomicU64,
+}
+
+impl Refusals {
+    pub(crate) fn per_client_cap(&self) {
+        self.per_client_cap.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `(kind, count)` for each cause: `per_client_cap`, `header_timeout`, `tls_handshake`.
+    pub(crate) fn snapshot(&self) -> [(&'static str, u64); 3] {
+        [
+            ("per_client_cap", self.per_client_cap.load(Ordering::Relaxed)),
+            ("header_timeout", self.header_timeout.load(Ordering::Relaxed)),
+            ("tls_handshake", self.tls_handshake.load(Ordering::Relaxed)),
+        ]
+    }
+}
+
 /// Bound on finishing open HTTP exchanges at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -91,12 +115,13 @@ pub(crate) async fn serve_stream<S>(
     router: axum::Router,
     tls: Option<TlsAcceptor>,
     limit: Duration,
+    refusals: Arc<Refusals>,
     stop: CancellationToken,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let Some(acceptor) = tls else {
-        serve_http(stream, remote, router, limit, stop).await;
+        serve_http(stream, remote, router, limit, &refusals, stop).await;
         return;
     };
     let accepted = tokio::select! {
@@ -104,9 +129,12 @@ pub(crate) async fn serve_stream<S>(
         r = tokio::time::timeout(limit, acceptor.accept(stream)) => r,
     };
     match accepted {
-        Ok(Ok(tls)) => serve_http(tls, remote, router, limit, stop).await,
+        Ok(Ok(tls)) => serve_http(tls, remote, router, limit, &refusals, stop).await,
         Ok(Err(e)) => tracing::debug!(?remote, error = %e, "websocket: TLS handshake failed"),
-        Err(_) => tracing::debug!(?remote, "websocket: TLS handshake timed out"),
+        Err(_) => {
+            refusals.tls_handshake.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(?remote, "websocket: TLS handshake timed out");
+        }
     }
 }
 
@@ -115,6 +143,7 @@ async fn serve_http<S>(
     remote: Option<SocketAddr>,
     router: axum::Router,
     limit: Duration,
+    refusals: &Refusals,
     stop: CancellationToken,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -148,6 +177,7 @@ async fn serve_http<S>(
     };
     if let Err(e) = result {
         if e.is_timeout() {
+            refusals.header_timeout.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(
                 ?remote,
                 "websocket: connection closed, request head not received in time"

@@ -56,10 +56,14 @@ pub struct WebSocketConfig {
     pub ping_interval_s: f64,
     /// Seconds to wait for a pong.
     pub ping_timeout_s: f64,
-    /// TLS certificate (`wss://`); not supported by this version.
+    /// TLS certificate chain (PEM) for `wss://`; set together with `sslKeyfile`.
     pub ssl_certfile: String,
-    /// TLS key (`wss://`); not supported by this version.
+    /// TLS private key (PEM) for `wss://`; set together with `sslCertfile`.
     pub ssl_keyfile: String,
+    /// Seconds a client has for its TLS handshake and for each request head (0.1–600; ours, not 0.3.5's).
+    pub header_read_timeout_s: f64,
+    /// Connections one client address may hold before their WebSocket upgrade (1–4096; ours, not 0.3.5's).
+    pub max_connections_per_client: usize,
 }
 
 impl Default for WebSocketConfig {
@@ -84,6 +88,8 @@ impl Default for WebSocketConfig {
             ping_timeout_s: 20.0,
             ssl_certfile: String::new(),
             ssl_keyfile: String::new(),
+            header_read_timeout_s: crate::HEADER_READ_TIMEOUT.as_secs_f64(),
+            max_connections_per_client: crate::MAX_CONNECTIONS_PER_CLIENT,
         }
     }
 }
@@ -357,6 +363,18 @@ impl WebSocketSettings {
                 "channels.websocket.host {host:?} is not a loopback address, but neither token, tokenIssueSecret nor trustedProxyAuth is set; set one to prevent unauthenticated access"
             )));
         }
+        if !(0.1..=600.0).contains(&c.header_read_timeout_s) {
+            return Err(bad(format!(
+                "channels.websocket.headerReadTimeoutS {} must be between 0.1 and 600 seconds",
+                c.header_read_timeout_s
+            )));
+        }
+        if !(1..=4096).contains(&c.max_connections_per_client) {
+            return Err(bad(format!(
+                "channels.websocket.maxConnectionsPerClient {} must be between 1 and 4096",
+                c.max_connections_per_client
+            )));
+        }
         Ok(Self {
             listen,
             path,
@@ -372,8 +390,8 @@ impl WebSocketSettings {
             max_message_bytes: c.max_message_bytes,
             ping_interval: std::time::Duration::from_secs_f64(c.ping_interval_s.clamp(5.0, 300.0)),
             ping_timeout: std::time::Duration::from_secs_f64(c.ping_timeout_s.clamp(5.0, 300.0)),
-            header_read_timeout: crate::HEADER_READ_TIMEOUT,
-            max_connections_per_client: crate::MAX_CONNECTIONS_PER_CLIENT,
+            header_read_timeout: std::time::Duration::from_secs_f64(c.header_read_timeout_s),
+            max_connections_per_client: c.max_connections_per_client,
             tls,
         })
     }

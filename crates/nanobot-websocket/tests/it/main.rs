@@ -971,9 +971,10 @@ async fn a_fork_copies_the_messages_before_the_chosen_user_turn() {
 #[tokio::test]
 async fn slow_header_clients_are_closed_and_the_server_still_serves() {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let block = json!({"port": 0, "websocketRequiresToken": false});
-    let mut settings = WebSocketSettings::from_config(&WebSocketConfig::from_json(&block).unwrap()).unwrap();
-    settings.header_read_timeout = Duration::from_millis(200);
+    // The bound is a config key (ours: 0.3.5 has none).
+    let block = json!({"port": 0, "websocketRequiresToken": false, "headerReadTimeoutS": 0.2});
+    let settings = WebSocketSettings::from_config(&WebSocketConfig::from_json(&block).unwrap()).unwrap();
+    assert_eq!(settings.header_read_timeout, Duration::from_millis(200));
     let r = start_with(settings).await;
     // Twenty clients that start a request head and never finish it.
     let mut slow = Vec::new();
@@ -990,8 +991,32 @@ async fn slow_header_clients_are_closed_and_the_server_still_serves() {
         let ended = tokio::time::timeout(GUARD, tcp.read_to_end(&mut rest)).await;
         assert!(ended.is_ok(), "a slow-header connection stayed open");
     }
+    // Each closed connection is counted by cause (the gateway exports these on /metrics).
+    let refusals = r.channel.refusals();
+    assert_eq!(refusals[1], ("header_timeout", 20), "{refusals:?}");
+    assert_eq!(refusals[0], ("per_client_cap", 0), "{refusals:?}");
     let page = http().get(format!("http://{}/", r.addr)).send().await.unwrap();
     assert_eq!(page.status(), 200);
+}
+
+#[test]
+fn listener_bounds_are_config_keys_checked_by_name() {
+    for (key, value) in [
+        ("headerReadTimeoutS", json!(0)),
+        ("headerReadTimeoutS", json!(601)),
+        ("maxConnectionsPerClient", json!(0)),
+        ("maxConnectionsPerClient", json!(5000)),
+    ] {
+        let mut block = json!({"port": 0});
+        block[key] = value;
+        let e = WebSocketSettings::from_config(&WebSocketConfig::from_json(&block).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("channels.websocket.{key}")), "{e}");
+    }
+    let block = json!({"port": 0, "maxConnectionsPerClient": 7});
+    let s = WebSocketSettings::from_config(&WebSocketConfig::from_json(&block).unwrap()).unwrap();
+    assert_eq!(s.max_connections_per_client, 7);
 }
 
 #[tokio::test]
