@@ -23,7 +23,6 @@ use crate::bus::{GatewayBus, Route};
 use crate::error::GatewayError;
 use crate::http::{OpsState, ops_router};
 use crate::metrics::{InFlight, Metrics, TurnOutcome};
-use crate::server::ServerLimits;
 use axum::extract::DefaultBodyLimit;
 
 /// Default time running turns get to finish after a shutdown signal.
@@ -628,7 +627,7 @@ impl Gateway {
                 model: agent.settings().model.clone(),
                 websocket: websocket.clone(),
             });
-            let limits = ServerLimits::from_config(&config.gateway.limits);
+            let limits = crate::server::limits_from_config(&config.gateway.limits);
             let router = router.layer(DefaultBodyLimit::max(limits.max_other_body_bytes));
             servers.push(crate::server::serve(
                 listener,
@@ -647,7 +646,7 @@ impl Gateway {
                 api_key: api_key(config),
                 timeout: Duration::from_secs_f64(config.api.timeout.clamp(1.0, 86_400.0)),
             };
-            let limits = ServerLimits::from_config(&config.api.limits);
+            let limits = crate::server::limits_from_config(&config.api.limits);
             let router =
                 api_router_with_limits(agent.clone(), settings, metrics.clone(), tracker.clone(), &limits);
             servers.push(crate::server::serve(

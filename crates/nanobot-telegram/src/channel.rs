@@ -240,12 +240,24 @@ impl TelegramChannel {
         set.send().await.map_err(map_err)?;
         let (tx, mut rx) = mpsc::channel::<Update>(64);
         let router = webhook_router(&hook.path, tx, hook.secret_token.expose().to_string());
-        let server_cancel = cancel.clone();
-        let server = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(server_cancel.cancelled_owned())
-                .await
-        });
+        let router = router.layer(axum::extract::DefaultBodyLimit::max(WEBHOOK_MAX_BODY));
+        // Bounded like every listener nanobot opens: a client gets `headerReadTimeout` for each request head, an
+        // idle connection is closed, and one address holds at most as many connections as Telegram was told to
+        // open (plus a few), so slow or hostile clients cannot pile up.
+        let mut limits = nanobot_http::ServerLimits::default();
+        limits.max_connections_per_client = usize::from(hook.max_connections) + 8;
+        limits.header_read_timeout = hook.header_read_timeout;
+        limits.max_body_bytes = WEBHOOK_MAX_BODY;
+        limits.max_other_body_bytes = WEBHOOK_MAX_BODY;
+        let server_cancel = cancel.child_token();
+        let server = nanobot_http::serve(
+            listener,
+            router,
+            limits,
+            Arc::new(nanobot_http::LogRefusals),
+            server_cancel.clone(),
+            "telegram-webhook",
+        );
         tracing::info!(%addr, path = %hook.path, "telegram: webhook listening");
         loop {
             tokio::select! {
@@ -259,6 +271,7 @@ impl TelegramChannel {
                 },
             }
         }
+        server_cancel.cancel();
         server.abort();
         Ok(())
     }
@@ -769,6 +782,10 @@ fn parse_command<'a>(text: &'a str, bot_username: &str) -> Option<(String, &'a s
     }
     Some((command.to_ascii_lowercase(), rest.trim()))
 }
+
+/// Largest webhook request body Telegram may post (an update is a few KiB; a long message with entities stays
+/// far below this).
+const WEBHOOK_MAX_BODY: usize = 1024 * 1024;
 
 fn webhook_router(path: &str, tx: mpsc::Sender<Update>, secret: String) -> axum::Router {
     use axum::http::{HeaderMap, StatusCode};

@@ -23,6 +23,9 @@ pub struct WebhookSettings {
     pub secret_token: Secret,
     /// `max_connections` for `setWebhook`.
     pub max_connections: u8,
+    /// Bound on each request head (and on an idle kept-alive connection) of the local server: slow-header
+    /// clients are closed (10 s; not a config key).
+    pub header_read_timeout: std::time::Duration,
 }
 
 /// Everything the channel needs, validated.
@@ -121,6 +124,7 @@ impl TelegramSettings {
                 path,
                 secret_token: config.webhook_secret_token.clone(),
                 max_connections: u8::try_from(config.webhook_max_connections.clamp(1, 100)).unwrap_or(40),
+                header_read_timeout: std::time::Duration::from_secs(10),
             });
         }
         Ok(settings)

@@ -379,6 +379,71 @@ async fn webhook_mode_receives_updates_pushed_by_the_server() -> Result<()> {
     Ok(())
 }
 
+/// The webhook's local server is bounded like every listener nanobot opens: clients that never finish a request
+/// head are closed after the head timeout, more connections from one address than allowed get `503`, and the
+/// server keeps receiving updates.
+#[tokio::test]
+async fn webhook_listener_closes_slow_clients_and_caps_one_address() -> Result<()> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    init_logs();
+    let Some(mut emu) = Emulator::start().await? else {
+        return Ok(());
+    };
+    let port = nanobot_testkit::peers::free_port()?;
+    let config = TelegramConfig {
+        token: Secret::new(TOKEN),
+        allow_from: vec!["42".into()],
+        base_url: Some(emu.api_url.clone()),
+        mode: TelegramMode::Webhook,
+        webhook_url: format!("http://127.0.0.1:{port}/tg-hook"),
+        webhook_listen_port: port,
+        webhook_path: "/tg-hook".into(),
+        webhook_max_connections: 2,
+        ..TelegramConfig::default()
+    };
+    let mut settings = TelegramSettings::from_config(&config)?;
+    if let Some(hook) = settings.webhook.as_mut() {
+        hook.header_read_timeout = Duration::from_millis(300);
+    }
+    let media = tempfile::tempdir()?;
+    let run = Running::start(TelegramChannel::new(settings, media.path())?);
+    emu.wait_for(|e| match e {
+        BotEvent::SetWebhook(url) => Some(url.clone()),
+        _ => None,
+    })
+    .await?;
+    let addr = format!("127.0.0.1:{port}");
+    nanobot_testkit::peers::wait_for_port(&addr, Duration::from_secs(10)).await?;
+
+    // Ten connections that start a head and never finish it: 2 + 8 are allowed, then the 11th is refused.
+    let mut slow = Vec::new();
+    for _ in 0..10 {
+        let mut tcp = tokio::net::TcpStream::connect(&addr).await?;
+        tcp.write_all(b"POST /tg-hook HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            .await?;
+        slow.push(tcp);
+    }
+    let mut over = tokio::net::TcpStream::connect(&addr).await?;
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), over.read_to_end(&mut answer)).await??;
+    assert!(
+        answer.starts_with(b"HTTP/1.1 503"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    for mut tcp in slow {
+        let mut rest = Vec::new();
+        let ended = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut rest)).await;
+        assert!(ended.is_ok(), "a slow-header connection stayed open");
+    }
+
+    emu.user_says(TOKEN, 42, "alice", "still here").await?;
+    let inbound = run.next_inbound().await?;
+    assert_eq!(inbound.content, "still here");
+    run.stop().await;
+    Ok(())
+}
+
 #[tokio::test]
 async fn webhook_rejects_requests_without_the_secret_token() -> Result<()> {
     init_logs();
