@@ -26,7 +26,10 @@ mod memory;
 mod message;
 
 pub use memory::InProcessBus;
-pub use message::{InboundKind, InboundMessage, OutboundKind, OutboundMessage, SYSTEM_CHANNEL};
+pub use message::{
+    INTERNAL_CHANNELS, InboundKind, InboundMessage, OutboundKind, OutboundMessage, SYSTEM_CHANNEL,
+    is_internal_channel,
+};
 
 use async_trait::async_trait;
 

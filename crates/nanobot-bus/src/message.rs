@@ -7,6 +7,24 @@ use serde_json::{Map, Value};
 /// Channel name of internal messages (subagent reports) routed back to the session that started them.
 pub const SYSTEM_CHANNEL: &str = "system";
 
+/// Channels of nanobot itself rather than chat apps: the API, the CLI, cron and heartbeat turns, Dream, subagent
+/// reports ([`SYSTEM_CHANNEL`]) and 0.3.5's unified session. A message on one of them never makes its chat a
+/// target for heartbeat reports or a "last real chat" for routing. The one list; see [`is_internal_channel`].
+pub const INTERNAL_CHANNELS: [&str; 7] = [
+    "api",
+    "cli",
+    "cron",
+    "dream",
+    "heartbeat",
+    SYSTEM_CHANNEL,
+    "unified",
+];
+
+/// Whether `channel` is one of [`INTERNAL_CHANNELS`].
+pub fn is_internal_channel(channel: &str) -> bool {
+    INTERNAL_CHANNELS.contains(&channel)
+}
+
 /// Something said to the agent: a chat message, a cron job firing, a subagent report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InboundMessage {

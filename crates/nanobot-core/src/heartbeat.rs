@@ -16,13 +16,10 @@ pub const HEARTBEAT_FILE: &str = "HEARTBEAT.md";
 /// The answer that means "nothing to report" (never delivered).
 pub const HEARTBEAT_OK: &str = "HEARTBEAT_OK";
 
-/// Channels that never receive heartbeat reports (internal ones).
-const INTERNAL_CHANNELS: [&str; 7] = ["api", "cli", "cron", "dream", "heartbeat", "system", "unified"];
-
 /// True for channels of nanobot itself (API, CLI, cron, the heartbeat, subagent reports…): never a chat the
-/// heartbeat reports to.
+/// heartbeat reports to. The list is the bus's ([`nanobot_bus::INTERNAL_CHANNELS`]).
 pub(crate) fn is_internal_channel(channel: &str) -> bool {
-    INTERNAL_CHANNELS.contains(&channel)
+    nanobot_bus::is_internal_channel(channel)
 }
 
 /// What one heartbeat did.

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use nanobot_bus::{Bus, BusError, InProcessBus, InboundMessage, OutboundMessage};
 
-/// Channels whose messages never make a chat the heartbeat's target.
-pub const INTERNAL_CHANNELS: [&str; 6] = ["api", "cli", "system", "cron", "heartbeat", "dream"];
+/// Channels whose messages never make a chat the heartbeat's target (the bus's one list).
+pub use nanobot_bus::INTERNAL_CHANNELS;
 
 /// A channel and chat id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +67,7 @@ impl Bus for GatewayBus {
         if self.inbound_closed.load(Ordering::SeqCst) {
             return Err(BusError::Closed);
         }
-        if !INTERNAL_CHANNELS.contains(&msg.channel.as_str()) {
+        if !nanobot_bus::is_internal_channel(&msg.channel) {
             self.set_last_route(Route {
                 channel: msg.channel.clone(),
                 chat_id: msg.chat_id.clone(),
