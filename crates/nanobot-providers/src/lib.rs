@@ -62,7 +62,9 @@ pub use capabilities::{Capabilities, StreamWithTools};
 pub use endpoint::Endpoint;
 pub use error::{from_reqwest, parse_retry_after};
 pub use factory::{ProviderFactory, ResolvedProvider, resolve_provider};
-pub use http::{http_client, http_client_builder, install_ring};
+pub use http::{
+    http_client, http_client_builder, install_ring, shared_http_client, system_roots_loaded, tls_config,
+};
 pub use nanobot_types::{
     BoxError, ChatMessage, ChatRequest, ChatResponse, Content, ContentPart, EventStream, FinishReason,
     Provider, ProviderError, ResponseAccumulator, StreamEvent, ToolCall, ToolChoice, ToolSpec, Usage,
