@@ -5,6 +5,11 @@
   bench_util.py wait URL|HOST:PORT SECS  wait until an HTTP URL answers (or a TCP port accepts)
   bench_util.py rss PID                  resident set size of PID (and its children) in KiB, as JSON
   bench_util.py table RESULTS.jsonl      print the results as a Markdown table with Rust/Python ratios
+  bench_util.py interleave RUNS SPEC.json  run the commands of SPEC (a JSON list of {"label","cmd","env"}) in
+                                         turn, RUNS rounds; print one JSON line per label: median/min wall ms
+                                         and median/max peak RSS KiB (the child's own, from wait4)
+  bench_util.py cputime PID              user+system CPU ms PID has used so far (all its threads), as JSON
+  bench_util.py lean-table LEAN.jsonl    print benches/lean.sh's results as issue 22's table (with the goals)
 """
 import json, os, socket, statistics, subprocess, sys, time, urllib.request
 
@@ -78,6 +83,91 @@ def cmd_table(path):
             print(f"| {bench} | {metric} | {fmt(a)} | {fmt(b)} | {ratio} |")
 
 
+GNU_TIME = "/usr/bin/time"
+
+
+def run_once(cmd, env):
+    """Wall ms and peak RSS KiB of one run. The peak comes from GNU time (Debian package `time`): a child's
+    ru_maxrss also counts the memory of the process that forked it, which for this Python script is ~20 MiB,
+    while GNU time's is under 1 MiB (less than any measured program's own)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    out = f"/tmp/bench_util_time.{os.getpid()}"
+    t = time.perf_counter()
+    r = subprocess.run([GNU_TIME, "-f", "%M", "-o", out, *cmd], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, env=full_env)
+    wall = (time.perf_counter() - t) * 1000
+    if r.returncode != 0:
+        sys.exit(f"{cmd} exited with {r.returncode}")
+    with open(out) as f:
+        rss = int(f.read().split()[-1])
+    os.unlink(out)
+    return wall, rss
+
+
+def cmd_interleave(runs, spec_path):
+    spec = json.load(open(spec_path))
+    walls = {s["label"]: [] for s in spec}
+    rss = {s["label"]: [] for s in spec}
+    for _ in range(runs):
+        for s in spec:
+            w, r = run_once(s["cmd"], s.get("env"))
+            walls[s["label"]].append(w)
+            rss[s["label"]].append(r)
+    for s in spec:
+        l = s["label"]
+        print(json.dumps({"label": l, "median_ms": statistics.median(walls[l]), "min_ms": min(walls[l]),
+                          "max_ms": max(walls[l]), "median_rss_kib": statistics.median(rss[l]),
+                          "max_rss_kib": max(rss[l]), "runs": runs}))
+
+
+def cmd_cputime(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat(5))
+    print(json.dumps({"cpu_ms": ticks * 1000 / os.sysconf("SC_CLK_TCK")}))
+
+
+def cmd_lean_table(path):
+    rows = [json.loads(l) for l in open(path) if l.strip()]
+    get = lambda bench, label: next((r for r in rows if r["bench"] == bench and r["label"] == label), None)
+    mib = lambda kib: f"{kib / 1024:.1f} MiB"
+    na = "not measured"
+    t, rv, pv = get("version", "true"), get("version", "rust"), get("version", "python")
+    ra, pa = get("agent_hi", "rust"), get("agent_hi", "python")
+    ri, pi = get("idle_gateway", "rust"), get("idle_gateway", "python")
+    rc, pc = get("api_turn", "rust"), get("api_turn", "python")
+    sizes = {r["label"]: r["bytes"] for r in rows if r["bench"] == "size"}
+    out = [("metric", "Rust", "Python", "goal")]
+    if rv:
+        net = rv["median_ms"] - (t["median_ms"] if t else 0)
+        out.append(("`--version` peak RSS / wall (net of the harness)",
+                    f"{mib(rv['median_rss_kib'])} / {net:.1f} ms (raw {rv['median_ms']:.1f}, `true` {t['median_ms']:.1f})",
+                    f"{mib(pv['median_rss_kib'])} / {pv['median_ms'] - t['median_ms']:.0f} ms" if pv else na,
+                    "≤ 5 MiB / ≤ 2 ms"))
+    if ra:
+        ratio = f"{pa['median_ms'] / ra['median_ms']:.0f}× faster (worst Rust run vs best Python: {pa['min_ms'] / ra['max_ms']:.0f}×)" if pa else na
+        out.append(("`agent -m hi` wall (median of rounds)", f"{ra['median_ms']:.1f} ms (max {ra['max_ms']:.1f})",
+                    f"{pa['median_ms']:.0f} ms" if pa else na, "≥ 150× faster, every run"))
+        out.append(("`agent -m hi` wall ratio", ratio, "", ""))
+        out.append(("`agent -m hi` peak RSS", mib(ra["median_rss_kib"]), mib(pa["median_rss_kib"]) if pa else na,
+                    "≤ 12 MiB (≥ 10× less)"))
+    if ri:
+        out.append(("idle gateway RSS", mib(ri["rss_kib"]), mib(pi["rss_kib"]) if pi else na, "≤ 10 MiB"))
+    if sizes:
+        out.append(("release binary, all channels (stripped)",
+                    ", ".join(f"`{k}` {v / 1048576:.1f} MiB" for k, v in sizes.items()), "—",
+                    "≤ 20 MiB; core-only ≤ 10 MiB"))
+    if rc:
+        fmt = lambda r: f"{r['cpu_ms_per_turn']:.2f} ms; p99 {r['c1']['p99_ms']:.1f} ms at 1 session, {r['c128']['p99_ms']:.0f} ms at 128"
+        out.append(("server CPU per API turn (instant mock)", fmt(rc), fmt(pc) if pc else na,
+                    "≤ 0.5 ms; framework p99 ≤ 1 ms at 128 sessions"))
+    for i, r in enumerate(out):
+        print("| " + " | ".join(r) + " |")
+        if i == 0:
+            print("|---|---|---|---|")
+
+
 if __name__ == "__main__":
     op, args = sys.argv[1], sys.argv[2:]
     if op == "time":
@@ -89,5 +179,11 @@ if __name__ == "__main__":
         cmd_rss(args[0])
     elif op == "table":
         cmd_table(args[0])
+    elif op == "interleave":
+        cmd_interleave(int(args[0]), args[1])
+    elif op == "cputime":
+        cmd_cputime(args[0])
+    elif op == "lean-table":
+        cmd_lean_table(args[0])
     else:
         sys.exit(__doc__)

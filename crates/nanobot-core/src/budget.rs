@@ -93,17 +93,33 @@ pub struct TokenEstimator;
 impl TokenEstimator {
     /// Heuristic token count of the messages and tool definitions (never loads the tokenizer).
     pub fn rough(&self, messages: &[ChatMessage], tools: &[ToolSpec]) -> usize {
-        let mut total = 0;
-        for m in messages {
-            let (text, images) = message_text_len(m);
-            total += heuristic_tokens(&text) + images * IMAGE_TOKENS + PER_MESSAGE_OVERHEAD;
-        }
-        for t in tools {
-            total += heuristic_tokens(&t.name)
-                + heuristic_tokens(&t.description)
-                + heuristic_tokens(&t.parameters.to_string());
-        }
-        total
+        self.rough_messages(messages) + self.rough_tools(tools)
+    }
+
+    /// Heuristic token count of the messages alone.
+    pub fn rough_messages(&self, messages: &[ChatMessage]) -> usize {
+        messages
+            .iter()
+            .map(|m| {
+                let (text, images) = message_text_len(m);
+                heuristic_tokens(&text) + images * IMAGE_TOKENS + PER_MESSAGE_OVERHEAD
+            })
+            .sum()
+    }
+
+    /// Heuristic token count of tool definitions (serialises every schema: callers holding a registry use
+    /// `ToolRegistry::definitions_rough_tokens`, which measures each schema once).
+    pub fn rough_tools(&self, tools: &[ToolSpec]) -> usize {
+        tools
+            .iter()
+            .map(|t| {
+                heuristic_tokens(&t.name)
+                    + heuristic_tokens(&t.description)
+                    + serde_json::to_vec(&t.parameters)
+                        .map_or(0, |v| v.len())
+                        .div_ceil(3)
+            })
+            .sum()
     }
 
     /// Tokens of one text with the tokenizer (falls back to the heuristic).
@@ -172,10 +188,22 @@ impl ContextBudget {
         tools: &[ToolSpec],
         read_only: &HashSet<String>,
     ) -> Vec<ChatMessage> {
+        self.fit_with_rough_tools(messages, tools, TokenEstimator.rough_tools(tools), read_only)
+    }
+
+    /// [`ContextBudget::fit`] with the tools' heuristic token count given (`tools_rough`, e.g. from
+    /// `ToolRegistry::definitions_rough_tokens`), so the schemas are not serialised again for the cheap check.
+    pub fn fit_with_rough_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        tools_rough: usize,
+        read_only: &HashSet<String>,
+    ) -> Vec<ChatMessage> {
         let budget = self.input_budget();
         let est = TokenEstimator;
         // Cheap path: the heuristic over-estimates, so if even that fits, the tokenizer is never loaded.
-        if est.rough(messages, tools) <= budget {
+        if est.rough_messages(messages) + tools_rough <= budget {
             return messages.to_vec();
         }
         let mut out = messages.to_vec();

@@ -173,7 +173,7 @@ impl ContextBuilder {
         parts.extend(self.bootstrap());
         parts.extend(self.memory());
         if let Some(loader) = &self.skills {
-            let set = loader.load();
+            let set = loader.load_cached();
             parts.extend(set.always_on_section().map(|sec| {
                 sec.replacen(
                     "# Active Skills\n\n",
@@ -216,8 +216,10 @@ impl ContextBuilder {
         now: DateTime<Utc>,
     ) -> ChatMessage {
         let mut body = format!("{}\n\n{}", self.runtime_context(origin, now), text);
+        // `$name` mentions only: a message without a `$` needs no skills at all.
         if let Some(loader) = &self.skills
-            && let Some(inject) = loader.load().turn_injection(text)
+            && text.contains('$')
+            && let Some(inject) = loader.load_cached().turn_injection(text)
         {
             body.push_str("\n\n");
             body.push_str(&inject);

@@ -310,7 +310,9 @@ impl AgentRunner {
             request_messages.extend(extra.iter().cloned());
             if let Some(b) = &budget {
                 let read_only = self.read_only_tools();
-                request_messages = b.fit(&request_messages, &tool_specs, &read_only);
+                let tools_rough = self.tools.definitions_rough_tokens();
+                request_messages =
+                    b.fit_with_rough_tools(&request_messages, &tool_specs, tools_rough, &read_only);
             }
             let _ = self
                 .hook

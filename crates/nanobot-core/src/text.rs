@@ -23,6 +23,10 @@ static THINK_ORPHAN_CLOSE: LazyLock<Option<Regex>> =
 /// assert_eq!(strip_think("reasoning</think> Answer"), "Answer");
 /// ```
 pub fn strip_think(text: &str) -> String {
+    // Every pattern needs a `think` tag: most answers have none, and then the regexes are never compiled.
+    if !contains_ignore_ascii_case(text, b"think") {
+        return text.trim().to_owned();
+    }
     let mut out = text.to_owned();
     if let Some(re) = THINK_BLOCK.as_ref() {
         out = re.replace_all(&out, "").into_owned();
@@ -34,6 +38,13 @@ pub fn strip_think(text: &str) -> String {
         out = re.replace(&out, "").into_owned();
     }
     out.trim().to_owned()
+}
+
+fn contains_ignore_ascii_case(haystack: &str, needle: &[u8]) -> bool {
+    haystack
+        .as_bytes()
+        .windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 /// Strips think blocks from a stream of text deltas, holding back only what could be the start of a tag.
@@ -182,6 +193,11 @@ mod tests {
         assert_eq!(strip_think("start <think> dangling"), "start");
         assert_eq!(strip_think("leak </think>real"), "real");
         assert_eq!(strip_think("plain"), "plain");
+        // The no-tag shortcut: mixed case still reaches the regexes; text without a tag is only trimmed.
+        assert_eq!(strip_think("<ThInKiNg>x</tHiNkInG> Hi"), "Hi");
+        assert_eq!(strip_think("x </Think> y"), "y");
+        assert_eq!(strip_think("  I think so.  "), "I think so.");
+        assert_eq!(strip_think("  thin  "), "thin");
     }
 
     #[test]

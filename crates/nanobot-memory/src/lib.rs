@@ -94,8 +94,9 @@ pub struct Memory {
 }
 
 impl Memory {
-    /// Opens the memory of `workspace`: creates `memory/`, migrates a legacy `HISTORY.md` (once), opens the
-    /// search index. Blocking file I/O; call it at start-up (or in `spawn_blocking`).
+    /// Opens the memory of `workspace`: creates `memory/`, migrates a legacy `HISTORY.md` (once); the search
+    /// index is opened on its first use ([`SearchIndex::open_lazy_in_workspace`]). Blocking file I/O; call it at
+    /// start-up (or in `spawn_blocking`).
     pub fn open(
         workspace: &Path,
         sessions: SessionStore,
@@ -106,7 +107,7 @@ impl Memory {
         let store = MemoryStore::new(workspace);
         fsio::ensure_dir(store.dir())?;
         store.migrate_legacy_history()?;
-        let index = SearchIndex::open_in_workspace(workspace)?;
+        let index = SearchIndex::open_lazy_in_workspace(workspace);
         let consolidator =
             Consolidator::new(store.clone(), sessions.clone(), provider.clone(), consolidation)
                 .with_index(index.clone());

@@ -85,7 +85,8 @@ pub struct SearchHit {
 #[derive(Clone)]
 pub struct SearchIndex {
     path: PathBuf,
-    conn: Arc<Mutex<Connection>>,
+    /// `None` until first used when opened with [`SearchIndex::open_lazy`].
+    conn: Arc<Mutex<Option<Connection>>>,
 }
 
 impl std::fmt::Debug for SearchIndex {
@@ -104,6 +105,34 @@ impl SearchIndex {
 
     /// Opens (creating if needed) the index at `path`.
     pub fn open(path: &Path) -> Result<Self> {
+        let conn = Self::connect(path)?;
+        Ok(Self {
+            path: path.to_owned(),
+            conn: Arc::new(Mutex::new(Some(conn))),
+        })
+    }
+
+    /// The index of `workspace` (`<workspace>/memory/index.sqlite`), opened (and created) only when first
+    /// searched or fed, so a start-up or a turn that never touches it costs no SQLite work. An error opening
+    /// it is reported by that first call.
+    pub fn open_lazy_in_workspace(workspace: &Path) -> Self {
+        Self::open_lazy(&workspace.join(MEMORY_DIR).join(INDEX_FILE))
+    }
+
+    /// The index at `path`, opened on first use (see [`SearchIndex::open_lazy_in_workspace`]).
+    pub fn open_lazy(path: &Path) -> Self {
+        Self {
+            path: path.to_owned(),
+            conn: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// Whether the database has been opened (at once by [`SearchIndex::open`], else by the first use).
+    pub fn is_open(&self) -> bool {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
+    fn connect(path: &Path) -> Result<Connection> {
         if let Some(dir) = path.parent() {
             crate::fsio::ensure_dir(dir)?;
         }
@@ -118,10 +147,7 @@ impl SearchIndex {
             .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
             .map_err(err)?;
         conn.execute_batch(SCHEMA).map_err(err)?;
-        Ok(Self {
-            path: path.to_owned(),
-            conn: Arc::new(Mutex::new(conn)),
-        })
+        Ok(conn)
     }
 
     /// The database file.
@@ -130,8 +156,12 @@ impl SearchIndex {
     }
 
     fn with_conn<T>(&self, f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>) -> Result<T> {
-        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut conn).map_err(|source| MemoryError::Index {
+        let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let conn = match &mut *slot {
+            Some(conn) => conn,
+            None => slot.insert(Self::connect(&self.path)?),
+        };
+        f(conn).map_err(|source| MemoryError::Index {
             path: self.path.clone(),
             source,
         })

@@ -62,7 +62,8 @@ impl fmt::Debug for Endpoint {
 }
 
 impl Endpoint {
-    /// An endpoint for `spec` at `base_url` with the shared default client.
+    /// An endpoint for `spec` at `base_url` with the process-wide shared client
+    /// ([`crate::shared_http_client`]).
     pub fn new(
         provider: impl Into<String>,
         spec: &'static ProviderSpec,
@@ -70,10 +71,21 @@ impl Endpoint {
         api_key: Option<String>,
     ) -> Result<Self, ProviderError> {
         let provider = provider.into();
-        let http = crate::http::http_client_builder(Timeouts::default().connect)
-            .build()
-            .map_err(|e| ProviderError::Config(format!("{provider}: cannot build the HTTP client: {e}")))?;
-        Ok(Self {
+        let http = crate::http::shared_http_client()
+            .map_err(|e| ProviderError::Config(format!("{provider}: {e}")))?;
+        Ok(Self::with_client(provider, spec, base_url, api_key, http))
+    }
+
+    /// An endpoint for `spec` at `base_url` using `http` (builds no client of its own).
+    pub fn with_client(
+        provider: impl Into<String>,
+        spec: &'static ProviderSpec,
+        base_url: impl Into<String>,
+        api_key: Option<String>,
+        http: reqwest::Client,
+    ) -> Self {
+        let provider = provider.into();
+        Self {
             base_url: base_url.into().trim_end_matches('/').to_owned(),
             provider,
             api_key,
@@ -83,7 +95,7 @@ impl Endpoint {
             spec,
             timeouts: Timeouts::default(),
             http,
-        })
+        }
     }
 
     /// Replaces the timeouts.

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use nanobot_config::{AgentDefaults, Config, ProviderRetryMode, ProvidersConfig, TimeoutsConfig};
@@ -63,6 +63,9 @@ pub const OPENAI_COMPAT_TIMEOUT_VAR: &str = "NANOBOT_OPENAI_COMPAT_TIMEOUT_S";
 
 const MAX_STREAM_IDLE_SECS: f64 = 3600.0;
 
+/// HTTP clients by (proxy URL, connect timeout).
+type ClientCache = HashMap<(Option<String>, Duration), reqwest::Client>;
+
 /// Builds providers from the `providers` block, `agents.defaults` and an environment map.
 #[derive(Debug, Clone)]
 pub struct ProviderFactory {
@@ -74,6 +77,9 @@ pub struct ProviderFactory {
     configured: TimeoutsConfig,
     retry: RetryPolicy,
     http: Option<reqwest::Client>,
+    /// The clients built so far, one per (proxy, connect timeout): providers with the same settings share one
+    /// connection pool, and resolving a model again builds nothing.
+    clients: Arc<Mutex<ClientCache>>,
 }
 
 impl ProviderFactory {
@@ -93,6 +99,7 @@ impl ProviderFactory {
             configured: defaults.timeouts.clone(),
             retry,
             http: None,
+            clients: Arc::default(),
         }
     }
 
@@ -244,23 +251,32 @@ impl ProviderFactory {
         let http = match (&self.http, proxy) {
             (Some(h), None) => h.clone(),
             (_, proxy) => {
-                let mut b = crate::http::http_client_builder(timeouts.connect);
-                if let Some(p) = proxy {
-                    let p = reqwest::Proxy::all(&p).map_err(|e| {
-                        ProviderError::Config(format!(
-                            "providers.{}.proxy is not a valid proxy URL: {e}",
-                            config_key(&m.name)
-                        ))
-                    })?;
-                    b = b.proxy(p);
+                let key = (proxy, timeouts.connect);
+                let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+                match clients.get(&key) {
+                    Some(h) => h.clone(),
+                    None => {
+                        let mut b = crate::http::http_client_builder(timeouts.connect);
+                        if let Some(p) = &key.0 {
+                            let p = reqwest::Proxy::all(p).map_err(|e| {
+                                ProviderError::Config(format!(
+                                    "providers.{}.proxy is not a valid proxy URL: {e}",
+                                    config_key(&m.name)
+                                ))
+                            })?;
+                            b = b.proxy(p);
+                        }
+                        let h = b.build().map_err(|e| {
+                            ProviderError::Config(format!("cannot build the HTTP client: {e}"))
+                        })?;
+                        clients.insert(key, h.clone());
+                        h
+                    }
                 }
-                b.build()
-                    .map_err(|e| ProviderError::Config(format!("cannot build the HTTP client: {e}")))?
             }
         };
-        let mut endpoint = Endpoint::new(m.name.clone(), spec, base.clone(), api_key.clone())?
-            .with_timeouts(timeouts)
-            .with_http(http);
+        let mut endpoint = Endpoint::with_client(m.name.clone(), spec, base.clone(), api_key.clone(), http)
+            .with_timeouts(timeouts);
         endpoint.headers = block
             .headers()
             .map(|(k, v)| (k.to_owned(), v.to_owned()))

@@ -16,7 +16,7 @@
 //!
 //! At start-up: build a [`SkillsLoader`], call [`SkillsLoader::materialize_builtins`] so the built-in
 //! SKILL.md files exist on disk, and allow `read_file` to read [`SkillsLoader::builtin_dir`]. Per turn:
-//! [`SkillsLoader::load`], then put [`SkillSet::always_on_section`] and [`SkillSet::summary_section`]
+//! [`SkillsLoader::load_cached`] (re-reads only when a `SKILL.md` changed), then put [`SkillSet::always_on_section`] and [`SkillSet::summary_section`]
 //! into the system prompt and [`SkillSet::turn_injection`] (for the user's message) into the turn.
 //! The model loads other skills itself with `read_file` at the `<location>` shown.
 //!
@@ -52,5 +52,5 @@ mod requirements;
 
 pub use builtin::{BuiltinFile, builtin_files, builtin_skill, builtin_skill_names, materialize_builtins};
 pub use error::SkillsError;
-pub use loader::{Skill, SkillSet, SkillSource, SkillWarning, SkillsLoader};
+pub use loader::{SKILLS_RECHECK_AFTER, Skill, SkillSet, SkillSource, SkillWarning, SkillsLoader};
 pub use requirements::{Missing, RequirementEnv, Requirements};

@@ -3,6 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::SkillsError;
 use crate::builtin::{builtin_skill, builtin_skill_names, materialize_builtins};
@@ -90,7 +92,24 @@ pub struct SkillsLoader {
     builtins: bool,
     disabled: BTreeSet<String>,
     env: RequirementEnv,
+    /// The last [`SkillsLoader::load_cached`] result, shared by clones of this loader.
+    cache: Arc<Mutex<Option<CachedSet>>>,
 }
+
+/// How long a cached [`SkillSet`] is reused when no `SKILL.md` changed: requirements (binaries on `PATH`,
+/// variables) are checked again after this, so a tool installed while the gateway runs is noticed.
+pub const SKILLS_RECHECK_AFTER: Duration = Duration::from_secs(60);
+
+#[derive(Debug)]
+struct CachedSet {
+    stamp: Vec<SkillFileStamp>,
+    built: Instant,
+    set: Arc<SkillSet>,
+}
+
+/// What is compared to decide whether the workspace skills changed: each skill directory's name and its
+/// `SKILL.md`'s length and modification time (`None` when missing or unreadable).
+type SkillFileStamp = (std::ffi::OsString, Option<(u64, Option<SystemTime>)>);
 
 impl SkillsLoader {
     /// A loader for `<workspace>/skills`, with built-ins shown under `builtin_dir`, checking
@@ -102,6 +121,7 @@ impl SkillsLoader {
             builtins: true,
             disabled: BTreeSet::new(),
             env,
+            cache: Arc::default(),
         }
     }
 
@@ -113,6 +133,7 @@ impl SkillsLoader {
         S: Into<String>,
     {
         self.disabled = names.into_iter().map(Into::into).collect();
+        self.cache = Arc::default();
         self
     }
 
@@ -120,6 +141,7 @@ impl SkillsLoader {
     #[must_use]
     pub fn without_builtins(mut self) -> Self {
         self.builtins = false;
+        self.cache = Arc::default();
         self
     }
 
@@ -131,6 +153,46 @@ impl SkillsLoader {
     /// Writes the embedded built-in skills to the built-in dir (idempotent).
     pub fn materialize_builtins(&self) -> Result<PathBuf, SkillsError> {
         materialize_builtins(&self.builtin_dir)
+    }
+
+    /// The skills, reused from the previous call (of this loader or a clone of it) while no workspace
+    /// `SKILL.md` was added, removed or changed (length or modification time) and for at most
+    /// [`SKILLS_RECHECK_AFTER`]; otherwise [`SkillsLoader::load`] runs again. A turn of a long-running gateway
+    /// thus stats the skill files instead of re-reading, re-parsing and re-checking requirements (`PATH`
+    /// look-ups) every time.
+    pub fn load_cached(&self) -> Arc<SkillSet> {
+        let stamp = self.stamp();
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = cache.as_ref()
+            && c.stamp == stamp
+            && c.built.elapsed() < SKILLS_RECHECK_AFTER
+        {
+            return c.set.clone();
+        }
+        let set = Arc::new(self.load());
+        *cache = Some(CachedSet {
+            stamp,
+            built: Instant::now(),
+            set: set.clone(),
+        });
+        set
+    }
+
+    fn stamp(&self) -> Vec<SkillFileStamp> {
+        let Ok(entries) = fs::read_dir(&self.workspace_skills) else {
+            return Vec::new();
+        };
+        let mut out: Vec<SkillFileStamp> = entries
+            .filter_map(Result::ok)
+            .map(|e| {
+                let meta = fs::metadata(e.path().join("SKILL.md"))
+                    .ok()
+                    .map(|m| (m.len(), m.modified().ok()));
+                (e.file_name(), meta)
+            })
+            .collect();
+        out.sort();
+        out
     }
 
     /// Discovers all skills now. Never fails: unreadable or malformed skills are skipped with a

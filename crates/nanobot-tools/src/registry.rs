@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use futures::FutureExt;
 use nanobot_types::ToolSpec;
@@ -25,6 +25,16 @@ struct Entry {
     tool: Arc<dyn Tool>,
     spec: ToolSpec,
     args: Arc<ArgsSchema>,
+    /// Bytes of `spec.parameters` as JSON, measured once (the context budget's estimate needs it every turn).
+    params_len: OnceLock<usize>,
+}
+
+impl Entry {
+    fn params_len(&self) -> usize {
+        *self
+            .params_len
+            .get_or_init(|| serde_json::to_vec(&self.spec.parameters).map_or(0, |v| v.len()))
+    }
 }
 
 /// The registered tools. Cheap to share behind an `Arc`; registration works through `&self`
@@ -82,7 +92,12 @@ impl ToolRegistry {
         let spec = tool.spec();
         let args = Arc::new(ArgsSchema::new(spec.parameters.clone()));
         let name = spec.name.clone();
-        let entry = Arc::new(Entry { tool, spec, args });
+        let entry = Arc::new(Entry {
+            tool,
+            spec,
+            args,
+            params_len: OnceLock::new(),
+        });
         self.write().insert(name, entry).map(|e| e.tool.clone())
     }
 
@@ -126,6 +141,20 @@ impl ToolRegistry {
         drop(tools);
         specs.sort_by(|a, b| sort_key(&a.name).cmp(&sort_key(&b.name)));
         specs
+    }
+
+    /// The character heuristic of the context budget (one token per 3 bytes, rounded up) over every tool's name,
+    /// description and parameter schema as JSON. Each schema is serialised once, when first estimated, not
+    /// per turn.
+    pub fn definitions_rough_tokens(&self) -> usize {
+        self.read()
+            .values()
+            .map(|e| {
+                e.spec.name.len().div_ceil(3)
+                    + e.spec.description.len().div_ceil(3)
+                    + e.params_len().div_ceil(3)
+            })
+            .sum()
     }
 
     /// Casts and validates `args` for tool `name` without running it. `Err` carries the error

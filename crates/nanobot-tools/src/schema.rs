@@ -1,6 +1,8 @@
 //! Schema-driven argument handling: casting (`"120"` → `120`), validation with messages the
 //! model can act on (`timeout must be <= 600`), and schemas derived from args structs.
 
+use std::sync::OnceLock;
+
 use async_trait::async_trait;
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::paths::LocationSegment;
@@ -183,18 +185,31 @@ fn cast_object(map: Map<String, Value>, schema: &Value) -> Map<String, Value> {
         .collect()
 }
 
-/// A compiled argument schema: casts, then validates with model-friendly messages.
+/// An argument schema: casts, then validates with model-friendly messages. The validator is compiled on the
+/// first call (a start-up registers every tool, a turn calls few).
 #[derive(Debug)]
 pub struct ArgsSchema {
     schema: Value,
-    validator: Result<jsonschema::Validator, String>,
+    validator: OnceLock<Result<jsonschema::Validator, String>>,
 }
 
 impl ArgsSchema {
-    /// Compiles `schema`. An invalid schema is kept and reported on every call.
+    /// Keeps `schema`; it is compiled on first use. An invalid schema is kept and reported on every call.
     pub fn new(schema: Value) -> Self {
-        let validator = jsonschema::validator_for(&schema).map_err(|e| e.to_string());
-        Self { schema, validator }
+        Self {
+            schema,
+            validator: OnceLock::new(),
+        }
+    }
+
+    /// Whether the validator has been compiled yet.
+    pub fn is_compiled(&self) -> bool {
+        self.validator.get().is_some()
+    }
+
+    fn validator(&self) -> &Result<jsonschema::Validator, String> {
+        self.validator
+            .get_or_init(|| jsonschema::validator_for(&self.schema).map_err(|e| e.to_string()))
     }
 
     /// The schema as given.
@@ -223,7 +238,7 @@ impl ArgsSchema {
                 )]);
             }
         };
-        let validator = match &self.validator {
+        let validator = match self.validator() {
             Ok(v) => v,
             Err(e) => return Err(vec![format!("the tool's parameter schema is invalid: {e}")]),
         };
@@ -420,6 +435,19 @@ mod tests {
             },
             "required": ["command"]
         }))
+    }
+
+    #[test]
+    fn validator_compiled_on_first_use_and_invalid_schema_reported_each_call() {
+        let s = exec_schema();
+        assert!(!s.is_compiled(), "compiled at construction");
+        assert!(s.prepare(json!({})).is_err());
+        assert!(s.is_compiled());
+        let bad = ArgsSchema::new(json!({"type": "object", "properties": {"n": {"type": 12}}}));
+        for _ in 0..2 {
+            let err = bad.prepare(json!({"n": 1})).unwrap_err();
+            assert!(err[0].contains("schema is invalid"), "{err:?}");
+        }
     }
 
     #[test]

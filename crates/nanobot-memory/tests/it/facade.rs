@@ -57,3 +57,41 @@ async fn open_migrates_and_wires_consolidation_into_search() {
         out.text
     );
 }
+
+#[tokio::test]
+async fn open_leaves_the_index_closed_until_first_search() {
+    let env = env();
+    let mock = MockLlm::start().await;
+    let memory = Memory::open(
+        env.ws.path(),
+        env.sessions.clone(),
+        provider(&mock),
+        ConsolidationSettings::new("m", Budget::Messages { window: 10 }),
+        DreamSettings::new("m"),
+    )
+    .unwrap();
+    let db = env.store.dir().join(nanobot_memory::INDEX_FILE);
+    assert!(!memory.index.is_open());
+    assert!(!db.exists(), "opening the memory created the SQLite index");
+    env.store
+        .append_history("[2026-01-01 10:00] The kettle is blue.", None)
+        .unwrap();
+    let out = memory
+        .search_tool()
+        .execute(json!({"query": "kettle"}), &ToolContext::new(env.ws.path()))
+        .await
+        .unwrap();
+    assert!(out.text.contains("kettle"), "{}", out.text);
+    assert!(memory.index.is_open() && db.exists());
+}
+
+#[test]
+fn a_lazy_index_reports_an_unopenable_path_on_first_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let blocker = dir.path().join("memory");
+    std::fs::write(&blocker, "a file where the directory should be").unwrap();
+    let index = nanobot_memory::SearchIndex::open_lazy_in_workspace(dir.path());
+    let err = index.search("anything", 5).unwrap_err().to_string();
+    assert!(err.contains("memory"), "{err}");
+    assert!(!index.is_open());
+}

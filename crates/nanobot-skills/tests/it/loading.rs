@@ -247,3 +247,41 @@ fn skill_without_frontmatter_uses_name_as_description() {
     assert_eq!(set.get("plain").unwrap().description, "plain");
     assert!(set.warnings().is_empty());
 }
+
+#[test]
+fn load_cached_reuses_the_set_until_a_skill_file_changes() {
+    use std::sync::Arc;
+    let ws = tempfile::tempdir().unwrap();
+    let bdir = tempfile::tempdir().unwrap();
+    write_skill(ws.path(), "mine", "---\ndescription: First\n---\nBody.\n");
+    let loader = SkillsLoader::new(ws.path(), bdir.path(), env_with_fakebin(ws.path(), &[]));
+    let first = loader.load_cached();
+    assert_eq!(first.get("mine").unwrap().description, "First");
+    // A clone (as each gateway turn holds) shares the cache: nothing re-read.
+    let again = loader.clone().load_cached();
+    assert!(
+        Arc::ptr_eq(&first, &again),
+        "an unchanged workspace was loaded again"
+    );
+
+    // An edit (another length) is seen.
+    write_skill(
+        ws.path(),
+        "mine",
+        "---\ndescription: Second, longer\n---\nBody.\n",
+    );
+    let edited = loader.load_cached();
+    assert!(!Arc::ptr_eq(&first, &edited));
+    assert_eq!(edited.get("mine").unwrap().description, "Second, longer");
+
+    // A new skill and a removed one are seen.
+    write_skill(ws.path(), "added", "---\ndescription: New\n---\nBody.\n");
+    assert!(loader.load_cached().get("added").is_some());
+    fs::remove_dir_all(ws.path().join("skills/added")).unwrap();
+    assert!(loader.load_cached().get("added").is_none());
+
+    // A loader with other settings does not share the cache.
+    let without = loader.clone().with_disabled(["mine"]);
+    assert!(without.load_cached().get("mine").is_none());
+    assert!(loader.load_cached().get("mine").is_some());
+}

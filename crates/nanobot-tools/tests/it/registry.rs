@@ -170,3 +170,33 @@ fn register_replace_unregister() {
     assert!(r.get("echo").is_none());
     assert_eq!(r.len(), 6);
 }
+
+#[test]
+fn rough_definition_tokens_match_the_serialised_specs_and_follow_registration() {
+    let r = reg();
+    let expected = |r: &ToolRegistry| -> usize {
+        r.definitions()
+            .iter()
+            .map(|t| {
+                t.name.len().div_ceil(3)
+                    + t.description.len().div_ceil(3)
+                    + t.parameters.to_string().len().div_ceil(3)
+            })
+            .sum()
+    };
+    r.register(Arc::new(Fake {
+        name: "one",
+        behaviour: "echo",
+    }));
+    let one = r.definitions_rough_tokens();
+    assert_eq!(one, expected(&r));
+    assert!(one > 0);
+    r.register(Arc::new(Fake {
+        name: "two",
+        behaviour: "echo",
+    }));
+    assert_eq!(r.definitions_rough_tokens(), expected(&r));
+    assert!(r.definitions_rough_tokens() > one);
+    r.unregister("two");
+    assert_eq!(r.definitions_rough_tokens(), one);
+}
