@@ -123,8 +123,9 @@ impl ManagerSettings {
     }
 }
 
-/// Where a channel is in its life.
+/// Where a channel is in its life (new states may be added: matches need a `_` arm).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 #[serde(rename_all = "snake_case")]
 pub enum ChannelState {
     /// Added, not started yet.

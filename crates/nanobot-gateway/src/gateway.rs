@@ -197,7 +197,7 @@ pub async fn check_api_bind(config: &Config) -> Result<Vec<SocketAddr>, GatewayE
     Ok(addrs)
 }
 
-/// The chat channels this build can run: exactly the names [`build_channels`] builds. A channel crate
+/// The chat channels this build can run: exactly the names `build_channels` builds. A channel crate
 /// added there is added here too; every other enabled channel block is refused at start-up
 /// ([`unsupported_channels`]) and reported by `status`, `channels status` and `doctor`.
 pub const BUILT_CHANNELS: &[&str] = &[

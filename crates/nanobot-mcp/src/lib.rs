@@ -51,6 +51,9 @@ pub use manager::{
     ConnectionState, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RESULT_CHARS, DEFAULT_RETRY_INTERVAL, McpManager,
     McpOptions, ServerStatus,
 };
+/// The HTTP client library named by this crate's API (the optional shared client in the manager's settings),
+/// re-exported so an embedder can pass a client of exactly this version without depending on reqwest itself.
+pub use reqwest;
 pub use spec::{DEFAULT_TOOL_TIMEOUT, RawServer, SecretMap, ServerSpec, TransportKind, TransportSpec};
 pub use transport::{INHERITED_ENV, LegacySseTransport, child_env};
 pub use wrap::{McpPromptTool, McpResourceTool, McpTool};

@@ -75,6 +75,10 @@ pub use nanobot_types::{
 pub use nanobot_types::{json, json_limits};
 pub use openai::{EMPTY_CONTENT, OpenAiCompatClient};
 pub use registry::{Backend, ProviderSpec};
+/// The HTTP client library named by this crate's API ([`Endpoint::with_http`], [`http_client`],
+/// [`from_reqwest`]), re-exported so an embedder can build or pass a client of exactly this version without
+/// depending on reqwest itself.
+pub use reqwest;
 pub use resilience::{FallbackProvider, RetryPolicy, RetryingProvider, Sleeper, tokio_sleeper};
 pub use text_tool_calls::contains_text_tool_call;
 pub use transcribe::{Transcriber, WhisperTranscriber, transcriber_from_config};

@@ -140,6 +140,8 @@ fn is_output(e: &StreamEvent) -> bool {
         StreamEvent::TextDelta(t) | StreamEvent::ReasoningDelta(t) => !t.is_empty(),
         StreamEvent::ToolCallDelta { .. } | StreamEvent::ThinkingBlock(_) => true,
         StreamEvent::Usage(_) | StreamEvent::Done(_) => false,
+        // A kind of event added later: count it as output, so a retry never repeats what was passed on.
+        _ => true,
     }
 }
 

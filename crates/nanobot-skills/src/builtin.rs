@@ -1,4 +1,5 @@
-//! The built-in skills, embedded at build time from the repository's top-level `skills/` folder.
+//! The built-in skills, embedded at build time from this crate's `skills/` folder (inside the package, so a
+//! packaged crate carries them).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -7,7 +8,7 @@ use include_dir::{Dir, include_dir};
 
 use crate::SkillsError;
 
-static BUILTIN: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/../../skills");
+static BUILTIN: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/skills");
 
 /// One embedded file of the built-in skills, relative to the skills root (`cron/SKILL.md`).
 #[derive(Debug, Clone, Copy)]

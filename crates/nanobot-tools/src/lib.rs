@@ -33,6 +33,9 @@
 //! ```
 
 pub mod builtin;
+/// The HTTP client library named by this crate's API (the SSRF guard's client builder), re-exported so an
+/// embedder uses exactly this version without depending on reqwest itself.
+pub use reqwest;
 pub mod confine;
 mod error;
 pub mod fuzzing;

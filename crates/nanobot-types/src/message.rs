@@ -423,8 +423,9 @@ pub struct Usage {
     pub cache_write_tokens: Option<u64>,
 }
 
-/// Why the model stopped.
+/// Why the model stopped. Providers add reasons, so matches need a `_` arm.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum FinishReason {
     /// A natural end (`stop`, `end_turn`).
     #[default]
@@ -566,8 +567,9 @@ impl ChatResponse {
 }
 
 /// One event of a streamed answer. The collector ([`crate::ResponseAccumulator`]) turns them into a
-/// [`ChatResponse`].
+/// [`ChatResponse`]. Providers stream new kinds of event, so matches need a `_` arm.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum StreamEvent {
     /// More answer text.
     TextDelta(String),

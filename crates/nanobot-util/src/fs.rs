@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 /// A step of [`write_atomic`] failed; names the step and the path it was working on.
 #[derive(Debug, thiserror::Error)]
 #[error("{action} {}", path.display())]
+#[non_exhaustive]
 pub struct AtomicWriteError {
     /// What failed: `cannot create a temporary file in`, `cannot write`, `cannot flush`, `cannot replace`.
     pub action: &'static str,
