@@ -1,17 +1,24 @@
 //! `nanobot channels login CHANNEL`: interactive linking (WhatsApp's QR code).
 
 use std::io::Write;
+#[cfg(feature = "whatsapp")]
 use std::path::PathBuf;
+#[cfg(feature = "whatsapp")]
 use std::time::Duration;
 
+#[cfg(feature = "whatsapp")]
 use nanobot_whatsapp::{WhatsAppConfig, WhatsAppSettings};
 
-use crate::setup::{self, CliEnv};
+#[cfg(feature = "whatsapp")]
+use crate::setup;
+use crate::setup::CliEnv;
 use crate::{ChannelLoginArgs, CliError};
 
+#[cfg(feature = "whatsapp")]
 /// How long the QR codes are shown before giving up (WhatsApp itself stops offering codes after a few minutes).
 const LOGIN_BOUND: Duration = Duration::from_secs(300);
 
+#[cfg(feature = "whatsapp")]
 /// `NANOBOT_WHATSAPP_NPM`: the npm program used to install the bridge (default `npm` from `PATH`).
 const NPM_VAR: &str = "NANOBOT_WHATSAPP_NPM";
 
@@ -28,7 +35,7 @@ const TOKEN_CHANNELS: &[&str] = &[
 
 pub(crate) fn login(env: &CliEnv, args: &ChannelLoginArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let name = args.channel.trim().to_ascii_lowercase();
-    if name != nanobot_whatsapp::NAME {
+    if name != "whatsapp" {
         return Err(CliError::Usage(if TOKEN_CHANNELS.contains(&name.as_str()) {
             format!(
                 "`{name}` has no interactive login: put its credentials in `channels.{name}` of the config"
@@ -40,6 +47,19 @@ pub(crate) fn login(env: &CliEnv, args: &ChannelLoginArgs, out: &mut dyn Write) 
             )
         }));
     }
+    login_whatsapp(env, args, out)
+}
+
+/// Without the `whatsapp` cargo feature there is nothing to log in to.
+#[cfg(not(feature = "whatsapp"))]
+fn login_whatsapp(_env: &CliEnv, _args: &ChannelLoginArgs, _out: &mut dyn Write) -> Result<(), CliError> {
+    Err(CliError::Usage(
+        "this nanobot was built without the WhatsApp channel (cargo feature `whatsapp`)".to_owned(),
+    ))
+}
+
+#[cfg(feature = "whatsapp")]
+fn login_whatsapp(env: &CliEnv, args: &ChannelLoginArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let s = setup::load(env, &args.config, false)?;
     let block = s
         .loaded

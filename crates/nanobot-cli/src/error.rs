@@ -100,6 +100,7 @@ pub enum CliError {
     #[error("interrupted")]
     Interrupted,
     /// `nanobot channels login whatsapp` failed (not linked, logged out, bridge not installed …).
+    #[cfg(feature = "whatsapp")]
     #[error("{0}")]
     WhatsApp(#[source] nanobot_whatsapp::WhatsAppError),
 }
@@ -131,6 +132,7 @@ impl CliError {
                 | nanobot_cron::CronError::Disabled { .. },
             ) => EXIT_USAGE,
             CliError::Core(nanobot_core::CoreError::Config(_)) => EXIT_USAGE,
+            #[cfg(feature = "whatsapp")]
             CliError::WhatsApp(nanobot_whatsapp::WhatsAppError::Config(_)) => EXIT_USAGE,
             CliError::Interrupted => EXIT_INTERRUPTED,
             CliError::Gateway(

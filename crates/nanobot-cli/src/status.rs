@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
+#[cfg(feature = "email")]
 use std::time::Duration;
 
 use nanobot_config::Config;
@@ -146,6 +147,7 @@ fn raw_channel_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>
     }
 }
 
+#[cfg(feature = "mochat")]
 /// Doctor findings for `channels.mochat` (raw in the config; read by the adapter's own parser).
 fn mochat_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>) {
     if c.other.is_enabled(nanobot_mochat::NAME)
@@ -175,6 +177,7 @@ fn mochat_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>) {
     }
 }
 
+#[cfg(feature = "qq")]
 /// Doctor findings for `channels.qq` (raw in the config; read by the adapter's own parser).
 fn qq_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>) {
     if c.other.is_enabled(nanobot_qq::NAME)
@@ -440,6 +443,7 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
         }
     }
     f.extend(check_channels(config));
+    #[cfg(feature = "whatsapp")]
     f.extend(check_whatsapp(config, &s.paths, &env.vars_hash()));
     for name in nanobot_gateway::unsupported_channels(config) {
         f.push(Finding::problem(
@@ -634,6 +638,7 @@ pub(crate) fn discord_token_ok(t: &str) -> bool {
         && t.len() >= 50
 }
 
+#[cfg(feature = "whatsapp")]
 /// The WhatsApp channel's settings as the gateway builds them, or the problem that stops it.
 fn whatsapp_settings(
     config: &Config,
@@ -653,6 +658,7 @@ fn whatsapp_settings(
     )
 }
 
+#[cfg(feature = "whatsapp")]
 /// Doctor findings for WhatsApp: the block, the bridge's npm packages, a linked device, `allowFrom`.
 fn check_whatsapp(
     config: &Config,
@@ -770,14 +776,18 @@ fn check_channels(config: &Config) -> Vec<Finding> {
         }
     }
     raw_channel_findings(c, &mut f);
+    #[cfg(feature = "qq")]
     qq_findings(c, &mut f);
+    #[cfg(feature = "mochat")]
     mochat_findings(c, &mut f);
+    #[cfg(feature = "email")]
     if let Some(block) = c.other.get("email").filter(|_| c.other.is_enabled("email")) {
         f.extend(check_email(block));
     }
     f
 }
 
+#[cfg(feature = "email")]
 /// `channels.email`: consent, the settings the channel validates at start, and the anti-spoofing checks.
 fn check_email(block: &serde_json::Value) -> Vec<Finding> {
     let mut f = Vec::new();
@@ -823,6 +833,7 @@ fn check_email(block: &serde_json::Value) -> Vec<Finding> {
     f
 }
 
+#[cfg(feature = "email")]
 /// Tries the IMAP login (connect, TLS, login, select, log out) with every step bounded by `step` and the whole by
 /// `overall`. Runs on a current-thread runtime of its own in a scoped thread, so it works whether or not the caller
 /// is inside a tokio runtime.
@@ -859,6 +870,7 @@ fn imap_login_bounded(
     })
 }
 
+#[cfg(feature = "email")]
 /// The finding of the IMAP login check: names the account and the server, never the password.
 fn imap_login_finding(settings: &nanobot_email::EmailSettings, result: Result<(), String>) -> Finding {
     let user = &settings.imap.username;
@@ -923,7 +935,9 @@ pub(crate) fn channels_text(env: &CliEnv, args: &ConfigArgs) -> Result<String, C
         "{:<12} {:<8} {:<12} {}\n",
         "Channel", "Enabled", "Credentials", "Allowed"
     );
+    #[cfg_attr(not(feature = "whatsapp"), allow(unused_mut))]
     for (name, enabled, mut creds) in channel_states(config) {
+        #[cfg(feature = "whatsapp")]
         if name == nanobot_whatsapp::NAME {
             // WhatsApp's credentials are the linked device's, in the data directory.
             creds = matches!(whatsapp_settings(config, &s.paths, &env.vars_hash()),

@@ -21,8 +21,10 @@ pub enum GatewayError {
     /// Channels are enabled that this build cannot run.
     #[error(
         "enabled channel(s) this build cannot run: {}; disable them in `channels` of the config, or set \
-         NANOBOT_GATEWAY_SKIP_UNSUPPORTED_CHANNELS=1 to start without them",
-        names.join(", ")
+         NANOBOT_GATEWAY_SKIP_UNSUPPORTED_CHANNELS=1 to start without them (channels built in: {}; an adapter left \
+         out of this build comes back with its cargo feature, e.g. `--features telegram`)",
+        names.join(", "),
+        crate::BUILT_CHANNELS.join(", ")
     )]
     UnsupportedChannels {
         /// The channel names, in file order.

@@ -200,16 +200,27 @@ pub async fn check_api_bind(config: &Config) -> Result<Vec<SocketAddr>, GatewayE
 /// The chat channels this build can run: exactly the names `build_channels` builds. A channel crate
 /// added there is added here too; every other enabled channel block is refused at start-up
 /// ([`unsupported_channels`]) and reported by `status`, `channels status` and `doctor`.
+/// Each adapter but `websocket` (the WebUI's channel, always built) is a cargo feature of this crate, all on by
+/// default (`all-channels`).
 pub const BUILT_CHANNELS: &[&str] = &[
+    #[cfg(feature = "telegram")]
     "telegram",
+    #[cfg(feature = "discord")]
     "discord",
+    #[cfg(feature = "slack")]
     "slack",
+    #[cfg(feature = "feishu")]
     "feishu",
+    #[cfg(feature = "dingtalk")]
     "dingtalk",
     "websocket",
+    #[cfg(feature = "email")]
     "email",
+    #[cfg(feature = "whatsapp")]
     "whatsapp",
+    #[cfg(feature = "qq")]
     "qq",
+    #[cfg(feature = "mochat")]
     "mochat",
 ];
 
@@ -219,10 +230,18 @@ pub const ALLOW_UNSUPPORTED_CHANNELS_VAR: &str = "NANOBOT_GATEWAY_SKIP_UNSUPPORT
 
 /// Channels enabled in `config` (`"enabled": true`) that this build cannot run, in file order.
 pub fn unsupported_channels(config: &Config) -> Vec<String> {
-    let other = &config.channels.other;
-    other
-        .names()
-        .filter(|n| other.is_enabled(n) && !BUILT_CHANNELS.contains(n))
+    let ch = &config.channels;
+    let typed = [
+        ("telegram", ch.telegram.enabled),
+        ("discord", ch.discord.enabled),
+        ("slack", ch.slack.enabled),
+    ];
+    typed
+        .into_iter()
+        .filter(|(_, on)| *on)
+        .map(|(n, _)| n)
+        .chain(ch.other.names().filter(|n| ch.other.is_enabled(n)))
+        .filter(|n| !BUILT_CHANNELS.contains(n))
         .map(str::to_owned)
         .collect()
 }
@@ -252,6 +271,7 @@ fn check_unsupported_channels(config: &Config, env: &Environment) -> Result<(), 
 fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Channel>>, GatewayError> {
     let paths = env.paths();
     let ch = &config.channels;
+    #[cfg_attr(not(feature = "all-channels"), allow(unused_mut))]
     let mut out: Vec<Arc<dyn Channel>> = Vec::new();
     let pairing = || -> Result<Arc<PairingStore>, GatewayError> {
         let path = paths.data_dir().join("pairing.json");
@@ -277,6 +297,7 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
             )
             .clone()
     };
+    #[cfg(feature = "telegram")]
     if ch.telegram.enabled {
         let settings = nanobot_telegram::TelegramSettings::from_config(&ch.telegram)
             .map_err(channel_error("telegram"))?;
@@ -288,6 +309,7 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
         }
         out.push(Arc::new(channel));
     }
+    #[cfg(feature = "discord")]
     if ch.discord.enabled {
         // Discord and Slack keep their downloads in `<media>/<channel>/` themselves.
         let settings = nanobot_discord::DiscordSettings::from_config(&ch.discord)
@@ -297,6 +319,7 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
             .with_pairing(pairing()?);
         out.push(Arc::new(channel));
     }
+    #[cfg(feature = "slack")]
     if ch.slack.enabled {
         let settings = nanobot_slack::SlackSettings::from_config(&ch.slack)
             .map_err(channel_error(nanobot_slack::NAME))?;
@@ -306,6 +329,7 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
         out.push(Arc::new(channel));
     }
     // Feishu and DingTalk blocks stay raw in the config (like in 0.3.5's plugin channels); each adapter reads its own.
+    #[cfg(any(feature = "feishu", feature = "dingtalk"))]
     let block_error = |channel: &'static str| {
         move |message: String| GatewayError::Channel {
             channel,
@@ -315,6 +339,7 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
             },
         }
     };
+    #[cfg(feature = "feishu")]
     if ch.other.is_enabled(nanobot_feishu::NAME)
         && let Some(block) = ch.other.get(nanobot_feishu::NAME)
     {
@@ -327,6 +352,7 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
             .with_pairing(pairing()?);
         out.push(Arc::new(channel));
     }
+    #[cfg(feature = "dingtalk")]
     if ch.other.is_enabled(nanobot_dingtalk::NAME)
         && let Some(block) = ch.other.get(nanobot_dingtalk::NAME)
     {
@@ -339,6 +365,7 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
             .with_pairing(pairing()?);
         out.push(Arc::new(channel));
     }
+    #[cfg(feature = "qq")]
     if let Some(block) = ch
         .other
         .get(nanobot_qq::NAME)
@@ -350,6 +377,7 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
             .with_pairing(pairing()?);
         out.push(Arc::new(channel));
     }
+    #[cfg(feature = "mochat")]
     if let Some(block) = ch
         .other
         .get(nanobot_mochat::NAME)
@@ -361,6 +389,7 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
             .map_err(channel_error(nanobot_mochat::NAME))?;
         out.push(Arc::new(channel));
     }
+    #[cfg(feature = "email")]
     if let Some(block) = ch
         .other
         .get(nanobot_email::NAME)
@@ -386,6 +415,7 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
         }
         out.push(Arc::new(nanobot_email::EmailChannel::new(settings)));
     }
+    #[cfg(feature = "whatsapp")]
     if let Some(block) = ch
         .other
         .get(nanobot_whatsapp::NAME)
@@ -403,6 +433,8 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
         }
         out.push(Arc::new(channel));
     }
+    // Without some channel features these helpers have no user.
+    let _ = (&pairing, &transcriber, &paths, &ch, env);
     Ok(out)
 }
 

@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 
 use crate::error::{MemoryError, Result};
 use crate::format::{budget_text, conversation_lines};
+#[cfg(feature = "search")]
 use crate::search::SearchIndex;
 use crate::store::{HistoryEntry, MemoryStore};
 
@@ -257,6 +258,7 @@ struct Inner {
     sessions: SessionStore,
     provider: Arc<dyn Provider>,
     settings: ConsolidationSettings,
+    #[cfg(feature = "search")]
     index: Option<SearchIndex>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     failures: Mutex<HashMap<String, u32>>,
@@ -288,6 +290,7 @@ impl Consolidator {
                 sessions,
                 provider,
                 settings,
+                #[cfg(feature = "search")]
                 index: None,
                 locks: Mutex::new(HashMap::new()),
                 failures: Mutex::new(HashMap::new()),
@@ -298,6 +301,7 @@ impl Consolidator {
 
     /// Also feeds every written entry and consolidated message into `index` (for `memory_search`).
     /// Call before cloning.
+    #[cfg(feature = "search")]
     #[must_use]
     pub fn with_index(self, index: SearchIndex) -> Self {
         let inner = match Arc::try_unwrap(self.inner) {
@@ -574,6 +578,7 @@ impl Consolidator {
             }
         }
 
+        #[cfg(feature = "search")]
         if let Some(index) = &self.inner.index {
             let index = index.clone();
             let messages: Vec<SessionMessage> = slice.to_vec();
@@ -590,6 +595,8 @@ impl Consolidator {
                 tracing::warn!(session = %key, error = %e, "memory search index not updated");
             }
         }
+        #[cfg(not(feature = "search"))]
+        let _ = (entry, slice, range);
         Ok(outcome)
     }
 

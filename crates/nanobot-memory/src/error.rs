@@ -46,6 +46,7 @@ pub enum MemoryError {
     #[error("model call")]
     Provider(#[from] nanobot_types::ProviderError),
     /// The search index (SQLite) failed.
+    #[cfg(feature = "search")]
     #[error("search index {}", path.display())]
     Index {
         /// The index database.

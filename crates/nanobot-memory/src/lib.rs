@@ -26,6 +26,7 @@
 //! # Example
 //!
 //! ```
+//! # #[cfg(feature = "search")] {
 //! use nanobot_memory::{MemoryStore, SearchIndex};
 //!
 //! let ws = tempfile::tempdir().unwrap();
@@ -41,15 +42,23 @@
 //! let index = SearchIndex::open_in_workspace(ws.path()).unwrap();
 //! index.sync_history(&store).unwrap();
 //! assert_eq!(index.search("bike", 5).unwrap()[0].position, 1);
+//! # }
 //! ```
+//!
+//! # Cargo features
+//!
+//! - `search` (default): `memory_search` over an embedded SQLite FTS5 index (SQLite is compiled in). Without it
+//!   there is no index and no tool; consolidation and Dream are unchanged.
 
 mod consolidate;
 mod dream;
 mod error;
 mod format;
 mod fsio;
+#[cfg(feature = "search")]
 mod search;
 mod store;
+#[cfg(feature = "search")]
 mod tool;
 
 use std::path::Path;
@@ -67,10 +76,12 @@ pub use dream::{
     FileChange, RecordKind, RestoreOutcome,
 };
 pub use error::{MemoryError, Result};
+#[cfg(feature = "search")]
 pub use search::{HitKind, INDEX_FILE, SearchHit, SearchIndex};
 pub use store::{
     DREAM_CURSOR_FILE, HISTORY_FILE, HistoryEntry, LEGACY_HISTORY_FILE, MEMORY_DIR, MEMORY_FILE, MemoryStore,
 };
+#[cfg(feature = "search")]
 pub use tool::{DEFAULT_LIMIT, MAX_LIMIT, MEMORY_SEARCH_TOOL, MemorySearchTool};
 
 /// Everything memory-related for one workspace, wired together: the files, the consolidator, Dream and the
@@ -88,8 +99,10 @@ pub struct Memory {
     pub consolidator: Consolidator,
     /// The Dream curator.
     pub dream: Dream,
-    /// The full-text index.
+    /// The full-text index (cargo feature `search`).
+    #[cfg(feature = "search")]
     pub index: SearchIndex,
+    #[cfg(feature = "search")]
     sessions: SessionStore,
 }
 
@@ -107,21 +120,26 @@ impl Memory {
         let store = MemoryStore::new(workspace);
         fsio::ensure_dir(store.dir())?;
         store.migrate_legacy_history()?;
-        let index = SearchIndex::open_lazy_in_workspace(workspace);
         let consolidator =
-            Consolidator::new(store.clone(), sessions.clone(), provider.clone(), consolidation)
-                .with_index(index.clone());
+            Consolidator::new(store.clone(), sessions.clone(), provider.clone(), consolidation);
+        #[cfg(feature = "search")]
+        let index = SearchIndex::open_lazy_in_workspace(workspace);
+        #[cfg(feature = "search")]
+        let consolidator = consolidator.with_index(index.clone());
         let dream = Dream::new(store.clone(), provider, dream);
         Ok(Self {
             store,
             consolidator,
             dream,
+            #[cfg(feature = "search")]
             index,
+            #[cfg(feature = "search")]
             sessions,
         })
     }
 
-    /// The `memory_search` tool, sharing this memory's index.
+    /// The `memory_search` tool, sharing this memory's index (cargo feature `search`).
+    #[cfg(feature = "search")]
     pub fn search_tool(&self) -> MemorySearchTool {
         MemorySearchTool::new(
             self.index.clone(),

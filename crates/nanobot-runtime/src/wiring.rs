@@ -11,13 +11,11 @@ use nanobot_config::{ChannelsConfig, Config};
 use nanobot_core::rights::ChatRights;
 use nanobot_core::{AgentLoop, AgentLoopBuilder, AgentSettings, MemoryAdapter, builtin_skills_dir};
 use nanobot_providers::Provider;
-use nanobot_tools::builtin::{ExecTool, register_fs_tools, register_web_tools};
+#[cfg(feature = "web")]
+use nanobot_tools::builtin::register_web_tools;
+use nanobot_tools::builtin::{ExecTool, register_fs_tools};
 use nanobot_tools::sandbox::Sandbox;
-use nanobot_tools::ssrf::SsrfGuard;
-use nanobot_tools::{
-    ExecSandbox, ExecSettings, RegistrySettings, SearchProvider, SearchSettings, Tool, ToolRegistry,
-    WebSettings,
-};
+use nanobot_tools::{ExecSandbox, ExecSettings, RegistrySettings, Tool, ToolRegistry};
 
 use crate::env::Environment;
 use crate::error::RuntimeError;
@@ -169,17 +167,22 @@ pub fn base_tools(
         exec.warn_if_degraded();
         reg.register(Arc::new(exec));
     }
+    #[cfg(not(feature = "web"))]
+    if t.web.enable {
+        tracing::debug!("web_search and web_fetch are not in this build (cargo feature `web`)");
+    }
+    #[cfg(feature = "web")]
     if t.web.enable {
         let ssrf = ssrf_guard(config)?;
         let search = &t.web.search;
-        let provider = SearchProvider::from_config(&search.provider).unwrap_or_else(|| {
+        let provider = nanobot_tools::SearchProvider::from_config(&search.provider).unwrap_or_else(|| {
             tracing::warn!(provider = %search.provider, "tools.web.search.provider: unknown; using duckduckgo");
-            SearchProvider::DuckDuckGo
+            nanobot_tools::SearchProvider::DuckDuckGo
         });
-        let web = WebSettings {
+        let web = nanobot_tools::WebSettings {
             proxy: t.web.proxy.clone().filter(|p| !p.trim().is_empty()),
             user_agent: t.web.user_agent.clone(),
-            search: SearchSettings {
+            search: nanobot_tools::SearchSettings {
                 provider,
                 api_key: nanobot_tools::Secret::new(search.api_key.expose()),
                 base_url: search.base_url.clone(),
@@ -188,15 +191,16 @@ pub fn base_tools(
             },
             ssrf,
             allowed_domains: t.web.allowed_domains.clone(),
-            ..WebSettings::default()
+            ..nanobot_tools::WebSettings::default()
         };
         register_web_tools(&reg, &web);
     }
     Ok(reg.names().into_iter().filter_map(|n| reg.get(&n)).collect())
 }
 
-fn ssrf_guard(config: &Config) -> Result<SsrfGuard, RuntimeError> {
-    SsrfGuard::from_cidrs(&config.tools.ssrf_whitelist)
+#[cfg(any(feature = "web", feature = "mcp"))]
+fn ssrf_guard(config: &Config) -> Result<nanobot_tools::ssrf::SsrfGuard, RuntimeError> {
+    nanobot_tools::ssrf::SsrfGuard::from_cidrs(&config.tools.ssrf_whitelist)
         .map_err(|e| RuntimeError::Config(format!("tools.ssrfWhitelist: {e}")))
 }
 
@@ -280,10 +284,20 @@ pub fn agent_builder(
         .skills(skills)
         .chat_rights(chat_rights(&config.channels));
     if let Some(m) = memory {
-        builder = builder
-            .tool(Arc::new(m.search_tool()))
-            .memory(Arc::new(MemoryAdapter::new(m)));
+        #[cfg(feature = "memory-search")]
+        {
+            builder = builder.tool(Arc::new(m.search_tool()));
+        }
+        builder = builder.memory(Arc::new(MemoryAdapter::new(m)));
     }
+    #[cfg(not(feature = "mcp"))]
+    if !config.tools.mcp_servers.is_empty() {
+        tracing::warn!(
+            servers = %config.tools.mcp_servers.keys().cloned().collect::<Vec<_>>().join(", "),
+            "tools.mcpServers is set but this build has no MCP support (cargo feature `mcp`): the servers are left out"
+        );
+    }
+    #[cfg(feature = "mcp")]
     if !config.tools.mcp_servers.is_empty() {
         let opts = nanobot_mcp::McpOptions {
             parent_env: env.vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),

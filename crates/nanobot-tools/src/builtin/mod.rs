@@ -9,11 +9,13 @@ pub mod exec;
 pub mod fs;
 pub mod guard;
 pub mod search;
+#[cfg(feature = "web")]
 pub mod web;
 
 pub use exec::{ConfinementReport, ExecTool, LandlockSupport, confinement_report, landlock_support};
 pub use fs::{EditFileTool, ListDirTool, ReadFileTool, WriteFileTool};
 pub use search::{GlobTool, GrepTool};
+#[cfg(feature = "web")]
 pub use web::{WebFetchTool, WebSearchTool};
 
 /// Registers `read_file`, `write_file`, `edit_file`, `list_dir`, `glob` and `grep`, all sharing
@@ -28,7 +30,8 @@ pub fn register_fs_tools(registry: &ToolRegistry, sandbox: &Sandbox) {
     registry.register(Arc::new(GrepTool::new(sb)));
 }
 
-/// Registers `web_search` and `web_fetch`.
+/// Registers `web_search` and `web_fetch` (cargo feature `web`).
+#[cfg(feature = "web")]
 pub fn register_web_tools(registry: &ToolRegistry, settings: &crate::settings::WebSettings) {
     let s = Arc::new(settings.clone());
     registry.register(Arc::new(WebSearchTool::new(s.clone())));

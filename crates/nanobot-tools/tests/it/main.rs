@@ -7,6 +7,7 @@ mod fs;
 mod fs_handles;
 mod fuzz_arguments;
 mod registry;
+#[cfg(feature = "web")]
 mod web;
 
 use std::path::Path;
