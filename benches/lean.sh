@@ -69,6 +69,14 @@ JSON
 RH=$OUT/lean-home-rust; PH=$OUT/lean-home-python
 R_API=$(free_port); R_GW=$(free_port); P_API=$(free_port); P_GW=$(free_port)
 make_home "$RH" "$R_API" "$R_GW"; make_home "$PH" "$P_API" "$P_GW"
+# 128 load-generator connections come from one address: raise nanobot-rs's per-client cap (64 by default, a
+# nanobot-rs key that 0.3.5 does not have) so the 128-session figure measures turns, not refusals.
+python3 - "$RH/.nanobot/config.json" <<'PY'
+import json, sys
+p = sys.argv[1]; c = json.load(open(p))
+c["api"]["limits"] = {"maxConnectionsPerClient": 512}
+json.dump(c, open(p, "w"), indent=2)
+PY
 
 spec() { # label home cmd... -> one JSON object
   python3 -c 'import json,sys; print(json.dumps({"label": sys.argv[1], "env": {"HOME": sys.argv[2]}, "cmd": sys.argv[3:]}))' "$@"
