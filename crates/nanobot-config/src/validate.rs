@@ -98,6 +98,21 @@ impl Config {
                 ),
             ));
         }
+        if self.tools.exec.approval_mode().is_none() {
+            return Err(invalid(
+                "tools.exec.approval",
+                format!(
+                    "is {:?}; expected \"off\", \"risky\" or \"always\"",
+                    self.tools.exec.approval
+                ),
+            ));
+        }
+        if !(1..=86_400).contains(&self.tools.exec.approval_timeout) {
+            return Err(invalid(
+                "tools.exec.approvalTimeout",
+                "must be between 1 and 86400 seconds",
+            ));
+        }
         if self.tools.exec.timeout == 0 {
             return Err(invalid("tools.exec.timeout", "must be at least 1 second"));
         }
@@ -138,6 +153,27 @@ mod tests {
         c.channels.send_max_retries = 11;
         let err = c.validate().unwrap_err();
         assert!(matches!(&err, ConfigError::Validation { field, .. } if field == "channels.sendMaxRetries"));
+
+        let mut c = Config::default();
+        c.tools.exec.approval = "sometimes".into();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("tools.exec.approval") && err.contains("sometimes"),
+            "{err}"
+        );
+        let mut c = Config::default();
+        c.tools.exec.approval_timeout = 0;
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("tools.exec.approvalTimeout")
+        );
+        for ok in ["off", "risky", "always", "RISKY", ""] {
+            let mut c = Config::default();
+            c.tools.exec.approval = ok.into();
+            c.validate().unwrap();
+        }
 
         let mut c = Config::default();
         c.tools.exec.sandbox = "docker".into();

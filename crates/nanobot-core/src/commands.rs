@@ -20,10 +20,15 @@ pub enum Command {
     DreamLog,
     /// `/dream-restore`: undo a Dream change.
     DreamRestore,
+    /// `/approve ID`: allow a tool call that waits for (or was refused for lack of) the user's yes
+    /// (`tools.exec.approval`, nanobot-rs).
+    Approve,
+    /// `/deny ID`: refuse such a call.
+    Deny,
 }
 
 /// Every command with its one-line description (the `/help` text and the "did you mean" candidates).
-pub const COMMANDS: [(&str, Command, &str); 8] = [
+pub const COMMANDS: [(&str, Command, &str); 10] = [
     (
         "new",
         Command::New,
@@ -44,6 +49,16 @@ pub const COMMANDS: [(&str, Command, &str); 8] = [
     ("dream", Command::Dream, "Run memory consolidation (Dream) now"),
     ("dream-log", Command::DreamLog, "Show recent Dream changes"),
     ("dream-restore", Command::DreamRestore, "Undo a Dream change"),
+    (
+        "approve",
+        Command::Approve,
+        "Allow a tool call that asked for approval (/approve ID)",
+    ),
+    (
+        "deny",
+        Command::Deny,
+        "Refuse a tool call that asked for approval (/deny ID)",
+    ),
 ];
 
 /// A parsed slash command.

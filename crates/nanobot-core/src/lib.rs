@@ -57,6 +57,8 @@ pub use memory::{ConsolidationReport, ConsolidationTrigger, MemoryAdapter, Memor
 pub use subagent::{SubagentManager, SubagentOrigin, SubagentSettings};
 pub use tools::{CronAction, CronArgs, CronTool, MessageArgs, MessageTool, SpawnArgs, SpawnTool, TurnInfo};
 mod agent_loop;
+mod approval;
+pub use approval::{ApprovalAnswer, ApprovalPolicy, ApprovalRequest, ApprovalSettings, Approver, PARKED_FOR};
 mod settings;
 
 pub use agent_loop::{

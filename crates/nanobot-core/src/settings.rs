@@ -45,6 +45,8 @@ pub struct AgentSettings {
     pub unified_session: bool,
     /// Longest a turn may run (`agents.defaults.timeouts.turn`); then it is stopped and the user told so.
     pub turn_timeout: std::time::Duration,
+    /// When the user is asked before a tool call runs (`tools.exec.approval`, `approvalTimeout`).
+    pub approval: crate::ApprovalSettings,
 }
 
 impl AgentSettings {
@@ -74,6 +76,7 @@ impl AgentSettings {
             bot_name: "nanobot".into(),
             unified_session: false,
             turn_timeout: std::time::Duration::from_secs(3600),
+            approval: crate::ApprovalSettings::default(),
         }
     }
 }

@@ -16,8 +16,8 @@ use teloxide::payloads::{EditMessageTextSetters, GetUpdatesSetters, SendMessageS
 use teloxide::prelude::{Bot, Requester};
 use teloxide::requests::{HasPayload, Request};
 use teloxide::types::{
-    AllowedUpdate, BotCommand, ChatAction, ChatId, Message, MessageId, ParseMode, ReplyParameters, Update,
-    UpdateKind, UserId,
+    AllowedUpdate, BotCommand, CallbackQuery, ChatAction, ChatId, InlineKeyboardButton, InlineKeyboardMarkup,
+    Message, MessageId, ParseMode, ReplyMarkup, ReplyParameters, Update, UpdateKind, UserId,
 };
 use teloxide::{ApiError, RequestError};
 use tokio::io::AsyncWriteExt;
@@ -183,7 +183,7 @@ impl TelegramChannel {
                 .get_updates()
                 .offset(offset)
                 .timeout(timeout)
-                .allowed_updates(vec![AllowedUpdate::Message]);
+                .allowed_updates(vec![AllowedUpdate::Message, AllowedUpdate::CallbackQuery]);
             let result = tokio::select! {
                 () = cancel.cancelled() => return Ok(()),
                 r = request.send() => r,
@@ -233,7 +233,7 @@ impl TelegramChannel {
             .set_webhook(hook.url.clone())
             .max_connections(hook.max_connections)
             .drop_pending_updates(true)
-            .allowed_updates(vec![AllowedUpdate::Message]);
+            .allowed_updates(vec![AllowedUpdate::Message, AllowedUpdate::CallbackQuery]);
         if !hook.secret_token.is_empty() {
             set.payload_mut().secret_token = Some(hook.secret_token.expose().to_string());
         }
@@ -279,6 +279,16 @@ impl TelegramChannel {
     async fn handle_update(&self, update: Update, bus: &Arc<dyn Bus>) -> Result<(), ChannelError> {
         let msg = match update.kind {
             UpdateKind::Message(msg) => msg,
+            UpdateKind::CallbackQuery(query) => {
+                return match self.handle_callback(&query, bus).await {
+                    Err(ChannelError::Bus(e)) => Err(ChannelError::Bus(e)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "telegram: could not handle a button press");
+                        Ok(())
+                    }
+                    Ok(()) => Ok(()),
+                };
+            }
             UpdateKind::Error(raw) => {
                 tracing::warn!(update = %raw, "telegram: could not parse an update; skipped");
                 return Ok(());
@@ -293,6 +303,54 @@ impl TelegramChannel {
             }
             Ok(()) => Ok(()),
         }
+    }
+
+    /// A press on an approval request's button: the button's command (`/approve ID`, `/deny ID`) goes to the
+    /// agent as a message from the person who pressed it, after the same access check as their messages.
+    async fn handle_callback(&self, query: &CallbackQuery, bus: &Arc<dyn Bus>) -> Result<(), ChannelError> {
+        let answer = |text: Option<&str>| {
+            let mut request = self.bot.answer_callback_query(query.id.clone());
+            request.payload_mut().text = text.map(str::to_owned);
+            request.send()
+        };
+        let data = query.data.as_deref().unwrap_or_default();
+        let is_answer = data.starts_with("/approve ") || data.starts_with("/deny ");
+        let Some(chat) = query
+            .message
+            .as_ref()
+            .map(|m| m.chat().id.0)
+            .filter(|_| is_answer)
+        else {
+            answer(None).await.map_err(map_err)?;
+            return Ok(());
+        };
+        let from = &query.from;
+        let sender_id = match &from.username {
+            Some(username) => format!("{}|{username}", from.id),
+            None => from.id.to_string(),
+        };
+        let chat_id = chat.to_string();
+        let is_group = query.message.as_ref().is_some_and(|m| !m.chat().is_private());
+        let ctx = InboundContext {
+            sender_id: &sender_id,
+            chat_id: &chat_id,
+            is_group,
+            mentioned: true,
+            text: data,
+        };
+        if !matches!(self.access.check(&ctx)?, AccessDecision::Allow) {
+            answer(Some("Not allowed")).await.map_err(map_err)?;
+            return Ok(());
+        }
+        let inbound = InboundMessage::new(NAME, sender_id, chat_id, data)
+            .with_metadata("user_id", from.id.0)
+            .with_metadata("first_name", from.first_name.clone())
+            .with_metadata("is_group", is_group);
+        bus.publish_inbound(inbound).await?;
+        if let Err(e) = answer(None).await {
+            tracing::debug!(error = %scrub(e), "telegram: answerCallbackQuery failed");
+        }
+        Ok(())
     }
 
     async fn handle_message(&self, msg: &Message, bus: &Arc<dyn Bus>) -> Result<(), ChannelError> {
@@ -573,12 +631,59 @@ impl TelegramChannel {
         result.map_err(map_err)
     }
 
+    /// An approval request with its two buttons (their callback data is the answer command).
+    async fn send_approval(
+        &self,
+        chat: i64,
+        msg: &OutboundMessage,
+        approval: &serde_json::Value,
+    ) -> Result<(), ChannelError> {
+        let field = |k: &str| {
+            approval
+                .get(k)
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let markup = ReplyMarkup::InlineKeyboard(InlineKeyboardMarkup::new([[
+            InlineKeyboardButton::callback("✅ Yes", field("approve")),
+            InlineKeyboardButton::callback("❌ No", field("deny")),
+        ]]));
+        let html = markdown_to_telegram_html(&msg.content);
+        let mut request = self
+            .bot
+            .send_message(ChatId(chat), html)
+            .parse_mode(ParseMode::Html)
+            .reply_markup(markup.clone());
+        if let Some(id) = self.reply_target(msg) {
+            request.payload_mut().reply_parameters = Some(ReplyParameters {
+                allow_sending_without_reply: Some(true),
+                ..ReplyParameters::new(id)
+            });
+        }
+        match request.send().await {
+            Ok(_) => Ok(()),
+            Err(RequestError::Api(ApiError::CantParseEntities(_))) => self
+                .bot
+                .send_message(ChatId(chat), msg.content.clone())
+                .reply_markup(markup)
+                .send()
+                .await
+                .map(drop)
+                .map_err(map_err),
+            Err(e) => Err(map_err(e)),
+        }
+    }
+
     async fn send_reply(&self, chat: i64, msg: &OutboundMessage) -> Result<(), ChannelError> {
         for path in &msg.media {
             self.send_file(chat, path).await?;
         }
         if msg.content.trim().is_empty() {
             return Ok(());
+        }
+        if let Some(approval) = msg.metadata.get("_approval") {
+            return self.send_approval(chat, msg, approval).await;
         }
         self.send_text(chat, &msg.content, self.reply_target(msg)).await
     }

@@ -115,7 +115,7 @@ pub struct Sandbox {
     data_dir: Option<PathBuf>,
 }
 
-/// What [`Sandbox::locate`] found: a verified handle of the parent directory and the final name in it.
+/// What `Sandbox::locate` found: a verified handle of the parent directory and the final name in it.
 #[derive(Debug)]
 pub struct Located {
     /// The parent directory, opened by handle and checked.

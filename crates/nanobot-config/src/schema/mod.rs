@@ -26,7 +26,7 @@ pub use gateway::{ApiConfig, GatewayConfig, HeartbeatConfig, ServerLimitsConfig}
 pub(crate) use providers::PROVIDER_SPECIFIC_KEYS;
 pub use providers::{ProviderConfig, ProvidersConfig, normalize_name};
 pub use tools::{
-    CliAppsConfig, DEFAULT_HIDE_PATHS, ExecToolConfig, FileToolConfig, ImageGenerationConfig,
+    ApprovalMode, CliAppsConfig, DEFAULT_HIDE_PATHS, ExecToolConfig, FileToolConfig, ImageGenerationConfig,
     McpServerConfig, McpTransportKind, MyToolConfig, SandboxMode, ToolsConfig, WebFetchConfig,
     WebSearchConfig, WebToolsConfig,
 };

@@ -223,6 +223,12 @@ fn is_8192(v: &u64) -> bool {
 fn is_1024(v: &u64) -> bool {
     *v == 1024
 }
+fn is_off(v: &str) -> bool {
+    ApprovalMode::parse(v) == Some(ApprovalMode::Off)
+}
+fn is_120(v: &u64) -> bool {
+    *v == 120
+}
 
 /// `tools.exec`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -279,6 +285,14 @@ pub struct ExecToolConfig {
     /// Extra regexes of commands refused by the exec guard.
     #[serde(alias = "deny_patterns", deserialize_with = "string_list")]
     pub deny_patterns: Vec<String>,
+    /// When to ask the user before a tool call runs (nanobot-rs): `"off"` (default), `"risky"` (commands that
+    /// delete, reach the network, install, change permissions or run unreadable code, and file writes outside
+    /// the workspace) or `"always"` (every command too). See [`ExecToolConfig::approval_mode`].
+    #[serde(skip_serializing_if = "is_off")]
+    pub approval: String,
+    /// How long a question waits for the user's answer, in seconds (then the call is not run).
+    #[serde(alias = "approval_timeout", skip_serializing_if = "is_120")]
+    pub approval_timeout: u64,
     /// Keys this version does not model (kept on save).
     #[serde(flatten)]
     pub extra: Extra,
@@ -303,6 +317,8 @@ impl Default for ExecToolConfig {
             allowed_env_keys: Vec::new(),
             allow_patterns: Vec::new(),
             deny_patterns: Vec::new(),
+            approval: "off".to_owned(),
+            approval_timeout: 120,
             extra: Extra::default(),
         }
     }
@@ -312,6 +328,36 @@ impl ExecToolConfig {
     /// The parsed sandbox mode; `None` if the value is unknown ([`crate::Config::validate`] reports it).
     pub fn sandbox_mode(&self) -> Option<SandboxMode> {
         SandboxMode::parse(&self.sandbox)
+    }
+
+    /// The parsed `approval` value; `None` if it is unknown ([`crate::Config::validate`] reports it).
+    pub fn approval_mode(&self) -> Option<ApprovalMode> {
+        ApprovalMode::parse(&self.approval)
+    }
+}
+
+/// When the user is asked before a tool call runs, parsed from `tools.exec.approval`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ApprovalMode {
+    /// `"off"` (or `""`): never ask (the Python nanobot's behaviour).
+    #[default]
+    Off,
+    /// `"risky"`: ask before commands the guard rates risky and file writes outside the workspace.
+    Risky,
+    /// `"always"`: ask before every command and every file write outside the workspace.
+    Always,
+}
+
+impl ApprovalMode {
+    /// Parses the `approval` value; `None` for an unknown value.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "" | "off" | "never" => Some(Self::Off),
+            "risky" => Some(Self::Risky),
+            "always" => Some(Self::Always),
+            _ => Option::None,
+        }
     }
 }
 

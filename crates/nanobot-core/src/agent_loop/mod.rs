@@ -65,7 +65,7 @@ pub const IMAGE_PLACEHOLDER: &str = "[image]";
 pub const TURN_INTERRUPTED_NOTE: &str = "Error: the turn was interrupted before an answer was produced.";
 
 /// How a turn is run and delivered.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct TurnOptions {
     /// A cron-triggered turn (the `cron` tool refuses to add jobs).
     pub is_cron: bool,
@@ -73,6 +73,21 @@ pub struct TurnOptions {
     pub publish: bool,
     /// Receives visible answer text as it streams (CLI streaming).
     pub stream: Option<mpsc::UnboundedSender<String>>,
+    /// Who is asked before a call that needs the user's yes (`tools.exec.approval`). `None`: on the bus path
+    /// ([`TurnOptions::publish`]) the turn's own chat, elsewhere nobody (such calls are then refused, and the
+    /// user can allow one with `/approve ID`).
+    pub approver: Option<Arc<dyn crate::Approver>>,
+}
+
+impl std::fmt::Debug for TurnOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TurnOptions")
+            .field("is_cron", &self.is_cron)
+            .field("publish", &self.publish)
+            .field("stream", &self.stream.is_some())
+            .field("approver", &self.approver.is_some())
+            .finish()
+    }
 }
 
 /// What a processed message produced.
@@ -131,6 +146,8 @@ struct LoopInner {
     shutdown: CancellationToken,
     /// Set by the first [`AgentLoop::shutdown`].
     stopped: std::sync::atomic::AtomicBool,
+    /// Open approval questions, unanswered requests and one-time approvals.
+    approvals: Arc<crate::approval::Approvals>,
     /// The chat of the most recent message from a real channel (where the heartbeat reports).
     last_route: Mutex<Option<(String, String)>>,
     /// Memory work started after a turn (archives, consolidation); [`AgentLoop::finish_background`] waits.
@@ -357,6 +374,7 @@ impl AgentLoopBuilder {
                 started: Instant::now(),
                 shutdown: CancellationToken::new(),
                 stopped: std::sync::atomic::AtomicBool::new(false),
+                approvals: Arc::default(),
                 last_route: Mutex::default(),
                 background: tokio_util::task::TaskTracker::new(),
             }
@@ -477,7 +495,22 @@ impl AgentLoop {
     ) -> impl std::future::Future<Output = Result<TurnReply, CoreError>> + Send + 'static {
         self.inner.note_route(&msg);
         let (tx, rx) = oneshot::channel();
-        if self.inner.is_immediate(&msg) {
+        // An answer to the approval question a running turn of this chat is waiting for: it goes to that turn,
+        // not into the queue behind it.
+        let key = self.inner.session_key(&msg);
+        if !msg.is_system_report()
+            && let Some(ack) = self.inner.approvals.try_answer(&key, &msg)
+        {
+            let inner = self.inner.clone();
+            tokio::spawn(async move {
+                if let Some(bus) = inner.bus()
+                    && let Err(e) = bus.publish_outbound(reply_for(&msg, ack.clone())).await
+                {
+                    tracing::warn!(error = %e, "cannot publish an approval acknowledgement");
+                }
+                let _ = tx.send(Ok(TurnReply::command(ack)));
+            });
+        } else if self.inner.is_immediate(&msg) {
             let inner = self.inner.clone();
             tokio::spawn(async move {
                 let content = inner.immediate_command(&msg).await.unwrap_or_default();

@@ -14,8 +14,10 @@ impl LoopInner {
             && matches!(
                 commands::parse(&msg.content),
                 Some(
-                    Parsed::Known(Command::Stop | Command::Help | Command::Status, _)
-                        | Parsed::Unknown { .. }
+                    Parsed::Known(
+                        Command::Stop | Command::Help | Command::Status | Command::Approve | Command::Deny,
+                        _
+                    ) | Parsed::Unknown { .. }
                 )
             )
     }
@@ -36,6 +38,14 @@ impl LoopInner {
                 })
             }
             Parsed::Known(Command::Help, _) => Some(commands::help_text()),
+            Parsed::Known(cmd @ (Command::Approve | Command::Deny), id) => {
+                let answer = if cmd == Command::Approve {
+                    crate::ApprovalAnswer::Approve
+                } else {
+                    crate::ApprovalAnswer::Deny
+                };
+                Some(self.approvals.decide_parked(&key, answer, &id))
+            }
             Parsed::Known(Command::Status, _) => Some(self.status_text(&key).await),
             Parsed::Unknown { name, suggestion } => Some(commands::unknown_text(&name, suggestion)),
             Parsed::Known(..) => None,
@@ -108,6 +118,12 @@ impl LoopInner {
             Command::Help => Ok(commands::help_text()),
             Command::Status => Ok(self.status_text(key).await),
             Command::Stop => Ok("No active task to stop.".to_owned()),
+            Command::Approve => Ok(self
+                .approvals
+                .decide_parked(key, crate::ApprovalAnswer::Approve, args)),
+            Command::Deny => Ok(self
+                .approvals
+                .decide_parked(key, crate::ApprovalAnswer::Deny, args)),
         }
     }
 

@@ -155,6 +155,34 @@ impl LoopInner {
         if let Some(tx) = &opts.stream {
             hooks.push(Arc::new(ChannelStreamHook(tx.clone())));
         }
+        if self.settings.approval.policy != crate::ApprovalPolicy::Off {
+            // The caller's approver, else the turn's own chat when it is a real one on the bus path; unattended
+            // turns (cron, heartbeat, subagent reports, the API) have nobody to ask.
+            let approver: Option<Arc<dyn crate::Approver>> = match (&opts.approver, &bus) {
+                (Some(a), _) => Some(a.clone()),
+                (None, Some(b))
+                    if opts.publish && !opts.is_cron && !nanobot_bus::is_internal_channel(channel) =>
+                {
+                    Some(Arc::new(crate::approval::BusApprover {
+                        bus: b.clone(),
+                        approvals: self.approvals.clone(),
+                        channel: channel.to_owned(),
+                        chat_id: chat_id.to_owned(),
+                        sender: msg.sender_id.clone(),
+                        metadata: info.metadata.clone(),
+                    }))
+                }
+                _ => None,
+            };
+            hooks.push(Arc::new(crate::approval::ApprovalHook {
+                settings: self.settings.approval.clone(),
+                approvals: self.approvals.clone(),
+                approver,
+                session_key: key.to_owned(),
+                workspace: self.settings.workspace.clone(),
+                restricted: self.settings.restrict_to_workspace,
+            }));
+        }
         let sink = Arc::new(SessionCheckpoint {
             store: self.sessions.clone(),
             key: key.to_owned(),

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 mod agent_loop;
+mod approval;
 mod chat_rights;
 mod commands;
 mod common;

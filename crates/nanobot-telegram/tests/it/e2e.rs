@@ -503,3 +503,52 @@ async fn webhook_rejects_requests_without_the_secret_token() -> Result<()> {
     run.stop().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn an_approval_request_has_buttons_and_a_press_answers_it_for_allowed_users_only() -> Result<()> {
+    init_logs();
+    let Some(mut emu) = Emulator::start().await? else {
+        return Ok(());
+    };
+    let media = tempfile::tempdir()?;
+    let channel = TelegramChannel::new(settings(&emu, &["42"]), media.path())?;
+    let run = Running::start(channel);
+    emu.wait_until_polling().await?;
+
+    let mut question =
+        OutboundMessage::reply("telegram", "42", "🔐 Approval needed (deletes files):\n`rm x`");
+    question.metadata.insert(
+        "_approval".into(),
+        json!({"id": "ab12cd", "approve": "/approve ab12cd", "deny": "/deny ab12cd"}),
+    );
+    run.bus.publish_outbound(question).await?;
+    let sent = emu.next_sent().await?;
+    let buttons = &sent["reply_markup"]["inline_keyboard"][0];
+    assert_eq!(buttons[0]["callback_data"], json!("/approve ab12cd"), "{sent}");
+    assert_eq!(buttons[1]["callback_data"], json!("/deny ab12cd"), "{sent}");
+    assert!(
+        sent["text"].as_str().unwrap().contains("<code>rm x</code>"),
+        "{sent}"
+    );
+
+    // A stranger's press (someone the message was forwarded to) is refused and never reaches the agent.
+    emu.user_presses(TOKEN, 99, "mallory", 1, "/approve ab12cd")
+        .await?;
+    // Alice's press reaches the agent as her command.
+    emu.user_presses(TOKEN, 42, "alice", 1, "/deny ab12cd").await?;
+    let inbound = run.next_inbound().await?;
+    assert_eq!(
+        (
+            inbound.sender_id.as_str(),
+            inbound.chat_id.as_str(),
+            inbound.content.as_str()
+        ),
+        ("42|alice", "42", "/deny ab12cd")
+    );
+    // Data that is not an answer is ignored.
+    emu.user_presses(TOKEN, 42, "alice", 1, "/new").await?;
+    emu.user_says(TOKEN, 42, "alice", "after").await?;
+    assert_eq!(run.next_inbound().await?.content, "after");
+    run.stop().await;
+    Ok(())
+}

@@ -7,6 +7,7 @@
 //!   short deadline passes, so the client does not spin.
 //! - `sendMessage` answers `date` in milliseconds: converted to seconds.
 //! - `editMessageText` answers `result: null`: the edited message is returned.
+//! - Callback queries lack `chat_instance` (required by the Bot API and teloxide): added.
 //! - `sendChatAction`, `setMyCommands`, `getFile` and file downloads are not supported (HTTP 500 in a
 //!   non-Telegram format): the proxy answers them itself and records them; other unsupported methods get
 //!   Telegram's own `{"ok":false,"error_code":404,"description":"Not Found"}` envelope.
@@ -208,6 +209,36 @@ impl Emulator {
         Ok(())
     }
 
+    /// A user presses a button carrying `data` under the bot's message `message_id` in their private chat.
+    pub(crate) async fn user_presses(
+        &self,
+        token: &str,
+        user_id: i64,
+        username: &str,
+        message_id: i64,
+        data: &str,
+    ) -> Result<()> {
+        let chat = json!({ "id": user_id, "type": "private", "first_name": username, "username": username });
+        let query = json!({
+            "botToken": token,
+            "from": { "id": user_id, "is_bot": false, "first_name": username, "username": username },
+            "message": { "message_id": message_id, "date": chrono_now(), "chat": chat, "text": "question" },
+            "data": data,
+        });
+        let resp = self
+            .http
+            .post(format!("{}/sendCallback", self.upstream))
+            .json(&query)
+            .send()
+            .await?;
+        anyhow::ensure!(
+            resp.status().is_success(),
+            "emulator rejected the callback: {}",
+            resp.status()
+        );
+        Ok(())
+    }
+
     /// What the chat with `chat_id` shows from the bot (the emulator's client view; each message once).
     pub(crate) async fn chat_messages(&self, token: &str, chat_id: i64) -> Result<Vec<Value>> {
         let resp: Value = self
@@ -321,7 +352,12 @@ async fn handle(
             let wait = body["timeout"].as_u64().unwrap_or(0).min(1);
             let deadline = tokio::time::Instant::now() + Duration::from_secs(wait);
             loop {
-                let (_, v) = forward(state, bot, "getUpdates", &json!({})).await?;
+                let (_, mut v) = forward(state, bot, "getUpdates", &json!({})).await?;
+                for u in v["result"].as_array_mut().into_iter().flatten() {
+                    if let Some(q) = u.get_mut("callback_query").and_then(Value::as_object_mut) {
+                        q.entry("chat_instance").or_insert_with(|| json!("1"));
+                    }
+                }
                 let empty = v["result"].as_array().is_none_or(Vec::is_empty);
                 if !empty || tokio::time::Instant::now() >= deadline {
                     break axum::Json(v).into_response();

@@ -300,6 +300,123 @@ pub fn check(command: &str) -> Result<(), String> {
     check_depth(command, 0)
 }
 
+/// Why a command the guard lets through is still worth asking the user about (`tools.exec.approval: "risky"`):
+/// it deletes or moves files, reaches the network, changes permissions or processes, runs as another user,
+/// installs software, hands a string to an interpreter the guard cannot read, or writes to a path outside the
+/// workspace. `None` for everything else (reading, listing, building, running tests …).
+///
+/// A word list, like [`check`]: it decides when to ask, never what is possible. The boundary is the kernel
+/// confinement of `exec` (`docs/security.md`).
+pub fn risk(command: &str) -> Option<String> {
+    risk_depth(command, 0)
+}
+
+fn risk_depth(command: &str, depth: usize) -> Option<String> {
+    if depth > 8 {
+        return Some("deeply nested command substitutions".into());
+    }
+    let lexed = lex(command);
+    for sub in &lexed.substitutions {
+        if let Some(r) = risk_depth(sub, depth + 1) {
+            return Some(r);
+        }
+    }
+    for cmd in &lexed.commands {
+        for w in &cmd.writes {
+            if w.starts_with('/') && !w.starts_with("/dev/null") && !w.starts_with("/tmp/")
+                || w.starts_with('~')
+                || w.contains("..")
+            {
+                return Some(format!("writes to {w}"));
+            }
+        }
+        if let Some(r) = risky_words(&cmd.words) {
+            return Some(r);
+        }
+    }
+    None
+}
+
+fn risky_words(words: &[String]) -> Option<String> {
+    let i = command_index(words);
+    if let Some(w) = words[..i]
+        .iter()
+        .map(|w| base_name(w))
+        .find(|w| matches!(*w, "sudo" | "doas"))
+    {
+        return Some(format!("runs as another user ({w})"));
+    }
+    let cmd = words.get(i)?;
+    let name = base_name(cmd).to_ascii_lowercase();
+    let args = &words[i + 1..];
+    let has = |flags: &[&str]| args.iter().any(|a| flags.contains(&a.as_str()));
+    let reason = match name.as_str() {
+        "rm" | "rmdir" | "unlink" | "shred" | "truncate" | "mv" => format!("deletes or moves files ({name})"),
+        "curl" | "wget" | "ssh" | "scp" | "sftp" | "rsync" | "nc" | "ncat" | "netcat" | "socat"
+        | "telnet" | "ftp" | "aria2c" => format!("uses the network ({name})"),
+        "git"
+            if args.iter().any(|a| {
+                matches!(
+                    a.as_str(),
+                    "push" | "pull" | "fetch" | "clone" | "remote" | "reset" | "clean" | "rebase"
+                )
+            }) =>
+        {
+            format!(
+                "git {}",
+                args.iter()
+                    .find(|a| !a.starts_with('-'))
+                    .map_or("", String::as_str)
+            )
+        }
+        "pip" | "pip3" | "npm" | "pnpm" | "yarn" | "cargo" | "gem" | "go" | "uv" | "pipx" | "apt"
+        | "apt-get" | "dnf" | "yum" | "pacman" | "apk" | "brew" | "snap" | "flatpak"
+            if has(&[
+                "install",
+                "add",
+                "uninstall",
+                "remove",
+                "upgrade",
+                "update",
+                "publish",
+                "i",
+                "-S",
+                "-R",
+            ]) =>
+        {
+            format!("installs or removes software ({name})")
+        }
+        "chmod" | "chown" | "chgrp" | "setfacl" | "chattr" => format!("changes permissions ({name})"),
+        "kill" | "pkill" | "killall" | "systemctl" | "service" | "crontab" | "at" | "launchctl" => {
+            format!("controls processes or services ({name})")
+        }
+        "su" | "passwd" | "useradd" | "usermod" | "userdel" => format!("changes users ({name})"),
+        "docker" | "podman" | "kubectl" => format!("controls containers ({name})"),
+        "eval" | "source" | "." => format!("runs code the guard cannot read ({name})"),
+        n if SHELLS.contains(&n) && has(&["-c"]) => format!("runs code the guard cannot read ({n} -c)"),
+        n if (n.starts_with("python")
+            || n == "perl"
+            || n == "ruby"
+            || n == "node"
+            || n == "php"
+            || n == "lua")
+            && has(&["-c", "-e", "--eval", "-r"]) =>
+        {
+            format!("runs code the guard cannot read ({n})")
+        }
+        n if SHELLS.contains(&n) && args.is_empty() => format!("runs a shell reading its input ({n})"),
+        "tee" | "cp" | "install" | "ln"
+            if args.iter().any(|a| {
+                a.starts_with('/') && !a.starts_with("/tmp/") || a.starts_with('~') || a.contains("..")
+            }) =>
+        {
+            format!("writes outside the workspace ({name})")
+        }
+        _ => return None,
+    };
+    Some(reason)
+}
+
 fn check_depth(command: &str, depth: usize) -> Result<(), String> {
     if depth > 8 {
         return Err("command nesting too deep".into());
@@ -327,7 +444,9 @@ fn check_depth(command: &str, depth: usize) -> Result<(), String> {
     Ok(())
 }
 
-fn check_words(words: &[String], depth: usize) -> Result<(), String> {
+/// Index of the command word: leading `VAR=value` assignments and wrappers (`sudo`, `env`, `nohup`, `timeout N`
+/// …, with their options) are skipped.
+fn command_index(words: &[String]) -> usize {
     // skip leading VAR=value assignments and wrappers (with their options)
     let mut i = 0;
     while i < words.len() {
@@ -361,6 +480,11 @@ fn check_words(words: &[String], depth: usize) -> Result<(), String> {
         }
         break;
     }
+    i
+}
+
+fn check_words(words: &[String], depth: usize) -> Result<(), String> {
+    let i = command_index(words);
     let Some(cmd) = words.get(i) else {
         return Ok(());
     };
@@ -495,6 +619,46 @@ fn check_words(words: &[String], depth: usize) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn risk_names_what_is_worth_asking_about_and_lets_ordinary_work_through() {
+        for (cmd, want) in [
+            ("rm notes.txt", "deletes"),
+            ("mv a b", "deletes or moves"),
+            ("curl https://example.org", "network"),
+            ("env X=1 wget -q http://x", "network"),
+            ("git push origin main", "git push"),
+            ("pip install requests", "installs"),
+            ("sudo ls", "another user"),
+            ("chmod 777 run.sh", "permissions"),
+            ("echo hi > /etc/motd", "writes to /etc/motd"),
+            ("echo hi >> ~/.bashrc", "writes to ~/.bashrc"),
+            ("cat x | sh", "shell reading its input"),
+            ("bash -c 'echo hi'", "bash -c"),
+            ("python3 -c 'print(1)'", "python3"),
+            ("echo $(curl http://x)", "network"),
+            ("cp report.pdf /home/user/", "outside the workspace"),
+            ("kill -9 1234", "processes"),
+        ] {
+            let r = risk(cmd).unwrap_or_else(|| panic!("{cmd}: not risky"));
+            assert!(r.contains(want), "{cmd}: {r}");
+        }
+        for cmd in [
+            "ls -la",
+            "cat notes.txt",
+            "python3 script.py",
+            "cargo build",
+            "git status",
+            "git log --oneline",
+            "grep -r TODO src",
+            "echo hi > out.txt",
+            "echo hi > /dev/null",
+            "sort data.csv | uniq -c",
+            "mkdir -p build && cd build",
+        ] {
+            assert_eq!(risk(cmd), None, "{cmd}");
+        }
+    }
     use super::*;
 
     #[test]

@@ -1,0 +1,530 @@
+//! Asking the user before risky tool calls (`tools.exec.approval`).
+//!
+//! Before a batch of tool calls runs, [`ApprovalHook`] rates each call against the [`ApprovalPolicy`]: a command
+//! the exec guard rates risky ([`nanobot_tools::builtin::guard::risk`]), every command under `always`, and a file
+//! write outside the workspace when the file tools are not restricted to it. Such a call runs only with the
+//! user's yes:
+//!
+//! - in a chat (the bus path), the question goes to the same chat ([`OutboundMessage`] with an `_approval`
+//!   entry in its metadata, which adapters with buttons render as two buttons) and the turn waits up to the
+//!   configured timeout; the next message of the same person in that chat that is a yes or a no (or the buttons'
+//!   `/approve ID` / `/deny ID`) answers it instead of starting a turn;
+//! - where nobody can be asked (cron, heartbeat, the API, a one-shot run) or nobody answered in time, the call
+//!   is not run and the model is told that the user can allow exactly this call with `/approve ID`; a later
+//!   identical call in the same session then runs once.
+//!
+//! A refusal is the call's (error) result for the model. This decides when to ask, never what is possible: the
+//! boundary is the kernel confinement of `exec` and the file tools' sandbox (`docs/security.md`).
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use nanobot_bus::{Bus, InboundMessage, OutboundMessage};
+use nanobot_providers::ToolCall;
+use serde_json::{Map, Value, json};
+use tokio::sync::oneshot;
+
+use crate::error::BoxError;
+use crate::hook::{AgentHook, ToolBatch, Veto};
+
+/// How long an unanswered request can still be approved with `/approve ID`, and how long such an approval
+/// waits for the call to come again.
+pub const PARKED_FOR: Duration = Duration::from_secs(600);
+
+/// At most this many parked requests and grants are kept per session (the oldest go first).
+const MAX_PER_SESSION: usize = 32;
+
+/// The longest command or path shown in a question.
+const MAX_SHOWN: usize = 1000;
+
+/// When the user is asked (`tools.exec.approval`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ApprovalPolicy {
+    /// Never (the Python nanobot's behaviour).
+    #[default]
+    Off,
+    /// Before commands the guard rates risky and file writes outside the workspace.
+    Risky,
+    /// Before every command and every file write outside the workspace.
+    Always,
+}
+
+/// The approval settings of an agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ApprovalSettings {
+    /// When to ask.
+    pub policy: ApprovalPolicy,
+    /// How long a question waits for the answer.
+    pub timeout: Duration,
+}
+
+impl Default for ApprovalSettings {
+    fn default() -> Self {
+        Self {
+            policy: ApprovalPolicy::Off,
+            timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+impl ApprovalSettings {
+    /// Settings with `policy` and `timeout`.
+    pub fn new(policy: ApprovalPolicy, timeout: Duration) -> Self {
+        Self { policy, timeout }
+    }
+}
+
+/// A question for the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ApprovalRequest {
+    /// Short id, for `/approve ID` and `/deny ID`.
+    pub id: String,
+    /// The session the call belongs to.
+    pub session_key: String,
+    /// The tool's name.
+    pub tool: String,
+    /// What would be done: the command, or the tool and path.
+    pub action: String,
+    /// Why it is asked about.
+    pub reason: String,
+}
+
+impl ApprovalRequest {
+    /// The question's text, as chats show it.
+    pub fn text(&self, timeout: Duration) -> String {
+        format!(
+            "🔐 Approval needed ({}):\n`{}`\nReply **yes** to run it or **no** to refuse (/approve {} · /deny {}). \
+             Without an answer within {} s it is not run.",
+            self.reason,
+            self.action,
+            self.id,
+            self.id,
+            timeout.as_secs()
+        )
+    }
+}
+
+/// The user's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ApprovalAnswer {
+    /// Run it.
+    Approve,
+    /// Do not run it.
+    Deny,
+}
+
+/// Who is asked in one turn. The agent asks in the turn's own chat on the bus path; a caller of
+/// [`crate::AgentLoop::process_message`] may pass its own (a terminal prompt, a test).
+#[async_trait]
+pub trait Approver: Send + Sync {
+    /// Asks the user; `None` when nobody answered within `timeout`.
+    async fn ask(&self, request: &ApprovalRequest, timeout: Duration) -> Option<ApprovalAnswer>;
+}
+
+/// What a yes or a no looks like (case and punctuation ignored).
+fn parse_answer(text: &str) -> Option<ApprovalAnswer> {
+    let t: String = text.trim().trim_end_matches(['.', '!']).to_lowercase();
+    match t.as_str() {
+        "yes" | "y" | "ok" | "okay" | "approve" | "allow" | "sure" | "ja" | "是" | "好" => {
+            Some(ApprovalAnswer::Approve)
+        }
+        "no" | "n" | "deny" | "refuse" | "stop" | "nein" | "否" | "不" => Some(ApprovalAnswer::Deny),
+        _ => None,
+    }
+}
+
+/// `/approve ID` or `/deny ID` (a bot mention after the command is allowed, as Telegram adds it in groups).
+pub(crate) fn parse_command(text: &str) -> Option<(ApprovalAnswer, &str)> {
+    let mut words = text.split_whitespace();
+    let cmd = words.next()?;
+    let cmd = cmd.split('@').next().unwrap_or(cmd);
+    let answer = match cmd {
+        "/approve" => ApprovalAnswer::Approve,
+        "/deny" => ApprovalAnswer::Deny,
+        _ => return None,
+    };
+    Some((answer, words.next().unwrap_or("")))
+}
+
+struct Waiter {
+    id: String,
+    /// Who may answer: the sender of the message that started the turn.
+    sender: String,
+    tx: oneshot::Sender<ApprovalAnswer>,
+}
+
+struct Parked {
+    id: String,
+    /// The exact call: tool name and arguments.
+    call: String,
+    action: String,
+    at: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    waiting: HashMap<String, Waiter>,
+    parked: HashMap<String, Vec<Parked>>,
+    grants: HashMap<String, Vec<(String, Instant)>>,
+}
+
+/// The open questions, unanswered requests and one-time approvals of every session of an agent.
+#[derive(Default)]
+pub(crate) struct Approvals {
+    state: Mutex<State>,
+}
+
+fn prune<T>(list: &mut Vec<T>, at: impl Fn(&T) -> Instant) {
+    list.retain(|x| at(x).elapsed() < PARKED_FOR);
+    if list.len() > MAX_PER_SESSION {
+        let extra = list.len() - MAX_PER_SESSION;
+        list.drain(..extra);
+    }
+}
+
+impl Approvals {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Registers the question `id` of `session`; only `sender` may answer it.
+    fn wait(&self, session: &str, id: &str, sender: &str) -> oneshot::Receiver<ApprovalAnswer> {
+        let (tx, rx) = oneshot::channel();
+        self.state().waiting.insert(
+            session.to_owned(),
+            Waiter {
+                id: id.to_owned(),
+                sender: sender.to_owned(),
+                tx,
+            },
+        );
+        rx
+    }
+
+    fn stop_waiting(&self, session: &str, id: &str) {
+        let mut st = self.state();
+        if st.waiting.get(session).is_some_and(|w| w.id == id) {
+            st.waiting.remove(session);
+        }
+    }
+
+    /// When `msg` answers the open question of `session`: hands the answer to the waiting turn and returns the
+    /// acknowledgement to show. Anything else (another person, another text) is left alone.
+    pub(crate) fn try_answer(&self, session: &str, msg: &InboundMessage) -> Option<String> {
+        let mut st = self.state();
+        let waiter = st.waiting.get(session)?;
+        if waiter.sender != msg.sender_id {
+            return None;
+        }
+        let answer = match parse_command(&msg.content) {
+            Some((a, id)) if id == waiter.id || id.is_empty() => a,
+            Some(_) => return None,
+            None => parse_answer(&msg.content)?,
+        };
+        let waiter = st.waiting.remove(session)?;
+        let _ = waiter.tx.send(answer);
+        Some(match answer {
+            ApprovalAnswer::Approve => format!("✓ Approved ({}).", waiter.id),
+            ApprovalAnswer::Deny => format!("✗ Refused ({}).", waiter.id),
+        })
+    }
+
+    fn park(&self, session: &str, id: &str, call: String, action: &str) {
+        let mut st = self.state();
+        let list = st.parked.entry(session.to_owned()).or_default();
+        list.push(Parked {
+            id: id.to_owned(),
+            call,
+            action: action.to_owned(),
+            at: Instant::now(),
+        });
+        prune(list, |p| p.at);
+    }
+
+    /// `/approve ID` or `/deny ID` for a request that is no longer waiting: the text of the reply.
+    pub(crate) fn decide_parked(&self, session: &str, answer: ApprovalAnswer, id: &str) -> String {
+        let mut st = self.state();
+        let list = st.parked.entry(session.to_owned()).or_default();
+        prune(list, |p| p.at);
+        let Some(pos) = list.iter().position(|p| p.id == id) else {
+            return if id.is_empty() {
+                "Usage: /approve ID or /deny ID (the id is in the approval request).".to_owned()
+            } else {
+                format!("No approval request {id} in this chat (requests expire after 10 minutes).")
+            };
+        };
+        let parked = list.remove(pos);
+        match answer {
+            ApprovalAnswer::Deny => format!("✗ Refused ({id}): `{}`.", parked.action),
+            ApprovalAnswer::Approve => {
+                let grants = st.grants.entry(session.to_owned()).or_default();
+                grants.push((parked.call, Instant::now()));
+                prune(grants, |g| g.1);
+                format!(
+                    "✓ Approved once ({id}): `{}`. Ask me to go on within 10 minutes and it will run.",
+                    parked.action
+                )
+            }
+        }
+    }
+
+    /// Uses up a one-time approval of exactly `call` in `session`.
+    fn take_grant(&self, session: &str, call: &str) -> bool {
+        let mut st = self.state();
+        let Some(list) = st.grants.get_mut(session) else {
+            return false;
+        };
+        prune(list, |g| g.1);
+        match list.iter().position(|(c, _)| c == call) {
+            Some(pos) => {
+                list.remove(pos);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Asks in the turn's own chat on the bus and waits for the answer routed by [`crate::AgentLoop::submit`].
+pub(crate) struct BusApprover {
+    pub(crate) bus: Arc<dyn Bus>,
+    pub(crate) approvals: Arc<Approvals>,
+    pub(crate) channel: String,
+    pub(crate) chat_id: String,
+    pub(crate) sender: String,
+    pub(crate) metadata: Map<String, Value>,
+}
+
+#[async_trait]
+impl Approver for BusApprover {
+    async fn ask(&self, request: &ApprovalRequest, timeout: Duration) -> Option<ApprovalAnswer> {
+        let rx = self
+            .approvals
+            .wait(&request.session_key, &request.id, &self.sender);
+        let mut out = OutboundMessage::reply(&self.channel, &self.chat_id, request.text(timeout));
+        out.metadata = self.metadata.clone();
+        out.metadata.insert(
+            "_approval".into(),
+            json!({
+                "id": request.id,
+                "approve": format!("/approve {}", request.id),
+                "deny": format!("/deny {}", request.id),
+            }),
+        );
+        if let Err(e) = self.bus.publish_outbound(out).await {
+            tracing::warn!(error = %e, "cannot ask for approval");
+            self.approvals.stop_waiting(&request.session_key, &request.id);
+            return None;
+        }
+        let answer = tokio::time::timeout(timeout, rx).await.ok().and_then(Result::ok);
+        self.approvals.stop_waiting(&request.session_key, &request.id);
+        answer
+    }
+}
+
+/// The per-turn hook that holds back calls needing the user's yes.
+pub(crate) struct ApprovalHook {
+    pub(crate) settings: ApprovalSettings,
+    pub(crate) approvals: Arc<Approvals>,
+    pub(crate) approver: Option<Arc<dyn Approver>>,
+    pub(crate) session_key: String,
+    pub(crate) workspace: PathBuf,
+    /// The file tools are confined to the workspace (their sandbox refuses writes outside; nothing to ask).
+    pub(crate) restricted: bool,
+}
+
+fn shown(s: &str) -> String {
+    crate::truncate_chars(s, MAX_SHOWN)
+}
+
+/// Whether `path` (as the model wrote it) leaves `workspace`, judged on the text (the sandbox decides the rest).
+fn outside(workspace: &Path, path: &str) -> bool {
+    if path.starts_with('~') {
+        return true;
+    }
+    let p = Path::new(path);
+    let joined = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        workspace.join(p)
+    };
+    let mut norm = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            Component::ParentDir => {
+                norm.pop();
+            }
+            Component::CurDir => {}
+            other => norm.push(other),
+        }
+    }
+    !norm.starts_with(workspace)
+}
+
+impl ApprovalHook {
+    /// `(action, reason)` when `call` needs the user's yes.
+    fn rate(&self, call: &ToolCall) -> Option<(String, String)> {
+        let arg = |k: &str| call.arguments.get(k).and_then(Value::as_str).unwrap_or("");
+        match (self.settings.policy, call.name.as_str()) {
+            (ApprovalPolicy::Off, _) => None,
+            (ApprovalPolicy::Always, "exec") => Some((
+                shown(arg("command")),
+                "every command is asked about: tools.exec.approval is \"always\"".to_owned(),
+            )),
+            (ApprovalPolicy::Risky, "exec") => {
+                nanobot_tools::builtin::guard::risk(arg("command")).map(|r| (shown(arg("command")), r))
+            }
+            (_, "write_file" | "edit_file") if !self.restricted && outside(&self.workspace, arg("path")) => {
+                Some((
+                    shown(&format!("{} {}", call.name, arg("path"))),
+                    "writes outside the workspace".to_owned(),
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+#[async_trait]
+impl AgentHook for ApprovalHook {
+    async fn before_execute_tools(&self, batch: &ToolBatch<'_>) -> Result<Vec<Veto>, BoxError> {
+        let mut vetoes = Vec::new();
+        for call in batch.calls {
+            let Some((action, reason)) = self.rate(call) else {
+                continue;
+            };
+            let exact = format!("{}\u{0}{}", call.name, call.arguments);
+            if self.approvals.take_grant(&self.session_key, &exact) {
+                tracing::info!(tool = %call.name, "running a call the user approved with /approve");
+                continue;
+            }
+            let id = uuid::Uuid::new_v4().simple().to_string()[..6].to_owned();
+            let request = ApprovalRequest {
+                id: id.clone(),
+                session_key: self.session_key.clone(),
+                tool: call.name.clone(),
+                action: action.clone(),
+                reason: reason.clone(),
+            };
+            let answer = match &self.approver {
+                Some(a) => a.ask(&request, self.settings.timeout).await,
+                None => {
+                    self.approvals.park(&self.session_key, &id, exact, &action);
+                    vetoes.push(Veto::new(
+                        &call.id,
+                        format!(
+                            "Not run: this call needs the user's approval ({reason}) and nobody can be asked in this \
+                             turn. The user can allow exactly this call by sending `/approve {id}` in this chat; \
+                             then make the same call again. Tell the user what you wanted to run and why."
+                        ),
+                    ));
+                    continue;
+                }
+            };
+            match answer {
+                Some(ApprovalAnswer::Approve) => {
+                    tracing::info!(tool = %call.name, id, "the user approved a call");
+                }
+                Some(ApprovalAnswer::Deny) => {
+                    tracing::info!(tool = %call.name, id, "the user refused a call");
+                    vetoes.push(Veto::new(
+                        &call.id,
+                        "Not run: the user refused this call. Do not try to reach the same result another way; \
+                         ask the user what they want instead.",
+                    ));
+                }
+                None => {
+                    self.approvals.park(&self.session_key, &id, exact, &action);
+                    vetoes.push(Veto::new(
+                        &call.id,
+                        format!(
+                            "Not run: the user did not answer the approval request within {} s. They can still \
+                             allow exactly this call with `/approve {id}`; then make the same call again.",
+                            self.settings.timeout.as_secs()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(vetoes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_and_commands_parse() {
+        for t in ["yes", "Yes!", " y ", "OK", "approve"] {
+            assert_eq!(parse_answer(t), Some(ApprovalAnswer::Approve), "{t}");
+        }
+        for t in ["no", "No.", "n", "deny"] {
+            assert_eq!(parse_answer(t), Some(ApprovalAnswer::Deny), "{t}");
+        }
+        for t in ["yes please run rm", "maybe", "", "/approve abc"] {
+            assert_eq!(parse_answer(t), None, "{t}");
+        }
+        assert_eq!(
+            parse_command("/approve ab12cd"),
+            Some((ApprovalAnswer::Approve, "ab12cd"))
+        );
+        assert_eq!(
+            parse_command("/deny@my_bot ab12cd"),
+            Some((ApprovalAnswer::Deny, "ab12cd"))
+        );
+        assert_eq!(parse_command("/approve"), Some((ApprovalAnswer::Approve, "")));
+        assert_eq!(parse_command("/status"), None);
+    }
+
+    #[test]
+    fn outside_the_workspace_is_judged_after_dot_dot() {
+        let ws = Path::new("/home/u/.nanobot/workspace");
+        assert!(!outside(ws, "notes.md"));
+        assert!(!outside(ws, "a/../b.md"));
+        assert!(!outside(ws, "/home/u/.nanobot/workspace/x"));
+        assert!(outside(ws, "../config.json"));
+        assert!(outside(ws, "a/../../x"));
+        assert!(outside(ws, "/etc/passwd"));
+        assert!(outside(ws, "~/.bashrc"));
+        assert!(outside(ws, "/home/u/.nanobot/workspace2/x"));
+    }
+
+    #[test]
+    fn only_the_asker_answers_and_grants_are_exact_and_single_use() {
+        let a = Approvals::default();
+        let mut rx = a.wait("tg:1", "abc123", "alice");
+        let from = |who: &str, text: &str| InboundMessage::new("telegram", who, "1", text);
+        assert_eq!(a.try_answer("tg:1", &from("bob", "yes")), None);
+        assert_eq!(a.try_answer("tg:1", &from("alice", "what is this?")), None);
+        assert_eq!(a.try_answer("tg:1", &from("alice", "/approve zzz")), None);
+        assert!(a.try_answer("tg:1", &from("alice", "no")).is_some());
+        assert_eq!(rx.try_recv(), Ok(ApprovalAnswer::Deny));
+        assert_eq!(a.try_answer("tg:1", &from("alice", "yes")), None, "answered once");
+
+        a.park("tg:1", "p1", "exec\0{\"command\":\"rm x\"}".into(), "rm x");
+        assert!(
+            a.decide_parked("tg:2", ApprovalAnswer::Approve, "p1")
+                .starts_with("No approval request")
+        );
+        assert!(
+            a.decide_parked("tg:1", ApprovalAnswer::Approve, "p1")
+                .starts_with("✓ Approved once")
+        );
+        assert!(!a.take_grant("tg:1", "exec\0{\"command\":\"rm y\"}"));
+        assert!(a.take_grant("tg:1", "exec\0{\"command\":\"rm x\"}"));
+        assert!(
+            !a.take_grant("tg:1", "exec\0{\"command\":\"rm x\"}"),
+            "single use"
+        );
+    }
+}
