@@ -152,3 +152,65 @@ fn piped_input_works_without_a_terminal() {
     assert!(text.contains("Piped answer."), "{text}");
     assert!(!text.contains('\x1b'), "no terminal, no ANSI codes: {text:?}");
 }
+
+/// `tools.exec.approval: "risky"` in `home`'s config.
+fn ask_before_risky_calls(home: &nanobot_testkit::TempHome) {
+    let path = home.config_path();
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    config["tools"]["exec"]["approval"] = serde_json::json!("risky");
+    home.write_config(&config);
+}
+
+#[test]
+fn a_risky_command_is_asked_about_at_the_prompt() {
+    let mock = MockLlm::start_background();
+    let home = onboarded(&mock);
+    ask_before_risky_calls(&home);
+    home.write_workspace_file("keep.txt", "keep");
+    home.write_workspace_file("drop.txt", "drop");
+    mock.when_last_user_contains_once(
+        "remove keep",
+        MockReply::tool_call("exec", serde_json::json!({"command": "rm keep.txt"})),
+    );
+    mock.when_last_user_contains_once(
+        "remove drop",
+        MockReply::tool_call("exec", serde_json::json!({"command": "rm drop.txt"})),
+    );
+    mock.set_fallback(MockReply::text("Turn over."));
+    let mut p = spawn_chat(home.home());
+    p.expect("You: ").unwrap();
+    p.send_line("please remove keep.txt").unwrap();
+    p.expect("Approval needed").unwrap();
+    p.expect("rm keep.txt").unwrap();
+    p.expect("Run it? [y/N] ").unwrap();
+    p.send_line("n").unwrap();
+    p.expect("refused").unwrap();
+    p.expect("Turn over.").unwrap();
+    p.expect("You: ").unwrap();
+    p.send_line("now remove drop.txt").unwrap();
+    p.expect("Run it? [y/N] ").unwrap();
+    p.send_line("y").unwrap();
+    p.expect("approved").unwrap();
+    p.expect("Turn over.").unwrap();
+    p.expect("You: ").unwrap();
+    p.send_line("exit").unwrap();
+    p.expect(Eof).unwrap();
+    assert!(
+        home.workspace().join("keep.txt").exists(),
+        "refused at the prompt"
+    );
+    assert!(
+        !home.workspace().join("drop.txt").exists(),
+        "approved at the prompt"
+    );
+    let bodies: Vec<String> = mock
+        .completion_requests()
+        .iter()
+        .map(|r| r.raw_body.clone())
+        .collect();
+    assert!(
+        bodies.iter().any(|b| b.contains("the user refused this call")),
+        "the model is told"
+    );
+}

@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use nanobot_bus::InboundMessage;
 use nanobot_core::{AgentHook, AgentLoop, BoxError, StopReason, ToolBatch, TurnOptions, tool_hint};
 use nanobot_providers::Provider;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::AgentArgs;
@@ -27,6 +27,36 @@ pub(crate) const PROMPT: &str = "You: ";
 pub(crate) enum UiEvent {
     /// A tool is about to run (`read_file("notes.md")`).
     ToolHint(String),
+}
+
+/// Asks the terminal's user before a call that needs approval (`tools.exec.approval`): the question goes to the
+/// running [`chat_turn`], which reads the answer with the line editor.
+struct TerminalApprover {
+    tx: mpsc::UnboundedSender<(String, oneshot::Sender<nanobot_core::ApprovalAnswer>)>,
+}
+
+#[async_trait]
+impl nanobot_core::Approver for TerminalApprover {
+    async fn ask(
+        &self,
+        request: &nanobot_core::ApprovalRequest,
+        timeout: Duration,
+    ) -> Option<nanobot_core::ApprovalAnswer> {
+        let (tx, rx) = oneshot::channel();
+        let question = format!(
+            "🔐 Approval needed ({}):\n   {}\n(no answer within {} s counts as no)",
+            request.reason,
+            request.action,
+            timeout.as_secs()
+        );
+        self.tx.send((question, tx)).ok()?;
+        tokio::time::timeout(timeout, rx).await.ok()?.ok()
+    }
+}
+
+/// `y`/`yes` (any case) approves; anything else refuses.
+fn is_yes(line: &str) -> bool {
+    matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes")
 }
 
 /// A hook that forwards tool hints to whoever listens (the spinner/terminal in the CLI).
@@ -287,7 +317,13 @@ async fn interactive(
                 if is_exit(&text) {
                     break Ok(());
                 }
-                if let Err(e) = chat_turn(env, agent, ui, &mut interrupts, &a.session, &text, ansi).await {
+                let turn = Chat {
+                    env,
+                    agent,
+                    ui,
+                    editor: &mut editor,
+                };
+                if let Err(e) = chat_turn(turn, &mut interrupts, &a.session, &text, ansi).await {
                     eprintln!("Error: {e}");
                 }
             }
@@ -354,24 +390,44 @@ impl Interrupts {
     }
 }
 
+/// What one interactive turn works with.
+struct Chat<'a> {
+    env: &'a CliEnv,
+    agent: &'a AgentLoop,
+    ui: &'a UiHook,
+    /// The line editor, lent to an approval question while the turn waits for its answer.
+    editor: &'a mut Option<Editor>,
+}
+
+/// A line being read for an approval question: the editor comes back with it.
+type PendingRead = tokio::task::JoinHandle<(Editor, rustyline::Result<String>)>;
+
 async fn chat_turn(
-    env: &CliEnv,
-    agent: &AgentLoop,
-    ui: &UiHook,
+    chat: Chat<'_>,
     interrupts: &mut Interrupts,
     session: &str,
     text: &str,
     ansi: bool,
 ) -> Result<(), CliError> {
+    let Chat {
+        env,
+        agent,
+        ui,
+        editor,
+    } = chat;
     // Before anything shows that the turn started: a Ctrl-C after that must count.
     interrupts.drain();
     let pb = spinner(env);
     let mut hints = ui.listen();
     let (tx, mut deltas) = mpsc::unbounded_channel::<String>();
+    let (atx, mut questions) = mpsc::unbounded_channel();
     let opts = TurnOptions {
         stream: Some(tx),
+        approver: Some(Arc::new(TerminalApprover { tx: atx })),
         ..TurnOptions::default()
     };
+    let mut reading: Option<PendingRead> = None;
+    let mut answer_to: Option<oneshot::Sender<nanobot_core::ApprovalAnswer>> = None;
     let turn = agent.process_message(cli_message(text, session), opts);
     tokio::pin!(turn);
     let mut md = MarkdownStream::new(ansi);
@@ -402,6 +458,49 @@ async fn chat_turn(
                 }
                 show_hint(&pb, &h);
             }
+            Some((question, reply)) = questions.recv(), if answer_to.is_none() => {
+                pb.finish_and_clear();
+                if streamed {
+                    print(&md.finish());
+                    print("\n");
+                }
+                print(&format!("\n{question}\n"));
+                match editor.take() {
+                    Some(mut ed) => {
+                        reading = Some(tokio::task::spawn_blocking(move || {
+                            let line = ed.readline("Run it? [y/N] ");
+                            (ed, line)
+                        }));
+                        answer_to = Some(reply);
+                    }
+                    None => {
+                        let _ = reply.send(nanobot_core::ApprovalAnswer::Deny);
+                    }
+                }
+            }
+            r = async {
+                match reading.as_mut() {
+                    Some(h) => h.await,
+                    None => std::future::pending().await,
+                }
+            }, if reading.is_some() => {
+                reading = None;
+                let yes = match r {
+                    Ok((ed, line)) => {
+                        *editor = Some(ed);
+                        line.is_ok_and(|l| is_yes(&l))
+                    }
+                    Err(_) => false,
+                };
+                if let Some(reply) = answer_to.take() {
+                    let _ = reply.send(if yes {
+                        nanobot_core::ApprovalAnswer::Approve
+                    } else {
+                        nanobot_core::ApprovalAnswer::Deny
+                    });
+                }
+                print(if yes { "✓ approved\n" } else { "✗ refused\n" });
+            }
             () = interrupts.recv(), if !stopped => {
                 stopped = true;
                 confirmed = agent.stop_session(session) > 0;
@@ -421,6 +520,14 @@ async fn chat_turn(
         print(&md.push(&d));
     }
     pb.finish_and_clear();
+    // The question timed out (or the turn was stopped) while its line was being read: the editor comes back
+    // with that line, which answers nothing now.
+    if let Some(h) = reading.take() {
+        print("\n(the question is no longer open: press Enter)\n");
+        if let Ok((ed, _)) = h.await {
+            *editor = Some(ed);
+        }
+    }
     let reply = reply?;
     if stopped || reply.stop_reason == Some(StopReason::Cancelled) {
         print(&md.finish());
