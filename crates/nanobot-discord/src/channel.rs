@@ -12,8 +12,10 @@ use nanobot_channels::{
     PairingStore, split_message,
 };
 use serenity::all::{
-    Attachment, ChannelId, ClientBuilder, Context, CreateAttachment, CreateMessage, EventHandler, Http,
-    HttpBuilder, Message, MessageId, MessageReference, MessageReferenceKind, ReactionType, Ready, UserId,
+    Attachment, ButtonStyle, ChannelId, ClientBuilder, ComponentInteraction, Context, CreateActionRow,
+    CreateAttachment, CreateButton, CreateInteractionResponse, CreateMessage, EventHandler, Http,
+    HttpBuilder, Interaction, Message, MessageId, MessageReference, MessageReferenceKind, ReactionType,
+    Ready, UserId,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -225,6 +227,25 @@ impl DiscordChannel {
             {
                 create = create.add_files(group);
             }
+            // An approval request: two buttons whose ids are the answer commands.
+            if i == last_text
+                && let Some(approval) = msg.metadata.get("_approval")
+            {
+                let field = |k: &str| {
+                    approval
+                        .get(k)
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or_default()
+                };
+                create = create.components(vec![CreateActionRow::Buttons(vec![
+                    CreateButton::new(field("approve"))
+                        .label("Yes")
+                        .style(ButtonStyle::Success),
+                    CreateButton::new(field("deny"))
+                        .label("No")
+                        .style(ButtonStyle::Danger),
+                ])]);
+            }
             channel.send_message(&self.http, create).await.map_err(map_err)?;
         }
         for group in file_groups {
@@ -335,6 +356,14 @@ impl EventHandler for Handler {
         tracing::info!(bot = %ready.user.name, "discord: connected to the gateway");
     }
 
+    async fn interaction_create(&self, ctx: Context, interaction: Interaction) {
+        if let Interaction::Component(press) = interaction
+            && let Err(e) = self.handle_press(&ctx.http, &press).await
+        {
+            tracing::warn!(error = %e, "discord: could not handle a button press");
+        }
+    }
+
     async fn message(&self, ctx: Context, msg: Message) {
         if let Err(e) = self.handle(&ctx.http, &msg).await {
             tracing::warn!(error = %e, message = %msg.id, "discord: could not handle a message");
@@ -344,6 +373,44 @@ impl EventHandler for Handler {
 }
 
 impl Handler {
+    /// A press on an approval request's button: its id (`/approve ID`, `/deny ID`) goes to the agent as a
+    /// message from the person who pressed it, after the same access check as their messages.
+    async fn handle_press(&self, http: &Arc<Http>, press: &ComponentInteraction) -> Result<(), ChannelError> {
+        // Acknowledged first (Discord shows a failure after 3 s otherwise); the agent's reply follows.
+        if let Err(e) = press
+            .create_response(http, CreateInteractionResponse::Acknowledge)
+            .await
+        {
+            tracing::debug!(error = %e, "discord: could not acknowledge a button press");
+        }
+        let data = press.data.custom_id.as_str();
+        if !(data.starts_with("/approve ") || data.starts_with("/deny ")) {
+            return Ok(());
+        }
+        let user = press.member.as_ref().map_or(&press.user, |m| &m.user);
+        if user.bot {
+            return Ok(());
+        }
+        let sender_id = format!("{}|{}", user.id, user.name);
+        let chat_id = press.channel_id.to_string();
+        let is_group = press.guild_id.is_some();
+        let decision = self.shared.access.check(&InboundContext {
+            sender_id: &sender_id,
+            chat_id: &chat_id,
+            is_group,
+            mentioned: true,
+            text: data,
+        })?;
+        if !matches!(decision, AccessDecision::Allow) {
+            return Ok(());
+        }
+        let inbound = InboundMessage::new(NAME, sender_id, chat_id, data)
+            .with_metadata("username", user.name.clone())
+            .with_metadata("is_group", is_group);
+        self.bus.publish_inbound(inbound).await?;
+        Ok(())
+    }
+
     async fn handle(&self, http: &Arc<Http>, msg: &Message) -> Result<(), ChannelError> {
         let shared = &self.shared;
         if msg.author.bot || shared.bot_id() == Some(msg.author.id) {

@@ -281,3 +281,42 @@ async fn a_rejected_token_is_an_auth_error() -> Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn an_approval_request_has_buttons_and_a_press_answers_it_for_allowed_users_only() -> Result<()> {
+    let h = Harness::start(&["40"], GroupPolicy::Mention, false).await?;
+    let mut question = OutboundMessage::reply("discord", "20", "🔐 Approval needed (deletes files): `rm x`");
+    question.metadata.insert(
+        "_approval".into(),
+        json!({"id": "ab12cd", "approve": "/approve ab12cd", "deny": "/deny ab12cd"}),
+    );
+    h.bus.publish_outbound(question).await?;
+    let posts = h.posts_to("20", 1).await?;
+    let buttons = &posts[0].payload()["components"][0]["components"];
+    assert_eq!(
+        buttons[0]["custom_id"],
+        "/approve ab12cd",
+        "{}",
+        posts[0].payload()
+    );
+    assert_eq!(buttons[1]["custom_id"], "/deny ab12cd");
+
+    // A stranger's press is acknowledged but never reaches the agent; alice's does, as her command.
+    h.fake.push_press(20, 5000, (66, "mallory"), "/approve ab12cd");
+    h.fake.push_press(20, 5000, (40, "alice"), "/deny ab12cd");
+    let inbound = h.inbound().await?;
+    assert_eq!(
+        (
+            inbound.sender_id.as_str(),
+            inbound.chat_id.as_str(),
+            inbound.content.as_str()
+        ),
+        ("40|alice", "20", "/deny ab12cd")
+    );
+    // Both presses were acknowledged (Discord shows "interaction failed" otherwise).
+    h.fake
+        .wait_request(|r| (r.iter().filter(|x| x.path.ends_with("/callback")).count() >= 2).then_some(()))
+        .await?;
+    h.stop().await;
+    Ok(())
+}

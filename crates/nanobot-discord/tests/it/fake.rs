@@ -65,7 +65,7 @@ struct State {
 pub(crate) struct FakeDiscord {
     pub(crate) base: String,
     state: Arc<State>,
-    events: mpsc::UnboundedSender<Value>,
+    events: mpsc::UnboundedSender<(&'static str, Value)>,
 }
 
 impl FakeDiscord {
@@ -107,7 +107,29 @@ impl FakeDiscord {
 
     /// Dispatches MESSAGE_CREATE with this message object.
     pub(crate) fn push_message(&self, message: Value) {
-        let _ = self.events.send(message);
+        let _ = self.events.send(("MESSAGE_CREATE", message));
+    }
+
+    /// Dispatches INTERACTION_CREATE: `user` pressed the button `custom_id` under the bot's message `message_id`
+    /// in channel `channel` (a DM: no guild).
+    pub(crate) fn push_press(&self, channel: u64, message_id: u64, user: (u64, &str), custom_id: &str) {
+        let mut msg = message(
+            message_id,
+            channel,
+            None,
+            (BOT_ID.parse().unwrap_or(1), "nanobot"),
+            "question",
+        );
+        msg["author"]["bot"] = json!(true);
+        let interaction = json!({
+            "id": "9001", "application_id": BOT_ID, "type": 3, "token": "interaction-token", "version": 1,
+            "channel_id": channel.to_string(), "channel": null,
+            "user": {"id": user.0.to_string(), "username": user.1, "discriminator": "0", "avatar": null,
+                     "global_name": null},
+            "data": {"custom_id": custom_id, "component_type": 2},
+            "message": msg, "locale": "en-US", "entitlements": [], "attachment_size_limit": 8_388_608,
+        });
+        let _ = self.events.send(("INTERACTION_CREATE", interaction));
     }
 
     /// Waits (at most 20 s) until an identify arrived; returns it.
@@ -157,6 +179,10 @@ fn rest(state: &State, ws_url: &str, method: Method, uri: Uri, headers: HeaderMa
     if path.starts_with("/files/") {
         return (StatusCode::OK, "attachment-bytes").into_response();
     }
+    // Interaction callbacks are authenticated by the interaction's token in the path, not the bot token.
+    if path.starts_with("/api/v10/interactions/") && path.ends_with("/callback") {
+        return StatusCode::NO_CONTENT.into_response();
+    }
     if !auth_ok {
         return (
             StatusCode::UNAUTHORIZED,
@@ -197,7 +223,7 @@ pub(crate) fn bot_user() -> Value {
 async fn gateway(
     stream: tokio::net::TcpStream,
     state: Arc<State>,
-    events: Arc<Mutex<mpsc::UnboundedReceiver<Value>>>,
+    events: Arc<Mutex<mpsc::UnboundedReceiver<(&'static str, Value)>>>,
 ) -> Result<()> {
     let mut ws = tokio_tungstenite::accept_async(stream).await?;
     ws.send(Ws::text(
@@ -246,9 +272,9 @@ async fn gateway(
                 }
             }
             event = events.recv() => {
-                let Some(message) = event else { return Ok(()) };
+                let Some((kind, data)) = event else { return Ok(()) };
                 seq += 1;
-                let dispatch = json!({"op": 0, "s": seq, "t": "MESSAGE_CREATE", "d": message});
+                let dispatch = json!({"op": 0, "s": seq, "t": kind, "d": data});
                 ws.send(Ws::text(dispatch.to_string())).await?;
             }
         }
