@@ -58,6 +58,8 @@ impl std::fmt::Debug for SlackChannel {
 /// What the Socket Mode callbacks (plain `fn`s) reach through slack-morphism's user state.
 struct ListenerState {
     events: mpsc::Sender<SlackPushEventCallback>,
+    /// Button presses (block actions), handled in order with the events.
+    presses: mpsc::Sender<SlackInteractionBlockActionsEvent>,
     /// Counts the `hello` messages of Socket Mode connections.
     hellos: watch::Sender<u64>,
 }
@@ -92,6 +94,27 @@ async fn on_push(
         if events.send(event).await.is_err() {
             tracing::debug!("slack: event arrived after the channel stopped");
         }
+    }
+    Ok(())
+}
+
+async fn on_interaction(
+    event: SlackInteractionEvent,
+    _client: Arc<SlackHyperClient>,
+    states: SlackClientEventsUserState,
+) -> UserCallbackResult<()> {
+    let SlackInteractionEvent::BlockActions(press) = event else {
+        return Ok(());
+    };
+    let presses = states
+        .read()
+        .await
+        .get_user_state::<ListenerState>()
+        .map(|s| s.presses.clone());
+    if let Some(presses) = presses
+        && presses.send(press).await.is_err()
+    {
+        tracing::debug!("slack: button press arrived after the channel stopped");
     }
     Ok(())
 }
@@ -350,12 +373,60 @@ impl SlackChannel {
         text: String,
         thread_ts: Option<&str>,
     ) -> Result<SlackTs, ChannelError> {
+        self.post_content(channel, SlackMessageContent::new().with_text(text), thread_ts)
+            .await
+    }
+
+    /// An approval request: the text, then Yes / No buttons whose values are the answer commands.
+    async fn post_approval(
+        &self,
+        channel: &str,
+        text: String,
+        thread_ts: Option<&str>,
+        approval: &serde_json::Value,
+    ) -> Result<SlackTs, ChannelError> {
+        let field = |k: &str| {
+            approval
+                .get(k)
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let button = |id: &str, label: &str, value: String, style: SlackBlockButtonStyle| {
+            SlackActionBlockElement::Button(
+                SlackBlockButtonElement::new(SlackBlockPlainText::new(label.to_owned()).into())
+                    .with_action_id(id.to_owned().into())
+                    .with_value(value)
+                    .with_style(style),
+            )
+        };
+        let blocks = vec![
+            SlackBlock::Section(SlackSectionBlock::new().with_text(SlackBlockText::MarkDown(
+                SlackBlockMarkDownText::new(text.clone()),
+            ))),
+            SlackBlock::Actions(SlackActionsBlock::new(vec![
+                button(
+                    "nanobot_approve",
+                    "Yes",
+                    field("approve"),
+                    SlackBlockButtonStyle::Primary,
+                ),
+                button("nanobot_deny", "No", field("deny"), SlackBlockButtonStyle::Danger),
+            ])),
+        ];
+        let content = SlackMessageContent::new().with_text(text).with_blocks(blocks);
+        self.post_content(channel, content, thread_ts).await
+    }
+
+    async fn post_content(
+        &self,
+        channel: &str,
+        content: SlackMessageContent,
+        thread_ts: Option<&str>,
+    ) -> Result<SlackTs, ChannelError> {
         let token = self.bot_token();
         let session = self.client.open_session(&token);
-        let mut req = SlackApiChatPostMessageRequest::new(
-            channel.to_string().into(),
-            SlackMessageContent::new().with_text(text),
-        );
+        let mut req = SlackApiChatPostMessageRequest::new(channel.to_string().into(), content);
         if let Some(ts) = thread_ts {
             req = req.with_thread_ts(ts.to_string().into());
         }
@@ -427,6 +498,72 @@ impl SlackChannel {
             session.files_complete_upload_external(&complete),
         )
         .await?;
+        Ok(())
+    }
+
+    /// A press on an approval request's button: its value (`/approve ID`, `/deny ID`) goes to the agent as a
+    /// message from the person who pressed it, in the question's thread, after the same access check as their
+    /// messages.
+    async fn handle_press(
+        &self,
+        bus: &Arc<dyn Bus>,
+        press: SlackInteractionBlockActionsEvent,
+    ) -> Result<(), ChannelError> {
+        let Some(value) = press
+            .actions
+            .iter()
+            .flatten()
+            .filter_map(|a| a.value.as_deref())
+            .find(|v| v.starts_with("/approve ") || v.starts_with("/deny "))
+        else {
+            return Ok(());
+        };
+        let Some(user) = press.user.as_ref().map(|u| u.id.to_string()) else {
+            return Ok(());
+        };
+        let container_channel = match &press.container {
+            SlackInteractionActionContainer::Message(m) => m.channel_id.as_ref().map(ToString::to_string),
+            _ => None,
+        };
+        let Some(channel) = press
+            .channel
+            .as_ref()
+            .map(|c| c.id.to_string())
+            .or(container_channel)
+        else {
+            return Ok(());
+        };
+        let direct = is_direct(None, &channel);
+        if direct
+            && let Some(dm_allow) = &self.dm_allow
+            && !dm_allow.allows(&user)
+        {
+            return Ok(());
+        }
+        let decision = self.access.check(&InboundContext {
+            sender_id: &user,
+            chat_id: &channel,
+            is_group: !direct,
+            mentioned: true,
+            text: value,
+        })?;
+        if !matches!(decision, AccessDecision::Allow) {
+            return Ok(());
+        }
+        let thread = press
+            .message
+            .as_ref()
+            .and_then(|m| m.origin.thread_ts.as_ref())
+            .map(ToString::to_string);
+        let mut inbound =
+            InboundMessage::new(NAME, user, channel.clone(), value).with_metadata("is_group", !direct);
+        if let Some(thread) = thread {
+            if !direct {
+                inbound = inbound.with_session_key(format!("{NAME}:{channel}:{thread}"));
+            }
+            inbound = inbound.with_metadata(META_THREAD_TS, thread);
+        }
+        bus.publish_inbound(inbound).await?;
         Ok(())
     }
 
@@ -691,15 +828,21 @@ impl Channel for SlackChannel {
         }
 
         let (tx, mut events) = mpsc::channel(256);
+        let (press_tx, mut presses) = mpsc::channel(64);
         let hellos = watch::Sender::new(0u64);
         let mut hello = hellos.subscribe();
         let environment = Arc::new(
             SlackClientEventsListenerEnvironment::new(Arc::clone(&self.client))
                 .with_error_handler(on_error)
-                .with_user_state(ListenerState { events: tx, hellos }),
+                .with_user_state(ListenerState {
+                    events: tx,
+                    presses: press_tx,
+                    hellos,
+                }),
         );
         let callbacks = SlackSocketModeListenerCallbacks::new()
             .with_push_events(on_push)
+            .with_interaction_events(on_interaction)
             .with_hello_events(on_hello);
         let config = SlackClientSocketModeConfig::new()
             .with_max_connections_count(self.settings.socket_connections.max(1));
@@ -729,6 +872,15 @@ impl Channel for SlackChannel {
                 () = cancel.cancelled() => {
                     listener.shutdown().await;
                     return Ok(());
+                }
+                Some(press) = presses.recv() => {
+                    if let Err(e) = self.handle_press(&bus, press).await {
+                        if matches!(e, ChannelError::Bus(_)) {
+                            listener.shutdown().await;
+                            return Err(e);
+                        }
+                        tracing::warn!(error = %e, "slack: could not handle a button press");
+                    }
                 }
                 event = events.recv() => {
                     let Some(event) = event else {
@@ -771,6 +923,11 @@ impl Channel for SlackChannel {
                 .filter(|s| !s.is_empty())
         };
         let thread = meta(META_THREAD_TS);
+        if let Some(approval) = msg.metadata.get("_approval") {
+            self.post_approval(channel, markdown_to_slack_mrkdwn(&msg.content), thread, approval)
+                .await?;
+            return Ok(());
+        }
         for piece in split_message(&markdown_to_slack_mrkdwn(&msg.content), SLACK_LIMIT) {
             self.post(channel, piece, thread).await?;
         }

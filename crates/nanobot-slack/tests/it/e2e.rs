@@ -611,3 +611,69 @@ async fn a_silent_socket_mode_server_ends_run_within_its_bound() -> Result<()> {
     assert!(chain(&err).contains("apps.connections.open"), "{err:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn an_approval_request_has_buttons_and_a_press_answers_it_in_its_thread() -> Result<()> {
+    let slack = SlackFake::start_hermetic().await?;
+    let config = SlackConfig {
+        app_token: Secret::new(APP_TOKEN),
+        bot_token: Secret::new(BOT_TOKEN),
+        allow_from: vec!["U0ALICE".into()],
+        base_url: Some(slack.api.clone()),
+        ..SlackConfig::default()
+    };
+    let mut settings = SlackSettings::from_config(&config)?;
+    settings.socket_connections = 1;
+    let media = tempfile::tempdir()?;
+    let channel = Arc::new(SlackChannel::new(settings, media.path())?);
+    let bus = Arc::new(InProcessBus::new(16));
+    let cancel = CancellationToken::new();
+    let mut manager = ChannelManager::new(ManagerSettings::default());
+    manager.add(channel.clone());
+    let manager = tokio::spawn(manager.run(bus.clone() as Arc<dyn Bus>, cancel.clone()));
+    slack.connected().await?;
+
+    let mut question = OutboundMessage::reply("slack", "C000000001", "🔐 Approval needed: `rm x`");
+    question
+        .metadata
+        .insert("thread_ts".into(), json!("1795330000.000001"));
+    question.metadata.insert(
+        "_approval".into(),
+        json!({"id": "ab12cd", "approve": "/approve ab12cd", "deny": "/deny ab12cd"}),
+    );
+    bus.publish_outbound(question).await?;
+    let post = slack.wait_calls(|calls| posts(calls).into_iter().next()).await?;
+    assert_eq!(post["thread_ts"], "1795330000.000001", "{post}");
+    let blocks: serde_json::Value = match &post["blocks"] {
+        serde_json::Value::String(s) => serde_json::from_str(s)?,
+        other => other.clone(),
+    };
+    let buttons = &blocks[1]["elements"];
+    assert_eq!(buttons[0]["value"], "/approve ab12cd", "{blocks}");
+    assert_eq!(buttons[1]["value"], "/deny ab12cd", "{blocks}");
+
+    let stranger = slack.push_press(
+        "U0EVE",
+        "C000000001",
+        Some("1795330000.000001"),
+        "/approve ab12cd",
+    );
+    let alice = slack.push_press("U0ALICE", "C000000001", Some("1795330000.000001"), "/deny ab12cd");
+    slack.acked(&stranger).await?;
+    slack.acked(&alice).await?;
+    let inbound = tokio::time::timeout(Duration::from_secs(20), bus.consume_inbound())
+        .await?
+        .context("bus closed")?;
+    assert_eq!(
+        (inbound.sender_id.as_str(), inbound.content.as_str()),
+        ("U0ALICE", "/deny ab12cd")
+    );
+    assert_eq!(
+        inbound.session_key(),
+        "slack:C000000001:1795330000.000001",
+        "the answer reaches the session of the thread the question was asked in"
+    );
+    cancel.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(20), manager).await;
+    Ok(())
+}

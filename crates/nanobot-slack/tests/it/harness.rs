@@ -249,6 +249,44 @@ impl SlackFake {
         id
     }
 
+    /// Pushes an `interactive` envelope: `user` pressed the button carrying `value` under the bot's message in
+    /// `channel` (in the thread `thread_ts`, if any); returns its envelope id.
+    pub(crate) fn push_press(
+        &self,
+        user: &str,
+        channel: &str,
+        thread_ts: Option<&str>,
+        value: &str,
+    ) -> String {
+        let n = self.state.envelope.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = format!("env-{n}");
+        let mut message =
+            json!({"type": "message", "ts": "1795330100.000001", "text": "question", "user": "UBOT"});
+        if let Some(t) = thread_ts {
+            message["thread_ts"] = json!(t);
+        }
+        let envelope = json!({
+            "envelope_id": id, "type": "interactive", "accepts_response_payload": false,
+            "payload": {
+                "type": "block_actions", "team": {"id": "T000000001", "domain": "test"},
+                "user": {"id": user, "username": user, "name": user, "team_id": "T000000001"},
+                "api_app_id": "A000000001", "token": "legacy", "trigger_id": format!("trig{n}"),
+                "container": {"type": "message", "message_ts": "1795330100.000001", "channel_id": channel,
+                              "is_ephemeral": false},
+                "channel": {"id": channel, "name": "chat"},
+                "message": message,
+                "response_url": "https://hooks.slack.com/actions/T/1/x",
+                "actions": [{"type": "button", "action_id": "nanobot_approve", "block_id": "b1",
+                             "text": {"type": "plain_text", "text": "Yes"}, "value": value,
+                             "action_ts": "1795330101.000001"}],
+            },
+        });
+        if let Some(conn) = self.state.connections.lock().unwrap().last() {
+            let _ = conn.send(envelope.to_string());
+        }
+        id
+    }
+
     /// Waits (at most 20 s) until the envelope was acknowledged.
     pub(crate) async fn acked(&self, envelope_id: &str) -> Result<()> {
         self.wait(|s| {
