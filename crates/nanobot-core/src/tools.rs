@@ -73,6 +73,42 @@ pub struct MessageArgs {
 /// Largest attachment the `message` tool sends.
 pub(crate) const ATTACHMENT_MAX_BYTES: u64 = 50 * 1024 * 1024;
 
+/// How long a staged attachment copy is kept in the outbox: long enough for a channel's retries to send it,
+/// then it is swept (on the next staging and at start-up).
+pub(crate) const OUTBOX_KEEP: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// At most this many outbox entries are looked at per sweep (the rest wait for the next one).
+const OUTBOX_SWEEP_LIMIT: usize = 10_000;
+
+/// Removes the regular files in `outbox` last modified more than `older_than` ago; returns how many. Missing
+/// outbox: nothing to do. Errors on single files are logged and skipped.
+pub(crate) fn sweep_outbox(outbox: &Path, older_than: std::time::Duration) -> usize {
+    let Ok(entries) = std::fs::read_dir(outbox) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten().take(OUTBOX_SWEEP_LIMIT) {
+        // Not followed: only nanobot writes here, and a link is removed as the link.
+        let Ok(meta) = entry.path().symlink_metadata() else {
+            continue;
+        };
+        let old = meta
+            .modified()
+            .ok()
+            .and_then(|m| m.elapsed().ok())
+            .is_some_and(|age| age > older_than);
+        if old && !meta.is_dir() {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => removed += 1,
+                Err(e) => {
+                    tracing::debug!(path = %entry.path().display(), error = %e, "outbox: cannot remove")
+                }
+            }
+        }
+    }
+    removed
+}
+
 /// `message`: sends a message to a chat (the current one by default).
 ///
 /// Attachments are opened through a [`Sandbox`] (by handle, like the file tools: `restrictToWorkspace` applies and
@@ -124,6 +160,7 @@ fn stage_attachment(sandbox: &Sandbox, outbox: &Path, raw: &str) -> Result<PathB
         )));
     }
     std::fs::create_dir_all(outbox).map_err(|e| ToolError::io("creating", outbox, e))?;
+    sweep_outbox(outbox, OUTBOX_KEEP);
     let name = file
         .logical
         .file_name()
@@ -420,6 +457,34 @@ impl TypedTool for CronTool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn old_outbox_copies_are_swept_when_an_attachment_is_staged() {
+        let home = tempfile::tempdir().unwrap();
+        let ws = home.path().join("workspace");
+        let outbox = home.path().join("outbox");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::create_dir_all(&outbox).unwrap();
+        std::fs::write(ws.join("new.txt"), "new").unwrap();
+        let old = outbox.join("old-report.pdf");
+        let recent = outbox.join("recent-report.pdf");
+        for p in [&old, &recent] {
+            std::fs::write(p, "x").unwrap();
+        }
+        let two_days_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(2 * 24 * 3600);
+        std::fs::File::options()
+            .write(true)
+            .open(&old)
+            .unwrap()
+            .set_modified(two_days_ago)
+            .unwrap();
+        let sandbox = Sandbox::new(&ws, true);
+        let staged = stage_attachment(&sandbox, &outbox, "new.txt").unwrap();
+        assert!(!old.exists(), "a copy older than a day is swept");
+        assert!(recent.exists(), "a recent copy may still be waiting for a retry");
+        assert!(staged.exists());
+        assert_eq!(sweep_outbox(&home.path().join("missing"), OUTBOX_KEEP), 0);
+    }
 
     #[test]
     fn attachments_are_staged_through_the_sandbox() {

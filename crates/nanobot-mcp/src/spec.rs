@@ -160,8 +160,9 @@ pub struct ServerSpec {
     pub enabled_tools: Vec<String>,
 }
 
-/// The raw fields of `tools.mcpServers.<name>` as written by the user.
-#[derive(Debug, Clone, Default)]
+/// The raw fields of `tools.mcpServers.<name>` as written by the user. `Debug` shows the names of `env` and
+/// `headers` only: their values are tokens (`GITHUB_TOKEN`, `Authorization`).
+#[derive(Clone, Default)]
 pub struct RawServer {
     /// `type`: `stdio` | `sse` | `streamableHttp`, inferred when absent.
     pub r#type: Option<String>,
@@ -181,6 +182,22 @@ pub struct RawServer {
     pub tool_timeout: Option<u64>,
     /// `enabledTools` (default `["*"]`).
     pub enabled_tools: Option<Vec<String>>,
+}
+
+impl std::fmt::Debug for RawServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawServer")
+            .field("type", &self.r#type)
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("cwd", &self.cwd)
+            .field("url", &self.url)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("tool_timeout", &self.tool_timeout)
+            .field("enabled_tools", &self.enabled_tools)
+            .finish()
+    }
 }
 
 impl ServerSpec {
@@ -290,6 +307,21 @@ impl ServerSpec {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn raw_server_debug_shows_env_and_header_names_only() {
+        let mut raw = RawServer::default();
+        raw.env.insert("GITHUB_TOKEN".into(), "ghp_SEKRIT".into());
+        raw.headers
+            .insert("Authorization".into(), "Bearer SEKRIT2".into());
+        let shown = format!("{raw:?}");
+        assert!(
+            shown.contains("GITHUB_TOKEN") && shown.contains("Authorization"),
+            "{shown}"
+        );
+        assert!(!shown.contains("SEKRIT"), "{shown}");
+    }
+
     use super::*;
 
     fn raw() -> RawServer {

@@ -52,8 +52,9 @@ impl ExecSandbox {
     }
 }
 
-/// Settings of the `exec` tool (`tools.exec.*`).
-#[derive(Debug, Clone)]
+/// Settings of the `exec` tool (`tools.exec.*`). `Debug` shows the parent environment's names only: its values
+/// hold API keys and tokens.
+#[derive(Clone)]
 pub struct ExecSettings {
     /// `tools.exec.timeout`: default timeout in seconds (the model may ask for up to 600).
     pub timeout: Duration,
@@ -91,6 +92,29 @@ pub struct ExecSettings {
     pub parent_env: BTreeMap<String, String>,
     /// Output cap in characters (10,000 as in the Python nanobot).
     pub max_output_chars: usize,
+}
+
+impl std::fmt::Debug for ExecSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecSettings")
+            .field("timeout", &self.timeout)
+            .field("path_prepend", &self.path_prepend)
+            .field("path_append", &self.path_append)
+            .field("sandbox", &self.sandbox)
+            .field("extra_writable", &self.extra_writable)
+            .field("extra_readable", &self.extra_readable)
+            .field("data_dir", &self.data_dir)
+            .field("hide_paths", &self.hide_paths)
+            .field("network", &self.network)
+            .field("limits", &self.limits)
+            .field("allowed_env_keys", &self.allowed_env_keys)
+            .field("allow_patterns", &self.allow_patterns)
+            .field("deny_patterns", &self.deny_patterns)
+            .field("restrict_to_workspace", &self.restrict_to_workspace)
+            .field("parent_env", &self.parent_env.keys().collect::<Vec<_>>())
+            .field("max_output_chars", &self.max_output_chars)
+            .finish()
+    }
 }
 
 impl Default for ExecSettings {
@@ -257,5 +281,20 @@ impl Default for RegistrySettings {
             max_tool_result_chars: 16_000,
             preview_chars: 1_200,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_shows_the_environment_names_never_the_values() {
+        let mut s = ExecSettings::default();
+        s.parent_env
+            .insert("OPENAI_API_KEY".into(), "sk-live-SEKRIT".into());
+        let shown = format!("{s:?}");
+        assert!(shown.contains("OPENAI_API_KEY"), "{shown}");
+        assert!(!shown.contains("SEKRIT"), "{shown}");
     }
 }

@@ -317,9 +317,11 @@ impl AgentLoopBuilder {
         let attachments = nanobot_tools::sandbox::Sandbox::new(&s.workspace, true)
             .with_home(s.home.clone())
             .with_data_dir(Some(s.data_dir.clone()));
+        let outbox = s.data_dir.join("media").join("outbox");
+        // Copies left by an earlier run (sent long ago, or never) go at start-up.
+        crate::tools::sweep_outbox(&outbox, crate::tools::OUTBOX_KEEP);
         tools.register(Arc::new(
-            MessageTool::confined(attachments, s.data_dir.join("media").join("outbox"))
-                .with_rights(self.rights),
+            MessageTool::confined(attachments, outbox).with_rights(self.rights),
         ));
         tools.register(Arc::new(SpawnTool::new(subagents.clone())));
         let mut context = ContextBuilder::new(&s.workspace)
