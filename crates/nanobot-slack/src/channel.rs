@@ -743,7 +743,32 @@ impl SlackChannel {
 }
 
 /// Classifies a slack-morphism error by what the caller does next.
+/// The error without the response bodies slack-morphism keeps in it: a body is whatever the server (or a proxy
+/// in between) sent, and one that echoes the request carries the token.
+fn without_bodies(e: SlackClientError) -> SlackClientError {
+    match e {
+        SlackClientError::ApiError(mut api) => {
+            api.http_response_body = None;
+            SlackClientError::ApiError(api)
+        }
+        SlackClientError::HttpError(mut http) => {
+            http.http_response_body = None;
+            SlackClientError::HttpError(http)
+        }
+        SlackClientError::ProtocolError(mut p) => {
+            p.json_body = None;
+            SlackClientError::ProtocolError(p)
+        }
+        SlackClientError::RateLimitError(mut r) => {
+            r.http_response_body = None;
+            SlackClientError::RateLimitError(r)
+        }
+        other => other,
+    }
+}
+
 pub(crate) fn map_err(e: SlackClientError) -> ChannelError {
+    let e = without_bodies(e);
     let channel = NAME.to_string();
     match &e {
         SlackClientError::ApiError(api) => match api.code.as_str() {

@@ -5,7 +5,7 @@
 //! A test binary of its own, so that its TRACE subscriber is the process-wide one.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -16,36 +16,8 @@ use nanobot_bus::{Bus, InProcessBus, OutboundMessage};
 use nanobot_channels::Channel;
 use nanobot_config::{Secret, TelegramConfig};
 use nanobot_telegram::{TelegramChannel, TelegramSettings};
+use nanobot_testkit::secrets::{LogCapture, error_text};
 use tokio_util::sync::CancellationToken;
-
-/// Everything the subscriber writes.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
-    type Writer = Capture;
-
-    fn make_writer(&'a self) -> Capture {
-        self.clone()
-    }
-}
-
-impl Capture {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
 
 /// How the local "Bot API" fails.
 #[derive(Clone, Copy, Debug)]
@@ -92,24 +64,9 @@ async fn serve(failure: Failure) -> String {
     format!("http://{addr}/")
 }
 
-fn error_text(e: &dyn std::error::Error) -> String {
-    let mut out = format!("{e}\n{e:?}\n");
-    let mut src = e.source();
-    while let Some(s) = src {
-        out.push_str(&format!("{s}\n{s:?}\n"));
-        src = s.source();
-    }
-    out
-}
-
 #[tokio::test]
 async fn bad_tokens_never_reach_errors_or_logs() {
-    let capture = Capture::default();
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(capture.clone())
-        .with_ansi(false)
-        .init();
+    let capture = LogCapture::install();
     // Well-formed (teloxide recognises and hides these itself), short, and malformed tokens.
     let tokens = [
         "987654321:AAHsekritSEKRITsekritSEKRITsekrit123",

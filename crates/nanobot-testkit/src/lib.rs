@@ -91,6 +91,7 @@ mod reply;
 mod request;
 
 pub mod peers;
+pub mod secrets;
 pub mod sse;
 
 pub use home::TempHome;
