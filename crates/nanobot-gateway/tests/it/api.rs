@@ -310,3 +310,64 @@ async fn a_non_loopback_api_without_a_key_is_refused_at_start() {
     let gw = Gateway::start(opts).await.unwrap();
     gw.shutdown().await;
 }
+
+/// `tools.exec.approval` over the API: a risky call is refused with an id the client can approve; after
+/// `/approve ID` in the same session the model's identical call runs, once.
+#[tokio::test]
+async fn an_api_client_approves_a_refused_call_with_approve_id() {
+    let home = TempHome::new();
+    home.write_workspace_file("victim.txt", "x");
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::tool_call("exec", json!({"command": "rm victim.txt"})));
+    mock.push(MockReply::text("I need your approval to delete victim.txt."));
+    let gw = Gateway::start(crate::common::options(
+        &home,
+        &mock,
+        json!({"tools": {"exec": {"approval": "risky"}}}),
+    ))
+    .await
+    .unwrap();
+    let c = client();
+    let ask = |text: &str| {
+        c.post(api_url(&gw, "/v1/chat/completions"))
+            .bearer_auth(KEY)
+            .json(&chat(text, Some("ops-client"), false))
+            .send()
+    };
+    let v: Value = ask("clean up").await.unwrap().json().await.unwrap();
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "I need your approval to delete victim.txt."
+    );
+    assert!(
+        home.workspace().join("victim.txt").exists(),
+        "refused: nobody to ask over the API"
+    );
+    let refusal = mock.completion_requests().last().unwrap().raw_body.clone();
+    let id: String = refusal
+        .split("/approve ")
+        .nth(1)
+        .unwrap()
+        .chars()
+        .take_while(char::is_ascii_alphanumeric)
+        .collect();
+
+    let v: Value = ask(&format!("/approve {id}"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let text = v["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+    assert!(text.starts_with("✓ Approved once"), "{text}");
+
+    mock.push(MockReply::tool_call("exec", json!({"command": "rm victim.txt"})));
+    mock.push(MockReply::text("Deleted."));
+    let v: Value = ask("go on").await.unwrap().json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "Deleted.");
+    assert!(
+        !home.workspace().join("victim.txt").exists(),
+        "approved once and run"
+    );
+    gw.shutdown().await;
+}
