@@ -233,7 +233,12 @@ impl WebSettings {
                 .trim_start_matches("*.")
                 .trim_start_matches('.')
                 .trim_end_matches('.')
-                .to_ascii_lowercase();
+                .to_lowercase();
+            // An entry written in Unicode (`bücher.example`) matches the host as URLs carry it (punycode).
+            let d = match url::Host::parse(&d) {
+                Ok(url::Host::Domain(ascii)) => ascii,
+                _ => d,
+            };
             !d.is_empty() && (host == d || host.ends_with(&format!(".{d}")))
         })
     }

@@ -514,11 +514,34 @@ impl TypedTool for WebSearchTool {
             .count
             .map_or(self.settings.search.max_results as usize, |c| c as usize)
             .clamp(1, 10);
-        let hits = self.search(&args.query, count).await?;
+        let mut hits = self.search(&args.query, count).await?;
+        // With an allow-list, results the web tools could not fetch are not shown either: a link the model
+        // cannot follow is of no use to it, and an injected page should not point it elsewhere.
+        let before = hits.len();
+        if self.settings.allowed_domains.is_some() {
+            hits.retain(|h| {
+                Url::parse(&h.url).is_ok_and(|u| {
+                    matches!(u.scheme(), "http" | "https") && self.settings.check_egress(&u).is_ok()
+                })
+            });
+        }
+        let dropped = before - hits.len();
         if hits.is_empty() {
-            return Ok(ToolOutput::text(format!("No results for: {}", args.query)));
+            return Ok(ToolOutput::text(if dropped > 0 {
+                format!(
+                    "No results for: {} ({dropped} outside tools.web.allowedDomains left out)",
+                    args.query
+                )
+            } else {
+                format!("No results for: {}", args.query)
+            }));
         }
         let mut out = format!("{UNTRUSTED_BANNER}\nResults for: {}\n", args.query);
+        if dropped > 0 {
+            out.push_str(&format!(
+                "({dropped} results outside tools.web.allowedDomains left out)\n"
+            ));
+        }
         for (i, h) in hits.iter().enumerate() {
             out.push_str(&format!("\n{}. {}\n   {}\n", i + 1, h.title, h.url));
             if !h.snippet.is_empty() {

@@ -54,6 +54,18 @@ async fn serve() -> SocketAddr {
         .route("/loop", get(|| async { redirect("/loop".into()) }))
         .route("/search", get(|h: HeaderMap, q: axum::extract::RawQuery| async move {
             let _ = h;
+            if q.0.as_deref().unwrap_or_default().contains("mixed") {
+                return axum::Json(json!({"results": [
+                    {"title": "Rust", "url": "https://rust-lang.org/", "content": "a"},
+                    {"title": "Book", "url": "https://doc.rust-lang.org/book/", "content": "b"},
+                    {"title": "Suffix", "url": "https://evilrust-lang.org/", "content": "c"},
+                    {"title": "Userinfo", "url": "https://rust-lang.org@evil.example/", "content": "d"},
+                    {"title": "Port", "url": "https://rust-lang.org:8443/x", "content": "e"},
+                    {"title": "Idn", "url": "https://bücher.example/", "content": "f"},
+                    {"title": "Other", "url": "https://two.example/", "content": "g"},
+                    {"title": "Script", "url": "javascript:alert(1)", "content": "h"},
+                ]}));
+            }
             axum::Json(json!({"results": [
                 {"title": "Rust", "url": "https://rust-lang.org", "content": format!("query={}", q.0.unwrap_or_default())},
                 {"title": "Two", "url": "https://two.example", "content": "second"}
@@ -274,4 +286,47 @@ async fn the_domain_allow_list_stops_fetches_redirects_and_search_backends_off_i
         .execute("web_fetch", json!({"url": page}), &ctx(ws.path()))
         .await;
     assert!(out.is_error, "{}", out.text);
+}
+
+#[tokio::test]
+async fn search_results_off_the_allow_list_are_left_out() {
+    let addr = serve().await;
+    let ws = tempfile::tempdir().unwrap();
+    let reg = web_registry_allowing(addr, Some(&["127.0.0.2", "rust-lang.org", "bücher.example"]));
+    let out = reg
+        .execute(
+            "web_search",
+            json!({"query": "mixed results", "count": 10}),
+            &ctx(ws.path()),
+        )
+        .await;
+    assert!(!out.is_error, "{}", out.text);
+    for kept in [
+        "https://rust-lang.org/",
+        "https://doc.rust-lang.org/book/",
+        "https://rust-lang.org:8443/x",
+        "https://bücher.example/",
+    ] {
+        assert!(out.text.contains(kept), "{kept} missing:\n{}", out.text);
+    }
+    for gone in ["evilrust-lang.org", "evil.example", "two.example", "javascript:"] {
+        assert!(!out.text.contains(gone), "{gone} shown:\n{}", out.text);
+    }
+    assert!(
+        out.text
+            .contains("4 results outside tools.web.allowedDomains left out"),
+        "{}",
+        out.text
+    );
+
+    // Without a list, everything is shown.
+    let reg = web_registry(addr);
+    let out = reg
+        .execute(
+            "web_search",
+            json!({"query": "mixed results", "count": 10}),
+            &ctx(ws.path()),
+        )
+        .await;
+    assert!(out.text.contains("two.example"), "{}", out.text);
 }
