@@ -2,6 +2,8 @@
 //! `heartbeat` tool) whether to run them now; run them as a turn in the `heartbeat` session and deliver the
 //! answer to the most recently active chat. Silent when there is nothing to do or report.
 
+use std::path::Path;
+
 use nanobot_bus::{InboundMessage, OutboundMessage};
 use nanobot_providers::{ChatMessage, ChatRequest, ToolChoice, ToolSpec};
 use serde_json::json;
@@ -95,10 +97,16 @@ impl AgentLoop {
     /// mode). Reports go to the chat of the most recent message from a real channel, else to the most recently
     /// updated chat session on disk.
     pub async fn heartbeat_tick(&self) -> Result<HeartbeatOutcome, CoreError> {
-        let ws = &self.settings().workspace;
-        let text = match tokio::fs::read_to_string(ws.join(HEARTBEAT_FILE)).await {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HeartbeatOutcome::NoTasks),
+        let ws = self.settings().workspace.clone();
+        // Beneath a handle of the workspace: a HEARTBEAT.md that a command replaced by a link leading out of
+        // it (or a FIFO) is refused, never followed.
+        let files = nanobot_util::ConfinedDir::new(&ws);
+        let read = tokio::task::spawn_blocking(move || files.read_to_string(Path::new(HEARTBEAT_FILE)))
+            .await
+            .map_err(|e| CoreError::io("reading", ws.join(HEARTBEAT_FILE), std::io::Error::other(e)))?;
+        let text = match read {
+            Ok(Some(t)) => t,
+            Ok(None) => return Ok(HeartbeatOutcome::NoTasks),
             Err(e) => return Err(CoreError::io("reading", ws.join(HEARTBEAT_FILE), e)),
         };
         if !has_tasks(&text) {

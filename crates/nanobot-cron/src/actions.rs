@@ -11,7 +11,6 @@
 //! then empties the queue. Lines that cannot be read are skipped with a warning naming the line, as 0.3.5
 //! does; the queue is emptied only after `jobs.json` was written.
 
-use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -57,17 +56,27 @@ fn parse_line(line: &str) -> Result<Option<Action>, String> {
 }
 
 /// Merges `action.jsonl` beside `store`'s `jobs.json` into it and empties the queue. Returns how many
-/// changes were applied. A missing or empty queue costs one `stat`.
+/// changes were applied. A missing or empty queue costs one `stat`. The queue and its lock are opened beneath
+/// the store's directory handle, like `jobs.json`.
 pub fn merge(store: &JobStore) -> Result<usize, CronError> {
-    let queue = store.path().with_file_name(ACTION_FILE);
-    match fs::metadata(&queue) {
-        Ok(m) if m.len() > 0 => {}
+    let (files, jobs_rel) = store.confined();
+    let queue_rel = jobs_rel.with_file_name(ACTION_FILE);
+    let queue = files.display_path(&queue_rel);
+    match files.symlink_metadata(&queue_rel) {
+        Ok(Some(m)) if m.len() > 0 => {}
         _ => return Ok(0),
     }
-    let _lock = lock(&queue_lock_path(store.path()))?;
-    let text = match fs::read_to_string(&queue) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+    let lock_rel = queue_lock_path(jobs_rel);
+    let _lock = files
+        .open_lock(&lock_rel)
+        .and_then(|f| f.lock().map(|()| f))
+        .map_err(|source| CronError::Io {
+            path: files.display_path(&lock_rel),
+            source,
+        })?;
+    let text = match files.read_to_string(&queue_rel) {
+        Ok(Some(t)) => t,
+        Ok(None) => return Ok(0),
         Err(source) => return Err(CronError::Io { path: queue, source }),
     };
     let mut actions = Vec::new();
@@ -99,28 +108,16 @@ pub fn merge(store: &JobStore) -> Result<usize, CronError> {
         })?;
         tracing::info!(path = %queue.display(), changes = n, "merged the Python nanobot's cron queue");
     }
-    fs::write(&queue, b"").map_err(|source| CronError::Io { path: queue, source })?;
+    files
+        .write_atomic(&queue_rel, b"")
+        .map_err(|source| CronError::Io { path: queue, source })?;
     Ok(n)
-}
-
-fn lock(path: &Path) -> Result<File, CronError> {
-    let io = |source| CronError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .map_err(io)?;
-    file.lock().map_err(io)?;
-    Ok(file)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn python_queue_is_merged_and_emptied() {

@@ -9,12 +9,16 @@
 //!   jobs (keyed by job id), never as "write my snapshot back", so two processes' edits both survive.
 //! * A file that cannot be parsed is never overwritten; single jobs that cannot be parsed are kept
 //!   verbatim and written back untouched.
+//! * The store lives in the workspace, where the model's commands can write, so its files are opened
+//!   beneath a handle of the workspace ([`nanobot_util::ConfinedDir`]; see [`JobStore::new`]): a
+//!   `cron/` folder swapped for a symlink, or a hard-linked `jobs.json`, is refused, never followed out.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
+use nanobot_util::ConfinedDir;
 use serde_json::{Map, Value};
 
 use crate::{CronError, CronJob};
@@ -132,12 +136,9 @@ struct Fingerprint {
     inode: u64,
 }
 
-fn fingerprint(path: &Path) -> Option<Fingerprint> {
-    let meta = fs::metadata(path).ok()?;
-    #[cfg(unix)]
+fn fingerprint(files: &ConfinedDir, rel: &Path) -> Option<Fingerprint> {
+    let meta = files.open_read(rel).ok()??.metadata().ok()?;
     let inode = std::os::unix::fs::MetadataExt::ino(&meta);
-    #[cfg(not(unix))]
-    let inode = 0;
     Some(Fingerprint {
         len: meta.len(),
         modified: meta.modified().ok(),
@@ -148,26 +149,55 @@ fn fingerprint(path: &Path) -> Option<Fingerprint> {
 /// The jobs.json store (see the module docs for the concurrency rules).
 #[derive(Debug)]
 pub struct JobStore {
+    files: ConfinedDir,
+    rel: PathBuf,
     path: PathBuf,
+    lock_rel: PathBuf,
     lock_path: PathBuf,
     cache: Mutex<Option<(Option<Fingerprint>, StoreFile)>>,
 }
 
 impl JobStore {
-    /// A store at `path` (normally `<workspace>/cron/jobs.json`). Nothing is read or created yet.
+    /// A store at `path` (normally `<workspace>/cron/jobs.json`). Its files (`jobs.json`, its lock, the
+    /// Python nanobot's queue and queue lock) are opened beneath a handle of the directory above the one holding
+    /// `jobs.json` (the workspace), so a `cron` folder replaced by a symlink that leads out, a hard-linked
+    /// `jobs.json` or a FIFO is refused, never followed. Nothing is read or created yet.
     pub fn new(path: impl Into<PathBuf>) -> Self {
         let path = path.into();
-        let mut lock_name = path
+        let name = path.file_name().map_or_else(|| "jobs.json".into(), PathBuf::from);
+        let dir = path.parent().unwrap_or(Path::new(""));
+        let (root, rel) = match (dir.parent(), dir.file_name()) {
+            (Some(root), Some(cron)) => (root, Path::new(cron).join(name)),
+            _ => (dir, name),
+        };
+        let root = if root.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            root
+        };
+        Self::beneath(ConfinedDir::new(root), rel)
+    }
+
+    fn beneath(files: ConfinedDir, rel: PathBuf) -> Self {
+        let mut lock_name = rel
             .file_name()
             .map(|n| n.to_os_string())
             .unwrap_or_else(|| "jobs.json".into());
         lock_name.push(".lock");
-        let lock_path = path.with_file_name(lock_name);
+        let lock_rel = rel.with_file_name(lock_name);
         JobStore {
-            path,
-            lock_path,
+            path: files.display_path(&rel),
+            lock_path: files.display_path(&lock_rel),
+            files,
+            rel,
+            lock_rel,
             cache: Mutex::new(None),
         }
+    }
+
+    /// The directory the store's files are confined to and `jobs.json` relative to it.
+    pub(crate) fn confined(&self) -> (&ConfinedDir, &Path) {
+        (&self.files, &self.rel)
     }
 
     /// The jobs.json path.
@@ -183,7 +213,7 @@ impl JobStore {
                 "cannot merge the cron queue (jobs queued by the Python nanobot stay queued): {e}"
             );
         }
-        let fp = fingerprint(&self.path);
+        let fp = fingerprint(&self.files, &self.rel);
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((cached_fp, file)) = cache.as_ref()
             && *cached_fp == fp
@@ -213,7 +243,7 @@ impl JobStore {
         if file != before {
             self.write_atomic(&file)?;
         }
-        let fp = fingerprint(&self.path);
+        let fp = fingerprint(&self.files, &self.rel);
         *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((fp, file));
         Ok(out)
     }
@@ -226,7 +256,15 @@ impl JobStore {
             return Ok(false);
         }
         let _lock = self.lock()?;
-        if self.path.exists() || !legacy.is_file() {
+        let exists = self
+            .files
+            .symlink_metadata(&self.rel)
+            .map_err(|source| CronError::Io {
+                path: self.path.clone(),
+                source,
+            })?
+            .is_some();
+        if exists || !legacy.is_file() {
             return Ok(false);
         }
         let text = fs::read_to_string(legacy).map_err(|source| CronError::Io {
@@ -246,9 +284,9 @@ impl JobStore {
     }
 
     fn read_fresh(&self) -> Result<StoreFile, CronError> {
-        match fs::read_to_string(&self.path) {
-            Ok(text) => StoreFile::parse(&text, &self.path),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(StoreFile::default()),
+        match self.files.read_to_string(&self.rel) {
+            Ok(Some(text)) => StoreFile::parse(&text, &self.path),
+            Ok(None) => Ok(StoreFile::default()),
             Err(source) => Err(CronError::Io {
                 path: self.path.clone(),
                 source,
@@ -261,37 +299,22 @@ impl JobStore {
             path: self.lock_path.clone(),
             source,
         };
-        if let Some(dir) = self.lock_path.parent() {
-            fs::create_dir_all(dir).map_err(|source| CronError::Io {
-                path: dir.to_path_buf(),
-                source,
-            })?;
-        }
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&self.lock_path)
-            .map_err(io)?;
+        let file = self.files.open_lock(&self.lock_rel).map_err(io)?;
         file.lock().map_err(io)?;
         Ok(file) // unlocked when dropped
     }
 
     fn write_atomic(&self, file: &StoreFile) -> Result<(), CronError> {
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| CronError::Io { path, source }
-        };
-        fs::create_dir_all(dir).map_err(io(dir))?;
         let json = file.to_json().map_err(|source| CronError::Parse {
             path: self.path.clone(),
             source,
         })?;
-        nanobot_util::write_atomic(&self.path, json.as_bytes()).map_err(|e| CronError::Io {
-            path: e.path,
-            source: e.source,
-        })?;
+        self.files
+            .write_atomic(&self.rel, json.as_bytes())
+            .map_err(|source| CronError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
         Ok(())
     }
 }

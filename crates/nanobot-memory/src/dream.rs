@@ -10,6 +10,7 @@ use nanobot_tools::builtin::{EditFileTool, ListDirTool, ReadFileTool, WriteFileT
 use nanobot_tools::sandbox::{Sandbox, normalize, real_path};
 use nanobot_tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
 use nanobot_types::{ChatMessage, ChatRequest, Provider, ToolSpec};
+use nanobot_util::{ConfinedDir, EntryKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -230,6 +231,11 @@ impl Dream {
         self.store.dir().join(DREAM_RECORDS_DIR)
     }
 
+    /// `memory/.dream`, relative to the workspace.
+    fn records_rel(&self) -> PathBuf {
+        Path::new(MEMORY_DIR).join(DREAM_RECORDS_DIR)
+    }
+
     /// Runs Dream once (waits for a run in progress). Without new history entries the model is not called.
     ///
     /// When the model call fails midway, the changes made so far are still recorded (so they can be undone)
@@ -254,16 +260,16 @@ impl Dream {
             });
         };
 
-        let ws = self.store.workspace().to_owned();
+        let files = self.store.files().clone();
         let before = blocking({
-            let ws = ws.clone();
-            move || snapshot(&ws)
+            let files = files.clone();
+            move || snapshot(&files)
         })
         .await?;
         let result = self.converse(&entries, &before).await;
         let after_snap = blocking({
-            let ws = ws.clone();
-            move || snapshot(&ws)
+            let files = files.clone();
+            move || snapshot(&files)
         })
         .await?;
         let changes = diff_snapshots(&before, &after_snap);
@@ -274,7 +280,8 @@ impl Dream {
         let record = if changes.is_empty() {
             None
         } else {
-            let dir = self.records_dir();
+            let dir = self.records_rel();
+            let files = files.clone();
             let record = DreamRecord {
                 version: 0,
                 kind: RecordKind::Dream,
@@ -284,7 +291,7 @@ impl Dream {
                 summary: summary.clone(),
                 changes,
             };
-            Some(blocking(move || write_record(&dir, record)).await?)
+            Some(blocking(move || write_record(&files, &dir, record)).await?)
         };
         result?;
         let store = self.store.clone();
@@ -305,14 +312,14 @@ impl Dream {
 
     /// Every record, oldest first (for `/dream-log`).
     pub async fn log(&self) -> Result<Vec<DreamRecord>> {
-        let dir = self.records_dir();
-        blocking(move || read_records(&dir)).await
+        let (files, dir) = (self.store.files().clone(), self.records_rel());
+        blocking(move || read_records(&files, &dir)).await
     }
 
     /// Record `version` (for `/dream-log <n>`).
     pub async fn record(&self, version: u64) -> Result<DreamRecord> {
-        let dir = self.records_dir();
-        blocking(move || read_record(&dir, version)).await
+        let (files, dir) = (self.store.files().clone(), self.records_rel());
+        blocking(move || read_record(&files, &dir, version)).await
     }
 
     /// The answer to `/dream-log [n]`: the latest 10 records, one line each; with `n`, record `n` with diffs.
@@ -391,18 +398,18 @@ impl Dream {
     /// can itself be undone; nothing is lost. The Dream cursor does not move.
     pub async fn restore(&self, version: Option<u64>) -> Result<RestoreOutcome> {
         let _running = self.running.lock().await;
-        let dir = self.records_dir();
-        let ws = self.store.workspace().to_owned();
+        let (files, dir) = (self.store.files().clone(), self.records_rel());
         blocking(move || {
             let target = match version {
-                Some(v) => read_record(&dir, v)?,
-                None => read_records(&dir)?.pop().ok_or(MemoryError::NoSuchRecord(0))?,
+                Some(v) => read_record(&files, &dir, v)?,
+                None => read_records(&files, &dir)?
+                    .pop()
+                    .ok_or(MemoryError::NoSuchRecord(0))?,
             };
             let mut changes = Vec::new();
             let mut conflicts = Vec::new();
             for c in &target.changes {
-                let path = ws.join(&c.path);
-                let current = fsio::read_optional(&path)?;
+                let current = fsio::read_optional(&files, Path::new(&c.path))?;
                 if current != c.after {
                     conflicts.push(c.path.clone());
                 }
@@ -424,12 +431,12 @@ impl Dream {
                 changes,
             };
             // Record first: if writing a file fails midway, the record still holds what was there.
-            let record = write_record(&dir, record)?;
+            let record = write_record(&files, &dir, record)?;
             for c in &record.changes {
-                let path = ws.join(&c.path);
+                let path = Path::new(&c.path);
                 match &c.after {
-                    Some(text) => fsio::write_atomic(&path, text.as_bytes())?,
-                    None => fsio::remove_optional(&path)?,
+                    Some(text) => fsio::write_atomic(&files, path, text.as_bytes())?,
+                    None => fsio::remove_optional(&files, path)?,
                 }
             }
             Ok(RestoreOutcome {
@@ -539,41 +546,43 @@ changed (or that nothing needed changing).";
 /// Relative path → contents (`None`: the file does not exist).
 type Snapshot = BTreeMap<String, Option<String>>;
 
-/// The contents of every file Dream may change.
-fn snapshot(ws: &Path) -> Result<Snapshot> {
+/// The contents of every file Dream may change (read beneath the workspace handle: a link planted in
+/// `skills/` that leads out of the workspace is left out, never followed).
+fn snapshot(files: &ConfinedDir) -> Result<Snapshot> {
     let mut out = Snapshot::new();
     for f in DREAM_FILES {
-        out.insert(f.to_owned(), fsio::read_optional(&ws.join(f))?);
+        out.insert(f.to_owned(), fsio::read_optional(files, Path::new(f))?);
     }
-    let mut stack = vec![ws.join(DREAM_SKILLS_DIR)];
+    let mut stack = vec![PathBuf::from(DREAM_SKILLS_DIR)];
     while let Some(dir) = stack.pop() {
-        let rd = match std::fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(MemoryError::io("listing", &dir, e)),
-        };
-        for entry in rd {
-            let entry = entry.map_err(|e| MemoryError::io("listing", &dir, e))?;
-            let path = entry.path();
-            let ft = entry
-                .file_type()
-                .map_err(|e| MemoryError::io("inspecting", &path, e))?;
-            if ft.is_dir() {
-                stack.push(path);
-            } else if ft.is_file() {
-                let Ok(rel) = path.strip_prefix(ws) else { continue };
-                let len = entry.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
-                if len > MAX_RECORDED_BYTES {
-                    continue;
-                }
-                match fsio::read_optional(&path) {
-                    Ok(text) => {
-                        out.insert(rel_string(rel), text);
+        let entries = files
+            .read_dir(&dir)
+            .map_err(|e| MemoryError::io("listing", files.display_path(&dir), e))?
+            .unwrap_or_default();
+        for (name, kind) in entries {
+            let rel = dir.join(name);
+            match kind {
+                EntryKind::Dir => stack.push(rel),
+                EntryKind::File => {
+                    let len = files
+                        .symlink_metadata(&rel)
+                        .ok()
+                        .flatten()
+                        .map_or(u64::MAX, |m| m.len());
+                    if len > MAX_RECORDED_BYTES {
+                        continue;
                     }
-                    // Binary files are not Dream's business; leave them out of the record.
-                    Err(MemoryError::Corrupt { .. }) => {}
-                    Err(e) => return Err(e),
+                    match fsio::read_optional(files, &rel) {
+                        Ok(text) => {
+                            out.insert(rel_string(&rel), text);
+                        }
+                        // Binary files are not Dream's business; leave them out of the record.
+                        Err(MemoryError::Corrupt { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
                 }
+                // Links, FIFOs and sockets: not Dream's files.
+                _ => {}
             }
         }
     }
@@ -604,17 +613,15 @@ fn diff_snapshots(before: &Snapshot, after: &Snapshot) -> Vec<FileChange> {
         .collect()
 }
 
-fn record_versions(dir: &Path) -> Result<Vec<u64>> {
-    let rd = match std::fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(MemoryError::io("listing", dir, e)),
-    };
-    let mut versions: Vec<u64> = rd
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()
+fn record_versions(files: &ConfinedDir, dir: &Path) -> Result<Vec<u64>> {
+    let entries = files
+        .read_dir(dir)
+        .map_err(|e| MemoryError::io("listing", files.display_path(dir), e))?
+        .unwrap_or_default();
+    let mut versions: Vec<u64> = entries
+        .into_iter()
+        .filter_map(|(name, _)| {
+            name.to_str()
                 .and_then(|n| n.strip_suffix(".json"))
                 .and_then(|n| n.parse().ok())
         })
@@ -623,32 +630,36 @@ fn record_versions(dir: &Path) -> Result<Vec<u64>> {
     Ok(versions)
 }
 
-fn read_record(dir: &Path, version: u64) -> Result<DreamRecord> {
-    let path = dir.join(format!("{version}.json"));
-    let text = fsio::read_optional(&path)?.ok_or(MemoryError::NoSuchRecord(version))?;
+fn read_record(files: &ConfinedDir, dir: &Path, version: u64) -> Result<DreamRecord> {
+    let rel = dir.join(format!("{version}.json"));
+    let text = fsio::read_optional(files, &rel)?.ok_or(MemoryError::NoSuchRecord(version))?;
     serde_json::from_str(&text).map_err(|e| MemoryError::Corrupt {
-        path,
+        path: files.display_path(&rel),
         line: e.line(),
         message: e.to_string(),
     })
 }
 
-fn read_records(dir: &Path) -> Result<Vec<DreamRecord>> {
-    record_versions(dir)?
+fn read_records(files: &ConfinedDir, dir: &Path) -> Result<Vec<DreamRecord>> {
+    record_versions(files, dir)?
         .into_iter()
-        .map(|v| read_record(dir, v))
+        .map(|v| read_record(files, dir, v))
         .collect()
 }
 
 /// Writes `record` as the next version; returns it with its version set.
-fn write_record(dir: &Path, mut record: DreamRecord) -> Result<DreamRecord> {
-    fsio::ensure_dir(dir)?;
-    record.version = record_versions(dir)?.last().copied().unwrap_or(0) + 1;
+fn write_record(files: &ConfinedDir, dir: &Path, mut record: DreamRecord) -> Result<DreamRecord> {
+    fsio::ensure_dir(files, dir)?;
+    record.version = record_versions(files, dir)?.last().copied().unwrap_or(0) + 1;
     let json = serde_json::to_string_pretty(&record).map_err(|source| MemoryError::Encode {
         what: "a Dream record",
         source,
     })?;
-    fsio::write_atomic(&dir.join(format!("{}.json", record.version)), json.as_bytes())?;
+    fsio::write_atomic(
+        files,
+        &dir.join(format!("{}.json", record.version)),
+        json.as_bytes(),
+    )?;
     Ok(record)
 }
 

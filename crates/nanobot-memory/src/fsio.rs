@@ -1,43 +1,46 @@
-//! Small file helpers: atomic replacement and "missing means empty" reads.
+//! The memory files' I/O, confined to the workspace: every path is relative to it and opened beneath a handle
+//! of it ([`nanobot_util::ConfinedDir`]), so a symlink, hard link or FIFO that a command planted in the
+//! workspace cannot make nanobot read or write outside it.
 
-use std::fs;
 use std::io::ErrorKind;
 use std::path::Path;
+
+use nanobot_util::ConfinedDir;
 
 use crate::error::{MemoryError, Result};
 
 /// Reads a UTF-8 file; `None` when it does not exist.
-pub(crate) fn read_optional(path: &Path) -> Result<Option<String>> {
-    match fs::read(path) {
-        Ok(bytes) => String::from_utf8(bytes)
-            .map(Some)
-            .map_err(|e| MemoryError::Corrupt {
-                path: path.to_owned(),
+pub(crate) fn read_optional(ws: &ConfinedDir, rel: &Path) -> Result<Option<String>> {
+    ws.read_to_string(rel).map_err(|e| {
+        let path = ws.display_path(rel);
+        if e.kind() == ErrorKind::InvalidData {
+            MemoryError::Corrupt {
+                path,
                 line: 0,
-                message: format!("not valid UTF-8: {e}"),
-            }),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(MemoryError::io("reading", path, e)),
-    }
+                message: e.to_string(),
+            }
+        } else {
+            MemoryError::io("reading", path, e)
+        }
+    })
 }
 
-/// Creates `dir` and its parents.
-pub(crate) fn ensure_dir(dir: &Path) -> Result<()> {
-    fs::create_dir_all(dir).map_err(|e| MemoryError::io("creating directory", dir, e))
+/// Creates the directory `rel` and its parents.
+pub(crate) fn ensure_dir(ws: &ConfinedDir, rel: &Path) -> Result<()> {
+    ws.create_dir_all(rel)
+        .map_err(|e| MemoryError::io("creating directory", ws.display_path(rel), e))
 }
 
-/// Replaces `path` with `contents` atomically ([`nanobot_util::write_atomic`]), creating the directory first.
-/// A reader sees the old or the new contents, never a mix; a crash leaves one of them.
-pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
-    ensure_dir(path.parent().unwrap_or(Path::new(".")))?;
-    nanobot_util::write_atomic(path, contents).map_err(|e| MemoryError::io(e.action, e.path, e.source))
+/// Replaces `rel` with `contents` atomically, creating its directory first. A reader sees the old or the new
+/// contents, never a mix; a crash leaves one of them.
+pub(crate) fn write_atomic(ws: &ConfinedDir, rel: &Path, contents: &[u8]) -> Result<()> {
+    ws.write_atomic(rel, contents)
+        .map_err(|e| MemoryError::io("writing", ws.display_path(rel), e))
 }
 
-/// Deletes `path`; a missing file is fine.
-pub(crate) fn remove_optional(path: &Path) -> Result<()> {
-    match fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(MemoryError::io("deleting", path, e)),
-    }
+/// Deletes `rel`; a missing file is fine.
+pub(crate) fn remove_optional(ws: &ConfinedDir, rel: &Path) -> Result<()> {
+    ws.remove_file(rel)
+        .map(drop)
+        .map_err(|e| MemoryError::io("deleting", ws.display_path(rel), e))
 }

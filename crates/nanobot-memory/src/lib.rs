@@ -77,7 +77,7 @@ pub use dream::{
 };
 pub use error::{MemoryError, Result};
 #[cfg(feature = "search")]
-pub use search::{HitKind, INDEX_FILE, SearchHit, SearchIndex};
+pub use search::{HitKind, INDEX_FILE, SESSION_DIR_INDEX_FILE, SearchHit, SearchIndex};
 pub use store::{
     DREAM_CURSOR_FILE, HISTORY_FILE, HistoryEntry, LEGACY_HISTORY_FILE, MEMORY_DIR, MEMORY_FILE, MemoryStore,
 };
@@ -108,7 +108,8 @@ pub struct Memory {
 
 impl Memory {
     /// Opens the memory of `workspace`: creates `memory/`, migrates a legacy `HISTORY.md` (once); the search
-    /// index is opened on its first use ([`SearchIndex::open_lazy_in_workspace`]). Blocking file I/O; call it at
+    /// index ([`SESSION_DIR_INDEX_FILE`] in the session store's directory, outside the workspace) is opened on
+    /// its first use. Blocking file I/O; call it at
     /// start-up (or in `spawn_blocking`).
     pub fn open(
         workspace: &Path,
@@ -118,12 +119,12 @@ impl Memory {
         dream: DreamSettings,
     ) -> Result<Self> {
         let store = MemoryStore::new(workspace);
-        fsio::ensure_dir(store.dir())?;
+        store.ensure_dir()?;
         store.migrate_legacy_history()?;
         let consolidator =
             Consolidator::new(store.clone(), sessions.clone(), provider.clone(), consolidation);
         #[cfg(feature = "search")]
-        let index = SearchIndex::open_lazy_in_workspace(workspace);
+        let index = SearchIndex::open_lazy(&sessions.dir().join(SESSION_DIR_INDEX_FILE));
         #[cfg(feature = "search")]
         let consolidator = consolidator.with_index(index.clone());
         let dream = Dream::new(store.clone(), provider, dream);

@@ -11,8 +11,14 @@ use crate::error::{MemoryError, Result};
 use crate::format::short_stamp;
 use crate::store::{HistoryEntry, MEMORY_DIR, MemoryStore};
 
-/// File name of the index, inside `<workspace>/memory/`.
+/// File name of the index, inside `<workspace>/memory/` ([`SearchIndex::open_in_workspace`]).
 pub const INDEX_FILE: &str = "index.sqlite";
+
+/// File name of the index that [`crate::Memory::open`] keeps beside the workspace's session files (in nanobot's
+/// data directory, out of reach of `exec` and the file tools: SQLite opens files by name, so a copy in the
+/// workspace could be redirected by a symlink a command planted there). It is rebuilt from `history.jsonl` and
+/// the sessions on use.
+pub const SESSION_DIR_INDEX_FILE: &str = "memory-index.sqlite";
 
 /// Session messages longer than this many characters are indexed in part.
 const MAX_INDEXED_CHARS: usize = 8000;
@@ -134,7 +140,7 @@ impl SearchIndex {
 
     fn connect(path: &Path) -> Result<Connection> {
         if let Some(dir) = path.parent() {
-            crate::fsio::ensure_dir(dir)?;
+            std::fs::create_dir_all(dir).map_err(|e| MemoryError::io("creating directory", dir, e))?;
         }
         let err = |source| MemoryError::Index {
             path: path.to_owned(),

@@ -1,10 +1,11 @@
 //! [`MemoryStore`]: the memory files of a workspace.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use nanobot_util::ConfinedDir;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -55,6 +56,9 @@ pub struct HistoryEntry {
 /// Cheap to clone (clones share the in-process lock). The methods do short, blocking file I/O: call them from
 /// `tokio::task::spawn_blocking` in async code (the [`crate::Consolidator`] and [`crate::Dream`] do).
 ///
+/// Every file is opened beneath a handle of the workspace ([`ConfinedDir`]): a symlink, hard link or FIFO that a
+/// command planted in the workspace (say `memory/` → `~/.ssh`) is refused, never followed out of it.
+///
 /// **History appends** are safe under concurrent writers: an in-process mutex serialises this process's
 /// writers, and an advisory lock (`flock`) on `history.jsonl` serialises other processes. Under the lock the
 /// last cursor is read back from the file and the new line is written in one `write(2)` on an `O_APPEND`
@@ -76,6 +80,7 @@ pub struct HistoryEntry {
 pub struct MemoryStore {
     workspace: PathBuf,
     dir: PathBuf,
+    files: ConfinedDir,
     append_lock: Arc<Mutex<()>>,
 }
 
@@ -85,6 +90,7 @@ impl MemoryStore {
         let workspace = workspace.into();
         let dir = workspace.join(MEMORY_DIR);
         Self {
+            files: ConfinedDir::new(&workspace),
             workspace,
             dir,
             append_lock: Arc::new(Mutex::new(())),
@@ -99,6 +105,16 @@ impl MemoryStore {
     /// `<workspace>/memory`.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The workspace, as a directory whose files are opened beneath its handle.
+    pub(crate) fn files(&self) -> &ConfinedDir {
+        &self.files
+    }
+
+    /// Creates `<workspace>/memory` (beneath the workspace handle).
+    pub(crate) fn ensure_dir(&self) -> Result<()> {
+        fsio::ensure_dir(&self.files, Path::new(MEMORY_DIR))
     }
 
     /// `<workspace>/memory/MEMORY.md`.
@@ -118,12 +134,12 @@ impl MemoryStore {
 
     /// The long-term memory (`MEMORY.md`); empty when the file does not exist.
     pub fn read_memory(&self) -> Result<String> {
-        Ok(fsio::read_optional(&self.memory_path())?.unwrap_or_default())
+        Ok(fsio::read_optional(&self.files, &rel(MEMORY_FILE))?.unwrap_or_default())
     }
 
     /// Replaces `MEMORY.md` atomically.
     pub fn write_memory(&self, text: &str) -> Result<()> {
-        fsio::write_atomic(&self.memory_path(), text.as_bytes())
+        fsio::write_atomic(&self.files, &rel(MEMORY_FILE), text.as_bytes())
     }
 
     /// Appends one entry to `history.jsonl` with the next cursor and the current local time; returns it.
@@ -146,8 +162,10 @@ impl MemoryStore {
         // A poisoned mutex only means another writer panicked; the file lock below still protects the file.
         let _guard = self.append_lock.lock().unwrap_or_else(|p| p.into_inner());
         let path = self.history_path();
-        fsio::ensure_dir(&self.dir)?;
-        let mut file = open_history(&path)?;
+        let mut file = self
+            .files
+            .open_append(&rel(HISTORY_FILE))
+            .map_err(|e| MemoryError::io("opening", &path, e))?;
         file.lock().map_err(|e| MemoryError::io("locking", &path, e))?;
         let (last, ends_with_newline) = last_cursor(&mut file, &path)?;
         let mut buf = String::new();
@@ -184,7 +202,7 @@ impl MemoryStore {
     /// skipped with a warning naming the file and line (they stay in the file).
     pub fn read_history_after(&self, after: u64) -> Result<Vec<HistoryEntry>> {
         let path = self.history_path();
-        let Some(text) = fsio::read_optional(&path)? else {
+        let Some(text) = fsio::read_optional(&self.files, &rel(HISTORY_FILE))? else {
             return Ok(Vec::new());
         };
         Ok(parse_history(&text, &path)
@@ -196,9 +214,9 @@ impl MemoryStore {
     /// The cursor of the newest history entry (0 when there is none).
     pub fn last_history_cursor(&self) -> Result<u64> {
         let path = self.history_path();
-        match File::open(&path) {
-            Ok(mut f) => Ok(last_cursor(&mut f, &path)?.0),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        match self.files.open_read(&rel(HISTORY_FILE)) {
+            Ok(Some(mut f)) => Ok(last_cursor(&mut f, &path)?.0),
+            Ok(None) => Ok(0),
             Err(e) => Err(MemoryError::io("opening", &path, e)),
         }
     }
@@ -206,7 +224,7 @@ impl MemoryStore {
     /// The last cursor Dream processed (0 when `.dream_cursor` does not exist).
     pub fn dream_cursor(&self) -> Result<u64> {
         let path = self.dream_cursor_path();
-        let Some(text) = fsio::read_optional(&path)? else {
+        let Some(text) = fsio::read_optional(&self.files, &rel(DREAM_CURSOR_FILE))? else {
             return Ok(0);
         };
         let t = text.trim();
@@ -222,7 +240,11 @@ impl MemoryStore {
 
     /// Stores the last cursor Dream processed (atomically).
     pub fn set_dream_cursor(&self, cursor: u64) -> Result<()> {
-        fsio::write_atomic(&self.dream_cursor_path(), cursor.to_string().as_bytes())
+        fsio::write_atomic(
+            &self.files,
+            &rel(DREAM_CURSOR_FILE),
+            cursor.to_string().as_bytes(),
+        )
     }
 
     /// Migrates the Python nanobot's `memory/HISTORY.md` (entries separated by blank lines, each starting with
@@ -233,18 +255,16 @@ impl MemoryStore {
         let legacy = self.dir.join(LEGACY_HISTORY_FILE);
         // Held across the whole migration so two writers (threads or processes) never migrate the same file
         // twice.
-        fsio::ensure_dir(&self.dir)?;
-        let lock_path = self.dir.join(".history.migrate.lock");
-        let lock_file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
+        let lock_rel = rel(".history.migrate.lock");
+        let lock_path = self.files.display_path(&lock_rel);
+        let lock_file = self
+            .files
+            .open_lock(&lock_rel)
             .map_err(|e| MemoryError::io("opening", &lock_path, e))?;
         lock_file
             .lock()
             .map_err(|e| MemoryError::io("locking", &lock_path, e))?;
-        let Some(text) = fsio::read_optional(&legacy)? else {
+        let Some(text) = fsio::read_optional(&self.files, &rel(LEGACY_HISTORY_FILE))? else {
             return Ok(None);
         };
         let entries = parse_legacy_history(&text);
@@ -252,8 +272,11 @@ impl MemoryStore {
         if !entries.is_empty() {
             self.append_entries(entries.into_iter().map(|(ts, c)| (ts, c, None)).collect())?;
         }
-        let backup = free_backup_name(&legacy);
-        fs::rename(&legacy, &backup).map_err(|e| MemoryError::io("renaming", &legacy, e))?;
+        let backup = self.free_backup_name()?;
+        self.files
+            .rename(&rel(LEGACY_HISTORY_FILE), &rel(&backup))
+            .map_err(|e| MemoryError::io("renaming", &legacy, e))?;
+        let backup = self.dir.join(backup);
         tracing::info!(entries = n, backup = %backup.display(), "migrated memory/HISTORY.md to history.jsonl");
         Ok(Some(n))
     }
@@ -262,17 +285,6 @@ impl MemoryStore {
 /// Now, local time, as history timestamps are written (`YYYY-MM-DD HH:MM`).
 pub(crate) fn now_stamp() -> String {
     chrono::Local::now().format("%Y-%m-%d %H:%M").to_string()
-}
-
-fn open_history(path: &Path) -> Result<File> {
-    let mut o = OpenOptions::new();
-    o.read(true).append(true).create(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        o.mode(0o600);
-    }
-    o.open(path).map_err(|e| MemoryError::io("opening", path, e))
 }
 
 /// The greatest cursor in the file and whether the file ends with a newline (an empty file does).
@@ -386,15 +398,32 @@ fn parse_legacy_history(text: &str) -> Vec<(String, String)> {
     out
 }
 
-fn free_backup_name(legacy: &Path) -> PathBuf {
-    let base = legacy.with_extension("md.bak");
-    if !base.exists() {
-        return base;
+/// `memory/<name>` relative to the workspace.
+fn rel(name: &str) -> PathBuf {
+    Path::new(MEMORY_DIR).join(name)
+}
+
+impl MemoryStore {
+    /// The first free name of `HISTORY.md.bak`, `HISTORY.md.bak.1`, … in `memory/`.
+    fn free_backup_name(&self) -> Result<String> {
+        let base = format!("{LEGACY_HISTORY_FILE}.bak");
+        let taken = |name: &str| {
+            self.files
+                .symlink_metadata(&rel(name))
+                .map(|m| m.is_some())
+                .map_err(|e| MemoryError::io("inspecting", self.dir.join(name), e))
+        };
+        if !taken(&base)? {
+            return Ok(base);
+        }
+        for i in 1..10_000 {
+            let name = format!("{base}.{i}");
+            if !taken(&name)? {
+                return Ok(name);
+            }
+        }
+        Ok(base)
     }
-    (1..)
-        .map(|i| PathBuf::from(format!("{}.{i}", base.display())))
-        .find(|p| !p.exists())
-        .unwrap_or(base)
 }
 
 #[cfg(test)]
@@ -431,7 +460,7 @@ mod tests {
         let ws = tempfile::tempdir().unwrap();
         let store = MemoryStore::new(ws.path());
         store.append_history("one", None).unwrap();
-        let mut f = OpenOptions::new()
+        let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(store.history_path())
             .unwrap();
@@ -447,8 +476,8 @@ mod tests {
         let ws = tempfile::tempdir().unwrap();
         let store = MemoryStore::new(ws.path());
         assert_eq!(store.dream_cursor().unwrap(), 0);
-        fs::create_dir_all(store.dir()).unwrap();
-        fs::write(store.dream_cursor_path(), "abc").unwrap();
+        std::fs::create_dir_all(store.dir()).unwrap();
+        std::fs::write(store.dream_cursor_path(), "abc").unwrap();
         let err = store.dream_cursor().unwrap_err().to_string();
         assert!(err.contains(".dream_cursor") && err.contains("abc"), "{err}");
         store.set_dream_cursor(12).unwrap();

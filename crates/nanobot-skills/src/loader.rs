@@ -1,10 +1,11 @@
 //! Discovery (workspace over built-in), the loaded [`SkillSet`] and what it renders for prompts.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
+
+use nanobot_util::{ConfinedDir, EntryKind};
 
 use crate::SkillsError;
 use crate::builtin::{builtin_skill, builtin_skill_names, materialize_builtins};
@@ -87,6 +88,9 @@ pub struct SkillWarning {
 /// dirs the same way).
 #[derive(Debug, Clone)]
 pub struct SkillsLoader {
+    /// The workspace: skills are read beneath a handle of it, so a link in `skills/` that leads out of it
+    /// (planted by a command) is refused, never followed.
+    workspace: ConfinedDir,
     workspace_skills: PathBuf,
     builtin_dir: PathBuf,
     builtins: bool,
@@ -95,6 +99,9 @@ pub struct SkillsLoader {
     /// The last [`SkillsLoader::load_cached`] result, shared by clones of this loader.
     cache: Arc<Mutex<Option<CachedSet>>>,
 }
+
+/// The workspace's skills folder, relative to the workspace.
+const SKILLS_DIR: &str = "skills";
 
 /// How long a cached [`SkillSet`] is reused when no `SKILL.md` changed: requirements (binaries on `PATH`,
 /// variables) are checked again after this, so a tool installed while the gateway runs is noticed.
@@ -116,7 +123,8 @@ impl SkillsLoader {
     /// requirements against `env`.
     pub fn new(workspace: &Path, builtin_dir: impl Into<PathBuf>, env: RequirementEnv) -> Self {
         SkillsLoader {
-            workspace_skills: workspace.join("skills"),
+            workspace: ConfinedDir::new(workspace),
+            workspace_skills: workspace.join(SKILLS_DIR),
             builtin_dir: builtin_dir.into(),
             builtins: true,
             disabled: BTreeSet::new(),
@@ -179,20 +187,21 @@ impl SkillsLoader {
     }
 
     fn stamp(&self) -> Vec<SkillFileStamp> {
-        let Ok(entries) = fs::read_dir(&self.workspace_skills) else {
+        let Ok(Some(entries)) = self.workspace.read_dir(Path::new(SKILLS_DIR)) else {
             return Vec::new();
         };
-        let mut out: Vec<SkillFileStamp> = entries
-            .filter_map(Result::ok)
-            .map(|e| {
-                let meta = fs::metadata(e.path().join("SKILL.md"))
+        entries
+            .into_iter()
+            .map(|(name, _)| {
+                let meta = self
+                    .workspace
+                    .symlink_metadata(&Path::new(SKILLS_DIR).join(&name).join("SKILL.md"))
                     .ok()
+                    .flatten()
                     .map(|m| (m.len(), m.modified().ok()));
-                (e.file_name(), meta)
+                (name, meta)
             })
-            .collect();
-        out.sort();
-        out
+            .collect()
     }
 
     /// Discovers all skills now. Never fails: unreadable or malformed skills are skipped with a
@@ -202,25 +211,32 @@ impl SkillsLoader {
         let mut warnings = Vec::new();
         let mut shadowed = BTreeSet::new();
 
-        match fs::read_dir(&self.workspace_skills) {
+        match self.workspace.read_dir(Path::new(SKILLS_DIR)) {
             Ok(entries) => {
-                let mut dirs: Vec<PathBuf> = entries
-                    .filter_map(Result::ok)
-                    .map(|e| e.path())
-                    .filter(|p| p.is_dir())
-                    .collect();
-                dirs.sort();
-                for dir in dirs {
-                    let Some(name) = dir.file_name().and_then(|n| n.to_str()).map(str::to_owned) else {
+                // Folders, and links to folders (followed only while they stay inside the workspace).
+                let dirs = entries
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|(_, kind)| matches!(kind, EntryKind::Dir | EntryKind::Symlink));
+                for (name, kind) in dirs {
+                    let Some(name) = name.to_str().map(str::to_owned) else {
                         continue;
                     };
                     if name.starts_with('.') {
                         continue;
                     }
-                    let file = dir.join("SKILL.md");
-                    let text = match fs::read_to_string(&file) {
-                        Ok(t) => t,
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    let rel = Path::new(SKILLS_DIR).join(&name).join("SKILL.md");
+                    let file = self.workspace_skills.join(&name).join("SKILL.md");
+                    let text = match self.workspace.read_to_string(&rel) {
+                        Ok(Some(t)) => t,
+                        Ok(None) => continue,
+                        // A link to a file, not a skill folder.
+                        Err(e)
+                            if kind == EntryKind::Symlink
+                                && e.kind() == std::io::ErrorKind::NotADirectory =>
+                        {
+                            continue;
+                        }
                         Err(source) => {
                             let error = SkillsError::Io { path: file, source };
                             tracing::warn!(skill = %name, "skipping skill: {error}");
@@ -245,7 +261,6 @@ impl SkillsLoader {
                     }
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(source) => {
                 let error = SkillsError::Io {
                     path: self.workspace_skills.clone(),

@@ -469,9 +469,167 @@ pub fn prlimit_args(prlimit: &Path, limits: &ExecLimits, nproc: bool) -> Vec<OsS
     a
 }
 
+/// Where per-call process-count cgroups can be made here, probed once: the directory of nanobot's own cgroup
+/// in a writable `pids` hierarchy (cgroup v1's `pids` controller, or cgroup v2 where nanobot's cgroup already
+/// delegates `pids` to its children). Used where `RLIMIT_NPROC` does not bind, that is when nanobot runs as
+/// root; `None` elsewhere, or when no such hierarchy can be written (then the PID namespace and the timeout
+/// are the bound, and `doctor` says so).
+pub fn pids_cgroup_parent() -> Option<&'static Path> {
+    static PROBE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    PROBE
+        .get_or_init(|| {
+            if !kernel_support().root {
+                return None;
+            }
+            let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+            let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+            pids_parent_candidates(&cgroups, &mounts)
+                .into_iter()
+                .find(|dir| PidsCgroup::create_in(dir, 1).is_ok())
+        })
+        .as_deref()
+}
+
+/// The directories that may hold per-call pids cgroups, from `/proc/self/cgroup` and `/proc/self/mountinfo`:
+/// the v1 `pids` hierarchy first, then the v2 one when its cgroup delegates `pids`.
+fn pids_parent_candidates(cgroups: &str, mountinfo: &str) -> Vec<PathBuf> {
+    // (mount root, mount point, fstype, super options) of each cgroup mount.
+    let mounts: Vec<(&str, &str, &str, &str)> = mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (head, tail) = line.split_once(" - ")?;
+            let head: Vec<&str> = head.split(' ').collect();
+            let mut tail = tail.split(' ');
+            let (fstype, _source, opts) = (tail.next()?, tail.next()?, tail.next().unwrap_or(""));
+            Some((*head.get(3)?, *head.get(4)?, fstype, opts))
+        })
+        .filter(|m| m.2 == "cgroup" || m.2 == "cgroup2")
+        .collect();
+    let under = |root: &str, point: &str, path: &str| {
+        let rel = path.strip_prefix(root.trim_end_matches('/')).unwrap_or(path);
+        Path::new(point).join(rel.trim_start_matches('/'))
+    };
+    let mut out = Vec::new();
+    for line in cgroups.lines() {
+        let mut f = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        if controllers.split(',').any(|c| c == "pids") {
+            for (root, point, _, opts) in mounts.iter().filter(|m| m.2 == "cgroup") {
+                if opts.split(',').any(|o| o == "pids") {
+                    out.push(under(root, point, path));
+                }
+            }
+        } else if controllers.is_empty() {
+            for (root, point, _, _) in mounts.iter().filter(|m| m.2 == "cgroup2") {
+                let dir = under(root, point, path);
+                let delegated = std::fs::read_to_string(dir.join("cgroup.subtree_control"))
+                    .is_ok_and(|c| c.split_whitespace().any(|c| c == "pids"));
+                if delegated {
+                    out.push(dir);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A cgroup that limits the number of processes of one `exec` call (`pids.max`), removed when dropped.
+///
+/// The command joins it before anything else runs: [`PidsCgroup::join_prefix`] is a `sh` that writes its own
+/// PID into `cgroup.procs` and then `exec`s the real argv (bubblewrap), so every descendant is counted from the
+/// first fork, with no `pre_exec` hook.
+#[derive(Debug)]
+pub struct PidsCgroup {
+    dir: PathBuf,
+}
+
+impl PidsCgroup {
+    /// A new cgroup allowing `max` processes under [`pids_cgroup_parent`]; `None` where there is none.
+    pub fn create(max: u64) -> Option<Self> {
+        Self::create_in(pids_cgroup_parent()?, max).ok()
+    }
+
+    fn create_in(parent: &Path, max: u64) -> std::io::Result<Self> {
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = parent.join(format!("nanobot-exec-{}-{n}", std::process::id()));
+        std::fs::create_dir(&dir)?;
+        let group = Self { dir };
+        std::fs::write(group.dir.join("pids.max"), max.to_string())?;
+        Ok(group)
+    }
+
+    /// The arguments to put before the command's argv: `sh -c 'echo 0 > "$0" && exec "$@"' <cgroup.procs>`.
+    pub fn join_prefix(&self) -> Vec<OsString> {
+        let sh = find_tool("sh").unwrap_or_else(|| PathBuf::from("/bin/sh"));
+        vec![
+            sh.into_os_string(),
+            "-c".into(),
+            r#"echo 0 > "$0" && exec "$@""#.into(),
+            self.dir.join("cgroup.procs").into_os_string(),
+        ]
+    }
+
+    /// How many processes are in the cgroup now.
+    pub fn count(&self) -> usize {
+        std::fs::read_to_string(self.dir.join("cgroup.procs")).map_or(0, |t| t.lines().count())
+    }
+}
+
+impl Drop for PidsCgroup {
+    /// Removes the cgroup; processes still in it (the call ended without its PID namespace: Landlock only)
+    /// are killed first. Bounded: at most 50 tries, 20 ms apart, on a thread of its own.
+    fn drop(&mut self) {
+        if std::fs::remove_dir(&self.dir).is_ok() {
+            return;
+        }
+        let dir = self.dir.clone();
+        let _ = std::thread::Builder::new()
+            .name("nanobot-exec-cgroup".into())
+            .spawn(move || {
+                for _ in 0..50 {
+                    if let Ok(pids) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+                        for pid in pids.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
+                            let _ = nix::sys::signal::kill(
+                                nix::unistd::Pid::from_raw(pid),
+                                nix::sys::signal::Signal::SIGKILL,
+                            );
+                        }
+                    }
+                    if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                tracing::warn!(cgroup = %dir.display(), "could not remove an exec call's cgroup");
+            });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pids_cgroup_candidates_from_v1_and_v2_tables() {
+        let cgroups = "8:pids:/job/42\n4:memory:/job/42\n0::/user.slice/app\n";
+        let mountinfo = "\
+30 25 0:26 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids\n\
+31 25 0:27 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
+32 25 0:28 /job /mnt/pids-in-container rw - cgroup cgroup rw,pids\n\
+33 25 0:29 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n";
+        let c = pids_parent_candidates(cgroups, mountinfo);
+        assert_eq!(
+            c,
+            [
+                PathBuf::from("/sys/fs/cgroup/pids/job/42"),
+                PathBuf::from("/mnt/pids-in-container/42")
+            ],
+            "v2 is a candidate only where pids is delegated (not readable here)"
+        );
+    }
 
     #[test]
     fn readable_except_skips_the_hidden_dir_and_symlinks_into_it() {

@@ -1,7 +1,8 @@
 //! nanobot's shared plumbing: one implementation of each small job that several crates need.
 //!
 //! **Owns:** the retry/restart delay schedule ([`Backoff`], on `backon`), atomic file replacement
-//! ([`write_atomic`]), poison-ignoring locks ([`lock`]), one-line error chains ([`ErrorChain`]), the redacted
+//! ([`write_atomic`]), nanobot's own files in a directory the model can write to, opened beneath a handle of it
+//! ([`ConfinedDir`]), poison-ignoring locks ([`lock`]), one-line error chains ([`ErrorChain`]), the redacted
 //! [`Secret`] string (on `secrecy`) and the environment map libraries are handed ([`EnvMap`]).
 //!
 //! **Must not know:** anything about nanobot's domain (messages, config schema, channels). It sits at the
@@ -24,6 +25,7 @@
 //! ```
 
 mod backoff;
+mod confined;
 mod env;
 mod error_chain;
 mod fs;
@@ -31,6 +33,7 @@ pub mod secret;
 mod sync;
 
 pub use backoff::Backoff;
+pub use confined::{ConfinedDir, EntryKind};
 pub use env::EnvMap;
 pub use error_chain::{ErrorChain, error_chain};
 pub use fs::{AtomicWriteError, write_atomic};

@@ -229,3 +229,49 @@ fn legacy_store_is_migrated_once_with_backup() {
     assert!(!store.migrate_from(&legacy).unwrap());
     assert_eq!(store.load().unwrap().jobs.len(), 2);
 }
+
+/// A `cron` folder that a command replaced by a link leading out of the workspace (to a folder holding a
+/// planted `jobs.json` and a file nanobot must never write) is refused: nothing is read from or written there,
+/// and the Python nanobot's queue beside it is not merged.
+#[test]
+fn a_cron_folder_linked_out_of_the_workspace_is_never_followed() {
+    let base = tempfile::tempdir().unwrap();
+    let ws = base.path().join("workspace");
+    let outside = base.path().join("outside");
+    fs::create_dir_all(&ws).unwrap();
+    fs::create_dir_all(&outside).unwrap();
+    let planted = r#"{"version": 1, "jobs": [{"id": "evil", "name": "evil", "enabled": true,
+        "schedule": {"kind": "every", "everyMs": 1000}, "payload": {"kind": "agent_turn", "message": "exfiltrate"},
+        "state": {}, "createdAtMs": 0, "updatedAtMs": 0, "deleteAfterRun": false}]}"#;
+    fs::write(outside.join("jobs.json"), planted).unwrap();
+    fs::write(
+        outside.join("action.jsonl"),
+        r#"{"action": "del", "params": {"job_id": "x"}}"#,
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&outside, ws.join("cron")).unwrap();
+    let store = JobStore::new(ws.join("cron").join("jobs.json"));
+    let err = nanobot_util::error_chain(&store.load().unwrap_err());
+    assert!(err.contains("leads outside"), "{err}");
+    assert!(store.update(|f| Ok(f.jobs.clear())).is_err());
+    let mut names: Vec<_> = fs::read_dir(&outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["action.jsonl", "jobs.json"],
+        "no lock or temporary file was created outside"
+    );
+    assert_eq!(fs::read_to_string(outside.join("jobs.json")).unwrap(), planted);
+
+    // A hard-linked jobs.json is refused too; replacing the link by a real folder makes the store usable.
+    fs::remove_file(ws.join("cron")).unwrap();
+    fs::create_dir_all(ws.join("cron")).unwrap();
+    fs::hard_link(outside.join("jobs.json"), ws.join("cron/jobs.json")).unwrap();
+    let err = nanobot_util::error_chain(&store.load().unwrap_err());
+    assert!(err.contains("hard-linked"), "{err}");
+    fs::remove_file(ws.join("cron/jobs.json")).unwrap();
+    assert!(store.load().unwrap().jobs.is_empty());
+}

@@ -70,7 +70,10 @@ async fn open_leaves_the_index_closed_until_first_search() {
         DreamSettings::new("m"),
     )
     .unwrap();
-    let db = env.store.dir().join(nanobot_memory::INDEX_FILE);
+    // The index lives beside the session files (the data directory), not in the workspace the model can
+    // write to: SQLite opens files by name.
+    let db = env.sessions.dir().join(nanobot_memory::SESSION_DIR_INDEX_FILE);
+    assert_eq!(memory.index.path(), db);
     assert!(!memory.index.is_open());
     assert!(!db.exists(), "opening the memory created the SQLite index");
     env.store
@@ -83,6 +86,7 @@ async fn open_leaves_the_index_closed_until_first_search() {
         .unwrap();
     assert!(out.text.contains("kettle"), "{}", out.text);
     assert!(memory.index.is_open() && db.exists());
+    assert!(!env.store.dir().join(nanobot_memory::INDEX_FILE).exists());
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, reason = "test helpers: a failure should fail the test")]
 
+mod confinement;
 mod consolidation;
 mod dream;
 mod facade;

@@ -382,10 +382,16 @@ pub fn confinement_report(settings: &ExecSettings, workspace: &Path) -> Confinem
                 "limits: {} processes, {} s CPU, {} MiB memory, {} MiB files (0 = none), {} chars of output",
                 l.max_processes, l.cpu_seconds, l.memory_mb, l.file_size_mb, settings.max_output_chars
             ));
-            if k.root {
+            if k.root && !matches!(backend, Backend::Landlock) && confine::pids_cgroup_parent().is_some() {
+                facts.push(
+                    "running as root: the process count is enforced by a pids cgroup per call (RLIMIT_NPROC \
+                     does not bind root)"
+                        .into(),
+                );
+            } else if k.root {
                 warnings.push(
-                    "running as root: the process-count limit does not bind root (the PID namespace \
-                     and the timeout still end every process)"
+                    "running as root: the process-count limit does not bind root and no writable pids cgroup \
+                     was found (the PID namespace and the timeout still end every process)"
                         .into(),
                 );
             } else if !matches!(backend, Backend::Bwrap(_)) {
@@ -573,6 +579,15 @@ impl TypedTool for ExecTool {
             argv.extend(confine::prlimit_args(prlimit, &self.settings.limits, nproc));
         }
         argv.extend(["sh".into(), "-c".into(), args.command.clone().into()]);
+        // As root RLIMIT_NPROC does not bind: count the call's processes in a cgroup of its own instead, joined
+        // before bubblewrap starts (Landlock would refuse the write to cgroup.procs). Removed when the call ends.
+        let _pids_cgroup = match (&backend, self.settings.limits.max_processes) {
+            (Backend::Landlock, _) | (_, 0) => None,
+            _ if !k.root => None,
+            (_, max) => confine::PidsCgroup::create(max).inspect(|cg| {
+                argv.splice(0..0, cg.join_prefix());
+            }),
+        };
         let env = self.child_env(&tmpdir);
         let landlock = (backend == Backend::Landlock)
             .then(|| (view.landlock_read(), view.landlock_write(), view.network));

@@ -432,8 +432,13 @@ async fn a_fork_loop_is_bounded_and_the_call_returns() {
         .and_then(|t| t.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no count: {}", out.text));
-    if kernel_support().root {
-        println!("running as root: RLIMIT_NPROC does not bind root; checking only that nothing survives");
+    // As root RLIMIT_NPROC does not bind; a pids cgroup per call does the counting where one can be made.
+    let bounded = !kernel_support().root || nanobot_tools::confine::pids_cgroup_parent().is_some();
+    if !bounded {
+        println!(
+            "running as root without a writable pids cgroup: RLIMIT_NPROC does not bind root; checking only \
+             that nothing survives"
+        );
         assert_eq!(started, 120, "{}", out.text);
     } else {
         assert!(
@@ -449,7 +454,7 @@ async fn a_fork_loop_is_bounded_and_the_call_returns() {
     }
     assert!(alive_with(&m).is_empty(), "fork-loop children survived the call");
     // A real fork bomb ends with the call (bounded by the limit, or by the timeout as root).
-    if !kernel_support().root {
+    if bounded {
         let out = reg
             .execute(
                 "exec",
@@ -723,4 +728,31 @@ fn nothing_survives_when_nanobot_dies() {
         assert_eq!(n, 1, "a sandboxed process outlived nanobot by 20 s");
     }
     assert!(alive_with(&m).is_empty(), "survivors after nanobot died");
+}
+
+/// As root, each call's processes are counted in a pids cgroup of its own, which is gone after the call.
+#[test]
+fn a_pids_cgroup_limits_and_is_removed() {
+    let Some(parent) = nanobot_tools::confine::pids_cgroup_parent() else {
+        println!("skipped: not root, or no writable pids cgroup hierarchy here");
+        return;
+    };
+    let group = nanobot_tools::confine::PidsCgroup::create(7).expect("a cgroup under a probed parent");
+    let prefix = group.join_prefix();
+    let procs = PathBuf::from(prefix.last().unwrap());
+    let dir = procs.parent().unwrap().to_path_buf();
+    assert!(dir.starts_with(parent), "{}", dir.display());
+    assert_eq!(std::fs::read_to_string(dir.join("pids.max")).unwrap().trim(), "7");
+    // The prefix really moves the command into the cgroup: the command sees its own cgroup.
+    let out = std::process::Command::new(&prefix[0])
+        .args(&prefix[1..])
+        .args(["sh", "-c", "cat /proc/self/cgroup"])
+        .output()
+        .unwrap();
+    let seen = String::from_utf8_lossy(&out.stdout);
+    let name = dir.file_name().unwrap().to_str().unwrap();
+    assert!(seen.contains(name), "{seen}");
+    assert_eq!(group.count(), 0);
+    drop(group);
+    assert!(!dir.exists(), "the cgroup of an ended call is removed");
 }
