@@ -483,11 +483,35 @@ pub fn pids_cgroup_parent() -> Option<&'static Path> {
             }
             let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
             let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-            pids_parent_candidates(&cgroups, &mounts)
+            let parent = pids_parent_candidates(&cgroups, &mounts)
                 .into_iter()
-                .find(|dir| PidsCgroup::create_in(dir, 1).is_ok())
+                .find(|dir| PidsCgroup::create_in(dir, 1).is_ok())?;
+            sweep_stale_cgroups(&parent);
+            Some(parent)
         })
         .as_deref()
+}
+
+/// Removes the empty per-call cgroups that nanobot processes no longer running left behind (a process that
+/// exited while a call's cgroup was still being emptied).
+fn sweep_stale_cgroups(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("nanobot-exec-"))
+            .and_then(|n| n.split('-').next())
+        else {
+            continue;
+        };
+        if pid != std::process::id().to_string() && !Path::new("/proc").join(pid).exists() {
+            // Fails (harmlessly) while processes are still in it.
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
 }
 
 /// The directories that may hold per-call pids cgroups, from `/proc/self/cgroup` and `/proc/self/mountinfo`:

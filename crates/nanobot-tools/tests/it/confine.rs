@@ -742,6 +742,24 @@ fn a_pids_cgroup_limits_and_is_removed() {
     let procs = PathBuf::from(prefix.last().unwrap());
     let dir = procs.parent().unwrap().to_path_buf();
     assert!(dir.starts_with(parent), "{}", dir.display());
+    // Cgroups left by nanobot processes that are gone were swept when the parent was probed.
+    for entry in std::fs::read_dir(parent).unwrap().flatten() {
+        let name = entry.file_name().into_string().unwrap();
+        if let Some(pid) = name
+            .strip_prefix("nanobot-exec-")
+            .and_then(|n| n.split('-').next())
+        {
+            let alive = Path::new("/proc").join(pid).exists();
+            assert!(
+                alive
+                    || std::fs::read_to_string(entry.path().join("cgroup.procs"))
+                        .unwrap()
+                        .trim()
+                        != "",
+                "stale empty cgroup {name} was not swept"
+            );
+        }
+    }
     assert_eq!(std::fs::read_to_string(dir.join("pids.max")).unwrap().trim(), "7");
     // The prefix really moves the command into the cgroup: the command sees its own cgroup.
     let out = std::process::Command::new(&prefix[0])
