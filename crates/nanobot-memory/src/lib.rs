@@ -21,7 +21,12 @@
 //! | `memory/.dream_cursor` | the last history cursor Dream processed |
 //! | `memory/HISTORY.md.bak` | the legacy log after its one-time migration |
 //! | `memory/.dream/<n>.json` | Dream change records (contents before and after) |
-//! | `memory/index.sqlite` | the `memory_search` index (rebuildable from the files above and the sessions) |
+//!
+//! Every one of them is opened beneath a handle of the workspace ([`nanobot_util::ConfinedDir`]): the model's
+//! commands can write there, and a link they leave that leads out of the workspace is refused, never followed.
+//! The `memory_search` index (rebuildable from the files above and the sessions) is kept out of the workspace, in
+//! the session store's folder ([`SESSION_DIR_INDEX_FILE`]), because SQLite opens files by name; embedders may
+//! still put one at `memory/index.sqlite` with [`SearchIndex::open_in_workspace`].
 //!
 //! # Example
 //!
