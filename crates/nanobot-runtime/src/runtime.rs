@@ -90,6 +90,20 @@ impl Runtime {
             let stop = accept.clone();
             tokio::spawn(async move { svc.run(stop).await });
         }
+        // Session files written by the Python nanobot are counted once now, off the turn path, so the first turn
+        // on a long one reads only its tail (issue 16). Stops with the runtime.
+        let sessions = agent.sessions().clone();
+        let stop = accept.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = stop.cancelled() => {}
+                r = sessions.index_sessions() => match r {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(files = n, "indexed session files written by the Python nanobot"),
+                    Err(e) => tracing::warn!(error = %e, "could not index the session files"),
+                },
+            }
+        });
         let dispatcher = tokio::spawn(dispatch(
             agent.clone(),
             bus,

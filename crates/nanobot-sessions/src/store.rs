@@ -406,6 +406,33 @@ impl SessionStore {
         tokio::task::spawn_blocking(move || inner.list()).await?
     }
 
+    /// Prepares every session file of this workspace for reads from its end. A file written by the Python nanobot
+    /// (its only metadata is the first line, and `last_consolidated` there counts from the start) has to be
+    /// counted through once before its newest messages can be placed; this does that count now and leaves a
+    /// message-count record at the file's end, so the first turn on it reads only its tail. Files that already
+    /// end near such a record cost one small read from the end.
+    ///
+    /// Meant for the background of a long-running process (the runtime starts it with the dispatcher). Each file
+    /// is handled under its session's lock, so a turn on that session waits at most for that one file, and a
+    /// session a turn has already read is skipped. Returns how many files got a count record; a file that
+    /// cannot be read is skipped with a warning.
+    pub async fn index_sessions(&self) -> Result<usize> {
+        let mut marked = 0;
+        for info in self.list_sessions().await? {
+            match self
+                .run(&info.key, |inner, key, slot| inner.mark_count(key, slot))
+                .await
+            {
+                Ok(true) => marked += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(file = %info.path.display(), error = %e, "could not index a session file")
+                }
+            }
+        }
+        Ok(marked)
+    }
+
     /// Writes the crash-recovery checkpoint of session `key` (mode 0600), replacing any previous one. The
     /// payload is opaque to this crate, but an object whose arrays only grow between two writes (a run's
     /// messages) costs only the change: the file is a journal, the first write of a run holds the whole
@@ -578,6 +605,27 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// [`SessionStore::index_sessions`] for one file: counts it from its end and, when the newest count record
+    /// is far from the end (or missing), appends one (not fsynced: losing it only costs a later read its speed).
+    fn mark_count(&self, key: &str, slot: &mut Slot) -> Result<bool> {
+        if slot.cached.is_some() || slot.head.is_some() {
+            return Ok(false);
+        }
+        let path = self.owned_path(key)?;
+        match self.tail_scan(&path, key, 0)? {
+            TailRead::Found(scan) => {
+                let far = scan.since_anchor >= tail::ANCHOR_EVERY;
+                self.set_head(slot, scan.header, scan.total, scan.since_anchor);
+                if far {
+                    self.append_metadata_record_synced(key, slot, false)?;
+                }
+                Ok(far)
+            }
+            // Missing, or unusable from the end (read whole by the first turn, as before): nothing to prepare.
+            TailRead::Missing | TailRead::Unusable => Ok(false),
+        }
     }
 
     fn set_head(&self, slot: &mut Slot, header: Session, total: usize, since_anchor: usize) {

@@ -13,6 +13,8 @@ use nanobot_channels::{
 use slack_morphism::errors::SlackClientError;
 use slack_morphism::prelude::*;
 use tokio::sync::{mpsc, watch};
+
+use crate::socket;
 use tokio_util::sync::CancellationToken;
 
 use crate::inbound::{clean_text, is_direct, mentions, reply_thread, safe_file_name};
@@ -55,22 +57,6 @@ impl std::fmt::Debug for SlackChannel {
     }
 }
 
-/// What the Socket Mode callbacks (plain `fn`s) reach through slack-morphism's user state.
-struct ListenerState {
-    events: mpsc::Sender<SlackPushEventCallback>,
-    /// Button presses (block actions), handled in order with the events.
-    presses: mpsc::Sender<SlackInteractionBlockActionsEvent>,
-    /// Counts the `hello` messages of Socket Mode connections.
-    hellos: watch::Sender<u64>,
-}
-
-/// Counts a Socket Mode `hello` (generic over the event type, which slack-morphism does not export).
-async fn on_hello<E>(_event: E, _client: Arc<SlackHyperClient>, states: SlackClientEventsUserState) {
-    if let Some(state) = states.read().await.get_user_state::<ListenerState>() {
-        state.hellos.send_modify(|n| *n += 1);
-    }
-}
-
 /// The error for a Slack call that did not finish within its bound.
 fn stalled(what: &str, after: Duration) -> ChannelError {
     ChannelError::Transient {
@@ -79,53 +65,62 @@ fn stalled(what: &str, after: Duration) -> ChannelError {
     }
 }
 
-async fn on_push(
-    event: SlackPushEventCallback,
-    _client: Arc<SlackHyperClient>,
-    states: SlackClientEventsUserState,
-) -> UserCallbackResult<()> {
-    let events = states
-        .read()
+/// The longest wait between two WebSocket pings on a Socket Mode connection (shorter when the API bound is).
+const PING_EVERY: Duration = Duration::from_secs(15);
+
+/// Opens a Socket Mode connection: `apps.connections.open` with the app token, then the WebSocket and its
+/// `hello`, each within `bound`.
+async fn open_connection(
+    client: &SlackHyperClient,
+    app_token: &SlackApiToken,
+    bound: Duration,
+) -> Result<socket::Connection, ChannelError> {
+    let session = client.open_session(app_token);
+    let request = SlackApiAppsConnectionOpenRequest::new();
+    let opened = tokio::time::timeout(bound, session.apps_connections_open(&request))
         .await
-        .get_user_state::<ListenerState>()
-        .map(|s| s.events.clone());
-    if let Some(events) = events {
-        // The envelope is acknowledged when this returns; the channel's run loop handles the event in order.
-        if events.send(event).await.is_err() {
-            tracing::debug!("slack: event arrived after the channel stopped");
+        .map_err(|_| stalled("apps.connections.open", bound))?
+        .map_err(map_err)?;
+    socket::open(&opened.url.value().to_string(), bound)
+        .await
+        .map_err(|e| match e {
+            socket::OpenError::Stalled(what) => stalled(what, bound),
+            socket::OpenError::Failed(why) => ChannelError::Transient {
+                channel: NAME.into(),
+                source: why.into(),
+            },
+        })
+}
+
+/// Serves one Socket Mode connection until it is lost, replacing it when Slack asks for a refresh (the new one
+/// is open before the old one is closed). Returns the error that should end `run` (`None`: the channel stopped).
+async fn keep_connected(
+    client: Arc<SlackHyperClient>,
+    app_token: SlackApiToken,
+    bound: Duration,
+    mut ws: socket::Connection,
+    deliver: mpsc::Sender<socket::Delivery>,
+) -> Option<ChannelError> {
+    let ping_every = bound.min(PING_EVERY);
+    loop {
+        match socket::serve(&mut ws, &deliver, ping_every).await {
+            socket::Ended::Stopped => return None,
+            socket::Ended::Lost(why) => {
+                return Some(ChannelError::Transient {
+                    channel: NAME.into(),
+                    source: format!("Socket Mode connection lost: {why}").into(),
+                });
+            }
+            socket::Ended::Refresh => {
+                let next = match open_connection(&client, &app_token, bound).await {
+                    Ok(next) => next,
+                    Err(e) => return Some(e),
+                };
+                let mut old = std::mem::replace(&mut ws, next);
+                let _ = tokio::time::timeout(bound, old.close(None)).await;
+            }
         }
     }
-    Ok(())
-}
-
-async fn on_interaction(
-    event: SlackInteractionEvent,
-    _client: Arc<SlackHyperClient>,
-    states: SlackClientEventsUserState,
-) -> UserCallbackResult<()> {
-    let SlackInteractionEvent::BlockActions(press) = event else {
-        return Ok(());
-    };
-    let presses = states
-        .read()
-        .await
-        .get_user_state::<ListenerState>()
-        .map(|s| s.presses.clone());
-    if let Some(presses) = presses
-        && presses.send(press).await.is_err()
-    {
-        tracing::debug!("slack: button press arrived after the channel stopped");
-    }
-    Ok(())
-}
-
-fn on_error(
-    err: Box<dyn std::error::Error + Send + Sync>,
-    _client: Arc<SlackHyperClient>,
-    _states: SlackClientEventsUserState,
-) -> HttpStatusCode {
-    tracing::warn!(error = %err, "slack: socket mode error");
-    HttpStatusCode::OK
 }
 
 /// Bound on the TCP connect of every Web API call.
@@ -843,86 +838,68 @@ impl Channel for SlackChannel {
         };
         *lock(&self.bot_user) = Some(me.user_id.to_string());
         let app_token = SlackApiToken::new(self.settings.app_token.expose().to_string().into());
-        let app_session = self.client.open_session(&app_token);
-        let open_request = SlackApiAppsConnectionOpenRequest::new();
-        tokio::select! {
-            () = cancel.cancelled() => return Ok(()),
-            r = self.bounded("apps.connections.open", app_session.apps_connections_open(&open_request)) => {
-                r?;
-            }
+        // The first connections are opened here, within the bound, so a wrong app token or a stalled server ends
+        // `run` at once; afterwards each connection is kept (and refreshed) by a task of its own.
+        let (tx, mut deliveries) = mpsc::channel(256);
+        let mut connections = tokio::task::JoinSet::new();
+        for _ in 0..self.settings.socket_connections.max(1) {
+            let ws = tokio::select! {
+                () = cancel.cancelled() => return Ok(()),
+                r = open_connection(&self.client, &app_token, self.api_timeout) => r?,
+            };
+            connections.spawn(keep_connected(
+                Arc::clone(&self.client),
+                app_token.clone(),
+                self.api_timeout,
+                ws,
+                tx.clone(),
+            ));
         }
-
-        let (tx, mut events) = mpsc::channel(256);
-        let (press_tx, mut presses) = mpsc::channel(64);
-        let hellos = watch::Sender::new(0u64);
-        let mut hello = hellos.subscribe();
-        let environment = Arc::new(
-            SlackClientEventsListenerEnvironment::new(Arc::clone(&self.client))
-                .with_error_handler(on_error)
-                .with_user_state(ListenerState {
-                    events: tx,
-                    presses: press_tx,
-                    hellos,
-                }),
-        );
-        let callbacks = SlackSocketModeListenerCallbacks::new()
-            .with_push_events(on_push)
-            .with_interaction_events(on_interaction)
-            .with_hello_events(on_hello);
-        let config = SlackClientSocketModeConfig::new()
-            .with_max_connections_count(self.settings.socket_connections.max(1));
-        let listener = SlackClientSocketModeListener::new(&config, environment, callbacks);
-        listener.listen_for(&app_token).await.map_err(map_err)?;
-        listener.start().await;
-        // slack-morphism connects (and reconnects) in its own tasks without a bound: wait for the first
-        // connection's `hello` here, within the channel's bound.
-        tokio::select! {
-            () = cancel.cancelled() => {
-                listener.shutdown().await;
-                return Ok(());
-            }
-            connected = async {
-                let waited = tokio::time::timeout(self.api_timeout, hello.wait_for(|n| *n > 0)).await;
-                matches!(waited, Ok(Ok(_)))
-            } => {
-                if !connected {
-                    listener.shutdown().await;
-                    return Err(stalled("Socket Mode connection (no `hello`)", self.api_timeout));
-                }
-            }
-        }
+        drop(tx);
         tracing::info!(bot = %me.user_id, "slack: socket mode connected");
         loop {
             tokio::select! {
                 () = cancel.cancelled() => {
-                    listener.shutdown().await;
+                    connections.abort_all();
                     return Ok(());
                 }
-                Some(press) = presses.recv() => {
-                    if let Err(e) = self.handle_press(&bus, press).await {
-                        if matches!(e, ChannelError::Bus(_)) {
-                            listener.shutdown().await;
-                            return Err(e);
-                        }
-                        tracing::warn!(error = %e, "slack: could not handle a button press");
-                    }
+                Some(ended) = connections.join_next() => {
+                    connections.abort_all();
+                    return Err(match ended {
+                        Ok(Some(e)) => e,
+                        Ok(None) => ChannelError::Transient {
+                            channel: NAME.into(),
+                            source: "the Socket Mode connection stopped".into(),
+                        },
+                        Err(e) => ChannelError::Transient {
+                            channel: NAME.into(),
+                            source: format!("the Socket Mode connection task failed: {e}").into(),
+                        },
+                    });
                 }
-                event = events.recv() => {
-                    let Some(event) = event else {
-                        listener.shutdown().await;
+                delivery = deliveries.recv() => {
+                    let Some(delivery) = delivery else {
+                        connections.abort_all();
                         return Err(ChannelError::Transient {
                             channel: NAME.into(),
-                            source: "the Socket Mode listener stopped".into(),
+                            source: "the Socket Mode connections stopped".into(),
                         });
                     };
-                    if let Err(e) = self.handle_event(&bus, event).await {
+                    let (what, handled) = match delivery {
+                        socket::Delivery::Push(event) => {
+                            let r = self.handle_event(&bus, *event).await;
+                            self.handled.send_modify(|n| *n += 1);
+                            ("an event", r)
+                        }
+                        socket::Delivery::Press(press) => ("a button press", self.handle_press(&bus, *press).await),
+                    };
+                    if let Err(e) = handled {
                         if matches!(e, ChannelError::Bus(_)) {
-                            listener.shutdown().await;
+                            connections.abort_all();
                             return Err(e);
                         }
-                        tracing::warn!(error = %e, "slack: could not handle an event");
+                        tracing::warn!(error = %e, "slack: could not handle {what}");
                     }
-                    self.handled.send_modify(|n| *n += 1);
                 }
             }
         }

@@ -1,8 +1,10 @@
-//! The Slack channel for nanobot, on slack-morphism.
+//! The Slack channel for nanobot, on slack-morphism (the Web API and the event types) and its own Socket Mode
+//! client on tokio-tungstenite (every wait bounded: handshake, `hello`, pings, acknowledgements).
 //!
 //! [`SlackChannel`] implements [`nanobot_channels::Channel`]. It checks both tokens at start (`auth.test` with the
 //! bot token, which also gives the bot's user id; `apps.connections.open` with the app-level token), then receives
-//! events over Socket Mode (each envelope is acknowledged; events are handled in order by the channel's run loop).
+//! events over Socket Mode (each envelope is acknowledged once queued; events are handled in order by the channel's
+//! run loop; a connection silent for three ping intervals is given up, and a `disconnect` refresh reconnects).
 //! For every `message` or `app_mention` event from a person (a message delivered as both is handled once) it
 //! applies the channel's access control: `allowFrom` (pairing codes for denied direct messages), `dm.enabled` /
 //! `dm.policy`, and `groupPolicy` in channels (`mention` answers only messages that mention the bot;
@@ -52,6 +54,7 @@
 mod channel;
 mod inbound;
 mod settings;
+mod socket;
 
 pub use channel::{DEFAULT_API_TIMEOUT, META_CHANNEL_TYPE, META_MESSAGE_TS, META_THREAD_TS, SlackChannel};
 pub use settings::{DEFAULT_API_URL, DEFAULT_MAX_FILE_BYTES, SlackSettings};

@@ -82,16 +82,18 @@ async fn many_long_lines_cost_only_the_lines_wanted() {
     assert!(read <= 2 * file_len, "{read} > 2 × {file_len}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn first_read_of_a_long_python_file_keeps_only_the_tail() {
-    let env = Env::new();
-    let key = "cli:py-long";
+/// Writes session `key` as the Python nanobot does (one metadata line, then `n` messages, some of whose
+/// contents mention `"_type"` early, with a few blank lines), with `last_consolidated`; returns the file's text.
+fn write_python_file(env: &Env, key: &str, n: usize, last_consolidated: usize) -> String {
     let path = env.store.path_for(key);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let mut text = String::from(
-        "{\"_type\": \"metadata\", \"key\": \"cli:py-long\", \"created_at\": \"2026-01-01T00:00:00\", \"updated_at\": \"2026-01-01T00:00:00\", \"metadata\": {}, \"last_consolidated\": 4990}\n",
-    );
-    for i in 0..5000 {
+    let mut text = serde_json::to_string(&json!({
+        "_type": "metadata", "key": key, "created_at": "2026-01-01T00:00:00",
+        "updated_at": "2026-01-01T00:00:00", "metadata": {}, "last_consolidated": last_consolidated
+    }))
+    .unwrap();
+    text.push('\n');
+    for i in 0..n {
         let role = if i % 2 == 0 { "user" } else { "assistant" };
         // Some contents mention "_type" early: such lines are parsed, and still counted as messages.
         let content = if i % 97 == 0 {
@@ -112,6 +114,15 @@ async fn first_read_of_a_long_python_file_keeps_only_the_tail() {
         }
     }
     std::fs::write(&path, &text).unwrap();
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_read_of_a_long_python_file_keeps_only_the_tail() {
+    let env = Env::new();
+    let key = "cli:py-long";
+    let path = env.store.path_for(key);
+    let text = write_python_file(&env, key, 5000, 4990);
     let full = {
         let s = env.store.session(key).await.unwrap();
         env.store.invalidate(key).await;
@@ -128,6 +139,63 @@ async fn first_read_of_a_long_python_file_keeps_only_the_tail() {
     let before = env.store.bytes_read();
     assert_eq!(env.store.history(key, 5).await.unwrap(), full.history(5));
     assert!(env.store.bytes_read() - before < text.len() as u64 / 4);
+}
+
+/// Indexing in the background (as the runtime does at start) counts a Python-written file once, so the first
+/// turn on it reads only its tail and gets the same history as a whole read; files already indexed, and
+/// sessions written by nanobot-rs, cost only a small read from the end and are not touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_indexing_makes_the_first_read_of_a_python_file_a_tail_read() {
+    let env = Env::new();
+    let py = "telegram:py";
+    let text = write_python_file(&env, py, 5000, 4900);
+    write_python_file(&env, "cli:short", 10, 0);
+    env.store
+        .append("cli:ours", vec![SessionMessage::new("user", "hi")])
+        .await
+        .unwrap();
+    let expected = {
+        let whole = SessionStore::new(env.home.path(), env.workspace.path()).unwrap();
+        whole.session(py).await.unwrap().history(100)
+    };
+    let ours_before = std::fs::read(env.store.path_for("cli:ours")).unwrap();
+    let short_before = std::fs::read(env.store.path_for("cli:short")).unwrap();
+
+    let store = SessionStore::new(env.home.path(), env.workspace.path()).unwrap();
+    let read_before = store.bytes_read();
+    assert_eq!(
+        store.index_sessions().await.unwrap(),
+        1,
+        "only the long Python file needs a count record"
+    );
+    assert!(
+        store.bytes_read() - read_before >= text.len() as u64,
+        "the long file was counted through once"
+    );
+    assert_eq!(lines(&store.path_for(py)).last().unwrap()["_message_count"], 5000);
+    assert_eq!(std::fs::read(store.path_for("cli:ours")).unwrap(), ours_before);
+    assert_eq!(std::fs::read(store.path_for("cli:short")).unwrap(), short_before);
+
+    // A process that starts later (or this one's first turn) reads only the tail for the first turn.
+    let fresh = SessionStore::new(env.home.path(), env.workspace.path()).unwrap();
+    let before = fresh.bytes_read();
+    assert_eq!(fresh.history(py, 100).await.unwrap(), expected);
+    let first_turn = fresh.bytes_read() - before;
+    // One read chunk (64 KiB) from the end, and a byte to check the last line, whatever the file's length.
+    assert!(
+        text.len() > 5 * 65_536,
+        "the file is long enough to tell the two apart"
+    );
+    assert!(
+        first_turn <= 65_537,
+        "first turn read {first_turn} of {} bytes",
+        text.len()
+    );
+    // Indexing again finds nothing to do and changes nothing.
+    let again = SessionStore::new(env.home.path(), env.workspace.path()).unwrap();
+    let size = std::fs::metadata(store.path_for(py)).unwrap().len();
+    assert_eq!(again.index_sessions().await.unwrap(), 0);
+    assert_eq!(std::fs::metadata(store.path_for(py)).unwrap().len(), size);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

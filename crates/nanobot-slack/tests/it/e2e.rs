@@ -612,6 +612,59 @@ async fn a_silent_socket_mode_server_ends_run_within_its_bound() -> Result<()> {
     Ok(())
 }
 
+/// Needs no peer: a Socket Mode server that accepts the TCP connection but never answers the WebSocket upgrade
+/// ends `run` with a retryable error naming the handshake.
+#[tokio::test]
+async fn a_hung_websocket_handshake_ends_run_within_its_bound() -> Result<()> {
+    let slack = SlackFake::start_hermetic().await?;
+    let (channel, _media) = bounded_channel(&slack, Duration::from_millis(500))?;
+    slack.hang_handshakes();
+    let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(4));
+    let err = channel.run(bus, CancellationToken::new()).await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(chain(&err).contains("WebSocket handshake"), "{}", chain(&err));
+    Ok(())
+}
+
+/// Needs no peer: a connection that goes quiet after its `hello` (no pong to the pings, the TCP connection
+/// still open) is given up with a retryable error, so the manager reconnects; a `disconnect` envelope (Slack's
+/// refresh) opens a new connection first, and events on it are served.
+#[tokio::test]
+async fn a_refresh_reconnects_and_a_dead_connection_is_given_up() -> Result<()> {
+    let slack = SlackFake::start_hermetic().await?;
+    let (channel, _media) = bounded_channel(&slack, Duration::from_millis(500))?;
+    let channel = Arc::new(channel);
+    let bus = Arc::new(InProcessBus::new(16));
+    let run = tokio::spawn({
+        let (channel, bus) = (Arc::clone(&channel), Arc::clone(&bus));
+        async move { channel.run(bus as Arc<dyn Bus>, CancellationToken::new()).await }
+    });
+    slack.hellos(1).await?;
+    slack.request_refresh();
+    slack.hellos(2).await?;
+    let id = slack.push_event(json!({
+        "type": "message", "channel": "D0ALICE", "channel_type": "im", "user": "U0ALICE",
+        "text": "after the refresh", "ts": "1795330003.000001",
+    }));
+    slack.acked(&id).await?;
+    let inbound = tokio::time::timeout(Duration::from_secs(20), bus.consume_inbound())
+        .await?
+        .context("bus closed")?;
+    assert_eq!(inbound.content, "after the refresh");
+
+    slack.freeze_sockets();
+    let err = tokio::time::timeout(Duration::from_secs(20), run)
+        .await??
+        .unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    let text = chain(&err);
+    assert!(
+        text.contains("connection lost") && text.contains("not even a pong"),
+        "{text}"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn an_approval_request_has_buttons_and_a_press_answers_it_in_its_thread() -> Result<()> {
     let slack = SlackFake::start_hermetic().await?;

@@ -77,6 +77,12 @@ struct State {
     stalled: std::sync::Mutex<Vec<String>>,
     /// Socket Mode connections never get their `hello`.
     silent_socket: std::sync::atomic::AtomicBool,
+    /// New Socket Mode connections are accepted on TCP but the WebSocket handshake is never answered.
+    hung_handshake: std::sync::atomic::AtomicBool,
+    /// Open Socket Mode connections stop reading and writing (no pongs, no acks), keeping the TCP connection.
+    frozen: tokio::sync::watch::Sender<bool>,
+    /// How many Socket Mode connections got their `hello` so far.
+    hellos: AtomicU64,
 }
 
 /// Where the Node 22 binary and emulate are installed: the peers' npm folder, or `.ci/.peers/node22`.
@@ -198,6 +204,34 @@ impl SlackFake {
     /// New Socket Mode connections are accepted but never sent `hello`.
     pub(crate) fn silence_socket(&self) {
         self.state.silent_socket.store(true, Ordering::Relaxed);
+    }
+
+    /// New Socket Mode connections are accepted but their WebSocket handshake is never answered.
+    pub(crate) fn hang_handshakes(&self) {
+        self.state.hung_handshake.store(true, Ordering::Relaxed);
+    }
+
+    /// Every open Socket Mode connection goes quiet: it stops reading (so pings get no pong) and writing, but the
+    /// TCP connection stays open (a dead peer or a broken path).
+    pub(crate) fn freeze_sockets(&self) {
+        self.state.frozen.send_replace(true);
+    }
+
+    /// Sends Slack's `disconnect` envelope (a connection refresh) on the newest connection.
+    pub(crate) fn request_refresh(&self) {
+        let envelope = json!({
+            "type": "disconnect", "reason": "refresh_requested",
+            "debug_info": {"host": "fake-socket-mode"},
+        });
+        if let Some(conn) = self.state.connections.lock().unwrap().last() {
+            let _ = conn.send(envelope.to_string());
+        }
+    }
+
+    /// Waits (at most 20 s) until `n` Socket Mode connections got their `hello` in all.
+    pub(crate) async fn hellos(&self, n: u64) -> Result<()> {
+        self.wait(|s| (s.hellos.load(Ordering::Relaxed) >= n).then_some(()))
+            .await
     }
 
     /// A URL on the front server that serves a shared file to the bot token only.
@@ -417,6 +451,11 @@ fn local_answer(method: &str) -> Value {
 }
 
 async fn socket(stream: tokio::net::TcpStream, state: Arc<State>) -> Result<()> {
+    if state.hung_handshake.load(Ordering::Relaxed) {
+        // Keep the TCP connection open and never answer the upgrade request.
+        let _held = stream;
+        return std::future::pending().await;
+    }
     let mut ws = tokio_tungstenite::accept_async(stream).await?;
     if state.silent_socket.load(Ordering::Relaxed) {
         // Hold the connection open and say nothing.
@@ -433,9 +472,16 @@ async fn socket(stream: tokio::net::TcpStream, state: Arc<State>) -> Result<()> 
     ws.send(Ws::text(hello.to_string())).await?;
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
     state.connections.lock().unwrap().push(tx);
+    state.hellos.fetch_add(1, Ordering::Relaxed);
     state.changed.notify_waiters();
+    let mut frozen = state.frozen.subscribe();
     loop {
         tokio::select! {
+            _ = async { frozen.wait_for(|f| *f).await.is_ok() } => {
+                // Hold the connection, never touching it again.
+                let _held = ws;
+                return std::future::pending().await;
+            }
             frame = ws.next() => {
                 let Some(frame) = frame else { return Ok(()) };
                 match frame? {
