@@ -1,7 +1,8 @@
 //! Issue 16's costs, measured (results in `docs/benchmarks.md`):
 //!
 //! 1. `history` of a session whose last message is 16 MiB (cache dropped each time): time and bytes read.
-//! 2. The first `history` of a 100,000-message file written by the Python nanobot against a later one: time,
+//! 2. The first `history` of a 100,000-message file written by the Python nanobot against a later one, and the
+//!    first one after the runtime's background indexing (`SessionStore::index_sessions`): time,
 //!    bytes read and peak-memory growth. Each read runs in a fresh child process so that its peak RSS
 //!    (`VmHWM`) is its own.
 //! 3. A 20-step tool run's checkpoints: syncs per step, time per step and the checkpoint file's size.
@@ -79,9 +80,33 @@ fn child(home: &str, ws: &str) {
     );
 }
 
+/// Index mode: `index_sessions()` as the runtime runs it in the background at start; prints like [`child`].
+fn index_child(home: &str, ws: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = SessionStore::new(home, ws).unwrap();
+    let before = hwm_kib();
+    let t = Instant::now();
+    let marked = rt.block_on(store.index_sessions()).unwrap();
+    let took = t.elapsed();
+    assert_eq!(marked, 1);
+    println!(
+        "{} {} {}",
+        took.as_micros(),
+        store.bytes_read(),
+        hwm_kib().saturating_sub(before)
+    );
+}
+
 fn run_child(home: &Path, ws: &Path) -> (Duration, u64, u64) {
+    run_mode("--child", home, ws)
+}
+
+fn run_mode(mode: &str, home: &Path, ws: &Path) -> (Duration, u64, u64) {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--child", home.to_str().unwrap(), ws.to_str().unwrap()])
+        .args([mode, home.to_str().unwrap(), ws.to_str().unwrap()])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -97,6 +122,10 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--child") {
         child(&args[2], &args[3]);
+        return;
+    }
+    if args.get(1).map(String::as_str) == Some("--index") {
+        index_child(&args[2], &args[3]);
         return;
     }
     if args.iter().any(|a| a == "--list") {
@@ -143,6 +172,8 @@ fn main() {
     // 2. First vs later read of a 100,000-message Python-written session.
     let mut firsts = Vec::new();
     let mut laters = Vec::new();
+    let mut indexings = Vec::new();
+    let mut indexed_firsts = Vec::new();
     for _ in 0..5 {
         let home = tempfile::tempdir().unwrap();
         let ws = tempfile::tempdir().unwrap();
@@ -151,6 +182,14 @@ fn main() {
         drop(store);
         firsts.push(run_child(home.path(), ws.path()));
         laters.push(run_child(home.path(), ws.path()));
+        // The same file again, indexed in the background at start (as the runtime does), then its first turn.
+        let home = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(home.path(), ws.path()).unwrap();
+        python_file(&store.path_for("cli:py"), "cli:py", 100_000);
+        drop(store);
+        indexings.push(run_mode("--index", home.path(), ws.path()));
+        indexed_firsts.push(run_child(home.path(), ws.path()));
     }
     let show = |name: &str, v: &[(Duration, u64, u64)]| {
         let t = median(v.iter().map(|x| x.0).collect());
@@ -162,8 +201,10 @@ fn main() {
             mem[mem.len() / 2]
         );
     };
-    show("first", &firsts);
+    show("first (no index: counted inline)", &firsts);
     show("later", &laters);
+    show("background indexing at start (off the turn path)", &indexings);
+    show("first turn after the background indexing", &indexed_firsts);
 
     // 3. Checkpoints of a 20-step tool run.
     let home = tempfile::tempdir().unwrap();
