@@ -1,8 +1,9 @@
 //! Asking the user before risky tool calls (`tools.exec.approval`).
 //!
 //! Before a batch of tool calls runs, [`ApprovalHook`] rates each call against the [`ApprovalPolicy`]: a command
-//! the exec guard rates risky ([`nanobot_tools::builtin::guard::risk`]), every command under `always`, and a file
-//! write outside the workspace when the file tools are not restricted to it. Such a call runs only with the
+//! the exec guard rates risky ([`nanobot_tools::builtin::guard::risk`]), every command under `always`, a file
+//! write outside the workspace when the file tools are not restricted to it, and a `write_file`/`edit_file` on a
+//! control file ([`crate::control`]; an approved one is not held back from unattended runs). Such a call runs only with the
 //! user's yes:
 //!
 //! - in a chat (the bus path), the question goes to the same chat ([`OutboundMessage`] with an `_approval`
@@ -340,6 +341,38 @@ pub(crate) struct ApprovalHook {
     pub(crate) workspace: PathBuf,
     /// The file tools are confined to the workspace (their sandbox refuses writes outside; nothing to ask).
     pub(crate) restricted: bool,
+    /// Control files whose write the user approved in this turn (read by the control-file hook).
+    pub(crate) approved_control: Arc<Mutex<std::collections::BTreeSet<String>>>,
+}
+
+/// The control file (workspace-relative, `/`-separated) that a file tool's `path` names, if any.
+fn control_file(workspace: &Path, path: &str) -> Option<String> {
+    if path.starts_with('~') {
+        return None;
+    }
+    let p = Path::new(path);
+    let joined = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        workspace.join(p)
+    };
+    let mut norm = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            Component::ParentDir => {
+                norm.pop();
+            }
+            Component::CurDir => {}
+            other => norm.push(other),
+        }
+    }
+    let rel = norm.strip_prefix(workspace).ok()?;
+    let rel: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let rel = rel.join("/");
+    crate::control::is_control_file(&rel).then_some(rel)
 }
 
 fn shown(s: &str) -> String {
@@ -389,6 +422,12 @@ impl ApprovalHook {
                     "writes outside the workspace".to_owned(),
                 ))
             }
+            (_, "write_file" | "edit_file") if control_file(&self.workspace, arg("path")).is_some() => {
+                Some((
+                    shown(&format!("{} {}", call.name, arg("path"))),
+                    "changes a file that shapes every later turn and the scheduled runs".to_owned(),
+                ))
+            }
             _ => None,
         }
     }
@@ -402,9 +441,20 @@ impl AgentHook for ApprovalHook {
             let Some((action, reason)) = self.rate(call) else {
                 continue;
             };
+            let control = matches!(call.name.as_str(), "write_file" | "edit_file")
+                .then(|| {
+                    control_file(
+                        &self.workspace,
+                        call.arguments.get("path").and_then(Value::as_str).unwrap_or(""),
+                    )
+                })
+                .flatten();
             let exact = format!("{}\u{0}{}", call.name, call.arguments);
             if self.approvals.take_grant(&self.session_key, &exact) {
                 tracing::info!(tool = %call.name, "running a call the user approved with /approve");
+                if let Some(rel) = control {
+                    nanobot_util::lock(&self.approved_control).insert(rel);
+                }
                 continue;
             }
             let id = uuid::Uuid::new_v4().simple().to_string()[..6].to_owned();
@@ -433,6 +483,9 @@ impl AgentHook for ApprovalHook {
             match answer {
                 Some(ApprovalAnswer::Approve) => {
                     tracing::info!(tool = %call.name, id, "the user approved a call");
+                    if let Some(rel) = control {
+                        nanobot_util::lock(&self.approved_control).insert(rel);
+                    }
                 }
                 Some(ApprovalAnswer::Deny) => {
                     tracing::info!(tool = %call.name, id, "the user refused a call");

@@ -25,10 +25,13 @@ pub enum Command {
     Approve,
     /// `/deny ID`: refuse such a call.
     Deny,
+    /// `/confirm-files [yes]`: list the control files the assistant changed that hold scheduled runs back; with
+    /// `yes`, confirm them (nanobot-rs).
+    ConfirmFiles,
 }
 
 /// Every command with its one-line description (the `/help` text and the "did you mean" candidates).
-pub const COMMANDS: [(&str, Command, &str); 10] = [
+pub const COMMANDS: [(&str, Command, &str); 11] = [
     (
         "new",
         Command::New,
@@ -58,6 +61,11 @@ pub const COMMANDS: [(&str, Command, &str); 10] = [
         "deny",
         Command::Deny,
         "Refuse a tool call that asked for approval (/deny ID)",
+    ),
+    (
+        "confirm-files",
+        Command::ConfirmFiles,
+        "List files the assistant changed that pause scheduled runs (/confirm-files yes confirms them)",
     ),
 ];
 

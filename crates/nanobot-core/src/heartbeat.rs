@@ -32,6 +32,12 @@ pub enum HeartbeatOutcome {
     NoTasks,
     /// The model decided there is nothing to do now.
     Skipped,
+    /// Not run: control files (`HEARTBEAT.md`, bootstrap files, memory, skills) hold changes the model made and
+    /// the user has not confirmed ([`crate::control`]). The model was not asked.
+    Held {
+        /// The held files, relative to the workspace.
+        files: Vec<String>,
+    },
     /// The tasks ran; `delivered_to` is the chat (`channel:chat_id`) that got the answer, if any.
     Ran {
         /// The tasks the model chose to run.
@@ -50,6 +56,7 @@ impl HeartbeatOutcome {
             HeartbeatOutcome::NoTasks => "empty",
             HeartbeatOutcome::Skipped => "skip",
             HeartbeatOutcome::Ran { .. } => "run",
+            HeartbeatOutcome::Held { .. } => "held",
         }
     }
 }
@@ -97,6 +104,9 @@ impl AgentLoop {
     /// mode). Reports go to the chat of the most recent message from a real channel, else to the most recently
     /// updated chat session on disk.
     pub async fn heartbeat_tick(&self) -> Result<HeartbeatOutcome, CoreError> {
+        if let Some(files) = self.hold_unattended("heartbeat").await {
+            return Ok(HeartbeatOutcome::Held { files });
+        }
         let ws = self.settings().workspace.clone();
         // Beneath a handle of the workspace: a HEARTBEAT.md that a command replaced by a link leading out of
         // it (or a FIFO) is refused, never followed.

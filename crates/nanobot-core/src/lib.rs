@@ -58,7 +58,9 @@ pub use subagent::{SubagentManager, SubagentOrigin, SubagentSettings};
 pub use tools::{CronAction, CronArgs, CronTool, MessageArgs, MessageTool, SpawnArgs, SpawnTool, TurnInfo};
 mod agent_loop;
 mod approval;
+pub mod control;
 pub use approval::{ApprovalAnswer, ApprovalPolicy, ApprovalRequest, ApprovalSettings, Approver, PARKED_FOR};
+pub use control::{ControlLedger, HeldFile};
 mod settings;
 
 pub use agent_loop::{

@@ -52,7 +52,14 @@ impl AgentLoop {
     pub async fn run_system_job(&self, job: SystemJob) -> Result<String, BoxError> {
         match job {
             SystemJob::Dream => match self.memory_service() {
-                Some(m) => m.dream().await,
+                Some(m) => {
+                    if let Some(files) = self.hold_unattended("Dream").await {
+                        return Err(
+                            format!("held: Dream waits for /confirm-files ({})", files.join(", ")).into(),
+                        );
+                    }
+                    m.dream().await
+                }
                 None => Ok(String::new()),
             },
             SystemJob::Heartbeat => Ok(self.heartbeat_tick().await?.label().to_owned()),

@@ -148,6 +148,10 @@ struct LoopInner {
     stopped: std::sync::atomic::AtomicBool,
     /// Open approval questions, unanswered requests and one-time approvals.
     approvals: Arc<crate::approval::Approvals>,
+    /// Control files the model changed and the user has not confirmed (hold unattended runs).
+    control: Arc<crate::control::ControlLedger>,
+    /// The last "scheduled runs are paused" notice sent (sent once per held set).
+    held_notified: Mutex<Option<String>>,
     /// The chat of the most recent message from a real channel (where the heartbeat reports).
     last_route: Mutex<Option<(String, String)>>,
     /// Memory work started after a turn (archives, consolidation); [`AgentLoop::finish_background`] waits.
@@ -355,6 +359,7 @@ impl AgentLoopBuilder {
                 tools.register(Arc::new(CronTool::new(svc.clone())));
                 svc
             });
+            let control = Arc::new(crate::control::ControlLedger::new(&s.data_dir, &s.workspace));
             LoopInner {
                 permits: Arc::new(Semaphore::new(s.max_concurrent_sessions.max(1))),
                 settings: s,
@@ -377,6 +382,8 @@ impl AgentLoopBuilder {
                 shutdown: CancellationToken::new(),
                 stopped: std::sync::atomic::AtomicBool::new(false),
                 approvals: Arc::default(),
+                control,
+                held_notified: Mutex::default(),
                 last_route: Mutex::default(),
                 background: tokio_util::task::TaskTracker::new(),
             }
@@ -447,6 +454,11 @@ impl AgentLoop {
     /// The main agent's tools.
     pub fn tools(&self) -> &Arc<ToolRegistry> {
         &self.inner.tools
+    }
+
+    /// The control files the model changed and the user has not confirmed ([`crate::control`]).
+    pub fn control_files(&self) -> &crate::control::ControlLedger {
+        &self.inner.control
     }
 
     /// The session store.

@@ -15,7 +15,12 @@ impl LoopInner {
                 commands::parse(&msg.content),
                 Some(
                     Parsed::Known(
-                        Command::Stop | Command::Help | Command::Status | Command::Approve | Command::Deny,
+                        Command::Stop
+                            | Command::Help
+                            | Command::Status
+                            | Command::Approve
+                            | Command::Deny
+                            | Command::ConfirmFiles,
                         _
                     ) | Parsed::Unknown { .. }
                 )
@@ -47,6 +52,7 @@ impl LoopInner {
                 Some(self.approvals.decide_parked(&key, answer, &id))
             }
             Parsed::Known(Command::Status, _) => Some(self.status_text(&key).await),
+            Parsed::Known(Command::ConfirmFiles, args) => Some(self.confirm_files(&args).await),
             Parsed::Unknown { name, suggestion } => Some(commands::unknown_text(&name, suggestion)),
             Parsed::Known(..) => None,
         }
@@ -124,6 +130,42 @@ impl LoopInner {
             Command::Deny => Ok(self
                 .approvals
                 .decide_parked(key, crate::ApprovalAnswer::Deny, args)),
+            Command::ConfirmFiles => Ok(self.confirm_files(args).await),
+        }
+    }
+
+    /// `/confirm-files [yes]`: what holds scheduled runs back, or (with `yes`) confirm it.
+    pub(super) async fn confirm_files(&self, args: &str) -> String {
+        let ledger = self.control.clone();
+        let confirm = matches!(args.trim().to_lowercase().as_str(), "yes" | "y");
+        let result = tokio::task::spawn_blocking(move || {
+            if confirm {
+                ledger.confirm()
+            } else {
+                Ok(ledger.held())
+            }
+        })
+        .await;
+        let held = match result {
+            Ok(Ok(held)) => held,
+            Ok(Err(e)) => return format!("Could not confirm the files: {e}"),
+            Err(e) => return format!("Could not read the held files: {e}"),
+        };
+        let list = held
+            .iter()
+            .map(|h| {
+                let what = if h.sha256.is_none() { "deleted" } else { "changed" };
+                format!("- {} ({what} in {} at {})", h.path, h.session, h.at)
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        match (confirm, held.is_empty()) {
+            (_, true) => "No files are held: scheduled runs are not paused.".to_owned(),
+            (true, false) => format!("Confirmed; scheduled runs resume:\n{list}"),
+            (false, false) => format!(
+                "These files were changed by the assistant and pause scheduled runs (cron jobs, the heartbeat, \
+                 Dream) until you confirm them:\n{list}\nReview them (or edit them), then send /confirm-files yes."
+            ),
         }
     }
 

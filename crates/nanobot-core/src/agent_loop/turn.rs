@@ -155,6 +155,8 @@ impl LoopInner {
         if let Some(tx) = &opts.stream {
             hooks.push(Arc::new(ChannelStreamHook(tx.clone())));
         }
+        // Control files written with the user's yes in this turn are not held (shared by the two hooks below).
+        let approved_control = Arc::new(Mutex::new(std::collections::BTreeSet::new()));
         if self.settings.approval.policy != crate::ApprovalPolicy::Off {
             // The caller's approver, else the turn's own chat when it is a real one on the bus path; unattended
             // turns (cron, heartbeat, subagent reports, the API) have nobody to ask.
@@ -181,8 +183,15 @@ impl LoopInner {
                 session_key: key.to_owned(),
                 workspace: self.settings.workspace.clone(),
                 restricted: self.settings.restrict_to_workspace,
+                approved_control: approved_control.clone(),
             }));
         }
+        // After the approval hook, so its snapshot is taken once any question has been answered.
+        hooks.push(Arc::new(crate::control::ControlFilesHook::new(
+            self.control.clone(),
+            key,
+            approved_control,
+        )));
         let sink = Arc::new(SessionCheckpoint {
             store: self.sessions.clone(),
             key: key.to_owned(),

@@ -8,6 +8,7 @@ mod approval;
 mod chat_rights;
 mod commands;
 mod common;
+mod control_files;
 mod embed;
 mod heartbeat;
 #[cfg(feature = "mcp")]
