@@ -124,3 +124,25 @@ impl ChannelError {
         }
     }
 }
+
+/// Text a server sent (an error message) made fit for an error or a log line: every non-empty `secret` is replaced
+/// by `[REDACTED]` (a broken proxy, or a hostile server, may quote the request it got, credentials included), and
+/// at most 300 characters are kept.
+///
+/// ```
+/// use nanobot_channels::server_text;
+///
+/// let reply = r#"bad request {"AppSecret":"s3cr3t-value"}"#;
+/// assert_eq!(server_text(reply, &["s3cr3t-value", ""]), r#"bad request {"AppSecret":"[REDACTED]"}"#);
+/// assert_eq!(server_text(&"x".repeat(1000), &[]).chars().count(), 301);
+/// ```
+pub fn server_text(text: &str, secrets: &[&str]) -> String {
+    let mut out = text.to_owned();
+    for secret in secrets.iter().filter(|s| !s.trim().is_empty()) {
+        out = out.replace(secret, "[REDACTED]");
+    }
+    if out.chars().count() > 300 {
+        out = out.chars().take(300).chain(std::iter::once('…')).collect();
+    }
+    out
+}

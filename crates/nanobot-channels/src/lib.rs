@@ -34,7 +34,7 @@ mod split;
 pub use access::{AccessControl, AccessDecision, AllowList, GroupPolicy, InboundContext, PAIRING_COMMAND};
 pub use channel::{Channel, Heartbeat, Transcribe, TranscribeError};
 pub use dedup::RecentIds;
-pub use error::ChannelError;
+pub use error::{ChannelError, server_text};
 pub use format::{markdown_to_slack_mrkdwn, markdown_to_telegram_html, strip_markdown};
 pub use manager::{
     ChannelHealth, ChannelManager, ChannelState, HealthRegistry, ManagerSettings, RetryPolicy,

@@ -25,9 +25,11 @@ pub(crate) struct Api {
     token: Mutex<Option<(String, Instant)>>,
 }
 
-/// Classifies a non-success answer of `path`.
-fn failure(path: &str, status: reqwest::StatusCode, body: &Value) -> ChannelError {
+/// Classifies a non-success answer of `path` (its `code` cleaned of `secrets`, see
+/// [`nanobot_channels::server_text`]).
+fn failure(path: &str, status: reqwest::StatusCode, body: &Value, secrets: &[&str]) -> ChannelError {
     let code = body.get("code").and_then(Value::as_str).unwrap_or_default();
+    let code = nanobot_channels::server_text(code, secrets);
     let what = format!("{path}: HTTP {status} {code}");
     match status.as_u16() {
         401 | 403 => ChannelError::auth(NAME, what),
@@ -91,7 +93,7 @@ impl Api {
         });
         let (status, value) = self.post(path, &body, None).await?;
         if !status.is_success() {
-            return Err(failure(path, status, &value));
+            return Err(failure(path, status, &value, &[self.client_secret.expose()]));
         }
         let endpoint = value["endpoint"]
             .as_str()
@@ -118,7 +120,7 @@ impl Api {
         let body = json!({"appKey": self.client_id, "appSecret": self.client_secret.expose()});
         let (status, value) = self.post(path, &body, None).await?;
         if !status.is_success() {
-            return Err(failure(path, status, &value));
+            return Err(failure(path, status, &value, &[self.client_secret.expose()]));
         }
         let token = value["accessToken"]
             .as_str()
@@ -149,7 +151,12 @@ impl Api {
                 continue;
             }
             if !status.is_success() {
-                return Err(failure(path, status, &value));
+                return Err(failure(
+                    path,
+                    status,
+                    &value,
+                    &[self.client_secret.expose(), &token],
+                ));
             }
             if let Some(code) = value.get("errcode").and_then(Value::as_i64).filter(|c| *c != 0) {
                 return Err(ChannelError::rejected(NAME, format!("{path}: errcode {code}")));

@@ -88,6 +88,7 @@ impl Api {
             )
             .await?;
         let (code, msg) = code_of(&body);
+        let msg = self.clean(msg, None);
         match code {
             0 => {}
             // System busy / internal error: try again later.
@@ -109,6 +110,11 @@ impl Api {
         Ok(Endpoint { url, ping_interval })
     }
 
+    /// A server's message made fit for an error: the app secret and `token` removed, the length bounded.
+    fn clean(&self, text: &str, token: Option<&str>) -> String {
+        nanobot_channels::server_text(text, &[self.app_secret.expose(), token.unwrap_or_default()])
+    }
+
     /// The tenant access token, from the cache while it is fresh.
     async fn token(&self) -> Result<String, ChannelError> {
         let mut slot = self.token.lock().await;
@@ -126,6 +132,7 @@ impl Api {
             .await?;
         let (code, msg) = code_of(&body);
         if code != 0 {
+            let msg = self.clean(msg, None);
             return Err(ChannelError::auth(NAME, format!("{path}: code {code} {msg}")));
         }
         let token = body["tenant_access_token"]
@@ -183,6 +190,7 @@ impl Api {
                 return Err(ChannelError::transient(NAME, format!("{path}: HTTP {status}")));
             }
             if code != 0 {
+                let msg = self.clean(msg, Some(&token));
                 return Err(ChannelError::rejected(NAME, format!("{path}: code {code} {msg}")));
             }
             return Ok(value);

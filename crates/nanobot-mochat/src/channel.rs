@@ -228,7 +228,10 @@ impl Inner {
         // Mochat wraps answers as {code, data}; a code other than 200 is an error.
         if let Some(code) = value.get("code").and_then(Value::as_i64) {
             if code != 200 {
-                let msg: String = text_at(&value, &["message", "name"]).chars().take(200).collect();
+                let msg = nanobot_channels::server_text(
+                    text_at(&value, &["message", "name"]),
+                    &[self.settings.claw_token.expose()],
+                );
                 return Err(ChannelError::Rejected {
                     channel: NAME.into(),
                     source: format!("{path}: code {code} {msg}").into(),

@@ -47,16 +47,17 @@ fn auth(what: String) -> ChannelError {
     }
 }
 
-/// Classifies a non-success answer of `endpoint` (QQ's error body carries `code` and `message`).
-fn failure(endpoint: &str, status: reqwest::StatusCode, body: &Value) -> ChannelError {
-    let code = body.get("code").map(Value::to_string).unwrap_or_default();
-    let message: String = body
-        .get("message")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .chars()
-        .take(200)
-        .collect();
+/// Classifies a non-success answer of `endpoint` (QQ's error body carries `code` and `message`; both are cleaned of
+/// `secrets`, see [`nanobot_channels::server_text`]).
+fn failure(endpoint: &str, status: reqwest::StatusCode, body: &Value, secrets: &[&str]) -> ChannelError {
+    let code = nanobot_channels::server_text(
+        &body.get("code").map(Value::to_string).unwrap_or_default(),
+        secrets,
+    );
+    let message = nanobot_channels::server_text(
+        body.get("message").and_then(Value::as_str).unwrap_or_default(),
+        secrets,
+    );
     let what = format!("{endpoint}: HTTP {status} {code} {message}");
     match status.as_u16() {
         401 | 403 => auth(what),
@@ -114,7 +115,7 @@ impl Api {
         let status = resp.status();
         let value: Value = resp.json().await.unwrap_or(Value::Null);
         if !status.is_success() {
-            return Err(failure(endpoint, status, &value));
+            return Err(failure(endpoint, status, &value, &[self.secret.expose()]));
         }
         let Some(token) = value["access_token"].as_str().filter(|t| !t.is_empty()) else {
             // A wrong appId/secret is answered with 200 and an error code.
@@ -172,7 +173,7 @@ impl Api {
                 continue;
             }
             if !status.is_success() {
-                return Err(failure(path, status, &value));
+                return Err(failure(path, status, &value, &[self.secret.expose(), &token]));
             }
             return Ok(value);
         }

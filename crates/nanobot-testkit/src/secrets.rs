@@ -67,3 +67,133 @@ pub fn error_text(e: &dyn std::error::Error) -> String {
     }
     out
 }
+
+/// How an [`EchoServer`] fails every request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Echo {
+    /// HTTP `status` with a JSON error whose usual message fields (`msg`, `message`, `errmsg`, `error`,
+    /// `description`) all hold the whole request: its line, every header and its body (a broken or hostile
+    /// proxy, or a service that quotes what it was sent).
+    Json(u16),
+    /// HTTP 502 with an HTML page echoing the whole request.
+    Html,
+    /// The connection is accepted and closed at once.
+    Hangup,
+}
+
+/// A local HTTP server that fails every request in the way [`Echo`] says, echoing what it was sent (tokens in
+/// headers, secrets in request bodies) back to the client, so that a test can check the client never lets them
+/// into an error or a log line. Runs until the test's runtime ends.
+#[derive(Debug)]
+pub struct EchoServer {
+    /// `http://127.0.0.1:PORT` (no trailing slash).
+    pub base: String,
+}
+
+impl EchoServer {
+    /// Starts one on a free loopback port.
+    ///
+    /// # Panics
+    /// When no loopback port can be bound.
+    #[allow(clippy::expect_used, reason = "test helper")]
+    pub async fn start(echo: Echo) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a loopback port");
+        let base = format!("http://{}", listener.local_addr().expect("local address"));
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                if echo == Echo::Hangup {
+                    drop(sock);
+                    continue;
+                }
+                tokio::spawn(async move {
+                    // Read the head and as much of the body as arrives within a short bound.
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 16 * 1024];
+                    loop {
+                        match tokio::time::timeout(std::time::Duration::from_millis(200), sock.read(&mut buf))
+                            .await
+                        {
+                            Ok(Ok(n)) if n > 0 && request.len() < 1 << 20 => {
+                                request.extend_from_slice(&buf[..n])
+                            }
+                            _ => break,
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&request).into_owned();
+                    let (status, kind, body) = match echo {
+                        Echo::Json(status) => (
+                            status,
+                            "application/json",
+                            serde_json::json!({
+                                "code": 99_991_663, "errcode": 40_001, "ok": false,
+                                "msg": text, "message": text, "errmsg": text, "error": text, "description": text,
+                            })
+                            .to_string(),
+                        ),
+                        _ => (502, "text/html", format!("<html><pre>bad gateway for\n{text}</pre></html>")),
+                    };
+                    let head = format!(
+                        "HTTP/1.1 {status} Echo\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = sock.write_all(head.as_bytes()).await;
+                    let _ = sock.write_all(body.as_bytes()).await;
+                    let _ = sock.shutdown().await;
+                });
+            }
+        });
+        Self { base }
+    }
+}
+
+/// Runs `attempt` against an [`EchoServer`] of every [`Echo`] kind (with the server's base URL and each secret in
+/// `secrets`), then checks that none of `secrets` appears in the error texts `attempt` returned nor in anything
+/// `capture` recorded. `attempt` should log each error it returns (so the log check sees its rendering too).
+///
+/// # Panics
+/// When a secret leaked, or when nothing was captured at all (a broken capture would hide leaks).
+pub async fn assert_secrets_never_leave<F, Fut>(capture: &LogCapture, secrets: &[&str], attempt: F)
+where
+    F: Fn(String, String) -> Fut,
+    Fut: std::future::Future<Output = Vec<String>>,
+{
+    let mut errors = String::new();
+    for echo in [
+        Echo::Json(401),
+        Echo::Json(500),
+        Echo::Json(200),
+        Echo::Html,
+        Echo::Hangup,
+    ] {
+        let server = EchoServer::start(echo).await;
+        for secret in secrets {
+            for e in attempt(server.base.clone(), (*secret).to_owned()).await {
+                errors.push_str(&e);
+                errors.push('\n');
+            }
+        }
+    }
+    let logs = capture.text();
+    assert!(
+        !errors.trim().is_empty(),
+        "no error was returned against failing servers"
+    );
+    assert!(
+        logs.contains("TRACE") || logs.contains("DEBUG") || logs.contains("WARN"),
+        "nothing was captured: {logs}"
+    );
+    for secret in secrets {
+        assert!(
+            !errors.contains(secret),
+            "an error shows the secret {secret:?}:\n{errors}"
+        );
+        assert!(
+            !logs.contains(secret),
+            "the logs show the secret {secret:?}:\n{logs}"
+        );
+    }
+}

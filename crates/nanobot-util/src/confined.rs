@@ -153,7 +153,13 @@ impl ConfinedDir {
         if rel.as_os_str().is_empty() {
             return Ok(());
         }
-        root.create_dir_all(rel).map_err(|e| self.explain(e))
+        match root.open_dir(rel) {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                root.create_dir_all(rel).map_err(|e| self.explain(e))
+            }
+            Err(e) => Err(self.explain(e)),
+        }
     }
 
     /// Removes the file (or symlink) `rel`; `Ok(false)` when it did not exist.
@@ -292,10 +298,16 @@ impl ConfinedDir {
         if dir_rel.as_os_str().is_empty() {
             return Ok((root, name));
         }
-        if create {
-            root.create_dir_all(dir_rel).map_err(|e| self.explain(e))?;
-        }
-        let dir = root.open_dir(dir_rel).map_err(|e| self.explain(e))?;
+        // Open first: an existing link leading out is then refused as such (creating over it would only say that
+        // something exists there).
+        let dir = match root.open_dir(dir_rel) {
+            Ok(d) => d,
+            Err(e) if create && e.kind() == io::ErrorKind::NotFound => {
+                root.create_dir_all(dir_rel).map_err(|e| self.explain(e))?;
+                root.open_dir(dir_rel).map_err(|e| self.explain(e))?
+            }
+            Err(e) => return Err(self.explain(e)),
+        };
         Ok((dir, name))
     }
 
