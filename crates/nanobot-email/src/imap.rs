@@ -133,7 +133,8 @@ pub(crate) async fn connect(
             Err(EmailError::Login {
                 endpoint,
                 username: imap.username.clone(),
-                message,
+                // A server that quotes the LOGIN command it got would quote the password.
+                message: nanobot_channels::server_text(&message, &[imap.password.expose()]),
             })
         }
         Ok(Err((source, _))) => Err(EmailError::Imap {
