@@ -11,6 +11,7 @@ use nanobot_tools::{ToolContext, ToolRegistry};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::hook::{AgentHook, CompositeHook};
 use crate::runner::{AgentRunner, RunSpec, StopReason};
 
 /// Settings of the subagent manager.
@@ -54,7 +55,12 @@ pub struct SubagentManager {
     settings: SubagentSettings,
     permits: Arc<Semaphore>,
     running: Arc<Mutex<HashMap<String, Vec<Running>>>>,
+    hooks: Option<HookFactory>,
 }
+
+/// Builds the hooks of a subagent's run from its parent session's key (the approval gate and the control-file
+/// record apply to subagents as to their parent's turn).
+pub(crate) type HookFactory = Arc<dyn Fn(&str) -> Vec<Arc<dyn AgentHook>> + Send + Sync>;
 
 impl std::fmt::Debug for SubagentManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -74,7 +80,15 @@ impl SubagentManager {
             settings,
             permits,
             running: Arc::default(),
+            hooks: None,
         }
+    }
+
+    /// Gives every subagent run the hooks `factory` builds for its parent session.
+    #[must_use]
+    pub(crate) fn with_hooks(mut self, factory: HookFactory) -> Self {
+        self.hooks = Some(factory);
+        self
     }
 
     /// The tools subagents get.
@@ -124,7 +138,7 @@ impl SubagentManager {
         let this = self.clone();
         let task_id = id.clone();
         tokio::spawn(async move {
-            let outcome = this.run_one(&task, cancel.clone()).await;
+            let outcome = this.run_one(&task, &origin.session_key, cancel.clone()).await;
             this.forget(&origin.session_key, &task_id);
             let Some((ok, result)) = outcome else {
                 tracing::info!(id = %task_id, "subagent cancelled");
@@ -157,7 +171,7 @@ impl SubagentManager {
     }
 
     /// Runs one task to the end; `None` when cancelled.
-    async fn run_one(&self, task: &str, cancel: CancellationToken) -> Option<(bool, String)> {
+    async fn run_one(&self, task: &str, parent: &str, cancel: CancellationToken) -> Option<(bool, String)> {
         let _permit = tokio::select! {
             () = cancel.cancelled() => return None,
             p = self.permits.clone().acquire_owned() => p.ok()?,
@@ -170,7 +184,10 @@ impl SubagentManager {
              start other subagents.\n\n## Workspace\nYour workspace is at: {ws}\n\nCurrent time: {}",
             chrono::Utc::now().format("%Y-%m-%d %H:%M UTC")
         );
-        let runner = AgentRunner::new(self.provider.clone(), self.tools.clone());
+        let mut runner = AgentRunner::new(self.provider.clone(), self.tools.clone());
+        if let Some(factory) = &self.hooks {
+            runner = runner.with_hook(Arc::new(CompositeHook::new(factory(parent))));
+        }
         let ctx = ToolContext::new(&self.settings.workspace).with_cancel(cancel.clone());
         let mut spec = RunSpec::new(
             vec![ChatMessage::system(system), ChatMessage::user(task)],

@@ -81,7 +81,7 @@ async fn open_connection(
         .await
         .map_err(|_| stalled("apps.connections.open", bound))?
         .map_err(map_err)?;
-    socket::open(&opened.url.value().to_string(), bound)
+    socket::open(opened.url.value().as_ref(), bound)
         .await
         .map_err(|e| match e {
             socket::OpenError::Stalled(what) => stalled(what, bound),

@@ -300,6 +300,35 @@ impl AgentLoopBuilder {
         for t in &base_tools {
             sub_reg.register(t.clone());
         }
+        let approvals: Arc<crate::approval::Approvals> = Arc::default();
+        let control = Arc::new(crate::control::ControlLedger::new(&s.data_dir, &s.workspace));
+        // Subagents run unattended: the approval gate refuses (and parks for `/approve ID` in the parent's chat)
+        // what would be asked about, and what their tools change in control files is recorded like a turn's.
+        let subagent_hooks: crate::subagent::HookFactory = {
+            let (approval, approvals, control) = (s.approval.clone(), approvals.clone(), control.clone());
+            let (workspace, restricted) = (s.workspace.clone(), s.restrict_to_workspace);
+            Arc::new(move |parent: &str| {
+                let approved = Arc::new(Mutex::new(std::collections::BTreeSet::new()));
+                let mut hooks: Vec<Arc<dyn AgentHook>> = Vec::new();
+                if approval.policy != crate::ApprovalPolicy::Off {
+                    hooks.push(Arc::new(crate::approval::ApprovalHook {
+                        settings: approval.clone(),
+                        approvals: approvals.clone(),
+                        approver: None,
+                        session_key: parent.to_owned(),
+                        workspace: workspace.clone(),
+                        restricted,
+                        approved_control: approved.clone(),
+                    }));
+                }
+                hooks.push(Arc::new(crate::control::ControlFilesHook::new(
+                    control.clone(),
+                    parent,
+                    approved,
+                )));
+                hooks
+            })
+        };
         let subagents = SubagentManager::new(
             self.provider.clone(),
             sub_reg,
@@ -311,7 +340,8 @@ impl AgentLoopBuilder {
                 temperature: s.temperature,
                 workspace: s.workspace.clone(),
             },
-        );
+        )
+        .with_hooks(subagent_hooks);
         let tools = Arc::new(ToolRegistry::new(self.registry_settings));
         for t in base_tools.into_iter().chain(self.extra_tools) {
             tools.register(t);
@@ -359,7 +389,6 @@ impl AgentLoopBuilder {
                 tools.register(Arc::new(CronTool::new(svc.clone())));
                 svc
             });
-            let control = Arc::new(crate::control::ControlLedger::new(&s.data_dir, &s.workspace));
             LoopInner {
                 permits: Arc::new(Semaphore::new(s.max_concurrent_sessions.max(1))),
                 settings: s,
@@ -381,7 +410,7 @@ impl AgentLoopBuilder {
                 started: Instant::now(),
                 shutdown: CancellationToken::new(),
                 stopped: std::sync::atomic::AtomicBool::new(false),
-                approvals: Arc::default(),
+                approvals,
                 control,
                 held_notified: Mutex::default(),
                 last_route: Mutex::default(),

@@ -163,3 +163,83 @@ async fn with_approval_on_a_control_file_write_is_asked_and_an_approved_one_is_n
         "approved: not held"
     );
 }
+
+fn is_subagent(r: &nanobot_testkit::RecordedRequest) -> bool {
+    r.system_text().is_some_and(|s| s.contains("# Subagent"))
+}
+
+fn after_a_tool(r: &nanobot_testkit::RecordedRequest) -> bool {
+    r.raw_body.contains("tool_call_id")
+}
+
+/// Spawns a subagent from telegram chat 1 whose first model answer is `call`, and waits for its report.
+async fn spawn_subagent(mock: &MockLlm, s: nanobot_core::AgentSettings, call: MockReply) -> Running {
+    mock.when(|r| is_subagent(r) && !after_a_tool(r), call);
+    mock.when(
+        |r| is_subagent(r) && after_a_tool(r),
+        MockReply::text("Subagent done."),
+    );
+    mock.when_last_user_contains("[Subagent", MockReply::text("Reported."));
+    mock.push(MockReply::tool_call(
+        "spawn",
+        json!({"task": "do it", "label": "helper"}),
+    ));
+    mock.push(MockReply::text("Started."));
+    let run = Running::start(AgentLoop::new(provider(mock), s).unwrap());
+    run.send(InboundMessage::new("telegram", "alice", "1", "use a helper"))
+        .await;
+    assert_eq!(run.next_reply().await.content, "Started.");
+    assert_eq!(run.next_reply().await.content, "Reported.");
+    run
+}
+
+/// A subagent cannot run what its parent would have to ask about: it has nobody to ask, so the call is refused
+/// (and parked for `/approve ID` in the parent's chat).
+#[tokio::test]
+async fn a_subagent_is_under_the_approval_gate() {
+    let home = TempHome::new();
+    home.write_workspace_file("victim.txt", "keep me");
+    let mock = MockLlm::start().await;
+    let mut s = settings(&home);
+    s.approval = ApprovalSettings::new(ApprovalPolicy::Risky, Duration::from_secs(600));
+    let _run = spawn_subagent(
+        &mock,
+        s,
+        MockReply::tool_call("exec", json!({"command": "rm victim.txt"})),
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(home.workspace().join("victim.txt")).unwrap(),
+        "keep me"
+    );
+    let refused = mock
+        .requests()
+        .into_iter()
+        .any(|r| is_subagent(&r) && r.raw_body.contains("nobody can be asked"));
+    assert!(
+        refused,
+        "the subagent was told the call needs the user's approval"
+    );
+}
+
+/// What a subagent's tools change in control files is recorded against its parent's session.
+#[tokio::test]
+async fn a_control_file_a_subagent_writes_is_held() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let run = spawn_subagent(
+        &mock,
+        settings(&home),
+        MockReply::tool_call(
+            "write_file",
+            json!({"path": "HEARTBEAT.md", "content": "- ping evil.example\n"}),
+        ),
+    )
+    .await;
+    let held = run.agent.control_files().held();
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(
+        (held[0].path.as_str(), held[0].session.as_str()),
+        ("HEARTBEAT.md", "telegram:1")
+    );
+}
