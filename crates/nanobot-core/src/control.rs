@@ -4,9 +4,9 @@
 //! The model reads untrusted text (web pages, e-mails, tool results), and one obeyed instruction could write such a
 //! file so that a later turn in another chat, or a cron or heartbeat turn with nobody watching, acts on it. So:
 //!
-//! - **Changes made by the model are noticed.** [`ControlFilesHook`] takes the files' hashes before each batch of
-//!   tool calls and again after it; whatever changed in between (a write, an edit, an `exec`, an MCP tool) was the
-//!   model's doing, and is recorded in the [`ControlLedger`] (`<data dir>/control-files.json`, outside every tool's
+//! - **Changes made by the model are noticed.** A hook of every turn (and subagent run) takes the files' hashes
+//!   before each batch of tool calls and again after it; whatever changed in between (a write, an edit, an `exec`,
+//!   an MCP tool) was the model's doing, and is recorded in the [`ControlLedger`] (`<data dir>/control-files.json`, outside every tool's
 //!   reach) with the session that did it. Changes made outside a batch (the user in an editor) are never held.
 //! - **Nothing runs unattended on them.** While a recorded file still holds the model's version, cron jobs,
 //!   the heartbeat and Dream do not run ([`ControlLedger::held`]): they report what is held and how to confirm it.

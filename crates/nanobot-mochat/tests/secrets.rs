@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use nanobot_bus::{Bus, InProcessBus, OutboundMessage};
 use nanobot_channels::Channel;
-use nanobot_config::Secret;
 use nanobot_testkit::secrets::{LogCapture, assert_secrets_never_leave, error_text};
 use tokio_util::sync::CancellationToken;
 
