@@ -197,3 +197,42 @@ where
         );
     }
 }
+
+/// A test that a channel adapter's secret never leaves: for every [`Echo`] kind and each secret given, the channel
+/// built by `$make` (with `$base`, the failing server's URL, `$secret`, and `$media`, a temporary folder, in scope)
+/// is started (bounded to 3 s: it fails, or keeps retrying) and asked to send to `$chat`; every error is logged and
+/// collected, and [`assert_secrets_never_leave`] checks errors and TRACE logs. Expands to
+/// `#[tokio::test] async fn the_secret_never_reaches_errors_or_logs()`; the calling crate needs `nanobot-bus`,
+/// `nanobot-channels`, `tokio-util`, `tracing` and (dev) `tempfile`.
+#[macro_export]
+macro_rules! channel_secrets_test {
+    ($name:literal, $chat:literal, [$($secret:literal),+ $(,)?], |$base:ident, $secret_var:ident, $media:ident| $make:expr) => {
+        #[tokio::test]
+        async fn the_secret_never_reaches_errors_or_logs() {
+            use ::nanobot_channels::Channel as _;
+            let capture = $crate::secrets::LogCapture::install();
+            $crate::secrets::assert_secrets_never_leave(&capture, &[$($secret),+], |$base: String, $secret_var: String| async move {
+                let $media = ::tempfile::tempdir().unwrap();
+                let channel = $make;
+                let mut errors = Vec::new();
+                let bus: ::std::sync::Arc<dyn ::nanobot_bus::Bus> =
+                    ::std::sync::Arc::new(::nanobot_bus::InProcessBus::new(8));
+                let run = channel.run(bus, ::tokio_util::sync::CancellationToken::new());
+                if let Ok(Err(err)) = ::tokio::time::timeout(::std::time::Duration::from_secs(3), run).await {
+                    ::tracing::warn!(error = %err, ?err, "channel failed");
+                    errors.push($crate::secrets::error_text(&err));
+                }
+                let reply = ::nanobot_bus::OutboundMessage::reply($name, $chat, "hello");
+                let sent = ::tokio::time::timeout(::std::time::Duration::from_secs(30), channel.send(&reply))
+                    .await
+                    .expect("send did not finish within 30 s");
+                if let Err(err) = sent {
+                    ::tracing::warn!(error = %err, ?err, "send failed");
+                    errors.push($crate::secrets::error_text(&err));
+                }
+                errors
+            })
+            .await;
+        }
+    };
+}
