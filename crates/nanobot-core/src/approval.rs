@@ -347,6 +347,23 @@ pub(crate) struct ApprovalHook {
 
 /// The control file (workspace-relative, `/`-separated) that a file tool's `path` names, if any.
 fn control_file(workspace: &Path, path: &str) -> Option<String> {
+    let norm = lexical(workspace, path)?;
+    let rel = norm.strip_prefix(workspace).ok()?;
+    let rel: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let rel = rel.join("/");
+    crate::control::is_control_file(&rel).then_some(rel)
+}
+
+fn shown(s: &str) -> String {
+    crate::truncate_chars(s, MAX_SHOWN)
+}
+
+/// `path` (as the model wrote it) joined to `workspace` and normalised on the text (`..` and `.` applied); `None`
+/// for a `~` path. The sandbox decides the rest.
+fn lexical(workspace: &Path, path: &str) -> Option<PathBuf> {
     if path.starts_with('~') {
         return None;
     }
@@ -366,41 +383,12 @@ fn control_file(workspace: &Path, path: &str) -> Option<String> {
             other => norm.push(other),
         }
     }
-    let rel = norm.strip_prefix(workspace).ok()?;
-    let rel: Vec<String> = rel
-        .components()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .collect();
-    let rel = rel.join("/");
-    crate::control::is_control_file(&rel).then_some(rel)
-}
-
-fn shown(s: &str) -> String {
-    crate::truncate_chars(s, MAX_SHOWN)
+    Some(norm)
 }
 
 /// Whether `path` (as the model wrote it) leaves `workspace`, judged on the text (the sandbox decides the rest).
 fn outside(workspace: &Path, path: &str) -> bool {
-    if path.starts_with('~') {
-        return true;
-    }
-    let p = Path::new(path);
-    let joined = if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        workspace.join(p)
-    };
-    let mut norm = PathBuf::new();
-    for c in joined.components() {
-        match c {
-            Component::ParentDir => {
-                norm.pop();
-            }
-            Component::CurDir => {}
-            other => norm.push(other),
-        }
-    }
-    !norm.starts_with(workspace)
+    lexical(workspace, path).is_none_or(|p| !p.starts_with(workspace))
 }
 
 impl ApprovalHook {
