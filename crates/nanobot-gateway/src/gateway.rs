@@ -268,7 +268,13 @@ fn check_unsupported_channels(config: &Config, env: &Environment) -> Result<(), 
 }
 
 /// The channels enabled in `config`, one line per channel crate.
-fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Channel>>, GatewayError> {
+fn build_channels(
+    config: &Config,
+    env: &Environment,
+    metrics: &Metrics,
+) -> Result<Vec<Arc<dyn Channel>>, GatewayError> {
+    #[cfg(not(feature = "telegram"))]
+    let _ = metrics;
     let paths = env.paths();
     let ch = &config.channels;
     #[cfg_attr(not(feature = "all-channels"), allow(unused_mut))]
@@ -303,7 +309,8 @@ fn build_channels(config: &Config, env: &Environment) -> Result<Vec<Arc<dyn Chan
             .map_err(channel_error("telegram"))?;
         let mut channel = nanobot_telegram::TelegramChannel::new(settings, paths.media_dir(Some("telegram")))
             .map_err(channel_error("telegram"))?
-            .with_pairing(pairing()?);
+            .with_pairing(pairing()?)
+            .with_refusal_observer(Arc::new(metrics.clone()));
         if let Some(t) = transcriber() {
             channel = channel.with_transcriber(t);
         }
@@ -574,7 +581,7 @@ impl Gateway {
             .build()?;
         let mut channels = if opts.channels {
             check_unsupported_channels(config, &opts.env)?;
-            build_channels(config, &opts.env)?
+            build_channels(config, &opts.env, &metrics)?
         } else {
             Vec::new()
         };

@@ -68,6 +68,8 @@ pub struct TelegramChannel {
     me: Mutex<Option<BotIdentity>>,
     typing: Arc<Mutex<HashMap<i64, CancellationToken>>>,
     streams: tokio::sync::Mutex<HashMap<String, StreamState>>,
+    /// Where the webhook server's refusals go (logged only, unless the gateway gives its metrics).
+    refusals: Arc<dyn nanobot_http::RefusalObserver>,
 }
 
 impl std::fmt::Debug for TelegramChannel {
@@ -120,6 +122,7 @@ impl TelegramChannel {
             me: Mutex::new(None),
             typing: Arc::new(Mutex::new(HashMap::new())),
             streams: tokio::sync::Mutex::new(HashMap::new()),
+            refusals: Arc::new(nanobot_http::LogRefusals),
         })
     }
 
@@ -132,6 +135,14 @@ impl TelegramChannel {
             self.settings.group_policy,
             Some(store),
         );
+        self
+    }
+
+    /// Reports the webhook server's refusals (slow request heads, idle connections, the per-address cap, bodies
+    /// over the limit) to `observer`, such as the gateway's metrics, instead of only logging them.
+    #[must_use]
+    pub fn with_refusal_observer(mut self, observer: Arc<dyn nanobot_http::RefusalObserver>) -> Self {
+        self.refusals = observer;
         self
     }
 
@@ -247,6 +258,7 @@ impl TelegramChannel {
         let mut limits = nanobot_http::ServerLimits::default();
         limits.max_connections_per_client = usize::from(hook.max_connections) + 8;
         limits.header_read_timeout = hook.header_read_timeout;
+        limits.idle_timeout = hook.idle_timeout;
         limits.max_body_bytes = WEBHOOK_MAX_BODY;
         limits.max_other_body_bytes = WEBHOOK_MAX_BODY;
         let server_cancel = cancel.child_token();
@@ -254,7 +266,7 @@ impl TelegramChannel {
             listener,
             router,
             limits,
-            Arc::new(nanobot_http::LogRefusals),
+            self.refusals.clone(),
             server_cancel.clone(),
             "telegram-webhook",
         );

@@ -23,9 +23,11 @@ pub struct WebhookSettings {
     pub secret_token: Secret,
     /// `max_connections` for `setWebhook`.
     pub max_connections: u8,
-    /// Bound on each request head (and on an idle kept-alive connection) of the local server: slow-header
-    /// clients are closed (10 s; not a config key).
+    /// Bound on each request head of the local server: slow-header clients are closed
+    /// (`webhookHeaderReadTimeoutS`, 10 s).
     pub header_read_timeout: std::time::Duration,
+    /// How long the local server keeps an idle connection (`webhookIdleTimeoutS`, 60 s).
+    pub idle_timeout: std::time::Duration,
 }
 
 /// Everything the channel needs, validated.
@@ -124,11 +126,29 @@ impl TelegramSettings {
                 path,
                 secret_token: config.webhook_secret_token.clone(),
                 max_connections: u8::try_from(config.webhook_max_connections.clamp(1, 100)).unwrap_or(40),
-                header_read_timeout: std::time::Duration::from_secs(10),
+                header_read_timeout: seconds(
+                    "webhookHeaderReadTimeoutS",
+                    config.webhook_header_read_timeout_s,
+                    10.0,
+                )
+                .map_err(&bad)?,
+                idle_timeout: seconds("webhookIdleTimeoutS", config.webhook_idle_timeout_s, 60.0)
+                    .map_err(&bad)?,
             });
         }
         Ok(settings)
     }
+}
+
+/// A bound in seconds from `channels.telegram.<key>` (`default` when unset), between 0.1 and 600.
+fn seconds(key: &str, value: Option<f64>, default: f64) -> Result<std::time::Duration, String> {
+    let v = value.unwrap_or(default);
+    if !(0.1..=600.0).contains(&v) {
+        return Err(format!(
+            "channels.telegram.{key} {v} must be between 0.1 and 600 seconds"
+        ));
+    }
+    Ok(std::time::Duration::from_secs_f64(v))
 }
 
 #[cfg(test)]
@@ -170,5 +190,22 @@ mod tests {
     fn debug_hides_the_token() {
         let s = TelegramSettings::new(Secret::new("123:SUPERSECRET"));
         assert!(!format!("{s:?}").contains("SUPERSECRET"));
+    }
+
+    #[test]
+    fn webhook_bounds_are_read_and_checked() {
+        let mut c = TelegramConfig {
+            token: Secret::new("123:abc"),
+            mode: TelegramMode::Webhook,
+            webhook_url: "https://example.org/hook".into(),
+            webhook_header_read_timeout_s: Some(2.5),
+            ..TelegramConfig::default()
+        };
+        let hook = TelegramSettings::from_config(&c).unwrap().webhook.unwrap();
+        assert_eq!(hook.header_read_timeout, Duration::from_millis(2500));
+        assert_eq!(hook.idle_timeout, Duration::from_secs(60));
+        c.webhook_idle_timeout_s = Some(0.0);
+        let err = TelegramSettings::from_config(&c).unwrap_err().to_string();
+        assert!(err.contains("channels.telegram.webhookIdleTimeoutS"), "{err}");
     }
 }

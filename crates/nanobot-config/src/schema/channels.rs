@@ -156,6 +156,17 @@ pub struct TelegramConfig {
     /// Maximum simultaneous webhook connections.
     #[serde(alias = "webhook_max_connections")]
     pub webhook_max_connections: u32,
+    /// Bound on each request head the webhook server reads, in seconds (nanobot-rs; default 10). Not written
+    /// when unset.
+    #[serde(
+        alias = "webhook_header_read_timeout_s",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub webhook_header_read_timeout_s: Option<f64>,
+    /// How long the webhook server keeps an idle connection, in seconds (nanobot-rs; default 60). Not written
+    /// when unset.
+    #[serde(alias = "webhook_idle_timeout_s", skip_serializing_if = "Option::is_none")]
+    pub webhook_idle_timeout_s: Option<f64>,
     /// Bot API base URL (nanobot-rs only; for a local Bot API server or an emulator). Not written when unset.
     #[serde(alias = "base_url", skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
@@ -187,6 +198,8 @@ impl Default for TelegramConfig {
             webhook_path: "/telegram".into(),
             webhook_secret_token: Secret::default(),
             webhook_max_connections: 4,
+            webhook_header_read_timeout_s: None,
+            webhook_idle_timeout_s: None,
             base_url: None,
             extra: Extra::default(),
         }

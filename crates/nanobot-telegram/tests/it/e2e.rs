@@ -399,14 +399,14 @@ async fn webhook_listener_closes_slow_clients_and_caps_one_address() -> Result<(
         webhook_listen_port: port,
         webhook_path: "/tg-hook".into(),
         webhook_max_connections: 2,
+        webhook_header_read_timeout_s: Some(0.3),
         ..TelegramConfig::default()
     };
-    let mut settings = TelegramSettings::from_config(&config)?;
-    if let Some(hook) = settings.webhook.as_mut() {
-        hook.header_read_timeout = Duration::from_millis(300);
-    }
+    let settings = TelegramSettings::from_config(&config)?;
     let media = tempfile::tempdir()?;
-    let run = Running::start(TelegramChannel::new(settings, media.path())?);
+    let refusals = Arc::new(CountRefusals::default());
+    let run =
+        Running::start(TelegramChannel::new(settings, media.path())?.with_refusal_observer(refusals.clone()));
     emu.wait_for(|e| match e {
         BotEvent::SetWebhook(url) => Some(url.clone()),
         _ => None,
@@ -436,12 +436,36 @@ async fn webhook_listener_closes_slow_clients_and_caps_one_address() -> Result<(
         let ended = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut rest)).await;
         assert!(ended.is_ok(), "a slow-header connection stayed open");
     }
+    // The refusals reached the observer (the gateway's metrics), named by their cause (the cap may also have
+    // turned away a connection of the port probe above).
+    let capped = refusals.count("telegram-webhook", "per_client_cap");
+    let slow = refusals.count("telegram-webhook", "header_timeout");
+    assert!(
+        capped >= 1 && slow >= 1 && capped + slow >= 11,
+        "capped {capped}, slow {slow}"
+    );
 
     emu.user_says(TOKEN, 42, "alice", "still here").await?;
     let inbound = run.next_inbound().await?;
     assert_eq!(inbound.content, "still here");
     run.stop().await;
     Ok(())
+}
+
+/// Counts refusals by server and cause, as the gateway's metrics do.
+#[derive(Default)]
+struct CountRefusals(std::sync::Mutex<std::collections::HashMap<(&'static str, &'static str), u64>>);
+
+impl CountRefusals {
+    fn count(&self, server: &'static str, kind: &'static str) -> u64 {
+        self.0.lock().unwrap().get(&(server, kind)).copied().unwrap_or(0)
+    }
+}
+
+impl nanobot_http::RefusalObserver for CountRefusals {
+    fn refused(&self, server: &'static str, kind: &'static str) {
+        *self.0.lock().unwrap().entry((server, kind)).or_default() += 1;
+    }
 }
 
 #[tokio::test]
