@@ -65,13 +65,17 @@ pub enum EmailError {
         source: async_imap::error::Error,
     },
     /// Sending by SMTP failed.
-    #[error("SMTP {endpoint}: {source}")]
+    #[error("SMTP {endpoint}: {message}")]
     Smtp {
         /// `host:port`.
         endpoint: String,
-        /// lettre's error.
-        #[source]
-        source: lettre::transport::smtp::Error,
+        /// lettre's error and the server's reply, cleaned of the password in every form AUTH sends it (a server
+        /// that quotes what it got would quote it) and bounded in length.
+        message: String,
+        /// The server refused for good (a 5xx reply): trying again will not help.
+        permanent: bool,
+        /// The server refused the credentials (535, 534 or 530).
+        auth_failure: bool,
     },
     /// Building the outgoing message failed (bad address, attachment).
     #[error("composing the reply: {0}")]
@@ -107,7 +111,7 @@ impl EmailError {
     pub fn is_transient(&self) -> bool {
         match self {
             Self::Connect { .. } | Self::Timeout { .. } | Self::Imap { .. } => true,
-            Self::Smtp { source, .. } => !source.is_permanent(),
+            Self::Smtp { permanent, .. } => !permanent,
             _ => false,
         }
     }
@@ -122,7 +126,9 @@ impl From<EmailError> for ChannelError {
                 channel,
                 source: Box::new(e),
             },
-            EmailError::Smtp { ref source, .. } if is_smtp_auth_failure(source) => ChannelError::Auth {
+            EmailError::Smtp {
+                auth_failure: true, ..
+            } => ChannelError::Auth {
                 channel,
                 source: Box::new(e),
             },
@@ -143,6 +149,18 @@ impl From<EmailError> for ChannelError {
                 channel,
                 source: Box::new(e),
             },
+        }
+    }
+}
+
+impl EmailError {
+    /// An SMTP failure from lettre's `source`, its text cleaned of `secrets` ([`nanobot_channels::server_text`]).
+    pub(crate) fn smtp(endpoint: String, source: &lettre::transport::smtp::Error, secrets: &[&str]) -> Self {
+        Self::Smtp {
+            endpoint,
+            message: nanobot_channels::server_text(&nanobot_util::error_chain(source), secrets),
+            permanent: source.is_permanent(),
+            auth_failure: is_smtp_auth_failure(source),
         }
     }
 }

@@ -210,6 +210,19 @@ pub(crate) fn transport(settings: &EmailSettings) -> Result<AsyncSmtpTransport<T
     )
 }
 
+/// The password and the forms AUTH PLAIN and AUTH LOGIN send it in (base64), for cleaning server replies.
+fn auth_forms(s: &crate::settings::SmtpSettings) -> Vec<String> {
+    use base64::Engine as _;
+    let b64 = |v: &str| base64::engine::general_purpose::STANDARD.encode(v);
+    let (user, pass) = (s.username.as_str(), s.password.expose());
+    vec![
+        pass.to_owned(),
+        b64(pass),
+        b64(&format!("\0{user}\0{pass}")),
+        b64(&format!("{user}\0{user}\0{pass}")),
+    ]
+}
+
 /// Sends `msg`, bounded by the settings' timeout (lettre bounds each step; this bounds the whole).
 pub(crate) async fn send(
     transport: &AsyncSmtpTransport<Tokio1Executor>,
@@ -220,11 +233,92 @@ pub(crate) async fn send(
     let limit = settings.timeout * 3;
     match tokio::time::timeout(limit, transport.send(msg)).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(source)) => Err(EmailError::Smtp { endpoint, source }),
+        Ok(Err(source)) => {
+            let forms = auth_forms(&settings.smtp);
+            let forms: Vec<&str> = forms.iter().map(String::as_str).collect();
+            Err(EmailError::smtp(endpoint, &source, &forms))
+        }
         Err(_) => Err(EmailError::Timeout {
             endpoint,
             what: "sending the message",
             limit,
         }),
+    }
+}
+
+#[cfg(test)]
+mod smtp_secret_tests {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    use super::*;
+
+    /// An SMTP server on loopback that offers AUTH and refuses it with a 535 reply quoting the AUTH line it got
+    /// (and, for AUTH LOGIN, each line after it), as a broken or hostile server might.
+    async fn quoting_server() -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((sock, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (r, mut w) = sock.into_split();
+                    let mut lines = BufReader::new(r).lines();
+                    let _ = w.write_all(b"220 quoting.test ESMTP\r\n").await;
+                    let mut seen = String::new();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        let upper = line.to_uppercase();
+                        let reply = if upper.starts_with("EHLO") || upper.starts_with("HELO") {
+                            "250-quoting.test\r\n250 AUTH PLAIN LOGIN\r\n".to_owned()
+                        } else if upper == "AUTH LOGIN" {
+                            "334 VXNlcm5hbWU6\r\n".to_owned()
+                        } else if upper.starts_with("QUIT") {
+                            "221 bye\r\n".to_owned()
+                        } else {
+                            seen.push_str(&line);
+                            seen.push(' ');
+                            format!("535 5.7.8 credentials rejected, you sent: {seen}\r\n")
+                        };
+                        if w.write_all(reply.as_bytes()).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn a_server_quoting_the_auth_exchange_never_puts_the_password_in_the_error() {
+        let port = quoting_server().await;
+        let dir = tempfile::tempdir().unwrap();
+        let mut block = serde_json::json!({
+            "enabled": true, "consentGranted": true,
+            "imapHost": "127.0.0.1", "imapUsername": "bot@example.org", "imapPassword": "pw",
+            "smtpHost": "127.0.0.1", "smtpPort": port, "smtpUsername": "bot@example.org",
+            "smtpPassword": "SEKRIT-smtp-pass", "smtpUseTls": false, "smtpUseSsl": false,
+            "verifyDkim": false, "verifySpf": false,
+        });
+        block["fromAddress"] = "bot@example.org".into();
+        let settings = EmailSettings::from_block(&block, dir.path(), dir.path()).unwrap();
+        let transport = transport(&settings).unwrap();
+        let msg = compose(&settings, "alice@example.org", "hi", None, "hello", &[]).unwrap();
+        let err = send(&transport, &settings, msg).await.unwrap_err();
+        let text = format!("{err}\n{err:?}\n{}", nanobot_util::error_chain(&err));
+        assert!(text.contains("535") && text.contains("[REDACTED]"), "{text}");
+        for form in auth_forms(&settings.smtp) {
+            assert!(!text.contains(&form), "the error shows {form:?}: {text}");
+        }
+        assert!(!text.contains("SEKRIT"), "{text}");
+        assert!(
+            matches!(
+                err,
+                EmailError::Smtp {
+                    auth_failure: true,
+                    permanent: true,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
     }
 }
