@@ -4,7 +4,7 @@
 //! The model reads untrusted text (web pages, e-mails, tool results), and one obeyed instruction could write such a
 //! file so that a later turn in another chat, or a cron or heartbeat turn with nobody watching, acts on it. So:
 //!
-//! - **Changes made by the model are noticed.** A hook of every turn (and subagent run) takes the files' hashes
+//! - **Changes made by the model are noticed.** A hook of every turn (and subagent run) takes the files' fingerprints
 //!   before each batch of tool calls and again after it; whatever changed in between (a write, an edit, an `exec`,
 //!   an MCP tool) was the model's doing, and is recorded in the [`ControlLedger`] (`<data dir>/control-files.json`, outside every tool's
 //!   reach) with the session that did it. Changes made outside a batch (the user in an editor) are never held.
@@ -19,13 +19,13 @@
 //! log) are nanobot's, not the model's tool calls, and are not held.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use nanobot_util::{ConfinedDir, EntryKind};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::context::BOOTSTRAP_FILES;
 use crate::error::BoxError;
@@ -48,11 +48,15 @@ pub fn is_control_file(rel: &str) -> bool {
     matches!(parts.as_slice(), ["skills", name, "SKILL.md"] if !name.is_empty() && !name.starts_with('.'))
 }
 
-/// Hash of each control file (`None`: absent). A file that cannot be read (a link leading out of the workspace, a
-/// FIFO) counts as its own value, so planting one is a change too.
+/// The identity of each control file's current version (`None`: absent): device, inode, size, and the
+/// modification and status-change times to the nanosecond. Any write, replacement, rename over it or `touch`
+/// changes it (the status-change time cannot be set back by an unprivileged process), and taking it costs one
+/// `open` and `fstat` per file, and a read only of a file up to 1 MiB, however large a planted file is. A file that
+/// cannot be opened (a link leading out of the workspace, a FIFO) counts as its own value, so planting one is a
+/// change too.
 pub(crate) type Snapshot = BTreeMap<String, Option<String>>;
 
-/// Takes the control files' hashes now (blocking file I/O).
+/// Takes the control files' fingerprints now (blocking file I/O).
 pub(crate) fn snapshot(ws: &ConfinedDir) -> Snapshot {
     let mut names: Vec<String> = BOOTSTRAP_FILES.iter().map(|s| (*s).to_owned()).collect();
     names.push(HEARTBEAT.to_owned());
@@ -68,18 +72,26 @@ pub(crate) fn snapshot(ws: &ConfinedDir) -> Snapshot {
     names
         .into_iter()
         .map(|rel| {
-            let hash = match ws.read(Path::new(&rel)) {
-                Ok(Some(bytes)) => Some(hex(&Sha256::digest(&bytes))),
+            let version = match ws
+                .open_read(Path::new(&rel))
+                .and_then(|f| f.map(|f| f.metadata()).transpose())
+            {
+                Ok(Some(m)) => Some(format!(
+                    "{}:{}:{}:{}.{}:{}.{}",
+                    m.dev(),
+                    m.ino(),
+                    m.len(),
+                    m.mtime(),
+                    m.mtime_nsec(),
+                    m.ctime(),
+                    m.ctime_nsec()
+                )),
                 Ok(None) => None,
                 Err(e) => Some(format!("unreadable: {}", e.kind())),
             };
-            (rel, hash)
+            (rel, version)
         })
         .collect()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// One control file the model changed and the user has not confirmed.
@@ -88,8 +100,8 @@ fn hex(bytes: &[u8]) -> String {
 pub struct HeldFile {
     /// The file, relative to the workspace.
     pub path: String,
-    /// The hash of the model's version (`None`: the model deleted it).
-    pub sha256: Option<String>,
+    /// The fingerprint of the model's version (`None`: the model deleted it).
+    pub version: Option<String>,
     /// The session whose turn changed it.
     pub session: String,
     /// When (RFC 3339).
@@ -171,14 +183,14 @@ impl ControlLedger {
         let mut file = self.load();
         let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let mut recorded = Vec::new();
-        for (path, hash) in changed {
+        for (path, version) in changed {
             file.held.retain(|h| &h.path != path);
             if approved.contains(path) {
                 continue;
             }
             file.held.push(HeldFile {
                 path: path.clone(),
-                sha256: hash.clone(),
+                version: version.clone(),
                 session: session.to_owned(),
                 at: at.clone(),
             });
@@ -204,7 +216,7 @@ impl ControlLedger {
         let now = snapshot(&self.workspace);
         let before = file.held.len();
         file.held
-            .retain(|h| now.get(&h.path).cloned().flatten() == h.sha256);
+            .retain(|h| now.get(&h.path).cloned().flatten() == h.version);
         if file.held.len() != before
             && let Err(e) = self.save(&file)
         {
@@ -230,7 +242,7 @@ pub fn held_notice(held: &[HeldFile]) -> Option<String> {
     let list: Vec<String> = held
         .iter()
         .map(|h| {
-            let what = if h.sha256.is_none() { "deleted" } else { "changed" };
+            let what = if h.version.is_none() { "deleted" } else { "changed" };
             format!(
                 "{} ({what} by the assistant in {} at {})",
                 h.path, h.session, h.at
@@ -371,7 +383,7 @@ mod tests {
         std::fs::remove_file(ws.path().join("AGENTS.md")).unwrap();
         let after = snapshot(ledger.workspace());
         ledger.record(&before, &after, "api:x", &BTreeSet::new());
-        assert_eq!(ledger.held()[0].sha256, None);
+        assert_eq!(ledger.held()[0].version, None);
         assert_eq!(ledger.confirm().unwrap().len(), 1);
         assert!(ledger.held().is_empty());
     }

@@ -70,6 +70,11 @@ pub struct ConfinedDir {
 /// Files are created private to the user.
 const FILE_MODE: u32 = 0o600;
 
+/// The largest file [`ConfinedDir::read`] takes into memory: far above any memory, skill or cron file nanobot
+/// writes, and below the 1 GiB a command may write (`tools.exec.maxFileSizeMb`), so a planted file cannot make
+/// nanobot allocate without bound.
+pub const MAX_READ_BYTES: u64 = 256 * 1024 * 1024;
+
 impl ConfinedDir {
     /// The directory `root` (nothing is opened yet; it need not exist until a method is called).
     pub fn new(root: impl Into<PathBuf>) -> Self {
@@ -86,13 +91,28 @@ impl ConfinedDir {
         self.root.join(rel)
     }
 
-    /// Reads a whole file; `None` when it (or a directory on the way) does not exist.
+    /// Reads a whole file; `None` when it (or a directory on the way) does not exist. A file larger than
+    /// [`MAX_READ_BYTES`] is an error (`FileTooLarge`) and is not read.
     pub fn read(&self, rel: &Path) -> io::Result<Option<Vec<u8>>> {
-        let Some(mut file) = self.open_file(rel, OpenOptions::new().read(true))? else {
+        let Some(file) = self.open_file(rel, OpenOptions::new().read(true))? else {
             return Ok(None);
         };
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)?;
+        let len = file.metadata()?.len();
+        if len > MAX_READ_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::FileTooLarge,
+                format!("{len} bytes, more than the {MAX_READ_BYTES} nanobot reads into memory"),
+            ));
+        }
+        let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        // `take` as well: a file that grows while it is read stops at the limit too.
+        file.take(MAX_READ_BYTES + 1).read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > MAX_READ_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::FileTooLarge,
+                format!("more than the {MAX_READ_BYTES} bytes nanobot reads into memory"),
+            ));
+        }
         Ok(Some(bytes))
     }
 
@@ -515,6 +535,17 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_file_over_the_read_limit_is_refused_without_reading_it() {
+        let (_b, ws, _o, dir) = setup();
+        let f = std::fs::File::create(ws.join("huge")).unwrap();
+        f.set_len(MAX_READ_BYTES + 1).unwrap(); // sparse: nothing is written
+        let e = dir.read(Path::new("huge")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::FileTooLarge, "{e}");
+        f.set_len(3).unwrap();
+        assert_eq!(dir.read(Path::new("huge")).unwrap().unwrap().len(), 3);
     }
 
     #[test]

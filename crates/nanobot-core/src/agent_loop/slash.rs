@@ -154,7 +154,7 @@ impl LoopInner {
         let list = held
             .iter()
             .map(|h| {
-                let what = if h.sha256.is_none() { "deleted" } else { "changed" };
+                let what = if h.version.is_none() { "deleted" } else { "changed" };
                 format!("- {} ({what} in {} at {})", h.path, h.session, h.at)
             })
             .collect::<Vec<_>>()
