@@ -20,6 +20,11 @@ pub const INTERNAL_CHANNELS: [&str; 7] = [
     "unified",
 ];
 
+/// Metadata key of [`InboundMessage::is_group`]: `true` for a message in a group chat, `false` in a private one.
+/// Every adapter that can tell sets it (memory scopes, and anything else that must not show one person's data to
+/// a group, depend on it).
+pub const META_IS_GROUP: &str = "is_group";
+
 /// Whether `channel` is one of [`INTERNAL_CHANNELS`].
 pub fn is_internal_channel(channel: &str) -> bool {
     INTERNAL_CHANNELS.contains(&channel)
@@ -140,6 +145,12 @@ impl InboundMessage {
             }),
             _ => None,
         }
+    }
+
+    /// What the adapter says of the chat ([`META_IS_GROUP`]): `Some(true)` a group, `Some(false)` a private chat,
+    /// `None` when it does not say (treat it as a group wherever privacy matters).
+    pub fn is_group(&self) -> Option<bool> {
+        self.metadata.get(META_IS_GROUP).and_then(Value::as_bool)
     }
 
     /// True for internal reports (see [`InboundMessage::report_origin`]).

@@ -530,8 +530,19 @@ fn allowed_people(config: &Config) -> Vec<String> {
     people
 }
 
-/// Memory is shared by everyone the agent talks to: warn when several people (or anyone) may talk to it.
+/// Memory is shared by everyone the agent talks to (`agents.defaults.memoryScope: shared`): warn when several
+/// people (or anyone) may talk to it. With a divided memory, say how it is divided.
 fn check_shared_memory(config: &Config) -> Option<Finding> {
+    let scope = config.agents.defaults.memory_scope;
+    if scope != nanobot_config::MemoryScopeSetting::Shared {
+        let how = match scope {
+            nanobot_config::MemoryScopeSetting::PerUser => {
+                "per-user: each person's private chats have their own memory, each group chat its own"
+            }
+            _ => "per-chat: each chat (private or group) has its own memory",
+        };
+        return Some(Finding::ok(format!("memory: {how}")));
+    }
     let people = allowed_people(config);
     let open = people.iter().any(|p| p.ends_with(":*"));
     if people.len() < 2 && !open {
@@ -548,7 +559,8 @@ fn check_shared_memory(config: &Config) -> Option<Finding> {
              for all of them, so what one person tells the agent can reach the others (chats, cron jobs and \
              memory_search are kept apart)"
         ),
-        "give each person their own workspace and config (one gateway each), or allow only people who may share",
+        "set agents.defaults.memoryScope to \"per-user\" (or \"per-chat\") in config.json, so each person (or chat) \
+         has a memory of their own",
     ))
 }
 
@@ -1011,6 +1023,13 @@ mod tests {
         }))
         .unwrap();
         assert!(check_shared_memory(&disabled).is_none());
+        let scoped: Config = serde_json::from_value(serde_json::json!({
+            "agents": {"defaults": {"memoryScope": "per-user"}},
+            "channels": {"telegram": {"enabled": true, "allowFrom": ["111", "222"]}}
+        }))
+        .unwrap();
+        let f = check_shared_memory(&scoped).unwrap();
+        assert!(f.level == Level::Ok && f.what.contains("per-user"), "{f:?}");
     }
 
     #[test]

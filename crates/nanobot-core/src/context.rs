@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
+use nanobot_memory::ScopeKey;
 use nanobot_providers::{ChatMessage, ContentPart};
 use nanobot_skills::SkillsLoader;
 
@@ -41,6 +42,8 @@ pub struct TurnOrigin {
     pub channel: String,
     /// Chat id.
     pub chat_id: String,
+    /// The memory the turn reads (whose `MEMORY.md` is in the system prompt; `agents.defaults.memoryScope`).
+    pub memory: ScopeKey,
 }
 
 /// Builds the system prompt and the message list of a turn.
@@ -114,17 +117,19 @@ impl ContextBuilder {
         self.skills.as_ref()
     }
 
-    fn identity(&self) -> String {
+    fn identity(&self, scope: &ScopeKey) -> String {
         let ws = self
             .workspace
             .canonicalize()
             .unwrap_or_else(|_| self.workspace.clone());
         let ws = ws.display();
+        let mem = scope.dir();
+        let mem = mem.display();
         let mut s = format!(
             "# {name}\n\nYou are {name}, a helpful AI assistant.\n\n## Runtime\n{os} {arch}, nanobot-rs {version}\n\n\
              ## Workspace\nYour workspace is at: {ws}\n\
-             - Long-term memory: {ws}/memory/MEMORY.md (kept by the Dream memory job; read it, do not edit it)\n\
-             - History log: {ws}/memory/history.jsonl (append-only JSONL, one archived summary per line)\n\
+             - Long-term memory: {ws}/{mem}/MEMORY.md (kept by the Dream memory job; read it, do not edit it)\n\
+             - History log: {ws}/{mem}/history.jsonl (append-only JSONL, one archived summary per line)\n\
              - Custom skills: {ws}/skills/{{skill-name}}/SKILL.md\n\n\
              ## Guidelines\n\
              - State intent before tool calls, but NEVER predict or claim results before receiving them.\n\
@@ -157,8 +162,9 @@ impl ContextBuilder {
         (!parts.is_empty()).then(|| parts.join("\n\n"))
     }
 
-    fn memory(&self) -> Option<String> {
-        let text = read_in_workspace(&self.workspace, "memory/MEMORY.md")?;
+    fn memory(&self, scope: &ScopeKey) -> Option<String> {
+        let file = scope.dir().join(nanobot_memory::MEMORY_FILE);
+        let text = read_in_workspace(&self.workspace, &file.to_string_lossy())?;
         (!text.trim().is_empty()).then(|| {
             format!(
                 "# Memory\n\n{MEMORY_FRAME}\n\n## Long-term Memory\n{}",
@@ -167,11 +173,17 @@ impl ContextBuilder {
         })
     }
 
-    /// The system prompt: identity, bootstrap files, long-term memory, always-on skills, skills summary.
+    /// The system prompt with the shared memory: identity, bootstrap files, long-term memory, always-on skills,
+    /// skills summary.
     pub fn system_prompt(&self) -> String {
-        let mut parts = vec![self.identity()];
+        self.system_prompt_for(&ScopeKey::Shared)
+    }
+
+    /// The system prompt of a turn that reads the memory of `scope` (its `MEMORY.md`, its paths).
+    pub fn system_prompt_for(&self, scope: &ScopeKey) -> String {
+        let mut parts = vec![self.identity(scope)];
         parts.extend(self.bootstrap());
-        parts.extend(self.memory());
+        parts.extend(self.memory(scope));
         if let Some(loader) = &self.skills {
             let set = loader.load_cached();
             parts.extend(set.always_on_section().map(|sec| {
@@ -249,7 +261,7 @@ impl ContextBuilder {
         now: DateTime<Utc>,
     ) -> Vec<ChatMessage> {
         let mut messages = Vec::with_capacity(history.len() + 2);
-        messages.push(ChatMessage::system(self.system_prompt()));
+        messages.push(ChatMessage::system(self.system_prompt_for(&origin.memory)));
         messages.extend(history);
         messages.push(self.user_message(text, media, origin, now));
         messages
@@ -360,6 +372,7 @@ mod tests {
         let origin = TurnOrigin {
             channel: "telegram".into(),
             chat_id: "42".into(),
+            ..TurnOrigin::default()
         };
         let m = b.user_message("look", &[img.display().to_string()], &origin, now);
         let v = serde_json::to_value(&m).unwrap();

@@ -1,5 +1,6 @@
 //! Control files: the workspace files that shape every later prompt or run unattended (the bootstrap files,
-//! `HEARTBEAT.md`, `memory/MEMORY.md`, every skill's `SKILL.md`).
+//! `HEARTBEAT.md`, `memory/MEMORY.md` and each memory scope's `memory/scopes/*/MEMORY.md`, every skill's
+//! `SKILL.md`).
 //!
 //! The model reads untrusted text (web pages, e-mails, tool results), and one obeyed instruction could write such a
 //! file so that a later turn in another chat, or a cron or heartbeat turn with nobody watching, acts on it. So:
@@ -45,7 +46,16 @@ pub fn is_control_file(rel: &str) -> bool {
         return true;
     }
     let parts: Vec<&str> = rel.split('/').collect();
-    matches!(parts.as_slice(), ["skills", name, "SKILL.md"] if !name.is_empty() && !name.starts_with('.'))
+    match parts.as_slice() {
+        ["skills", name, "SKILL.md"] => !name.is_empty() && !name.starts_with('.'),
+        [
+            "memory",
+            nanobot_memory::SCOPES_DIR,
+            name,
+            nanobot_memory::MEMORY_FILE,
+        ] => !name.is_empty() && !name.starts_with('.'),
+        _ => false,
+    }
 }
 
 /// The identity of each control file's current version (`None`: absent): device, inode, size, and the
@@ -61,11 +71,17 @@ pub(crate) fn snapshot(ws: &ConfinedDir) -> Snapshot {
     let mut names: Vec<String> = BOOTSTRAP_FILES.iter().map(|s| (*s).to_owned()).collect();
     names.push(HEARTBEAT.to_owned());
     names.push(MEMORY.to_owned());
-    if let Ok(Some(entries)) = ws.read_dir(Path::new("skills")) {
-        for (name, kind) in entries {
-            let Some(name) = name.to_str() else { continue };
-            if matches!(kind, EntryKind::Dir | EntryKind::Symlink) && !name.starts_with('.') {
-                names.push(format!("skills/{name}/SKILL.md"));
+    let scopes = format!("memory/{}", nanobot_memory::SCOPES_DIR);
+    for (dir, file) in [
+        ("skills", "SKILL.md"),
+        (scopes.as_str(), nanobot_memory::MEMORY_FILE),
+    ] {
+        if let Ok(Some(entries)) = ws.read_dir(Path::new(dir)) {
+            for (name, kind) in entries {
+                let Some(name) = name.to_str() else { continue };
+                if matches!(kind, EntryKind::Dir | EntryKind::Symlink) && !name.starts_with('.') {
+                    names.push(format!("{dir}/{name}/{file}"));
+                }
             }
         }
     }
@@ -333,6 +349,7 @@ mod tests {
             "TOOLS.md",
             "HEARTBEAT.md",
             "memory/MEMORY.md",
+            "memory/scopes/Y2hhdDp0ZWxlZ3JhbTo0Mg/MEMORY.md",
             "skills/x/SKILL.md",
         ] {
             assert!(is_control_file(p), "{p}");
@@ -343,6 +360,8 @@ mod tests {
             "skills/SKILL.md",
             "skills/x/y/SKILL.md",
             "skills/.h/SKILL.md",
+            "memory/scopes/MEMORY.md",
+            "memory/scopes/x/history.jsonl",
         ] {
             assert!(!is_control_file(p), "{p}");
         }

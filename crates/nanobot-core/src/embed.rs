@@ -328,6 +328,7 @@ impl Agent {
         let origin = TurnOrigin {
             channel: "api".into(),
             chat_id: "embedded".into(),
+            ..TurnOrigin::default()
         };
         let messages = inner
             .context

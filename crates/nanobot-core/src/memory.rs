@@ -2,11 +2,15 @@
 //!
 //! The implementation lives in `nanobot-memory`; the loop holds an `Option<Arc<dyn MemoryService>>` and works
 //! without one (then `/compact` archives raw text, see [`raw_archive`]). The trait only mentions types of the
-//! lower crates (sessions), so it can move down into a shared crate without changing its users.
+//! lower crates (sessions, memory scopes), so it can move down into a shared crate without changing its users.
+//!
+//! Every call names the memory scope it works on ([`ScopeKey`]: the shared memory, a chat's or a person's; the
+//! loop resolves it per turn from `agents.defaults.memoryScope`).
 
 use std::path::Path;
 
 use async_trait::async_trait;
+use nanobot_memory::ScopeKey;
 use nanobot_sessions::{Session, SessionMessage};
 
 use crate::error::BoxError;
@@ -52,34 +56,47 @@ impl ConsolidationReport {
 /// Every method may take time (model calls); the loop calls them off the user's turn where it can.
 #[async_trait]
 pub trait MemoryService: Send + Sync {
-    /// Consolidates the oldest safe slice of session `session_key` (moving its `last_consolidated`), if the
-    /// trigger calls for it. Must not run two consolidations of one session at once.
+    /// Consolidates the oldest safe slice of session `session_key` (moving its `last_consolidated`) into the
+    /// history of `scope`, if the trigger calls for it. Must not run two consolidations of one session at once.
     async fn consolidate(
         &self,
         session_key: &str,
+        scope: &ScopeKey,
         trigger: ConsolidationTrigger,
     ) -> Result<ConsolidationReport, BoxError>;
 
-    /// Archives a whole session that `/new` just reset (`session` holds its messages before the reset).
-    async fn archive_session(&self, session: Session) -> Result<(), BoxError>;
+    /// Archives a whole session that `/new` just reset (`session` holds its messages before the reset) into the
+    /// history of `scope`.
+    async fn archive_session(&self, session: Session, scope: &ScopeKey) -> Result<(), BoxError>;
 
-    /// Runs Dream now (`/dream`); returns a short report for the user.
-    async fn dream(&self) -> Result<String, BoxError>;
+    /// Runs Dream on the memory of `scope` now (`/dream`); returns a short report for the user.
+    async fn dream(&self, scope: &ScopeKey) -> Result<String, BoxError>;
 
-    /// `/dream-log [n]`: recent Dream changes, for the user.
-    async fn dream_log(&self, _args: &str) -> Result<String, BoxError> {
+    /// Runs Dream on every memory (the scheduled run): the shared one and each scope's. Returns a report.
+    async fn dream_all(&self) -> Result<String, BoxError> {
+        self.dream(&ScopeKey::Shared).await
+    }
+
+    /// `/dream-log [n]`: recent Dream changes of `scope`'s memory, for the user.
+    async fn dream_log(&self, _scope: &ScopeKey, _args: &str) -> Result<String, BoxError> {
         Ok("Dream history is not available.".to_owned())
     }
 
-    /// `/dream-restore <id>`: undoes a Dream change; returns a report for the user.
-    async fn dream_restore(&self, _args: &str) -> Result<String, BoxError> {
+    /// `/dream-restore <id>`: undoes a Dream change of `scope`'s memory; returns a report for the user.
+    async fn dream_restore(&self, _scope: &ScopeKey, _args: &str) -> Result<String, BoxError> {
         Ok("Dream restore is not available.".to_owned())
     }
 }
 
-/// Appends a raw archive entry (`{"cursor","timestamp","content","session_key"}`) of `messages` to
-/// `<workspace>/memory/history.jsonl` — the fallback when no [`MemoryService`] is configured. Returns the cursor.
-pub fn raw_archive(workspace: &Path, session_key: &str, messages: &[SessionMessage]) -> std::io::Result<u64> {
+/// Appends a raw archive entry (`{"cursor","timestamp","content","session_key"}`) of `messages` to the
+/// `history.jsonl` of `scope` (`<workspace>/memory/history.jsonl` for the shared memory) — the fallback when no
+/// [`MemoryService`] is configured. Returns the cursor.
+pub fn raw_archive(
+    workspace: &Path,
+    scope: &ScopeKey,
+    session_key: &str,
+    messages: &[SessionMessage],
+) -> std::io::Result<u64> {
     let mut content = String::from("[RAW] ");
     for m in messages {
         let role = m.role().unwrap_or("?").to_uppercase();
@@ -98,6 +115,7 @@ pub fn raw_archive(workspace: &Path, session_key: &str, messages: &[SessionMessa
     // The memory store's writer holds the history lock while it reads the last cursor and appends, so entries
     // written here and by a running consolidation never share a cursor.
     nanobot_memory::MemoryStore::new(workspace)
+        .scoped(scope)
         .append_history(&content, Some(session_key))
         .map(|entry| entry.cursor)
         .map_err(std::io::Error::other)
@@ -114,8 +132,14 @@ mod tests {
             SessionMessage::new("user", "remember the milk"),
             SessionMessage::new("assistant", "ok"),
         ];
-        assert_eq!(raw_archive(ws.path(), "cli:direct", &msgs).unwrap(), 1);
-        assert_eq!(raw_archive(ws.path(), "cli:direct", &msgs).unwrap(), 2);
+        assert_eq!(
+            raw_archive(ws.path(), &ScopeKey::Shared, "cli:direct", &msgs).unwrap(),
+            1
+        );
+        assert_eq!(
+            raw_archive(ws.path(), &ScopeKey::Shared, "cli:direct", &msgs).unwrap(),
+            2
+        );
         let text = std::fs::read_to_string(ws.path().join("memory/history.jsonl")).unwrap();
         let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
         assert_eq!(first["session_key"], "cli:direct");
@@ -155,9 +179,10 @@ impl MemoryService for MemoryAdapter {
     async fn consolidate(
         &self,
         session_key: &str,
+        scope: &ScopeKey,
         trigger: ConsolidationTrigger,
     ) -> Result<ConsolidationReport, BoxError> {
-        let c = &self.memory.consolidator;
+        let c = &self.memory.consolidator.scoped(scope);
         match trigger {
             ConsolidationTrigger::Compact => Ok(report(&c.compact(session_key).await?)),
             _ => {
@@ -174,20 +199,56 @@ impl MemoryService for MemoryAdapter {
         }
     }
 
-    async fn archive_session(&self, session: Session) -> Result<(), BoxError> {
-        self.memory.consolidator.archive_session(session).await?;
+    async fn archive_session(&self, session: Session, scope: &ScopeKey) -> Result<(), BoxError> {
+        self.memory
+            .consolidator
+            .scoped(scope)
+            .archive_session(session)
+            .await?;
         Ok(())
     }
 
-    async fn dream(&self) -> Result<String, BoxError> {
-        Ok(self.memory.dream.run().await?.report())
+    async fn dream(&self, scope: &ScopeKey) -> Result<String, BoxError> {
+        Ok(self.memory.dream.scoped(scope).run().await?.report())
     }
 
-    async fn dream_log(&self, args: &str) -> Result<String, BoxError> {
-        Ok(self.memory.dream.log_text(args).await?)
+    async fn dream_all(&self) -> Result<String, BoxError> {
+        let runs = self.memory.dream.run_all().await;
+        let several = runs.len() > 1;
+        let mut reports = Vec::with_capacity(runs.len());
+        let mut first_error = None;
+        for (scope, outcome) in runs {
+            let text = match outcome {
+                Ok(o) => o.report(),
+                Err(e) => {
+                    let text = format!("Dream failed: {}", nanobot_util::error_chain(&e));
+                    first_error.get_or_insert(e);
+                    text
+                }
+            };
+            reports.push(if several {
+                format!("[{scope}] {text}")
+            } else {
+                text
+            });
+        }
+        // One memory: its error is the run's error, as before scopes. Several: one failing scope must not hide
+        // what the others did; its error is in the report and the log.
+        match first_error {
+            Some(e) if !several => Err(e.into()),
+            Some(e) => {
+                tracing::warn!(error = %nanobot_util::error_chain(&e), "Dream failed for a memory scope");
+                Ok(reports.join("\n"))
+            }
+            None => Ok(reports.join("\n")),
+        }
     }
 
-    async fn dream_restore(&self, args: &str) -> Result<String, BoxError> {
-        Ok(self.memory.dream.restore_text(args).await?)
+    async fn dream_log(&self, scope: &ScopeKey, args: &str) -> Result<String, BoxError> {
+        Ok(self.memory.dream.scoped(scope).log_text(args).await?)
+    }
+
+    async fn dream_restore(&self, scope: &ScopeKey, args: &str) -> Result<String, BoxError> {
+        Ok(self.memory.dream.scoped(scope).restore_text(args).await?)
     }
 }

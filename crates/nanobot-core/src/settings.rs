@@ -43,6 +43,8 @@ pub struct AgentSettings {
     pub bot_name: String,
     /// One session for every channel (`agents.defaults.unifiedSession`).
     pub unified_session: bool,
+    /// How long-term memory is divided between chats and people (`agents.defaults.memoryScope`).
+    pub memory_scope: nanobot_memory::MemoryScope,
     /// Longest a turn may run (`agents.defaults.timeouts.turn`); then it is stopped and the user told so.
     pub turn_timeout: std::time::Duration,
     /// When the user is asked before a tool call runs (`tools.exec.approval`, `approvalTimeout`).
@@ -75,6 +77,7 @@ impl AgentSettings {
             timezone: Tz::UTC,
             bot_name: "nanobot".into(),
             unified_session: false,
+            memory_scope: nanobot_memory::MemoryScope::Shared,
             turn_timeout: std::time::Duration::from_secs(3600),
             approval: crate::ApprovalSettings::default(),
         }

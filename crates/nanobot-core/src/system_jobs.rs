@@ -58,7 +58,7 @@ impl AgentLoop {
                             format!("held: Dream waits for /confirm-files ({})", files.join(", ")).into(),
                         );
                     }
-                    m.dream().await
+                    m.dream_all().await
                 }
                 None => Ok(String::new()),
             },

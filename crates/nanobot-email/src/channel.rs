@@ -431,6 +431,8 @@ impl EmailChannel {
         }
         let mut inbound = InboundMessage::new(NAME, &sender, &sender, content)
             .with_metadata("sender_email", sender.clone())
+            // A mail thread is a private conversation with its sender.
+            .with_metadata(nanobot_bus::META_IS_GROUP, false)
             .with_metadata("uid", uid)
             .with_metadata(META_SUBJECT, mail.subject.clone())
             .with_metadata("date", mail.date.clone())

@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 
 use crate::error::{MemoryError, Result};
 use crate::format::{budget_text, conversation_lines};
+use crate::scope::ScopeKey;
 #[cfg(feature = "search")]
 use crate::search::SearchIndex;
 use crate::store::{HistoryEntry, MemoryStore};
@@ -251,10 +252,11 @@ impl ConsolidationOutcome {
 #[derive(Clone)]
 pub struct Consolidator {
     inner: Arc<Inner>,
+    /// Where history is written: the shared memory, or a scope's ([`Consolidator::scoped`]).
+    store: MemoryStore,
 }
 
 struct Inner {
-    store: MemoryStore,
     sessions: SessionStore,
     provider: Arc<dyn Provider>,
     settings: ConsolidationSettings,
@@ -270,7 +272,7 @@ struct Inner {
 impl fmt::Debug for Consolidator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Consolidator")
-            .field("workspace", &self.inner.store.workspace())
+            .field("memory", &self.store.dir())
             .field("settings", &self.inner.settings)
             .finish_non_exhaustive()
     }
@@ -285,8 +287,8 @@ impl Consolidator {
         settings: ConsolidationSettings,
     ) -> Self {
         Self {
+            store,
             inner: Arc::new(Inner {
-                store,
                 sessions,
                 provider,
                 settings,
@@ -310,7 +312,6 @@ impl Consolidator {
                 inner
             }
             Err(shared) => Inner {
-                store: shared.store.clone(),
                 sessions: shared.sessions.clone(),
                 provider: shared.provider.clone(),
                 settings: shared.settings.clone(),
@@ -322,6 +323,17 @@ impl Consolidator {
         };
         Self {
             inner: Arc::new(inner),
+            store: self.store,
+        }
+    }
+
+    /// This consolidator writing to the memory of `scope` (see [`crate::scope`]); it shares the per-session locks,
+    /// so a session is still consolidated once at a time whatever scope a caller names.
+    #[must_use]
+    pub fn scoped(&self, scope: &ScopeKey) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            store: self.store.scoped(scope),
         }
     }
 
@@ -332,7 +344,7 @@ impl Consolidator {
 
     /// The memory files written to.
     pub fn store(&self) -> &MemoryStore {
-        &self.inner.store
+        &self.store
     }
 
     /// The slice of `session` that should be consolidated now under the budget, if any.
@@ -473,7 +485,7 @@ impl Consolidator {
         let key = session.key.clone();
         let slice = &session.messages[range.clone()];
         let lines = conversation_lines(slice, self.inner.settings.max_message_chars);
-        let store = self.inner.store.clone();
+        let store = self.store.clone();
         let current_memory = blocking(move || store.read_memory()).await?;
 
         let previous = last_summary(session);
@@ -489,7 +501,7 @@ impl Consolidator {
         let (outcome, entry) = match outcome {
             None => (ConsolidationOutcome::NothingToDo, None),
             Some(Summary::Saved { history_entry }) => {
-                let store = self.inner.store.clone();
+                let store = self.store.clone();
                 let k = key.clone();
                 let entry = blocking(move || store.append_history(&history_entry, Some(&k))).await?;
                 (
@@ -509,7 +521,7 @@ impl Consolidator {
             ),
             Some(Summary::Raw { reason }) => {
                 let text = format!("[RAW] {} messages\n{}", slice.len(), lines.join("\n"));
-                let store = self.inner.store.clone();
+                let store = self.store.clone();
                 let k = key.clone();
                 let entry = blocking(move || store.append_history(&text, Some(&k))).await?;
                 tracing::warn!(session = %key, %reason, cursor = entry.cursor, "memory slice archived raw");
@@ -584,9 +596,10 @@ impl Consolidator {
             let messages: Vec<SessionMessage> = slice.to_vec();
             let k = key.clone();
             let first = range.start;
+            let store = self.store.clone();
             let result = blocking(move || {
                 if let Some(e) = &entry {
-                    index.add_history_entry(e)?;
+                    index.add_history_entries_of(&store, std::slice::from_ref(e))?;
                 }
                 index.add_session_messages(&k, first, &messages)
             })

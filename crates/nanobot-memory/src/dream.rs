@@ -17,6 +17,7 @@ use serde_json::Value;
 use crate::error::{MemoryError, Result};
 use crate::format::truncate;
 use crate::fsio;
+use crate::scope::{self, SCOPES_DIR, ScopeKey};
 use crate::store::{HistoryEntry, MEMORY_DIR, MEMORY_FILE, MemoryStore, now_stamp};
 
 /// Directory of the Dream change records, relative to the workspace (`memory/.dream/<n>.json`).
@@ -201,6 +202,7 @@ pub struct RestoreOutcome {
 #[derive(Clone)]
 pub struct Dream {
     store: MemoryStore,
+    targets: Arc<Targets>,
     provider: Arc<dyn Provider>,
     settings: DreamSettings,
     running: Arc<tokio::sync::Mutex<()>>,
@@ -209,7 +211,7 @@ pub struct Dream {
 impl fmt::Debug for Dream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Dream")
-            .field("workspace", &self.store.workspace())
+            .field("memory", &self.store.dir())
             .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
@@ -219,6 +221,7 @@ impl Dream {
     /// Dream over `store`'s workspace, asking `provider`.
     pub fn new(store: MemoryStore, provider: Arc<dyn Provider>, settings: DreamSettings) -> Self {
         Self {
+            targets: Arc::new(Targets::of(&store)),
             store,
             provider,
             settings,
@@ -226,14 +229,69 @@ impl Dream {
         }
     }
 
-    /// `<workspace>/memory/.dream`.
+    /// Dream over the memory of `scope` (see [`crate::scope`]). The shared memory's Dream keeps `MEMORY.md`,
+    /// `SOUL.md`, `USER.md` and `skills/`; a scope's Dream reads that scope's history and may change only that
+    /// scope's `MEMORY.md` (the others are everyone's). Each scope has its own cursor and undo log; runs of all
+    /// scopes take turns (clones share one lock).
+    #[must_use]
+    pub fn scoped(&self, scope: &ScopeKey) -> Self {
+        self.in_store(self.store.scoped(scope))
+    }
+
+    fn in_store(&self, store: MemoryStore) -> Self {
+        Self {
+            targets: Arc::new(Targets::of(&store)),
+            store,
+            provider: self.provider.clone(),
+            settings: self.settings.clone(),
+            running: self.running.clone(),
+        }
+    }
+
+    /// Runs Dream for the shared memory and then for every scope folder under `memory/scopes/` (see
+    /// [`Dream::run`]); returns each one's id (the folder name when it cannot be decoded) and outcome. A scope
+    /// whose run fails is reported with its error and the others still run.
+    pub async fn run_all(&self) -> Vec<(String, Result<DreamOutcome>)> {
+        let shared = self.in_store(self.store.scoped(&ScopeKey::Shared));
+        let mut out = vec![(ScopeKey::Shared.id(), shared.run().await)];
+        let files = self.store.files().clone();
+        let root = Path::new(MEMORY_DIR).join(SCOPES_DIR);
+        let listed = {
+            let root = root.clone();
+            blocking(move || {
+                files
+                    .read_dir(&root)
+                    .map_err(|e| MemoryError::io("listing", files.display_path(&root), e))
+            })
+            .await
+        };
+        let folders = match listed {
+            Ok(entries) => entries.unwrap_or_default(),
+            Err(e) => {
+                out.push((root.display().to_string(), Err(e)));
+                return out;
+            }
+        };
+        for (name, kind) in folders {
+            // Links and files planted among the scope folders are not scopes.
+            let (EntryKind::Dir, Some(stem)) = (kind, name.to_str()) else {
+                continue;
+            };
+            let label = scope::from_stem(stem).map_or_else(|| stem.to_owned(), |k| k.id());
+            let dream = self.in_store(self.store.in_dir(root.join(stem)));
+            out.push((label, dream.run().await));
+        }
+        out
+    }
+
+    /// `<memory folder>/.dream`.
     pub fn records_dir(&self) -> PathBuf {
         self.store.dir().join(DREAM_RECORDS_DIR)
     }
 
-    /// `memory/.dream`, relative to the workspace.
+    /// `<memory folder>/.dream`, relative to the workspace.
     fn records_rel(&self) -> PathBuf {
-        Path::new(MEMORY_DIR).join(DREAM_RECORDS_DIR)
+        self.store.rel(DREAM_RECORDS_DIR)
     }
 
     /// Runs Dream once (waits for a run in progress). Without new history entries the model is not called.
@@ -262,14 +320,14 @@ impl Dream {
 
         let files = self.store.files().clone();
         let before = blocking({
-            let files = files.clone();
-            move || snapshot(&files)
+            let (files, targets) = (files.clone(), self.targets.clone());
+            move || snapshot(&files, &targets)
         })
         .await?;
         let result = self.converse(&entries, &before).await;
         let after_snap = blocking({
-            let files = files.clone();
-            move || snapshot(&files)
+            let (files, targets) = (files.clone(), self.targets.clone());
+            move || snapshot(&files, &targets)
         })
         .await?;
         let changes = diff_snapshots(&before, &after_snap);
@@ -451,11 +509,11 @@ impl Dream {
     /// The model ⇄ restricted tools loop; returns the model's final text.
     async fn converse(&self, entries: &[HistoryEntry], before: &Snapshot) -> Result<String> {
         let ws = self.store.workspace().to_owned();
-        let registry = restricted_registry(&ws);
+        let registry = restricted_registry(&ws, &self.targets);
         let tools: Vec<ToolSpec> = registry.definitions();
         let ctx = ToolContext::new(&ws);
         let mut messages = vec![
-            ChatMessage::system(SYSTEM_PROMPT),
+            ChatMessage::system(self.targets.system_prompt()),
             ChatMessage::user(self.prompt(entries, before)),
         ];
         for _ in 0..self.settings.max_iterations.max(1) {
@@ -504,7 +562,7 @@ impl Dream {
                 truncate(e.content.trim(), self.settings.max_entry_chars)
             ));
         }
-        for file in DREAM_FILES {
+        for file in &self.targets.files {
             let text = before.get(file).cloned().flatten().unwrap_or_default();
             p.push_str(&format!(
                 "\n## {file}\n{}\n",
@@ -514,6 +572,9 @@ impl Dream {
                     text.trim_end()
                 }
             ));
+        }
+        if !self.targets.skills {
+            return p;
         }
         let skills: Vec<&str> = before
             .keys()
@@ -530,6 +591,14 @@ impl Dream {
         p
     }
 }
+
+/// What the scope's Dream is told (it keeps one memory file; `{file}` is its path).
+const SCOPE_SYSTEM_PROMPT: &str = "You are Dream, the memory curator of a personal AI assistant. You read the new \
+entries of one conversation's history log and keep that conversation's memory file, {file}, up to date: durable \
+facts (about the people in it, their projects, decisions, preferences). Merge new facts, remove duplicates and \
+outdated ones, keep it concise and organised. Use read_file, edit_file and write_file; you can only touch that file. \
+Do not copy the history into memory: keep what will matter later. When you are done, answer with one or two \
+sentences saying what you changed (or that nothing needed changing).";
 
 const SYSTEM_PROMPT: &str = "You are Dream, the memory curator of a personal AI assistant. You read the new entries \
 of the conversation history log and keep the assistant's memory files up to date:\n\
@@ -548,12 +617,16 @@ type Snapshot = BTreeMap<String, Option<String>>;
 
 /// The contents of every file Dream may change (read beneath the workspace handle: a link planted in
 /// `skills/` that leads out of the workspace is left out, never followed).
-fn snapshot(files: &ConfinedDir) -> Result<Snapshot> {
+fn snapshot(files: &ConfinedDir, targets: &Targets) -> Result<Snapshot> {
     let mut out = Snapshot::new();
-    for f in DREAM_FILES {
-        out.insert(f.to_owned(), fsio::read_optional(files, Path::new(f))?);
+    for f in &targets.files {
+        out.insert(f.clone(), fsio::read_optional(files, Path::new(f))?);
     }
-    let mut stack = vec![PathBuf::from(DREAM_SKILLS_DIR)];
+    let mut stack = if targets.skills {
+        vec![PathBuf::from(DREAM_SKILLS_DIR)]
+    } else {
+        Vec::new()
+    };
     while let Some(dir) = stack.pop() {
         let entries = files
             .read_dir(&dir)
@@ -672,16 +745,18 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 }
 
 /// `read_file`, `write_file`, `edit_file` and `list_dir`, each refusing any path outside Dream's files.
-fn restricted_registry(ws: &Path) -> ToolRegistry {
+fn restricted_registry(ws: &Path, targets: &Arc<Targets>) -> ToolRegistry {
     let sandbox = Arc::new(Sandbox::new(ws, true));
     let registry = ToolRegistry::default();
-    let guard = Arc::new(PathGuard::new(ws));
-    let tools: [(Arc<dyn Tool>, bool); 4] = [
+    let guard = Arc::new(PathGuard::new(ws, targets.clone()));
+    let mut tools: Vec<(Arc<dyn Tool>, bool)> = vec![
         (Arc::new(ReadFileTool::new(sandbox.clone())), false),
         (Arc::new(WriteFileTool::new(sandbox.clone())), false),
         (Arc::new(EditFileTool::new(sandbox.clone())), false),
-        (Arc::new(ListDirTool::new(sandbox)), true),
     ];
+    if targets.skills {
+        tools.push((Arc::new(ListDirTool::new(sandbox)), true));
+    }
     for (inner, dirs) in tools {
         registry.register(Arc::new(Restricted {
             inner,
@@ -697,13 +772,14 @@ fn restricted_registry(ws: &Path) -> ToolRegistry {
 pub(crate) struct PathGuard {
     ws: PathBuf,
     ws_real: PathBuf,
+    targets: Arc<Targets>,
 }
 
 impl PathGuard {
-    pub(crate) fn new(ws: &Path) -> Self {
+    pub(crate) fn new(ws: &Path, targets: Arc<Targets>) -> Self {
         let ws = normalize(ws);
         let ws_real = real_path(&ws).unwrap_or_else(|_| ws.clone());
-        Self { ws, ws_real }
+        Self { ws, ws_real, targets }
     }
 
     /// Whether `path` (as the model wrote it) names an allowed file (`dirs`: an allowed directory to list).
@@ -721,34 +797,75 @@ impl PathGuard {
             .strip_prefix(&self.ws)
             .or_else(|_| abs.strip_prefix(&self.ws_real))
             .ok()
-            .is_some_and(|rel| allowed_rel(rel, dirs));
+            .is_some_and(|rel| self.targets.allows(rel, dirs));
         // Symlinks must not lead elsewhere: the resolved path must be allowed too.
         let real = real_path(&abs)
             .ok()
             .and_then(|r| r.strip_prefix(&self.ws_real).ok().map(Path::to_path_buf))
-            .is_some_and(|rel| allowed_rel(&rel, dirs));
+            .is_some_and(|rel| self.targets.allows(&rel, dirs));
         lexical && real
     }
 }
 
-fn allowed_rel(rel: &Path, dirs: bool) -> bool {
-    let comps: Vec<&str> = rel
-        .components()
-        .map(|c| match c {
-            Component::Normal(s) => s.to_str().unwrap_or("\u{0}"),
-            _ => "\u{0}",
-        })
-        .collect();
-    if comps.contains(&"\u{0}") {
-        return false;
+/// The files one Dream may change.
+#[derive(Debug)]
+pub(crate) struct Targets {
+    /// Files, relative to the workspace with `/` separators, in prompt order.
+    files: Vec<String>,
+    /// Whether `skills/` is Dream's too (the shared memory's Dream only).
+    skills: bool,
+}
+
+impl Targets {
+    /// The shared memory's Dream: [`DREAM_FILES`] and `skills/`; a scope's: its own `MEMORY.md`.
+    pub(crate) fn of(store: &MemoryStore) -> Self {
+        if store.rel_dir() == Path::new(MEMORY_DIR) {
+            Self {
+                files: DREAM_FILES.iter().map(|f| (*f).to_owned()).collect(),
+                skills: true,
+            }
+        } else {
+            Self {
+                files: vec![rel_string(&store.rel(MEMORY_FILE))],
+                skills: false,
+            }
+        }
     }
-    let in_skills = comps.first() == Some(&DREAM_SKILLS_DIR);
-    if dirs {
-        return in_skills;
+
+    fn system_prompt(&self) -> String {
+        match (self.skills, self.files.first()) {
+            (false, Some(file)) => SCOPE_SYSTEM_PROMPT.replace("{file}", file),
+            _ => SYSTEM_PROMPT.to_owned(),
+        }
     }
-    match comps.as_slice() {
-        [MEMORY_DIR, MEMORY_FILE] | ["SOUL.md"] | ["USER.md"] => true,
-        _ => in_skills && comps.len() >= 2,
+
+    /// For error messages: what may be touched.
+    fn describe(&self, dirs: bool) -> String {
+        match (dirs, self.skills) {
+            (true, _) => "directories under skills/".to_owned(),
+            (false, true) => format!("{} and files under skills/", self.files.join(", ")),
+            (false, false) => self.files.join(", "),
+        }
+    }
+
+    /// Whether the workspace-relative `rel` is one of the files (`dirs`: a directory Dream may list).
+    fn allows(&self, rel: &Path, dirs: bool) -> bool {
+        let comps: Vec<&str> = rel
+            .components()
+            .map(|c| match c {
+                Component::Normal(s) => s.to_str().unwrap_or("\u{0}"),
+                _ => "\u{0}",
+            })
+            .collect();
+        if comps.is_empty() || comps.contains(&"\u{0}") {
+            return false;
+        }
+        let in_skills = self.skills && comps.first() == Some(&DREAM_SKILLS_DIR);
+        if dirs {
+            return in_skills;
+        }
+        let joined = comps.join("/");
+        self.files.contains(&joined) || (in_skills && comps.len() >= 2)
     }
 }
 
@@ -782,13 +899,9 @@ impl Tool for Restricted {
             .and_then(Value::as_str)
             .unwrap_or(if self.dirs { "skills" } else { "" });
         if !self.guard.allows(path, self.dirs) {
-            let what = if self.dirs {
-                "directories under skills/"
-            } else {
-                "memory/MEMORY.md, SOUL.md, USER.md and files under skills/"
-            };
             return Err(ToolError::Failed(format!(
-                "Error: `{path}` is outside what Dream may touch; only {what} are allowed"
+                "Error: `{path}` is outside what Dream may touch; only {} may be",
+                self.guard.targets.describe(self.dirs)
             )));
         }
         let mut args = args;
@@ -810,7 +923,7 @@ mod tests {
     fn guard_allows_only_dream_files() {
         let ws = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(ws.path().join("skills/x")).unwrap();
-        let g = PathGuard::new(ws.path());
+        let g = PathGuard::new(ws.path(), Arc::new(Targets::of(&MemoryStore::new(ws.path()))));
         for ok in [
             "memory/MEMORY.md",
             "SOUL.md",
@@ -847,7 +960,7 @@ mod tests {
         std::fs::create_dir_all(ws.path().join("skills")).unwrap();
         std::fs::write(ws.path().join("AGENTS.md"), "rules").unwrap();
         std::os::unix::fs::symlink(ws.path().join("AGENTS.md"), ws.path().join("skills/evil.md")).unwrap();
-        let g = PathGuard::new(ws.path());
+        let g = PathGuard::new(ws.path(), Arc::new(Targets::of(&MemoryStore::new(ws.path()))));
         assert!(!g.allows("skills/evil.md", false));
     }
 }

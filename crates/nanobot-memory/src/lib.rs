@@ -60,6 +60,7 @@ mod dream;
 mod error;
 mod format;
 mod fsio;
+pub mod scope;
 #[cfg(feature = "search")]
 mod search;
 mod store;
@@ -81,6 +82,7 @@ pub use dream::{
     FileChange, RecordKind, RestoreOutcome,
 };
 pub use error::{MemoryError, Result};
+pub use scope::{MemoryScope, SCOPES_DIR, ScopeKey};
 #[cfg(feature = "search")]
 pub use search::{HitKind, INDEX_FILE, SESSION_DIR_INDEX_FILE, SearchHit, SearchIndex};
 pub use store::{

@@ -33,6 +33,11 @@ CREATE VIRTUAL TABLE IF NOT EXISTS docs USING fts5(
     tokenize = 'unicode61 remove_diacritics 2'
 );
 CREATE TABLE IF NOT EXISTS seen_history (cursor INTEGER PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS seen_scoped_history (
+    folder TEXT NOT NULL,
+    cursor INTEGER NOT NULL,
+    PRIMARY KEY (folder, cursor)
+);
 CREATE TABLE IF NOT EXISTS seen_messages (
     session_key TEXT NOT NULL,
     position INTEGER NOT NULL,
@@ -173,25 +178,44 @@ impl SearchIndex {
         })
     }
 
-    /// Indexes one history entry (no-op when it is indexed already). Returns whether it was new.
+    /// Indexes one history entry of the shared memory (no-op when it is indexed already). Returns whether it
+    /// was new.
     pub fn add_history_entry(&self, entry: &HistoryEntry) -> Result<bool> {
         self.add_history_entries(std::slice::from_ref(entry))
             .map(|n| n == 1)
     }
 
-    /// Indexes history entries not indexed yet; returns how many were new.
+    /// Indexes history entries of the shared memory not indexed yet; returns how many were new.
     pub fn add_history_entries(&self, entries: &[HistoryEntry]) -> Result<usize> {
+        self.add_history_in(None, entries)
+    }
+
+    /// Indexes history entries of `store` (the shared memory or a scope's: cursors count per folder) not
+    /// indexed yet; returns how many were new.
+    pub fn add_history_entries_of(&self, store: &MemoryStore, entries: &[HistoryEntry]) -> Result<usize> {
+        let folder = (store.rel_dir() != Path::new(MEMORY_DIR)).then(|| store.rel_dir().to_string_lossy());
+        self.add_history_in(folder.as_deref(), entries)
+    }
+
+    /// `folder`: `None` for `memory/` (its cursors are in `seen_history`, as before scopes existed).
+    fn add_history_in(&self, folder: Option<&str>, entries: &[HistoryEntry]) -> Result<usize> {
         self.with_conn(|conn| {
             let tx = conn.transaction()?;
             let mut added = 0;
             {
-                let mut seen = tx.prepare_cached("INSERT OR IGNORE INTO seen_history (cursor) VALUES (?1)")?;
+                let mut shared = tx.prepare_cached("INSERT OR IGNORE INTO seen_history (cursor) VALUES (?1)")?;
+                let mut scoped =
+                    tx.prepare_cached("INSERT OR IGNORE INTO seen_scoped_history (folder, cursor) VALUES (?1, ?2)")?;
                 let mut doc = tx.prepare_cached(
                     "INSERT INTO docs (content, kind, session_key, timestamp, position) VALUES (?1, 'history', ?2, ?3, ?4)",
                 )?;
                 for e in entries {
                     let cursor = i64::try_from(e.cursor).unwrap_or(i64::MAX);
-                    if seen.execute(params![cursor])? == 1 {
+                    let new = match folder {
+                        None => shared.execute(params![cursor])?,
+                        Some(f) => scoped.execute(params![f, cursor])?,
+                    };
+                    if new == 1 {
                         doc.execute(params![cjk_spaced(&e.content), e.session_key, e.timestamp, cursor])?;
                         added += 1;
                     }
@@ -242,10 +266,11 @@ impl SearchIndex {
         })
     }
 
-    /// Indexes the history entries of `store` that are not indexed yet; returns how many were new.
+    /// Indexes the history entries of `store` (the shared memory or a scope's) that are not indexed yet; returns
+    /// how many were new.
     pub fn sync_history(&self, store: &MemoryStore) -> Result<usize> {
         let entries = store.read_history_after(0)?;
-        self.add_history_entries(&entries)
+        self.add_history_entries_of(store, &entries)
     }
 
     /// Indexes new messages of every session in `sessions` whose file changed since the last sync (old-layout

@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{MemoryError, Result};
 use crate::fsio;
+use crate::scope::ScopeKey;
 
 /// Directory of the memory files, relative to the workspace.
 pub const MEMORY_DIR: &str = "memory";
@@ -79,6 +80,8 @@ pub struct HistoryEntry {
 #[derive(Clone, Debug)]
 pub struct MemoryStore {
     workspace: PathBuf,
+    /// The memory folder, relative to the workspace (`memory`, or a scope's folder).
+    rel_dir: PathBuf,
     dir: PathBuf,
     files: ConfinedDir,
     append_lock: Arc<Mutex<()>>,
@@ -92,9 +95,35 @@ impl MemoryStore {
         Self {
             files: ConfinedDir::new(&workspace),
             workspace,
+            rel_dir: PathBuf::from(MEMORY_DIR),
             dir,
             append_lock: Arc::new(Mutex::new(())),
         }
+    }
+
+    /// The memory of `scope` in the same workspace (`memory/` itself for [`ScopeKey::Shared`], else
+    /// `memory/scopes/<name>/`; see [`crate::scope`]). Nothing is read or created yet.
+    pub fn scoped(&self, scope: &ScopeKey) -> Self {
+        self.in_dir(scope.dir())
+    }
+
+    /// The memory kept in `rel_dir` (relative to the workspace).
+    pub(crate) fn in_dir(&self, rel_dir: PathBuf) -> Self {
+        if rel_dir == self.rel_dir {
+            return self.clone();
+        }
+        Self {
+            workspace: self.workspace.clone(),
+            dir: self.workspace.join(&rel_dir),
+            rel_dir,
+            files: self.files.clone(),
+            append_lock: Arc::new(Mutex::new(())),
+        }
+    }
+
+    /// The memory folder relative to the workspace (`memory`, or `memory/scopes/<name>`).
+    pub fn rel_dir(&self) -> &Path {
+        &self.rel_dir
     }
 
     /// The workspace root.
@@ -102,7 +131,7 @@ impl MemoryStore {
         &self.workspace
     }
 
-    /// `<workspace>/memory`.
+    /// `<workspace>/memory` (or the scope's folder).
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -114,7 +143,7 @@ impl MemoryStore {
 
     /// Creates `<workspace>/memory` (beneath the workspace handle).
     pub(crate) fn ensure_dir(&self) -> Result<()> {
-        fsio::ensure_dir(&self.files, Path::new(MEMORY_DIR))
+        fsio::ensure_dir(&self.files, &self.rel_dir)
     }
 
     /// `<workspace>/memory/MEMORY.md`.
@@ -134,12 +163,12 @@ impl MemoryStore {
 
     /// The long-term memory (`MEMORY.md`); empty when the file does not exist.
     pub fn read_memory(&self) -> Result<String> {
-        Ok(fsio::read_optional(&self.files, &rel(MEMORY_FILE))?.unwrap_or_default())
+        Ok(fsio::read_optional(&self.files, &self.rel(MEMORY_FILE))?.unwrap_or_default())
     }
 
     /// Replaces `MEMORY.md` atomically.
     pub fn write_memory(&self, text: &str) -> Result<()> {
-        fsio::write_atomic(&self.files, &rel(MEMORY_FILE), text.as_bytes())
+        fsio::write_atomic(&self.files, &self.rel(MEMORY_FILE), text.as_bytes())
     }
 
     /// Appends one entry to `history.jsonl` with the next cursor and the current local time; returns it.
@@ -164,7 +193,7 @@ impl MemoryStore {
         let path = self.history_path();
         let mut file = self
             .files
-            .open_append(&rel(HISTORY_FILE))
+            .open_append(&self.rel(HISTORY_FILE))
             .map_err(|e| MemoryError::io("opening", &path, e))?;
         file.lock().map_err(|e| MemoryError::io("locking", &path, e))?;
         let (last, ends_with_newline) = last_cursor(&mut file, &path)?;
@@ -202,7 +231,7 @@ impl MemoryStore {
     /// skipped with a warning naming the file and line (they stay in the file).
     pub fn read_history_after(&self, after: u64) -> Result<Vec<HistoryEntry>> {
         let path = self.history_path();
-        let Some(text) = fsio::read_optional(&self.files, &rel(HISTORY_FILE))? else {
+        let Some(text) = fsio::read_optional(&self.files, &self.rel(HISTORY_FILE))? else {
             return Ok(Vec::new());
         };
         Ok(parse_history(&text, &path)
@@ -214,7 +243,7 @@ impl MemoryStore {
     /// The cursor of the newest history entry (0 when there is none).
     pub fn last_history_cursor(&self) -> Result<u64> {
         let path = self.history_path();
-        match self.files.open_read(&rel(HISTORY_FILE)) {
+        match self.files.open_read(&self.rel(HISTORY_FILE)) {
             Ok(Some(mut f)) => Ok(last_cursor(&mut f, &path)?.0),
             Ok(None) => Ok(0),
             Err(e) => Err(MemoryError::io("opening", &path, e)),
@@ -224,7 +253,7 @@ impl MemoryStore {
     /// The last cursor Dream processed (0 when `.dream_cursor` does not exist).
     pub fn dream_cursor(&self) -> Result<u64> {
         let path = self.dream_cursor_path();
-        let Some(text) = fsio::read_optional(&self.files, &rel(DREAM_CURSOR_FILE))? else {
+        let Some(text) = fsio::read_optional(&self.files, &self.rel(DREAM_CURSOR_FILE))? else {
             return Ok(0);
         };
         let t = text.trim();
@@ -242,7 +271,7 @@ impl MemoryStore {
     pub fn set_dream_cursor(&self, cursor: u64) -> Result<()> {
         fsio::write_atomic(
             &self.files,
-            &rel(DREAM_CURSOR_FILE),
+            &self.rel(DREAM_CURSOR_FILE),
             cursor.to_string().as_bytes(),
         )
     }
@@ -255,7 +284,7 @@ impl MemoryStore {
         let legacy = self.dir.join(LEGACY_HISTORY_FILE);
         // Held across the whole migration so two writers (threads or processes) never migrate the same file
         // twice.
-        let lock_rel = rel(".history.migrate.lock");
+        let lock_rel = self.rel(".history.migrate.lock");
         let lock_path = self.files.display_path(&lock_rel);
         let lock_file = self
             .files
@@ -264,7 +293,7 @@ impl MemoryStore {
         lock_file
             .lock()
             .map_err(|e| MemoryError::io("locking", &lock_path, e))?;
-        let Some(text) = fsio::read_optional(&self.files, &rel(LEGACY_HISTORY_FILE))? else {
+        let Some(text) = fsio::read_optional(&self.files, &self.rel(LEGACY_HISTORY_FILE))? else {
             return Ok(None);
         };
         let entries = parse_legacy_history(&text);
@@ -274,7 +303,7 @@ impl MemoryStore {
         }
         let backup = self.free_backup_name()?;
         self.files
-            .rename(&rel(LEGACY_HISTORY_FILE), &rel(&backup))
+            .rename(&self.rel(LEGACY_HISTORY_FILE), &self.rel(&backup))
             .map_err(|e| MemoryError::io("renaming", &legacy, e))?;
         let backup = self.dir.join(backup);
         tracing::info!(entries = n, backup = %backup.display(), "migrated memory/HISTORY.md to history.jsonl");
@@ -398,18 +427,18 @@ fn parse_legacy_history(text: &str) -> Vec<(String, String)> {
     out
 }
 
-/// `memory/<name>` relative to the workspace.
-fn rel(name: &str) -> PathBuf {
-    Path::new(MEMORY_DIR).join(name)
-}
-
 impl MemoryStore {
+    /// `memory/<name>` (or `<scope folder>/<name>`), relative to the workspace.
+    pub(crate) fn rel(&self, name: &str) -> PathBuf {
+        self.rel_dir.join(name)
+    }
+
     /// The first free name of `HISTORY.md.bak`, `HISTORY.md.bak.1`, … in `memory/`.
     fn free_backup_name(&self) -> Result<String> {
         let base = format!("{LEGACY_HISTORY_FILE}.bak");
         let taken = |name: &str| {
             self.files
-                .symlink_metadata(&rel(name))
+                .symlink_metadata(&self.rel(name))
                 .map(|m| m.is_some())
                 .map_err(|e| MemoryError::io("inspecting", self.dir.join(name), e))
         };

@@ -7,6 +7,7 @@ use nanobot_sessions::SessionStore;
 use nanobot_tools::{Tool, ToolContext, ToolError, ToolOutput};
 use serde_json::{Value, json};
 
+use crate::scope::ScopeKey;
 use crate::search::{HitKind, SearchIndex};
 use crate::store::MemoryStore;
 
@@ -18,7 +19,8 @@ pub const DEFAULT_LIMIT: usize = 5;
 pub const MAX_LIMIT: usize = 20;
 
 /// `memory_search(query, limit)`: ranked snippets from past conversations and the history log, each with its
-/// session and time. Before each search the index catches up with new history entries and changed sessions.
+/// session and time. Before each search the index catches up with new history entries (of the turn's memory
+/// scope, a [`ScopeKey`] in the tool context's extensions; the shared memory without one) and changed sessions.
 #[derive(Debug, Clone)]
 pub struct MemorySearchTool {
     index: SearchIndex,
@@ -41,8 +43,9 @@ impl MemorySearchTool {
         query: &str,
         limit: usize,
         session: Option<String>,
+        scope: &ScopeKey,
     ) -> Result<String, crate::MemoryError> {
-        let (index, store) = (self.index.clone(), self.store.clone());
+        let (index, store) = (self.index.clone(), self.store.scoped(scope));
         tokio::task::spawn_blocking(move || index.sync_history(&store)).await??;
         if let Some(sessions) = &self.sessions {
             self.index.sync_sessions(sessions).await?;
@@ -117,7 +120,9 @@ impl Tool for MemorySearchTool {
             .and_then(Value::as_u64)
             .map_or(DEFAULT_LIMIT, |n| usize::try_from(n).unwrap_or(MAX_LIMIT))
             .clamp(1, MAX_LIMIT);
-        self.run(query, limit, search_scope(ctx))
+        // The turn's memory scope (the agent core puts it in the context); none: the shared memory.
+        let scope = ctx.extensions.get::<ScopeKey>().cloned().unwrap_or_default();
+        self.run(query, limit, search_scope(ctx), &scope)
             .await
             .map(ToolOutput::text)
             .map_err(|e| ToolError::Failed(nanobot_util::error_chain(&e)))

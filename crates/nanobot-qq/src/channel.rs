@@ -500,6 +500,7 @@ impl QqChannel {
         let mut inbound = InboundMessage::new(NAME, msg.sender.clone(), msg.chat_id.clone(), content)
             .with_metadata(META_MESSAGE_ID, msg.id.clone())
             .with_metadata(META_CHAT_TYPE, msg.chat_type)
+            .with_metadata(nanobot_bus::META_IS_GROUP, msg.is_group())
             .with_metadata("attachments", Value::Array(meta));
         inbound.media = media;
         bus.publish_inbound(inbound).await?;

@@ -51,6 +51,11 @@ pub fn agent_settings(config: &Config, env: &Environment) -> Result<AgentSetting
     s.timezone = tz;
     s.bot_name = d.bot_name.clone();
     s.unified_session = d.unified_session;
+    s.memory_scope = match d.memory_scope {
+        nanobot_config::MemoryScopeSetting::Shared => nanobot_memory::MemoryScope::Shared,
+        nanobot_config::MemoryScopeSetting::PerChat => nanobot_memory::MemoryScope::PerChat,
+        nanobot_config::MemoryScopeSetting::PerUser => nanobot_memory::MemoryScope::PerUser,
+    };
     s.turn_timeout = Duration::from_secs_f64(d.timeouts.turn.clamp(0.001, 604_800.0));
     let exec = &config.tools.exec;
     let policy = match exec.approval_mode() {

@@ -26,6 +26,26 @@ pub enum ProviderRetryMode {
     Persistent,
 }
 
+/// `agents.defaults.memoryScope`: whose long-term memory a turn reads and writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemoryScopeSetting {
+    /// One memory for everyone (the Python nanobot's behaviour).
+    #[default]
+    Shared,
+    /// One memory per chat (each private chat and each group).
+    PerChat,
+    /// One memory per person for their private chats; a group chat has the group's own.
+    PerUser,
+}
+
+impl MemoryScopeSetting {
+    /// Whether this is `shared` (then it is not written back).
+    pub fn is_shared(&self) -> bool {
+        *self == Self::Shared
+    }
+}
+
 /// `agents.defaults`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -82,6 +102,10 @@ pub struct AgentDefaults {
     /// One session shared by every channel instead of one per chat.
     #[serde(alias = "unified_session")]
     pub unified_session: bool,
+    /// How long-term memory is divided between chats and people (nanobot-rs; the Python nanobot has one memory
+    /// and ignores the key). Written back only when not `shared`.
+    #[serde(alias = "memory_scope", skip_serializing_if = "MemoryScopeSetting::is_shared")]
+    pub memory_scope: MemoryScopeSetting,
     /// Skills that are never offered to the model.
     #[serde(alias = "disabled_skills", deserialize_with = "string_list")]
     pub disabled_skills: Vec<String>,
@@ -176,6 +200,7 @@ impl Default for AgentDefaults {
             bot_name: "nanobot".into(),
             bot_icon: "🐈".into(),
             unified_session: false,
+            memory_scope: MemoryScopeSetting::Shared,
             disabled_skills: Vec::new(),
             idle_compact_after_minutes: 15,
             idle_compact_check_interval_seconds: 60,

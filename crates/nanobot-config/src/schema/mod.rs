@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-pub use agents::{AgentDefaults, AgentsConfig, DreamConfig, ProviderRetryMode, TimeoutsConfig};
+pub use agents::{
+    AgentDefaults, AgentsConfig, DreamConfig, MemoryScopeSetting, ProviderRetryMode, TimeoutsConfig,
+};
 pub use channels::{
     ChannelsConfig, DingTalkConfig, DiscordConfig, DmPolicy, FeishuConfig, GroupPolicy, SlackConfig,
     SlackDmConfig, TelegramConfig, TelegramMode,

@@ -694,6 +694,8 @@ impl LoopInner {
 }
 
 mod cron;
+mod memory_scope;
+pub use memory_scope::MEMORY_SCOPE_KEY;
 mod persist;
 mod publish;
 mod slash;

@@ -4,6 +4,8 @@
 #[allow(unused_imports)]
 use super::*;
 
+use nanobot_memory::ScopeKey;
+
 /// Messages kept in the prompt after `/compact` without a memory service.
 const COMPACT_KEEP_MESSAGES: usize = 8;
 
@@ -63,6 +65,7 @@ impl LoopInner {
         key: &str,
         cmd: Command,
         args: &str,
+        scope: &ScopeKey,
     ) -> Result<String, CoreError> {
         match cmd {
             Command::New => {
@@ -71,21 +74,23 @@ impl LoopInner {
                     let current = self.sessions.session(key).await?;
                     if !current.unconsolidated().is_empty() {
                         let ws = self.settings.workspace.clone();
-                        let k = key.to_owned();
-                        let path = ws.join("memory").join("history.jsonl");
-                        tokio::task::spawn_blocking(move || raw_archive(&ws, &k, current.unconsolidated()))
-                            .await
-                            .map_err(|e| CoreError::Config(format!("archive task failed: {e}")))?
-                            .map_err(|e| CoreError::io("appending to", path, e))?;
+                        let (k, s) = (key.to_owned(), scope.clone());
+                        let path = ws.join(scope.dir()).join("history.jsonl");
+                        tokio::task::spawn_blocking(move || {
+                            raw_archive(&ws, &s, &k, current.unconsolidated())
+                        })
+                        .await
+                        .map_err(|e| CoreError::Config(format!("archive task failed: {e}")))?
+                        .map_err(|e| CoreError::io("appending to", path, e))?;
                     }
                 }
                 let old = self.sessions.reset(key).await?;
                 if let Some(m) = &self.memory
                     && old.messages.len() > old.last_consolidated
                 {
-                    let m = m.clone();
+                    let (m, scope) = (m.clone(), scope.clone());
                     self.background.spawn(async move {
-                        if let Err(e) = m.archive_session(old).await {
+                        if let Err(e) = m.archive_session(old, &scope).await {
                             tracing::warn!(error = %e, "archiving the session failed");
                         }
                     });
@@ -93,29 +98,32 @@ impl LoopInner {
                 Ok("New session started.".to_owned())
             }
             Command::Compact => match &self.memory {
-                Some(m) => match m.consolidate(key, ConsolidationTrigger::Compact).await {
+                Some(m) => match m.consolidate(key, scope, ConsolidationTrigger::Compact).await {
                     Ok(r) => Ok(format!(
                         "Compacted: {} messages archived into memory.",
                         r.archived_messages
                     )),
                     Err(e) => Ok(format!("Compaction failed: {e}")),
                 },
-                None => self.compact_raw(key).await,
+                None => self.compact_raw(key, scope).await,
             },
             Command::Dream => match &self.memory {
-                Some(m) => Ok(m.dream().await.unwrap_or_else(|e| format!("Dream failed: {e}"))),
+                Some(m) => Ok(m
+                    .dream(scope)
+                    .await
+                    .unwrap_or_else(|e| format!("Dream failed: {e}"))),
                 None => Ok("Dream is not available: long-term memory is not configured.".to_owned()),
             },
             Command::DreamLog => match &self.memory {
                 Some(m) => Ok(m
-                    .dream_log(args)
+                    .dream_log(scope, args)
                     .await
                     .unwrap_or_else(|e| format!("Dream log failed: {e}"))),
                 None => Ok("Dream is not available: long-term memory is not configured.".to_owned()),
             },
             Command::DreamRestore => match &self.memory {
                 Some(m) => Ok(m
-                    .dream_restore(args)
+                    .dream_restore(scope, args)
                     .await
                     .unwrap_or_else(|e| format!("Dream restore failed: {e}"))),
                 None => Ok("Dream is not available: long-term memory is not configured.".to_owned()),
@@ -170,7 +178,7 @@ impl LoopInner {
     }
 
     /// `/compact` without a memory service: archive all but a short tail as raw text and move the pointer.
-    pub(super) async fn compact_raw(&self, key: &str) -> Result<String, CoreError> {
+    pub(super) async fn compact_raw(&self, key: &str, scope: &ScopeKey) -> Result<String, CoreError> {
         let session = self.sessions.session(key).await?;
         let start = session.last_consolidated.min(session.messages.len());
         let len = session.messages.len();
@@ -187,15 +195,15 @@ impl LoopInner {
         }
         let slice = session.messages[start..keep_from].to_vec();
         let ws = self.settings.workspace.clone();
-        let k = key.to_owned();
+        let (k, s) = (key.to_owned(), scope.clone());
         let n = slice.len();
-        tokio::task::spawn_blocking(move || raw_archive(&ws, &k, &slice))
+        tokio::task::spawn_blocking(move || raw_archive(&ws, &s, &k, &slice))
             .await
             .map_err(|e| CoreError::Config(format!("archive task failed: {e}")))?
             .map_err(|e| {
                 CoreError::io(
                     "appending to",
-                    self.settings.workspace.join("memory/history.jsonl"),
+                    self.settings.workspace.join(scope.dir()).join("history.jsonl"),
                     e,
                 )
             })?;

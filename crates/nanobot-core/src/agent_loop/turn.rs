@@ -3,6 +3,8 @@
 #[allow(unused_imports)]
 use super::*;
 
+use nanobot_memory::ScopeKey;
+
 /// Longest wait for the consolidation before a turn.
 const BEFORE_TURN_CONSOLIDATION_BOUND: std::time::Duration = std::time::Duration::from_secs(120);
 
@@ -22,14 +24,14 @@ impl LoopInner {
     /// before it drops history from a request), so old turns are never left out of the request unsaved. A
     /// consolidation already running for the session is not waited for; the wait is bounded (it then goes on in
     /// the background as after a turn).
-    async fn consolidate_before_turn(&self, key: &str) {
+    async fn consolidate_before_turn(&self, key: &str, scope: &ScopeKey) {
         let Some(m) = &self.memory else { return };
         let bound = BEFORE_TURN_CONSOLIDATION_BOUND.min(self.settings.turn_timeout);
-        let (m, k) = (m.clone(), key.to_owned());
+        let (m, k, scope) = (m.clone(), key.to_owned(), scope.clone());
         // On the tracker, so a slow one is not cut off by the bound (one-shot mode waits for it at exit).
         let task = self
             .background
-            .spawn(async move { m.consolidate(&k, ConsolidationTrigger::BeforeTurn).await });
+            .spawn(async move { m.consolidate(&k, &scope, ConsolidationTrigger::BeforeTurn).await });
         match tokio::time::timeout(bound, task).await {
             Ok(Ok(Ok(_))) => {}
             Ok(Ok(Err(e))) => {
@@ -86,13 +88,15 @@ impl LoopInner {
         channel: &str,
         chat_id: &str,
         opts: TurnOptions,
+        scope: &ScopeKey,
     ) -> Result<TurnReply, CoreError> {
         self.connect_mcp().await;
-        self.consolidate_before_turn(key).await;
+        self.consolidate_before_turn(key, scope).await;
         let (history, summary) = self.history(key).await?;
         let origin = TurnOrigin {
             channel: channel.to_owned(),
             chat_id: chat_id.to_owned(),
+            memory: scope.clone(),
         };
         let mut messages = self.context.build_messages(
             history,
@@ -132,6 +136,8 @@ impl LoopInner {
             .with_route(channel, chat_id)
             .with_cancel(cancel.clone());
         ctx.extensions.insert(info.clone());
+        // `memory_search` reads the turn's memory scope from here.
+        ctx.extensions.insert(scope.clone());
 
         let mut hooks: Vec<Arc<dyn AgentHook>> = self.hooks.clone();
         hooks.push(Arc::new(self.usage.clone()));
@@ -270,10 +276,9 @@ impl LoopInner {
         if let Some(m) = &self.memory
             && result.stop_reason != StopReason::Cancelled
         {
-            let m = m.clone();
-            let k = key.to_owned();
+            let (m, k, scope) = (m.clone(), key.to_owned(), scope.clone());
             self.background.spawn(async move {
-                if let Err(e) = m.consolidate(&k, ConsolidationTrigger::AfterTurn).await {
+                if let Err(e) = m.consolidate(&k, &scope, ConsolidationTrigger::AfterTurn).await {
                     tracing::warn!(session = %k, error = %e, "background consolidation failed");
                 }
             });

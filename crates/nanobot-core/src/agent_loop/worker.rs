@@ -79,12 +79,16 @@ impl LoopInner {
         opts: TurnOptions,
     ) -> Result<TurnReply, CoreError> {
         self.recover_checkpoint(key).await;
+        let scope = self.memory_scope(key, msg, &opts).await;
         if !msg.is_system_report()
             && let Some(Parsed::Known(cmd, args)) = commands::parse(&msg.content)
         {
-            return self.queued_command(key, cmd, &args).await.map(TurnReply::command);
+            return self
+                .queued_command(key, cmd, &args, &scope)
+                .await
+                .map(TurnReply::command);
         }
         let (channel, chat_id) = reply_route(msg);
-        self.turn(key, msg, &channel, &chat_id, opts).await
+        self.turn(key, msg, &channel, &chat_id, opts, &scope).await
     }
 }

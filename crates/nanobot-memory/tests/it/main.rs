@@ -7,5 +7,6 @@ mod consolidation;
 mod dream;
 mod facade;
 mod history;
+mod scopes;
 mod search;
 mod support;

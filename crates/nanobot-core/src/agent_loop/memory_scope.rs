@@ -1,0 +1,64 @@
+//! The memory scope of a turn (`agents.defaults.memoryScope`; see [`nanobot_memory::scope`]).
+
+#[allow(unused_imports)]
+use super::*;
+
+use nanobot_memory::{MemoryScope, ScopeKey};
+
+/// Session metadata key under which the memory scope of the session's last message from a person is recorded, so
+/// turns nobody typed in that session (cron jobs, the heartbeat, subagent reports) use the same memory.
+pub const MEMORY_SCOPE_KEY: &str = "memory_scope";
+
+impl LoopInner {
+    /// Which memory the turn of `msg` in session `key` reads and writes.
+    ///
+    /// A message from a person decides it from its channel, chat, sender and whether the chat is a group
+    /// ([`InboundMessage::is_group`]), and the decision is recorded with the session ([`MEMORY_SCOPE_KEY`]; written
+    /// only when it changes). A turn nobody typed (cron, heartbeat, a subagent's report) uses what is recorded with
+    /// its session, else with its chat's own session (`channel:chat_id`), else its chat's memory: never a person's
+    /// memory that no message of theirs chose.
+    pub(super) async fn memory_scope(&self, key: &str, msg: &InboundMessage, opts: &TurnOptions) -> ScopeKey {
+        let mode = self.settings.memory_scope;
+        if mode == MemoryScope::Shared {
+            return ScopeKey::Shared;
+        }
+        let (channel, chat_id) = reply_route(msg);
+        if !opts.is_cron && !msg.is_system_report() {
+            let scope = mode.resolve(&channel, &chat_id, &msg.sender_id, msg.is_group());
+            let id = scope.id();
+            let recorded = self
+                .sessions
+                .update_header(key, move |h| {
+                    if h.metadata.get(MEMORY_SCOPE_KEY).and_then(Value::as_str) != Some(id.as_str()) {
+                        h.metadata.insert(MEMORY_SCOPE_KEY.into(), Value::String(id));
+                    }
+                })
+                .await;
+            if let Err(e) = recorded {
+                tracing::warn!(session = %key, error = %e, "cannot record the session's memory scope");
+            }
+            return scope;
+        }
+        let chat_session = format!("{channel}:{chat_id}");
+        for session in [key, chat_session.as_str()] {
+            if let Some(scope) = self.recorded_scope(session).await {
+                return scope;
+            }
+        }
+        mode.resolve(&channel, &chat_id, "", None)
+    }
+
+    /// The memory scope recorded with session `key`, if any.
+    async fn recorded_scope(&self, key: &str) -> Option<ScopeKey> {
+        match self.sessions.history_and_metadata(key, 0).await {
+            Ok((_, metadata)) => metadata
+                .get(MEMORY_SCOPE_KEY)
+                .and_then(Value::as_str)
+                .and_then(ScopeKey::parse),
+            Err(e) => {
+                tracing::debug!(session = %key, error = %e, "no memory scope read from the session");
+                None
+            }
+        }
+    }
+}
