@@ -21,6 +21,7 @@
 //! | `memory/.dream_cursor` | the last history cursor Dream processed |
 //! | `memory/HISTORY.md.bak` | the legacy log after its one-time migration |
 //! | `memory/.dream/<n>.json` | Dream change records (contents before and after) |
+//! | `memory/scopes/<name>/…` | the same files for one chat's or person's memory ([`scope`]; `per-chat`/`per-user`) |
 //!
 //! Every one of them is opened beneath a handle of the workspace ([`nanobot_util::ConfinedDir`]): the model's
 //! commands can write there, and a link they leave that leads out of the workspace is refused, never followed.

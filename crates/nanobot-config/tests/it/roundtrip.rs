@@ -74,3 +74,35 @@ fn saved_file_is_private() {
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
 }
+
+#[test]
+fn memory_scope_is_written_only_when_not_shared() {
+    let (_dir, path) = write_config(r#"{"agents": {"defaults": {"model": "m"}}}"#);
+    let mut loaded = load(&path, &env(&[])).unwrap();
+    assert_eq!(
+        loaded.config.agents.defaults.memory_scope,
+        nanobot_config::MemoryScopeSetting::Shared
+    );
+    loaded.save().unwrap();
+    // The Python nanobot's file stays as it was.
+    assert!(
+        read_json(&path)["agents"]["defaults"]
+            .get("memoryScope")
+            .is_none()
+    );
+    loaded.config.agents.defaults.memory_scope = nanobot_config::MemoryScopeSetting::PerUser;
+    loaded.save().unwrap();
+    assert_eq!(read_json(&path)["agents"]["defaults"]["memoryScope"], "per-user");
+    let back = load(&path, &env(&[])).unwrap();
+    assert_eq!(
+        back.config.agents.defaults.memory_scope,
+        nanobot_config::MemoryScopeSetting::PerUser
+    );
+    // A value that is not a scope is refused, naming the key.
+    let (_d, bad) = write_config(r#"{"agents": {"defaults": {"memoryScope": "per-room"}}}"#);
+    let err = load(&bad, &env(&[])).unwrap_err().to_string();
+    assert!(
+        err.contains("agents.defaults.memoryScope") && err.contains("per-room"),
+        "{err}"
+    );
+}

@@ -13,6 +13,7 @@ mod embed;
 mod heartbeat;
 #[cfg(feature = "mcp")]
 mod mcp;
+mod memory_scopes;
 mod python_compat;
 mod recovery;
 mod runner;
