@@ -8,7 +8,9 @@
 //!
 //! Also: [`TempHome`] (a temporary HOME with `.nanobot/` and a workspace, never touching the process
 //! environment) and [`peers`] (finding real peer programs under `.ci/.peers/`, the skip-or-fail rule,
-//! [`peers::ChildGuard`], readiness waits).
+//! [`peers::ChildGuard`], readiness waits), [`telegram_emulator`] (the Telegram Bot API emulator behind a proxy
+//! that makes it answer like Telegram), fakes of the Feishu, DingTalk and QQ servers, and [`secrets`] (proof that
+//! no secret leaves an adapter).
 //!
 //! **Must not know:** any nanobot crate. It is a `[dev-dependencies]` entry only; point the real clients at it.
 //!
@@ -93,6 +95,7 @@ mod request;
 pub mod peers;
 pub mod secrets;
 pub mod sse;
+pub mod telegram_emulator;
 
 pub use home::TempHome;
 pub use mock::{MockLlm, NO_REPLY_LEFT};

@@ -1,4 +1,4 @@
-//! End to end against the `telegram-test-api` emulator (through the fixing proxy in `harness`).
+//! End to end against the `telegram-test-api` emulator (through the fixing proxy of `nanobot_testkit::telegram_emulator`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use nanobot_telegram::{TelegramChannel, TelegramSettings};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::harness::{BotEvent, Emulator};
+use nanobot_testkit::telegram_emulator::{BotEvent, Emulator};
 
 const TOKEN: &str = "123456:TEST-token";
 

@@ -7,4 +7,3 @@
 )]
 
 mod e2e;
-mod harness;

@@ -1,4 +1,10 @@
-//! The Telegram Bot API emulator (npm `telegram-test-api` 4.2.1) and a thin proxy that absorbs its quirks.
+//! The Telegram Bot API emulator (npm `telegram-test-api` 4.2.1, installed under `.ci/.peers/` by
+//! `scripts/install-peers.sh`) and a thin proxy that absorbs its quirks, for any crate's tests that need a
+//! Telegram to talk to (the adapter's own, the gateway's end-to-end ones).
+//!
+//! Point the bot at [`Emulator::api_url`] (`channels.telegram.baseUrl`); users write with
+//! [`Emulator::user_says`] (private chat) or [`Emulator::user_says_in_group`]; see what the bot did with
+//! [`Emulator::next_event`] / [`Emulator::next_sent`] and what a chat shows with [`Emulator::chat_messages`].
 //!
 //! The emulator is looser than Telegram; the proxy makes it answer like Telegram so the production code is
 //! tested unchanged:
@@ -16,26 +22,34 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::peers::{self, ChildGuard};
 use anyhow::{Context as _, Result};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use nanobot_testkit::peers::{self, ChildGuard};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 /// Something the bot did, as seen by the proxy.
 #[derive(Debug, Clone)]
-pub(crate) enum BotEvent {
-    /// `getUpdates` was called with this offset.
-    Poll { offset: i64 },
+pub enum BotEvent {
+    /// `getUpdates` was called.
+    Poll {
+        /// The offset asked for.
+        offset: i64,
+    },
     /// A message was sent (the request body).
     Sent(Value),
     /// A message was edited (the request body).
     Edited(Value),
     /// `sendChatAction`.
-    ChatAction { chat_id: i64, action: String },
+    ChatAction {
+        /// The chat.
+        chat_id: i64,
+        /// `typing`, …
+        action: String,
+    },
     /// `setWebhook` with this URL.
     SetWebhook(Option<String>),
 }
@@ -53,12 +67,12 @@ struct ProxyState {
 }
 
 /// A running emulator with the fixing proxy in front of it.
-pub(crate) struct Emulator {
+pub struct Emulator {
     _node: ChildGuard,
     /// The emulator itself (client-side API: inject user messages, read the chat).
-    pub(crate) upstream: String,
+    pub upstream: String,
     /// The Bot API base URL to give the bot (the proxy).
-    pub(crate) api_url: String,
+    pub api_url: String,
     http: reqwest::Client,
     events: mpsc::UnboundedReceiver<BotEvent>,
     files: Files,
@@ -81,8 +95,8 @@ process.on('SIGTERM', () => server.stop().then(() => process.exit(0)));
 
 impl Emulator {
     /// Starts the emulator and the proxy; `None` (test skipped) when the emulator is not installed.
-    pub(crate) async fn start() -> Result<Option<Self>> {
-        nanobot_testkit::install_ring();
+    pub async fn start() -> Result<Option<Self>> {
+        crate::install_ring();
         let Some(pkg) = peers::require_node_package("telegram-test-api") else {
             return Ok(None);
         };
@@ -134,7 +148,7 @@ impl Emulator {
     }
 
     /// Next bot action, failing after 20 s.
-    pub(crate) async fn next_event(&mut self) -> Result<BotEvent> {
+    pub async fn next_event(&mut self) -> Result<BotEvent> {
         tokio::time::timeout(Duration::from_secs(20), self.events.recv())
             .await
             .context("timed out waiting for the bot")?
@@ -142,7 +156,7 @@ impl Emulator {
     }
 
     /// Waits for the next event `pick` accepts, skipping others (polls, typing, …).
-    pub(crate) async fn wait_for<T>(&mut self, mut pick: impl FnMut(&BotEvent) -> Option<T>) -> Result<T> {
+    pub async fn wait_for<T>(&mut self, mut pick: impl FnMut(&BotEvent) -> Option<T>) -> Result<T> {
         loop {
             let event = self.next_event().await?;
             if let Some(found) = pick(&event) {
@@ -152,13 +166,13 @@ impl Emulator {
     }
 
     /// Waits until the bot polls past the initial drop of pending updates (so injected messages reach it).
-    pub(crate) async fn wait_until_polling(&mut self) -> Result<()> {
+    pub async fn wait_until_polling(&mut self) -> Result<()> {
         self.wait_for(|e| matches!(e, BotEvent::Poll { offset } if *offset >= 0).then_some(()))
             .await
     }
 
     /// Waits for the next message the bot sends; returns its request body.
-    pub(crate) async fn next_sent(&mut self) -> Result<Value> {
+    pub async fn next_sent(&mut self) -> Result<Value> {
         self.wait_for(|e| match e {
             BotEvent::Sent(body) => Some(body.clone()),
             _ => None,
@@ -167,25 +181,14 @@ impl Emulator {
     }
 
     /// A user writes `text` to the bot in a private chat (chat id = user id).
-    pub(crate) async fn user_says(
-        &self,
-        token: &str,
-        user_id: i64,
-        username: &str,
-        text: &str,
-    ) -> Result<()> {
+    pub async fn user_says(&self, token: &str, user_id: i64, username: &str, text: &str) -> Result<()> {
         self.user_sends(token, user_id, username, json!({ "text": text }))
             .await
     }
 
-    /// A user sends a message with the given extra fields (`text`, `photo`, `voice`, …).
-    pub(crate) async fn user_sends(
-        &self,
-        token: &str,
-        user_id: i64,
-        username: &str,
-        fields: Value,
-    ) -> Result<()> {
+    /// A user sends a message with the given extra fields (`text`, `photo`, `voice`, …; a `chat` field replaces
+    /// the private chat).
+    pub async fn user_sends(&self, token: &str, user_id: i64, username: &str, fields: Value) -> Result<()> {
         let mut message = json!({
             "botToken": token,
             "from": { "id": user_id, "is_bot": false, "first_name": username, "username": username },
@@ -209,8 +212,22 @@ impl Emulator {
         Ok(())
     }
 
+    /// A user writes `text` in the group chat `group_id` (a negative id, as Telegram gives groups).
+    pub async fn user_says_in_group(
+        &self,
+        token: &str,
+        user_id: i64,
+        username: &str,
+        group_id: i64,
+        text: &str,
+    ) -> Result<()> {
+        let chat = json!({ "id": group_id, "type": "group", "title": format!("group {group_id}") });
+        self.user_sends(token, user_id, username, json!({ "text": text, "chat": chat }))
+            .await
+    }
+
     /// A user presses a button carrying `data` under the bot's message `message_id` in their private chat.
-    pub(crate) async fn user_presses(
+    pub async fn user_presses(
         &self,
         token: &str,
         user_id: i64,
@@ -240,7 +257,7 @@ impl Emulator {
     }
 
     /// What the chat with `chat_id` shows from the bot (the emulator's client view; each message once).
-    pub(crate) async fn chat_messages(&self, token: &str, chat_id: i64) -> Result<Vec<Value>> {
+    pub async fn chat_messages(&self, token: &str, chat_id: i64) -> Result<Vec<Value>> {
         let resp: Value = self
             .http
             .post(format!("{}/getUpdates", self.upstream))
@@ -259,16 +276,19 @@ impl Emulator {
     }
 
     /// Serves a file for `getFile` + download.
-    pub(crate) fn add_file(&self, file_id: &str, file_path: &str, bytes: &[u8]) {
+    pub fn add_file(&self, file_id: &str, file_path: &str, bytes: &[u8]) {
         self.files
             .lock()
-            .unwrap()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(file_id.to_string(), (file_path.to_string(), bytes.to_vec()));
     }
 
     /// The commands the bot registered with `setMyCommands`.
-    pub(crate) fn registered_commands(&self) -> Vec<Value> {
-        self.commands.lock().unwrap().clone()
+    pub fn registered_commands(&self) -> Vec<Value> {
+        self.commands
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -396,7 +416,7 @@ async fn handle(
             state
                 .commands
                 .lock()
-                .unwrap()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .extend(body["commands"].as_array().cloned().unwrap_or_default());
             ok(json!(true))
         }
@@ -417,7 +437,12 @@ async fn handle(
         }
         "getfile" => {
             let id = body["file_id"].as_str().unwrap_or("");
-            match state.files.lock().unwrap().get(id) {
+            match state
+                .files
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(id)
+            {
                 Some((path, bytes)) => ok(json!({
                     "file_id": id, "file_unique_id": format!("u{id}"), "file_size": bytes.len(), "file_path": path,
                 })),
@@ -456,7 +481,10 @@ fn multipart_field(raw: &[u8], name: &str) -> Option<String> {
 }
 
 async fn download(State(state): State<ProxyState>, Path((_bot, path)): Path<(String, String)>) -> Response {
-    let files = state.files.lock().unwrap();
+    let files = state
+        .files
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     match files.values().find(|(p, _)| *p == path) {
         Some((_, bytes)) => bytes.clone().into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
