@@ -5,6 +5,7 @@
 //! The Python nanobot is `.ci/.peers/nanobot-venv/bin/nanobot` (installed by `scripts/install-peers.sh`);
 //! missing, the test skips, or fails under `CI`.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -181,6 +182,7 @@ fn python_rust_python_rust_on_one_home() {
     );
     let reqs = new_requests(&mock, &mut seen);
     assert!(reqs.iter().any(|r| r.ends_with_tool_result()), "{reqs:#?}");
+    let python_first = reqs[0].clone();
     let dirs = session_dirs(&home);
     assert_eq!(dirs.len(), 1, "{dirs:?}");
     let marker = std::fs::read_to_string(dirs[0].join(".workspace")).unwrap();
@@ -217,6 +219,9 @@ fn python_rust_python_rust_on_one_home() {
         ],
         "rust after python",
     );
+    // The same agent: the tools offered on the same home, compared; every difference is explained in
+    // docs/compatibility.md (issue 18).
+    assert_tool_differences_are_documented(&python_first, &reqs[0]);
     // Same namespace, marker unchanged: the Python nanobot will accept it.
     assert_eq!(session_dirs(&home), dirs);
     assert_eq!(
@@ -537,5 +542,105 @@ fn a_session_summary_written_by_rust_is_shown_by_python() {
     assert!(
         system.contains("[Archived Context Summary]") && system.contains("twelve tomato plants"),
         "python does not show rust's summary: {system}"
+    );
+}
+
+/// The tools of a request by name: (property names, required names, whether unknown parameters are refused).
+fn tool_shapes(req: &RecordedRequest) -> BTreeMap<String, (BTreeSet<String>, BTreeSet<String>, bool)> {
+    let names = |v: Option<&Value>| -> BTreeSet<String> {
+        match v {
+            Some(Value::Object(m)) => m.keys().cloned().collect(),
+            Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+            _ => BTreeSet::new(),
+        }
+    };
+    req.tools()
+        .iter()
+        .filter_map(|t| {
+            let f = t.get("function")?;
+            let params = f.get("parameters")?;
+            Some((
+                f.get("name")?.as_str()?.to_owned(),
+                (
+                    names(params.get("properties")),
+                    names(params.get("required")),
+                    params.get("additionalProperties") == Some(&Value::Bool(false)),
+                ),
+            ))
+        })
+        .collect()
+}
+
+/// The differences between the tools 0.3.5 offers (`python`) and ours (`rust`), one line each, in the form
+/// `docs/compatibility.md` lists them.
+fn tool_differences(python: &RecordedRequest, rust: &RecordedRequest) -> BTreeSet<String> {
+    let (py, rs) = (tool_shapes(python), tool_shapes(rust));
+    let list = |set: BTreeSet<&String>| {
+        if set.is_empty() {
+            return "nothing".to_owned();
+        }
+        set.iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut out = BTreeSet::new();
+    for name in py.keys().filter(|n| !rs.contains_key(*n)) {
+        out.insert(format!("`{name}`: only in 0.3.5"));
+    }
+    for name in rs.keys().filter(|n| !py.contains_key(*n)) {
+        out.insert(format!("`{name}`: only in nanobot-rs"));
+    }
+    for (name, (pp, preq, pclosed)) in &py {
+        let Some((rp, rreq, rclosed)) = rs.get(name) else {
+            continue;
+        };
+        let only_py: BTreeSet<&String> = pp.difference(rp).collect();
+        if !only_py.is_empty() {
+            out.insert(format!("`{name}`: parameters only in 0.3.5: {}", list(only_py)));
+        }
+        let only_rs: BTreeSet<&String> = rp.difference(pp).collect();
+        if !only_rs.is_empty() {
+            out.insert(format!(
+                "`{name}`: parameters only in nanobot-rs: {}",
+                list(only_rs)
+            ));
+        }
+        if preq != rreq {
+            out.insert(format!(
+                "`{name}`: required {} in 0.3.5, {} in nanobot-rs",
+                list(preq.iter().collect()),
+                list(rreq.iter().collect())
+            ));
+        }
+        if pclosed != rclosed {
+            let which = if *pclosed { "0.3.5" } else { "nanobot-rs" };
+            out.insert(format!("`{name}`: only {which} refuses unknown parameters"));
+        }
+    }
+    out
+}
+
+/// Every difference in the tools is listed in docs/compatibility.md (between the `tool-differences` markers, one
+/// `- <difference> — <why>` line each), and every listed one is still a difference.
+fn assert_tool_differences_are_documented(python: &RecordedRequest, rust: &RecordedRequest) {
+    let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/compatibility.md");
+    let doc = std::fs::read_to_string(&doc_path).unwrap();
+    let block = doc
+        .split("<!-- tool-differences:start -->")
+        .nth(1)
+        .and_then(|rest| rest.split("<!-- tool-differences:end -->").next())
+        .expect("docs/compatibility.md has the tool-differences block");
+    let listed: BTreeSet<String> = block
+        .lines()
+        .filter_map(|l| l.strip_prefix("- "))
+        .map(|l| l.split(" — ").next().unwrap_or(l).trim().to_owned())
+        .collect();
+    let actual = tool_differences(python, rust);
+    let unexplained: Vec<&String> = actual.difference(&listed).collect();
+    let stale: Vec<&String> = listed.difference(&actual).collect();
+    assert!(
+        unexplained.is_empty() && stale.is_empty(),
+        "docs/compatibility.md's tool differences are out of date.\nnot listed: {unexplained:#?}\nno longer true: {stale:#?}"
     );
 }

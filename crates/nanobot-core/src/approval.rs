@@ -398,11 +398,12 @@ impl ApprovalHook {
         match (self.settings.policy, call.name.as_str()) {
             (ApprovalPolicy::Off, _) => None,
             (ApprovalPolicy::Always, "exec") => Some((
-                shown(arg("command")),
+                shown(nanobot_tools::builtin::command_of(&call.arguments)),
                 "every command is asked about: tools.exec.approval is \"always\"".to_owned(),
             )),
             (ApprovalPolicy::Risky, "exec") => {
-                nanobot_tools::builtin::guard::risk(arg("command")).map(|r| (shown(arg("command")), r))
+                let command = nanobot_tools::builtin::command_of(&call.arguments);
+                nanobot_tools::builtin::guard::risk(command).map(|r| (shown(command), r))
             }
             (_, "write_file" | "edit_file") if !self.restricted && outside(&self.workspace, arg("path")) => {
                 Some((

@@ -123,6 +123,18 @@ impl SubagentManager {
         origin: SubagentOrigin,
         bus: Arc<dyn Bus>,
     ) -> String {
+        self.spawn_with(task, label, None, origin, bus)
+    }
+
+    /// [`SubagentManager::spawn`] with the subagent's own sampling temperature (`None`: the agent's).
+    pub fn spawn_with(
+        &self,
+        task: String,
+        label: Option<String>,
+        temperature: Option<f64>,
+        origin: SubagentOrigin,
+        bus: Arc<dyn Bus>,
+    ) -> String {
         let id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
         let label = label
             .filter(|l| !l.trim().is_empty())
@@ -138,7 +150,9 @@ impl SubagentManager {
         let this = self.clone();
         let task_id = id.clone();
         tokio::spawn(async move {
-            let outcome = this.run_one(&task, &origin.session_key, cancel.clone()).await;
+            let outcome = this
+                .run_one(&task, &origin.session_key, cancel.clone(), temperature)
+                .await;
             this.forget(&origin.session_key, &task_id);
             let Some((ok, result)) = outcome else {
                 tracing::info!(id = %task_id, "subagent cancelled");
@@ -160,6 +174,30 @@ impl SubagentManager {
         id
     }
 
+    /// Runs a subagent for `task` and waits for its result (`spawn` with `wait=true`: a consultation whose answer
+    /// the current turn needs). It counts as one of `session_key`'s subagents while it runs (so `/stop` ends it, as
+    /// does `cancel`, the turn's token). Returns whether it succeeded and its final text; `None` when cancelled.
+    pub async fn run_waiting(
+        &self,
+        task: &str,
+        temperature: Option<f64>,
+        session_key: &str,
+        cancel: &CancellationToken,
+    ) -> Option<(bool, String)> {
+        let id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+        let token = cancel.child_token();
+        self.lock()
+            .entry(session_key.to_owned())
+            .or_default()
+            .push(Running {
+                id: id.clone(),
+                cancel: token.clone(),
+            });
+        let outcome = self.run_one(task, session_key, token, temperature).await;
+        self.forget(session_key, &id);
+        outcome
+    }
+
     fn forget(&self, session_key: &str, id: &str) {
         let mut map = self.lock();
         if let Some(list) = map.get_mut(session_key) {
@@ -171,7 +209,13 @@ impl SubagentManager {
     }
 
     /// Runs one task to the end; `None` when cancelled.
-    async fn run_one(&self, task: &str, parent: &str, cancel: CancellationToken) -> Option<(bool, String)> {
+    async fn run_one(
+        &self,
+        task: &str,
+        parent: &str,
+        cancel: CancellationToken,
+        temperature: Option<f64>,
+    ) -> Option<(bool, String)> {
         let _permit = tokio::select! {
             () = cancel.cancelled() => return None,
             p = self.permits.clone().acquire_owned() => p.ok()?,
@@ -196,7 +240,7 @@ impl SubagentManager {
         );
         spec.max_iterations = self.settings.max_iterations;
         spec.max_tokens = self.settings.max_tokens;
-        spec.temperature = self.settings.temperature;
+        spec.temperature = temperature.or(self.settings.temperature);
         let result = runner.run(spec).await;
         match result.stop_reason {
             StopReason::Cancelled => None,

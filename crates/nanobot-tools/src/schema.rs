@@ -294,9 +294,20 @@ fn describe(err: &jsonschema::ValidationError<'_>) -> Option<String> {
         path.clone()
     };
     let msg = match err.kind() {
-        // Unknown fields are ignored, as in the Python nanobot.
-        ValidationErrorKind::AdditionalProperties { .. }
-        | ValidationErrorKind::UnevaluatedProperties { .. } => return None,
+        // A schema that closes its object (`additionalProperties: false`, as 0.3.5's tools do) refuses unknown
+        // parameters by name, as 0.3.5 does; open ones ignore them.
+        ValidationErrorKind::AdditionalProperties { unexpected } => unexpected
+            .iter()
+            .map(|name| {
+                if path.is_empty() {
+                    format!("unexpected parameter {name}")
+                } else {
+                    format!("unexpected parameter {path}.{name}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+        ValidationErrorKind::UnevaluatedProperties { .. } => return None,
         ValidationErrorKind::Required { property } => {
             let name = property
                 .as_str()

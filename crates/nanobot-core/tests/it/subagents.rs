@@ -54,6 +54,34 @@ async fn spawned_subagent_reports_back_through_the_system_channel() {
 }
 
 #[tokio::test]
+async fn a_waited_subagent_answers_within_the_turn_at_its_own_temperature() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.when(is_subagent, MockReply::text("The capital is Lisbon."));
+    mock.push(MockReply::tool_call(
+        "spawn",
+        json!({"task": "what is the capital of Portugal?", "label": "geo", "wait": true, "temperature": 0.7}),
+    ));
+    mock.push(MockReply::text("Lisbon."));
+    let run = Running::start(agent(&home, &mock));
+    run.send(InboundMessage::new("telegram", "7", "7", "capital of Portugal?"))
+        .await;
+    assert_eq!(run.next_reply().await.content, "Lisbon.");
+    let requests = mock.requests();
+    let sub = requests.iter().find(|r| is_subagent(r)).unwrap();
+    assert_eq!(sub.body["temperature"], json!(0.7));
+    // The result came back as the tool's result, in the same turn; no report follows on the system channel.
+    let last = requests.iter().rev().find(|r| !is_subagent(r)).unwrap();
+    let results = last.tool_results();
+    assert!(
+        results[0].content.contains("Subagent [geo] completed") && results[0].content.contains("Lisbon"),
+        "{results:?}"
+    );
+    // The turn's call, the subagent's, the turn's answer: nothing was left to report in the background.
+    assert_eq!(requests.len(), 3, "{requests:#?}");
+}
+
+#[tokio::test]
 async fn stop_cancels_running_subagents() {
     let home = TempHome::new();
     let mock = MockLlm::start().await;

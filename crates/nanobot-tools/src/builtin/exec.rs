@@ -27,17 +27,79 @@ pub const MAX_TIMEOUT_SECS: u64 = 600;
 const READ_CAP: usize = 1024 * 1024;
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// Arguments of `exec`.
+/// The shells `exec` runs commands in (`shell`; bash when omitted, sh when bash is not installed).
+pub const SHELLS: [&str; 3] = ["bash", "sh", "zsh"];
+/// Bounds of `max_output_chars` (0.3.5's).
+const OUTPUT_CHARS_RANGE: std::ops::RangeInclusive<u64> = 1000..=50_000;
+
+/// Arguments of `exec` (0.3.5's parameters; `cmd`, `workdir` and `max_output_tokens` are its aliases).
 #[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct ExecArgs {
     /// The shell command to execute.
-    pub command: String,
-    /// Optional working directory for the command (default: the workspace).
+    #[serde(default)]
+    pub command: Option<String>,
+    /// The same as command.
+    #[serde(default)]
+    pub cmd: Option<String>,
+    /// Working directory for the command (default: the workspace).
     #[serde(default)]
     pub working_dir: Option<String>,
-    /// Timeout in seconds (default 60, max 600).
+    /// The same as working_dir.
+    #[serde(default)]
+    pub workdir: Option<String>,
+    /// Hard timeout in seconds (default 60, max 600).
     #[schemars(range(min = 1, max = 600))]
     pub timeout: Option<u64>,
+    /// The shell: bash when omitted, or sh or zsh.
+    #[serde(default)]
+    pub shell: Option<String>,
+    /// Run bash or zsh as a login shell (default false).
+    #[serde(default)]
+    pub login: Option<bool>,
+    /// Most characters of output returned (default 10000; 1000 to 50000).
+    #[serde(default)]
+    #[schemars(range(min = 1000, max = 50000))]
+    pub max_output_chars: Option<u64>,
+    /// The same as max_output_chars.
+    #[serde(default)]
+    #[schemars(range(min = 1000, max = 50000))]
+    pub max_output_tokens: Option<u64>,
+}
+
+/// The command an `exec` call's raw arguments run, resolved as the tool resolves it (`command`, else its alias
+/// `cmd`), for anything that judges a call before it runs (the approval gate).
+pub fn command_of(arguments: &serde_json::Value) -> &str {
+    let arg = |k: &str| arguments.get(k).and_then(serde_json::Value::as_str);
+    arg("command").or_else(|| arg("cmd")).unwrap_or("")
+}
+
+/// The shell program (and its flags before `-c`) for `shell`/`login`: a name from [`SHELLS`] found in `/bin` or
+/// `/usr/bin`. Omitted, bash, or sh where bash is not installed.
+fn shell_argv(shell: Option<&str>, login: bool) -> Result<Vec<std::ffi::OsString>, String> {
+    let find = |name: &str| {
+        ["/bin", "/usr/bin"]
+            .iter()
+            .map(|d| Path::new(d).join(name))
+            .find(|p| p.is_file())
+    };
+    let (name, path) = match shell.map(str::trim).filter(|s| !s.is_empty()) {
+        Some(name) if SHELLS.contains(&name) => match find(name) {
+            Some(p) => (name, p),
+            None => return Err(format!("shell {name} is not installed on this machine")),
+        },
+        Some(other) => return Err(format!("shell must be one of bash, sh or zsh, not {other:?}")),
+        None => match find("bash") {
+            Some(p) => ("bash", p),
+            None => ("sh", find("sh").unwrap_or_else(|| PathBuf::from("/bin/sh"))),
+        },
+    };
+    let mut argv = vec![path.into_os_string()];
+    if login && name != "sh" {
+        argv.push("-l".into());
+    }
+    argv.push("-c".into());
+    Ok(argv)
 }
 
 /// `exec`: exclusive (never runs beside another tool).
@@ -517,9 +579,10 @@ impl TypedTool for ExecTool {
     }
 
     fn description(&self) -> &str {
-        "Execute a shell command and return its output. Prefer read_file/write_file/edit_file \
-         over cat/echo/sed, and grep/glob over shell find/grep. Use -y or --yes flags to avoid \
-         interactive prompts. Output is truncated at 10 000 chars; timeout defaults to 60s."
+        "Execute a shell command (bash unless shell says otherwise) and return its output and exit code. Prefer \
+         read_file/write_file/edit_file over cat/echo/sed, and grep/glob over shell find/grep. Use -y or --yes \
+         flags to avoid interactive prompts. Output is cut at max_output_chars (default 10000); timeout defaults \
+         to 60s."
     }
 
     fn exclusive(&self) -> bool {
@@ -527,7 +590,26 @@ impl TypedTool for ExecTool {
     }
 
     async fn call(&self, args: ExecArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let cwd = match args.working_dir.as_deref().filter(|s| !s.trim().is_empty()) {
+        // The same resolution as `command_of` (what the approval gate judged).
+        let command = match args.command.or(args.cmd).filter(|c| !c.trim().is_empty()) {
+            Some(c) => c,
+            None => return Err(ToolError::InvalidArguments("missing required command".into())),
+        };
+        let shell = shell_argv(args.shell.as_deref(), args.login.unwrap_or(false))
+            .map_err(ToolError::InvalidArguments)?;
+        let max_output = match args.max_output_chars.or(args.max_output_tokens) {
+            Some(n) if !OUTPUT_CHARS_RANGE.contains(&n) => {
+                return Err(ToolError::InvalidArguments(format!(
+                    "max_output_chars must be between {} and {}",
+                    OUTPUT_CHARS_RANGE.start(),
+                    OUTPUT_CHARS_RANGE.end()
+                )));
+            }
+            Some(n) => usize::try_from(n).unwrap_or(self.settings.max_output_chars),
+            None => self.settings.max_output_chars,
+        };
+        let working_dir = args.working_dir.or(args.workdir);
+        let cwd = match working_dir.as_deref().filter(|s| !s.trim().is_empty()) {
             Some(dir) => {
                 let p = if self.settings.restrict_to_workspace {
                     self.sandbox.resolve_write(dir)?
@@ -543,7 +625,7 @@ impl TypedTool for ExecTool {
             }
             None => self.sandbox.workspace_real().to_path_buf(),
         };
-        if let Err(reason) = self.check_command(&args.command, &cwd) {
+        if let Err(reason) = self.check_command(&command, &cwd) {
             return Ok(ToolOutput::error(format!(
                 "Error: Command blocked by safety guard ({reason})"
             )));
@@ -578,7 +660,8 @@ impl TypedTool for ExecTool {
             let nproc = matches!(backend, Backend::Bwrap(_));
             argv.extend(confine::prlimit_args(prlimit, &self.settings.limits, nproc));
         }
-        argv.extend(["sh".into(), "-c".into(), args.command.clone().into()]);
+        argv.extend(shell);
+        argv.push(command.clone().into());
         // As root RLIMIT_NPROC does not bind: count the call's processes in a cgroup of its own instead, joined
         // before bubblewrap starts (Landlock would refuse the write to cgroup.procs). Removed when the call ends.
         let _pids_cgroup = match (&backend, self.settings.limits.max_processes) {
@@ -717,9 +800,6 @@ impl TypedTool for ExecTool {
             text.push('\n');
         }
         text.push_str(&format!("\nExit code: {code}"));
-        Ok(ToolOutput::text(cap_output(
-            &text,
-            self.settings.max_output_chars,
-        )))
+        Ok(ToolOutput::text(cap_output(&text, max_output)))
     }
 }

@@ -71,8 +71,9 @@ fn image_mime(path: &Path, head: &[u8]) -> Option<&'static str> {
     }
 }
 
-/// Arguments of `read_file`.
+/// Arguments of `read_file` (0.3.5's parameters).
 #[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct ReadFileArgs {
     /// The file path to read (relative to the workspace or absolute).
     pub path: String,
@@ -82,6 +83,12 @@ pub struct ReadFileArgs {
     /// Maximum number of lines to read (default 2000).
     #[schemars(range(min = 1))]
     pub limit: Option<u64>,
+    /// PDF page number or range, e.g. '7' or '1-5' (PDFs cannot be read yet: the call says so).
+    #[serde(default)]
+    pub pages: Option<String>,
+    /// Return a range again even when it has not changed since it was last read (ranges are always returned).
+    #[serde(default)]
+    pub force: Option<bool>,
 }
 
 /// `read_file`: line-numbered text with paging; images returned as media.
@@ -115,6 +122,12 @@ impl TypedTool for ReadFileTool {
     }
 
     async fn call(&self, args: ReadFileArgs, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        if args.pages.is_some() {
+            return Ok(ToolOutput::error(
+                "Error: reading PDF pages is not supported here yet; convert the document to text with exec (for \
+                 example `pdftotext`) and read the result.",
+            ));
+        }
         if is_blocked_device(&args.path) {
             return Err(ToolError::Failed(format!(
                 "Reading {} is blocked (device file)",
@@ -177,6 +190,7 @@ impl TypedTool for ReadFileTool {
 
 /// Arguments of `write_file`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct WriteFileArgs {
     /// The file path to write to.
     pub path: String,
@@ -304,18 +318,31 @@ impl TypedTool for WriteFileTool {
     }
 }
 
-/// Arguments of `edit_file`.
+/// Arguments of `edit_file` (0.3.5's parameters).
 #[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct EditFileArgs {
     /// The file path to edit.
     pub path: String,
-    /// The exact text to find and replace.
+    /// The exact text to find and replace; copy it from read_file.
     pub old_text: String,
-    /// The text to replace it with.
+    /// The text to put in its place.
     pub new_text: String,
     /// Replace every occurrence (default false: old_text must be unique).
     #[serde(default)]
     pub replace_all: Option<bool>,
+    /// Which occurrence to replace (1-based) when old_text appears more than once.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub occurrence: Option<u64>,
+    /// A 1-based line number from read_file; the occurrence that covers this line is replaced.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub line_hint: Option<u64>,
+    /// How many replacements must be made; otherwise nothing is changed.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub expected_replacements: Option<u64>,
 }
 
 /// `edit_file`: replaces exact text; refuses ambiguous matches; shows the closest region as a
@@ -361,8 +388,8 @@ impl TypedTool for EditFileTool {
     }
 
     fn description(&self) -> &str {
-        "Edit a file by replacing old_text with new_text. old_text must match exactly and be \
-         unique unless replace_all is true. Read the file first."
+        "Replace exact text in one file (read it first). old_text must match exactly; when it occurs more than \
+         once, choose one with occurrence or line_hint, or set replace_all=true (the three exclude each other)."
     }
 
     async fn call(&self, args: EditFileArgs, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
@@ -415,24 +442,120 @@ impl TypedTool for EditFileTool {
             }
             return Ok(ToolOutput::error(msg));
         }
-        let replace_all = args.replace_all.unwrap_or(false);
-        if count > 1 && !replace_all {
-            return Ok(ToolOutput::error(format!(
-                "Error: old_text appears {count} times in {shown}. Provide more surrounding \
-                 context to make it unique, or set replace_all=true."
-            )));
-        }
-        let updated = if replace_all {
-            content.replace(&args.old_text, &args.new_text)
-        } else {
-            content.replacen(&args.old_text, &args.new_text, 1)
+        let starts: Vec<usize> = content
+            .match_indices(args.old_text.as_str())
+            .map(|(i, _)| i)
+            .collect();
+        let selected = match select_matches(&content, &args.old_text, &starts, &args) {
+            Ok(selected) => selected,
+            Err(msg) => return Ok(ToolOutput::error(format!("Error: {msg} ({shown})"))),
         };
+        let mut updated = content;
+        for &start in selected.iter().rev() {
+            updated.replace_range(start..start + args.old_text.len(), &args.new_text);
+        }
         write_atomic(&self.sandbox, &args.path, updated.into_bytes()).await?;
-        Ok(ToolOutput::text(if count > 1 {
-            format!("Successfully edited {shown} ({count} replacements)")
+        Ok(ToolOutput::text(if selected.len() > 1 {
+            format!("Successfully edited {shown} ({} replacements)", selected.len())
         } else {
             format!("Successfully edited {shown}")
         }))
+    }
+}
+
+/// The byte offsets (among `starts`, the non-overlapping matches of `old` in `content`) that `edit_file` replaces,
+/// by `replace_all`, `occurrence`, `line_hint` and `expected_replacements`; `Err` says why none may be.
+fn select_matches(
+    content: &str,
+    old: &str,
+    starts: &[usize],
+    args: &EditFileArgs,
+) -> Result<Vec<usize>, String> {
+    let count = starts.len();
+    let replace_all = args.replace_all.unwrap_or(false);
+    let line_of = |byte: usize| content[..byte].matches('\n').count() + 1;
+    let lines = |start: usize| {
+        let first = line_of(start);
+        let body = old.strip_suffix('\n').unwrap_or(old);
+        (first, first + body.matches('\n').count())
+    };
+    let preview = || {
+        let mut shown: Vec<String> = starts
+            .iter()
+            .take(3)
+            .map(|&s| format!("line {}", line_of(s)))
+            .collect();
+        if count > 3 {
+            shown.push("...".into());
+        }
+        shown.join(", ")
+    };
+    for (name, value) in [
+        ("occurrence", args.occurrence),
+        ("line_hint", args.line_hint),
+        ("expected_replacements", args.expected_replacements),
+    ] {
+        if value == Some(0) {
+            return Err(format!("{name} must be >= 1"));
+        }
+    }
+    let selected = match (replace_all, args.occurrence, args.line_hint) {
+        (true, Some(_), _) => return Err("occurrence cannot be used with replace_all=true".into()),
+        (true, _, Some(_)) => return Err("line_hint cannot be used with replace_all=true".into()),
+        (_, Some(_), Some(_)) => return Err("line_hint cannot be used with occurrence".into()),
+        (true, None, None) => starts.to_vec(),
+        (false, Some(n), None) => {
+            let i = usize::try_from(n).unwrap_or(usize::MAX);
+            match starts.get(i - 1) {
+                Some(&s) => vec![s],
+                None => {
+                    return Err(format!(
+                        "occurrence {n} is out of range; old_text appears {count} time(s)"
+                    ));
+                }
+            }
+        }
+        (false, None, Some(line)) => {
+            let line = usize::try_from(line).unwrap_or(usize::MAX);
+            let hits: Vec<usize> = starts
+                .iter()
+                .copied()
+                .filter(|&s| {
+                    let (first, last) = lines(s);
+                    (first..=last).contains(&line)
+                })
+                .collect();
+            match hits.len() {
+                0 => {
+                    return Err(format!(
+                        "line_hint {line} does not match the old_text location; old_text appears at {}. Re-read \
+                         the region and copy old_text that covers the target line",
+                        preview()
+                    ));
+                }
+                1 => hits,
+                n => {
+                    return Err(format!(
+                        "line_hint {line} is ambiguous; old_text appears {n} times on that line"
+                    ));
+                }
+            }
+        }
+        (false, None, None) if count > 1 => {
+            return Err(format!(
+                "old_text appears {count} times (at {}). Provide more surrounding context to make it unique, set \
+                 occurrence or line_hint to choose one, or set replace_all=true",
+                preview()
+            ));
+        }
+        (false, None, None) => starts.to_vec(),
+    };
+    match args.expected_replacements {
+        Some(n) if usize::try_from(n).ok() != Some(selected.len()) => Err(format!(
+            "expected {n} replacements but would make {}; nothing was changed",
+            selected.len()
+        )),
+        _ => Ok(selected),
     }
 }
 
@@ -450,12 +573,12 @@ pub const SKIP_DIRS: &[&str] = &[
     ".idea",
 ];
 
-/// Arguments of `list_dir`.
+/// Arguments of `list_dir` (0.3.5's parameters).
 #[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct ListDirArgs {
-    /// The directory path to list (default: the workspace).
-    #[serde(default)]
-    pub path: Option<String>,
+    /// The directory path to list (`.` for the workspace).
+    pub path: String,
     /// List subdirectories recursively (default false).
     #[serde(default)]
     pub recursive: Option<bool>,
@@ -495,7 +618,11 @@ impl TypedTool for ListDirTool {
     }
 
     async fn call(&self, args: ListDirArgs, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let raw = args.path.unwrap_or_else(|| ".".to_owned());
+        let raw = if args.path.trim().is_empty() {
+            ".".to_owned()
+        } else {
+            args.path
+        };
         let max = args.max_entries.unwrap_or(200) as usize;
         let recursive = args.recursive.unwrap_or(false);
         let sandbox = self.sandbox.clone();

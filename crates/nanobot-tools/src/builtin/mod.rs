@@ -12,7 +12,9 @@ pub mod search;
 #[cfg(feature = "web")]
 pub mod web;
 
-pub use exec::{ConfinementReport, ExecTool, LandlockSupport, confinement_report, landlock_support};
+pub use exec::{
+    ConfinementReport, ExecTool, LandlockSupport, SHELLS, command_of, confinement_report, landlock_support,
+};
 pub use fs::{EditFileTool, ListDirTool, ReadFileTool, WriteFileTool};
 pub use search::{GlobTool, GrepTool};
 #[cfg(feature = "web")]

@@ -248,19 +248,23 @@ impl TypedTool for GlobTool {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OutputMode {
-    /// Only the paths of matching files (default).
+    /// Matching lines (`path:line: text`) with context (default).
     #[default]
-    FilesWithMatches,
-    /// Matching lines (`path:line: text`) with optional context.
     Content,
+    /// Only the paths of matching files.
+    FilesWithMatches,
     /// Match counts per file.
     Count,
 }
 
-/// Arguments of `grep`.
+/// Context lines around a match when none are asked for (0.3.5's default).
+const GREP_DEFAULT_CONTEXT: u32 = 5;
+
+/// Arguments of `grep` (0.3.5's parameters).
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct GrepArgs {
-    /// Regular expression to search for.
+    /// Regular expression to search for (literal text with fixed_strings=true).
+    #[schemars(length(min = 1))]
     pub pattern: String,
     /// File or directory to search in (default: the workspace).
     #[serde(default)]
@@ -268,24 +272,37 @@ pub struct GrepArgs {
     /// Only search files matching this glob (e.g. `*.py`, `src/**/*.{ts,tsx}`).
     #[serde(default)]
     pub glob: Option<String>,
+    /// Only search files of this type, e.g. `py`, `ts`, `md` or `json` (ripgrep's type names).
+    #[serde(default, rename = "type")]
+    pub file_type: Option<String>,
+    /// PDF page number or range (PDFs cannot be searched yet: the call says so).
+    #[serde(default)]
+    pub pages: Option<String>,
     /// Case-insensitive search (default false).
     #[serde(default)]
     pub case_insensitive: Option<bool>,
-    /// files_with_matches (default), content, or count.
+    /// Treat pattern as literal text (default false).
+    #[serde(default)]
+    pub fixed_strings: Option<bool>,
+    /// content (default: matching lines with context), files_with_matches, or count.
     #[serde(default)]
     pub output_mode: Option<OutputMode>,
-    /// Lines of context before and after each match (content mode only).
-    #[schemars(range(min = 0, max = 50))]
+    /// Lines of context before and after each match (an older name; context_before/context_after win).
+    #[schemars(skip)]
+    #[serde(default)]
     pub context_lines: Option<u32>,
-    /// Lines of context before each match (content mode only).
-    #[schemars(range(min = 0, max = 50))]
+    /// Lines of context before each match (default 5; content mode only).
+    #[schemars(range(min = 0, max = 20))]
     pub context_before: Option<u32>,
-    /// Lines of context after each match (content mode only).
-    #[schemars(range(min = 0, max = 50))]
+    /// Lines of context after each match (default 5; content mode only).
+    #[schemars(range(min = 0, max = 20))]
     pub context_after: Option<u32>,
-    /// Return at most this many lines/entries (default 250).
-    #[schemars(range(min = 1))]
+    /// Return at most this many lines/entries (default 250; 0 for all).
+    #[schemars(range(min = 0, max = 1000))]
     pub head_limit: Option<u64>,
+    /// Lines/entries to skip before head_limit applies (default 0).
+    #[schemars(range(min = 0, max = 100_000))]
+    pub offset: Option<u64>,
 }
 
 /// `grep`: regex search over files, in-process, skipping binary files and noise directories.
@@ -355,10 +372,10 @@ impl TypedTool for GrepTool {
     }
 
     fn description(&self) -> &str {
-        "Search file contents with a regular expression. output_mode: files_with_matches \
-         (default), content (matching lines with line numbers and optional context), or count. \
-         Skips .git, node_modules, target, ignored and binary files. On broad searches use \
-         output_mode=count first. Prefer this over exec grep."
+        "Search file contents with a regular expression (or literal text with fixed_strings). output_mode: \
+         content (default: matching lines with line numbers and 5 lines of context), files_with_matches, or \
+         count; page with head_limit and offset. Skips .git, node_modules, target, ignored and binary files. On \
+         broad searches use output_mode=count first. Prefer this over exec grep."
     }
 
     fn read_only(&self) -> bool {
@@ -366,19 +383,37 @@ impl TypedTool for GrepTool {
     }
 
     async fn call(&self, args: GrepArgs, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        if args.pages.is_some() {
+            return Ok(ToolOutput::error(
+                "Error: searching PDF pages is not supported here yet; convert the document to text with exec \
+                 (for example `pdftotext`) and search the result.",
+            ));
+        }
         let matcher = RegexMatcherBuilder::new()
             .case_insensitive(args.case_insensitive.unwrap_or(false))
+            .fixed_strings(args.fixed_strings.unwrap_or(false))
             .build(&args.pattern)
             .map_err(|e| ToolError::InvalidArguments(format!("invalid regex '{}': {e}", args.pattern)))?;
         let filter = match args.glob.as_deref().filter(|g| !g.trim().is_empty()) {
             Some(g) => Some(compile_glob(g, false)?),
             None => None,
         };
+        let types = match args.file_type.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+            Some(t) => Some(file_types(t)?),
+            None => None,
+        };
         let mode = args.output_mode.unwrap_or_default();
-        let ctx_n = args.context_lines.unwrap_or(0) as usize;
+        let ctx_n = args.context_lines.unwrap_or(GREP_DEFAULT_CONTEXT) as usize;
         let before = args.context_before.map_or(ctx_n, |n| n as usize);
         let after = args.context_after.map_or(ctx_n, |n| n as usize);
-        let limit = args.head_limit.map_or(GREP_DEFAULT_HEAD_LIMIT, |n| n as usize);
+        let limit = match args.head_limit {
+            None => GREP_DEFAULT_HEAD_LIMIT,
+            Some(0) => usize::MAX,
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        };
+        let skip = args
+            .offset
+            .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
         let sandbox = self.sandbox.clone();
         let pattern = args.pattern.clone();
         let raw = args.path.clone();
@@ -397,6 +432,11 @@ impl TypedTool for GrepTool {
                     if !f.is_match(rel) && !name_hit {
                         return;
                     }
+                }
+                if let Some(t) = &types
+                    && !t.matched(&logical, false).is_whitelist()
+                {
+                    return;
                 }
                 let Ok(meta) = file.metadata() else { return };
                 if !meta.is_file() || !fence.may_read_file(&meta) || looks_binary(&mut file) {
@@ -457,14 +497,39 @@ impl TypedTool for GrepTool {
                 }
             }
             let total = out.len();
-            if total > limit {
+            if skip > 0 {
+                out.drain(..skip.min(total));
+                if out.is_empty() {
+                    return Ok(ToolOutput::text(format!(
+                        "No results after offset {skip} ({total} in all)"
+                    )));
+                }
+            }
+            if out.len() > limit {
                 out.truncate(limit);
+                let next = skip.saturating_add(limit);
                 out.push(format!(
-                    "\n(showing first {limit} of {total} results; raise head_limit or narrow the search)"
+                    "\n(showing {} to {next} of {total} results; use offset={next} for more, or narrow the search)",
+                    skip + 1
                 ));
             }
             Ok(ToolOutput::text(out.join("\n")))
         })
         .await
     }
+}
+
+/// The file-type filter for `grep`'s `type` (ripgrep's type names: `py`, `ts`, `md`, `json`, …).
+fn file_types(name: &str) -> Result<ignore::types::Types, ToolError> {
+    let mut builder = ignore::types::TypesBuilder::new();
+    builder.add_defaults();
+    if !builder.definitions().iter().any(|d| d.name() == name) {
+        return Err(ToolError::InvalidArguments(format!(
+            "unknown file type '{name}' (use names like py, ts, md, json, rust, go)"
+        )));
+    }
+    builder.select(name);
+    builder
+        .build()
+        .map_err(|e| ToolError::InvalidArguments(format!("file type '{name}': {e}")))
 }

@@ -56,6 +56,7 @@ pub enum ExtractMode {
 
 /// Arguments of `web_fetch`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct WebFetchArgs {
     /// URL to fetch (http or https).
     pub url: String,

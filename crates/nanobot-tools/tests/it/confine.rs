@@ -251,7 +251,8 @@ fn evasions(victim: &Path) -> Vec<String> {
         format!("eval \"r\"\"m -rf {v}\""),
         format!("bash -c \"\\$'\\\\x72m' -rf {v}\""),
         format!("/???/r? -rf {v}"),
-        format!("alias zap='rm -rf'\nzap {v}"),
+        // bash (the default shell) expands aliases in scripts only when asked.
+        format!("shopt -s expand_aliases\nalias zap='rm -rf'\nzap {v}"),
         format!("python3 -c \"import shutil; shutil.rmtree('{v}')\""),
         format!("perl -e 'use File::Path qw(remove_tree); remove_tree(\"{v}\")'"),
         format!("find {v} -delete"),

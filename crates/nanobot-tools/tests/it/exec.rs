@@ -229,6 +229,83 @@ async fn output_exit_code_stderr_and_cap() {
 }
 
 #[tokio::test]
+async fn parameters_of_0_3_5_shells_aliases_and_output_limit() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(ws.path().join("sub")).unwrap();
+    let reg = exec_registry(ws.path(), settings(false));
+    let c = ctx(ws.path());
+    // bash by default (where installed), sh or zsh on request.
+    let out = reg
+        .execute(
+            "exec",
+            json!({"command": "echo \"bash=${BASH_VERSION:+yes}\""}),
+            &c,
+        )
+        .await;
+    assert!(out.text.starts_with("bash=yes"), "{}", out.text);
+    let out = reg
+        .execute(
+            "exec",
+            json!({"command": "echo \"bash=${BASH_VERSION:+yes}\"", "shell": "sh"}),
+            &c,
+        )
+        .await;
+    assert!(out.text.starts_with("bash=\n"), "{}", out.text);
+    let out = reg
+        .execute(
+            "exec",
+            json!({"command": "shopt -q login_shell && echo login", "login": true}),
+            &c,
+        )
+        .await;
+    assert!(out.text.starts_with("login"), "{}", out.text);
+    let out = reg
+        .execute("exec", json!({"command": "true", "shell": "fish"}), &c)
+        .await;
+    assert!(
+        out.is_error && out.text.contains("bash, sh or zsh"),
+        "{}",
+        out.text
+    );
+    // `cmd` and `workdir` are aliases.
+    let out = reg
+        .execute("exec", json!({"cmd": "basename \"$PWD\"", "workdir": "sub"}), &c)
+        .await;
+    assert!(out.text.starts_with("sub\n"), "{}", out.text);
+    let out = reg.execute("exec", json!({"timeout": 5}), &c).await;
+    assert!(
+        out.is_error && out.text.contains("missing required command"),
+        "{}",
+        out.text
+    );
+    // The output limit is the call's to choose, within 1000..=50000.
+    let big = json!({"command": "head -c 30000 /dev/zero | tr '\\0' a", "max_output_chars": 12000});
+    let out = reg.execute("exec", big, &c).await;
+    assert!(
+        out.text.contains("... (truncated, ") && out.text.chars().count() > 11_000,
+        "{}",
+        &out.text[..out.text.len().min(300)]
+    );
+    let out = reg
+        .execute("exec", json!({"command": "true", "max_output_tokens": 10}), &c)
+        .await;
+    assert!(
+        out.is_error && out.text.contains("max_output_tokens must be >= 1000"),
+        "{}",
+        out.text
+    );
+    // Unknown parameters are refused by name, as 0.3.5 does (its exec sessions are not here yet).
+    let out = reg
+        .execute("exec", json!({"command": "true", "yield_time_ms": 100}), &c)
+        .await;
+    assert!(
+        out.is_error && out.text.contains("unexpected parameter yield_time_ms"),
+        "{}",
+        out.text
+    );
+}
+
+#[tokio::test]
 async fn timeout_kills_the_process_group() {
     let ws = tempfile::tempdir().unwrap();
     let reg = exec_registry(ws.path(), settings(false));

@@ -87,6 +87,58 @@ async fn write_and_edit() {
         std::fs::read_to_string(ws.path().join("d/e/f.txt")).unwrap(),
         "alpha\nB\nB\nG\n"
     );
+    // 0.3.5's selectors: occurrence, line_hint, expected_replacements; refused together; unknown parameters named.
+    std::fs::write(ws.path().join("sel.txt"), "x = 1\ny = 2\nx = 1\nx = 1\n").unwrap();
+    let edit = |extra: serde_json::Value| {
+        let mut args = json!({"path": "sel.txt", "old_text": "x = 1", "new_text": "x = 9"});
+        args.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        args
+    };
+    let read = || std::fs::read_to_string(ws.path().join("sel.txt")).unwrap();
+    let out = r.execute("edit_file", edit(json!({"occurrence": 2})), &c).await;
+    assert!(!out.is_error, "{}", out.text);
+    assert_eq!(read(), "x = 1\ny = 2\nx = 9\nx = 1\n");
+    let out = r.execute("edit_file", edit(json!({"line_hint": 4})), &c).await;
+    assert!(!out.is_error, "{}", out.text);
+    assert_eq!(read(), "x = 1\ny = 2\nx = 9\nx = 9\n");
+    for (extra, needle) in [
+        (json!({"line_hint": 2}), "line_hint 2 does not match"),
+        (json!({"occurrence": 5}), "occurrence 5 is out of range"),
+        (
+            json!({"occurrence": 1, "line_hint": 1}),
+            "line_hint cannot be used with occurrence",
+        ),
+        (
+            json!({"replace_all": true, "occurrence": 1}),
+            "occurrence cannot be used with replace_all",
+        ),
+        (
+            json!({"replace_all": true, "expected_replacements": 3}),
+            "expected 3 replacements but would make 1",
+        ),
+        (json!({"occurrence": 0}), "occurrence must be >= 1"),
+        (json!({"count": 1}), "unexpected parameter count"),
+    ] {
+        let out = r.execute("edit_file", edit(extra.clone()), &c).await;
+        assert!(out.is_error && out.text.contains(needle), "{extra}: {}", out.text);
+    }
+    assert_eq!(
+        read(),
+        "x = 1\ny = 2\nx = 9\nx = 9\n",
+        "refused edits change nothing"
+    );
+    // A match spanning lines covers each of its lines.
+    let out = r
+        .execute(
+            "edit_file",
+            json!({"path": "sel.txt", "old_text": "x = 9\nx = 9", "new_text": "z", "line_hint": 4}),
+            &c,
+        )
+        .await;
+    assert!(!out.is_error, "{}", out.text);
+    assert_eq!(read(), "x = 1\ny = 2\nz\n");
     // not found: the closest region comes back as a diff
     let out = r
         .execute(
@@ -137,7 +189,11 @@ async fn list_glob_grep() {
     assert_eq!(out.text, "src/a.rs");
 
     let out = r
-        .execute("grep", json!({"pattern": "todo", "case_insensitive": true}), &c)
+        .execute(
+            "grep",
+            json!({"pattern": "todo", "case_insensitive": true, "output_mode": "files_with_matches"}),
+            &c,
+        )
         .await;
     let mut lines: Vec<&str> = out.text.lines().collect();
     lines.sort();
@@ -161,16 +217,67 @@ async fn list_glob_grep() {
     let out = r
         .execute(
             "grep",
-            json!({"pattern": "(?i)todo", "output_mode": "content", "head_limit": 1}),
+            json!({"pattern": "(?i)todo", "output_mode": "content", "head_limit": 1, "context_before": 0, "context_after": 0}),
             &c,
         )
         .await;
     assert!(
         out.text
-            .starts_with("src/a.rs:2: // TODO one\n\n(showing first 1 of 2"),
+            .starts_with("src/a.rs:2: // TODO one\n\n(showing 1 to 1 of 2 results; use offset=1"),
         "{}",
         out.text
     );
+    // 0.3.5's parameters: the default is content with 5 lines of context; offset pages; fixed strings; types.
+    let out = r.execute("grep", json!({"pattern": "TODO one"}), &c).await;
+    assert_eq!(
+        out.text, "src/a.rs-1- fn main() {}\nsrc/a.rs:2: // TODO one",
+        "{}",
+        out.text
+    );
+    let out = r
+        .execute(
+            "grep",
+            json!({"pattern": "(?i)todo", "output_mode": "count", "offset": 1}),
+            &c,
+        )
+        .await;
+    assert_eq!(out.text, "src/deep/b.rs: 1", "{}", out.text);
+    let out = r
+        .execute("grep", json!({"pattern": "(?i)todo", "fixed_strings": true}), &c)
+        .await;
+    assert!(
+        out.text.starts_with("No matches"),
+        "a literal, not a regex: {}",
+        out.text
+    );
+    let out = r
+        .execute(
+            "grep",
+            json!({"pattern": "todo", "case_insensitive": true, "type": "md"}),
+            &c,
+        )
+        .await;
+    assert!(out.text.starts_with("No matches"), "{}", out.text);
+    let out = r
+        .execute(
+            "grep",
+            json!({"pattern": "todo", "case_insensitive": true, "type": "rust", "output_mode": "count"}),
+            &c,
+        )
+        .await;
+    assert_eq!(out.text, "src/a.rs: 1\nsrc/deep/b.rs: 1", "{}", out.text);
+    let out = r
+        .execute("grep", json!({"pattern": "x", "type": "nolang"}), &c)
+        .await;
+    assert!(
+        out.is_error && out.text.contains("unknown file type"),
+        "{}",
+        out.text
+    );
+    let out = r
+        .execute("grep", json!({"pattern": "x", "pages": "1-2"}), &c)
+        .await;
+    assert!(out.is_error && out.text.contains("PDF"), "{}", out.text);
     let out = r.execute("grep", json!({"pattern": "nothing-here"}), &c).await;
     assert!(out.text.starts_with("No matches"));
     let out = r
