@@ -417,6 +417,28 @@ impl ApprovalHook {
                     "changes a file that shapes every later turn and the scheduled runs".to_owned(),
                 ))
             }
+            // `apply_patch` writes every file its edits name: judged as a write of each.
+            (_, "apply_patch") => {
+                let paths: Vec<&str> = call
+                    .arguments
+                    .get("edits")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|e| e.get("path").and_then(Value::as_str))
+                    .collect();
+                let reason = if !self.restricted && paths.iter().any(|p| outside(&self.workspace, p)) {
+                    "writes outside the workspace"
+                } else if paths.iter().any(|p| control_file(&self.workspace, p).is_some()) {
+                    "changes a file that shapes every later turn and the scheduled runs"
+                } else {
+                    return None;
+                };
+                Some((
+                    shown(&format!("apply_patch {}", paths.join(", "))),
+                    reason.to_owned(),
+                ))
+            }
             _ => None,
         }
     }
@@ -430,20 +452,31 @@ impl AgentHook for ApprovalHook {
             let Some((action, reason)) = self.rate(call) else {
                 continue;
             };
-            let control = matches!(call.name.as_str(), "write_file" | "edit_file")
-                .then(|| {
-                    control_file(
-                        &self.workspace,
-                        call.arguments.get("path").and_then(Value::as_str).unwrap_or(""),
-                    )
-                })
-                .flatten();
+            // The control files this call writes (an approved write of them is the user's, not held).
+            let control: Vec<String> = match call.name.as_str() {
+                "write_file" | "edit_file" => call
+                    .arguments
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .into_iter()
+                    .collect(),
+                "apply_patch" => call
+                    .arguments
+                    .get("edits")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|e| e.get("path").and_then(Value::as_str))
+                    .collect(),
+                _ => Vec::new(),
+            }
+            .into_iter()
+            .filter_map(|p| control_file(&self.workspace, p))
+            .collect();
             let exact = format!("{}\u{0}{}", call.name, call.arguments);
             if self.approvals.take_grant(&self.session_key, &exact) {
                 tracing::info!(tool = %call.name, "running a call the user approved with /approve");
-                if let Some(rel) = control {
-                    nanobot_util::lock(&self.approved_control).insert(rel);
-                }
+                nanobot_util::lock(&self.approved_control).extend(control);
                 continue;
             }
             let id = uuid::Uuid::new_v4().simple().to_string()[..6].to_owned();
@@ -472,9 +505,7 @@ impl AgentHook for ApprovalHook {
             match answer {
                 Some(ApprovalAnswer::Approve) => {
                     tracing::info!(tool = %call.name, id, "the user approved a call");
-                    if let Some(rel) = control {
-                        nanobot_util::lock(&self.approved_control).insert(rel);
-                    }
+                    nanobot_util::lock(&self.approved_control).extend(control);
                 }
                 Some(ApprovalAnswer::Deny) => {
                     tracing::info!(tool = %call.name, id, "the user refused a call");

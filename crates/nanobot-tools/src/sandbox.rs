@@ -646,6 +646,25 @@ impl Sandbox {
         }
     }
 
+    /// Deletes the regular file `raw` (beneath the verified handle of its directory; a link or a directory is
+    /// refused). A missing file is fine. Used to undo a file a failed multi-file edit created.
+    pub fn remove_file(&self, raw: &str) -> Result<(), SandboxError> {
+        let fence = self.fence();
+        let loc = self.locate(raw, Intent::Write, false, &fence)?;
+        let Some(name) = loc.name else {
+            return Err(SandboxError::IsDirectory(raw.to_owned()));
+        };
+        match loc.meta.map(|m| m.kind) {
+            None => Ok(()),
+            Some(EntryKind::File) => loc.parent.remove_file(&name).map_err(|e| SandboxError::Resolve {
+                path: raw.to_owned(),
+                source: e,
+            }),
+            Some(EntryKind::Dir) => Err(SandboxError::IsDirectory(raw.to_owned())),
+            Some(EntryKind::Symlink | EntryKind::Other) => Err(SandboxError::NotRegular(raw.to_owned())),
+        }
+    }
+
     /// Writes `content` to `raw` atomically: creates missing parent directories beneath the verified
     /// handle, writes and `fsync`s a temporary file beside the target, keeps the old file's permissions,
     /// and renames it into place within the same directory handle. Returns the path as resolved.

@@ -123,15 +123,29 @@ async fn an_exec_change_is_held_and_a_later_user_edit_releases_it() {
 
 #[tokio::test]
 async fn with_approval_on_a_control_file_write_is_asked_and_an_approved_one_is_not_held() {
+    let patch = json!({"edits": [
+        {"path": "notes.md", "action": "add", "new_text": "pirate mode"},
+        {"path": "./SOUL.md", "action": "add", "new_text": "Speak like a pirate."}
+    ]});
+    for call in [
+        MockReply::tool_call(
+            "write_file",
+            json!({"path": "./SOUL.md", "content": "Speak like a pirate.\n"}),
+        ),
+        // apply_patch writes every file its edits name: a control file among them is asked about too.
+        MockReply::tool_call("apply_patch", patch.clone()),
+    ] {
+        a_control_file_write_is_asked(call).await;
+    }
+}
+
+async fn a_control_file_write_is_asked(call: MockReply) {
     let home = TempHome::new();
     let mock = MockLlm::start().await;
     let mut s = settings(&home);
     s.approval = ApprovalSettings::new(ApprovalPolicy::Risky, Duration::from_secs(600));
     let run = Running::start(AgentLoop::new(provider(&mock), s).unwrap());
-    mock.push(MockReply::tool_call(
-        "write_file",
-        json!({"path": "./SOUL.md", "content": "Speak like a pirate.\n"}),
-    ));
+    mock.push(call);
     mock.push(MockReply::text("Arr."));
     run.send(InboundMessage::new("telegram", "alice", "1", "be a pirate"))
         .await;

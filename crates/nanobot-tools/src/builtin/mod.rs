@@ -8,6 +8,7 @@ use crate::sandbox::Sandbox;
 pub mod exec;
 pub mod fs;
 pub mod guard;
+pub mod patch;
 pub mod search;
 #[cfg(feature = "web")]
 pub mod web;
@@ -16,17 +17,19 @@ pub use exec::{
     ConfinementReport, ExecTool, LandlockSupport, SHELLS, command_of, confinement_report, landlock_support,
 };
 pub use fs::{EditFileTool, ListDirTool, ReadFileTool, WriteFileTool};
+pub use patch::ApplyPatchTool;
 pub use search::{GlobTool, GrepTool};
 #[cfg(feature = "web")]
 pub use web::{WebFetchTool, WebSearchTool};
 
-/// Registers `read_file`, `write_file`, `edit_file`, `list_dir`, `glob` and `grep`, all sharing
+/// Registers `read_file`, `write_file`, `edit_file`, `apply_patch`, `list_dir`, `glob` and `grep`, all sharing
 /// `sandbox`.
 pub fn register_fs_tools(registry: &ToolRegistry, sandbox: &Sandbox) {
     let sb = Arc::new(sandbox.clone());
     registry.register(Arc::new(ReadFileTool::new(sb.clone())));
     registry.register(Arc::new(WriteFileTool::new(sb.clone())));
     registry.register(Arc::new(EditFileTool::new(sb.clone())));
+    registry.register(Arc::new(ApplyPatchTool::new(sb.clone())));
     registry.register(Arc::new(ListDirTool::new(sb.clone())));
     registry.register(Arc::new(GlobTool::new(sb.clone())));
     registry.register(Arc::new(GrepTool::new(sb)));

@@ -358,3 +358,96 @@ async fn sandbox_escape_table() {
         .await;
     assert!(out.is_error);
 }
+
+/// `apply_patch` (0.3.5's tool): several edits checked together, written together, or nothing written.
+#[tokio::test]
+async fn apply_patch_is_all_or_nothing() {
+    let ws = tempfile::tempdir().unwrap();
+    let p = ws.path();
+    std::fs::write(p.join("a.txt"), "one\ntwo\n").unwrap();
+    std::fs::write(p.join("crlf.txt"), "x\r\ny\r\n").unwrap();
+    let r = fs_registry(p, true);
+    let c = ctx(p);
+    let read = |name: &str| std::fs::read_to_string(p.join(name)).ok();
+
+    // A dry run checks and summarises, and writes nothing.
+    let edits = json!([
+        {"path": "a.txt", "action": "replace", "old_text": "two", "new_text": "TWO"},
+        {"path": "a.txt", "action": "add", "new_text": "three"},
+        {"path": "new/b.txt", "action": "add", "new_text": "fresh"},
+        {"path": "crlf.txt", "action": "replace", "old_text": "y\n", "new_text": "Y\n"}
+    ]);
+    let out = r
+        .execute("apply_patch", json!({"edits": edits, "dry_run": true}), &c)
+        .await;
+    assert_eq!(
+        out.text,
+        "Patch dry-run succeeded:\n- update a.txt (+2/-1)\n- add new/b.txt (+1/-0)\n- update crlf.txt (+1/-1)",
+        "{}",
+        out.text
+    );
+    assert_eq!(read("a.txt").as_deref(), Some("one\ntwo\n"));
+    assert!(read("new/b.txt").is_none());
+
+    let out = r.execute("apply_patch", json!({"edits": edits}), &c).await;
+    assert!(out.text.starts_with("Patch applied:\n"), "{}", out.text);
+    assert_eq!(read("a.txt").as_deref(), Some("one\nTWO\nthree\n"));
+    assert_eq!(read("new/b.txt").as_deref(), Some("fresh\n"));
+    assert_eq!(read("crlf.txt").as_deref(), Some("x\r\nY\r\n"), "line ends kept");
+
+    // One bad edit: nothing is written, and the error says which and why.
+    for (bad, needle) in [
+        (
+            json!({"path": "a.txt", "action": "replace", "old_text": "nope", "new_text": "x"}),
+            "old_text not found in a.txt",
+        ),
+        (
+            json!({"path": "missing.txt", "action": "replace", "old_text": "a", "new_text": "b"}),
+            "file to update does not exist",
+        ),
+        (
+            json!({"path": "a.txt", "action": "replace", "old_text": "", "new_text": "b"}),
+            "old_text required for replace",
+        ),
+        (
+            json!({"path": "a.txt", "action": "add"}),
+            "new_text required for add",
+        ),
+        (
+            json!({"path": "../outside.txt", "action": "add", "new_text": "x"}),
+            "outside",
+        ),
+    ] {
+        let edits = json!([{"path": "a.txt", "action": "add", "new_text": "four"}, bad]);
+        let out = r.execute("apply_patch", json!({"edits": edits}), &c).await;
+        assert!(
+            out.is_error && out.text.to_lowercase().contains(needle),
+            "{bad}: {}",
+            out.text
+        );
+        assert_eq!(read("a.txt").as_deref(), Some("one\nTWO\nthree\n"), "{bad}");
+    }
+    std::fs::write(p.join("dup.txt"), "z z\n").unwrap();
+    let out = r
+        .execute(
+            "apply_patch",
+            json!({"edits": [{"path": "dup.txt", "action": "replace", "old_text": "z", "new_text": "q"}]}),
+            &c,
+        )
+        .await;
+    assert!(
+        out.is_error && out.text.contains("appears multiple times"),
+        "{}",
+        out.text
+    );
+    let out = r.execute("apply_patch", json!({"edits": []}), &c).await;
+    assert!(out.is_error, "{}", out.text);
+    let out = r
+        .execute(
+            "apply_patch",
+            json!({"edits": [{"path": "a.txt", "action": "delete"}]}),
+            &c,
+        )
+        .await;
+    assert!(out.is_error && out.text.contains("action"), "{}", out.text);
+}
