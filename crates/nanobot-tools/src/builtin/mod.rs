@@ -18,12 +18,12 @@ pub use exec::{
 };
 pub use fs::{EditFileTool, ListDirTool, ReadFileTool, WriteFileTool};
 pub use patch::ApplyPatchTool;
-pub use search::{GlobTool, GrepTool};
+pub use search::{FindFilesTool, GlobTool, GrepTool};
 #[cfg(feature = "web")]
 pub use web::{WebFetchTool, WebSearchTool};
 
-/// Registers `read_file`, `write_file`, `edit_file`, `apply_patch`, `list_dir`, `glob` and `grep`, all sharing
-/// `sandbox`.
+/// Registers `read_file`, `write_file`, `edit_file`, `apply_patch`, `list_dir`, `glob`, `find_files` and `grep`,
+/// all sharing `sandbox`.
 pub fn register_fs_tools(registry: &ToolRegistry, sandbox: &Sandbox) {
     let sb = Arc::new(sandbox.clone());
     registry.register(Arc::new(ReadFileTool::new(sb.clone())));
@@ -32,6 +32,7 @@ pub fn register_fs_tools(registry: &ToolRegistry, sandbox: &Sandbox) {
     registry.register(Arc::new(ApplyPatchTool::new(sb.clone())));
     registry.register(Arc::new(ListDirTool::new(sb.clone())));
     registry.register(Arc::new(GlobTool::new(sb.clone())));
+    registry.register(Arc::new(FindFilesTool::new(sb.clone())));
     registry.register(Arc::new(GrepTool::new(sb)));
 }
 

@@ -1,4 +1,4 @@
-//! `glob` and `grep`: in-process search (ignore + globset + grep-searcher), no shell-out.
+//! `glob`, `grep` and `find_files`: in-process search (ignore + globset + grep-searcher), no shell-out.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -36,7 +36,12 @@ struct Found<'a> {
     dir: &'a Dir,
     name: &'a OsStr,
     rel: &'a Path,
+    /// A directory (only when the walk was asked for them); else a regular file.
+    is_dir: bool,
 }
+
+/// Most entries one walk looks at before it stops (a bound on a search of a huge tree).
+const WALK_MAX_ENTRIES: usize = 200_000;
 
 /// Loads `.gitignore` and `.ignore` of `dir` (opened by handle, without following symlinks).
 fn ignore_rules(dir: &Dir, logical_dir: &Path) -> Option<Gitignore> {
@@ -76,11 +81,13 @@ fn ignored(rules: &[Gitignore], path: &Path, is_dir: bool) -> bool {
 /// Walks the tree below `root` by handle: every subdirectory is opened without following symlinks
 /// (so none can be swapped for a link to outside mid-walk), the noise directories and the data
 /// directory are skipped, and `.gitignore`/`.ignore` rules are honoured. `visit` gets every regular
-/// file (symlinks are not followed, as with `ignore`'s default walker).
-fn walk(root: &OpenedDir, mut visit: impl FnMut(Found<'_>)) {
+/// file (symlinks are not followed, as with `ignore`'s default walker), and every directory too with `dirs`.
+/// Returns false when it stopped at [`WALK_MAX_ENTRIES`] entries.
+fn walk(root: &OpenedDir, dirs: bool, mut visit: impl FnMut(Found<'_>)) -> bool {
     let Ok(first) = root.dir.try_clone() else {
-        return;
+        return true;
     };
+    let mut seen = 0usize;
     let mut stack: Vec<(Dir, PathBuf, Vec<Gitignore>)> = vec![(first, PathBuf::new(), Vec::new())];
     while let Some((dir, rel_dir, mut rules)) = stack.pop() {
         let logical_dir = root.logical.join(&rel_dir);
@@ -100,6 +107,10 @@ fn walk(root: &OpenedDir, mut visit: impl FnMut(Found<'_>)) {
         children.sort_by(|a, b| a.0.cmp(&b.0));
         let mut subdirs = Vec::new();
         for (name, is_dir, is_file) in children {
+            seen += 1;
+            if seen > WALK_MAX_ENTRIES {
+                return false;
+            }
             let rel = rel_dir.join(&name);
             if ignored(&rules, &root.logical.join(&rel), is_dir) {
                 continue;
@@ -111,6 +122,14 @@ fn walk(root: &OpenedDir, mut visit: impl FnMut(Found<'_>)) {
                 if let Ok(sub) = open_child_dir(&dir, &name)
                     && root.fence.may_enter(&sub)
                 {
+                    if dirs {
+                        visit(Found {
+                            dir: &dir,
+                            name: &name,
+                            rel: &rel,
+                            is_dir: true,
+                        });
+                    }
                     subdirs.push((sub, rel, rules.clone()));
                 }
             } else if is_file {
@@ -118,11 +137,13 @@ fn walk(root: &OpenedDir, mut visit: impl FnMut(Found<'_>)) {
                     dir: &dir,
                     name: &name,
                     rel: &rel,
+                    is_dir: false,
                 });
             }
         }
         stack.extend(subdirs.into_iter().rev());
     }
+    true
 }
 
 fn looks_binary(file: &mut File) -> bool {
@@ -218,11 +239,14 @@ impl TypedTool for GlobTool {
                 }
             };
             let mut hits: Vec<((i64, i64), PathBuf)> = Vec::new();
-            walk(&root, |f| {
+            let complete = walk(&root, false, |f| {
                 if matcher.is_match(f.rel) {
                     hits.push((mtime(f.dir, f.name), root.logical.join(f.rel)));
                 }
             });
+            if !complete {
+                tracing::info!(limit = WALK_MAX_ENTRIES, "glob stopped at its entry limit");
+            }
             hits.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
             if hits.is_empty() {
                 return Ok(ToolOutput::text(format!("No files matched pattern '{pattern}'")));
@@ -399,7 +423,7 @@ impl TypedTool for GrepTool {
             None => None,
         };
         let types = match args.file_type.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
-            Some(t) => Some(file_types(t)?),
+            Some(t) => Some(TypeFilter::new(t)?),
             None => None,
         };
         let mode = args.output_mode.unwrap_or_default();
@@ -434,7 +458,7 @@ impl TypedTool for GrepTool {
                     }
                 }
                 if let Some(t) = &types
-                    && !t.matched(&logical, false).is_whitelist()
+                    && !t.matches(&logical)
                 {
                     return;
                 }
@@ -464,11 +488,14 @@ impl TypedTool for GrepTool {
                     search(f.file, f.logical.clone(), &rel, &f.fence);
                 }
                 Opened::Dir(root) => {
-                    walk(&root, |found| {
+                    let complete = walk(&root, false, |found| {
                         if let Ok(file) = open_child_file(found.dir, found.name) {
                             search(file, root.logical.join(found.rel), found.rel, &root.fence);
                         }
                     });
+                    if !complete {
+                        tracing::info!(limit = WALK_MAX_ENTRIES, "grep stopped at its entry limit");
+                    }
                 }
             }
             if results.is_empty() {
@@ -519,17 +546,203 @@ impl TypedTool for GrepTool {
     }
 }
 
-/// The file-type filter for `grep`'s `type` (ripgrep's type names: `py`, `ts`, `md`, `json`, …).
-fn file_types(name: &str) -> Result<ignore::types::Types, ToolError> {
-    let mut builder = ignore::types::TypesBuilder::new();
-    builder.add_defaults();
-    if !builder.definitions().iter().any(|d| d.name() == name) {
-        return Err(ToolError::InvalidArguments(format!(
-            "unknown file type '{name}' (use names like py, ts, md, json, rust, go)"
-        )));
+/// The file-type filter of `grep`'s and `find_files`' `type`: ripgrep's type names (`py`, `ts`, `md`, `json`,
+/// `rust`, …); another name matches files ending in `.<name>`, as 0.3.5 does.
+enum TypeFilter {
+    Known(ignore::types::Types),
+    Extension(String),
+}
+
+impl TypeFilter {
+    fn new(name: &str) -> Result<Self, ToolError> {
+        let name = name.trim().to_lowercase();
+        let mut builder = ignore::types::TypesBuilder::new();
+        builder.add_defaults();
+        if !builder.definitions().iter().any(|d| d.name() == name) {
+            return Ok(Self::Extension(format!(".{name}")));
+        }
+        builder.select(&name);
+        builder
+            .build()
+            .map(Self::Known)
+            .map_err(|e| ToolError::InvalidArguments(format!("file type '{name}': {e}")))
     }
-    builder.select(name);
-    builder
-        .build()
-        .map_err(|e| ToolError::InvalidArguments(format!("file type '{name}': {e}")))
+
+    fn matches(&self, path: &Path) -> bool {
+        match self {
+            Self::Known(t) => t.matched(path, false).is_whitelist(),
+            Self::Extension(ext) => path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().to_lowercase().ends_with(ext.as_str())),
+        }
+    }
+}
+
+/// Default `head_limit` of `find_files`.
+pub const FIND_FILES_DEFAULT_LIMIT: usize = 200;
+
+/// How `find_files` orders what it finds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FindSort {
+    /// By path (default).
+    #[default]
+    Path,
+    /// Most recently modified first.
+    Modified,
+}
+
+/// Arguments of `find_files` (0.3.5's parameters).
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct FindFilesArgs {
+    /// Where to search (default `.`, the workspace).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Words that must all occur in the path, case-insensitively.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// Path filter, e.g. `*.py` or `tests/**/test_*.py`.
+    #[serde(default)]
+    pub glob: Option<String>,
+    /// File type, e.g. `py`, `ts`, `md` or `json`.
+    #[serde(default, rename = "type")]
+    pub file_type: Option<String>,
+    /// Include directories (default false).
+    #[serde(default)]
+    pub include_dirs: Option<bool>,
+    /// path (default) or modified (newest first).
+    #[serde(default)]
+    pub sort: Option<FindSort>,
+    /// Most paths returned (default 200; 0 for all).
+    #[schemars(range(min = 0, max = 1000))]
+    pub head_limit: Option<u64>,
+    /// Paths to skip before head_limit applies.
+    #[schemars(range(min = 0, max = 100_000))]
+    pub offset: Option<u64>,
+}
+
+/// `find_files`: workspace paths by name terms, glob or file type, skipping dependency and build directories.
+#[derive(Debug, Clone)]
+pub struct FindFilesTool {
+    sandbox: Arc<Sandbox>,
+}
+
+impl FindFilesTool {
+    /// A `find_files` tool confined by `sandbox`.
+    pub fn new(sandbox: Arc<Sandbox>) -> Self {
+        Self { sandbox }
+    }
+}
+
+#[async_trait]
+impl TypedTool for FindFilesTool {
+    type Args = FindFilesArgs;
+
+    fn name(&self) -> &str {
+        "find_files"
+    }
+
+    fn description(&self) -> &str {
+        "Find workspace paths by name terms (query), glob or file type. Returns paths relative to the workspace, \
+         skipping dependency and build directories and ignored files; page with head_limit and offset."
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    async fn call(&self, args: FindFilesArgs, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let glob = match args.glob.as_deref().map(str::trim).filter(|g| !g.is_empty()) {
+            Some(g) => Some(compile_glob(g.trim_start_matches("./"), false)?),
+            None => None,
+        };
+        let types = match args.file_type.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+            Some(t) => Some(TypeFilter::new(t)?),
+            None => None,
+        };
+        let terms: Vec<String> = args
+            .query
+            .as_deref()
+            .unwrap_or("")
+            .to_lowercase()
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        let include_dirs = args.include_dirs.unwrap_or(false);
+        let sort = args.sort.unwrap_or_default();
+        let limit = match args.head_limit {
+            None => FIND_FILES_DEFAULT_LIMIT,
+            Some(0) => usize::MAX,
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        };
+        let skip = args
+            .offset
+            .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let sandbox = self.sandbox.clone();
+        let raw = args.path.clone();
+        blocking(move || {
+            let root = match open_root(&sandbox, raw.as_deref())? {
+                Opened::Dir(d) => d,
+                Opened::File(f) => {
+                    let shown = display_path(&sandbox, &f.logical);
+                    let ok = types.as_ref().is_none_or(|t| t.matches(&f.logical))
+                        && terms.iter().all(|t| shown.to_lowercase().contains(t.as_str()));
+                    return Ok(ToolOutput::text(if ok { shown } else { "No files found".to_owned() }));
+                }
+            };
+            let mut found: Vec<((i64, i64), String)> = Vec::new();
+            let complete = walk(&root, include_dirs, |f| {
+                if let Some(g) = &glob
+                    && !g.is_match(f.rel)
+                    && !g.is_match(f.name)
+                {
+                    return;
+                }
+                let logical = root.logical.join(f.rel);
+                if let Some(t) = &types
+                    && (f.is_dir || !t.matches(&logical))
+                {
+                    return;
+                }
+                let mut shown = display_path(&sandbox, &logical);
+                if !terms.iter().all(|t| shown.to_lowercase().contains(t.as_str())) {
+                    return;
+                }
+                if f.is_dir {
+                    shown.push('/');
+                }
+                let when = if sort == FindSort::Modified { mtime(f.dir, f.name) } else { (0, 0) };
+                found.push((when, shown));
+            });
+            match sort {
+                FindSort::Path => found.sort_by(|a, b| a.1.cmp(&b.1)),
+                FindSort::Modified => found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1))),
+            }
+            let total = found.len();
+            let page: Vec<String> = found.into_iter().skip(skip).take(limit).map(|(_, p)| p).collect();
+            if page.is_empty() {
+                return Ok(ToolOutput::text(if total > 0 {
+                    format!("No files after offset {skip} ({total} in all)")
+                } else {
+                    "No files found".to_owned()
+                }));
+            }
+            let shown = page.len();
+            let mut out = page.join("\n");
+            if skip + shown < total {
+                let next = skip + shown;
+                out.push_str(&format!(
+                    "\n\n(showing {} to {next} of {total}; use offset={next} for more, or narrow the search)",
+                    skip + 1
+                ));
+            }
+            if !complete {
+                out.push_str(&format!(
+                    "\n\n(the search stopped after {WALK_MAX_ENTRIES} entries; narrow path, query, glob or type)"
+                ));
+            }
+            Ok(ToolOutput::text(out))
+        })
+        .await
+    }
 }
