@@ -28,10 +28,12 @@ pub enum Command {
     /// `/confirm-files [yes]`: list the control files the assistant changed that hold scheduled runs back; with
     /// `yes`, confirm them (nanobot-rs).
     ConfirmFiles,
+    /// `/history [n]`: the last n (default 10, at most 50) messages of the conversation.
+    History,
 }
 
 /// Every command with its one-line description (the `/help` text and the "did you mean" candidates).
-pub const COMMANDS: [(&str, Command, &str); 11] = [
+pub const COMMANDS: [(&str, Command, &str); 12] = [
     (
         "new",
         Command::New,
@@ -48,6 +50,11 @@ pub const COMMANDS: [(&str, Command, &str); 11] = [
         "compact",
         Command::Compact,
         "Summarise older messages into memory to free context",
+    ),
+    (
+        "history",
+        Command::History,
+        "Show the last messages of this conversation (/history [n], default 10)",
     ),
     ("dream", Command::Dream, "Run memory consolidation (Dream) now"),
     ("dream-log", Command::DreamLog, "Show recent Dream changes"),

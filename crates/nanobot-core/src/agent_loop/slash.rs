@@ -131,6 +131,7 @@ impl LoopInner {
             // Answered before queueing; kept for completeness.
             Command::Help => Ok(commands::help_text()),
             Command::Status => Ok(self.status_text(key).await),
+            Command::History => self.history_text(key, args).await,
             Command::Stop => Ok("No active task to stop.".to_owned()),
             Command::Approve => Ok(self
                 .approvals
@@ -175,6 +176,60 @@ impl LoopInner {
                  Dream) until you confirm them:\n{list}\nReview them (or edit them), then send /confirm-files yes."
             ),
         }
+    }
+
+    /// `/history [n]`: the last `n` user and assistant messages of the session (default 10, at most 50), each cut
+    /// to 200 characters, as 0.3.5 shows them.
+    pub(super) async fn history_text(&self, key: &str, args: &str) -> Result<String, CoreError> {
+        const DEFAULT: usize = 10;
+        const MAX: usize = 50;
+        const MAX_CHARS: usize = 200;
+        let count = match args.trim() {
+            "" => DEFAULT,
+            n => match n.parse::<i64>() {
+                Ok(n) => usize::try_from(n.max(1)).unwrap_or(1).min(MAX),
+                Err(_) => {
+                    return Ok(format!(
+                        "Usage: /history [count] — e.g. /history 5 (default: {DEFAULT}, max: {MAX})"
+                    ));
+                }
+            },
+        };
+        let history = self
+            .sessions
+            .history(key, self.settings.max_history_messages)
+            .await?;
+        let visible: Vec<String> = history
+            .iter()
+            .filter(|m| !m.is_command())
+            .filter_map(|m| {
+                let label = match m.role()? {
+                    "user" => "👤 You",
+                    "assistant" => "🤖 Bot",
+                    _ => return None,
+                };
+                let text = crate::context::strip_runtime_context(&m.content_text()?);
+                let text = text.trim();
+                if text.is_empty() {
+                    return None;
+                }
+                let shown = if text.chars().count() > MAX_CHARS {
+                    format!("{}…", text.chars().take(MAX_CHARS).collect::<String>())
+                } else {
+                    text.to_owned()
+                };
+                Some(format!("{label}: {shown}"))
+            })
+            .collect();
+        let recent = &visible[visible.len().saturating_sub(count)..];
+        if recent.is_empty() {
+            return Ok("No conversation history yet.".to_owned());
+        }
+        Ok(format!(
+            "Last {} message(s):\n{}",
+            recent.len(),
+            recent.join("\n")
+        ))
     }
 
     /// `/compact` without a memory service: archive all but a short tail as raw text and move the pointer.

@@ -73,3 +73,38 @@ async fn compact_without_memory_archives_raw_and_moves_the_pointer() {
     let req = mock.last_request().unwrap();
     assert!(!req.messages().iter().any(|m| m["content"] == "message 0"));
 }
+
+#[tokio::test]
+async fn history_shows_the_last_messages_as_0_3_5_does() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let agent = agent(&home, &mock);
+    assert_eq!(
+        agent.process_direct("/history", "cli:h").await.unwrap(),
+        "No conversation history yet."
+    );
+    let long = "x".repeat(300);
+    for (q, a) in [
+        ("first question", "first answer"),
+        ("second question", long.as_str()),
+    ] {
+        mock.push(MockReply::text(a));
+        agent.process_direct(q, "cli:h").await.unwrap();
+    }
+    let all = agent.process_direct("/history", "cli:h").await.unwrap();
+    assert_eq!(
+        all,
+        format!(
+            "Last 4 message(s):\n👤 You: first question\n🤖 Bot: first answer\n👤 You: second question\n🤖 Bot: {}…",
+            "x".repeat(200)
+        )
+    );
+    let two = agent.process_direct("/history 2", "cli:h").await.unwrap();
+    assert!(
+        two.starts_with("Last 2 message(s):\n👤 You: second question\n"),
+        "{two}"
+    );
+    let bad = agent.process_direct("/history lots", "cli:h").await.unwrap();
+    assert!(bad.starts_with("Usage: /history [count]"), "{bad}");
+    assert_eq!(mock.request_count(), 2, "commands never reach the model");
+}
