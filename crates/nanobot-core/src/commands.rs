@@ -30,10 +30,12 @@ pub enum Command {
     ConfirmFiles,
     /// `/history [n]`: the last n (default 10, at most 50) messages of the conversation.
     History,
+    /// `/skill`: the skills the agent has (enabled ones, available or not).
+    Skill,
 }
 
 /// Every command with its one-line description (the `/help` text and the "did you mean" candidates).
-pub const COMMANDS: [(&str, Command, &str); 12] = [
+pub const COMMANDS: [(&str, Command, &str); 13] = [
     (
         "new",
         Command::New,
@@ -56,6 +58,7 @@ pub const COMMANDS: [(&str, Command, &str); 12] = [
         Command::History,
         "Show the last messages of this conversation (/history [n], default 10)",
     ),
+    ("skill", Command::Skill, "List the skills the agent has"),
     ("dream", Command::Dream, "Run memory consolidation (Dream) now"),
     ("dream-log", Command::DreamLog, "Show recent Dream changes"),
     ("dream-restore", Command::DreamRestore, "Undo a Dream change"),

@@ -19,6 +19,7 @@ impl LoopInner {
                     Parsed::Known(
                         Command::Stop
                             | Command::Help
+                            | Command::Skill
                             | Command::Status
                             | Command::Approve
                             | Command::Deny
@@ -45,6 +46,7 @@ impl LoopInner {
                 })
             }
             Parsed::Known(Command::Help, _) => Some(commands::help_text()),
+            Parsed::Known(Command::Skill, _) => Some(self.skills_text()),
             Parsed::Known(cmd @ (Command::Approve | Command::Deny), id) => {
                 let answer = if cmd == Command::Approve {
                     crate::ApprovalAnswer::Approve
@@ -132,6 +134,7 @@ impl LoopInner {
             Command::Help => Ok(commands::help_text()),
             Command::Status => Ok(self.status_text(key).await),
             Command::History => self.history_text(key, args).await,
+            Command::Skill => Ok(self.skills_text()),
             Command::Stop => Ok("No active task to stop.".to_owned()),
             Command::Approve => Ok(self
                 .approvals
@@ -176,6 +179,23 @@ impl LoopInner {
                  Dream) until you confirm them:\n{list}\nReview them (or edit them), then send /confirm-files yes."
             ),
         }
+    }
+
+    /// `/skill`: every skill the agent has (disabled ones left out), with its description, as 0.3.5 lists them.
+    pub(super) fn skills_text(&self) -> String {
+        let Some(loader) = self.context.skills() else {
+            return "No skills available.".to_owned();
+        };
+        let set = loader.load_cached();
+        let skills = set.skills();
+        if skills.is_empty() {
+            return "No skills available.".to_owned();
+        }
+        let mut out = format!("Available skills ({}):\n", skills.len());
+        for s in skills {
+            out.push_str(&format!("\n- **{}** — {}", s.name, s.description));
+        }
+        out
     }
 
     /// `/history [n]`: the last `n` user and assistant messages of the session (default 10, at most 50), each cut

@@ -108,3 +108,29 @@ async fn history_shows_the_last_messages_as_0_3_5_does() {
     assert!(bad.starts_with("Usage: /history [count]"), "{bad}");
     assert_eq!(mock.request_count(), 2, "commands never reach the model");
 }
+
+#[tokio::test]
+async fn skill_lists_the_skills_with_their_descriptions() {
+    let home = TempHome::new();
+    home.write_workspace_file(
+        "skills/weather/SKILL.md",
+        "---\nname: weather\ndescription: Look up the forecast\n---\nUse wttr.in.\n",
+    );
+    let mock = MockLlm::start().await;
+    let builtin = tempfile::tempdir().unwrap();
+    let loader = nanobot_skills::SkillsLoader::new(
+        &home.workspace(),
+        builtin.path(),
+        nanobot_skills::RequirementEnv::new(std::collections::BTreeMap::<String, String>::new()),
+    )
+    .without_builtins();
+    let agent =
+        nanobot_core::AgentLoop::builder(crate::common::provider(&mock), crate::common::settings(&home))
+            .skills(loader)
+            .build()
+            .unwrap();
+    let text = agent.process_direct("/skill", "cli:s").await.unwrap();
+    assert!(text.starts_with("Available skills (1):\n"), "{text}");
+    assert!(text.contains("\n- **weather** — Look up the forecast"), "{text}");
+    assert_eq!(mock.request_count(), 0);
+}
