@@ -357,6 +357,25 @@ fn control_file(workspace: &Path, path: &str) -> Option<String> {
     crate::control::is_control_file(&rel).then_some(rel)
 }
 
+/// The paths a file-writing call (`write_file`, `edit_file`, `apply_patch`) writes, as the model wrote them.
+fn written_paths(call: &ToolCall) -> Vec<&str> {
+    fn path(v: &Value) -> Option<&str> {
+        v.get("path").and_then(Value::as_str)
+    }
+    match call.name.as_str() {
+        "write_file" | "edit_file" => path(&call.arguments).into_iter().collect(),
+        "apply_patch" => call
+            .arguments
+            .get("edits")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(path)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 fn shown(s: &str) -> String {
     crate::truncate_chars(s, MAX_SHOWN)
 }
@@ -419,14 +438,7 @@ impl ApprovalHook {
             }
             // `apply_patch` writes every file its edits name: judged as a write of each.
             (_, "apply_patch") => {
-                let paths: Vec<&str> = call
-                    .arguments
-                    .get("edits")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|e| e.get("path").and_then(Value::as_str))
-                    .collect();
+                let paths = written_paths(call);
                 let reason = if !self.restricted && paths.iter().any(|p| outside(&self.workspace, p)) {
                     "writes outside the workspace"
                 } else if paths.iter().any(|p| control_file(&self.workspace, p).is_some()) {
@@ -453,26 +465,10 @@ impl AgentHook for ApprovalHook {
                 continue;
             };
             // The control files this call writes (an approved write of them is the user's, not held).
-            let control: Vec<String> = match call.name.as_str() {
-                "write_file" | "edit_file" => call
-                    .arguments
-                    .get("path")
-                    .and_then(Value::as_str)
-                    .into_iter()
-                    .collect(),
-                "apply_patch" => call
-                    .arguments
-                    .get("edits")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|e| e.get("path").and_then(Value::as_str))
-                    .collect(),
-                _ => Vec::new(),
-            }
-            .into_iter()
-            .filter_map(|p| control_file(&self.workspace, p))
-            .collect();
+            let control: Vec<String> = written_paths(call)
+                .into_iter()
+                .filter_map(|p| control_file(&self.workspace, p))
+                .collect();
             let exact = format!("{}\u{0}{}", call.name, call.arguments);
             if self.approvals.take_grant(&self.session_key, &exact) {
                 tracing::info!(tool = %call.name, "running a call the user approved with /approve");

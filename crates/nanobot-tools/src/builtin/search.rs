@@ -422,22 +422,12 @@ impl TypedTool for GrepTool {
             Some(g) => Some(compile_glob(g, false)?),
             None => None,
         };
-        let types = match args.file_type.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
-            Some(t) => Some(TypeFilter::new(t)?),
-            None => None,
-        };
+        let types = TypeFilter::from_arg(args.file_type.as_deref())?;
         let mode = args.output_mode.unwrap_or_default();
         let ctx_n = args.context_lines.unwrap_or(GREP_DEFAULT_CONTEXT) as usize;
         let before = args.context_before.map_or(ctx_n, |n| n as usize);
         let after = args.context_after.map_or(ctx_n, |n| n as usize);
-        let limit = match args.head_limit {
-            None => GREP_DEFAULT_HEAD_LIMIT,
-            Some(0) => usize::MAX,
-            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-        };
-        let skip = args
-            .offset
-            .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let (limit, skip) = paging(args.head_limit, args.offset, GREP_DEFAULT_HEAD_LIMIT);
         let sandbox = self.sandbox.clone();
         let pattern = args.pattern.clone();
         let raw = args.path.clone();
@@ -546,6 +536,19 @@ impl TypedTool for GrepTool {
     }
 }
 
+/// `(head_limit, offset)` as 0.3.5 reads them: no limit given is `default`, 0 is no limit; no offset is 0.
+fn paging(head_limit: Option<u64>, offset: Option<u64>, default: usize) -> (usize, usize) {
+    let limit = match head_limit {
+        None => default,
+        Some(0) => usize::MAX,
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+    };
+    (
+        limit,
+        offset.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX)),
+    )
+}
+
 /// The file-type filter of `grep`'s and `find_files`' `type`: ripgrep's type names (`py`, `ts`, `md`, `json`,
 /// `rust`, …); another name matches files ending in `.<name>`, as 0.3.5 does.
 enum TypeFilter {
@@ -554,6 +557,14 @@ enum TypeFilter {
 }
 
 impl TypeFilter {
+    /// The filter a tool's optional `type` argument asks for (`None`: none, or a blank one).
+    fn from_arg(arg: Option<&str>) -> Result<Option<Self>, ToolError> {
+        arg.map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(Self::new)
+            .transpose()
+    }
+
     fn new(name: &str) -> Result<Self, ToolError> {
         let name = name.trim().to_lowercase();
         let mut builder = ignore::types::TypesBuilder::new();
@@ -656,10 +667,7 @@ impl TypedTool for FindFilesTool {
             Some(g) => Some(compile_glob(g.trim_start_matches("./"), false)?),
             None => None,
         };
-        let types = match args.file_type.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
-            Some(t) => Some(TypeFilter::new(t)?),
-            None => None,
-        };
+        let types = TypeFilter::from_arg(args.file_type.as_deref())?;
         let terms: Vec<String> = args
             .query
             .as_deref()
@@ -670,14 +678,7 @@ impl TypedTool for FindFilesTool {
             .collect();
         let include_dirs = args.include_dirs.unwrap_or(false);
         let sort = args.sort.unwrap_or_default();
-        let limit = match args.head_limit {
-            None => FIND_FILES_DEFAULT_LIMIT,
-            Some(0) => usize::MAX,
-            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-        };
-        let skip = args
-            .offset
-            .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let (limit, skip) = paging(args.head_limit, args.offset, FIND_FILES_DEFAULT_LIMIT);
         let sandbox = self.sandbox.clone();
         let raw = args.path.clone();
         blocking(move || {
