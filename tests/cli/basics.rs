@@ -114,12 +114,13 @@ fn onboard_writes_config_and_templates_and_refresh_keeps_values() {
         "AGENTS.md",
         "SOUL.md",
         "USER.md",
-        "TOOLS.md",
         "HEARTBEAT.md",
         "memory/MEMORY.md",
     ] {
         assert!(home.workspace().join(f).is_file(), "{f}");
     }
+    // As 0.3.5: no TOOLS.md (the prompt does not read it).
+    assert!(!home.workspace().join("TOOLS.md").exists());
     assert!(home.workspace().join("skills").is_dir());
     let mut config: serde_json::Value = serde_json::from_str(&text).unwrap();
     config["agents"]["defaults"]["model"] = "deepseek/deepseek-chat".into();

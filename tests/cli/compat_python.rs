@@ -222,6 +222,7 @@ fn python_rust_python_rust_on_one_home() {
     // The same agent: the tools offered on the same home, compared; every difference is explained in
     // docs/compatibility.md (issue 18).
     assert_tool_differences_are_documented(&python_first, &reqs[0]);
+    assert_prompt_differences_are_documented(&python_first, &reqs[0]);
     // Same namespace, marker unchanged: the Python nanobot will accept it.
     assert_eq!(session_dirs(&home), dirs);
     assert_eq!(
@@ -642,5 +643,57 @@ fn assert_tool_differences_are_documented(python: &RecordedRequest, rust: &Recor
     assert!(
         unexplained.is_empty() && stale.is_empty(),
         "docs/compatibility.md's tool differences are out of date.\nnot listed: {unexplained:#?}\nno longer true: {stale:#?}"
+    );
+}
+
+/// The headings of a request's system prompt (lines starting with `#`), as a set. A folder named in a heading
+/// (`### Built-in skills (`<folder>`)`) is where that install keeps it, so it is left out of the comparison.
+fn prompt_headings(req: &RecordedRequest) -> BTreeSet<String> {
+    req.system_text()
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .map(|l| {
+            let l = l.trim();
+            match (l.find("(`"), l.ends_with("`)")) {
+                (Some(at), true) => format!("{}(`…`)", &l[..at]),
+                _ => l.to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// The listed lines of a `<!-- NAME:start -->` … `<!-- NAME:end -->` block of docs/compatibility.md (each
+/// `- <difference> — <why>`), without their reasons.
+fn documented(block: &str) -> BTreeSet<String> {
+    let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/compatibility.md");
+    let doc = std::fs::read_to_string(&doc_path).unwrap();
+    doc.split(&format!("<!-- {block}:start -->"))
+        .nth(1)
+        .and_then(|rest| rest.split(&format!("<!-- {block}:end -->")).next())
+        .unwrap_or_else(|| panic!("docs/compatibility.md has no {block} block"))
+        .lines()
+        .filter_map(|l| l.strip_prefix("- "))
+        .map(|l| l.split(" — ").next().unwrap_or(l).trim().to_owned())
+        .collect()
+}
+
+/// Every heading only one program's system prompt has (on the same home, so the workspace files are the same) is
+/// listed in docs/compatibility.md, and every listed one is still a difference.
+fn assert_prompt_differences_are_documented(python: &RecordedRequest, rust: &RecordedRequest) {
+    let (py, rs) = (prompt_headings(python), prompt_headings(rust));
+    let mut actual = BTreeSet::new();
+    for h in py.difference(&rs) {
+        actual.insert(format!("`{h}`: only in 0.3.5"));
+    }
+    for h in rs.difference(&py) {
+        actual.insert(format!("`{h}`: only in nanobot-rs"));
+    }
+    let listed = documented("prompt-differences");
+    let unexplained: Vec<&String> = actual.difference(&listed).collect();
+    let stale: Vec<&String> = listed.difference(&actual).collect();
+    assert!(
+        unexplained.is_empty() && stale.is_empty(),
+        "docs/compatibility.md's system-prompt differences are out of date.\nnot listed: {unexplained:#?}\nno longer true: {stale:#?}"
     );
 }

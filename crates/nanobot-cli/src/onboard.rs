@@ -17,7 +17,6 @@ pub const TEMPLATES: &[(&str, &str)] = &[
     ("AGENTS.md", include_str!("../templates/AGENTS.md")),
     ("SOUL.md", include_str!("../templates/SOUL.md")),
     ("USER.md", include_str!("../templates/USER.md")),
-    ("TOOLS.md", include_str!("../templates/TOOLS.md")),
     ("HEARTBEAT.md", include_str!("../templates/HEARTBEAT.md")),
     ("memory/MEMORY.md", include_str!("../templates/memory/MEMORY.md")),
 ];
@@ -309,6 +308,23 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+
+    #[test]
+    fn unedited_templates_are_known_to_the_prompt() {
+        // The prompt leaves a profile or memory template nobody edited out; it knows them by digest.
+        for (name, text) in TEMPLATES {
+            if matches!(*name, "AGENTS.md" | "USER.md" | "memory/MEMORY.md") {
+                assert!(
+                    nanobot_core::is_unedited_template(name, text),
+                    "{name} is not in UNEDITED_TEMPLATES"
+                );
+                assert!(!nanobot_core::is_unedited_template(
+                    name,
+                    &format!("{text}\nedited")
+                ));
+            }
+        }
+    }
 
     #[test]
     fn fresh_onboard_writes_camel_case_config_and_templates() {

@@ -28,7 +28,7 @@ use async_trait::async_trait;
 use nanobot_util::{ConfinedDir, EntryKind};
 use serde::{Deserialize, Serialize};
 
-use crate::context::BOOTSTRAP_FILES;
+use crate::context::{BOOTSTRAP_FILES, LEGACY_BOOTSTRAP_FILES};
 use crate::error::BoxError;
 use crate::hook::{AgentHook, IterationEnd, ToolBatch, Veto};
 
@@ -42,7 +42,11 @@ const MEMORY: &str = "memory/MEMORY.md";
 
 /// Whether `rel` (a workspace-relative path with `/` separators) is a control file.
 pub fn is_control_file(rel: &str) -> bool {
-    if BOOTSTRAP_FILES.contains(&rel) || rel == HEARTBEAT || rel == MEMORY {
+    if BOOTSTRAP_FILES.contains(&rel)
+        || LEGACY_BOOTSTRAP_FILES.contains(&rel)
+        || rel == HEARTBEAT
+        || rel == MEMORY
+    {
         return true;
     }
     let parts: Vec<&str> = rel.split('/').collect();
@@ -68,7 +72,11 @@ pub(crate) type Snapshot = BTreeMap<String, Option<String>>;
 
 /// Takes the control files' fingerprints now (blocking file I/O).
 pub(crate) fn snapshot(ws: &ConfinedDir) -> Snapshot {
-    let mut names: Vec<String> = BOOTSTRAP_FILES.iter().map(|s| (*s).to_owned()).collect();
+    let mut names: Vec<String> = BOOTSTRAP_FILES
+        .iter()
+        .chain(&LEGACY_BOOTSTRAP_FILES)
+        .map(|s| (*s).to_owned())
+        .collect();
     names.push(HEARTBEAT.to_owned());
     names.push(MEMORY.to_owned());
     let scopes = format!("memory/{}", nanobot_memory::SCOPES_DIR);

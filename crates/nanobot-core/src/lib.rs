@@ -50,8 +50,9 @@ mod subagent;
 mod tools;
 
 pub use context::{
-    BOOTSTRAP_FILES, ContextBuilder, MEMORY_FRAME, RUNTIME_CONTEXT_END, RUNTIME_CONTEXT_TAG, SKILLS_FRAME,
-    TurnOrigin, strip_runtime_context,
+    BOOTSTRAP_FILES, ContextBuilder, LEGACY_BOOTSTRAP_FILES, MEMORY_FRAME, RUNTIME_CONTEXT_END,
+    RUNTIME_CONTEXT_TAG, SKILLS_FRAME, TurnOrigin, UNEDITED_TEMPLATES, is_unedited_template,
+    strip_runtime_context,
 };
 pub use memory::{ConsolidationReport, ConsolidationTrigger, MemoryAdapter, MemoryService, raw_archive};
 pub use subagent::{SubagentManager, SubagentOrigin, SubagentSettings};

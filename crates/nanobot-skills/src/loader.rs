@@ -422,13 +422,53 @@ impl SkillSet {
 
     /// The `# Skills` system-prompt section: how to use skills, then [`SkillSet::summary_xml`].
     pub fn summary_section(&self) -> Option<String> {
-        self.summary_xml().map(|xml| {
+        self.summary_markdown().map(|groups| {
             format!(
-                "# Skills\n\nThe following skills extend your capabilities. To use a skill, read its SKILL.md file \
-                 using the read_file tool.\nSkills with available=\"false\" need dependencies installed first - you \
-                 can try installing them with apt/brew.\n\n{xml}"
+                "# Skills\n\nThe following skills extend your capabilities. Each group names its folder; read a skill's \
+                 SKILL.md there with `read_file` before you use it. A skill marked unavailable needs what it lists \
+                 installed first.\n\n{groups}"
             )
         })
+    }
+
+    /// The summary in 0.3.5's Markdown groups: `### Workspace skills (`skills`)` and `### Built-in skills
+    /// (`<folder>`)`, each skill as `- **name** — description (unavailable: …)  `name/SKILL.md``. Always-on skills
+    /// that are available (already in the prompt in full) are left out.
+    pub fn summary_markdown(&self) -> Option<String> {
+        let mut groups = Vec::new();
+        for (label, source) in [
+            ("Workspace skills", SkillSource::Workspace),
+            ("Built-in skills", SkillSource::Builtin),
+        ] {
+            let listed: Vec<&Skill> = self
+                .skills
+                .iter()
+                .filter(|s| s.source == source && !(s.always && s.is_available()))
+                .collect();
+            let Some(first) = listed.first() else { continue };
+            let root = match source {
+                SkillSource::Workspace => "skills".to_owned(),
+                SkillSource::Builtin => first
+                    .location
+                    .parent()
+                    .and_then(Path::parent)
+                    .map_or_else(String::new, |p| p.display().to_string()),
+            };
+            let mut group = format!("### {label} (`{root}`)");
+            for s in listed {
+                let unavailable = if s.is_available() {
+                    String::new()
+                } else {
+                    format!(" (unavailable: {})", s.missing_summary())
+                };
+                group.push_str(&format!(
+                    "\n- **{}** — {}{unavailable}  `{}/SKILL.md`",
+                    s.name, s.description, s.name
+                ));
+            }
+            groups.push(group);
+        }
+        (!groups.is_empty()).then(|| groups.join("\n\n"))
     }
 
     /// The skills a user message names as `$skill-name` (known skills only, each once, in order of

@@ -191,7 +191,7 @@ async fn shared_memory_is_the_python_nanobots() {
     for msg in [dm("111", "hi"), in_group("222", "hi")] {
         let p = prompt_of(&run, &mock, msg).await;
         assert!(
-            p.contains("SHARED-FACT") && p.contains("/memory/MEMORY.md"),
+            p.contains("SHARED-FACT") && p.contains("- Long-term memory: memory/MEMORY.md"),
             "{p}"
         );
     }

@@ -42,13 +42,16 @@ async fn loop_from_config_uses_provider_tools_skills_and_workspace() {
     let req = mock.last_request().unwrap();
     assert_eq!(req.model(), Some("local-model"));
     let system = req.system_text().unwrap();
-    assert!(system.starts_with("# Whiskers"));
+    assert!(
+        system.starts_with("You are Whiskers, a helpful AI assistant."),
+        "{system}"
+    );
     assert!(system.contains("You love cats."));
     assert!(
-        system.contains("<skills>") && system.contains("<name>weather</name>"),
+        system.contains("### Built-in skills (") && system.contains("- **weather** — "),
         "built-in skills listed"
     );
-    assert!(!system.contains("<name>tmux</name>"), "disabled skill hidden");
+    assert!(!system.contains("- **tmux** — "), "disabled skill hidden");
     assert!(req.last_user_text().unwrap().contains("(Europe/Berlin)"));
     // Sessions live under the data dir, as the Python nanobot keeps them.
     assert!(
