@@ -248,14 +248,79 @@ impl TypedTool for WebFetchTool {
     }
 }
 
-/// Arguments of `web_search`.
+/// Arguments of `web_search` (0.3.5's parameters).
 #[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct WebSearchArgs {
     /// Search query.
     pub query: String,
     /// Results (1-10).
     #[schemars(range(min = 1, max = 10))]
     pub count: Option<u64>,
+    /// Only results from a period: OneDay, OneWeek, OneMonth, OneYear, or YYYY-MM-DD..YYYY-MM-DD (for backends
+    /// that can filter by time: Brave, Tavily, SearXNG, DuckDuckGo).
+    #[serde(default, rename = "timeRange")]
+    pub time_range: Option<String>,
+    /// Authoritative sources only (1) or all (0), for backends that support it (none of nanobot-rs's yet).
+    #[serde(default, rename = "authLevel")]
+    #[schemars(range(min = 0, max = 1))]
+    pub auth_level: Option<u64>,
+    /// Let the backend rewrite a conversational query, for backends that support it (none of nanobot-rs's yet).
+    #[serde(default, rename = "queryRewrite")]
+    pub query_rewrite: Option<bool>,
+}
+
+/// A search's time filter (`timeRange`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimeRange {
+    /// The last day, week, month or year (`d`, `w`, `m`, `y`).
+    Recent(char),
+    /// From one date to another, inclusive (`YYYY-MM-DD`).
+    Dates(chrono::NaiveDate, chrono::NaiveDate),
+}
+
+impl TimeRange {
+    /// Reads 0.3.5's `timeRange` values: `OneDay`, `OneWeek`, `OneMonth`, `OneYear`, `YYYY-MM-DD..YYYY-MM-DD`.
+    pub fn parse(value: &str) -> Result<Self, ToolError> {
+        let v = value.trim();
+        let recent = match v.to_ascii_lowercase().as_str() {
+            "oneday" => Some('d'),
+            "oneweek" => Some('w'),
+            "onemonth" => Some('m'),
+            "oneyear" => Some('y'),
+            _ => None,
+        };
+        if let Some(c) = recent {
+            return Ok(Self::Recent(c));
+        }
+        let date = |d: &str| chrono::NaiveDate::parse_from_str(d.trim(), "%Y-%m-%d").ok();
+        match v.split_once("..").map(|(a, b)| (date(a), date(b))) {
+            Some((Some(from), Some(to))) if from <= to => Ok(Self::Dates(from, to)),
+            _ => Err(ToolError::InvalidArguments(format!(
+                "timeRange must be OneDay, OneWeek, OneMonth, OneYear or YYYY-MM-DD..YYYY-MM-DD (the first date not \
+                 after the second), not {v:?}"
+            ))),
+        }
+    }
+
+    /// The period's name in Tavily's and SearXNG's `time_range` (`None` for a date range).
+    fn period(&self) -> Option<&'static str> {
+        match self {
+            Self::Recent('d') => Some("day"),
+            Self::Recent('w') => Some("week"),
+            Self::Recent('m') => Some("month"),
+            Self::Recent(_) => Some("year"),
+            Self::Dates(..) => None,
+        }
+    }
+
+    /// Brave's `freshness` (`pd`, `pw`, `pm`, `py`, `YYYY-MM-DDtoYYYY-MM-DD`).
+    fn brave(&self) -> String {
+        match self {
+            Self::Recent(c) => format!("p{c}"),
+            Self::Dates(from, to) => format!("{from}to{to}"),
+        }
+    }
 }
 
 /// One search hit.
@@ -330,7 +395,12 @@ impl WebSearchTool {
         }
     }
 
-    async fn search(&self, query: &str, count: usize) -> Result<Vec<SearchHit>, ToolError> {
+    async fn search(
+        &self,
+        query: &str,
+        count: usize,
+        time: Option<&TimeRange>,
+    ) -> Result<Vec<SearchHit>, ToolError> {
         if self.settings.allowed_domains.is_some() {
             let backend = self.backend_url();
             let url = Url::parse(&backend)
@@ -345,7 +415,10 @@ impl WebSearchTool {
                     client
                         .get(with_query(
                             &self.endpoint("https://api.search.brave.com/res/v1/web/search"),
-                            &[("q", query), ("count", &count.to_string())],
+                            &[("q", query.to_owned()), ("count", count.to_string())]
+                                .into_iter()
+                                .chain(time.map(|t| ("freshness", t.brave())))
+                                .collect::<Vec<_>>(),
                         )?)
                         .header("X-Subscription-Token", key)
                         .header("Accept", "application/json"),
@@ -358,7 +431,18 @@ impl WebSearchTool {
                     client
                         .post(self.endpoint("https://api.tavily.com/search"))
                         .bearer_auth(key)
-                        .json(&json!({"query": query, "max_results": count})),
+                        .json(&{
+                            let mut body = json!({"query": query, "max_results": count});
+                            match time {
+                                Some(TimeRange::Dates(from, to)) => {
+                                    body["start_date"] = json!(from.to_string());
+                                    body["end_date"] = json!(to.to_string());
+                                }
+                                Some(t) => body["time_range"] = json!(t.period()),
+                                None => {}
+                            }
+                            body
+                        }),
                 )
                 .await?;
                 json_hits(&v, "/results", &["content"])
@@ -370,8 +454,14 @@ impl WebSearchTool {
                 } else {
                     format!("{base}/search")
                 };
-                let v = fetch_json(client.get(with_query(&endpoint, &[("q", query), ("format", "json")])?))
-                    .await?;
+                let params: Vec<(&str, String)> = [("q", query.to_owned()), ("format", "json".to_owned())]
+                    .into_iter()
+                    .chain(
+                        time.and_then(TimeRange::period)
+                            .map(|p| ("time_range", p.to_owned())),
+                    )
+                    .collect();
+                let v = fetch_json(client.get(with_query(&endpoint, &params)?)).await?;
                 json_hits(&v, "/results", &["content"])
             }
             SearchProvider::Jina => {
@@ -388,7 +478,13 @@ impl WebSearchTool {
                 let html = client
                     .get(with_query(
                         &self.endpoint("https://html.duckduckgo.com/html/"),
-                        &[("q", query)],
+                        &[("q", query.to_owned())]
+                            .into_iter()
+                            .chain(match time {
+                                Some(TimeRange::Recent(c)) => Some(("df", c.to_string())),
+                                _ => None,
+                            })
+                            .collect::<Vec<_>>(),
                     )?)
                     .send()
                     .await?
@@ -430,7 +526,8 @@ fn json_hits(v: &Value, pointer: &str, snippet_keys: &[&str]) -> Vec<SearchHit> 
         .unwrap_or_default()
 }
 
-fn with_query(endpoint: &str, pairs: &[(&str, &str)]) -> Result<Url, ToolError> {
+fn with_query<V: AsRef<str>>(endpoint: &str, pairs: &[(&str, V)]) -> Result<Url, ToolError> {
+    let pairs = pairs.iter().map(|(k, v)| (*k, v.as_ref()));
     Url::parse_with_params(endpoint, pairs)
         .map_err(|e| ToolError::Failed(format!("bad search endpoint '{endpoint}': {e}")))
 }
@@ -515,7 +612,11 @@ impl TypedTool for WebSearchTool {
             .count
             .map_or(self.settings.search.max_results as usize, |c| c as usize)
             .clamp(1, 10);
-        let mut hits = self.search(&args.query, count).await?;
+        let time = args.time_range.as_deref().map(TimeRange::parse).transpose()?;
+        // `authLevel` and `queryRewrite` are for backends nanobot-rs does not have; like 0.3.5 with such a
+        // backend, the search runs without them.
+        let _ = (args.auth_level, args.query_rewrite);
+        let mut hits = self.search(&args.query, count, time.as_ref()).await?;
         // With an allow-list, results the web tools could not fetch are not shown either: a link the model
         // cannot follow is of no use to it, and an injected page should not point it elsewhere.
         let before = hits.len();

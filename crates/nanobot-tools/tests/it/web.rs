@@ -216,6 +216,50 @@ async fn search_via_searxng_and_ddg_parsing() {
         .execute("web_search", json!({"query": "x", "count": 11}), &ctx(ws.path()))
         .await;
     assert!(out.text.contains("count must be <= 10"));
+    // 0.3.5's time filter reaches the backend; its other filters are accepted (no backend here takes them).
+    let out = reg
+        .execute(
+            "web_search",
+            json!({"query": "rust", "count": 1, "timeRange": "OneWeek", "authLevel": 1, "queryRewrite": true}),
+            &ctx(ws.path()),
+        )
+        .await;
+    assert!(
+        out.text.contains("query=q=rust&format=json&time_range=week"),
+        "{}",
+        out.text
+    );
+    let out = reg
+        .execute(
+            "web_search",
+            json!({"query": "rust", "timeRange": "last tuesday"}),
+            &ctx(ws.path()),
+        )
+        .await;
+    assert!(
+        out.is_error && out.text.contains("timeRange must be"),
+        "{}",
+        out.text
+    );
+    let out = reg
+        .execute(
+            "web_search",
+            json!({"query": "rust", "safe": true}),
+            &ctx(ws.path()),
+        )
+        .await;
+    assert!(
+        out.is_error && out.text.contains("unexpected parameter safe"),
+        "{}",
+        out.text
+    );
+    use nanobot_tools::builtin::web::TimeRange;
+    assert_eq!(TimeRange::parse("OneDay").unwrap(), TimeRange::Recent('d'));
+    let range = TimeRange::parse("2026-01-01..2026-02-01").unwrap();
+    assert!(
+        matches!(range, TimeRange::Dates(a, b) if a.to_string() == "2026-01-01" && b.to_string() == "2026-02-01")
+    );
+    assert!(TimeRange::parse("2026-02-01..2026-01-01").is_err(), "reversed");
 
     let html = r#"<div class="result"><a rel="nofollow" class="result__a" href="//duckduckgo.com/l/?uddg=https%3A%2F%2Fexample.com%2Fa&amp;rut=x">Example <b>A</b></a>
       <a class="result__snippet" href="x">Snippet &amp; more</a></div>"#;
