@@ -27,8 +27,8 @@ mod message;
 
 pub use memory::InProcessBus;
 pub use message::{
-    INTERNAL_CHANNELS, InboundKind, InboundMessage, META_IS_GROUP, OutboundKind, OutboundMessage,
-    SYSTEM_CHANNEL, is_internal_channel,
+    INTERNAL_CHANNELS, InboundKind, InboundMessage, META_BUTTONS, META_IS_GROUP, OutboundKind,
+    OutboundMessage, SYSTEM_CHANNEL, buttons, buttons_as_text, is_internal_channel,
 };
 
 use async_trait::async_trait;

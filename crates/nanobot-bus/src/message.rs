@@ -25,6 +25,39 @@ pub const INTERNAL_CHANNELS: [&str; 7] = [
 /// a group, depend on it).
 pub const META_IS_GROUP: &str = "is_group";
 
+/// Metadata key of an outbound message's inline buttons: rows of labels (`[["Yes", "No"]]`, JSON). A channel that
+/// can show buttons does (a pressed button comes back as a message with its label); for the others the manager
+/// adds them to the text as `[Yes] [No]` (see [`buttons_as_text`]).
+pub const META_BUTTONS: &str = "_buttons";
+
+/// The rows of labels [`META_BUTTONS`] holds in `metadata` (empty when there are none, or they are malformed).
+pub fn buttons(metadata: &Map<String, Value>) -> Vec<Vec<String>> {
+    metadata
+        .get(META_BUTTONS)
+        .and_then(Value::as_array)
+        .map(|rows| {
+            rows.iter()
+                .filter_map(Value::as_array)
+                .map(|row| {
+                    row.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect::<Vec<_>>()
+                })
+                .filter(|row| !row.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Buttons shown as text, one row a line: `[Yes] [No]`.
+pub fn buttons_as_text(rows: &[Vec<String>]) -> String {
+    rows.iter()
+        .map(|row| row.iter().map(|l| format!("[{l}]")).collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Whether `channel` is one of [`INTERNAL_CHANNELS`].
 pub fn is_internal_channel(channel: &str) -> bool {
     INTERNAL_CHANNELS.contains(&channel)

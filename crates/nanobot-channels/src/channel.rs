@@ -40,6 +40,12 @@ pub trait Channel: Send + Sync {
     fn supports_streaming(&self) -> bool {
         false
     }
+
+    /// True when the channel shows an outbound message's inline buttons
+    /// ([`META_BUTTONS`](nanobot_bus::META_BUTTONS)) itself. Otherwise the manager adds them to the text.
+    fn supports_buttons(&self) -> bool {
+        false
+    }
 }
 
 /// A progress counter shared between a channel's receive loop and the manager's watchdog. Cloning shares it.

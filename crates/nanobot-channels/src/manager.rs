@@ -352,6 +352,18 @@ async fn deliver(
     retry: &RetryPolicy,
     health: &HealthRegistry,
 ) {
+    // Buttons a channel cannot show are still options the user must see: as text.
+    let with_text;
+    let msg = match nanobot_bus::buttons(&msg.metadata) {
+        rows if !rows.is_empty() && !channel.supports_buttons() => {
+            let mut m = msg.clone();
+            m.metadata.remove(nanobot_bus::META_BUTTONS);
+            m.content = format!("{}\n\n{}", m.content, nanobot_bus::buttons_as_text(&rows));
+            with_text = m;
+            &with_text
+        }
+        _ => msg,
+    };
     let mut attempt = 0;
     loop {
         match channel.send(msg).await {

@@ -57,8 +57,9 @@ fn turn_info(ctx: &ToolContext) -> Option<&TurnInfo> {
     ctx.extensions.get::<TurnInfo>()
 }
 
-/// Arguments of `message`.
+/// Arguments of `message` (0.3.5's parameters).
 #[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct MessageArgs {
     /// The message text to send.
     pub content: String,
@@ -68,7 +69,14 @@ pub struct MessageArgs {
     pub chat_id: Option<String>,
     /// Local file paths to attach (images, documents).
     pub media: Option<Vec<String>>,
+    /// Inline buttons as rows of labels (`[["Yes", "No"]]`); pressing one sends its label back. Channels that
+    /// cannot show buttons add them to the text.
+    pub buttons: Option<Vec<Vec<String>>>,
 }
+
+/// Most buttons one message may carry (rows × labels), and the longest label.
+const MAX_BUTTONS: usize = 50;
+const MAX_BUTTON_CHARS: usize = 64;
 
 /// Largest attachment the `message` tool sends.
 pub(crate) const ATTACHMENT_MAX_BYTES: u64 = 50 * 1024 * 1024;
@@ -231,11 +239,28 @@ impl TypedTool for MessageTool {
                 .map_err(|e| ToolError::Failed(format!("attachment task failed: {e}")))??;
             media.push(staged.display().to_string());
         }
+        let buttons = args.buttons.unwrap_or_default();
+        if buttons.iter().map(Vec::len).sum::<usize>() > MAX_BUTTONS
+            || buttons
+                .iter()
+                .flatten()
+                .any(|l| l.trim().is_empty() || l.starts_with('/') || l.chars().count() > MAX_BUTTON_CHARS)
+        {
+            return Err(ToolError::InvalidArguments(format!(
+                "buttons must be rows of labels, each non-empty, not a /command, at most {MAX_BUTTON_CHARS} \
+                 characters, {MAX_BUTTONS} in all"
+            )));
+        }
         let same_chat = channel == ctx.channel && chat_id == ctx.chat_id;
         let mut out = OutboundMessage::reply(&channel, &chat_id, &args.content);
         out.media = media;
         if same_chat {
             out.metadata = info.metadata.clone();
+        }
+        let rows: Vec<Vec<String>> = buttons.into_iter().filter(|r| !r.is_empty()).collect();
+        if !rows.is_empty() {
+            out.metadata
+                .insert(nanobot_bus::META_BUTTONS.into(), serde_json::json!(rows));
         }
         bus.publish_outbound(out)
             .await

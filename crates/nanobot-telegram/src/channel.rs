@@ -317,8 +317,9 @@ impl TelegramChannel {
         }
     }
 
-    /// A press on an approval request's button: the button's command (`/approve ID`, `/deny ID`) goes to the
-    /// agent as a message from the person who pressed it, after the same access check as their messages.
+    /// A press on a button: an approval request's (its command, `/approve ID` or `/deny ID`) or a `message` tool
+    /// button's (its label, which is never a command) goes to the agent as a message from the person who pressed
+    /// it, after the same access check as their messages. Other commands in callback data are ignored.
     async fn handle_callback(&self, query: &CallbackQuery, bus: &Arc<dyn Bus>) -> Result<(), ChannelError> {
         let answer = |text: Option<&str>| {
             let mut request = self.bot.answer_callback_query(query.id.clone());
@@ -326,7 +327,9 @@ impl TelegramChannel {
             request.send()
         };
         let data = query.data.as_deref().unwrap_or_default();
-        let is_answer = data.starts_with("/approve ") || data.starts_with("/deny ");
+        let is_answer = data.starts_with("/approve ")
+            || data.starts_with("/deny ")
+            || (!data.trim().is_empty() && !data.starts_with('/'));
         let Some(chat) = query
             .message
             .as_ref()
@@ -644,12 +647,7 @@ impl TelegramChannel {
     }
 
     /// An approval request with its two buttons (their callback data is the answer command).
-    async fn send_approval(
-        &self,
-        chat: i64,
-        msg: &OutboundMessage,
-        approval: &serde_json::Value,
-    ) -> Result<(), ChannelError> {
+    fn approval_keyboard(approval: &serde_json::Value) -> ReplyMarkup {
         let field = |k: &str| {
             approval
                 .get(k)
@@ -657,10 +655,36 @@ impl TelegramChannel {
                 .unwrap_or_default()
                 .to_owned()
         };
-        let markup = ReplyMarkup::InlineKeyboard(InlineKeyboardMarkup::new([[
+        ReplyMarkup::InlineKeyboard(InlineKeyboardMarkup::new([[
             InlineKeyboardButton::callback("✅ Yes", field("approve")),
             InlineKeyboardButton::callback("❌ No", field("deny")),
-        ]]));
+        ]]))
+    }
+
+    /// The `message` tool's buttons (rows of labels): pressing one sends its label back as a message. Callback
+    /// data is cut to Telegram's 64 bytes at a character boundary.
+    fn buttons_keyboard(rows: &[Vec<String>]) -> ReplyMarkup {
+        let data = |label: &str| {
+            let mut end = label.len().min(64);
+            while !label.is_char_boundary(end) {
+                end -= 1;
+            }
+            label[..end].to_owned()
+        };
+        ReplyMarkup::InlineKeyboard(InlineKeyboardMarkup::new(rows.iter().map(|row| {
+            row.iter()
+                .map(|l| InlineKeyboardButton::callback(l.clone(), data(l)))
+                .collect::<Vec<_>>()
+        })))
+    }
+
+    /// A message with an inline keyboard under it.
+    async fn send_with_keyboard(
+        &self,
+        chat: i64,
+        msg: &OutboundMessage,
+        markup: ReplyMarkup,
+    ) -> Result<(), ChannelError> {
         let html = markdown_to_telegram_html(&msg.content);
         let mut request = self
             .bot
@@ -695,7 +719,15 @@ impl TelegramChannel {
             return Ok(());
         }
         if let Some(approval) = msg.metadata.get("_approval") {
-            return self.send_approval(chat, msg, approval).await;
+            return self
+                .send_with_keyboard(chat, msg, Self::approval_keyboard(approval))
+                .await;
+        }
+        let rows = nanobot_bus::buttons(&msg.metadata);
+        if !rows.is_empty() {
+            return self
+                .send_with_keyboard(chat, msg, Self::buttons_keyboard(&rows))
+                .await;
         }
         self.send_text(chat, &msg.content, self.reply_target(msg)).await
     }
@@ -865,6 +897,10 @@ impl Channel for TelegramChannel {
 
     fn supports_streaming(&self) -> bool {
         self.settings.streaming
+    }
+
+    fn supports_buttons(&self) -> bool {
+        true
     }
 }
 

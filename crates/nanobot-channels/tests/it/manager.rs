@@ -320,3 +320,25 @@ async fn watchdog_restarts_a_stalled_receive_loop() {
     cancel.cancel();
     task.await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn buttons_a_channel_cannot_show_are_added_to_the_text() {
+    let (a, mut pa) = fake("alpha", RunMode::Idle);
+    let mut manager = ChannelManager::new(ManagerSettings::new(false, true, 3));
+    manager.add(Arc::new(a));
+    let bus = Arc::new(InProcessBus::new(64));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(manager.run(bus.clone(), cancel.clone()));
+    pa.runs.recv().await.unwrap();
+    let mut m = msg("alpha", OutboundKind::Reply, "Which one?");
+    m.metadata.insert(
+        nanobot_bus::META_BUTTONS.into(),
+        serde_json::json!([["Tea", "Coffee"], ["Neither"]]),
+    );
+    bus.publish_outbound(m).await.unwrap();
+    let got = pa.sends.recv().await.unwrap().1.unwrap();
+    assert_eq!(got.content, "Which one?\n\n[Tea] [Coffee]\n[Neither]");
+    assert!(!got.metadata.contains_key(nanobot_bus::META_BUTTONS));
+    cancel.cancel();
+    task.await.unwrap();
+}

@@ -196,3 +196,33 @@ async fn cron_tool_binds_jobs_to_the_chat_and_refuses_inside_cron_turns() {
     assert!(removed.is_error, "{}", removed.text);
     assert_eq!(cron.list().unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn the_message_tool_carries_buttons_and_refuses_commands_as_labels() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::tool_call(
+        "message",
+        json!({"content": "Pick one", "buttons": [["/new"]]}),
+    ));
+    mock.push(MockReply::tool_call(
+        "message",
+        json!({"content": "Pick one", "buttons": [["Tea", "Coffee"]]}),
+    ));
+    mock.push(MockReply::text("Asked."));
+    let run = Running::start(agent(&home, &mock));
+    run.send(InboundMessage::new("telegram", "7", "7", "offer drinks"))
+        .await;
+    let offer = loop {
+        let m = run.next_reply().await;
+        if m.content == "Pick one" {
+            break m;
+        }
+    };
+    assert_eq!(
+        offer.metadata[nanobot_bus::META_BUTTONS],
+        json!([["Tea", "Coffee"]])
+    );
+    let results = mock.requests().last().unwrap().tool_results();
+    assert!(results[0].content.contains("not a /command"), "{results:?}");
+}

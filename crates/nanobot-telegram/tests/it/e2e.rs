@@ -569,10 +569,29 @@ async fn an_approval_request_has_buttons_and_a_press_answers_it_for_allowed_user
         ),
         ("42|alice", "42", "/deny ab12cd")
     );
-    // Data that is not an answer is ignored.
+    // A command that is not an answer is ignored.
     emu.user_presses(TOKEN, 42, "alice", 1, "/new").await?;
     emu.user_says(TOKEN, 42, "alice", "after").await?;
     assert_eq!(run.next_inbound().await?.content, "after");
+
+    // The `message` tool's buttons (0.3.5's): a keyboard whose press sends the label back.
+    let mut offer = OutboundMessage::reply("telegram", "42", "Which one?");
+    offer.metadata.insert(
+        nanobot_bus::META_BUTTONS.into(),
+        json!([["Tea", "Coffee"], ["Neither"]]),
+    );
+    run.bus.publish_outbound(offer).await?;
+    let sent = emu.next_sent().await?;
+    let rows = &sent["reply_markup"]["inline_keyboard"];
+    assert_eq!(rows[0][1]["text"], json!("Coffee"), "{sent}");
+    assert_eq!(rows[1][0]["callback_data"], json!("Neither"), "{sent}");
+    assert_eq!(
+        sent["text"],
+        json!("Which one?"),
+        "the labels are buttons, not text: {sent}"
+    );
+    emu.user_presses(TOKEN, 42, "alice", 2, "Coffee").await?;
+    assert_eq!(run.next_inbound().await?.content, "Coffee");
     run.stop().await;
     Ok(())
 }
