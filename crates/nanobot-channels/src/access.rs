@@ -7,7 +7,7 @@ pub use nanobot_config::GroupPolicy;
 
 use crate::{PairingError, PairingRequest, PairingStore};
 
-/// The owner's command for pairing (`/pairing approve CODE`, `/pairing list`).
+/// The owner's command for pairing (`/pairing list`, `approve CODE`, `deny CODE`, `revoke ID`).
 pub const PAIRING_COMMAND: &str = "/pairing";
 
 /// A channel's `allowFrom` list.
@@ -213,12 +213,17 @@ impl AccessControl {
                         .join("\n")
                 }
             }
+            (Some("deny"), Some(code)) => match store.deny(code) {
+                Ok(req) => format!("Denied {} on {} (code {}).", req.sender_id, req.channel, req.code),
+                Err(e) => format!("Could not deny: {e}"),
+            },
             (Some("revoke"), Some(sender)) => match store.revoke(&self.channel, sender) {
                 Ok(true) => format!("Revoked {sender}."),
                 Ok(false) => format!("{sender} was not approved."),
                 Err(e) => format!("Could not revoke: {e}"),
             },
-            _ => "Usage: /pairing approve CODE | /pairing list | /pairing revoke ID".to_string(),
+            _ => "Usage: /pairing list | /pairing approve CODE | /pairing deny CODE | /pairing revoke ID"
+                .to_string(),
         }
     }
 }
@@ -351,6 +356,23 @@ mod tests {
             panic!()
         };
         assert!(reply.contains("no pending pairing request"), "{reply}");
+
+        // The owner may deny a request instead (0.3.5's `/pairing deny`): its sender stays out.
+        let AccessDecision::PairingRequired(req) =
+            acl.check(&ctx("8|mallory", "8", false, false, "hello")).unwrap()
+        else {
+            panic!("expected a pairing code")
+        };
+        let deny = format!("/pairing deny {}", req.code);
+        let AccessDecision::Handled { reply } = acl.check(&ctx("1|owner", "1", false, false, &deny)).unwrap()
+        else {
+            panic!("owner command must be handled")
+        };
+        assert!(reply.starts_with("Denied 8|mallory"), "{reply}");
+        assert!(matches!(
+            acl.check(&ctx("8|mallory", "8", false, false, "hello")).unwrap(),
+            AccessDecision::PairingRequired(_)
+        ));
     }
 
     #[test]

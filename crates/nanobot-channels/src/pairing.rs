@@ -227,6 +227,21 @@ impl PairingStore {
         Ok(request)
     }
 
+    /// Refuses the pending request with `code` (any case, dash optional): it is dropped without approving its
+    /// sender, and returned.
+    pub fn deny(&self, code: &str) -> Result<PairingRequest, PairingError> {
+        let code = normalize_code(code);
+        let mut state = self.lock();
+        let index = state
+            .pending
+            .iter()
+            .position(|r| r.code == code)
+            .ok_or(PairingError::UnknownCode(code.clone()))?;
+        let request = state.pending.remove(index);
+        self.save(&state)?;
+        Ok(request)
+    }
+
     /// Withdraws `sender_id`'s approval on `channel`; true if it was approved.
     pub fn revoke(&self, channel: &str, sender_id: &str) -> Result<bool, PairingError> {
         let id = id_part(sender_id);
@@ -332,6 +347,19 @@ mod tests {
         }
         assert!(reopened.revoke("telegram", "42").unwrap());
         assert!(!reopened.is_approved("telegram", "42"));
+
+        // A request the owner denies is gone, and its sender is not approved.
+        let req = reopened.request_at("telegram", "77|eve", "77", now).unwrap();
+        assert_eq!(
+            reopened.deny(&req.code.to_lowercase()).unwrap().sender_id,
+            "77|eve"
+        );
+        assert!(!reopened.is_approved("telegram", "77"));
+        assert!(reopened.pending_at(now).is_empty());
+        assert!(matches!(
+            reopened.deny(&req.code),
+            Err(PairingError::UnknownCode(_))
+        ));
     }
 
     #[test]
