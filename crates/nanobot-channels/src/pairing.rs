@@ -207,12 +207,7 @@ impl PairingStore {
     pub fn approve_at(&self, code: &str, now: DateTime<Utc>) -> Result<PairingRequest, PairingError> {
         let code = normalize_code(code);
         let mut state = self.lock();
-        let index = state
-            .pending
-            .iter()
-            .position(|r| r.code == code)
-            .ok_or(PairingError::UnknownCode(code.clone()))?;
-        let request = state.pending.remove(index);
+        let request = take_pending(&mut state.pending, &code)?;
         if request.expires_at <= now {
             state.pending.retain(|r| r.expires_at > now);
             self.save(&state)?;
@@ -232,12 +227,7 @@ impl PairingStore {
     pub fn deny(&self, code: &str) -> Result<PairingRequest, PairingError> {
         let code = normalize_code(code);
         let mut state = self.lock();
-        let index = state
-            .pending
-            .iter()
-            .position(|r| r.code == code)
-            .ok_or(PairingError::UnknownCode(code.clone()))?;
-        let request = state.pending.remove(index);
+        let request = take_pending(&mut state.pending, &code)?;
         self.save(&state)?;
         Ok(request)
     }
@@ -292,6 +282,15 @@ fn random_code() -> String {
     let a: String = (0..4).map(|_| pick()).collect();
     let b: String = (0..4).map(|_| pick()).collect();
     format!("{a}-{b}")
+}
+
+/// Removes and returns the pending request with the (normalised) `code`.
+fn take_pending(pending: &mut Vec<PairingRequest>, code: &str) -> Result<PairingRequest, PairingError> {
+    let index = pending
+        .iter()
+        .position(|r| r.code == code)
+        .ok_or_else(|| PairingError::UnknownCode(code.to_owned()))?;
+    Ok(pending.remove(index))
 }
 
 #[cfg(test)]
