@@ -92,6 +92,21 @@ async fn open_connection(
         })
 }
 
+/// The error that ends `run` when a connection task has ended (`None`: it stopped without one).
+fn connection_ended(ended: Result<Option<ChannelError>, tokio::task::JoinError>) -> ChannelError {
+    match ended {
+        Ok(Some(e)) => e,
+        Ok(None) => ChannelError::Transient {
+            channel: NAME.into(),
+            source: "the Socket Mode connection stopped".into(),
+        },
+        Err(e) => ChannelError::Transient {
+            channel: NAME.into(),
+            source: format!("the Socket Mode connection task failed: {e}").into(),
+        },
+    }
+}
+
 /// Serves one Socket Mode connection until it is lost, replacing it when Slack asks for a refresh (the new one
 /// is open before the old one is closed). Returns the error that should end `run` (`None`: the channel stopped).
 async fn keep_connected(
@@ -865,24 +880,21 @@ impl Channel for SlackChannel {
                 }
                 Some(ended) = connections.join_next() => {
                     connections.abort_all();
-                    return Err(match ended {
-                        Ok(Some(e)) => e,
-                        Ok(None) => ChannelError::Transient {
-                            channel: NAME.into(),
-                            source: "the Socket Mode connection stopped".into(),
-                        },
-                        Err(e) => ChannelError::Transient {
-                            channel: NAME.into(),
-                            source: format!("the Socket Mode connection task failed: {e}").into(),
-                        },
-                    });
+                    return Err(connection_ended(ended));
                 }
                 delivery = deliveries.recv() => {
                     let Some(delivery) = delivery else {
+                        // Every connection dropped its sender, so every task has ended (or is ending): report
+                        // why the first one did, not merely that deliveries stopped (both are ready at once, and
+                        // `select!` may pick either).
+                        let ended = tokio::time::timeout(self.api_timeout, connections.join_next()).await;
                         connections.abort_all();
-                        return Err(ChannelError::Transient {
-                            channel: NAME.into(),
-                            source: "the Socket Mode connections stopped".into(),
+                        return Err(match ended {
+                            Ok(Some(ended)) => connection_ended(ended),
+                            _ => ChannelError::Transient {
+                                channel: NAME.into(),
+                                source: "the Socket Mode connections stopped".into(),
+                            },
                         });
                     };
                     let (what, handled) = match delivery {
