@@ -431,8 +431,9 @@ impl SkillSet {
         })
     }
 
-    /// The summary in 0.3.5's Markdown groups: `### Workspace skills (`skills`)` and `### Built-in skills
-    /// (`<folder>`)`, each skill as `- **name** — description (unavailable: …)  `name/SKILL.md``. Always-on skills
+    /// The summary in 0.3.5's Markdown groups: a "Workspace skills" heading naming the `skills` folder and a
+    /// "Built-in skills" heading naming the folder they were unpacked to, each skill as a bullet with its name in
+    /// bold, its description (and what it lacks, when unavailable) and its `name/SKILL.md` path. Always-on skills
     /// that are available (already in the prompt in full) are left out.
     pub fn summary_markdown(&self) -> Option<String> {
         let mut groups = Vec::new();
