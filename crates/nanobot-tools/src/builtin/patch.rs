@@ -108,9 +108,16 @@ fn read_current(sandbox: &Sandbox, raw: &str) -> Result<(PathBuf, Option<String>
                 )));
             }
             let mut bytes = Vec::new();
-            f.file
+            // Bounded again while reading: the file may grow after the size check.
+            (&mut f.file)
+                .take(PATCH_MAX_BYTES + 1)
                 .read_to_end(&mut bytes)
                 .map_err(|e| ToolError::io("reading", &f.logical, e))?;
+            if bytes.len() as u64 > PATCH_MAX_BYTES {
+                return Err(ToolError::Failed(format!(
+                    "{raw} is too large to patch (over {PATCH_MAX_BYTES} bytes)"
+                )));
+            }
             let text = String::from_utf8(bytes)
                 .map_err(|_| ToolError::Failed(format!("file is not UTF-8 text: {raw}")))?;
             Ok((f.logical, Some(text)))
