@@ -19,6 +19,7 @@ pub enum CoreError {
     #[error("session store: {0}")]
     Session(#[from] nanobot_sessions::SessionError),
     /// The cron store or a schedule was rejected.
+    #[cfg(feature = "cron")]
     #[error("cron: {0}")]
     Cron(#[from] nanobot_cron::CronError),
     /// The built-in skills could not be written.

@@ -56,7 +56,9 @@ pub use context::{
 };
 pub use memory::{ConsolidationReport, ConsolidationTrigger, MemoryAdapter, MemoryService, raw_archive};
 pub use subagent::{SubagentManager, SubagentOrigin, SubagentSettings};
-pub use tools::{CronAction, CronArgs, CronTool, MessageArgs, MessageTool, SpawnArgs, SpawnTool, TurnInfo};
+#[cfg(feature = "cron")]
+pub use tools::{CronAction, CronArgs, CronTool};
+pub use tools::{MessageArgs, MessageTool, SpawnArgs, SpawnTool, TurnInfo};
 mod agent_loop;
 mod approval;
 pub mod control;

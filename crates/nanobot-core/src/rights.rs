@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 
+#[cfg(feature = "cron")]
 use nanobot_cron::CronJob;
 
 /// The channel of the local CLI, whose turns act with the owner's rights.
@@ -76,6 +77,7 @@ impl ChatRights {
 /// Whether the turn in `channel:chat_id` (session `session_key`) owns cron job `job`: it made it (the job is
 /// bound to its session or chat), or the turn is the CLI's. The protected system jobs (`dream`, `heartbeat`)
 /// are everyone's to see, as in the Python nanobot, and nobody's to remove through the tool.
+#[cfg(feature = "cron")]
 pub fn owns_job(job: &CronJob, channel: &str, chat_id: &str, session_key: &str) -> bool {
     if channel == OWNER_CHANNEL {
         return true;

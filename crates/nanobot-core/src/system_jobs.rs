@@ -67,7 +67,7 @@ impl AgentLoop {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "cron"))]
 mod tests {
     use super::*;
 

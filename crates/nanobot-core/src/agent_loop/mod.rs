@@ -2,7 +2,7 @@
 //! [`AgentLoop::process_direct`] for the CLI and cron, [`AgentLoop::shutdown`]). The concerns live in submodules:
 //! `worker` (the per-session worker pool), `slash` (slash commands), `status` (the `/status` text), `turn`
 //! (turn assembly and the run), `persist` (stored copies, checkpoints, recovery), `publish` (replies, progress and
-//! streams on the bus), `cron` (cron jobs as turns).
+//! streams on the bus), `cron` (cron jobs as turns; the `cron` feature), `unattended` (what holds unattended runs).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,6 +12,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use chrono::Utc;
 use nanobot_bus::{Bus, InboundMessage, OutboundKind, OutboundMessage};
+#[cfg(feature = "cron")]
 use nanobot_cron::{CronJob, CronService, JobHandler, JobStore, PAYLOAD_SYSTEM_EVENT};
 #[cfg(feature = "mcp")]
 use nanobot_mcp::McpManager;
@@ -53,7 +54,9 @@ use crate::runner::{AgentRunner, CheckpointSink, RunCheckpoint, RunSpec, StopRea
 use crate::settings::AgentSettings;
 use crate::subagent::{SubagentManager, SubagentSettings};
 use crate::text::tool_hint;
-use crate::tools::{CronTool, MessageTool, SpawnTool, TurnInfo};
+#[cfg(feature = "cron")]
+use crate::tools::CronTool;
+use crate::tools::{MessageTool, SpawnTool, TurnInfo};
 
 /// Tool results longer than this are truncated in the stored session copy (the model saw them whole).
 pub const STORED_TOOL_RESULT_MAX_CHARS: usize = 500;
@@ -135,6 +138,7 @@ struct LoopInner {
     memory: Option<Arc<dyn MemoryService>>,
     mcp: Option<McpManager>,
     mcp_registered: Mutex<HashSet<String>>,
+    #[cfg(feature = "cron")]
     cron: Option<CronService>,
     subagents: SubagentManager,
     bus: RwLock<Option<Arc<dyn Bus>>>,
@@ -190,6 +194,7 @@ pub struct AgentLoopBuilder {
     hooks: Vec<Arc<dyn AgentHook>>,
     memory: Option<Arc<dyn MemoryService>>,
     mcp: Option<McpManager>,
+    #[cfg(feature = "cron")]
     cron: Option<(JobStore, chrono_tz::Tz)>,
     bus: Option<Arc<dyn Bus>>,
     rights: crate::rights::ChatRights,
@@ -264,6 +269,7 @@ impl AgentLoopBuilder {
 
     /// Enables the `cron` tool and the cron service over `store`, in `default_tz`.
     #[must_use]
+    #[cfg(feature = "cron")]
     pub fn cron(mut self, store: JobStore, default_tz: chrono_tz::Tz) -> Self {
         self.cron = Some((store, default_tz));
         self
@@ -369,9 +375,11 @@ impl AgentLoopBuilder {
         let memory = self.memory;
         let mcp = self.mcp;
         let bus = self.bus;
+        #[cfg(feature = "cron")]
         let cron_cfg = self.cron;
         // Jobs not created through the tool or the CLI are held (nanobot_cron::trust); on the first start
         // with a ledger, the jobs already scheduled are trusted once.
+        #[cfg(feature = "cron")]
         let cron_ledger = match &cron_cfg {
             Some((store, _)) => {
                 let ledger = nanobot_cron::TrustLedger::new(s.data_dir.join("cron").join("trusted.json"));
@@ -381,6 +389,10 @@ impl AgentLoopBuilder {
             None => None,
         };
         let inner = Arc::new_cyclic(|weak: &Weak<LoopInner>| {
+            // Only the cron handler holds the loop weakly.
+            #[cfg(not(feature = "cron"))]
+            let _ = weak;
+            #[cfg(feature = "cron")]
             let cron = cron_cfg.map(|(store, tz)| {
                 let mut svc = CronService::new(store, cron_handler(weak.clone())).with_default_tz(tz);
                 if let Some(ledger) = cron_ledger {
@@ -401,6 +413,7 @@ impl AgentLoopBuilder {
                 memory,
                 mcp,
                 mcp_registered: Mutex::default(),
+                #[cfg(feature = "cron")]
                 cron,
                 subagents,
                 bus: RwLock::new(bus),
@@ -454,6 +467,7 @@ impl AgentLoop {
             hooks: Vec::new(),
             memory: None,
             mcp: None,
+            #[cfg(feature = "cron")]
             cron: None,
             bus: None,
             rights: crate::rights::ChatRights::default(),
@@ -496,6 +510,7 @@ impl AgentLoop {
     }
 
     /// The cron service, when cron is enabled (the gateway runs `service.run(cancel)`).
+    #[cfg(feature = "cron")]
     pub fn cron(&self) -> Option<&CronService> {
         self.inner.cron.as_ref()
     }
@@ -641,6 +656,7 @@ impl AgentLoop {
     }
 
     /// Runs a cron job as a turn (what the cron service's handler does); delivers when the job says so.
+    #[cfg(feature = "cron")]
     pub async fn run_cron_job(&self, job: CronJob) -> Result<String, BoxError> {
         self.inner.clone().run_cron_job(job).await
     }
@@ -652,6 +668,7 @@ fn reply_for(msg: &InboundMessage, content: String) -> OutboundMessage {
     out
 }
 
+#[cfg(feature = "cron")]
 fn cron_handler(weak: Weak<LoopInner>) -> JobHandler {
     Arc::new(move |job: CronJob| {
         let weak = weak.clone();
@@ -693,6 +710,7 @@ impl LoopInner {
     }
 }
 
+#[cfg(feature = "cron")]
 mod cron;
 mod memory_scope;
 pub use memory_scope::MEMORY_SCOPE_KEY;
@@ -701,6 +719,7 @@ mod publish;
 mod slash;
 mod status;
 mod turn;
+mod unattended;
 mod worker;
 
 pub use persist::stored_message;

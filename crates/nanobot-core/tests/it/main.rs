@@ -5,16 +5,20 @@
 
 mod agent_loop;
 mod approval;
+#[cfg(feature = "cron")] // also drives cron jobs
 mod chat_rights;
 mod commands;
 mod common;
+#[cfg(feature = "cron")] // also drives cron jobs
 mod control_files;
 mod embed;
 mod heartbeat;
 #[cfg(feature = "mcp")]
 mod mcp;
+#[cfg(feature = "cron")] // also drives cron jobs
 mod memory_scopes;
 mod python_compat;
 mod recovery;
 mod runner;
+#[cfg(feature = "cron")] // also drives cron jobs
 mod subagents;

@@ -1,0 +1,42 @@
+//! Unattended runs (heartbeat, Dream, cron jobs) wait while control files hold unconfirmed changes.
+
+#[allow(unused_imports)]
+use super::*;
+
+impl AgentLoop {
+    /// Whether unattended runs (`what`: heartbeat, Dream, a cron job) must wait because control files hold changes
+    /// the model made and the user has not confirmed ([`crate::control`]). When they must: logs why, tells the most
+    /// recently active chat once per held set (with how to confirm), and returns the held files.
+    pub(crate) async fn hold_unattended(&self, what: &str) -> Option<Vec<String>> {
+        let ledger = self.inner.control.clone();
+        let held = tokio::task::spawn_blocking(move || ledger.held()).await.ok()?;
+        let notice = crate::control::held_notice(&held)?;
+        tracing::warn!(run = what, "{notice}");
+        let first = {
+            let mut last = nanobot_util::lock(&self.inner.held_notified);
+            let first = last.as_deref() != Some(notice.as_str());
+            *last = Some(notice.clone());
+            first
+        };
+        if first
+            && let Some((channel, chat_id)) = self.last_route()
+            && let Some(bus) = self.bus()
+        {
+            let text = format!(
+                "⚠️ Scheduled runs are paused. The assistant changed files that steer later turns, and nothing runs \
+                 unattended on them until you confirm: {}. Review them (or edit them), then send /confirm-files yes.",
+                held.iter()
+                    .map(|h| h.path.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            if let Err(e) = bus
+                .publish_outbound(OutboundMessage::reply(&channel, &chat_id, text))
+                .await
+            {
+                tracing::warn!(error = %e, "could not tell the user that scheduled runs are paused");
+            }
+        }
+        Some(held.into_iter().map(|h| h.path).collect())
+    }
+}
