@@ -11,6 +11,8 @@ use nanobot_channels::{
     AccessControl, AccessDecision, AllowList, Channel, ChannelError, Heartbeat, InboundContext, PairingStore,
     TELEGRAM_LIMIT, Transcribe, markdown_to_telegram_html, split_message,
 };
+use teloxide::adaptors::Throttle;
+use teloxide::adaptors::throttle::Limits;
 use teloxide::net::Download;
 use teloxide::payloads::{EditMessageTextSetters, GetUpdatesSetters, SendMessageSetters, SetWebhookSetters};
 use teloxide::prelude::{Bot, Requester};
@@ -59,7 +61,11 @@ struct StreamState {
 
 /// The Telegram channel. See the [crate docs](crate).
 pub struct TelegramChannel {
-    bot: Bot,
+    /// Sends go through teloxide's `Throttle`, which queues them within Telegram's limits (per chat, per group,
+    /// overall) instead of running into flood waits.
+    bot: Throttle<Bot>,
+    /// The throttle's queue worker, started by the first `run` or `send` (it needs the runtime).
+    queue: Mutex<Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>>,
     settings: TelegramSettings,
     access: AccessControl,
     media_dir: PathBuf,
@@ -106,6 +112,7 @@ impl TelegramChannel {
         if let Some(url) = &settings.api_url {
             bot = bot.set_api_url(url.clone());
         }
+        let (bot, queue) = Throttle::new(bot, Limits::default());
         let access = AccessControl::new(
             NAME,
             AllowList::new(&settings.allow_from),
@@ -114,6 +121,7 @@ impl TelegramChannel {
         );
         Ok(Self {
             bot,
+            queue: Mutex::new(Some(Box::pin(queue))),
             settings,
             access,
             media_dir: media_dir.into(),
@@ -153,9 +161,17 @@ impl TelegramChannel {
         self
     }
 
-    /// The teloxide bot (for callers that need Bot API methods this channel does not wrap).
+    /// The teloxide bot (for callers that need Bot API methods this channel does not wrap). Its sends are not
+    /// queued with the channel's own.
     pub fn bot(&self) -> &Bot {
-        &self.bot
+        self.bot.inner()
+    }
+
+    /// Starts the send queue's worker once (it ends when the channel is dropped).
+    fn start_queue(&self) {
+        if let Some(worker) = lock(&self.queue).take() {
+            tokio::spawn(worker);
+        }
     }
 
     async fn register(&self) -> Result<BotIdentity, ChannelError> {
@@ -848,6 +864,7 @@ impl Channel for TelegramChannel {
     }
 
     async fn run(&self, bus: Arc<dyn Bus>, cancel: CancellationToken) -> Result<(), ChannelError> {
+        self.start_queue();
         let identity = tokio::select! {
             () = cancel.cancelled() => return Ok(()),
             r = self.register() => r?,
@@ -863,6 +880,7 @@ impl Channel for TelegramChannel {
     }
 
     async fn send(&self, msg: &OutboundMessage) -> Result<(), ChannelError> {
+        self.start_queue();
         let chat: i64 = msg
             .chat_id
             .trim()

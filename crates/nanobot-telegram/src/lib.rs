@@ -6,7 +6,18 @@
 //! and audio transcribed when a [`Transcribe`](nanobot_channels::Transcribe) is given), keeps a typing indicator
 //! alive until the reply for that chat is sent, and publishes the result on the bus. Replies are split at
 //! Telegram's limit and sent as HTML (plain text when Telegram rejects the markup); streamed answers are shown by
-//! editing one message.
+//! editing one message. Sends go through teloxide's `Throttle` adaptor, which queues them within Telegram's
+//! limits (about one message a second per chat, twenty a minute per group, thirty a second overall) instead of
+//! running into flood waits.
+//!
+//! The receive loops are ours, not teloxide's update listeners, for reasons the listeners cannot meet:
+//! - polling: teloxide's `Polling` stream yields nothing for an empty long poll, so the manager's watchdog could
+//!   not tell an idle bot from a stuck one; ours beats the [`Heartbeat`](nanobot_channels::Heartbeat) after
+//!   every poll (the backoff and the obeyed `retry_after` are the same as teloxide's);
+//! - webhook: teloxide's router compares the secret token in non-constant time, queues updates without bound
+//!   and has no connection limits; ours compares in constant time, queues at most 64 updates (a request waits
+//!   for room before it is answered) and is served by `nanobot_http` with its per-client, header and idle
+//!   limits.
 //!
 //! It knows the bus, the channel toolkit and the config schema, never the agent. Paths, secrets and the pairing
 //! store are passed in; nothing here reads the process environment. It is usable as a library on its own:

@@ -14,11 +14,15 @@
 //! - `sendMessage` answers `date` in milliseconds: converted to seconds.
 //! - `editMessageText` answers `result: null`: the edited message is returned.
 //! - Callback queries lack `chat_instance` (required by the Bot API and teloxide): added.
+//! - The emulator has no flood control: the proxy answers a chat's third `sendMessage` within one second with
+//!   Telegram's `429 Too Many Requests` and `retry_after` (Telegram's own limit is about one message per second
+//!   per chat, with short bursts allowed), and counts it ([`Emulator::flood_waits`]).
 //! - `sendChatAction`, `setMyCommands`, `getFile` and file downloads are not supported (HTTP 500 in a
 //!   non-Telegram format): the proxy answers them itself and records them; other unsupported methods get
 //!   Telegram's own `{"ok":false,"error_code":404,"description":"Not Found"}` envelope.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -64,6 +68,42 @@ struct ProxyState {
     events: mpsc::UnboundedSender<BotEvent>,
     files: Files,
     commands: Arc<Mutex<Vec<Value>>>,
+    flood: Arc<Flood>,
+}
+
+/// The proxy's flood control: recent `sendMessage` arrivals per chat, and how many were refused.
+#[derive(Default)]
+struct Flood {
+    recent: Mutex<HashMap<String, VecDeque<tokio::time::Instant>>>,
+    refused: AtomicUsize,
+}
+
+/// Sends to one chat allowed within [`FLOOD_WINDOW`]; one more is refused with 429.
+const FLOOD_BURST: usize = 2;
+const FLOOD_WINDOW: Duration = Duration::from_secs(1);
+
+impl Flood {
+    /// Whether a send to `chat` now is over the limit (then it is counted, and not recorded as sent).
+    fn over_limit(&self, chat: &str) -> bool {
+        let now = tokio::time::Instant::now();
+        let mut recent = self
+            .recent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let sent = recent.entry(chat.to_owned()).or_default();
+        while sent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= FLOOD_WINDOW)
+        {
+            sent.pop_front();
+        }
+        if sent.len() >= FLOOD_BURST {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        sent.push_back(now);
+        false
+    }
 }
 
 /// A running emulator with the fixing proxy in front of it.
@@ -77,6 +117,7 @@ pub struct Emulator {
     events: mpsc::UnboundedReceiver<BotEvent>,
     files: Files,
     commands: Arc<Mutex<Vec<Value>>>,
+    flood: Arc<Flood>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -124,8 +165,9 @@ impl Emulator {
             events: tx,
             files: Arc::new(Mutex::new(HashMap::new())),
             commands: Arc::new(Mutex::new(Vec::new())),
+            flood: Arc::new(Flood::default()),
         };
-        let (files, commands) = (state.files.clone(), state.commands.clone());
+        let (files, commands, flood) = (state.files.clone(), state.commands.clone(), state.flood.clone());
         let router = axum::Router::new()
             .route("/file/{bot}/{*path}", axum::routing::get(download))
             .route("/{bot}/{method}", axum::routing::post(bot_method).get(bot_method))
@@ -143,8 +185,14 @@ impl Emulator {
             events,
             files,
             commands,
+            flood,
             server,
         }))
+    }
+
+    /// How many `sendMessage` calls the proxy refused with 429 (a chat's third within a second).
+    pub fn flood_waits(&self) -> usize {
+        self.flood.refused.load(Ordering::Relaxed)
     }
 
     /// Next bot action, failing after 20 s.
@@ -386,6 +434,14 @@ async fn handle(
                 tokio::time::sleep(Duration::from_millis(25)).await;
             }
         }
+        "sendmessage" if state.flood.over_limit(&body["chat_id"].to_string()) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            axum::Json(json!({
+                "ok": false, "error_code": 429, "description": "Too Many Requests: retry after 1",
+                "parameters": {"retry_after": 1},
+            })),
+        )
+            .into_response(),
         "sendmessage" => {
             let (status, mut v) = forward(state, bot, "sendMessage", &body).await?;
             // Reported once the emulator has stored it, so the test can read the chat right away.

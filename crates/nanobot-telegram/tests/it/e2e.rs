@@ -165,6 +165,36 @@ async fn a_5000_character_reply_arrives_as_two_messages() -> Result<()> {
 }
 
 #[tokio::test]
+async fn a_burst_of_replies_to_one_chat_is_paced_within_telegrams_limits() -> Result<()> {
+    init_logs();
+    let Some(mut emu) = Emulator::start().await? else {
+        return Ok(());
+    };
+    let media = tempfile::tempdir()?;
+    let run = Running::start(TelegramChannel::new(settings(&emu, &["*"]), media.path())?);
+    emu.wait_until_polling().await?;
+
+    // Five replies at once: Telegram (and the emulator's proxy) refuses a chat's third message within a second.
+    for i in 0..5 {
+        run.bus
+            .publish_outbound(OutboundMessage::reply("telegram", "9", format!("reply {i}")))
+            .await?;
+    }
+    for _ in 0..5 {
+        emu.next_sent().await?;
+    }
+    let chat = emu.chat_messages(TOKEN, 9).await?;
+    let texts: Vec<&str> = chat
+        .iter()
+        .map(|m| m["text"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(texts, ["reply 0", "reply 1", "reply 2", "reply 3", "reply 4"]);
+    assert_eq!(emu.flood_waits(), 0, "the sends were queued, not refused");
+    run.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_denied_user_gets_a_pairing_code_the_owner_can_approve() -> Result<()> {
     init_logs();
     let Some(mut emu) = Emulator::start().await? else {
