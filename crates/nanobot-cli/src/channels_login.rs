@@ -73,7 +73,7 @@ fn login_whatsapp(env: &CliEnv, args: &ChannelLoginArgs, out: &mut dyn Write) ->
     let data_dir = s.paths.data_dir();
     let mut settings = WhatsAppSettings::from_config(&config, &data_dir, &s.paths.media_dir(None))
         .map_err(CliError::WhatsApp)?;
-    let vars = env.vars_hash();
+    let vars = env.vars.clone();
     settings.bridge = settings.bridge.with_environment(&vars);
     let text = |out: &mut dyn Write, t: &str| {
         out.write_all(t.as_bytes())

@@ -124,14 +124,12 @@ pub(crate) fn enable(setup: &Setup, id: &str, enabled: bool) -> Result<String, C
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
     use crate::args::ConfigArgs;
     use crate::setup::{self, CliEnv};
 
     fn setup_in(dir: &std::path::Path) -> Setup {
-        let env = CliEnv::for_home(dir, BTreeMap::new());
+        let env = CliEnv::for_home(dir, nanobot_util::EnvMap::new());
         crate::onboard::onboard(&env, &ConfigArgs::default()).unwrap();
         setup::load(&env, &ConfigArgs::default(), true).unwrap()
     }

@@ -13,10 +13,7 @@ use crate::status::Finding;
 const EACH: Duration = Duration::from_secs(30);
 
 /// Checks each configured model against its provider.
-pub(crate) fn findings(
-    config: &nanobot_config::Config,
-    vars: &std::collections::HashMap<String, String>,
-) -> Vec<Finding> {
+pub(crate) fn findings(config: &nanobot_config::Config, vars: &nanobot_util::EnvMap) -> Vec<Finding> {
     let defaults = &config.agents.defaults;
     let mut models = vec![defaults.model.clone()];
     models.extend(defaults.fallback_models.iter().cloned());

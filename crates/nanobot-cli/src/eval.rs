@@ -668,7 +668,7 @@ mod tests {
         )
         .unwrap();
         let home = tempfile::tempdir().unwrap();
-        let env = CliEnv::for_home(home.path(), BTreeMap::new());
+        let env = CliEnv::for_home(home.path(), nanobot_util::EnvMap::new());
         let ws = home.path().join("ws");
         let r = run_trace(&env, &trace, Path::new("t.json"), home.path(), &ws)
             .await

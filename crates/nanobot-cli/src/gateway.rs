@@ -90,8 +90,8 @@ pub enum GatewaySub {
 /// nanobot).
 pub fn gateway_log_filter(cli: &GatewayCli, env: &CliEnv) -> String {
     for var in [nanobot_config::env_vars::NANOBOT_LOG, "RUST_LOG"] {
-        if let Some(f) = env.vars.get(var).filter(|v| !v.trim().is_empty()) {
-            return f.clone();
+        if let Some(f) = env.vars.non_empty(var) {
+            return f.to_owned();
         }
     }
     if cli.args.verbose {
@@ -104,7 +104,7 @@ pub fn gateway_log_filter(cli: &GatewayCli, env: &CliEnv) -> String {
 /// Where `nanobot-gateway`'s log lines go: stderr (colour only on a terminal without `NO_COLOR`) and rotated
 /// files in `<data dir>/logs/`, as `nanobot gateway`.
 pub fn gateway_log_plan(cli: &GatewayCli, env: &CliEnv) -> nanobot_logging::LogPlan {
-    let colour = nanobot_logging::colour(env.stderr_tty, |k| env.vars.get(k).map(String::as_str));
+    let colour = nanobot_logging::colour(env.stderr_tty, |k| env.vars.get(k));
     service_log_plan(gateway_log_filter(cli, env), colour, env, &cli.args.config)
 }
 

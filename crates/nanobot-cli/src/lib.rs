@@ -17,7 +17,7 @@
 //! use nanobot_cli::{Cli, CliEnv};
 //!
 //! let home = tempfile::tempdir()?;
-//! let env = CliEnv::for_home(home.path(), BTreeMap::new());
+//! let env = CliEnv::for_home(home.path(), nanobot_util::EnvMap::new());
 //! let mut out = Vec::new();
 //!
 //! // No config yet: a usage error (exit code 2) that says what to do.
@@ -75,7 +75,7 @@ pub fn log_filter(cli: &Cli, env: &CliEnv) -> String {
         Command::Gateway(_) | Command::Serve(_) | Command::Webui(_) => "info",
         _ => "warn",
     };
-    nanobot_logging::filter_from(|k| env.vars.get(k).map(String::as_str), default)
+    nanobot_logging::filter_from(|k| env.vars.get(k), default)
 }
 
 /// Where this command line's log lines go. The interactive chat keeps the screen for the conversation: its
@@ -85,7 +85,7 @@ pub fn log_filter(cli: &Cli, env: &CliEnv) -> String {
 /// terminal without `NO_COLOR`, never in files.
 pub fn log_plan(cli: &Cli, env: &CliEnv) -> nanobot_logging::LogPlan {
     let filter = log_filter(cli, env);
-    let colour = nanobot_logging::colour(env.stderr_tty, |k| env.vars.get(k).map(String::as_str));
+    let colour = nanobot_logging::colour(env.stderr_tty, |k| env.vars.get(k));
     match &cli.command {
         Command::Agent(a) if a.message.is_none() => nanobot_logging::LogPlan {
             filter,

@@ -329,7 +329,7 @@ mod tests {
     #[test]
     fn fresh_onboard_writes_camel_case_config_and_templates() {
         let dir = tempfile::tempdir().unwrap();
-        let env = CliEnv::for_home(dir.path(), BTreeMap::new());
+        let env = CliEnv::for_home(dir.path(), nanobot_util::EnvMap::new());
         let r = onboard(&env, &ConfigArgs::default()).unwrap();
         assert!(r.created);
         let text = std::fs::read_to_string(dir.path().join(".nanobot/config.json")).unwrap();
@@ -397,7 +397,7 @@ mod tests {
         let mock = nanobot_testkit::MockLlm::start_background();
         let base = format!("http://127.0.0.1:{}/v1", mock.addr().port());
         let dir = tempfile::tempdir().unwrap();
-        let env = CliEnv::for_home(dir.path(), BTreeMap::new());
+        let env = CliEnv::for_home(dir.path(), nanobot_util::EnvMap::new());
 
         // Not a terminal, no flag: offered, nothing written.
         let text = run_onboard(&env, &crate::args::OnboardArgs::default(), &mock);
@@ -446,7 +446,7 @@ mod tests {
                "providers":{"custom":{"apiBase":"http://10.0.0.5:9000/v1"}}}"#,
         )
         .unwrap();
-        let env = CliEnv::for_home(dir.path(), BTreeMap::new());
+        let env = CliEnv::for_home(dir.path(), nanobot_util::EnvMap::new());
         let text = run_onboard(&env, &crate::args::OnboardArgs::default(), &mock);
         assert!(
             text.contains("agents.defaults.model: \"my-favourite\" (your value, replaced)"),
@@ -487,7 +487,7 @@ mod tests {
     fn skip_local_and_a_configured_key_do_not_probe() {
         let mock = nanobot_testkit::MockLlm::start_background();
         let dir = tempfile::tempdir().unwrap();
-        let env = CliEnv::for_home(dir.path(), BTreeMap::new());
+        let env = CliEnv::for_home(dir.path(), nanobot_util::EnvMap::new());
         let args = crate::args::OnboardArgs {
             skip_local: true,
             ..Default::default()
@@ -501,7 +501,7 @@ mod tests {
     fn on_a_terminal_onboard_asks_before_writing() {
         let mock = nanobot_testkit::MockLlm::start_background();
         let dir = tempfile::tempdir().unwrap();
-        let env = CliEnv::for_home(dir.path(), BTreeMap::new());
+        let env = CliEnv::for_home(dir.path(), nanobot_util::EnvMap::new());
         let ask = |answer: &str| {
             let mut out = Vec::new();
             let mut input = std::io::Cursor::new(answer.as_bytes().to_vec());

@@ -1,11 +1,11 @@
 //! What every command starts from: the process facts the binary passes in ([`CliEnv`]) and loading the
 //! config for `-c`/`-w`.
 
-use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use nanobot_config::LoadedConfig;
 use nanobot_config::paths::NanobotPaths;
+use nanobot_util::EnvMap;
 
 use crate::args::ConfigArgs;
 use crate::error::CliError;
@@ -17,7 +17,7 @@ pub struct CliEnv {
     /// The home directory (`~`).
     pub home: PathBuf,
     /// The environment variables.
-    pub vars: BTreeMap<String, String>,
+    pub vars: EnvMap,
     /// The current directory (relative `-c`/`-w`/`--trace` paths are resolved against it).
     pub cwd: PathBuf,
     /// Whether stdin is a terminal.
@@ -33,7 +33,7 @@ impl std::fmt::Debug for CliEnv {
         // Variable values may be secrets: only their names.
         f.debug_struct("CliEnv")
             .field("home", &self.home)
-            .field("vars", &self.vars.keys().collect::<Vec<_>>())
+            .field("vars", &self.vars)
             .field("cwd", &self.cwd)
             .field("stdin_tty", &self.stdin_tty)
             .field("stdout_tty", &self.stdout_tty)
@@ -47,8 +47,8 @@ impl CliEnv {
     /// the terminal state of the standard streams. Only binaries call this.
     pub fn from_process() -> Self {
         use std::io::IsTerminal;
-        let vars: BTreeMap<String, String> = std::env::vars().collect();
-        let home = nanobot_runtime::home_from_vars(|k| vars.get(k).map(String::as_str));
+        let vars: EnvMap = std::env::vars().collect();
+        let home = nanobot_runtime::home_from_vars(|k| vars.get(k));
         CliEnv {
             home,
             vars,
@@ -60,19 +60,14 @@ impl CliEnv {
     }
 
     /// A test environment: this home, these variables, no terminals.
-    pub fn for_home(home: impl Into<PathBuf>, vars: BTreeMap<String, String>) -> Self {
+    pub fn for_home(home: impl Into<PathBuf>, vars: impl Into<EnvMap>) -> Self {
         let home = home.into();
         CliEnv {
             cwd: home.clone(),
             home,
-            vars,
+            vars: vars.into(),
             ..CliEnv::default()
         }
-    }
-
-    /// The variables as a `HashMap` (what the providers and the core take).
-    pub(crate) fn vars_hash(&self) -> HashMap<String, String> {
-        self.vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 
     /// `p` made absolute against the current directory (`~` expanded).
@@ -83,12 +78,8 @@ impl CliEnv {
     /// The paths for `-c` (or `NANOBOT_CONFIG`, or the default `~/.nanobot/config.json`): the runtime's one
     /// discovery rule.
     pub(crate) fn paths(&self, config: Option<&Path>) -> (NanobotPaths, bool) {
-        let explicit = nanobot_runtime::explicit_config_path(
-            config,
-            |k| self.vars.get(k).map(String::as_str),
-            &self.home,
-            &self.cwd,
-        );
+        let explicit =
+            nanobot_runtime::explicit_config_path(config, |k| self.vars.get(k), &self.home, &self.cwd);
         match explicit {
             Some(p) => (NanobotPaths::with_config_path(&self.home, p), true),
             None => (NanobotPaths::new(&self.home), false),
@@ -97,7 +88,7 @@ impl CliEnv {
 
     /// The runtime's view of this environment.
     pub(crate) fn core_env(&self, paths: &NanobotPaths) -> nanobot_runtime::Environment {
-        let mut env = nanobot_runtime::Environment::new(&self.home, self.vars_hash());
+        let mut env = nanobot_runtime::Environment::new(&self.home, self.vars.clone());
         env.config_path = Some(paths.config_path().to_path_buf());
         env
     }
@@ -154,7 +145,7 @@ mod tests {
     #[test]
     fn missing_config_says_run_onboard() {
         let dir = tempfile::tempdir().unwrap();
-        let env = CliEnv::for_home(dir.path(), BTreeMap::new());
+        let env = CliEnv::for_home(dir.path(), EnvMap::new());
         let err = load(&env, &ConfigArgs::default(), true).unwrap_err();
         assert!(err.to_string().contains("nanobot onboard"), "{err}");
         assert_eq!(err.exit_code(), crate::error::EXIT_USAGE);
@@ -169,7 +160,7 @@ mod tests {
             "{\n \"agents\": {\n  \"defaults\": {\n   \"maxTokens\": \"many\"\n  }\n }\n}\n",
         )
         .unwrap();
-        let env = CliEnv::for_home(dir.path(), BTreeMap::new());
+        let env = CliEnv::for_home(dir.path(), EnvMap::new());
         let args = ConfigArgs {
             config: Some(cfg.clone()),
             workspace: None,
@@ -185,7 +176,7 @@ mod tests {
     #[test]
     fn workspace_flag_overrides_the_config() {
         let dir = tempfile::tempdir().unwrap();
-        let env = CliEnv::for_home(dir.path(), BTreeMap::new());
+        let env = CliEnv::for_home(dir.path(), EnvMap::new());
         let args = ConfigArgs {
             config: None,
             workspace: Some(PathBuf::from("ws")),

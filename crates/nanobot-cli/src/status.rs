@@ -1,7 +1,6 @@
 //! `nanobot status`, `nanobot doctor` and `nanobot channels status`. Secrets are never printed: only whether
 //! a key is set and where it comes from.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
 #[cfg(feature = "email")]
@@ -24,10 +23,7 @@ pub(crate) enum KeySource {
 }
 
 /// Providers that have a key: (config key, where it comes from), registry order, then custom blocks.
-pub(crate) fn providers_with_keys(
-    config: &Config,
-    env: &HashMap<String, String>,
-) -> Vec<(String, KeySource)> {
+pub(crate) fn providers_with_keys(config: &Config, env: &nanobot_util::EnvMap) -> Vec<(String, KeySource)> {
     let mut out = Vec::new();
     for spec in registry::PROVIDERS {
         let key = registry::config_key(spec.name);
@@ -36,7 +32,7 @@ pub(crate) fn providers_with_keys(
         } else if let Some(var) = spec
             .env_keys
             .iter()
-            .find(|v| env.get(**v).is_some_and(|s| !s.trim().is_empty()))
+            .find(|v| env.non_empty(v).is_some())
         {
             out.push((key, KeySource::Env((*var).to_owned())));
         }
@@ -229,7 +225,7 @@ pub(crate) fn status_text(env: &CliEnv, args: &ConfigArgs) -> Result<String, Cli
     );
     let d = &config.agents.defaults;
     let _ = writeln!(out, "Model:     {}", d.model);
-    let vars = env.vars_hash();
+    let vars = env.vars.clone();
     match ProviderFactory::new(&config.providers, d, vars.clone()).resolve(&d.model) {
         Ok(r) => {
             let _ = writeln!(
@@ -413,7 +409,7 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
             "correct the field named above; `nanobot agent` and `nanobot gateway` refuse this config",
         ));
     }
-    match ProviderFactory::new(&config.providers, d, env.vars_hash()).resolve(&d.model) {
+    match ProviderFactory::new(&config.providers, d, env.vars.clone()).resolve(&d.model) {
         Ok(r) => f.push(Finding::ok(format!(
             "model `{}` → provider `{}` ({})",
             d.model, r.name, r.base_url
@@ -444,7 +440,7 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
     }
     f.extend(check_channels(config));
     #[cfg(feature = "whatsapp")]
-    f.extend(check_whatsapp(config, &s.paths, &env.vars_hash()));
+    f.extend(check_whatsapp(config, &s.paths, &env.vars));
     for name in nanobot_gateway::unsupported_channels(config) {
         f.push(Finding::problem(
             format!(
@@ -655,7 +651,7 @@ pub(crate) fn discord_token_ok(t: &str) -> bool {
 fn whatsapp_settings(
     config: &Config,
     paths: &nanobot_config::paths::NanobotPaths,
-    vars: &std::collections::HashMap<String, String>,
+    vars: &nanobot_util::EnvMap,
 ) -> Option<Result<nanobot_whatsapp::WhatsAppSettings, nanobot_whatsapp::WhatsAppError>> {
     let block = config.channels.other.get(nanobot_whatsapp::NAME)?;
     Some(
@@ -675,7 +671,7 @@ fn whatsapp_settings(
 fn check_whatsapp(
     config: &Config,
     paths: &nanobot_config::paths::NanobotPaths,
-    vars: &std::collections::HashMap<String, String>,
+    vars: &nanobot_util::EnvMap,
 ) -> Vec<Finding> {
     let mut f = Vec::new();
     if !config.channels.other.is_enabled(nanobot_whatsapp::NAME) {
@@ -952,7 +948,7 @@ pub(crate) fn channels_text(env: &CliEnv, args: &ConfigArgs) -> Result<String, C
         #[cfg(feature = "whatsapp")]
         if name == nanobot_whatsapp::NAME {
             // WhatsApp's credentials are the linked device's, in the data directory.
-            creds = matches!(whatsapp_settings(config, &s.paths, &env.vars_hash()),
+            creds = matches!(whatsapp_settings(config, &s.paths, &env.vars),
                 Some(Ok(w)) if nanobot_whatsapp::credentials_present(&w.auth_dir));
         }
         let allowed = match name.as_str() {
@@ -1187,7 +1183,7 @@ mod tests {
     fn keys_are_listed_by_source_never_by_value() {
         let config: Config =
             serde_json::from_str(r#"{"providers":{"anthropic":{"apiKey":"sk-ant-secret"}}}"#).unwrap();
-        let env = HashMap::from([("OPENROUTER_API_KEY".to_string(), "sk-or-secret".to_string())]);
+        let env = nanobot_util::EnvMap::from_iter([("OPENROUTER_API_KEY", "sk-or-secret")]);
         let keys = providers_with_keys(&config, &env);
         assert!(keys.contains(&("anthropic".into(), KeySource::Config)));
         assert!(keys.contains(&("openrouter".into(), KeySource::Env("OPENROUTER_API_KEY".into()))));
@@ -1196,7 +1192,7 @@ mod tests {
     #[test]
     fn doctor_flags_bad_telegram_token_and_missing_key() {
         let dir = tempfile::tempdir().unwrap();
-        let env = CliEnv::for_home(dir.path(), Default::default());
+        let env = CliEnv::for_home(dir.path(), nanobot_util::EnvMap::new());
         crate::onboard::onboard(&env, &ConfigArgs::default()).unwrap();
         let cfg = dir.path().join(".nanobot/config.json");
         let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
@@ -1217,7 +1213,7 @@ mod tests {
     #[test]
     fn doctor_shows_what_exec_enforces_here() {
         let dir = tempfile::tempdir().unwrap();
-        let env = CliEnv::for_home(dir.path(), Default::default());
+        let env = CliEnv::for_home(dir.path(), nanobot_util::EnvMap::new());
         crate::onboard::onboard(&env, &ConfigArgs::default()).unwrap();
         let (text, _) = doctor_text(&doctor(&env, &ConfigArgs::default()));
         assert!(text.contains("exec: Landlock"), "{text}");
@@ -1323,7 +1319,7 @@ mod raw_channel_tests {
             "SEKRIT-mcp-env",
         ];
         let dir = tempfile::tempdir().unwrap();
-        let env = CliEnv::for_home(dir.path(), Default::default());
+        let env = CliEnv::for_home(dir.path(), nanobot_util::EnvMap::new());
         crate::onboard::onboard(&env, &ConfigArgs::default()).unwrap();
         let cfg = dir.path().join(".nanobot/config.json");
         let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();

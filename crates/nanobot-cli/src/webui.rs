@@ -55,9 +55,8 @@ async fn webui_running(host: &str, port: u16) -> bool {
 fn open_browser(env: &CliEnv, url: &str) -> Result<(), String> {
     let program = env
         .vars
-        .get("BROWSER")
-        .filter(|b| !b.trim().is_empty())
-        .cloned()
+        .non_empty("BROWSER")
+        .map(str::to_owned)
         .unwrap_or_else(|| {
             if cfg!(target_os = "macos") {
                 "open"

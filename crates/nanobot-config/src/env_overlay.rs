@@ -6,8 +6,7 @@
 //! lists and objects (objects are merged). Where nothing is there yet, JSON lists/objects are parsed and
 //! anything else is text.
 
-use std::collections::BTreeMap;
-
+use nanobot_util::EnvMap;
 use serde_json::{Map, Value};
 
 use crate::doc::{JsonPath, camelize, find_key, get, join};
@@ -63,11 +62,7 @@ pub(crate) fn is_override(name: &str) -> bool {
 /// typing each value by the key it lands on. A key that `file` (the file's own JSON, any spelling) sets is left
 /// alone and the variable recorded as shadowed: the file wins over the environment, as in nanobot 0.3.5. An
 /// object-valued variable only fills the keys the file leaves out.
-pub(crate) fn apply(
-    root: &mut Value,
-    env: &BTreeMap<String, String>,
-    file: &Value,
-) -> Result<Overlay, ConfigError> {
+pub(crate) fn apply(root: &mut Value, env: &EnvMap, file: &Value) -> Result<Overlay, ConfigError> {
     let mut overlay = Overlay::default();
     let mut created_paths: Vec<JsonPath> = Vec::new();
     for (name, raw) in env.iter().filter(|(k, _)| is_override(k)) {
@@ -78,7 +73,7 @@ pub(crate) fn apply(
             .collect();
         if segments.iter().any(String::is_empty) {
             overlay.ignored.push((
-                name.clone(),
+                name.to_owned(),
                 format!("empty level in the name (use `{NESTED_DELIMITER}` between keys)"),
             ));
             continue;
@@ -289,8 +284,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect()
+    fn env(pairs: &[(&str, &str)]) -> EnvMap {
+        pairs.iter().copied().collect()
     }
 
     #[test]

@@ -3,8 +3,7 @@
 //! Syntax: `${NAME}` where `NAME` is `[A-Za-z_][A-Za-z0-9_]*`; `$${` writes a literal `${`. A `$` not followed
 //! by `{` is kept as is. Keys are never interpolated, only string values (at any depth, arrays included).
 
-use std::collections::BTreeMap;
-
+use nanobot_util::EnvMap;
 use serde_json::Value;
 
 use crate::doc::JsonPath;
@@ -25,10 +24,7 @@ pub(crate) enum InterpError {
 }
 
 /// Resolves every reference in `root`, in place.
-pub(crate) fn interpolate(
-    root: &mut Value,
-    env: &BTreeMap<String, String>,
-) -> Result<Vec<Interpolated>, InterpError> {
+pub(crate) fn interpolate(root: &mut Value, env: &EnvMap) -> Result<Vec<Interpolated>, InterpError> {
     let mut out = Vec::new();
     walk(root, &JsonPath::default(), env, &mut out)?;
     Ok(out)
@@ -37,7 +33,7 @@ pub(crate) fn interpolate(
 fn walk(
     v: &mut Value,
     path: &JsonPath,
-    env: &BTreeMap<String, String>,
+    env: &EnvMap,
     out: &mut Vec<Interpolated>,
 ) -> Result<(), InterpError> {
     match v {
@@ -67,7 +63,7 @@ fn walk(
 }
 
 /// The resolved string, or `None` if `s` has no reference or escape.
-fn resolve(s: &str, path: &JsonPath, env: &BTreeMap<String, String>) -> Result<Option<String>, InterpError> {
+fn resolve(s: &str, path: &JsonPath, env: &EnvMap) -> Result<Option<String>, InterpError> {
     let mut out = String::with_capacity(s.len());
     let mut changed = false;
     let mut rest = s;
@@ -125,11 +121,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn env() -> BTreeMap<String, String> {
-        [("KEY", "sk-1"), ("HOST", "example.org")]
-            .into_iter()
-            .map(|(k, v)| (k.into(), v.into()))
-            .collect()
+    fn env() -> EnvMap {
+        EnvMap::from_iter([("KEY", "sk-1"), ("HOST", "example.org")])
     }
 
     #[test]

@@ -11,11 +11,11 @@
 //! warnings and the file/line/field error messages (typing uses `serde_path_to_error` on the merged document,
 //! and [`Figment::find_metadata`] says which layer a bad field came from).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use figment::value::{Dict, Map as FigmentMap};
 use figment::{Figment, Metadata, Profile, Provider};
+use nanobot_util::EnvMap;
 use serde_json::{Map, Value};
 
 use crate::doc::{JsonPath, Seg, find_key, get};
@@ -54,11 +54,7 @@ impl EnvLayer {
     /// Reads the overrides in `env` against `target` (canonical JSON: the file typed over the defaults), leaving
     /// out every key `file` (the file's own JSON) sets. Fails on a value that does not fit its key, naming the
     /// variable and the field, never the value.
-    pub(crate) fn new(
-        env: &BTreeMap<String, String>,
-        target: &Value,
-        file: &Value,
-    ) -> Result<Self, ConfigError> {
+    pub(crate) fn new(env: &EnvMap, target: &Value, file: &Value) -> Result<Self, ConfigError> {
         let mut applied = target.clone();
         let overlay = env_overlay::apply(&mut applied, env, file)?;
         let mut doc = Value::Object(Map::new());

@@ -12,10 +12,10 @@
 //! [`LoadedConfig::save`] writes the config back without the environment's overrides and with `${VAR}`
 //! references as written, so secrets that live in the environment never land in the file.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use nanobot_util::EnvMap;
 use serde_json::Value;
 
 use crate::doc;
@@ -92,7 +92,7 @@ pub struct LoadedConfig {
 /// assert_eq!(loaded.config.providers.get("openai").unwrap().api_key.as_ref().unwrap().expose(), "sk-1");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn load(path: &Path, env: &BTreeMap<String, String>) -> Result<LoadedConfig, ConfigError> {
+pub fn load(path: &Path, env: &EnvMap) -> Result<LoadedConfig, ConfigError> {
     match std::fs::read_to_string(path) {
         Ok(text) => load_str(&text, path, env),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -111,11 +111,7 @@ pub fn load(path: &Path, env: &BTreeMap<String, String>) -> Result<LoadedConfig,
 
 /// Like [`load`], with the file's text given; `path` names it in errors and is where [`LoadedConfig::save`]
 /// writes.
-pub fn load_str(
-    text: &str,
-    path: &Path,
-    env: &BTreeMap<String, String>,
-) -> Result<LoadedConfig, ConfigError> {
+pub fn load_str(text: &str, path: &Path, env: &EnvMap) -> Result<LoadedConfig, ConfigError> {
     // A UTF-8 byte-order mark (Windows editors write one) is not JSON but is accepted, as Python's loader does.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let raw: Value = serde_json::from_str(text).map_err(|source| ConfigError::Json {
@@ -127,11 +123,7 @@ pub fn load_str(
     load_value(raw, path, env)
 }
 
-fn load_value(
-    mut raw: Value,
-    path: &Path,
-    env: &BTreeMap<String, String>,
-) -> Result<LoadedConfig, ConfigError> {
+fn load_value(mut raw: Value, path: &Path, env: &EnvMap) -> Result<LoadedConfig, ConfigError> {
     if !raw.is_object() {
         return Err(ConfigError::InvalidValue {
             field: String::new(),

@@ -50,7 +50,7 @@ impl ClientHandler for NanobotClient {
 /// Everything `connect` needs besides the server's own settings.
 pub(crate) struct ConnectEnv<'a> {
     pub(crate) http: &'a reqwest::Client,
-    pub(crate) parent_env: &'a BTreeMap<String, String>,
+    pub(crate) parent_env: &'a nanobot_util::EnvMap,
     pub(crate) guard: &'a SsrfGuard,
     pub(crate) connect_timeout: Duration,
 }

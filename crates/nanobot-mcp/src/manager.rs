@@ -1,6 +1,6 @@
 //! [`McpManager`]: every configured server, connected lazily and concurrently.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -33,7 +33,7 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct McpOptions {
     /// The parent process environment; stdio servers get only its harmless part
     /// ([`crate::INHERITED_ENV`]) plus their configured `env`.
-    pub parent_env: BTreeMap<String, String>,
+    pub parent_env: nanobot_util::EnvMap,
     /// Where images returned by tools are saved (`None`: described in text, not saved).
     pub media_dir: Option<PathBuf>,
     /// Checks every HTTP server URL; `tools.ssrfWhitelist` CIDRs pass.
@@ -53,7 +53,7 @@ pub struct McpOptions {
 impl std::fmt::Debug for McpOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("McpOptions")
-            .field("parent_env", &self.parent_env.keys().collect::<Vec<_>>())
+            .field("parent_env", &self.parent_env)
             .field("media_dir", &self.media_dir)
             .field("ssrf", &self.ssrf)
             .field("http_client", &self.http_client.is_some())
@@ -67,7 +67,7 @@ impl std::fmt::Debug for McpOptions {
 impl Default for McpOptions {
     fn default() -> Self {
         Self {
-            parent_env: BTreeMap::new(),
+            parent_env: nanobot_util::EnvMap::new(),
             media_dir: None,
             ssrf: SsrfGuard::default(),
             http_client: None,
@@ -590,7 +590,7 @@ mod tests {
     #[test]
     fn options_debug_hides_environment_values() {
         let opts = McpOptions {
-            parent_env: [("OPENAI_API_KEY".to_owned(), "sk-parent-secret".to_owned())].into(),
+            parent_env: nanobot_util::EnvMap::from_iter([("OPENAI_API_KEY", "sk-parent-secret")]),
             ..McpOptions::default()
         };
         let dbg = format!("{opts:?}");

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use nanobot_config::{AgentDefaults, Config, ProviderRetryMode, ProvidersConfig, TimeoutsConfig};
+use nanobot_util::EnvMap;
 
 use crate::Provider;
 use crate::ProviderError;
@@ -72,7 +73,7 @@ pub struct ProviderFactory {
     providers: ProvidersConfig,
     forced: String,
     fallback_models: Vec<String>,
-    env: HashMap<String, String>,
+    env: EnvMap,
     timeouts: Option<Timeouts>,
     configured: TimeoutsConfig,
     retry: RetryPolicy,
@@ -85,7 +86,7 @@ pub struct ProviderFactory {
 impl ProviderFactory {
     /// A factory for this configuration. `env` supplies `OPENAI_API_KEY` and friends when the config has no
     /// key (pass `std::env::vars().collect()` from a binary, a map in tests).
-    pub fn new(providers: &ProvidersConfig, defaults: &AgentDefaults, env: HashMap<String, String>) -> Self {
+    pub fn new(providers: &ProvidersConfig, defaults: &AgentDefaults, env: impl Into<EnvMap>) -> Self {
         let mut retry = RetryPolicy::default();
         if defaults.provider_retry_mode == ProviderRetryMode::Persistent {
             retry.max_retries = 10;
@@ -94,7 +95,7 @@ impl ProviderFactory {
             providers: providers.clone(),
             forced: defaults.provider.clone(),
             fallback_models: defaults.fallback_models.clone(),
-            env,
+            env: env.into(),
             timeouts: None,
             configured: defaults.timeouts.clone(),
             retry,
@@ -348,7 +349,7 @@ impl ProviderFactory {
 pub fn resolve_provider(
     config: &Config,
     model: &str,
-    env: &HashMap<String, String>,
+    env: &EnvMap,
 ) -> Result<Arc<dyn Provider>, ProviderError> {
     let defaults = &config.agents.defaults;
     let model = if model.is_empty() {

@@ -1,9 +1,8 @@
 //! The provider registry: a data table of [`ProviderSpec`]s (mirroring the Python nanobot's
 //! `providers/registry.py`) and the rules that match a model to a provider.
 
-use std::collections::HashMap;
-
 use nanobot_config::{ProviderConfig, ProvidersConfig, normalize_name};
+use nanobot_util::EnvMap;
 
 use crate::ProviderError;
 use crate::shaping::ThinkingStyle;
@@ -442,7 +441,7 @@ pub struct MatchInput<'a> {
     /// `agents.defaults.provider` (`"auto"` or empty: match by model).
     pub forced: &'a str,
     /// The environment (for `OPENAI_API_KEY` and friends).
-    pub env: &'a HashMap<String, String>,
+    pub env: &'a EnvMap,
 }
 
 impl MatchInput<'_> {
@@ -462,7 +461,7 @@ impl MatchInput<'_> {
         let spec = spec?;
         spec.env_keys
             .iter()
-            .find_map(|v| self.env.get(*v).filter(|s| !s.trim().is_empty()).cloned())
+            .find_map(|v| self.env.non_empty(v).map(str::to_owned))
     }
 
     fn has_key(&self, spec: &ProviderSpec) -> bool {

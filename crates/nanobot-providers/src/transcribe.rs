@@ -1,10 +1,10 @@
 //! Voice to text for channels: OpenAI-style Whisper endpoints (Groq, OpenAI) behind [`Transcriber`].
 
-use std::collections::HashMap;
 use std::fmt;
 
 use async_trait::async_trait;
 use nanobot_config::Config;
+use nanobot_util::EnvMap;
 use serde_json::Value;
 
 use crate::ProviderError;
@@ -159,7 +159,7 @@ impl Transcriber for WhisperTranscriber {
 /// transcription is disabled or no key is available.
 pub fn transcriber_from_config(
     config: &Config,
-    env: &HashMap<String, String>,
+    env: &EnvMap,
 ) -> Result<Option<WhisperTranscriber>, ProviderError> {
     let t = &config.transcription;
     if !t.enabled {
@@ -177,7 +177,7 @@ pub fn transcriber_from_config(
         .and_then(|b| b.api_key.as_ref())
         .filter(|k| !k.is_empty())
         .map(|k| k.expose().to_owned())
-        .or_else(|| spec.and_then(|s| s.env_keys.iter().find_map(|v| env.get(*v).cloned())));
+        .or_else(|| spec.and_then(|s| s.env_keys.iter().find_map(|v| env.get(v).map(str::to_owned))));
     let Some(key) = key.filter(|k| !k.is_empty()) else {
         return Ok(None);
     };

@@ -1,36 +1,24 @@
 //! [`Environment`]: the process facts the agent may use, discovered once, the same way for every binary.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use nanobot_config::env_vars;
 use nanobot_config::paths::{NanobotPaths, expand_tilde};
+use nanobot_util::EnvMap;
 
 /// What the binaries pass in instead of letting a library read the process: the home directory, the
 /// environment as a map, and the config file path when it is not the default.
 ///
 /// Build it with [`Environment::discover`] (from a map: tests, embedders) or [`Environment::from_process`]
 /// (binaries only). `Debug` lists the variables' names only: their values include API keys.
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Environment {
     /// The user's home directory.
     pub home: PathBuf,
     /// Environment variables (`std::env::vars().collect()` in a binary, a map in tests).
-    pub vars: HashMap<String, String>,
+    pub vars: EnvMap,
     /// `--config` or `NANOBOT_CONFIG` when given (absolute).
     pub config_path: Option<PathBuf>,
-}
-
-impl std::fmt::Debug for Environment {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut names: Vec<&str> = self.vars.keys().map(String::as_str).collect();
-        names.sort_unstable();
-        f.debug_struct("Environment")
-            .field("home", &self.home)
-            .field("vars", &names)
-            .field("config_path", &self.config_path)
-            .finish()
-    }
 }
 
 /// The home directory named by `vars`: `HOME`, else `USERPROFILE`, else the current directory (`.`).
@@ -70,18 +58,19 @@ where
 
 impl Environment {
     /// An environment with this home and variables (the default config path).
-    pub fn new(home: impl Into<PathBuf>, vars: HashMap<String, String>) -> Self {
+    pub fn new(home: impl Into<PathBuf>, vars: impl Into<EnvMap>) -> Self {
         Self {
             home: home.into(),
-            vars,
+            vars: vars.into(),
             config_path: None,
         }
     }
 
     /// The one discovery every binary uses: home from `HOME`/`USERPROFILE`, the config from `config_flag` or
     /// `NANOBOT_CONFIG` (made absolute against `cwd`).
-    pub fn discover(vars: HashMap<String, String>, cwd: &Path, config_flag: Option<&Path>) -> Self {
-        let get = |k: &str| vars.get(k).map(String::as_str);
+    pub fn discover(vars: impl Into<EnvMap>, cwd: &Path, config_flag: Option<&Path>) -> Self {
+        let vars: EnvMap = vars.into();
+        let get = |k: &str| vars.get(k);
         let home = home_from_vars(get);
         let config_path = explicit_config_path(config_flag, get, &home, cwd);
         Self {
@@ -94,7 +83,7 @@ impl Environment {
     /// [`Environment::discover`] over the real process (variables and current directory). Binaries only.
     pub fn from_process(config_flag: Option<&Path>) -> Self {
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-        Self::discover(std::env::vars().collect(), &cwd, config_flag)
+        Self::discover(std::env::vars().collect::<EnvMap>(), &cwd, config_flag)
     }
 
     /// The nanobot paths of this environment.
@@ -112,10 +101,7 @@ mod tests {
 
     #[test]
     fn debug_shows_names_not_values() {
-        let env = Environment::new(
-            "/home/u",
-            HashMap::from([("OPENAI_API_KEY".to_owned(), "sk-SEKRIT".to_owned())]),
-        );
+        let env = Environment::new("/home/u", EnvMap::from_iter([("OPENAI_API_KEY", "sk-SEKRIT")]));
         let dbg = format!("{env:?}");
         assert!(
             dbg.contains("OPENAI_API_KEY") && !dbg.contains("sk-SEKRIT"),
@@ -125,10 +111,7 @@ mod tests {
 
     #[test]
     fn discovery_prefers_the_flag_then_nanobot_config_and_resolves_relative_paths() {
-        let vars = HashMap::from([
-            ("HOME".to_owned(), "/home/u".to_owned()),
-            ("NANOBOT_CONFIG".to_owned(), "conf/env.json".to_owned()),
-        ]);
+        let vars = EnvMap::from_iter([("HOME", "/home/u"), ("NANOBOT_CONFIG", "conf/env.json")]);
         let cwd = Path::new("/srv/bot");
         let env = Environment::discover(vars.clone(), cwd, None);
         assert_eq!(env.home, Path::new("/home/u"));
@@ -142,8 +125,8 @@ mod tests {
         let mut no_home = vars;
         no_home.remove("HOME");
         no_home.remove("NANOBOT_CONFIG");
-        no_home.insert("USERPROFILE".into(), "C:/Users/u".into());
-        no_home.insert("NANOBOT_CONFIG".into(), "  ".into());
+        no_home.insert("USERPROFILE", "C:/Users/u");
+        no_home.insert("NANOBOT_CONFIG", "  ");
         let env = Environment::discover(no_home, cwd, None);
         assert_eq!(env.home, Path::new("C:/Users/u"));
         assert_eq!(env.config_path, None, "a blank NANOBOT_CONFIG is ignored");

@@ -1,7 +1,6 @@
 //! Config → agent: `config.json` (the Python-compatible schema) turned into the typed settings, tools, skills,
 //! memory, MCP servers and cron store `nanobot-core` takes.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -140,11 +139,7 @@ pub fn exec_settings(config: &Config, env: &Environment) -> ExecSettings {
         allow_patterns: exec.allow_patterns.clone(),
         deny_patterns: exec.deny_patterns.clone(),
         restrict_to_workspace: config.tools.restrict_to_workspace,
-        parent_env: env
-            .vars
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect::<BTreeMap<_, _>>(),
+        parent_env: env.vars.clone(),
         ..ExecSettings::default()
     }
 }
@@ -316,7 +311,7 @@ pub fn agent_builder(
     #[cfg(feature = "mcp")]
     if !config.tools.mcp_servers.is_empty() {
         let opts = nanobot_mcp::McpOptions {
-            parent_env: env.vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            parent_env: env.vars.clone(),
             media_dir: Some(env.paths().media_dir(Some("mcp"))),
             ssrf: ssrf_guard(config)?,
             ..nanobot_mcp::McpOptions::default()

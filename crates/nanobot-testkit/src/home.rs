@@ -1,6 +1,5 @@
 //! A temporary HOME with a `.nanobot/` config dir and a workspace.
 
-use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -108,13 +107,10 @@ impl TempHome {
     }
 
     /// An environment map pointing at this home: `HOME`, and `NANOBOT_TEST_ROOT` (the temp root).
-    pub fn env(&self) -> HashMap<String, String> {
-        HashMap::from([
-            ("HOME".to_owned(), self.home.to_string_lossy().into_owned()),
-            (
-                "NANOBOT_TEST_ROOT".to_owned(),
-                self.root().to_string_lossy().into_owned(),
-            ),
+    pub fn env(&self) -> nanobot_util::EnvMap {
+        nanobot_util::EnvMap::from_iter([
+            ("HOME", self.home.to_string_lossy().into_owned()),
+            ("NANOBOT_TEST_ROOT", self.root().to_string_lossy().into_owned()),
         ])
     }
 }

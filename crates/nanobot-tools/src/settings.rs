@@ -3,7 +3,6 @@
 //! This crate does not read configuration: the agent core resolves `config.json` and fills these
 //! structs. Each field names the config key it corresponds to.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -89,7 +88,7 @@ pub struct ExecSettings {
     pub restrict_to_workspace: bool,
     /// The parent's environment (the binary passes `std::env::vars()`); the child gets only
     /// `HOME`, `LANG`, `TERM`, `PATH` and `allowed_env_keys` from it.
-    pub parent_env: BTreeMap<String, String>,
+    pub parent_env: nanobot_util::EnvMap,
     /// Output cap in characters (10,000 as in the Python nanobot).
     pub max_output_chars: usize,
 }
@@ -111,7 +110,7 @@ impl std::fmt::Debug for ExecSettings {
             .field("allow_patterns", &self.allow_patterns)
             .field("deny_patterns", &self.deny_patterns)
             .field("restrict_to_workspace", &self.restrict_to_workspace)
-            .field("parent_env", &self.parent_env.keys().collect::<Vec<_>>())
+            .field("parent_env", &self.parent_env)
             .field("max_output_chars", &self.max_output_chars)
             .finish()
     }
@@ -134,7 +133,7 @@ impl Default for ExecSettings {
             allow_patterns: Vec::new(),
             deny_patterns: Vec::new(),
             restrict_to_workspace: false,
-            parent_env: BTreeMap::new(),
+            parent_env: nanobot_util::EnvMap::new(),
             max_output_chars: 10_000,
         }
     }
@@ -296,8 +295,7 @@ mod tests {
     #[test]
     fn debug_shows_the_environment_names_never_the_values() {
         let mut s = ExecSettings::default();
-        s.parent_env
-            .insert("OPENAI_API_KEY".into(), "sk-live-SEKRIT".into());
+        s.parent_env.insert("OPENAI_API_KEY", "sk-live-SEKRIT");
         let shown = format!("{s:?}");
         assert!(shown.contains("OPENAI_API_KEY"), "{shown}");
         assert!(!shown.contains("SEKRIT"), "{shown}");

@@ -36,6 +36,11 @@ impl EnvMap {
         self.0.insert(name.into(), value.into())
     }
 
+    /// Unsets `name` (in this map only), returning its value.
+    pub fn remove(&mut self, name: &str) -> Option<String> {
+        self.0.remove(name)
+    }
+
     /// The variables in name order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
@@ -66,6 +71,31 @@ impl fmt::Debug for EnvMap {
 impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for EnvMap {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
         Self(iter.into_iter().map(|(k, v)| (k.into(), v.into())).collect())
+    }
+}
+
+impl IntoIterator for EnvMap {
+    type Item = (String, String);
+    type IntoIter = std::collections::btree_map::IntoIter<String, String>;
+
+    /// The variables in name order (for `Command::envs`, say).
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a EnvMap {
+    type Item = (&'a String, &'a String);
+    type IntoIter = std::collections::btree_map::Iter<'a, String, String>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl<K: Into<String>, V: Into<String>> Extend<(K, V)> for EnvMap {
+    fn extend<I: IntoIterator<Item = (K, V)>>(&mut self, iter: I) {
+        self.0.extend(iter.into_iter().map(|(k, v)| (k.into(), v.into())));
     }
 }
 

@@ -1,9 +1,10 @@
 //! `channels.whatsapp` as written in `config.json` ([`WhatsAppConfig`]) and resolved ([`WhatsAppSettings`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use nanobot_channels::GroupPolicy;
+use nanobot_util::EnvMap;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::WhatsAppError;
@@ -115,11 +116,11 @@ impl BridgeSettings {
     /// Applies nanobot's environment (passed in): the inherited variables ([`BRIDGE_INHERITED_VARS`]) and the
     /// overrides [`NODE_VAR`], [`NODE_MODULES_VAR`] and [`SOCKET_MODULE_VAR`].
     #[must_use]
-    pub fn with_environment(mut self, vars: &HashMap<String, String>) -> Self {
+    pub fn with_environment(mut self, vars: &EnvMap) -> Self {
         let set = |k: &str| vars.get(k).filter(|v| !v.is_empty());
         for k in BRIDGE_INHERITED_VARS {
             if let Some(v) = set(k) {
-                self.env.push(((*k).to_string(), v.clone()));
+                self.env.push(((*k).to_string(), v.to_owned()));
             }
         }
         if let Some(node) = set(NODE_VAR) {
@@ -131,7 +132,7 @@ impl BridgeSettings {
         if let Some(m) = set(SOCKET_MODULE_VAR) {
             self.socket_module = Some(PathBuf::from(m));
             if let Some(c) = set(TEST_CONTROL_VAR) {
-                self.env.push((TEST_CONTROL_VAR.to_string(), c.clone()));
+                self.env.push((TEST_CONTROL_VAR.to_string(), c.to_owned()));
             }
         }
         self
@@ -317,16 +318,13 @@ mod tests {
 
     #[test]
     fn the_bridge_gets_only_the_environment_it_needs() {
-        let vars: HashMap<String, String> = [
+        let vars = EnvMap::from_iter([
             ("PATH", "/usr/bin"),
             ("OPENAI_API_KEY", "sk-SECRET"),
             ("HTTPS_PROXY", "http://proxy:3128"),
             (NODE_VAR, "/opt/node/bin/node"),
             (TEST_CONTROL_VAR, "127.0.0.1:1"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+        ]);
         let b = BridgeSettings::in_data_dir(Path::new("/d")).with_environment(&vars);
         assert_eq!(b.node, Path::new("/opt/node/bin/node"));
         assert_eq!(b.dir, Path::new("/d/whatsapp/bridge"));

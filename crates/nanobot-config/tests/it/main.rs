@@ -12,7 +12,7 @@ mod roundtrip;
 mod schema;
 mod secrets;
 
-use std::collections::BTreeMap;
+use nanobot_util::EnvMap;
 use std::path::{Path, PathBuf};
 
 /// `shared/fixtures/python-nanobot/config.json`, found in an ancestor of the crate (`shared/` sits beside the
@@ -30,11 +30,8 @@ pub(crate) fn fixture_value() -> serde_json::Value {
 }
 
 /// An environment map from pairs.
-pub(crate) fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
+pub(crate) fn env(pairs: &[(&str, &str)]) -> EnvMap {
+    pairs.iter().copied().collect()
 }
 
 /// Writes `text` as `config.json` in a new temp dir.

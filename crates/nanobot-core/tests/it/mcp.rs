@@ -1,7 +1,5 @@
 //! An agent turn calling a tool of the real MCP `server-everything` (stdio) through nanobot-mcp.
 
-use std::collections::BTreeMap;
-
 use nanobot_core::AgentLoop;
 use nanobot_mcp::{McpManager, McpOptions, RawServer, ServerSpec};
 use nanobot_testkit::{MockLlm, MockReply, TempHome, peers};
@@ -27,7 +25,7 @@ async fn agent_calls_mcp_everything_echo() {
         },
     )
     .unwrap();
-    let parent_env: BTreeMap<String, String> = std::env::var("PATH")
+    let parent_env: nanobot_util::EnvMap = std::env::var("PATH")
         .map(|p| ("PATH".to_owned(), p))
         .into_iter()
         .collect();

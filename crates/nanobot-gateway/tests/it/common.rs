@@ -38,8 +38,7 @@ fn merge(into: &mut Value, patch: Value) {
 pub(crate) fn options(home: &TempHome, mock: &MockLlm, patch: Value) -> GatewayOptions {
     let cfg = config_json(home, mock, patch);
     let path = home.write_config(&cfg);
-    let vars: BTreeMap<String, String> = home.env().into_iter().collect();
-    let loaded = nanobot_config::load_str(&cfg.to_string(), &path, &vars).unwrap();
+    let loaded = nanobot_config::load_str(&cfg.to_string(), &path, &home.env()).unwrap();
     let mut env = nanobot_runtime::Environment::new(home.home(), home.env());
     env.config_path = Some(path);
     GatewayOptions::gateway(loaded.config, env)

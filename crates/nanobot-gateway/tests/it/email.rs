@@ -71,9 +71,7 @@ async fn an_allowed_senders_mail_is_answered_in_its_thread_and_a_strangers_is_no
     }}});
     let mut opts = options(&home, &mock, patch);
     // The test CA, passed in through the gateway's environment (the process environment is never touched).
-    opts.env
-        .vars
-        .insert("SSL_CERT_FILE".into(), p.ca.display().to_string());
+    opts.env.vars.insert("SSL_CERT_FILE", p.ca.display().to_string());
     let gw = Gateway::start(opts).await?;
 
     let replies = p

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 
 #[cfg(unix)]
+use nanobot_util::EnvMap;
 use process_wrap::tokio::ProcessGroup;
 use process_wrap::tokio::{CommandWrap, KillOnDrop};
 use rmcp::transport::TokioChildProcess;
@@ -36,14 +37,11 @@ pub const INHERITED_ENV: &[&str] = &[
 
 /// The environment a stdio server starts with: the allowed subset of `parent`, then `configured`
 /// on top (configured values win).
-pub fn child_env(
-    parent: &BTreeMap<String, String>,
-    configured: &BTreeMap<String, String>,
-) -> BTreeMap<String, String> {
+pub fn child_env(parent: &EnvMap, configured: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     let mut env: BTreeMap<String, String> = parent
         .iter()
-        .filter(|(k, _)| INHERITED_ENV.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .filter(|(k, _)| INHERITED_ENV.contains(k))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
     env.extend(configured.iter().map(|(k, v)| (k.clone(), v.clone())));
     env
@@ -100,15 +98,12 @@ mod tests {
 
     #[test]
     fn env_is_scrubbed_then_configured() {
-        let parent: BTreeMap<String, String> = [
+        let parent = EnvMap::from_iter([
             ("PATH", "/usr/bin"),
             ("HOME", "/home/u"),
             ("OPENAI_API_KEY", "sk-parent"),
             ("TELEGRAM_TOKEN", "t"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
+        ]);
         let configured: BTreeMap<String, String> = [("BRAVE_API_KEY", "b"), ("HOME", "/srv")]
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v.to_owned()))

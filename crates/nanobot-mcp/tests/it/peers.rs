@@ -1,6 +1,5 @@
 //! Finding and running the peer programs the tests talk to.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -87,7 +86,7 @@ pub fn start_http_peer(entry: &Path, mode: &str, port: u16) -> Peer {
 }
 
 /// The real parent environment (tests may read it; they never change it).
-pub fn parent_env() -> BTreeMap<String, String> {
+pub fn parent_env() -> nanobot_util::EnvMap {
     std::env::vars().collect()
 }
 

@@ -1,6 +1,6 @@
 //! From configuration to a working provider, over real HTTP.
 
-use std::collections::HashMap;
+use nanobot_util::EnvMap;
 
 use nanobot_config::Config;
 use nanobot_providers::{
@@ -23,7 +23,7 @@ async fn custom_endpoint_from_config_answers() {
         "providers": {"custom": {"apiBase": mock.openai_base_url(), "extraHeaders": {"X-App": "nb"},
             "extraBody": {"top_p": 0.5}, "extraQuery": {"api-version": "2024-10-21"}}}
     }));
-    let p = resolve_provider(&cfg, "", &HashMap::new()).unwrap();
+    let p = resolve_provider(&cfg, "", &EnvMap::new()).unwrap();
     let r = p
         .chat(ChatRequest::new("local-model", vec![ChatMessage::user("hi")]))
         .await
@@ -42,7 +42,7 @@ async fn anthropic_api_type_and_env_key() {
     let mock = MockLlm::start().await;
     mock.push(MockReply::text("claude says hi"));
     let cfg = config(json!({"providers": {"anthropic": {"apiBase": mock.anthropic_base_url()}}}));
-    let env = HashMap::from([("ANTHROPIC_API_KEY".to_owned(), "sk-ant-from-env".to_owned())]);
+    let env = EnvMap::from_iter([("ANTHROPIC_API_KEY".to_owned(), "sk-ant-from-env".to_owned())]);
     let f = ProviderFactory::new(&cfg.providers, &cfg.agents.defaults, env.clone());
     let resolved = f.resolve("anthropic/claude-opus-4-5").unwrap();
     assert_eq!(resolved.backend, Backend::Anthropic);
@@ -63,7 +63,7 @@ async fn anthropic_api_type_and_env_key() {
 #[test]
 fn missing_key_error_names_provider_and_variable() {
     let cfg = config(json!({}));
-    let err = resolve_provider(&cfg, "anthropic/claude-opus-4-5", &HashMap::new()).unwrap_err();
+    let err = resolve_provider(&cfg, "anthropic/claude-opus-4-5", &EnvMap::new()).unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, ProviderError::MissingApiKey { .. }), "{err:?}");
     assert!(
@@ -72,18 +72,18 @@ fn missing_key_error_names_provider_and_variable() {
             && msg.contains("ANTHROPIC_API_KEY"),
         "{msg}"
     );
-    let err = resolve_provider(&cfg, "some-model", &HashMap::new())
+    let err = resolve_provider(&cfg, "some-model", &EnvMap::new())
         .unwrap_err()
         .to_string();
     assert!(err.contains("apiKey"), "{err}");
     // A forced provider without a key says so too.
     let cfg = config(json!({"agents": {"defaults": {"provider": "lmStudio"}}, "providers": {}}));
     assert!(
-        resolve_provider(&cfg, "x", &HashMap::new()).is_ok(),
+        resolve_provider(&cfg, "x", &EnvMap::new()).is_ok(),
         "local providers need no key"
     );
     let cfg = config(json!({"providers": {"vllm": {}}}));
-    let err = ProviderFactory::new(&cfg.providers, &cfg.agents.defaults, HashMap::new())
+    let err = ProviderFactory::new(&cfg.providers, &cfg.agents.defaults, EnvMap::new())
         .resolve("vllm/x")
         .unwrap_err();
     assert!(err.to_string().contains("providers.vllm.apiBase"), "{err}");
@@ -102,7 +102,7 @@ async fn fallback_models_from_config() {
             "myProxy": {"apiKey": "k2", "apiBase": mock.openai_base_url()}
         }
     }));
-    let p = resolve_provider(&cfg, "", &HashMap::new()).unwrap();
+    let p = resolve_provider(&cfg, "", &EnvMap::new()).unwrap();
     let r = p
         .chat(ChatRequest::new(
             "deepseek/deepseek-chat",
@@ -121,7 +121,7 @@ async fn fallback_models_from_config() {
 fn bad_proxy_is_a_clear_config_error_and_all_python_blocks_load() {
     nanobot_providers::install_ring();
     let cfg = config(json!({"providers": {"openai": {"apiKey": "sk", "proxy": "http://[::1"}}}));
-    let err = resolve_provider(&cfg, "gpt-4o", &HashMap::new())
+    let err = resolve_provider(&cfg, "gpt-4o", &EnvMap::new())
         .unwrap_err()
         .to_string();
     assert!(err.contains("providers.openai.proxy"), "{err}");
@@ -133,11 +133,11 @@ fn bad_proxy_is_a_clear_config_error_and_all_python_blocks_load() {
     ))
     .unwrap();
     let cfg: Config = serde_json::from_str(&text).unwrap();
-    let err = resolve_provider(&cfg, "anthropic/claude-opus-4-5", &HashMap::new())
+    let err = resolve_provider(&cfg, "anthropic/claude-opus-4-5", &EnvMap::new())
         .unwrap_err()
         .to_string();
     assert!(err.contains("ANTHROPIC_API_KEY"), "{err}");
-    let env = HashMap::from([("OPENROUTER_API_KEY".to_owned(), "sk-or-x".to_owned())]);
+    let env = EnvMap::from_iter([("OPENROUTER_API_KEY".to_owned(), "sk-or-x".to_owned())]);
     let f = ProviderFactory::new(&cfg.providers, &cfg.agents.defaults, env);
     assert_eq!(f.resolve("anthropic/claude-opus-4-5").unwrap().name, "openrouter");
     // A vendor prefix without its own key goes through the keyed gateway, unchanged.

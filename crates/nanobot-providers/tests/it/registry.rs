@@ -1,6 +1,6 @@
 //! The model → provider matching table: one row per rule.
 
-use std::collections::HashMap;
+use nanobot_util::EnvMap;
 
 use nanobot_config::ProvidersConfig;
 use nanobot_providers::registry::{MatchInput, match_provider};
@@ -165,7 +165,7 @@ fn matching_table() {
     ];
     for row in rows {
         let providers: ProvidersConfig = serde_json::from_value(row.providers.clone()).unwrap();
-        let env: HashMap<String, String> = row
+        let env: EnvMap = row
             .env
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))

@@ -213,7 +213,7 @@ fn config_timeouts_apply_per_locality() {
     let f = nanobot_providers::ProviderFactory::new(
         &config.providers,
         &config.agents.defaults,
-        Default::default(),
+        nanobot_util::EnvMap::new(),
     );
     let local = f.timeouts_for("http://127.0.0.1:1/v1");
     assert_eq!(local.stream_idle, Duration::from_secs(7));
@@ -236,7 +236,7 @@ fn python_runtime_variables_set_the_timeouts_and_config_wins_over_them() {
         pairs
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect::<std::collections::HashMap<_, _>>()
+            .collect::<nanobot_util::EnvMap>()
     };
     let f = ProviderFactory::new(
         &config.providers,

@@ -282,26 +282,17 @@ impl ExecTool {
         let workspace = self.sandbox.workspace_real().display().to_string();
         // Under the restriction the real home is not there: the workspace is home.
         let home = match parent.get("HOME") {
-            Some(h) if !self.settings.restrict_to_workspace => h.clone(),
+            Some(h) if !self.settings.restrict_to_workspace => h.to_owned(),
             _ => workspace,
         };
         env.insert("TMPDIR".to_owned(), tmpdir.display().to_string());
         env.insert("HOME".to_owned(), home);
         env.insert(
             "LANG".to_owned(),
-            parent
-                .get("LANG")
-                .cloned()
-                .unwrap_or_else(|| "C.UTF-8".to_owned()),
+            parent.get("LANG").unwrap_or("C.UTF-8").to_owned(),
         );
-        env.insert(
-            "TERM".to_owned(),
-            parent.get("TERM").cloned().unwrap_or_else(|| "dumb".to_owned()),
-        );
-        let mut path = parent
-            .get("PATH")
-            .cloned()
-            .unwrap_or_else(|| DEFAULT_PATH.to_owned());
+        env.insert("TERM".to_owned(), parent.get("TERM").unwrap_or("dumb").to_owned());
+        let mut path = parent.get("PATH").unwrap_or(DEFAULT_PATH).to_owned();
         if !self.settings.path_prepend.is_empty() {
             path = format!("{}:{path}", self.settings.path_prepend);
         }
@@ -311,7 +302,7 @@ impl ExecTool {
         env.insert("PATH".to_owned(), path);
         for key in &self.settings.allowed_env_keys {
             if let Some(v) = parent.get(key) {
-                env.insert(key.clone(), v.clone());
+                env.insert(key.clone(), v.to_owned());
             }
         }
         env

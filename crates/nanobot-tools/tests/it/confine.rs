@@ -107,7 +107,7 @@ impl Lab {
         parent.insert("HOME".to_owned(), self.home.display().to_string());
         ExecSettings {
             restrict_to_workspace: restrict,
-            parent_env: parent,
+            parent_env: parent.into(),
             sandbox,
             data_dir: Some(self.data.clone()),
             hide_paths: vec![self.home.join(".ssh")],
@@ -633,7 +633,7 @@ async fn helper_plays_nanobot_stuck_in_exec() {
     let mut parent = BTreeMap::new();
     parent.insert("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned());
     let s = ExecSettings {
-        parent_env: parent,
+        parent_env: parent.into(),
         sandbox: ExecSandbox::Bwrap,
         data_dir: Some(home.join(".nanobot")),
         ..ExecSettings::default()

@@ -18,7 +18,7 @@ fn settings(restrict: bool) -> ExecSettings {
     ExecSettings {
         restrict_to_workspace: restrict,
         allowed_env_keys: vec!["ALLOWED_ONE".to_owned()],
-        parent_env: parent,
+        parent_env: parent.into(),
         sandbox: ExecSandbox::None,
         ..ExecSettings::default()
     }
