@@ -2,7 +2,8 @@
 # Installs the real programs the tests talk to into .ci/.peers/, pinned by .ci/peers/package-lock.json,
 # requirements.txt and nanobot-requirements.txt: MCP servers, a Telegram Bot API emulator, an OpenAI-compatible
 # mock, Slack's emulator, playwright-core (npm); the OpenAI/Anthropic SDKs, aiosmtpd, lark-oapi, dingtalk-stream
-# (PyPI); the Python nanobot 0.3.5 (its own venv); and, from Debian when missing, bubblewrap, chromium, dovecot.
+# (PyPI); the Python nanobot 0.3.5 (its own venv); and, from Debian when missing, bubblewrap, chromium, dovecot,
+# nats-server.
 # Idempotent: a second run with unchanged pins does nothing. Needs node/npm and python3 (with venv).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -60,10 +61,12 @@ fi
 # chromium: the WebUI's browser tests (playwright-core, from the npm pins, drives Debian's build).
 # dovecot-imapd: IMAP with IDLE for the e-mail channel's tests (they start their own dovecot with a generated
 # config; the system service is not used).
+# nats-server: JetStream for the durable bus's tests (nanobot-bus-nats; each test starts its own server).
 need=()
 command -v bwrap >/dev/null || need+=(bubblewrap)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 command -v dovecot >/dev/null || need+=(dovecot-imapd)
+command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || need+=(nats-server)
 if [ ${#need[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null; then
     echo "install-peers: ${need[*]} (apt)" >&2

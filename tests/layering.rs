@@ -5,6 +5,8 @@
 //!   nothing below the runtime reaches it.
 //! - Channels never reach the agent core or the LLM providers.
 //! - `nanobot-bus` and `nanobot-config` never reach an HTTP client.
+//! - `nanobot-bus-nats` (a bus on NATS) is a bus and nothing more: it never reaches the agent, the providers, the
+//!   config or a channel.
 //! - `nanobot-types` (the bottom floor) reaches no other crate of ours and no HTTP client.
 //! - Tools, sessions, memory, MCP, skills and cron never reach `nanobot-providers`: they see models only
 //!   through the conversation types and the `Provider` trait in `nanobot-types`. (Tools and MCP do use an
@@ -226,6 +228,26 @@ fn bus_and_config_never_reach_an_http_client() {
         assert!(members.contains(base), "{base} is a workspace member");
         assert_never_reaches(&edges, base, &["reqwest", "hyper", "nanobot-providers"]);
     }
+}
+
+#[test]
+fn the_nats_bus_is_only_a_bus() {
+    let (edges, members) = graph();
+    assert!(
+        members.contains("nanobot-bus-nats"),
+        "nanobot-bus-nats is a workspace member"
+    );
+    assert_never_reaches(
+        &edges,
+        "nanobot-bus-nats",
+        &[
+            "nanobot-core",
+            "nanobot-providers",
+            "nanobot-config",
+            "nanobot-channels",
+            "reqwest",
+        ],
+    );
 }
 
 #[test]

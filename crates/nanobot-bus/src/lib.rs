@@ -22,8 +22,11 @@
 //! # }
 //! ```
 
+mod delivery;
 mod memory;
 mod message;
+
+pub use delivery::{Delivery, Receipt, Settlement};
 
 pub use memory::InProcessBus;
 pub use message::{
@@ -40,6 +43,9 @@ pub enum BusError {
     /// The bus was shut down; the message was not accepted.
     #[error("the message bus is closed")]
     Closed,
+    /// A bus on a server (NATS) could not take the message; the text names the server and what failed.
+    #[error("the message bus is unavailable: {0}")]
+    Unavailable(String),
 }
 
 /// A two-way message bus: inbound messages flow to the agent, outbound messages flow to channels.
@@ -53,6 +59,13 @@ pub trait Bus: Send + Sync {
     async fn publish_inbound(&self, msg: InboundMessage) -> Result<(), BusError>;
     /// Takes the next message for the agent; `None` once the bus is closed and drained.
     async fn consume_inbound(&self) -> Option<InboundMessage>;
+    /// Takes the next message for the agent with its [`Receipt`], which the dispatcher settles once the turn
+    /// the message started has been saved ([`Settlement::Done`]) or could not run here
+    /// ([`Settlement::Retry`]: a durable bus delivers it again, to this process or another). A bus that
+    /// forgets a message once it is taken (the in-process one) gives no receipt: this default.
+    async fn consume_inbound_delivery(&self) -> Option<Delivery> {
+        self.consume_inbound().await.map(Delivery::taken)
+    }
     /// Queues a message for the channels, waiting while the outbound queue is full.
     async fn publish_outbound(&self, msg: OutboundMessage) -> Result<(), BusError>;
     /// Takes the next message for the channels; `None` once the bus is closed and drained.

@@ -29,11 +29,7 @@ pub(crate) fn providers_with_keys(config: &Config, env: &nanobot_util::EnvMap) -
         let key = registry::config_key(spec.name);
         if config.providers.get(&key).is_some_and(|b| b.has_api_key()) {
             out.push((key, KeySource::Config));
-        } else if let Some(var) = spec
-            .env_keys
-            .iter()
-            .find(|v| env.non_empty(v).is_some())
-        {
+        } else if let Some(var) = spec.env_keys.iter().find(|v| env.non_empty(v).is_some()) {
             out.push((key, KeySource::Env((*var).to_owned())));
         }
     }

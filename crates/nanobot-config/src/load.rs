@@ -79,13 +79,13 @@ pub struct LoadedConfig {
 /// A missing file gives the defaults (plus the environment), like the Python nanobot.
 ///
 /// ```
-/// use std::collections::BTreeMap;
+/// use nanobot_util::EnvMap;
 /// let dir = tempfile::tempdir()?;
 /// let path = dir.path().join("config.json");
 /// std::fs::write(&path, r#"{"providers": {"openai": {"apiKey": "${OPENAI_KEY}"}}}"#)?;
-/// let env = BTreeMap::from([
-///     ("OPENAI_KEY".to_string(), "sk-1".to_string()),
-///     ("NANOBOT_AGENTS__DEFAULTS__MODEL".to_string(), "openai/gpt-4o".to_string()),
+/// let env = EnvMap::from_iter([
+///     ("OPENAI_KEY", "sk-1"),
+///     ("NANOBOT_AGENTS__DEFAULTS__MODEL", "openai/gpt-4o"),
 /// ]);
 /// let loaded = nanobot_config::load(&path, &env)?;
 /// assert_eq!(loaded.config.agents.defaults.model, "openai/gpt-4o");

@@ -80,6 +80,10 @@ impl Bus for GatewayBus {
         self.inner.consume_inbound().await
     }
 
+    async fn consume_inbound_delivery(&self) -> Option<nanobot_bus::Delivery> {
+        self.inner.consume_inbound_delivery().await
+    }
+
     async fn publish_outbound(&self, msg: OutboundMessage) -> Result<(), BusError> {
         self.inner.publish_outbound(msg).await
     }

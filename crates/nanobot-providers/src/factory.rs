@@ -85,7 +85,7 @@ pub struct ProviderFactory {
 
 impl ProviderFactory {
     /// A factory for this configuration. `env` supplies `OPENAI_API_KEY` and friends when the config has no
-    /// key (pass `std::env::vars().collect()` from a binary, a map in tests).
+    /// key (an `EnvMap`: `std::env::vars().collect()` in a binary, a map in tests).
     pub fn new(providers: &ProvidersConfig, defaults: &AgentDefaults, env: impl Into<EnvMap>) -> Self {
         let mut retry = RetryPolicy::default();
         if defaults.provider_retry_mode == ProviderRetryMode::Persistent {

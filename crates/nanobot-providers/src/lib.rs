@@ -29,11 +29,11 @@
 //! Resolving a provider from configuration (the environment is a map, never read here):
 //!
 //! ```
-//! use std::collections::HashMap;
 //! use nanobot_providers::ProviderFactory;
+//! use nanobot_util::EnvMap;
 //!
 //! let config = nanobot_config::Config::default();
-//! let env = HashMap::from([("OPENROUTER_API_KEY".to_string(), "sk-or-test".to_string())]);
+//! let env = EnvMap::from_iter([("OPENROUTER_API_KEY", "sk-or-test")]);
 //! let factory = ProviderFactory::new(&config.providers, &config.agents.defaults, env);
 //! let resolved = factory.resolve("anthropic/claude-opus-4-5").unwrap();
 //! assert_eq!(resolved.name, "openrouter"); // the only provider with a key

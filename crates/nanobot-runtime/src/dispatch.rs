@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use nanobot_bus::{Bus, InboundMessage};
-use nanobot_core::{AgentLoop, CoreError, SystemJob, TurnReply};
+use nanobot_bus::{Bus, InboundMessage, Receipt, Settlement};
+use nanobot_core::{AgentLoop, CoreError, StopReason, SystemJob, TurnReply};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -27,25 +27,43 @@ pub trait TurnWatch: Send {
 }
 
 /// Hands `msg` to the agent and tracks its turn in `tracker`. The message is queued in its session before this
-/// returns, so messages keep the order they were taken in.
+/// returns, so messages keep the order they were taken in. A durable bus's `receipt` is settled when the turn is
+/// over: done once the turn has been saved (or failed for good), retried when the agent stopped before running it.
 pub(crate) fn submit_tracked(
     agent: &AgentLoop,
     observer: Option<&Arc<dyn TurnObserver>>,
     tracker: &TaskTracker,
     msg: InboundMessage,
+    receipt: Option<Box<dyn Receipt>>,
 ) {
     let watch = observer.map(|o| o.turn_started(&msg));
     let channel = msg.channel.clone();
     let turn = agent.submit(msg);
+    let agent = agent.clone();
     tracker.spawn(async move {
         let result = turn.await;
         if let Err(e) = &result {
             tracing::warn!(channel = %channel, error = %e, "turn failed");
         }
+        if let Some(receipt) = receipt {
+            receipt.settle(settlement(&agent, &result)).await;
+        }
         if let Some(w) = watch {
             w.finished(&result);
         }
     });
+}
+
+/// How a durable bus should settle a turn's message: again elsewhere when this agent stopped before the turn
+/// could finish (queued and never run, or cancelled by the shutdown rather than by the user's `/stop`), else done.
+fn settlement(agent: &AgentLoop, result: &Result<TurnReply, CoreError>) -> Settlement {
+    match result {
+        Err(CoreError::Stopped) => Settlement::Retry,
+        Ok(reply) if reply.stop_reason == Some(StopReason::Cancelled) && agent.is_shut_down() => {
+            Settlement::Retry
+        }
+        _ => Settlement::Done,
+    }
 }
 
 /// Consumes inbound messages until `accept` fires (or the bus closes), then hands over what was already
@@ -61,16 +79,20 @@ pub(crate) async fn dispatch(
         let msg = tokio::select! {
             biased;
             () = accept.cancelled() => break,
-            m = bus.consume_inbound() => match m {
+            m = bus.consume_inbound_delivery() => match m {
                 Some(m) => m,
                 None => return,
             },
         };
-        submit_tracked(&agent, observer.as_ref(), &tracker, msg);
+        let (msg, receipt) = msg.into_parts();
+        submit_tracked(&agent, observer.as_ref(), &tracker, msg, receipt);
     }
     while bus.inbound_len() > 0 {
-        match bus.consume_inbound().await {
-            Some(m) => submit_tracked(&agent, observer.as_ref(), &tracker, m),
+        match bus.consume_inbound_delivery().await {
+            Some(d) => {
+                let (msg, receipt) = d.into_parts();
+                submit_tracked(&agent, observer.as_ref(), &tracker, msg, receipt);
+            }
             None => break,
         }
     }

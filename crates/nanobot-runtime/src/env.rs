@@ -15,7 +15,7 @@ use nanobot_util::EnvMap;
 pub struct Environment {
     /// The user's home directory.
     pub home: PathBuf,
-    /// Environment variables (`std::env::vars().collect()` in a binary, a map in tests).
+    /// Environment variables (`std::env::vars().collect()` in a binary, a map in tests); `Debug` shows names only.
     pub vars: EnvMap,
     /// `--config` or `NANOBOT_CONFIG` when given (absolute).
     pub config_path: Option<PathBuf>,

@@ -12,11 +12,11 @@
 //! outside [`Environment::from_process`] (which only binaries call).
 //!
 //! ```
-//! use std::collections::HashMap;
 //! use std::path::Path;
 //! use nanobot_runtime::Environment;
+//! use nanobot_util::EnvMap;
 //!
-//! let vars = HashMap::from([("HOME".to_owned(), "/home/me".to_owned())]);
+//! let vars = EnvMap::from_iter([("HOME", "/home/me")]);
 //! let env = Environment::discover(vars, Path::new("/srv"), Some(Path::new("bot.json")));
 //! assert_eq!(env.paths().config_path(), Path::new("/srv/bot.json"));
 //!

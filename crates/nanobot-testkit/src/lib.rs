@@ -92,6 +92,7 @@ mod render;
 mod reply;
 mod request;
 
+pub mod nats;
 pub mod peers;
 pub mod secrets;
 pub mod sse;

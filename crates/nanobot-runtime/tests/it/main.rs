@@ -4,5 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 mod config;
+mod durable_bus;
 mod exec_confinement;
 mod system_jobs;

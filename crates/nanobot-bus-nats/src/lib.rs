@@ -1,0 +1,575 @@
+//! A durable [`nanobot_bus::Bus`] on NATS JetStream, so several gateway replicas share one queue and a message
+//! outlives the replica that was answering it.
+//!
+//! # How messages flow
+//! - **Inbound** messages are published to `<prefix>.in.<partition>` on a file-backed work-queue stream
+//!   (`<STREAM>_IN`); the partition is a stable hash of the session key, so one session always lands in one
+//!   partition.
+//! - Each partition has **one durable pull consumer with at most one message in flight** (`max_ack_pending = 1`).
+//!   Every replica pulls from every partition, but the server hands a partition's next message out only when the
+//!   previous one is acknowledged: a session's turns run one at a time and in order, whichever replica runs them,
+//!   and sessions in different partitions run in parallel (as many at once as there are partitions).
+//! - A taken message comes as a [`nanobot_bus::Delivery`] whose receipt the dispatcher settles when the turn it
+//!   started has been saved: [`Settlement::Done`] acknowledges it (the work queue then deletes it),
+//!   [`Settlement::Retry`] asks for redelivery. While the turn runs, the receipt tells the server the work is in
+//!   progress every half acknowledgement wait; a replica that dies stops doing so, and the message is delivered
+//!   again once the wait runs out.
+//! - Publishing sets `Nats-Msg-Id` from the channel's own message id (`metadata.message_id`), so a channel that
+//!   delivers the same message twice within the duplicate window (a webhook retried, a poll repeated after a
+//!   restart) has it stored once.
+//! - **Outbound** messages go to `<prefix>.out.<channel>` on a second work-queue stream (`<STREAM>_OUT`), read by
+//!   one durable consumer and acknowledged when taken.
+//!
+//! What this crate does not do yet (see `docs/scaling.md`): remember which messages already produced an answer
+//! (a turn interrupted after its reply was sent is answered again on redelivery), route outbound messages to the
+//! replica holding a channel, and lease the channels that must be unique.
+//!
+//! Every wait is bounded: connecting by [`NatsBusSettings::connect_timeout`], JetStream requests and publish
+//! acknowledgements by [`NatsBusSettings::request_timeout`].
+
+mod settings;
+
+pub use settings::NatsBusSettings;
+
+use std::hash::Hasher;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, AckKind, consumer, stream};
+use async_trait::async_trait;
+use futures::StreamExt as _;
+use nanobot_bus::{Bus, BusError, Delivery, InboundMessage, OutboundMessage, Receipt, Settlement};
+use nanobot_util::Backoff;
+use tokio::sync::{Mutex, mpsc};
+use tokio_util::sync::CancellationToken;
+
+/// Why connecting to NATS or setting up the streams failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NatsBusError {
+    /// The settings are not usable; the message names the field.
+    #[error("bus.nats: {0}")]
+    Config(String),
+    /// The server could not be reached (or refused the credentials).
+    #[error("cannot connect to NATS at {url}: {reason}")]
+    Connect {
+        /// The server address (credentials left out).
+        url: String,
+        /// What failed.
+        reason: String,
+    },
+    /// A stream or consumer could not be created or read.
+    #[error("NATS JetStream {what}: {reason}")]
+    JetStream {
+        /// The stream or consumer.
+        what: String,
+        /// What the server said.
+        reason: String,
+    },
+}
+
+/// The JetStream bus. See the [crate docs](crate). Cheap to share behind an `Arc<dyn Bus>`.
+pub struct NatsBus {
+    settings: NatsBusSettings,
+    js: jetstream::Context,
+    inbound: Mutex<mpsc::Receiver<Delivery>>,
+    outbound: Mutex<mpsc::Receiver<OutboundMessage>>,
+    inbound_waiting: Arc<AtomicUsize>,
+    outbound_waiting: Arc<AtomicUsize>,
+    closed: AtomicBool,
+    cancel: CancellationToken,
+}
+
+impl std::fmt::Debug for NatsBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsBus")
+            .field("settings", &self.settings)
+            .field("closed", &self.closed.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl NatsBus {
+    /// Connects, creates the streams and consumers when they are missing, and starts pulling.
+    pub async fn connect(settings: NatsBusSettings) -> Result<Self, NatsBusError> {
+        settings.validate()?;
+        let shown = settings.url_without_credentials();
+        let mut options = async_nats::ConnectOptions::new()
+            .name(&settings.client_name)
+            .connection_timeout(settings.connect_timeout)
+            .request_timeout(Some(settings.request_timeout))
+            .retry_on_initial_connect();
+        if let Some(token) = &settings.token {
+            options = options.token(token.expose().to_owned());
+        }
+        let client = tokio::time::timeout(settings.connect_timeout, options.connect(settings.url.as_str()))
+            .await
+            .map_err(|_| NatsBusError::Connect {
+                url: shown.clone(),
+                reason: format!("no answer within {:?}", settings.connect_timeout),
+            })?
+            .map_err(|e| NatsBusError::Connect {
+                url: shown.clone(),
+                reason: e.to_string(),
+            })?;
+        // `retry_on_initial_connect` returns at once; wait (bounded) for the first connection so a wrong address
+        // fails here, by name, and not at the first publish.
+        let flushed = tokio::time::timeout(settings.connect_timeout, client.flush()).await;
+        if !matches!(flushed, Ok(Ok(()))) {
+            return Err(NatsBusError::Connect {
+                url: shown,
+                reason: format!("no connection within {:?}", settings.connect_timeout),
+            });
+        }
+        let mut js = jetstream::new(client);
+        js.set_timeout(settings.request_timeout);
+        let inbound_stream = ensure_stream(
+            &js,
+            &settings,
+            &settings.inbound_stream(),
+            &settings.inbound_subjects(),
+        )
+        .await?;
+        let outbound_stream = ensure_stream(
+            &js,
+            &settings,
+            &settings.outbound_stream(),
+            &settings.outbound_subjects(),
+        )
+        .await?;
+
+        let cancel = CancellationToken::new();
+        let partitions = usize::from(settings.partitions);
+        let (in_tx, in_rx) = mpsc::channel(partitions);
+        let (out_tx, out_rx) = mpsc::channel(64);
+        let inbound_waiting = Arc::new(AtomicUsize::new(0));
+        let outbound_waiting = Arc::new(AtomicUsize::new(0));
+        for p in 0..settings.partitions {
+            let config = consumer::pull::Config {
+                durable_name: Some(settings.partition_consumer(p)),
+                filter_subject: settings.partition_subject(p),
+                ack_policy: consumer::AckPolicy::Explicit,
+                ack_wait: settings.ack_wait,
+                max_ack_pending: 1,
+                ..Default::default()
+            };
+            let consumer = ensure_consumer(&inbound_stream, &settings.partition_consumer(p), config).await?;
+            tokio::spawn(pull_inbound(
+                consumer,
+                settings.ack_wait,
+                in_tx.clone(),
+                inbound_waiting.clone(),
+                cancel.clone(),
+            ));
+        }
+        let config = consumer::pull::Config {
+            durable_name: Some(settings.outbound_consumer()),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ack_wait: settings.ack_wait,
+            ..Default::default()
+        };
+        let consumer = ensure_consumer(&outbound_stream, &settings.outbound_consumer(), config).await?;
+        tokio::spawn(pull_outbound(
+            consumer,
+            out_tx,
+            outbound_waiting.clone(),
+            cancel.clone(),
+        ));
+        tracing::info!(server = %shown, partitions, stream = %settings.stream, "NATS bus connected");
+        Ok(Self {
+            settings,
+            js,
+            inbound: Mutex::new(in_rx),
+            outbound: Mutex::new(out_rx),
+            inbound_waiting,
+            outbound_waiting,
+            closed: AtomicBool::new(false),
+            cancel,
+        })
+    }
+
+    /// The settings this bus was made with.
+    pub fn settings(&self) -> &NatsBusSettings {
+        &self.settings
+    }
+
+    /// The partition a session key lands in (stable across processes and versions of this crate).
+    pub fn partition_of(&self, session_key: &str) -> u16 {
+        partition_of(session_key, self.settings.partitions)
+    }
+
+    async fn publish(
+        &self,
+        subject: String,
+        msg_id: Option<String>,
+        payload: Vec<u8>,
+    ) -> Result<(), BusError> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(BusError::Closed);
+        }
+        let mut headers = async_nats::HeaderMap::new();
+        if let Some(id) = msg_id {
+            headers.insert(async_nats::header::NATS_MESSAGE_ID, id.as_str());
+        }
+        let unavailable =
+            |e: &dyn std::fmt::Display| BusError::Unavailable(format!("publish to {subject}: {e}"));
+        let ack = self
+            .js
+            .publish_with_headers(subject.clone(), headers, payload.into())
+            .await
+            .map_err(|e| unavailable(&e))?;
+        // The stream has stored it (or knew it already) once the server acknowledges; bounded by the request
+        // timeout of the context.
+        ack.await.map_err(|e| unavailable(&e))?;
+        Ok(())
+    }
+}
+
+/// The partition of `session_key` among `partitions`: FNV-1a, stable everywhere (not the std hasher, whose
+/// output may change between Rust versions and would move sessions between partitions on an upgrade).
+pub fn partition_of(session_key: &str, partitions: u16) -> u16 {
+    let mut h = Fnv1a::default();
+    h.write(session_key.as_bytes());
+    let n = u64::from(partitions.max(1));
+    u16::try_from(h.finish() % n).unwrap_or(0)
+}
+
+#[derive(Default)]
+struct Fnv1a(Option<u64>);
+
+impl Hasher for Fnv1a {
+    fn finish(&self) -> u64 {
+        self.0.unwrap_or(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = self.finish();
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        self.0 = Some(h);
+    }
+}
+
+/// The id that makes a redelivered channel message a duplicate: channel, chat and the channel's message id.
+fn dedupe_id(msg: &InboundMessage) -> Option<String> {
+    let id = match msg.metadata.get("message_id")? {
+        serde_json::Value::String(s) if !s.is_empty() => s.clone(),
+        serde_json::Value::Number(n) => n.to_string(),
+        _ => return None,
+    };
+    Some(format!("{}:{}:{id}", msg.channel, msg.chat_id))
+}
+
+async fn ensure_stream(
+    js: &jetstream::Context,
+    settings: &NatsBusSettings,
+    name: &str,
+    subjects: &[String],
+) -> Result<stream::Stream, NatsBusError> {
+    let config = stream::Config {
+        name: name.to_owned(),
+        subjects: subjects.to_vec(),
+        retention: stream::RetentionPolicy::WorkQueue,
+        storage: stream::StorageType::File,
+        num_replicas: settings.replicas,
+        duplicate_window: settings.duplicate_window,
+        max_age: settings.max_age,
+        ..Default::default()
+    };
+    js.get_or_create_stream(config)
+        .await
+        .map_err(|e| NatsBusError::JetStream {
+            what: format!("stream {name}"),
+            reason: e.to_string(),
+        })
+}
+
+async fn ensure_consumer(
+    stream: &stream::Stream,
+    name: &str,
+    config: consumer::pull::Config,
+) -> Result<consumer::PullConsumer, NatsBusError> {
+    stream
+        .get_or_create_consumer(name, config)
+        .await
+        .map_err(|e| NatsBusError::JetStream {
+            what: format!("consumer {name}"),
+            reason: e.to_string(),
+        })
+}
+
+/// Pulls one partition for as long as the bus runs, reconnecting its message stream with backoff.
+async fn pull_inbound(
+    consumer: consumer::PullConsumer,
+    ack_wait: Duration,
+    tx: mpsc::Sender<Delivery>,
+    waiting: Arc<AtomicUsize>,
+    cancel: CancellationToken,
+) {
+    let mut backoff = Backoff::exponential(Duration::from_millis(200), Duration::from_secs(10));
+    loop {
+        let mut messages = tokio::select! {
+            () = cancel.cancelled() => return,
+            m = consumer.messages() => match m {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(error = %e, "NATS bus: cannot pull inbound messages; retrying");
+                    if wait_or_cancel(&cancel, backoff.next_delay()).await { return; }
+                    continue;
+                }
+            },
+        };
+        loop {
+            let next = tokio::select! {
+                () = cancel.cancelled() => return,
+                n = messages.next() => n,
+            };
+            let message = match next {
+                Some(Ok(m)) => m,
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "NATS bus: inbound pull interrupted; resuming");
+                    break;
+                }
+                None => break,
+            };
+            backoff.reset();
+            let (message, acker) = message.split();
+            let acker = Arc::new(acker);
+            let msg: InboundMessage = match serde_json::from_slice(&message.payload) {
+                Ok(m) => m,
+                Err(e) => {
+                    // Not ours (or from an incompatible version): never delivered again, never lost silently.
+                    tracing::warn!(subject = %message.subject, error = %e, "NATS bus: an inbound message is not a nanobot message; dropped");
+                    let _ = acker.ack_with(AckKind::Term).await;
+                    continue;
+                }
+            };
+            let receipt = NatsReceipt::start(acker, ack_wait);
+            waiting.fetch_add(1, Ordering::SeqCst);
+            if tx
+                .send(Delivery::with_receipt(msg, Box::new(receipt)))
+                .await
+                .is_err()
+            {
+                // The bus was dropped: the receipt went with the message and asks for redelivery.
+                return;
+            }
+        }
+        if wait_or_cancel(&cancel, backoff.next_delay()).await {
+            return;
+        }
+    }
+}
+
+/// Pulls the outbound stream for as long as the bus runs; a message is acknowledged once this process has taken
+/// it for its channels.
+async fn pull_outbound(
+    consumer: consumer::PullConsumer,
+    tx: mpsc::Sender<OutboundMessage>,
+    waiting: Arc<AtomicUsize>,
+    cancel: CancellationToken,
+) {
+    let mut backoff = Backoff::exponential(Duration::from_millis(200), Duration::from_secs(10));
+    loop {
+        let mut messages = tokio::select! {
+            () = cancel.cancelled() => return,
+            m = consumer.messages() => match m {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(error = %e, "NATS bus: cannot pull outbound messages; retrying");
+                    if wait_or_cancel(&cancel, backoff.next_delay()).await { return; }
+                    continue;
+                }
+            },
+        };
+        loop {
+            let next = tokio::select! {
+                () = cancel.cancelled() => return,
+                n = messages.next() => n,
+            };
+            let message = match next {
+                Some(Ok(m)) => m,
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "NATS bus: outbound pull interrupted; resuming");
+                    break;
+                }
+                None => break,
+            };
+            backoff.reset();
+            match serde_json::from_slice::<OutboundMessage>(&message.payload) {
+                Ok(out) => {
+                    waiting.fetch_add(1, Ordering::SeqCst);
+                    if tx.send(out).await.is_err() {
+                        waiting.fetch_sub(1, Ordering::SeqCst);
+                        return;
+                    }
+                    if let Err(e) = message.double_ack().await {
+                        tracing::warn!(error = %e, "NATS bus: cannot acknowledge an outbound message (it may be sent twice)");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(subject = %message.subject, error = %e, "NATS bus: an outbound message is not a nanobot message; dropped");
+                    let _ = message.ack_with(AckKind::Term).await;
+                }
+            }
+        }
+        if wait_or_cancel(&cancel, backoff.next_delay()).await {
+            return;
+        }
+    }
+}
+
+/// Waits `delay` unless `cancel` fires first; true when it fired.
+async fn wait_or_cancel(cancel: &CancellationToken, delay: Duration) -> bool {
+    tokio::select! {
+        () = cancel.cancelled() => true,
+        () = tokio::time::sleep(delay) => false,
+    }
+}
+
+/// The receipt of one inbound message: tells the server the turn is in progress until it is settled.
+struct NatsReceipt {
+    acker: Arc<jetstream::message::Acker>,
+    keepalive: CancellationToken,
+}
+
+impl NatsReceipt {
+    fn start(acker: Arc<jetstream::message::Acker>, ack_wait: Duration) -> Self {
+        let keepalive = CancellationToken::new();
+        let every = (ack_wait / 2).max(Duration::from_millis(100));
+        let (a, stop) = (acker.clone(), keepalive.clone());
+        tokio::spawn(async move {
+            loop {
+                if wait_or_cancel(&stop, every).await {
+                    return;
+                }
+                if let Err(e) = a.ack_with(AckKind::Progress).await {
+                    tracing::debug!(error = %e, "NATS bus: progress not sent");
+                }
+            }
+        });
+        Self { acker, keepalive }
+    }
+}
+
+impl Drop for NatsReceipt {
+    fn drop(&mut self) {
+        // Dropped unsettled (the turn's task was cancelled): stop claiming progress, so the message is delivered
+        // again after the acknowledgement wait.
+        self.keepalive.cancel();
+    }
+}
+
+#[async_trait]
+impl Receipt for NatsReceipt {
+    async fn settle(self: Box<Self>, how: Settlement) {
+        self.keepalive.cancel();
+        // Done waits for the server to confirm (bounded by the request timeout), so a turn counted as saved is
+        // not delivered again because its acknowledgement was still in a buffer when the connection dropped. A
+        // lost acknowledgement means a second delivery; it is logged, never retried forever.
+        let sent = match how {
+            Settlement::Retry => self.acker.ack_with(AckKind::Nak(None)).await,
+            _ => self.acker.double_ack_with(AckKind::Ack).await,
+        };
+        if let Err(e) = sent {
+            tracing::warn!(error = %e, "NATS bus: cannot settle an inbound message (it will be delivered again)");
+        }
+    }
+}
+
+#[async_trait]
+impl Bus for NatsBus {
+    async fn publish_inbound(&self, msg: InboundMessage) -> Result<(), BusError> {
+        let subject = self
+            .settings
+            .partition_subject(self.partition_of(&msg.session_key()));
+        let id = dedupe_id(&msg);
+        let payload = serde_json::to_vec(&msg)
+            .map_err(|e| BusError::Unavailable(format!("cannot encode the message: {e}")))?;
+        self.publish(subject, id, payload).await
+    }
+
+    async fn consume_inbound(&self) -> Option<InboundMessage> {
+        // Without a receipt to settle, the message is acknowledged when it is taken.
+        let delivery = self.consume_inbound_delivery().await?;
+        let (msg, receipt) = delivery.into_parts();
+        if let Some(r) = receipt {
+            r.settle(Settlement::Done).await;
+        }
+        Some(msg)
+    }
+
+    async fn consume_inbound_delivery(&self) -> Option<Delivery> {
+        let mut rx = self.inbound.lock().await;
+        let delivery = rx.recv().await?;
+        self.inbound_waiting.fetch_sub(1, Ordering::SeqCst);
+        Some(delivery)
+    }
+
+    async fn publish_outbound(&self, msg: OutboundMessage) -> Result<(), BusError> {
+        let subject = self.settings.outbound_subject(&msg.channel);
+        let payload = serde_json::to_vec(&msg)
+            .map_err(|e| BusError::Unavailable(format!("cannot encode the message: {e}")))?;
+        self.publish(subject, None, payload).await
+    }
+
+    async fn consume_outbound(&self) -> Option<OutboundMessage> {
+        let mut rx = self.outbound.lock().await;
+        let msg = rx.recv().await?;
+        self.outbound_waiting.fetch_sub(1, Ordering::SeqCst);
+        Some(msg)
+    }
+
+    fn inbound_len(&self) -> usize {
+        self.inbound_waiting.load(Ordering::SeqCst)
+    }
+
+    fn outbound_len(&self) -> usize {
+        self.outbound_waiting.load(Ordering::SeqCst)
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        // Stop pulling: what is in the streams stays there for the other replicas (or the next start).
+        self.cancel.cancel();
+    }
+}
+
+impl Drop for NatsBus {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_are_stable_and_spread() {
+        // Fixed values: a change here moves live sessions between partitions on upgrade.
+        assert_eq!(partition_of("telegram:42", 16), partition_of("telegram:42", 16));
+        let used: std::collections::BTreeSet<u16> = (0..200)
+            .map(|i| partition_of(&format!("slack:C{i}"), 16))
+            .collect();
+        assert!(used.len() > 12, "{used:?}");
+        assert!(used.iter().all(|p| *p < 16));
+        assert_eq!(partition_of("anything", 1), 0);
+        assert_eq!(partition_of("anything", 0), 0);
+    }
+
+    #[test]
+    fn the_dedupe_id_is_the_channels_message_id_in_its_chat() {
+        let mut m = InboundMessage::new("telegram", "1", "42", "hi");
+        assert_eq!(dedupe_id(&m), None);
+        m.metadata.insert("message_id".into(), serde_json::json!(7));
+        assert_eq!(dedupe_id(&m).as_deref(), Some("telegram:42:7"));
+        m.metadata.insert("message_id".into(), serde_json::json!("ab"));
+        assert_eq!(dedupe_id(&m).as_deref(), Some("telegram:42:ab"));
+        m.metadata.insert("message_id".into(), serde_json::json!(""));
+        assert_eq!(dedupe_id(&m), None);
+    }
+}

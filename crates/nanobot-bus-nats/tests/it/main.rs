@@ -1,0 +1,254 @@
+//! The JetStream bus against a real `nats-server` (JetStream on loopback, a store of its own per test): two
+//! `NatsBus` values on one server are two gateway replicas.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use nanobot_bus::{Bus, Delivery, InboundMessage, OutboundMessage, Settlement};
+use nanobot_bus_nats::{NatsBus, NatsBusSettings};
+use nanobot_testkit::nats::NatsServer;
+use serde_json::json;
+
+/// Bound on anything the tests wait for.
+const GUARD: Duration = Duration::from_secs(20);
+/// How long a replica must see nothing where nothing may come (a bound, not a measurement: the server hands
+/// out an available message in milliseconds).
+const QUIET: Duration = Duration::from_millis(1500);
+
+fn settings(server: &NatsServer) -> NatsBusSettings {
+    let mut s = NatsBusSettings::new(server.url());
+    s.partitions = 4;
+    s.ack_wait = Duration::from_secs(2);
+    s
+}
+
+fn msg(chat: &str, text: &str, id: i64) -> InboundMessage {
+    let mut m = InboundMessage::new("telegram", "1", chat, text);
+    m.metadata.insert("message_id".into(), json!(id));
+    m
+}
+
+async fn next(bus: &NatsBus) -> Result<Delivery> {
+    tokio::time::timeout(GUARD, bus.consume_inbound_delivery())
+        .await
+        .context("no delivery in time")?
+        .context("bus closed")
+}
+
+/// The next delivery to either replica, and which one took it (0: `a`, 1: `b`).
+async fn next_either(a: &NatsBus, b: &NatsBus) -> Result<(usize, Delivery)> {
+    tokio::time::timeout(GUARD, async {
+        tokio::select! {
+            d = a.consume_inbound_delivery() => d.map(|d| (0, d)),
+            d = b.consume_inbound_delivery() => d.map(|d| (1, d)),
+        }
+    })
+    .await
+    .context("no delivery in time")?
+    .context("bus closed")
+}
+
+async fn nothing_within_quiet(bus: &NatsBus) -> bool {
+    tokio::time::timeout(QUIET, bus.consume_inbound_delivery())
+        .await
+        .is_err()
+}
+
+async fn settle(d: Delivery, how: Settlement) -> InboundMessage {
+    let (msg, receipt) = d.into_parts();
+    receipt.expect("a durable bus gives a receipt").settle(how).await;
+    msg
+}
+
+#[tokio::test]
+async fn a_settled_message_is_gone_and_an_unsettled_one_comes_back_to_another_replica() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let a = NatsBus::connect(settings(&server)).await?;
+    let b = NatsBus::connect(settings(&server)).await?;
+    a.publish_inbound(msg("42", "first", 1)).await?;
+    let (_, d) = next_either(&a, &b).await?;
+    let got = settle(d, Settlement::Done).await;
+    assert_eq!((got.chat_id.as_str(), got.content.as_str()), ("42", "first"));
+    assert!(
+        nothing_within_quiet(&a).await,
+        "a settled message is delivered once"
+    );
+    assert!(
+        nothing_within_quiet(&b).await,
+        "a settled message is delivered once"
+    );
+
+    // A replica stops before running the turn: it asks for redelivery, and it comes again.
+    a.publish_inbound(msg("42", "second", 2)).await?;
+    let (_, d) = next_either(&a, &b).await?;
+    settle(d, Settlement::Retry).await;
+    let (_, again) = next_either(&a, &b).await?;
+    assert_eq!(settle(again, Settlement::Done).await.content, "second");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_replica_that_dies_mid_turn_leaves_the_message_to_the_next() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let dying = NatsBus::connect(settings(&server)).await?;
+    dying.publish_inbound(msg("7", "do the thing", 1)).await?;
+    let taken = next(&dying).await?;
+    assert_eq!(taken.msg.content, "do the thing");
+    // The process dies: no acknowledgement, no more progress.
+    drop(taken);
+    drop(dying);
+    let survivor = NatsBus::connect(settings(&server)).await?;
+    let d = next(&survivor).await?;
+    assert_eq!(settle(d, Settlement::Done).await.content, "do the thing");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_long_turn_keeps_its_message_past_the_ack_wait() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let a = NatsBus::connect(settings(&server)).await?;
+    let b = NatsBus::connect(settings(&server)).await?;
+    a.publish_inbound(msg("9", "slow", 1)).await?;
+    let held = next(&a).await?;
+    // Longer than the 2 s acknowledgement wait: the receipt's progress keeps the message with `a`.
+    for _ in 0..2 {
+        assert!(
+            nothing_within_quiet(&b).await,
+            "the running turn's message was handed out again"
+        );
+    }
+    settle(held, Settlement::Done).await;
+    assert!(nothing_within_quiet(&b).await);
+    Ok(())
+}
+
+#[tokio::test]
+async fn one_session_runs_one_turn_at_a_time_in_order_across_replicas() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let a = NatsBus::connect(settings(&server)).await?;
+    let b = NatsBus::connect(settings(&server)).await?;
+    for (i, text) in ["one", "two", "three"].into_iter().enumerate() {
+        a.publish_inbound(msg("100", text, i64::try_from(i)?)).await?;
+    }
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let (holder, d) = next_either(&a, &b).await?;
+        // While this turn runs, neither replica may get the session's next message.
+        let (this, other) = if holder == 0 { (&a, &b) } else { (&b, &a) };
+        assert!(
+            nothing_within_quiet(other).await,
+            "two turns of one session at once"
+        );
+        assert!(
+            nothing_within_quiet(this).await,
+            "two turns of one session at once"
+        );
+        seen.push(settle(d, Settlement::Done).await.content);
+    }
+    assert_eq!(seen, ["one", "two", "three"]);
+    // Another session is not held up by a running one.
+    a.publish_inbound(msg("100", "four", 4)).await?;
+    let (_, first) = next_either(&a, &b).await?;
+    let key_other = (0..100)
+        .map(|i| format!("{i}"))
+        .find(|c| a.partition_of(&format!("telegram:{c}")) != a.partition_of("telegram:100"))
+        .unwrap();
+    b.publish_inbound(msg(&key_other, "elsewhere", 5)).await?;
+    let (_, second) = next_either(&a, &b).await?;
+    assert_eq!(second.msg.content, "elsewhere");
+    settle(first, Settlement::Done).await;
+    settle(second, Settlement::Done).await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_channel_message_published_twice_is_stored_once() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let bus = NatsBus::connect(settings(&server)).await?;
+    bus.publish_inbound(msg("5", "hello", 77)).await?;
+    bus.publish_inbound(msg("5", "hello", 77)).await?;
+    bus.publish_inbound(msg("5", "hello again", 78)).await?;
+    assert_eq!(settle(next(&bus).await?, Settlement::Done).await.content, "hello");
+    assert_eq!(
+        settle(next(&bus).await?, Settlement::Done).await.content,
+        "hello again"
+    );
+    assert!(nothing_within_quiet(&bus).await, "the duplicate was stored");
+    Ok(())
+}
+
+#[tokio::test]
+async fn messages_wait_through_a_server_restart() -> Result<()> {
+    let Some(mut server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let bus = NatsBus::connect(settings(&server)).await?;
+    bus.publish_inbound(msg("3", "before the restart", 1)).await?;
+    bus.publish_outbound(OutboundMessage::reply("telegram", "3", "an answer"))
+        .await?;
+    // The outbound message is taken (and acknowledged) by this replica before the restart.
+    let out = tokio::time::timeout(GUARD, bus.consume_outbound())
+        .await?
+        .context("closed")?;
+    assert_eq!(out.content, "an answer");
+    bus.close();
+    drop(bus);
+    server.restart().await?;
+    let bus = NatsBus::connect(settings(&server)).await?;
+    assert_eq!(
+        settle(next(&bus).await?, Settlement::Done).await.content,
+        "before the restart"
+    );
+    // The client reconnects by itself when the server comes back while it runs.
+    server.restart().await?;
+    tokio::time::timeout(GUARD, async {
+        loop {
+            match bus.publish_inbound(msg("3", "after", 2)).await {
+                Ok(()) => break,
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    })
+    .await
+    .context("no publish after the restart")?;
+    assert_eq!(settle(next(&bus).await?, Settlement::Done).await.content, "after");
+    assert!(
+        tokio::time::timeout(QUIET, bus.consume_outbound()).await.is_err(),
+        "an acknowledged outbound message came back"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_wrong_address_is_named_and_a_closed_bus_refuses() -> Result<()> {
+    let mut s = NatsBusSettings::new(format!(
+        "nats://bot:sekrit@127.0.0.1:{}",
+        nanobot_testkit::peers::free_port()?
+    ));
+    s.connect_timeout = Duration::from_secs(2);
+    let err = NatsBus::connect(s).await.unwrap_err().to_string();
+    assert!(err.contains("127.0.0.1") && !err.contains("sekrit"), "{err}");
+
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let bus = NatsBus::connect(settings(&server)).await?;
+    bus.close();
+    assert!(matches!(
+        bus.publish_inbound(msg("1", "late", 1)).await,
+        Err(nanobot_bus::BusError::Closed)
+    ));
+    Ok(())
+}

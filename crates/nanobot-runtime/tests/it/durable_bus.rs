@@ -1,0 +1,96 @@
+//! The runtime on the NATS JetStream bus (a real `nats-server`): a message is acknowledged only when its turn is
+//! over, and a replica stopping in the middle of a turn leaves the message to the next one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nanobot_bus::{Bus, InboundMessage};
+use nanobot_bus_nats::{NatsBus, NatsBusSettings};
+use nanobot_runtime::{Environment, Runtime, RuntimeOptions};
+use nanobot_testkit::nats::NatsServer;
+use nanobot_testkit::{MockLlm, MockReply, TempHome};
+use serde_json::json;
+
+const GUARD: Duration = Duration::from_secs(60);
+
+fn config(mock: &MockLlm) -> nanobot_config::Config {
+    serde_json::from_value(json!({
+        "agents": {"defaults": {"model": "local-model"}},
+        "providers": {"custom": {"apiBase": mock.openai_base_url()}},
+        "tools": {"web": {"enable": false}, "exec": {"enable": false}}
+    }))
+    .unwrap()
+}
+
+async fn replica(
+    server: &NatsServer,
+    home: &TempHome,
+    config: &nanobot_config::Config,
+) -> (Arc<NatsBus>, Runtime) {
+    let mut s = NatsBusSettings::new(server.url());
+    s.partitions = 2;
+    s.ack_wait = Duration::from_secs(2);
+    let bus = Arc::new(NatsBus::connect(s).await.unwrap());
+    let env = Environment::new(home.home(), home.env());
+    let agent = nanobot_runtime::build_agent(config, &env).unwrap();
+    let rt = Runtime::start(agent, bus.clone(), config, RuntimeOptions::default()).unwrap();
+    (bus, rt)
+}
+
+#[tokio::test]
+async fn a_turn_cut_short_by_a_stopping_replica_is_answered_by_the_next() {
+    nanobot_providers::install_ring();
+    let Some(server) = NatsServer::start().await.unwrap() else {
+        return;
+    };
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let config = config(&mock);
+
+    // Replica A takes the message and is stopped while the model is still thinking.
+    mock.push(MockReply::text("too late").delay(Duration::from_secs(300)));
+    let (bus_a, rt_a) = replica(&server, &home, &config).await;
+    let mut msg = InboundMessage::new("telegram", "42", "42", "what is on my list?");
+    msg.metadata.insert("message_id".into(), json!(1001));
+    bus_a.publish_inbound(msg).await.unwrap();
+    tokio::time::timeout(GUARD, mock.wait_for_requests(1))
+        .await
+        .unwrap();
+    rt_a.shutdown().await;
+    bus_a.close();
+
+    // Replica B gets the same message again and answers it.
+    mock.push(MockReply::text("milk and eggs"));
+    let (bus_b, rt_b) = replica(&server, &home, &config).await;
+    let reply = tokio::time::timeout(GUARD, async {
+        loop {
+            let out = bus_b.consume_outbound().await.expect("bus open");
+            if out.content == "milk and eggs" {
+                break out;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        (reply.channel.as_str(), reply.chat_id.as_str()),
+        ("telegram", "42")
+    );
+    let requests = mock.completion_requests();
+    assert_eq!(requests.len(), 2, "one cut-short call, one answered call");
+    let asked = requests[1].last_user_text().unwrap_or_default();
+    assert!(asked.ends_with("what is on my list?"), "{asked}");
+
+    // Answered and saved: acknowledged, so a third replica gets nothing.
+    rt_b.shutdown().await;
+    bus_b.close();
+    let mut s = NatsBusSettings::new(server.url());
+    s.partitions = 2;
+    let c = NatsBus::connect(s).await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(1500), c.consume_inbound_delivery())
+            .await
+            .is_err(),
+        "an answered message was delivered again"
+    );
+}
