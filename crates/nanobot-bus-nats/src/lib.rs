@@ -253,16 +253,6 @@ impl Hasher for Fnv1a {
     }
 }
 
-/// The id that makes a redelivered channel message a duplicate: channel, chat and the channel's message id.
-fn dedupe_id(msg: &InboundMessage) -> Option<String> {
-    let id = match msg.metadata.get("message_id")? {
-        serde_json::Value::String(s) if !s.is_empty() => s.clone(),
-        serde_json::Value::Number(n) => n.to_string(),
-        _ => return None,
-    };
-    Some(format!("{}:{}:{id}", msg.channel, msg.chat_id))
-}
-
 async fn ensure_stream(
     js: &jetstream::Context,
     settings: &NatsBusSettings,
@@ -486,7 +476,7 @@ impl Bus for NatsBus {
         let subject = self
             .settings
             .partition_subject(self.partition_of(&msg.session_key()));
-        let id = dedupe_id(&msg);
+        let id = msg.delivery_id();
         let payload = serde_json::to_vec(&msg)
             .map_err(|e| BusError::Unavailable(format!("cannot encode the message: {e}")))?;
         self.publish(subject, id, payload).await
@@ -551,7 +541,9 @@ mod tests {
     #[test]
     fn partitions_are_stable_and_spread() {
         // Fixed values: a change here moves live sessions between partitions on upgrade.
-        assert_eq!(partition_of("telegram:42", 16), partition_of("telegram:42", 16));
+        assert_eq!(partition_of("telegram:42", 16), 6);
+        assert_eq!(partition_of("slack:C1", 16), 7);
+        assert_eq!(partition_of("cli:direct", 64), 8);
         let used: std::collections::BTreeSet<u16> = (0..200)
             .map(|i| partition_of(&format!("slack:C{i}"), 16))
             .collect();
@@ -559,17 +551,5 @@ mod tests {
         assert!(used.iter().all(|p| *p < 16));
         assert_eq!(partition_of("anything", 1), 0);
         assert_eq!(partition_of("anything", 0), 0);
-    }
-
-    #[test]
-    fn the_dedupe_id_is_the_channels_message_id_in_its_chat() {
-        let mut m = InboundMessage::new("telegram", "1", "42", "hi");
-        assert_eq!(dedupe_id(&m), None);
-        m.metadata.insert("message_id".into(), serde_json::json!(7));
-        assert_eq!(dedupe_id(&m).as_deref(), Some("telegram:42:7"));
-        m.metadata.insert("message_id".into(), serde_json::json!("ab"));
-        assert_eq!(dedupe_id(&m).as_deref(), Some("telegram:42:ab"));
-        m.metadata.insert("message_id".into(), serde_json::json!(""));
-        assert_eq!(dedupe_id(&m), None);
     }
 }

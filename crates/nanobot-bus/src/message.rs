@@ -120,6 +120,22 @@ impl InboundKind {
 }
 
 impl InboundMessage {
+    /// The id that names this message across deliveries, `channel:chat:message_id`, when the channel gave its own
+    /// message id (`metadata.message_id`, a string or a number). A durable bus drops a second publish with it,
+    /// and the agent answers a message delivered twice once. Reports and internal channels (cron, the
+    /// heartbeat, subagents) have none: their metadata may repeat the id of the chat message that started them.
+    pub fn delivery_id(&self) -> Option<String> {
+        if self.is_system_report() || is_internal_channel(&self.channel) {
+            return None;
+        }
+        let id = match self.metadata.get("message_id")? {
+            Value::String(s) if !s.is_empty() => s.clone(),
+            Value::Number(n) => n.to_string(),
+            _ => return None,
+        };
+        Some(format!("{}:{}:{id}", self.channel, self.chat_id))
+    }
+
     /// A text message received now, with no media or metadata.
     pub fn new(
         channel: impl Into<String>,
@@ -300,6 +316,25 @@ impl OutboundMessage {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_delivery_id_is_the_channels_message_id_in_its_chat() {
+        let mut m = InboundMessage::new("telegram", "1", "42", "hi");
+        assert_eq!(m.delivery_id(), None);
+        m.metadata.insert("message_id".into(), serde_json::json!(7));
+        assert_eq!(m.delivery_id().as_deref(), Some("telegram:42:7"));
+        m.metadata.insert("message_id".into(), serde_json::json!("ab"));
+        assert_eq!(m.delivery_id().as_deref(), Some("telegram:42:ab"));
+        m.metadata.insert("message_id".into(), serde_json::json!(""));
+        assert_eq!(m.delivery_id(), None);
+        let mut cron = InboundMessage::new("cron", "cron", "42", "hi");
+        cron.metadata.insert("message_id".into(), serde_json::json!(7));
+        assert_eq!(
+            cron.delivery_id(),
+            None,
+            "internal channels repeat their origin's metadata"
+        );
+    }
     use super::*;
 
     #[test]

@@ -716,6 +716,8 @@ mod memory_scope;
 pub use memory_scope::MEMORY_SCOPE_KEY;
 mod persist;
 mod publish;
+mod redelivery;
+pub use redelivery::DELIVERIES_KEY;
 mod slash;
 mod status;
 mod turn;

@@ -5,10 +5,31 @@ use super::*;
 
 use nanobot_memory::ScopeKey;
 
+use super::redelivery::{self, Earlier};
+
+/// What [`LoopInner::history`] reads for a turn.
+pub(super) struct History {
+    pub(super) messages: Vec<ChatMessage>,
+    pub(super) summary: Option<(String, String)>,
+    pub(super) metadata: Map<String, Value>,
+}
+
 /// Longest wait for the consolidation before a turn.
 const BEFORE_TURN_CONSOLIDATION_BOUND: std::time::Duration = std::time::Duration::from_secs(120);
 
 impl LoopInner {
+    /// Records how far the turn of delivery `id` got (logged, never fatal: the worst case is a second answer).
+    async fn record_delivery(&self, key: &str, id: &str, state: Earlier) {
+        let id = id.to_owned();
+        if let Err(e) = self
+            .sessions
+            .update_header(key, move |h| redelivery::record(&mut h.metadata, &id, state))
+            .await
+        {
+            tracing::warn!(session = %key, error = %e, "cannot record the message's delivery");
+        }
+    }
+
     pub(super) async fn connect_mcp(&self) {
         let Some(mcp) = &self.mcp else { return };
         mcp.connect().await;
@@ -48,12 +69,9 @@ impl LoopInner {
         }
     }
 
-    /// The history to replay and the session's archived-context summary (0.3.5's `_last_summary`: text and
-    /// when the archived part was last active), when it has one.
-    pub(super) async fn history(
-        &self,
-        key: &str,
-    ) -> Result<(Vec<ChatMessage>, Option<(String, String)>), CoreError> {
+    /// The history to replay, the session's archived-context summary (0.3.5's `_last_summary`: text and when the
+    /// archived part was last active) when it has one, and the session's metadata.
+    pub(super) async fn history(&self, key: &str) -> Result<History, CoreError> {
         let (stored, metadata) = self
             .sessions
             .history_and_metadata(key, self.settings.max_history_messages)
@@ -78,7 +96,11 @@ impl LoopInner {
                     .ok()
             })
             .collect();
-        Ok((history, summary))
+        Ok(History {
+            messages: history,
+            summary,
+            metadata,
+        })
     }
 
     pub(super) async fn turn(
@@ -92,7 +114,32 @@ impl LoopInner {
     ) -> Result<TurnReply, CoreError> {
         self.connect_mcp().await;
         self.consolidate_before_turn(key, scope).await;
-        let (history, summary) = self.history(key).await?;
+        let History {
+            messages: mut history,
+            summary,
+            metadata,
+        } = self.history(key).await?;
+        let stored_user = stored_user_message(msg);
+        // A message delivered again (a durable bus, a repeating channel) is answered once.
+        // Cron turns copy the metadata of the chat message that made the job: never a delivery of their own.
+        let delivery = msg.delivery_id().filter(|_| !opts.is_cron);
+        let earlier = delivery
+            .as_deref()
+            .and_then(|id| redelivery::earlier(&metadata, id));
+        match earlier {
+            Some(Earlier::Answered) => {
+                tracing::info!(session = %key, "a message answered before was delivered again; not answered twice");
+                return Ok(TurnReply::command(String::new()));
+            }
+            Some(Earlier::Started) => {
+                tracing::info!(session = %key, "a message whose turn was cut short was delivered again; running it again");
+                redelivery::drop_cut_short_attempt(
+                    &mut history,
+                    &stored_user.content_text().unwrap_or_default(),
+                );
+            }
+            None => {}
+        }
         let origin = TurnOrigin {
             channel: channel.to_owned(),
             chat_id: chat_id.to_owned(),
@@ -117,8 +164,6 @@ impl LoopInner {
                 content.text()
             ));
         }
-        let stored_user = stored_user_message(msg);
-
         let turn_id = self.turn_seq.fetch_add(1, Ordering::SeqCst);
         let cancel = self.shutdown.child_token();
         lock(&self.running).insert(key.to_owned(), (turn_id, cancel.clone()));
@@ -207,6 +252,12 @@ impl LoopInner {
         // Before the model is asked: a checkpoint holding the user's message, so a turn killed at any point
         // (SIGTERM, a caller's timeout killing the process) keeps the question.
         sink.begin().await;
+        // After the checkpoint holding the user's message: a redelivery then finds the message in the session.
+        if earlier.is_none()
+            && let Some(id) = &delivery
+        {
+            self.record_delivery(key, id, Earlier::Started).await;
+        }
         let runner = AgentRunner::new(self.provider.clone(), self.tools.clone())
             .with_hook(Arc::new(CompositeHook::new(hooks)))
             .with_checkpoints(sink);
@@ -250,26 +301,40 @@ impl LoopInner {
             }
         }
 
-        // Save the turn: the user's message, then everything the run added (sanitised copies).
-        let mut stored = vec![stored_user];
+        // Save the turn: the user's message (unless a cut-short attempt already saved it), then everything the
+        // run added (sanitised copies).
+        let mut stored = if earlier == Some(Earlier::Started) {
+            Vec::new()
+        } else {
+            vec![stored_user]
+        };
         stored.extend(result.new_messages().iter().map(stored_message));
-        if result.stop_reason == StopReason::Cancelled && stored.len() == 1 {
+        if result.stop_reason == StopReason::Cancelled && result.new_messages().is_empty() {
             stored.push(interrupted_note());
         }
         self.sessions.append(key, stored).await?;
         if let Err(e) = self.sessions.clear_checkpoint(key).await {
             tracing::warn!(session = %key, error = %e, "cannot clear the checkpoint");
         }
-        if let Some(u) = result.last_usage {
-            let usage = json!({
+        let usage = result.last_usage.map(|u| {
+            json!({
                 "prompt_tokens": u.prompt_tokens,
                 "completion_tokens": u.completion_tokens,
                 "total_tokens": u.total_tokens,
-            });
+            })
+        });
+        // A cut-short turn (cancelled) stays `started`: its message, delivered again, runs again.
+        let answered = delivery.filter(|_| result.stop_reason != StopReason::Cancelled);
+        if usage.is_some() || answered.is_some() {
             let _ = self
                 .sessions
                 .update_header(key, move |h| {
-                    h.metadata.insert("_last_usage".into(), usage);
+                    if let Some(usage) = usage {
+                        h.metadata.insert("_last_usage".into(), usage);
+                    }
+                    if let Some(id) = answered {
+                        redelivery::record(&mut h.metadata, &id, Earlier::Answered);
+                    }
                 })
                 .await;
         }

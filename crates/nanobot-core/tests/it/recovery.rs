@@ -224,3 +224,85 @@ async fn a_finished_turn_leaves_no_note_and_no_checkpoint() {
     assert!(!lines.iter().any(|l| l["content"] == TURN_INTERRUPTED_NOTE));
     assert_eq!(lines.len(), 3);
 }
+
+fn telegram(text: &str, message_id: i64) -> nanobot_bus::InboundMessage {
+    let mut m = nanobot_bus::InboundMessage::new("telegram", "5", "5", text);
+    m.metadata.insert("message_id".into(), json!(message_id));
+    m
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_delivered_twice_is_answered_once_and_a_killed_one_runs_again_without_a_second_copy() {
+    use nanobot_core::TurnOptions;
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let started = Arc::new(Notify::new());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let hang = || {
+        Arc::new(Hang {
+            started: started.clone(),
+            runs: runs.clone(),
+        })
+    };
+
+    // Answered, then delivered again (a channel repeating an update, a bus redelivering): no second answer.
+    let agent = AgentLoop::builder(provider(&mock), settings(&home))
+        .tool(hang())
+        .build()
+        .unwrap();
+    mock.push(MockReply::text("first answer"));
+    let first = agent
+        .process_message(telegram("hello", 9), TurnOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(first.content, "first answer");
+    let again = agent
+        .process_message(telegram("hello", 9), TurnOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(again.content, "", "no second answer");
+    assert_eq!(mock.request_count(), 1, "no second model call");
+
+    // A turn killed mid-tool ("process" A torn down), its message delivered again to "process" B.
+    mock.push(MockReply::tool_call("hang", json!({})));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let agent_a = AgentLoop::builder(provider(&mock), settings(&home))
+        .tool(hang())
+        .build()
+        .unwrap();
+    rt.spawn(async move {
+        let _ = agent_a
+            .process_message(telegram("plan my week", 10), TurnOptions::default())
+            .await;
+    });
+    tokio::time::timeout(GUARD, started.notified())
+        .await
+        .expect("the hang tool never started");
+    rt.shutdown_background();
+    let agent_b = AgentLoop::builder(provider(&mock), settings(&home))
+        .tool(hang())
+        .build()
+        .unwrap();
+    mock.push(MockReply::text("here is your week"));
+    let answer = agent_b
+        .process_message(telegram("plan my week", 10), TurnOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(answer.content, "here is your week");
+    let asked = dialogue(&mock.last_request().unwrap())
+        .into_iter()
+        .filter(|(role, text)| role == "user" && text.ends_with("plan my week"))
+        .count();
+    assert_eq!(asked, 1, "the question is asked once");
+    let lines = session_lines(&agent_b, "telegram:5");
+    let stored = lines[1..]
+        .iter()
+        .filter(|l| l["role"] == "user" && l["content"] == "plan my week")
+        .count();
+    assert_eq!(stored, 1, "the question is stored once: {lines:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the killed call is not run again");
+}

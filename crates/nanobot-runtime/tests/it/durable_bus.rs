@@ -80,6 +80,27 @@ async fn a_turn_cut_short_by_a_stopping_replica_is_answered_by_the_next() {
     assert_eq!(requests.len(), 2, "one cut-short call, one answered call");
     let asked = requests[1].last_user_text().unwrap_or_default();
     assert!(asked.ends_with("what is on my list?"), "{asked}");
+    let questions = requests[1]
+        .messages()
+        .iter()
+        .filter(|m| {
+            m["role"] == "user"
+                && m["content"]
+                    .as_str()
+                    .is_some_and(|c| c.ends_with("what is on my list?"))
+        })
+        .count();
+    assert_eq!(
+        questions, 1,
+        "the cut-short attempt is not replayed beside the new one"
+    );
+    let session = std::fs::read_to_string(rt_b.agent().sessions().path_for("telegram:42")).unwrap();
+    let stored = session
+        .lines()
+        .filter(|l| l.contains("\"role\":\"user\"") && l.contains("what is on my list?"))
+        .count();
+    assert_eq!(stored, 1, "the question is stored once:\n{session}");
+    assert!(session.contains("milk and eggs"), "{session}");
 
     // Answered and saved: acknowledged, so a third replica gets nothing.
     rt_b.shutdown().await;

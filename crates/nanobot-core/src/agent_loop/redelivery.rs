@@ -1,0 +1,110 @@
+//! A message delivered more than once (a durable bus redelivers a message whose turn was cut short or never
+//! acknowledged; a channel repeats an update) is answered once. The channel message ids a session has seen
+//! ([`InboundMessage::delivery_id`]) are kept in its metadata with how far their turn got: a message whose turn
+//! was answered is settled without a turn; one whose turn was cut short runs again without a second copy of the
+//! user's message.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// Session metadata key: `[[delivery id, "started" | "answered"], …]`, oldest first.
+pub const DELIVERIES_KEY: &str = "_deliveries";
+/// How many delivery ids a session remembers.
+const KEEP: usize = 64;
+
+/// How far the turn of an earlier delivery of the same message got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Earlier {
+    /// It started (its user message is in the session) and was cut short.
+    Started,
+    /// It was answered and saved.
+    Answered,
+}
+
+impl Earlier {
+    fn label(self) -> &'static str {
+        match self {
+            Earlier::Started => "started",
+            Earlier::Answered => "answered",
+        }
+    }
+}
+
+/// What `metadata` says about delivery `id`.
+pub(super) fn earlier(metadata: &Map<String, Value>, id: &str) -> Option<Earlier> {
+    let list = metadata.get(DELIVERIES_KEY)?.as_array()?;
+    list.iter().rev().find_map(|entry| {
+        let pair = entry.as_array()?;
+        if pair.first()?.as_str()? != id {
+            return None;
+        }
+        match pair.get(1)?.as_str()? {
+            "answered" => Some(Earlier::Answered),
+            _ => Some(Earlier::Started),
+        }
+    })
+}
+
+/// Records in `metadata` that delivery `id` got as far as `state` (replacing what was recorded; the oldest
+/// entries beyond [`KEEP`] are forgotten).
+pub(super) fn record(metadata: &mut Map<String, Value>, id: &str, state: Earlier) {
+    let mut list: Vec<Value> = metadata
+        .get(DELIVERIES_KEY)
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    list.retain(|e| e.get(0).and_then(Value::as_str) != Some(id));
+    list.push(json!([id, state.label()]));
+    if list.len() > KEEP {
+        let extra = list.len() - KEEP;
+        list.drain(..extra);
+    }
+    metadata.insert(DELIVERIES_KEY.into(), Value::Array(list));
+}
+
+/// Leaves out of the replayed history what a cut-short attempt at this message left (its user message
+/// `user_text` and everything after it), so the model is asked the question once.
+pub(super) fn drop_cut_short_attempt(history: &mut Vec<ChatMessage>, user_text: &str) {
+    let last = history.iter().rposition(|m| match m {
+        ChatMessage::User { content } => content.text() == user_text,
+        _ => false,
+    });
+    if let Some(i) = last {
+        history.truncate(i);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_are_recorded_replaced_and_bounded() {
+        let mut meta = Map::new();
+        assert_eq!(earlier(&meta, "t:1:1"), None);
+        record(&mut meta, "t:1:1", Earlier::Started);
+        assert_eq!(earlier(&meta, "t:1:1"), Some(Earlier::Started));
+        record(&mut meta, "t:1:1", Earlier::Answered);
+        assert_eq!(earlier(&meta, "t:1:1"), Some(Earlier::Answered));
+        for i in 0..100 {
+            record(&mut meta, &format!("t:1:{}", i + 2), Earlier::Answered);
+        }
+        assert_eq!(meta[DELIVERIES_KEY].as_array().map(Vec::len), Some(KEEP));
+        assert_eq!(earlier(&meta, "t:1:1"), None, "the oldest are forgotten");
+        assert_eq!(earlier(&meta, "t:1:101"), Some(Earlier::Answered));
+    }
+
+    #[test]
+    fn the_cut_short_attempt_is_left_out_of_the_replay() {
+        let mut history = vec![
+            ChatMessage::user("earlier question"),
+            ChatMessage::assistant("earlier answer"),
+            ChatMessage::user("what is on my list?"),
+            ChatMessage::assistant("(interrupted)"),
+        ];
+        drop_cut_short_attempt(&mut history, "what is on my list?");
+        assert_eq!(history.len(), 2);
+        drop_cut_short_attempt(&mut history, "not there");
+        assert_eq!(history.len(), 2);
+    }
+}
