@@ -63,13 +63,17 @@ pub(super) fn record(metadata: &mut Map<String, Value>, id: &str, state: Earlier
 }
 
 /// Leaves out of the replayed history what a cut-short attempt at this message left (its user message
-/// `user_text` and everything after it), so the model is asked the question once.
+/// `user_text` and the interruption note after it), so the model is asked the question once. An attempt that
+/// got tool results stays in the replay: the model then sees what was already done (and closed as
+/// interrupted) instead of doing it again, and the question comes once more after it.
 pub(super) fn drop_cut_short_attempt(history: &mut Vec<ChatMessage>, user_text: &str) {
     let last = history.iter().rposition(|m| match m {
         ChatMessage::User { content } => content.text() == user_text,
         _ => false,
     });
-    if let Some(i) = last {
+    if let Some(i) = last
+        && !history[i..].iter().any(|m| matches!(m, ChatMessage::Tool { .. }))
+    {
         history.truncate(i);
     }
 }
@@ -106,5 +110,12 @@ mod tests {
         assert_eq!(history.len(), 2);
         drop_cut_short_attempt(&mut history, "not there");
         assert_eq!(history.len(), 2);
+        let mut with_work = vec![
+            ChatMessage::user("read my notes"),
+            ChatMessage::assistant_tool_calls(None, Vec::new()),
+            ChatMessage::tool_result("call-1", "read_file", "the notes"),
+        ];
+        drop_cut_short_attempt(&mut with_work, "read my notes");
+        assert_eq!(with_work.len(), 3, "done work stays in the replay");
     }
 }

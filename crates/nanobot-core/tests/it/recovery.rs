@@ -293,11 +293,15 @@ async fn a_message_delivered_twice_is_answered_once_and_a_killed_one_runs_again_
         .await
         .unwrap();
     assert_eq!(answer.content, "here is your week");
-    let asked = dialogue(&mock.last_request().unwrap())
-        .into_iter()
-        .filter(|(role, text)| role == "user" && text.ends_with("plan my week"))
-        .count();
-    assert_eq!(asked, 1, "the question is asked once");
+    // The model sees what the killed attempt did (its call closed as interrupted), so it need not do it again.
+    let req = mock.last_request().unwrap();
+    assert!(
+        req.tool_results()
+            .iter()
+            .any(|r| r.content == INTERRUPTED_TOOL_RESULT),
+        "{:?}",
+        dialogue(&req)
+    );
     let lines = session_lines(&agent_b, "telegram:5");
     let stored = lines[1..]
         .iter()
