@@ -3,11 +3,16 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use nanobot_cli::{Cli, CliEnv};
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    // `--version` shows this program's version, not that of the library crate that defines the command line.
+    let parsed = Cli::command()
+        .version(env!("CARGO_PKG_VERSION"))
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             // Help and version go to stdout with code 0; usage errors to stderr with code 2.

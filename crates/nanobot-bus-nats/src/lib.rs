@@ -291,7 +291,53 @@ async fn ensure_consumer(
         })
 }
 
-/// Pulls one partition for as long as the bus runs, reconnecting its message stream with backoff.
+/// Pulls `consumer` for as long as the bus runs, handing each message to `handle` (which returns false when the
+/// bus is gone), and resumes the message stream with backoff when it breaks (a server restart, missed
+/// heartbeats).
+async fn pull<F, Fut>(
+    consumer: consumer::PullConsumer,
+    what: &'static str,
+    cancel: CancellationToken,
+    mut handle: F,
+) where
+    F: FnMut(jetstream::Message) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let mut backoff = Backoff::exponential(Duration::from_millis(200), Duration::from_secs(10));
+    loop {
+        let opened = tokio::select! {
+            () = cancel.cancelled() => return,
+            m = consumer.messages() => m,
+        };
+        match opened {
+            Ok(mut messages) => loop {
+                let next = tokio::select! {
+                    () = cancel.cancelled() => return,
+                    n = messages.next() => n,
+                };
+                match next {
+                    Some(Ok(message)) => {
+                        backoff.reset();
+                        if !handle(message).await {
+                            return;
+                        }
+                    }
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "NATS bus: {what} pull interrupted; resuming");
+                        break;
+                    }
+                    None => break,
+                }
+            },
+            Err(e) => tracing::warn!(error = %e, "NATS bus: cannot pull {what} messages; retrying"),
+        }
+        if wait_or_cancel(&cancel, backoff.next_delay()).await {
+            return;
+        }
+    }
+}
+
+/// Pulls one inbound partition: each message becomes a delivery whose receipt keeps it until the turn is over.
 async fn pull_inbound(
     consumer: consumer::PullConsumer,
     ack_wait: Duration,
@@ -299,33 +345,9 @@ async fn pull_inbound(
     waiting: Arc<AtomicUsize>,
     cancel: CancellationToken,
 ) {
-    let mut backoff = Backoff::exponential(Duration::from_millis(200), Duration::from_secs(10));
-    loop {
-        let mut messages = tokio::select! {
-            () = cancel.cancelled() => return,
-            m = consumer.messages() => match m {
-                Ok(m) => m,
-                Err(e) => {
-                    tracing::warn!(error = %e, "NATS bus: cannot pull inbound messages; retrying");
-                    if wait_or_cancel(&cancel, backoff.next_delay()).await { return; }
-                    continue;
-                }
-            },
-        };
-        loop {
-            let next = tokio::select! {
-                () = cancel.cancelled() => return,
-                n = messages.next() => n,
-            };
-            let message = match next {
-                Some(Ok(m)) => m,
-                Some(Err(e)) => {
-                    tracing::warn!(error = %e, "NATS bus: inbound pull interrupted; resuming");
-                    break;
-                }
-                None => break,
-            };
-            backoff.reset();
+    pull(consumer, "inbound", cancel, |message| {
+        let (tx, waiting) = (tx.clone(), waiting.clone());
+        async move {
             let (message, acker) = message.split();
             let acker = Arc::new(acker);
             let msg: InboundMessage = match serde_json::from_slice(&message.payload) {
@@ -334,67 +356,36 @@ async fn pull_inbound(
                     // Not ours (or from an incompatible version): never delivered again, never lost silently.
                     tracing::warn!(subject = %message.subject, error = %e, "NATS bus: an inbound message is not a nanobot message; dropped");
                     let _ = acker.ack_with(AckKind::Term).await;
-                    continue;
+                    return true;
                 }
             };
             let receipt = NatsReceipt::start(acker, ack_wait);
             waiting.fetch_add(1, Ordering::SeqCst);
-            if tx
-                .send(Delivery::with_receipt(msg, Box::new(receipt)))
-                .await
-                .is_err()
-            {
-                // The bus was dropped: the receipt went with the message and asks for redelivery.
-                return;
-            }
+            // A closed channel means the bus was dropped: the receipt went with the message and stops its
+            // progress, so the message is delivered again.
+            tx.send(Delivery::with_receipt(msg, Box::new(receipt))).await.is_ok()
         }
-        if wait_or_cancel(&cancel, backoff.next_delay()).await {
-            return;
-        }
-    }
+    })
+    .await;
 }
 
-/// Pulls the outbound stream for as long as the bus runs; a message is acknowledged once this process has taken
-/// it for its channels.
+/// Pulls the outbound stream; a message is acknowledged (confirmed) once this process has taken it for its
+/// channels.
 async fn pull_outbound(
     consumer: consumer::PullConsumer,
     tx: mpsc::Sender<OutboundMessage>,
     waiting: Arc<AtomicUsize>,
     cancel: CancellationToken,
 ) {
-    let mut backoff = Backoff::exponential(Duration::from_millis(200), Duration::from_secs(10));
-    loop {
-        let mut messages = tokio::select! {
-            () = cancel.cancelled() => return,
-            m = consumer.messages() => match m {
-                Ok(m) => m,
-                Err(e) => {
-                    tracing::warn!(error = %e, "NATS bus: cannot pull outbound messages; retrying");
-                    if wait_or_cancel(&cancel, backoff.next_delay()).await { return; }
-                    continue;
-                }
-            },
-        };
-        loop {
-            let next = tokio::select! {
-                () = cancel.cancelled() => return,
-                n = messages.next() => n,
-            };
-            let message = match next {
-                Some(Ok(m)) => m,
-                Some(Err(e)) => {
-                    tracing::warn!(error = %e, "NATS bus: outbound pull interrupted; resuming");
-                    break;
-                }
-                None => break,
-            };
-            backoff.reset();
+    pull(consumer, "outbound", cancel, |message| {
+        let (tx, waiting) = (tx.clone(), waiting.clone());
+        async move {
             match serde_json::from_slice::<OutboundMessage>(&message.payload) {
                 Ok(out) => {
                     waiting.fetch_add(1, Ordering::SeqCst);
                     if tx.send(out).await.is_err() {
                         waiting.fetch_sub(1, Ordering::SeqCst);
-                        return;
+                        return false;
                     }
                     if let Err(e) = message.double_ack().await {
                         tracing::warn!(error = %e, "NATS bus: cannot acknowledge an outbound message (it may be sent twice)");
@@ -405,11 +396,10 @@ async fn pull_outbound(
                     let _ = message.ack_with(AckKind::Term).await;
                 }
             }
+            true
         }
-        if wait_or_cancel(&cancel, backoff.next_delay()).await {
-            return;
-        }
-    }
+    })
+    .await;
 }
 
 /// Waits `delay` unless `cancel` fires first; true when it fired.

@@ -198,7 +198,8 @@ async fn messages_wait_through_a_server_restart() -> Result<()> {
     bus.publish_inbound(msg("3", "before the restart", 1)).await?;
     bus.publish_outbound(OutboundMessage::reply("telegram", "3", "an answer"))
         .await?;
-    // The outbound message is taken (and acknowledged) by this replica before the restart.
+    // The outbound message is taken before the restart (its acknowledgement may still be on its way when the
+    // server dies: outbound delivery is at least once).
     let out = tokio::time::timeout(GUARD, bus.consume_outbound())
         .await?
         .context("closed")?;
@@ -224,10 +225,6 @@ async fn messages_wait_through_a_server_restart() -> Result<()> {
     .await
     .context("no publish after the restart")?;
     assert_eq!(settle(next(&bus).await?, Settlement::Done).await.content, "after");
-    assert!(
-        tokio::time::timeout(QUIET, bus.consume_outbound()).await.is_err(),
-        "an acknowledged outbound message came back"
-    );
     Ok(())
 }
 
