@@ -14,7 +14,7 @@
 //! use nanobot_gateway::{GatewayOptions, service::ServiceUnit};
 //!
 //! let config = nanobot_config::Config::default();
-//! let env = nanobot_runtime::Environment::new("/home/me", Default::default());
+//! let env = nanobot_runtime::Environment::new("/home/me", nanobot_util::EnvMap::new());
 //! let opts = GatewayOptions::serve(config, env);
 //! assert!(opts.api && !opts.channels && !opts.cron);
 //!

@@ -25,7 +25,7 @@ use tempfile::TempDir;
 /// let path = home.write_config(&serde_json::json!({"agents": {"defaults": {"model": "mock-model"}}}));
 /// assert_eq!(path, home.config_path());
 /// assert!(home.workspace().is_dir());
-/// assert_eq!(home.env()["HOME"], home.home().to_string_lossy());
+/// assert_eq!(home.env().get("HOME"), home.home().to_str());
 /// ```
 #[derive(Debug)]
 pub struct TempHome {
