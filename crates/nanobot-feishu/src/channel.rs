@@ -60,6 +60,7 @@ pub struct FeishuChannel {
     reactions: Mutex<HashMap<String, String>>,
     handled: watch::Sender<u64>,
     connections: watch::Sender<u64>,
+    transcriber: Option<Arc<dyn nanobot_channels::Transcribe>>,
 }
 
 impl std::fmt::Debug for FeishuChannel {
@@ -67,6 +68,7 @@ impl std::fmt::Debug for FeishuChannel {
         f.debug_struct("FeishuChannel")
             .field("settings", &self.settings)
             .field("media_dir", &self.media_dir)
+            .field("transcriber", &self.transcriber.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -102,7 +104,16 @@ impl FeishuChannel {
             reactions: Mutex::new(HashMap::new()),
             handled: watch::Sender::new(0),
             connections: watch::Sender::new(0),
+            transcriber: None,
         })
+    }
+
+    /// Transcribes voice messages (`audio`) with `transcriber`; the agent then reads
+    /// `[transcription: …]` instead of the file's path.
+    #[must_use]
+    pub fn with_transcriber(mut self, transcriber: Arc<dyn nanobot_channels::Transcribe>) -> Self {
+        self.transcriber = Some(transcriber);
+        self
     }
 
     /// Issues pairing codes to denied direct-message senders through `store`.
@@ -326,10 +337,19 @@ impl FeishuChannel {
                         _ => "file",
                     });
                 let name = name.to_string();
-                lines.push(
-                    self.receive(&msg.message_id, "file", &key, &name, &mut media)
-                        .await,
-                );
+                let before = media.len();
+                let mut line = self
+                    .receive(&msg.message_id, "file", &key, &name, &mut media)
+                    .await;
+                // A voice message that was downloaded is read as its transcription (the file stays attached).
+                if msg.msg_type == "audio"
+                    && media.len() > before
+                    && let Some(path) = media.last()
+                    && let Some(text) = self.transcribe(Path::new(path)).await
+                {
+                    line = format!("[transcription: {text}]");
+                }
+                lines.push(line);
             }
             other => lines.push(format!("[{other}]")),
         }
@@ -405,6 +425,19 @@ impl FeishuChannel {
             Err(e) => {
                 tracing::warn!(error = %e, "feishu: download failed");
                 format!("[{label}: download failed]")
+            }
+        }
+    }
+
+    /// The text spoken in the voice message at `path`, when a transcriber is set and it hears something.
+    async fn transcribe(&self, path: &Path) -> Option<String> {
+        let transcriber = self.transcriber.as_ref()?;
+        match transcriber.transcribe(path).await {
+            Ok(text) if !text.trim().is_empty() => Some(text.trim().to_owned()),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "feishu: transcription failed");
+                None
             }
         }
     }

@@ -354,9 +354,12 @@ fn build_channels(
             nanobot_config::FeishuConfig::from_block(block).map_err(block_error(nanobot_feishu::NAME))?;
         let settings = nanobot_feishu::FeishuSettings::from_config(&config)
             .map_err(channel_error(nanobot_feishu::NAME))?;
-        let channel = nanobot_feishu::FeishuChannel::new(settings, paths.media_dir(None))
+        let mut channel = nanobot_feishu::FeishuChannel::new(settings, paths.media_dir(None))
             .map_err(channel_error(nanobot_feishu::NAME))?
             .with_pairing(pairing()?);
+        if let Some(t) = transcriber() {
+            channel = channel.with_transcriber(t);
+        }
         out.push(Arc::new(channel));
     }
     #[cfg(feature = "dingtalk")]

@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use nanobot_bus::{Bus, InProcessBus, InboundMessage, OutboundMessage};
-use nanobot_channels::{ChannelManager, GroupPolicy, ManagerSettings};
+use nanobot_channels::{ChannelManager, GroupPolicy, ManagerSettings, Transcribe, TranscribeError};
 use nanobot_config::{FeishuConfig, Secret};
 use nanobot_feishu::{FeishuChannel, FeishuSettings};
 use nanobot_testkit::fake_feishu::{BOT_OPEN_ID, FakeFeishu, message_event};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 const ALICE: &str = "ou_alice";
@@ -27,6 +27,10 @@ struct Harness {
 
 impl Harness {
     async fn start(policy: GroupPolicy) -> Result<Self> {
+        Self::start_with(policy, None).await
+    }
+
+    async fn start_with(policy: GroupPolicy, transcriber: Option<Arc<dyn Transcribe>>) -> Result<Self> {
         let fake = FakeFeishu::start("cli_test", "secret-1").await?;
         let config = FeishuConfig {
             app_id: "cli_test".into(),
@@ -38,10 +42,11 @@ impl Harness {
             ..FeishuConfig::default()
         };
         let media = tempfile::tempdir()?;
-        let channel = Arc::new(FeishuChannel::new(
-            FeishuSettings::from_config(&config)?,
-            media.path(),
-        )?);
+        let mut channel = FeishuChannel::new(FeishuSettings::from_config(&config)?, media.path())?;
+        if let Some(t) = transcriber {
+            channel = channel.with_transcriber(t);
+        }
+        let channel = Arc::new(channel);
         let bus = Arc::new(InProcessBus::new(64));
         let cancel = CancellationToken::new();
         let mut manager = ChannelManager::new(ManagerSettings::default());
@@ -256,5 +261,36 @@ async fn wrong_credentials_are_an_auth_error() -> Result<()> {
     .unwrap_err();
     assert!(matches!(err, ChannelError::Auth { .. }), "{err:?}");
     assert!(!format!("{err:?}").contains("wrong-secret"));
+    Ok(())
+}
+
+/// Reads the downloaded voice message back as its "transcription".
+struct EchoTranscriber;
+
+#[async_trait::async_trait]
+impl Transcribe for EchoTranscriber {
+    async fn transcribe(&self, path: &std::path::Path) -> Result<String, TranscribeError> {
+        let bytes = std::fs::read(path).map_err(|e| TranscribeError(Box::new(e)))?;
+        Ok(format!("heard {}", String::from_utf8_lossy(&bytes)))
+    }
+}
+
+#[tokio::test]
+async fn a_voice_message_is_downloaded_and_read_as_its_transcription() -> Result<()> {
+    let h = Harness::start_with(GroupPolicy::Open, Some(Arc::new(EchoTranscriber))).await?;
+    let mut event = dm("ev-audio", "om_audio", ALICE, "");
+    event["event"]["message"]["message_type"] = json!("audio");
+    event["event"]["message"]["content"] =
+        json!(json!({"file_key": "file_v3_voice", "duration": 2000}).to_string());
+    h.push(&event).await?;
+    let msg = h.inbound().await?;
+    assert!(
+        msg.content.starts_with("[transcription: heard resource of ")
+            && msg.content.contains("om_audio/resources/file_v3_voice"),
+        "{}",
+        msg.content
+    );
+    assert_eq!(msg.media.len(), 1, "the voice file stays attached");
+    h.stop().await;
     Ok(())
 }
