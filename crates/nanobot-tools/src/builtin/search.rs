@@ -78,11 +78,23 @@ fn ignored(rules: &[Gitignore], path: &Path, is_dir: bool) -> bool {
     false
 }
 
+/// What `glob`, `grep` and `find_files` add to their answer when the walk stopped at [`WALK_MAX_ENTRIES`]
+/// (empty when it was complete), so the model never takes a partial answer for the whole: files may be missing.
+fn walk_stopped(complete: bool) -> String {
+    if complete {
+        return String::new();
+    }
+    tracing::info!(limit = WALK_MAX_ENTRIES, "a search stopped at its entry limit");
+    format!(
+        "\n\n(the search stopped after {WALK_MAX_ENTRIES} entries, so files may be missing; narrow the path, pattern, glob or type)"
+    )
+}
+
 /// Walks the tree below `root` by handle: every subdirectory is opened without following symlinks
 /// (so none can be swapped for a link to outside mid-walk), the noise directories and the data
 /// directory are skipped, and `.gitignore`/`.ignore` rules are honoured. `visit` gets every regular
 /// file (symlinks are not followed, as with `ignore`'s default walker), and every directory too with `dirs`.
-/// Returns false when it stopped at [`WALK_MAX_ENTRIES`] entries.
+/// Returns false when it stopped at [`WALK_MAX_ENTRIES`] entries (the tool then says so: [`walk_stopped`]).
 fn walk(root: &OpenedDir, dirs: bool, mut visit: impl FnMut(Found<'_>)) -> bool {
     let Ok(first) = root.dir.try_clone() else {
         return true;
@@ -244,12 +256,12 @@ impl TypedTool for GlobTool {
                     hits.push((mtime(f.dir, f.name), root.logical.join(f.rel)));
                 }
             });
-            if !complete {
-                tracing::info!(limit = WALK_MAX_ENTRIES, "glob stopped at its entry limit");
-            }
+            let stopped = walk_stopped(complete);
             hits.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
             if hits.is_empty() {
-                return Ok(ToolOutput::text(format!("No files matched pattern '{pattern}'")));
+                return Ok(ToolOutput::text(format!(
+                    "No files matched pattern '{pattern}'{stopped}"
+                )));
             }
             let total = hits.len();
             let mut out: Vec<String> = hits
@@ -262,7 +274,7 @@ impl TypedTool for GlobTool {
                     "\n(showing {GLOB_MAX_RESULTS} of {total} matches; narrow the pattern)"
                 ));
             }
-            Ok(ToolOutput::text(out.join("\n")))
+            Ok(ToolOutput::text(out.join("\n") + &stopped))
         })
         .await
     }
@@ -472,25 +484,22 @@ impl TypedTool for GrepTool {
                     results.push((mtime, shown.clone(), sink.matches, lines));
                 }
             };
-            match open_root(&sandbox, raw.as_deref())? {
+            let complete = match open_root(&sandbox, raw.as_deref())? {
                 Opened::File(f) => {
                     let rel = f.logical.file_name().map(PathBuf::from).unwrap_or_default();
                     search(f.file, f.logical.clone(), &rel, &f.fence);
+                    true
                 }
-                Opened::Dir(root) => {
-                    let complete = walk(&root, false, |found| {
-                        if let Ok(file) = open_child_file(found.dir, found.name) {
-                            search(file, root.logical.join(found.rel), found.rel, &root.fence);
-                        }
-                    });
-                    if !complete {
-                        tracing::info!(limit = WALK_MAX_ENTRIES, "grep stopped at its entry limit");
+                Opened::Dir(root) => walk(&root, false, |found| {
+                    if let Ok(file) = open_child_file(found.dir, found.name) {
+                        search(file, root.logical.join(found.rel), found.rel, &root.fence);
                     }
-                }
-            }
+                }),
+            };
+            let stopped = walk_stopped(complete);
             if results.is_empty() {
                 return Ok(ToolOutput::text(format!(
-                    "No matches found for pattern '{pattern}'"
+                    "No matches found for pattern '{pattern}'{stopped}"
                 )));
             }
             let mut out: Vec<String> = Vec::new();
@@ -530,7 +539,7 @@ impl TypedTool for GrepTool {
                     skip + 1
                 ));
             }
-            Ok(ToolOutput::text(out.join("\n")))
+            Ok(ToolOutput::text(out.join("\n") + &stopped))
         })
         .await
     }
@@ -688,7 +697,11 @@ impl TypedTool for FindFilesTool {
                     let shown = display_path(&sandbox, &f.logical);
                     let ok = types.as_ref().is_none_or(|t| t.matches(&f.logical))
                         && terms.iter().all(|t| shown.to_lowercase().contains(t.as_str()));
-                    return Ok(ToolOutput::text(if ok { shown } else { "No files found".to_owned() }));
+                    return Ok(ToolOutput::text(if ok {
+                        shown
+                    } else {
+                        "No files found".to_owned()
+                    }));
                 }
             };
             let mut found: Vec<((i64, i64), String)> = Vec::new();
@@ -712,7 +725,11 @@ impl TypedTool for FindFilesTool {
                 if f.is_dir {
                     shown.push('/');
                 }
-                let when = if sort == FindSort::Modified { mtime(f.dir, f.name) } else { (0, 0) };
+                let when = if sort == FindSort::Modified {
+                    mtime(f.dir, f.name)
+                } else {
+                    (0, 0)
+                };
                 found.push((when, shown));
             });
             match sort {
@@ -721,11 +738,12 @@ impl TypedTool for FindFilesTool {
             }
             let total = found.len();
             let page: Vec<String> = found.into_iter().skip(skip).take(limit).map(|(_, p)| p).collect();
+            let stopped = walk_stopped(complete);
             if page.is_empty() {
                 return Ok(ToolOutput::text(if total > 0 {
-                    format!("No files after offset {skip} ({total} in all)")
+                    format!("No files after offset {skip} ({total} in all){stopped}")
                 } else {
-                    "No files found".to_owned()
+                    format!("No files found{stopped}")
                 }));
             }
             let shown = page.len();
@@ -737,11 +755,7 @@ impl TypedTool for FindFilesTool {
                     skip + 1
                 ));
             }
-            if !complete {
-                out.push_str(&format!(
-                    "\n\n(the search stopped after {WALK_MAX_ENTRIES} entries; narrow path, query, glob or type)"
-                ));
-            }
+            out.push_str(&stopped);
             Ok(ToolOutput::text(out))
         })
         .await

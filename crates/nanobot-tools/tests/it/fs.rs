@@ -508,3 +508,32 @@ async fn find_files_by_terms_glob_and_type() {
     let out = r.execute("find_files", json!({"sort": "size"}), &c).await;
     assert!(out.is_error && out.text.contains("sort"), "{}", out.text);
 }
+
+/// A tree past the walk's bound (200 000 entries): `glob`, `grep` and `find_files` say that their answer may be
+/// missing files, with or without matches, instead of passing a partial answer off as whole.
+#[tokio::test]
+async fn searches_past_the_walk_bound_say_they_stopped() {
+    let ws = tempfile::tempdir().unwrap();
+    let p = ws.path();
+    std::fs::write(p.join("a-needle.txt"), "needle\n").unwrap();
+    let many = p.join("many");
+    std::fs::create_dir(&many).unwrap();
+    for i in 0..200_001 {
+        std::fs::File::create(many.join(format!("f{i:06}"))).unwrap();
+    }
+    let r = fs_registry(p, true);
+    let c = ctx(p);
+    let stopped = "the search stopped after 200000 entries, so files may be missing";
+    for (tool, args) in [
+        ("glob", json!({"pattern": "*.nothing"})),
+        ("glob", json!({"pattern": "*.txt"})),
+        ("grep", json!({"pattern": "nothing-like-this"})),
+        ("grep", json!({"pattern": "needle"})),
+        ("find_files", json!({"glob": "*.nothing"})),
+    ] {
+        let out = r.execute(tool, args.clone(), &c).await.text;
+        assert!(out.contains(stopped), "{tool} {args}: {out}");
+    }
+    let found = r.execute("grep", json!({"pattern": "needle"}), &c).await.text;
+    assert!(found.contains("a-needle.txt"), "{found}");
+}
