@@ -158,6 +158,8 @@ struct LoopInner {
     held_notified: Mutex<Option<String>>,
     /// The chat of the most recent message from a real channel (where the heartbeat reports).
     last_route: Mutex<Option<(String, String)>>,
+    /// The most recent of those chats that its channel says is private (where notices about the owner's files go).
+    last_private_route: Mutex<Option<(String, String)>>,
     /// Memory work started after a turn (archives, consolidation); [`AgentLoop::finish_background`] waits.
     background: tokio_util::task::TaskTracker,
 }
@@ -427,6 +429,7 @@ impl AgentLoopBuilder {
                 control,
                 held_notified: Mutex::default(),
                 last_route: Mutex::default(),
+                last_private_route: Mutex::default(),
                 background: tokio_util::task::TaskTracker::new(),
             }
         });
@@ -529,6 +532,12 @@ impl AgentLoop {
     /// The chat of the most recent message from a real channel, if any since start.
     pub(crate) fn last_route(&self) -> Option<(String, String)> {
         lock(&self.inner.last_route).clone()
+    }
+
+    /// The most recent private chat from a real channel (a chat whose adapter does not say it is private counts
+    /// as a group), if any since start.
+    pub(crate) fn last_private_route(&self) -> Option<(String, String)> {
+        lock(&self.inner.last_private_route).clone()
     }
 
     /// Token totals since start.
@@ -696,7 +705,11 @@ impl LoopInner {
     /// Remembers the chat of a message from a real channel (not the API, CLI, cron, …).
     fn note_route(&self, msg: &InboundMessage) {
         if !crate::heartbeat::is_internal_channel(&msg.channel) && !msg.chat_id.is_empty() {
-            *lock(&self.last_route) = Some((msg.channel.clone(), msg.chat_id.clone()));
+            let route = (msg.channel.clone(), msg.chat_id.clone());
+            if msg.is_group() == Some(false) {
+                *lock(&self.last_private_route) = Some(route.clone());
+            }
+            *lock(&self.last_route) = Some(route);
         }
     }
 

@@ -6,20 +6,21 @@ use super::*;
 impl AgentLoop {
     /// Whether unattended runs (`what`: heartbeat, Dream, a cron job) must wait because control files hold changes
     /// the model made and the user has not confirmed ([`crate::control`]). When they must: logs why, tells the most
-    /// recently active chat once per held set (with how to confirm), and returns the held files.
+    /// recently active private chat once per held set (with how to confirm; never a group, whose members need not
+    /// see which files steer the assistant), and returns the held files.
     pub(crate) async fn hold_unattended(&self, what: &str) -> Option<Vec<String>> {
         let ledger = self.inner.control.clone();
         let held = tokio::task::spawn_blocking(move || ledger.held()).await.ok()?;
         let notice = crate::control::held_notice(&held)?;
         tracing::warn!(run = what, "{notice}");
-        let first = {
+        // Marked as told only when there is a private chat to tell; until then each run logs it.
+        let route = self.last_private_route().filter(|_| {
             let mut last = nanobot_util::lock(&self.inner.held_notified);
             let first = last.as_deref() != Some(notice.as_str());
             *last = Some(notice.clone());
             first
-        };
-        if first
-            && let Some((channel, chat_id)) = self.last_route()
+        });
+        if let Some((channel, chat_id)) = route
             && let Some(bus) = self.bus()
         {
             let text = format!(

@@ -22,10 +22,12 @@ fn cron_job() -> CronJob {
     .unwrap()
 }
 
-/// Sends `text` from alice in telegram chat 1 and returns the first reply that is not a pause notice.
+/// Sends `text` from alice in her private telegram chat 1 and returns the first reply that is not a pause notice.
 async fn say(run: &Running, text: &str) -> String {
-    run.send(InboundMessage::new("telegram", "alice", "1", text))
-        .await;
+    run.send(
+        InboundMessage::new("telegram", "alice", "1", text).with_metadata(nanobot_bus::META_IS_GROUP, false),
+    )
+    .await;
     loop {
         let m = run.next_reply().await;
         if !m.content.contains("Scheduled runs are paused") {

@@ -186,8 +186,8 @@ async fn one_chat_cannot_reach_another_and_an_injection_does_not_persist() -> Re
         "{system}"
     );
 
-    // The planted heartbeat task does not run unattended: no model call, and the most recently active chat is
-    // told how to confirm. Bob's cron job waits too.
+    // The planted heartbeat task does not run unattended: no model call, and the most recently active private
+    // chat (not the group that spoke last) is told how to confirm. Bob's cron job waits too.
     let calls = mock.request_count();
     let tick = tokio::time::timeout(GUARD, cron.run_now("heartbeat", true)).await??;
     assert_eq!(tick.output.as_deref(), Some("held"), "{tick:?}");
@@ -206,6 +206,10 @@ async fn one_chat_cannot_reach_another_and_an_injection_does_not_persist() -> Re
     assert!(
         notice["text"].as_str().unwrap().contains("HEARTBEAT.md"),
         "{notice}"
+    );
+    assert!(
+        notice["chat_id"] == json!(ALICE) || notice["chat_id"] == json!(BOB),
+        "the notice goes to a private chat, not the group: {notice}"
     );
     let job = tokio::time::timeout(GUARD, cron.run_now(&bobs_job, true)).await??;
     assert!(
