@@ -345,8 +345,9 @@ async fn pull_inbound(
     waiting: Arc<AtomicUsize>,
     cancel: CancellationToken,
 ) {
+    let stop = cancel.clone();
     pull(consumer, "inbound", cancel, |message| {
-        let (tx, waiting) = (tx.clone(), waiting.clone());
+        let (tx, waiting, stop) = (tx.clone(), waiting.clone(), stop.clone());
         async move {
             let (message, acker) = message.split();
             let acker = Arc::new(acker);
@@ -361,9 +362,16 @@ async fn pull_inbound(
             };
             let receipt = NatsReceipt::start(acker, ack_wait);
             waiting.fetch_add(1, Ordering::SeqCst);
-            // A closed channel means the bus was dropped: the receipt went with the message and stops its
-            // progress, so the message is delivered again.
-            tx.send(Delivery::with_receipt(msg, Box::new(receipt))).await.is_ok()
+            // Waits for the dispatcher only while the bus runs. A closed bus (or a dropped one) drops the delivery:
+            // its receipt stops reporting progress, so the message is delivered again, here or elsewhere.
+            let delivery = Delivery::with_receipt(msg, Box::new(receipt));
+            tokio::select! {
+                sent = tx.send(delivery) => sent.is_ok(),
+                () = stop.cancelled() => {
+                    waiting.fetch_sub(1, Ordering::SeqCst);
+                    false
+                }
+            }
         }
     })
     .await;

@@ -329,14 +329,23 @@ async fn buttons_a_channel_cannot_show_are_added_to_the_text() {
     let bus = Arc::new(InProcessBus::new(64));
     let cancel = CancellationToken::new();
     let task = tokio::spawn(manager.run(bus.clone(), cancel.clone()));
-    pa.runs.recv().await.unwrap();
+    let guard = std::time::Duration::from_secs(30);
+    tokio::time::timeout(guard, pa.runs.recv())
+        .await
+        .unwrap()
+        .unwrap();
     let mut m = msg("alpha", OutboundKind::Reply, "Which one?");
     m.metadata.insert(
         nanobot_bus::META_BUTTONS.into(),
         serde_json::json!([["Tea", "Coffee"], ["Neither"]]),
     );
     bus.publish_outbound(m).await.unwrap();
-    let got = pa.sends.recv().await.unwrap().1.unwrap();
+    let got = tokio::time::timeout(guard, pa.sends.recv())
+        .await
+        .unwrap()
+        .unwrap()
+        .1
+        .unwrap();
     assert_eq!(got.content, "Which one?\n\n[Tea] [Coffee]\n[Neither]");
     assert!(!got.metadata.contains_key(nanobot_bus::META_BUTTONS));
     cancel.cancel();
