@@ -32,10 +32,12 @@ pub enum Command {
     History,
     /// `/skill`: the skills the agent has (enabled ones, available or not).
     Skill,
+    /// `/goal <task>`: work on the task as a sustained goal (the turn may record it with `create_goal`).
+    Goal,
 }
 
 /// Every command with its one-line description (the `/help` text and the "did you mean" candidates).
-pub const COMMANDS: [(&str, Command, &str); 13] = [
+pub const COMMANDS: [(&str, Command, &str); 14] = [
     (
         "new",
         Command::New,
@@ -59,6 +61,11 @@ pub const COMMANDS: [(&str, Command, &str); 13] = [
         "Show the last messages of this conversation (/history [n], default 10)",
     ),
     ("skill", Command::Skill, "List the skills the agent has"),
+    (
+        "goal",
+        Command::Goal,
+        "Work on a long-running task as a sustained goal (/goal <task>)",
+    ),
     ("dream", Command::Dream, "Run memory consolidation (Dream) now"),
     ("dream-log", Command::DreamLog, "Show recent Dream changes"),
     ("dream-restore", Command::DreamRestore, "Undo a Dream change"),

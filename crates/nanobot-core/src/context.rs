@@ -133,6 +133,8 @@ pub struct TurnOrigin {
     pub chat_id: String,
     /// The memory the turn reads (whose `MEMORY.md` is in the system prompt; `agents.defaults.memoryScope`).
     pub memory: ScopeKey,
+    /// More lines for the runtime-context block (a message from another session says who sent it).
+    pub notes: Vec<String>,
 }
 
 /// Builds the system prompt and the message list of a turn.
@@ -315,6 +317,10 @@ impl ContextBuilder {
         }
         if !origin.chat_id.is_empty() {
             s.push_str(&format!("\nChat ID: {}", origin.chat_id));
+        }
+        for note in &origin.notes {
+            s.push('\n');
+            s.push_str(note);
         }
         s.push('\n');
         s.push_str(RUNTIME_CONTEXT_END);

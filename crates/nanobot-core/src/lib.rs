@@ -7,7 +7,8 @@
 //! context and images on the user message), [`AgentLoop`] (one worker per session, slash [`commands`], session
 //! saving, crash recovery, progress/tool hints/streaming, `system` routing; [`AgentLoop::submit`] for bus
 //! messages (the one place deciding who answers), [`AgentLoop::process_direct`], [`AgentLoop::shutdown`]), the
-//! bus-aware tools `message`, `spawn` (subagents) and `cron`, the system jobs ([`SystemJob`]: Dream and the
+//! bus-aware tools `message`, `spawn` (subagents), `cron` and the session tools (`list_sessions`, `read_session`,
+//! `search_sessions`, `send_session_message`), the goal tools (`create_goal`, `update_goal`, with `/goal`), the system jobs ([`SystemJob`]: Dream and the
 //! heartbeat, run by [`AgentLoop::run_system_job`], their one handler), the [`MemoryService`] trait
 //! (implemented over `nanobot-memory` by [`MemoryAdapter`]), and the embedding API ([`Agent::builder`]).
 //!
@@ -56,8 +57,17 @@ pub use context::{
 };
 pub use memory::{ConsolidationReport, ConsolidationTrigger, MemoryAdapter, MemoryService, raw_archive};
 pub use subagent::{SubagentManager, SubagentOrigin, SubagentSettings};
+pub use tools::{
+    CreateGoalArgs, CreateGoalTool, GOAL_STATE_KEY, GoalAction, GoalTools, MAX_CONTINUATION_ROUNDS,
+    MAX_OBJECTIVE_CHARS, UpdateGoalArgs, UpdateGoalTool,
+};
 #[cfg(feature = "cron")]
 pub use tools::{CronAction, CronArgs, CronTool};
+pub use tools::{
+    ListSessionsArgs, ListSessionsTool, ROUTE_METADATA_KEY, ReadSessionArgs, ReadSessionTool,
+    SESSION_MESSAGE_METADATA_KEY, SearchSessionsArgs, SearchSessionsTool, SendSessionMessageArgs,
+    SendSessionMessageTool, SessionAccess,
+};
 pub use tools::{MessageArgs, MessageTool, SpawnArgs, SpawnTool, TurnInfo};
 mod agent_loop;
 mod approval;

@@ -49,6 +49,8 @@ pub struct AgentSettings {
     pub turn_timeout: std::time::Duration,
     /// When the user is asked before a tool call runs (`tools.exec.approval`, `approvalTimeout`).
     pub approval: crate::ApprovalSettings,
+    /// Messages one session may send to others a minute (`tools.maxSessionMessagesPerMinute`).
+    pub max_session_messages_per_minute: u32,
 }
 
 impl AgentSettings {
@@ -80,6 +82,7 @@ impl AgentSettings {
             memory_scope: nanobot_memory::MemoryScope::Shared,
             turn_timeout: std::time::Duration::from_secs(3600),
             approval: crate::ApprovalSettings::default(),
+            max_session_messages_per_minute: 6,
         }
     }
 }

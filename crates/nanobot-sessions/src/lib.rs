@@ -55,6 +55,7 @@
 mod error;
 mod format;
 mod fsio;
+pub mod handles;
 pub mod keyname;
 pub mod legacy;
 mod message;
@@ -65,6 +66,7 @@ mod tail;
 mod time;
 
 pub use error::{Result, SessionError};
+pub use handles::{HANDLE_METADATA_KEY, SessionHandle};
 pub use message::SessionMessage;
 pub use session::{INTERRUPTED_TOOL_RESULT, LAST_SUMMARY_KEY, Session, SessionHeader};
 pub use store::{

@@ -14,6 +14,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 use crate::error::{Result, SessionError};
 use crate::format;
 use crate::fsio::{self, Tail};
+use crate::handles::{self, HANDLE_METADATA_KEY, SessionHandle};
 use crate::keyname;
 use crate::message::SessionMessage;
 use crate::session::{self, Session, SessionHeader};
@@ -152,6 +153,8 @@ struct Inner {
     bytes_read: AtomicU64,
     /// `fdatasync`/`fsync` calls on session and checkpoint files: see [`SessionStore::syncs`].
     syncs: AtomicU64,
+    /// Held while handles are given out ([`SessionStore::handles`]).
+    handles: Mutex<()>,
 }
 
 /// Per-key state, guarded by the key's lock.
@@ -213,6 +216,7 @@ impl SessionStore {
                 slots: StdMutex::new(HashMap::new()),
                 bytes_read: AtomicU64::new(0),
                 syncs: AtomicU64::new(0),
+                handles: Mutex::new(()),
             }),
         })
     }
@@ -406,6 +410,82 @@ impl SessionStore {
         tokio::task::spawn_blocking(move || inner.list()).await?
     }
 
+    /// The metadata (`metadata` of the metadata line) of session `key`: empty for a session without a file.
+    /// Read from the cache or the end of the file, not the whole session.
+    pub async fn metadata(&self, key: &str) -> Result<Map<String, Value>> {
+        self.run(key, |inner, key, slot| {
+            inner.ensure_head(key, slot)?;
+            Ok(slot.header().map(|s| s.metadata.clone()).unwrap_or_default())
+        })
+        .await
+    }
+
+    /// Calls `f(&mut state, index, message)` for each message of session `key`, oldest first (`index` counts
+    /// messages from the start of the file), and returns the final state; `None` when the session has no file.
+    /// The file is streamed line by line and nothing is cached, so any session can be searched in bounded
+    /// memory. A line that is not a JSON object (a cut last line) is skipped.
+    pub async fn scan_messages<S, F>(&self, key: &str, state: S, f: F) -> Result<Option<S>>
+    where
+        S: Send + 'static,
+        F: FnMut(&mut S, usize, SessionMessage) + Send + 'static,
+    {
+        self.run(key, move |inner, key, slot| inner.scan(key, slot, state, f))
+            .await
+    }
+
+    /// The handle of every session of this workspace ([`crate::handles`]), oldest session first. Sessions
+    /// without one are given one now, written into their metadata (as the Python nanobot 0.3.5 does). Calls
+    /// are serialised, so two callers never give one name to two sessions.
+    pub async fn handles(&self) -> Result<Vec<SessionHandle>> {
+        let _one_at_a_time = self.inner.handles.lock().await;
+        let mut rows = self.list_sessions().await?;
+        rows.sort_by(|a, b| (a.created_at, &a.key).cmp(&(b.created_at, &b.key)));
+        let mut used = std::collections::HashSet::new();
+        let mut named = Vec::with_capacity(rows.len());
+        let mut pending = Vec::new();
+        for row in rows {
+            let metadata = match self.metadata(&row.key).await {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(session = %row.key, error = %e, "session skipped: unreadable metadata");
+                    continue;
+                }
+            };
+            let name = metadata
+                .get(HANDLE_METADATA_KEY)
+                .and_then(Value::as_str)
+                .and_then(|n| handles::normalize_handle(n).ok())
+                .filter(|n| !used.contains(n));
+            match name {
+                Some(n) => {
+                    used.insert(n.clone());
+                    named.push(SessionHandle {
+                        name: n,
+                        key: row.key,
+                    });
+                }
+                None => pending.push(row.key),
+            }
+        }
+        for key in pending {
+            let name = handles::allocate_handle(&used);
+            let value = Value::String(name.clone());
+            match self
+                .update_header(&key, move |h| {
+                    h.metadata.insert(HANDLE_METADATA_KEY.into(), value);
+                })
+                .await
+            {
+                Ok(_) => {
+                    used.insert(name.clone());
+                    named.push(SessionHandle { name, key });
+                }
+                Err(e) => tracing::warn!(session = %key, error = %e, "cannot record the session's handle"),
+            }
+        }
+        Ok(named)
+    }
+
     /// Prepares every session file of this workspace for reads from its end. A file written by the Python nanobot
     /// (its only metadata is the first line, and `last_consolidated` there counts from the start) has to be
     /// counted through once before its newest messages can be placed; this does that count now and leaves a
@@ -563,6 +643,47 @@ impl Inner {
             return Err(SessionError::KeyMismatch { path });
         }
         Ok(path)
+    }
+
+    /// [`SessionStore::scan_messages`] under the key's lock: from the cache when loaded, else streamed.
+    fn scan<S, F>(&self, key: &str, slot: &mut Slot, mut state: S, mut f: F) -> Result<Option<S>>
+    where
+        F: FnMut(&mut S, usize, SessionMessage),
+    {
+        use std::io::BufRead as _;
+        if let Some(session) = &slot.cached {
+            for (i, m) in session.messages.iter().enumerate() {
+                f(&mut state, i, m.clone());
+            }
+            return Ok(Some(state));
+        }
+        let path = self.owned_path(key)?;
+        let file = match fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(SessionError::io("read", &path, e)),
+        };
+        let mut reader = std::io::BufReader::new(file);
+        let (mut line, mut index) = (Vec::new(), 0usize);
+        loop {
+            line.clear();
+            let n = reader
+                .read_until(b'\n', &mut line)
+                .map_err(|e| SessionError::io("read", &path, e))?;
+            if n == 0 {
+                break;
+            }
+            self.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
+            let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(&line) else {
+                continue;
+            };
+            if format::is_metadata(&map) || format::is_other_record(&map) {
+                continue;
+            }
+            f(&mut state, index, SessionMessage::from_map(map));
+            index += 1;
+        }
+        Ok(Some(state))
     }
 
     /// Loads session `key` into the slot (once) and returns it.

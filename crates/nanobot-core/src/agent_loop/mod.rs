@@ -80,6 +80,8 @@ pub struct TurnOptions {
     /// ([`TurnOptions::publish`]) the turn's own chat, elsewhere nobody (such calls are then refused, and the
     /// user can allow one with `/approve ID`).
     pub approver: Option<Arc<dyn crate::Approver>>,
+    /// The user started this turn with `/goal <task>`: it may record (or replace) the session's sustained goal.
+    pub goal: bool,
 }
 
 impl std::fmt::Debug for TurnOptions {
@@ -89,6 +91,7 @@ impl std::fmt::Debug for TurnOptions {
             .field("publish", &self.publish)
             .field("stream", &self.stream.is_some())
             .field("approver", &self.approver.is_some())
+            .field("goal", &self.goal)
             .finish()
     }
 }
@@ -362,6 +365,17 @@ impl AgentLoopBuilder {
         let outbox = s.data_dir.join("media").join("outbox");
         // Copies left by an earlier run (sent long ago, or never) go at start-up.
         crate::tools::sweep_outbox(&outbox, crate::tools::OUTBOX_KEEP);
+        let access = crate::tools::SessionAccess::new(sessions.clone(), self.rights.clone());
+        tools.register(Arc::new(crate::tools::ListSessionsTool(access.clone())));
+        tools.register(Arc::new(crate::tools::ReadSessionTool(access.clone())));
+        tools.register(Arc::new(crate::tools::SearchSessionsTool(access.clone())));
+        tools.register(Arc::new(crate::tools::SendSessionMessageTool::new(
+            access,
+            s.max_session_messages_per_minute,
+        )));
+        let goals = crate::tools::GoalTools::new(sessions.clone());
+        tools.register(Arc::new(crate::tools::CreateGoalTool(goals.clone())));
+        tools.register(Arc::new(crate::tools::UpdateGoalTool(goals)));
         tools.register(Arc::new(
             MessageTool::confined(attachments, outbox).with_rights(self.rights),
         ));

@@ -62,6 +62,9 @@ pub(super) fn stored_user_message(msg: &InboundMessage) -> SessionMessage {
     if msg.is_system_report() {
         sm = sm.with("sender_id", msg.sender_id.clone());
     }
+    if msg.metadata.get(crate::tools::CONTINUATION_MARK) == Some(&Value::Bool(true)) {
+        sm = sm.with(crate::tools::CONTINUATION_MARK, true);
+    }
     sm
 }
 

@@ -6,6 +6,9 @@ use super::*;
 
 use nanobot_memory::ScopeKey;
 
+/// The answer to `/goal` without a task.
+pub(super) const GOAL_USAGE: &str = "Usage: /goal <long-running task description>";
+
 /// Messages kept in the prompt after `/compact` without a memory service.
 const COMPACT_KEEP_MESSAGES: usize = 8;
 
@@ -143,6 +146,8 @@ impl LoopInner {
                 .approvals
                 .decide_parked(key, crate::ApprovalAnswer::Deny, args)),
             Command::ConfirmFiles => Ok(self.confirm_files(args).await),
+            // `/goal <task>` runs as a turn (worker); only its empty form gets here.
+            Command::Goal => Ok(GOAL_USAGE.to_owned()),
         }
     }
 

@@ -30,6 +30,60 @@ impl LoopInner {
         }
     }
 
+    /// Records `channel:chat_id` as the chat session `key` answers in, when it is not already recorded.
+    async fn record_route(&self, key: &str, metadata: &Map<String, Value>, channel: &str, chat_id: &str) {
+        let route = metadata.get(crate::tools::ROUTE_METADATA_KEY);
+        let same = route.is_some_and(|r| {
+            r.get("channel").and_then(Value::as_str) == Some(channel)
+                && r.get("chat_id").and_then(Value::as_str) == Some(chat_id)
+        });
+        if same {
+            return;
+        }
+        let value = json!({"channel": channel, "chat_id": chat_id, "metadata": {}});
+        if let Err(e) = self
+            .sessions
+            .update_header(key, move |h| {
+                h.metadata.insert(crate::tools::ROUTE_METADATA_KEY.into(), value);
+            })
+            .await
+        {
+            tracing::warn!(session = %key, error = %e, "cannot record the session's chat");
+        }
+    }
+
+    /// The internal message that continues session `key`'s active goal after a turn hit the iteration cap, and
+    /// the round counted; `None` without an active goal or once [`crate::MAX_CONTINUATION_ROUNDS`] ran in a row.
+    async fn goal_continuation(&self, key: &str, channel: &str, chat_id: &str) -> Option<InboundMessage> {
+        use crate::tools::{CONTINUATION_ROUNDS_KEY, CONTINUATION_SENDER};
+        let metadata = self.sessions.metadata(key).await.ok()?;
+        let rounds = metadata
+            .get(CONTINUATION_ROUNDS_KEY)
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        if !crate::tools::goal_active(&metadata) || rounds >= crate::MAX_CONTINUATION_ROUNDS {
+            return None;
+        }
+        let counted = self
+            .sessions
+            .update_header(key, move |h| {
+                h.metadata
+                    .insert(CONTINUATION_ROUNDS_KEY.into(), json!(rounds + 1));
+            })
+            .await;
+        if let Err(e) = counted {
+            tracing::warn!(session = %key, error = %e, "cannot count the goal's continuation; not continuing");
+            return None;
+        }
+        tracing::info!(session = %key, round = rounds + 1, "goal: continuing after the iteration cap");
+        let prompt = crate::tools::continuation_prompt(&metadata);
+        Some(
+            InboundMessage::system_report(CONTINUATION_SENDER, channel, chat_id, prompt)
+                .with_session_key(key)
+                .with_metadata(crate::tools::CONTINUATION_MARK, true),
+        )
+    }
+
     pub(super) async fn connect_mcp(&self) {
         let Some(mcp) = &self.mcp else { return };
         mcp.connect().await;
@@ -144,6 +198,10 @@ impl LoopInner {
             channel: channel.to_owned(),
             chat_id: chat_id.to_owned(),
             memory: scope.clone(),
+            notes: crate::tools::session_message_note(msg)
+                .into_iter()
+                .chain(crate::tools::goal_notes(&metadata, opts.goal))
+                .collect(),
         };
         let mut messages = self.context.build_messages(
             history,
@@ -171,6 +229,7 @@ impl LoopInner {
         let bus = self.bus();
         let mut info = TurnInfo::new(bus.clone());
         info.is_cron = opts.is_cron;
+        info.goal_allowed.store(opts.goal, Ordering::SeqCst);
         info.metadata = if msg.is_system_report() {
             Map::new()
         } else {
@@ -252,6 +311,10 @@ impl LoopInner {
         // Before the model is asked: a checkpoint holding the user's message, so a turn killed at any point
         // (SIGTERM, a caller's timeout killing the process) keeps the question.
         sink.begin().await;
+        // The chat this session answers in, as 0.3.5 records it (where messages from other sessions are answered).
+        if !msg.is_system_report() && !opts.is_cron && !nanobot_bus::is_internal_channel(channel) {
+            self.record_route(key, &metadata, channel, chat_id).await;
+        }
         // After the checkpoint holding the user's message: a redelivery then finds the message in the session.
         if earlier.is_none()
             && let Some(id) = &delivery
@@ -301,6 +364,13 @@ impl LoopInner {
             }
         }
 
+        // An active goal is not left at the iteration cap: an internal turn goes on with it (bounded rounds).
+        let continue_goal = if result.stop_reason == StopReason::MaxIterations && opts.publish {
+            self.goal_continuation(key, channel, chat_id).await
+        } else {
+            None
+        };
+
         // Save the turn: the user's message (unless a cut-short attempt already saved it), then everything the
         // run added (sanitised copies).
         let mut stored = if earlier == Some(Earlier::Started) {
@@ -309,6 +379,15 @@ impl LoopInner {
             vec![stored_user]
         };
         stored.extend(result.new_messages().iter().map(stored_message));
+        if continue_goal.is_some() {
+            // Not the cap's closing note: the work goes on in the next turn.
+            if stored
+                .last()
+                .is_some_and(|m| m.role() == Some("assistant") && m.tool_calls().is_none())
+            {
+                stored.pop();
+            }
+        }
         if result.stop_reason == StopReason::Cancelled && result.new_messages().is_empty() {
             stored.push(interrupted_note());
         }
@@ -357,6 +436,18 @@ impl LoopInner {
             streamed: false,
             usage: result.usage,
         };
+        if let Some(next) = continue_goal {
+            self.enqueue(Job {
+                msg: next,
+                opts: TurnOptions {
+                    publish: true,
+                    ..TurnOptions::default()
+                },
+                reply: None,
+            });
+            reply.content.clear();
+            return Ok(reply);
+        }
         if result.stop_reason == StopReason::Cancelled {
             reply.content.clear();
             return Ok(reply);

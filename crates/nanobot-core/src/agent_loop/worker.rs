@@ -76,17 +76,22 @@ impl LoopInner {
         self: &Arc<Self>,
         key: &str,
         msg: &InboundMessage,
-        opts: TurnOptions,
+        mut opts: TurnOptions,
     ) -> Result<TurnReply, CoreError> {
         self.recover_checkpoint(key).await;
         let scope = self.memory_scope(key, msg, &opts).await;
         if !msg.is_system_report()
             && let Some(Parsed::Known(cmd, args)) = commands::parse(&msg.content)
         {
-            return self
-                .queued_command(key, cmd, &args, &scope)
-                .await
-                .map(TurnReply::command);
+            // `/goal <task>` is a turn on the whole message that may record the goal (as 0.3.5 runs it).
+            if cmd == Command::Goal && !args.is_empty() {
+                opts.goal = true;
+            } else {
+                return self
+                    .queued_command(key, cmd, &args, &scope)
+                    .await
+                    .map(TurnReply::command);
+            }
         }
         let (channel, chat_id) = reply_route(msg);
         self.turn(key, msg, &channel, &chat_id, opts, &scope).await

@@ -1,4 +1,4 @@
-//! The bus-aware tools: `message`, `spawn` and `cron`, and the per-turn facts they read from the
+//! The bus-aware tools: `message`, `spawn`, `cron`, the session tools and the goal tools, and the per-turn facts they read from the
 //! [`ToolContext`] extensions ([`TurnInfo`]).
 
 use std::io::Read as _;
@@ -19,8 +19,24 @@ use crate::subagent::{SubagentManager, SubagentOrigin};
 
 #[cfg(feature = "cron")]
 mod cron;
+mod goals;
+mod sessions;
 #[cfg(feature = "cron")]
 pub use cron::{CronAction, CronArgs, CronTool};
+pub(crate) use goals::{
+    CONTINUATION_MARK, CONTINUATION_ROUNDS_KEY, CONTINUATION_SENDER, continuation_prompt, goal_active,
+    goal_notes,
+};
+pub use goals::{
+    CreateGoalArgs, CreateGoalTool, GOAL_STATE_KEY, GoalAction, GoalTools, MAX_CONTINUATION_ROUNDS,
+    MAX_OBJECTIVE_CHARS, UpdateGoalArgs, UpdateGoalTool,
+};
+pub(crate) use sessions::session_message_note;
+pub use sessions::{
+    ListSessionsArgs, ListSessionsTool, ROUTE_METADATA_KEY, ReadSessionArgs, ReadSessionTool,
+    SESSION_MESSAGE_METADATA_KEY, SearchSessionsArgs, SearchSessionsTool, SendSessionMessageArgs,
+    SendSessionMessageTool, SessionAccess,
+};
 
 /// Facts about the running turn that bus-aware tools need; stored in [`ToolContext::extensions`].
 #[derive(Clone)]
@@ -33,6 +49,9 @@ pub struct TurnInfo {
     pub is_cron: bool,
     /// Metadata of the inbound message (message id, thread id…), copied onto replies.
     pub metadata: Map<String, Value>,
+    /// The user started this turn with `/goal`: `create_goal` (and replacing a goal) is allowed until a goal is
+    /// closed.
+    pub goal_allowed: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for TurnInfo {
@@ -53,6 +72,7 @@ impl TurnInfo {
             message_sent: Arc::new(AtomicBool::new(false)),
             is_cron: false,
             metadata: Map::new(),
+            goal_allowed: Arc::new(AtomicBool::new(false)),
         }
     }
 }

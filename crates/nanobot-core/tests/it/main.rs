@@ -12,6 +12,7 @@ mod common;
 #[cfg(feature = "cron")] // also drives cron jobs
 mod control_files;
 mod embed;
+mod goals;
 mod heartbeat;
 #[cfg(feature = "mcp")]
 mod mcp;
@@ -20,5 +21,6 @@ mod memory_scopes;
 mod python_compat;
 mod recovery;
 mod runner;
+mod session_tools;
 #[cfg(feature = "cron")] // also drives cron jobs
 mod subagents;

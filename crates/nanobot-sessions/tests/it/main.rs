@@ -5,6 +5,7 @@
 mod bounds;
 mod crash;
 mod fixtures;
+mod handles;
 mod history;
 mod keynames;
 mod store;
