@@ -14,7 +14,7 @@ const EACH: Duration = Duration::from_secs(30);
 
 /// Checks each configured model against its provider.
 pub(crate) fn findings(config: &nanobot_config::Config, vars: &nanobot_util::EnvMap) -> Vec<Finding> {
-    let defaults = &config.agents.defaults;
+    let defaults = &config.resolved_defaults();
     let mut models = vec![defaults.model.clone()];
     models.extend(defaults.fallback_models.iter().cloned());
     let factory = ProviderFactory::new(&config.providers, defaults, vars.clone());

@@ -219,7 +219,7 @@ pub(crate) fn status_text(env: &CliEnv, args: &ConfigArgs) -> Result<String, Cli
         s.workspace.display(),
         yes(s.workspace.is_dir())
     );
-    let d = &config.agents.defaults;
+    let d = &config.resolved_defaults();
     let _ = writeln!(out, "Model:     {}", d.model);
     let vars = env.vars.clone();
     match ProviderFactory::new(&config.providers, d, vars.clone()).resolve(&d.model) {
@@ -390,7 +390,7 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
         }
     };
     let config = &s.loaded.config;
-    let d = &config.agents.defaults;
+    let d = &config.resolved_defaults();
     let config_path = s.paths.config_path();
     // What `agent` and `gateway` build from the config, built the same way: whatever they refuse is reported
     // here, with the file, and the line of the field the error names.

@@ -29,6 +29,7 @@ mod layers;
 mod load;
 mod migrate;
 pub mod paths;
+mod presets;
 mod save;
 mod schema;
 mod secret;
@@ -37,6 +38,7 @@ mod validate;
 
 pub use error::ConfigError;
 pub use load::{ConfigWarning, LoadedConfig, WarningKind, load, load_str};
+pub use presets::{DEFAULT_PRESET, ModelPreset};
 pub use save::save;
 pub use schema::*;
 pub use secret::{EMPTY_SECRET, REDACTED, Secret, SecretMap, SecretOptionExt};

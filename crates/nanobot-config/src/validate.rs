@@ -116,6 +116,7 @@ impl Config {
         if self.tools.exec.timeout == 0 {
             return Err(invalid("tools.exec.timeout", "must be at least 1 second"));
         }
+        self.validate_presets()?;
         for (name, server) in &self.tools.mcp_servers {
             let field = format!("tools.mcpServers.{name}");
             match server.r#type {

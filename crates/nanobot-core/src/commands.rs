@@ -34,10 +34,15 @@ pub enum Command {
     Skill,
     /// `/goal <task>`: work on the task as a sustained goal (the turn may record it with `create_goal`).
     Goal,
+    /// `/model [preset]`: show the session's model, or switch the session to a preset of `modelPresets`.
+    Model,
+    /// `/dream-prompt [init]`: whether Dream follows the workspace's own instructions (`prompts/dream.md`);
+    /// `init` writes an editable copy of the default.
+    DreamPrompt,
 }
 
 /// Every command with its one-line description (the `/help` text and the "did you mean" candidates).
-pub const COMMANDS: [(&str, Command, &str); 14] = [
+pub const COMMANDS: [(&str, Command, &str); 16] = [
     (
         "new",
         Command::New,
@@ -62,6 +67,11 @@ pub const COMMANDS: [(&str, Command, &str); 14] = [
     ),
     ("skill", Command::Skill, "List the skills the agent has"),
     (
+        "model",
+        Command::Model,
+        "Show the model, or switch this conversation to a preset (/model [preset])",
+    ),
+    (
         "goal",
         Command::Goal,
         "Work on a long-running task as a sustained goal (/goal <task>)",
@@ -69,6 +79,11 @@ pub const COMMANDS: [(&str, Command, &str); 14] = [
     ("dream", Command::Dream, "Run memory consolidation (Dream) now"),
     ("dream-log", Command::DreamLog, "Show recent Dream changes"),
     ("dream-restore", Command::DreamRestore, "Undo a Dream change"),
+    (
+        "dream-prompt",
+        Command::DreamPrompt,
+        "Show or set up how Dream organises this workspace's memory (/dream-prompt [init])",
+    ),
     (
         "approve",
         Command::Approve,

@@ -1,6 +1,6 @@
 //! Control files: the workspace files that shape every later prompt or run unattended (the bootstrap files,
 //! `HEARTBEAT.md`, `memory/MEMORY.md` and each memory scope's `memory/scopes/*/MEMORY.md`, every skill's
-//! `SKILL.md`).
+//! `SKILL.md`, Dream's instructions `prompts/dream.md`).
 //!
 //! The model reads untrusted text (web pages, e-mails, tool results), and one obeyed instruction could write such a
 //! file so that a later turn in another chat, or a cron or heartbeat turn with nobody watching, acts on it. So:
@@ -46,6 +46,7 @@ pub fn is_control_file(rel: &str) -> bool {
         || LEGACY_BOOTSTRAP_FILES.contains(&rel)
         || rel == HEARTBEAT
         || rel == MEMORY
+        || rel == nanobot_memory::DREAM_PROMPT_FILE
     {
         return true;
     }
@@ -79,6 +80,7 @@ pub(crate) fn snapshot(ws: &ConfinedDir) -> Snapshot {
         .collect();
     names.push(HEARTBEAT.to_owned());
     names.push(MEMORY.to_owned());
+    names.push(nanobot_memory::DREAM_PROMPT_FILE.to_owned());
     let scopes = format!("memory/{}", nanobot_memory::SCOPES_DIR);
     for (dir, file) in [
         ("skills", "SKILL.md"),
@@ -359,6 +361,7 @@ mod tests {
             "memory/MEMORY.md",
             "memory/scopes/Y2hhdDp0ZWxlZ3JhbTo0Mg/MEMORY.md",
             "skills/x/SKILL.md",
+            "prompts/dream.md",
         ] {
             assert!(is_control_file(p), "{p}");
         }

@@ -46,6 +46,7 @@ pub use text::{StreamThinkFilter, strip_think, tool_hint, truncate_chars};
 pub mod commands;
 mod context;
 mod memory;
+pub mod presets;
 pub mod rights;
 mod subagent;
 mod tools;
@@ -56,6 +57,7 @@ pub use context::{
     strip_runtime_context,
 };
 pub use memory::{ConsolidationReport, ConsolidationTrigger, MemoryAdapter, MemoryService, raw_archive};
+pub use presets::{ModelChoice, ModelPresets};
 pub use subagent::{SubagentManager, SubagentOrigin, SubagentSettings};
 pub use tools::{
     CreateGoalArgs, CreateGoalTool, GOAL_STATE_KEY, GoalAction, GoalTools, MAX_CONTINUATION_ROUNDS,

@@ -22,7 +22,7 @@ pub(crate) struct GatewayWebUiStore {
 /// The read-only settings view of 0.3.5's `GET /api/settings` (the fields this version has): the agent's model
 /// settings and, per configured provider, whether it has a key. Never a key, header or URL credential.
 pub(crate) fn settings_view(config: &nanobot_config::Config) -> Value {
-    let d = &config.agents.defaults;
+    let d = &config.resolved_defaults();
     let has_key = |p: &nanobot_config::ProviderConfig| p.api_key.as_ref().is_some_and(|k| !k.is_empty());
     let providers: Vec<Value> = config
         .providers

@@ -513,7 +513,7 @@ impl Dream {
         let tools: Vec<ToolSpec> = registry.definitions();
         let ctx = ToolContext::new(&ws);
         let mut messages = vec![
-            ChatMessage::system(self.targets.system_prompt()),
+            ChatMessage::system(self.targets.system_prompt(self.store.files())),
             ChatMessage::user(self.prompt(entries, before)),
         ];
         for _ in 0..self.settings.max_iterations.max(1) {
@@ -592,6 +592,15 @@ impl Dream {
     }
 }
 
+/// The workspace's own instructions for Dream (0.3.5's `prompts/dream.md`): when the file is not empty, it
+/// replaces [`DEFAULT_DREAM_PROMPT`] for the shared memory's Dream (a scope's Dream keeps its one-file guide).
+pub const DREAM_PROMPT_FILE: &str = "prompts/dream.md";
+/// The longest workspace prompt used (longer files are cut, as 0.3.5 cuts them).
+pub const WORKSPACE_PROMPT_MAX_CHARS: usize = 32_000;
+
+/// What the shared memory's Dream is told unless the workspace has [`DREAM_PROMPT_FILE`].
+pub const DEFAULT_DREAM_PROMPT: &str = SYSTEM_PROMPT;
+
 /// What the scope's Dream is told (it keeps one memory file; `{file}` is its path).
 const SCOPE_SYSTEM_PROMPT: &str = "You are Dream, the memory curator of a personal AI assistant. You read the new \
 entries of one conversation's history log and keep that conversation's memory file, {file}, up to date: durable \
@@ -611,6 +620,33 @@ description, then instructions).\n\
 Use read_file, edit_file, write_file and list_dir; you can only touch these files. Do not copy the history into \
 memory: keep what will matter later. When you are done, answer with one or two sentences saying what you \
 changed (or that nothing needed changing).";
+
+/// The workspace's Dream instructions ([`DREAM_PROMPT_FILE`], read beneath the workspace handle), cut at
+/// [`WORKSPACE_PROMPT_MAX_CHARS`]; `None` when the file is missing, empty, unreadable or not UTF-8.
+pub fn workspace_dream_prompt(files: &ConfinedDir) -> Option<String> {
+    let text = match files.read_to_string(Path::new(DREAM_PROMPT_FILE)) {
+        Ok(Some(t)) => t,
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::warn!(file = DREAM_PROMPT_FILE, error = %e, "Dream's workspace prompt is unreadable; using the default");
+            return None;
+        }
+    };
+    let text = text.trim_end();
+    if text.is_empty() {
+        return None;
+    }
+    let chars = text.chars().count();
+    if chars > WORKSPACE_PROMPT_MAX_CHARS {
+        tracing::warn!(
+            file = DREAM_PROMPT_FILE,
+            chars,
+            "Dream's workspace prompt is too long; cut"
+        );
+        return Some(text.chars().take(WORKSPACE_PROMPT_MAX_CHARS).collect());
+    }
+    Some(text.to_owned())
+}
 
 /// Relative path → contents (`None`: the file does not exist).
 type Snapshot = BTreeMap<String, Option<String>>;
@@ -832,10 +868,10 @@ impl Targets {
         }
     }
 
-    fn system_prompt(&self) -> String {
+    fn system_prompt(&self, files: &ConfinedDir) -> String {
         match (self.skills, self.files.first()) {
             (false, Some(file)) => SCOPE_SYSTEM_PROMPT.replace("{file}", file),
-            _ => SYSTEM_PROMPT.to_owned(),
+            _ => workspace_dream_prompt(files).unwrap_or_else(|| SYSTEM_PROMPT.to_owned()),
         }
     }
 

@@ -79,8 +79,9 @@ pub use consolidate::{
     TokenCounter, last_summary,
 };
 pub use dream::{
-    DREAM_FILES, DREAM_RECORDS_DIR, DREAM_SKILLS_DIR, Dream, DreamOutcome, DreamRecord, DreamSettings,
-    FileChange, RecordKind, RestoreOutcome,
+    DEFAULT_DREAM_PROMPT, DREAM_FILES, DREAM_PROMPT_FILE, DREAM_RECORDS_DIR, DREAM_SKILLS_DIR, Dream,
+    DreamOutcome, DreamRecord, DreamSettings, FileChange, RecordKind, RestoreOutcome,
+    WORKSPACE_PROMPT_MAX_CHARS, workspace_dream_prompt,
 };
 pub use error::{MemoryError, Result};
 pub use scope::{MemoryScope, SCOPES_DIR, ScopeKey};

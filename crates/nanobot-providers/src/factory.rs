@@ -351,7 +351,7 @@ pub fn resolve_provider(
     model: &str,
     env: &EnvMap,
 ) -> Result<Arc<dyn Provider>, ProviderError> {
-    let defaults = &config.agents.defaults;
+    let defaults = &config.resolved_defaults();
     let model = if model.is_empty() {
         defaults.model.as_str()
     } else {

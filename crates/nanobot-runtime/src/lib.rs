@@ -29,6 +29,7 @@
 mod dispatch;
 mod env;
 mod error;
+mod presets;
 mod runtime;
 mod system;
 mod wiring;
@@ -36,6 +37,7 @@ mod wiring;
 pub use dispatch::{TurnObserver, TurnWatch};
 pub use env::{Environment, absolute, explicit_config_path, home_from_vars};
 pub use error::RuntimeError;
+pub use presets::ConfigPresets;
 pub use runtime::{Runtime, RuntimeOptions};
 pub use system::{MIN_HEARTBEAT_INTERVAL, install_system_jobs, system_job_schedule};
 pub use wiring::{

@@ -24,7 +24,7 @@ const MEMORY_RESERVED_TOKENS: usize = 8_000;
 
 /// The agent's settings from `agents.defaults` of `config`, paths resolved against `env`.
 pub fn agent_settings(config: &Config, env: &Environment) -> Result<AgentSettings, RuntimeError> {
-    let d = &config.agents.defaults;
+    let d = &config.resolved_defaults();
     let paths = env.paths();
     let tz: Tz = match d.timezone.trim() {
         "" => Tz::UTC,
@@ -266,7 +266,7 @@ pub fn agent_builder(
     let data_dir = settings.data_dir.clone();
     let sessions =
         nanobot_sessions::SessionStore::new(&data_dir, &ws).map_err(nanobot_core::CoreError::from)?;
-    let d = &config.agents.defaults;
+    let d = &config.resolved_defaults();
     let budget = nanobot_memory::Budget::resolve(
         d.memory_window.map(|w| w as usize),
         d.context_window_tokens as usize,
@@ -295,6 +295,9 @@ pub fn agent_builder(
         .base_tools(base)
         .skills(skills)
         .chat_rights(chat_rights(&config.channels));
+    if !config.model_presets.is_empty() {
+        builder = builder.model_presets(Arc::new(crate::ConfigPresets::new(config, env.vars.clone())));
+    }
     if let Some(m) = memory {
         #[cfg(feature = "memory-search")]
         {

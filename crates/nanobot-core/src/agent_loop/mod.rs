@@ -133,6 +133,7 @@ struct Job {
 struct LoopInner {
     settings: AgentSettings,
     provider: Arc<dyn Provider>,
+    presets: Option<Arc<dyn crate::presets::ModelPresets>>,
     tools: Arc<ToolRegistry>,
     sessions: SessionStore,
     context: ContextBuilder,
@@ -203,6 +204,7 @@ pub struct AgentLoopBuilder {
     cron: Option<(JobStore, chrono_tz::Tz)>,
     bus: Option<Arc<dyn Bus>>,
     rights: crate::rights::ChatRights,
+    presets: Option<Arc<dyn crate::presets::ModelPresets>>,
 }
 
 impl std::fmt::Debug for AgentLoopBuilder {
@@ -284,6 +286,13 @@ impl AgentLoopBuilder {
     #[must_use]
     pub fn chat_rights(mut self, rights: crate::rights::ChatRights) -> Self {
         self.rights = rights;
+        self
+    }
+
+    /// The model presets a session can switch to with `/model` (default: none but `default`).
+    #[must_use]
+    pub fn model_presets(mut self, presets: Arc<dyn crate::presets::ModelPresets>) -> Self {
+        self.presets = Some(presets);
         self
     }
 
@@ -387,6 +396,7 @@ impl AgentLoopBuilder {
             context = context.with_skills(sk);
         }
         let provider = self.provider;
+        let presets = self.presets;
         let hooks = self.hooks;
         let memory = self.memory;
         let mcp = self.mcp;
@@ -421,6 +431,7 @@ impl AgentLoopBuilder {
                 permits: Arc::new(Semaphore::new(s.max_concurrent_sessions.max(1))),
                 settings: s,
                 provider,
+                presets,
                 tools,
                 sessions,
                 context,
@@ -488,6 +499,7 @@ impl AgentLoop {
             cron: None,
             bus: None,
             rights: crate::rights::ChatRights::default(),
+            presets: None,
         }
     }
 
@@ -724,6 +736,40 @@ impl LoopInner {
                 *lock(&self.last_private_route) = Some(route.clone());
             }
             *lock(&self.last_route) = Some(route);
+        }
+    }
+
+    /// The agent's own model settings, as a choice named `default`.
+    fn default_choice(&self) -> crate::presets::ModelChoice {
+        let s = &self.settings;
+        crate::presets::ModelChoice::new(
+            crate::presets::DEFAULT_PRESET,
+            &s.model,
+            self.provider.clone(),
+            s.max_tokens,
+            s.context_window_tokens,
+        )
+        .with_temperature(s.temperature)
+        .with_reasoning_effort(s.reasoning_effort.clone())
+    }
+
+    /// The model a session's turns run on: the preset its metadata names (`/model`), else the agent's own. A
+    /// preset that can no longer be built (removed from the config, its key gone) falls back with a warning.
+    fn model_choice(&self, metadata: &Map<String, Value>) -> crate::presets::ModelChoice {
+        let name = match crate::presets::session_preset(metadata) {
+            Some(n) if n != crate::presets::DEFAULT_PRESET => n,
+            _ => return self.default_choice(),
+        };
+        match self.presets.as_ref().map(|p| p.choose(name)) {
+            Some(Ok(choice)) => choice,
+            Some(Err(e)) => {
+                tracing::warn!(preset = %name, error = %e, "the session's model preset is unavailable; using the default");
+                self.default_choice()
+            }
+            None => {
+                tracing::warn!(preset = %name, "the session names a model preset but none are configured; using the default");
+                self.default_choice()
+            }
         }
     }
 

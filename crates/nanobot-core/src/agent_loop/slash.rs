@@ -148,6 +148,102 @@ impl LoopInner {
             Command::ConfirmFiles => Ok(self.confirm_files(args).await),
             // `/goal <task>` runs as a turn (worker); only its empty form gets here.
             Command::Goal => Ok(GOAL_USAGE.to_owned()),
+            Command::Model => self.model_command(key, args).await,
+            Command::DreamPrompt => Ok(self.dream_prompt_command(args).await),
+        }
+    }
+
+    /// `/model [preset]`: the session's model and the presets, or switch the session to `preset` (0.3.5's
+    /// answers). The choice is recorded in the session's metadata; `default` goes back to the agent's settings.
+    pub(super) async fn model_command(&self, key: &str, args: &str) -> Result<String, CoreError> {
+        use crate::presets::{DEFAULT_PRESET, SESSION_PRESET_KEY, format_names};
+        let names = self.presets.as_ref().map(|p| p.names()).unwrap_or_default();
+        let name = args.trim();
+        if name.is_empty() {
+            let metadata = self.sessions.metadata(key).await?;
+            let choice = self.model_choice(&metadata);
+            return Ok(format!(
+                "## Model\n- Current model: `{}`\n- Current preset: `{}`\n- Available presets: {}",
+                choice.model,
+                choice.name,
+                format_names(&names)
+            ));
+        }
+        let chosen = if name == DEFAULT_PRESET {
+            Ok(self.default_choice())
+        } else {
+            match &self.presets {
+                Some(p) => p.choose(name),
+                None => Err(format!("no preset named {name:?} (modelPresets is empty)")),
+            }
+        };
+        let choice = match chosen {
+            Ok(c) => c,
+            Err(e) => {
+                return Ok(format!(
+                    "Could not switch model preset: {e}\n\nAvailable presets: {}",
+                    format_names(&names)
+                ));
+            }
+        };
+        let value = Value::String(choice.name.clone());
+        self.sessions
+            .update_header(key, move |h| {
+                h.metadata.insert(SESSION_PRESET_KEY.into(), value);
+            })
+            .await?;
+        Ok(format!(
+            "Switched model preset to `{}`.\n- Scope: current session\n- Model: `{}`\n- Context window: {}\n- Max \
+             output tokens: {}",
+            choice.name, choice.model, choice.context_window_tokens, choice.max_tokens
+        ))
+    }
+
+    /// `/dream-prompt [init]`: whether Dream follows the workspace's `prompts/dream.md` (0.3.5's answers); `init`
+    /// writes the default there when the file is missing or empty, never over the user's text.
+    pub(super) async fn dream_prompt_command(&self, args: &str) -> String {
+        use nanobot_memory::{DEFAULT_DREAM_PROMPT, DREAM_PROMPT_FILE};
+        let arg = args.trim().to_lowercase();
+        if !arg.is_empty() && arg != "init" {
+            return "Usage: /dream-prompt [init]".to_owned();
+        }
+        let files = nanobot_util::ConfinedDir::new(&self.settings.workspace);
+        let result = tokio::task::spawn_blocking(move || -> std::io::Result<(bool, bool)> {
+            let custom = nanobot_memory::workspace_dream_prompt(&files).is_some();
+            if arg != "init" || custom {
+                return Ok((custom, false));
+            }
+            let rel = std::path::Path::new(DREAM_PROMPT_FILE);
+            if let Some(dir) = rel.parent() {
+                files.create_dir_all(dir)?;
+            }
+            files.write_atomic(rel, format!("{DEFAULT_DREAM_PROMPT}\n").as_bytes())?;
+            Ok((custom, true))
+        })
+        .await;
+        let (custom, created) = match result {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return format!("Could not write `{DREAM_PROMPT_FILE}`: {e}"),
+            Err(e) => return format!("Could not read `{DREAM_PROMPT_FILE}`: {e}"),
+        };
+        match (args.trim().is_empty(), custom, created) {
+            (false, _, true) => format!(
+                "Created Dream memory instructions at `{DREAM_PROMPT_FILE}`.\n\nEdit that file to teach Dream how to \
+                 organize memory. It fully replaces nanobot's default Dream guide for this workspace. Delete or \
+                 empty it to return to nanobot's default."
+            ),
+            (false, _, false) => format!(
+                "Dream memory instructions already exist at `{DREAM_PROMPT_FILE}`.\n\nEdit that file, or \
+                 delete/empty it to return to nanobot's default."
+            ),
+            (true, true, _) => format!(
+                "Dream memory instructions: custom for this workspace\n\n- Path: `{DREAM_PROMPT_FILE}`\n- Delete or \
+                 empty this file to return to nanobot's default."
+            ),
+            (true, false, _) => format!(
+                "Dream memory instructions: nanobot default\n\n- Editable file: `{DREAM_PROMPT_FILE}`\n- Run \
+                 `/dream-prompt init` to create an editable copy."
+            ),
         }
     }
 

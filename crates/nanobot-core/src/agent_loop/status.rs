@@ -6,7 +6,7 @@ use super::*;
 impl LoopInner {
     pub(super) async fn status_text(&self, key: &str) -> String {
         let t = self.usage.totals();
-        let (count, unconsolidated, last) = self
+        let (count, unconsolidated, last, metadata) = self
             .sessions
             .with_session(key, |s| {
                 let last = s
@@ -14,17 +14,24 @@ impl LoopInner {
                     .get("_last_usage")
                     .and_then(|u| u.get("prompt_tokens").or_else(|| u.get("input_tokens")))
                     .and_then(Value::as_u64);
-                (s.messages.len(), s.unconsolidated().len(), last)
+                (
+                    s.messages.len(),
+                    s.unconsolidated().len(),
+                    last,
+                    s.metadata.clone(),
+                )
             })
             .await
-            .unwrap_or((0, 0, None));
+            .unwrap_or_default();
+        // The session's model (`/model`), not only the agent's default.
+        let choice = self.model_choice(&metadata);
         let ctx_used = last.or(t.last.map(|u| u.prompt_tokens)).unwrap_or(0);
-        let window = u64::from(self.settings.context_window_tokens.max(1));
+        let window = u64::from(choice.context_window_tokens.max(1));
         let secs = self.started.elapsed().as_secs();
         format!(
             "🐈 nanobot status\nModel: {}\nTokens: {} in / {} out ({} requests)\nContext: {} / {} tokens ({}%)\n\
              Session: {} messages ({} unconsolidated)\nSubagents running: {}\nUptime: {}h {}m {}s",
-            self.settings.model,
+            choice.model,
             t.prompt_tokens,
             t.completion_tokens,
             t.requests,

@@ -321,18 +321,20 @@ impl LoopInner {
         {
             self.record_delivery(key, id, Earlier::Started).await;
         }
-        let runner = AgentRunner::new(self.provider.clone(), self.tools.clone())
+        // The session's model: its `/model` preset, else the agent's own.
+        let choice = self.model_choice(&metadata);
+        let runner = AgentRunner::new(choice.provider.clone(), self.tools.clone())
             .with_hook(Arc::new(CompositeHook::new(hooks)))
             .with_checkpoints(sink);
         let s = &self.settings;
-        let mut spec = RunSpec::new(messages, &s.model, ctx);
+        let mut spec = RunSpec::new(messages, &choice.model, ctx);
         spec.max_iterations = s.max_tool_iterations;
-        spec.max_tokens = Some(s.max_tokens);
-        spec.temperature = s.temperature;
-        spec.reasoning_effort = s.reasoning_effort.clone();
+        spec.max_tokens = Some(choice.max_tokens);
+        spec.temperature = choice.temperature;
+        spec.reasoning_effort = choice.reasoning_effort.clone();
         spec.budget = Some(ContextBudget::new(
-            s.context_window_tokens as usize,
-            s.max_tokens as usize,
+            choice.context_window_tokens as usize,
+            choice.max_tokens as usize,
         ));
         // The turn's deadline: when it passes, the run is cancelled like `/stop` and the user is told why.
         let limit = s.turn_timeout;

@@ -134,3 +134,46 @@ async fn skill_lists_the_skills_with_their_descriptions() {
     assert!(text.contains("\n- **weather** — Look up the forecast"), "{text}");
     assert_eq!(mock.request_count(), 0);
 }
+
+#[tokio::test]
+async fn dream_prompt_shows_and_initialises_the_workspace_instructions_without_overwriting() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let agent = agent(&home, &mock);
+    let file = home.workspace().join("prompts/dream.md");
+    let status = agent.process_direct("/dream-prompt", "cli:d").await.unwrap();
+    assert!(
+        status.starts_with("Dream memory instructions: nanobot default"),
+        "{status}"
+    );
+    assert_eq!(
+        agent.process_direct("/dream-prompt now", "cli:d").await.unwrap(),
+        "Usage: /dream-prompt [init]"
+    );
+    let created = agent.process_direct("/dream-prompt init", "cli:d").await.unwrap();
+    assert!(
+        created.starts_with("Created Dream memory instructions at `prompts/dream.md`"),
+        "{created}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap().trim_end(),
+        nanobot_memory::DEFAULT_DREAM_PROMPT
+    );
+    std::fs::write(&file, "My own rules.").unwrap();
+    let again = agent.process_direct("/dream-prompt init", "cli:d").await.unwrap();
+    assert!(
+        again.starts_with("Dream memory instructions already exist"),
+        "{again}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "My own rules.",
+        "never overwritten"
+    );
+    let status = agent.process_direct("/dream-prompt", "cli:d").await.unwrap();
+    assert!(
+        status.starts_with("Dream memory instructions: custom for this workspace"),
+        "{status}"
+    );
+    assert_eq!(mock.request_count(), 0);
+}

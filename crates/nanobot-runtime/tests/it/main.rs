@@ -6,4 +6,5 @@
 mod config;
 mod durable_bus;
 mod exec_confinement;
+mod presets;
 mod system_jobs;
