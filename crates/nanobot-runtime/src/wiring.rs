@@ -177,7 +177,7 @@ pub fn base_tools(
         let exec = ExecTool::new(exec_settings(config, env), Arc::new(sandbox.clone()))
             .map_err(nanobot_core::CoreError::from)?;
         exec.warn_if_degraded();
-        reg.register(Arc::new(exec));
+        nanobot_tools::builtin::register_exec(&reg, exec);
     }
     #[cfg(not(feature = "web"))]
     if t.web.enable {

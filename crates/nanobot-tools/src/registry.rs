@@ -126,6 +126,24 @@ impl ToolRegistry {
         self.read().is_empty()
     }
 
+    /// [`Tool::stop_session`] of every tool; how many things they ended.
+    pub async fn stop_session(&self, session_key: &str) -> usize {
+        let tools: Vec<Arc<dyn Tool>> = self.read().values().map(|e| e.tool.clone()).collect();
+        let mut n = 0;
+        for t in tools {
+            n += t.stop_session(session_key).await;
+        }
+        n
+    }
+
+    /// [`Tool::shutdown`] of every tool.
+    pub async fn shutdown(&self) {
+        let tools: Vec<Arc<dyn Tool>> = self.read().values().map(|e| e.tool.clone()).collect();
+        for t in tools {
+            t.shutdown().await;
+        }
+    }
+
     /// Tool names in definition order (built-ins alphabetically, then `mcp_*` alphabetically).
     pub fn names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.read().keys().cloned().collect();

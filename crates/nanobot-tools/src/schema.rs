@@ -398,6 +398,14 @@ pub trait TypedTool: Send + Sync {
 
     /// Runs the tool with deserialised arguments.
     async fn call(&self, args: Self::Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
+
+    /// See [`Tool::stop_session`].
+    async fn stop_session(&self, _session_key: &str) -> usize {
+        0
+    }
+
+    /// See [`Tool::shutdown`].
+    async fn shutdown(&self) {}
 }
 
 #[async_trait]
@@ -425,6 +433,14 @@ impl<T: TypedTool> Tool for T {
     async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: T::Args = parse_args(args)?;
         self.call(args, ctx).await
+    }
+
+    async fn stop_session(&self, session_key: &str) -> usize {
+        TypedTool::stop_session(self, session_key).await
+    }
+
+    async fn shutdown(&self) {
+        TypedTool::shutdown(self).await;
     }
 }
 

@@ -49,6 +49,15 @@ pub trait Tool: Send + Sync {
     /// Runs the tool. `args` is a JSON object that passed the schema.
     async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
 
+    /// Ends what the tool keeps running for session `session_key` beyond a call (the user sent `/stop`); returns
+    /// how many things it ended. Default: nothing.
+    async fn stop_session(&self, _session_key: &str) -> usize {
+        0
+    }
+
+    /// Ends everything the tool keeps running beyond a call (the agent shuts down). Default: nothing.
+    async fn shutdown(&self) {}
+
     /// The tool as a provider sees it.
     fn spec(&self) -> ToolSpec {
         ToolSpec {

@@ -470,10 +470,10 @@ fn default_base_tools(s: &AgentSettings) -> Result<Vec<Arc<dyn Tool>>, CoreError
         restrict_to_workspace: true,
         ..nanobot_tools::ExecSettings::default()
     };
-    reg.register(Arc::new(nanobot_tools::builtin::ExecTool::new(
-        exec,
-        Arc::new(sandbox),
-    )?));
+    nanobot_tools::builtin::register_exec(
+        &reg,
+        nanobot_tools::builtin::ExecTool::new(exec, Arc::new(sandbox))?,
+    );
     Ok(reg.names().into_iter().filter_map(|n| reg.get(&n)).collect())
 }
 
@@ -637,6 +637,8 @@ impl AgentLoop {
         if let Some(mcp) = &self.inner.mcp {
             mcp.shutdown().await;
         }
+        // What tools keep running between calls (exec sessions) ends with the agent.
+        self.inner.tools.shutdown().await;
         tracing::info!("agent loop stopped");
     }
 
@@ -674,9 +676,15 @@ impl AgentLoop {
         rx.await.map_err(|_| CoreError::Stopped)?
     }
 
-    /// Cancels the running turn and the subagents of `session_key`; returns how many tasks were stopped.
+    /// Cancels the running turn and the subagents of `session_key`; returns how many tasks were stopped. What its
+    /// tools left running (exec sessions) is ended in the background.
     pub fn stop_session(&self, session_key: &str) -> usize {
-        self.inner.stop_session(session_key)
+        let n = self.inner.stop_session(session_key);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (tools, key) = (self.inner.tools.clone(), session_key.to_owned());
+            rt.spawn(async move { tools.stop_session(&key).await });
+        }
+        n
     }
 
     /// Waits up to `limit` for the memory work started after turns (the `/new` archive, consolidation) to

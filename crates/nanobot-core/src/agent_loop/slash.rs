@@ -41,7 +41,8 @@ impl LoopInner {
         let key = self.session_key(msg);
         match commands::parse(&msg.content)? {
             Parsed::Known(Command::Stop, _) => {
-                let n = self.stop_session(&key);
+                // The turn, its subagents, and what its tools left running (exec sessions).
+                let n = self.stop_session(&key) + self.tools.stop_session(&key).await;
                 Some(if n == 0 {
                     "No active task to stop.".to_owned()
                 } else {

@@ -12,6 +12,7 @@ mod common;
 #[cfg(feature = "cron")] // also drives cron jobs
 mod control_files;
 mod embed;
+mod exec_sessions;
 mod goals;
 mod heartbeat;
 #[cfg(feature = "mcp")]

@@ -14,6 +14,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 
+use super::exec_session::ExecSessions;
 use super::guard;
 use crate::confine::{self, Backend, FsView, kernel_support};
 use crate::error::ToolError;
@@ -65,6 +66,30 @@ pub struct ExecArgs {
     #[serde(default)]
     #[schemars(range(min = 1000, max = 50000))]
     pub max_output_tokens: Option<u64>,
+    /// Return after this many milliseconds if the command is still running (it goes on as an exec session:
+    /// see exec_session); omit to wait for it to exit.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 30000))]
+    pub yield_time_ms: Option<u64>,
+}
+
+/// A call resolved and checked, ready to run.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    command: String,
+    shell: Vec<std::ffi::OsString>,
+    cwd: PathBuf,
+    timeout: Duration,
+    max_output: usize,
+}
+
+/// A command started in the sandbox: the child, its process group (killed when this is dropped), what keeps a
+/// bubblewrap sandbox's parent alive, and the pids cgroup of the call (removed when dropped).
+pub(crate) struct Spawned {
+    pub(crate) child: tokio::process::Child,
+    pub(crate) group: GroupKill,
+    pub(crate) keep_parent: std::sync::mpsc::Sender<()>,
+    pub(crate) _cgroup: Option<confine::PidsCgroup>,
 }
 
 /// The command an `exec` call's raw arguments run, resolved as the tool resolves it (`command`, else its alias
@@ -111,6 +136,8 @@ pub struct ExecTool {
     deny: Vec<Regex>,
     /// The private `/tmp` of this tool's commands (created on first use, removed with the tool).
     tmp: Arc<OnceLock<Result<tempfile::TempDir, String>>>,
+    /// Commands left running by calls with `yield_time_ms`.
+    sessions: ExecSessions,
 }
 
 impl ExecTool {
@@ -132,7 +159,31 @@ impl ExecTool {
             settings: Arc::new(settings),
             sandbox,
             tmp: Arc::new(OnceLock::new()),
+            sessions: ExecSessions::new(),
         })
+    }
+
+    /// The commands this tool left running (for `exec_session` and `list_exec_sessions`).
+    pub fn sessions(&self) -> ExecSessions {
+        self.sessions.clone()
+    }
+
+    /// Starts `p` as an exec session of the calling conversation and waits up to `yield_ms` for it.
+    async fn start_session(
+        &self,
+        p: Prepared,
+        yield_ms: u64,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let spawned = self.spawn(&p, true).await?;
+        let id = self
+            .sessions
+            .start(spawned, &ctx.session_key, &p.command, p.cwd.clone(), p.timeout)
+            .await?;
+        Ok(self
+            .sessions
+            .first_poll(&id, &ctx.session_key, yield_ms, p.max_output)
+            .await)
     }
 
     /// What `exec` will enforce on this machine with these settings (for `doctor` and the
@@ -211,6 +262,159 @@ impl ExecTool {
             hidden: hidden_paths(&self.settings, self.sandbox.workspace_real()),
             network: self.settings.network,
         }
+    }
+
+    /// Resolves and checks a call: the command, shell, working directory, timeout and output bound; `Ok(Err(_))`
+    /// is the safety guard's refusal (an answer, not an error).
+    fn prepare(&self, args: ExecArgs) -> Result<Result<Prepared, ToolOutput>, ToolError> {
+        // The same resolution as `command_of` (what the approval gate judged).
+        let command = match args.command.or(args.cmd).filter(|c| !c.trim().is_empty()) {
+            Some(c) => c,
+            None => return Err(ToolError::InvalidArguments("missing required command".into())),
+        };
+        let shell = shell_argv(args.shell.as_deref(), args.login.unwrap_or(false))
+            .map_err(ToolError::InvalidArguments)?;
+        let max_output = match args.max_output_chars.or(args.max_output_tokens) {
+            Some(n) if !OUTPUT_CHARS_RANGE.contains(&n) => {
+                return Err(ToolError::InvalidArguments(format!(
+                    "max_output_chars must be between {} and {}",
+                    OUTPUT_CHARS_RANGE.start(),
+                    OUTPUT_CHARS_RANGE.end()
+                )));
+            }
+            Some(n) => usize::try_from(n).unwrap_or(self.settings.max_output_chars),
+            None => self.settings.max_output_chars,
+        };
+        let working_dir = args.working_dir.or(args.workdir);
+        let cwd = match working_dir.as_deref().filter(|s| !s.trim().is_empty()) {
+            Some(dir) => {
+                let p = if self.settings.restrict_to_workspace {
+                    self.sandbox.resolve_write(dir)?
+                } else {
+                    self.sandbox
+                        .resolve(dir, false)
+                        .or_else(|_| Sandbox::new(self.sandbox.workspace(), false).resolve(dir, false))?
+                };
+                if !p.is_dir() {
+                    return Err(ToolError::Failed(format!("working_dir {dir} is not a directory")));
+                }
+                p
+            }
+            None => self.sandbox.workspace_real().to_path_buf(),
+        };
+        if let Err(reason) = self.check_command(&command, &cwd) {
+            return Ok(Err(ToolOutput::error(format!(
+                "Error: Command blocked by safety guard ({reason})"
+            ))));
+        }
+        let timeout = Duration::from_secs(
+            args.timeout
+                .unwrap_or(self.settings.timeout.as_secs().max(1))
+                .clamp(1, MAX_TIMEOUT_SECS),
+        );
+        Ok(Ok(Prepared {
+            command,
+            shell,
+            cwd,
+            timeout,
+            max_output,
+        }))
+    }
+
+    /// Starts a prepared command in the sandbox (stdin piped when `stdin`, else /dev/null), in a process group of
+    /// its own.
+    pub(crate) async fn spawn(&self, p: &Prepared, stdin: bool) -> Result<Spawned, ToolError> {
+        let (command, cwd) = (&p.command, &p.cwd);
+        let shell = p.shell.clone();
+        let backend = self.backend().map_err(ToolError::Failed)?;
+        let k = kernel_support();
+        let view = self.view(self.private_tmp()?);
+        let mut argv: Vec<std::ffi::OsString> = Vec::new();
+        let tmpdir = match &backend {
+            Backend::Bwrap(bwrap) => {
+                argv.push(bwrap.clone().into_os_string());
+                argv.extend(view.bwrap_args(cwd, k.bwrap_disable_userns));
+                argv.push("--".into());
+                PathBuf::from("/tmp")
+            }
+            Backend::Landlock | Backend::None => {
+                if backend == Backend::None {
+                    static WARNED: OnceLock<()> = OnceLock::new();
+                    WARNED.get_or_init(|| {
+                        tracing::warn!("exec runs without kernel confinement (see `nanobot doctor`)");
+                    });
+                }
+                view.private_tmp.clone()
+            }
+        };
+        if let Some(prlimit) = &k.prlimit {
+            let nproc = matches!(backend, Backend::Bwrap(_));
+            argv.extend(confine::prlimit_args(prlimit, &self.settings.limits, nproc));
+        }
+        argv.extend(shell);
+        argv.push(command.clone().into());
+        // As root RLIMIT_NPROC does not bind: count the call's processes in a cgroup of its own instead, joined
+        // before bubblewrap starts (Landlock would refuse the write to cgroup.procs). Removed when the call ends.
+        let cgroup = match (&backend, self.settings.limits.max_processes) {
+            (Backend::Landlock, _) | (_, 0) => None,
+            _ if !k.root => None,
+            (_, max) => confine::PidsCgroup::create(max).inspect(|cg| {
+                argv.splice(0..0, cg.join_prefix());
+            }),
+        };
+        let env = self.child_env(&tmpdir);
+        let landlock = (backend == Backend::Landlock)
+            .then(|| (view.landlock_read(), view.landlock_write(), view.network));
+        let cwd2 = cwd.clone();
+        let handle = tokio::runtime::Handle::current();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (keep_parent, parent_done) = std::sync::mpsc::channel::<()>();
+        // A dedicated thread: Landlock restricts the calling thread and what it spawns, so it
+        // must never be a pooled runtime thread; and bwrap's --die-with-parent fires when the
+        // thread that spawned it ends, so the thread lives until this call is over.
+        std::thread::Builder::new()
+            .name("nanobot-exec-spawn".into())
+            .spawn(move || {
+                let _guard = handle.enter();
+                #[cfg(target_os = "linux")]
+                if let Some((read, write, network)) = &landlock
+                    && let Err(e) = confine::landlock_restrict(read, write, *network)
+                {
+                    let _ = tx.send(Err(std::io::Error::other(format!("landlock: {e}"))));
+                    return;
+                }
+                let _ = &landlock;
+                let mut cmd = tokio::process::Command::new(&argv[0]);
+                cmd.args(&argv[1..])
+                    .current_dir(&cwd2)
+                    .env_clear()
+                    .envs(&env)
+                    .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .kill_on_drop(true);
+                #[cfg(unix)]
+                cmd.process_group(0);
+                let spawned = cmd.spawn();
+                let ok = spawned.is_ok();
+                let _ = tx.send(spawned);
+                if ok {
+                    // Returns when the call drops `keep_parent`.
+                    let _ = parent_done.recv();
+                }
+            })
+            .map_err(|e| ToolError::Failed(format!("cannot start exec thread: {e}")))?;
+        let child = rx
+            .await
+            .map_err(|_| ToolError::Failed("exec spawn thread died".into()))?
+            .map_err(|e| ToolError::Failed(format!("cannot run command: {e}")))?;
+        let group = GroupKill(child.id().map(|p| p as i32));
+        Ok(Spawned {
+            child,
+            group,
+            keep_parent,
+            _cgroup: cgroup,
+        })
     }
 
     /// The guard: built-in rules, config deny/allow patterns, and the workspace restriction.
@@ -360,6 +564,7 @@ pub fn confinement_report(settings: &ExecSettings, workspace: &Path) -> Confinem
         allow: Vec::new(),
         deny: Vec::new(),
         tmp: Arc::new(OnceLock::new()),
+        sessions: ExecSessions::new(),
     };
     let backend = match tool.backend() {
         Ok(b) => b,
@@ -478,9 +683,14 @@ pub fn landlock_support() -> LandlockSupport {
 }
 
 /// Kills the child's process group when dropped (timeout, cancellation) unless disarmed.
-struct GroupKill(Option<i32>);
+pub(crate) struct GroupKill(Option<i32>);
 
 impl GroupKill {
+    /// Nothing to kill.
+    pub(crate) fn none() -> Self {
+        Self(None)
+    }
+
     fn kill(&mut self) {
         #[cfg(unix)]
         if let Some(pid) = self.0.take() {
@@ -495,7 +705,7 @@ impl GroupKill {
     /// namespace is gone: the kill reaches the namespace's init only through bubblewrap's
     /// parent-death signal, asynchronously, and the kernel ends the namespace's other processes
     /// before that init's exit is visible.
-    async fn kill_and_wait_namespace(&mut self) {
+    pub(crate) async fn kill_and_wait_namespace(&mut self) {
         #[cfg(target_os = "linux")]
         let inits: Vec<rustix::fd::OwnedFd> = self
             .0
@@ -580,135 +790,30 @@ impl TypedTool for ExecTool {
         true
     }
 
+    async fn stop_session(&self, session_key: &str) -> usize {
+        self.sessions.stop_owner(session_key).await
+    }
+
+    async fn shutdown(&self) {
+        self.sessions.close_all().await;
+    }
+
     async fn call(&self, args: ExecArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        // The same resolution as `command_of` (what the approval gate judged).
-        let command = match args.command.or(args.cmd).filter(|c| !c.trim().is_empty()) {
-            Some(c) => c,
-            None => return Err(ToolError::InvalidArguments("missing required command".into())),
+        let yield_ms = args.yield_time_ms;
+        let prepared = match self.prepare(args)? {
+            Ok(p) => p,
+            Err(blocked) => return Ok(blocked),
         };
-        let shell = shell_argv(args.shell.as_deref(), args.login.unwrap_or(false))
-            .map_err(ToolError::InvalidArguments)?;
-        let max_output = match args.max_output_chars.or(args.max_output_tokens) {
-            Some(n) if !OUTPUT_CHARS_RANGE.contains(&n) => {
-                return Err(ToolError::InvalidArguments(format!(
-                    "max_output_chars must be between {} and {}",
-                    OUTPUT_CHARS_RANGE.start(),
-                    OUTPUT_CHARS_RANGE.end()
-                )));
-            }
-            Some(n) => usize::try_from(n).unwrap_or(self.settings.max_output_chars),
-            None => self.settings.max_output_chars,
-        };
-        let working_dir = args.working_dir.or(args.workdir);
-        let cwd = match working_dir.as_deref().filter(|s| !s.trim().is_empty()) {
-            Some(dir) => {
-                let p = if self.settings.restrict_to_workspace {
-                    self.sandbox.resolve_write(dir)?
-                } else {
-                    self.sandbox
-                        .resolve(dir, false)
-                        .or_else(|_| Sandbox::new(self.sandbox.workspace(), false).resolve(dir, false))?
-                };
-                if !p.is_dir() {
-                    return Err(ToolError::Failed(format!("working_dir {dir} is not a directory")));
-                }
-                p
-            }
-            None => self.sandbox.workspace_real().to_path_buf(),
-        };
-        if let Err(reason) = self.check_command(&command, &cwd) {
-            return Ok(ToolOutput::error(format!(
-                "Error: Command blocked by safety guard ({reason})"
-            )));
+        if let Some(ms) = yield_ms {
+            return self.start_session(prepared, ms, ctx).await;
         }
-        let timeout = Duration::from_secs(
-            args.timeout
-                .unwrap_or(self.settings.timeout.as_secs().max(1))
-                .clamp(1, MAX_TIMEOUT_SECS),
-        );
-        let backend = self.backend().map_err(ToolError::Failed)?;
-        let k = kernel_support();
-        let view = self.view(self.private_tmp()?);
-        let mut argv: Vec<std::ffi::OsString> = Vec::new();
-        let tmpdir = match &backend {
-            Backend::Bwrap(bwrap) => {
-                argv.push(bwrap.clone().into_os_string());
-                argv.extend(view.bwrap_args(&cwd, k.bwrap_disable_userns));
-                argv.push("--".into());
-                PathBuf::from("/tmp")
-            }
-            Backend::Landlock | Backend::None => {
-                if backend == Backend::None {
-                    static WARNED: OnceLock<()> = OnceLock::new();
-                    WARNED.get_or_init(|| {
-                        tracing::warn!("exec runs without kernel confinement (see `nanobot doctor`)");
-                    });
-                }
-                view.private_tmp.clone()
-            }
-        };
-        if let Some(prlimit) = &k.prlimit {
-            let nproc = matches!(backend, Backend::Bwrap(_));
-            argv.extend(confine::prlimit_args(prlimit, &self.settings.limits, nproc));
-        }
-        argv.extend(shell);
-        argv.push(command.clone().into());
-        // As root RLIMIT_NPROC does not bind: count the call's processes in a cgroup of its own instead, joined
-        // before bubblewrap starts (Landlock would refuse the write to cgroup.procs). Removed when the call ends.
-        let _pids_cgroup = match (&backend, self.settings.limits.max_processes) {
-            (Backend::Landlock, _) | (_, 0) => None,
-            _ if !k.root => None,
-            (_, max) => confine::PidsCgroup::create(max).inspect(|cg| {
-                argv.splice(0..0, cg.join_prefix());
-            }),
-        };
-        let env = self.child_env(&tmpdir);
-        let landlock = (backend == Backend::Landlock)
-            .then(|| (view.landlock_read(), view.landlock_write(), view.network));
-        let cwd2 = cwd.clone();
-        let handle = tokio::runtime::Handle::current();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let (keep_parent, parent_done) = std::sync::mpsc::channel::<()>();
-        // A dedicated thread: Landlock restricts the calling thread and what it spawns, so it
-        // must never be a pooled runtime thread; and bwrap's --die-with-parent fires when the
-        // thread that spawned it ends, so the thread lives until this call is over.
-        std::thread::Builder::new()
-            .name("nanobot-exec-spawn".into())
-            .spawn(move || {
-                let _guard = handle.enter();
-                #[cfg(target_os = "linux")]
-                if let Some((read, write, network)) = &landlock
-                    && let Err(e) = confine::landlock_restrict(read, write, *network)
-                {
-                    let _ = tx.send(Err(std::io::Error::other(format!("landlock: {e}"))));
-                    return;
-                }
-                let _ = &landlock;
-                let mut cmd = tokio::process::Command::new(&argv[0]);
-                cmd.args(&argv[1..])
-                    .current_dir(&cwd2)
-                    .env_clear()
-                    .envs(&env)
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .kill_on_drop(true);
-                #[cfg(unix)]
-                cmd.process_group(0);
-                let spawned = cmd.spawn();
-                let ok = spawned.is_ok();
-                let _ = tx.send(spawned);
-                if ok {
-                    // Returns when the call drops `keep_parent`.
-                    let _ = parent_done.recv();
-                }
-            })
-            .map_err(|e| ToolError::Failed(format!("cannot start exec thread: {e}")))?;
-        let mut child = rx
-            .await
-            .map_err(|_| ToolError::Failed("exec spawn thread died".into()))?
-            .map_err(|e| ToolError::Failed(format!("cannot run command: {e}")))?;
-        let mut group = GroupKill(child.id().map(|p| p as i32));
+        let Spawned {
+            mut child,
+            mut group,
+            keep_parent,
+            _cgroup,
+        } = self.spawn(&prepared, false).await?;
+        let (timeout, max_output) = (prepared.timeout, prepared.max_output);
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
         let out_task = tokio::spawn(async move {

@@ -6,6 +6,7 @@ use crate::registry::ToolRegistry;
 use crate::sandbox::Sandbox;
 
 pub mod exec;
+pub mod exec_session;
 pub mod fs;
 pub mod guard;
 pub mod patch;
@@ -16,6 +17,7 @@ pub mod web;
 pub use exec::{
     ConfinementReport, ExecTool, LandlockSupport, SHELLS, command_of, confinement_report, landlock_support,
 };
+pub use exec_session::{ExecSessionTool, ExecSessions, ListExecSessionsTool};
 pub use fs::{EditFileTool, ListDirTool, ReadFileTool, WriteFileTool};
 pub use patch::ApplyPatchTool;
 pub use search::{FindFilesTool, GlobTool, GrepTool};
@@ -44,13 +46,22 @@ pub fn register_web_tools(registry: &ToolRegistry, settings: &crate::settings::W
     registry.register(Arc::new(WebFetchTool::new(s)));
 }
 
-/// Registers `exec`. Fails on invalid `allowPatterns`/`denyPatterns`.
+/// Registers `exec` and its session tools ([`register_exec`]). Fails on invalid `allowPatterns`/`denyPatterns`.
 pub fn register_exec_tool(
     registry: &ToolRegistry,
     settings: &crate::settings::ExecSettings,
     sandbox: &Sandbox,
 ) -> Result<(), crate::ToolError> {
-    let tool = ExecTool::new(settings.clone(), Arc::new(sandbox.clone()))?;
-    registry.register(Arc::new(tool));
+    register_exec(
+        registry,
+        ExecTool::new(settings.clone(), Arc::new(sandbox.clone()))?,
+    );
     Ok(())
+}
+
+/// Registers `exec` with its session tools, `exec_session` and `list_exec_sessions` (which share its sessions).
+pub fn register_exec(registry: &ToolRegistry, exec: ExecTool) {
+    registry.register(Arc::new(ExecSessionTool::new(exec.sessions())));
+    registry.register(Arc::new(ListExecSessionsTool::new(exec.sessions())));
+    registry.register(Arc::new(exec));
 }

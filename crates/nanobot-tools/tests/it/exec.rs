@@ -294,15 +294,19 @@ async fn parameters_of_0_3_5_shells_aliases_and_output_limit() {
         "{}",
         out.text
     );
-    // Unknown parameters are refused by name, as 0.3.5 does (its exec sessions are not here yet).
+    // Unknown parameters are refused by name, as 0.3.5 does; `yield_time_ms` is bounded as there.
     let out = reg
-        .execute("exec", json!({"command": "true", "yield_time_ms": 100}), &c)
+        .execute("exec", json!({"command": "true", "yield_ms": 100}), &c)
         .await;
     assert!(
-        out.is_error && out.text.contains("unexpected parameter yield_time_ms"),
+        out.is_error && out.text.contains("unexpected parameter yield_ms"),
         "{}",
         out.text
     );
+    let out = reg
+        .execute("exec", json!({"command": "true", "yield_time_ms": 30001}), &c)
+        .await;
+    assert!(out.is_error && out.text.contains("yield_time_ms"), "{}", out.text);
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 
 mod confine;
 mod exec;
+mod exec_sessions;
 mod fs;
 mod fs_handles;
 mod fuzz_arguments;
