@@ -151,3 +151,35 @@ fn slash_commands_answer_without_a_model_call() {
     assert!(stdout(&o).contains("/new"), "{}", stdout(&o));
     assert_eq!(mock.completion_requests().len(), 0);
 }
+
+#[test]
+fn bare_nanobot_and_root_agent_options_talk_to_the_agent_as_0_3_5_does() {
+    let mock = MockLlm::start_background();
+    let home = onboarded(&mock);
+    mock.push(MockReply::text("Hello from the root."));
+    let o = run(home.home(), &["-m", "hi"]);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert_eq!(stdout(&o), "Hello from the root.\n");
+    mock.push(MockReply::text("Again, in a session."));
+    let o = run(home.home(), &["--session", "cli:other", "--message=hi"]);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert_eq!(stdout(&o), "Again, in a session.\n");
+    assert!(
+        session_file(&home, "Y2xpOm90aGVy").is_some(),
+        "cli:other was used"
+    );
+    // `nanobot` alone is the interactive chat: on a closed stdin it ends at once without a model call.
+    let before = mock.completion_requests().len();
+    let o = nanobot(home.home())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert_eq!(mock.completion_requests().len(), before);
+    // `-v` is the version, as in 0.3.5.
+    let o = run(home.home(), &["-v"]);
+    assert_eq!(
+        stdout(&o).trim(),
+        format!("nanobot {}", env!("CARGO_PKG_VERSION"))
+    );
+}

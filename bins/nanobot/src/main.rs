@@ -8,9 +8,10 @@ use nanobot_cli::{Cli, CliEnv};
 
 fn main() -> ExitCode {
     // `--version` shows this program's version, not that of the library crate that defines the command line.
+    // `nanobot` alone or with agent options (`nanobot -m "hi"`) talks to the agent, as in 0.3.5.
     let parsed = Cli::command()
         .version(env!("CARGO_PKG_VERSION"))
-        .try_get_matches()
+        .try_get_matches_from(nanobot_cli::with_default_command(std::env::args_os()))
         .and_then(|m| Cli::from_arg_matches(&m));
     let cli = match parsed {
         Ok(cli) => cli,

@@ -7,12 +7,39 @@ use clap::{Args, Parser, Subcommand};
 
 /// nanobot: a personal AI assistant you run yourself.
 #[derive(Debug, Parser)]
-#[command(name = "nanobot", version, about = "🐈 nanobot: a personal AI assistant you run yourself", long_about = None, propagate_version = true)]
-#[command(after_help = "Start here: `nanobot onboard`, then `nanobot agent`.")]
+#[command(name = "nanobot", version, about = "🐈 nanobot: a personal AI assistant you run yourself", long_about = None, disable_version_flag = true)]
+#[command(
+    after_help = "Start here: `nanobot onboard`, then `nanobot agent`. Run `nanobot` without a subcommand (or with \
+                  agent options, such as `nanobot -m \"hi\"`) to talk to the agent."
+)]
 pub struct Cli {
+    /// Print version.
+    #[arg(short = 'v', long = "version", short_alias = 'V', action = clap::ArgAction::Version)]
+    version: Option<bool>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Options the root command answers itself; any other leading option belongs to `agent`.
+const ROOT_OPTIONS: [&str; 5] = ["-h", "--help", "-v", "-V", "--version"];
+
+/// The command line as 0.3.5 reads it: `nanobot` alone, or followed by an option that is not the root's own
+/// (`nanobot -m "hi"`, `nanobot --session x`), means `nanobot agent …`. `args` includes the program name.
+pub fn with_default_command<I>(args: I) -> Vec<std::ffi::OsString>
+where
+    I: IntoIterator<Item = std::ffi::OsString>,
+{
+    let mut args: Vec<std::ffi::OsString> = args.into_iter().collect();
+    let first = args.get(1).map(|a| a.to_string_lossy().into_owned());
+    let agent = match first.as_deref() {
+        None => true,
+        Some(a) => a.starts_with('-') && !ROOT_OPTIONS.contains(&a.split('=').next().unwrap_or(a)),
+    };
+    if agent {
+        args.insert(1.min(args.len()), "agent".into());
+    }
+    args
 }
 
 /// `nanobot doctor`.
@@ -360,6 +387,33 @@ mod tests {
         };
         assert_eq!(a.session, "cli:direct");
         assert_eq!(a.message.as_deref(), Some("hi"));
+    }
+
+    #[test]
+    fn the_root_command_defaults_to_agent_as_0_3_5_does() {
+        let rewrite = |args: &[&str]| -> Vec<String> {
+            with_default_command(args.iter().map(std::ffi::OsString::from))
+                .into_iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        };
+        assert_eq!(rewrite(&["nanobot"]), ["nanobot", "agent"]);
+        assert_eq!(
+            rewrite(&["nanobot", "-m", "hi"]),
+            ["nanobot", "agent", "-m", "hi"]
+        );
+        assert_eq!(
+            rewrite(&["nanobot", "--message=hi"]),
+            ["nanobot", "agent", "--message=hi"]
+        );
+        for kept in [
+            &["nanobot", "-v"][..],
+            &["nanobot", "--help"],
+            &["nanobot", "status"],
+            &["nanobot", "--version=x"],
+        ] {
+            assert_eq!(rewrite(kept), kept);
+        }
     }
 
     #[test]

@@ -52,6 +52,7 @@ use std::io::Write;
 pub use args::{
     AgentArgs, ChannelLoginArgs, ChannelsAction, Cli, Command, ConfigArgs, CronAction, CronAddArgs,
     CronConfigArgs, DoctorArgs, EvalArgs, GatewayArgs, McpAction, OnboardArgs, ServeArgs, WebuiArgs,
+    with_default_command,
 };
 pub use error::{CliError, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE};
 pub use eval::{
