@@ -193,3 +193,29 @@ fn doctor_reports_problems_with_fixes() {
         stdout(&o)
     );
 }
+
+#[test]
+fn the_0_3_5_flags_of_onboard_and_serve_are_accepted() {
+    let home = TempHome::new();
+    let o = run(home.home(), &["onboard"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(home.config_path()).unwrap()).unwrap();
+    config["agents"]["defaults"]["model"] = "my-own-model".into();
+    home.write_config(&config);
+    let o = run(home.home(), &["onboard", "--refresh"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let after: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(home.config_path()).unwrap()).unwrap();
+    assert_eq!(
+        after["agents"]["defaults"]["model"], "my-own-model",
+        "--refresh keeps values"
+    );
+    let o = run(home.home(), &["serve", "-H", "127.0.0.1", "-t", "0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--timeout must be a positive number"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -19,7 +19,7 @@ use crate::support::{run, stderr, stdout};
 /// Bound on one run of either program.
 const RUN_LIMIT: Duration = Duration::from_secs(180);
 
-fn python_nanobot() -> Option<PathBuf> {
+pub(crate) fn python_nanobot() -> Option<PathBuf> {
     let exe = peers::peers_dir()?
         .join("nanobot-venv")
         .join("bin")
@@ -28,7 +28,7 @@ fn python_nanobot() -> Option<PathBuf> {
 }
 
 /// Runs `cmd` to completion within [`RUN_LIMIT`] (killed past it).
-fn bounded(mut cmd: Command, what: &str) -> Output {
+pub(crate) fn bounded(mut cmd: Command, what: &str) -> Output {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -78,6 +78,9 @@ pub struct OnboardArgs {
     /// Do not look for a model server on this machine.
     #[arg(long = "skip-local")]
     pub skip_local: bool,
+    /// Refresh the config and templates, keeping every value, without asking anything (0.3.5's flag).
+    #[arg(long = "refresh")]
+    pub refresh: bool,
 }
 
 /// The subcommands.
@@ -113,7 +116,14 @@ pub enum Command {
     /// Replay a scripted conversation through the real agent loop and tools, and check expectations.
     Eval(EvalArgs),
     /// Run the long-running gateway: chat channels, cron and heartbeat, health/metrics, the OpenAI-compatible API.
-    Gateway(GatewayArgs),
+    Gateway {
+        /// How to run it.
+        #[command(flatten)]
+        args: GatewayArgs,
+        /// What to do instead of running in the foreground.
+        #[command(subcommand)]
+        action: Option<GatewayAction>,
+    },
     /// Serve only the OpenAI-compatible API (`/v1/chat/completions`).
     Serve(ServeArgs),
     /// Start the gateway with its `websocket` channel and open the WebUI in the browser.
@@ -164,6 +174,77 @@ pub struct GatewayArgs {
     /// Serve the OpenAI-compatible API (on by default only when `api.apiKey` is set).
     #[arg(long = "api", overrides_with = "no_api")]
     pub api: bool,
+    /// Run in the foreground (the default).
+    #[arg(long = "foreground", conflicts_with = "background")]
+    pub foreground: bool,
+    /// Start as a background process (output in `<data dir>/logs/gateway.log`; see `gateway status|logs|stop`).
+    #[arg(long = "background")]
+    pub background: bool,
+    /// Set by `--background` for the process it starts: leave the terminal's session.
+    #[arg(long = "detached", hide = true)]
+    pub detached: bool,
+}
+
+/// What `nanobot gateway` does instead of running in the foreground (0.3.5's subcommands).
+#[derive(Debug, Clone, Subcommand)]
+#[non_exhaustive]
+pub enum GatewayAction {
+    /// Show the background gateway status.
+    Status(ConfigArgs),
+    /// Show background gateway logs.
+    Logs {
+        /// Number of recent lines to show.
+        #[arg(long = "tail", default_value_t = 200)]
+        tail: usize,
+        /// Follow new log output (`--no-follow` prints and ends).
+        #[arg(long = "follow", overrides_with = "no_follow")]
+        follow: bool,
+        /// Print and end.
+        #[arg(long = "no-follow")]
+        no_follow: bool,
+        /// Config file and workspace.
+        #[command(flatten)]
+        config: ConfigArgs,
+    },
+    /// Stop the background gateway.
+    Stop {
+        /// Seconds to wait after SIGTERM before killing it.
+        #[arg(long = "timeout", default_value_t = 20)]
+        timeout: u64,
+        /// Config file and workspace.
+        #[command(flatten)]
+        config: ConfigArgs,
+    },
+    /// Restart the background gateway.
+    Restart {
+        /// Seconds to wait for the old one to stop.
+        #[arg(long = "timeout", default_value_t = 20)]
+        timeout: u64,
+        /// Port of the health/metrics server (overrides gateway.port).
+        #[arg(short = 'p', long = "port")]
+        port: Option<u16>,
+        /// Debug logging.
+        #[arg(short = 'v', long = "verbose")]
+        verbose: bool,
+        /// Config file and workspace.
+        #[command(flatten)]
+        config: ConfigArgs,
+    },
+    /// Install a systemd user service for the gateway.
+    InstallService {
+        /// Print the unit instead of writing it.
+        #[arg(long)]
+        dry_run: bool,
+        /// Config file and workspace.
+        #[command(flatten)]
+        config: ConfigArgs,
+    },
+    /// Uninstall the systemd user service.
+    UninstallService {
+        /// Print what would be removed instead of removing it.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 /// `nanobot serve`.
@@ -173,8 +254,11 @@ pub struct ServeArgs {
     #[arg(short = 'p', long = "port")]
     pub port: Option<u16>,
     /// Address to listen on (overrides api.host; a non-loopback address needs api.apiKey).
-    #[arg(long = "host")]
+    #[arg(short = 'H', long = "host")]
     pub host: Option<String>,
+    /// Per-request timeout in seconds (overrides api.timeout).
+    #[arg(short = 't', long = "timeout")]
+    pub timeout: Option<f64>,
     /// Config file and workspace.
     #[command(flatten)]
     pub config: ConfigArgs,

@@ -1,7 +1,10 @@
 //! `nanobot gateway` and `nanobot serve`: the long-running modes of `nanobot-gateway`, started with the config
 //! this command line loads (`-c`, `-w`, the environment).
 
-use crate::args::{GatewayArgs, ServeArgs};
+use std::time::Duration;
+
+use crate::args::{ConfigArgs, GatewayAction, GatewayArgs, ServeArgs};
+use crate::daemon;
 use crate::error::CliError;
 use crate::setup::{self, CliEnv};
 
@@ -29,8 +32,106 @@ fn finish(
     }
 }
 
-/// `nanobot gateway`.
+/// `nanobot gateway [status|logs|stop|restart|install-service|uninstall-service]`, and `--background`.
+pub(crate) fn gateway_command(
+    env: &CliEnv,
+    a: &GatewayArgs,
+    action: Option<GatewayAction>,
+    out: &mut dyn std::io::Write,
+) -> Result<(), CliError> {
+    // A subcommand's own `-c`/`-w` win over those given before it.
+    let pick = |c: &ConfigArgs| ConfigArgs {
+        config: c.config.clone().or_else(|| a.config.config.clone()),
+        workspace: c.workspace.clone().or_else(|| a.config.workspace.clone()),
+    };
+    match action {
+        None if a.background => start_background(env, a, out),
+        None => gateway(env, a),
+        Some(GatewayAction::Status(c)) => {
+            let inst = daemon::Instance::resolve(env, &pick(&c));
+            daemon::print_status(&inst, &daemon::status(&inst), out);
+            Ok(())
+        }
+        Some(GatewayAction::Logs {
+            tail,
+            follow: _,
+            no_follow,
+            config,
+        }) => daemon::logs(
+            &daemon::Instance::resolve(env, &pick(&config)),
+            tail,
+            !no_follow,
+            out,
+        ),
+        Some(GatewayAction::Stop { timeout, config }) => {
+            let inst = daemon::Instance::resolve(env, &pick(&config));
+            if daemon::stop(&inst, Duration::from_secs(timeout))? {
+                let _ = writeln!(out, "Gateway stopped.");
+            } else {
+                let _ = writeln!(out, "Gateway was not stopped: gateway_not_running");
+            }
+            daemon::print_status(&inst, &daemon::status(&inst), out);
+            Ok(())
+        }
+        Some(GatewayAction::Restart {
+            timeout,
+            port,
+            verbose,
+            config,
+        }) => {
+            let args = GatewayArgs {
+                port: port.or(a.port),
+                config: pick(&config),
+                verbose: verbose || a.verbose,
+                ..a.clone()
+            };
+            let inst = daemon::Instance::resolve(env, &args.config);
+            if !daemon::stop(&inst, Duration::from_secs(timeout))? {
+                let _ = writeln!(out, "Gateway is not running; there is nothing to restart.");
+                let _ = writeln!(
+                    out,
+                    "Start a persistent gateway with `nanobot gateway --background`."
+                );
+                daemon::print_status(&inst, &daemon::status(&inst), out);
+                return Err(CliError::Background("the gateway is not running".into()));
+            }
+            start_background(env, &args, out)
+        }
+        Some(GatewayAction::InstallService { dry_run, config }) => {
+            let args = GatewayArgs {
+                config: pick(&config),
+                ..a.clone()
+            };
+            install_service(env, &args, dry_run, out)
+        }
+        Some(GatewayAction::UninstallService { dry_run }) => uninstall_service(env, dry_run, out),
+    }
+}
+
+/// `nanobot gateway --background`: the config is checked here (its errors belong on this terminal), then the
+/// gateway starts detached.
+fn start_background(env: &CliEnv, a: &GatewayArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
+    let s = setup::load(env, &a.config, true)?;
+    let gw = &s.loaded.config.gateway;
+    let opts = daemon::StartOptions {
+        port: a.port.unwrap_or(gw.port),
+        host: gw.host.clone(),
+        verbose: a.verbose,
+        api: match (a.api, a.no_api) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        },
+    };
+    daemon::start(&daemon::Instance::resolve(env, &a.config), &opts, out)
+}
+
+/// `nanobot gateway` in the foreground.
 pub(crate) fn gateway(env: &CliEnv, a: &GatewayArgs) -> Result<(), CliError> {
+    if a.detached {
+        // Started by `--background`: out of the terminal's session, so closing it does not end the gateway.
+        let _ = nix::unistd::setsid();
+    }
     let s = setup::load(env, &a.config, true)?;
     crate::onboard::write_templates(&s.workspace)?;
     let mut opts = nanobot_gateway::GatewayOptions::gateway(s.loaded.config, env.core_env(&s.paths));
@@ -51,13 +152,21 @@ pub(crate) fn serve(env: &CliEnv, a: &ServeArgs) -> Result<(), CliError> {
     if let Some(h) = &a.host {
         s.loaded.config.api.host = h.clone();
     }
+    if let Some(t) = a.timeout {
+        if !(t.is_finite() && t > 0.0) {
+            return Err(CliError::Usage(format!(
+                "--timeout must be a positive number of seconds, not {t}"
+            )));
+        }
+        s.loaded.config.api.timeout = t;
+    }
     let opts = nanobot_gateway::GatewayOptions::serve(s.loaded.config, env.core_env(&s.paths));
     let rt = crate::runtime()?;
     let result = rt.block_on(nanobot_gateway::run_serve(opts));
     finish(rt, result)
 }
 
-/// The `nanobot-gateway` program's command line: `nanobot gateway`'s options, plus `install-service`.
+/// The `nanobot-gateway` program's command line: `nanobot gateway`'s options and subcommands.
 #[derive(Debug, clap::Parser)]
 #[command(
     name = "nanobot-gateway",
@@ -71,19 +180,7 @@ pub struct GatewayCli {
     pub args: GatewayArgs,
     /// What to do instead of running.
     #[command(subcommand)]
-    pub command: Option<GatewaySub>,
-}
-
-/// `nanobot-gateway`'s subcommands.
-#[derive(Debug, clap::Subcommand)]
-#[non_exhaustive]
-pub enum GatewaySub {
-    /// Write a systemd user unit that runs this gateway.
-    InstallService {
-        /// Print the unit instead of writing it.
-        #[arg(long)]
-        dry_run: bool,
-    },
+    pub command: Option<GatewayAction>,
 }
 
 /// The `tracing` filter of `nanobot-gateway`: `NANOBOT_LOG`, else `RUST_LOG`, else `info` (`-v`: debug for
@@ -127,10 +224,7 @@ pub(crate) fn service_log_plan(
 /// Runs the `nanobot-gateway` program: the environment is discovered exactly as for `nanobot` (this crate's
 /// [`CliEnv`]), and running is `nanobot gateway`. Returns the exit code, having printed any error.
 pub fn run_gateway_binary(cli: GatewayCli, env: &CliEnv) -> u8 {
-    let result = match cli.command {
-        Some(GatewaySub::InstallService { dry_run }) => install_service(env, &cli.args, dry_run),
-        None => gateway(env, &cli.args),
-    };
+    let result = gateway_command(env, &cli.args, cli.command, &mut std::io::stdout());
     match result {
         Ok(()) => crate::EXIT_OK,
         Err(e) => {
@@ -140,8 +234,13 @@ pub fn run_gateway_binary(cli: GatewayCli, env: &CliEnv) -> u8 {
     }
 }
 
-/// `nanobot-gateway install-service`: a systemd user unit running this program with the same `-c`/`-w`.
-fn install_service(env: &CliEnv, a: &GatewayArgs, dry_run: bool) -> Result<(), CliError> {
+/// `gateway install-service`: a systemd user unit running this program with the same `-c`/`-w`.
+fn install_service(
+    env: &CliEnv,
+    a: &GatewayArgs,
+    dry_run: bool,
+    out: &mut dyn std::io::Write,
+) -> Result<(), CliError> {
     let (paths, _) = env.paths(a.config.config.as_deref());
     let mut unit_args = vec!["-c".to_owned(), paths.config_path().display().to_string()];
     if let Some(ws) = &a.config.workspace {
@@ -154,19 +253,61 @@ fn install_service(env: &CliEnv, a: &GatewayArgs, dry_run: bool) -> Result<(), C
         stop_timeout_secs: nanobot_gateway::DEFAULT_SHUTDOWN_GRACE.as_secs() + 15,
     };
     if dry_run {
-        print!("{}", unit.render());
+        let _ = write!(out, "{}", unit.render());
         return Ok(());
     }
+    let target = unit_path(env);
+    let path = unit.install(&target).map_err(CliError::Gateway)?;
+    let _ = writeln!(out, "Wrote {}", path.display());
+    let _ = writeln!(
+        out,
+        "Enable it with: systemctl --user daemon-reload && systemctl --user enable --now nanobot-gateway"
+    );
+    Ok(())
+}
+
+/// Where the systemd user unit is written (`$XDG_CONFIG_HOME/systemd/user`, else `~/.config/systemd/user`).
+fn unit_path(env: &CliEnv) -> std::path::PathBuf {
     let xdg = env
         .vars
         .get("XDG_CONFIG_HOME")
         .filter(|v| !v.is_empty())
         .map(std::path::PathBuf::from);
-    let target = nanobot_gateway::service::ServiceUnit::path(&env.home, xdg.as_deref());
-    let path = unit.install(&target).map_err(CliError::Gateway)?;
-    println!("Wrote {}", path.display());
-    println!(
-        "Enable it with: systemctl --user daemon-reload && systemctl --user enable --now nanobot-gateway"
+    nanobot_gateway::service::ServiceUnit::path(&env.home, xdg.as_deref())
+}
+
+/// `gateway uninstall-service`: removes the unit `install-service` wrote (after `systemctl --user disable --now`).
+fn uninstall_service(env: &CliEnv, dry_run: bool, out: &mut dyn std::io::Write) -> Result<(), CliError> {
+    let path = unit_path(env);
+    let _ = writeln!(out, "Path: {}", path.display());
+    let _ = writeln!(
+        out,
+        "Commands:\n  systemctl --user disable --now nanobot-gateway.service\n  systemctl --user daemon-reload"
     );
+    if dry_run {
+        return Ok(());
+    }
+    // Best effort: a machine without a user systemd (a container) still gets the file removed.
+    let _ = std::process::Command::new("systemctl")
+        .args(["--user", "disable", "--now", "nanobot-gateway.service"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    match std::fs::remove_file(&path) {
+        Ok(()) => {
+            let _ = writeln!(out, "Gateway service uninstalled.");
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let _ = writeln!(out, "No gateway service was installed.");
+        }
+        Err(e) => return Err(CliError::io("remove", &path, e)),
+    }
+    let _ = std::process::Command::new("systemctl")
+        .args(["--user", "daemon-reload"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
     Ok(())
 }

@@ -35,6 +35,7 @@ mod agent;
 mod args;
 mod channels_login;
 mod cron_cmd;
+mod daemon;
 mod doctor_online;
 pub mod error;
 mod eval;
@@ -51,14 +52,14 @@ use std::io::Write;
 
 pub use args::{
     AgentArgs, ChannelLoginArgs, ChannelsAction, Cli, Command, ConfigArgs, CronAction, CronAddArgs,
-    CronConfigArgs, DoctorArgs, EvalArgs, GatewayArgs, McpAction, OnboardArgs, ServeArgs, WebuiArgs,
-    with_default_command,
+    CronConfigArgs, DoctorArgs, EvalArgs, GatewayAction, GatewayArgs, McpAction, OnboardArgs, ServeArgs,
+    WebuiArgs, with_default_command,
 };
 pub use error::{CliError, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE};
 pub use eval::{
     Expect, ExpectationResult, OneOrMany, ScriptedCall, ScriptedResponse, Trace, TraceReport, TraceTurn,
 };
-pub use gateway::{GatewayCli, GatewaySub, gateway_log_filter, gateway_log_plan, run_gateway_binary};
+pub use gateway::{GatewayCli, gateway_log_filter, gateway_log_plan, run_gateway_binary};
 pub use onboard::{OnboardReport, TEMPLATES, default_config};
 pub use render::MarkdownStream;
 pub use setup::CliEnv;
@@ -71,9 +72,12 @@ pub fn log_filter(cli: &Cli, env: &CliEnv) -> String {
         // One-shot: a failed turn is reported once, by the error line itself (the runner's log line and the
         // retries' lines would repeat it).
         Command::Agent(a) if a.message.is_some() => "warn,nanobot_core::runner=off,nanobot_providers=error",
-        Command::Gateway(a) if a.verbose => "info,nanobot=debug",
+        Command::Gateway {
+            args: a,
+            action: None,
+        } if a.verbose => "info,nanobot=debug",
         Command::Serve(a) if a.verbose => "info,nanobot=debug",
-        Command::Gateway(_) | Command::Serve(_) | Command::Webui(_) => "info",
+        Command::Gateway { action: None, .. } | Command::Serve(_) | Command::Webui(_) => "info",
         _ => "warn",
     };
     nanobot_logging::filter_from(|k| env.vars.get(k), default)
@@ -94,7 +98,10 @@ pub fn log_plan(cli: &Cli, env: &CliEnv) -> nanobot_logging::LogPlan {
             colour,
             dir: Some(env.paths(a.config.config.as_deref()).0.logs_dir()),
         },
-        Command::Gateway(a) => gateway::service_log_plan(filter, colour, env, &a.config),
+        Command::Gateway {
+            args: a,
+            action: None,
+        } => gateway::service_log_plan(filter, colour, env, &a.config),
         Command::Serve(a) => gateway::service_log_plan(filter, colour, env, &a.config),
         _ => nanobot_logging::LogPlan {
             filter,
@@ -137,7 +144,7 @@ fn write_out(out: &mut dyn Write, text: &str) -> Result<(), CliError> {
 /// `nanobot onboard`: the config and templates, then (without an API key) a model server on this machine,
 /// written into the config on `--use-local` or when the user says yes on a terminal.
 fn onboard_cmd(env: &CliEnv, a: &args::OnboardArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    if env.stdin_tty && env.stdout_tty {
+    if env.stdin_tty && env.stdout_tty && !a.refresh {
         let stdin = std::io::stdin();
         let mut input = stdin.lock();
         onboard_with(env, a, out, &local_servers::USUAL, Some(&mut input))
@@ -273,7 +280,7 @@ pub fn run_with(cli: Cli, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliEr
             let rt = runtime()?;
             rt.block_on(eval::run(env, &a, out))
         }
-        Command::Gateway(a) => gateway::gateway(env, &a),
+        Command::Gateway { args, action } => gateway::gateway_command(env, &args, action, out),
         Command::Serve(a) => gateway::serve(env, &a),
         Command::Webui(a) => webui::webui(env, &a, out),
     }
