@@ -183,3 +183,36 @@ fn bare_nanobot_and_root_agent_options_talk_to_the_agent_as_0_3_5_does() {
         format!("nanobot {}", env!("CARGO_PKG_VERSION"))
     );
 }
+
+#[test]
+fn sessions_restore_workspace_copies_sessions_back_without_overwriting() {
+    let mock = MockLlm::start_background();
+    let home = onboarded(&mock);
+    mock.push(MockReply::text("first"));
+    let o = run(home.home(), &["agent", "-m", "hello"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let src = session_file(&home, "Y2xpOmRpcmVjdA").unwrap();
+    let dst = home.workspace().join("sessions/Y2xpOmRpcmVjdA.jsonl");
+
+    let o = run(home.home(), &["sessions", "restore-workspace"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with("Restored 1 session file(s) to "),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(std::fs::read(&dst).unwrap(), std::fs::read(&src).unwrap());
+    let o = run(home.home(), &["sessions", "restore-workspace"]);
+    assert!(stdout(&o).contains("Restored 0 session file(s)") && stdout(&o).contains("1 already matched"));
+
+    // A different file of the same name is the user's to review: never overwritten.
+    std::fs::write(&dst, "{\"_type\":\"metadata\"}\n").unwrap();
+    let o = run(home.home(), &["sessions", "restore-workspace"]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains("Rollback is incomplete"), "{}", stdout(&o));
+    assert!(stdout(&o).contains(&dst.display().to_string()), "{}", stdout(&o));
+    assert_eq!(
+        std::fs::read_to_string(&dst).unwrap(),
+        "{\"_type\":\"metadata\"}\n"
+    );
+}

@@ -115,6 +115,12 @@ pub enum Command {
     },
     /// Replay a scripted conversation through the real agent loop and tools, and check expectations.
     Eval(EvalArgs),
+    /// Manage persisted session history.
+    Sessions {
+        /// What to do with the sessions.
+        #[command(subcommand)]
+        action: SessionsAction,
+    },
     /// Run the long-running gateway: chat channels, cron and heartbeat, health/metrics, the OpenAI-compatible API.
     Gateway {
         /// How to run it.
@@ -183,6 +189,14 @@ pub struct GatewayArgs {
     /// Set by `--background` for the process it starts: leave the terminal's session.
     #[arg(long = "detached", hide = true)]
     pub detached: bool,
+}
+
+/// `nanobot sessions …`.
+#[derive(Debug, Clone, Subcommand)]
+#[non_exhaustive]
+pub enum SessionsAction {
+    /// Copy sessions back into the workspace before downgrading nanobot.
+    RestoreWorkspace(ConfigArgs),
 }
 
 /// What `nanobot gateway` does instead of running in the foreground (0.3.5's subcommands).

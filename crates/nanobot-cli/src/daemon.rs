@@ -303,7 +303,7 @@ pub(crate) fn start(
     while Instant::now() < deadline {
         if let Ok(Some(code)) = child.try_wait() {
             let tail = new_log_lines(&inst.log, log_start, 20);
-            return Err(CliError::Background(format!(
+            return Err(CliError::Failed(format!(
                 "the gateway exited during startup ({code}); its last output ({}):\n{}",
                 inst.log.display(),
                 tail.join("\n")
@@ -387,7 +387,7 @@ pub(crate) fn stop(inst: &Instance, timeout: Duration) -> Result<bool, CliError>
         }
     }
     if alive(pid) {
-        return Err(CliError::Background(format!(
+        return Err(CliError::Failed(format!(
             "the gateway (pid {pid}) did not stop within {}s",
             timeout.as_secs()
         )));

@@ -99,9 +99,9 @@ pub enum CliError {
     /// A second Ctrl-C/SIGTERM during a shutdown: exit at once.
     #[error("interrupted")]
     Interrupted,
-    /// A background gateway could not be started, stopped or restarted; the message says why.
+    /// An operation could not be done (a background gateway start or stop, a restore); the message says why.
     #[error("{0}")]
-    Background(String),
+    Failed(String),
     /// `nanobot channels login whatsapp` failed (not linked, logged out, bridge not installed …).
     #[cfg(feature = "whatsapp")]
     #[error("{0}")]

@@ -93,7 +93,7 @@ pub(crate) fn gateway_command(
                     "Start a persistent gateway with `nanobot gateway --background`."
                 );
                 daemon::print_status(&inst, &daemon::status(&inst), out);
-                return Err(CliError::Background("the gateway is not running".into()));
+                return Err(CliError::Failed("the gateway is not running".into()));
             }
             start_background(env, &args, out)
         }

@@ -53,7 +53,7 @@ use std::io::Write;
 pub use args::{
     AgentArgs, ChannelLoginArgs, ChannelsAction, Cli, Command, ConfigArgs, CronAction, CronAddArgs,
     CronConfigArgs, DoctorArgs, EvalArgs, GatewayAction, GatewayArgs, McpAction, OnboardArgs, ServeArgs,
-    WebuiArgs, with_default_command,
+    SessionsAction, WebuiArgs, with_default_command,
 };
 pub use error::{CliError, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE};
 pub use eval::{
@@ -281,9 +281,44 @@ pub fn run_with(cli: Cli, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliEr
             rt.block_on(eval::run(env, &a, out))
         }
         Command::Gateway { args, action } => gateway::gateway_command(env, &args, action, out),
+        Command::Sessions {
+            action: SessionsAction::RestoreWorkspace(a),
+        } => restore_workspace(env, &a, out),
         Command::Serve(a) => gateway::serve(env, &a),
         Command::Webui(a) => webui::webui(env, &a, out),
     }
+}
+
+/// `nanobot sessions restore-workspace`: 0.3.5's rollback copy into `<workspace>/sessions/`.
+fn restore_workspace(env: &CliEnv, a: &ConfigArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let s = setup::load(env, a, true)?;
+    let store = nanobot_sessions::SessionStore::new(s.paths.data_dir(), &s.workspace)
+        .map_err(nanobot_core::CoreError::from)?;
+    let rt = runtime()?;
+    let report = rt
+        .block_on(store.restore_to_workspace())
+        .map_err(nanobot_core::CoreError::from)?;
+    write_out(
+        out,
+        &format!(
+            "Restored {} session file(s) to {}; {} already matched.\n",
+            report.restored,
+            s.workspace.join("sessions").display(),
+            report.unchanged
+        ),
+    )?;
+    if report.conflicts.is_empty() {
+        return Ok(());
+    }
+    let mut text = String::from("Rollback is incomplete: existing or invalid files require manual review.\n");
+    for p in &report.conflicts {
+        text.push_str(&format!("- {}\n", p.display()));
+    }
+    write_out(out, &text)?;
+    Err(CliError::Failed(format!(
+        "{} session file(s) were not restored",
+        report.conflicts.len()
+    )))
 }
 
 fn cron(action: CronAction, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliError> {

@@ -88,6 +88,25 @@ impl StoreOptions {
     }
 }
 
+/// What [`SessionStore::restore_to_workspace`] did.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct RestoreReport {
+    /// Files copied.
+    pub restored: usize,
+    /// Files already there with the same contents.
+    pub unchanged: usize,
+    /// Files that need the user: another file of the same name is in the workspace, or the session's id has
+    /// no name 0.3.5 can store.
+    pub conflicts: Vec<PathBuf>,
+}
+
+enum Restored {
+    Copied,
+    Unchanged,
+    Conflict(PathBuf),
+}
+
 /// One row of [`SessionStore::list_sessions`].
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -484,6 +503,70 @@ impl SessionStore {
             }
         }
         Ok(named)
+    }
+
+    /// Copies every session file back into `<workspace>/sessions/` under the same name, as 0.3.5's
+    /// `nanobot sessions restore-workspace` does before a downgrade to a release that kept sessions there. A file
+    /// already there with the same bytes is left; one with other bytes is a conflict (never overwritten); a
+    /// `<workspace>/sessions` that is a symbolic link is refused. Files with hashed names (ids 0.3.5 cannot
+    /// store) are not copied and are reported as conflicts too. Each file is read under its session's lock and
+    /// written atomically (mode 0600).
+    pub async fn restore_to_workspace(&self) -> Result<RestoreReport> {
+        let target = self.inner.workspace.join("sessions");
+        match fs::symlink_metadata(&target) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(SessionError::Invalid {
+                    path: target,
+                    line: 0,
+                    what: "refusing to restore into a sessions directory that is a symbolic link".into(),
+                });
+            }
+            _ => {}
+        }
+        fs::create_dir_all(&target).map_err(|e| SessionError::io("create", target.clone(), e))?;
+        let mut report = RestoreReport::default();
+        let entries = match fs::read_dir(&self.inner.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(report),
+            Err(e) => return Err(SessionError::io("list", self.inner.dir.clone(), e)),
+        };
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "jsonl"))
+            .collect();
+        files.sort();
+        for src in files {
+            let stem = src
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let Some(key) = keyname::key_from_stem(&stem) else {
+                if keyname::is_hashed_stem(&stem) {
+                    report.conflicts.push(src);
+                }
+                continue;
+            };
+            let dst = target.join(src.file_name().unwrap_or_default());
+            let outcome = self
+                .run(&key, move |_, _, _| {
+                    let bytes = fs::read(&src).map_err(|e| SessionError::io("read", src.clone(), e))?;
+                    match fs::read(&dst) {
+                        Ok(existing) if existing == bytes => return Ok(Restored::Unchanged),
+                        Ok(_) => return Ok(Restored::Conflict(dst)),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(SessionError::io("read", dst, e)),
+                    }
+                    fsio::write_atomic(&dst, &bytes)?;
+                    Ok(Restored::Copied)
+                })
+                .await?;
+            match outcome {
+                Restored::Copied => report.restored += 1,
+                Restored::Unchanged => report.unchanged += 1,
+                Restored::Conflict(p) => report.conflicts.push(p),
+            }
+        }
+        Ok(report)
     }
 
     /// Prepares every session file of this workspace for reads from its end. A file written by the Python nanobot

@@ -1,4 +1,4 @@
-//! Session handles and streamed reads (`SessionStore::handles`, `scan_messages`, `metadata`).
+//! Session handles, streamed reads and the rollback copy (`SessionStore::handles`, `scan_messages`, `metadata`, `restore_to_workspace`).
 
 use nanobot_sessions::{HANDLE_METADATA_KEY, SessionMessage, SessionStore};
 use serde_json::json;
@@ -93,4 +93,18 @@ async fn scans_stream_every_message_and_skip_records_and_a_cut_line() {
         ]
     );
     assert_eq!(fresh.metadata("telegram:1").await.unwrap()["title"], "t");
+}
+
+#[tokio::test]
+async fn restoring_into_a_linked_sessions_folder_is_refused() {
+    let home = tempfile::tempdir().unwrap();
+    let s = store(&home);
+    s.append("cli:x", vec![SessionMessage::new("user", "x")])
+        .await
+        .unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), home.path().join("workspace/sessions")).unwrap();
+    let err = s.restore_to_workspace().await.unwrap_err().to_string();
+    assert!(err.contains("symbolic link"), "{err}");
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
 }
