@@ -138,8 +138,29 @@ pub(crate) fn gateway(env: &CliEnv, a: &GatewayArgs) -> Result<(), CliError> {
     opts.port = a.port;
     opts.api = (opts.api || a.api) && !a.no_api;
     let rt = crate::runtime()?;
-    let result = rt.block_on(nanobot_gateway::run_gateway(opts));
-    finish(rt, result)
+    match rt.block_on(nanobot_gateway::run_gateway_with_restart(opts)) {
+        Ok((report, Some(request))) => {
+            if !report.drained {
+                eprintln!("some turns did not finish before the restart deadline and were cancelled");
+            }
+            rt.shutdown_timeout(Duration::from_secs(5));
+            restart_process(&request)
+        }
+        Ok((report, None)) => finish(rt, Ok(report)),
+        Err(e) => finish(rt, Err(e)),
+    }
+}
+
+/// Replaces this process with a new one on the same command line (same pid: a service manager or the
+/// background record keeps following it), telling it which chat asked for the restart (0.3.5's variables).
+fn restart_process(request: &nanobot_core::RestartRequest) -> Result<(), CliError> {
+    use std::os::unix::process::CommandExt as _;
+    let program = std::env::current_exe().map_err(|e| CliError::io("find", "this program's path", e))?;
+    let err = std::process::Command::new(&program)
+        .args(std::env::args_os().skip(1))
+        .envs(nanobot_gateway::restart_notice_vars(request))
+        .exec();
+    Err(CliError::io("restart", &program, err))
 }
 
 /// `nanobot serve`.

@@ -39,16 +39,19 @@ pub enum Command {
     /// `/dream-prompt [init]`: whether Dream follows the workspace's own instructions (`prompts/dream.md`);
     /// `init` writes an editable copy of the default.
     DreamPrompt,
+    /// `/restart`: restart the process (the gateway), for the owner.
+    Restart,
 }
 
 /// Every command with its one-line description (the `/help` text and the "did you mean" candidates).
-pub const COMMANDS: [(&str, Command, &str); 16] = [
+pub const COMMANDS: [(&str, Command, &str); 17] = [
     (
         "new",
         Command::New,
         "Start a new conversation (the current one is archived into memory)",
     ),
     ("stop", Command::Stop, "Stop the current task"),
+    ("restart", Command::Restart, "Restart nanobot (the owner only)"),
     ("help", Command::Help, "Show available commands"),
     (
         "status",

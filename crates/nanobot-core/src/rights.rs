@@ -74,6 +74,28 @@ impl ChatRights {
     }
 }
 
+impl ChatRights {
+    /// Whether `sender` is an owner on `channel`: the local CLI, or a sender that channel's `allowFrom` names
+    /// explicitly (`"*"` makes everyone allowed, not everyone an owner), as the pairing commands judge it.
+    pub fn is_owner(&self, channel: &str, sender: &str) -> bool {
+        if channel == OWNER_CHANNEL {
+            return true;
+        }
+        let Some(list) = self.allow.get(channel) else {
+            return false;
+        };
+        let sender = sender.trim();
+        !sender.is_empty()
+            && list.iter().any(|e| {
+                e != "*"
+                    && (e == sender
+                        || sender
+                            .split('|')
+                            .any(|part| !part.is_empty() && part.trim_start_matches('@') == e))
+            })
+    }
+}
+
 /// Whether the turn in `channel:chat_id` (session `session_key`) owns cron job `job`: it made it (the job is
 /// bound to its session or chat), or the turn is the CLI's. The protected system jobs (`dream`, `heartbeat`)
 /// are everyone's to see, as in the Python nanobot, and nobody's to remove through the tool.
@@ -120,5 +142,8 @@ mod tests {
                 .may_send("api", "x", "telegram", "1")
                 .is_err()
         );
+        assert!(r.is_owner("telegram", "222|bob") && r.is_owner("telegram", "999|carol"));
+        assert!(!r.is_owner("telegram", "666") && !r.is_owner("open", "anyone") && !r.is_owner("api", "x"));
+        assert!(r.is_owner("cli", "user"));
     }
 }

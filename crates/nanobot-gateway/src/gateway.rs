@@ -5,12 +5,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nanobot_bus::{Bus, InboundMessage};
+use nanobot_bus::{Bus, InboundMessage, OutboundMessage};
 use nanobot_channels::{
     Channel, ChannelError, ChannelManager, HealthRegistry, ManagerSettings, PairingStore,
 };
 use nanobot_config::Config;
-use nanobot_core::{AgentLoop, CoreError, SystemJob, TurnReply};
+use nanobot_core::{AgentLoop, CoreError, RestartRequest, SystemJob, TurnReply};
 use nanobot_providers::Provider;
 use nanobot_runtime::{Environment, Runtime, RuntimeOptions, TurnObserver, TurnWatch};
 use tokio::net::TcpListener;
@@ -117,6 +117,68 @@ pub struct Gateway {
     channels_task: JoinHandle<()>,
     grace: Duration,
     websocket: Option<nanobot_websocket::WebSocketChannel>,
+    restart: Arc<RestartSlot>,
+}
+
+/// Where `/restart` leaves its request for [`Gateway::restart_requested`].
+#[derive(Default)]
+struct RestartSlot {
+    request: std::sync::Mutex<Option<RestartRequest>>,
+    notify: tokio::sync::Notify,
+}
+
+/// The variables 0.3.5 passes to the process a `/restart` starts, naming the chat to tell when it is up.
+pub const RESTART_NOTIFY_CHANNEL_VAR: &str = "NANOBOT_RESTART_NOTIFY_CHANNEL";
+/// See [`RESTART_NOTIFY_CHANNEL_VAR`].
+pub const RESTART_NOTIFY_CHAT_ID_VAR: &str = "NANOBOT_RESTART_NOTIFY_CHAT_ID";
+/// See [`RESTART_NOTIFY_CHANNEL_VAR`] (JSON object: the `/restart` message's metadata).
+pub const RESTART_NOTIFY_METADATA_VAR: &str = "NANOBOT_RESTART_NOTIFY_METADATA";
+/// See [`RESTART_NOTIFY_CHANNEL_VAR`] (seconds since the epoch, when the restart began).
+pub const RESTART_STARTED_AT_VAR: &str = "NANOBOT_RESTART_STARTED_AT";
+
+/// The variables to give the process that replaces this one after `request` (0.3.5's names and values).
+pub fn restart_notice_vars(request: &RestartRequest) -> Vec<(&'static str, String)> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or_default();
+    let mut vars = vec![
+        (RESTART_NOTIFY_CHANNEL_VAR, request.channel.clone()),
+        (RESTART_NOTIFY_CHAT_ID_VAR, request.chat_id.clone()),
+        (RESTART_STARTED_AT_VAR, format!("{now}")),
+    ];
+    if !request.metadata.is_empty() {
+        vars.push((
+            RESTART_NOTIFY_METADATA_VAR,
+            serde_json::Value::Object(request.metadata.clone()).to_string(),
+        ));
+    }
+    vars
+}
+
+/// The "Restart completed" notice the environment asks for (0.3.5's variables and text), if any.
+fn restart_notice(env: &nanobot_util::EnvMap) -> Option<OutboundMessage> {
+    let channel = env.non_empty(RESTART_NOTIFY_CHANNEL_VAR)?.trim().to_owned();
+    let chat_id = env.non_empty(RESTART_NOTIFY_CHAT_ID_VAR)?.trim().to_owned();
+    let elapsed = env
+        .non_empty(RESTART_STARTED_AT_VAR)
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .and_then(|started| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()?
+                .as_secs_f64();
+            Some(format!(" in {:.1}s", (now - started).max(0.0)))
+        })
+        .unwrap_or_default();
+    let mut out = OutboundMessage::reply(&channel, &chat_id, format!("Restart completed{elapsed}."));
+    if let Some(serde_json::Value::Object(m)) = env
+        .non_empty(RESTART_NOTIFY_METADATA_VAR)
+        .and_then(|v| serde_json::from_str(v).ok())
+    {
+        out.metadata = m;
+    }
+    Some(out)
 }
 
 impl std::fmt::Debug for Gateway {
@@ -582,6 +644,15 @@ impl Gateway {
             .hook(metrics.hook())
             .bus(Arc::new(bus.clone()))
             .build()?;
+        // `/restart` (for the owner) ends this gateway gracefully; the caller starts the next one.
+        let restart = Arc::new(RestartSlot::default());
+        {
+            let slot = restart.clone();
+            agent.set_restart_handler(Arc::new(move |request: RestartRequest| {
+                *slot.request.lock().unwrap_or_else(|p| p.into_inner()) = Some(request);
+                slot.notify.notify_one();
+            }));
+        }
         let mut channels = if opts.channels {
             check_unsupported_channels(config, &opts.env)?;
             build_channels(config, &opts.env, &metrics)?
@@ -630,6 +701,12 @@ impl Gateway {
         }
         let health = manager.health();
         let channels_task = tokio::spawn(manager.run(Arc::new(bus.clone()), stop_channels.clone()));
+        // Started by a `/restart` (ours or 0.3.5's): tell the chat that asked.
+        if let Some(notice) = restart_notice(&opts.env.vars)
+            && let Err(e) = bus.publish_outbound(notice).await
+        {
+            tracing::warn!(error = %e, "cannot send the restart notice");
+        }
 
         // The chat the heartbeat reports to survives restarts through the sessions on disk.
         if let Ok(mut sessions) = agent.sessions().list_sessions().await {
@@ -713,7 +790,25 @@ impl Gateway {
             channels_task,
             grace: opts.shutdown_grace,
             websocket,
+            restart,
         })
+    }
+
+    /// Waits until an owner sends `/restart`; returns the chat that asked.
+    pub async fn restart_requested(&self) -> RestartRequest {
+        loop {
+            let notified = self.restart.notify.notified();
+            if let Some(r) = self
+                .restart
+                .request
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+            {
+                return r;
+            }
+            notified.await;
+        }
     }
 
     /// Where `/health`, `/ready` and `/metrics` are served.

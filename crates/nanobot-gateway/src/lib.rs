@@ -36,7 +36,9 @@ pub use bus::{GatewayBus, INTERNAL_CHANNELS, Route};
 pub use error::GatewayError;
 pub use gateway::{
     ALLOW_UNSUPPORTED_CHANNELS_VAR, BUILT_CHANNELS, DEFAULT_SHUTDOWN_GRACE, Gateway, GatewayOptions,
-    ShutdownReport, check_api_bind, config_wants_api, unsupported_channels,
+    RESTART_NOTIFY_CHANNEL_VAR, RESTART_NOTIFY_CHAT_ID_VAR, RESTART_NOTIFY_METADATA_VAR,
+    RESTART_STARTED_AT_VAR, ShutdownReport, check_api_bind, config_wants_api, restart_notice_vars,
+    unsupported_channels,
 };
 pub use metrics::{Metrics, MetricsHook, TurnOutcome};
 
@@ -76,7 +78,10 @@ impl Default for Signals {
     }
 }
 
-async fn run_until_signal(opts: GatewayOptions, what: &str) -> Result<ShutdownReport, GatewayError> {
+async fn run_until_signal(
+    opts: GatewayOptions,
+    what: &str,
+) -> Result<(ShutdownReport, Option<nanobot_core::RestartRequest>), GatewayError> {
     let mut signals = Signals::new();
     let gateway = Gateway::start(opts).await?;
     if let Some(a) = gateway.http_addr() {
@@ -85,18 +90,33 @@ async fn run_until_signal(opts: GatewayOptions, what: &str) -> Result<ShutdownRe
     if let Some(a) = gateway.api_addr() {
         eprintln!("nanobot {what}: OpenAI-compatible API on http://{a}/v1");
     }
-    signals.recv().await;
-    eprintln!("nanobot {what}: shutting down (press Ctrl-C again to exit at once)");
+    let restart = tokio::select! {
+        () = signals.recv() => None,
+        r = gateway.restart_requested() => Some(r),
+    };
+    match &restart {
+        Some(_) => eprintln!("nanobot {what}: restarting (press Ctrl-C to exit at once)"),
+        None => eprintln!("nanobot {what}: shutting down (press Ctrl-C again to exit at once)"),
+    }
     tokio::select! {
-        report = gateway.shutdown() => Ok(report),
+        report = gateway.shutdown() => Ok((report, restart)),
         () = signals.recv() => Err(GatewayError::Interrupted),
     }
 }
 
 /// `nanobot gateway` / `nanobot-gateway`: runs everything until Ctrl-C or SIGTERM, then shuts down gracefully.
 /// A second signal during the shutdown returns [`GatewayError::Interrupted`] at once: the caller should then exit
-/// the process immediately (`std::process::exit(130)`) rather than wait for the runtime to wind down.
+/// the process immediately (`std::process::exit(130)`) rather than wait for the runtime to wind down. An owner's
+/// `/restart` also ends it gracefully here (see [`run_gateway_with_restart`] to start the next one).
 pub async fn run_gateway(opts: GatewayOptions) -> Result<ShutdownReport, GatewayError> {
+    Ok(run_until_signal(opts, "gateway").await?.0)
+}
+
+/// [`run_gateway`], also returning the chat whose `/restart` ended it: the caller then starts the gateway again
+/// with [`restart_notice_vars`] in its environment, and the new one tells that chat it is back.
+pub async fn run_gateway_with_restart(
+    opts: GatewayOptions,
+) -> Result<(ShutdownReport, Option<nanobot_core::RestartRequest>), GatewayError> {
     run_until_signal(opts, "gateway").await
 }
 
@@ -107,5 +127,5 @@ pub async fn run_serve(mut opts: GatewayOptions) -> Result<ShutdownReport, Gatew
     opts.ops_http = false;
     opts.channels = false;
     opts.cron = false;
-    run_until_signal(opts, "serve").await
+    Ok(run_until_signal(opts, "serve").await?.0)
 }

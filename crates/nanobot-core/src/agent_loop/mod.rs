@@ -67,6 +67,21 @@ pub const IMAGE_PLACEHOLDER: &str = "[image]";
 /// nanobot 0.3.5 (whose note carries the same `_recovery_interrupted` marker).
 pub const TURN_INTERRUPTED_NOTE: &str = "Error: the turn was interrupted before an answer was produced.";
 
+/// The chat that asked for a restart (`/restart`): the host tells it when the new process is up.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RestartRequest {
+    /// Its channel.
+    pub channel: String,
+    /// Its chat id.
+    pub chat_id: String,
+    /// The metadata of the `/restart` message (thread ids, for the notice).
+    pub metadata: Map<String, Value>,
+}
+
+/// What `/restart` calls ([`AgentLoop::set_restart_handler`]).
+pub type RestartHandler = Arc<dyn Fn(RestartRequest) + Send + Sync>;
+
 /// How a turn is run and delivered.
 #[derive(Clone, Default)]
 pub struct TurnOptions {
@@ -160,6 +175,10 @@ struct LoopInner {
     control: Arc<crate::control::ControlLedger>,
     /// The last "scheduled runs are paused" notice sent (sent once per held set).
     held_notified: Mutex<Option<String>>,
+    /// What `/restart` calls (set by the host that can restart the process: the gateway).
+    restart: RwLock<Option<RestartHandler>>,
+    /// Who may do what beyond their own chat (owners for `/restart`).
+    rights: crate::rights::ChatRights,
     /// The chat of the most recent message from a real channel (where the heartbeat reports).
     last_route: Mutex<Option<(String, String)>>,
     /// The most recent of those chats that its channel says is private (where notices about the owner's files go).
@@ -374,7 +393,8 @@ impl AgentLoopBuilder {
         let outbox = s.data_dir.join("media").join("outbox");
         // Copies left by an earlier run (sent long ago, or never) go at start-up.
         crate::tools::sweep_outbox(&outbox, crate::tools::OUTBOX_KEEP);
-        let access = crate::tools::SessionAccess::new(sessions.clone(), self.rights.clone());
+        let rights = self.rights;
+        let access = crate::tools::SessionAccess::new(sessions.clone(), rights.clone());
         tools.register(Arc::new(crate::tools::ListSessionsTool(access.clone())));
         tools.register(Arc::new(crate::tools::ReadSessionTool(access.clone())));
         tools.register(Arc::new(crate::tools::SearchSessionsTool(access.clone())));
@@ -386,7 +406,7 @@ impl AgentLoopBuilder {
         tools.register(Arc::new(crate::tools::CreateGoalTool(goals.clone())));
         tools.register(Arc::new(crate::tools::UpdateGoalTool(goals)));
         tools.register(Arc::new(
-            MessageTool::confined(attachments, outbox).with_rights(self.rights),
+            MessageTool::confined(attachments, outbox).with_rights(rights.clone()),
         ));
         tools.register(Arc::new(SpawnTool::new(subagents.clone())));
         let mut context = ContextBuilder::new(&s.workspace)
@@ -453,6 +473,8 @@ impl AgentLoopBuilder {
                 approvals,
                 control,
                 held_notified: Mutex::default(),
+                restart: RwLock::new(None),
+                rights,
                 last_route: Mutex::default(),
                 last_private_route: Mutex::default(),
                 background: tokio_util::task::TaskTracker::new(),
@@ -574,6 +596,13 @@ impl AgentLoop {
     /// Attaches a bus (where [`AgentLoop::submit`] publishes, and `message` and `spawn` deliver).
     pub fn set_bus(&self, bus: Arc<dyn Bus>) {
         *self.inner.bus.write().unwrap_or_else(|p| p.into_inner()) = Some(bus);
+    }
+
+    /// Lets `/restart` restart the process: `handler` is called with the chat that asked (the host shuts down
+    /// gracefully and starts again, then tells that chat). Without one, `/restart` answers that it is not
+    /// available.
+    pub fn set_restart_handler(&self, handler: RestartHandler) {
+        *self.inner.restart.write().unwrap_or_else(|p| p.into_inner()) = Some(handler);
     }
 
     /// Hands one bus message to the agent: the one place that decides who answers it. `/stop`, `/help`,

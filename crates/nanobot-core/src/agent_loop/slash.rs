@@ -21,6 +21,7 @@ impl LoopInner {
                 Some(
                     Parsed::Known(
                         Command::Stop
+                            | Command::Restart
                             | Command::Help
                             | Command::Skill
                             | Command::Status
@@ -61,6 +62,7 @@ impl LoopInner {
             }
             Parsed::Known(Command::Status, _) => Some(self.status_text(&key).await),
             Parsed::Known(Command::ConfirmFiles, args) => Some(self.confirm_files(&args).await),
+            Parsed::Known(Command::Restart, _) => Some(self.restart(msg)),
             Parsed::Unknown { name, suggestion } => Some(commands::unknown_text(&name, suggestion)),
             Parsed::Known(..) => None,
         }
@@ -149,6 +151,8 @@ impl LoopInner {
             Command::ConfirmFiles => Ok(self.confirm_files(args).await),
             // `/goal <task>` runs as a turn (worker); only its empty form gets here.
             Command::Goal => Ok(GOAL_USAGE.to_owned()),
+            // Answered at once (`immediate_command`).
+            Command::Restart => Ok("Restart is answered at once, not queued.".to_owned()),
             Command::Model => self.model_command(key, args).await,
             Command::DreamPrompt => Ok(self.dream_prompt_command(args).await),
         }
@@ -198,6 +202,29 @@ impl LoopInner {
              output tokens: {}",
             choice.name, choice.model, choice.context_window_tokens, choice.max_tokens
         ))
+    }
+
+    /// `/restart`: asks the host to restart, when the sender is an owner and the host can.
+    fn restart(&self, msg: &InboundMessage) -> String {
+        if !self.rights.is_owner(&msg.channel, &msg.sender_id) {
+            return format!(
+                "Only an owner can restart nanobot (a sender named in channels.{}.allowFrom).",
+                msg.channel
+            );
+        }
+        let handler = self.restart.read().unwrap_or_else(|p| p.into_inner()).clone();
+        match handler {
+            Some(h) => {
+                tracing::warn!(channel = %msg.channel, sender = %msg.sender_id, "restart requested");
+                h(crate::RestartRequest {
+                    channel: msg.channel.clone(),
+                    chat_id: msg.chat_id.clone(),
+                    metadata: msg.metadata.clone(),
+                });
+                "Restarting...".to_owned()
+            }
+            None => "Restart is not available here: only the gateway can restart.".to_owned(),
+        }
     }
 
     /// `/dream-prompt [init]`: whether Dream follows the workspace's `prompts/dream.md` (0.3.5's answers); `init`
