@@ -51,6 +51,10 @@ pub struct AgentSettings {
     pub approval: crate::ApprovalSettings,
     /// Messages one session may send to others a minute (`tools.maxSessionMessagesPerMinute`).
     pub max_session_messages_per_minute: u32,
+    /// Whether the `my` tool is offered (`tools.my.enable`).
+    pub my_enabled: bool,
+    /// Whether `my` may change settings (`tools.my.allowSet`; default off).
+    pub my_allow_set: bool,
 }
 
 impl AgentSettings {
@@ -83,6 +87,8 @@ impl AgentSettings {
             turn_timeout: std::time::Duration::from_secs(3600),
             approval: crate::ApprovalSettings::default(),
             max_session_messages_per_minute: 6,
+            my_enabled: true,
+            my_allow_set: false,
         }
     }
 }

@@ -37,6 +37,8 @@ pub fn agent_settings(config: &Config, env: &Environment) -> Result<AgentSetting
     let mut s = AgentSettings::new(paths.workspace(&d.workspace), paths.data_dir(), d.model.clone());
     s.restrict_to_workspace = config.tools.restrict_to_workspace;
     s.max_session_messages_per_minute = config.tools.max_session_messages_per_minute;
+    s.my_enabled = config.tools.my.enable;
+    s.my_allow_set = config.tools.my.allow_set;
     s.home = Some(env.home.clone());
     s.max_tokens = d.max_tokens;
     s.context_window_tokens = d.context_window_tokens;

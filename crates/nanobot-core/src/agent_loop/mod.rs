@@ -435,9 +435,10 @@ impl AgentLoopBuilder {
             None => None,
         };
         let inner = Arc::new_cyclic(|weak: &Weak<LoopInner>| {
-            // Only the cron handler holds the loop weakly.
-            #[cfg(not(feature = "cron"))]
-            let _ = weak;
+            // The cron handler and `my` hold the loop weakly.
+            if s.my_enabled {
+                tools.register(Arc::new(my::MyTool::new(weak.clone(), s.my_allow_set)));
+            }
             #[cfg(feature = "cron")]
             let cron = cron_cfg.map(|(store, tz)| {
                 let mut svc = CronService::new(store, cron_handler(weak.clone())).with_default_tz(tz);
@@ -824,6 +825,7 @@ impl LoopInner {
 mod cron;
 mod memory_scope;
 pub use memory_scope::MEMORY_SCOPE_KEY;
+mod my;
 mod persist;
 mod publish;
 mod redelivery;

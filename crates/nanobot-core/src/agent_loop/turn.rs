@@ -230,6 +230,7 @@ impl LoopInner {
         let mut info = TurnInfo::new(bus.clone());
         info.is_cron = opts.is_cron;
         info.goal_allowed.store(opts.goal, Ordering::SeqCst);
+        info.sender_id = msg.sender_id.clone();
         info.metadata = if msg.is_system_report() {
             Map::new()
         } else {

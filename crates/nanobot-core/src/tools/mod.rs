@@ -52,6 +52,8 @@ pub struct TurnInfo {
     /// The user started this turn with `/goal`: `create_goal` (and replacing a goal) is allowed until a goal is
     /// closed.
     pub goal_allowed: Arc<AtomicBool>,
+    /// Who sent the message the turn answers (`12345|alice`).
+    pub sender_id: String,
 }
 
 impl std::fmt::Debug for TurnInfo {
@@ -73,6 +75,7 @@ impl TurnInfo {
             is_cron: false,
             metadata: Map::new(),
             goal_allowed: Arc::new(AtomicBool::new(false)),
+            sender_id: String::new(),
         }
     }
 }

@@ -19,6 +19,7 @@ mod heartbeat;
 mod mcp;
 #[cfg(feature = "cron")] // also drives cron jobs
 mod memory_scopes;
+mod my_tool;
 mod python_compat;
 mod recovery;
 mod runner;
