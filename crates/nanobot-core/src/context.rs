@@ -99,6 +99,13 @@ const TOOL_NOTES: &str = "# Tool Usage Notes
 ## Process Execution
 
 - `exec` runs a command (bash unless `shell` says otherwise) and waits for it up to `timeout`; its output is cut at `max_output_chars`.
+- For a command that keeps running (a server, a watcher, an interactive program), pass `yield_time_ms`: `exec` returns with a `session_id`, and `exec_session` sends input, reads new output, waits for a text or the exit, or terminates it. `list_exec_sessions` finds session ids again.
+
+## CLI App Attachments
+
+- A `@name` the user attached or mentioned that names an installed CLI app is a capability they chose for this turn: read its skill when it has one, then run it with `run_cli_app` and that `name`.
+- Do not run such an app through `exec` unless the user asks for that.
+- When the app is missing, lacks what it needs, or cannot do the task, say what blocked it and what you tried.
 
 ## Web and External Information
 

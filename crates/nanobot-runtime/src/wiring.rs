@@ -179,6 +179,14 @@ pub fn base_tools(
         let exec = ExecTool::new(exec_settings(config, env), Arc::new(sandbox.clone()))
             .map_err(nanobot_core::CoreError::from)?;
         exec.warn_if_degraded();
+        if t.cli_apps.enable {
+            let registry = env.paths().data_dir().join("cli-apps").join("installed.json");
+            reg.register(Arc::new(nanobot_tools::builtin::RunCliAppTool::new(
+                exec.clone(),
+                registry,
+                t.cli_apps.run_timeout,
+            )));
+        }
         nanobot_tools::builtin::register_exec(&reg, exec);
     }
     #[cfg(not(feature = "web"))]

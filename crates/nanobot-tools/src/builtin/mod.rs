@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::registry::ToolRegistry;
 use crate::sandbox::Sandbox;
 
+pub mod cli_apps;
 pub mod exec;
 pub mod exec_session;
 pub mod fs;
@@ -14,6 +15,7 @@ pub mod search;
 #[cfg(feature = "web")]
 pub mod web;
 
+pub use cli_apps::RunCliAppTool;
 pub use exec::{
     ConfinementReport, ExecTool, LandlockSupport, SHELLS, command_of, confinement_report, landlock_support,
 };

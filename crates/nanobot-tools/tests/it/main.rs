@@ -1,6 +1,7 @@
 //! Integration tests of nanobot-tools: one binary, one module per area.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test helpers may unwrap")]
 
+mod cli_apps;
 mod confine;
 mod exec;
 mod exec_sessions;
