@@ -219,3 +219,34 @@ fn the_0_3_5_flags_of_onboard_and_serve_are_accepted() {
         stderr(&o)
     );
 }
+
+#[test]
+fn plugins_enable_and_disable_channels_in_the_config_and_refuse_what_is_not_built() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let home = TempHome::new();
+    assert_eq!(run(home.home(), &["onboard"]).status.code(), Some(0));
+    let o = run(home.home(), &["plugins", "list"]);
+    assert!(stdout(&o).lines().any(|l| l.starts_with("telegram") && l.contains(" no ")), "{}", stdout(&o));
+    let o = run(home.home(), &["plugins", "enable", "Telegram"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(home.config_path()).unwrap()).unwrap();
+    assert_eq!(config["channels"]["telegram"]["enabled"], true);
+    assert!(config["agents"]["defaults"]["model"].is_string(), "other keys kept");
+    let mode = std::fs::metadata(home.config_path()).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the config stays private");
+    let o = run(home.home(), &["plugins", "disable", "telegram"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(home.config_path()).unwrap()).unwrap();
+    assert_eq!(config["channels"]["telegram"]["enabled"], false);
+    for (args, needle) in [
+        (&["plugins", "enable", "matrix"][..], "not in this build"),
+        (&["plugins", "enable", "bogus"], "unknown feature 'bogus'"),
+        (&["plugins", "enable", "bedrock"], "not in nanobot-rs"),
+    ] {
+        let o = run(home.home(), args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&o).contains(needle), "{}", stderr(&o));
+    }
+}

@@ -115,6 +115,12 @@ pub enum Command {
     },
     /// Replay a scripted conversation through the real agent loop and tools, and check expectations.
     Eval(EvalArgs),
+    /// Optional features: which channels this build has and which are enabled.
+    Plugins {
+        /// What to do.
+        #[command(subcommand)]
+        action: PluginsAction,
+    },
     /// Manage persisted session history.
     Sessions {
         /// What to do with the sessions.
@@ -189,6 +195,30 @@ pub struct GatewayArgs {
     /// Set by `--background` for the process it starts: leave the terminal's session.
     #[arg(long = "detached", hide = true)]
     pub detached: bool,
+}
+
+/// `nanobot plugins …`.
+#[derive(Debug, Clone, Subcommand)]
+#[non_exhaustive]
+pub enum PluginsAction {
+    /// List the optional features (channels and others) and whether they are enabled and built in.
+    List(ConfigArgs),
+    /// Enable a channel (sets `channels.<name>.enabled` in config.json).
+    Enable {
+        /// The channel (e.g. telegram, slack, email).
+        name: String,
+        /// Config file and workspace.
+        #[command(flatten)]
+        config: ConfigArgs,
+    },
+    /// Disable a channel.
+    Disable {
+        /// The channel.
+        name: String,
+        /// Config file and workspace.
+        #[command(flatten)]
+        config: ConfigArgs,
+    },
 }
 
 /// `nanobot sessions …`.

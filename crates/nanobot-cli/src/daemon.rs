@@ -111,14 +111,8 @@ fn read_state(path: &Path) -> Option<Map<String, Value>> {
 fn write_state(path: &Path, state: &Value) -> Result<(), CliError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| CliError::io("create", dir, e))?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| CliError::io("write", dir, e))?;
     let text = format!("{}\n", serde_json::to_string_pretty(state).unwrap_or_default());
-    tmp.write_all(text.as_bytes())
-        .and_then(|()| tmp.as_file().sync_all())
-        .map_err(|e| CliError::io("write", path, e))?;
-    tmp.persist(path)
-        .map_err(|e| CliError::io("write", path, e.error))?;
-    Ok(())
+    nanobot_util::write_atomic(path, text.as_bytes()).map_err(|e| CliError::io("write", path, e.into()))
 }
 
 /// The instance's status; a record whose process is gone (or is another program now) is removed.

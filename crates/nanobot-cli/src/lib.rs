@@ -43,6 +43,7 @@ mod gateway;
 mod local_servers;
 mod mcp_cmd;
 mod onboard;
+mod plugins;
 mod render;
 mod setup;
 mod status;
@@ -52,8 +53,8 @@ use std::io::Write;
 
 pub use args::{
     AgentArgs, ChannelLoginArgs, ChannelsAction, Cli, Command, ConfigArgs, CronAction, CronAddArgs,
-    CronConfigArgs, DoctorArgs, EvalArgs, GatewayAction, GatewayArgs, McpAction, OnboardArgs, ServeArgs,
-    SessionsAction, WebuiArgs, with_default_command,
+    CronConfigArgs, DoctorArgs, EvalArgs, GatewayAction, GatewayArgs, McpAction, OnboardArgs, PluginsAction,
+    ServeArgs, SessionsAction, WebuiArgs, with_default_command,
 };
 pub use error::{CliError, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE};
 pub use eval::{
@@ -284,6 +285,11 @@ pub fn run_with(cli: Cli, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliEr
         Command::Sessions {
             action: SessionsAction::RestoreWorkspace(a),
         } => restore_workspace(env, &a, out),
+        Command::Plugins { action } => match action {
+            PluginsAction::List(a) => plugins::list(env, &a, out),
+            PluginsAction::Enable { name, config } => plugins::set(env, &config, &name, true, out),
+            PluginsAction::Disable { name, config } => plugins::set(env, &config, &name, false, out),
+        },
         Command::Serve(a) => gateway::serve(env, &a),
         Command::Webui(a) => webui::webui(env, &a, out),
     }
