@@ -226,14 +226,27 @@ fn plugins_enable_and_disable_channels_in_the_config_and_refuse_what_is_not_buil
     let home = TempHome::new();
     assert_eq!(run(home.home(), &["onboard"]).status.code(), Some(0));
     let o = run(home.home(), &["plugins", "list"]);
-    assert!(stdout(&o).lines().any(|l| l.starts_with("telegram") && l.contains(" no ")), "{}", stdout(&o));
+    assert!(
+        stdout(&o)
+            .lines()
+            .any(|l| l.starts_with("telegram") && l.contains(" no ")),
+        "{}",
+        stdout(&o)
+    );
     let o = run(home.home(), &["plugins", "enable", "Telegram"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(home.config_path()).unwrap()).unwrap();
     assert_eq!(config["channels"]["telegram"]["enabled"], true);
-    assert!(config["agents"]["defaults"]["model"].is_string(), "other keys kept");
-    let mode = std::fs::metadata(home.config_path()).unwrap().permissions().mode() & 0o777;
+    assert!(
+        config["agents"]["defaults"]["model"].is_string(),
+        "other keys kept"
+    );
+    let mode = std::fs::metadata(home.config_path())
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
     assert_eq!(mode, 0o600, "the config stays private");
     let o = run(home.home(), &["plugins", "disable", "telegram"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));

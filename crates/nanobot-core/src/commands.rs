@@ -41,10 +41,13 @@ pub enum Command {
     DreamPrompt,
     /// `/restart`: restart the process (the gateway), for the owner.
     Restart,
+    /// `/evaluator-prompt [init]`: whether the heartbeat's notification gate follows the workspace's own
+    /// instructions (`prompts/evaluator.md`); `init` writes an editable copy of the default.
+    EvaluatorPrompt,
 }
 
 /// Every command with its one-line description (the `/help` text and the "did you mean" candidates).
-pub const COMMANDS: [(&str, Command, &str); 17] = [
+pub const COMMANDS: [(&str, Command, &str); 18] = [
     (
         "new",
         Command::New,
@@ -86,6 +89,11 @@ pub const COMMANDS: [(&str, Command, &str); 17] = [
         "dream-prompt",
         Command::DreamPrompt,
         "Show or set up how Dream organises this workspace's memory (/dream-prompt [init])",
+    ),
+    (
+        "evaluator-prompt",
+        Command::EvaluatorPrompt,
+        "Show or set up when the heartbeat speaks up (/evaluator-prompt [init])",
     ),
     (
         "approve",

@@ -1,6 +1,6 @@
 //! Control files: the workspace files that shape every later prompt or run unattended (the bootstrap files,
 //! `HEARTBEAT.md`, `memory/MEMORY.md` and each memory scope's `memory/scopes/*/MEMORY.md`, every skill's
-//! `SKILL.md`, Dream's instructions `prompts/dream.md`).
+//! `SKILL.md`, the instructions of Dream and of the heartbeat's notification gate in `prompts/`).
 //!
 //! The model reads untrusted text (web pages, e-mails, tool results), and one obeyed instruction could write such a
 //! file so that a later turn in another chat, or a cron or heartbeat turn with nobody watching, acts on it. So:
@@ -47,6 +47,7 @@ pub fn is_control_file(rel: &str) -> bool {
         || rel == HEARTBEAT
         || rel == MEMORY
         || rel == nanobot_memory::DREAM_PROMPT_FILE
+        || rel == crate::heartbeat::EVALUATOR_PROMPT_FILE
     {
         return true;
     }
@@ -81,6 +82,7 @@ pub(crate) fn snapshot(ws: &ConfinedDir) -> Snapshot {
     names.push(HEARTBEAT.to_owned());
     names.push(MEMORY.to_owned());
     names.push(nanobot_memory::DREAM_PROMPT_FILE.to_owned());
+    names.push(crate::heartbeat::EVALUATOR_PROMPT_FILE.to_owned());
     let scopes = format!("memory/{}", nanobot_memory::SCOPES_DIR);
     for (dir, file) in [
         ("skills", "SKILL.md"),
@@ -362,6 +364,7 @@ mod tests {
             "memory/scopes/Y2hhdDp0ZWxlZ3JhbTo0Mg/MEMORY.md",
             "skills/x/SKILL.md",
             "prompts/dream.md",
+            "prompts/evaluator.md",
         ] {
             assert!(is_control_file(p), "{p}");
         }

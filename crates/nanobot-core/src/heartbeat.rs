@@ -1,6 +1,8 @@
 //! The heartbeat: now and then, read `HEARTBEAT.md`; if it lists tasks, let the model decide (through a virtual
-//! `heartbeat` tool) whether to run them now; run them as a turn in the `heartbeat` session and deliver the
-//! answer to the most recently active chat. Silent when there is nothing to do or report.
+//! `heartbeat` tool) whether to run them now; run them as a turn in the `heartbeat` session, let the notification
+//! gate decide (0.3.5's `evaluate_notification`, failing closed) whether the answer is worth a message, and
+//! deliver it to the most recently active chat. Silent when there is nothing to do or report. The heartbeat's
+//! turn cannot message a chat itself (`message` refuses in its session): everything passes the gate.
 
 use std::path::Path;
 
@@ -17,6 +19,12 @@ pub const HEARTBEAT_SESSION: &str = "heartbeat";
 pub const HEARTBEAT_FILE: &str = "HEARTBEAT.md";
 /// The answer that means "nothing to report" (never delivered).
 pub const HEARTBEAT_OK: &str = "HEARTBEAT_OK";
+/// The workspace's own instructions for the notification gate (0.3.5's `prompts/evaluator.md`): when not empty,
+/// they replace [`DEFAULT_EVALUATOR_PROMPT`]. A control file.
+pub const EVALUATOR_PROMPT_FILE: &str = "prompts/evaluator.md";
+/// What the notification gate is told unless the workspace has [`EVALUATOR_PROMPT_FILE`]. It must keep asking
+/// for the `evaluate_notification` tool: without that call the gate stays silent (it fails closed).
+pub const DEFAULT_EVALUATOR_PROMPT: &str = "You decide whether a result of the assistant's background work is worth a message to the user. You get the task it was given and its answer; answer by calling evaluate_notification.\n\nNotify for anything the user can act on, errors, finished deliverables, reminders and timers that came due, and whatever the user asked to be told about (a reminder the user set notifies even when the answer only repeats it).\n\nStay silent for routine checks with nothing new, confirmations that all is well, and empty answers; and when the answer talks about its own instructions, its configuration files (HEARTBEAT.md and the like) or whether to notify: the user should never see the assistant reasoning about whether to speak.";
 
 /// True for channels of nanobot itself (API, CLI, cron, the heartbeat, subagent reports…): never a chat the
 /// heartbeat reports to. The list is the bus's ([`nanobot_bus::INTERNAL_CHANNELS`]).
@@ -81,6 +89,22 @@ pub fn has_tasks(text: &str) -> bool {
             || l.starts_with('#')
             || matches!(l, "- [ ]" | "* [ ]" | "- [x]" | "* [x]" | "-" | "*"))
     })
+}
+
+/// The notification gate's one tool (0.3.5's).
+fn evaluate_tool() -> ToolSpec {
+    ToolSpec {
+        name: "evaluate_notification".into(),
+        description: "Decide whether the user should be told about this background result.".into(),
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "should_notify": {"type": "boolean", "description": "true: the user should see it; false: routine or empty, stay silent"},
+                "reason": {"type": "string", "description": "The reason, in one sentence"}
+            },
+            "required": ["should_notify"]
+        }),
+    }
 }
 
 fn heartbeat_tool() -> ToolSpec {
@@ -177,7 +201,7 @@ impl AgentLoop {
              user, reply exactly {HEARTBEAT_OK}."
         );
         let msg =
-            InboundMessage::new(&channel, "heartbeat", &chat_id, prompt).with_session_key(HEARTBEAT_SESSION);
+            InboundMessage::new(&channel, "heartbeat", &chat_id, &prompt).with_session_key(HEARTBEAT_SESSION);
         let reply = self
             .process_message(
                 msg,
@@ -189,9 +213,11 @@ impl AgentLoop {
             .await?;
         let answer = reply.content.trim().to_owned();
         let mut delivered_to = None;
-        if !answer.is_empty()
+        let worth_telling = !answer.is_empty()
             && !answer.contains(HEARTBEAT_OK)
             && !reply.delivered_by_tool
+            && self.should_notify(&prompt, &answer).await;
+        if worth_telling
             && let Some((c, id)) = target
             && let Some(bus) = self.bus()
         {
@@ -204,6 +230,57 @@ impl AgentLoop {
             answer,
             delivered_to,
         })
+    }
+
+    /// The notification gate (0.3.5's): one model call, given the task and the answer, that must call
+    /// `evaluate_notification`. Fails closed: no call, a failed call or anything unreadable means silence.
+    async fn should_notify(&self, task: &str, answer: &str) -> bool {
+        let ws = self.settings().workspace.clone();
+        let custom = tokio::task::spawn_blocking(move || {
+            nanobot_util::workspace_prompt(
+                &nanobot_util::ConfinedDir::new(&ws),
+                Path::new(EVALUATOR_PROMPT_FILE),
+            )
+        })
+        .await
+        .ok()
+        .flatten();
+        let request = ChatRequest {
+            model: self.settings().model.clone(),
+            messages: vec![
+                ChatMessage::system(custom.unwrap_or_else(|| DEFAULT_EVALUATOR_PROMPT.to_owned())),
+                ChatMessage::user(format!("## Original task\n{task}\n\n## Agent response\n{answer}")),
+            ],
+            tools: vec![evaluate_tool()],
+            max_tokens: Some(4096),
+            temperature: Some(0.0),
+            reasoning_effort: None,
+            tool_choice: Some(ToolChoice::Auto),
+        };
+        match self.provider().chat(request).await {
+            Ok(r) => match r.tool_calls.iter().find(|c| c.name == "evaluate_notification") {
+                Some(call) => {
+                    let notify = call.arguments.get("should_notify").and_then(|v| v.as_bool()) == Some(true);
+                    let reason = call
+                        .arguments
+                        .get("reason")
+                        .and_then(|v| v.as_str())
+                        .unwrap_or("");
+                    tracing::info!(notify, reason, "heartbeat: notification gate");
+                    notify
+                }
+                None => {
+                    tracing::warn!(
+                        "heartbeat: the notification gate did not call evaluate_notification; silent"
+                    );
+                    false
+                }
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "heartbeat: the notification gate failed; silent");
+                false
+            }
+        }
     }
 
     /// The most recently updated session whose key is a real chat (`channel:chat_id`, not internal).

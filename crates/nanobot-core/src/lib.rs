@@ -92,4 +92,7 @@ mod system_jobs;
 
 pub use system_jobs::SystemJob;
 
-pub use heartbeat::{HEARTBEAT_FILE, HEARTBEAT_OK, HEARTBEAT_SESSION, HeartbeatOutcome, has_tasks};
+pub use heartbeat::{
+    DEFAULT_EVALUATOR_PROMPT, EVALUATOR_PROMPT_FILE, HEARTBEAT_FILE, HEARTBEAT_OK, HEARTBEAT_SESSION,
+    HeartbeatOutcome, has_tasks,
+};

@@ -596,7 +596,7 @@ impl Dream {
 /// replaces [`DEFAULT_DREAM_PROMPT`] for the shared memory's Dream (a scope's Dream keeps its one-file guide).
 pub const DREAM_PROMPT_FILE: &str = "prompts/dream.md";
 /// The longest workspace prompt used (longer files are cut, as 0.3.5 cuts them).
-pub const WORKSPACE_PROMPT_MAX_CHARS: usize = 32_000;
+pub const WORKSPACE_PROMPT_MAX_CHARS: usize = nanobot_util::WORKSPACE_PROMPT_MAX_CHARS;
 
 /// What the shared memory's Dream is told unless the workspace has [`DREAM_PROMPT_FILE`].
 pub const DEFAULT_DREAM_PROMPT: &str = SYSTEM_PROMPT;
@@ -624,28 +624,7 @@ changed (or that nothing needed changing).";
 /// The workspace's Dream instructions ([`DREAM_PROMPT_FILE`], read beneath the workspace handle), cut at
 /// [`WORKSPACE_PROMPT_MAX_CHARS`]; `None` when the file is missing, empty, unreadable or not UTF-8.
 pub fn workspace_dream_prompt(files: &ConfinedDir) -> Option<String> {
-    let text = match files.read_to_string(Path::new(DREAM_PROMPT_FILE)) {
-        Ok(Some(t)) => t,
-        Ok(None) => return None,
-        Err(e) => {
-            tracing::warn!(file = DREAM_PROMPT_FILE, error = %e, "Dream's workspace prompt is unreadable; using the default");
-            return None;
-        }
-    };
-    let text = text.trim_end();
-    if text.is_empty() {
-        return None;
-    }
-    let chars = text.chars().count();
-    if chars > WORKSPACE_PROMPT_MAX_CHARS {
-        tracing::warn!(
-            file = DREAM_PROMPT_FILE,
-            chars,
-            "Dream's workspace prompt is too long; cut"
-        );
-        return Some(text.chars().take(WORKSPACE_PROMPT_MAX_CHARS).collect());
-    }
-    Some(text.to_owned())
+    nanobot_util::workspace_prompt(files, Path::new(DREAM_PROMPT_FILE))
 }
 
 /// Relative path → contents (`None`: the file does not exist).

@@ -394,6 +394,34 @@ fn create_temporary(dir: &Dir, name: &OsStr) -> io::Result<(OsString, File)> {
     Err(last.unwrap_or_else(|| io::Error::from(io::ErrorKind::AlreadyExists)))
 }
 
+/// The longest workspace prompt override used ([`workspace_prompt`]): longer files are cut.
+pub const WORKSPACE_PROMPT_MAX_CHARS: usize = 32_000;
+
+/// A prompt the user keeps in the workspace to replace a built-in one (0.3.5's `prompts/<name>.md`), read
+/// beneath `ws`'s handle (a link leading out is not followed): its text without trailing blanks, cut at
+/// [`WORKSPACE_PROMPT_MAX_CHARS`]; `None` when it is missing, empty, unreadable or not UTF-8 (the built-in one
+/// applies; an unreadable file is logged).
+pub fn workspace_prompt(ws: &ConfinedDir, rel: &Path) -> Option<String> {
+    let text = match ws.read_to_string(rel) {
+        Ok(Some(t)) => t,
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::warn!(file = %rel.display(), error = %e, "workspace prompt unreadable; using the default");
+            return None;
+        }
+    };
+    let text = text.trim_end();
+    if text.is_empty() {
+        return None;
+    }
+    let chars = text.chars().count();
+    if chars > WORKSPACE_PROMPT_MAX_CHARS {
+        tracing::warn!(file = %rel.display(), chars, "workspace prompt too long; cut");
+        return Some(text.chars().take(WORKSPACE_PROMPT_MAX_CHARS).collect());
+    }
+    Some(text.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::symlink;

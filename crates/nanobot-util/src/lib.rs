@@ -33,7 +33,7 @@ pub mod secret;
 mod sync;
 
 pub use backoff::Backoff;
-pub use confined::{ConfinedDir, EntryKind, MAX_READ_BYTES};
+pub use confined::{ConfinedDir, EntryKind, MAX_READ_BYTES, WORKSPACE_PROMPT_MAX_CHARS, workspace_prompt};
 pub use env::EnvMap;
 pub use error_chain::{ErrorChain, error_chain};
 pub use fs::{AtomicWriteError, write_atomic};

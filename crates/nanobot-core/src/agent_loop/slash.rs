@@ -6,6 +6,43 @@ use super::*;
 
 use nanobot_memory::ScopeKey;
 
+/// A prompt the workspace may replace (`prompts/<name>.md`) and how its command speaks of it.
+pub(super) struct WorkspacePrompt {
+    command: &'static str,
+    file: &'static str,
+    default: &'static str,
+    /// Capitalised, as a status line starts.
+    title: &'static str,
+    /// "exist" or "exists", after the title.
+    exist_verb: &'static str,
+    /// The title within a sentence.
+    created_name: &'static str,
+    /// What to do with the new file.
+    created_help: &'static str,
+}
+
+const DREAM_PROMPT: WorkspacePrompt = WorkspacePrompt {
+    command: "/dream-prompt",
+    file: nanobot_memory::DREAM_PROMPT_FILE,
+    default: nanobot_memory::DEFAULT_DREAM_PROMPT,
+    title: "Dream memory instructions",
+    exist_verb: "exist",
+    created_name: "Dream memory instructions",
+    created_help: "Edit that file to teach Dream how to organize memory. It fully replaces nanobot's default Dream \
+                   guide for this workspace.",
+};
+
+const EVALUATOR_PROMPT: WorkspacePrompt = WorkspacePrompt {
+    command: "/evaluator-prompt",
+    file: crate::heartbeat::EVALUATOR_PROMPT_FILE,
+    default: crate::heartbeat::DEFAULT_EVALUATOR_PROMPT,
+    title: "Heartbeat evaluator prompt",
+    exist_verb: "exists",
+    created_name: "heartbeat evaluator prompt",
+    created_help: "Edit that file to control when the heartbeat's notification gate speaks. It must still tell the \
+                   model to call the `evaluate_notification` tool, otherwise the gate fails closed and stays silent.",
+};
+
 /// The answer to `/goal` without a task.
 pub(super) const GOAL_USAGE: &str = "Usage: /goal <long-running task description>";
 
@@ -154,7 +191,8 @@ impl LoopInner {
             // Answered at once (`immediate_command`).
             Command::Restart => Ok("Restart is answered at once, not queued.".to_owned()),
             Command::Model => self.model_command(key, args).await,
-            Command::DreamPrompt => Ok(self.dream_prompt_command(args).await),
+            Command::DreamPrompt => Ok(self.workspace_prompt_command(&DREAM_PROMPT, args).await),
+            Command::EvaluatorPrompt => Ok(self.workspace_prompt_command(&EVALUATOR_PROMPT, args).await),
         }
     }
 
@@ -227,50 +265,53 @@ impl LoopInner {
         }
     }
 
-    /// `/dream-prompt [init]`: whether Dream follows the workspace's `prompts/dream.md` (0.3.5's answers); `init`
-    /// writes the default there when the file is missing or empty, never over the user's text.
-    pub(super) async fn dream_prompt_command(&self, args: &str) -> String {
-        use nanobot_memory::{DEFAULT_DREAM_PROMPT, DREAM_PROMPT_FILE};
+    /// `/dream-prompt [init]` and `/evaluator-prompt [init]` (0.3.5's answers): whether the workspace's own
+    /// instructions replace the built-in ones; `init` writes the default there when the file is missing or empty,
+    /// never over the user's text.
+    pub(super) async fn workspace_prompt_command(&self, prompt: &WorkspacePrompt, args: &str) -> String {
+        let (file, command) = (prompt.file, prompt.command);
         let arg = args.trim().to_lowercase();
         if !arg.is_empty() && arg != "init" {
-            return "Usage: /dream-prompt [init]".to_owned();
+            return format!("Usage: {command} [init]");
         }
         let files = nanobot_util::ConfinedDir::new(&self.settings.workspace);
+        let default = prompt.default;
         let result = tokio::task::spawn_blocking(move || -> std::io::Result<(bool, bool)> {
-            let custom = nanobot_memory::workspace_dream_prompt(&files).is_some();
+            let rel = std::path::Path::new(file);
+            let custom = nanobot_util::workspace_prompt(&files, rel).is_some();
             if arg != "init" || custom {
                 return Ok((custom, false));
             }
-            let rel = std::path::Path::new(DREAM_PROMPT_FILE);
             if let Some(dir) = rel.parent() {
                 files.create_dir_all(dir)?;
             }
-            files.write_atomic(rel, format!("{DEFAULT_DREAM_PROMPT}\n").as_bytes())?;
+            files.write_atomic(rel, format!("{default}\n").as_bytes())?;
             Ok((custom, true))
         })
         .await;
         let (custom, created) = match result {
             Ok(Ok(r)) => r,
-            Ok(Err(e)) => return format!("Could not write `{DREAM_PROMPT_FILE}`: {e}"),
-            Err(e) => return format!("Could not read `{DREAM_PROMPT_FILE}`: {e}"),
+            Ok(Err(e)) => return format!("Could not write `{file}`: {e}"),
+            Err(e) => return format!("Could not read `{file}`: {e}"),
         };
+        let title = prompt.title;
         match (args.trim().is_empty(), custom, created) {
             (false, _, true) => format!(
-                "Created Dream memory instructions at `{DREAM_PROMPT_FILE}`.\n\nEdit that file to teach Dream how to \
-                 organize memory. It fully replaces nanobot's default Dream guide for this workspace. Delete or \
-                 empty it to return to nanobot's default."
+                "Created {} at `{file}`.\n\n{} Delete or empty it to return to nanobot's default.",
+                prompt.created_name, prompt.created_help
             ),
             (false, _, false) => format!(
-                "Dream memory instructions already exist at `{DREAM_PROMPT_FILE}`.\n\nEdit that file, or \
-                 delete/empty it to return to nanobot's default."
+                "{title} already {} at `{file}`.\n\nEdit that file, or delete/empty it to return to nanobot's \
+                 default.",
+                prompt.exist_verb
             ),
             (true, true, _) => format!(
-                "Dream memory instructions: custom for this workspace\n\n- Path: `{DREAM_PROMPT_FILE}`\n- Delete or \
-                 empty this file to return to nanobot's default."
+                "{title}: custom for this workspace\n\n- Path: `{file}`\n- Delete or empty this file to return to \
+                 nanobot's default."
             ),
             (true, false, _) => format!(
-                "Dream memory instructions: nanobot default\n\n- Editable file: `{DREAM_PROMPT_FILE}`\n- Run \
-                 `/dream-prompt init` to create an editable copy."
+                "{title}: nanobot default\n\n- Editable file: `{file}`\n- Run `{command} init` to create an \
+                 editable copy."
             ),
         }
     }

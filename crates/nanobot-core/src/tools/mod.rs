@@ -232,6 +232,14 @@ impl TypedTool for MessageTool {
     async fn call(&self, args: MessageArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let info =
             turn_info(ctx).ok_or_else(|| ToolError::Failed("messaging is not available here".into()))?;
+        // Everything the heartbeat says passes its notification gate (as in 0.3.5): no message of its own.
+        if ctx.session_key == crate::heartbeat::HEARTBEAT_SESSION {
+            return Err(ToolError::Failed(
+                "the heartbeat does not send messages itself: answer with the text, and it is delivered if it is \
+                 worth telling"
+                    .into(),
+            ));
+        }
         let bus = info
             .bus
             .clone()

@@ -177,3 +177,37 @@ async fn dream_prompt_shows_and_initialises_the_workspace_instructions_without_o
     );
     assert_eq!(mock.request_count(), 0);
 }
+
+#[tokio::test]
+async fn evaluator_prompt_initialises_the_gates_instructions() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let agent = agent(&home, &mock);
+    let status = agent.process_direct("/evaluator-prompt", "cli:e").await.unwrap();
+    assert!(
+        status.starts_with("Heartbeat evaluator prompt: nanobot default"),
+        "{status}"
+    );
+    let created = agent
+        .process_direct("/evaluator-prompt init", "cli:e")
+        .await
+        .unwrap();
+    assert!(
+        created.starts_with("Created heartbeat evaluator prompt at `prompts/evaluator.md`")
+            && created.contains("evaluate_notification"),
+        "{created}"
+    );
+    let file = home.workspace().join("prompts/evaluator.md");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap().trim_end(),
+        nanobot_core::DEFAULT_EVALUATOR_PROMPT
+    );
+    let again = agent
+        .process_direct("/evaluator-prompt init", "cli:e")
+        .await
+        .unwrap();
+    assert!(
+        again.starts_with("Heartbeat evaluator prompt already exists"),
+        "{again}"
+    );
+}

@@ -44,6 +44,11 @@ async fn run_delivers_to_the_most_recently_active_chat() {
         json!({"action": "run", "tasks": "Check the backup folder"}),
     ));
     mock.push(MockReply::text("The backup folder is missing!"));
+    // The notification gate (0.3.5's) lets it through.
+    mock.push(MockReply::tool_call(
+        "evaluate_notification",
+        json!({"should_notify": true, "reason": "actionable"}),
+    ));
     let outcome = run.agent.heartbeat_tick().await.unwrap();
     assert_eq!(
         outcome,
@@ -104,4 +109,88 @@ async fn a_heartbeat_file_linked_out_of_the_workspace_is_not_read() {
     );
     assert!(!err.contains("sk-heartbeat-secret"), "{err}");
     assert_eq!(mock.request_count(), 0);
+}
+
+#[tokio::test]
+async fn the_notification_gate_decides_fails_closed_and_follows_the_workspace_prompt() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let run = Running::start(agent(&home, &mock));
+    mock.push(MockReply::text("hi"));
+    run.send(InboundMessage::new("telegram", "42", "42", "hello"))
+        .await;
+    assert_eq!(run.next_reply().await.content, "hi");
+    home.write_workspace_file("HEARTBEAT.md", "- Check the weather\n");
+    let run_once = |answer: &'static str, gate: MockReply| {
+        mock.push(MockReply::tool_call(
+            "heartbeat",
+            json!({"action": "run", "tasks": "Check the weather"}),
+        ));
+        mock.push(MockReply::text(answer));
+        mock.push(gate);
+    };
+
+    // The gate says no; the gate answers without the tool; the gate fails: silent each time.
+    run_once(
+        "All normal.",
+        MockReply::tool_call("evaluate_notification", json!({"should_notify": false})),
+    );
+    run_once("All normal again.", MockReply::text("I think yes"));
+    run_once("Still normal.", MockReply::error(500));
+    for _ in 0..3 {
+        let outcome = run.agent.heartbeat_tick().await.unwrap();
+        assert!(
+            matches!(
+                outcome,
+                HeartbeatOutcome::Ran {
+                    delivered_to: None,
+                    ..
+                }
+            ),
+            "{outcome:?}"
+        );
+    }
+    let gate = mock
+        .completion_requests()
+        .into_iter()
+        .rfind(|r| r.tool_names() == ["evaluate_notification"])
+        .unwrap();
+    assert_eq!(
+        gate.system_text().unwrap(),
+        nanobot_core::DEFAULT_EVALUATOR_PROMPT
+    );
+    assert!(
+        gate.last_user_text()
+            .unwrap()
+            .contains("## Agent response\nStill normal.")
+    );
+
+    // The workspace's own gate instructions replace the default.
+    home.write_workspace_file(nanobot_core::EVALUATOR_PROMPT_FILE, "Notify only about rain.");
+    run_once(
+        "Rain at noon.",
+        MockReply::tool_call("evaluate_notification", json!({"should_notify": true})),
+    );
+    let outcome = run.agent.heartbeat_tick().await.unwrap();
+    assert!(
+        matches!(&outcome, HeartbeatOutcome::Ran { delivered_to: Some(to), .. } if to == "telegram:42"),
+        "{outcome:?}"
+    );
+    assert_eq!(run.next_reply().await.content, "Rain at noon.");
+    let gate = mock.last_request().unwrap();
+    assert_eq!(gate.system_text().unwrap(), "Notify only about rain.");
+
+    // The heartbeat's turn cannot go around the gate with the message tool.
+    mock.push(MockReply::tool_call(
+        "heartbeat",
+        json!({"action": "run", "tasks": "Check"}),
+    ));
+    mock.push(MockReply::tool_call(
+        "message",
+        json!({"content": "sneaky", "chat_id": "42", "channel": "telegram"}),
+    ));
+    mock.push(MockReply::text("HEARTBEAT_OK"));
+    let _ = run.agent.heartbeat_tick().await.unwrap();
+    let refused = mock.last_request().unwrap().tool_results().pop().unwrap().content;
+    assert!(refused.contains("does not send messages itself"), "{refused}");
 }
