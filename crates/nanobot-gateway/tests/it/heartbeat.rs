@@ -166,8 +166,12 @@ async fn slash_commands_get_one_reply_and_the_heartbeat_reports_once_to_the_last
         json!({"action": "run", "tasks": "Check the weather in Paris"}),
     ));
     mock.push(MockReply::text("Rain in Paris today: take an umbrella."));
+    mock.push(MockReply::tool_call(
+        "evaluate_notification",
+        json!({"should_notify": true, "reason": "weather warning"}),
+    ));
     assert_eq!(tick(&gw).await.as_deref(), Some("run"));
-    assert_eq!(mock.request_count(), 3, "one decision + one turn");
+    assert_eq!(mock.request_count(), 4, "one decision + one turn + the notification gate");
     let report = next_message(&mut ws).await;
     assert_eq!(report["chat_id"], chat.as_str());
     assert_eq!(report["text"], "Rain in Paris today: take an umbrella.");
@@ -187,6 +191,6 @@ async fn slash_commands_get_one_reply_and_the_heartbeat_reports_once_to_the_last
     mock.push(MockReply::text("still here"));
     ws.send(say("ping")).await.unwrap();
     assert_eq!(next_message(&mut ws).await["text"], "still here");
-    assert_eq!(mock.request_count(), 6);
+    assert_eq!(mock.request_count(), 7, "HEARTBEAT_OK needs no gate");
     gw.shutdown().await;
 }
