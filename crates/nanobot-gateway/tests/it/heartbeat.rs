@@ -171,7 +171,11 @@ async fn slash_commands_get_one_reply_and_the_heartbeat_reports_once_to_the_last
         json!({"should_notify": true, "reason": "weather warning"}),
     ));
     assert_eq!(tick(&gw).await.as_deref(), Some("run"));
-    assert_eq!(mock.request_count(), 4, "one decision + one turn + the notification gate");
+    assert_eq!(
+        mock.request_count(),
+        4,
+        "one decision + one turn + the notification gate"
+    );
     let report = next_message(&mut ws).await;
     assert_eq!(report["chat_id"], chat.as_str());
     assert_eq!(report["text"], "Rain in Paris today: take an umbrella.");

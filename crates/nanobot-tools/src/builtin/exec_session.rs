@@ -421,6 +421,17 @@ impl ExecSessions {
         });
         let refused = {
             let mut map = lock(&self.inner);
+            if map.len() >= MAX_SESSIONS {
+                // Room is made from sessions whose command has ended (their unread output goes with them).
+                let ended: Vec<String> = map
+                    .iter()
+                    .filter(|(_, s)| s.done().is_some())
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                for id in ended.into_iter().take(map.len() + 1 - MAX_SESSIONS) {
+                    map.remove(&id);
+                }
+            }
             if self.closed.load(Ordering::SeqCst) {
                 Some("the agent is shutting down".to_owned())
             } else if map.len() >= MAX_SESSIONS {

@@ -35,24 +35,6 @@ fn session_id(text: &str) -> String {
         .to_owned()
 }
 
-/// Whether process `pid` is gone (or a zombie, or has SIGKILL pending: delivery is asynchronous).
-fn gone(pid: i32) -> bool {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .map(|v| v.trim().to_owned())
-            .unwrap_or_default()
-    };
-    let pending = |name: &str| u64::from_str_radix(&field(name), 16).unwrap_or(0);
-    let state = field("State:");
-    status.is_empty()
-        || state.starts_with('Z')
-        || state.starts_with('X')
-        || (pending("SigPnd:") | pending("ShdPnd:")) & (1 << 8) != 0
-}
-
 fn sandboxes() -> Vec<ExecSandbox> {
     let mut out = vec![ExecSandbox::None];
     out.extend(crate::confine::backends().into_iter().map(|(s, _)| s));
@@ -193,7 +175,10 @@ async fn terminate_stop_and_shutdown_leave_no_process_behind() {
         );
         if visible {
             for pid in &pids {
-                assert!(gone(*pid), "{sandbox:?}: background process {pid} survived");
+                assert!(
+                    crate::process_ended(*pid),
+                    "{sandbox:?}: background process {pid} survived"
+                );
             }
         }
 
@@ -238,6 +223,19 @@ async fn sessions_are_bounded_in_number_time_and_output() {
         ninth.text
     );
     assert_eq!(reg.stop_session("cli:direct").await, 8);
+
+    // Sessions whose command ended on its own make room for new ones.
+    for _ in 0..nanobot_tools::builtin::exec_session::MAX_SESSIONS {
+        let out = reg
+            .execute("exec", json!({"command": "true", "yield_time_ms": 0}), &c)
+            .await;
+        assert!(!out.is_error, "{}", out.text);
+    }
+    let ninth = reg
+        .execute("exec", json!({"command": "sleep 300", "yield_time_ms": 0}), &c)
+        .await;
+    assert!(!ninth.is_error, "an ended session gave its place: {}", ninth.text);
+    reg.stop_session("cli:direct").await;
 
     // The exec timeout still ends a session.
     let out = reg
