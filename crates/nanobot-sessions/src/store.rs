@@ -172,8 +172,9 @@ struct Inner {
     bytes_read: AtomicU64,
     /// `fdatasync`/`fsync` calls on session and checkpoint files: see [`SessionStore::syncs`].
     syncs: AtomicU64,
-    /// Held while handles are given out ([`SessionStore::handles`]).
-    handles: Mutex<()>,
+    /// Held while handles are given out ([`SessionStore::handles`]). It guards no data, so a panic while it is
+    /// held leaves nothing broken (hence `AssertUnwindSafe`: the store stays unwind-safe).
+    handles: std::panic::AssertUnwindSafe<Mutex<()>>,
 }
 
 /// Per-key state, guarded by the key's lock.
@@ -235,7 +236,7 @@ impl SessionStore {
                 slots: StdMutex::new(HashMap::new()),
                 bytes_read: AtomicU64::new(0),
                 syncs: AtomicU64::new(0),
-                handles: Mutex::new(()),
+                handles: std::panic::AssertUnwindSafe(Mutex::new(())),
             }),
         })
     }
