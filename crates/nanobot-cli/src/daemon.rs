@@ -78,30 +78,38 @@ pub(crate) struct Status {
     pub(crate) reason: String,
 }
 
+/// The fields of `/proc/<pid>/stat` after the command name (state first); `None` when there is no such process.
+/// The file is one short line; at most 4 KiB of it is read.
+fn stat_fields(pid: i32) -> Option<Vec<String>> {
+    if pid <= 0 {
+        return None;
+    }
+    let stat = nanobot_util::read_to_string_bounded(Path::new(&format!("/proc/{pid}/stat")), 4096).ok()?;
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
 /// `<process group>:<start time in clock ticks>` of `pid`, as 0.3.5 records it (`None`: no such process).
 fn identity(pid: i32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
+    let fields = stat_fields(pid)?;
     // After the name: state (3), ppid, pgrp (5) … starttime (22).
     Some(format!("{}:{}", fields.get(2)?, fields.get(19)?))
 }
 
 /// Whether `pid` is a live process (not a zombie).
 fn alive(pid: i32) -> bool {
-    if pid <= 0 {
-        return false;
-    }
-    let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let rest = &s[s.rfind(')')? + 2..];
-            rest.split_whitespace().next().map(str::to_owned)
-        });
-    matches!(state.as_deref(), Some(s) if s != "Z" && s != "X")
+    stat_fields(pid)
+        .and_then(|f| f.into_iter().next())
+        .is_some_and(|state| state != "Z" && state != "X")
 }
 
+/// The largest state record read.
+const MAX_STATE_BYTES: u64 = 64 * 1024;
+/// The most of the log read at once (its tail, or new lines while following).
+const MAX_LOG_READ: u64 = 1024 * 1024;
+
 fn read_state(path: &Path) -> Option<Map<String, Value>> {
-    let text = std::fs::read_to_string(path).ok()?;
+    let text = nanobot_util::read_to_string_bounded(path, MAX_STATE_BYTES).ok()?;
     match serde_json::from_str(&text) {
         Ok(Value::Object(m)) => Some(m),
         _ => None,
@@ -218,15 +226,14 @@ pub(crate) fn log_tail(path: &Path, n: usize) -> Vec<String> {
         return Vec::new();
     };
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let from = len.saturating_sub(1024 * 1024);
-    if f.seek(std::io::SeekFrom::Start(from)).is_err() {
+    if f.seek(std::io::SeekFrom::Start(len.saturating_sub(MAX_LOG_READ)))
+        .is_err()
+    {
         return Vec::new();
     }
-    let mut text = String::new();
     let mut bytes = Vec::new();
-    if f.read_to_end(&mut bytes).is_ok() {
-        text = String::from_utf8_lossy(&bytes).into_owned();
-    }
+    let _ = f.take(MAX_LOG_READ).read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes);
     let lines: Vec<String> = text.lines().map(str::to_owned).collect();
     lines[lines.len().saturating_sub(n)..].to_vec()
 }
@@ -347,7 +354,7 @@ fn new_log_lines(path: &Path, from: u64, n: usize) -> Vec<String> {
     if f.seek(std::io::SeekFrom::Start(from)).is_err() {
         return Vec::new();
     }
-    let lines: Vec<String> = std::io::BufReader::new(f.take(1024 * 1024))
+    let lines: Vec<String> = std::io::BufReader::new(f.take(MAX_LOG_READ))
         .lines()
         .map_while(Result::ok)
         .collect();
@@ -421,7 +428,7 @@ pub(crate) fn logs(
             && f.seek(std::io::SeekFrom::Start(pos)).is_ok()
         {
             let mut bytes = Vec::new();
-            let _ = f.take(len - pos).read_to_end(&mut bytes);
+            let _ = f.take((len - pos).min(MAX_LOG_READ)).read_to_end(&mut bytes);
             pos += bytes.len() as u64;
             partial.push_str(&String::from_utf8_lossy(&bytes));
             while let Some(i) = partial.find('\n') {

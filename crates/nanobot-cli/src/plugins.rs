@@ -41,19 +41,11 @@ const FEATURES: [(&str, &str); 5] = [
     ("olostep", "not in nanobot-rs"),
 ];
 
-fn enabled(config: &nanobot_config::Config, name: &str) -> bool {
-    let ch = &config.channels;
-    match name {
-        "telegram" => ch.telegram.enabled,
-        "discord" => ch.discord.enabled,
-        "slack" => ch.slack.enabled,
-        other => ch.other.is_enabled(other),
-    }
-}
-
 /// `plugins list`.
 pub(crate) fn list(env: &CliEnv, args: &ConfigArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
     let s = crate::setup::load(env, args, false)?;
+    let states = crate::status::channel_states(&s.loaded.config);
+    let enabled = |n: &str| states.iter().any(|(name, on, _)| name == n && *on);
     let mut rows: Vec<(String, &str, String, String)> = CHANNELS
         .iter()
         .map(|n| {
@@ -61,7 +53,7 @@ pub(crate) fn list(env: &CliEnv, args: &ConfigArgs, out: &mut dyn std::io::Write
             (
                 (*n).to_owned(),
                 "channel",
-                if enabled(&s.loaded.config, n) { "yes" } else { "no" }.to_owned(),
+                if enabled(n) { "yes" } else { "no" }.to_owned(),
                 if built { "yes" } else { "no" }.to_owned(),
             )
         })
@@ -120,7 +112,7 @@ pub(crate) fn set(
     }
     let (paths, _) = env.paths(args.config.as_deref());
     let path = paths.config_path().to_path_buf();
-    let text = match std::fs::read_to_string(&path) {
+    let text = match nanobot_util::read_to_string_bounded(&path, nanobot_util::MAX_READ_BYTES) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(CliError::NoConfig {

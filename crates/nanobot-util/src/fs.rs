@@ -1,4 +1,5 @@
-//! [`write_atomic`]: replace a file so that a crash leaves the old or the new contents, never a mix.
+//! [`write_atomic`]: replace a file so that a crash leaves the old or the new contents, never a mix;
+//! [`read_to_string_bounded`]: read a small file that something else may have made large.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -59,6 +60,23 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AtomicWriteError> {
     Ok(())
 }
 
+/// Reads `path` as UTF-8 (invalid bytes replaced) if it holds at most `limit` bytes; a larger file is an
+/// `InvalidData` error naming the limit, and at most `limit + 1` bytes are read to find out.
+pub fn read_to_string_bounded(path: &Path, limit: u64) -> io::Result<String> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    File::open(path)?
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is larger than {limit} bytes", path.display()),
+        ));
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// Flushes the rename to disk; best effort (some platforms and file systems cannot open a directory).
 fn sync_dir(dir: &Path) {
     if let Ok(d) = File::open(dir) {
@@ -69,6 +87,17 @@ fn sync_dir(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bounded_reads_refuse_a_file_over_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        std::fs::write(&path, "12345").unwrap();
+        assert_eq!(read_to_string_bounded(&path, 5).unwrap(), "12345");
+        let err = read_to_string_bounded(&path, 4).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("larger than 4 bytes"), "{err}");
+    }
 
     #[test]
     fn replaces_whole_and_leaves_no_temporary_file() {

@@ -36,6 +36,6 @@ pub use backoff::Backoff;
 pub use confined::{ConfinedDir, EntryKind, MAX_READ_BYTES, WORKSPACE_PROMPT_MAX_CHARS, workspace_prompt};
 pub use env::EnvMap;
 pub use error_chain::{ErrorChain, error_chain};
-pub use fs::{AtomicWriteError, write_atomic};
+pub use fs::{AtomicWriteError, read_to_string_bounded, write_atomic};
 pub use secret::Secret;
 pub use sync::lock;

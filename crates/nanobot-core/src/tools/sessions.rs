@@ -593,20 +593,20 @@ impl TypedTool for SendSessionMessageTool {
         let handle = normalize_handle(&args.to).map_err(|e| {
             ToolError::InvalidArguments(format!("to must be a session @handle from list_sessions: {e}"))
         })?;
-        let target = self
-            .access
-            .resolve(ctx, &format!("@{handle}"), SessionAccess::may_message)
-            .await?;
+        // One pass over the handles finds the target and the sender's own handle (so the target can answer it;
+        // a session is named once it has a file).
+        let all = self.access.handles().await?;
+        let source_handle = all
+            .iter()
+            .find(|t| t.key == ctx.session_key)
+            .and_then(|t| t.handle.clone());
+        let target = all
+            .into_iter()
+            .find(|t| t.handle.as_deref() == Some(handle.as_str()))
+            .filter(|t| self.access.may_message(ctx, &t.key, &t.metadata))
+            .ok_or_else(|| ToolError::Failed(format!("session not found: @{handle}")))?;
         let (channel, chat_id) = session_route(&target.key, &target.metadata)
             .ok_or_else(|| ToolError::Failed(format!("session @{handle} has no chat to answer in")))?;
-        // The sender's own handle, so the target can answer it (a session is named once it has a file).
-        let source_handle = self
-            .access
-            .handles()
-            .await?
-            .into_iter()
-            .find(|t| t.key == ctx.session_key)
-            .and_then(|t| t.handle);
 
         let now = Instant::now();
         {

@@ -63,6 +63,14 @@ async fn seed_home(store: &SessionStore) {
     seed(store, "slack:C9", "the launch code is SWORDFISH", "Stored.").await;
 }
 
+/// An agent (`per_minute` session messages a minute) on a home seeded by [`seed_home`], and its store.
+async fn seeded(home: &TempHome, mock: &MockLlm, per_minute: u32) -> (AgentLoop, SessionStore) {
+    let agent = agent(home, mock, per_minute);
+    let store = agent.sessions().clone();
+    seed_home(&store).await;
+    (agent, store)
+}
+
 /// The handle of session `key` (given out on first use, as the tools do).
 async fn handle(store: &SessionStore, key: &str) -> String {
     let h = store.handles().await.unwrap();
@@ -83,9 +91,7 @@ fn tool_results(mock: &MockLlm) -> Vec<String> {
 async fn the_cli_lists_reads_and_searches_every_other_session() {
     let home = TempHome::new();
     let mock = MockLlm::start().await;
-    let agent = agent(&home, &mock, 6);
-    let store = agent.sessions().clone();
-    seed_home(&store).await;
+    let (agent, store) = seeded(&home, &mock, 6).await;
     let bob = handle(&store, "telegram:222").await;
     let run = Running::start(agent);
 
@@ -143,9 +149,7 @@ async fn the_cli_lists_reads_and_searches_every_other_session() {
 async fn a_chat_reads_only_its_own_chats_sessions_and_other_chats_look_missing() {
     let home = TempHome::new();
     let mock = MockLlm::start().await;
-    let agent = agent(&home, &mock, 6);
-    let store = agent.sessions().clone();
-    seed_home(&store).await;
+    let (agent, store) = seeded(&home, &mock, 6).await;
     let bob = handle(&store, "telegram:222").await;
     let slack = handle(&store, "slack:C9").await;
     let topic = handle(&store, "telegram:111:topic-7").await;
@@ -210,9 +214,7 @@ async fn a_chat_reads_only_its_own_chats_sessions_and_other_chats_look_missing()
 async fn a_message_to_another_session_is_answered_in_its_chat_within_the_rights_and_the_rate() {
     let home = TempHome::new();
     let mock = MockLlm::start().await;
-    let agent = agent(&home, &mock, 1);
-    let store = agent.sessions().clone();
-    seed_home(&store).await;
+    let (agent, store) = seeded(&home, &mock, 1).await;
     seed(&store, "telegram:111", "more", "ok").await;
     let bob = handle(&store, "telegram:222").await;
     let slack = handle(&store, "slack:C9").await;
@@ -303,9 +305,7 @@ async fn a_message_to_another_session_is_answered_in_its_chat_within_the_rights_
 async fn a_message_expecting_a_reply_tells_the_sender_when_none_comes() {
     let home = TempHome::new();
     let mock = MockLlm::start().await;
-    let agent = agent(&home, &mock, 6);
-    let store = agent.sessions().clone();
-    seed_home(&store).await;
+    let (agent, store) = seeded(&home, &mock, 6).await;
     seed(&store, "cli:direct", "earlier", "yes").await;
     let bob = handle(&store, "telegram:222").await;
     let run = Running::start(agent);

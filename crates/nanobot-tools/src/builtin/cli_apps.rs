@@ -23,18 +23,11 @@ const MAX_REGISTRY_BYTES: u64 = 1024 * 1024;
 /// The installed apps: name → entry point, from 0.3.5's `installed.json` (`{"schema_version": 1, "apps": {…}}`,
 /// or the older flat map). A missing file is no apps; an unreadable one is an error naming it.
 pub fn installed_apps(registry: &std::path::Path) -> Result<Vec<(String, String)>, ToolError> {
-    let meta = match std::fs::metadata(registry) {
-        Ok(m) => m,
+    let text = match nanobot_util::read_to_string_bounded(registry, MAX_REGISTRY_BYTES) {
+        Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(ToolError::io("reading", registry, e)),
     };
-    if meta.len() > MAX_REGISTRY_BYTES {
-        return Err(ToolError::Failed(format!(
-            "{} is larger than {MAX_REGISTRY_BYTES} bytes",
-            registry.display()
-        )));
-    }
-    let text = std::fs::read_to_string(registry).map_err(|e| ToolError::io("reading", registry, e))?;
     let root: Map<String, Value> = match serde_json::from_str(&text) {
         Ok(Value::Object(m)) => m,
         Ok(_) | Err(_) => {

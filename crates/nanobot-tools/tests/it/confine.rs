@@ -324,18 +324,11 @@ fn alive_with(marker: &str) -> Vec<String> {
         if !cmd.contains(marker) {
             continue;
         }
-        let status = std::fs::read_to_string(p.join("status")).unwrap_or_default();
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .map(|v| v.trim().to_owned())
-                .unwrap_or_default()
-        };
-        let state = field("State:");
-        let pending = |name: &str| u64::from_str_radix(&field(name), 16).unwrap_or(0);
-        let dying = (pending("SigPnd:") | pending("ShdPnd:")) & (1 << 8) != 0;
-        if !(state.starts_with('Z') || state.starts_with('X') || dying) {
+        let pid = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.parse::<i32>().ok());
+        if pid.is_some_and(|pid| !crate::process_ended(pid)) {
             out.push(format!("{}: {cmd}", p.display()));
         }
     }
