@@ -30,8 +30,8 @@ pub use delivery::{Delivery, Receipt, Settlement};
 
 pub use memory::InProcessBus;
 pub use message::{
-    INTERNAL_CHANNELS, InboundKind, InboundMessage, META_BUTTONS, META_IS_GROUP, OutboundKind,
-    OutboundMessage, SYSTEM_CHANNEL, buttons, buttons_as_text, is_internal_channel,
+    INTERNAL_CHANNELS, InboundKind, InboundMessage, META_BUTTONS, META_IS_GROUP, META_STREAM_RESUMING,
+    OutboundKind, OutboundMessage, SYSTEM_CHANNEL, buttons, buttons_as_text, is_internal_channel,
 };
 
 use async_trait::async_trait;

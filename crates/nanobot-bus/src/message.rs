@@ -30,6 +30,11 @@ pub const META_IS_GROUP: &str = "is_group";
 /// adds them to the text as `[Yes] [No]` (see [`buttons_as_text`]).
 pub const META_BUTTONS: &str = "_buttons";
 
+/// Metadata key set to `true` on an [`OutboundKind::StreamEnd`] that closes a streamed piece of a turn that goes on
+/// (the model called tools after it). Channels keep their "working on it" state (reactions, typing) until a
+/// stream end without it, or a reply, ends the turn.
+pub const META_STREAM_RESUMING: &str = "_stream_resuming";
+
 /// The rows of labels [`META_BUTTONS`] holds in `metadata` (empty when there are none, or they are malformed).
 pub fn buttons(metadata: &Map<String, Value>) -> Vec<Vec<String>> {
     metadata

@@ -113,7 +113,18 @@ impl AgentHook for BusHook {
             }
         };
         if let Some((stream_id, text)) = ended {
-            self.send(OutboundKind::StreamEnd { stream_id }, text).await;
+            let mut out = OutboundMessage::of_kind(
+                OutboundKind::StreamEnd { stream_id },
+                &self.channel,
+                &self.chat_id,
+                text,
+            );
+            out.metadata = self.metadata.clone();
+            out.metadata
+                .insert(nanobot_bus::META_STREAM_RESUMING.into(), Value::Bool(true));
+            if let Err(e) = self.bus.publish_outbound(out).await {
+                tracing::debug!(error = %e, "cannot publish progress");
+            }
         }
         Ok(())
     }

@@ -344,6 +344,35 @@ async fn streaming_channels_get_deltas_and_one_stream_end() {
 }
 
 #[tokio::test]
+async fn a_stream_end_before_tool_calls_says_the_turn_goes_on() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::tool_call("list_dir", json!({"path": "."})).with_text("Let me look."));
+    mock.push(MockReply::text("Nothing much."));
+    let run = Running::start(agent(&home, &mock));
+    run.send(InboundMessage::new("web", "u", "c", "what's there?").with_streaming(true))
+        .await;
+    let mut ends = Vec::new();
+    while ends.len() < 2 {
+        let m = run.next().await;
+        if let OutboundKind::StreamEnd { .. } = m.kind {
+            ends.push((
+                m.content.clone(),
+                m.metadata.get(nanobot_bus::META_STREAM_RESUMING).cloned(),
+            ));
+        }
+    }
+    assert_eq!(
+        ends,
+        [
+            ("Let me look.".to_string(), Some(json!(true))),
+            ("Nothing much.".to_string(), None)
+        ],
+        "only the stream end that ends the turn lacks the marker"
+    );
+}
+
+#[tokio::test]
 async fn message_tool_to_own_chat_suppresses_the_final_reply() {
     let home = TempHome::new();
     let mock = MockLlm::start().await;
