@@ -1,5 +1,5 @@
 //! The Open API calls: opening a Stream connection, the access token (cached, renewed before it expires and when
-//! the API answers 401), robot messages and file downloads.
+//! the API answers 401), robot messages, file downloads, and media uploads through the legacy API (`oapi`).
 
 use std::time::{Duration, Instant};
 
@@ -17,9 +17,14 @@ const TOKEN_MARGIN: Duration = Duration::from_secs(60);
 /// The callback topic of robot messages.
 pub(crate) const BOT_TOPIC: &str = "/v1.0/im/bot/messages/get";
 
+/// Legacy API error codes of a bad or expired access token (the legacy API answers them with HTTP 200):
+/// `40001` invalid credential, `40014` invalid access token, `42001` access token expired.
+const TOKEN_ERRCODES: [i64; 3] = [40001, 40014, 42001];
+
 pub(crate) struct Api {
     http: reqwest::Client,
     base: String,
+    oapi: String,
     client_id: String,
     client_secret: Secret,
     token: Mutex<Option<(String, Instant)>>,
@@ -43,7 +48,12 @@ fn failure(path: &str, status: reqwest::StatusCode, body: &Value, secrets: &[&st
 }
 
 impl Api {
-    pub(crate) fn new(base: String, client_id: String, client_secret: Secret) -> Result<Self, ChannelError> {
+    pub(crate) fn new(
+        base: String,
+        oapi: String,
+        client_id: String,
+        client_secret: Secret,
+    ) -> Result<Self, ChannelError> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .timeout(HTTP_TIMEOUT)
@@ -55,6 +65,7 @@ impl Api {
         Ok(Self {
             http,
             base,
+            oapi,
             client_id,
             client_secret,
             token: Mutex::new(None),
@@ -135,6 +146,15 @@ impl Api {
         Ok(token)
     }
 
+    /// Drops the cached token if it still is `rejected`, so that the next call fetches a new one.
+    async fn forget(&self, rejected: &str) {
+        tracing::debug!("dingtalk: access token rejected; renewing it");
+        let mut slot = self.token.lock().await;
+        if slot.as_ref().is_some_and(|(t, _)| t == rejected) {
+            *slot = None;
+        }
+    }
+
     /// An authorised call; when the API answers 401 the token is renewed and the call made once more.
     pub(crate) async fn call(&self, path: &str, body: &Value) -> Result<Value, ChannelError> {
         let mut retried = false;
@@ -142,11 +162,7 @@ impl Api {
             let token = self.token().await?;
             let (status, value) = self.post(path, body, Some(&token)).await?;
             if status.as_u16() == 401 && !retried {
-                tracing::debug!("dingtalk: access token rejected; renewing it");
-                let mut slot = self.token.lock().await;
-                if slot.as_ref().is_some_and(|(t, _)| *t == token) {
-                    *slot = None;
-                }
+                self.forget(&token).await;
                 retried = true;
                 continue;
             }
@@ -202,5 +218,82 @@ impl Api {
             }
         }
         Ok(out)
+    }
+
+    /// Uploads a file through the legacy API (`POST {oapi}/media/upload?access_token=…&type=…`, a multipart body
+    /// whose `media` part is the file) and returns its `media_id`. `kind` is `image`, `voice`, `video` or `file`.
+    /// A token the API calls bad or expired (HTTP 401, or errcode 40001/40014/42001 with HTTP 200) is renewed and
+    /// the upload made once more. The token travels in the URL, so errors never carry the URL and server text is
+    /// cleaned of the token.
+    pub(crate) async fn upload(
+        &self,
+        kind: &str,
+        file_name: &str,
+        mime: &str,
+        data: bytes::Bytes,
+    ) -> Result<String, ChannelError> {
+        let path = "media/upload";
+        let mut retried = false;
+        loop {
+            let token = self.token().await?;
+            let secrets = [self.client_secret.expose(), token.as_str()];
+            let mut url = url::Url::parse(&format!("{}/media/upload", self.oapi.trim_end_matches('/')))
+                .map_err(|e| ChannelError::rejected(NAME, format!("{path}: bad legacy API URL: {e}")))?;
+            url.query_pairs_mut()
+                .append_pair("access_token", &token)
+                .append_pair("type", kind);
+            let len = data.len() as u64;
+            let part = reqwest::multipart::Part::stream_with_length(data.clone(), len)
+                .file_name(file_name.to_string())
+                .mime_str(mime)
+                .map_err(|e| {
+                    ChannelError::rejected(NAME, format!("{path}: bad content type: {}", e.without_url()))
+                })?;
+            let form = reqwest::multipart::Form::new().part("media", part);
+            let resp = self
+                .http
+                .post(url)
+                .multipart(form)
+                .send()
+                .await
+                .map_err(|e| ChannelError::transient(NAME, e.without_url()))?;
+            let status = resp.status();
+            let value: Value = resp.json().await.unwrap_or(Value::Null);
+            let errcode = value.get("errcode").and_then(Value::as_i64).unwrap_or(0);
+            let bad_token = status.as_u16() == 401 || TOKEN_ERRCODES.contains(&errcode);
+            if bad_token && !retried {
+                self.forget(&token).await;
+                retried = true;
+                continue;
+            }
+            let errmsg = value.get("errmsg").and_then(Value::as_str).unwrap_or_default();
+            let errmsg = nanobot_channels::server_text(errmsg, &secrets);
+            if bad_token {
+                return Err(ChannelError::auth(
+                    NAME,
+                    format!("{path}: HTTP {status} errcode {errcode} {errmsg}"),
+                ));
+            }
+            if !status.is_success() {
+                return Err(failure(path, status, &value, &secrets));
+            }
+            if errcode != 0 {
+                return Err(ChannelError::rejected(
+                    NAME,
+                    format!("{path}: errcode {errcode} {errmsg}"),
+                ));
+            }
+            let result = &value["result"];
+            return [
+                &value["media_id"],
+                &value["mediaId"],
+                &result["media_id"],
+                &result["mediaId"],
+            ]
+            .into_iter()
+            .find_map(|v| v.as_str().filter(|id| !id.is_empty()))
+            .map(str::to_string)
+            .ok_or_else(|| ChannelError::rejected(NAME, format!("{path}: no media_id in the answer")));
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! [`DingTalkChannel`]: the Stream connection, access control and sending.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,13 +11,14 @@ use nanobot_channels::{
     AccessControl, AccessDecision, AllowList, Channel, ChannelError, GroupPolicy, InboundContext,
     PairingStore, safe_file_name, split_message,
 };
-use nanobot_util::Backoff;
+use nanobot_util::{Backoff, ErrorChain};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_tungstenite::tungstenite::Message as Ws;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{Api, BOT_TOPIC};
+use crate::outbound::{Kind, Payload, Source, mime_of, read_local};
 use crate::{DingTalkSettings, NAME};
 
 /// Prefix of group chat ids (`group:<openConversationId>`); other chat ids are users' staff ids.
@@ -175,6 +176,7 @@ impl DingTalkChannel {
     pub fn new(settings: DingTalkSettings, media_dir: impl Into<PathBuf>) -> Result<Self, ChannelError> {
         let api = Api::new(
             settings.api_url.clone(),
+            settings.oapi_url.clone(),
             settings.client_id.clone(),
             settings.client_secret.clone(),
         )?;
@@ -410,34 +412,135 @@ impl DingTalkChannel {
         }
     }
 
-    /// One Markdown robot message to a user (`oToMessages/batchSend`) or a group (`groupMessages/send`).
+    /// One robot message (`msgKey` and its `msgParam`) to a user (`oToMessages/batchSend`) or a group
+    /// (`groupMessages/send`).
+    async fn send_robot(&self, chat_id: &str, key: &str, param: &Value) -> Result<(), ChannelError> {
+        let param = param.to_string();
+        let (path, mut body) = match chat_id.strip_prefix(GROUP_PREFIX) {
+            Some(conversation) => (
+                "/v1.0/robot/groupMessages/send",
+                json!({"robotCode": self.api.robot_code(), "openConversationId": conversation}),
+            ),
+            None => (
+                "/v1.0/robot/oToMessages/batchSend",
+                json!({"robotCode": self.api.robot_code(), "userIds": [chat_id]}),
+            ),
+        };
+        body["msgKey"] = key.into();
+        body["msgParam"] = param.into();
+        self.api.call(path, &body).await.map(drop)
+    }
+
+    /// One Markdown robot message to a user or a group.
     async fn send_markdown(&self, chat_id: &str, text: &str) -> Result<(), ChannelError> {
-        let param = json!({"text": text, "title": "Nanobot Reply"}).to_string();
-        match chat_id.strip_prefix(GROUP_PREFIX) {
-            Some(conversation) => {
-                let body = json!({"robotCode": self.api.robot_code(), "openConversationId": conversation,
-                                  "msgKey": "sampleMarkdown", "msgParam": param});
-                self.api
-                    .call("/v1.0/robot/groupMessages/send", &body)
+        self.send_robot(
+            chat_id,
+            "sampleMarkdown",
+            &json!({"text": text, "title": "Nanobot Reply"}),
+        )
+        .await
+    }
+
+    /// Sends one attachment: an image URL as a picture DingTalk fetches itself; a file uploaded (within DingTalk's
+    /// size limit of its type, HTML zipped) and sent as a picture (an image; as a file if DingTalk refuses that) or
+    /// as a file. An error means it did not go.
+    async fn send_attachment(&self, chat_id: &str, source: &Source) -> Result<(), ChannelError> {
+        let kind = source.kind();
+        let max = kind.max_bytes();
+        let (data, file_name, content_type) = match source {
+            Source::Remote(url) => {
+                if kind == Kind::Image {
+                    let param = json!({"photoURL": url.as_str()});
+                    match self.send_robot(chat_id, "sampleImageMsg", &param).await {
+                        Ok(()) => return Ok(()),
+                        Err(e) => tracing::warn!(
+                            error = %ErrorChain(&e),
+                            "dingtalk: image URL message refused; trying to upload the image instead"
+                        ),
+                    }
+                }
+                self.fetch_remote(url, max)
                     .await
-                    .map(drop)
+                    .ok_or_else(|| ChannelError::rejected(NAME, "the remote file could not be fetched"))?
             }
-            None => {
-                let body = json!({"robotCode": self.api.robot_code(), "userIds": [chat_id],
-                                  "msgKey": "sampleMarkdown", "msgParam": param});
-                self.api
-                    .call("/v1.0/robot/oToMessages/batchSend", &body)
+            Source::Local(path) => {
+                let path = path.clone();
+                let data = tokio::task::spawn_blocking(move || read_local(&path, max))
                     .await
-                    .map(drop)
+                    .map_err(|e| ChannelError::transient(NAME, format!("file read task failed: {e}")))??;
+                let name = source.file_name();
+                let mime = mime_of(&name).map(str::to_string);
+                (data, name, mime)
+            }
+        };
+        let too_big = |n: usize| {
+            ChannelError::rejected(
+                NAME,
+                format!(
+                    "{n} bytes exceed DingTalk's {max}-byte limit of a {} upload",
+                    kind.as_str()
+                ),
+            )
+        };
+        if data.len() as u64 > max {
+            return Err(too_big(data.len()));
+        }
+        let payload =
+            tokio::task::spawn_blocking(move || Payload::new(data, file_name, content_type.as_deref()))
+                .await
+                .map_err(|e| ChannelError::transient(NAME, format!("file preparation task failed: {e}")))??;
+        if payload.data.len() as u64 > max {
+            return Err(too_big(payload.data.len()));
+        }
+        let media_id = self
+            .api
+            .upload(
+                kind.as_str(),
+                &payload.file_name,
+                &payload.mime,
+                payload.data.into(),
+            )
+            .await?;
+        if kind == Kind::Image {
+            match self
+                .send_robot(chat_id, "sampleImageMsg", &json!({"photoURL": media_id}))
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(e) => tracing::warn!(
+                    error = %ErrorChain(&e),
+                    file = %payload.file_name,
+                    "dingtalk: picture message refused; sending the image as a file"
+                ),
             }
         }
+        let param =
+            json!({"mediaId": media_id, "fileName": payload.file_name, "fileType": payload.file_type});
+        self.send_robot(chat_id, "sampleFile", &param).await
+    }
+
+    /// Fetches a remote attachment (not an image URL DingTalk fetches itself) for upload, at most `max` bytes:
+    /// its bytes, file name and content type. Remote files are not fetched yet (an SSRF-guarded fetcher with
+    /// nanobot's redirect rules, `allowRemoteMediaRedirects` and `remoteMediaRedirectAllowedHosts`, is to come), so
+    /// this logs a warning and answers `None`, which the caller reports as a failed attachment.
+    async fn fetch_remote(&self, url: &url::Url, max: u64) -> Option<(Vec<u8>, String, Option<String>)> {
+        let _ = max;
+        tracing::warn!(
+            host = url.host_str().unwrap_or_default(),
+            "dingtalk: remote attachments other than image URLs are not fetched; attachment not sent"
+        );
+        None
     }
 }
 
-fn file_label(path: &str) -> String {
-    Path::new(path)
-        .file_name()
-        .map_or_else(|| path.to_string(), |n| n.to_string_lossy().into_owned())
+/// The name shown for an attachment reference nothing else could be made of.
+fn file_label(reference: &str) -> String {
+    let reference = reference.trim();
+    reference
+        .rsplit('/')
+        .find(|s| !s.is_empty())
+        .unwrap_or(reference)
+        .to_string()
 }
 
 #[async_trait]
@@ -501,11 +604,25 @@ impl Channel for DingTalkChannel {
                 self.send_markdown(chat, &piece).await?;
             }
         }
-        for path in &msg.media {
-            // Outbound files are not supported by this version: the chat gets a note instead.
-            tracing::warn!(path = %path, "dingtalk: sending files is not supported; file not sent");
-            self.send_markdown(chat, &format!("[Attachment not sent: {}]", file_label(path)))
-                .await?;
+        for reference in &msg.media {
+            if reference.trim().is_empty() {
+                continue;
+            }
+            let source = Source::parse(reference);
+            let result = match &source {
+                Some(source) => self.send_attachment(chat, source).await,
+                None => Err(ChannelError::rejected(
+                    NAME,
+                    "not a local path, file:// or http(s) URL",
+                )),
+            };
+            if let Err(e) = result {
+                // The chat sees that a file is missing; the next attachments still go.
+                let name = source.map_or_else(|| file_label(reference), |s| s.file_name());
+                tracing::warn!(file = %name, error = %ErrorChain(&e), "dingtalk: attachment not sent");
+                self.send_markdown(chat, &format!("[Attachment send failed: {name}]"))
+                    .await?;
+            }
         }
         Ok(())
     }

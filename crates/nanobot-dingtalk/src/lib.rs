@@ -16,8 +16,19 @@
 //! expires and when the API answers 401): `groupMessages/send` to groups (headed with the sender's name),
 //! `oToMessages/batchSend` to users, split at 4000 characters.
 //!
+//! Files out, as nanobot 0.3.5 sends them: after the text, each entry of the message's `media` that is a local
+//! path or a `file://` URL is read (a regular file within DingTalk's limit of its upload type: image, video and
+//! file 20 MiB, voice 2 MiB), uploaded through the legacy API (`POST {oapi}/media/upload?access_token=…&type=…`,
+//! [`DEFAULT_OAPI_URL`], the same access token, renewed once when refused as bad or expired), and sent to the same
+//! user or group: an image as `sampleImageMsg` with the `media_id` (as `sampleFile` if that is refused), anything
+//! else as `sampleFile`. The upload type comes from the extension (images, audio as `voice`, video, else
+//! `file`); HTML, which DingTalk refuses, is uploaded as `<stem>.zip` holding the page. An `http(s)://` URL of an
+//! image is sent as `sampleImageMsg` with the URL (DingTalk fetches it); other remote files are not fetched (yet).
+//! A file that cannot go leaves a Markdown note `[Attachment send failed: <name>]` and a warning; the next files
+//! still go. The token, which the legacy API takes in the URL, never reaches an error or a log line.
+//!
 //! It knows the bus, the channel toolkit and the config schema, never the agent; nothing here reads the process
-//! environment. `baseUrl` points the Open API at another server (a fake in tests).
+//! environment. `baseUrl` points the Open API and the legacy API at another server (a fake in tests).
 //!
 //! ```
 //! use nanobot_dingtalk::DingTalkSettings;
@@ -28,10 +39,11 @@
 
 mod api;
 mod channel;
+mod outbound;
 mod settings;
 
 pub use channel::{DingTalkChannel, GROUP_PREFIX, META_SENDER_NAME};
-pub use settings::{DEFAULT_API_URL, DEFAULT_MAX_FILE_BYTES, DingTalkSettings};
+pub use settings::{DEFAULT_API_URL, DEFAULT_MAX_FILE_BYTES, DEFAULT_OAPI_URL, DingTalkSettings};
 
 /// The channel's name on the bus (and the key of its config block).
 pub const NAME: &str = "dingtalk";

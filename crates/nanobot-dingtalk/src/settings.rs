@@ -8,6 +8,9 @@ use crate::NAME;
 /// DingTalk's Open API base URL (Stream mode gateway, tokens, robot messages).
 pub const DEFAULT_API_URL: &str = "https://api.dingtalk.com";
 
+/// DingTalk's legacy API base URL (`oapi`): media uploads (`/media/upload`) live there, not on the Open API host.
+pub const DEFAULT_OAPI_URL: &str = "https://oapi.dingtalk.com";
+
 /// Largest received file the channel downloads, in bytes.
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 20 * 1024 * 1024;
 
@@ -26,6 +29,9 @@ pub struct DingTalkSettings {
     pub disable_private_chat: bool,
     /// Open API base URL (`baseUrl`, default [`DEFAULT_API_URL`]).
     pub api_url: String,
+    /// Legacy API base URL of media uploads (default [`DEFAULT_OAPI_URL`]; `baseUrl` sets it too, so that one
+    /// server, a fake in tests, answers both).
+    pub oapi_url: String,
     /// Largest received file downloaded, in bytes.
     pub max_file_bytes: u64,
 }
@@ -40,6 +46,7 @@ impl DingTalkSettings {
             group_user_isolation: false,
             disable_private_chat: false,
             api_url: DEFAULT_API_URL.into(),
+            oapi_url: DEFAULT_OAPI_URL.into(),
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
         }
     }
@@ -65,6 +72,7 @@ impl DingTalkSettings {
         s.group_user_isolation = config.group_user_isolation;
         s.disable_private_chat = config.disable_private_chat;
         if let Some(base) = http_base_url(NAME, config.base_url.as_deref())? {
+            s.oapi_url.clone_from(&base);
             s.api_url = base;
         }
         Ok(s)
@@ -91,6 +99,15 @@ mod tests {
         assert_eq!(s.allow_from, ["staff1"]);
         assert!(s.group_user_isolation && s.disable_private_chat);
         assert_eq!(s.api_url, "http://127.0.0.1:1");
+        assert_eq!(
+            s.oapi_url, "http://127.0.0.1:1",
+            "baseUrl points both APIs at one server"
+        );
+        let s = DingTalkSettings::new("ding1", Secret::new("s"));
+        assert_eq!(
+            (s.api_url.as_str(), s.oapi_url.as_str()),
+            (DEFAULT_API_URL, DEFAULT_OAPI_URL)
+        );
         assert!(!format!("{s:?}").contains("SECRET7"));
     }
 }

@@ -12,20 +12,21 @@ use nanobot_testkit::fake_dingtalk::{FakeDingTalk, text_message};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-const ALICE: &str = "staff-alice";
+pub(crate) const ALICE: &str = "staff-alice";
 const EVE: &str = "staff-eve";
 
-struct Harness {
-    fake: FakeDingTalk,
-    channel: Arc<DingTalkChannel>,
-    bus: Arc<InProcessBus>,
+/// The channel, running under a channel manager, against a fake DingTalk with a Stream connection open.
+pub(crate) struct Harness {
+    pub(crate) fake: FakeDingTalk,
+    pub(crate) channel: Arc<DingTalkChannel>,
+    pub(crate) bus: Arc<InProcessBus>,
     cancel: CancellationToken,
     manager: tokio::task::JoinHandle<()>,
     _media: tempfile::TempDir,
 }
 
 impl Harness {
-    async fn start(edit: impl FnOnce(&mut DingTalkConfig)) -> Result<Self> {
+    pub(crate) async fn start(edit: impl FnOnce(&mut DingTalkConfig)) -> Result<Self> {
         let fake = FakeDingTalk::start("ding_test", "secret-2").await?;
         let mut config = DingTalkConfig {
             client_id: "ding_test".into(),
@@ -56,7 +57,7 @@ impl Harness {
         })
     }
 
-    async fn inbound(&self) -> Result<InboundMessage> {
+    pub(crate) async fn inbound(&self) -> Result<InboundMessage> {
         tokio::time::timeout(Duration::from_secs(30), self.bus.consume_inbound())
             .await
             .context("no inbound message within 30 s")?
@@ -64,7 +65,7 @@ impl Harness {
     }
 
     /// Pushes a robot message, waits for its acknowledgement and until the channel has finished with it.
-    async fn push(&self, data: &Value) -> Result<()> {
+    pub(crate) async fn push(&self, data: &Value) -> Result<()> {
         let before = *self.channel.handled_frames().borrow();
         let frame = self.fake.push_message(data)?;
         let ack = self.fake.acked(&frame).await?;
@@ -76,13 +77,13 @@ impl Harness {
         Ok(())
     }
 
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.cancel.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(20), self.manager).await;
     }
 }
 
-fn param(call: &nanobot_testkit::fake_dingtalk::DingTalkCall) -> Value {
+pub(crate) fn param(call: &nanobot_testkit::fake_dingtalk::DingTalkCall) -> Value {
     serde_json::from_str(call.body["msgParam"].as_str().unwrap_or("null")).unwrap_or(Value::Null)
 }
 

@@ -2,3 +2,4 @@
 //! SDK in the testkit's tests): real HTTP and WebSocket on loopback.
 
 mod e2e;
+mod files_out;
