@@ -1,5 +1,5 @@
 //! The Open API calls the channel makes: endpoint discovery, the tenant access token (cached, refreshed before it
-//! expires and when the API says it is no longer valid), messages, replies, reactions and resources.
+//! expires and when the API says it is no longer valid), messages, replies, reactions, resources and uploads.
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +14,8 @@ use crate::NAME;
 const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
 /// A token is renewed this long before Feishu says it expires.
 const TOKEN_MARGIN: Duration = Duration::from_secs(300);
+/// Largest JSON answer read (a message fetched by id, with a long post, stays far below it).
+const MAX_ANSWER_BYTES: u64 = 2 * 1024 * 1024;
 /// API codes that mean "the tenant access token is invalid or expired".
 const TOKEN_INVALID: [i64; 4] = [99_991_661, 99_991_663, 99_991_664, 99_991_665];
 
@@ -71,7 +73,7 @@ impl Api {
             .await
             .map_err(|e| ChannelError::transient(NAME, e))?;
         let status = resp.status();
-        let value: Value = resp.json().await.unwrap_or(Value::Null);
+        let value = json_bounded(resp).await;
         if status.is_server_error() {
             return Err(ChannelError::transient(NAME, format!("{path}: HTTP {status}")));
         }
@@ -160,19 +162,58 @@ impl Api {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, ChannelError> {
+        self.authorised(method, path, |req| match body {
+            Some(body) => req.json(body),
+            None => req,
+        })
+        .await
+    }
+
+    /// An authorised `multipart/form-data` upload (`POST`): the text `fields`, then the file as part `file_field`
+    /// named `file_name`. Answers like [`Api::call`] (the form is built again when a stale token is renewed).
+    pub(crate) async fn upload(
+        &self,
+        path: &str,
+        fields: &[(&str, &str)],
+        file_field: &str,
+        file_name: &str,
+        bytes: &bytes::Bytes,
+    ) -> Result<Value, ChannelError> {
+        self.authorised(reqwest::Method::POST, path, |req| {
+            let mut form = reqwest::multipart::Form::new();
+            for (name, value) in fields {
+                form = form.text((*name).to_owned(), (*value).to_owned());
+            }
+            let part = reqwest::multipart::Part::stream_with_length(
+                reqwest::Body::from(bytes.clone()),
+                bytes.len() as u64,
+            )
+            .file_name(file_name.to_owned());
+            req.multipart(form.part(file_field.to_owned(), part))
+        })
+        .await
+    }
+
+    /// One authorised request built by `build` (called again for the retry with a renewed token).
+    async fn authorised(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        build: impl Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+    ) -> Result<Value, ChannelError> {
         let mut retried = false;
         loop {
             let token = self.token().await?;
-            let mut req = self
+            let req = self
                 .http
                 .request(method.clone(), format!("{}{path}", self.base))
                 .bearer_auth(&token);
-            if let Some(body) = body {
-                req = req.json(body);
-            }
-            let resp = req.send().await.map_err(|e| ChannelError::transient(NAME, e))?;
+            let resp = build(req)
+                .send()
+                .await
+                .map_err(|e| ChannelError::transient(NAME, e))?;
             let status = resp.status();
-            let value: Value = resp.json().await.unwrap_or(Value::Null);
+            let value = json_bounded(resp).await;
             let (code, msg) = code_of(&value);
             if TOKEN_INVALID.contains(&code) && !retried {
                 tracing::debug!(code, "feishu: tenant access token rejected; renewing it");
@@ -240,6 +281,27 @@ impl Api {
         }
         Ok(out)
     }
+}
+
+/// The JSON body of an answer, read up to [`MAX_ANSWER_BYTES`]; `Null` when it is longer, cut off or not JSON.
+async fn json_bounded(mut resp: reqwest::Response) -> Value {
+    if resp.content_length().is_some_and(|n| n > MAX_ANSWER_BYTES) {
+        return Value::Null;
+    }
+    let mut body = Vec::new();
+    loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                body.extend_from_slice(&chunk);
+                if body.len() as u64 > MAX_ANSWER_BYTES {
+                    return Value::Null;
+                }
+            }
+            Ok(None) => break,
+            Err(_) => return Value::Null,
+        }
+    }
+    serde_json::from_slice(&body).unwrap_or(Value::Null)
 }
 
 /// Percent-encodes one path segment.

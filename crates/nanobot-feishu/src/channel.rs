@@ -1,4 +1,5 @@
-//! [`FeishuChannel`]: the long connection, access control, reactions and sending.
+//! [`FeishuChannel`]: the long connection, access control, reactions and sending (messages, files, streaming
+//! cards).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -20,8 +21,10 @@ use tokio_tungstenite::tungstenite::Message as Ws;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{Api, enc};
+use crate::files::{Upload, read_limited};
 use crate::frame::{Frame, METHOD_CONTROL, METHOD_DATA};
-use crate::inbound::Received;
+use crate::inbound::{Received, quote_line};
+use crate::stream::{self, Card, Stream, Streams};
 use crate::{FeishuSettings, NAME};
 
 /// Metadata key: the received message's id (replies and reactions use it).
@@ -58,6 +61,8 @@ pub struct FeishuChannel {
     bot_open_id: Mutex<Option<String>>,
     seen: nanobot_channels::RecentIds,
     reactions: Mutex<HashMap<String, String>>,
+    /// Streamed answers in the making, by stream id (held across the card calls; sends are sequential anyway).
+    streams: tokio::sync::Mutex<Streams>,
     handled: watch::Sender<u64>,
     connections: watch::Sender<u64>,
     transcriber: Option<Arc<dyn nanobot_channels::Transcribe>>,
@@ -102,6 +107,7 @@ impl FeishuChannel {
             bot_open_id: Mutex::new(None),
             seen: nanobot_channels::RecentIds::new(SEEN_CAPACITY),
             reactions: Mutex::new(HashMap::new()),
+            streams: tokio::sync::Mutex::new(Streams::default()),
             handled: watch::Sender::new(0),
             connections: watch::Sender::new(0),
             transcriber: None,
@@ -353,11 +359,18 @@ impl FeishuChannel {
             }
             other => lines.push(format!("[{other}]")),
         }
-        let content = lines.join("\n");
-        if content.trim().is_empty() && media.is_empty() {
+        if lines.iter().all(|l| l.trim().is_empty()) && media.is_empty() {
             return Ok(());
         }
+        // A reply to another message shows what it answers (0.3.5: `[Reply to: …]` first).
+        if let Some(parent) = &msg.parent_id
+            && let Some(quote) = self.quoted(parent).await
+        {
+            lines.insert(0, quote);
+        }
+        let content = lines.join("\n");
         let mut inbound = InboundMessage::new(NAME, msg.sender.clone(), reply_to, content)
+            .with_streaming(self.settings.streaming)
             .with_metadata(META_MESSAGE_ID, msg.message_id.clone())
             .with_metadata(META_CHAT_TYPE, if msg.group { "group" } else { "p2p" })
             .with_metadata("msg_type", msg.msg_type.clone())
@@ -386,6 +399,25 @@ impl FeishuChannel {
         inbound.media = media;
         bus.publish_inbound(inbound).await?;
         Ok(())
+    }
+
+    /// The `[Reply to: …]` line for the message `parent_id` (`GET /open-apis/im/v1/messages/{id}`); `None` when it
+    /// cannot be read or has no text.
+    async fn quoted(&self, parent_id: &str) -> Option<String> {
+        let path = format!("/open-apis/im/v1/messages/{}", enc(parent_id));
+        match self.api.call(Method::GET, &path, None).await {
+            Ok(answer) => {
+                let item = &answer["data"]["items"][0];
+                quote_line(
+                    item["msg_type"].as_str().unwrap_or_default(),
+                    item["body"]["content"].as_str().unwrap_or_default(),
+                )
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "feishu: could not read the quoted message");
+                None
+            }
+        }
     }
 
     /// Downloads a message resource into `<media>/feishu/`; returns the line the agent sees for it.
@@ -497,6 +529,303 @@ impl FeishuChannel {
     }
 }
 
+/// Where the pieces of one outbound message go: quoting `reply_to` with the first piece (every piece inside a
+/// topic, which replies keep the answer in).
+struct Target<'a> {
+    chat: &'a str,
+    reply_to: Option<&'a str>,
+    thread: bool,
+}
+
+/// A string entry of the message's metadata, when non-empty.
+fn meta_str<'a>(msg: &'a OutboundMessage, key: &str) -> Option<&'a str> {
+    msg.metadata
+        .get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+impl FeishuChannel {
+    /// The target of `msg`'s pieces: replies to the received message inside a topic, and for the first piece
+    /// when `replyToMessage` is on and `quote` (final answers, not progress).
+    fn target<'a>(&self, msg: &'a OutboundMessage, quote: bool) -> Target<'a> {
+        let message_id = meta_str(msg, META_MESSAGE_ID);
+        let thread = meta_str(msg, META_THREAD_ID).is_some();
+        let reply_to = match (message_id, thread) {
+            (Some(id), true) => Some(id),
+            (Some(id), false) if self.settings.reply_to_message && quote => Some(id),
+            _ => None,
+        };
+        Target {
+            chat: msg.chat_id.trim(),
+            reply_to,
+            thread,
+        }
+    }
+
+    /// Sends one message (`kind` and its JSON `content`) to the target.
+    async fn put(&self, target: &mut Target<'_>, kind: &str, content: &str) -> Result<(), ChannelError> {
+        match target.reply_to {
+            Some(id) => {
+                self.reply(id, kind, content, target.thread).await?;
+                if !target.thread {
+                    target.reply_to = None;
+                }
+                Ok(())
+            }
+            None => self.create(target.chat, kind, content).await,
+        }
+    }
+
+    /// Sends `text`: plain text as text messages, Markdown as cards, split at [`PIECE_LIMIT`].
+    async fn put_text(&self, target: &mut Target<'_>, text: &str) -> Result<(), ChannelError> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Ok(());
+        }
+        let card = needs_card(text);
+        for piece in split_message(text, PIECE_LIMIT) {
+            let (kind, content) = if card {
+                let card = json!({"config": {"wide_screen_mode": true},
+                                  "elements": [{"tag": "markdown", "content": piece}]});
+                ("interactive", card.to_string())
+            } else {
+                ("text", json!({"text": piece}).to_string())
+            };
+            self.put(target, kind, &content).await?;
+        }
+        Ok(())
+    }
+
+    async fn put_note(&self, target: &mut Target<'_>, note: &str) -> Result<(), ChannelError> {
+        self.put(target, "text", &json!({"text": note}).to_string()).await
+    }
+
+    /// The regular way out: the files first (as 0.3.5 sends them), then `text`.
+    async fn deliver(&self, msg: &OutboundMessage, text: &str, quote: bool) -> Result<(), ChannelError> {
+        let mut target = self.target(msg, quote);
+        for path in &msg.media {
+            self.send_file(&mut target, path).await?;
+        }
+        self.put_text(&mut target, text).await
+    }
+
+    /// Uploads and sends one file of `media`; a file that cannot go out leaves a note in the chat instead.
+    async fn send_file(&self, target: &mut Target<'_>, path: &str) -> Result<(), ChannelError> {
+        if path.starts_with("http://") || path.starts_with("https://") {
+            let note = remote_media_note(path);
+            return self.put_note(target, &note).await;
+        }
+        match self.upload(Path::new(path)).await {
+            Ok((kind, content)) => self.put(target, kind, &content).await,
+            Err(why) => {
+                tracing::warn!(path = %path, reason = %why, "feishu: file not sent");
+                self.put_note(target, &format!("[file not sent: {}]", file_label(path)))
+                    .await
+            }
+        }
+    }
+
+    /// Uploads a local file (images to the images API, the rest to the files API); the message type and content
+    /// that show it.
+    async fn upload(&self, path: &Path) -> Result<(&'static str, String), String> {
+        let kind = Upload::of(path);
+        let bytes = read_limited(path, kind.limit())
+            .await
+            .map_err(|e| e.to_string())?;
+        let name = file_label(&path.to_string_lossy());
+        let key_of = |answer: &Value, key: &str| {
+            answer["data"][key]
+                .as_str()
+                .filter(|k| !k.is_empty())
+                .map(str::to_owned)
+                .ok_or_else(|| format!("no {key} in the answer"))
+        };
+        match kind {
+            Upload::Image => {
+                let answer = self
+                    .api
+                    .upload(
+                        "/open-apis/im/v1/images",
+                        &[("image_type", "message")],
+                        "image",
+                        &name,
+                        &bytes,
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let key = key_of(&answer, "image_key")?;
+                Ok(("image", json!({ "image_key": key }).to_string()))
+            }
+            Upload::File { file_type, msg_type } => {
+                let answer = self
+                    .api
+                    .upload(
+                        "/open-apis/im/v1/files",
+                        &[("file_type", file_type), ("file_name", &name)],
+                        "file",
+                        &name,
+                        &bytes,
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let key = key_of(&answer, "file_key")?;
+                Ok((msg_type, json!({ "file_key": key }).to_string()))
+            }
+        }
+    }
+
+    /// Extends a streamed answer. Failures are logged, never returned: a retried delta would duplicate text, and
+    /// the stream's end writes the whole answer anyway.
+    async fn stream_delta(&self, msg: &OutboundMessage, stream_id: &str) {
+        let mut streams = self.streams.lock().await;
+        let stream = streams.entry(stream_id, msg.chat_id.trim(), meta_str(msg, META_MESSAGE_ID));
+        stream.push(&msg.content);
+        self.refresh(msg, stream).await;
+    }
+
+    /// Brings a stream's card up to date: created and shown with the first visible text, then updated at most
+    /// every `stream_edit_interval`.
+    async fn refresh(&self, msg: &OutboundMessage, stream: &mut Stream) {
+        let text = stream.render();
+        let preview = stream::preview(&text);
+        if preview.is_empty() || preview == stream.shown {
+            return;
+        }
+        let wait = stream.stalled() || stream.too_soon(self.settings.stream_edit_interval);
+        match &mut stream.card {
+            Card::Failed => {}
+            Card::Pending => match self.open_card(msg, preview).await {
+                Ok(card_id) => {
+                    stream.card = Card::Open { card_id, sequence: 0 };
+                    preview.clone_into(&mut stream.shown);
+                    stream.last_write = Some(Instant::now());
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "feishu: could not start a streaming card; the answer will come as a message");
+                    stream.card = Card::Failed;
+                }
+            },
+            Card::Open { card_id, sequence } => {
+                if wait {
+                    return;
+                }
+                match stream::write_reopening(&self.api, card_id, preview, sequence).await {
+                    Ok(()) => {
+                        preview.clone_into(&mut stream.shown);
+                        stream.last_write = Some(Instant::now());
+                        stream.failed_updates = 0;
+                    }
+                    Err(e) => {
+                        stream.failed_updates += 1;
+                        tracing::warn!(error = %e, "feishu: could not update a streaming card");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Creates a streaming card showing `text` and sends it to the chat; its id.
+    async fn open_card(&self, msg: &OutboundMessage, text: &str) -> Result<String, ChannelError> {
+        let card_id = stream::create_card(&self.api, text).await?;
+        let content = json!({"type": "card", "data": {"card_id": card_id}}).to_string();
+        self.put(&mut self.target(msg, true), "interactive", &content)
+            .await?;
+        Ok(card_id)
+    }
+
+    /// Ends a streamed answer: its card gets the final text and leaves streaming mode (a longer answer goes on in
+    /// messages). Without a card, or when the final update fails, the answer goes out the regular way.
+    async fn stream_end(&self, msg: &OutboundMessage, stream_id: &str) -> Result<(), ChannelError> {
+        let mut streams = self.streams.lock().await;
+        let Some(mut stream) = streams.remove(stream_id) else {
+            drop(streams);
+            return self.deliver(msg, &msg.content, true).await;
+        };
+        drop(streams);
+        stream.finish(&msg.content);
+        let text = stream.render();
+        if let Card::Open {
+            card_id,
+            mut sequence,
+        } = stream.card
+        {
+            let pieces = split_message(&text, stream::CARD_TEXT_LIMIT);
+            let mut pieces = pieces.iter();
+            let head = pieces.next().map_or("", String::as_str);
+            match stream::write_reopening(&self.api, &card_id, head, &mut sequence).await {
+                Ok(()) => {
+                    stream::close(&self.api, &card_id, &mut sequence).await;
+                    let mut target = self.target(msg, false);
+                    for piece in pieces {
+                        self.put_text(&mut target, piece).await?;
+                    }
+                    for path in &msg.media {
+                        self.send_file(&mut target, path).await?;
+                    }
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "feishu: the streaming card could not take the final text; sending it as a message");
+                    stream::close(&self.api, &card_id, &mut sequence).await;
+                }
+            }
+        }
+        let text = if msg.content.trim().is_empty() {
+            text
+        } else {
+            msg.content.clone()
+        };
+        self.deliver(msg, &text, true).await
+    }
+
+    /// Shows a tool hint inside the chat's streaming card, if one is open; false when there is none.
+    async fn hint_into_card(&self, msg: &OutboundMessage) -> bool {
+        let hint = stream::hint_text(&self.settings.tool_hint_prefix, &msg.content);
+        if hint.is_empty() {
+            return false;
+        }
+        let mut streams = self.streams.lock().await;
+        let Some(stream) = streams.open_in(msg.chat_id.trim(), meta_str(msg, META_MESSAGE_ID)) else {
+            return false;
+        };
+        stream.add_hint(hint);
+        self.refresh(msg, stream).await;
+        true
+    }
+
+    /// Swaps the "working on it" reaction on the received message for `doneEmoji` (if set).
+    async fn mark_done(&self, msg: &OutboundMessage) {
+        if let Some(id) = meta_str(msg, META_MESSAGE_ID)
+            && let Some(done) = &self.settings.done_emoji
+        {
+            let old = lock(&self.reactions).remove(id);
+            if let Some(old) = old {
+                self.unreact(id, &old).await;
+            }
+            self.react(id, done).await;
+        }
+    }
+}
+
+/// The note sent for a remote file in `media` (not fetched by this version): the link without its query, which
+/// may hold credentials.
+fn remote_media_note(url: &str) -> String {
+    let shown = url::Url::parse(url).map_or_else(
+        |_| "a link".to_owned(),
+        |u| {
+            format!(
+                "{}://{}{}",
+                u.scheme(),
+                u.host_str().unwrap_or_default(),
+                u.path()
+            )
+        },
+    );
+    tracing::warn!(url = %shown, "feishu: remote files are not fetched; file not sent");
+    format!("[file not sent: {shown}]")
+}
+
 /// Joins the parts of a split data frame (`sum` > 1); `None` while parts are missing.
 fn assemble(parts: &mut Parts, frame: &Frame) -> Option<Vec<u8>> {
     let sum: usize = frame.header("sum").and_then(|s| s.parse().ok()).unwrap_or(1);
@@ -592,67 +921,37 @@ impl Channel for FeishuChannel {
                 chat_id: msg.chat_id.clone(),
             });
         }
-        let final_reply = match msg.kind {
-            OutboundKind::StreamDelta { .. } => return Ok(()),
-            OutboundKind::Reply | OutboundKind::StreamEnd { .. } => true,
-            _ => false,
-        };
-        let meta = |key: &str| {
-            msg.metadata
-                .get(key)
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-        };
-        let message_id = meta(META_MESSAGE_ID);
-        let thread = meta(META_THREAD_ID);
-        // Quote the user's message when configured (final replies only), and always stay inside a topic.
-        let mut reply_target = match (message_id, thread) {
-            (Some(id), Some(_)) => Some(id),
-            (Some(id), None) if self.settings.reply_to_message && final_reply => Some(id),
-            _ => None,
-        };
-        let mut pieces: Vec<(&str, String)> = Vec::new();
-        let text = msg.content.trim();
-        if !text.is_empty() {
-            let card = needs_card(text);
-            for piece in split_message(text, PIECE_LIMIT) {
-                if card {
-                    let card = json!({"config": {"wide_screen_mode": true},
-                                      "elements": [{"tag": "markdown", "content": piece}]});
-                    pieces.push(("interactive", card.to_string()));
-                } else {
-                    pieces.push(("text", json!({"text": piece}).to_string()));
+        // A stream end marked resuming closes one piece of a turn that goes on with tool calls (so does a reply
+        // made of it for a channel that does not stream): the "working on it" reaction stays.
+        let resuming = msg
+            .metadata
+            .get(nanobot_bus::META_STREAM_RESUMING)
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        match &msg.kind {
+            OutboundKind::StreamDelta { stream_id } => {
+                if self.settings.streaming {
+                    self.stream_delta(msg, stream_id).await;
                 }
+                return Ok(());
             }
-        }
-        for path in &msg.media {
-            // Outbound files are not supported by this version: the chat gets a note instead of the file.
-            tracing::warn!(path = %path, "feishu: sending files is not supported; file not sent");
-            let note = format!("[file not sent: {}]", file_label(path));
-            pieces.push(("text", json!({"text": note}).to_string()));
-        }
-        for (kind, content) in &pieces {
-            match reply_target {
-                Some(id) => {
-                    self.reply(id, kind, content, thread.is_some()).await?;
-                    if thread.is_none() {
-                        reply_target = None;
-                    }
-                }
-                None => self.create(chat, kind, content).await?,
+            OutboundKind::StreamEnd { stream_id } if self.settings.streaming => {
+                self.stream_end(msg, stream_id).await?;
             }
-        }
-        if final_reply
-            && let Some(id) = message_id
-            && let Some(done) = &self.settings.done_emoji
-        {
-            let old = lock(&self.reactions).remove(id);
-            if let Some(old) = old {
-                self.unreact(id, &old).await;
+            OutboundKind::Reply | OutboundKind::StreamEnd { .. } => {
+                self.deliver(msg, &msg.content, true).await?;
             }
-            self.react(id, done).await;
+            OutboundKind::ToolHint if self.settings.streaming && self.hint_into_card(msg).await => {}
+            _ => self.deliver(msg, &msg.content, false).await?,
+        }
+        if matches!(msg.kind, OutboundKind::Reply | OutboundKind::StreamEnd { .. }) && !resuming {
+            self.mark_done(msg).await;
         }
         Ok(())
+    }
+
+    fn supports_streaming(&self) -> bool {
+        self.settings.streaming
     }
 }
 

@@ -181,6 +181,33 @@ fn replace_placeholder(text: &str, key: &str, with: &str) -> String {
     out
 }
 
+/// Longest quoted text shown in a `[Reply to: …]` line, in characters (0.3.5's `_REPLY_CONTEXT_MAX_LEN`).
+pub(crate) const QUOTE_LIMIT: usize = 200;
+
+/// The `[Reply to: …]` line for a quoted message of type `msg_type` whose `content` is the API's JSON string:
+/// text and posts only, the text cut to [`QUOTE_LIMIT`] characters; `None` when there is no text to show.
+pub(crate) fn quote_line(msg_type: &str, content: &str) -> Option<String> {
+    let content: Value = serde_json::from_str(content).ok()?;
+    let text = match msg_type {
+        "text" => content
+            .get("text")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        "post" => post_text(&content).0,
+        _ => return None,
+    };
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    let mut chars = text.char_indices();
+    match chars.nth(QUOTE_LIMIT) {
+        Some((cut, _)) => Some(format!("[Reply to: {}...]", &text[..cut])),
+        None => Some(format!("[Reply to: {text}]")),
+    }
+}
+
 /// The text of a post (rich text) and its image keys. Posts come as `{title, content}` or localised
 /// (`{"zh_cn": {title, content}}`).
 fn post_text(content: &Value) -> (String, Vec<String>) {
@@ -260,6 +287,28 @@ mod tests {
             r.text(Some("ou_bot")),
             "hello @Bob (ou_bob, user id: u7) and @_user_10"
         );
+    }
+
+    #[test]
+    fn quoted_messages_are_cut_and_only_text_is_quoted() {
+        assert_eq!(
+            quote_line("text", r#"{"text":" hi there "}"#).as_deref(),
+            Some("[Reply to: hi there]")
+        );
+        let post = json!({"title": "T", "content": [[{"tag": "text", "text": "body"}]]}).to_string();
+        assert_eq!(quote_line("post", &post).as_deref(), Some("[Reply to: T\nbody]"));
+        let long = "é".repeat(QUOTE_LIMIT + 5);
+        let line = quote_line("text", &json!({ "text": long }).to_string()).unwrap();
+        assert_eq!(line, format!("[Reply to: {}...]", "é".repeat(QUOTE_LIMIT)));
+        let exact = "x".repeat(QUOTE_LIMIT);
+        assert_eq!(
+            quote_line("text", &json!({ "text": exact }).to_string()).unwrap(),
+            format!("[Reply to: {exact}]")
+        );
+        assert_eq!(quote_line("image", r#"{"image_key":"img_1"}"#), None);
+        assert_eq!(quote_line("text", r#"{"text":"   "}"#), None);
+        assert_eq!(quote_line("text", "not json"), None);
+        assert_eq!(quote_line("text", r#"{"text":5}"#), None);
     }
 
     #[test]

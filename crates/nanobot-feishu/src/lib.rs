@@ -9,11 +9,25 @@
 //! `im.message.receive_v1` events from people go through the channel's access control (`allowFrom`, pairing codes
 //! for denied direct messages) and `groupPolicy` (`mention` answers only messages that @mention the bot or
 //! `@_all`); text and posts are read with mentions resolved, images and files are downloaded to
-//! `<media_dir>/feishu/`. Accepted messages get the `reactEmoji` reaction and go on the bus with a session per
-//! topic in groups (`topicIsolation`). Replies go through the IM API with the tenant access token (cached,
-//! renewed before it expires and when the API rejects it): plain text as text messages, Markdown as cards, split
-//! at 4000 characters, quoting the user's message when `replyToMessage` is on and always inside a topic. When the
-//! reply is out, `doneEmoji` (if set) replaces the reaction.
+//! `<media_dir>/feishu/`. A reply to another message starts with `[Reply to: …]`, the quoted message's text (read
+//! with `GET /open-apis/im/v1/messages/{id}`, cut at 200 characters). Accepted messages get the `reactEmoji`
+//! reaction and go on the bus with a session per topic in groups (`topicIsolation`).
+//!
+//! Replies go through the IM API with the tenant access token (cached, renewed before it expires and when the API
+//! rejects it): plain text as text messages, Markdown as cards, split at 4000 characters, quoting the user's
+//! message when `replyToMessage` is on and always inside a topic. Files in a reply's `media` go first: images
+//! uploaded to `/open-apis/im/v1/images` and sent as `image` messages, other files uploaded to
+//! `/open-apis/im/v1/files` and sent as `audio`, `media` (video) or `file` messages ([`MAX_IMAGE_UPLOAD_BYTES`],
+//! [`MAX_FILE_UPLOAD_BYTES`]); a file that cannot go out leaves `[file not sent: <name>]` in the chat.
+//!
+//! With `streaming` on (the default), [`Channel::supports_streaming`](nanobot_channels::Channel::supports_streaming)
+//! is true and a streamed answer is one CardKit card: created and sent with the first words, its Markdown element
+//! updated at most every [`FeishuSettings::stream_edit_interval`], written whole and taken out of streaming mode at
+//! the stream's end (every call with a strictly increasing `sequence`; a failed update turns streaming mode on
+//! again and retries once). Tool hints arriving meanwhile are shown inside the card. When no card can be made, or
+//! the final text cannot be written into it, the answer goes out as regular messages. `doneEmoji` (if set)
+//! replaces the reaction when the turn is over: after a reply, or a stream end not marked
+//! [`META_STREAM_RESUMING`](nanobot_bus::META_STREAM_RESUMING).
 //!
 //! It knows the bus, the channel toolkit and the config schema, never the agent; nothing here reads the process
 //! environment. `domain` picks Feishu or Lark; `baseUrl` points everything at another server (a fake in tests).
@@ -49,12 +63,17 @@
 
 mod api;
 mod channel;
+mod files;
 pub mod frame;
 mod inbound;
 mod settings;
+mod stream;
 
 pub use channel::{FeishuChannel, META_CHAT_TYPE, META_MESSAGE_ID, META_THREAD_ID};
-pub use settings::{DEFAULT_MAX_FILE_BYTES, FEISHU_URL, FeishuSettings, LARK_URL};
+pub use files::{MAX_FILE_UPLOAD_BYTES, MAX_IMAGE_UPLOAD_BYTES};
+pub use settings::{
+    DEFAULT_MAX_FILE_BYTES, DEFAULT_STREAM_EDIT_INTERVAL, FEISHU_URL, FeishuSettings, LARK_URL,
+};
 
 /// The channel's name on the bus (and the key of its config block).
 pub const NAME: &str = "feishu";

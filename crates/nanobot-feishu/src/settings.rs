@@ -1,5 +1,7 @@
 //! Resolved settings of the Feishu channel (from `channels.feishu`).
 
+use std::time::Duration;
+
 use nanobot_channels::{ChannelError, GroupPolicy, http_base_url};
 use nanobot_config::{FeishuConfig, Secret};
 
@@ -12,6 +14,9 @@ pub const LARK_URL: &str = "https://open.larksuite.com";
 
 /// Largest received file the channel downloads, in bytes.
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 20 * 1024 * 1024;
+
+/// Default shortest time between two updates of a streaming card (0.3.5's `_STREAM_EDIT_INTERVAL`).
+pub const DEFAULT_STREAM_EDIT_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Everything the Feishu channel needs, validated.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +41,12 @@ pub struct FeishuSettings {
     pub api_url: String,
     /// Largest received file downloaded, in bytes.
     pub max_file_bytes: u64,
+    /// `streaming`: show a streamed answer as one card updated while it is written (CardKit).
+    pub streaming: bool,
+    /// Shortest time between two updates of a streaming card (the answer's end is always written).
+    pub stream_edit_interval: Duration,
+    /// `toolHintPrefix`: put before each tool-hint line shown inside a streaming card.
+    pub tool_hint_prefix: String,
 }
 
 impl FeishuSettings {
@@ -52,6 +63,9 @@ impl FeishuSettings {
             topic_isolation: true,
             api_url: FEISHU_URL.into(),
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            streaming: true,
+            stream_edit_interval: DEFAULT_STREAM_EDIT_INTERVAL,
+            tool_hint_prefix: "\u{1f527}".into(),
         }
     }
 
@@ -98,6 +112,8 @@ impl FeishuSettings {
             .map(str::to_string);
         s.reply_to_message = config.reply_to_message;
         s.topic_isolation = config.topic_isolation;
+        s.streaming = config.streaming;
+        s.tool_hint_prefix = config.tool_hint_prefix.trim().to_string();
         s.api_url = http_base_url(NAME, config.base_url.as_deref())?.unwrap_or_else(|| api_url.to_string());
         Ok(s)
     }
@@ -150,7 +166,7 @@ mod tests {
         let block = serde_json::json!({
             "enabled": true, "appId": "cli_a", "appSecret": "s", "allowFrom": ["ou_1"],
             "groupPolicy": "open", "reactEmoji": "OK", "doneEmoji": "DONE", "replyToMessage": true,
-            "topicIsolation": false, "domain": "lark"
+            "topicIsolation": false, "domain": "lark", "streaming": false, "toolHintPrefix": ">"
         });
         let s = FeishuSettings::from_config(&FeishuConfig::from_block(&block).unwrap()).unwrap();
         assert_eq!(s.allow_from, ["ou_1"]);
@@ -160,6 +176,16 @@ mod tests {
             ("OK", Some("DONE"))
         );
         assert!(s.reply_to_message && !s.topic_isolation);
+        assert!(!s.streaming);
+        assert_eq!(s.tool_hint_prefix, ">");
+        let defaults = FeishuSettings::from_config(&FeishuConfig {
+            app_id: "cli_a".into(),
+            app_secret: Secret::new("s"),
+            ..FeishuConfig::default()
+        })
+        .unwrap();
+        assert!(defaults.streaming, "streaming is on by default, as in 0.3.5");
+        assert_eq!(defaults.tool_hint_prefix, "\u{1f527}");
         let err = FeishuConfig::from_block(&serde_json::json!({"allowFrom": 5})).unwrap_err();
         assert!(err.contains("channels.feishu"), "{err}");
     }

@@ -12,25 +12,41 @@ use nanobot_testkit::fake_feishu::{BOT_OPEN_ID, FakeFeishu, message_event};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-const ALICE: &str = "ou_alice";
+pub(crate) const ALICE: &str = "ou_alice";
 const EVE: &str = "ou_eve";
-const GROUP: &str = "oc_group1";
+pub(crate) const GROUP: &str = "oc_group1";
 
-struct Harness {
-    fake: FakeFeishu,
-    channel: Arc<FeishuChannel>,
-    bus: Arc<InProcessBus>,
+pub(crate) struct Harness {
+    pub(crate) fake: FakeFeishu,
+    pub(crate) channel: Arc<FeishuChannel>,
+    pub(crate) bus: Arc<InProcessBus>,
     cancel: CancellationToken,
     manager: tokio::task::JoinHandle<()>,
-    _media: tempfile::TempDir,
+    pub(crate) media: tempfile::TempDir,
 }
 
 impl Harness {
-    async fn start(policy: GroupPolicy) -> Result<Self> {
+    pub(crate) async fn start(policy: GroupPolicy) -> Result<Self> {
         Self::start_with(policy, None).await
     }
 
     async fn start_with(policy: GroupPolicy, transcriber: Option<Arc<dyn Transcribe>>) -> Result<Self> {
+        Self::start_full(policy, transcriber, |_| {}).await
+    }
+
+    /// A harness whose settings `edit` adjusts first.
+    pub(crate) async fn start_tuned(
+        policy: GroupPolicy,
+        edit: impl FnOnce(&mut FeishuSettings),
+    ) -> Result<Self> {
+        Self::start_full(policy, None, edit).await
+    }
+
+    async fn start_full(
+        policy: GroupPolicy,
+        transcriber: Option<Arc<dyn Transcribe>>,
+        edit: impl FnOnce(&mut FeishuSettings),
+    ) -> Result<Self> {
         let fake = FakeFeishu::start("cli_test", "secret-1").await?;
         let config = FeishuConfig {
             app_id: "cli_test".into(),
@@ -42,7 +58,9 @@ impl Harness {
             ..FeishuConfig::default()
         };
         let media = tempfile::tempdir()?;
-        let mut channel = FeishuChannel::new(FeishuSettings::from_config(&config)?, media.path())?;
+        let mut settings = FeishuSettings::from_config(&config)?;
+        edit(&mut settings);
+        let mut channel = FeishuChannel::new(settings, media.path())?;
         if let Some(t) = transcriber {
             channel = channel.with_transcriber(t);
         }
@@ -59,11 +77,11 @@ impl Harness {
             bus,
             cancel,
             manager,
-            _media: media,
+            media,
         })
     }
 
-    async fn inbound(&self) -> Result<InboundMessage> {
+    pub(crate) async fn inbound(&self) -> Result<InboundMessage> {
         tokio::time::timeout(Duration::from_secs(30), self.bus.consume_inbound())
             .await
             .context("no inbound message within 30 s")?
@@ -71,7 +89,7 @@ impl Harness {
     }
 
     /// Pushes an event, waits for its acknowledgement and until the channel has finished with it.
-    async fn push(&self, event: &Value) -> Result<()> {
+    pub(crate) async fn push(&self, event: &Value) -> Result<()> {
         let before = *self.channel.handled_events().borrow();
         let frame = self.fake.push_event(event)?;
         let ack = self.fake.acked(&frame).await?;
@@ -83,13 +101,13 @@ impl Harness {
         Ok(())
     }
 
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.cancel.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(20), self.manager).await;
     }
 }
 
-fn dm(event_id: &str, message_id: &str, from: &str, text: &str) -> Value {
+pub(crate) fn dm(event_id: &str, message_id: &str, from: &str, text: &str) -> Value {
     message_event(event_id, message_id, from, "oc_p2p_chat", "p2p", text, &[])
 }
 

@@ -2,3 +2,4 @@
 //! testkit's tests): real HTTP and WebSocket on loopback.
 
 mod e2e;
+mod outbound;

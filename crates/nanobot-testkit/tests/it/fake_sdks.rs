@@ -87,6 +87,90 @@ async fn lark_oapi_sdk_accepts_the_feishu_fake() {
 }
 
 #[tokio::test]
+async fn lark_oapi_sdk_reads_the_feishu_fakes_cards_uploads_and_messages() {
+    use nanobot_testkit::fake_feishu::{CODE_BAD_SEQUENCE, CODE_NOT_FOUND, CardOp};
+    let Some(python) = peers::require("python venv (lark-oapi SDK)", peers::python()) else {
+        return;
+    };
+    let fake = FakeFeishu::start("cli_test", "secret-1").await.unwrap();
+    fake.add_message("om_parent", "text", r#"{"text":"the quoted words"}"#);
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("pic.png");
+    let file = dir.path().join("report.pdf");
+    std::fs::write(&image, b"\x89PNG\r\n\x1a\n fake image bytes").unwrap();
+    // Bytes that look like a multipart boundary line must survive as data.
+    std::fs::write(&file, b"%PDF-1.4\r\n--not-a-boundary\r\n\x00\xff end").unwrap();
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(fixture("lark_sdk_probe.py"))
+        .args([fake.base_url(), "cli_test", "secret-1", "api"])
+        .arg(&image)
+        .arg(&file)
+        .arg("om_parent")
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdout(Stdio::piped());
+    let mut child = ChildGuard::spawn_tokio("lark api probe", &mut cmd).unwrap();
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let out = json_line(&mut lines).await;
+
+    // CardKit: the SDK parsed the card id, the update and the settings call; a repeated sequence is refused
+    // with the code the SDK reports.
+    assert_eq!(out["card_ok"], true, "{out}");
+    let cards = fake.cards();
+    assert_eq!(cards.len(), 1);
+    assert_eq!(out["card_id"], cards[0].card_id.as_str());
+    assert_eq!(out["content_ok"], true, "{out}");
+    assert_eq!(out["stale_ok"], false, "{out}");
+    assert_eq!(out["stale_code"], CODE_BAD_SEQUENCE);
+    assert_eq!(out["settings_ok"], true, "{out}");
+    assert_eq!(
+        cards[0].ops,
+        [
+            CardOp {
+                sequence: 1,
+                content: Some("Hello from the SDK".into()),
+                streaming_mode: None
+            },
+            CardOp {
+                sequence: 2,
+                content: None,
+                streaming_mode: Some(false)
+            },
+        ]
+    );
+    assert_eq!(cards[0].card["schema"], "2.0");
+
+    // Uploads: the SDK's multipart bodies were parsed; it read the keys back.
+    assert_eq!(out["image_ok"], true, "{out}");
+    assert_eq!(out["file_ok"], true, "{out}");
+    let uploads = fake.uploads();
+    assert_eq!(uploads.len(), 2);
+    assert_eq!(out["image_key"], uploads[0].key.as_str());
+    assert_eq!(uploads[0].kind, "image");
+    assert_eq!(uploads[0].fields["image_type"], "message");
+    assert_eq!(uploads[0].bytes, std::fs::read(&image).unwrap());
+    assert_eq!(out["file_key"], uploads[1].key.as_str());
+    assert_eq!(uploads[1].kind, "file");
+    assert_eq!(uploads[1].fields["file_type"], "pdf");
+    assert_eq!(uploads[1].fields["file_name"], "report.pdf");
+    assert_eq!(uploads[1].bytes, std::fs::read(&file).unwrap());
+
+    // A message read by id, and one that does not exist.
+    assert_eq!(out["get_ok"], true, "{out}");
+    assert_eq!(out["get_msg_type"], "text");
+    assert_eq!(out["get_content"], r#"{"text":"the quoted words"}"#);
+    assert_eq!(out["missing_ok"], false);
+    assert_eq!(out["missing_code"], CODE_NOT_FOUND);
+    // Every call carried the tenant token the fake issued.
+    assert!(
+        fake.calls()
+            .iter()
+            .filter(|c| c.path.starts_with("/open-apis/cardkit") || c.path.starts_with("/open-apis/im"))
+            .all(|c| c.token.as_deref() == Some("t-1"))
+    );
+}
+
+#[tokio::test]
 async fn dingtalk_stream_sdk_accepts_the_dingtalk_fake() {
     use nanobot_testkit::fake_dingtalk::{FakeDingTalk, text_message};
     let Some(python) = peers::require("python venv (dingtalk-stream SDK)", peers::python()) else {
