@@ -1,7 +1,8 @@
 //! What every chat platform adapter shares: the [`Channel`] trait, the [`ChannelManager`] that runs channels
 //! and delivers the agent's replies to them, access control ([`AccessControl`], [`PairingStore`]), message
-//! splitting ([`split_message`]) and Markdown → platform formatting ([`markdown_to_telegram_html`],
-//! [`markdown_to_slack_mrkdwn`]).
+//! splitting ([`split_message`]), Markdown → platform formatting ([`markdown_to_telegram_html`],
+//! [`markdown_to_slack_mrkdwn`]) and bounded downloads ([`download`]: attachments saved with a size limit, remote
+//! media fetched behind the SSRF guard; the `download` feature).
 //!
 //! This crate knows the bus ([`nanobot_bus`]) and nothing about the agent, LLM providers or any particular chat
 //! platform SDK: platform crates (`nanobot-telegram`, …) implement [`Channel`], and the agent meets them only
@@ -23,6 +24,8 @@
 mod access;
 mod channel;
 mod dedup;
+#[cfg(feature = "download")]
+pub mod download;
 mod error;
 mod format;
 mod manager;
@@ -34,6 +37,8 @@ mod split;
 pub use access::{AccessControl, AccessDecision, AllowList, GroupPolicy, InboundContext, PAIRING_COMMAND};
 pub use channel::{Channel, Heartbeat, Transcribe, TranscribeError};
 pub use dedup::RecentIds;
+#[cfg(feature = "download")]
+pub use download::{Fetched, RemoteMedia};
 pub use error::{ChannelError, server_text};
 pub use format::{markdown_to_slack_mrkdwn, markdown_to_telegram_html, strip_markdown};
 pub use manager::{

@@ -44,10 +44,13 @@ pub enum Command {
     /// `/evaluator-prompt [init]`: whether the heartbeat's notification gate follows the workspace's own
     /// instructions (`prompts/evaluator.md`); `init` writes an editable copy of the default.
     EvaluatorPrompt,
+    /// `/trigger <name>`: create a local trigger bound to this chat's session (`nanobot trigger <id> "message"`
+    /// then sends it a message).
+    Trigger,
 }
 
 /// Every command with its one-line description (the `/help` text and the "did you mean" candidates).
-pub const COMMANDS: [(&str, Command, &str); 18] = [
+pub const COMMANDS: [(&str, Command, &str); 19] = [
     (
         "new",
         Command::New,
@@ -81,6 +84,11 @@ pub const COMMANDS: [(&str, Command, &str); 18] = [
         "goal",
         Command::Goal,
         "Work on a long-running task as a sustained goal (/goal <task>)",
+    ),
+    (
+        "trigger",
+        Command::Trigger,
+        "Create a named local trigger for this chat (/trigger <name>)",
     ),
     ("dream", Command::Dream, "Run memory consolidation (Dream) now"),
     ("dream-log", Command::DreamLog, "Show recent Dream changes"),

@@ -45,6 +45,7 @@ mod model;
 mod schedule;
 mod service;
 mod store;
+pub mod triggers;
 pub mod trust;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -56,4 +57,5 @@ pub use model::{
 pub use schedule::{CronExpr, parse_tz};
 pub use service::{BoxError, CronService, JobHandler, NewJob, RunOutcome};
 pub use store::{JobStore, StoreFile};
+pub use triggers::{LocalTrigger, TriggerDelivery, TriggerError, TriggerQueue, TriggerStore};
 pub use trust::TrustLedger;

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use nanobot_channels::ChannelError;
 use nanobot_config::Secret;
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
 use tokio::sync::Mutex;
 
 use crate::NAME;
@@ -189,10 +188,10 @@ impl Api {
             .ok_or_else(|| transient("/gateway/bot: no ws:// or wss:// url in the answer"))
     }
 
-    /// Streams `url` into `dest` (through `<dest>.part`, renamed when complete), refusing more than `max` bytes
+    /// Streams `url` into `dest` (see [`nanobot_channels::download::save_body`]), refusing more than `max` bytes
     /// and redirects.
     pub(crate) async fn download(&self, url: &str, dest: &Path, max: u64) -> Result<u64, ChannelError> {
-        let mut resp = self
+        let resp = self
             .http
             .get(url)
             .send()
@@ -201,44 +200,6 @@ impl Api {
         if resp.status() != reqwest::StatusCode::OK {
             return Err(rejected(format!("download: HTTP {}", resp.status())));
         }
-        if resp.content_length().is_some_and(|n| n > max) {
-            return Err(rejected(format!(
-                "download: file larger than downloadMaxBytes ({max} bytes)"
-            )));
-        }
-        let mut part = dest.as_os_str().to_owned();
-        part.push(".part");
-        let part = std::path::PathBuf::from(part);
-        let io = |source| ChannelError::Io {
-            path: part.display().to_string(),
-            source,
-        };
-        let result = async {
-            let mut file = tokio::fs::File::create(&part).await.map_err(io)?;
-            let mut total = 0u64;
-            while let Some(chunk) = resp
-                .chunk()
-                .await
-                .map_err(|e| transient(format!("download: {e}")))?
-            {
-                let chunk: bytes::Bytes = chunk;
-                total += chunk.len() as u64;
-                if total > max {
-                    return Err(rejected(format!(
-                        "download: file larger than downloadMaxBytes ({max} bytes)"
-                    )));
-                }
-                file.write_all(&chunk).await.map_err(io)?;
-            }
-            file.flush().await.map_err(io)?;
-            drop(file);
-            tokio::fs::rename(&part, dest).await.map_err(io)?;
-            Ok(total)
-        }
-        .await;
-        if result.is_err() {
-            let _ = tokio::fs::remove_file(&part).await;
-        }
-        result
+        nanobot_channels::download::save_body(NAME, "file", resp, dest, max).await
     }
 }

@@ -43,7 +43,8 @@ mod registry;
 pub mod sandbox;
 mod schema;
 pub mod settings;
-pub mod ssrf;
+/// The SSRF guard (it lives in `nanobot-util`, shared with the channels that fetch remote media).
+pub use nanobot_util::ssrf;
 mod tool;
 
 pub use error::ToolError;

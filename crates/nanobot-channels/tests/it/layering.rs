@@ -1,4 +1,5 @@
-//! Channels meet the agent only on the bus: this crate must not reach the agent, the providers or any chat SDK.
+//! Channels meet the agent only on the bus: this crate must not reach the agent, the providers or any chat SDK, and
+//! without the `download` feature it has no HTTP client.
 
 use std::process::Command;
 

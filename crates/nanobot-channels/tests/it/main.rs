@@ -1,4 +1,6 @@
 //! Integration tests of nanobot-channels.
 
+#[cfg(feature = "download")]
+mod download;
 mod layering;
 mod manager;

@@ -1,4 +1,5 @@
-//! Cron jobs as agent turns; system jobs go to [`AgentLoop::run_system_job`](super::AgentLoop::run_system_job).
+//! Cron jobs and local trigger deliveries as agent turns; system jobs go to
+//! [`AgentLoop::run_system_job`](super::AgentLoop::run_system_job).
 
 #[allow(unused_imports)]
 use super::*;
@@ -70,6 +71,72 @@ impl LoopInner {
                 p.channel_meta.clone()
             };
             bus.publish_outbound(out).await?;
+        }
+        Ok(reply.content)
+    }
+
+    pub(super) async fn run_trigger(
+        self: Arc<Self>,
+        trigger: nanobot_cron::LocalTrigger,
+        delivery: nanobot_cron::TriggerDelivery,
+    ) -> Result<String, nanobot_cron::triggers::DeliveryFailure> {
+        use nanobot_cron::triggers::{DeliveryFailure, LOCAL_TRIGGER_META};
+        let fail = |retry: bool, error: BoxError| DeliveryFailure { retry, error };
+        if let Some(files) = (AgentLoop { inner: self.clone() })
+            .hold_unattended("local trigger")
+            .await
+        {
+            return Err(fail(
+                false,
+                format!(
+                    "held: the assistant changed control files the user has not confirmed ({}); send /confirm-files \
+                     yes after reviewing them",
+                    files.join(", ")
+                )
+                .into(),
+            ));
+        }
+        let text = trigger.turn_text(&delivery.content);
+        let mut msg = InboundMessage::new(
+            trigger.channel.clone(),
+            trigger.sender_id.clone(),
+            trigger.chat_id.clone(),
+            text.clone(),
+        )
+        .with_session_key(trigger.session_key.clone());
+        msg.metadata = trigger.origin_metadata.clone();
+        msg.metadata.insert(
+            LOCAL_TRIGGER_META.into(),
+            serde_json::json!({
+                "trigger_id": trigger.id,
+                "trigger_name": trigger.name,
+                "delivery_id": delivery.id,
+                "created_at_ms": delivery.created_at_ms,
+                "persist_content": text,
+            }),
+        );
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(Job {
+            msg,
+            opts: TurnOptions {
+                is_cron: true,
+                ..TurnOptions::default()
+            },
+            reply: Some(tx),
+        });
+        let reply = rx
+            .await
+            .map_err(|_| fail(true, "the agent loop has stopped".into()))?
+            .map_err(|e| fail(false, e.into()))?;
+        if !reply.delivered_by_tool
+            && !reply.content.is_empty()
+            && let Some(bus) = self.bus()
+        {
+            let mut out = OutboundMessage::reply(&trigger.channel, &trigger.chat_id, reply.content.clone());
+            out.metadata = trigger.origin_metadata.clone();
+            bus.publish_outbound(out)
+                .await
+                .map_err(|e| fail(true, e.into()))?;
         }
         Ok(reply.content)
     }

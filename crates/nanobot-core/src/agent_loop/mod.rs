@@ -159,6 +159,9 @@ struct LoopInner {
     mcp_registered: Mutex<HashSet<String>>,
     #[cfg(feature = "cron")]
     cron: Option<CronService>,
+    /// Local triggers (`/trigger`), kept beside the cron store.
+    #[cfg(feature = "cron")]
+    triggers: Option<nanobot_cron::TriggerStore>,
     subagents: SubagentManager,
     bus: RwLock<Option<Arc<dyn Bus>>>,
     workers: Mutex<HashMap<String, mpsc::UnboundedSender<Job>>>,
@@ -434,6 +437,10 @@ impl AgentLoopBuilder {
             }
             None => None,
         };
+        #[cfg(feature = "cron")]
+        let triggers = cron_cfg
+            .as_ref()
+            .map(|_| nanobot_cron::TriggerStore::new(&s.workspace, s.data_dir.join("triggers")));
         let inner = Arc::new_cyclic(|weak: &Weak<LoopInner>| {
             // The cron handler and `my` hold the loop weakly.
             if s.my_enabled {
@@ -463,6 +470,8 @@ impl AgentLoopBuilder {
                 mcp_registered: Mutex::default(),
                 #[cfg(feature = "cron")]
                 cron,
+                #[cfg(feature = "cron")]
+                triggers,
                 subagents,
                 bus: RwLock::new(bus),
                 workers: Mutex::default(),
@@ -565,6 +574,13 @@ impl AgentLoop {
     #[cfg(feature = "cron")]
     pub fn cron(&self) -> Option<&CronService> {
         self.inner.cron.as_ref()
+    }
+
+    /// The local triggers (`/trigger`), when cron is enabled: the gateway runs their delivery queue
+    /// ([`nanobot_cron::TriggerQueue`]) with [`AgentLoop::run_trigger`] as its handler.
+    #[cfg(feature = "cron")]
+    pub fn triggers(&self) -> Option<&nanobot_cron::TriggerStore> {
+        self.inner.triggers.as_ref()
     }
 
     /// The MCP manager, when MCP servers are configured.
@@ -732,6 +748,17 @@ impl AgentLoop {
     #[cfg(feature = "cron")]
     pub async fn run_cron_job(&self, job: CronJob) -> Result<String, BoxError> {
         self.inner.clone().run_cron_job(job).await
+    }
+
+    /// Runs one delivery of a local trigger as a turn in the trigger's session and answers in its chat (what the
+    /// trigger queue's handler does). Held while control files hold unconfirmed changes, like cron jobs.
+    #[cfg(feature = "cron")]
+    pub async fn run_trigger(
+        &self,
+        trigger: nanobot_cron::LocalTrigger,
+        delivery: nanobot_cron::TriggerDelivery,
+    ) -> Result<String, nanobot_cron::triggers::DeliveryFailure> {
+        self.inner.clone().run_trigger(trigger, delivery).await
     }
 }
 

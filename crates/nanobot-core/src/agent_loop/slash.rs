@@ -59,6 +59,7 @@ impl LoopInner {
                     Parsed::Known(
                         Command::Stop
                             | Command::Restart
+                            | Command::Trigger
                             | Command::Help
                             | Command::Skill
                             | Command::Status
@@ -100,6 +101,7 @@ impl LoopInner {
             Parsed::Known(Command::Status, _) => Some(self.status_text(&key).await),
             Parsed::Known(Command::ConfirmFiles, args) => Some(self.confirm_files(&args).await),
             Parsed::Known(Command::Restart, _) => Some(self.restart(msg)),
+            Parsed::Known(Command::Trigger, name) => Some(self.create_trigger(msg, &key, &name).await),
             Parsed::Unknown { name, suggestion } => Some(commands::unknown_text(&name, suggestion)),
             Parsed::Known(..) => None,
         }
@@ -189,7 +191,9 @@ impl LoopInner {
             // `/goal <task>` runs as a turn (worker); only its empty form gets here.
             Command::Goal => Ok(GOAL_USAGE.to_owned()),
             // Answered at once (`immediate_command`).
-            Command::Restart => Ok("Restart is answered at once, not queued.".to_owned()),
+            Command::Restart | Command::Trigger => {
+                Ok("This command is answered at once, not queued.".to_owned())
+            }
             Command::Model => self.model_command(key, args).await,
             Command::DreamPrompt => Ok(self.workspace_prompt_command(&DREAM_PROMPT, args).await),
             Command::EvaluatorPrompt => Ok(self.workspace_prompt_command(&EVALUATOR_PROMPT, args).await),
@@ -240,6 +244,49 @@ impl LoopInner {
              output tokens: {}",
             choice.name, choice.model, choice.context_window_tokens, choice.max_tokens
         ))
+    }
+
+    /// `/trigger <name>`: creates a local trigger bound to this chat's session (0.3.5's answer).
+    async fn create_trigger(&self, msg: &InboundMessage, key: &str, name: &str) -> String {
+        #[cfg(feature = "cron")]
+        {
+            let name = name.trim();
+            if name.is_empty() {
+                return "Usage: /trigger <name>\n\nCreate a named local trigger bound to this chat session."
+                    .to_owned();
+            }
+            if nanobot_bus::is_internal_channel(&msg.channel) {
+                return "Local triggers answer in a chat app (Telegram, Slack, the WebUI…): use /trigger there."
+                    .to_owned();
+            }
+            let Some(store) = self.triggers.clone() else {
+                return "Local triggers are not available here (cron is off).".to_owned();
+            };
+            let (name, channel, chat, key) = (
+                name.to_owned(),
+                msg.channel.clone(),
+                msg.chat_id.clone(),
+                key.to_owned(),
+            );
+            let mut metadata = msg.metadata.clone();
+            metadata.remove(nanobot_bus::META_BUTTONS);
+            let created =
+                tokio::task::spawn_blocking(move || store.create(&name, &channel, &chat, &key, metadata))
+                    .await;
+            match created {
+                Ok(Ok(t)) => format!(
+                    "Trigger created: {}\nID: {}\n\nCommand:\nnanobot trigger {} \"message\"",
+                    t.name, t.id, t.id
+                ),
+                Ok(Err(e)) => format!("Could not create the trigger: {e}"),
+                Err(e) => format!("Could not create the trigger: {e}"),
+            }
+        }
+        #[cfg(not(feature = "cron"))]
+        {
+            let _ = (msg, key, name);
+            "Local triggers are not available in this build.".to_owned()
+        }
     }
 
     /// `/restart`: asks the host to restart, when the sender is an owner and the host can.

@@ -6,6 +6,7 @@
 mod schedules;
 mod service;
 mod store;
+mod triggers;
 
 use chrono::{DateTime, TimeZone, Utc};
 

@@ -1,4 +1,5 @@
-//! The SSRF guard: keeps `web_fetch` (and MCP HTTP transports) away from internal addresses.
+//! The SSRF guard: keeps outbound fetches (`web_fetch`, MCP HTTP transports, channels fetching remote media) away
+//! from internal addresses.
 //!
 //! A URL passes when its scheme is `http`/`https`, it has a host, and **every** address the host
 //! resolves to is public: not private, loopback, link-local, CGNAT, unspecified, multicast,

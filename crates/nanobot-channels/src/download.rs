@@ -1,0 +1,280 @@
+//! Bounded downloads, shared by every channel that fetches files: the platform's own attachments (received media)
+//! and remote media the agent asks a channel to send.
+//!
+//! - [`read_body`] and [`save_body`] take a response body with a byte limit: a `Content-Length` over the limit is
+//!   refused before a byte is read, and the running count is checked on every chunk, so a server that lies about
+//!   (or omits) the length is cut off at the limit. [`save_body`] writes through `<dest>.part` and renames it when
+//!   the body is complete, so a cut-off download never leaves a partial file under the real name.
+//! - [`RemoteMedia`] fetches an `http(s)` URL the agent gave as an attachment. The URL, every address its host
+//!   resolves to, and every redirect hop pass the SSRF guard ([`nanobot_util::ssrf`], with `tools.ssrfWhitelist`);
+//!   the connection goes to the addresses that were checked. Redirects are followed only when the channel's config
+//!   allows them (0.3.5's `allowRemoteMediaRedirects`), at most [`MAX_REDIRECTS`], and only to the same host or one
+//!   of `remoteMediaRedirectAllowedHosts`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nanobot_util::ssrf::SsrfGuard;
+use tokio::io::AsyncWriteExt;
+use url::Url;
+
+use crate::{ChannelError, safe_file_name};
+
+/// Most redirects [`RemoteMedia`] follows for one URL (0.3.5 follows three).
+pub const MAX_REDIRECTS: usize = 3;
+/// The default bound of a remote media fetch (0.3.5's 20 MiB).
+pub const DEFAULT_REMOTE_MEDIA_BYTES: u64 = 20 * 1024 * 1024;
+/// Bound of one remote media request, headers and body.
+const REMOTE_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn too_large(channel: &str, what: &str, max: u64) -> ChannelError {
+    ChannelError::rejected(channel, format!("{what} is larger than {max} bytes"))
+}
+
+/// A body error, without the URL (it may carry a token in its query).
+fn body_error(channel: &str, what: &str, e: reqwest::Error) -> ChannelError {
+    ChannelError::transient(channel, format!("{what}: {}", e.without_url()))
+}
+
+/// Reads the whole body of `resp`, refusing more than `max` bytes. `what` names the download in errors.
+pub async fn read_body(
+    channel: &str,
+    what: &str,
+    mut resp: reqwest::Response,
+    max: u64,
+) -> Result<Vec<u8>, ChannelError> {
+    if resp.content_length().is_some_and(|n| n > max) {
+        return Err(too_large(channel, what, max));
+    }
+    let mut out = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| body_error(channel, what, e))? {
+        if (out.len() + chunk.len()) as u64 > max {
+            return Err(too_large(channel, what, max));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+/// Streams the body of `resp` into `dest` (creating its directory), refusing more than `max` bytes; returns the
+/// number of bytes written. The body goes to `<dest>.part` first and is renamed when complete; on any failure the
+/// part file is removed and `dest` is untouched.
+pub async fn save_body(
+    channel: &str,
+    what: &str,
+    mut resp: reqwest::Response,
+    dest: &Path,
+    max: u64,
+) -> Result<u64, ChannelError> {
+    if resp.content_length().is_some_and(|n| n > max) {
+        return Err(too_large(channel, what, max));
+    }
+    let mut part = dest.as_os_str().to_owned();
+    part.push(".part");
+    let part = PathBuf::from(part);
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| ChannelError::Io { path, source }
+    };
+    if let Some(dir) = dest.parent() {
+        tokio::fs::create_dir_all(dir).await.map_err(io(dir))?;
+    }
+    let result = async {
+        let mut file = tokio::fs::File::create(&part).await.map_err(io(&part))?;
+        let mut total = 0u64;
+        while let Some(chunk) = resp.chunk().await.map_err(|e| body_error(channel, what, e))? {
+            total += chunk.len() as u64;
+            if total > max {
+                return Err(too_large(channel, what, max));
+            }
+            file.write_all(&chunk).await.map_err(io(&part))?;
+        }
+        file.flush().await.map_err(io(&part))?;
+        drop(file);
+        tokio::fs::rename(&part, dest).await.map_err(io(dest))?;
+        Ok(total)
+    }
+    .await;
+    if result.is_err() {
+        let _ = tokio::fs::remove_file(&part).await;
+    }
+    result
+}
+
+/// A remote file fetched by [`RemoteMedia::fetch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Fetched {
+    /// The body.
+    pub bytes: Vec<u8>,
+    /// A file name for it: the last segment of the URL's path, made safe ([`safe_file_name`]); `file` when the
+    /// path has none.
+    pub file_name: String,
+    /// The `Content-Type` the server gave, without parameters.
+    pub content_type: Option<String>,
+}
+
+/// Fetches remote media behind the SSRF guard, with 0.3.5's redirect rules and a size bound. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct RemoteMedia {
+    client: reqwest::Client,
+    guard: SsrfGuard,
+    follow_redirects: bool,
+    redirect_hosts: Vec<String>,
+    max_bytes: u64,
+}
+
+impl RemoteMedia {
+    /// A fetcher that checks every URL and address with `guard`, follows no redirects and reads at most
+    /// [`DEFAULT_REMOTE_MEDIA_BYTES`].
+    pub fn new(guard: SsrfGuard) -> Result<Self, ChannelError> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = guard
+            .client_builder()
+            .timeout(REMOTE_TIMEOUT)
+            .build()
+            .map_err(|e| ChannelError::Config {
+                channel: "remote media".into(),
+                message: format!("cannot build the HTTP client: {e}"),
+            })?;
+        Ok(Self {
+            client,
+            guard,
+            follow_redirects: false,
+            redirect_hosts: Vec::new(),
+            max_bytes: DEFAULT_REMOTE_MEDIA_BYTES,
+        })
+    }
+
+    /// Follows redirects (`allowRemoteMediaRedirects`) to the same host or one of `hosts`
+    /// (`remoteMediaRedirectAllowedHosts`, compared without case).
+    #[must_use]
+    pub fn with_redirects(mut self, follow: bool, hosts: &[String]) -> Self {
+        self.follow_redirects = follow;
+        self.redirect_hosts = hosts
+            .iter()
+            .map(|h| h.trim().trim_end_matches('.').to_ascii_lowercase())
+            .filter(|h| !h.is_empty())
+            .collect();
+        self
+    }
+
+    /// Reads at most `max` bytes.
+    #[must_use]
+    pub fn with_max_bytes(mut self, max: u64) -> Self {
+        self.max_bytes = max;
+        self
+    }
+
+    /// Where a redirect from `current` to `location` may go, or why not.
+    fn next_hop(&self, current: &Url, location: Option<&str>) -> Result<Url, String> {
+        if !self.follow_redirects {
+            return Err("the server redirects and allowRemoteMediaRedirects is off".into());
+        }
+        let location = location.ok_or("a redirect without a Location header")?;
+        let next = current
+            .join(location)
+            .map_err(|e| format!("a redirect to an invalid URL: {e}"))?;
+        let host = |u: &Url| u.host_str().map(|h| h.trim_end_matches('.').to_ascii_lowercase());
+        match host(&next) {
+            Some(h) if Some(&h) == host(current).as_ref() || self.redirect_hosts.contains(&h) => Ok(next),
+            Some(h) => Err(format!(
+                "a redirect to another host ({h}) not in remoteMediaRedirectAllowedHosts"
+            )),
+            None => Err("a redirect to a URL without a host".into()),
+        }
+    }
+
+    /// Fetches `url` for `channel`. Refused (with the reason) when the URL or a redirect hop fails the SSRF guard
+    /// or the redirect rules, when the server answers an error, or when the body is larger than the bound.
+    pub async fn fetch(&self, channel: &str, url: &str) -> Result<Fetched, ChannelError> {
+        let refused = |why: String| ChannelError::rejected(channel, format!("remote media {url}: {why}"));
+        let (mut current, _) = self
+            .guard
+            .check_str(url)
+            .await
+            .map_err(|e| refused(e.to_string()))?;
+        for _ in 0..=MAX_REDIRECTS {
+            let resp = self
+                .client
+                .get(current.clone())
+                .send()
+                .await
+                .map_err(|e| ChannelError::transient(channel, format!("remote media {url}: {e}")))?;
+            let status = resp.status();
+            if status.is_redirection() {
+                let location = resp
+                    .headers()
+                    .get(reqwest::header::LOCATION)
+                    .and_then(|v| v.to_str().ok());
+                let next = self.next_hop(&current, location).map_err(refused)?;
+                self.guard
+                    .check_url(&next)
+                    .await
+                    .map_err(|e| refused(e.to_string()))?;
+                current = next;
+                continue;
+            }
+            if !status.is_success() {
+                return Err(refused(format!("HTTP {status}")));
+            }
+            let content_type = resp
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.split(';').next())
+                .map(|v| v.trim().to_ascii_lowercase())
+                .filter(|v| !v.is_empty());
+            let file_name = safe_file_name(
+                current
+                    .path_segments()
+                    .and_then(|mut s| s.next_back())
+                    .unwrap_or_default(),
+            );
+            let bytes = read_body(channel, &format!("remote media {url}"), resp, self.max_bytes).await?;
+            return Ok(Fetched {
+                bytes,
+                file_name,
+                content_type,
+            });
+        }
+        Err(refused(format!("more than {MAX_REDIRECTS} redirects")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fetcher(follow: bool, hosts: &[&str]) -> RemoteMedia {
+        let hosts: Vec<String> = hosts.iter().map(|h| (*h).to_string()).collect();
+        RemoteMedia::new(SsrfGuard::default())
+            .unwrap()
+            .with_redirects(follow, &hosts)
+    }
+
+    #[test]
+    fn redirect_rules() {
+        let from = Url::parse("https://cdn.example.com/a/b.png").unwrap();
+        let off = fetcher(false, &[]);
+        assert!(
+            off.next_hop(&from, Some("/c.png")).is_err(),
+            "redirects are off by default"
+        );
+        let on = fetcher(true, &["Media.Example.NET."]);
+        assert_eq!(
+            on.next_hop(&from, Some("/c.png")).unwrap().as_str(),
+            "https://cdn.example.com/c.png",
+            "same host"
+        );
+        assert!(
+            on.next_hop(&from, Some("https://media.example.net/x")).is_ok(),
+            "listed host"
+        );
+        let err = on
+            .next_hop(&from, Some("https://evil.example.org/x"))
+            .unwrap_err();
+        assert!(err.contains("evil.example.org"), "{err}");
+        assert!(on.next_hop(&from, None).is_err(), "no Location");
+    }
+}
