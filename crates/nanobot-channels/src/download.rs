@@ -14,7 +14,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use nanobot_util::ssrf::SsrfGuard;
+/// The SSRF guard [`RemoteMedia`] checks with (from `nanobot-util`), re-exported for the adapters.
+pub use nanobot_util::ssrf::SsrfGuard;
 use tokio::io::AsyncWriteExt;
 use url::Url;
 

@@ -181,8 +181,14 @@ impl Api {
         }
     }
 
-    /// Downloads a received file by its download code, refusing more than `max` bytes.
-    pub(crate) async fn download(&self, code: &str, max: u64) -> Result<Vec<u8>, ChannelError> {
+    /// Saves a received file, by its download code, to `dest` (see [`nanobot_channels::download::save_body`]),
+    /// refusing more than `max` bytes.
+    pub(crate) async fn download(
+        &self,
+        code: &str,
+        dest: &std::path::Path,
+        max: u64,
+    ) -> Result<u64, ChannelError> {
         let answer = self
             .call(
                 "/v1.0/robot/messageFiles/download",
@@ -193,31 +199,14 @@ impl Api {
             .as_str()
             .filter(|u| u.starts_with("http://") || u.starts_with("https://"))
             .ok_or_else(|| ChannelError::rejected(NAME, "messageFiles/download: no downloadUrl"))?;
-        let mut resp = self
+        let resp = self
             .http
             .get(url)
             .send()
             .await
             .and_then(reqwest::Response::error_for_status)
-            .map_err(|e| ChannelError::transient(NAME, e))?;
-        if resp.content_length().is_some_and(|n| n > max) {
-            return Err(ChannelError::rejected(
-                NAME,
-                format!("file larger than {max} bytes"),
-            ));
-        }
-        let mut out = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(|e| ChannelError::transient(NAME, e))? {
-            let chunk: bytes::Bytes = chunk;
-            out.extend_from_slice(&chunk);
-            if out.len() as u64 > max {
-                return Err(ChannelError::rejected(
-                    NAME,
-                    format!("file larger than {max} bytes"),
-                ));
-            }
-        }
-        Ok(out)
+            .map_err(|e| ChannelError::transient(NAME, e.without_url()))?;
+        nanobot_channels::download::save_body(NAME, "file", resp, dest, max).await
     }
 
     /// Uploads a file through the legacy API (`POST {oapi}/media/upload?access_token=…&type=…`, a multipart body

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use futures::{SinkExt, StreamExt};
 use nanobot_bus::{Bus, InboundMessage, OutboundKind, OutboundMessage};
+use nanobot_channels::download::{RemoteMedia, SsrfGuard};
 use nanobot_channels::{
     AccessControl, AccessDecision, AllowList, Channel, ChannelError, GroupPolicy, InboundContext,
     PairingStore, safe_file_name, split_message,
@@ -49,6 +50,8 @@ pub struct DingTalkChannel {
     seen: nanobot_channels::RecentIds,
     handled: watch::Sender<u64>,
     connections: watch::Sender<u64>,
+    /// Fetches remote attachments before uploading them.
+    remote: RemoteMedia,
 }
 
 impl std::fmt::Debug for DingTalkChannel {
@@ -186,6 +189,7 @@ impl DingTalkChannel {
             GroupPolicy::Mention,
             None,
         );
+        let remote = Self::remote_media(&settings, SsrfGuard::default())?;
         Ok(Self {
             settings,
             access,
@@ -194,7 +198,22 @@ impl DingTalkChannel {
             seen: nanobot_channels::RecentIds::new(SEEN_CAPACITY),
             handled: watch::Sender::new(0),
             connections: watch::Sender::new(0),
+            remote,
         })
+    }
+
+    /// Checks remote attachments (URLs the agent sends that DingTalk does not fetch itself) with `guard` (the
+    /// gateway passes one with `tools.ssrfWhitelist`). Without it, internal addresses are refused.
+    pub fn with_ssrf_guard(mut self, guard: SsrfGuard) -> Result<Self, ChannelError> {
+        self.remote = Self::remote_media(&self.settings, guard)?;
+        Ok(self)
+    }
+
+    fn remote_media(settings: &DingTalkSettings, guard: SsrfGuard) -> Result<RemoteMedia, ChannelError> {
+        Ok(RemoteMedia::new(guard)?.with_redirects(
+            settings.allow_remote_media_redirects,
+            &settings.remote_media_redirect_allowed_hosts,
+        ))
     }
 
     /// Issues pairing codes to denied direct-message senders through `store`.
@@ -393,18 +412,9 @@ impl DingTalkChannel {
             safe_file_name(&unique),
             safe_file_name(name)
         ));
-        let result = async {
-            let bytes = self.api.download(code, self.settings.max_file_bytes).await?;
-            let io = |source| ChannelError::Io {
-                path: path.display().to_string(),
-                source,
-            };
-            tokio::fs::create_dir_all(&dir).await.map_err(io)?;
-            tokio::fs::write(&path, &bytes).await.map_err(io)
-        }
-        .await;
+        let result = self.api.download(code, &path, self.settings.max_file_bytes).await;
         match result {
-            Ok(()) => Some(path.display().to_string()),
+            Ok(_) => Some(path.display().to_string()),
             Err(e) => {
                 tracing::warn!(error = %e, "dingtalk: download failed");
                 None
@@ -459,9 +469,8 @@ impl DingTalkChannel {
                         ),
                     }
                 }
-                self.fetch_remote(url, max)
-                    .await
-                    .ok_or_else(|| ChannelError::rejected(NAME, "the remote file could not be fetched"))?
+                let (data, mime) = self.fetch_remote(url, max).await?;
+                (data, source.file_name(), mime)
             }
             Source::Local(path) => {
                 let path = path.clone();
@@ -519,17 +528,24 @@ impl DingTalkChannel {
         self.send_robot(chat_id, "sampleFile", &param).await
     }
 
-    /// Fetches a remote attachment (not an image URL DingTalk fetches itself) for upload, at most `max` bytes:
-    /// its bytes, file name and content type. Remote files are not fetched yet (an SSRF-guarded fetcher with
-    /// nanobot's redirect rules, `allowRemoteMediaRedirects` and `remoteMediaRedirectAllowedHosts`, is to come), so
-    /// this logs a warning and answers `None`, which the caller reports as a failed attachment.
-    async fn fetch_remote(&self, url: &url::Url, max: u64) -> Option<(Vec<u8>, String, Option<String>)> {
-        let _ = max;
-        tracing::warn!(
-            host = url.host_str().unwrap_or_default(),
-            "dingtalk: remote attachments other than image URLs are not fetched; attachment not sent"
-        );
-        None
+    /// Fetches a remote attachment (not an image URL DingTalk fetches itself) for upload, at most `max` bytes,
+    /// behind the SSRF guard and with the redirect rules of `allowRemoteMediaRedirects` and
+    /// `remoteMediaRedirectAllowedHosts`: its bytes and content type.
+    async fn fetch_remote(
+        &self,
+        url: &url::Url,
+        max: u64,
+    ) -> Result<(Vec<u8>, Option<String>), ChannelError> {
+        let fetched = self
+            .remote
+            .clone()
+            .with_max_bytes(max)
+            .fetch(NAME, url.as_str())
+            .await?;
+        if fetched.bytes.is_empty() {
+            return Err(ChannelError::rejected(NAME, "the remote file is empty"));
+        }
+        Ok((fetched.bytes, fetched.content_type))
     }
 }
 

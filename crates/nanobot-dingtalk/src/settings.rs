@@ -32,6 +32,10 @@ pub struct DingTalkSettings {
     /// Legacy API base URL of media uploads (default [`DEFAULT_OAPI_URL`]; `baseUrl` sets it too, so that one
     /// server, a fake in tests, answers both).
     pub oapi_url: String,
+    /// `allowRemoteMediaRedirects`: follow redirects when fetching a remote attachment to send.
+    pub allow_remote_media_redirects: bool,
+    /// `remoteMediaRedirectAllowedHosts`: hosts such redirects may lead to besides the URL's own.
+    pub remote_media_redirect_allowed_hosts: Vec<String>,
     /// Largest received file downloaded, in bytes.
     pub max_file_bytes: u64,
 }
@@ -47,6 +51,8 @@ impl DingTalkSettings {
             disable_private_chat: false,
             api_url: DEFAULT_API_URL.into(),
             oapi_url: DEFAULT_OAPI_URL.into(),
+            allow_remote_media_redirects: false,
+            remote_media_redirect_allowed_hosts: Vec::new(),
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
         }
     }
@@ -71,6 +77,9 @@ impl DingTalkSettings {
         s.allow_from.clone_from(&config.allow_from);
         s.group_user_isolation = config.group_user_isolation;
         s.disable_private_chat = config.disable_private_chat;
+        s.allow_remote_media_redirects = config.allow_remote_media_redirects;
+        s.remote_media_redirect_allowed_hosts
+            .clone_from(&config.remote_media_redirect_allowed_hosts);
         if let Some(base) = http_base_url(NAME, config.base_url.as_deref())? {
             s.oapi_url.clone_from(&base);
             s.api_url = base;

@@ -238,14 +238,16 @@ impl Api {
         }
     }
 
-    /// Downloads a message resource (`type` `image` or `file`), refusing more than `max` bytes.
-    pub(crate) async fn resource(
+    /// Saves a message resource (`type` `image` or `file`) to `dest` (see
+    /// [`nanobot_channels::download::save_body`]), refusing more than `max` bytes.
+    pub(crate) async fn save_resource(
         &self,
         message_id: &str,
         key: &str,
         kind: &str,
+        dest: &std::path::Path,
         max: u64,
-    ) -> Result<Vec<u8>, ChannelError> {
+    ) -> Result<u64, ChannelError> {
         let token = self.token().await?;
         let url = format!(
             "{}/open-apis/im/v1/messages/{}/resources/{}?type={}",
@@ -254,7 +256,7 @@ impl Api {
             enc(key),
             enc(kind)
         );
-        let mut resp = self
+        let resp = self
             .http
             .get(url)
             .bearer_auth(token)
@@ -262,24 +264,7 @@ impl Api {
             .await
             .and_then(reqwest::Response::error_for_status)
             .map_err(|e| ChannelError::transient(NAME, e))?;
-        if resp.content_length().is_some_and(|n| n > max) {
-            return Err(ChannelError::rejected(
-                NAME,
-                format!("resource {key} is larger than {max} bytes"),
-            ));
-        }
-        let mut out = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(|e| ChannelError::transient(NAME, e))? {
-            let chunk: bytes::Bytes = chunk;
-            out.extend_from_slice(&chunk);
-            if out.len() as u64 > max {
-                return Err(ChannelError::rejected(
-                    NAME,
-                    format!("resource {key} is larger than {max} bytes"),
-                ));
-            }
-        }
-        Ok(out)
+        nanobot_channels::download::save_body(NAME, &format!("resource {key}"), resp, dest, max).await
     }
 }
 

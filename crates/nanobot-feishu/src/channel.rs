@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use futures::{SinkExt, StreamExt};
 use nanobot_bus::{Bus, InboundMessage, OutboundKind, OutboundMessage};
+use nanobot_channels::download::{RemoteMedia, SsrfGuard};
 use nanobot_channels::{
     AccessControl, AccessDecision, AllowList, Channel, ChannelError, InboundContext, PairingStore,
     safe_file_name, split_message,
@@ -66,6 +67,8 @@ pub struct FeishuChannel {
     handled: watch::Sender<u64>,
     connections: watch::Sender<u64>,
     transcriber: Option<Arc<dyn nanobot_channels::Transcribe>>,
+    /// Fetches `http(s)` entries of `media` before uploading them.
+    remote: RemoteMedia,
 }
 
 impl std::fmt::Debug for FeishuChannel {
@@ -111,6 +114,7 @@ impl FeishuChannel {
             handled: watch::Sender::new(0),
             connections: watch::Sender::new(0),
             transcriber: None,
+            remote: RemoteMedia::new(SsrfGuard::default())?,
         })
     }
 
@@ -120,6 +124,13 @@ impl FeishuChannel {
     pub fn with_transcriber(mut self, transcriber: Arc<dyn nanobot_channels::Transcribe>) -> Self {
         self.transcriber = Some(transcriber);
         self
+    }
+
+    /// Checks remote files the agent sends (`http(s)` entries of `media`) with `guard` (the gateway passes one
+    /// with `tools.ssrfWhitelist`). Without it, internal addresses are refused. Redirects are not followed.
+    pub fn with_ssrf_guard(mut self, guard: SsrfGuard) -> Result<Self, ChannelError> {
+        self.remote = RemoteMedia::new(guard)?;
+        Ok(self)
     }
 
     /// Issues pairing codes to denied direct-message senders through `store`.
@@ -435,21 +446,12 @@ impl FeishuChannel {
         }
         let dir = self.media_dir.join(NAME);
         let path = dir.join(format!("{}_{}", safe_file_name(key), safe_file_name(name)));
-        let result = async {
-            let bytes = self
-                .api
-                .resource(message_id, key, kind, self.settings.max_file_bytes)
-                .await?;
-            let io = |source| ChannelError::Io {
-                path: path.display().to_string(),
-                source,
-            };
-            tokio::fs::create_dir_all(&dir).await.map_err(io)?;
-            tokio::fs::write(&path, &bytes).await.map_err(io)
-        }
-        .await;
+        let result = self
+            .api
+            .save_resource(message_id, key, kind, &path, self.settings.max_file_bytes)
+            .await;
         match result {
-            Ok(()) => {
+            Ok(_) => {
                 let shown = path.display().to_string();
                 media.push(shown.clone());
                 format!("[{label}: {shown}]")
@@ -610,30 +612,71 @@ impl FeishuChannel {
         self.put_text(&mut target, text).await
     }
 
-    /// Uploads and sends one file of `media`; a file that cannot go out leaves a note in the chat instead.
+    /// Uploads and sends one file of `media` (a local path, or an `http(s)` URL fetched behind the SSRF guard); a
+    /// file that cannot go out leaves a note in the chat instead.
     async fn send_file(&self, target: &mut Target<'_>, path: &str) -> Result<(), ChannelError> {
-        if path.starts_with("http://") || path.starts_with("https://") {
-            let note = remote_media_note(path);
-            return self.put_note(target, &note).await;
-        }
-        match self.upload(Path::new(path)).await {
+        let remote = path.starts_with("http://") || path.starts_with("https://");
+        let result = if remote {
+            self.upload_remote(path).await
+        } else {
+            self.upload_local(Path::new(path)).await
+        };
+        match result {
             Ok((kind, content)) => self.put(target, kind, &content).await,
             Err(why) => {
-                tracing::warn!(path = %path, reason = %why, "feishu: file not sent");
-                self.put_note(target, &format!("[file not sent: {}]", file_label(path)))
-                    .await
+                let shown = if remote {
+                    link_label(path)
+                } else {
+                    file_label(path)
+                };
+                tracing::warn!(file = %shown, reason = %why, "feishu: file not sent");
+                self.put_note(target, &format!("[file not sent: {shown}]")).await
             }
         }
     }
 
-    /// Uploads a local file (images to the images API, the rest to the files API); the message type and content
-    /// that show it.
-    async fn upload(&self, path: &Path) -> Result<(&'static str, String), String> {
+    /// Uploads a local file within Feishu's limits.
+    async fn upload_local(&self, path: &Path) -> Result<(&'static str, String), String> {
         let kind = Upload::of(path);
         let bytes = read_limited(path, kind.limit())
             .await
             .map_err(|e| e.to_string())?;
-        let name = file_label(&path.to_string_lossy());
+        self.upload(kind, &file_label(&path.to_string_lossy()), &bytes)
+            .await
+    }
+
+    /// Fetches a remote file (SSRF guard, redirect rules, Feishu's limit for its kind) and uploads it.
+    async fn upload_remote(&self, url: &str) -> Result<(&'static str, String), String> {
+        let name = url::Url::parse(url)
+            .ok()
+            .and_then(|u| {
+                u.path_segments()
+                    .and_then(|mut s| s.next_back().map(str::to_owned))
+            })
+            .unwrap_or_default();
+        let kind = Upload::of(Path::new(&name));
+        let fetched = self
+            .remote
+            .clone()
+            .with_max_bytes(kind.limit())
+            .fetch(NAME, url)
+            .await
+            .map_err(|e| nanobot_util::ErrorChain(&e).to_string())?;
+        if fetched.bytes.is_empty() {
+            return Err("empty file".into());
+        }
+        self.upload(kind, &fetched.file_name, &bytes::Bytes::from(fetched.bytes))
+            .await
+    }
+
+    /// Uploads a file's bytes (images to the images API, the rest to the files API); the message type and content
+    /// that show it.
+    async fn upload(
+        &self,
+        kind: Upload,
+        name: &str,
+        bytes: &bytes::Bytes,
+    ) -> Result<(&'static str, String), String> {
         let key_of = |answer: &Value, key: &str| {
             answer["data"][key]
                 .as_str()
@@ -649,8 +692,8 @@ impl FeishuChannel {
                         "/open-apis/im/v1/images",
                         &[("image_type", "message")],
                         "image",
-                        &name,
-                        &bytes,
+                        name,
+                        bytes,
                     )
                     .await
                     .map_err(|e| e.to_string())?;
@@ -662,10 +705,10 @@ impl FeishuChannel {
                     .api
                     .upload(
                         "/open-apis/im/v1/files",
-                        &[("file_type", file_type), ("file_name", &name)],
+                        &[("file_type", file_type), ("file_name", name)],
                         "file",
-                        &name,
-                        &bytes,
+                        name,
+                        bytes,
                     )
                     .await
                     .map_err(|e| e.to_string())?;
@@ -808,10 +851,9 @@ impl FeishuChannel {
     }
 }
 
-/// The note sent for a remote file in `media` (not fetched by this version): the link without its query, which
-/// may hold credentials.
-fn remote_media_note(url: &str) -> String {
-    let shown = url::Url::parse(url).map_or_else(
+/// A link as shown in notes and logs: without its query, which may hold credentials.
+fn link_label(url: &str) -> String {
+    url::Url::parse(url).map_or_else(
         |_| "a link".to_owned(),
         |u| {
             format!(
@@ -821,9 +863,7 @@ fn remote_media_note(url: &str) -> String {
                 u.path()
             )
         },
-    );
-    tracing::warn!(url = %shown, "feishu: remote files are not fetched; file not sent");
-    format!("[file not sent: {shown}]")
+    )
 }
 
 /// Joins the parts of a split data frame (`sum` > 1); `None` while parts are missing.

@@ -1,109 +1,10 @@
 //! Bounded downloads and remote media behind the SSRF guard, against a real HTTP server on loopback.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nanobot_channels::download::{RemoteMedia, read_body, save_body};
+use nanobot_testkit::file_server::{Answer, FileServer as Server};
 use nanobot_util::ssrf::SsrfGuard;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
-
-/// A canned answer: status line extras, headers, body; `length` overrides the Content-Length header (a lying
-/// server), `None` sends none (the body ends with the connection).
-#[derive(Clone)]
-struct Answer {
-    status: &'static str,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-    length: Option<Option<usize>>,
-}
-
-impl Answer {
-    fn ok(body: &[u8]) -> Self {
-        Self {
-            status: "200 OK",
-            headers: vec![("Content-Type".into(), "image/png; charset=binary".into())],
-            body: body.to_vec(),
-            length: None,
-        }
-    }
-    fn redirect(to: &str) -> Self {
-        Self {
-            status: "302 Found",
-            headers: vec![("Location".into(), to.into())],
-            body: Vec::new(),
-            length: None,
-        }
-    }
-}
-
-/// An HTTP/1.1 server on 127.0.0.1 answering paths from a table (404 otherwise) and counting requests per path.
-struct Server {
-    base: String,
-    hits: Arc<Mutex<HashMap<String, usize>>>,
-}
-
-impl Server {
-    async fn start(routes: Vec<(&str, Answer)>) -> Self {
-        Self::start_on("127.0.0.1:0", routes).await
-    }
-
-    async fn start_on(addr: &str, routes: Vec<(&str, Answer)>) -> Self {
-        let listener = TcpListener::bind(addr).await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let routes: HashMap<String, Answer> = routes.into_iter().map(|(p, a)| (p.to_string(), a)).collect();
-        let hits = Arc::new(Mutex::new(HashMap::new()));
-        let counted = hits.clone();
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                let routes = routes.clone();
-                let hits = counted.clone();
-                tokio::spawn(async move {
-                    let mut head = Vec::new();
-                    let mut byte = [0u8; 1];
-                    while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
-                        if socket.read(&mut byte).await.unwrap_or(0) == 0 {
-                            return;
-                        }
-                        head.push(byte[0]);
-                    }
-                    let head = String::from_utf8_lossy(&head);
-                    let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
-                    *hits.lock().unwrap().entry(path.clone()).or_default() += 1;
-                    let answer = routes.get(&path).cloned().unwrap_or(Answer {
-                        status: "404 Not Found",
-                        headers: Vec::new(),
-                        body: Vec::new(),
-                        length: None,
-                    });
-                    let mut out = format!("HTTP/1.1 {}\r\nConnection: close\r\n", answer.status);
-                    for (k, v) in &answer.headers {
-                        out.push_str(&format!("{k}: {v}\r\n"));
-                    }
-                    match answer.length {
-                        None => out.push_str(&format!("Content-Length: {}\r\n", answer.body.len())),
-                        Some(Some(n)) => out.push_str(&format!("Content-Length: {n}\r\n")),
-                        Some(None) => {}
-                    }
-                    out.push_str("\r\n");
-                    let _ = socket.write_all(out.as_bytes()).await;
-                    let _ = socket.write_all(&answer.body).await;
-                    let _ = socket.shutdown().await;
-                });
-            }
-        });
-        Self { base, hits }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn hits(&self, path: &str) -> usize {
-        self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
-    }
-}
 
 fn loopback_allowed() -> SsrfGuard {
     SsrfGuard::from_cidrs(&["127.0.0.0/8"]).unwrap()
@@ -218,11 +119,9 @@ async fn a_redirect_into_a_blocked_network_is_refused() {
 #[tokio::test]
 async fn bodies_over_the_limit_are_cut_off_whatever_the_server_claims() {
     let big = vec![7u8; 64 * 1024];
-    let mut lying = Answer::ok(&big);
-    lying.length = Some(None);
     let server = Server::start(vec![
         ("/honest", Answer::ok(&big)),
-        ("/lying", lying),
+        ("/lying", Answer::ok(&big).without_length()),
         ("/small", Answer::ok(b"small")),
     ])
     .await;
@@ -257,9 +156,11 @@ async fn bodies_over_the_limit_are_cut_off_whatever_the_server_claims() {
 #[tokio::test]
 async fn saved_bodies_appear_whole_or_not_at_all() {
     let big = vec![1u8; 32 * 1024];
-    let mut lying = Answer::ok(&big);
-    lying.length = Some(None);
-    let server = Server::start(vec![("/big", lying), ("/ok", Answer::ok(b"content"))]).await;
+    let server = Server::start(vec![
+        ("/big", Answer::ok(&big).without_length()),
+        ("/ok", Answer::ok(b"content")),
+    ])
+    .await;
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("sub/dir/file.bin");
     let err = save_body("test", "the file", get(&server.url("/big")).await, &dest, 1000)

@@ -211,8 +211,7 @@ async fn run_queue(
     let queue = TriggerQueue::new(s.clone(), handler);
     queue.recover().await;
     queue.deliver_pending(&CancellationToken::new()).await;
-    let out = seen.lock().unwrap().clone();
-    out
+    seen.lock().unwrap().clone()
 }
 
 #[tokio::test]

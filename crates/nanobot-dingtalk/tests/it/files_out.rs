@@ -9,9 +9,11 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use nanobot_bus::{Bus as _, OutboundMessage};
 use nanobot_channels::Channel as _;
+use nanobot_channels::download::SsrfGuard;
 use nanobot_config::Secret;
 use nanobot_dingtalk::{DingTalkChannel, DingTalkSettings};
 use nanobot_testkit::fake_dingtalk::{DingTalkCall, FakeDingTalk, UploadFault};
+use nanobot_testkit::file_server::{Answer, FileServer};
 use nanobot_testkit::secrets::{Echo, EchoServer, LogCapture, error_text};
 use serde_json::json;
 
@@ -162,7 +164,7 @@ async fn html_is_uploaded_as_a_zip_of_the_page() -> Result<()> {
 }
 
 #[tokio::test]
-async fn an_image_url_is_sent_as_is_and_other_urls_are_not_fetched() -> Result<()> {
+async fn an_image_url_is_sent_as_is_and_internal_urls_are_not_fetched() -> Result<()> {
     let fake = FakeDingTalk::start("ding_test", "secret-2").await?;
     let dir = tempfile::tempdir()?;
     let ch = channel(&fake, dir.path(), |_| {})?;
@@ -414,5 +416,74 @@ async fn the_fake_upload_endpoint_is_strict() -> Result<()> {
         (uploads[0].file_name.as_str(), uploads[0].bytes.as_slice()),
         ("a.pdf", PDF)
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn remote_files_are_fetched_behind_the_ssrf_guard_with_the_redirect_rules() -> Result<()> {
+    let fake = FakeDingTalk::start("ding_test", "secret-2").await?;
+    let dir = tempfile::tempdir()?;
+    let other = FileServer::start_on(
+        "127.0.0.2:0",
+        vec![(
+            "/elsewhere.pdf",
+            Answer::file(b"%PDF elsewhere", "application/pdf"),
+        )],
+    )
+    .await;
+    let files = FileServer::start(vec![
+        (
+            "/docs/report.pdf",
+            Answer::file(b"%PDF remote", "application/pdf"),
+        ),
+        ("/moved.pdf", Answer::redirect("/docs/report.pdf")),
+        ("/away.pdf", Answer::redirect(&other.url("/elsewhere.pdf"))),
+    ])
+    .await;
+    let loopback = || SsrfGuard::from_cidrs(&["127.0.0.0/8"]);
+    let media = [
+        files.url("/docs/report.pdf"),
+        files.url("/moved.pdf"),
+        files.url("/away.pdf"),
+    ];
+
+    // Redirects off (the default): the file itself goes, both redirects are refused.
+    let ch = channel(&fake, dir.path(), |_| {})?.with_ssrf_guard(loopback()?)?;
+    send(&ch, &with_media("staff1", "", &media)).await?;
+    let uploads = fake.uploads();
+    assert_eq!(uploads.len(), 1);
+    assert_eq!(
+        (
+            uploads[0].media_type.as_str(),
+            uploads[0].file_name.as_str(),
+            uploads[0].bytes.as_slice()
+        ),
+        ("file", "report.pdf", &b"%PDF remote"[..])
+    );
+    let sent = fake.sent_messages();
+    assert_eq!(keys(&sent), ["sampleFile", "sampleMarkdown", "sampleMarkdown"]);
+    assert_eq!(
+        texts(&sent),
+        [
+            "[Attachment send failed: moved.pdf]",
+            "[Attachment send failed: away.pdf]"
+        ]
+    );
+
+    // allowRemoteMediaRedirects: the same host is followed; another host only when listed.
+    let ch =
+        channel(&fake, dir.path(), |s| s.allow_remote_media_redirects = true)?.with_ssrf_guard(loopback()?)?;
+    send(&ch, &with_media("staff1", "", &media[1..])).await?;
+    assert_eq!(fake.uploads().len(), 2);
+    assert_eq!(other.hits("/elsewhere.pdf"), 0, "the other host was not asked");
+    let ch = channel(&fake, dir.path(), |s| {
+        s.allow_remote_media_redirects = true;
+        s.remote_media_redirect_allowed_hosts = vec!["127.0.0.2".into()];
+    })?
+    .with_ssrf_guard(loopback()?)?;
+    send(&ch, &with_media("staff1", "", &media[2..])).await?;
+    let uploads = fake.uploads();
+    assert_eq!(uploads.len(), 3);
+    assert_eq!(uploads[2].bytes, b"%PDF elsewhere");
     Ok(())
 }

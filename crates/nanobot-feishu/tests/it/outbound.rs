@@ -5,9 +5,12 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use nanobot_bus::{META_STREAM_RESUMING, OutboundKind, OutboundMessage};
+use nanobot_channels::download::SsrfGuard;
 use nanobot_channels::{Channel, GroupPolicy};
+use nanobot_feishu::FeishuChannel;
 use nanobot_feishu::{FeishuSettings, MAX_FILE_UPLOAD_BYTES, MAX_IMAGE_UPLOAD_BYTES};
 use nanobot_testkit::fake_feishu::{FakeCard, FeishuCall, message_event};
+use nanobot_testkit::file_server::{Answer, FileServer};
 use serde_json::{Map, Value, json};
 
 use crate::e2e::{ALICE, GROUP, Harness, dm};
@@ -527,7 +530,7 @@ async fn files_that_cannot_go_out_leave_a_note_and_are_not_uploaded() -> Result<
         big_file.display().to_string(),
         big_image.display().to_string(),
         empty.display().to_string(),
-        "https://example.com/files/a.pdf?token=SECRET123".into(),
+        "https://127.0.0.1:9/files/a.pdf?token=SECRET123".into(),
     ];
     h.channel.send(&msg).await?;
     assert!(h.fake.uploads().is_empty());
@@ -552,7 +555,7 @@ async fn files_that_cannot_go_out_leave_a_note_and_are_not_uploaded() -> Result<
             "[file not sent: huge.bin]".into(),
             "[file not sent: huge.png]".into(),
             "[file not sent: empty.txt]".into(),
-            "[file not sent: https://example.com/files/a.pdf]".into(),
+            "[file not sent: https://127.0.0.1/files/a.pdf]".into(),
         ]
     );
     assert!(
@@ -615,4 +618,84 @@ async fn group_messages_with_a_quote_keep_their_session() -> Result<()> {
     assert_eq!(msg.session_key(), "feishu:oc_group1:om_p");
     h.stop().await;
     Ok(())
+}
+
+#[tokio::test]
+async fn remote_files_are_fetched_behind_the_ssrf_guard_and_uploaded() -> Result<()> {
+    let h = Harness::start(GroupPolicy::Mention).await?;
+    let files = FileServer::start(vec![
+        (
+            "/docs/report.pdf",
+            Answer::file(b"%PDF remote", "application/pdf"),
+        ),
+        ("/pics/cat.png", Answer::ok(b"\x89PNG remote")),
+        ("/moved.pdf", Answer::redirect("/docs/report.pdf")),
+    ])
+    .await;
+    let mut msg = out(OutboundKind::Reply, "", &Map::new());
+    msg.media = vec![
+        files.url("/docs/report.pdf"),
+        files.url("/pics/cat.png"),
+        files.url("/moved.pdf"),
+    ];
+    // The harness's channel has the default guard: loopback is internal, so nothing is fetched.
+    h.channel.send(&msg).await?;
+    assert_eq!(files.hits("/docs/report.pdf") + files.hits("/pics/cat.png"), 0);
+    assert!(h.fake.uploads().is_empty());
+    let notes: Vec<String> = h
+        .fake
+        .sent_messages()
+        .iter()
+        .map(|c| content(c)["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(notes.len(), 3);
+    assert!(
+        notes[0].starts_with("[file not sent: http://127.0.0.1/docs/report.pdf"),
+        "{notes:?}"
+    );
+
+    // With loopback whitelisted (`tools.ssrfWhitelist`), they are fetched and uploaded; a redirect is not followed.
+    let settings = FeishuSettings::from_config(&nanobot_config::FeishuConfig {
+        app_id: "cli_test".into(),
+        app_secret: nanobot_config::Secret::new("secret-1"),
+        allow_from: vec![ALICE.into()],
+        base_url: Some(h.fake.base_url().to_string()),
+        ..nanobot_config::FeishuConfig::default()
+    })?;
+    let open = FeishuChannel::new(settings, h.media.path())?
+        .with_ssrf_guard(SsrfGuard::from_cidrs(&["127.0.0.0/8"])?)?;
+    open.send(&msg).await?;
+    let uploads = h.fake.uploads();
+    let got: Vec<(&str, &[u8])> = uploads
+        .iter()
+        .map(|u| (u.kind.as_str(), u.bytes.as_slice()))
+        .collect();
+    assert_eq!(
+        got,
+        [("file", &b"%PDF remote"[..]), ("image", &b"\x89PNG remote"[..])]
+    );
+    assert_eq!(uploads[0].fields["file_type"], "pdf");
+    assert_eq!(uploads[0].fields["file_name"], "report.pdf");
+    let sent = h.fake.sent_messages();
+    let kinds: Vec<&str> = sent[3..]
+        .iter()
+        .filter_map(|c| c.body["msg_type"].as_str())
+        .collect();
+    assert_eq!(kinds, ["file", "image", "text"]);
+    assert_eq!(
+        content(&sent[5])["text"],
+        format!(
+            "[file not sent: {}]",
+            files.url("/moved.pdf").replace(&format!(":{}", port(&files)), "")
+        )
+    );
+    h.stop().await;
+    Ok(())
+}
+
+fn port(files: &FileServer) -> u16 {
+    url::Url::parse(&files.url("/"))
+        .ok()
+        .and_then(|u| u.port())
+        .unwrap_or_default()
 }
