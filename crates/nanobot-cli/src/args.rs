@@ -121,6 +121,8 @@ pub enum Command {
         #[command(subcommand)]
         action: PluginsAction,
     },
+    /// Deliver a message to a local trigger (made with `/trigger <name>` in a chat); the gateway answers it there.
+    Trigger(TriggerArgs),
     /// Manage persisted session history.
     Sessions {
         /// What to do with the sessions.
@@ -140,6 +142,18 @@ pub enum Command {
     Serve(ServeArgs),
     /// Start the gateway with its `websocket` channel and open the WebUI in the browser.
     Webui(WebuiArgs),
+}
+
+/// `nanobot trigger ID [MESSAGE]` (0.3.5's command).
+#[derive(Debug, Clone, Default, Args)]
+pub struct TriggerArgs {
+    /// Trigger ID returned by /trigger.
+    pub trigger_id: String,
+    /// Message to deliver; standard input is read when it is omitted.
+    pub message: Option<String>,
+    /// Config file and workspace.
+    #[command(flatten)]
+    pub config: ConfigArgs,
 }
 
 /// `nanobot webui` (the flags of nanobot 0.3.5).

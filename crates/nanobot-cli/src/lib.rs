@@ -54,7 +54,7 @@ use std::io::Write;
 pub use args::{
     AgentArgs, ChannelLoginArgs, ChannelsAction, Cli, Command, ConfigArgs, CronAction, CronAddArgs,
     CronConfigArgs, DoctorArgs, EvalArgs, GatewayAction, GatewayArgs, McpAction, OnboardArgs, PluginsAction,
-    ServeArgs, SessionsAction, WebuiArgs, with_default_command,
+    ServeArgs, SessionsAction, TriggerArgs, WebuiArgs, with_default_command,
 };
 pub use error::{CliError, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE};
 pub use eval::{
@@ -285,6 +285,7 @@ pub fn run_with(cli: Cli, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliEr
         Command::Sessions {
             action: SessionsAction::RestoreWorkspace(a),
         } => restore_workspace(env, &a, out),
+        Command::Trigger(a) => trigger(env, &a, &mut std::io::stdin().lock(), out),
         Command::Plugins { action } => match action {
             PluginsAction::List(a) => plugins::list(env, &a, out),
             PluginsAction::Enable { name, config } => plugins::set(env, &config, &name, true, out),
@@ -293,6 +294,45 @@ pub fn run_with(cli: Cli, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliEr
         Command::Serve(a) => gateway::serve(env, &a),
         Command::Webui(a) => webui::webui(env, &a, out),
     }
+}
+
+/// `nanobot trigger ID [MESSAGE]`: queues a delivery for the gateway (outside the workspace; see
+/// [`nanobot_cron::triggers`]). Without a message argument, a message piped on standard input is read.
+fn trigger(
+    env: &CliEnv,
+    a: &args::TriggerArgs,
+    stdin: &mut dyn std::io::BufRead,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    use nanobot_cron::triggers::MAX_MESSAGE_BYTES;
+    use std::io::{IsTerminal as _, Read as _};
+    let s = setup::load(env, &a.config, true)?;
+    let content = match &a.message {
+        Some(m) => m.clone(),
+        None if !std::io::stdin().is_terminal() => {
+            let mut buf = Vec::new();
+            stdin
+                .take(MAX_MESSAGE_BYTES as u64 + 1)
+                .read_to_end(&mut buf)
+                .map_err(|e| CliError::Failed(format!("cannot read the message from standard input: {e}")))?;
+            String::from_utf8(buf)
+                .map_err(|_| CliError::Failed("the message on standard input is not UTF-8".into()))?
+        }
+        None => String::new(),
+    };
+    if content.trim().is_empty() {
+        return Err(CliError::Usage(
+            "the trigger message is required (an argument, or piped on standard input)".into(),
+        ));
+    }
+    let store = nanobot_cron::TriggerStore::new(&s.workspace, s.paths.data_dir().join("triggers"));
+    let delivery = store
+        .enqueue(&a.trigger_id, &content)
+        .map_err(|e| CliError::Failed(e.to_string()))?;
+    write_out(
+        out,
+        &format!("Queued {} ({})\n", delivery.trigger_id, delivery.id),
+    )
 }
 
 /// `nanobot sessions restore-workspace`: 0.3.5's rollback copy into `<workspace>/sessions/`.

@@ -23,7 +23,9 @@
 //! user or group: an image as `sampleImageMsg` with the `media_id` (as `sampleFile` if that is refused), anything
 //! else as `sampleFile`. The upload type comes from the extension (images, audio as `voice`, video, else
 //! `file`); HTML, which DingTalk refuses, is uploaded as `<stem>.zip` holding the page. An `http(s)://` URL of an
-//! image is sent as `sampleImageMsg` with the URL (DingTalk fetches it); other remote files are not fetched (yet).
+//! image is sent as `sampleImageMsg` with the URL (DingTalk fetches it); other remote files are fetched behind the
+//! SSRF guard ([`DingTalkChannel::with_ssrf_guard`]) with the redirect rules of `allowRemoteMediaRedirects` and
+//! `remoteMediaRedirectAllowedHosts`, then uploaded.
 //! A file that cannot go leaves a Markdown note `[Attachment send failed: <name>]` and a warning; the next files
 //! still go. The token, which the legacy API takes in the URL, never reaches an error or a log line.
 //!

@@ -18,7 +18,9 @@
 //! message when `replyToMessage` is on and always inside a topic. Files in a reply's `media` go first: images
 //! uploaded to `/open-apis/im/v1/images` and sent as `image` messages, other files uploaded to
 //! `/open-apis/im/v1/files` and sent as `audio`, `media` (video) or `file` messages ([`MAX_IMAGE_UPLOAD_BYTES`],
-//! [`MAX_FILE_UPLOAD_BYTES`]); a file that cannot go out leaves `[file not sent: <name>]` in the chat.
+//! [`MAX_FILE_UPLOAD_BYTES`]); `http(s)` links among them are fetched behind the SSRF guard
+//! ([`FeishuChannel::with_ssrf_guard`]) and uploaded the same way; a file that cannot go out leaves
+//! `[file not sent: <name>]` in the chat.
 //!
 //! With `streaming` on (the default), [`Channel::supports_streaming`](nanobot_channels::Channel::supports_streaming)
 //! is true and a streamed answer is one CardKit card: created and sent with the first words, its Markdown element

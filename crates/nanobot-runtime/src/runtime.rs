@@ -1,4 +1,5 @@
-//! [`Runtime`]: the agent running on a bus: the one dispatcher, cron with the system jobs, and the lifecycle.
+//! [`Runtime`]: the agent running on a bus: the one dispatcher, cron with the system jobs, the local trigger queue,
+//! and the lifecycle.
 
 use std::sync::Arc;
 
@@ -18,7 +19,7 @@ use crate::system::install_system_jobs;
 #[derive(Clone, Default)]
 #[non_exhaustive]
 pub struct RuntimeOptions {
-    /// Run the cron service, with the system jobs installed from the config.
+    /// Run the cron service, with the system jobs installed from the config, and the local trigger queue.
     pub cron: bool,
     /// Told about every bus-driven turn and system job (metrics).
     pub observer: Option<Arc<dyn TurnObserver>>,
@@ -89,6 +90,19 @@ impl Runtime {
             let svc = cron.clone();
             let stop = accept.clone();
             tokio::spawn(async move { svc.run(stop).await });
+        }
+        // Local triggers (`/trigger`, `nanobot trigger`): deliveries run as turns in their chats, with cron.
+        if opts.cron
+            && let Some(store) = agent.triggers()
+        {
+            let runner = agent.clone();
+            let handler: nanobot_cron::triggers::TriggerHandler = Arc::new(move |trigger, delivery| {
+                let agent = runner.clone();
+                Box::pin(async move { agent.run_trigger(trigger, delivery).await })
+            });
+            let queue = nanobot_cron::TriggerQueue::new(store.clone(), handler);
+            let stop = accept.clone();
+            tokio::spawn(async move { queue.run(stop).await });
         }
         // Session files written by the Python nanobot are counted once now, off the turn path, so the first turn
         // on a long one reads only its tail (issue 16). Stops with the runtime.

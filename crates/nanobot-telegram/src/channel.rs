@@ -30,11 +30,26 @@ use tokio_util::sync::CancellationToken;
 use crate::media::{self, Attachment};
 use crate::{TelegramSettings, WebhookSettings};
 
-/// The bot commands registered with Telegram (`setMyCommands`): name and description.
+/// The bot commands registered with Telegram (`setMyCommands`): 0.3.5's menu (names as Telegram allows them:
+/// `dream_log` is `/dream-log`), with our descriptions.
 pub const BOT_COMMANDS: &[(&str, &str)] = &[
     ("start", "Start the bot"),
     ("new", "Start a new conversation"),
+    ("compact", "Summarise older messages into memory"),
     ("stop", "Stop the current task"),
+    ("restart", "Restart nanobot (the owner only)"),
+    ("status", "Show model, usage and session size"),
+    ("history", "Show the last messages of this chat"),
+    ("goal", "Work on a long-running task"),
+    ("trigger", "Create a named local trigger for this chat"),
+    ("pairing", "Pairing requests: list, approve, deny"),
+    ("model", "Show or switch the model preset"),
+    ("skill", "List the skills"),
+    ("dream", "Consolidate memory now (Dream)"),
+    ("dream_log", "Show recent Dream changes"),
+    ("dream_restore", "Undo a Dream change"),
+    ("dream_prompt", "Show or set up Dream's instructions"),
+    ("evaluator_prompt", "Show or set up when the heartbeat speaks up"),
     ("help", "Show available commands"),
 ];
 

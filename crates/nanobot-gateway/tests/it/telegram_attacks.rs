@@ -238,3 +238,18 @@ async fn one_chat_cannot_reach_another_and_an_injection_does_not_persist() -> Re
     );
     Ok(())
 }
+
+/// Every command in Telegram's menu is answered: by the agent, or (`start`, `pairing`) by the channel layer.
+#[test]
+fn every_telegram_menu_command_is_answered() {
+    for (name, _) in nanobot_telegram::BOT_COMMANDS {
+        let known = matches!(
+            nanobot_core::commands::parse(&format!("/{name}")),
+            Some(nanobot_core::commands::Parsed::Known(..))
+        );
+        assert!(
+            known || matches!(*name, "start" | "pairing"),
+            "/{name} is in the menu but nothing answers it"
+        );
+    }
+}

@@ -8,3 +8,4 @@ mod durable_bus;
 mod exec_confinement;
 mod presets;
 mod system_jobs;
+mod triggers;

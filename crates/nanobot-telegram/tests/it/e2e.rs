@@ -81,7 +81,30 @@ async fn message_reaches_the_bus_and_the_reply_appears_in_the_chat() -> Result<(
         .iter()
         .map(|c| c["command"].as_str().unwrap_or("").to_string())
         .collect();
-    assert_eq!(commands, ["start", "new", "stop", "help"]);
+    assert_eq!(
+        commands,
+        [
+            "start",
+            "new",
+            "compact",
+            "stop",
+            "restart",
+            "status",
+            "history",
+            "goal",
+            "trigger",
+            "pairing",
+            "model",
+            "skill",
+            "dream",
+            "dream_log",
+            "dream_restore",
+            "dream_prompt",
+            "evaluator_prompt",
+            "help"
+        ],
+        "0.3.5's menu"
+    );
 
     emu.user_says(TOKEN, 42, "alice", "hello bot").await?;
     let inbound = run.next_inbound().await?;

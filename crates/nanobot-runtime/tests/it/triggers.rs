@@ -1,0 +1,129 @@
+//! Local triggers end to end: `/trigger` in a chat, a delivery queued as `nanobot trigger` queues it, the runtime's
+//! queue runs it as a turn in that chat's session, and the answer goes to the chat.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nanobot_bus::{Bus, InProcessBus, InboundMessage, OutboundMessage};
+use nanobot_runtime::{Environment, Runtime, RuntimeOptions};
+use nanobot_testkit::{MockLlm, MockReply, TempHome};
+use serde_json::json;
+
+const GUARD: Duration = Duration::from_secs(60);
+
+async fn next_out(bus: &InProcessBus) -> OutboundMessage {
+    tokio::time::timeout(GUARD, bus.consume_outbound())
+        .await
+        .expect("an outbound message within the guard")
+        .expect("the bus is open")
+}
+
+#[tokio::test]
+async fn a_trigger_made_in_a_chat_answers_its_deliveries_there() {
+    nanobot_providers::install_ring();
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let env = Environment::new(home.home(), HashMap::new());
+    let config: nanobot_config::Config = serde_json::from_value(json!({
+        "agents": {"defaults": {"model": "local-model"}},
+        "providers": {"custom": {"apiBase": mock.openai_base_url()}},
+        "tools": {"web": {"enable": false}, "exec": {"enable": false}},
+        "gateway": {"heartbeat": {"enabled": false}}
+    }))
+    .unwrap();
+    let agent = nanobot_runtime::build_agent(&config, &env).unwrap();
+    let bus = Arc::new(InProcessBus::new(16));
+    let mut rt = Runtime::start(
+        agent.clone(),
+        bus.clone(),
+        &config,
+        RuntimeOptions::default().with_cron(true),
+    )
+    .unwrap();
+
+    let mut ask = InboundMessage::new("telegram", "7", "42", "/trigger nightly build");
+    ask.metadata.insert("message_thread_id".into(), json!(5));
+    bus.publish_inbound(ask).await.unwrap();
+    let created = next_out(&bus).await;
+    assert_eq!(
+        (created.channel.as_str(), created.chat_id.as_str()),
+        ("telegram", "42")
+    );
+    let id = created
+        .content
+        .lines()
+        .find_map(|l| l.strip_prefix("ID: "))
+        .unwrap_or_else(|| panic!("no id in {:?}", created.content))
+        .to_owned();
+    assert!(
+        created
+            .content
+            .contains(&format!("nanobot trigger {id} \"message\"")),
+        "{}",
+        created.content
+    );
+
+    // What `nanobot trigger <id> "…"` does: queue a delivery in the data directory.
+    let store = nanobot_cron::TriggerStore::new(home.workspace(), env.paths().data_dir().join("triggers"));
+    mock.push(MockReply::text("The nightly build failed at step 3."));
+    store.enqueue(&id, "build #12 failed").unwrap();
+    let answer = next_out(&bus).await;
+    assert_eq!(
+        (
+            answer.channel.as_str(),
+            answer.chat_id.as_str(),
+            answer.content.as_str()
+        ),
+        ("telegram", "42", "The nightly build failed at step 3.")
+    );
+    assert_eq!(
+        answer.metadata["message_thread_id"], 5,
+        "the answer stays in the chat's thread"
+    );
+    let asked = mock.last_request().unwrap().last_user_text().unwrap();
+    assert!(
+        asked.contains("Local trigger received: nightly build") && asked.contains("build #12 failed"),
+        "{asked}"
+    );
+    // It ran in the chat's own session.
+    let session = agent.sessions().session("telegram:42").await.unwrap();
+    assert!(
+        session
+            .messages
+            .iter()
+            .any(|m| m.content_text().is_some_and(|t| t.contains("build #12 failed"))),
+        "the delivery is in the chat's session"
+    );
+    let recorded = store.get(&id).unwrap().unwrap();
+    assert_eq!(recorded.last_status.as_deref(), Some("ok"));
+
+    rt.stop_accepting(tokio::time::Instant::now() + GUARD).await;
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_cli_channel_cannot_make_triggers_and_an_empty_name_gets_the_usage() {
+    nanobot_providers::install_ring();
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let env = Environment::new(home.home(), HashMap::new());
+    let config: nanobot_config::Config = serde_json::from_value(json!({
+        "agents": {"defaults": {"model": "local-model"}},
+        "providers": {"custom": {"apiBase": mock.openai_base_url()}},
+        "tools": {"web": {"enable": false}, "exec": {"enable": false}}
+    }))
+    .unwrap();
+    let agent = nanobot_runtime::build_agent(&config, &env).unwrap();
+    let reply = agent.process_direct("/trigger x", "cli:direct").await.unwrap();
+    assert!(reply.contains("use /trigger there"), "{reply}");
+    let bus = Arc::new(InProcessBus::new(16));
+    let mut rt = Runtime::start(agent.clone(), bus.clone(), &config, RuntimeOptions::default()).unwrap();
+    bus.publish_inbound(InboundMessage::new("slack", "U1", "C1", "/trigger"))
+        .await
+        .unwrap();
+    assert!(next_out(&bus).await.content.starts_with("Usage: /trigger <name>"));
+    assert_eq!(mock.request_count(), 0, "commands never reach the model");
+    rt.stop_accepting(tokio::time::Instant::now() + GUARD).await;
+    rt.shutdown().await;
+}
