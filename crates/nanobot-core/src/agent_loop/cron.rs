@@ -5,6 +5,31 @@
 use super::*;
 
 impl LoopInner {
+    /// Why an unattended run of `what` must wait (control files hold unconfirmed changes), if it must.
+    async fn held(self: &Arc<Self>, what: &str) -> Option<String> {
+        let files = (AgentLoop { inner: self.clone() }).hold_unattended(what).await?;
+        Some(format!(
+            "held: the assistant changed control files the user has not confirmed ({}); send /confirm-files yes \
+             after reviewing them",
+            files.join(", ")
+        ))
+    }
+
+    /// Runs `msg` as an unattended turn (nobody to ask, no progress published) and waits for it; `None` when the
+    /// loop stopped before answering.
+    async fn unattended_turn(self: &Arc<Self>, msg: InboundMessage) -> Option<Result<TurnReply, CoreError>> {
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(Job {
+            msg,
+            opts: TurnOptions {
+                is_cron: true,
+                ..TurnOptions::default()
+            },
+            reply: Some(tx),
+        });
+        rx.await.ok()
+    }
+
     pub(super) async fn run_cron_job(self: Arc<Self>, job: CronJob) -> Result<String, BoxError> {
         if job.payload.kind == PAYLOAD_SYSTEM_EVENT {
             return match crate::system_jobs::SystemJob::from_id(&job.id) {
@@ -15,16 +40,8 @@ impl LoopInner {
                 }
             };
         }
-        if let Some(files) = (AgentLoop { inner: self.clone() })
-            .hold_unattended("cron job")
-            .await
-        {
-            return Err(format!(
-                "held: the assistant changed control files the user has not confirmed ({}); send /confirm-files yes \
-                 after reviewing them",
-                files.join(", ")
-            )
-            .into());
+        if let Some(held) = self.held("cron job").await {
+            return Err(held.into());
         }
         let p = &job.payload;
         let channel = p
@@ -47,18 +64,10 @@ impl LoopInner {
         } else {
             p.channel_meta.clone()
         };
-        let (tx, rx) = oneshot::channel();
-        self.enqueue(Job {
-            msg,
-            opts: TurnOptions {
-                is_cron: true,
-                ..TurnOptions::default()
-            },
-            reply: Some(tx),
-        });
-        let reply = rx
+        let reply = self
+            .unattended_turn(msg)
             .await
-            .map_err(|_| -> BoxError { "the agent loop has stopped".into() })??;
+            .ok_or_else(|| -> BoxError { "the agent loop has stopped".into() })??;
         if (p.deliver || p.is_bound())
             && !reply.delivered_by_tool
             && !reply.content.is_empty()
@@ -82,19 +91,8 @@ impl LoopInner {
     ) -> Result<String, nanobot_cron::triggers::DeliveryFailure> {
         use nanobot_cron::triggers::{DeliveryFailure, LOCAL_TRIGGER_META};
         let fail = |retry: bool, error: BoxError| DeliveryFailure { retry, error };
-        if let Some(files) = (AgentLoop { inner: self.clone() })
-            .hold_unattended("local trigger")
-            .await
-        {
-            return Err(fail(
-                false,
-                format!(
-                    "held: the assistant changed control files the user has not confirmed ({}); send /confirm-files \
-                     yes after reviewing them",
-                    files.join(", ")
-                )
-                .into(),
-            ));
+        if let Some(held) = self.held("local trigger").await {
+            return Err(fail(false, held.into()));
         }
         let text = trigger.turn_text(&delivery.content);
         let mut msg = InboundMessage::new(
@@ -115,18 +113,10 @@ impl LoopInner {
                 "persist_content": text,
             }),
         );
-        let (tx, rx) = oneshot::channel();
-        self.enqueue(Job {
-            msg,
-            opts: TurnOptions {
-                is_cron: true,
-                ..TurnOptions::default()
-            },
-            reply: Some(tx),
-        });
-        let reply = rx
+        let reply = self
+            .unattended_turn(msg)
             .await
-            .map_err(|_| fail(true, "the agent loop has stopped".into()))?
+            .ok_or_else(|| fail(true, "the agent loop has stopped".into()))?
             .map_err(|e| fail(false, e.into()))?;
         if !reply.delivered_by_tool
             && !reply.content.is_empty()

@@ -12,6 +12,16 @@ use serde_json::json;
 
 const GUARD: Duration = Duration::from_secs(60);
 
+fn config(mock: &MockLlm) -> nanobot_config::Config {
+    serde_json::from_value(json!({
+        "agents": {"defaults": {"model": "local-model"}},
+        "providers": {"custom": {"apiBase": mock.openai_base_url()}},
+        "tools": {"web": {"enable": false}, "exec": {"enable": false}},
+        "gateway": {"heartbeat": {"enabled": false}}
+    }))
+    .unwrap()
+}
+
 async fn next_out(bus: &InProcessBus) -> OutboundMessage {
     tokio::time::timeout(GUARD, bus.consume_outbound())
         .await
@@ -25,13 +35,7 @@ async fn a_trigger_made_in_a_chat_answers_its_deliveries_there() {
     let home = TempHome::new();
     let mock = MockLlm::start().await;
     let env = Environment::new(home.home(), HashMap::new());
-    let config: nanobot_config::Config = serde_json::from_value(json!({
-        "agents": {"defaults": {"model": "local-model"}},
-        "providers": {"custom": {"apiBase": mock.openai_base_url()}},
-        "tools": {"web": {"enable": false}, "exec": {"enable": false}},
-        "gateway": {"heartbeat": {"enabled": false}}
-    }))
-    .unwrap();
+    let config = config(&mock);
     let agent = nanobot_runtime::build_agent(&config, &env).unwrap();
     let bus = Arc::new(InProcessBus::new(16));
     let mut rt = Runtime::start(
@@ -108,12 +112,7 @@ async fn the_cli_channel_cannot_make_triggers_and_an_empty_name_gets_the_usage()
     let home = TempHome::new();
     let mock = MockLlm::start().await;
     let env = Environment::new(home.home(), HashMap::new());
-    let config: nanobot_config::Config = serde_json::from_value(json!({
-        "agents": {"defaults": {"model": "local-model"}},
-        "providers": {"custom": {"apiBase": mock.openai_base_url()}},
-        "tools": {"web": {"enable": false}, "exec": {"enable": false}}
-    }))
-    .unwrap();
+    let config = config(&mock);
     let agent = nanobot_runtime::build_agent(&config, &env).unwrap();
     let reply = agent.process_direct("/trigger x", "cli:direct").await.unwrap();
     assert!(reply.contains("use /trigger there"), "{reply}");
