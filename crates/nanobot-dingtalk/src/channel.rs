@@ -19,7 +19,7 @@ use tokio_tungstenite::tungstenite::Message as Ws;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{Api, BOT_TOPIC};
-use crate::outbound::{Kind, Payload, Source, mime_of, read_local};
+use crate::outbound::{Kind, Payload, Source, mime_of};
 use crate::{DingTalkSettings, NAME};
 
 /// Prefix of group chat ids (`group:<openConversationId>`); other chat ids are users' staff ids.
@@ -473,10 +473,9 @@ impl DingTalkChannel {
                 (data, source.file_name(), mime)
             }
             Source::Local(path) => {
-                let path = path.clone();
-                let data = tokio::task::spawn_blocking(move || read_local(&path, max))
+                let data = nanobot_channels::read_attachment(path, max)
                     .await
-                    .map_err(|e| ChannelError::transient(NAME, format!("file read task failed: {e}")))??;
+                    .map_err(|e| ChannelError::rejected(NAME, e.to_string()))?;
                 let name = source.file_name();
                 let mime = mime_of(&name).map(str::to_string);
                 (data, name, mime)

@@ -2,7 +2,7 @@
 //! (upload type, file type, content type), reading it within DingTalk's size limits, and zipping HTML (DingTalk
 //! refuses raw HTML uploads).
 
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use nanobot_channels::ChannelError;
@@ -300,50 +300,10 @@ pub(crate) fn zip_one(name: &str, data: &[u8]) -> Result<(Vec<u8>, String), Chan
     Ok((cursor.into_inner(), format!("{stem}.zip")))
 }
 
-/// Reads a local file for upload: a regular file (symbolic links followed) of at most `max` bytes. Blocking; run
-/// it off the runtime.
-pub(crate) fn read_local(path: &Path, max: u64) -> Result<Vec<u8>, ChannelError> {
-    let io = |source| ChannelError::Io {
-        path: path.display().to_string(),
-        source,
-    };
-    let too_big = || {
-        ChannelError::rejected(
-            NAME,
-            format!(
-                "{} is larger than DingTalk's limit of {max} bytes",
-                path.display()
-            ),
-        )
-    };
-    let not_regular = || ChannelError::rejected(NAME, format!("{} is not a regular file", path.display()));
-    // Checked before opening, so that opening cannot block (a FIFO) or touch a device; checked again on the open
-    // file in case the path changed in between.
-    let meta = std::fs::metadata(path).map_err(io)?;
-    if !meta.is_file() {
-        return Err(not_regular());
-    }
-    if meta.len() > max {
-        return Err(too_big());
-    }
-    let file = std::fs::File::open(path).map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    if !meta.is_file() {
-        return Err(not_regular());
-    }
-    let mut data = Vec::new();
-    file.take(max.saturating_add(1))
-        .read_to_end(&mut data)
-        .map_err(io)?;
-    if data.len() as u64 > max {
-        return Err(too_big());
-    }
-    Ok(data)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read as _;
 
     #[test]
     fn references_are_classified_like_nanobot() {
@@ -418,23 +378,5 @@ mod tests {
         let mut out = Vec::new();
         entry.read_to_end(&mut out).unwrap();
         assert_eq!(out, b"<h1>hello</h1>");
-    }
-
-    #[test]
-    fn local_reads_are_bounded_and_regular() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("a.txt");
-        std::fs::write(&path, b"12345").unwrap();
-        assert_eq!(read_local(&path, 5).unwrap(), b"12345");
-        let err = read_local(&path, 4).unwrap_err();
-        assert!(err.to_string().contains("rejected"), "{err}");
-        assert!(matches!(
-            read_local(dir.path(), 5),
-            Err(ChannelError::Rejected { .. })
-        ));
-        assert!(matches!(
-            read_local(&dir.path().join("missing"), 5),
-            Err(ChannelError::Io { .. })
-        ));
     }
 }

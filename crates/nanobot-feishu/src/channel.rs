@@ -22,7 +22,7 @@ use tokio_tungstenite::tungstenite::Message as Ws;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{Api, enc};
-use crate::files::{Upload, read_limited};
+use crate::files::Upload;
 use crate::frame::{Frame, METHOD_CONTROL, METHOD_DATA};
 use crate::inbound::{Received, quote_line};
 use crate::stream::{self, Card, Stream, Streams};
@@ -638,10 +638,10 @@ impl FeishuChannel {
     /// Uploads a local file within Feishu's limits.
     async fn upload_local(&self, path: &Path) -> Result<(&'static str, String), String> {
         let kind = Upload::of(path);
-        let bytes = read_limited(path, kind.limit())
+        let bytes = nanobot_channels::read_attachment(path, kind.limit())
             .await
             .map_err(|e| e.to_string())?;
-        self.upload(kind, &file_label(&path.to_string_lossy()), &bytes)
+        self.upload(kind, &file_label(&path.to_string_lossy()), &bytes.into())
             .await
     }
 

@@ -657,17 +657,9 @@ impl QqChannel {
     ) -> Result<(), ChannelError> {
         use base64::Engine as _;
         let local = path.strip_prefix("file://").unwrap_or(path);
-        let io = |source| ChannelError::Io {
-            path: local.to_string(),
-            source,
-        };
-        let meta = tokio::fs::metadata(local).await.map_err(io)?;
-        if !meta.is_file() || meta.len() > MAX_UPLOAD_BYTES {
-            return Err(rejected(format!(
-                "{local}: not a file or larger than {MAX_UPLOAD_BYTES} bytes"
-            )));
-        }
-        let data = tokio::fs::read(local).await.map_err(io)?;
+        let data = nanobot_channels::read_attachment(std::path::Path::new(local), MAX_UPLOAD_BYTES)
+            .await
+            .map_err(|e| rejected(e.to_string()))?;
         let name = file_label(local);
         let image = is_image_name(&name);
         let mut body = json!({"file_type": if image { 1 } else { 4 }, "srv_send_msg": false,
