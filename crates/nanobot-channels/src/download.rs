@@ -1,12 +1,12 @@
 //! Bounded downloads, shared by every channel that fetches files: the platform's own attachments (received media)
 //! and remote media the agent asks a channel to send.
 //!
-//! - [`read_body`] and [`save_body`] take a response body with a byte limit: a `Content-Length` over the limit is
+//! - [`read_body`], [`read_json`] and [`save_body`] take a response body with a byte limit: a `Content-Length` over the limit is
 //!   refused before a byte is read, and the running count is checked on every chunk, so a server that lies about
 //!   (or omits) the length is cut off at the limit. [`save_body`] writes through `<dest>.part` and renames it when
 //!   the body is complete, so a cut-off download never leaves a partial file under the real name.
 //! - [`RemoteMedia`] fetches an `http(s)` URL the agent gave as an attachment. The URL, every address its host
-//!   resolves to, and every redirect hop pass the SSRF guard ([`nanobot_util::ssrf`], with `tools.ssrfWhitelist`);
+//!   resolves to, and every redirect hop pass the SSRF guard (`nanobot-ssrf`, with `tools.ssrfWhitelist`);
 //!   the connection goes to the addresses that were checked. Redirects are followed only when the channel's config
 //!   allows them (0.3.5's `allowRemoteMediaRedirects`), at most [`MAX_REDIRECTS`], and only to the same host or one
 //!   of `remoteMediaRedirectAllowedHosts`.
@@ -14,13 +14,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The SSRF guard [`RemoteMedia`] checks with (from `nanobot-util`), re-exported for the adapters.
-pub use nanobot_util::ssrf::SsrfGuard;
+/// The SSRF guard [`RemoteMedia`] checks with (`nanobot-ssrf`), re-exported for the adapters.
+pub use nanobot_ssrf::SsrfGuard;
 use tokio::io::AsyncWriteExt;
 use url::Url;
 
 use crate::{ChannelError, safe_file_name};
 
+/// Largest JSON answer of a platform API [`read_json`] reads.
+pub const MAX_ANSWER_BYTES: u64 = 2 * 1024 * 1024;
 /// Most redirects [`RemoteMedia`] follows for one URL (0.3.5 follows three).
 pub const MAX_REDIRECTS: usize = 3;
 /// The default bound of a remote media fetch (0.3.5's 20 MiB).
@@ -55,6 +57,16 @@ pub async fn read_body(
         out.extend_from_slice(&chunk);
     }
     Ok(out)
+}
+
+/// The JSON body of a platform API's answer, read up to [`MAX_ANSWER_BYTES`]; `Null` when it is longer, cut off or
+/// not JSON (callers treat `Null` as a failed call).
+pub async fn read_json(resp: reqwest::Response) -> serde_json::Value {
+    read_body("", "the answer", resp, MAX_ANSWER_BYTES)
+        .await
+        .ok()
+        .and_then(|body| serde_json::from_slice(&body).ok())
+        .unwrap_or(serde_json::Value::Null)
 }
 
 /// Streams the body of `resp` into `dest` (creating its directory), refusing more than `max` bytes; returns the

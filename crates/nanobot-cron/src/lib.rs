@@ -1,4 +1,5 @@
-//! Scheduled jobs for nanobot: the store, the schedules and the scheduler.
+//! Scheduled jobs for nanobot: the store, the schedules and the scheduler; and local triggers, jobs fired from
+//! outside ([`triggers`]: `/trigger` and `nanobot trigger`).
 //!
 //! This crate owns `<workspace>/cron/jobs.json` in the Python nanobot's format ([`JobStore`]: atomic
 //! writes, an advisory lock, changes by other processes picked up and merged by job id), the three
@@ -7,8 +8,8 @@
 //! and records their state. Missed runs after downtime fire once. The system jobs `dream` and
 //! `heartbeat` are protected from the tool-facing operations.
 //!
-//! It knows nothing of agents, sessions or channels: the agent core passes a [`JobHandler`] that runs
-//! the job's message as a turn and delivers the answer. It never reads the process environment; the
+//! It knows nothing of agents, sessions or channels: the agent core passes a [`JobHandler`] (and a
+//! [`triggers::TriggerHandler`]) that runs the job's message as a turn and delivers the answer. It never reads the process environment; the
 //! store path, legacy path and default zone are passed in.
 //!
 //! ```

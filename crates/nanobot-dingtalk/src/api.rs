@@ -88,7 +88,7 @@ impl Api {
         }
         let resp = req.send().await.map_err(|e| ChannelError::transient(NAME, e))?;
         let status = resp.status();
-        let value = resp.json().await.unwrap_or(Value::Null);
+        let value = nanobot_channels::download::read_json(resp).await;
         Ok((status, value))
     }
 
@@ -247,7 +247,7 @@ impl Api {
                 .await
                 .map_err(|e| ChannelError::transient(NAME, e.without_url()))?;
             let status = resp.status();
-            let value: Value = resp.json().await.unwrap_or(Value::Null);
+            let value = nanobot_channels::download::read_json(resp).await;
             let errcode = value.get("errcode").and_then(Value::as_i64).unwrap_or(0);
             let bad_token = status.as_u16() == 401 || TOKEN_ERRCODES.contains(&errcode);
             if bad_token && !retried {

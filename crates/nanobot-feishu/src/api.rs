@@ -14,8 +14,6 @@ use crate::NAME;
 const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
 /// A token is renewed this long before Feishu says it expires.
 const TOKEN_MARGIN: Duration = Duration::from_secs(300);
-/// Largest JSON answer read (a message fetched by id, with a long post, stays far below it).
-const MAX_ANSWER_BYTES: u64 = 2 * 1024 * 1024;
 /// API codes that mean "the tenant access token is invalid or expired".
 const TOKEN_INVALID: [i64; 4] = [99_991_661, 99_991_663, 99_991_664, 99_991_665];
 
@@ -73,7 +71,7 @@ impl Api {
             .await
             .map_err(|e| ChannelError::transient(NAME, e))?;
         let status = resp.status();
-        let value = json_bounded(resp).await;
+        let value = nanobot_channels::download::read_json(resp).await;
         if status.is_server_error() {
             return Err(ChannelError::transient(NAME, format!("{path}: HTTP {status}")));
         }
@@ -213,7 +211,7 @@ impl Api {
                 .await
                 .map_err(|e| ChannelError::transient(NAME, e))?;
             let status = resp.status();
-            let value = json_bounded(resp).await;
+            let value = nanobot_channels::download::read_json(resp).await;
             let (code, msg) = code_of(&value);
             if TOKEN_INVALID.contains(&code) && !retried {
                 tracing::debug!(code, "feishu: tenant access token rejected; renewing it");
@@ -266,27 +264,6 @@ impl Api {
             .map_err(|e| ChannelError::transient(NAME, e))?;
         nanobot_channels::download::save_body(NAME, &format!("resource {key}"), resp, dest, max).await
     }
-}
-
-/// The JSON body of an answer, read up to [`MAX_ANSWER_BYTES`]; `Null` when it is longer, cut off or not JSON.
-async fn json_bounded(mut resp: reqwest::Response) -> Value {
-    if resp.content_length().is_some_and(|n| n > MAX_ANSWER_BYTES) {
-        return Value::Null;
-    }
-    let mut body = Vec::new();
-    loop {
-        match resp.chunk().await {
-            Ok(Some(chunk)) => {
-                body.extend_from_slice(&chunk);
-                if body.len() as u64 > MAX_ANSWER_BYTES {
-                    return Value::Null;
-                }
-            }
-            Ok(None) => break,
-            Err(_) => return Value::Null,
-        }
-    }
-    serde_json::from_slice(&body).unwrap_or(Value::Null)
 }
 
 /// Percent-encodes one path segment.

@@ -215,7 +215,7 @@ impl Inner {
             .await
             .map_err(|e| transient(format!("{path}: {e}")))?;
         let status = resp.status();
-        let value: Value = resp.json().await.unwrap_or(Value::Null);
+        let value = nanobot_channels::download::read_json(resp).await;
         if status.as_u16() == 401 || status.as_u16() == 403 {
             return Err(ChannelError::Auth {
                 channel: NAME.into(),

@@ -112,7 +112,7 @@ impl Api {
             .await
             .map_err(|e| transient(format!("{endpoint}: {e}")))?;
         let status = resp.status();
-        let value: Value = resp.json().await.unwrap_or(Value::Null);
+        let value = nanobot_channels::download::read_json(resp).await;
         if !status.is_success() {
             return Err(failure(endpoint, status, &value, &[self.secret.expose()]));
         }
@@ -164,7 +164,7 @@ impl Api {
             }
             let resp = req.send().await.map_err(|e| transient(format!("{path}: {e}")))?;
             let status = resp.status();
-            let value: Value = resp.json().await.unwrap_or(Value::Null);
+            let value = nanobot_channels::download::read_json(resp).await;
             if status.as_u16() == 401 && !retried {
                 tracing::debug!("qq: access token rejected; renewing it");
                 self.forget(&token).await;

@@ -43,8 +43,8 @@ mod registry;
 pub mod sandbox;
 mod schema;
 pub mod settings;
-/// The SSRF guard (it lives in `nanobot-util`, shared with the channels that fetch remote media).
-pub use nanobot_util::ssrf;
+/// The SSRF guard (the `nanobot-ssrf` crate, shared with MCP and the channels that fetch remote media).
+pub use nanobot_ssrf as ssrf;
 mod tool;
 
 pub use error::ToolError;

@@ -3,9 +3,7 @@
 //! **Owns:** the retry/restart delay schedule ([`Backoff`], on `backon`), atomic file replacement
 //! ([`write_atomic`]), nanobot's own files in a directory the model can write to, opened beneath a handle of it
 //! ([`ConfinedDir`]), poison-ignoring locks ([`lock`]), one-line error chains ([`ErrorChain`]), the redacted
-//! [`Secret`] string (on `secrecy`) and the environment map libraries are handed ([`EnvMap`]); with the `ssrf`
-//! feature, the guard that keeps outbound fetches (`web_fetch`, MCP over HTTP, channels fetching remote media) away
-//! from internal addresses (`ssrf`).
+//! [`Secret`] string (on `secrecy`) and the environment map libraries are handed ([`EnvMap`]).
 //!
 //! **Must not know:** anything about nanobot's domain (messages, config schema, channels). It sits at the
 //! bottom floor beside `nanobot-types`, so configuration, channels and the storage crates can all use it without
@@ -32,8 +30,6 @@ mod env;
 mod error_chain;
 mod fs;
 pub mod secret;
-#[cfg(feature = "ssrf")]
-pub mod ssrf;
 mod sync;
 
 pub use backoff::Backoff;

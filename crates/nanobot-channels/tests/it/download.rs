@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
+use nanobot_channels::download::SsrfGuard;
 use nanobot_channels::download::{RemoteMedia, read_body, save_body};
 use nanobot_testkit::file_server::{Answer, FileServer as Server};
-use nanobot_util::ssrf::SsrfGuard;
 
 fn loopback_allowed() -> SsrfGuard {
     SsrfGuard::from_cidrs(&["127.0.0.0/8"]).unwrap()

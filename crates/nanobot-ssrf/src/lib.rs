@@ -6,6 +6,19 @@
 //! reserved/documentation, IPv4-mapped/-compatible IPv6, NAT64/6to4/Teredo forms of such
 //! addresses, unique-local IPv6 … — unless it lies in a `tools.ssrfWhitelist` CIDR.
 //!
+//! It is its own crate so that every outbound fetch uses one guard (the tools' `web_fetch`, MCP over HTTP, the
+//! channels that fetch remote media to send) without the lower crates (`nanobot-util`, the config, the bus) ever
+//! reaching an HTTP client.
+//!
+//! ```
+//! use nanobot_ssrf::SsrfGuard;
+//!
+//! let guard = SsrfGuard::from_cidrs(&["10.1.0.0/16"]).unwrap();
+//! assert!(!guard.ip_allowed("127.0.0.1".parse().unwrap()));
+//! assert!(guard.ip_allowed("10.1.2.3".parse().unwrap()));
+//! assert!(guard.ip_allowed("93.184.216.34".parse().unwrap()));
+//! ```
+//!
 //! Use [`SsrfGuard::client_builder`] to get a `reqwest` client whose DNS resolution runs through
 //! the guard, so the connection goes to exactly the addresses that were validated (no DNS
 //! rebinding between check and connect). Redirects must be followed by hand and each hop checked
