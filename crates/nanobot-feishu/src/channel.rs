@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{Api, enc};
 use crate::files::Upload;
+use crate::format::{self, Format};
 use crate::frame::{Frame, METHOD_CONTROL, METHOD_DATA};
 use crate::inbound::{Received, quote_line};
 use crate::stream::{self, Card, Stream, Streams};
@@ -585,14 +586,16 @@ impl FeishuChannel {
         if text.is_empty() {
             return Ok(());
         }
-        let card = needs_card(text);
+        let format = format::detect(text);
         for piece in split_message(text, PIECE_LIMIT) {
-            let (kind, content) = if card {
-                let card = json!({"config": {"wide_screen_mode": true},
-                                  "elements": [{"tag": "markdown", "content": piece}]});
-                ("interactive", card.to_string())
-            } else {
-                ("text", json!({"text": piece}).to_string())
+            let (kind, content) = match format {
+                Format::Card => {
+                    let card = json!({"config": {"wide_screen_mode": true},
+                                      "elements": [{"tag": "markdown", "content": piece}]});
+                    ("interactive", card.to_string())
+                }
+                Format::Post => ("post", format::post_content(&piece)),
+                Format::Text => ("text", json!({"text": piece}).to_string()),
             };
             self.put(target, kind, &content).await?;
         }
@@ -892,25 +895,6 @@ fn assemble(parts: &mut Parts, frame: &Frame) -> Option<Vec<u8>> {
     None
 }
 
-/// Whether the text needs a card (Markdown that plain text messages would show raw, or long text).
-fn needs_card(text: &str) -> bool {
-    let t = text.trim();
-    t.len() > 2000
-        || t.contains("```")
-        || t.contains("**")
-        || t.contains("~~")
-        || t.contains("](")
-        || t.lines().any(|l| {
-            let l = l.trim_start();
-            l.starts_with('#')
-                || l.starts_with("- ")
-                || l.starts_with("* ")
-                || l.starts_with('|')
-                || l.split_once(". ")
-                    .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
-        })
-}
-
 fn file_label(path: &str) -> String {
     Path::new(path)
         .file_name()
@@ -999,15 +983,6 @@ impl Channel for FeishuChannel {
 mod tests {
     use super::*;
     use crate::frame::Header;
-
-    #[test]
-    fn cards_for_markdown_only() {
-        assert!(!needs_card("hello there"));
-        assert!(needs_card("**bold**"));
-        assert!(needs_card("1. one\n2. two"));
-        assert!(needs_card("see [x](https://x)"));
-        assert!(!needs_card("see chapter 2. then stop"));
-    }
 
     #[test]
     fn split_events_are_joined() {

@@ -14,12 +14,12 @@
 //! reaction and go on the bus with a session per topic in groups (`topicIsolation`).
 //!
 //! Replies go through the IM API with the tenant access token (cached, renewed before it expires and when the API
-//! rejects it): plain text as text messages, Markdown as cards, split at 4000 characters, quoting the user's
-//! message when `replyToMessage` is on and always inside a topic. Files in a reply's `media` go first: images
-//! uploaded to `/open-apis/im/v1/images` and sent as `image` messages, other files uploaded to
-//! `/open-apis/im/v1/files` and sent as `audio`, `media` (video) or `file` messages ([`MAX_IMAGE_UPLOAD_BYTES`],
-//! [`MAX_FILE_UPLOAD_BYTES`]); `http(s)` links among them are fetched behind the SSRF guard
-//! ([`FeishuChannel::with_ssrf_guard`]) and uploaded the same way; a file that cannot go out leaves
+//! rejects it): short plain text as text messages, links and longer plain text as posts (rich text), other Markdown as
+//! cards (0.3.5's choice), split at 4000 characters, quoting the user's message when `replyToMessage` is on and always
+//! inside a topic. Files in a reply's `media` go first: images uploaded to `/open-apis/im/v1/images` and sent as
+//! `image` messages, other files uploaded to `/open-apis/im/v1/files` and sent as `audio`, `media` (video) or `file`
+//! messages ([`MAX_IMAGE_UPLOAD_BYTES`], [`MAX_FILE_UPLOAD_BYTES`]); `http(s)` links among them are fetched behind the
+//! SSRF guard ([`FeishuChannel::with_ssrf_guard`]) and uploaded the same way; a file that cannot go out leaves
 //! `[file not sent: <name>]` in the chat.
 //!
 //! With `streaming` on (the default), [`Channel::supports_streaming`](nanobot_channels::Channel::supports_streaming)
@@ -66,6 +66,7 @@
 mod api;
 mod channel;
 mod files;
+mod format;
 pub mod frame;
 mod inbound;
 mod settings;

@@ -699,3 +699,27 @@ fn port(files: &FileServer) -> u16 {
         .and_then(|u| u.port())
         .unwrap_or_default()
 }
+
+#[tokio::test]
+async fn links_go_out_as_posts_and_short_plain_text_as_text() -> Result<()> {
+    let h = Harness::start(GroupPolicy::Mention).await?;
+    h.channel
+        .send(&out(
+            OutboundKind::Reply,
+            "Read [the guide](https://example.com/g).",
+            &Map::new(),
+        ))
+        .await?;
+    h.channel
+        .send(&out(OutboundKind::Reply, "Done.", &Map::new()))
+        .await?;
+    let sent = h.fake.sent_messages();
+    let kinds: Vec<&str> = sent.iter().filter_map(|c| c.body["msg_type"].as_str()).collect();
+    assert_eq!(kinds, ["post", "text"]);
+    assert_eq!(
+        content(&sent[0])["zh_cn"]["content"][0][1],
+        json!({"tag": "a", "text": "the guide", "href": "https://example.com/g"})
+    );
+    h.stop().await;
+    Ok(())
+}
