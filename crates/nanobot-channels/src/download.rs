@@ -12,6 +12,7 @@
 //!   of `remoteMediaRedirectAllowedHosts`.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// The SSRF guard [`RemoteMedia`] checks with (`nanobot-ssrf`), re-exported for the adapters.
@@ -127,10 +128,11 @@ pub struct Fetched {
     pub content_type: Option<String>,
 }
 
-/// Fetches remote media behind the SSRF guard, with 0.3.5's redirect rules and a size bound. Cheap to clone.
+/// Fetches remote media behind the SSRF guard, with 0.3.5's redirect rules and a size bound. Cheap to clone (clones
+/// share one HTTP client, built on the first fetch: a channel that never sends a remote file never builds it).
 #[derive(Debug, Clone)]
 pub struct RemoteMedia {
-    client: reqwest::Client,
+    client: Arc<OnceLock<reqwest::Client>>,
     guard: SsrfGuard,
     follow_redirects: bool,
     redirect_hosts: Vec<String>,
@@ -140,23 +142,32 @@ pub struct RemoteMedia {
 impl RemoteMedia {
     /// A fetcher that checks every URL and address with `guard`, follows no redirects and reads at most
     /// [`DEFAULT_REMOTE_MEDIA_BYTES`].
-    pub fn new(guard: SsrfGuard) -> Result<Self, ChannelError> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = guard
-            .client_builder()
-            .timeout(REMOTE_TIMEOUT)
-            .build()
-            .map_err(|e| ChannelError::Config {
-                channel: "remote media".into(),
-                message: format!("cannot build the HTTP client: {e}"),
-            })?;
-        Ok(Self {
-            client,
+    pub fn new(guard: SsrfGuard) -> Self {
+        Self {
+            client: Arc::new(OnceLock::new()),
             guard,
             follow_redirects: false,
             redirect_hosts: Vec::new(),
             max_bytes: DEFAULT_REMOTE_MEDIA_BYTES,
-        })
+        }
+    }
+
+    /// The HTTP client, built on first use: it resolves names through the guard and follows no redirects.
+    fn client(&self, channel: &str) -> Result<&reqwest::Client, ChannelError> {
+        if let Some(c) = self.client.get() {
+            return Ok(c);
+        }
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let built = self
+            .guard
+            .client_builder()
+            .timeout(REMOTE_TIMEOUT)
+            .build()
+            .map_err(|e| ChannelError::Config {
+                channel: channel.to_owned(),
+                message: format!("cannot build the HTTP client of remote media: {e}"),
+            })?;
+        Ok(self.client.get_or_init(|| built))
     }
 
     /// Follows redirects (`allowRemoteMediaRedirects`) to the same host or one of `hosts`
@@ -207,9 +218,9 @@ impl RemoteMedia {
             .check_str(url)
             .await
             .map_err(|e| refused(e.to_string()))?;
+        let client = self.client(channel)?;
         for _ in 0..=MAX_REDIRECTS {
-            let resp = self
-                .client
+            let resp = client
                 .get(current.clone())
                 .send()
                 .await
@@ -261,15 +272,14 @@ mod tests {
 
     fn fetcher(follow: bool, hosts: &[&str]) -> RemoteMedia {
         let hosts: Vec<String> = hosts.iter().map(|h| (*h).to_string()).collect();
-        RemoteMedia::new(SsrfGuard::default())
-            .unwrap()
-            .with_redirects(follow, &hosts)
+        RemoteMedia::new(SsrfGuard::default()).with_redirects(follow, &hosts)
     }
 
     #[test]
     fn redirect_rules() {
         let from = Url::parse("https://cdn.example.com/a/b.png").unwrap();
         let off = fetcher(false, &[]);
+        assert!(off.client.get().is_none(), "no HTTP client until the first fetch");
         assert!(
             off.next_hop(&from, Some("/c.png")).is_err(),
             "redirects are off by default"

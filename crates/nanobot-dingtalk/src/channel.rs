@@ -189,7 +189,7 @@ impl DingTalkChannel {
             GroupPolicy::Mention,
             None,
         );
-        let remote = Self::remote_media(&settings, SsrfGuard::default())?;
+        let remote = Self::remote_media(&settings, SsrfGuard::default());
         Ok(Self {
             settings,
             access,
@@ -204,16 +204,17 @@ impl DingTalkChannel {
 
     /// Checks remote attachments (URLs the agent sends that DingTalk does not fetch itself) with `guard` (the
     /// gateway passes one with `tools.ssrfWhitelist`). Without it, internal addresses are refused.
-    pub fn with_ssrf_guard(mut self, guard: SsrfGuard) -> Result<Self, ChannelError> {
-        self.remote = Self::remote_media(&self.settings, guard)?;
-        Ok(self)
+    #[must_use]
+    pub fn with_ssrf_guard(mut self, guard: SsrfGuard) -> Self {
+        self.remote = Self::remote_media(&self.settings, guard);
+        self
     }
 
-    fn remote_media(settings: &DingTalkSettings, guard: SsrfGuard) -> Result<RemoteMedia, ChannelError> {
-        Ok(RemoteMedia::new(guard)?.with_redirects(
+    fn remote_media(settings: &DingTalkSettings, guard: SsrfGuard) -> RemoteMedia {
+        RemoteMedia::new(guard).with_redirects(
             settings.allow_remote_media_redirects,
             &settings.remote_media_redirect_allowed_hosts,
-        ))
+        )
     }
 
     /// Issues pairing codes to denied direct-message senders through `store`.

@@ -115,7 +115,7 @@ impl FeishuChannel {
             handled: watch::Sender::new(0),
             connections: watch::Sender::new(0),
             transcriber: None,
-            remote: RemoteMedia::new(SsrfGuard::default())?,
+            remote: RemoteMedia::new(SsrfGuard::default()),
         })
     }
 
@@ -129,9 +129,10 @@ impl FeishuChannel {
 
     /// Checks remote files the agent sends (`http(s)` entries of `media`) with `guard` (the gateway passes one
     /// with `tools.ssrfWhitelist`). Without it, internal addresses are refused. Redirects are not followed.
-    pub fn with_ssrf_guard(mut self, guard: SsrfGuard) -> Result<Self, ChannelError> {
-        self.remote = RemoteMedia::new(guard)?;
-        Ok(self)
+    #[must_use]
+    pub fn with_ssrf_guard(mut self, guard: SsrfGuard) -> Self {
+        self.remote = RemoteMedia::new(guard);
+        self
     }
 
     /// Issues pairing codes to denied direct-message senders through `store`.

@@ -400,12 +400,12 @@ fn build_channels(
     // Feishu and DingTalk blocks stay raw in the config (like in 0.3.5's plugin channels); each adapter reads its own.
     // Remote files they are asked to send are fetched behind the SSRF guard of `tools.ssrfWhitelist`.
     #[cfg(any(feature = "feishu", feature = "dingtalk"))]
-    let ssrf_guard = |channel: &str| {
+    let ssrf_guard = |channel: &'static str| {
         nanobot_channels::download::SsrfGuard::from_cidrs(&config.tools.ssrf_whitelist).map_err(|e| {
-            ChannelError::Config {
+            channel_error(channel)(ChannelError::Config {
                 channel: channel.to_owned(),
                 message: e.to_string(),
-            }
+            })
         })
     };
     #[cfg(any(feature = "feishu", feature = "dingtalk"))]
@@ -427,8 +427,8 @@ fn build_channels(
         let settings = nanobot_feishu::FeishuSettings::from_config(&config)
             .map_err(channel_error(nanobot_feishu::NAME))?;
         let mut channel = nanobot_feishu::FeishuChannel::new(settings, paths.media_dir(None))
-            .and_then(|c| c.with_ssrf_guard(ssrf_guard(nanobot_feishu::NAME)?))
             .map_err(channel_error(nanobot_feishu::NAME))?
+            .with_ssrf_guard(ssrf_guard(nanobot_feishu::NAME)?)
             .with_pairing(pairing()?);
         if let Some(t) = transcriber() {
             channel = channel.with_transcriber(t);
@@ -444,8 +444,8 @@ fn build_channels(
         let settings = nanobot_dingtalk::DingTalkSettings::from_config(&config)
             .map_err(channel_error(nanobot_dingtalk::NAME))?;
         let channel = nanobot_dingtalk::DingTalkChannel::new(settings, paths.media_dir(None))
-            .and_then(|c| c.with_ssrf_guard(ssrf_guard(nanobot_dingtalk::NAME)?))
             .map_err(channel_error(nanobot_dingtalk::NAME))?
+            .with_ssrf_guard(ssrf_guard(nanobot_dingtalk::NAME)?)
             .with_pairing(pairing()?);
         out.push(Arc::new(channel));
     }

@@ -448,7 +448,7 @@ async fn remote_files_are_fetched_behind_the_ssrf_guard_with_the_redirect_rules(
     ];
 
     // Redirects off (the default): the file itself goes, both redirects are refused.
-    let ch = channel(&fake, dir.path(), |_| {})?.with_ssrf_guard(loopback()?)?;
+    let ch = channel(&fake, dir.path(), |_| {})?.with_ssrf_guard(loopback()?);
     send(&ch, &with_media("staff1", "", &media)).await?;
     let uploads = fake.uploads();
     assert_eq!(uploads.len(), 1);
@@ -472,7 +472,7 @@ async fn remote_files_are_fetched_behind_the_ssrf_guard_with_the_redirect_rules(
 
     // allowRemoteMediaRedirects: the same host is followed; another host only when listed.
     let ch =
-        channel(&fake, dir.path(), |s| s.allow_remote_media_redirects = true)?.with_ssrf_guard(loopback()?)?;
+        channel(&fake, dir.path(), |s| s.allow_remote_media_redirects = true)?.with_ssrf_guard(loopback()?);
     send(&ch, &with_media("staff1", "", &media[1..])).await?;
     assert_eq!(fake.uploads().len(), 2);
     assert_eq!(other.hits("/elsewhere.pdf"), 0, "the other host was not asked");
@@ -480,7 +480,7 @@ async fn remote_files_are_fetched_behind_the_ssrf_guard_with_the_redirect_rules(
         s.allow_remote_media_redirects = true;
         s.remote_media_redirect_allowed_hosts = vec!["127.0.0.2".into()];
     })?
-    .with_ssrf_guard(loopback()?)?;
+    .with_ssrf_guard(loopback()?);
     send(&ch, &with_media("staff1", "", &media[2..])).await?;
     let uploads = fake.uploads();
     assert_eq!(uploads.len(), 3);

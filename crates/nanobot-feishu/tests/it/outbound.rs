@@ -663,7 +663,7 @@ async fn remote_files_are_fetched_behind_the_ssrf_guard_and_uploaded() -> Result
         ..nanobot_config::FeishuConfig::default()
     })?;
     let open = FeishuChannel::new(settings, h.media.path())?
-        .with_ssrf_guard(SsrfGuard::from_cidrs(&["127.0.0.0/8"])?)?;
+        .with_ssrf_guard(SsrfGuard::from_cidrs(&["127.0.0.0/8"])?);
     open.send(&msg).await?;
     let uploads = h.fake.uploads();
     let got: Vec<(&str, &[u8])> = uploads
