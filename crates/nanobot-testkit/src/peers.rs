@@ -141,10 +141,33 @@ pub fn require_venv_exe(name: &str) -> Option<PathBuf> {
     require(name, venv_exe(name))
 }
 
-/// A free TCP port on 127.0.0.1 (bound, then released: a peer started right after can take it).
+/// The ports [`free_port`] hands out: below Linux's ephemeral range (32768-60999), so neither the kernel's
+/// `bind(0)` nor an outgoing connection's local port can take one between our check and the peer's own bind
+/// (nor while a peer is stopped and restarted on it).
+const PEER_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A free TCP port on 127.0.0.1 for a peer to listen on (bound, then released for the peer to take). Never the
+/// same port twice in one process, and outside the ephemeral range: two peers started at once, or a port
+/// released while its server restarts, cannot collide. Processes start at different offsets.
 pub fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let span = u32::from(PEER_PORTS.end - PEER_PORTS.start);
+    // The first call picks this process's starting offset (spread by PID); later calls go on from there.
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id().wrapping_mul(7919) % span,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..span {
+        let offset = NEXT.fetch_add(1, Ordering::SeqCst) % span;
+        let port = PEER_PORTS.start + u16::try_from(offset).unwrap_or(0);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no free TCP port on 127.0.0.1 in {PEER_PORTS:?}")
 }
 
 /// Polls until a TCP connection to `addr` (e.g. `"127.0.0.1:3001"`) succeeds, or fails after `timeout`

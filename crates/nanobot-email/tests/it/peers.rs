@@ -138,6 +138,22 @@ fn spawn_tied(
     Ok((guard, stdin))
 }
 
+/// Waits (30 s at most) until the peer writing `log` prints its `READY` line.
+fn wait_ready(log: &Path, what: &str) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = std::fs::read_to_string(log).unwrap_or_default();
+        if out.lines().any(|l| l.trim() == "READY") {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            let err = std::fs::read_to_string(log.with_extension("err")).unwrap_or_default();
+            bail!("{what} did not start within 30 s\n{out}\n{err}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn wait_port(port: u16, what: &str, log: &Path) -> anyhow::Result<()> {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -306,7 +322,8 @@ service stats {{
             dovecot_bin,
         };
         peers.start_imap()?;
-        wait_port(smtp_port, "aiosmtpd", &smtp_log)?;
+        // Its own word, not just an open port: a port someone else took would accept connections too.
+        wait_ready(&smtp_log, "aiosmtpd")?;
         Ok(Some(peers))
     }
 

@@ -72,6 +72,8 @@ def main() -> None:
         auth_require_tls=True,
         authenticator=authenticate,
         server_hostname="localhost",
+        # A loaded CI machine can take longer than the default 5 s to start the server thread.
+        ready_timeout=30.0,
     )
     controller.start()
     print("READY", flush=True)
