@@ -27,6 +27,7 @@
 //! Every wait is bounded: connecting by [`NatsBusSettings::connect_timeout`], JetStream requests and publish
 //! acknowledgements by [`NatsBusSettings::request_timeout`].
 
+mod lease;
 mod settings;
 
 pub use settings::NatsBusSettings;
@@ -79,6 +80,7 @@ pub struct NatsBus {
     outbound_waiting: Arc<AtomicUsize>,
     closed: AtomicBool,
     cancel: CancellationToken,
+    leases: Arc<lease::NatsLeases>,
 }
 
 impl std::fmt::Debug for NatsBus {
@@ -163,20 +165,21 @@ impl NatsBus {
                 cancel.clone(),
             ));
         }
-        let config = consumer::pull::Config {
-            durable_name: Some(settings.outbound_consumer()),
-            ack_policy: consumer::AckPolicy::Explicit,
-            ack_wait: settings.ack_wait,
-            ..Default::default()
+        // Outbound messages are pulled per channel, by the replica holding the channel's lease. The single
+        // consumer of every channel that version 0.1 made would overlap those on the work queue: removed.
+        match outbound_stream.delete_consumer(&settings.legacy_outbound_consumer()).await {
+            Ok(_) => tracing::info!("NATS bus: removed the outbound consumer of an older version"),
+            Err(e) if e.to_string().contains("not found") => {}
+            Err(e) => tracing::debug!(error = %e, "NATS bus: no older outbound consumer removed"),
+        }
+        let router = lease::OutboundRouter {
+            stream: outbound_stream,
+            settings: settings.clone(),
+            tx: out_tx,
+            waiting: outbound_waiting.clone(),
         };
-        let consumer = ensure_consumer(&outbound_stream, &settings.outbound_consumer(), config).await?;
-        tokio::spawn(pull_outbound(
-            consumer,
-            out_tx,
-            outbound_waiting.clone(),
-            cancel.clone(),
-        ));
-        tracing::info!(server = %shown, partitions, stream = %settings.stream, "NATS bus connected");
+        let leases = Arc::new(lease::NatsLeases::open(&js, &settings, router, cancel.clone()).await?);
+        tracing::info!(server = %shown, partitions, stream = %settings.stream, replica = %settings.replica, "NATS bus connected");
         Ok(Self {
             settings,
             js,
@@ -186,6 +189,7 @@ impl NatsBus {
             outbound_waiting,
             closed: AtomicBool::new(false),
             cancel,
+            leases,
         })
     }
 
@@ -277,7 +281,7 @@ async fn ensure_stream(
         })
 }
 
-async fn ensure_consumer(
+pub(crate) async fn ensure_consumer(
     stream: &stream::Stream,
     name: &str,
     config: consumer::pull::Config,
@@ -379,7 +383,7 @@ async fn pull_inbound(
 
 /// Pulls the outbound stream; a message is acknowledged (confirmed) once this process has taken it for its
 /// channels.
-async fn pull_outbound(
+pub(crate) async fn pull_outbound(
     consumer: consumer::PullConsumer,
     tx: mpsc::Sender<OutboundMessage>,
     waiting: Arc<AtomicUsize>,
@@ -411,7 +415,7 @@ async fn pull_outbound(
 }
 
 /// Waits `delay` unless `cancel` fires first; true when it fired.
-async fn wait_or_cancel(cancel: &CancellationToken, delay: Duration) -> bool {
+pub(crate) async fn wait_or_cancel(cancel: &CancellationToken, delay: Duration) -> bool {
     tokio::select! {
         () = cancel.cancelled() => true,
         () = tokio::time::sleep(delay) => false,
@@ -517,6 +521,10 @@ impl Bus for NatsBus {
 
     fn outbound_len(&self) -> usize {
         self.outbound_waiting.load(Ordering::SeqCst)
+    }
+
+    fn leases(&self) -> Option<Arc<dyn nanobot_bus::Leases>> {
+        Some(self.leases.clone())
     }
 
     fn close(&self) {

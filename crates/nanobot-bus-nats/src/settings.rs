@@ -38,6 +38,11 @@ pub struct NatsBusSettings {
     pub connect_timeout: Duration,
     /// Bound on each JetStream request and publish acknowledgement.
     pub request_timeout: Duration,
+    /// How long a lease (cron, a channel's connection) lasts without renewal: a replica that died gives its roles
+    /// up within this time. Renewed every third of it. At least 1 s.
+    pub lease_time: Duration,
+    /// This process's name among the replicas (lease holder, logs, metrics). Default: `<host name>-<PID>`.
+    pub replica: String,
 }
 
 impl std::fmt::Debug for NatsBusSettings {
@@ -68,8 +73,21 @@ impl Default for NatsBusSettings {
             client_name: "nanobot".into(),
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(10),
+            lease_time: Duration::from_secs(15),
+            replica: default_replica_name(),
         }
     }
+}
+
+/// `<host name>-<PID>`: unique among the processes of one machine, readable in logs.
+fn default_replica_name() -> String {
+    let host = nanobot_util::read_to_string_bounded(std::path::Path::new("/proc/sys/kernel/hostname"), 256)
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "nanobot".into());
+    format!("{host}-{}", std::process::id())
 }
 
 fn is_name(s: &str) -> bool {
@@ -112,6 +130,12 @@ impl NatsBusSettings {
         if self.ack_wait < Duration::from_secs(1) {
             return Err(NatsBusError::Config("ackWait must be at least 1 s".into()));
         }
+        if self.lease_time < Duration::from_secs(1) {
+            return Err(NatsBusError::Config("leaseTime must be at least 1 s".into()));
+        }
+        if self.replica.trim().is_empty() {
+            return Err(NatsBusError::Config("replica (the replica's name) is empty".into()));
+        }
         Ok(())
     }
 
@@ -153,28 +177,40 @@ impl NatsBusSettings {
         format!("{}-in-{p}", self.stream)
     }
 
-    pub(crate) fn outbound_consumer(&self) -> String {
+    /// The one outbound consumer of version 0.1 (every channel), removed at connect.
+    pub(crate) fn legacy_outbound_consumer(&self) -> String {
         format!("{}-out", self.stream)
+    }
+
+    /// The durable consumer of `channel`'s outbound messages, pulled by the replica holding the channel.
+    pub(crate) fn outbound_consumer(&self, channel: &str) -> String {
+        format!("{}-out-{}", self.stream, safe_token(channel))
+    }
+
+    /// The key-value bucket of the leases.
+    pub(crate) fn lease_bucket(&self) -> String {
+        format!("{}_LEASES", self.stream)
     }
 
     /// The subject of `channel`'s outbound messages (characters NATS gives a meaning to are replaced by `_`).
     pub(crate) fn outbound_subject(&self, channel: &str) -> String {
-        let safe: String = channel
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        format!(
-            "{}.out.{}",
-            self.subject_prefix,
-            if safe.is_empty() { "_" } else { &safe }
-        )
+        format!("{}.out.{}", self.subject_prefix, safe_token(channel))
     }
+}
+
+/// `name` as one subject token or consumer-name part: letters, digits, `_` and `-` kept, anything else `_`.
+fn safe_token(name: &str) -> String {
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if safe.is_empty() { "_".into() } else { safe }
 }
 
 #[cfg(test)]

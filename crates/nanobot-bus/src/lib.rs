@@ -23,10 +23,12 @@
 //! ```
 
 mod delivery;
+mod lease;
 mod memory;
 mod message;
 
 pub use delivery::{Delivery, Receipt, Settlement};
+pub use lease::{Lease, Leases, Role};
 
 pub use memory::InProcessBus;
 pub use message::{
@@ -76,4 +78,11 @@ pub trait Bus: Send + Sync {
     fn outbound_len(&self) -> usize;
     /// Stops accepting new messages. Messages already accepted are still delivered.
     fn close(&self);
+
+    /// The leases of the replicas sharing this bus, when it is shared: what only one of them may run (cron, a
+    /// channel's connection) is run under a [`Lease`]. `None` (the default, and the in-process bus): this
+    /// process is alone and runs everything.
+    fn leases(&self) -> Option<std::sync::Arc<dyn Leases>> {
+        None
+    }
 }

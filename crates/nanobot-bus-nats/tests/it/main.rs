@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use nanobot_bus::{Bus, Delivery, InboundMessage, OutboundMessage, Settlement};
+use nanobot_bus::{Bus, Delivery, InboundMessage, Lease, OutboundMessage, Role, Settlement};
 use nanobot_bus_nats::{NatsBus, NatsBusSettings};
 use nanobot_testkit::nats::NatsServer;
 use serde_json::json;
@@ -21,8 +21,12 @@ fn settings(server: &NatsServer) -> NatsBusSettings {
     let mut s = NatsBusSettings::new(server.url());
     s.partitions = 4;
     s.ack_wait = Duration::from_secs(2);
+    s.lease_time = LEASE;
     s
 }
+
+/// The lease time of the tests' replicas.
+const LEASE: Duration = Duration::from_secs(3);
 
 fn msg(chat: &str, text: &str, id: i64) -> InboundMessage {
     let mut m = InboundMessage::new("telegram", "1", chat, text);
@@ -195,6 +199,8 @@ async fn messages_wait_through_a_server_restart() -> Result<()> {
         return Ok(());
     };
     let bus = NatsBus::connect(settings(&server)).await?;
+    let leases = bus.leases().context("a shared bus has leases")?;
+    let _telegram = leases.acquire(Role::Channel("telegram".into())).await?;
     bus.publish_inbound(msg("3", "before the restart", 1)).await?;
     bus.publish_outbound(OutboundMessage::reply("telegram", "3", "an answer"))
         .await?;
@@ -247,5 +253,143 @@ async fn a_wrong_address_is_named_and_a_closed_bus_refuses() -> Result<()> {
         bus.publish_inbound(msg("1", "late", 1)).await,
         Err(nanobot_bus::BusError::Closed)
     ));
+    Ok(())
+}
+
+/// The lease bucket as another program sees it (a replica that died, or one that took a lease over).
+async fn lease_bucket(server: &NatsServer) -> Result<async_nats::jetstream::kv::Store> {
+    let client = async_nats::connect(server.url()).await?;
+    Ok(async_nats::jetstream::new(client).get_key_value("NANOBOT_LEASES").await?)
+}
+
+async fn acquire(bus: &NatsBus, role: Role) -> Result<Box<dyn Lease>> {
+    let leases = bus.leases().context("a shared bus has leases")?;
+    tokio::time::timeout(GUARD, leases.acquire(role))
+        .await
+        .context("lease not taken in time")?
+        .context("bus closed")
+}
+
+/// Whether `bus` gets `role` within [`QUIET`] (it must not while another replica holds it).
+async fn acquired_within_quiet(bus: &NatsBus, role: Role) -> bool {
+    let leases = bus.leases().expect("leases");
+    tokio::time::timeout(QUIET, leases.acquire(role)).await.is_ok()
+}
+
+async fn lost_in_time(lease: &dyn Lease) -> Result<()> {
+    tokio::time::timeout(GUARD, lease.lost())
+        .await
+        .context("the lease was never reported lost")
+}
+
+#[tokio::test]
+async fn one_replica_holds_a_role_and_another_takes_over_when_it_lets_go() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let a = NatsBus::connect(settings(&server)).await?;
+    let b = NatsBus::connect(settings(&server)).await?;
+    let held = acquire(&a, Role::Scheduler).await?;
+    assert_eq!(held.role(), &Role::Scheduler);
+    assert!(
+        !acquired_within_quiet(&b, Role::Scheduler).await,
+        "two replicas held the scheduler at once"
+    );
+    // Another role is free all the while.
+    let _channel = acquire(&b, Role::Channel("telegram".into())).await?;
+    drop(held);
+    let taken = acquire(&b, Role::Scheduler).await?;
+    assert!(
+        !acquired_within_quiet(&a, Role::Scheduler).await,
+        "the first replica took it back while the second held it"
+    );
+    // A closed bus stops waiting.
+    a.close();
+    assert!(matches!(
+        a.leases().expect("leases").acquire(Role::Scheduler).await,
+        Err(nanobot_bus::BusError::Closed)
+    ));
+    drop(taken);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_role_whose_holder_died_is_taken_over_after_the_lease_time() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let b = NatsBus::connect(settings(&server)).await?;
+    // A replica that took the scheduler and died: its key is never renewed or released.
+    lease_bucket(&server)
+        .await?
+        .create("scheduler", "a-dead-replica".into())
+        .await?;
+    assert!(
+        !acquired_within_quiet(&b, Role::Scheduler).await,
+        "taken before the dead holder's lease ran out"
+    );
+    let held = acquire(&b, Role::Scheduler).await?;
+    let holder = lease_bucket(&server).await?.get("scheduler").await?;
+    assert_eq!(
+        holder.as_deref(),
+        Some(b.leases().expect("leases").holder().as_bytes())
+    );
+    drop(held);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_lease_is_reported_lost_when_it_is_taken_over_or_cannot_be_renewed() -> Result<()> {
+    let Some(mut server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let a = NatsBus::connect(settings(&server)).await?;
+    // Someone else wrote the key (as after our lease ran out): the next renewal says so.
+    let held = acquire(&a, Role::Channel("slack".into())).await?;
+    lease_bucket(&server)
+        .await?
+        .put("channel.slack", "another-replica".into())
+        .await?;
+    lost_in_time(held.as_ref()).await?;
+    // The server goes away: the holder gives the lease up before the server could hand it to anyone else.
+    let held = acquire(&a, Role::Scheduler).await?;
+    server.kill();
+    lost_in_time(held.as_ref()).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn outbound_messages_reach_the_replica_holding_their_channel() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let a = NatsBus::connect(settings(&server)).await?;
+    let b = NatsBus::connect(settings(&server)).await?;
+    let telegram = acquire(&a, Role::Channel("telegram".into())).await?;
+    let _slack = acquire(&b, Role::Channel("slack".into())).await?;
+    // Published by either replica (the one that ran the turn), delivered by the holder.
+    b.publish_outbound(OutboundMessage::reply("telegram", "7", "to telegram"))
+        .await?;
+    a.publish_outbound(OutboundMessage::reply("slack", "C1", "to slack"))
+        .await?;
+    let out = tokio::time::timeout(GUARD, a.consume_outbound()).await?.context("closed")?;
+    assert_eq!((out.channel.as_str(), out.content.as_str()), ("telegram", "to telegram"));
+    let out = tokio::time::timeout(GUARD, b.consume_outbound()).await?.context("closed")?;
+    assert_eq!((out.channel.as_str(), out.content.as_str()), ("slack", "to slack"));
+    assert!(
+        tokio::time::timeout(QUIET, b.consume_outbound()).await.is_err(),
+        "a replica got a message of a channel it does not hold"
+    );
+    // The channel moves: its messages follow it, none lost in between.
+    drop(telegram);
+    a.publish_outbound(OutboundMessage::reply("telegram", "7", "while moving"))
+        .await?;
+    let _moved = acquire(&b, Role::Channel("telegram".into())).await?;
+    let out = tokio::time::timeout(GUARD, b.consume_outbound()).await?.context("closed")?;
+    assert_eq!(out.content, "while moving");
+    assert!(
+        tokio::time::timeout(QUIET, a.consume_outbound()).await.is_err(),
+        "the old holder still got the channel's messages"
+    );
     Ok(())
 }

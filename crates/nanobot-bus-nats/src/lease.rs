@@ -1,0 +1,301 @@
+//! Leases on a JetStream key-value bucket (`<STREAM>_LEASES`), and the routing of each channel's outbound
+//! messages to the replica holding that channel.
+//!
+//! A lease is a key (`scheduler`, `channel.<name>`) whose value names its holder. Taking it is a `create` (which
+//! fails while the key exists); keeping it is an `update` expecting the revision last written (which fails once
+//! anyone else wrote it), every third of the lease time. The bucket's `max_age` is the lease time, so the server
+//! deletes a key nobody renewed, by its own clock: a replica that died frees its roles within one lease time, and
+//! no clocks are compared between machines. A holder that cannot renew for two thirds of the lease time (the
+//! server unreachable) reports the lease lost before the server could give it to anyone else.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+use async_nats::jetstream::kv::{self, CreateErrorKind, UpdateErrorKind};
+use async_nats::jetstream::{consumer, stream};
+use async_trait::async_trait;
+use nanobot_bus::{BusError, Lease, Leases, OutboundMessage, Role};
+use nanobot_util::Backoff;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::{NatsBusError, NatsBusSettings, ensure_consumer, pull_outbound, wait_or_cancel};
+
+/// The leases of one replica, and the outbound streams of the channels it holds.
+pub(crate) struct NatsLeases {
+    kv: kv::Store,
+    holder: String,
+    ttl: Duration,
+    router: OutboundRouter,
+    closed: CancellationToken,
+}
+
+impl NatsLeases {
+    /// Opens (or creates) the lease bucket.
+    pub(crate) async fn open(
+        js: &async_nats::jetstream::Context,
+        settings: &NatsBusSettings,
+        router: OutboundRouter,
+        closed: CancellationToken,
+    ) -> Result<Self, NatsBusError> {
+        let bucket = settings.lease_bucket();
+        let failed = |e: &dyn std::fmt::Display| NatsBusError::JetStream {
+            what: format!("key-value bucket {bucket}"),
+            reason: e.to_string(),
+        };
+        // The bucket's stream is made here, in the layout of a JetStream key-value bucket, rather than by the
+        // client's `create_key_value`, which first asks for the account's details in a form servers before 2.10
+        // (Debian's 2.9) do not answer in.
+        let config = stream::Config {
+            name: format!("KV_{bucket}"),
+            description: Some("nanobot leases: which replica runs cron and holds each channel".into()),
+            subjects: vec![format!("$KV.{bucket}.>")],
+            max_messages_per_subject: 1,
+            max_age: settings.lease_time,
+            storage: stream::StorageType::File,
+            num_replicas: settings.replicas,
+            allow_rollup: true,
+            deny_delete: true,
+            allow_direct: true,
+            discard: stream::DiscardPolicy::New,
+            duplicate_window: settings.lease_time.min(Duration::from_secs(120)),
+            ..Default::default()
+        };
+        let made = js
+            .get_or_create_stream(config)
+            .await
+            .map_err(|e| failed(&e))?;
+        if made.cached_info().config.max_age != settings.lease_time {
+            // Every replica must agree on one lease time: to change it, stop them all and delete the bucket.
+            tracing::warn!(
+                bucket,
+                theirs = ?made.cached_info().config.max_age,
+                ours = ?settings.lease_time,
+                "NATS bus: the lease bucket has another lease time; using it as it is"
+            );
+        }
+        let kv = js
+            .get_key_value(bucket.as_str())
+            .await
+            .map_err(|e| failed(&e))?;
+        let ttl = made.cached_info().config.max_age;
+        Ok(Self {
+            kv,
+            holder: settings.replica.clone(),
+            ttl,
+            router,
+            closed,
+        })
+    }
+
+    /// Takes `key` once: `Ok(Some(revision))` when it is ours now, `Ok(None)` while someone else holds it.
+    async fn try_take(&self, key: &str) -> Result<Option<u64>, String> {
+        match self.kv.create(key, self.holder.clone().into()).await {
+            Ok(revision) => Ok(Some(revision)),
+            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(None),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+#[async_trait]
+impl Leases for NatsLeases {
+    async fn acquire(&self, role: Role) -> Result<Box<dyn Lease>, BusError> {
+        let key = lease_key(&role);
+        let mut backoff = Backoff::exponential(Duration::from_millis(200), self.ttl);
+        let mut waiting_logged = false;
+        let revision = loop {
+            if self.closed.is_cancelled() {
+                return Err(BusError::Closed);
+            }
+            let delay = match self.try_take(&key).await {
+                Ok(Some(revision)) => break revision,
+                Ok(None) => {
+                    if !waiting_logged {
+                        tracing::info!(role = %role, "another replica holds this role; standing by");
+                        waiting_logged = true;
+                    }
+                    // The holder's key disappears within one lease time of its last renewal.
+                    self.ttl / 4
+                }
+                Err(e) => {
+                    tracing::warn!(role = %role, error = %e, "NATS bus: cannot take a lease; retrying");
+                    backoff.next_delay()
+                }
+            };
+            if wait_or_cancel(&self.closed, delay).await {
+                return Err(BusError::Closed);
+            }
+        };
+        tracing::info!(role = %role, holder = %self.holder, "lease taken");
+        let lost = CancellationToken::new();
+        let release = self.closed.child_token();
+        tokio::spawn(keep(
+            self.kv.clone(),
+            key,
+            self.holder.clone(),
+            revision,
+            self.ttl,
+            lost.clone(),
+            release.clone(),
+        ));
+        if let Role::Channel(name) = &role {
+            // The channel's outbound messages come here for as long as the lease is held.
+            self.router.serve(name, release.child_token());
+        }
+        Ok(Box::new(NatsLease {
+            role,
+            lost,
+            release,
+        }))
+    }
+
+    fn holder(&self) -> &str {
+        &self.holder
+    }
+}
+
+/// The key of `role` in the bucket (KV keys allow letters, digits, `-`, `_`, `/`, `=` and `.`).
+fn lease_key(role: &Role) -> String {
+    role.key()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Renews the lease every third of the lease time until it is released (then deletes the key, if it is still
+/// ours) or lost (someone else wrote it, or no renewal succeeded for two thirds of the lease time).
+async fn keep(
+    kv: kv::Store,
+    key: String,
+    holder: String,
+    mut revision: u64,
+    ttl: Duration,
+    lost: CancellationToken,
+    release: CancellationToken,
+) {
+    let every = ttl / 3;
+    // Measured from when a successful renewal was *sent*: the server's clock started no earlier.
+    let mut valid_until = Instant::now() + ttl * 2 / 3;
+    let mut next = Instant::now() + every;
+    loop {
+        let wake = next.min(valid_until);
+        tokio::select! {
+            () = release.cancelled() => {
+                // Released: free it now rather than after it expires (bounded; it expires anyway).
+                let _ = tokio::time::timeout(every, kv.delete_expect_revision(&key, Some(revision))).await;
+                tracing::info!(key, "lease released");
+                return;
+            }
+            () = tokio::time::sleep_until(wake) => {}
+        }
+        let now = Instant::now();
+        if now >= valid_until {
+            tracing::warn!(key, "lease lost: it could not be renewed in time");
+            lost.cancel();
+            return;
+        }
+        let sent = now;
+        match tokio::time::timeout(every, kv.update(&key, holder.clone().into(), revision)).await {
+            Ok(Ok(r)) => {
+                revision = r;
+                valid_until = sent + ttl * 2 / 3;
+                next = sent + every;
+            }
+            Ok(Err(e)) if e.kind() == UpdateErrorKind::WrongLastRevision => {
+                tracing::warn!(key, "lease lost: another replica holds it now");
+                lost.cancel();
+                return;
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(key, error = %e, "NATS bus: cannot renew a lease; retrying");
+                next = Instant::now() + every / 4;
+            }
+            Err(_) => {
+                tracing::warn!(key, "NATS bus: renewing a lease timed out; retrying");
+                next = Instant::now();
+            }
+        }
+    }
+}
+
+/// A held role (see [`Lease`]).
+struct NatsLease {
+    role: Role,
+    lost: CancellationToken,
+    release: CancellationToken,
+}
+
+impl std::fmt::Debug for NatsLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsLease")
+            .field("role", &self.role)
+            .field("lost", &self.lost.is_cancelled())
+            .finish()
+    }
+}
+
+impl Drop for NatsLease {
+    fn drop(&mut self) {
+        self.release.cancel();
+    }
+}
+
+#[async_trait]
+impl Lease for NatsLease {
+    fn role(&self) -> &Role {
+        &self.role
+    }
+
+    async fn lost(&self) {
+        self.lost.cancelled().await;
+    }
+}
+
+/// Starts pulling a channel's outbound consumer when its lease is taken.
+#[derive(Clone)]
+pub(crate) struct OutboundRouter {
+    pub(crate) stream: stream::Stream,
+    pub(crate) settings: NatsBusSettings,
+    pub(crate) tx: mpsc::Sender<OutboundMessage>,
+    pub(crate) waiting: Arc<AtomicUsize>,
+}
+
+impl OutboundRouter {
+    /// Pulls `channel`'s outbound messages into this process until `stop` fires.
+    pub(crate) fn serve(&self, channel: &str, stop: CancellationToken) {
+        let router = self.clone();
+        let channel = channel.to_owned();
+        tokio::spawn(async move {
+            let name = router.settings.outbound_consumer(&channel);
+            let config = consumer::pull::Config {
+                durable_name: Some(name.clone()),
+                filter_subject: router.settings.outbound_subject(&channel),
+                ack_policy: consumer::AckPolicy::Explicit,
+                ack_wait: router.settings.ack_wait,
+                ..Default::default()
+            };
+            let mut backoff = Backoff::exponential(Duration::from_millis(200), Duration::from_secs(10));
+            let consumer = loop {
+                match ensure_consumer(&router.stream, &name, config.clone()).await {
+                    Ok(c) => break c,
+                    Err(e) => {
+                        tracing::warn!(channel, error = %e, "NATS bus: cannot open a channel's outbound messages; retrying");
+                        if wait_or_cancel(&stop, backoff.next_delay()).await {
+                            return;
+                        }
+                    }
+                }
+            };
+            pull_outbound(consumer, router.tx.clone(), router.waiting.clone(), stop).await;
+        });
+    }
+}
