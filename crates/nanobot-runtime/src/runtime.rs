@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use nanobot_bus::Bus;
+use nanobot_bus::{Bus, Leases, Role};
 use nanobot_config::Config;
 use nanobot_core::{AgentLoop, SystemJob};
 use tokio::task::JoinHandle;
@@ -80,29 +80,21 @@ impl Runtime {
         agent.set_bus(bus.clone());
         let accept = CancellationToken::new();
         let tracker = TaskTracker::new();
-        if opts.cron
-            && let Some(cron) = agent.cron()
-        {
-            install_system_jobs(&agent, config)?;
-            if let Some(observer) = &opts.observer {
-                spawn_system_job_watch(cron.subscribe(), observer.clone(), accept.clone());
+        if opts.cron {
+            if agent.cron().is_some() {
+                install_system_jobs(&agent, config)?;
+                if let (Some(observer), Some(cron)) = (&opts.observer, agent.cron()) {
+                    spawn_system_job_watch(cron.subscribe(), observer.clone(), accept.clone());
+                }
             }
-            let svc = cron.clone();
-            let stop = accept.clone();
-            tokio::spawn(async move { svc.run(stop).await });
-        }
-        // Local triggers (`/trigger`, `nanobot trigger`): deliveries run as turns in their chats, with cron.
-        if opts.cron
-            && let Some(store) = agent.triggers()
-        {
-            let runner = agent.clone();
-            let handler: nanobot_cron::triggers::TriggerHandler = Arc::new(move |trigger, delivery| {
-                let agent = runner.clone();
-                Box::pin(async move { agent.run_trigger(trigger, delivery).await })
-            });
-            let queue = nanobot_cron::TriggerQueue::new(store.clone(), handler);
-            let stop = accept.clone();
-            tokio::spawn(async move { queue.run(stop).await });
+            match bus.leases() {
+                // Replicas on a shared bus: cron, the system jobs and the trigger queue run on the one holding
+                // the scheduler lease.
+                Some(leases) => {
+                    tokio::spawn(schedule_under_lease(agent.clone(), leases, accept.clone()));
+                }
+                None => spawn_scheduler(&agent, &accept),
+            }
         }
         // Session files written by the Python nanobot are counted once now, off the turn path, so the first turn
         // on a long one reads only its tail (issue 16). Stops with the runtime.
@@ -170,6 +162,56 @@ impl Runtime {
     pub async fn shutdown(&self) {
         self.accept.cancel();
         self.agent.shutdown().await;
+    }
+}
+
+/// Runs cron (with the system jobs) and the local trigger queue until `stop` fires.
+fn spawn_scheduler(agent: &AgentLoop, stop: &CancellationToken) {
+    if let Some(cron) = agent.cron() {
+        let svc = cron.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move { svc.run(stop).await });
+    }
+    // Local triggers (`/trigger`, `nanobot trigger`): deliveries run as turns in their chats, with cron.
+    if let Some(store) = agent.triggers() {
+        let runner = agent.clone();
+        let handler: nanobot_cron::triggers::TriggerHandler = Arc::new(move |trigger, delivery| {
+            let agent = runner.clone();
+            Box::pin(async move { agent.run_trigger(trigger, delivery).await })
+        });
+        let queue = nanobot_cron::TriggerQueue::new(store.clone(), handler);
+        let stop = stop.clone();
+        tokio::spawn(async move { queue.run(stop).await });
+    }
+}
+
+/// Holds the scheduler lease and runs the scheduler while it is held: stops it when the lease is lost and waits
+/// to take it again; gives it up when the runtime stops accepting work.
+async fn schedule_under_lease(agent: AgentLoop, leases: Arc<dyn Leases>, accept: CancellationToken) {
+    loop {
+        let lease = tokio::select! {
+            () = accept.cancelled() => return,
+            l = leases.acquire(Role::Scheduler) => l,
+        };
+        let Ok(lease) = lease else {
+            return; // the bus is closed
+        };
+        tracing::info!(
+            replica = leases.holder(),
+            "this replica runs cron and the heartbeat"
+        );
+        let running = accept.child_token();
+        spawn_scheduler(&agent, &running);
+        tokio::select! {
+            () = accept.cancelled() => {
+                drop(lease);
+                return;
+            }
+            () = lease.lost() => {
+                tracing::warn!("the scheduler lease was lost: cron stops here until it is taken again");
+                running.cancel();
+            }
+        }
     }
 }
 

@@ -27,14 +27,132 @@ async fn replica(
     home: &TempHome,
     config: &nanobot_config::Config,
 ) -> (Arc<NatsBus>, Runtime) {
+    replica_with(server, home, config, RuntimeOptions::default()).await
+}
+
+async fn replica_with(
+    server: &NatsServer,
+    home: &TempHome,
+    config: &nanobot_config::Config,
+    opts: RuntimeOptions,
+) -> (Arc<NatsBus>, Runtime) {
     let mut s = NatsBusSettings::new(server.url());
     s.partitions = 2;
     s.ack_wait = Duration::from_secs(2);
+    s.lease_time = Duration::from_secs(2);
+    // One process holds several replicas here: each gets a name of its own.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    s.replica = format!(
+        "replica-{}",
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    );
     let bus = Arc::new(NatsBus::connect(s).await.unwrap());
     let env = Environment::new(home.home(), home.env());
     let agent = nanobot_runtime::build_agent(config, &env).unwrap();
-    let rt = Runtime::start(agent, bus.clone(), config, RuntimeOptions::default()).unwrap();
+    let rt = Runtime::start(agent, bus.clone(), config, opts).unwrap();
     (bus, rt)
+}
+
+/// The replica (index) whose cron ran the next job, from the replicas' run reports.
+async fn next_run(runs: &mut [tokio::sync::broadcast::Receiver<nanobot_cron::RunOutcome>]) -> usize {
+    tokio::time::timeout(GUARD, async {
+        loop {
+            let waiting = runs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, r)| Box::pin(async move { (i, r.recv().await) }));
+            let ((i, got), _, _) = futures::future::select_all(waiting).await;
+            if let Ok(run) = got
+                && run.job.name == "every second"
+            {
+                return i;
+            }
+        }
+    })
+    .await
+    .expect("no cron run in time")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cron_runs_on_one_replica_and_moves_when_it_stops() {
+    nanobot_providers::install_ring();
+    let Some(server) = NatsServer::start().await.unwrap() else {
+        return;
+    };
+    // Three replicas on one home (a shared volume): one cron store, one schedule.
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.set_fallback(MockReply::text("tick"));
+    let config = config(&mock);
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        replicas.push(replica_with(&server, &home, &config, RuntimeOptions::default().with_cron(true)).await);
+    }
+    let mut runs: Vec<_> = replicas
+        .iter()
+        .map(|(_, rt)| rt.agent().cron().expect("cron").subscribe())
+        .collect();
+    let leases = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap())
+        .get_key_value("NANOBOT_LEASES")
+        .await
+        .unwrap();
+    let holder = scheduler_holder(&leases, &replicas, None).await;
+    // The job is added through another replica (whose cron would be woken by it, if it ran one).
+    replicas[(holder + 1) % 3]
+        .1
+        .agent()
+        .cron()
+        .expect("cron")
+        .add(
+            nanobot_cron::NewJob::new(
+                nanobot_cron::CronSchedule::every(Duration::from_secs(1)),
+                nanobot_cron::CronPayload::agent_turn("tick"),
+            )
+            .with_name("every second"),
+        )
+        .unwrap();
+    for _ in 0..3 {
+        assert_eq!(next_run(&mut runs).await, holder, "cron ran off the lease holder");
+    }
+    // The holder stops: another one takes cron over, and only that one runs it.
+    let (bus, rt) = replicas.remove(holder);
+    let gone = bus.leases().expect("leases").holder().to_owned();
+    runs.remove(holder);
+    rt.shutdown().await;
+    bus.close();
+    drop(rt);
+    let next = scheduler_holder(&leases, &replicas, Some(&gone)).await;
+    for _ in 0..3 {
+        assert_eq!(next_run(&mut runs).await, next, "cron ran off the lease holder");
+    }
+}
+
+/// The replica (index) holding the scheduler lease, once one (other than `not`) does.
+async fn scheduler_holder(
+    leases: &async_nats::jetstream::kv::Store,
+    replicas: &[(Arc<NatsBus>, Runtime)],
+    not: Option<&str>,
+) -> usize {
+    use futures::StreamExt as _;
+    let mut watch = leases.watch_with_history("scheduler").await.unwrap();
+    tokio::time::timeout(GUARD, async {
+        while let Some(entry) = watch.next().await {
+            let entry = entry.unwrap();
+            let name = String::from_utf8_lossy(&entry.value).into_owned();
+            if Some(name.as_str()) == not || entry.operation != async_nats::jetstream::kv::Operation::Put {
+                continue;
+            }
+            if let Some(i) = replicas
+                .iter()
+                .position(|(b, _)| b.leases().expect("leases").holder() == name)
+            {
+                return i;
+            }
+        }
+        panic!("the lease watch ended");
+    })
+    .await
+    .expect("no replica took the scheduler")
 }
 
 #[tokio::test]
@@ -62,6 +180,13 @@ async fn a_turn_cut_short_by_a_stopping_replica_is_answered_by_the_next() {
     // Replica B gets the same message again and answers it.
     mock.push(MockReply::text("milk and eggs"));
     let (bus_b, rt_b) = replica(&server, &home, &config).await;
+    // B holds the Telegram channel, so Telegram's replies come to it.
+    let _telegram = bus_b
+        .leases()
+        .expect("a shared bus has leases")
+        .acquire(nanobot_bus::Role::Channel("telegram".into()))
+        .await
+        .unwrap();
     let reply = tokio::time::timeout(GUARD, async {
         loop {
             let out = bus_b.consume_outbound().await.expect("bus open");
