@@ -17,3 +17,4 @@ mod local_first;
 mod support;
 mod webui;
 mod whatsapp;
+mod wizard;

@@ -81,6 +81,10 @@ pub struct OnboardArgs {
     /// Refresh the config and templates, keeping every value, without asking anything (0.3.5's flag).
     #[arg(long = "refresh")]
     pub refresh: bool,
+    /// Ask for the provider, API key, model, WebUI password and other settings on the terminal (0.3.5's
+    /// set-up wizard), then save the config once; needs a terminal.
+    #[arg(long = "wizard", conflicts_with_all = ["refresh", "use_local", "skip_local"])]
+    pub wizard: bool,
 }
 
 /// The subcommands.

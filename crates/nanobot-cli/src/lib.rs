@@ -43,6 +43,7 @@ mod gateway;
 mod local_servers;
 mod mcp_cmd;
 mod onboard;
+mod onboard_wizard;
 mod plugins;
 mod render;
 mod setup;
@@ -145,6 +146,9 @@ fn write_out(out: &mut dyn Write, text: &str) -> Result<(), CliError> {
 /// `nanobot onboard`: the config and templates, then (without an API key) a model server on this machine,
 /// written into the config on `--use-local` or when the user says yes on a terminal.
 fn onboard_cmd(env: &CliEnv, a: &args::OnboardArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    if a.wizard {
+        return onboard_wizard::run(env, a, out);
+    }
     if env.stdin_tty && env.stdout_tty && !a.refresh {
         let stdin = std::io::stdin();
         let mut input = stdin.lock();

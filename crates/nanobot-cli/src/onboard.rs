@@ -42,7 +42,8 @@ pub fn default_config() -> Config {
     config
 }
 
-fn add_provider_blocks(config: &mut Config) {
+/// Adds an empty block for every known provider that has none (what `onboard` writes into a new config).
+pub(crate) fn add_provider_blocks(config: &mut Config) {
     for spec in nanobot_providers::registry::PROVIDERS {
         let key = nanobot_providers::registry::config_key(spec.name);
         if config.providers.get(&key).is_none() {

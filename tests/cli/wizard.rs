@@ -1,0 +1,444 @@
+//! `nanobot onboard --wizard`, driven through a pseudo-terminal: Quick Start end to end, an abort that leaves the
+//! old file byte for byte, wrong answers asked again, the refusal without a terminal, and the same answers given
+//! to 0.3.5's wizard giving the same values.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use expectrl::{ControlCode, Eof, Expect, Session};
+use nanobot_testkit::{TempHome, peers};
+use serde_json::{Value, json};
+
+use crate::compat_python::{bounded, python_nanobot};
+use crate::support::{nanobot, run, stderr};
+
+const API_KEY: &str = "sk-or-wizard-7f3a91";
+const PASSWORD: &str = "webui-pass-5521";
+
+/// A wizard session with everything it printed so far.
+struct Wizard {
+    p: expectrl::session::OsSession,
+    seen: String,
+}
+
+impl Wizard {
+    fn spawn(home: &Path, vars: &[(&str, &str)]) -> Self {
+        let mut cmd = nanobot(home);
+        cmd.env("TERM", "xterm").args(["onboard", "--wizard"]);
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let mut p = Session::spawn(cmd).expect("spawn nanobot onboard --wizard in a pty");
+        // A generous bound for a loaded CI machine; nothing waits on it when things work.
+        p.set_expect_timeout(Some(Duration::from_secs(120)));
+        Wizard {
+            p,
+            seen: String::new(),
+        }
+    }
+
+    /// Waits for `text`, keeping what came before it.
+    fn wait(&mut self, text: &str) -> String {
+        let found = self
+            .p
+            .expect(text)
+            .unwrap_or_else(|e| panic!("waiting for {text:?}: {e}; so far:\n{}", self.seen));
+        let before = String::from_utf8_lossy(found.before()).into_owned();
+        self.seen.push_str(&before);
+        self.seen.push_str(text);
+        before
+    }
+
+    /// Waits for `prompt`, then types `answer` and Enter.
+    fn answer(&mut self, prompt: &str, answer: &str) -> String {
+        let before = self.wait(prompt);
+        self.p.send_line(answer).unwrap();
+        before
+    }
+
+    /// Waits for the end and returns the exit code, keeping the rest of the output.
+    fn exit_code(mut self) -> (i32, String) {
+        let rest = self.p.expect(Eof).unwrap();
+        self.seen.push_str(&String::from_utf8_lossy(rest.before()));
+        match self.p.get_process().wait().unwrap() {
+            expectrl::process::unix::WaitStatus::Exited(_, code) => (code, self.seen),
+            other => panic!("{other:?}; output:\n{}", self.seen),
+        }
+    }
+}
+
+fn config(home: &TempHome) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(home.config_path()).unwrap()).unwrap()
+}
+
+#[test]
+fn quick_start_end_to_end_writes_the_config_and_never_shows_the_secrets() {
+    let home = TempHome::new();
+    let mut w = Wizard::spawn(home.home(), &[]);
+    w.wait("Setup Wizard");
+    w.answer("Choose 1-3:", "1");
+    w.wait("Which provider do you want to use?");
+    w.answer("Choose 1-", "OpenRouter");
+    w.answer("OpenRouter API key: ", API_KEY);
+    w.answer("Model ID: ", "anthropic/claude-sonnet-4");
+    w.answer("Enable WebSocket channel now? [Y/n]", "");
+    w.answer("Set a WebUI password: ", PASSWORD);
+    let review = w.answer("Press Enter to save and exit...", "");
+    assert!(review.contains("Ready"), "{review}");
+    w.wait("nanobot is ready. Run: nanobot webui");
+    let (code, seen) = w.exit_code();
+    assert_eq!(code, 0, "{seen}");
+    assert!(!seen.contains(API_KEY), "the API key was shown:\n{seen}");
+    assert!(!seen.contains(PASSWORD), "the password was shown:\n{seen}");
+    assert!(
+        seen.contains(&"*".repeat(API_KEY.len())),
+        "each typed character shows as *:\n{seen}"
+    );
+    assert!(seen.contains("Config saved at"), "{seen}");
+
+    let v = config(&home);
+    let or = &v["providers"]["openrouter"];
+    assert_eq!(or["apiKey"], API_KEY);
+    assert_eq!(or["apiBase"], "https://openrouter.ai/api/v1");
+    assert_eq!(v["agents"]["defaults"]["modelPreset"], "primary");
+    assert_eq!(
+        v["modelPresets"]["primary"],
+        json!({
+            "model": "anthropic/claude-sonnet-4",
+            "provider": "openrouter",
+            "maxTokens": 8192,
+            "contextWindowTokens": 200000,
+            "temperature": 0.1,
+            "reasoningEffort": null
+        })
+    );
+    // What Quick Start does not ask about keeps its default.
+    assert_eq!(v["agents"]["defaults"]["model"], "anthropic/claude-opus-4-5");
+    assert_eq!(v["agents"]["defaults"]["provider"], "auto");
+    assert_eq!(v["gateway"]["port"], 18790);
+    let ws = &v["channels"]["websocket"];
+    assert_eq!(ws["enabled"], true);
+    assert_eq!(ws["tokenIssueSecret"], PASSWORD);
+    assert_eq!(ws["websocketRequiresToken"], true);
+    assert_eq!(ws["host"], "127.0.0.1");
+    assert_eq!(ws["port"], 8765);
+    assert_eq!(ws["allowFrom"], json!(["*"]));
+    assert!(
+        v["providers"]["anthropic"].is_object(),
+        "every provider has its block"
+    );
+    for f in [
+        "AGENTS.md",
+        "SOUL.md",
+        "USER.md",
+        "HEARTBEAT.md",
+        "memory/MEMORY.md",
+    ] {
+        assert!(home.nanobot_dir().join("workspace").join(f).is_file(), "{f}");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(home.config_path())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "the config holds secrets");
+    }
+}
+
+/// A config the user wrote: a `${VAR}` key, a key this version does not know, a changed value.
+fn users_config(home: &TempHome) -> Vec<u8> {
+    let text = r#"{
+  "agents": {"defaults": {"model": "openai/gpt-4o", "maxTokens": 1234}},
+  "providers": {"openai": {"apiKey": "${MY_OPENAI_KEY}"}},
+  "tools": {"myOwnKey": {"x": 1}},
+  "gateway": {"port": 18790}
+}
+"#;
+    std::fs::create_dir_all(home.nanobot_dir()).unwrap();
+    std::fs::write(home.config_path(), text).unwrap();
+    text.as_bytes().to_vec()
+}
+
+#[test]
+fn ctrl_c_or_ctrl_d_at_any_question_leaves_the_old_config_byte_for_byte() {
+    let home = TempHome::new();
+    let before = users_config(&home);
+    let vars = [("MY_OPENAI_KEY", "sk-from-env")];
+
+    // Ctrl-C at the (hidden) API key question, after a provider was picked.
+    let mut w = Wizard::spawn(home.home(), &vars);
+    w.answer("Choose 1-3:", "Quick Start");
+    w.wait("Which provider do you want to use?");
+    w.answer("Choose 1-", "OpenRouter");
+    w.wait("OpenRouter API key: ");
+    w.p.send("sk-half-typed").unwrap();
+    w.p.send(ControlCode::EndOfText).unwrap();
+    w.wait("Configuration discarded. No changes were saved.");
+    let (code, seen) = w.exit_code();
+    assert_eq!(code, 130, "{seen}");
+    assert!(!seen.contains("sk-half-typed"), "{seen}");
+    assert_eq!(std::fs::read(home.config_path()).unwrap(), before);
+
+    // Ctrl-D at a line question, after an edit that was not saved.
+    let mut w = Wizard::spawn(home.home(), &vars);
+    w.answer("Choose 1-3:", "Advanced Settings");
+    w.answer("Choose 1-10:", "Gateway");
+    w.wait("Select field to configure:");
+    w.answer("Choose 1-", "2");
+    w.answer("port [18790]: ", "18801");
+    w.wait("Select field to configure:");
+    w.wait("Choose 1-");
+    w.p.send(ControlCode::EndOfTransmission).unwrap();
+    w.wait("Configuration discarded. No changes were saved.");
+    let (code, seen) = w.exit_code();
+    assert_eq!(code, 130, "{seen}");
+    assert_eq!(std::fs::read(home.config_path()).unwrap(), before);
+    assert!(
+        !home.workspace().join("AGENTS.md").exists(),
+        "no templates written"
+    );
+}
+
+#[test]
+fn wrong_answers_are_named_and_asked_again_and_other_values_are_kept() {
+    let home = TempHome::new();
+    users_config(&home);
+    let mut w = Wizard::spawn(home.home(), &[("MY_OPENAI_KEY", "sk-from-env")]);
+    w.answer("Choose 1-3:", "7");
+    w.wait("\"7\" is not one of the choices: enter a number from 1 to 3.");
+    w.answer("Choose 1-3:", "2");
+    w.answer("Choose 1-10:", "Gateway");
+    w.wait("Select field to configure:");
+    w.answer("Choose 1-", "2");
+    w.answer("port [18790]: ", "abc");
+    w.wait("\"abc\" is not a number; try again.");
+    w.answer("port [18790]: ", "70000");
+    let refused = w.wait("value not saved, try again.");
+    assert!(refused.contains("port"), "{refused}");
+    w.answer("port [18790]: ", "18801");
+    w.wait("Select field to configure:");
+    w.answer("Choose 1-", "[Done]");
+    w.answer("Choose 1-10", "<- Back");
+    // An edit was made: the menu now offers to save.
+    w.answer("Choose 1-4:", "Save and Exit");
+    w.wait("Config saved at");
+    let (code, seen) = w.exit_code();
+    assert_eq!(code, 0, "{seen}");
+
+    let v = config(&home);
+    assert_eq!(v["gateway"]["port"], 18801);
+    assert_eq!(
+        v["providers"]["openai"]["apiKey"], "${MY_OPENAI_KEY}",
+        "the reference is kept"
+    );
+    assert_eq!(v["agents"]["defaults"]["model"], "openai/gpt-4o");
+    assert_eq!(v["agents"]["defaults"]["maxTokens"], 1234);
+    assert_eq!(v["tools"]["myOwnKey"], json!({"x": 1}), "unknown keys are kept");
+    assert!(
+        !std::fs::read_to_string(home.config_path())
+            .unwrap()
+            .contains("sk-from-env")
+    );
+}
+
+#[test]
+fn without_a_terminal_the_wizard_refuses_and_writes_nothing() {
+    let home = TempHome::new();
+    let out = nanobot(home.home())
+        .args(["onboard", "--wizard"])
+        .stdin(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("needs a terminal"), "{err}");
+    assert!(err.contains("nanobot onboard"), "{err}");
+    assert!(!home.config_path().exists());
+    // The flag is refused together with the non-interactive ones.
+    let o = run(home.home(), &["onboard", "--wizard", "--refresh"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+/// 0.3.5's wizard, its questions answered by a script (the prompt functions replaced; the flow, the checks and
+/// what is written are 0.3.5's own), saving to `path`.
+const PYTHON_QUICK_START: &str = r#"
+import sys
+from pathlib import Path
+from nanobot.cli import onboard as o
+from nanobot.config.loader import save_config
+from nanobot.config.schema import Config
+
+answers = iter(sys.argv[2:])
+nxt = lambda *a, **k: next(answers)
+o._select_with_back = nxt
+o._input_text = nxt
+o._input_secret = nxt
+o._input_model_with_autocomplete = nxt
+o._pause = lambda *a, **k: None
+o.console.clear = lambda *a, **k: None
+
+class _Ask:
+    def __init__(self, value):
+        self.value = value
+    def ask(self):
+        return self.value
+
+class _Questionary:
+    def confirm(self, *a, **k):
+        return _Ask(next(answers) == "yes")
+    def select(self, *a, **k):
+        return _Ask(next(answers))
+    def text(self, *a, **k):
+        return _Ask(next(answers))
+
+o._get_questionary = lambda: _Questionary()
+result = o.run_onboard(initial_config=Config())
+assert result.should_save
+save_config(result.config, Path(sys.argv[1]))
+"#;
+
+#[test]
+fn the_same_answers_give_the_same_values_as_python() {
+    let Some(py_nanobot) = peers::require("python nanobot (nanobot-ai 0.3.5)", python_nanobot()) else {
+        return;
+    };
+    let python = py_nanobot.with_file_name("python");
+    let cases: [(&str, &[&str], &[&str]); 2] = [
+        (
+            "openrouter",
+            &[
+                "[Q] Quick Start",
+                "OpenRouter",
+                API_KEY,
+                "anthropic/claude-sonnet-4",
+                "yes",
+                PASSWORD,
+            ],
+            &[
+                "Quick Start",
+                "OpenRouter",
+                API_KEY,
+                "anthropic/claude-sonnet-4",
+                "",
+                PASSWORD,
+                "",
+            ],
+        ),
+        (
+            "custom",
+            &[
+                "[Q] Quick Start",
+                "Other OpenAI-compatible",
+                API_KEY,
+                "http://127.0.0.1:9999/v1/",
+                "my-local-model",
+                "yes",
+                PASSWORD,
+            ],
+            &[
+                "Quick Start",
+                "Other OpenAI-compatible",
+                API_KEY,
+                "http://127.0.0.1:9999/v1/",
+                "my-local-model",
+                "",
+                PASSWORD,
+                "",
+            ],
+        ),
+    ];
+    for (provider, py_answers, rs_answers) in cases {
+        let py_home = TempHome::new();
+        let py_path = py_home.config_path();
+        let mut cmd = std::process::Command::new(&python);
+        cmd.env_clear()
+            .env("HOME", py_home.home())
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("NO_COLOR", "1")
+            .env("TERM", "dumb")
+            .arg("-c")
+            .arg(PYTHON_QUICK_START)
+            .arg(&py_path)
+            .args(py_answers);
+        let out = bounded(cmd, "python quick start");
+        assert!(
+            out.status.success(),
+            "python: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let py = config(&py_home);
+
+        let rs_home = TempHome::new();
+        let mut w = Wizard::spawn(rs_home.home(), &[]);
+        let prompts = [
+            "Choose 1-3:",
+            "Choose 1-",
+            "API key: ",
+            if provider == "custom" {
+                "Provider base URL: "
+            } else {
+                "Model ID: "
+            },
+            if provider == "custom" {
+                "Model ID: "
+            } else {
+                "[Y/n]"
+            },
+            if provider == "custom" {
+                "[Y/n]"
+            } else {
+                "password: "
+            },
+            if provider == "custom" {
+                "password: "
+            } else {
+                "save and exit..."
+            },
+            "save and exit...",
+        ];
+        w.wait("Setup Wizard");
+        for (prompt, answer) in prompts.iter().zip(rs_answers) {
+            w.answer(prompt, answer);
+        }
+        let (code, seen) = w.exit_code();
+        assert_eq!(code, 0, "{seen}");
+        let rs = config(&rs_home);
+
+        assert_eq!(rs["modelPresets"], py["modelPresets"], "{provider}: modelPresets");
+        assert_eq!(
+            rs["agents"]["defaults"]["modelPreset"], py["agents"]["defaults"]["modelPreset"],
+            "{provider}: modelPreset"
+        );
+        for key in ["apiKey", "apiBase"] {
+            assert_eq!(
+                rs["providers"][provider][key], py["providers"][provider][key],
+                "{provider}: providers.{provider}.{key}"
+            );
+        }
+        // Every key 0.3.5 writes in the WebSocket block, with the same value.
+        let py_ws = py["channels"]["websocket"].as_object().unwrap();
+        for (k, v) in py_ws {
+            assert_eq!(
+                &rs["channels"]["websocket"][k], v,
+                "{provider}: channels.websocket.{k}"
+            );
+        }
+        // And the rest of the agent defaults are the same defaults.
+        for key in [
+            "model",
+            "provider",
+            "maxTokens",
+            "contextWindowTokens",
+            "temperature",
+            "workspace",
+        ] {
+            assert_eq!(
+                rs["agents"]["defaults"][key], py["agents"]["defaults"][key],
+                "{provider}: agents.defaults.{key}"
+            );
+        }
+    }
+}
