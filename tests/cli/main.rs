@@ -14,6 +14,7 @@ mod gateway;
 mod interactive;
 mod interrupt;
 mod local_first;
+mod provider;
 mod support;
 mod webui;
 mod whatsapp;

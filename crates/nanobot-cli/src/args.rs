@@ -146,6 +146,12 @@ pub enum Command {
     Serve(ServeArgs),
     /// Start the gateway with its `websocket` channel and open the WebUI in the browser.
     Webui(WebuiArgs),
+    /// OAuth providers: sign in (`login`) and out (`logout`).
+    Provider {
+        /// What to do.
+        #[command(subcommand)]
+        action: crate::provider_cmd::ProviderAction,
+    },
 }
 
 /// `nanobot trigger ID [MESSAGE]` (0.3.5's command).

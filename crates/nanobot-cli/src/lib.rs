@@ -45,6 +45,7 @@ mod mcp_cmd;
 mod onboard;
 mod onboard_wizard;
 mod plugins;
+mod provider_cmd;
 mod render;
 mod setup;
 mod status;
@@ -63,6 +64,7 @@ pub use eval::{
 };
 pub use gateway::{GatewayCli, gateway_log_filter, gateway_log_plan, run_gateway_binary};
 pub use onboard::{OnboardReport, TEMPLATES, default_config};
+pub use provider_cmd::{ProviderAction, ProviderLoginArgs, ProviderLogoutArgs};
 pub use render::MarkdownStream;
 pub use setup::CliEnv;
 
@@ -297,6 +299,7 @@ pub fn run_with(cli: Cli, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliEr
         },
         Command::Serve(a) => gateway::serve(env, &a),
         Command::Webui(a) => webui::webui(env, &a, out),
+        Command::Provider { action } => provider_cmd::run(env, action, out),
     }
 }
 

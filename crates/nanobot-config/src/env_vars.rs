@@ -49,4 +49,11 @@ pub const RESERVED: &[&str] = &[
     "NANOBOT_RESTART_STARTED_AT",
     "NANOBOT_API_URL",
     "NANOBOT_COMPLETE",
+    // The GitHub Copilot provider's URLs and OAuth client (0.3.5's; `nanobot_providers::copilot`).
+    "NANOBOT_GITHUB_COPILOT_CLIENT_ID",
+    "NANOBOT_GITHUB_DEVICE_CODE_URL",
+    "NANOBOT_GITHUB_ACCESS_TOKEN_URL",
+    "NANOBOT_GITHUB_USER_URL",
+    "NANOBOT_COPILOT_TOKEN_URL",
+    "NANOBOT_COPILOT_BASE_URL",
 ];

@@ -81,6 +81,8 @@ pub struct ProviderFactory {
     /// The clients built so far, one per (proxy, connect timeout): providers with the same settings share one
     /// connection pool, and resolving a model again builds nothing.
     clients: Arc<Mutex<ClientCache>>,
+    /// The Copilot API tokens, shared by every Copilot client of this factory (one exchange serves them all).
+    copilot_tokens: Arc<Mutex<Option<Arc<crate::copilot::CopilotTokens>>>>,
 }
 
 impl ProviderFactory {
@@ -101,6 +103,7 @@ impl ProviderFactory {
             retry,
             http: None,
             clients: Arc::default(),
+            copilot_tokens: Arc::default(),
         }
     }
 
@@ -222,10 +225,15 @@ impl ProviderFactory {
         let key_spec = crate::registry::find_spec(&m.name);
         let api_key = input.api_key(&m.name, key_spec);
         let block = m.config.clone().unwrap_or_default();
-        let base = block
-            .api_base
-            .clone()
-            .filter(|b| !b.trim().is_empty())
+        let env_base = match spec.backend {
+            Backend::GithubCopilot => self
+                .env
+                .non_empty(crate::copilot::BASE_URL_VAR)
+                .map(|b| b.trim().to_owned()),
+            _ => None,
+        };
+        let base = env_base
+            .or_else(|| block.api_base.clone().filter(|b| !b.trim().is_empty()))
             .unwrap_or_else(|| spec.default_api_base.to_owned());
         if base.is_empty() {
             return Err(ProviderError::Config(format!(
@@ -235,15 +243,17 @@ impl ProviderFactory {
             )));
         }
         let is_custom = key_spec.is_none() || spec.name == "custom";
-        if api_key.is_none() && !spec.is_local && !is_custom {
+        if api_key.is_none() && !spec.is_local && !is_custom && !spec.is_oauth {
             return Err(missing_key(spec, model));
         }
         let backend = match block.api_type.to_ascii_lowercase().as_str() {
+            // An OAuth provider speaks its own API whatever `apiType` says.
+            _ if spec.is_oauth => spec.backend,
             "anthropic" => Backend::Anthropic,
             "openai" | "openai_compat" | "openai-compat" | "chat_completions" => Backend::OpenAiCompat,
             _ => spec.backend,
         };
-        let timeouts = if backend == Backend::OpenAiCompat {
+        let timeouts = if matches!(backend, Backend::OpenAiCompat | Backend::GithubCopilot) {
             self.timeouts_for_openai_compat(&base)
         } else {
             self.timeouts_for(&base)
@@ -305,10 +315,40 @@ impl ProviderFactory {
     pub fn client(&self, model: &str) -> Result<Arc<dyn Provider>, ProviderError> {
         let r = self.resolve(model)?;
         tracing::debug!(model, provider = %r.name, rule = r.rule, base = %r.base_url, "provider resolved");
+        self.client_for(r)
+    }
+
+    /// The client speaking `r`'s wire format.
+    fn client_for(&self, r: ResolvedProvider) -> Result<Arc<dyn Provider>, ProviderError> {
         Ok(match r.backend {
             Backend::Anthropic => Arc::new(AnthropicClient::new(r.endpoint)),
             Backend::OpenAiCompat => Arc::new(OpenAiCompatClient::new(r.endpoint)),
+            Backend::GithubCopilot => {
+                let tokens = self.copilot_tokens(&r.endpoint)?;
+                Arc::new(crate::copilot::CopilotClient::new(r.endpoint, tokens))
+            }
         })
+    }
+
+    /// The Copilot token source of this factory, made on first use (the GitHub login is read when a token is
+    /// needed, so logging in after start-up works).
+    fn copilot_tokens(
+        &self,
+        endpoint: &Endpoint,
+    ) -> Result<Arc<crate::copilot::CopilotTokens>, ProviderError> {
+        let mut slot = self.copilot_tokens.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(t) = slot.as_ref() {
+            return Ok(t.clone());
+        }
+        let store = crate::copilot::token_store(&self.env)
+            .map_err(|e| ProviderError::Config(format!("{}: {e}", endpoint.provider)))?;
+        let tokens = Arc::new(crate::copilot::CopilotTokens::new(
+            crate::copilot::CopilotUrls::from_env(&self.env),
+            store,
+            endpoint.http.clone(),
+        ));
+        *slot = Some(tokens.clone());
+        Ok(tokens)
     }
 
     /// The client for `model`, with retries; the call's deadline (`Timeouts::total`) bounds all attempts
@@ -317,10 +357,7 @@ impl ProviderFactory {
         let r = self.resolve(model)?;
         let total = r.endpoint.timeouts.total;
         let shown = r.endpoint.display_url();
-        let client: Arc<dyn Provider> = match r.backend {
-            Backend::Anthropic => Arc::new(AnthropicClient::new(r.endpoint)),
-            Backend::OpenAiCompat => Arc::new(OpenAiCompatClient::new(r.endpoint)),
-        };
+        let client = self.client_for(r)?;
         Ok(Arc::new(
             RetryingProvider::new(client, self.retry.clone()).with_deadline(total, shown),
         ))

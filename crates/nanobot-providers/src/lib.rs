@@ -3,7 +3,8 @@
 //! **Owns:** the provider [`registry`] (specs and model→provider matching), the OpenAI-compatible
 //! ([`OpenAiCompatClient`]) and Anthropic ([`AnthropicClient`]) clients, retries and fallback models
 //! ([`RetryingProvider`], [`FallbackProvider`]), lenient tool-argument [`json`], transcription
-//! ([`Transcriber`]) and the shared HTTP client set-up ([`install_ring`], [`http_client`]).
+//! ([`Transcriber`]), the shared HTTP client set-up ([`install_ring`], [`http_client`]) and the OAuth-based
+//! providers: GitHub Copilot ([`copilot`]) with 0.3.5's token files ([`oauth`]).
 //!
 //! The conversation types ([`ChatMessage`], [`ToolCall`], [`ToolSpec`], [`Usage`], [`StreamEvent`]), the
 //! [`Provider`] trait and [`ProviderError`] live one floor down in `nanobot-types` (so tools, sessions, memory
@@ -43,11 +44,13 @@
 
 mod anthropic;
 mod capabilities;
+pub mod copilot;
 mod diagnose;
 mod endpoint;
 mod error;
 mod factory;
 mod http;
+pub mod oauth;
 mod openai;
 pub mod registry;
 mod resilience;

@@ -14,6 +14,9 @@ pub enum Backend {
     OpenAiCompat,
     /// Anthropic Messages API.
     Anthropic,
+    /// GitHub Copilot: OpenAI chat completions with Copilot API tokens from a GitHub OAuth login
+    /// ([`crate::copilot`]).
+    GithubCopilot,
 }
 
 /// A per-model parameter override: when the model name contains `pattern`, force these values.
@@ -73,6 +76,9 @@ pub struct ProviderSpec {
     pub reasoning_effort_remap: &'static [(&'static str, &'static str)],
     /// Substrings of models that always reason and reject `reasoning_effort`.
     pub implicit_reasoning_models: &'static [&'static str],
+    /// Signs in with OAuth (`nanobot provider login <name>`) instead of an API key; chosen only by a model prefix,
+    /// a keyword or `agents.defaults.provider`, never as "the first provider with a key".
+    pub is_oauth: bool,
 }
 
 const BASE: ProviderSpec = ProviderSpec {
@@ -98,6 +104,7 @@ const BASE: ProviderSpec = ProviderSpec {
     gateway_reasoning_effort: false,
     reasoning_effort_remap: &[],
     implicit_reasoning_models: &[],
+    is_oauth: false,
 };
 
 const LOCAL: ProviderSpec = ProviderSpec {
@@ -228,6 +235,17 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         env_keys: &["OPENAI_API_KEY"],
         default_api_base: "https://api.openai.com/v1",
         supports_max_completion_tokens: true,
+        ..BASE
+    },
+    ProviderSpec {
+        name: "github_copilot",
+        display_name: "Github Copilot",
+        keywords: &["github_copilot", "copilot"],
+        backend: Backend::GithubCopilot,
+        default_api_base: crate::copilot::DEFAULT_BASE_URL,
+        strip_model_prefix: true,
+        supports_max_completion_tokens: true,
+        is_oauth: true,
         ..BASE
     },
     ProviderSpec {
@@ -469,7 +487,7 @@ impl MatchInput<'_> {
     }
 
     fn usable(&self, spec: &ProviderSpec) -> bool {
-        spec.is_local || self.has_key(spec)
+        spec.is_local || spec.is_oauth || self.has_key(spec)
     }
 
     fn found(&self, name: &str, spec: &'static ProviderSpec, rule: &'static str) -> ProviderMatch {
@@ -585,7 +603,7 @@ pub fn match_provider(input: &MatchInput<'_>, model: &str) -> Option<ProviderMat
         return Some(input.found(spec.name, spec, "local"));
     }
 
-    for spec in PROVIDERS.iter().filter(|s| s.name != "custom") {
+    for spec in PROVIDERS.iter().filter(|s| s.name != "custom" && !s.is_oauth) {
         if input.has_key(spec) && !spec.is_local {
             return Some(input.found(spec.name, spec, "first-key"));
         }

@@ -10,7 +10,8 @@
 //! environment) and [`peers`] (finding real peer programs under `.ci/.peers/`, the skip-or-fail rule,
 //! [`peers::ChildGuard`], readiness waits), [`telegram_emulator`] (the Telegram Bot API emulator behind a proxy
 //! that makes it answer like Telegram), fakes of the Feishu, DingTalk and QQ servers, a
-//! [`file_server`] for code that fetches remote files, and [`secrets`] (proof that
+//! [`file_server`] for code that fetches remote files, fake OAuth servers ([`fake_oauth`]: GitHub's device flow
+//! and Copilot token exchange), and [`secrets`] (proof that
 //! no secret leaves an adapter).
 //!
 //! **Must not know:** any nanobot crate. It is a `[dev-dependencies]` entry only; point the real clients at it.
@@ -85,6 +86,7 @@
 mod anthropic;
 pub mod fake_dingtalk;
 pub mod fake_feishu;
+pub mod fake_oauth;
 pub mod fake_qq;
 pub mod file_server;
 mod home;

@@ -6,6 +6,7 @@
 mod aimock;
 mod anthropic;
 mod common;
+mod copilot;
 mod diagnose;
 mod factory;
 mod local_server;

@@ -1,0 +1,350 @@
+//! Fake authorisation servers for the OAuth providers, over real HTTP on `127.0.0.1`.
+//!
+//! [`FakeGithub`] plays GitHub's device flow (`/login/device/code`, `/login/oauth/access_token` with a scripted
+//! sequence of [`Poll`] answers), the user lookup (`/user`) and the Copilot token exchange
+//! (`/copilot_internal/v2/token`, handing out `copilot-token-1`, `copilot-token-2`, …). Every request is recorded
+//! ([`Seen`]). [`FakeGithub::env`] gives the variables that point nanobot at it.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// The GitHub OAuth token the fake grants.
+pub const GITHUB_TOKEN: &str = "gho_fake_github_token_0123456789";
+/// The user code the fake shows.
+pub const USER_CODE: &str = "WDJB-MJHT";
+/// The account name `/user` answers.
+pub const GITHUB_LOGIN: &str = "octocat";
+
+/// One request the fake received.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// HTTP method.
+    pub method: String,
+    /// Path without the query.
+    pub path: String,
+    /// Headers, names lower-case.
+    pub headers: Vec<(String, String)>,
+    /// The body as text.
+    pub body: String,
+}
+
+impl Seen {
+    /// The first value of header `name`.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The value of `key` in a form-encoded body.
+    pub fn form(&self, key: &str) -> Option<String> {
+        self.body.split('&').find_map(|pair| {
+            let (k, v) = pair.split_once('=')?;
+            (k == key).then(|| decode(v))
+        })
+    }
+}
+
+fn decode(v: &str) -> String {
+    let bytes = v.replace('+', " ").into_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(h) = bytes.get(i + 1..i + 3)
+            && let Ok(b) = u8::from_str_radix(&String::from_utf8_lossy(h), 16)
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// One answer of the device-flow token endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Poll {
+    /// `{"error": "authorization_pending"}`.
+    Pending,
+    /// `{"error": "slow_down", "interval": n}` (the server's new interval, 0 to leave it out).
+    SlowDown(u64),
+    /// `{"error": "expired_token"}`.
+    Expired,
+    /// `{"error": "access_denied"}`.
+    Denied,
+    /// The token ([`GITHUB_TOKEN`]).
+    Granted,
+    /// This status and body.
+    Raw(u16, Value),
+}
+
+#[derive(Debug)]
+struct GithubState {
+    polls: VecDeque<Poll>,
+    interval: u64,
+    expires_in: u64,
+    copilot_ttl: i64,
+    copilot_status: Option<(u16, Value)>,
+    exchanges: usize,
+    seen: Vec<Seen>,
+}
+
+/// A fake GitHub (device flow, user lookup, Copilot token exchange). Dropping it stops the server.
+#[derive(Debug)]
+pub struct FakeGithub {
+    addr: SocketAddr,
+    state: Arc<Mutex<GithubState>>,
+    task: JoinHandle<()>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for FakeGithub {
+    fn drop(&mut self) {
+        self.task.abort();
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl FakeGithub {
+    /// Starts on the caller's runtime. After the scripted polls the token endpoint answers
+    /// [`Poll::Granted`]. The device code asks for a 1-second interval and lives 900 seconds; Copilot tokens
+    /// live 30 minutes.
+    ///
+    /// # Panics
+    /// When no loopback port can be bound.
+    pub async fn start(polls: Vec<Poll>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("FakeGithub: cannot listen: {e}"));
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("FakeGithub: no address: {e}"));
+        let state = Arc::new(Mutex::new(GithubState {
+            polls: polls.into(),
+            interval: 1,
+            expires_in: 900,
+            copilot_ttl: 1800,
+            copilot_status: None,
+            exchanges: 0,
+            seen: Vec::new(),
+        }));
+        let router = Router::new()
+            .route("/login/device/code", post(device_code))
+            .route("/login/oauth/access_token", post(access_token))
+            .route("/user", get(user))
+            .route("/copilot_internal/v2/token", get(copilot_token))
+            .with_state(state.clone());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        Self {
+            addr,
+            state,
+            task,
+            runtime: None,
+        }
+    }
+
+    /// [`FakeGithub::start`] on a runtime of its own, for tests that block (running the `nanobot` binary).
+    ///
+    /// # Panics
+    /// When the runtime or the server cannot start.
+    pub fn start_background(polls: Vec<Poll>) -> Self {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("FakeGithub: no runtime: {e}"));
+        let (tx, rx) = std::sync::mpsc::channel();
+        rt.spawn(async move {
+            let _ = tx.send(Self::start(polls).await);
+        });
+        let mut fake = rx
+            .recv()
+            .unwrap_or_else(|e| panic!("FakeGithub: did not start: {e}"));
+        fake.runtime = Some(rt);
+        fake
+    }
+
+    fn state(&self) -> MutexGuard<'_, GithubState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The device code's `interval` and `expires_in`, in seconds.
+    pub fn set_device_timing(&self, interval: u64, expires_in: u64) {
+        let mut s = self.state();
+        s.interval = interval;
+        s.expires_in = expires_in;
+    }
+
+    /// How long the next Copilot tokens live (seconds; below 60 they are renewed on every call).
+    pub fn set_copilot_ttl(&self, secs: i64) {
+        self.state().copilot_ttl = secs;
+    }
+
+    /// Makes the Copilot token exchange answer this status and body.
+    pub fn fail_copilot_exchange(&self, status: u16, body: Value) {
+        self.state().copilot_status = Some((status, body));
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The variables pointing nanobot's GitHub and Copilot URLs at this fake, the chat API at `api_base`.
+    pub fn env(&self, api_base: &str) -> Vec<(String, String)> {
+        let u = self.url();
+        vec![
+            (
+                "NANOBOT_GITHUB_DEVICE_CODE_URL".into(),
+                format!("{u}/login/device/code"),
+            ),
+            (
+                "NANOBOT_GITHUB_ACCESS_TOKEN_URL".into(),
+                format!("{u}/login/oauth/access_token"),
+            ),
+            ("NANOBOT_GITHUB_USER_URL".into(), format!("{u}/user")),
+            (
+                "NANOBOT_COPILOT_TOKEN_URL".into(),
+                format!("{u}/copilot_internal/v2/token"),
+            ),
+            ("NANOBOT_COPILOT_BASE_URL".into(), api_base.to_owned()),
+        ]
+    }
+
+    /// Every request so far.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.state().seen.clone()
+    }
+
+    /// The requests to `path`.
+    pub fn seen_at(&self, path: &str) -> Vec<Seen> {
+        self.state()
+            .seen
+            .iter()
+            .filter(|s| s.path == path)
+            .cloned()
+            .collect()
+    }
+
+    /// How many Copilot tokens were handed out.
+    pub fn exchanges(&self) -> usize {
+        self.state().exchanges
+    }
+}
+
+async fn record(state: &Mutex<GithubState>, req: Request) -> Seen {
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, 1 << 20).await.unwrap_or_default();
+    let seen = Seen {
+        method: parts.method.to_string(),
+        path: parts.uri.path().to_owned(),
+        headers: parts
+            .headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+    };
+    state
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .seen
+        .push(seen.clone());
+    seen
+}
+
+fn answer(status: u16, body: Value) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, axum::Json(body)).into_response()
+}
+
+async fn device_code(State(state): State<Arc<Mutex<GithubState>>>, req: Request) -> Response {
+    record(&state, req).await;
+    let s = state.lock().unwrap_or_else(PoisonError::into_inner);
+    answer(
+        200,
+        json!({
+            "device_code": "device-code-secret",
+            "user_code": USER_CODE,
+            "verification_uri": "https://github.com/login/device",
+            "expires_in": s.expires_in,
+            "interval": s.interval,
+        }),
+    )
+}
+
+async fn access_token(State(state): State<Arc<Mutex<GithubState>>>, req: Request) -> Response {
+    let seen = record(&state, req).await;
+    if seen.form("device_code").as_deref() != Some("device-code-secret") {
+        return answer(400, json!({"error": "bad_verification_code"}));
+    }
+    let next = state
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .polls
+        .pop_front()
+        .unwrap_or(Poll::Granted);
+    match next {
+        Poll::Pending => answer(200, json!({"error": "authorization_pending"})),
+        Poll::SlowDown(0) => answer(200, json!({"error": "slow_down"})),
+        Poll::SlowDown(n) => answer(200, json!({"error": "slow_down", "interval": n})),
+        Poll::Expired => answer(200, json!({"error": "expired_token"})),
+        Poll::Denied => answer(200, json!({"error": "access_denied"})),
+        Poll::Granted => answer(
+            200,
+            json!({"access_token": GITHUB_TOKEN, "token_type": "bearer", "scope": "read:user"}),
+        ),
+        Poll::Raw(status, body) => answer(status, body),
+    }
+}
+
+async fn user(State(state): State<Arc<Mutex<GithubState>>>, req: Request) -> Response {
+    let seen = record(&state, req).await;
+    if seen.header("authorization") != Some(&format!("Bearer {GITHUB_TOKEN}")) {
+        return answer(401, json!({"message": "Bad credentials"}));
+    }
+    answer(200, json!({"login": GITHUB_LOGIN, "id": 1}))
+}
+
+async fn copilot_token(State(state): State<Arc<Mutex<GithubState>>>, req: Request) -> Response {
+    let seen = record(&state, req).await;
+    if seen.header("authorization") != Some(&format!("token {GITHUB_TOKEN}")) {
+        return answer(401, json!({"message": "Bad credentials"}));
+    }
+    let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((status, body)) = s.copilot_status.clone() {
+        return answer(status, body);
+    }
+    s.exchanges += 1;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    answer(
+        200,
+        json!({"token": format!("copilot-token-{}", s.exchanges), "expires_at": now + s.copilot_ttl,
+            "refresh_in": 1500}),
+    )
+}
