@@ -130,9 +130,12 @@ pub struct SessionInfo {
 /// * **Concurrency.** `Send + Sync + Clone` (clones share state). Each session key has its own async lock, so
 ///   different sessions are read and written in parallel, and calls on one session are serialised. The file
 ///   work runs on tokio's blocking pool (`spawn_blocking`), so callers need a tokio runtime. Two *processes*
-///   writing the same session are not coordinated.
-/// * **Cache.** A session is read from disk once and then served from memory; [`SessionStore::invalidate`] /
-///   [`SessionStore::invalidate_all`] drop it (e.g. after another program edited the file).
+///   writing the same session at the same moment are not coordinated (gateway replicas take a session's turns
+///   one at a time through their shared bus).
+/// * **Cache.** A session is read from disk once and then served from memory, for as long as the file is as
+///   this store left it: its identity, length and change time are compared at each access (one `stat`), so a
+///   session another process wrote meanwhile (a replica that ran its last turn, an editor) is read again.
+///   [`SessionStore::invalidate`] / [`SessionStore::invalidate_all`] drop the cache outright.
 /// * **Durability.** Appending messages is one `write(2)` of the new lines on an `O_APPEND` descriptor, then an
 ///   fsync as [`FsyncPolicy`] says: no rewrite per message. A metadata change appends one complete metadata
 ///   record (see the crate docs); a torn record is a cut last line, handled below. When appended records exceed
@@ -194,6 +197,34 @@ struct Slot {
     tail_ok: bool,
     /// The checkpoint as last written by this store (what the next write appends a change to).
     checkpoint: Option<Map<String, Value>>,
+    /// The file as this store last left it: another process changing it (a gateway replica that ran the
+    /// session's last turn, an editor) makes the cached state stale, and it is read again.
+    seen: Option<FileStamp>,
+}
+
+/// What tells one version of a session file from another without reading it: identity, length and change time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+}
+
+impl FileStamp {
+    /// The stamp of `path` now; `None` when it does not exist (or cannot be read).
+    fn of(path: &Path) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt as _;
+        let m = fs::metadata(path).ok()?;
+        Some(Self {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: m.mtime(),
+            mtime_nsec: m.mtime_nsec(),
+        })
+    }
 }
 
 impl Slot {
@@ -689,7 +720,22 @@ impl SessionStore {
         let mut guard: OwnedMutexGuard<Slot> = self.inner.slot(key).lock_owned().await;
         let inner = self.inner.clone();
         let key = key.to_owned();
-        tokio::task::spawn_blocking(move || f(&inner, &key, &mut guard)).await?
+        tokio::task::spawn_blocking(move || {
+            let path = inner.path_for(&key);
+            let slot: &mut Slot = &mut guard;
+            // Changed by someone else since we last touched it: what we hold of it is stale.
+            if slot.seen != FileStamp::of(&path) {
+                *slot = Slot::default();
+            }
+            let out = f(&inner, &key, slot);
+            match &out {
+                Ok(_) => slot.seen = FileStamp::of(&path),
+                // A failure may have left the file and the slot apart: read it again next time.
+                Err(_) => *slot = Slot::default(),
+            }
+            out
+        })
+        .await?
     }
 }
 

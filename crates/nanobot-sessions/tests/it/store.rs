@@ -274,7 +274,7 @@ async fn metadata_changes_append_then_compact() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cache_serves_until_invalidated() {
+async fn a_change_behind_the_caches_back_is_read_again() {
     let env = Env::new();
     let key = "cli:cache";
     env.store
@@ -287,7 +287,8 @@ async fn cache_serves_until_invalidated() {
     let mut text = std::fs::read_to_string(&path).unwrap();
     text.push_str("{\"role\":\"assistant\",\"content\":\"external\"}\n");
     std::fs::write(&path, text).unwrap();
-    assert_eq!(env.store.session(key).await.unwrap().messages.len(), 1);
+    // The file is not ours as we left it: the cache is dropped and the file read again.
+    assert_eq!(env.store.session(key).await.unwrap().messages.len(), 2);
     env.store.invalidate(key).await;
     assert_eq!(env.store.session(key).await.unwrap().messages.len(), 2);
     env.store.invalidate_all().await;
@@ -388,4 +389,40 @@ async fn python_provider_state_record_and_last_archived() {
     for v in lines(&path).iter().filter(|v| v["_type"] == "metadata") {
         assert_eq!(v["last_archived"], v["last_consolidated"], "{v}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_taking_turns_on_one_session_each_see_the_other() {
+    // Two gateway replicas on one home: a session's turns run one at a time, on either of them.
+    let env = Env::new();
+    let other = SessionStore::new(env.home.path(), env.workspace.path()).unwrap();
+    let key = "telegram:42";
+    let stores = [&env.store, &other];
+    for turn in 0..40 {
+        let store = stores[turn % 2];
+        // Each turn reads the history first, as the agent does, then saves its messages.
+        let before = store.history(key, 500).await.unwrap();
+        assert_eq!(before.len(), turn * 2, "turn {turn} saw a stale history");
+        store
+            .append(
+                key,
+                vec![
+                    SessionMessage::new("user", format!("q{turn}")),
+                    SessionMessage::new("assistant", format!("a{turn}")),
+                ],
+            )
+            .await
+            .unwrap();
+    }
+    // A third reader (and the Python nanobot) sees every message once, in order.
+    let fresh = SessionStore::new(env.home.path(), env.workspace.path()).unwrap();
+    let all = fresh.session(key).await.unwrap().messages;
+    let texts: Vec<String> = all.iter().map(|m| m.content_text().unwrap_or_default()).collect();
+    let expected: Vec<String> = (0..40)
+        .flat_map(|t| [format!("q{t}"), format!("a{t}")])
+        .collect();
+    assert_eq!(texts, expected);
+    let tail = fresh.history(key, 10).await.unwrap();
+    assert_eq!(tail.last().and_then(|m| m.content_text()).as_deref(), Some("a39"));
+    assert_eq!(python_load(&fresh.path_for(key)).messages.len(), 80);
 }
