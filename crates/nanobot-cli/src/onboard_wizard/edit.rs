@@ -15,13 +15,16 @@ const NOT_SET: &str = "[not set]";
 const HIDDEN: &str = "[set, hidden]";
 /// The choice that removes an optional value.
 const CLEAR: &str = "Clear value";
+/// The choice that adds a key to an open block.
+const ADD: &str = "[+] Add a setting";
 
 /// `key` escaped for a JSON pointer.
 pub(super) fn pointer_escape(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 
-/// Whether a field holds a secret (0.3.5's words: api key, token, secret, password, credentials).
+/// Whether a field holds a secret (0.3.5's words: api key, token, secret, password, credentials; also any other
+/// key, such as Feishu's `encryptKey`, and the headers sent to a provider).
 fn is_secret(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
     [
@@ -35,6 +38,7 @@ fn is_secret(key: &str) -> bool {
     .iter()
     .any(|w| k.contains(w))
         || k.ends_with("token")
+        || k.ends_with("key")
 }
 
 fn is_empty(v: &Value) -> bool {
@@ -94,6 +98,19 @@ pub(super) fn section(
     pointer: &str,
     skip: &[&str],
 ) -> Result<(), CliError> {
+    section_with(ask, config, title, pointer, skip, false)
+}
+
+/// Like [`section`]; with `open`, the user may also add a setting the block does not have yet (channel blocks:
+/// this build has no list of every channel's keys).
+pub(super) fn section_with(
+    ask: &mut dyn Ask,
+    config: &mut Config,
+    title: &str,
+    pointer: &str,
+    skip: &[&str],
+    open: bool,
+) -> Result<(), CliError> {
     let mut last = None;
     loop {
         let root = serialize(config)?;
@@ -106,18 +123,20 @@ pub(super) fn section(
             .filter(|(k, _)| !skip.contains(&k.as_str()))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        let mut panel = format!("\n── {title} ──\n");
-        let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-        for (k, v) in &fields {
-            panel.push_str(&format!("  {k:<width$}  {}\n", show(k, v)));
-        }
-        ask.say(&panel)?;
+        ask.say(&format!("\n── {title} ──\n"))?;
         let mut choices: Vec<String> = fields
             .iter()
             .map(|(k, v)| format!("{k}: {}", show(k, v)))
             .collect();
+        if open {
+            choices.push(ADD.to_owned());
+        }
         choices.push("[Done]".to_owned());
         let i = select(ask, "Select field to configure:", &choices, last)?;
+        if open && i == fields.len() {
+            add_setting(ask, config, pointer)?;
+            continue;
+        }
         let Some((key, current)) = fields.get(i) else {
             return Ok(());
         };
@@ -247,6 +266,48 @@ fn ask_value(
                 return Ok(Some(v));
             }
             Ok(Some(Value::String(answer)))
+        }
+    }
+}
+
+/// Asks for a new key of the block at `pointer` and its value (JSON, else text), and adds it when the config
+/// takes it.
+fn add_setting(ask: &mut dyn Ask, config: &mut Config, pointer: &str) -> Result<(), CliError> {
+    let key = text(
+        ask,
+        "Setting name (camelCase, as in config.json; empty: none)",
+        "",
+    )?;
+    if key.is_empty() {
+        return Ok(());
+    }
+    let path = format!("{pointer}/{}", pointer_escape(&key));
+    if serialize(config)?.pointer(&path).is_some() {
+        ask.say(&format!("! {key} is already there; pick it from the list.\n"))?;
+        return Ok(());
+    }
+    loop {
+        let value = if is_secret(&key) {
+            let typed = ask.secret(&format!("{key}: "))?;
+            Value::String(typed.trim().to_owned())
+        } else {
+            let typed = text(ask, &format!("{key} (true/false, a number, text or JSON)"), "")?;
+            serde_json::from_str(&typed).unwrap_or(Value::String(typed))
+        };
+        let mut root = serialize(config)?;
+        let Some(Value::Object(block)) = root.pointer_mut(pointer) else {
+            return Ok(());
+        };
+        block.insert(key.clone(), value);
+        let checked = serde_json::from_value::<Config>(root)
+            .map_err(|e| e.to_string())
+            .and_then(|c| c.validate().map(|()| c).map_err(|e| e.to_string()));
+        match checked {
+            Ok(next) => {
+                *config = next;
+                return Ok(());
+            }
+            Err(why) => ask.say(&format!("! {key}: {why}; value not saved, try again.\n"))?,
         }
     }
 }

@@ -405,6 +405,18 @@ fn channel_block_names(config: &Config) -> Vec<String> {
     names
 }
 
+/// The channels Advanced → Chat Channel offers: every block in the config, then the channels this build has
+/// that have none yet.
+fn channel_choices(config: &Config) -> Vec<String> {
+    let mut names = channel_block_names(config);
+    for built in nanobot_gateway::BUILT_CHANNELS {
+        if !names.iter().any(|n| n == built) {
+            names.push((*built).to_owned());
+        }
+    }
+    names
+}
+
 /// Advanced → LLM Provider: pick one (those with a key are starred), then edit its block.
 fn providers(ask: &mut dyn Ask, config: &mut Config) -> Result<(), CliError> {
     let mut last = None;
@@ -457,7 +469,7 @@ fn providers(ask: &mut dyn Ask, config: &mut Config) -> Result<(), CliError> {
 fn channels(ask: &mut dyn Ask, config: &mut Config) -> Result<(), CliError> {
     let mut last = None;
     loop {
-        let names = channel_block_names(config);
+        let names = channel_choices(config);
         let mut labels = names.clone();
         labels.push("<- Back".to_owned());
         ask.say("\n── Chat Channels ──\nSelect a channel to configure connection settings.\n")?;
@@ -466,14 +478,43 @@ fn channels(ask: &mut dyn Ask, config: &mut Config) -> Result<(), CliError> {
             return Ok(());
         };
         last = Some(i);
-        edit::section(
+        let fresh = !channel_block_names(config).contains(name);
+        let before = fresh.then(|| config.clone());
+        if fresh {
+            // A channel without a block starts from its defaults (0.3.5's for the WebSocket channel; the
+            // others from `enabled: false`, their keys added with "Add a setting").
+            config
+                .channels
+                .other
+                .0
+                .insert(name.clone(), Value::Object(fresh_block(name)));
+        }
+        edit::section_with(
             ask,
             config,
             name,
             &format!("/channels/{}", edit::pointer_escape(name)),
             &[],
+            true,
         )?;
+        // Only looked at: the new block is not kept.
+        if let Some(before) = before
+            && config.channels.other.get(name) == Some(&Value::Object(fresh_block(name)))
+        {
+            *config = before;
+        }
     }
+}
+
+/// The block a channel without one starts from.
+fn fresh_block(name: &str) -> Map<String, Value> {
+    let mut block = if name == "websocket" {
+        websocket_defaults()
+    } else {
+        Map::new()
+    };
+    block.insert("enabled".into(), Value::Bool(false));
+    block
 }
 
 /// The configuration summary (Advanced → View): providers with a key, channels, presets, agent defaults.
@@ -597,6 +638,57 @@ mod tests {
             c.providers.get("custom").unwrap().api_base.as_deref(),
             Some("http://h:1/v1")
         );
+    }
+
+    #[test]
+    fn a_channel_block_is_kept_only_when_changed_and_settings_can_be_added() {
+        let l = loaded("{}");
+        // Look at the WebSocket channel and leave: nothing to save (the menu offers plain Exit).
+        let mut s = Script::new(&[
+            "Advanced Settings",
+            "Chat Channel",
+            "websocket",
+            "[Done]",
+            "<- Back",
+            "<- Back",
+            "Exit",
+        ]);
+        assert!(wizard(&mut s, &l).unwrap().is_none(), "{}", s.said);
+
+        let mut answers = vec![
+            "Advanced Settings",
+            "Chat Channel",
+            "websocket",
+            "enabled: false",
+            "y",
+            "[Done]",
+        ];
+        if nanobot_gateway::BUILT_CHANNELS.contains(&"email") {
+            answers.extend([
+                "email",
+                "[+] Add a setting",
+                "imapHost",
+                "imap.example.com",
+                "[+] Add a setting",
+                "imapPassword",
+                "imap-pass-31",
+                "[Done]",
+            ]);
+        }
+        answers.extend(["<- Back", "<- Back", "Save and Exit"]);
+        let mut s = Script::new(&answers);
+        let c = wizard(&mut s, &l).unwrap().unwrap();
+        let ws = c.channels.other.get("websocket").unwrap();
+        assert_eq!(ws["enabled"], true);
+        assert_eq!(ws["port"], 8765);
+        if nanobot_gateway::BUILT_CHANNELS.contains(&"email") {
+            let email = c.channels.other.get("email").unwrap();
+            assert_eq!(email["imapHost"], "imap.example.com");
+            assert_eq!(email["imapPassword"], "imap-pass-31");
+            assert_eq!(email["enabled"], false);
+            assert!(s.said.contains("imapPassword: [set, hidden]"), "{}", s.said);
+            assert!(!s.said.contains("imap-pass-31"), "{}", s.said);
+        }
     }
 
     #[test]
