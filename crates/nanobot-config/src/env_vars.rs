@@ -56,4 +56,9 @@ pub const RESERVED: &[&str] = &[
     "NANOBOT_GITHUB_USER_URL",
     "NANOBOT_COPILOT_TOKEN_URL",
     "NANOBOT_COPILOT_BASE_URL",
+    // nanobot-rs's variables moving the OpenAI Codex sign-in (`nanobot_providers::codex`).
+    "NANOBOT_OPENAI_CODEX_AUTHORIZE_URL",
+    "NANOBOT_OPENAI_CODEX_TOKEN_URL",
+    "NANOBOT_OPENAI_CODEX_REDIRECT_URI",
+    "NANOBOT_OPENAI_CODEX_CLIENT_ID",
 ];

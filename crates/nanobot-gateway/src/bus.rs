@@ -1,6 +1,6 @@
-//! [`GatewayBus`]: the in-process bus with two gateway concerns on top: it remembers the most recently active
-//! chat (where the heartbeat delivers) and it can stop taking inbound messages while outbound delivery goes on
-//! (the first step of a graceful shutdown).
+//! [`GatewayBus`]: the gateway's bus (in-process, or one shared by replicas such as the NATS bus) with two
+//! gateway concerns on top: it remembers the most recently active chat (where the heartbeat delivers) and it can
+//! stop taking inbound messages while outbound delivery goes on (the first step of a graceful shutdown).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,18 +21,32 @@ pub struct Route {
 }
 
 /// The gateway's bus (see the module docs).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct GatewayBus {
-    inner: InProcessBus,
+    inner: Arc<dyn Bus>,
     inbound_closed: Arc<AtomicBool>,
     last_route: Arc<Mutex<Option<Route>>>,
 }
 
+impl std::fmt::Debug for GatewayBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayBus")
+            .field("shared", &self.inner.leases().is_some())
+            .field("inbound_closed", &self.inbound_closed.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
 impl GatewayBus {
-    /// A bus holding up to `capacity` messages each way.
+    /// An in-process bus holding up to `capacity` messages each way.
     pub fn new(capacity: usize) -> Self {
+        Self::over(Arc::new(InProcessBus::new(capacity)))
+    }
+
+    /// The gateway's concerns over another bus (the NATS bus of replicas).
+    pub fn over(inner: Arc<dyn Bus>) -> Self {
         Self {
-            inner: InProcessBus::new(capacity),
+            inner,
             inbound_closed: Arc::default(),
             last_route: Arc::default(),
         }
@@ -103,6 +117,10 @@ impl Bus for GatewayBus {
     fn close(&self) {
         self.close_inbound();
         self.inner.close();
+    }
+
+    fn leases(&self) -> Option<Arc<dyn nanobot_bus::Leases>> {
+        self.inner.leases()
     }
 }
 

@@ -81,6 +81,10 @@ pub enum GatewayError {
         #[source]
         source: std::io::Error,
     },
+    /// The message bus of `gateway.bus` could not be set up (the NATS server unreachable, a bad setting); the
+    /// text names the setting or the server.
+    #[error("gateway.bus: {0}")]
+    Bus(String),
     /// A second Ctrl-C / SIGTERM arrived during the graceful shutdown.
     #[error("interrupted again during shutdown: exiting at once")]
     Interrupted,

@@ -595,6 +595,12 @@ struct MetricsWatch {
 }
 
 impl TurnObserver for MetricsObserver {
+    fn scheduler_held(&self, held: bool) {
+        self.0
+            .role_held(&nanobot_bus::Role::Scheduler)
+            .store(held, std::sync::atomic::Ordering::SeqCst);
+    }
+
     fn turn_started(&self, msg: &InboundMessage) -> Box<dyn TurnWatch> {
         Box::new(MetricsWatch {
             metrics: self.0.clone(),
@@ -651,7 +657,7 @@ impl Gateway {
             None => nanobot_runtime::provider(config, &opts.env)?,
         };
         let metrics = Metrics::new();
-        let bus = GatewayBus::new(BUS_CAPACITY);
+        let bus = crate::replicas::connect(config, BUS_CAPACITY).await?;
         let agent = nanobot_runtime::agent_builder(config, &opts.env, provider.clone())?
             .hook(metrics.hook())
             .bus(Arc::new(bus.clone()))
@@ -708,8 +714,20 @@ impl Gateway {
         let stop_channels = CancellationToken::new();
 
         let mut manager = ChannelManager::new(ManagerSettings::from_config(&config.channels));
+        let leases = bus.leases();
         for c in channels {
-            manager.add(c);
+            match &leases {
+                // Replicas on a shared bus: one at a time holds each channel.
+                Some(leases) => {
+                    let held = metrics.role_held(&nanobot_bus::Role::Channel(c.name().to_owned()));
+                    manager.add(Arc::new(crate::replicas::LeasedChannel::new(
+                        c,
+                        leases.clone(),
+                        held,
+                    )));
+                }
+                None => manager.add(c),
+            }
         }
         let health = manager.health();
         let channels_task = tokio::spawn(manager.run(Arc::new(bus.clone()), stop_channels.clone()));
@@ -901,6 +919,8 @@ impl Gateway {
         let _ = tokio::time::timeout(Duration::from_secs(5), self.channels_task).await;
         // Stops the agent's workers and MCP servers.
         runtime.shutdown().await;
+        // A shared bus stops pulling here; what it still holds waits on the server for the other replicas.
+        self.bus.close();
         tracing::info!(drained, "gateway stopped");
         ShutdownReport { drained }
     }

@@ -28,6 +28,7 @@ mod error;
 mod gateway;
 pub mod http;
 pub mod metrics;
+mod replicas;
 pub mod server;
 pub mod service;
 mod webui;

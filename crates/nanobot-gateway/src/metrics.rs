@@ -4,7 +4,7 @@
 //! text, which Prometheus also reads as its classic text format).
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -99,6 +99,11 @@ struct DecisionLabels {
 struct RefusalLabels {
     server: String,
     kind: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RoleLabels {
+    role: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -210,6 +215,8 @@ impl Inner {
 pub struct Metrics {
     inner: Arc<Inner>,
     started: Instant,
+    /// Leased roles (replicas on a shared bus) and whether this replica holds each.
+    roles: Arc<std::sync::Mutex<std::collections::BTreeMap<String, Arc<AtomicBool>>>>,
 }
 
 impl Default for Metrics {
@@ -235,7 +242,19 @@ impl Metrics {
         Self {
             inner: Arc::new(Inner::new()),
             started: Instant::now(),
+            roles: Arc::default(),
         }
+    }
+
+    /// The flag saying whether this replica holds `role` (set by whoever holds the lease), shown as
+    /// `nanobot_replica_role_held` (only on a bus shared by replicas).
+    pub fn role_held(&self, role: &nanobot_bus::Role) -> Arc<AtomicBool> {
+        self.roles
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(role.key())
+            .or_default()
+            .clone()
     }
 
     /// The agent hook that feeds model calls, tokens and tool calls into these metrics.
@@ -405,6 +424,23 @@ impl Metrics {
             "Messages given up on by channel",
             failures,
         );
+        let roles = self
+            .roles
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !roles.is_empty() {
+            let held = Family::<RoleLabels, Gauge>::default();
+            for (role, flag) in roles.iter() {
+                held.get_or_create(&RoleLabels { role: role.clone() })
+                    .set(i64::from(flag.load(Ordering::SeqCst)));
+            }
+            now.register(
+                "nanobot_replica_role_held",
+                "1 when this replica holds the role (the scheduler, a channel) among the replicas sharing the bus",
+                held,
+            );
+        }
+        drop(roles);
         let mut out = String::with_capacity(4096);
         // Writing into a String cannot fail.
         let _ = encode_registry(&mut out, &now);

@@ -18,6 +18,12 @@ pub trait TurnObserver: Send + Sync {
     fn system_job_finished(&self, job: SystemJob, result: Result<&str, &str>) {
         let _ = (job, result);
     }
+
+    /// On a bus shared by replicas: this replica took (`true`) or gave up (`false`) the scheduler lease, so it
+    /// runs cron and the heartbeat (or no longer does).
+    fn scheduler_held(&self, held: bool) {
+        let _ = held;
+    }
 }
 
 /// One turn being watched (see [`TurnObserver::turn_started`]).

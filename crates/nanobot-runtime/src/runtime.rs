@@ -91,7 +91,12 @@ impl Runtime {
                 // Replicas on a shared bus: cron, the system jobs and the trigger queue run on the one holding
                 // the scheduler lease.
                 Some(leases) => {
-                    tokio::spawn(schedule_under_lease(agent.clone(), leases, accept.clone()));
+                    tokio::spawn(schedule_under_lease(
+                        agent.clone(),
+                        leases,
+                        opts.observer.clone(),
+                        accept.clone(),
+                    ));
                 }
                 None => spawn_scheduler(&agent, &accept),
             }
@@ -187,7 +192,17 @@ fn spawn_scheduler(agent: &AgentLoop, stop: &CancellationToken) {
 
 /// Holds the scheduler lease and runs the scheduler while it is held: stops it when the lease is lost and waits
 /// to take it again; gives it up when the runtime stops accepting work.
-async fn schedule_under_lease(agent: AgentLoop, leases: Arc<dyn Leases>, accept: CancellationToken) {
+async fn schedule_under_lease(
+    agent: AgentLoop,
+    leases: Arc<dyn Leases>,
+    observer: Option<Arc<dyn TurnObserver>>,
+    accept: CancellationToken,
+) {
+    let held = |on: bool| {
+        if let Some(o) = &observer {
+            o.scheduler_held(on);
+        }
+    };
     loop {
         let lease = tokio::select! {
             () = accept.cancelled() => return,
@@ -200,16 +215,19 @@ async fn schedule_under_lease(agent: AgentLoop, leases: Arc<dyn Leases>, accept:
             replica = leases.holder(),
             "this replica runs cron and the heartbeat"
         );
+        held(true);
         let running = accept.child_token();
         spawn_scheduler(&agent, &running);
         tokio::select! {
             () = accept.cancelled() => {
+                held(false);
                 drop(lease);
                 return;
             }
             () = lease.lost() => {
                 tracing::warn!("the scheduler lease was lost: cron stops here until it is taken again");
                 running.cancel();
+                held(false);
             }
         }
     }

@@ -21,9 +21,106 @@ pub struct GatewayConfig {
     /// Connection limits of the gateway's HTTP server (nanobot-rs). Written back only when changed.
     #[serde(skip_serializing_if = "ServerLimitsConfig::is_default")]
     pub limits: ServerLimitsConfig,
+    /// The message bus between channels and the agent (nanobot-rs): in-process, or NATS JetStream shared by
+    /// gateway replicas. Under `gateway` because 0.3.5 refuses unknown top-level keys (it ignores them here).
+    /// Written back only when changed.
+    #[serde(skip_serializing_if = "BusConfig::is_default")]
+    pub bus: BusConfig,
     /// Keys this version does not model (kept on save).
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// `gateway.bus.kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BusKind {
+    /// The bounded in-process bus: one gateway process, nothing to install.
+    #[default]
+    Memory,
+    /// NATS JetStream (`gateway.bus.nats`): several gateway replicas share one durable queue.
+    Nats,
+}
+
+/// `gateway.bus`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct BusConfig {
+    /// `memory` (default) or `nats`.
+    pub kind: BusKind,
+    /// The NATS server and streams, used when `kind` is `nats`.
+    #[serde(skip_serializing_if = "NatsBusConfig::is_default")]
+    pub nats: NatsBusConfig,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl BusConfig {
+    /// Whether nothing differs from the defaults (then it is not written back).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// `gateway.bus.nats`: see `docs/scaling.md`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct NatsBusConfig {
+    /// Server URL: `nats://host:4222`, or `tls://host:4222` (the system's certificates; `SSL_CERT_FILE` and
+    /// `SSL_CERT_DIR` honoured). A user and password may be in it.
+    pub url: String,
+    /// Authentication token, when the server wants one (`${VAR}` works).
+    pub token: Option<Secret>,
+    /// Stream name prefix (`<stream>_IN`, `<stream>_OUT`, `<stream>_LEASES`).
+    pub stream: String,
+    /// Subject prefix (`<prefix>.in.<partition>`, `<prefix>.out.<channel>`).
+    pub subject_prefix: String,
+    /// Inbound partitions: how many sessions may run at once across all replicas (1-1024). Change it only with
+    /// every gateway stopped and the inbound stream empty.
+    pub partitions: u16,
+    /// Seconds a taken message may go without progress before another replica gets it.
+    pub ack_wait_s: u64,
+    /// Seconds a lease (cron, a channel's connection) lasts without renewal: how soon another replica takes
+    /// over from one that died.
+    pub lease_time_s: u64,
+    /// This replica's name (lease holder, logs); empty: `<host name>-<PID>`.
+    pub replica: String,
+    /// Seconds to wait for the server at start-up.
+    pub connect_timeout_s: u64,
+    /// Seconds each JetStream request may take.
+    pub request_timeout_s: u64,
+    /// Stream replicas in a NATS cluster (1 on a single server).
+    pub stream_replicas: usize,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Default for NatsBusConfig {
+    fn default() -> Self {
+        Self {
+            url: "nats://127.0.0.1:4222".into(),
+            token: None,
+            stream: "NANOBOT".into(),
+            subject_prefix: "nanobot".into(),
+            partitions: 16,
+            ack_wait_s: 30,
+            lease_time_s: 15,
+            replica: String::new(),
+            connect_timeout_s: 10,
+            request_timeout_s: 10,
+            stream_replicas: 1,
+            extra: Extra::default(),
+        }
+    }
+}
+
+impl NatsBusConfig {
+    /// Whether nothing differs from the defaults (then it is not written back).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 impl Default for GatewayConfig {
@@ -34,6 +131,7 @@ impl Default for GatewayConfig {
             restart_mode: "auto".into(),
             heartbeat: HeartbeatConfig::default(),
             limits: ServerLimitsConfig::default(),
+            bus: BusConfig::default(),
             extra: Extra::default(),
         }
     }

@@ -24,7 +24,9 @@ pub use channels::{
     SlackDmConfig, TelegramConfig, TelegramMode,
 };
 pub use extra::{ChannelBlocks, Extra};
-pub use gateway::{ApiConfig, GatewayConfig, HeartbeatConfig, ServerLimitsConfig};
+pub use gateway::{
+    ApiConfig, BusConfig, BusKind, GatewayConfig, HeartbeatConfig, NatsBusConfig, ServerLimitsConfig,
+};
 pub(crate) use providers::PROVIDER_SPECIFIC_KEYS;
 pub use providers::{ProviderConfig, ProvidersConfig, normalize_name};
 pub use tools::{

@@ -12,6 +12,7 @@ mod mochat;
 mod openai_sdk;
 mod ops;
 mod qq;
+mod replicas;
 mod restart;
 mod telegram_attacks;
 mod websocket;

@@ -1,0 +1,145 @@
+//! Gateway replicas on a shared bus (`gateway.bus.kind: nats`): the bus is connected from the config, and each
+//! chat channel runs under its channel lease, so one replica at a time holds a platform connection (Telegram
+//! polling, a Slack socket, IMAP IDLE…) and receives that channel's replies, whichever replica ran the turn.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use nanobot_bus::{Bus, Lease, Leases, OutboundMessage, Role};
+use nanobot_channels::{Channel, ChannelError, Heartbeat};
+use nanobot_config::{BusKind, Config};
+use tokio_util::sync::CancellationToken;
+
+use crate::bus::GatewayBus;
+use crate::error::GatewayError;
+
+/// How long a channel that lost its lease gets to stop by itself before it is dropped.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// The gateway's bus as `gateway.bus` says: in-process (holding `capacity` messages each way), or NATS.
+pub(crate) async fn connect(config: &Config, capacity: usize) -> Result<GatewayBus, GatewayError> {
+    match config.gateway.bus.kind {
+        BusKind::Memory => Ok(GatewayBus::new(capacity)),
+        BusKind::Nats => connect_nats(&config.gateway.bus.nats).await,
+    }
+}
+
+#[cfg(feature = "nats")]
+async fn connect_nats(c: &nanobot_config::NatsBusConfig) -> Result<GatewayBus, GatewayError> {
+    let bus = nanobot_bus_nats::NatsBus::connect(nats_settings(c))
+        .await
+        .map_err(|e| GatewayError::Bus(e.to_string()))?;
+    Ok(GatewayBus::over(Arc::new(bus)))
+}
+
+#[cfg(not(feature = "nats"))]
+async fn connect_nats(_: &nanobot_config::NatsBusConfig) -> Result<GatewayBus, GatewayError> {
+    Err(GatewayError::Bus(
+        "gateway.bus.kind is \"nats\", but this build has no NATS bus (cargo feature `nats`)".into(),
+    ))
+}
+
+/// The bus settings of `gateway.bus.nats`.
+#[cfg(feature = "nats")]
+pub(crate) fn nats_settings(c: &nanobot_config::NatsBusConfig) -> nanobot_bus_nats::NatsBusSettings {
+    let mut s = nanobot_bus_nats::NatsBusSettings::new(c.url.clone());
+    s.token = c.token.clone().filter(|t| !t.is_empty());
+    s.stream = c.stream.clone();
+    s.subject_prefix = c.subject_prefix.clone();
+    s.partitions = c.partitions;
+    s.ack_wait = Duration::from_secs(c.ack_wait_s);
+    s.lease_time = Duration::from_secs(c.lease_time_s);
+    if !c.replica.trim().is_empty() {
+        s.replica = c.replica.trim().to_owned();
+    }
+    s.connect_timeout = Duration::from_secs(c.connect_timeout_s.max(1));
+    s.request_timeout = Duration::from_secs(c.request_timeout_s.max(1));
+    s.replicas = c.stream_replicas.max(1);
+    s
+}
+
+/// A channel that runs only while this replica holds its lease (see the module docs). Standing by, it waits
+/// for the lease; when the lease is lost, the channel is stopped and waits again.
+pub(crate) struct LeasedChannel {
+    inner: Arc<dyn Channel>,
+    leases: Arc<dyn Leases>,
+    held: Arc<AtomicBool>,
+}
+
+impl LeasedChannel {
+    /// `inner` under its channel lease; `held` tells the metrics whether this replica holds it.
+    pub(crate) fn new(inner: Arc<dyn Channel>, leases: Arc<dyn Leases>, held: Arc<AtomicBool>) -> Self {
+        Self { inner, leases, held }
+    }
+
+    /// Waits for the lease, keeping the watchdog quiet meanwhile; `None` when cancelled or the bus closed.
+    async fn stand_by(&self, cancel: &CancellationToken) -> Option<Box<dyn Lease>> {
+        let heartbeat = self.inner.heartbeat();
+        let waiting = self.leases.acquire(Role::Channel(self.inner.name().to_owned()));
+        tokio::pin!(waiting);
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return None,
+                taken = &mut waiting => return taken.ok(),
+                _ = tick.tick() => {
+                    // Standing by is progress: the watchdog must not restart a channel for waiting its turn.
+                    if let Some(h) = &heartbeat {
+                        h.beat();
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Channel for LeasedChannel {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn run(&self, bus: Arc<dyn Bus>, cancel: CancellationToken) -> Result<(), ChannelError> {
+        let Some(lease) = self.stand_by(&cancel).await else {
+            if !cancel.is_cancelled() {
+                // The bus is closed: nothing to hold any more; wait for the gateway to stop.
+                cancel.cancelled().await;
+            }
+            return Ok(());
+        };
+        self.held.store(true, Ordering::SeqCst);
+        tracing::info!(channel = self.inner.name(), "this replica holds the channel");
+        let stop = cancel.child_token();
+        let running = self.inner.run(bus, stop.clone());
+        tokio::pin!(running);
+        let result = tokio::select! {
+            r = &mut running => r,
+            () = lease.lost() => {
+                tracing::warn!(channel = self.inner.name(), "the channel's lease was lost: stopping it here");
+                stop.cancel();
+                tokio::time::timeout(STOP_GRACE, &mut running).await.unwrap_or(Ok(()))
+            }
+        };
+        self.held.store(false, Ordering::SeqCst);
+        drop(lease);
+        result
+    }
+
+    async fn send(&self, msg: &OutboundMessage) -> Result<(), ChannelError> {
+        self.inner.send(msg).await
+    }
+
+    fn heartbeat(&self) -> Option<Heartbeat> {
+        self.inner.heartbeat()
+    }
+
+    fn supports_streaming(&self) -> bool {
+        self.inner.supports_streaming()
+    }
+
+    fn supports_buttons(&self) -> bool {
+        self.inner.supports_buttons()
+    }
+}

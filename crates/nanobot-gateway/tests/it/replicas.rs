@@ -1,0 +1,124 @@
+//! Gateway replicas on a real `nats-server` (`gateway.bus.kind: nats`), sharing one home as they would share a
+//! volume: one of them holds the Telegram channel (the Telegram Bot API emulator sees one poller), turns run on
+//! either, replies reach the chat through the holder, and when the holder stops, another takes the channel over
+//! and the conversation goes on with its history.
+
+use std::sync::atomic::Ordering;
+
+use anyhow::{Context as _, Result};
+use nanobot_bus::Role;
+use nanobot_gateway::Gateway;
+use nanobot_testkit::nats::NatsServer;
+use nanobot_testkit::telegram_emulator::{BotEvent, Emulator};
+use nanobot_testkit::{MockLlm, MockReply, TempHome};
+use serde_json::json;
+
+use crate::common::{GUARD, options};
+
+const TOKEN: &str = "123456:REPLICA-test";
+const ALICE: i64 = 101;
+
+async fn replica(home: &TempHome, mock: &MockLlm, emu: &Emulator, nats: &NatsServer, name: &str) -> Gateway {
+    nanobot_testkit::install_ring();
+    let patch = json!({
+        "gateway": {"bus": {"kind": "nats", "nats": {
+            "url": nats.url(), "replica": name, "leaseTimeS": 2, "ackWaitS": 2, "partitions": 4
+        }}},
+        "channels": {"telegram": {
+            "enabled": true, "token": TOKEN, "baseUrl": emu.api_url, "allowFrom": [ALICE.to_string()]
+        }}
+    });
+    Gateway::start(options(home, mock, patch)).await.unwrap()
+}
+
+fn holds_telegram(gw: &Gateway) -> bool {
+    gw.metrics()
+        .role_held(&Role::Channel("telegram".into()))
+        .load(Ordering::SeqCst)
+}
+
+/// Waits until the bot has sent Alice `expected` (a streamed answer is sent in part, then edited to the whole).
+async fn replied(emu: &mut Emulator, expected: &str) -> Result<()> {
+    let mut seen = Vec::new();
+    let found = tokio::time::timeout(GUARD, async {
+        loop {
+            if let BotEvent::Sent(body) | BotEvent::Edited(body) = emu.next_event().await?
+                && body["chat_id"].as_i64() == Some(ALICE)
+            {
+                let text = body["text"].as_str().unwrap_or_default().to_owned();
+                if text == expected {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                seen.push(text);
+            }
+        }
+    })
+    .await;
+    match found {
+        Ok(r) => r,
+        Err(_) => anyhow::bail!("Alice got {seen:?}, not {expected:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_telegram_chat_is_held_by_one_replica_and_goes_on_when_it_stops() -> Result<()> {
+    let Some(nats) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let Some(mut emu) = Emulator::start().await? else {
+        return Ok(());
+    };
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.when_last_user_contains("first question", MockReply::text("first answer"));
+    mock.when_last_user_contains("second question", MockReply::text("second answer"));
+    mock.set_fallback(MockReply::text("UNEXPECTED"));
+    let a = replica(&home, &mock, &emu, &nats, "replica-a").await;
+    let b = replica(&home, &mock, &emu, &nats, "replica-b").await;
+    emu.wait_until_polling().await?;
+
+    emu.user_says(TOKEN, ALICE, "alice", "first question").await?;
+    replied(&mut emu, "first answer").await?;
+    // Exactly one replica holds the channel (and so polls Telegram).
+    assert!(
+        holds_telegram(&a) != holds_telegram(&b),
+        "telegram held by a: {}, by b: {}",
+        holds_telegram(&a),
+        holds_telegram(&b)
+    );
+    let (holder, other) = if holds_telegram(&a) { (a, b) } else { (b, a) };
+    assert!(
+        holder
+            .metrics()
+            .render(&Default::default())
+            .contains("nanobot_replica_role_held{role=\"channel.telegram\"} 1"),
+        "the metrics say who holds the channel"
+    );
+
+    // The holder stops (an upgrade): the other replica takes the channel over and answers, with the history.
+    holder.shutdown().await;
+    emu.wait_until_polling().await?;
+    emu.user_says(TOKEN, ALICE, "alice", "second question").await?;
+    replied(&mut emu, "second answer").await?;
+    assert!(holds_telegram(&other));
+    let last = mock.completion_requests().pop().context("no model call")?;
+    let seen: Vec<String> = last
+        .messages()
+        .iter()
+        .filter_map(|m| m["content"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        seen.iter().any(|c| c == "first answer"),
+        "the second turn saw the first: {seen:?}"
+    );
+    assert_eq!(
+        mock.completion_requests()
+            .iter()
+            .filter(|r| r.last_user_text().is_some_and(|t| t.contains("first question")))
+            .count(),
+        1,
+        "the first question was answered once"
+    );
+    other.shutdown().await;
+    Ok(())
+}
