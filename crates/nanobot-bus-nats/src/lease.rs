@@ -63,10 +63,7 @@ impl NatsLeases {
             duplicate_window: settings.lease_time.min(Duration::from_secs(120)),
             ..Default::default()
         };
-        let made = js
-            .get_or_create_stream(config)
-            .await
-            .map_err(|e| failed(&e))?;
+        let made = js.get_or_create_stream(config).await.map_err(|e| failed(&e))?;
         if made.cached_info().config.max_age != settings.lease_time {
             // Every replica must agree on one lease time: to change it, stop them all and delete the bucket.
             tracing::warn!(
@@ -76,10 +73,7 @@ impl NatsLeases {
                 "NATS bus: the lease bucket has another lease time; using it as it is"
             );
         }
-        let kv = js
-            .get_key_value(bucket.as_str())
-            .await
-            .map_err(|e| failed(&e))?;
+        let kv = js.get_key_value(bucket.as_str()).await.map_err(|e| failed(&e))?;
         let ttl = made.cached_info().config.max_age;
         Ok(Self {
             kv,
@@ -145,11 +139,7 @@ impl Leases for NatsLeases {
             // The channel's outbound messages come here for as long as the lease is held.
             self.router.serve(name, release.child_token());
         }
-        Ok(Box::new(NatsLease {
-            role,
-            lost,
-            release,
-        }))
+        Ok(Box::new(NatsLease { role, lost, release }))
     }
 
     fn holder(&self) -> &str {

@@ -167,7 +167,10 @@ impl NatsBus {
         }
         // Outbound messages are pulled per channel, by the replica holding the channel's lease. The single
         // consumer of every channel that version 0.1 made would overlap those on the work queue: removed.
-        match outbound_stream.delete_consumer(&settings.legacy_outbound_consumer()).await {
+        match outbound_stream
+            .delete_consumer(&settings.legacy_outbound_consumer())
+            .await
+        {
             Ok(_) => tracing::info!("NATS bus: removed the outbound consumer of an older version"),
             Err(e) if e.to_string().contains("not found") => {}
             Err(e) => tracing::debug!(error = %e, "NATS bus: no older outbound consumer removed"),

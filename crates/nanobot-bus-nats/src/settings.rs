@@ -134,7 +134,9 @@ impl NatsBusSettings {
             return Err(NatsBusError::Config("leaseTime must be at least 1 s".into()));
         }
         if self.replica.trim().is_empty() {
-            return Err(NatsBusError::Config("replica (the replica's name) is empty".into()));
+            return Err(NatsBusError::Config(
+                "replica (the replica's name) is empty".into(),
+            ));
         }
         Ok(())
     }

@@ -259,7 +259,9 @@ async fn a_wrong_address_is_named_and_a_closed_bus_refuses() -> Result<()> {
 /// The lease bucket as another program sees it (a replica that died, or one that took a lease over).
 async fn lease_bucket(server: &NatsServer) -> Result<async_nats::jetstream::kv::Store> {
     let client = async_nats::connect(server.url()).await?;
-    Ok(async_nats::jetstream::new(client).get_key_value("NANOBOT_LEASES").await?)
+    Ok(async_nats::jetstream::new(client)
+        .get_key_value("NANOBOT_LEASES")
+        .await?)
 }
 
 async fn acquire(bus: &NatsBus, role: Role) -> Result<Box<dyn Lease>> {
@@ -372,10 +374,20 @@ async fn outbound_messages_reach_the_replica_holding_their_channel() -> Result<(
         .await?;
     a.publish_outbound(OutboundMessage::reply("slack", "C1", "to slack"))
         .await?;
-    let out = tokio::time::timeout(GUARD, a.consume_outbound()).await?.context("closed")?;
-    assert_eq!((out.channel.as_str(), out.content.as_str()), ("telegram", "to telegram"));
-    let out = tokio::time::timeout(GUARD, b.consume_outbound()).await?.context("closed")?;
-    assert_eq!((out.channel.as_str(), out.content.as_str()), ("slack", "to slack"));
+    let out = tokio::time::timeout(GUARD, a.consume_outbound())
+        .await?
+        .context("closed")?;
+    assert_eq!(
+        (out.channel.as_str(), out.content.as_str()),
+        ("telegram", "to telegram")
+    );
+    let out = tokio::time::timeout(GUARD, b.consume_outbound())
+        .await?
+        .context("closed")?;
+    assert_eq!(
+        (out.channel.as_str(), out.content.as_str()),
+        ("slack", "to slack")
+    );
     assert!(
         tokio::time::timeout(QUIET, b.consume_outbound()).await.is_err(),
         "a replica got a message of a channel it does not hold"
@@ -385,7 +397,9 @@ async fn outbound_messages_reach_the_replica_holding_their_channel() -> Result<(
     a.publish_outbound(OutboundMessage::reply("telegram", "7", "while moving"))
         .await?;
     let _moved = acquire(&b, Role::Channel("telegram".into())).await?;
-    let out = tokio::time::timeout(GUARD, b.consume_outbound()).await?.context("closed")?;
+    let out = tokio::time::timeout(GUARD, b.consume_outbound())
+        .await?
+        .context("closed")?;
     assert_eq!(out.content, "while moving");
     assert!(
         tokio::time::timeout(QUIET, a.consume_outbound()).await.is_err(),
