@@ -429,6 +429,7 @@ pub(crate) async fn wait_or_cancel(cancel: &CancellationToken, delay: Duration) 
 struct NatsReceipt {
     acker: Arc<jetstream::message::Acker>,
     keepalive: CancellationToken,
+    settled: bool,
 }
 
 impl NatsReceipt {
@@ -446,21 +447,35 @@ impl NatsReceipt {
                 }
             }
         });
-        Self { acker, keepalive }
+        Self {
+            acker,
+            keepalive,
+            settled: false,
+        }
     }
 }
 
 impl Drop for NatsReceipt {
     fn drop(&mut self) {
-        // Dropped unsettled (the turn's task was cancelled): stop claiming progress, so the message is delivered
-        // again after the acknowledgement wait.
+        // Dropped unsettled (the turn's task was cancelled, a stopping replica's queue let go): stop claiming
+        // progress and hand the message back at once, so another replica takes it now rather than after the
+        // acknowledgement wait. (A replica that dies sends nothing; then the wait decides.)
         self.keepalive.cancel();
+        if !self.settled
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let acker = self.acker.clone();
+            rt.spawn(async move {
+                let _ = acker.ack_with(AckKind::Nak(None)).await;
+            });
+        }
     }
 }
 
 #[async_trait]
 impl Receipt for NatsReceipt {
-    async fn settle(self: Box<Self>, how: Settlement) {
+    async fn settle(mut self: Box<Self>, how: Settlement) {
+        self.settled = true;
         self.keepalive.cancel();
         // Done waits for the server to confirm (bounded by the request timeout), so a turn counted as saved is
         // not delivered again because its acknowledgement was still in a buffer when the connection dropped. A

@@ -114,6 +114,29 @@ async fn a_replica_that_dies_mid_turn_leaves_the_message_to_the_next() -> Result
 }
 
 #[tokio::test]
+async fn a_delivery_let_go_unsettled_goes_to_another_replica_without_waiting() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    // An acknowledgement wait far longer than the test's bound: only the hand-back can make this pass.
+    let long = || {
+        let mut s = settings(&server);
+        s.ack_wait = GUARD * 3;
+        s
+    };
+    let stopping = NatsBus::connect(long()).await?;
+    let other = NatsBus::connect(long()).await?;
+    stopping.publish_inbound(msg("8", "still to do", 1)).await?;
+    let taken = next(&stopping).await?;
+    // A stopping replica lets go of a message it had not started (its receipt dropped, unsettled).
+    drop(taken);
+    stopping.close();
+    let d = next(&other).await?;
+    assert_eq!(settle(d, Settlement::Done).await.content, "still to do");
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_long_turn_keeps_its_message_past_the_ack_wait() -> Result<()> {
     let Some(server) = NatsServer::start().await? else {
         return Ok(());
