@@ -152,7 +152,20 @@ pub(super) fn section_with(
             let Some(v) = ask_value(ask, config, pointer, key, current)? else {
                 break;
             };
-            match with_value(config, &path, v) {
+            // A cleared value is `null` where the field is optional, else the empty string (as 0.3.5 does).
+            // Channel blocks are read by their channel only when it starts: a text stays a text there.
+            let v = if v.is_null() && current.is_string() && pointer.starts_with("/channels/") {
+                Value::String(String::new())
+            } else {
+                v
+            };
+            let attempt = match with_value(config, &path, v.clone()) {
+                Err(_) if v.is_null() && current.is_string() => {
+                    with_value(config, &path, Value::String(String::new()))
+                }
+                other => other,
+            };
+            match attempt {
                 Ok(next) => {
                     *config = next;
                     break;
@@ -194,7 +207,7 @@ fn ask_value(
             ];
             match select(ask, key, &keep, Some(0))? {
                 0 => return Ok(None),
-                2 => return Ok(Some(cleared(current))),
+                2 => return Ok(Some(Value::Null)),
                 _ => {}
             }
         }
@@ -257,7 +270,7 @@ fn ask_value(
                 return Ok(None);
             }
             if answer == "-" {
-                return Ok(Some(cleared(current)));
+                return Ok(Some(Value::Null));
             }
             if current.is_null()
                 && (answer.starts_with('{') || answer.starts_with('['))
@@ -312,21 +325,13 @@ fn add_setting(ask: &mut dyn Ask, config: &mut Config, pointer: &str) -> Result<
     }
 }
 
-/// The empty form of `current`: `null` for optional values, `""` for strings.
-fn cleared(current: &Value) -> Value {
-    match current {
-        Value::String(_) => Value::String(String::new()),
-        _ => Value::Null,
-    }
-}
-
 /// Fields picked from a list: (choices, whether the value may be cleared).
 fn fixed_choices(config: &Config, pointer: &str, key: &str) -> Option<(Vec<String>, bool)> {
     let in_model_settings = pointer == "/agents/defaults" || pointer.starts_with("/modelPresets/");
     match key {
         "reasoningEffort" => Some((["low", "medium", "high"].map(str::to_owned).to_vec(), true)),
         "provider" if in_model_settings => {
-            let mut names: Vec<String> = nanobot_providers::registry::PROVIDERS
+            let mut names: Vec<String> = super::api_key_providers()
                 .iter()
                 .map(|s| s.name.to_owned())
                 .collect();
@@ -425,6 +430,34 @@ pub(super) fn presets(ask: &mut dyn Ask, config: &mut Config) -> Result<(), CliE
 mod tests {
     use super::super::ask::script::Script;
     use super::*;
+
+    #[test]
+    fn a_secret_is_kept_replaced_or_cleared_and_never_shown() {
+        let mut config: Config =
+            serde_json::from_str(r#"{"providers":{"openai":{"apiKey":"sk-old-123"}}}"#).unwrap();
+        let field = "apiKey: [set, hidden]";
+        let mut s = Script::new(&[field, "Keep existing value", "[Done]"]);
+        section(&mut s, &mut config, "OpenAI", "/providers/openai", &[]).unwrap();
+        let key = |c: &Config| {
+            c.providers
+                .get("openai")
+                .unwrap()
+                .api_key
+                .as_ref()
+                .map(|k| k.expose().to_owned())
+        };
+        assert_eq!(key(&config).as_deref(), Some("sk-old-123"));
+        let mut s = Script::new(&[field, "Enter new value", "sk-new-456", "[Done]"]);
+        section(&mut s, &mut config, "OpenAI", "/providers/openai", &[]).unwrap();
+        assert_eq!(key(&config).as_deref(), Some("sk-new-456"));
+        assert!(s.said.contains("apiKey: (hidden)"), "{}", s.said);
+        let mut s2 = Script::new(&[field, "Clear value", "[Done]"]);
+        section(&mut s2, &mut config, "OpenAI", "/providers/openai", &[]).unwrap();
+        assert_eq!(key(&config), None);
+        for said in [&s.said, &s2.said] {
+            assert!(!said.contains("sk-old") && !said.contains("sk-new"), "{said}");
+        }
+    }
 
     #[test]
     fn a_bad_port_is_refused_and_asked_again_and_secrets_are_never_shown() {

@@ -417,11 +417,20 @@ fn channel_choices(config: &Config) -> Vec<String> {
     names
 }
 
+/// The providers set up with an API key or an endpoint (OAuth ones sign in with `nanobot provider login`), in
+/// registry order, as 0.3.5's provider lists.
+pub(crate) fn api_key_providers() -> Vec<&'static nanobot_providers::registry::ProviderSpec> {
+    nanobot_providers::registry::PROVIDERS
+        .iter()
+        .filter(|s| !s.is_oauth)
+        .collect()
+}
+
 /// Advanced → LLM Provider: pick one (those with a key are starred), then edit its block.
 fn providers(ask: &mut dyn Ask, config: &mut Config) -> Result<(), CliError> {
     let mut last = None;
     loop {
-        let specs = nanobot_providers::registry::PROVIDERS;
+        let specs = api_key_providers();
         let mut labels: Vec<String> = specs
             .iter()
             .map(|s| {
@@ -520,7 +529,7 @@ fn fresh_block(name: &str) -> Map<String, Value> {
 /// The configuration summary (Advanced → View): providers with a key, channels, presets, agent defaults.
 fn summary(config: &Config) -> String {
     let mut out = String::from("\n── LLM Providers ──\n");
-    for spec in nanobot_providers::registry::PROVIDERS {
+    for spec in api_key_providers() {
         let configured = config
             .providers
             .get(spec.name)
