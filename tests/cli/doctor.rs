@@ -99,3 +99,48 @@ fn a_byte_order_mark_in_config_json_is_accepted() {
     assert!(out.contains("config loads"), "{out}");
     assert!(!out.contains("invalid JSON"), "{out}");
 }
+
+#[test]
+fn doctor_checks_the_nats_bus_of_replicas() {
+    let home = TempHome::new();
+    let mut config = onboarded_config(&home);
+    // Nobody listens there: a problem naming the server.
+    let port = nanobot_testkit::peers::free_port().unwrap();
+    config["gateway"]["bus"] = serde_json::json!({
+        "kind": "nats",
+        "nats": {"url": format!("nats://bot:sekrit@127.0.0.1:{port}"), "connectTimeoutS": 2}
+    });
+    write_raw(&home, &serde_json::to_string_pretty(&config).unwrap());
+    let o = nanobot(home.home())
+        .env("ANTHROPIC_API_KEY", "sk-ant-x")
+        .arg("doctor")
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains(&format!("cannot connect to NATS at nats://127.0.0.1:{port}")),
+        "{out}"
+    );
+    assert!(!out.contains("sekrit"), "never the password: {out}");
+
+    // A real server: its version and the streams (not created by the check).
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let Some(server) = rt.block_on(nanobot_testkit::nats::NatsServer::start()).unwrap() else {
+        return;
+    };
+    config["gateway"]["bus"]["nats"]["url"] = server.url().into();
+    write_raw(&home, &serde_json::to_string_pretty(&config).unwrap());
+    let o = nanobot(home.home())
+        .env("ANTHROPIC_API_KEY", "sk-ant-x")
+        .arg("doctor")
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert!(out.contains("gateway bus: NATS"), "{out}");
+    assert!(out.contains("NANOBOT_IN (made by the first gateway)"), "{out}");
+    assert!(out.contains("no lease held"), "{out}");
+}

@@ -28,8 +28,10 @@
 //! acknowledgements by [`NatsBusSettings::request_timeout`].
 
 mod lease;
+mod probe;
 mod settings;
 
+pub use probe::{Probe, probe};
 pub use settings::NatsBusSettings;
 
 use std::hash::Hasher;

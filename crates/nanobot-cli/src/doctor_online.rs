@@ -18,28 +18,18 @@ pub(crate) fn findings(config: &nanobot_config::Config, vars: &nanobot_util::Env
     let mut models = vec![defaults.model.clone()];
     models.extend(defaults.fallback_models.iter().cloned());
     let factory = ProviderFactory::new(&config.providers, defaults, vars.clone());
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
-                    return vec![Finding::problem(
-                        "online check: cannot start a tokio runtime",
-                        "run `nanobot doctor --online` again",
-                    )];
-                };
-                nanobot_providers::install_ring();
-                let out = rt.block_on(async {
-                    let mut out = Vec::new();
-                    for model in &models {
-                        out.push(check(&factory, model).await);
-                    }
-                    out
-                });
-                rt.shutdown_background();
-                out
-            })
-            .join()
-            .unwrap_or_default()
+    crate::status::on_own_runtime(|| async {
+        let mut out = Vec::new();
+        for model in &models {
+            out.push(check(&factory, model).await);
+        }
+        out
+    })
+    .unwrap_or_else(|| {
+        vec![Finding::problem(
+            "online check: cannot start a tokio runtime",
+            "run `nanobot doctor --online` again",
+        )]
     })
 }
 

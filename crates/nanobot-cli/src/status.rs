@@ -478,7 +478,55 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
             )),
         }
     }
+    f.extend(check_bus(config));
     f
+}
+
+/// `gateway.bus`: for NATS, the server (reached, bounded by its connect timeout), its streams and who holds the
+/// leases; nothing is created.
+fn check_bus(config: &Config) -> Option<Finding> {
+    if config.gateway.bus.kind == nanobot_config::BusKind::Memory {
+        return None;
+    }
+    let found = on_own_runtime(|| nanobot_gateway::bus_status(config));
+    Some(match found {
+        Some(Ok(Some(status))) => Finding::ok(format!("gateway bus: {status}")),
+        Some(Ok(None)) => return None,
+        Some(Err(e)) => Finding::problem(
+            e.to_string(),
+            "start nats-server with JetStream (`nats-server -js`), or correct `gateway.bus.nats` (see docs/scaling.md)",
+        ),
+        None => Finding::problem(
+            "gateway bus: the check could not run",
+            "run `nanobot doctor` again",
+        ),
+    })
+}
+
+/// Runs the future `make` returns on a current-thread runtime of its own, in a scoped thread, so it works whether
+/// or not the caller is inside a tokio runtime. `None` when no runtime could be started (or the thread
+/// panicked). A name lookup still running on the blocking pool does not hold the caller up.
+pub(crate) fn on_own_runtime<F, T>(make: impl FnOnce() -> F + Send) -> Option<T>
+where
+    F: std::future::Future<Output = T>,
+    T: Send,
+{
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .ok()?;
+                nanobot_providers::install_ring();
+                let out = rt.block_on(make());
+                rt.shutdown_background();
+                Some(out)
+            })
+            .join()
+            .ok()
+            .flatten()
+    })
 }
 
 /// The people allowed on the enabled channels (`allowFrom` entries; `"*"` stands for anyone).
@@ -848,30 +896,17 @@ fn imap_login_bounded(
 ) -> Result<(), String> {
     let mut settings = settings.clone();
     settings.timeout = settings.timeout.min(step);
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| format!("cannot start a tokio runtime: {e}"))?;
-                let result = rt.block_on(async {
-                    match tokio::time::timeout(overall, nanobot_email::check_imap_login(&settings)).await {
-                        Ok(r) => r.map_err(|e| e.to_string()),
-                        Err(_) => Err(format!(
-                            "no answer from {} within {} s",
-                            settings.imap.endpoint(),
-                            overall.as_secs()
-                        )),
-                    }
-                });
-                // A name lookup still running on the blocking pool must not hold doctor up.
-                rt.shutdown_background();
-                result
-            })
-            .join()
-            .unwrap_or_else(|_| Err("the IMAP check failed unexpectedly".into()))
+    on_own_runtime(|| async {
+        match tokio::time::timeout(overall, nanobot_email::check_imap_login(&settings)).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err(format!(
+                "no answer from {} within {} s",
+                settings.imap.endpoint(),
+                overall.as_secs()
+            )),
+        }
     })
+    .unwrap_or_else(|| Err("the IMAP check could not run".into()))
 }
 
 #[cfg(feature = "email")]

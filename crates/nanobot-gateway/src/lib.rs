@@ -42,6 +42,7 @@ pub use gateway::{
     unsupported_channels,
 };
 pub use metrics::{Metrics, MetricsHook, TurnOutcome};
+pub use replicas::bus_status;
 
 /// Waits for Ctrl-C or SIGTERM.
 #[derive(Debug)]

@@ -36,9 +36,59 @@ async fn connect_nats(c: &nanobot_config::NatsBusConfig) -> Result<GatewayBus, G
 
 #[cfg(not(feature = "nats"))]
 async fn connect_nats(_: &nanobot_config::NatsBusConfig) -> Result<GatewayBus, GatewayError> {
-    Err(GatewayError::Bus(
+    Err(no_nats())
+}
+
+#[cfg(not(feature = "nats"))]
+fn no_nats() -> GatewayError {
+    GatewayError::Bus(
         "gateway.bus.kind is \"nats\", but this build has no NATS bus (cargo feature `nats`)".into(),
+    )
+}
+
+/// What `nanobot doctor` says about `gateway.bus`: `Ok(None)` for the in-process bus; for NATS, the server, the
+/// streams and the lease holders (read, nothing created), or why the server cannot be used.
+pub async fn bus_status(config: &Config) -> Result<Option<String>, GatewayError> {
+    match config.gateway.bus.kind {
+        BusKind::Memory => Ok(None),
+        BusKind::Nats => nats_status(&config.gateway.bus.nats).await.map(Some),
+    }
+}
+
+#[cfg(feature = "nats")]
+async fn nats_status(c: &nanobot_config::NatsBusConfig) -> Result<String, GatewayError> {
+    let settings = nats_settings(c);
+    let p = nanobot_bus_nats::probe(&settings)
+        .await
+        .map_err(|e| GatewayError::Bus(e.to_string()))?;
+    let streams: Vec<String> = p
+        .streams
+        .iter()
+        .map(|(name, n)| match n {
+            Some(n) => format!("{name} ({n} waiting)"),
+            None => format!("{name} (made by the first gateway)"),
+        })
+        .collect();
+    let holders = if p.holders.is_empty() {
+        "no lease held".to_owned()
+    } else {
+        p.holders
+            .iter()
+            .map(|(role, who)| format!("{role} by {who}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Ok(format!(
+        "NATS {} at {}: {}; {holders}",
+        p.server_version,
+        settings.url_without_credentials(),
+        streams.join(", ")
     ))
+}
+
+#[cfg(not(feature = "nats"))]
+async fn nats_status(_: &nanobot_config::NatsBusConfig) -> Result<String, GatewayError> {
+    Err(no_nats())
 }
 
 /// The bus settings of `gateway.bus.nats`.

@@ -430,3 +430,49 @@ async fn outbound_messages_reach_the_replica_holding_their_channel() -> Result<(
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn the_probe_reports_streams_and_lease_holders_without_creating_anything() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let mut s = settings(&server);
+    s.replica = "replica-one".into();
+    let before = nanobot_bus_nats::probe(&s).await?;
+    assert!(!before.server_version.is_empty());
+    assert_eq!(before.streams.len(), 3);
+    assert!(before.streams.iter().all(|(_, n)| n.is_none()), "{before:?}");
+    // Still nothing there: the probe created nothing.
+    assert!(
+        nanobot_bus_nats::probe(&s)
+            .await?
+            .streams
+            .iter()
+            .all(|(_, n)| n.is_none())
+    );
+
+    let bus = NatsBus::connect(s.clone()).await?;
+    let _held = acquire(&bus, Role::Scheduler).await?;
+    bus.publish_inbound(msg("1", "waiting", 1)).await?;
+    let after = nanobot_bus_nats::probe(&s).await?;
+    assert!(
+        after
+            .streams
+            .iter()
+            .any(|(name, n)| name == "NANOBOT_IN" && *n == Some(1)),
+        "{after:?}"
+    );
+    assert_eq!(
+        after.holders,
+        [("scheduler".to_owned(), "replica-one".to_owned())]
+    );
+
+    let mut nowhere = NatsBusSettings::new(format!(
+        "nats://127.0.0.1:{}",
+        nanobot_testkit::peers::free_port()?
+    ));
+    nowhere.connect_timeout = Duration::from_secs(2);
+    let err = nanobot_bus_nats::probe(&nowhere).await.unwrap_err().to_string();
+    assert!(err.contains("127.0.0.1"), "{err}");
+    Ok(())
+}
