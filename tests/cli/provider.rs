@@ -132,3 +132,199 @@ fn login_set_main_then_agent_answers_through_copilot() {
     assert_eq!(fake.exchanges(), 1);
     assert!(!stderr(&o).contains("unknown"), "{}", stderr(&o));
 }
+
+mod codex {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::process::Stdio;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use nanobot_testkit::TempHome;
+    use nanobot_testkit::fake_oauth::{AUTH_CODE, CHATGPT_ACCOUNT, CodexReply, FakeOpenAi};
+    use serde_json::{Value, json};
+
+    use crate::support::{merge, nanobot, run, stderr, stdout};
+
+    fn token_file(home: &TempHome) -> std::path::PathBuf {
+        home.home().join(".local/share/oauth-cli-kit/auth/codex.json")
+    }
+
+    fn query(url: &str, key: &str) -> String {
+        url.split_once('?')
+            .map(|(_, q)| q)
+            .unwrap_or_default()
+            .split('&')
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// What a browser does after the user signed in: a GET of the callback. Returns the status line.
+    fn browser_returns(redirect: &str, state: &str) -> String {
+        let rest = redirect.strip_prefix("http://").unwrap();
+        let (host, path) = rest.split_once('/').unwrap();
+        let mut s = std::net::TcpStream::connect(host).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(
+            s,
+            "GET /{path}?code={AUTH_CODE}&state={state} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        answer.lines().next().unwrap_or_default().to_owned()
+    }
+
+    #[test]
+    fn browser_login_writes_0_3_5_s_token_file_logout_removes_it_and_agent_answers() {
+        let fake = FakeOpenAi::start_background();
+        let home = TempHome::new();
+        let port = nanobot_testkit::peers::free_port().unwrap();
+        let redirect = format!("http://127.0.0.1:{port}/auth/callback");
+
+        let mut child = nanobot(home.home())
+            .envs(fake.env(&redirect))
+            .args(["provider", "login", "openai-codex"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let authorize = format!("{}/oauth/authorize?", fake.url());
+        let mut printed = Vec::new();
+        let url = loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|e| panic!("no authorisation URL ({e}); printed: {printed:?}"));
+            if line.starts_with(&authorize) {
+                break line;
+            }
+            printed.push(line);
+        };
+        fake.expect_challenge(&query(&url, "code_challenge"));
+        assert_eq!(
+            browser_returns(&redirect, &query(&url, "state")),
+            "HTTP/1.1 200 OK"
+        );
+        let status = child.wait().unwrap();
+        let rest: Vec<String> = rx.try_iter().collect();
+        let mut err = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        assert!(status.success(), "stderr: {err}; stdout: {rest:?}");
+        assert!(
+            rest.iter()
+                .any(|l| l.contains(&format!("✓ Authenticated with OpenAI Codex  {CHATGPT_ACCOUNT}"))),
+            "{rest:?}"
+        );
+
+        let path = token_file(&home);
+        let saved: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(saved["access"], FakeOpenAi::access_token(1));
+        assert_eq!(saved["refresh"], "refresh-1");
+        assert_eq!(saved["account_id"], CHATGPT_ACCOUNT);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+
+        // Logged in already: a second login keeps the login and opens nothing.
+        let o = nanobot(home.home())
+            .envs(fake.env(&redirect))
+            .args(["provider", "login", "openai-codex"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+        assert!(!stdout(&o).contains("oauth/authorize"), "{}", stdout(&o));
+
+        // A turn through the Codex API with that login.
+        let o = run(home.home(), &["onboard"]);
+        assert!(o.status.success(), "onboard: {}", stderr(&o));
+        let mut config: Value =
+            serde_json::from_str(&std::fs::read_to_string(home.config_path()).unwrap()).unwrap();
+        merge(
+            &mut config,
+            &json!({"agents": {"defaults": {"model": "openai-codex/gpt-5.5", "provider": "auto"}},
+                "providers": {"openaiCodex": {"apiBase": fake.api_base()}}}),
+        );
+        home.write_config(&config);
+        fake.push(CodexReply::Text("Hi from Codex.".into()));
+        let o = run(home.home(), &["agent", "-m", "hi"]);
+        assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+        assert_eq!(stdout(&o), "Hi from Codex.\n");
+        let sent = fake.seen_at("/backend-api/codex/responses");
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].header("chatgpt-account-id"), Some(CHATGPT_ACCOUNT));
+
+        let o = run(home.home(), &["provider", "logout", "openai-codex"]);
+        assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+        assert!(
+            stdout(&o).contains("✓ Logged out from OpenAI Codex"),
+            "{}",
+            stdout(&o)
+        );
+        assert!(!path.exists());
+    }
+}
+
+/// On a terminal the callback URL can be pasted (a sign-in on another machine, whose browser cannot reach this
+/// one's callback).
+#[test]
+fn codex_login_on_a_terminal_takes_a_pasted_callback_url() {
+    use std::time::Duration;
+
+    use expectrl::{Eof, Expect, Session};
+    use nanobot_testkit::fake_oauth::{AUTH_CODE, CHATGPT_ACCOUNT, FakeOpenAi};
+
+    let fake = FakeOpenAi::start_background();
+    let home = TempHome::new();
+    // The callback's port is taken: nanobot says so and waits for the paste.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let redirect = format!(
+        "http://127.0.0.1:{}/auth/callback",
+        taken.local_addr().unwrap().port()
+    );
+    let mut cmd = nanobot(home.home());
+    cmd.envs(fake.env(&redirect))
+        .env("TERM", "xterm")
+        .args(["provider", "login", "openai-codex"]);
+    let mut p = Session::spawn(cmd).expect("spawn nanobot in a pty");
+    p.set_expect_timeout(Some(Duration::from_secs(120)));
+    let authorize = format!("{}/oauth/authorize?", fake.url());
+    p.expect(authorize.as_str()).unwrap();
+    let rest = p.expect("\n").unwrap();
+    let url = format!("{authorize}{}", String::from_utf8_lossy(rest.before()).trim());
+    let field = |key: &str| {
+        url.split('&')
+            .find_map(|kv| kv.split('?').next_back()?.strip_prefix(&format!("{key}=")))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    fake.expect_challenge(&field("code_challenge"));
+    p.expect("callback cannot be received").unwrap();
+    p.expect("paste the callback URL").unwrap();
+    p.send_line(format!("{redirect}?code={AUTH_CODE}&state={}", field("state")))
+        .unwrap();
+    p.expect(format!("Authenticated with OpenAI Codex  {CHATGPT_ACCOUNT}").as_str())
+        .unwrap();
+    p.expect(Eof).unwrap();
+    let status = p.get_process().wait().unwrap();
+    assert!(
+        matches!(status, expectrl::process::unix::WaitStatus::Exited(_, 0)),
+        "{status:?}"
+    );
+    let saved: Value = serde_json::from_str(
+        &std::fs::read_to_string(home.home().join(".local/share/oauth-cli-kit/auth/codex.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(saved["account_id"], CHATGPT_ACCOUNT);
+    drop(taken);
+}

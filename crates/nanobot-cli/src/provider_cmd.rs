@@ -5,9 +5,9 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use nanobot_providers::copilot;
 use nanobot_providers::oauth::{OAuthError, TokenStore};
 use nanobot_providers::registry::{PROVIDERS, ProviderSpec, find_spec};
+use nanobot_providers::{codex, copilot};
 use nanobot_util::EnvMap;
 
 use crate::setup::{self, CliEnv};
@@ -17,7 +17,7 @@ use crate::{CliError, ConfigArgs, write_out};
 #[derive(Debug, Subcommand)]
 #[non_exhaustive]
 pub enum ProviderAction {
-    /// Sign in to an OAuth provider (github-copilot).
+    /// Sign in to an OAuth provider (github-copilot, openai-codex).
     Login(ProviderLoginArgs),
     /// Remove the stored sign-in of an OAuth provider.
     Logout(ProviderLogoutArgs),
@@ -26,7 +26,7 @@ pub enum ProviderAction {
 /// `nanobot provider login NAME`.
 #[derive(Debug, Clone, Args)]
 pub struct ProviderLoginArgs {
-    /// The OAuth provider (`github-copilot`).
+    /// The OAuth provider (`github-copilot`, `openai-codex`).
     pub provider: String,
     /// Also make it the agent's provider (`agents.defaults.provider` and `model`).
     #[arg(long = "set-main", visible_alias = "main")]
@@ -42,7 +42,7 @@ pub struct ProviderLoginArgs {
 /// `nanobot provider logout NAME`.
 #[derive(Debug, Clone, Args)]
 pub struct ProviderLogoutArgs {
-    /// The OAuth provider (`github-copilot`).
+    /// The OAuth provider (`github-copilot`, `openai-codex`).
     pub provider: String,
     /// Config file (default: ~/.nanobot/config.json).
     #[arg(short = 'c', long = "config", value_name = "CONFIG")]
@@ -61,6 +61,7 @@ fn display(spec: &ProviderSpec) -> &'static str {
 fn default_model(spec: &ProviderSpec) -> &'static str {
     match spec.name {
         "github_copilot" => "github-copilot/gpt-4.1",
+        "openai_codex" => "openai-codex/gpt-5.6-sol",
         _ => "",
     }
 }
@@ -96,6 +97,7 @@ fn oauth_env(env: &CliEnv) -> EnvMap {
 fn store_for(spec: &ProviderSpec, vars: &EnvMap) -> Result<TokenStore, CliError> {
     let store = match spec.name {
         "github_copilot" => copilot::token_store(vars),
+        "openai_codex" => codex::token_store(vars),
         other => Err(OAuthError::Flow(format!(
             "no login for `{other}` in this version"
         ))),
@@ -117,6 +119,7 @@ fn login(env: &CliEnv, a: &ProviderLoginArgs, out: &mut dyn Write) -> Result<(),
     write_out(out, &format!("🐈 nanobot OAuth Login - {}\n\n", display(spec)))?;
     let account = match spec.name {
         "github_copilot" => login_copilot(&vars, out)?,
+        "openai_codex" => login_codex(env, &vars, out)?,
         _ => {
             return Err(CliError::Failed(format!(
                 "login is not built for {}",
@@ -151,6 +154,75 @@ fn login_copilot(vars: &EnvMap, out: &mut dyn Write) -> Result<Option<String>, C
             &format!("Open: {}\nCode: {}\n", code.verification_uri, code.user_code),
         )?;
         flow.finish(&code).await.map_err(failed)
+    })?;
+    store.save(&token).map_err(failed)?;
+    Ok(token.account_id)
+}
+
+/// How long the browser sign-in may take (0.3.5's WebUI flow allows ten minutes).
+const BROWSER_LOGIN_BOUND: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// OpenAI Codex: an existing login (refreshed when needed) is kept, as 0.3.5 does; otherwise the browser
+/// sign-in, its answer arriving at the callback on this machine or, on a terminal, pasted.
+fn login_codex(env: &CliEnv, vars: &EnvMap, out: &mut dyn Write) -> Result<Option<String>, CliError> {
+    let failed = |e: OAuthError| CliError::Failed(format!("Authentication error: {e}"));
+    let store = store_for(find_spec("openai_codex").ok_or_else(no_spec)?, vars)?;
+    let urls = codex::CodexUrls::from_env(vars);
+    let rt = crate::runtime()?;
+    let http = nanobot_providers::http_client()
+        .map_err(|e| CliError::Failed(format!("cannot build the HTTP client: {e}")))?;
+    let existing = codex::CodexTokens::new(urls.clone(), store.clone(), http, Some(&env.home));
+    if let Ok(token) = rt.block_on(existing.token()) {
+        return Ok(token.account_id);
+    }
+    write_out(out, "Starting interactive OAuth login...\n\n")?;
+    let token = rt.block_on(async {
+        let login = codex::CodexLogin::start(urls).await.map_err(failed)?;
+        write_out(
+            out,
+            &format!(
+                "Open this URL in a browser to sign in:\n{}\n",
+                login.authorize_url()
+            ),
+        )?;
+        if let Some(why) = login.callback_problem() {
+            write_out(out, &format!("The local callback cannot be received ({why}).\n"))?;
+        }
+        let code = if env.stdin_tty {
+            write_out(
+                out,
+                "Waiting for the browser; or paste the callback URL or authorization code here: ",
+            )?;
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            std::thread::spawn(move || {
+                let mut line = String::new();
+                if std::io::stdin().read_line(&mut line).is_ok() {
+                    let _ = tx.send(line);
+                }
+            });
+            let callback = async {
+                if login.callback_problem().is_some() {
+                    std::future::pending().await
+                } else {
+                    login.wait_for_callback(BROWSER_LOGIN_BOUND).await
+                }
+            };
+            tokio::select! {
+                code = callback => code.map_err(failed)?,
+                pasted = rx => match pasted {
+                    Ok(line) => login.code_from_pasted(&line).map_err(failed)?,
+                    Err(_) => return Err(CliError::Failed("no authorization code was given".into())),
+                },
+            }
+        } else {
+            write_out(out, "Waiting for the browser...\n")?;
+            login
+                .wait_for_callback(BROWSER_LOGIN_BOUND)
+                .await
+                .map_err(failed)?
+        };
+        write_out(out, "\nExchanging authorization code for tokens...\n")?;
+        login.exchange(&code).await.map_err(failed)
     })?;
     store.save(&token).map_err(failed)?;
     Ok(token.account_id)
@@ -224,8 +296,12 @@ mod tests {
     fn names_are_matched_in_any_spelling_and_unknown_ones_list_the_supported() {
         assert_eq!(oauth_spec("github-copilot").unwrap().name, "github_copilot");
         assert_eq!(oauth_spec("githubCopilot").unwrap().name, "github_copilot");
+        assert_eq!(oauth_spec("openai-codex").unwrap().name, "openai_codex");
         let err = oauth_spec("openai").unwrap_err().to_string();
-        assert!(err.contains("github-copilot"), "{err}");
+        assert!(
+            err.contains("github-copilot") && err.contains("openai-codex"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -83,6 +83,8 @@ pub struct ProviderFactory {
     clients: Arc<Mutex<ClientCache>>,
     /// The Copilot API tokens, shared by every Copilot client of this factory (one exchange serves them all).
     copilot_tokens: Arc<Mutex<Option<Arc<crate::copilot::CopilotTokens>>>>,
+    /// The ChatGPT login of every Codex client of this factory (one refresh serves them all).
+    codex_tokens: Arc<Mutex<Option<Arc<crate::codex::CodexTokens>>>>,
 }
 
 impl ProviderFactory {
@@ -104,6 +106,7 @@ impl ProviderFactory {
             http: None,
             clients: Arc::default(),
             copilot_tokens: Arc::default(),
+            codex_tokens: Arc::default(),
         }
     }
 
@@ -327,7 +330,30 @@ impl ProviderFactory {
                 let tokens = self.copilot_tokens(&r.endpoint)?;
                 Arc::new(crate::copilot::CopilotClient::new(r.endpoint, tokens))
             }
+            Backend::OpenAiCodex => {
+                let tokens = self.codex_tokens(&r.endpoint)?;
+                Arc::new(crate::codex::CodexClient::new(r.endpoint, tokens))
+            }
         })
+    }
+
+    /// The ChatGPT logins of this factory's Codex clients, made on first use.
+    fn codex_tokens(&self, endpoint: &Endpoint) -> Result<Arc<crate::codex::CodexTokens>, ProviderError> {
+        let mut slot = self.codex_tokens.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(t) = slot.as_ref() {
+            return Ok(t.clone());
+        }
+        let store = crate::codex::token_store(&self.env)
+            .map_err(|e| ProviderError::Config(format!("{}: {e}", endpoint.provider)))?;
+        let home = self.env.non_empty("HOME").map(std::path::PathBuf::from);
+        let tokens = Arc::new(crate::codex::CodexTokens::new(
+            crate::codex::CodexUrls::from_env(&self.env),
+            store,
+            endpoint.http.clone(),
+            home.as_deref(),
+        ));
+        *slot = Some(tokens.clone());
+        Ok(tokens)
     }
 
     /// The Copilot token source of this factory, made on first use (the GitHub login is read when a token is

@@ -4,7 +4,8 @@
 //! ([`OpenAiCompatClient`]) and Anthropic ([`AnthropicClient`]) clients, retries and fallback models
 //! ([`RetryingProvider`], [`FallbackProvider`]), lenient tool-argument [`json`], transcription
 //! ([`Transcriber`]), the shared HTTP client set-up ([`install_ring`], [`http_client`]) and the OAuth-based
-//! providers: GitHub Copilot ([`copilot`]) with 0.3.5's token files ([`oauth`]).
+//! providers: GitHub Copilot ([`copilot`]) and OpenAI Codex ([`codex`], the Responses API) with 0.3.5's token
+//! files ([`oauth`]).
 //!
 //! The conversation types ([`ChatMessage`], [`ToolCall`], [`ToolSpec`], [`Usage`], [`StreamEvent`]), the
 //! [`Provider`] trait and [`ProviderError`] live one floor down in `nanobot-types` (so tools, sessions, memory
@@ -44,6 +45,7 @@
 
 mod anthropic;
 mod capabilities;
+pub mod codex;
 pub mod copilot;
 mod diagnose;
 mod endpoint;
@@ -54,6 +56,7 @@ pub mod oauth;
 mod openai;
 pub mod registry;
 mod resilience;
+mod responses;
 pub mod shaping;
 mod text_tool_calls;
 mod text_tools;

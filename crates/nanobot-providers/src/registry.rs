@@ -17,6 +17,8 @@ pub enum Backend {
     /// GitHub Copilot: OpenAI chat completions with Copilot API tokens from a GitHub OAuth login
     /// ([`crate::copilot`]).
     GithubCopilot,
+    /// OpenAI Codex: the Codex Responses API with a ChatGPT OAuth login ([`crate::codex`]).
+    OpenAiCodex,
 }
 
 /// A per-model parameter override: when the model name contains `pattern`, force these values.
@@ -235,6 +237,16 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         env_keys: &["OPENAI_API_KEY"],
         default_api_base: "https://api.openai.com/v1",
         supports_max_completion_tokens: true,
+        ..BASE
+    },
+    ProviderSpec {
+        name: "openai_codex",
+        display_name: "OpenAI Codex",
+        keywords: &["openai-codex"],
+        backend: Backend::OpenAiCodex,
+        default_api_base: crate::codex::DEFAULT_BASE_URL,
+        detect_by_base_keyword: "codex",
+        is_oauth: true,
         ..BASE
     },
     ProviderSpec {

@@ -2,7 +2,8 @@
 //!
 //! [`FakeGithub`] plays GitHub's device flow (`/login/device/code`, `/login/oauth/access_token` with a scripted
 //! sequence of [`Poll`] answers), the user lookup (`/user`) and the Copilot token exchange
-//! (`/copilot_internal/v2/token`, handing out `copilot-token-1`, `copilot-token-2`, …). Every request is recorded
+//! (`/copilot_internal/v2/token`, handing out `copilot-token-1`, `copilot-token-2`, …). [`FakeOpenAi`] plays the
+//! ChatGPT sign-in's token endpoint (PKCE checked, refresh) and the Codex Responses API. Every request is recorded
 //! ([`Seen`]). [`FakeGithub::env`] gives the variables that point nanobot at it.
 
 use std::collections::VecDeque;
@@ -347,4 +348,317 @@ async fn copilot_token(State(state): State<Arc<Mutex<GithubState>>>, req: Reques
         json!({"token": format!("copilot-token-{}", s.exchanges), "expires_at": now + s.copilot_ttl,
             "refresh_in": 1500}),
     )
+}
+
+/// The ChatGPT account the fake OpenAI puts into its access tokens.
+pub const CHATGPT_ACCOUNT: &str = "acct-fake-123";
+/// The authorization code the fake OpenAI accepts.
+pub const AUTH_CODE: &str = "fake-auth-code";
+
+/// One scripted answer of the fake Codex Responses API.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CodexReply {
+    /// Streamed text (in pieces of at most 4 characters), then `response.completed`.
+    Text(String),
+    /// One function call with these JSON arguments (streamed in two pieces), then `response.completed`.
+    ToolCall(String, Value),
+    /// `response.failed` with this error code and message.
+    Failed(String, String),
+    /// This status and JSON body instead of a stream.
+    Status(u16, Value),
+}
+
+#[derive(Debug)]
+struct OpenAiState {
+    challenge: Option<String>,
+    issued: usize,
+    ttl: i64,
+    refreshes: usize,
+    last_refresh: Option<String>,
+    replies: VecDeque<CodexReply>,
+    seen: Vec<Seen>,
+}
+
+/// A fake OpenAI: the token endpoint of the ChatGPT sign-in (`/oauth/token`: authorization code with PKCE,
+/// refresh) and the Codex Responses API (`/backend-api/codex/responses`, scripted [`CodexReply`]s as SSE).
+/// Access tokens are JWTs carrying [`CHATGPT_ACCOUNT`]; the n-th is [`FakeOpenAi::access_token`]`(n)`.
+#[derive(Debug)]
+pub struct FakeOpenAi {
+    addr: SocketAddr,
+    state: Arc<Mutex<OpenAiState>>,
+    task: JoinHandle<()>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for FakeOpenAi {
+    fn drop(&mut self) {
+        self.task.abort();
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl FakeOpenAi {
+    /// Starts on the caller's runtime; tokens live an hour.
+    ///
+    /// # Panics
+    /// When no loopback port can be bound.
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("FakeOpenAi: cannot listen: {e}"));
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("FakeOpenAi: no address: {e}"));
+        let state = Arc::new(Mutex::new(OpenAiState {
+            challenge: None,
+            issued: 0,
+            ttl: 3600,
+            refreshes: 0,
+            last_refresh: None,
+            replies: VecDeque::new(),
+            seen: Vec::new(),
+        }));
+        let router = Router::new()
+            .route("/oauth/token", post(openai_token))
+            .route("/backend-api/codex/responses", post(codex_responses))
+            .with_state(state.clone());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        Self {
+            addr,
+            state,
+            task,
+            runtime: None,
+        }
+    }
+
+    /// [`FakeOpenAi::start`] on a runtime of its own, for tests that block.
+    ///
+    /// # Panics
+    /// When the runtime or the server cannot start.
+    pub fn start_background() -> Self {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("FakeOpenAi: no runtime: {e}"));
+        let (tx, rx) = std::sync::mpsc::channel();
+        rt.spawn(async move {
+            let _ = tx.send(Self::start().await);
+        });
+        let mut fake = rx
+            .recv()
+            .unwrap_or_else(|e| panic!("FakeOpenAi: did not start: {e}"));
+        fake.runtime = Some(rt);
+        fake
+    }
+
+    fn state(&self) -> MutexGuard<'_, OpenAiState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The Codex API base (`providers.openaiCodex.apiBase`): `http://127.0.0.1:PORT/backend-api`.
+    pub fn api_base(&self) -> String {
+        format!("{}/backend-api", self.url())
+    }
+
+    /// The variables pointing nanobot's Codex sign-in at this fake, with the callback at `redirect_uri`.
+    pub fn env(&self, redirect_uri: &str) -> Vec<(String, String)> {
+        vec![
+            (
+                "NANOBOT_OPENAI_CODEX_AUTHORIZE_URL".into(),
+                format!("{}/oauth/authorize", self.url()),
+            ),
+            (
+                "NANOBOT_OPENAI_CODEX_TOKEN_URL".into(),
+                format!("{}/oauth/token", self.url()),
+            ),
+            (
+                "NANOBOT_OPENAI_CODEX_REDIRECT_URI".into(),
+                redirect_uri.to_owned(),
+            ),
+        ]
+    }
+
+    /// Makes the code exchange check the verifier against this S256 `code_challenge`.
+    pub fn expect_challenge(&self, challenge: &str) {
+        self.state().challenge = Some(challenge.to_owned());
+    }
+
+    /// How long the next tokens live (seconds).
+    pub fn set_ttl(&self, secs: i64) {
+        self.state().ttl = secs;
+    }
+
+    /// Queues an answer of the Responses API.
+    pub fn push(&self, reply: CodexReply) {
+        self.state().replies.push_back(reply);
+    }
+
+    /// How many refreshes were granted.
+    pub fn refreshes(&self) -> usize {
+        self.state().refreshes
+    }
+
+    /// The requests to `path`.
+    pub fn seen_at(&self, path: &str) -> Vec<Seen> {
+        self.state()
+            .seen
+            .iter()
+            .filter(|s| s.path == path)
+            .cloned()
+            .collect()
+    }
+
+    /// The `n`-th access token handed out (1-based).
+    pub fn access_token(n: usize) -> String {
+        use base64::Engine as _;
+        let claims = json!({"https://api.openai.com/auth": {"chatgpt_account_id": CHATGPT_ACCOUNT}, "n": n});
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        format!(
+            "{}.{}.sig",
+            b64.encode("{\"alg\":\"none\"}"),
+            b64.encode(claims.to_string())
+        )
+    }
+}
+
+async fn record_openai(state: &Mutex<OpenAiState>, req: Request) -> Seen {
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, 4 << 20).await.unwrap_or_default();
+    let seen = Seen {
+        method: parts.method.to_string(),
+        path: parts.uri.path().to_owned(),
+        headers: parts
+            .headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+    };
+    state
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .seen
+        .push(seen.clone());
+    seen
+}
+
+async fn openai_token(State(state): State<Arc<Mutex<OpenAiState>>>, req: Request) -> Response {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let seen = record_openai(&state, req).await;
+    let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
+    match seen.form("grant_type").as_deref() {
+        Some("authorization_code") => {
+            if seen.form("code").as_deref() != Some(AUTH_CODE) {
+                return answer(
+                    400,
+                    json!({"error": "invalid_grant", "error_description": "unknown code"}),
+                );
+            }
+            if let Some(ch) = &s.challenge {
+                let verifier = seen.form("code_verifier").unwrap_or_default();
+                let computed = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                    .encode(sha2::Sha256::digest(verifier.as_bytes()));
+                if &computed != ch {
+                    return answer(
+                        400,
+                        json!({"error": "invalid_grant", "error_description": "PKCE mismatch"}),
+                    );
+                }
+            }
+        }
+        Some("refresh_token") => {
+            let expected = s.last_refresh.clone().unwrap_or_else(|| "refresh-0".into());
+            if seen.form("refresh_token").as_deref() != Some(expected.as_str()) {
+                return answer(
+                    401,
+                    json!({"error": "invalid_grant", "error_description": "refresh token reused"}),
+                );
+            }
+            s.refreshes += 1;
+        }
+        _ => return answer(400, json!({"error": "unsupported_grant_type"})),
+    }
+    s.issued += 1;
+    let refresh = format!("refresh-{}", s.issued);
+    s.last_refresh = Some(refresh.clone());
+    answer(
+        200,
+        json!({"access_token": FakeOpenAi::access_token(s.issued), "refresh_token": refresh,
+            "expires_in": s.ttl, "id_token": "x.y.z"}),
+    )
+}
+
+fn sse(events: &[Value]) -> Response {
+    let mut body = String::new();
+    for e in events {
+        body.push_str(&format!(
+            "event: {}\ndata: {e}\n\n",
+            e.get("type").and_then(Value::as_str).unwrap_or("message")
+        ));
+    }
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(axum::body::Body::from(body))
+        .unwrap_or_else(|_| answer(500, json!({})))
+}
+
+async fn codex_responses(State(state): State<Arc<Mutex<OpenAiState>>>, req: Request) -> Response {
+    record_openai(&state, req).await;
+    let reply = state
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .replies
+        .pop_front();
+    let completed = |status: &str| {
+        json!({"type": "response.completed", "response": {"status": status,
+            "usage": {"input_tokens": 10, "output_tokens": 3, "total_tokens": 13}}})
+    };
+    match reply {
+        None => answer(500, json!({"error": {"message": "FakeOpenAi: no reply left"}})),
+        Some(CodexReply::Status(status, body)) => answer(status, body),
+        Some(CodexReply::Text(text)) => {
+            let chars: Vec<char> = text.chars().collect();
+            let mut events = vec![json!({"type": "response.created", "response": {"status": "in_progress"}})];
+            for piece in chars.chunks(4) {
+                events.push(
+                    json!({"type": "response.output_text.delta", "delta": piece.iter().collect::<String>()}),
+                );
+            }
+            events.push(completed("completed"));
+            sse(&events)
+        }
+        Some(CodexReply::ToolCall(name, args)) => {
+            let args = args.to_string();
+            let (a, b) = args.split_at(args.len() / 2);
+            let item = |arguments: &str| {
+                json!({"type": "function_call", "id": "fc_1", "call_id": "call_fake_1", "name": name,
+                    "arguments": arguments})
+            };
+            sse(&[
+                json!({"type": "response.output_item.added", "output_index": 0, "item": item("")}),
+                json!({"type": "response.function_call_arguments.delta", "item_id": "fc_1", "delta": a}),
+                json!({"type": "response.function_call_arguments.delta", "item_id": "fc_1", "delta": b}),
+                json!({"type": "response.output_item.done", "output_index": 0, "item": item(&args)}),
+                completed("completed"),
+            ])
+        }
+        Some(CodexReply::Failed(code, message)) => sse(&[json!({"type": "response.failed",
+            "response": {"status": "failed", "error": {"code": code, "message": message}}})]),
+    }
 }

@@ -5,6 +5,7 @@
 
 mod aimock;
 mod anthropic;
+mod codex;
 mod common;
 mod copilot;
 mod diagnose;
