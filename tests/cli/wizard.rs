@@ -24,8 +24,12 @@ struct Wizard {
 
 impl Wizard {
     fn spawn(home: &Path, vars: &[(&str, &str)]) -> Self {
+        Self::spawn_with(home, vars, &[])
+    }
+
+    fn spawn_with(home: &Path, vars: &[(&str, &str)], args: &[&str]) -> Self {
         let mut cmd = nanobot(home);
-        cmd.env("TERM", "xterm").args(["onboard", "--wizard"]);
+        cmd.env("TERM", "xterm").args(["onboard", "--wizard"]).args(args);
         for (k, v) in vars {
             cmd.env(k, v);
         }
@@ -60,7 +64,8 @@ impl Wizard {
     /// Waits for the end and returns the exit code, keeping the rest of the output.
     fn exit_code(mut self) -> (i32, String) {
         let rest = self.p.expect(Eof).unwrap();
-        self.seen.push_str(&String::from_utf8_lossy(rest.before()));
+        // Eof matches everything left.
+        self.seen.push_str(&String::from_utf8_lossy(rest.as_bytes()));
         match self.p.get_process().wait().unwrap() {
             expectrl::process::unix::WaitStatus::Exited(_, code) => (code, self.seen),
             other => panic!("{other:?}; output:\n{}", self.seen),
@@ -146,6 +151,36 @@ fn quick_start_end_to_end_writes_the_config_and_never_shows_the_secrets() {
             .mode();
         assert_eq!(mode & 0o777, 0o600, "the config holds secrets");
     }
+}
+
+#[test]
+fn an_explicit_config_and_workspace_are_used_and_named() {
+    let home = TempHome::new();
+    let mut w = Wizard::spawn_with(home.home(), &[], &["-c", "elsewhere/my.json", "-w", "my-ws"]);
+    w.answer("Choose 1-3:", "Quick Start");
+    w.answer("Choose 1-", "LM Studio");
+    w.answer("Model ID: ", "qwen3-8b");
+    w.answer("[Y/n]", "yes");
+    w.answer("password: ", PASSWORD);
+    w.answer("save and exit...", "");
+    let (code, seen) = w.exit_code();
+    assert_eq!(code, 0, "{seen}");
+    let path = home.home().join("elsewhere/my.json");
+    assert!(
+        seen.contains(&format!("Run: nanobot webui -c \"{}\"", path.display())),
+        "{seen}"
+    );
+    assert!(!home.config_path().exists(), "the default config is not written");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let ws = home.home().join("my-ws");
+    assert_eq!(v["agents"]["defaults"]["workspace"], ws.display().to_string());
+    assert!(ws.join("AGENTS.md").is_file());
+    assert_eq!(v["providers"]["lmStudio"]["apiBase"], "http://localhost:1234/v1");
+    assert!(
+        v["providers"]["lmStudio"]["apiKey"].is_null(),
+        "no key asked for a local server"
+    );
+    assert_eq!(v["modelPresets"]["primary"]["provider"], "lm_studio");
 }
 
 /// A config the user wrote: a `${VAR}` key, a key this version does not know, a changed value.
@@ -306,10 +341,12 @@ fn the_same_answers_give_the_same_values_as_python() {
         return;
     };
     let python = py_nanobot.with_file_name("python");
-    let cases: [(&str, &[&str], &[&str]); 2] = [
+    /// (provider, 0.3.5's answers, ours as (prompt, answer)); 0.3.5 is asked in the same order.
+    type Case<'a> = (&'a str, Vec<&'a str>, Vec<(&'a str, &'a str)>);
+    let cases: Vec<Case<'_>> = vec![
         (
             "openrouter",
-            &[
+            vec![
                 "[Q] Quick Start",
                 "OpenRouter",
                 API_KEY,
@@ -317,19 +354,19 @@ fn the_same_answers_give_the_same_values_as_python() {
                 "yes",
                 PASSWORD,
             ],
-            &[
-                "Quick Start",
-                "OpenRouter",
-                API_KEY,
-                "anthropic/claude-sonnet-4",
-                "",
-                PASSWORD,
-                "",
+            vec![
+                ("Choose 1-3:", "Quick Start"),
+                ("Choose 1-", "OpenRouter"),
+                ("API key: ", API_KEY),
+                ("Model ID: ", "anthropic/claude-sonnet-4"),
+                ("[Y/n]", ""),
+                ("password: ", PASSWORD),
+                ("save and exit...", ""),
             ],
         ),
         (
             "custom",
-            &[
+            vec![
                 "[Q] Quick Start",
                 "Other OpenAI-compatible",
                 API_KEY,
@@ -338,19 +375,55 @@ fn the_same_answers_give_the_same_values_as_python() {
                 "yes",
                 PASSWORD,
             ],
-            &[
-                "Quick Start",
-                "Other OpenAI-compatible",
+            vec![
+                ("Choose 1-3:", "Quick Start"),
+                ("Choose 1-", "Other OpenAI-compatible"),
+                ("API key: ", API_KEY),
+                ("Provider base URL: ", "http://127.0.0.1:9999/v1/"),
+                ("Model ID: ", "my-local-model"),
+                ("[Y/n]", ""),
+                ("password: ", PASSWORD),
+                ("save and exit...", ""),
+            ],
+        ),
+        (
+            // A local server: no key asked, the default endpoint written.
+            "ollama",
+            vec!["[Q] Quick Start", "Ollama", "llama3.2", "yes", PASSWORD],
+            vec![
+                ("Choose 1-3:", "Quick Start"),
+                ("Choose 1-", "Ollama"),
+                ("Model ID: ", "llama3.2"),
+                ("[Y/n]", "y"),
+                ("password: ", PASSWORD),
+                ("save and exit...", ""),
+            ],
+        ),
+        (
+            // Two endpoints: the second picked.
+            "zhipu",
+            vec![
+                "[Q] Quick Start",
+                "Zhipu AI",
+                "Coding Plan",
                 API_KEY,
-                "http://127.0.0.1:9999/v1/",
-                "my-local-model",
-                "",
+                "glm-4.6",
+                "yes",
                 PASSWORD,
-                "",
+            ],
+            vec![
+                ("Choose 1-3:", "Quick Start"),
+                ("Choose 1-", "Zhipu AI"),
+                ("Choose 1-3 [1]:", "Coding Plan"),
+                ("API key: ", API_KEY),
+                ("Model ID: ", "glm-4.6"),
+                ("[Y/n]", ""),
+                ("password: ", PASSWORD),
+                ("save and exit...", ""),
             ],
         ),
     ];
-    for (provider, py_answers, rs_answers) in cases {
+    for (provider, py_answers, rs_steps) in cases {
         let py_home = TempHome::new();
         let py_path = py_home.config_path();
         let mut cmd = std::process::Command::new(&python);
@@ -362,7 +435,7 @@ fn the_same_answers_give_the_same_values_as_python() {
             .arg("-c")
             .arg(PYTHON_QUICK_START)
             .arg(&py_path)
-            .args(py_answers);
+            .args(&py_answers);
         let out = bounded(cmd, "python quick start");
         assert!(
             out.status.success(),
@@ -373,34 +446,8 @@ fn the_same_answers_give_the_same_values_as_python() {
 
         let rs_home = TempHome::new();
         let mut w = Wizard::spawn(rs_home.home(), &[]);
-        let prompts = [
-            "Choose 1-3:",
-            "Choose 1-",
-            "API key: ",
-            if provider == "custom" {
-                "Provider base URL: "
-            } else {
-                "Model ID: "
-            },
-            if provider == "custom" {
-                "Model ID: "
-            } else {
-                "[Y/n]"
-            },
-            if provider == "custom" {
-                "[Y/n]"
-            } else {
-                "password: "
-            },
-            if provider == "custom" {
-                "password: "
-            } else {
-                "save and exit..."
-            },
-            "save and exit...",
-        ];
         w.wait("Setup Wizard");
-        for (prompt, answer) in prompts.iter().zip(rs_answers) {
+        for (prompt, answer) in rs_steps {
             w.answer(prompt, answer);
         }
         let (code, seen) = w.exit_code();
@@ -418,6 +465,13 @@ fn the_same_answers_give_the_same_values_as_python() {
                 "{provider}: providers.{provider}.{key}"
             );
         }
+        let expected_base = match provider {
+            "zhipu" => json!("https://open.bigmodel.cn/api/coding/paas/v4"),
+            "custom" => json!("http://127.0.0.1:9999/v1"),
+            "ollama" => json!("http://localhost:11434/v1"),
+            _ => json!("https://openrouter.ai/api/v1"),
+        };
+        assert_eq!(rs["providers"][provider]["apiBase"], expected_base, "{provider}");
         // Every key 0.3.5 writes in the WebSocket block, with the same value.
         let py_ws = py["channels"]["websocket"].as_object().unwrap();
         for (k, v) in py_ws {
