@@ -170,9 +170,18 @@ pub(super) fn section_with(
                     *config = next;
                     break;
                 }
-                Err(why) => ask.say(&format!("! {key}: {why}; value not saved, try again.\n"))?,
+                Err(why) => ask.say(&refusal(key, &why))?,
             }
         }
+    }
+}
+
+/// Why a value was not kept: the config's own words, except for a secret (they may quote the value).
+fn refusal(key: &str, why: &str) -> String {
+    if is_secret(key) {
+        format!("! {key}: the config does not take this value (not shown); value not saved, try again.\n")
+    } else {
+        format!("! {key}: {why}; value not saved, try again.\n")
     }
 }
 
@@ -216,13 +225,11 @@ fn ask_value(
         if typed.is_empty() {
             return Ok(None);
         }
-        return Ok(Some(if current.is_object() {
-            match serde_json::from_str::<Value>(typed) {
-                Ok(v) => v,
-                Err(_) => Value::String(typed.to_owned()),
-            }
-        } else {
-            Value::String(typed.to_owned())
+        // A block of secrets (`extraHeaders`) is typed as JSON.
+        let json = (current.is_object() || current.is_null()) && typed.starts_with('{');
+        return Ok(Some(match serde_json::from_str::<Value>(typed) {
+            Ok(v) if json => v,
+            _ => Value::String(typed.to_owned()),
         }));
     }
     match current {
@@ -320,7 +327,7 @@ fn add_setting(ask: &mut dyn Ask, config: &mut Config, pointer: &str) -> Result<
                 *config = next;
                 return Ok(());
             }
-            Err(why) => ask.say(&format!("! {key}: {why}; value not saved, try again.\n"))?,
+            Err(why) => ask.say(&refusal(&key, &why))?,
         }
     }
 }
@@ -451,6 +458,19 @@ mod tests {
         section(&mut s, &mut config, "OpenAI", "/providers/openai", &[]).unwrap();
         assert_eq!(key(&config).as_deref(), Some("sk-new-456"));
         assert!(s.said.contains("apiKey: (hidden)"), "{}", s.said);
+        // A value of the wrong kind is refused without quoting it.
+        let headers = "extraHeaders: [not set]";
+        let mut s3 = Script::new(&[headers, "Bearer sk-in-header-77", "{\"X-Key\": \"v\"}", "[Done]"]);
+        section(&mut s3, &mut config, "OpenAI", "/providers/openai", &[]).unwrap();
+        assert!(
+            s3.said
+                .contains("extraHeaders: the config does not take this value"),
+            "{}",
+            s3.said
+        );
+        assert!(!s3.said.contains("sk-in-header"), "{}", s3.said);
+        let v = serde_json::to_value(&config).unwrap();
+        assert_eq!(v["providers"]["openai"]["extraHeaders"]["X-Key"], "v");
         let mut s2 = Script::new(&[field, "Clear value", "[Done]"]);
         section(&mut s2, &mut config, "OpenAI", "/providers/openai", &[]).unwrap();
         assert_eq!(key(&config), None);
