@@ -147,18 +147,24 @@ impl Leases for NatsLeases {
     }
 }
 
-/// The key of `role` in the bucket (KV keys allow letters, digits, `-`, `_`, `/`, `=` and `.`).
+/// The key of `role` in the bucket. KV keys allow letters, digits, `-`, `_`, `/`, `=` and `.`: a role whose name
+/// has anything else, or is long (a session key from an API client), is named by a hash of its name instead,
+/// so two roles never share a key by accident.
 fn lease_key(role: &Role) -> String {
-    role.key()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    let key = role.key();
+    let plain = key.len() <= 128
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && !key.ends_with('.')
+        && !key.contains("..");
+    if plain {
+        return key;
+    }
+    let kind = key.split('.').next().unwrap_or("role");
+    let mut h = crate::Fnv1a::default();
+    std::hash::Hasher::write(&mut h, key.as_bytes());
+    format!("{kind}.h{:016x}", std::hash::Hasher::finish(&h))
 }
 
 /// Renews the lease every third of the lease time until it is released (then deletes the key, if it is still
@@ -287,5 +293,22 @@ impl OutboundRouter {
             };
             pull_outbound(consumer, router.tx.clone(), router.waiting.clone(), stop).await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_keys_are_valid_and_distinct() {
+        assert_eq!(lease_key(&Role::Scheduler), "scheduler");
+        assert_eq!(lease_key(&Role::Channel("telegram".into())), "channel.telegram");
+        let a = lease_key(&Role::Session("api:a b".into()));
+        let b = lease_key(&Role::Session("api:a_b".into()));
+        assert_ne!(a, b, "names that would sanitise alike stay apart");
+        assert!(a.starts_with("session.h") && a.len() < 40, "{a}");
+        let long = lease_key(&Role::Session("x".repeat(500)));
+        assert!(long.len() < 40, "{long}");
     }
 }

@@ -245,7 +245,7 @@ pub fn partition_of(session_key: &str, partitions: u16) -> u16 {
 }
 
 #[derive(Default)]
-struct Fnv1a(Option<u64>);
+pub(crate) struct Fnv1a(Option<u64>);
 
 impl Hasher for Fnv1a {
     fn finish(&self) -> u64 {

@@ -18,6 +18,9 @@ pub enum Role {
     Scheduler,
     /// A chat channel's connection, by channel name, and the delivery of that channel's outbound messages.
     Channel(String),
+    /// A session whose turn runs outside the bus's queue (an HTTP API request, answered by the replica that
+    /// received it), by session key: one such turn at a time across the replicas.
+    Session(String),
 }
 
 impl Role {
@@ -26,6 +29,7 @@ impl Role {
         match self {
             Self::Scheduler => "scheduler".to_owned(),
             Self::Channel(name) => format!("channel.{name}"),
+            Self::Session(key) => format!("session.{key}"),
         }
     }
 }

@@ -129,8 +129,11 @@ impl InboundMessage {
     /// message id (`metadata.message_id`, a string or a number). A durable bus drops a second publish with it,
     /// and the agent answers a message delivered twice once. Reports and internal channels (cron, the
     /// heartbeat, subagents) have none: their metadata may repeat the id of the chat message that started them.
+    /// The API's requests have one when the client sent an `Idempotency-Key` (the gateway puts it in
+    /// `message_id`), so a retried request is answered once.
     pub fn delivery_id(&self) -> Option<String> {
-        if self.is_system_report() || is_internal_channel(&self.channel) {
+        // Internal channels have no message ids, except the API, whose clients may send an `Idempotency-Key`.
+        if self.is_system_report() || (is_internal_channel(&self.channel) && self.channel != "api") {
             return None;
         }
         let id = match self.metadata.get("message_id")? {

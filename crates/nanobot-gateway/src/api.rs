@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use chrono::Utc;
 use futures::Stream;
-use nanobot_bus::InboundMessage;
+use nanobot_bus::{InboundMessage, Lease, Role};
 use nanobot_core::{AgentLoop, CoreError, TurnOptions, TurnReply};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -250,7 +250,15 @@ async fn chat_inner(st: &ApiState, headers: &HeaderMap, body: &Bytes) -> Respons
     }
     let key = session.map_or_else(|| DEFAULT_SESSION.to_owned(), |s| format!("api:{s}"));
     let chat_id = session.unwrap_or("default").to_owned();
-    let msg = InboundMessage::new(API_CHANNEL, "api", chat_id, text).with_session_key(&key);
+    let mut msg = InboundMessage::new(API_CHANNEL, "api", chat_id, text).with_session_key(&key);
+    // A retried request with the same key is answered once (with the first answer), whichever replica gets it.
+    match idempotency_key(headers) {
+        Ok(Some(id)) => {
+            msg.metadata.insert("message_id".into(), Value::String(id));
+        }
+        Ok(None) => {}
+        Err(r) => return *r,
+    }
     let model = st.settings.model.clone();
     if let Some(asked) = req.model.as_deref().filter(|m| !m.is_empty())
         && asked != model
@@ -261,6 +269,11 @@ async fn chat_inner(st: &ApiState, headers: &HeaderMap, body: &Bytes) -> Respons
             format!("Only configured model '{model}' is available"),
         );
     }
+    // Replicas on a shared bus: one request at a time per session across all of them.
+    let lease = match session_lease(st, &key).await {
+        Ok(l) => l,
+        Err(r) => return *r,
+    };
     if req.stream {
         let include_usage = req
             .stream_options
@@ -268,7 +281,7 @@ async fn chat_inner(st: &ApiState, headers: &HeaderMap, body: &Bytes) -> Respons
             .and_then(|o| o.get("include_usage"))
             .and_then(Value::as_bool)
             .unwrap_or(false);
-        return stream_completion(st, msg, key, model, include_usage);
+        return stream_completion(st, msg, key, model, include_usage, lease);
     }
 
     let in_flight = st.metrics.turn_started();
@@ -297,6 +310,7 @@ async fn chat_inner(st: &ApiState, headers: &HeaderMap, body: &Bytes) -> Respons
             );
         }
     };
+    drop(lease);
     finish_turn(st, &result, in_flight.elapsed());
     match result {
         Ok(reply) => axum::Json(json!({
@@ -317,6 +331,47 @@ async fn chat_inner(st: &ApiState, headers: &HeaderMap, body: &Bytes) -> Respons
         }))
         .into_response(),
         Err(e) => turn_error(&e),
+    }
+}
+
+/// The `Idempotency-Key` header: printable ASCII, 1 to 255 characters; `None` when absent.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Box<Response>> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    match value.to_str() {
+        Ok(k) if !k.is_empty() && k.len() <= 255 && k.chars().all(|c| c.is_ascii_graphic() || c == ' ') => {
+            Ok(Some(k.to_owned()))
+        }
+        _ => Err(Box::new(error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "the `Idempotency-Key` header must be 1 to 255 printable ASCII characters",
+        ))),
+    }
+}
+
+/// On a bus shared by gateway replicas, the session's lease, so one request at a time runs per session across
+/// them (waiting up to the API timeout for another replica's request to finish). `None` on a bus of one process.
+async fn session_lease(st: &ApiState, key: &str) -> Result<Option<Box<dyn Lease>>, Box<Response>> {
+    let Some(leases) = st.agent.bus().and_then(|b| b.leases()) else {
+        return Ok(None);
+    };
+    match tokio::time::timeout(st.settings.timeout, leases.acquire(Role::Session(key.to_owned()))).await {
+        Ok(Ok(lease)) => Ok(Some(lease)),
+        Ok(Err(_)) => Err(Box::new(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "the gateway is shutting down",
+        ))),
+        Err(_) => Err(Box::new(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            format!(
+                "this session's previous request was still running (on another replica) after {}s",
+                st.settings.timeout.as_secs()
+            ),
+        ))),
     }
 }
 
@@ -410,6 +465,7 @@ fn stream_completion(
     key: String,
     model: String,
     include_usage: bool,
+    lease: Option<Box<dyn Lease>>,
 ) -> Response {
     let (tx, deltas) = mpsc::unbounded_channel();
     let (done_tx, done) = oneshot::channel();
@@ -439,6 +495,7 @@ fn stream_completion(
         };
         metrics.record_turn(API_CHANNEL, outcome, in_flight.elapsed());
         drop(in_flight);
+        drop(lease);
         let _ = done_tx.send(result);
     });
     let state = StreamState {

@@ -125,6 +125,10 @@ pub struct TurnReply {
     pub streamed: bool,
     /// Tokens used by every model call of the turn, as the provider reported them (zero for commands).
     pub usage: nanobot_providers::Usage,
+    /// True when the message had been answered before (delivered again, or an API request retried with the same
+    /// `Idempotency-Key`): no turn ran, `content` is the earlier answer as the session holds it (empty when it is
+    /// not there any more), and nothing is sent to the chat again.
+    pub replayed: bool,
 }
 
 impl TurnReply {
@@ -135,6 +139,7 @@ impl TurnReply {
             delivered_by_tool: false,
             streamed: false,
             usage: nanobot_providers::Usage::default(),
+            replayed: false,
         }
     }
 }

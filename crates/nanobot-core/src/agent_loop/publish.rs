@@ -8,6 +8,7 @@ impl LoopInner {
         // Streamed finals are closed by the turn itself (StreamEnd); cancelled turns and tool-delivered answers
         // send nothing more.
         if r.delivered_by_tool
+            || r.replayed
             || r.streamed
             || r.stop_reason == Some(StopReason::Cancelled)
             || r.content.is_empty()

@@ -62,6 +62,24 @@ pub(super) fn record(metadata: &mut Map<String, Value>, id: &str, state: Earlier
     metadata.insert(DELIVERIES_KEY.into(), Value::Array(list));
 }
 
+/// The answer the session holds to its latest user message `user_text`: the last assistant text after it, before
+/// the next user message.
+pub(super) fn earlier_answer(history: &[ChatMessage], user_text: &str) -> Option<String> {
+    let asked = history.iter().rposition(|m| match m {
+        ChatMessage::User { content } => content.text() == user_text,
+        _ => false,
+    })?;
+    history[asked + 1..]
+        .iter()
+        .take_while(|m| !matches!(m, ChatMessage::User { .. }))
+        .filter_map(|m| match m {
+            ChatMessage::Assistant { content, .. } => content.clone(),
+            _ => None,
+        })
+        .filter(|t| !t.trim().is_empty())
+        .last()
+}
+
 /// Leaves out of the replayed history what a cut-short attempt at this message left (its user message
 /// `user_text` and the interruption note after it), so the model is asked the question once. An attempt that
 /// got tool results stays in the replay: the model then sees what was already done (and closed as

@@ -183,7 +183,12 @@ impl LoopInner {
         match earlier {
             Some(Earlier::Answered) => {
                 tracing::info!(session = %key, "a message answered before was delivered again; not answered twice");
-                return Ok(TurnReply::command(String::new()));
+                let earlier =
+                    redelivery::earlier_answer(&history, &stored_user.content_text().unwrap_or_default());
+                return Ok(TurnReply {
+                    replayed: true,
+                    ..TurnReply::command(earlier.unwrap_or_default())
+                });
             }
             Some(Earlier::Started) => {
                 tracing::info!(session = %key, "a message whose turn was cut short was delivered again; running it again");
@@ -438,6 +443,7 @@ impl LoopInner {
             delivered_by_tool: delivered,
             streamed: false,
             usage: result.usage,
+            replayed: false,
         };
         if let Some(next) = continue_goal {
             self.enqueue(Job {

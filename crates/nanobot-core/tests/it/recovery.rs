@@ -260,7 +260,9 @@ async fn a_message_delivered_twice_is_answered_once_and_a_killed_one_runs_again_
         .process_message(telegram("hello", 9), TurnOptions::default())
         .await
         .unwrap();
-    assert_eq!(again.content, "", "no second answer");
+    // No second turn: the earlier answer, marked as such (never sent to the chat again; the API returns it).
+    assert!(again.replayed);
+    assert_eq!(again.content, "first answer");
     assert_eq!(mock.request_count(), 1, "no second model call");
 
     // A turn killed mid-tool ("process" A torn down), its message delivered again to "process" B.
@@ -309,4 +311,28 @@ async fn a_message_delivered_twice_is_answered_once_and_a_killed_one_runs_again_
         .count();
     assert_eq!(stored, 1, "the question is stored once: {lines:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the killed call is not run again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_answered_message_sends_nothing_to_the_chat() {
+    use nanobot_bus::{Bus, InProcessBus};
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("only once"));
+    mock.set_fallback(MockReply::text("A SECOND ANSWER"));
+    let agent = AgentLoop::builder(provider(&mock), settings(&home))
+        .build()
+        .unwrap();
+    let bus = Arc::new(InProcessBus::new(16));
+    agent.set_bus(bus.clone());
+    let first = agent.submit(telegram("say it once", 11)).await.unwrap();
+    assert_eq!(first.content, "only once");
+    let again = agent.submit(telegram("say it once", 11)).await.unwrap();
+    assert!(again.replayed);
+    let mut sent = Vec::new();
+    while bus.outbound_len() > 0 {
+        sent.push(bus.consume_outbound().await.unwrap().content);
+    }
+    assert_eq!(sent, ["only once"], "one reply in the chat");
+    assert_eq!(mock.request_count(), 1);
 }

@@ -371,3 +371,54 @@ async fn an_api_client_approves_a_refused_call_with_approve_id() {
     );
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_request_retried_with_its_idempotency_key_is_answered_once() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("The answer is 42."));
+    mock.set_fallback(MockReply::text("A SECOND ANSWER"));
+    let gw = start(&home, &mock).await;
+    let c = client();
+    let ask = |key: Option<&str>| {
+        let mut r = c
+            .post(api_url(&gw, "/v1/chat/completions"))
+            .bearer_auth(KEY)
+            .json(&chat("what is the answer?", Some("retry"), false));
+        if let Some(k) = key {
+            r = r.header("Idempotency-Key", k);
+        }
+        r.send()
+    };
+    for _ in 0..2 {
+        let v: Value = ask(Some("req-7f3a")).await.unwrap().json().await.unwrap();
+        assert_eq!(v["choices"][0]["message"]["content"], "The answer is 42.");
+    }
+    assert_eq!(
+        mock.completion_requests().len(),
+        1,
+        "the retry ran no second turn"
+    );
+    let session = &sessions(&home)["api:retry"];
+    assert_eq!(
+        texts(session, "user"),
+        ["what is the answer?"],
+        "the question is stored once"
+    );
+    assert_eq!(texts(session, "assistant"), ["The answer is 42."]);
+
+    // A bad key is refused, naming the header.
+    let r = c
+        .post(api_url(&gw, "/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .header("Idempotency-Key", "")
+        .json(&chat("hi", Some("retry"), false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("Idempotency-Key"));
+    // Without a key, the same question is a new request.
+    let v: Value = ask(None).await.unwrap().json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "A SECOND ANSWER");
+}

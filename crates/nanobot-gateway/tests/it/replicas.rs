@@ -122,3 +122,54 @@ async fn a_telegram_chat_is_held_by_one_replica_and_goes_on_when_it_stops() -> R
     other.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_requests_on_one_session_wait_for_each_other_across_replicas() -> Result<()> {
+    let Some(nats) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let Some(emu) = Emulator::start().await? else {
+        return Ok(());
+    };
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.when_last_user_contains(
+        "first",
+        MockReply::text("slow answer").delay(std::time::Duration::from_millis(1500)),
+    );
+    mock.when_last_user_contains("second", MockReply::text("second answer"));
+    let a = replica(&home, &mock, &emu, &nats, "replica-a").await;
+    let b = replica(&home, &mock, &emu, &nats, "replica-b").await;
+    let c = crate::common::client();
+    let ask = |gw: &Gateway, text: &str| {
+        c.post(crate::common::api_url(gw, "/v1/chat/completions"))
+            .bearer_auth(crate::common::KEY)
+            .json(&json!({"messages": [{"role": "user", "content": text}], "session_id": "shared"}))
+            .send()
+    };
+    // The first request is running on replica A when the second, for the same session, reaches replica B.
+    let first = ask(&a, "first");
+    let first = tokio::spawn(first);
+    tokio::time::timeout(GUARD, mock.wait_for_requests(1)).await?;
+    let second: serde_json::Value = ask(&b, "second").await?.json().await?;
+    let first: serde_json::Value = first.await??.json().await?;
+    assert_eq!(first["choices"][0]["message"]["content"], "slow answer");
+    assert_eq!(second["choices"][0]["message"]["content"], "second answer");
+    // B ran its turn after A's was saved: it saw A's answer.
+    let asked = mock.completion_requests();
+    let seen: Vec<String> = asked[1]
+        .messages()
+        .iter()
+        .filter_map(|m| m["content"].as_str().map(str::to_owned))
+        .collect();
+    assert!(seen.iter().any(|t| t == "slow answer"), "{seen:?}");
+    let session = &crate::common::sessions(&home)["api:shared"];
+    assert_eq!(
+        crate::common::texts(session, "user"),
+        ["first", "second"],
+        "one history, in order"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+    Ok(())
+}
