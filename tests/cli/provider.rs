@@ -328,3 +328,121 @@ fn codex_login_on_a_terminal_takes_a_pasted_callback_url() {
     assert_eq!(saved["account_id"], CHATGPT_ACCOUNT);
     drop(taken);
 }
+
+mod grok {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::process::Stdio;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use nanobot_testkit::TempHome;
+    use nanobot_testkit::fake_oauth::{AUTH_CODE, CodexReply, FakeOpenAi, XAI_EMAIL};
+    use serde_json::{Value, json};
+
+    use crate::support::{merge, nanobot, run, stderr, stdout};
+
+    fn param(url: &str, key: &str) -> String {
+        let raw = url
+            .split_once('?')
+            .map(|(_, q)| q)
+            .unwrap_or_default()
+            .split('&')
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+            .unwrap_or_default();
+        raw.replace("%3A", ":").replace("%2F", "/")
+    }
+
+    #[test]
+    fn browser_login_set_main_agent_and_logout() {
+        let fake = FakeOpenAi::start_background();
+        let home = TempHome::new();
+        let o = run(home.home(), &["onboard"]);
+        assert!(o.status.success(), "onboard: {}", stderr(&o));
+
+        let mut child = nanobot(home.home())
+            .envs(fake.xai_env())
+            .args(["provider", "login", "xai-grok", "--set-main"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let authorize = format!("{}/oauth2/auth?", fake.url());
+        let url = loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("the authorisation URL");
+            if line.starts_with(&authorize) {
+                break line;
+            }
+        };
+        fake.expect_challenge(&param(&url, "code_challenge"));
+        let redirect = param(&url, "redirect_uri");
+        let rest = redirect.strip_prefix("http://").unwrap();
+        let (host, path) = rest.split_once('/').unwrap();
+        let mut s = std::net::TcpStream::connect(host).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(
+            s,
+            "GET /{path}?code={AUTH_CODE}&state={} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n",
+            param(&url, "state")
+        )
+        .unwrap();
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let status = child.wait().unwrap();
+        let printed: Vec<String> = rx.try_iter().collect();
+        let mut err = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        assert!(status.success(), "stderr: {err}; stdout: {printed:?}");
+        assert!(
+            printed
+                .iter()
+                .any(|l| l.contains(&format!("✓ Authenticated with xAI Grok  {XAI_EMAIL}"))),
+            "{printed:?}"
+        );
+
+        // 0.3.5's place: the config's directory.
+        let path = home.home().join(".nanobot/auth/xai.json");
+        let saved: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(saved["access"], FakeOpenAi::access_token(1));
+        assert_eq!(saved["account_id"], XAI_EMAIL);
+        let mut config: Value =
+            serde_json::from_str(&std::fs::read_to_string(home.config_path()).unwrap()).unwrap();
+        assert_eq!(config["agents"]["defaults"]["provider"], "xai_grok");
+        assert_eq!(config["agents"]["defaults"]["model"], "xai-grok/grok-4.6");
+        assert_eq!(config["agents"]["defaults"]["contextWindowTokens"], 500_000);
+
+        merge(
+            &mut config,
+            &json!({"providers": {"xaiGrok": {"apiBase": fake.xai_api_base()}}}),
+        );
+        home.write_config(&config);
+        fake.push(CodexReply::Text("Hi from Grok.".into()));
+        let o = nanobot(home.home())
+            .envs(fake.xai_env())
+            .args(["agent", "-m", "hi"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+        assert_eq!(stdout(&o), "Hi from Grok.\n");
+        assert_eq!(fake.seen_at("/v1/responses").len(), 1);
+
+        let o = run(home.home(), &["provider", "logout", "xai-grok"]);
+        assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+        assert!(
+            stdout(&o).contains("✓ Logged out from xAI Grok"),
+            "{}",
+            stdout(&o)
+        );
+        assert!(!path.exists());
+    }
+}

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 use nanobot_providers::oauth::{OAuthError, TokenStore};
 use nanobot_providers::registry::{PROVIDERS, ProviderSpec, find_spec};
-use nanobot_providers::{codex, copilot};
+use nanobot_providers::{codex, copilot, grok};
 use nanobot_util::EnvMap;
 
 use crate::setup::{self, CliEnv};
@@ -17,7 +17,7 @@ use crate::{CliError, ConfigArgs, write_out};
 #[derive(Debug, Subcommand)]
 #[non_exhaustive]
 pub enum ProviderAction {
-    /// Sign in to an OAuth provider (github-copilot, openai-codex).
+    /// Sign in to an OAuth provider (github-copilot, openai-codex, xai-grok).
     Login(ProviderLoginArgs),
     /// Remove the stored sign-in of an OAuth provider.
     Logout(ProviderLogoutArgs),
@@ -26,7 +26,7 @@ pub enum ProviderAction {
 /// `nanobot provider login NAME`.
 #[derive(Debug, Clone, Args)]
 pub struct ProviderLoginArgs {
-    /// The OAuth provider (`github-copilot`, `openai-codex`).
+    /// The OAuth provider (`github-copilot`, `openai-codex`, `xai-grok`).
     pub provider: String,
     /// Also make it the agent's provider (`agents.defaults.provider` and `model`).
     #[arg(long = "set-main", visible_alias = "main")]
@@ -42,7 +42,7 @@ pub struct ProviderLoginArgs {
 /// `nanobot provider logout NAME`.
 #[derive(Debug, Clone, Args)]
 pub struct ProviderLogoutArgs {
-    /// The OAuth provider (`github-copilot`, `openai-codex`).
+    /// The OAuth provider (`github-copilot`, `openai-codex`, `xai-grok`).
     pub provider: String,
     /// Config file (default: ~/.nanobot/config.json).
     #[arg(short = 'c', long = "config", value_name = "CONFIG")]
@@ -62,6 +62,7 @@ fn default_model(spec: &ProviderSpec) -> &'static str {
     match spec.name {
         "github_copilot" => "github-copilot/gpt-4.1",
         "openai_codex" => "openai-codex/gpt-5.6-sol",
+        "xai_grok" => "xai-grok/grok-4.6",
         _ => "",
     }
 }
@@ -95,7 +96,16 @@ fn oauth_env(env: &CliEnv) -> EnvMap {
 }
 
 fn store_for(spec: &ProviderSpec, vars: &EnvMap) -> Result<TokenStore, CliError> {
+    store_in(spec, vars, None)
+}
+
+/// The token store of `spec`; the xAI login lives in nanobot's data directory (`data_dir`, else the default).
+fn store_in(spec: &ProviderSpec, vars: &EnvMap, data_dir: Option<PathBuf>) -> Result<TokenStore, CliError> {
     let store = match spec.name {
+        "xai_grok" => data_dir
+            .or_else(|| grok::default_data_dir(vars))
+            .map(|d| grok::token_store(&d))
+            .ok_or(OAuthError::NoHome),
         "github_copilot" => copilot::token_store(vars),
         "openai_codex" => codex::token_store(vars),
         other => Err(OAuthError::Flow(format!(
@@ -120,6 +130,7 @@ fn login(env: &CliEnv, a: &ProviderLoginArgs, out: &mut dyn Write) -> Result<(),
     let account = match spec.name {
         "github_copilot" => login_copilot(&vars, out)?,
         "openai_codex" => login_codex(env, &vars, out)?,
+        "xai_grok" => login_grok(env, a, &vars, out)?,
         _ => {
             return Err(CliError::Failed(format!(
                 "login is not built for {}",
@@ -188,44 +199,112 @@ fn login_codex(env: &CliEnv, vars: &EnvMap, out: &mut dyn Write) -> Result<Optio
         if let Some(why) = login.callback_problem() {
             write_out(out, &format!("The local callback cannot be received ({why}).\n"))?;
         }
-        let code = if env.stdin_tty {
-            write_out(
-                out,
-                "Waiting for the browser; or paste the callback URL or authorization code here: ",
-            )?;
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            std::thread::spawn(move || {
-                let mut line = String::new();
-                if std::io::stdin().read_line(&mut line).is_ok() {
-                    let _ = tx.send(line);
-                }
-            });
-            let callback = async {
-                if login.callback_problem().is_some() {
-                    std::future::pending().await
-                } else {
-                    login.wait_for_callback(BROWSER_LOGIN_BOUND).await
-                }
-            };
-            tokio::select! {
-                code = callback => code.map_err(failed)?,
-                pasted = rx => match pasted {
-                    Ok(line) => login.code_from_pasted(&line).map_err(failed)?,
-                    Err(_) => return Err(CliError::Failed("no authorization code was given".into())),
-                },
-            }
-        } else {
-            write_out(out, "Waiting for the browser...\n")?;
-            login
-                .wait_for_callback(BROWSER_LOGIN_BOUND)
-                .await
-                .map_err(failed)?
-        };
+        let listening = login.callback_problem().is_none();
+        let code = browser_or_paste(
+            env.stdin_tty,
+            listening,
+            login.wait_for_callback(BROWSER_LOGIN_BOUND),
+            |line| login.code_from_pasted(line),
+            out,
+        )
+        .await?;
         write_out(out, "\nExchanging authorization code for tokens...\n")?;
         login.exchange(&code).await.map_err(failed)
     })?;
     store.save(&token).map_err(failed)?;
     Ok(token.account_id)
+}
+
+/// The authorization code: from the browser's callback (when listening), or on a terminal from a pasted
+/// callback URL or code, whichever comes first.
+async fn browser_or_paste(
+    tty: bool,
+    listening: bool,
+    callback: impl std::future::Future<Output = Result<String, OAuthError>>,
+    pasted: impl Fn(&str) -> Result<String, OAuthError>,
+    out: &mut dyn Write,
+) -> Result<String, CliError> {
+    let failed = |e: OAuthError| CliError::Failed(format!("Authentication error: {e}"));
+    if !tty {
+        if !listening {
+            return Err(CliError::Failed(
+                "Authentication error: the callback cannot be received and there is no terminal to paste the \
+                 code into"
+                    .into(),
+            ));
+        }
+        write_out(out, "Waiting for the browser...\n")?;
+        return callback.await.map_err(failed);
+    }
+    write_out(
+        out,
+        "Waiting for the browser; or paste the callback URL or authorization code here: ",
+    )?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        if std::io::stdin().read_line(&mut line).is_ok() {
+            let _ = tx.send(line);
+        }
+    });
+    let callback = async {
+        if listening {
+            callback.await
+        } else {
+            std::future::pending().await
+        }
+    };
+    tokio::select! {
+        code = callback => code.map_err(failed),
+        line = rx => match line {
+            Ok(line) => pasted(&line).map_err(failed),
+            Err(_) => Err(CliError::Failed("no authorization code was given".into())),
+        },
+    }
+}
+
+/// xAI Grok: an existing login (refreshed when needed) is kept, as 0.3.5 does; otherwise the browser sign-in.
+fn login_grok(
+    env: &CliEnv,
+    a: &ProviderLoginArgs,
+    vars: &EnvMap,
+    out: &mut dyn Write,
+) -> Result<Option<String>, CliError> {
+    let failed = |e: OAuthError| CliError::Failed(format!("Authentication error: {e}"));
+    let store = grok::token_store(&env.paths(a.config.as_deref()).0.data_dir());
+    let issuer = grok::issuer(vars);
+    let rt = crate::runtime()?;
+    let http = nanobot_providers::http_client()
+        .map_err(|e| CliError::Failed(format!("cannot build the HTTP client: {e}")))?;
+    let existing = grok::GrokTokens::new(issuer.clone(), store.clone(), http);
+    if let Ok(token) = rt.block_on(existing.token(false)) {
+        return Ok(Some(token.account_id.unwrap_or_else(|| "xAI account".into())));
+    }
+    write_out(
+        out,
+        "Starting xAI browser sign-in for your X Premium / Grok subscription...\n\n",
+    )?;
+    let token = rt.block_on(async {
+        let login = grok::GrokLogin::start(&issuer).await.map_err(failed)?;
+        write_out(
+            out,
+            &format!(
+                "Open this URL in a browser to sign in:\n{}\n",
+                login.authorize_url()
+            ),
+        )?;
+        let code = browser_or_paste(
+            env.stdin_tty,
+            true,
+            login.wait_for_callback(BROWSER_LOGIN_BOUND),
+            |line| login.code_from_pasted(line),
+            out,
+        )
+        .await?;
+        login.exchange(&code).await.map_err(failed)
+    })?;
+    store.save(&token).map_err(failed)?;
+    Ok(Some(token.account_id.unwrap_or_else(|| "xAI account".into())))
 }
 
 fn no_spec() -> CliError {
@@ -258,6 +337,10 @@ fn set_main(
     d.model_preset = None;
     d.provider = spec.name.to_owned();
     d.model = model.clone();
+    // 0.3.5: Grok 4.5 and 4.6 have a 500k-token window.
+    if spec.name == "xai_grok" && matches!(model.as_str(), "xai-grok/grok-4.5" | "xai-grok/grok-4.6") {
+        d.context_window_tokens = 500_000;
+    }
     s.loaded.save().map_err(|e| CliError::from_config(e, None))?;
     write_out(
         out,
@@ -273,7 +356,7 @@ fn logout(env: &CliEnv, a: &ProviderLogoutArgs, out: &mut dyn Write) -> Result<(
     let spec = oauth_spec(&a.provider)?;
     let vars = oauth_env(env);
     write_out(out, &format!("🐈 nanobot OAuth Logout - {}\n\n", display(spec)))?;
-    let store = store_for(spec, &vars)?;
+    let store = store_in(spec, &vars, Some(env.paths(a.config.as_deref()).0.data_dir()))?;
     let removed = store.remove().map_err(|e| CliError::Failed(e.to_string()))?;
     if removed.is_empty() {
         return write_out(

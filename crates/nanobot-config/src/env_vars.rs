@@ -61,4 +61,6 @@ pub const RESERVED: &[&str] = &[
     "NANOBOT_OPENAI_CODEX_TOKEN_URL",
     "NANOBOT_OPENAI_CODEX_REDIRECT_URI",
     "NANOBOT_OPENAI_CODEX_CLIENT_ID",
+    // nanobot-rs's variable moving the xAI sign-in (`nanobot_providers::grok`).
+    "NANOBOT_XAI_OAUTH_ISSUER",
 ];

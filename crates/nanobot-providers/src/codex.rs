@@ -13,7 +13,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use futures::StreamExt;
 use nanobot_util::{EnvMap, Secret};
 use rand::RngCore as _;
 use serde_json::{Map, Value, json};
@@ -111,7 +110,7 @@ pub fn token_store(env: &EnvMap) -> Result<TokenStore, OAuthError> {
     TokenStore::for_app(env, "oauth-cli-kit", TOKEN_FILE).ok_or(OAuthError::NoHome)
 }
 
-fn random_b64(n: usize) -> String {
+pub(crate) fn random_b64(n: usize) -> String {
     let mut bytes = vec![0u8; n];
     rand::rng().fill_bytes(&mut bytes);
     URL_SAFE_NO_PAD.encode(bytes)
@@ -236,8 +235,11 @@ impl CodexLogin {
                 let Ok((socket, _)) = listener.accept().await else {
                     continue;
                 };
-                match tokio::time::timeout(Duration::from_secs(10), callback(socket, &path, &self.state))
-                    .await
+                match tokio::time::timeout(
+                    Duration::from_secs(10),
+                    callback(socket, &path, &self.state, DISPLAY),
+                )
+                .await
                 {
                     Ok(Some(Ok(code))) => return Ok(code),
                     Ok(Some(Err(e))) => return Err(e),
@@ -298,7 +300,7 @@ impl CodexLogin {
     }
 }
 
-fn pairs_code<'a>(
+pub(crate) fn pairs_code<'a>(
     pairs: impl Iterator<Item = (std::borrow::Cow<'a, str>, std::borrow::Cow<'a, str>)>,
 ) -> (Option<String>, Option<String>) {
     let (mut code, mut state) = (None, None);
@@ -312,7 +314,7 @@ fn pairs_code<'a>(
     (code, state)
 }
 
-async fn listen(redirect_uri: &str) -> Result<TcpListener, String> {
+pub(crate) async fn listen(redirect_uri: &str) -> Result<TcpListener, String> {
     let url = reqwest::Url::parse(redirect_uri).map_err(|e| format!("the redirect URI is not a URL: {e}"))?;
     let host = url
         .host_str()
@@ -327,10 +329,11 @@ async fn listen(redirect_uri: &str) -> Result<TcpListener, String> {
 
 /// Answers one request to the callback listener: `Some(Ok(code))` for the callback of this sign-in,
 /// `Some(Err(_))` when the provider refused it, `None` for anything else (answered 400/404 and waited past).
-async fn callback(
+pub(crate) async fn callback(
     mut socket: tokio::net::TcpStream,
     path: &str,
     state: &str,
+    provider: &'static str,
 ) -> Option<Result<String, OAuthError>> {
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
@@ -368,10 +371,7 @@ async fn callback(
         let detail = q("error_description").unwrap_or(error);
         (
             reply("400 Bad Request", "Sign-in was not completed", "text/plain"),
-            Some(Err(OAuthError::Denied {
-                provider: DISPLAY,
-                detail,
-            })),
+            Some(Err(OAuthError::Denied { provider, detail })),
         )
     } else {
         (reply("400 Bad Request", "Missing code", "text/plain"), None)
@@ -584,60 +584,14 @@ impl CodexClient {
         ];
         let body = self.request_body(&request);
         let url = format!("{}/codex/responses", endpoint.base_url);
-        let mut events = match endpoint.post_sse(&url, &auth, &body).await {
+        let events = match endpoint.post_sse(&url, &auth, &body).await {
             Ok(s) => s,
             Err(e) => {
                 let _ = tx.send(Err(e)).await;
                 return;
             }
         };
-        let mut parser = responses::Parser::new(&provider);
-        while let Some(ev) = events.next().await {
-            let ev = match ev {
-                Ok(ev) => ev,
-                Err(e) => {
-                    let _ = tx.send(Err(e)).await;
-                    return;
-                }
-            };
-            let data = ev.data.trim();
-            if data.is_empty() || data == "[DONE]" {
-                continue;
-            }
-            let Ok(value) = serde_json::from_str::<Value>(data) else {
-                let _ = tx
-                    .send(Err(ProviderError::decode(
-                        &provider,
-                        "a stream event is not JSON",
-                        None,
-                    )))
-                    .await;
-                return;
-            };
-            match parser.event(&value) {
-                Ok(out) => {
-                    for e in out {
-                        if tx.send(Ok(e)).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e)).await;
-                    return;
-                }
-            }
-            if parser.finished() {
-                return;
-            }
-        }
-        let _ = tx
-            .send(Err(ProviderError::transient(
-                &provider,
-                "the stream ended before the response was complete",
-                None,
-            )))
-            .await;
+        responses::forward(events, &provider, tx).await;
     }
 }
 

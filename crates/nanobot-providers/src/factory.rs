@@ -85,6 +85,10 @@ pub struct ProviderFactory {
     copilot_tokens: Arc<Mutex<Option<Arc<crate::copilot::CopilotTokens>>>>,
     /// The ChatGPT login of every Codex client of this factory (one refresh serves them all).
     codex_tokens: Arc<Mutex<Option<Arc<crate::codex::CodexTokens>>>>,
+    /// The xAI login of every Grok client of this factory.
+    grok_tokens: Arc<Mutex<Option<Arc<crate::grok::GrokTokens>>>>,
+    /// nanobot's data directory (where the xAI login is kept), when known.
+    data_dir: Option<std::path::PathBuf>,
 }
 
 impl ProviderFactory {
@@ -107,6 +111,8 @@ impl ProviderFactory {
             clients: Arc::default(),
             copilot_tokens: Arc::default(),
             codex_tokens: Arc::default(),
+            grok_tokens: Arc::default(),
+            data_dir: None,
         }
     }
 
@@ -334,7 +340,43 @@ impl ProviderFactory {
                 let tokens = self.codex_tokens(&r.endpoint)?;
                 Arc::new(crate::codex::CodexClient::new(r.endpoint, tokens))
             }
+            Backend::XaiGrok => {
+                let tokens = self.grok_tokens(&r.endpoint)?;
+                Arc::new(crate::grok::GrokClient::new(r.endpoint, tokens))
+            }
         })
+    }
+
+    /// Keeps nanobot's data directory (the config file's directory), where the xAI login is stored. Without it,
+    /// the directory of `NANOBOT_CONFIG`, else `~/.nanobot`, is used.
+    pub fn with_data_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
+    }
+
+    /// The xAI login of this factory's Grok clients, made on first use.
+    fn grok_tokens(&self, endpoint: &Endpoint) -> Result<Arc<crate::grok::GrokTokens>, ProviderError> {
+        let mut slot = self.grok_tokens.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(t) = slot.as_ref() {
+            return Ok(t.clone());
+        }
+        let dir = self
+            .data_dir
+            .clone()
+            .or_else(|| crate::grok::default_data_dir(&self.env))
+            .ok_or_else(|| {
+                ProviderError::Config(format!(
+                    "{}: cannot find the xAI login: neither HOME nor NANOBOT_CONFIG is set",
+                    endpoint.provider
+                ))
+            })?;
+        let tokens = Arc::new(crate::grok::GrokTokens::new(
+            crate::grok::issuer(&self.env),
+            crate::grok::token_store(&dir),
+            endpoint.http.clone(),
+        ));
+        *slot = Some(tokens.clone());
+        Ok(tokens)
     }
 
     /// The ChatGPT logins of this factory's Codex clients, made on first use.

@@ -4,8 +4,8 @@
 //! ([`OpenAiCompatClient`]) and Anthropic ([`AnthropicClient`]) clients, retries and fallback models
 //! ([`RetryingProvider`], [`FallbackProvider`]), lenient tool-argument [`json`], transcription
 //! ([`Transcriber`]), the shared HTTP client set-up ([`install_ring`], [`http_client`]) and the OAuth-based
-//! providers: GitHub Copilot ([`copilot`]) and OpenAI Codex ([`codex`], the Responses API) with 0.3.5's token
-//! files ([`oauth`]).
+//! providers: GitHub Copilot ([`copilot`]), OpenAI Codex ([`codex`]) and xAI Grok ([`grok`]), the latter two on
+//! the Responses API, with 0.3.5's token files ([`oauth`]).
 //!
 //! The conversation types ([`ChatMessage`], [`ToolCall`], [`ToolSpec`], [`Usage`], [`StreamEvent`]), the
 //! [`Provider`] trait and [`ProviderError`] live one floor down in `nanobot-types` (so tools, sessions, memory
@@ -51,6 +51,7 @@ mod diagnose;
 mod endpoint;
 mod error;
 mod factory;
+pub mod grok;
 mod http;
 pub mod oauth;
 mod openai;

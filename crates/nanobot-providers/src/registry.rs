@@ -19,6 +19,8 @@ pub enum Backend {
     GithubCopilot,
     /// OpenAI Codex: the Codex Responses API with a ChatGPT OAuth login ([`crate::codex`]).
     OpenAiCodex,
+    /// xAI Grok: xAI's Responses API with an xAI OAuth login ([`crate::grok`]).
+    XaiGrok,
 }
 
 /// A per-model parameter override: when the model name contains `pattern`, force these values.
@@ -246,6 +248,15 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         backend: Backend::OpenAiCodex,
         default_api_base: crate::codex::DEFAULT_BASE_URL,
         detect_by_base_keyword: "codex",
+        is_oauth: true,
+        ..BASE
+    },
+    ProviderSpec {
+        name: "xai_grok",
+        display_name: "xAI Grok",
+        keywords: &["xai-grok", "xai_grok"],
+        backend: Backend::XaiGrok,
+        default_api_base: crate::grok::DEFAULT_BASE_URL,
         is_oauth: true,
         ..BASE
     },

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use futures::StreamExt;
 use serde_json::{Value, json};
 
 use crate::{
@@ -330,6 +331,61 @@ fn usage(resp: &Value) -> Option<Usage> {
             .and_then(Value::as_u64),
         cache_write_tokens: None,
     })
+}
+
+/// Parses a Responses API event stream into `tx`; a stream without a terminal event is a transient error.
+pub(crate) async fn forward(
+    mut events: impl futures::Stream<Item = Result<eventsource_stream::Event, ProviderError>> + Unpin,
+    provider: &str,
+    tx: tokio::sync::mpsc::Sender<Result<StreamEvent, ProviderError>>,
+) {
+    let mut parser = Parser::new(provider);
+    while let Some(ev) = events.next().await {
+        let ev = match ev {
+            Ok(ev) => ev,
+            Err(e) => {
+                let _ = tx.send(Err(e)).await;
+                return;
+            }
+        };
+        let data = ev.data.trim();
+        if data.is_empty() || data == "[DONE]" {
+            continue;
+        }
+        let Ok(value) = serde_json::from_str::<Value>(data) else {
+            let _ = tx
+                .send(Err(ProviderError::decode(
+                    provider,
+                    "a stream event is not JSON",
+                    None,
+                )))
+                .await;
+            return;
+        };
+        match parser.event(&value) {
+            Ok(out) => {
+                for e in out {
+                    if tx.send(Ok(e)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e)).await;
+                return;
+            }
+        }
+        if parser.finished() {
+            return;
+        }
+    }
+    let _ = tx
+        .send(Err(ProviderError::transient(
+            provider,
+            "the stream ended before the response was complete",
+            None,
+        )))
+        .await;
 }
 
 #[cfg(test)]

@@ -352,6 +352,8 @@ async fn copilot_token(State(state): State<Arc<Mutex<GithubState>>>, req: Reques
 
 /// The ChatGPT account the fake OpenAI puts into its access tokens.
 pub const CHATGPT_ACCOUNT: &str = "acct-fake-123";
+/// The account e-mail the fake xAI's userinfo answers.
+pub const XAI_EMAIL: &str = "grok-user@example.com";
 /// The authorization code the fake OpenAI accepts.
 pub const AUTH_CODE: &str = "fake-auth-code";
 
@@ -370,6 +372,7 @@ pub enum CodexReply {
 
 #[derive(Debug)]
 struct OpenAiState {
+    base: String,
     challenge: Option<String>,
     issued: usize,
     ttl: i64,
@@ -381,6 +384,8 @@ struct OpenAiState {
 
 /// A fake OpenAI: the token endpoint of the ChatGPT sign-in (`/oauth/token`: authorization code with PKCE,
 /// refresh) and the Codex Responses API (`/backend-api/codex/responses`, scripted [`CodexReply`]s as SSE).
+/// It plays xAI too: OpenID discovery with itself as the issuer, `/oauth2/token` (the same grants),
+/// `/oauth2/userinfo` ([`XAI_EMAIL`]) and the Responses API at `/v1/responses` (the same script).
 /// Access tokens are JWTs carrying [`CHATGPT_ACCOUNT`]; the n-th is [`FakeOpenAi::access_token`]`(n)`.
 #[derive(Debug)]
 pub struct FakeOpenAi {
@@ -412,6 +417,7 @@ impl FakeOpenAi {
             .local_addr()
             .unwrap_or_else(|e| panic!("FakeOpenAi: no address: {e}"));
         let state = Arc::new(Mutex::new(OpenAiState {
+            base: format!("http://{addr}"),
             challenge: None,
             issued: 0,
             ttl: 3600,
@@ -423,6 +429,10 @@ impl FakeOpenAi {
         let router = Router::new()
             .route("/oauth/token", post(openai_token))
             .route("/backend-api/codex/responses", post(codex_responses))
+            .route("/.well-known/openid-configuration", get(xai_discovery))
+            .route("/oauth2/token", post(openai_token))
+            .route("/oauth2/userinfo", get(xai_userinfo))
+            .route("/v1/responses", post(codex_responses))
             .with_state(state.clone());
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, router).await;
@@ -486,6 +496,16 @@ impl FakeOpenAi {
                 redirect_uri.to_owned(),
             ),
         ]
+    }
+
+    /// The variable pointing nanobot's xAI sign-in at this fake (as the issuer).
+    pub fn xai_env(&self) -> Vec<(String, String)> {
+        vec![("NANOBOT_XAI_OAUTH_ISSUER".into(), self.url())]
+    }
+
+    /// The xAI API base (`providers.xaiGrok.apiBase`): `http://127.0.0.1:PORT/v1`.
+    pub fn xai_api_base(&self) -> String {
+        format!("{}/v1", self.url())
     }
 
     /// Makes the code exchange check the verifier against this S256 `code_challenge`.
@@ -661,4 +681,25 @@ async fn codex_responses(State(state): State<Arc<Mutex<OpenAiState>>>, req: Requ
         Some(CodexReply::Failed(code, message)) => sse(&[json!({"type": "response.failed",
             "response": {"status": "failed", "error": {"code": code, "message": message}}})]),
     }
+}
+
+async fn xai_discovery(State(state): State<Arc<Mutex<OpenAiState>>>, req: Request) -> Response {
+    record_openai(&state, req).await;
+    let base = state.lock().unwrap_or_else(PoisonError::into_inner).base.clone();
+    answer(
+        200,
+        json!({"issuer": base, "authorization_endpoint": format!("{base}/oauth2/auth"),
+            "token_endpoint": format!("{base}/oauth2/token"), "userinfo_endpoint": format!("{base}/oauth2/userinfo")}),
+    )
+}
+
+async fn xai_userinfo(State(state): State<Arc<Mutex<OpenAiState>>>, req: Request) -> Response {
+    let seen = record_openai(&state, req).await;
+    if !seen
+        .header("authorization")
+        .is_some_and(|a| a.starts_with("Bearer "))
+    {
+        return answer(401, json!({"error": "invalid_token"}));
+    }
+    answer(200, json!({"sub": "user-1", "email": XAI_EMAIL}))
 }

@@ -10,6 +10,7 @@ mod common;
 mod copilot;
 mod diagnose;
 mod factory;
+mod grok;
 mod local_server;
 mod openai;
 mod registry;
