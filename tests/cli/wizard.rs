@@ -238,6 +238,49 @@ fn ctrl_c_or_ctrl_d_at_any_question_leaves_the_old_config_byte_for_byte() {
 }
 
 #[test]
+fn the_terminal_is_restored_after_ctrl_c_at_a_hidden_question() {
+    let home = TempHome::new();
+    // `stty -a`, the wizard, `stty -a` again in the same terminal: the settings are as before (the hidden
+    // question turns echo, line editing and signals off while it reads).
+    let mut cmd = std::process::Command::new("sh");
+    cmd.env_clear()
+        .env("HOME", home.home())
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("NO_COLOR", "1")
+        .env("TERM", "xterm")
+        .current_dir(home.home())
+        .arg("-c")
+        .arg("stty -a; echo BEFORE-END; \"$0\" onboard --wizard; echo \"exit=$?\"; stty -a; echo AFTER-END")
+        .arg(crate::support::exe());
+    let mut p = Session::spawn(cmd).expect("spawn sh in a pty");
+    p.set_expect_timeout(Some(Duration::from_secs(120)));
+    let mut w = Wizard {
+        p,
+        seen: String::new(),
+    };
+    let before = w.wait("BEFORE-END");
+    w.answer("Choose 1-3:", "1");
+    w.wait("Which provider do you want to use?");
+    w.answer("Choose 1-", "Groq");
+    w.wait("Groq API key: ");
+    w.p.send("gsk").unwrap();
+    w.p.send(ControlCode::EndOfText).unwrap();
+    w.wait("exit=130");
+    let after = w.wait("AFTER-END");
+    let flags = |text: &str| -> Vec<String> {
+        let from = text.find("speed").expect("stty output");
+        text[from..].split_whitespace().map(str::to_owned).collect()
+    };
+    assert_eq!(
+        flags(&before),
+        flags(&after),
+        "before:\n{before}\nafter:\n{after}"
+    );
+    assert!(flags(&after).iter().any(|f| f == "icanon"), "{after}");
+    assert!(!home.config_path().exists());
+}
+
+#[test]
 fn wrong_answers_are_named_and_asked_again_and_other_values_are_kept() {
     let home = TempHome::new();
     users_config(&home);
