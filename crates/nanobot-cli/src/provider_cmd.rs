@@ -60,7 +60,7 @@ fn display(spec: &ProviderSpec) -> &'static str {
 /// The model `--set-main` chooses without `--model` (0.3.5's).
 fn default_model(spec: &ProviderSpec) -> &'static str {
     match spec.name {
-        "github_copilot" => "github-copilot/gpt-4.1",
+        "github_copilot" => "github-copilot/gpt-5.4-mini",
         "openai_codex" => "openai-codex/gpt-5.6-sol",
         "xai_grok" => "xai-grok/grok-4.6",
         _ => "",

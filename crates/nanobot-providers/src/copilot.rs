@@ -497,6 +497,78 @@ impl CopilotClient {
     }
 }
 
+/// Whether 0.3.5 sends `model` to Copilot's Responses API (GPT-5 and o-series models, or any model with a
+/// reasoning effort): Copilot serves those models only there.
+pub fn uses_responses(model: &str, reasoning_effort: Option<&str>) -> bool {
+    let m = model.to_ascii_lowercase();
+    reasoning_effort.is_some_and(|e| !e.eq_ignore_ascii_case("none"))
+        || ["gpt-5", "o1", "o3", "o4"].iter().any(|t| m.contains(t))
+}
+
+impl CopilotClient {
+    /// The Responses API body for `request` (0.3.5's for Copilot: no temperature, encrypted reasoning kept).
+    pub fn responses_body(&self, request: &ChatRequest) -> Value {
+        let (instructions, input) = crate::responses::input(&request.messages);
+        let model = crate::registry::wire_model(self.endpoint.spec, &self.endpoint.provider, &request.model);
+        let mut body = serde_json::json!({
+            "model": model,
+            "input": input,
+            "max_output_tokens": request.max_tokens.unwrap_or(4096).max(1),
+            "store": false,
+            "stream": true,
+            "include": ["reasoning.encrypted_content"],
+        });
+        if !instructions.is_empty() {
+            body["instructions"] = Value::String(instructions);
+        }
+        if let Some(e) = request
+            .reasoning_effort
+            .as_deref()
+            .filter(|e| !e.eq_ignore_ascii_case("none"))
+        {
+            body["reasoning"] = serde_json::json!({"effort": e});
+        }
+        if !request.tools.is_empty() {
+            body["tools"] = Value::Array(crate::responses::tools(&request.tools));
+            body["tool_choice"] = crate::responses::tool_choice(request.tool_choice.as_ref());
+        }
+        crate::endpoint::merge_extra(&mut body, self.endpoint.extra_body.as_ref());
+        body
+    }
+
+    async fn run_responses(
+        self,
+        request: ChatRequest,
+        tx: tokio::sync::mpsc::Sender<Result<crate::StreamEvent, ProviderError>>,
+    ) {
+        let provider = self.endpoint.provider.clone();
+        let token = match self.tokens.token().await {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = tx.send(Err(e.into_provider_error(&provider))).await;
+                return;
+            }
+        };
+        let mut endpoint = self.endpoint.clone();
+        endpoint.api_key = Some(token.expose().to_owned());
+        let auth = [
+            ("authorization", format!("Bearer {}", token.expose())),
+            ("accept", "text/event-stream".to_owned()),
+        ];
+        let body = self.responses_body(&request);
+        let url = format!("{}/responses", endpoint.base_url);
+        match endpoint.post_sse(&url, &auth, &body).await {
+            Ok(events) => crate::responses::forward(events, &provider, tx).await,
+            Err(e) => {
+                if let ProviderError::Auth { .. } = &e {
+                    self.tokens.forget().await;
+                }
+                let _ = tx.send(Err(e)).await;
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl Provider for CopilotClient {
     fn name(&self) -> &str {
@@ -505,6 +577,9 @@ impl Provider for CopilotClient {
 
     fn stream(&self, request: ChatRequest) -> EventStream {
         let this = self.clone();
+        if uses_responses(&request.model, request.reasoning_effort.as_deref()) {
+            return event_stream(move |tx| this.run_responses(request, tx));
+        }
         event_stream(move |tx| async move {
             let client = match this.client().await {
                 Ok(c) => c,
@@ -526,6 +601,9 @@ impl Provider for CopilotClient {
     }
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ProviderError> {
+        if uses_responses(&request.model, request.reasoning_effort.as_deref()) {
+            return crate::collect(self.stream(request)).await;
+        }
         let client = self.client().await?;
         let result = client.chat(request).await;
         if let Err(ProviderError::Auth { .. }) = &result {
@@ -548,5 +626,14 @@ mod tests {
         let urls = CopilotUrls::from_env(&env);
         assert_eq!(urls.api_base, DEFAULT_BASE_URL);
         assert_eq!(urls.copilot_token, "http://127.0.0.1:9/t");
+    }
+
+    #[test]
+    fn gpt_5_and_o_series_models_go_to_the_responses_api() {
+        assert!(uses_responses("github-copilot/gpt-5.4-mini", None));
+        assert!(uses_responses("github-copilot/o3", None));
+        assert!(uses_responses("github-copilot/gpt-4.1", Some("high")));
+        assert!(!uses_responses("github-copilot/gpt-4.1", None));
+        assert!(!uses_responses("github-copilot/gpt-4.1", Some("none")));
     }
 }

@@ -304,3 +304,46 @@ async fn a_refused_copilot_token_is_exchanged_again_and_no_login_is_a_clear_erro
         Some("Bearer copilot-token-2")
     );
 }
+
+#[tokio::test]
+async fn gpt_5_models_go_through_copilot_s_responses_api() {
+    nanobot_providers::install_ring();
+    let fake = FakeGithub::start(vec![]).await;
+    let api = nanobot_testkit::fake_oauth::FakeOpenAi::start().await;
+    let home = tempfile::tempdir().unwrap();
+    let env = env_for(&fake, home.path(), &api.xai_api_base());
+    saved_login(&token_store(&env).unwrap());
+    let cfg = copilot_config("github-copilot/gpt-5.4-mini");
+    let provider = resolve_provider(&cfg, "", &env).unwrap();
+    api.push(nanobot_testkit::fake_oauth::CodexReply::ToolCall(
+        "read_file".into(),
+        json!({"path": "a.txt"}),
+    ));
+    let answer = provider
+        .chat(
+            ChatRequest::new(
+                "github-copilot/gpt-5.4-mini",
+                vec![ChatMessage::system("sys"), ChatMessage::user("read a.txt")],
+            )
+            .with_tools(vec![nanobot_providers::ToolSpec {
+                name: "read_file".into(),
+                description: "Read".into(),
+                parameters: json!({"type": "object"}),
+            }])
+            .with_max_tokens(64),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.tool_calls.len(), 1);
+    assert_eq!(answer.tool_calls[0].arguments, json!({"path": "a.txt"}));
+    let sent = &api.seen_at("/v1/responses")[0];
+    assert_eq!(sent.header("authorization"), Some("Bearer copilot-token-1"));
+    assert_eq!(sent.header("editor-version"), Some("vscode/1.99.0"));
+    let body: serde_json::Value = serde_json::from_str(&sent.body).unwrap();
+    assert_eq!(body["model"], "gpt-5.4-mini");
+    assert_eq!(body["instructions"], "sys");
+    assert_eq!(body["max_output_tokens"], 64);
+    assert_eq!(body["stream"], true);
+    assert_eq!(body["tools"][0]["name"], "read_file");
+    assert!(body.get("temperature").is_none());
+}
