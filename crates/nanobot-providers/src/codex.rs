@@ -455,7 +455,8 @@ impl CodexTokens {
             return Ok(token);
         }
         let _one = self.refreshing.lock().await;
-        // Another call may have refreshed it meanwhile.
+        let _other_programs = self.store.lock_for_refresh(oauth::REFRESH_LOCK_WAIT).await?;
+        // Another call (or program) may have refreshed it meanwhile.
         let token = self.load().ok_or_else(not_logged_in)?;
         if token.fresh_for(REFRESH_MARGIN) {
             return Ok(token);

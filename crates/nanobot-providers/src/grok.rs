@@ -339,6 +339,7 @@ impl GrokTokens {
             return Ok(token);
         }
         let _one = self.refreshing.lock().await;
+        let _other_programs = self.store.lock_for_refresh(oauth::REFRESH_LOCK_WAIT).await?;
         let latest = self.store.load().ok_or_else(not_logged_in)?;
         if !force && latest.fresh_for(REFRESH_MARGIN) {
             return Ok(latest);
@@ -362,7 +363,15 @@ impl GrokTokens {
                 ("client_id", CLIENT_ID),
             ],
         );
-        let answer = oauth::send_json(req, &url, HTTP_TIMEOUT, false).await?;
+        let answer = match oauth::send_json(req, &url, HTTP_TIMEOUT, false).await {
+            Ok(a) => a,
+            // A login still valid is used despite the failure (not after the API refused it).
+            Err(e) if !force && latest.fresh_for(Duration::ZERO) => {
+                tracing::warn!(error = %e, "cannot refresh the xAI login; using it until it expires");
+                return Ok(latest);
+            }
+            Err(e) => return Err(e),
+        };
         let mut fresh = token_from(&answer, &url, Some(&latest.refresh))?;
         fresh.account_id = latest.account_id.clone();
         self.store.save(&fresh)?;

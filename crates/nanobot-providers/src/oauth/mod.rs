@@ -150,6 +150,56 @@ impl TokenStore {
     }
 }
 
+/// The token file's lock, held while a refresh runs so that two programs (nanobot-rs and 0.3.5 included: the same
+/// `<file>.lock`, locked with `flock`) do not both spend a refresh token; released when dropped.
+#[derive(Debug)]
+pub struct RefreshLock {
+    _file: std::fs::File,
+}
+
+/// How long a refresh waits for another program's refresh to finish.
+pub const REFRESH_LOCK_WAIT: Duration = Duration::from_secs(30);
+
+impl TokenStore {
+    /// Takes the lock file's exclusive lock, waiting at most `bound` for another holder.
+    pub async fn lock_for_refresh(&self, bound: Duration) -> Result<RefreshLock, OAuthError> {
+        let path = self.lock_path();
+        let storage = |source| OAuthError::Storage {
+            path: path.clone(),
+            source,
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            let mut builder = std::fs::DirBuilder::new();
+            builder.recursive(true);
+            #[cfg(unix)]
+            std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+            builder.create(dir).map_err(storage)?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(storage)?;
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(RefreshLock { _file: file }),
+                Err(std::fs::TryLockError::WouldBlock) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(OAuthError::Flow(format!(
+                        "another program has been refreshing the login in {} for {}s",
+                        self.path.display(),
+                        bound.as_secs()
+                    )));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(storage(e)),
+            }
+        }
+    }
+}
+
 /// The user data directory as Python's `platformdirs.user_data_dir` finds it (without the application name).
 fn user_data_dir(env: &EnvMap) -> Option<PathBuf> {
     if cfg!(windows) {
@@ -474,6 +524,18 @@ mod tests {
             );
         }
         assert!(TokenStore::for_app(&EnvMap::new(), "nanobot", "x.json").is_none() || cfg!(windows));
+    }
+
+    #[tokio::test]
+    async fn the_refresh_lock_is_exclusive_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TokenStore::at(dir.path().join("auth/codex.json"));
+        let held = store.lock_for_refresh(Duration::from_secs(1)).await.unwrap();
+        assert!(store.lock_path().is_file());
+        let err = store.lock_for_refresh(Duration::ZERO).await.unwrap_err();
+        assert!(err.to_string().contains("another program"), "{err}");
+        drop(held);
+        store.lock_for_refresh(Duration::ZERO).await.unwrap();
     }
 
     #[test]
