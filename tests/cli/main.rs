@@ -15,6 +15,7 @@ mod interactive;
 mod interrupt;
 mod local_first;
 mod provider;
+mod replicas;
 mod support;
 mod webui;
 mod whatsapp;

@@ -362,6 +362,18 @@ impl SessionStore {
             .await
     }
 
+    /// Appends `messages` to session `key` and changes its metadata with `f`, in one write: after a crash the file
+    /// holds both or neither (a turn's messages and the record that it was answered, say).
+    pub async fn append_with_header<F>(&self, key: &str, messages: Vec<SessionMessage>, f: F) -> Result<()>
+    where
+        F: FnOnce(&mut SessionHeader) + Send + 'static,
+    {
+        self.run(key, move |inner, key, slot| {
+            inner.append_with_header(key, slot, messages, Some(f))
+        })
+        .await
+    }
+
     /// Changes the metadata line of session `key` (`metadata`, `last_consolidated`, unmodelled fields). Writes
     /// only if `f` changed something; returns whether it did.
     pub async fn update_header<F>(&self, key: &str, f: F) -> Result<bool>
@@ -920,8 +932,19 @@ impl Inner {
         }
     }
 
-    fn append(&self, key: &str, slot: &mut Slot, mut messages: Vec<SessionMessage>) -> Result<()> {
-        if messages.is_empty() {
+    fn append(&self, key: &str, slot: &mut Slot, messages: Vec<SessionMessage>) -> Result<()> {
+        self.append_with_header(key, slot, messages, None::<fn(&mut SessionHeader)>)
+    }
+
+    /// Appends `messages` and, when `change` changes the metadata, the new metadata record, in one write.
+    fn append_with_header<F: FnOnce(&mut SessionHeader)>(
+        &self,
+        key: &str,
+        slot: &mut Slot,
+        mut messages: Vec<SessionMessage>,
+        change: Option<F>,
+    ) -> Result<()> {
+        if messages.is_empty() && change.is_none() {
             return Ok(());
         }
         for m in &mut messages {
@@ -936,9 +959,25 @@ impl Inner {
             fsio::repair_tail(&path)?;
             slot.tail_ok = true;
         }
+        let mut changed = false;
+        if let Some(f) = change
+            && let Some(session) = slot.header()
+        {
+            let before = session.header();
+            let mut header = before.clone();
+            f(&mut header);
+            if header != before {
+                session.set_header(header);
+                changed = true;
+            }
+        }
+        if messages.is_empty() && !changed {
+            return Ok(());
+        }
         let now = time::now();
         let total = slot.total + messages.len();
-        let anchor = slot.since_anchor.saturating_add(messages.len()) >= tail::ANCHOR_EVERY;
+        // A changed header goes into the same write as the messages: after a crash, both or neither.
+        let anchor = changed || slot.since_anchor.saturating_add(messages.len()) >= tail::ANCHOR_EVERY;
         match fsio::open_append(&path)? {
             Some(mut file) => {
                 let mut bytes = format::message_lines(&messages)?;

@@ -1,5 +1,6 @@
 //! Persistence: stored copies of messages, run checkpoints and crash recovery, `system` routing targets.
 
+use super::redelivery::Earlier;
 #[allow(unused_imports)]
 use super::*;
 
@@ -14,10 +15,36 @@ impl LoopInner {
                 return;
             }
         };
+        // The channel message the interrupted turn answered, when it had one: its turn may have been saved just
+        // before the process died (then the checkpoint is left over, not lost work), and restoring it records
+        // the delivery as started in the same write, so a redelivery neither repeats the question nor is lost.
+        let delivery = cp.get("delivery").and_then(Value::as_str).map(str::to_owned);
+        if let Some(id) = &delivery {
+            let saved = self
+                .sessions
+                .metadata(key)
+                .await
+                .is_ok_and(|m| redelivery::earlier(&m, id) == Some(Earlier::Answered));
+            if saved {
+                tracing::info!(session = %key, "a checkpoint of a turn already saved was left over; dropped");
+                let _ = self.sessions.clear_checkpoint(key).await;
+                return;
+            }
+        }
         match recovered_messages(&cp) {
             Some(msgs) => {
                 tracing::warn!(session = %key, messages = msgs.len(), "recovering an interrupted turn from its checkpoint");
-                if let Err(e) = self.sessions.append(key, msgs).await {
+                let restored = match delivery {
+                    Some(id) => {
+                        self.sessions
+                            .append_with_header(key, msgs, move |h| {
+                                redelivery::record(&mut h.metadata, &id, Earlier::Started);
+                            })
+                            .await
+                    }
+                    None => self.sessions.append(key, msgs).await,
+                };
+                if let Err(e) = restored {
                     tracing::error!(session = %key, error = %e, "cannot restore the checkpoint");
                     return;
                 }
@@ -163,12 +190,15 @@ pub(super) struct SessionCheckpoint {
     pub(super) key: String,
     pub(super) user: SessionMessage,
     pub(super) turn_id: u64,
+    /// The channel message's delivery id, when it has one (see `recover_checkpoint`).
+    pub(super) delivery: Option<String>,
 }
 
 impl SessionCheckpoint {
     /// The opening checkpoint: the user's message, before the model is asked.
     pub(super) async fn begin(&self) {
-        let payload = json!({"version": 1, "turn": self.turn_id, "user": self.user});
+        let payload =
+            json!({"version": 1, "turn": self.turn_id, "user": self.user, "delivery": self.delivery});
         if let Err(e) = self.store.write_checkpoint(&self.key, &payload).await {
             tracing::warn!(session = %self.key, error = %e, "cannot write the opening checkpoint");
         }
@@ -182,6 +212,7 @@ impl CheckpointSink for SessionCheckpoint {
             "version": 1,
             "turn": self.turn_id,
             "user": self.user,
+            "delivery": self.delivery,
             "run": checkpoint,
         });
         if let Err(e) = self.store.write_checkpoint(&self.key, &payload).await {

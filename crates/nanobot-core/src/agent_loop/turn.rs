@@ -313,6 +313,7 @@ impl LoopInner {
             key: key.to_owned(),
             user: stored_user.clone(),
             turn_id,
+            delivery: delivery.clone(),
         });
         // Before the model is asked: a checkpoint holding the user's message, so a turn killed at any point
         // (SIGTERM, a caller's timeout killing the process) keeps the question.
@@ -399,10 +400,6 @@ impl LoopInner {
         if result.stop_reason == StopReason::Cancelled && result.new_messages().is_empty() {
             stored.push(interrupted_note());
         }
-        self.sessions.append(key, stored).await?;
-        if let Err(e) = self.sessions.clear_checkpoint(key).await {
-            tracing::warn!(session = %key, error = %e, "cannot clear the checkpoint");
-        }
         let usage = result.last_usage.map(|u| {
             json!({
                 "prompt_tokens": u.prompt_tokens,
@@ -412,18 +409,20 @@ impl LoopInner {
         });
         // A cut-short turn (cancelled) stays `started`: its message, delivered again, runs again.
         let answered = delivery.filter(|_| result.stop_reason != StopReason::Cancelled);
-        if usage.is_some() || answered.is_some() {
-            let _ = self
-                .sessions
-                .update_header(key, move |h| {
-                    if let Some(usage) = usage {
-                        h.metadata.insert("_last_usage".into(), usage);
-                    }
-                    if let Some(id) = answered {
-                        redelivery::record(&mut h.metadata, &id, Earlier::Answered);
-                    }
-                })
-                .await;
+        // The turn's messages and the record that its message was answered, in one write: a process dying at
+        // any point leaves both or neither, so a redelivery is answered exactly once.
+        self.sessions
+            .append_with_header(key, stored, move |h| {
+                if let Some(usage) = usage {
+                    h.metadata.insert("_last_usage".into(), usage);
+                }
+                if let Some(id) = answered {
+                    redelivery::record(&mut h.metadata, &id, Earlier::Answered);
+                }
+            })
+            .await?;
+        if let Err(e) = self.sessions.clear_checkpoint(key).await {
+            tracing::warn!(session = %key, error = %e, "cannot clear the checkpoint");
         }
         if let Some(m) = &self.memory
             && result.stop_reason != StopReason::Cancelled

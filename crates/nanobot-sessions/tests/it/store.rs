@@ -418,11 +418,48 @@ async fn two_processes_taking_turns_on_one_session_each_see_the_other() {
     let fresh = SessionStore::new(env.home.path(), env.workspace.path()).unwrap();
     let all = fresh.session(key).await.unwrap().messages;
     let texts: Vec<String> = all.iter().map(|m| m.content_text().unwrap_or_default()).collect();
-    let expected: Vec<String> = (0..40)
-        .flat_map(|t| [format!("q{t}"), format!("a{t}")])
-        .collect();
+    let expected: Vec<String> = (0..40).flat_map(|t| [format!("q{t}"), format!("a{t}")]).collect();
     assert_eq!(texts, expected);
     let tail = fresh.history(key, 10).await.unwrap();
     assert_eq!(tail.last().and_then(|m| m.content_text()).as_deref(), Some("a39"));
     assert_eq!(python_load(&fresh.path_for(key)).messages.len(), 80);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_and_a_metadata_change_are_appended_together() {
+    let env = Env::new();
+    let key = "telegram:7";
+    env.store
+        .append(key, vec![SessionMessage::new("user", "q")])
+        .await
+        .unwrap();
+    env.store
+        .append_with_header(key, vec![SessionMessage::new("assistant", "a")], |h| {
+            h.metadata.insert("_answered".into(), serde_json::json!("q"));
+        })
+        .await
+        .unwrap();
+    let path = env.store.path_for(key);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let last: Vec<serde_json::Value> = text
+        .lines()
+        .rev()
+        .take(2)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // The answer, then at once the metadata record that goes with it.
+    assert_eq!(last[0]["_type"], "metadata");
+    assert_eq!(last[0]["metadata"]["_answered"], "q");
+    assert_eq!(last[1]["content"], "a");
+    let fresh = SessionStore::new(env.home.path(), env.workspace.path()).unwrap();
+    assert_eq!(fresh.metadata(key).await.unwrap()["_answered"], "q");
+    assert_eq!(fresh.session(key).await.unwrap().messages.len(), 2);
+    assert_eq!(python_load(&path).messages.len(), 2);
+    // Nothing to change and nothing to add: nothing written.
+    let before = std::fs::read(&path).unwrap();
+    env.store
+        .append_with_header(key, Vec::new(), |_| {})
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), before);
 }

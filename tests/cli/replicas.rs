@@ -1,0 +1,323 @@
+//! Three `nanobot gateway` processes on one home and one real `nats-server` (`gateway.bus.kind: nats`): API
+//! requests spread over them with one killed (`kill -9`) in the middle, and a Telegram chat whose replica is
+//! killed. Every request gets one answer, every session's history is whole, in order and without duplicates, and
+//! the chat goes on.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use futures::StreamExt as _;
+use nanobot_testkit::nats::NatsServer;
+use nanobot_testkit::peers::{free_port, wait_for_http};
+use nanobot_testkit::telegram_emulator::{BotEvent, Emulator};
+use nanobot_testkit::{MockLlm, MockReply, TempHome};
+use serde_json::{Value, json};
+
+use crate::support::{nanobot, onboarded};
+
+const KEY: &str = "sk-replicas-test";
+const TOKEN: &str = "123456:REPLICAS-process";
+const ALICE: i64 = 4242;
+/// Bound on anything awaited.
+const GUARD: Duration = Duration::from_secs(120);
+const SESSIONS: usize = 100;
+const PER_SESSION: usize = 10;
+
+/// One gateway process; killed (SIGKILL) when dropped.
+struct Replica {
+    name: String,
+    child: Option<Child>,
+    api: u16,
+    ops: u16,
+    log: PathBuf,
+}
+
+impl Replica {
+    fn start(home: &TempHome, base: &Value, name: &str) -> Result<Self> {
+        let (api, ops) = (free_port()?, free_port()?);
+        let mut config = base.clone();
+        config["gateway"]["port"] = ops.into();
+        config["api"]["port"] = api.into();
+        config["gateway"]["bus"]["nats"]["replica"] = name.into();
+        // Its own config file beside the others: one data directory, so one set of sessions (a shared volume).
+        let dir = home.config_path().parent().context("config dir")?.to_owned();
+        let path = dir.join(format!("config-{name}.json"));
+        std::fs::write(&path, serde_json::to_string_pretty(&config)?)?;
+        let log = dir.join(format!("{name}.log"));
+        let child = nanobot(home.home())
+            .env("NANOBOT_LOG", "info")
+            .args(["gateway", "--api", "--config"])
+            .arg(&path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()?;
+        Ok(Self {
+            name: name.to_owned(),
+            child: Some(child),
+            api,
+            ops,
+            log,
+        })
+    }
+
+    async fn ready(&self) -> Result<()> {
+        let status = wait_for_http(&format!("http://127.0.0.1:{}/health", self.ops), GUARD).await;
+        if status.ok() != Some(200) {
+            bail!("{} did not come up: {}", self.name, self.log_text());
+        }
+        Ok(())
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `kill -9`: no shutdown, no lease released, turns cut wherever they are.
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    async fn metrics(&self, client: &reqwest::Client) -> String {
+        let url = format!("http://127.0.0.1:{}/metrics", self.ops);
+        match client.get(url).send().await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn base_config(home: &TempHome, nats: &NatsServer, emu: &Emulator) -> Result<Value> {
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(home.config_path())?)?;
+    config["api"]["host"] = "127.0.0.1".into();
+    config["api"]["apiKey"] = KEY.into();
+    config["api"]["timeout"] = 60.into();
+    config["gateway"]["host"] = "127.0.0.1".into();
+    config["gateway"]["heartbeat"] = json!({"enabled": false});
+    config["gateway"]["bus"] = json!({"kind": "nats", "nats": {
+        "url": nats.url(), "leaseTimeS": 2, "ackWaitS": 3, "partitions": 8
+    }});
+    config["channels"]["telegram"] = json!({
+        "enabled": true, "token": TOKEN, "baseUrl": emu.api_url, "allowFrom": [ALICE.to_string()]
+    });
+    config["tools"]["exec"] = json!({"enable": false});
+    Ok(config)
+}
+
+/// Sends request `i` of `session`, retrying on another replica (same `Idempotency-Key`) whenever one fails to
+/// answer (killed, or its session lease still held by a replica that died). The answer's text.
+async fn ask(client: &reqwest::Client, ports: &[u16], session: usize, i: usize) -> Result<String> {
+    let body = json!({
+        "messages": [{"role": "user", "content": format!("s{session} m{i}")}],
+        "session_id": format!("load-{session}"),
+    });
+    let mut last = String::new();
+    for attempt in 0..40 {
+        let port = ports[(session + i + attempt) % ports.len()];
+        let sent = client
+            .post(format!("http://127.0.0.1:{port}/v1/chat/completions"))
+            .bearer_auth(KEY)
+            .header("Idempotency-Key", format!("load-{session}-{i}"))
+            .json(&body)
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await;
+        match sent {
+            Ok(r) if r.status().is_success() => {
+                let v: Value = r.json().await?;
+                return Ok(v["choices"][0]["message"]["content"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned());
+            }
+            Ok(r) => last = format!("{}: {}", r.status(), r.text().await.unwrap_or_default()),
+            Err(e) => last = e.to_string(),
+        }
+        // A replica that died holds its session leases until they run out (2 s).
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    bail!("request s{session} m{i} never answered: {last}")
+}
+
+/// The sessions in the home's data directory: key → its messages (JSONL lines after the metadata).
+fn sessions(dir: &Path) -> BTreeMap<String, Vec<Value>> {
+    let mut out = BTreeMap::new();
+    let mut dirs = vec![dir.join("sessions")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "jsonl") {
+                let text = std::fs::read_to_string(&p).unwrap_or_default();
+                let mut key = String::new();
+                let mut messages = Vec::new();
+                for line in text.lines() {
+                    let Ok(v) = serde_json::from_str::<Value>(line) else {
+                        continue;
+                    };
+                    if v["_type"] == "metadata" {
+                        key = v["key"].as_str().unwrap_or_default().to_owned();
+                    } else if v.get("_type").is_none() {
+                        messages.push(v);
+                    }
+                }
+                out.insert(key, messages);
+            }
+        }
+    }
+    out
+}
+
+/// Waits until the bot has sent Alice `expected` (streamed answers arrive in part, then edited whole).
+async fn replied(emu: &mut Emulator, expected: &str) -> Result<()> {
+    let mut seen = Vec::new();
+    let found = tokio::time::timeout(GUARD, async {
+        loop {
+            if let BotEvent::Sent(body) | BotEvent::Edited(body) = emu.next_event().await?
+                && body["chat_id"].as_i64() == Some(ALICE)
+            {
+                let text = body["text"].as_str().unwrap_or_default().to_owned();
+                if text == expected {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                seen.push(text);
+            }
+        }
+    })
+    .await;
+    match found {
+        Ok(r) => r,
+        Err(_) => bail!("Alice got {seen:?}, not {expected:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_answer_every_request_once_and_survive_a_kill() -> Result<()> {
+    nanobot_testkit::install_ring();
+    let Some(nats) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let Some(mut emu) = Emulator::start().await? else {
+        return Ok(());
+    };
+    let mock = MockLlm::start_background();
+    // A model that takes a little while, so the kill lands in the middle of turns.
+    mock.set_fallback(MockReply::text("ok").delay(Duration::from_millis(30)));
+    mock.when_last_user_contains("tg one", MockReply::text("telegram one"));
+    mock.when_last_user_contains("tg two", MockReply::text("telegram two"));
+    let home = onboarded(&mock);
+    let base = base_config(&home, &nats, &emu)?;
+    let mut replicas = Vec::new();
+    for name in ["a", "b", "c"] {
+        replicas.push(Replica::start(&home, &base, name)?);
+    }
+    for r in &replicas {
+        r.ready().await?;
+    }
+    let client = reqwest::Client::new();
+
+    // Telegram: answered by whichever replica holds the channel.
+    emu.wait_until_polling().await?;
+    emu.user_says(TOKEN, ALICE, "alice", "tg one").await?;
+    replied(&mut emu, "telegram one").await?;
+    let mut holder = None;
+    for (i, r) in replicas.iter().enumerate() {
+        if r.metrics(&client)
+            .await
+            .contains("nanobot_replica_role_held{role=\"channel.telegram\"} 1")
+        {
+            holder = Some(i);
+        }
+    }
+    let holder = holder.context("no replica says it holds telegram")?;
+
+    // The load: 100 sessions × 10 requests over the three replicas, sessions in parallel.
+    let ports: Arc<Vec<u16>> = Arc::new(replicas.iter().map(|r| r.api).collect());
+    // How many requests have been answered so far.
+    let (done, mut answered) = tokio::sync::watch::channel(0usize);
+    let done = Arc::new(done);
+    let load = {
+        let (client, ports, done) = (client.clone(), ports.clone(), done.clone());
+        tokio::spawn(async move {
+            futures::stream::iter(0..SESSIONS)
+                .map(|s| {
+                    let (client, ports, done) = (client.clone(), ports.clone(), done.clone());
+                    async move {
+                        let mut answers = Vec::new();
+                        for i in 0..PER_SESSION {
+                            answers.push(ask(&client, &ports, s, i).await?);
+                            done.send_modify(|n| *n += 1);
+                        }
+                        Ok::<_, anyhow::Error>(answers)
+                    }
+                })
+                .buffer_unordered(16)
+                .collect::<Vec<_>>()
+                .await
+        })
+    };
+    // A third of the way in, the replica holding Telegram is killed.
+    tokio::time::timeout(GUARD, answered.wait_for(|n| *n >= SESSIONS * PER_SESSION / 3))
+        .await
+        .context("the load did not get going")??;
+    replicas[holder].kill();
+    let results = tokio::time::timeout(GUARD * 3, load)
+        .await
+        .context("the load did not finish")??;
+    for r in results {
+        assert!(r?.iter().all(|a| a == "ok"));
+    }
+
+    // Every session whole, in order, each question once with one answer after it.
+    let data = home.config_path().parent().context("data dir")?.to_owned();
+    let all = sessions(&data);
+    for s in 0..SESSIONS {
+        let messages = all
+            .get(&format!("api:load-{s}"))
+            .with_context(|| format!("session {s} missing"))?;
+        let users: Vec<&str> = messages
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .filter_map(|m| m["content"].as_str())
+            .collect();
+        let expected: Vec<String> = (0..PER_SESSION).map(|i| format!("s{s} m{i}")).collect();
+        assert_eq!(users, expected, "session {s}: every question once, in order");
+        let answers = messages
+            .iter()
+            .filter(|m| m["role"] == "assistant" && m["content"] == "ok")
+            .count();
+        assert_eq!(
+            answers, PER_SESSION,
+            "session {s}: one answer per question: {messages:?}"
+        );
+    }
+
+    // The chat goes on: another replica took Telegram over.
+    emu.user_says(TOKEN, ALICE, "alice", "tg two").await?;
+    replied(&mut emu, "telegram two").await?;
+    let mut holders = 0;
+    for r in replicas.iter().filter(|r| r.child.is_some()) {
+        if r.metrics(&client)
+            .await
+            .contains("nanobot_replica_role_held{role=\"channel.telegram\"} 1")
+        {
+            holders += 1;
+        }
+    }
+    assert_eq!(holders, 1, "one surviving replica holds Telegram");
+    Ok(())
+}
