@@ -19,14 +19,17 @@ use crate::error::CliError;
 use crate::setup::CliEnv;
 use ask::{Ask, Terminal, confirm, pause, required_secret, required_text, select};
 
+/// The model Quick Start proposes for OpenAI Codex (0.3.5's first built-in model of the provider).
+const CODEX_DEFAULT_MODEL: &str = "openai-codex/gpt-5.6-sol";
+
 /// The name of the preset Quick Start writes and selects (0.3.5's).
 const QUICK_START_PRESET: &str = "primary";
 
 /// The label of `custom` in the Quick Start list.
 const CUSTOM_LABEL: &str = "Other OpenAI-compatible";
 
-/// The providers Quick Start offers, in 0.3.5's order (those this build can run; OAuth-only and
-/// transcription-only ones are left out, as 0.3.5 leaves them out), `custom` last.
+/// The providers Quick Start offers, in 0.3.5's order (those this build can run; of the OAuth ones only OpenAI
+/// Codex, and no transcription-only one, as in 0.3.5), `custom` last.
 const QUICK_START_PROVIDERS: &[&str] = &[
     "azure_openai",
     "openrouter",
@@ -39,6 +42,7 @@ const QUICK_START_PROVIDERS: &[&str] = &[
     "byteplus_coding_plan",
     "anthropic",
     "openai",
+    "openai_codex",
     "deepseek",
     "gemini",
     "zhipu",
@@ -143,7 +147,15 @@ pub(crate) fn run(env: &CliEnv, a: &OnboardArgs, out: &mut dyn Write) -> Result<
     let (paths, explicit) = env.paths(a.config.config.as_deref());
     let mut setup = crate::setup::load(env, &a.config, false)?;
     let mut term = Terminal::new(out)?;
-    match wizard(&mut term, &setup.loaded) {
+    // An OAuth provider is usable when its login (`nanobot provider login`) is kept where the provider reads it.
+    let signed_in = |provider: &str| match provider {
+        "openai_codex" => nanobot_providers::codex::token_store(&env.vars)
+            .ok()
+            .and_then(|store| store.load())
+            .is_some(),
+        _ => false,
+    };
+    match wizard(&mut term, &setup.loaded, &signed_in) {
         Ok(Some(config)) => {
             setup.loaded.config = config;
             crate::onboard::add_provider_blocks(&mut setup.loaded.config);
@@ -172,7 +184,12 @@ pub(crate) fn run(env: &CliEnv, a: &OnboardArgs, out: &mut dyn Write) -> Result<
 }
 
 /// The main menu. `Some(config)` to save, `None` to leave without saving.
-fn wizard(ask: &mut dyn Ask, loaded: &LoadedConfig) -> Result<Option<Config>, CliError> {
+/// `signed_in` tells whether an OAuth provider has a login.
+fn wizard(
+    ask: &mut dyn Ask,
+    loaded: &LoadedConfig,
+    signed_in: &dyn Fn(&str) -> bool,
+) -> Result<Option<Config>, CliError> {
     let original = loaded.config.clone();
     let mut config = loaded.config.clone();
     loop {
@@ -193,7 +210,7 @@ fn wizard(ask: &mut dyn Ask, loaded: &LoadedConfig) -> Result<Option<Config>, Cl
         match select(ask, "What would you like to do?", &choices, None)? {
             0 => {
                 let mut draft = config.clone();
-                if quick_start(ask, &mut draft)? {
+                if quick_start(ask, &mut draft, signed_in)? {
                     return Ok(Some(draft));
                 }
             }
@@ -232,7 +249,11 @@ fn needs_base_url(spec: &nanobot_providers::registry::ProviderSpec) -> bool {
 }
 
 /// Quick Start on `config` (a draft): true when the user finished it and asked to save.
-fn quick_start(ask: &mut dyn Ask, config: &mut Config) -> Result<bool, CliError> {
+fn quick_start(
+    ask: &mut dyn Ask,
+    config: &mut Config,
+    signed_in: &dyn Fn(&str) -> bool,
+) -> Result<bool, CliError> {
     ask.say(
         "\n── Quick Start ──\n\
          Choose provider endpoint, add credentials and model, then enable the local WebUI channel.\n",
@@ -246,6 +267,16 @@ fn quick_start(ask: &mut dyn Ask, config: &mut Config) -> Result<bool, CliError>
         let Some((spec, label)) = providers.get(i) else {
             return Ok(false);
         };
+        // 0.3.5 signs in here; this wizard leaves that to `nanobot provider login` (a browser sign-in of its
+        // own), and goes on when the login is there.
+        if spec.is_oauth && !signed_in(spec.name) {
+            let command = spec.name.replace('_', "-");
+            ask.say(&format!(
+                "! {label} signs in with OAuth, not an API key: run `nanobot provider login {command}`, then                  `nanobot onboard --wizard` again.\n"
+            ))?;
+            pause(ask, "Press Enter to continue...")?;
+            return Ok(false);
+        }
         let mut api_base = spec.default_api_base.to_owned();
         let mut base_chosen = false;
         if let Some((_, endpoints)) = ENDPOINT_CHOICES.iter().find(|(n, _)| *n == spec.name) {
@@ -263,7 +294,7 @@ fn quick_start(ask: &mut dyn Ask, config: &mut Config) -> Result<bool, CliError>
             api_base = (*url).to_owned();
             base_chosen = true;
         }
-        let api_key = if spec.is_local {
+        let api_key = if spec.is_local || spec.is_oauth {
             None
         } else {
             Some(required_secret(
@@ -282,15 +313,26 @@ fn quick_start(ask: &mut dyn Ask, config: &mut Config) -> Result<bool, CliError>
             api_base = url.trim_end_matches('/').to_owned();
             base_chosen = true;
         }
-        let model = required_text(ask, "Model ID", "", "A model ID is required for Quick Start.")?;
+        let default_model = if spec.name == "openai_codex" {
+            CODEX_DEFAULT_MODEL
+        } else {
+            ""
+        };
+        let model = required_text(
+            ask,
+            "Model ID",
+            default_model,
+            "A model ID is required for Quick Start.",
+        )?;
         break (spec, label.clone(), api_base, base_chosen, api_key, model);
     };
 
     let key = nanobot_providers::registry::config_key(spec.name);
-    if config.providers.get(&key).is_none() {
+    // An OAuth provider's block is not written (0.3.5 leaves it out of the file): its login is elsewhere.
+    if !spec.is_oauth && config.providers.get(&key).is_none() {
         config.providers.insert(key.clone(), ProviderConfig::default());
     }
-    if let Some(p) = config.providers.get_mut(&key) {
+    if let Some(p) = config.providers.get_mut(&key).filter(|_| !spec.is_oauth) {
         if let Some(k) = api_key {
             p.api_key = Some(nanobot_config::Secret::new(k));
         }
@@ -604,7 +646,7 @@ mod tests {
         let l = loaded("{}");
         // Quick Start, OpenRouter, key, model, yes, password, Enter.
         let mut s = Script::new(&["1", "OpenRouter", "sk-or-1", "anthropic/claude-x", "", "pw", ""]);
-        let c = wizard(&mut s, &l).unwrap().unwrap();
+        let c = wizard(&mut s, &l, &|_| false).unwrap().unwrap();
         let p = c.providers.get("openrouter").unwrap();
         assert_eq!(p.api_key.as_ref().unwrap().expose(), "sk-or-1");
         assert_eq!(p.api_base.as_deref(), Some("https://openrouter.ai/api/v1"));
@@ -638,7 +680,7 @@ mod tests {
             "pw",
             "",
         ]);
-        let c = wizard(&mut s, &l).unwrap().unwrap();
+        let c = wizard(&mut s, &l, &|_| false).unwrap().unwrap();
         assert!(s.said.contains("\"9\" is not one of the choices"), "{}", s.said);
         assert!(s.said.contains("An API key is required"), "{}", s.said);
         assert!(s.said.contains("A base URL is required"), "{}", s.said);
@@ -662,7 +704,7 @@ mod tests {
             "<- Back",
             "Exit",
         ]);
-        assert!(wizard(&mut s, &l).unwrap().is_none(), "{}", s.said);
+        assert!(wizard(&mut s, &l, &|_| false).unwrap().is_none(), "{}", s.said);
 
         let mut answers = vec![
             "Advanced Settings",
@@ -686,7 +728,7 @@ mod tests {
         }
         answers.extend(["<- Back", "<- Back", "Save and Exit"]);
         let mut s = Script::new(&answers);
-        let c = wizard(&mut s, &l).unwrap().unwrap();
+        let c = wizard(&mut s, &l, &|_| false).unwrap().unwrap();
         let ws = c.channels.other.get("websocket").unwrap();
         assert_eq!(ws["enabled"], true);
         assert_eq!(ws["port"], 8765);
@@ -701,11 +743,38 @@ mod tests {
     }
 
     #[test]
+    fn openai_codex_needs_its_login_first_and_then_takes_the_default_model() {
+        let l = loaded("{}");
+        let mut s = Script::new(&["Quick Start", "OpenAI Codex", "", "Exit"]);
+        assert!(wizard(&mut s, &l, &|_| false).unwrap().is_none());
+        assert!(
+            s.said.contains("run `nanobot provider login openai-codex`"),
+            "{}",
+            s.said
+        );
+        assert!(!s.said.contains("Codex API key:"), "{}", s.said);
+
+        let mut s = Script::new(&["Quick Start", "OpenAI Codex", "", "", "pw", ""]);
+        let c = wizard(&mut s, &l, &|p| p == "openai_codex").unwrap().unwrap();
+        assert!(!s.said.contains("Codex API key:"), "{}", s.said);
+        let preset = &c.model_presets["primary"];
+        assert_eq!(preset["model"], CODEX_DEFAULT_MODEL);
+        assert_eq!(preset["provider"], "openai_codex");
+        assert!(
+            c.providers.get("openai_codex").is_none(),
+            "as 0.3.5, no block written"
+        );
+    }
+
+    #[test]
     fn exit_without_changes_saves_nothing_and_running_out_is_an_interrupt() {
         let l = loaded("{}");
         let mut s = Script::new(&["3"]);
-        assert!(wizard(&mut s, &l).unwrap().is_none());
+        assert!(wizard(&mut s, &l, &|_| false).unwrap().is_none());
         let mut s = Script::new(&["1", "2"]);
-        assert!(matches!(wizard(&mut s, &l), Err(CliError::Interrupted)));
+        assert!(matches!(
+            wizard(&mut s, &l, &|_| false),
+            Err(CliError::Interrupted)
+        ));
     }
 }
