@@ -446,3 +446,79 @@ mod grok {
         assert!(!path.exists());
     }
 }
+
+/// The logins are shared with the real Python nanobot 0.3.5 both ways: what 0.3.5's own storage code writes,
+/// this `nanobot` uses and removes; what this one writes, 0.3.5's loaders read.
+#[test]
+fn logins_are_shared_with_python_nanobot_0_3_5() {
+    use nanobot_testkit::fake_oauth::FakeOpenAi;
+
+    let Some(python) = nanobot_testkit::peers::require(
+        "python nanobot 0.3.5",
+        crate::compat_python::python_nanobot()
+            .map(|nb| nb.with_file_name("python"))
+            .filter(|p| p.is_file()),
+    ) else {
+        return;
+    };
+    let home = TempHome::new();
+    let py = |script: &str| {
+        let mut cmd = std::process::Command::new(&python);
+        cmd.env_clear()
+            .env("HOME", home.home())
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .args(["-c", script]);
+        let o = crate::compat_python::bounded(cmd, "python");
+        assert!(
+            o.status.success(),
+            "python: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+
+    // 0.3.5 writes the three logins with its own code.
+    py(&format!(
+        r#"
+from oauth_cli_kit.models import OAuthToken
+from oauth_cli_kit.storage import FileTokenStorage
+from nanobot.providers.github_copilot_provider import get_storage
+from nanobot.providers.xai_oauth import XAIToken, _write_token
+get_storage().save(OAuthToken(access="{GITHUB_TOKEN}", refresh="", expires=4102444800000, account_id="{GITHUB_LOGIN}"))
+FileTokenStorage(token_filename="codex.json").save(OAuthToken(access="{codex}", refresh="r", expires=4102444800000, account_id="acct"))
+_write_token(XAIToken(access="xai-a", refresh=None, expires=4102444800000, account_id=None))
+"#,
+        codex = FakeOpenAi::access_token(7)
+    ));
+
+    // This nanobot answers with 0.3.5's Copilot login, then finds and removes all three.
+    let fake = FakeGithub::start_background(vec![]);
+    let api = MockLlm::start_background();
+    let o = run(home.home(), &["onboard"]);
+    assert!(o.status.success(), "onboard: {}", stderr(&o));
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(home.config_path()).unwrap()).unwrap();
+    merge(
+        &mut config,
+        &json!({"agents": {"defaults": {"model": "github-copilot/gpt-4.1", "provider": "auto"}}}),
+    );
+    home.write_config(&config);
+    api.push(MockReply::text("Hi."));
+    let o = provider(&home, &fake, &api, &["agent", "-m", "hi"]);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert_eq!(fake.exchanges(), 1, "0.3.5's GitHub login was exchanged");
+    for name in ["github-copilot", "openai-codex", "xai-grok"] {
+        let o = run(home.home(), &["provider", "logout", name]);
+        assert!(stdout(&o).contains("✓ Logged out"), "{name}: {}", stdout(&o));
+    }
+
+    // This nanobot logs in; 0.3.5's loaders read the login.
+    let o = provider(&home, &fake, &api, &["provider", "login", "github-copilot"]);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    let read = py(r#"
+from nanobot.providers.github_copilot_provider import get_github_copilot_login_status
+t = get_github_copilot_login_status()
+print(t.access, t.account_id)
+"#);
+    assert_eq!(read.trim(), format!("{GITHUB_TOKEN} {GITHUB_LOGIN}"));
+}
