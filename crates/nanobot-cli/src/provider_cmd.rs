@@ -115,6 +115,16 @@ fn store_in(spec: &ProviderSpec, vars: &EnvMap, data_dir: Option<PathBuf>) -> Re
     store.map_err(|e| CliError::Failed(e.to_string()))
 }
 
+/// Opens `url` in the user's browser, as 0.3.5 does, when there is one to open: on a terminal, with `$BROWSER`
+/// set, on macOS, or with a graphical session (`DISPLAY`, `WAYLAND_DISPLAY`). Whether it was started.
+fn try_browser(env: &CliEnv, url: &str) -> bool {
+    let graphical = cfg!(target_os = "macos")
+        || ["BROWSER", "DISPLAY", "WAYLAND_DISPLAY"]
+            .iter()
+            .any(|v| env.vars.non_empty(v).is_some());
+    env.stdout_tty && graphical && crate::webui::open_browser(env, url).is_ok()
+}
+
 /// Runs `nanobot provider …`.
 pub(crate) fn run(env: &CliEnv, action: ProviderAction, out: &mut dyn Write) -> Result<(), CliError> {
     match action {
@@ -128,7 +138,7 @@ fn login(env: &CliEnv, a: &ProviderLoginArgs, out: &mut dyn Write) -> Result<(),
     let vars = oauth_env(env);
     write_out(out, &format!("🐈 nanobot OAuth Login - {}\n\n", display(spec)))?;
     let account = match spec.name {
-        "github_copilot" => login_copilot(&vars, out)?,
+        "github_copilot" => login_copilot(env, &vars, out)?,
         "openai_codex" => login_codex(env, &vars, out)?,
         "xai_grok" => login_grok(env, a, &vars, out)?,
         _ => {
@@ -152,7 +162,7 @@ fn login(env: &CliEnv, a: &ProviderLoginArgs, out: &mut dyn Write) -> Result<(),
     Ok(())
 }
 
-fn login_copilot(vars: &EnvMap, out: &mut dyn Write) -> Result<Option<String>, CliError> {
+fn login_copilot(env: &CliEnv, vars: &EnvMap, out: &mut dyn Write) -> Result<Option<String>, CliError> {
     let failed = |e: OAuthError| CliError::Failed(format!("Authentication error: {e}"));
     let store = store_for(find_spec("github_copilot").ok_or_else(no_spec)?, vars)?;
     write_out(out, "Starting GitHub Copilot device flow...\n\n")?;
@@ -164,6 +174,12 @@ fn login_copilot(vars: &EnvMap, out: &mut dyn Write) -> Result<Option<String>, C
             out,
             &format!("Open: {}\nCode: {}\n", code.verification_uri, code.user_code),
         )?;
+        try_browser(
+            env,
+            code.verification_uri_complete
+                .as_deref()
+                .unwrap_or(&code.verification_uri),
+        );
         flow.finish(&code).await.map_err(failed)
     })?;
     store.save(&token).map_err(failed)?;
@@ -196,6 +212,7 @@ fn login_codex(env: &CliEnv, vars: &EnvMap, out: &mut dyn Write) -> Result<Optio
                 login.authorize_url()
             ),
         )?;
+        try_browser(env, login.authorize_url());
         if let Some(why) = login.callback_problem() {
             write_out(out, &format!("The local callback cannot be received ({why}).\n"))?;
         }
@@ -293,6 +310,7 @@ fn login_grok(
                 login.authorize_url()
             ),
         )?;
+        try_browser(env, login.authorize_url());
         let code = browser_or_paste(
             env.stdin_tty,
             true,
@@ -385,6 +403,18 @@ mod tests {
             err.contains("github-copilot") && err.contains("openai-codex"),
             "{err}"
         );
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_browser_is_started_only_on_a_terminal_with_somewhere_to_show_it() {
+        let home = tempfile::tempdir().unwrap();
+        let mut env = CliEnv::for_home(home.path(), EnvMap::from_iter([("BROWSER", "true")]));
+        assert!(!try_browser(&env, "https://example.com/"), "no terminal");
+        env.stdout_tty = true;
+        assert!(try_browser(&env, "https://example.com/"));
+        env.vars = EnvMap::new();
+        assert!(!try_browser(&env, "https://example.com/"), "no graphical session");
     }
 
     #[test]

@@ -52,7 +52,7 @@ async fn webui_running(host: &str, port: u16) -> bool {
 }
 
 /// Starts the user's browser on `url` without waiting for it.
-fn open_browser(env: &CliEnv, url: &str) -> Result<(), String> {
+pub(crate) fn open_browser(env: &CliEnv, url: &str) -> Result<(), String> {
     let program = env
         .vars
         .non_empty("BROWSER")
