@@ -1,7 +1,8 @@
-//! Load generator for `benches/gateway.sh`: POSTs `/v1/chat/completions` with C concurrent clients, each in its
-//! own session, N requests in all, and prints one JSON line: throughput and p50/p99 latency.
+//! Load generator for `benches/gateway.sh` and `benches/replicas.sh`: POSTs `/v1/chat/completions` with C
+//! concurrent clients, each in its own session, N requests in all, and prints one JSON line: throughput and
+//! p50/p99 latency. `URL` may be a comma-separated list (gateway replicas): client `w` uses URL `w mod n`.
 //!
-//! `bench_load URL KEY CONCURRENCY TOTAL [SESSION_PREFIX]`
+//! `bench_load URL[,URL…] KEY CONCURRENCY TOTAL [SESSION_PREFIX]`
 
 use std::time::{Duration, Instant};
 
@@ -13,9 +14,9 @@ async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     anyhow::ensure!(
         args.len() >= 5,
-        "usage: bench_load URL KEY CONCURRENCY TOTAL [SESSION_PREFIX]"
+        "usage: bench_load URL[,URL…] KEY CONCURRENCY TOTAL [SESSION_PREFIX]"
     );
-    let url = args[1].clone();
+    let urls: Vec<String> = args[1].split(',').map(str::to_owned).collect();
     let key = args[2].clone();
     let conc: usize = args[3].parse()?;
     let total: usize = args[4].parse()?;
@@ -25,7 +26,7 @@ async fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..conc {
-        let (client, url, key) = (client.clone(), url.clone(), key.clone());
+        let (client, url, key) = (client.clone(), urls[w % urls.len()].clone(), key.clone());
         let session = format!("{prefix}-{w}");
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::with_capacity(per);
