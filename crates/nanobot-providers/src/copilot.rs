@@ -506,6 +506,12 @@ pub fn uses_responses(model: &str, reasoning_effort: Option<&str>) -> bool {
 }
 
 impl CopilotClient {
+    /// Whether `request` goes to the Responses API ([`uses_responses`] of the model name sent).
+    fn responses_for(&self, request: &ChatRequest) -> bool {
+        let model = crate::registry::wire_model(self.endpoint.spec, &self.endpoint.provider, &request.model);
+        uses_responses(&model, request.reasoning_effort.as_deref())
+    }
+
     /// The Responses API body for `request` (0.3.5's for Copilot: no temperature, encrypted reasoning kept).
     pub fn responses_body(&self, request: &ChatRequest) -> Value {
         let (instructions, input) = crate::responses::input(&request.messages);
@@ -577,7 +583,7 @@ impl Provider for CopilotClient {
 
     fn stream(&self, request: ChatRequest) -> EventStream {
         let this = self.clone();
-        if uses_responses(&request.model, request.reasoning_effort.as_deref()) {
+        if self.responses_for(&request) {
             return event_stream(move |tx| this.run_responses(request, tx));
         }
         event_stream(move |tx| async move {
@@ -601,7 +607,7 @@ impl Provider for CopilotClient {
     }
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ProviderError> {
-        if uses_responses(&request.model, request.reasoning_effort.as_deref()) {
+        if self.responses_for(&request) {
             return crate::collect(self.stream(request)).await;
         }
         let client = self.client().await?;

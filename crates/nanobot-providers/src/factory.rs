@@ -205,13 +205,23 @@ impl ProviderFactory {
             env: &self.env,
         };
         let m = match_provider(&input, model)?;
-        let base = m
-            .config
-            .as_ref()
-            .and_then(|c| c.api_base.clone())
+        let base = self
+            .env_base(m.spec)
+            .or_else(|| m.config.as_ref().and_then(|c| c.api_base.clone()))
             .filter(|b| !b.trim().is_empty())
             .unwrap_or_else(|| m.spec.default_api_base.to_owned());
         (!base.is_empty()).then_some(base)
+    }
+
+    /// A base URL the environment sets for `spec` (Copilot's `NANOBOT_COPILOT_BASE_URL`), before `apiBase`.
+    fn env_base(&self, spec: &ProviderSpec) -> Option<String> {
+        match spec.backend {
+            Backend::GithubCopilot => self
+                .env
+                .non_empty(crate::copilot::BASE_URL_VAR)
+                .map(|b| b.trim().to_owned()),
+            _ => None,
+        }
     }
 
     /// Whether `model` is served by a model server on this machine or the LAN ([`crate::is_local_url`] of
@@ -234,14 +244,8 @@ impl ProviderFactory {
         let key_spec = crate::registry::find_spec(&m.name);
         let api_key = input.api_key(&m.name, key_spec);
         let block = m.config.clone().unwrap_or_default();
-        let env_base = match spec.backend {
-            Backend::GithubCopilot => self
-                .env
-                .non_empty(crate::copilot::BASE_URL_VAR)
-                .map(|b| b.trim().to_owned()),
-            _ => None,
-        };
-        let base = env_base
+        let base = self
+            .env_base(spec)
             .or_else(|| block.api_base.clone().filter(|b| !b.trim().is_empty()))
             .unwrap_or_else(|| spec.default_api_base.to_owned());
         if base.is_empty() {

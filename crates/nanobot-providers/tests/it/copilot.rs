@@ -234,6 +234,9 @@ async fn a_chat_turn_goes_through_copilot_with_its_headers_and_token() {
     let cfg = copilot_config("github-copilot/gpt-4.1");
     let provider = resolve_provider(&cfg, "", &env).unwrap();
     assert_eq!(provider.name(), "github_copilot");
+    // `status` shows where the requests go: the variable's URL.
+    let factory = nanobot_providers::ProviderFactory::new(&cfg.providers, &cfg.agents.defaults, env.clone());
+    assert_eq!(factory.endpoint_url("github-copilot/gpt-4.1"), Some(api.url()));
     api.push(MockReply::text("Hello from Copilot."));
     let answer = provider
         .chat(ChatRequest::new(
