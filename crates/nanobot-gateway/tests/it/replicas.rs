@@ -173,3 +173,27 @@ async fn api_requests_on_one_session_wait_for_each_other_across_replicas() -> Re
     b.shutdown().await;
     Ok(())
 }
+
+#[test]
+fn the_example_replica_configs_load_and_differ_only_where_they_must() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/replicas");
+    let home = TempHome::new();
+    let mut env = home.env();
+    for var in ["OPENAI_API_KEY", "NANOBOT_API_KEY", "TELEGRAM_BOT_TOKEN"] {
+        env.insert(var.to_owned(), "set-by-the-service".to_owned());
+    }
+    let load = |name: &str| {
+        let path = dir.join(name);
+        let text = std::fs::read_to_string(&path).unwrap();
+        nanobot_config::load_str(&text, &path, &env).unwrap().config
+    };
+    let (a, b) = (load("config-a.json"), load("config-b.json"));
+    for c in [&a, &b] {
+        assert_eq!(c.gateway.bus.kind, nanobot_config::BusKind::Nats);
+    }
+    assert_ne!(a.gateway.bus.nats.replica, b.gateway.bus.nats.replica);
+    assert_ne!(a.gateway.port, b.gateway.port);
+    assert_ne!(a.api.port, b.api.port);
+    assert_eq!(a.gateway.bus.nats.url, b.gateway.bus.nats.url);
+    assert_eq!(a.agents.defaults.workspace, b.agents.defaults.workspace);
+}
