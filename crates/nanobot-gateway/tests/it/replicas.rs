@@ -197,3 +197,47 @@ fn the_example_replica_configs_load_and_differ_only_where_they_must() {
     assert_eq!(a.gateway.bus.nats.url, b.gateway.bus.nats.url);
     assert_eq!(a.agents.defaults.workspace, b.agents.defaults.workspace);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_outage_is_survived_and_messages_sent_meanwhile_are_answered() -> Result<()> {
+    let Some(mut nats) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let Some(mut emu) = Emulator::start().await? else {
+        return Ok(());
+    };
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.when_last_user_contains("before", MockReply::text("answer before"));
+    mock.when_last_user_contains("during", MockReply::text("answer during"));
+    let a = replica(&home, &mock, &emu, &nats, "replica-a").await;
+    let b = replica(&home, &mock, &emu, &nats, "replica-b").await;
+    emu.wait_until_polling().await?;
+    emu.user_says(TOKEN, ALICE, "alice", "before").await?;
+    replied(&mut emu, "answer before").await?;
+
+    // The server goes away; Alice writes meanwhile; the server comes back (same store).
+    nats.kill();
+    emu.user_says(TOKEN, ALICE, "alice", "during").await?;
+    // Down long enough for the channel's lease to lapse (its holder stops it: no renewal can succeed).
+    tokio::time::timeout(GUARD, async {
+        while holds_telegram(&a) || holds_telegram(&b) {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .context("the channel's lease never lapsed while the server was down")?;
+    nats.restart().await?;
+    replied(&mut emu, "answer during").await?;
+    assert_eq!(
+        mock.completion_requests()
+            .iter()
+            .filter(|r| r.last_user_text().is_some_and(|t| t.contains("during")))
+            .count(),
+        1,
+        "answered once"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+    Ok(())
+}
