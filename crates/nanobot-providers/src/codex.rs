@@ -233,11 +233,13 @@ impl CodexLogin {
         let work = async {
             loop {
                 let Ok((socket, _)) = listener.accept().await else {
+                    // Out of descriptors, say: do not spin.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 };
                 match tokio::time::timeout(
                     Duration::from_secs(10),
-                    callback(socket, &path, &self.state, DISPLAY),
+                    callback(socket, &path, &self.state, DISPLAY, None),
                 )
                 .await
                 {
@@ -334,6 +336,7 @@ pub(crate) async fn callback(
     path: &str,
     state: &str,
     provider: &'static str,
+    cors_origin: Option<&str>,
 ) -> Option<Result<String, OAuthError>> {
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
@@ -345,11 +348,30 @@ pub(crate) async fn callback(
         head.extend_from_slice(&buf[..n]);
     }
     let head = String::from_utf8_lossy(&head);
-    let target = head.split_whitespace().nth(1).unwrap_or("/");
+    let mut words = head.split_whitespace();
+    let method = words.next().unwrap_or("GET").to_owned();
+    let target = words.next().unwrap_or("/");
     let url = reqwest::Url::parse(&format!("http://callback{target}")).ok()?;
+    // A sign-in page that calls the callback itself (xAI's) is let read the answer, and through the browser's
+    // private-network check.
+    let origin = head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim()
+            .eq_ignore_ascii_case("origin")
+            .then(|| v.trim().to_owned())
+    });
+    let mut cors = String::from("Access-Control-Allow-Private-Network: true\r\n");
+    if let (Some(allowed), Some(origin)) = (cors_origin, origin.as_deref())
+        && allowed == origin
+    {
+        cors.push_str(&format!(
+            "Access-Control-Allow-Origin: {origin}\r\nVary: Origin\r\n"
+        ));
+    }
     let reply = |status: &str, body: &str, kind: &str| {
         format!(
-            "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "HTTP/1.1 {status}\r\n{cors}Content-Type: {kind}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\
+             Connection: close\r\n\r\n{body}",
             body.len()
         )
     };
@@ -360,6 +382,12 @@ pub(crate) async fn callback(
     };
     let (answer, result) = if url.path() != path {
         (reply("404 Not Found", "Not found", "text/plain"), None)
+    } else if method.eq_ignore_ascii_case("OPTIONS") {
+        let preflight = format!(
+            "HTTP/1.1 204 No Content\r\n{cors}Access-Control-Allow-Methods: GET, OPTIONS\r\n\
+             Access-Control-Allow-Headers: Content-Type\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        (preflight, None)
     } else if q("state").as_deref() != Some(state) {
         (reply("400 Bad Request", "State mismatch", "text/plain"), None)
     } else if let Some(code) = q("code").filter(|c| !c.is_empty()) {

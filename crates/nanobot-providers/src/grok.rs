@@ -38,6 +38,8 @@ pub const CLIENT_VERSION: &str = "0.2.109";
 /// The scopes asked for.
 pub const SCOPES: &str = "openid profile email offline_access grok-cli:access api:access conversations:read \
     conversations:write workspaces:read workspaces:write";
+/// The page that may call the callback itself (answered with CORS headers, as 0.3.5).
+pub const ALLOWED_ORIGIN: &str = "https://accounts.x.ai";
 /// The API's default base URL; requests go to `<base>/responses`.
 pub const DEFAULT_BASE_URL: &str = "https://cli-chat-proxy.grok.com/v1";
 /// Tokens are refreshed when they expire within this (0.3.5's five minutes).
@@ -200,9 +202,11 @@ impl GrokLogin {
         let work = async {
             loop {
                 let Ok((socket, _)) = self.listener.accept().await else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 };
-                let one = crate::codex::callback(socket, "/callback", &self.state, DISPLAY);
+                let one =
+                    crate::codex::callback(socket, "/callback", &self.state, DISPLAY, Some(ALLOWED_ORIGIN));
                 if let Ok(Some(result)) = tokio::time::timeout(Duration::from_secs(10), one).await {
                     return result;
                 }

@@ -54,13 +54,44 @@ async fn browser_sign_in_discovers_the_endpoints_and_names_the_account() {
     fake.expect_challenge(&query(&url, "code_challenge"));
     let state = query(&url, "state");
     let redirect = login.redirect_uri().to_owned();
+    // xAI's page calls the callback itself: the preflight and the answer carry its CORS headers.
     let browser = async {
         let http = nanobot_providers::http_client().unwrap();
-        http.get(format!("{redirect}?code={AUTH_CODE}&state={state}"))
+        let preflight = http
+            .request(reqwest::Method::OPTIONS, &redirect)
+            .header("origin", "https://accounts.x.ai")
+            .header("access-control-request-private-network", "true")
             .send()
             .await
-            .unwrap()
-            .status()
+            .unwrap();
+        assert_eq!(preflight.status(), 204);
+        assert_eq!(
+            preflight.headers()["access-control-allow-origin"],
+            "https://accounts.x.ai"
+        );
+        assert_eq!(
+            preflight.headers()["access-control-allow-private-network"],
+            "true"
+        );
+        let other = http
+            .get(format!("{redirect}?code={AUTH_CODE}&state=other"))
+            .header("origin", "https://evil.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(other.status(), 400);
+        assert!(other.headers().get("access-control-allow-origin").is_none());
+        let done = http
+            .get(format!("{redirect}?code={AUTH_CODE}&state={state}"))
+            .header("origin", "https://accounts.x.ai")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            done.headers()["access-control-allow-origin"],
+            "https://accounts.x.ai"
+        );
+        done.status()
     };
     let (code, status) = tokio::join!(login.wait_for_callback(Duration::from_secs(60)), browser);
     assert_eq!(status, 200);
