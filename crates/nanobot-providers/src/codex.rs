@@ -616,11 +616,26 @@ impl CodexClient {
         let events = match endpoint.post_sse(&url, &auth, &body).await {
             Ok(s) => s,
             Err(e) => {
-                let _ = tx.send(Err(e)).await;
+                let _ = tx.send(Err(usage_limit(e))).await;
                 return;
             }
         };
         responses::forward(events, &provider, tx).await;
+    }
+}
+
+/// ChatGPT's "usage limit reached" (HTTP 429) waits for the plan's reset, not for a retry: quota, not a rate
+/// limit (0.3.5 does not retry it either).
+fn usage_limit(e: ProviderError) -> ProviderError {
+    match e {
+        ProviderError::RateLimited {
+            provider, message, ..
+        } if message.to_ascii_lowercase().contains("usage limit")
+            || message.to_ascii_lowercase().contains("usage_limit") =>
+        {
+            ProviderError::QuotaExceeded { provider, message }
+        }
+        other => other,
     }
 }
 

@@ -332,6 +332,14 @@ async fn codex_errors_are_classified_and_name_the_cause() {
     assert!(err.is_retryable(), "{err:?}");
 
     fake.push(CodexReply::Status(
+        429,
+        json!({"error": {"type": "usage_limit_reached", "message": "The usage limit has been reached"}}),
+    ));
+    let err = client.chat(req()).await.unwrap_err();
+    assert!(matches!(err, ProviderError::QuotaExceeded { .. }), "{err:?}");
+    assert!(!err.is_retryable());
+
+    fake.push(CodexReply::Status(
         401,
         json!({"error": {"message": "token revoked"}}),
     ));
