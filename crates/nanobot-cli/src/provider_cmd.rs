@@ -95,10 +95,6 @@ fn oauth_env(env: &CliEnv) -> EnvMap {
     vars
 }
 
-fn store_for(spec: &ProviderSpec, vars: &EnvMap) -> Result<TokenStore, CliError> {
-    store_in(spec, vars, None)
-}
-
 /// The token store of `spec`; the xAI login lives in nanobot's data directory (`data_dir`, else the default).
 fn store_in(spec: &ProviderSpec, vars: &EnvMap, data_dir: Option<PathBuf>) -> Result<TokenStore, CliError> {
     let store = match spec.name {
@@ -164,7 +160,7 @@ fn login(env: &CliEnv, a: &ProviderLoginArgs, out: &mut dyn Write) -> Result<(),
 
 fn login_copilot(env: &CliEnv, vars: &EnvMap, out: &mut dyn Write) -> Result<Option<String>, CliError> {
     let failed = |e: OAuthError| CliError::Failed(format!("Authentication error: {e}"));
-    let store = store_for(find_spec("github_copilot").ok_or_else(no_spec)?, vars)?;
+    let store = copilot::token_store(vars).map_err(failed)?;
     write_out(out, "Starting GitHub Copilot device flow...\n\n")?;
     let flow = copilot::GithubDeviceLogin::new(copilot::CopilotUrls::from_env(vars)).map_err(failed)?;
     let rt = crate::runtime()?;
@@ -193,7 +189,7 @@ const BROWSER_LOGIN_BOUND: std::time::Duration = std::time::Duration::from_secs(
 /// sign-in, its answer arriving at the callback on this machine or, on a terminal, pasted.
 fn login_codex(env: &CliEnv, vars: &EnvMap, out: &mut dyn Write) -> Result<Option<String>, CliError> {
     let failed = |e: OAuthError| CliError::Failed(format!("Authentication error: {e}"));
-    let store = store_for(find_spec("openai_codex").ok_or_else(no_spec)?, vars)?;
+    let store = codex::token_store(vars).map_err(failed)?;
     let urls = codex::CodexUrls::from_env(vars);
     let rt = crate::runtime()?;
     let http = nanobot_providers::http_client()
@@ -323,10 +319,6 @@ fn login_grok(
     })?;
     store.save(&token).map_err(failed)?;
     Ok(Some(token.account_id.unwrap_or_else(|| "xAI account".into())))
-}
-
-fn no_spec() -> CliError {
-    CliError::Failed("the provider registry lost an entry".into())
 }
 
 /// `--set-main`: the provider and model become the agent's defaults (0.3.5 clears `modelPreset` too).
