@@ -36,7 +36,7 @@ pub use settings::NatsBusSettings;
 
 use std::hash::Hasher;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind, consumer, stream};
@@ -83,6 +83,41 @@ pub struct NatsBus {
     closed: AtomicBool,
     cancel: CancellationToken,
     leases: Arc<lease::NatsLeases>,
+    stats: Arc<Vec<PartitionCounters>>,
+}
+
+/// What `/metrics` shows of one partition.
+#[derive(Default)]
+struct PartitionCounters {
+    /// Messages waiting in it, as last read from the server.
+    waiting: AtomicU64,
+    /// Messages this process took from it.
+    taken: AtomicU64,
+}
+
+/// How often the partitions' depths are read from the server (for metrics).
+const DEPTHS_EVERY: Duration = Duration::from_secs(5);
+
+/// Reads how many messages wait in each partition every [`DEPTHS_EVERY`] (each request bounded by the context's
+/// request timeout), until the bus closes.
+async fn read_partition_depths(
+    consumers: Vec<consumer::PullConsumer>,
+    stats: Arc<Vec<PartitionCounters>>,
+    cancel: CancellationToken,
+) {
+    loop {
+        for (c, s) in consumers.iter().zip(stats.iter()) {
+            if cancel.is_cancelled() {
+                return;
+            }
+            if let Ok(info) = c.get_info().await {
+                s.waiting.store(info.num_pending, Ordering::Relaxed);
+            }
+        }
+        if wait_or_cancel(&cancel, DEPTHS_EVERY).await {
+            return;
+        }
+    }
 }
 
 impl std::fmt::Debug for NatsBus {
@@ -149,6 +184,12 @@ impl NatsBus {
         let (out_tx, out_rx) = mpsc::channel(64);
         let inbound_waiting = Arc::new(AtomicUsize::new(0));
         let outbound_waiting = Arc::new(AtomicUsize::new(0));
+        let stats: Arc<Vec<PartitionCounters>> = Arc::new(
+            (0..settings.partitions)
+                .map(|_| PartitionCounters::default())
+                .collect(),
+        );
+        let mut consumers = Vec::with_capacity(partitions);
         for p in 0..settings.partitions {
             let config = consumer::pull::Config {
                 durable_name: Some(settings.partition_consumer(p)),
@@ -159,14 +200,17 @@ impl NatsBus {
                 ..Default::default()
             };
             let consumer = ensure_consumer(&inbound_stream, &settings.partition_consumer(p), config).await?;
+            consumers.push(consumer.clone());
             tokio::spawn(pull_inbound(
                 consumer,
                 settings.ack_wait,
                 in_tx.clone(),
                 inbound_waiting.clone(),
+                (stats.clone(), usize::from(p)),
                 cancel.clone(),
             ));
         }
+        tokio::spawn(read_partition_depths(consumers, stats.clone(), cancel.clone()));
         // Outbound messages are pulled per channel, by the replica holding the channel's lease. The single
         // consumer of every channel that version 0.1 made would overlap those on the work queue: removed.
         match outbound_stream
@@ -195,6 +239,7 @@ impl NatsBus {
             closed: AtomicBool::new(false),
             cancel,
             leases,
+            stats,
         })
     }
 
@@ -352,11 +397,15 @@ async fn pull_inbound(
     ack_wait: Duration,
     tx: mpsc::Sender<Delivery>,
     waiting: Arc<AtomicUsize>,
+    (stats, partition): (Arc<Vec<PartitionCounters>>, usize),
     cancel: CancellationToken,
 ) {
     let stop = cancel.clone();
     pull(consumer, "inbound", cancel, |message| {
         let (tx, waiting, stop) = (tx.clone(), waiting.clone(), stop.clone());
+        if let Some(s) = stats.get(partition) {
+            s.taken.fetch_add(1, Ordering::Relaxed);
+        }
         async move {
             let (message, acker) = message.split();
             let acker = Arc::new(acker);
@@ -545,6 +594,20 @@ impl Bus for NatsBus {
 
     fn leases(&self) -> Option<Arc<dyn nanobot_bus::Leases>> {
         Some(self.leases.clone())
+    }
+
+    fn partitions(&self) -> Vec<nanobot_bus::PartitionStats> {
+        self.stats
+            .iter()
+            .enumerate()
+            .map(|(p, s)| {
+                nanobot_bus::PartitionStats::new(
+                    u16::try_from(p).unwrap_or(u16::MAX),
+                    s.waiting.load(Ordering::Relaxed),
+                    s.taken.load(Ordering::Relaxed),
+                )
+            })
+            .collect()
     }
 
     fn close(&self) {

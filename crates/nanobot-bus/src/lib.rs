@@ -85,4 +85,33 @@ pub trait Bus: Send + Sync {
     fn leases(&self) -> Option<std::sync::Arc<dyn Leases>> {
         None
     }
+
+    /// Per-partition figures of a partitioned bus (for metrics): how many messages wait in each partition and
+    /// how many this process took from it. Empty (the default, and the in-process bus): not partitioned.
+    fn partitions(&self) -> Vec<PartitionStats> {
+        Vec::new()
+    }
+}
+
+/// One partition of a partitioned bus, as [`Bus::partitions`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PartitionStats {
+    /// The partition's number.
+    pub partition: u16,
+    /// Messages waiting in it (across all processes), as last read from the server.
+    pub waiting: u64,
+    /// Messages this process took from it since it started.
+    pub taken: u64,
+}
+
+impl PartitionStats {
+    /// The figures of `partition`.
+    pub fn new(partition: u16, waiting: u64, taken: u64) -> Self {
+        Self {
+            partition,
+            waiting,
+            taken,
+        }
+    }
 }

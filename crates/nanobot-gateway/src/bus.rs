@@ -122,6 +122,10 @@ impl Bus for GatewayBus {
     fn leases(&self) -> Option<Arc<dyn nanobot_bus::Leases>> {
         self.inner.leases()
     }
+
+    fn partitions(&self) -> Vec<nanobot_bus::PartitionStats> {
+        self.inner.partitions()
+    }
 }
 
 #[cfg(test)]

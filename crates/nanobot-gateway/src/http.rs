@@ -39,6 +39,7 @@ impl OpsState {
             inbound_queue: self.bus.inbound_len(),
             outbound_queue: self.bus.outbound_len(),
             channels: self.channels.snapshot(),
+            partitions: self.bus.partitions(),
         }
     }
 }

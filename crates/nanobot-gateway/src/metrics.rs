@@ -102,6 +102,11 @@ struct RefusalLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PartitionLabels {
+    partition: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RoleLabels {
     role: String,
 }
@@ -234,6 +239,8 @@ pub struct Gauges {
     pub outbound_queue: usize,
     /// Health of every channel.
     pub channels: Vec<ChannelHealth>,
+    /// The bus's partitions (a bus shared by replicas; empty in process).
+    pub partitions: Vec<nanobot_bus::PartitionStats>,
 }
 
 impl Metrics {
@@ -424,6 +431,29 @@ impl Metrics {
             "Messages given up on by channel",
             failures,
         );
+        if !gauges.partitions.is_empty() {
+            let waiting = Family::<PartitionLabels, Gauge>::default();
+            let taken = Family::<PartitionLabels, Counter>::default();
+            for p in &gauges.partitions {
+                let labels = PartitionLabels {
+                    partition: p.partition.to_string(),
+                };
+                waiting
+                    .get_or_create(&labels)
+                    .set(i64::try_from(p.waiting).unwrap_or(i64::MAX));
+                taken.get_or_create(&labels).inc_by(p.taken);
+            }
+            now.register(
+                "nanobot_bus_partition_waiting",
+                "Messages waiting in each partition of the shared bus (all replicas), as last read from the server",
+                waiting,
+            );
+            now.register(
+                "nanobot_bus_partition_taken",
+                "Messages this replica took from each partition of the shared bus",
+                taken,
+            );
+        }
         let roles = self
             .roles
             .lock()
@@ -530,10 +560,19 @@ mod tests {
             inbound_queue: 3,
             outbound_queue: 0,
             channels: Vec::new(),
+            partitions: vec![nanobot_bus::PartitionStats::new(2, 5, 7)],
         };
         let text = m.render(&g);
         assert!(
             text.contains("nanobot_turns_total{channel=\"telegram\",outcome=\"ok\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("nanobot_bus_partition_waiting{partition=\"2\"} 5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("nanobot_bus_partition_taken_total{partition=\"2\"} 7"),
             "{text}"
         );
         assert!(text.contains("nanobot_turns_total{channel=\"telegram\",outcome=\"error\"} 1"));
@@ -593,6 +632,7 @@ mod tests {
             inbound_queue: 1,
             outbound_queue: 2,
             channels: vec![health],
+            partitions: Vec::new(),
         });
         assert!(text.ends_with("# EOF\n"), "{text}");
         let lines = text.lines().map(|l| Ok(l.to_owned()));

@@ -86,6 +86,26 @@ async fn a_telegram_chat_is_held_by_one_replica_and_goes_on_when_it_stops() -> R
         holds_telegram(&a),
         holds_telegram(&b)
     );
+    // Each replica's /metrics shows the partitions; the message was taken from one of them, once.
+    let mut taken = 0.0;
+    for gw in [&a, &b] {
+        let text = crate::common::client()
+            .get(crate::common::ops_url(gw, "/metrics"))
+            .send()
+            .await?
+            .text()
+            .await?;
+        assert!(
+            text.contains("nanobot_bus_partition_waiting{partition=\"0\"}"),
+            "{text}"
+        );
+        taken += text
+            .lines()
+            .filter(|l| l.starts_with("nanobot_bus_partition_taken_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    assert!(taken >= 1.0, "no partition says it handed the message out");
     let (holder, other) = if holds_telegram(&a) { (a, b) } else { (b, a) };
     assert!(
         holder
