@@ -123,6 +123,14 @@ fn onboard_writes_config_and_templates_and_refresh_keeps_values() {
     assert!(!home.workspace().join("TOOLS.md").exists());
     assert!(home.workspace().join("skills").is_dir());
     let mut config: serde_json::Value = serde_json::from_str(&text).unwrap();
+    // As 0.3.5: a block per key-based provider, none for the OAuth ones (their login is a token file).
+    assert!(config["providers"]["openrouter"].is_object());
+    for oauth in ["githubCopilot", "openaiCodex", "xaiGrok"] {
+        assert!(
+            config["providers"].get(oauth).is_none(),
+            "{oauth} written: {text}"
+        );
+    }
     config["agents"]["defaults"]["model"] = "deepseek/deepseek-chat".into();
     config["agents"]["defaults"]
         .as_object_mut()

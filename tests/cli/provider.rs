@@ -436,6 +436,23 @@ mod grok {
         assert_eq!(stdout(&o), "Hi from Grok.\n");
         assert_eq!(fake.seen_at("/v1/responses").len(), 1);
 
+        // A config elsewhere (`-c`): the login beside that config is the one used, as in 0.3.5.
+        let other = home.home().join("elsewhere");
+        std::fs::create_dir_all(other.join("auth")).unwrap();
+        std::fs::write(other.join("config.json"), config.to_string()).unwrap();
+        std::fs::rename(&path, other.join("auth/xai.json")).unwrap();
+        fake.push(CodexReply::Text("Hi from elsewhere.".into()));
+        let o = nanobot(home.home())
+            .envs(fake.xai_env())
+            .args(["agent", "-c"])
+            .arg(other.join("config.json"))
+            .args(["-m", "hi"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+        assert_eq!(stdout(&o), "Hi from elsewhere.\n");
+        std::fs::rename(other.join("auth/xai.json"), &path).unwrap();
+
         let o = run(home.home(), &["provider", "logout", "xai-grok"]);
         assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
         assert!(

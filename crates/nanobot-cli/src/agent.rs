@@ -108,8 +108,11 @@ pub(crate) fn build_loop(
     let core_env = env.core_env(&s.paths);
     let provider = match provider {
         Some(p) => p,
-        None => nanobot_providers::resolve_provider(config, "", &core_env.vars)
-            .map_err(|e| CliError::from_provider(e, s.paths.config_path()))?,
+        // The runtime's one way (it knows this config's data directory, where the xAI login is kept).
+        None => nanobot_runtime::provider(config, &core_env).map_err(|e| match e {
+            nanobot_runtime::RuntimeError::Provider(e) => CliError::from_provider(e, s.paths.config_path()),
+            other => other.into(),
+        })?,
     };
     let mut builder = nanobot_runtime::agent_builder(config, &core_env, provider)?;
     for h in hooks {

@@ -42,9 +42,13 @@ pub fn default_config() -> Config {
     config
 }
 
-/// Adds an empty block for every known provider that has none (what `onboard` writes into a new config).
+/// Adds an empty block for every known provider that has none (what `onboard` writes into a new config). The
+/// OAuth providers get none, as in 0.3.5 (their login lives in a token file, not in the config).
 pub(crate) fn add_provider_blocks(config: &mut Config) {
-    for spec in nanobot_providers::registry::PROVIDERS {
+    for spec in nanobot_providers::registry::PROVIDERS
+        .iter()
+        .filter(|s| !s.is_oauth)
+    {
         let key = nanobot_providers::registry::config_key(spec.name);
         if config.providers.get(&key).is_none() {
             config.providers.insert(key, ProviderConfig::default());

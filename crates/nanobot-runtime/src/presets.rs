@@ -13,6 +13,7 @@ use nanobot_util::EnvMap;
 pub struct ConfigPresets {
     config: Config,
     env: EnvMap,
+    data_dir: Option<std::path::PathBuf>,
     built: Mutex<HashMap<String, ModelChoice>>,
 }
 
@@ -30,8 +31,16 @@ impl ConfigPresets {
         Self {
             config: config.clone(),
             env,
+            data_dir: None,
             built: Mutex::default(),
         }
+    }
+
+    /// The config's data directory, where the OAuth providers' logins may be kept (the xAI login).
+    #[must_use]
+    pub fn with_data_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
     }
 }
 
@@ -50,7 +59,11 @@ impl ModelPresets for ConfigPresets {
         let preset = self.config.model_preset(name).map_err(|e| e.to_string())?;
         let d = preset.apply_to(&self.config.agents.defaults);
         nanobot_providers::install_ring();
-        let provider = ProviderFactory::new(&self.config.providers, &d, self.env.clone())
+        let mut factory = ProviderFactory::new(&self.config.providers, &d, self.env.clone());
+        if let Some(dir) = &self.data_dir {
+            factory = factory.with_data_dir(dir.clone());
+        }
+        let provider = factory
             .build_with_fallbacks(&d.model)
             .map_err(|e| format!("preset {name:?}: {e}"))?;
         let choice = ModelChoice::new(name, &d.model, provider, d.max_tokens, d.context_window_tokens)

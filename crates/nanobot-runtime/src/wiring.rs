@@ -237,7 +237,13 @@ pub fn registry_settings(config: &Config) -> RegistrySettings {
 /// The provider `config` names, with its key from the config or `env.vars` (with retries and fallbacks).
 pub fn provider(config: &Config, env: &Environment) -> Result<Arc<dyn Provider>, RuntimeError> {
     nanobot_providers::install_ring();
-    Ok(nanobot_providers::resolve_provider(config, "", &env.vars)?)
+    let defaults = config.resolved_defaults();
+    // The data directory of this config (where 0.3.5 keeps the xAI login), not only `NANOBOT_CONFIG`'s.
+    Ok(
+        nanobot_providers::ProviderFactory::new(&config.providers, &defaults, env.vars.clone())
+            .with_data_dir(env.paths().data_dir())
+            .build_with_fallbacks(&defaults.model)?,
+    )
 }
 
 /// The loop the CLI and the gateway run: provider resolved from `config` and `env.vars`, tools from
@@ -306,7 +312,9 @@ pub fn agent_builder(
         .skills(skills)
         .chat_rights(chat_rights(&config.channels));
     if !config.model_presets.is_empty() {
-        builder = builder.model_presets(Arc::new(crate::ConfigPresets::new(config, env.vars.clone())));
+        builder = builder.model_presets(Arc::new(
+            crate::ConfigPresets::new(config, env.vars.clone()).with_data_dir(env.paths().data_dir()),
+        ));
     }
     if let Some(m) = memory {
         #[cfg(feature = "memory-search")]
