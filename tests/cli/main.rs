@@ -16,6 +16,7 @@ mod interrupt;
 mod local_first;
 mod provider;
 mod replicas;
+mod service;
 mod support;
 mod webui;
 mod whatsapp;

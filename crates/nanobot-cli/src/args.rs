@@ -298,21 +298,74 @@ pub enum GatewayAction {
         #[command(flatten)]
         config: ConfigArgs,
     },
-    /// Install a systemd user service for the gateway.
-    InstallService {
-        /// Print the unit instead of writing it.
-        #[arg(long)]
-        dry_run: bool,
-        /// Config file and workspace.
-        #[command(flatten)]
-        config: ConfigArgs,
-    },
-    /// Uninstall the systemd user service.
+    /// Install a systemd user service for the gateway, then enable and start it.
+    InstallService(InstallServiceArgs),
+    /// Disable and remove the systemd user service.
     UninstallService {
-        /// Print what would be removed instead of removing it.
+        /// Which service.
+        #[command(flatten)]
+        service: ServiceArgs,
+        /// Print what would be removed and run instead of doing it.
         #[arg(long)]
         dry_run: bool,
     },
+}
+
+/// Which gateway service `install-service` and `uninstall-service` act on.
+#[derive(Debug, Clone, Args)]
+pub struct ServiceArgs {
+    /// Service name: the unit is `<name>.service`, lower-cased, with characters other than letters, digits,
+    /// `_`, `.` and `-` replaced by `-`.
+    #[arg(long = "name", default_value = "nanobot-gateway")]
+    pub name: String,
+    /// Service manager: auto, systemd or launchd. `auto` and `systemd` mean a systemd user service; `launchd`
+    /// (macOS LaunchAgents) is not built and is refused.
+    #[arg(long = "manager", value_enum, default_value_t = ServiceManager::Auto, hide_possible_values = true)]
+    pub manager: ServiceManager,
+}
+
+/// `--manager` of the service commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[non_exhaustive]
+pub enum ServiceManager {
+    /// The platform's own (systemd here).
+    Auto,
+    /// A systemd user service.
+    Systemd,
+    /// A macOS LaunchAgent (not built).
+    Launchd,
+}
+
+/// `nanobot gateway install-service`.
+#[derive(Debug, Clone, Args)]
+pub struct InstallServiceArgs {
+    /// Port of the health/metrics server the service's gateway uses (passed on as its `-p`).
+    #[arg(short = 'p', long = "port")]
+    pub port: Option<u16>,
+    /// Debug logging in the service's gateway (passed on as its `-v`).
+    #[arg(short = 'v', long = "verbose")]
+    pub verbose: bool,
+    /// Which service.
+    #[command(flatten)]
+    pub service: ServiceArgs,
+    /// Enable the service after writing it (`systemctl --user enable`; the default).
+    #[arg(long = "enable", overrides_with = "no_enable")]
+    pub enable: bool,
+    /// Do not enable it.
+    #[arg(long = "no-enable")]
+    pub no_enable: bool,
+    /// Start (or restart) the service after writing it (`systemctl --user restart`; the default).
+    #[arg(long = "start", overrides_with = "no_start")]
+    pub start: bool,
+    /// Do not start it.
+    #[arg(long = "no-start")]
+    pub no_start: bool,
+    /// Print the unit and the `systemctl` commands instead of writing and running them.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Config file and workspace.
+    #[command(flatten)]
+    pub config: ConfigArgs,
 }
 
 /// `nanobot serve`.

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use crate::args::{ConfigArgs, GatewayAction, GatewayArgs, ServeArgs};
+use crate::args::{
+    ConfigArgs, GatewayAction, GatewayArgs, InstallServiceArgs, ServeArgs, ServiceArgs, ServiceManager,
+};
 use crate::daemon;
 use crate::error::CliError;
 use crate::setup::{self, CliEnv};
@@ -33,8 +35,11 @@ fn finish(
 }
 
 /// `nanobot gateway [status|logs|stop|restart|install-service|uninstall-service]`, and `--background`.
+/// `program_words` are the words this program needs before the gateway's options (`["gateway"]` for `nanobot`,
+/// none for `nanobot-gateway`): the service unit repeats them.
 pub(crate) fn gateway_command(
     env: &CliEnv,
+    program_words: &[&str],
     a: &GatewayArgs,
     action: Option<GatewayAction>,
     out: &mut dyn std::io::Write,
@@ -97,14 +102,15 @@ pub(crate) fn gateway_command(
             }
             start_background(env, &args, out)
         }
-        Some(GatewayAction::InstallService { dry_run, config }) => {
-            let args = GatewayArgs {
-                config: pick(&config),
-                ..a.clone()
-            };
-            install_service(env, &args, dry_run, out)
+        Some(GatewayAction::InstallService(mut i)) => {
+            i.config = pick(&i.config);
+            i.port = i.port.or(a.port);
+            i.verbose |= a.verbose;
+            install_service(env, program_words, &i, out)
         }
-        Some(GatewayAction::UninstallService { dry_run }) => uninstall_service(env, dry_run, out),
+        Some(GatewayAction::UninstallService { service, dry_run }) => {
+            uninstall_service(env, &service, dry_run, out)
+        }
     }
 }
 
@@ -245,7 +251,7 @@ pub(crate) fn service_log_plan(
 /// Runs the `nanobot-gateway` program: the environment is discovered exactly as for `nanobot` (this crate's
 /// [`CliEnv`]), and running is `nanobot gateway`. Returns the exit code, having printed any error.
 pub fn run_gateway_binary(cli: GatewayCli, env: &CliEnv) -> u8 {
-    let result = gateway_command(env, &cli.args, cli.command, &mut std::io::stdout());
+    let result = gateway_command(env, &[], &cli.args, cli.command, &mut std::io::stdout());
     match result {
         Ok(()) => crate::EXIT_OK,
         Err(e) => {
@@ -255,17 +261,82 @@ pub fn run_gateway_binary(cli: GatewayCli, env: &CliEnv) -> u8 {
     }
 }
 
-/// `gateway install-service`: a systemd user unit running this program with the same `-c`/`-w`.
+/// The unit file name for `--name` (0.3.5's rule): lower-cased, runs of characters other than letters, digits,
+/// `_`, `.` and `-` become one `-`, leading and trailing `.`/`-` go, empty means `nanobot-gateway`; `.service` is
+/// added unless already there.
+fn unit_name(name: &str) -> String {
+    let mut stem = String::new();
+    for c in name.trim().to_lowercase().chars() {
+        if c.is_ascii_alphanumeric() || "_.-".contains(c) {
+            stem.push(c);
+        } else if !stem.ends_with('-') {
+            stem.push('-');
+        }
+    }
+    let stem = stem.trim_matches(['.', '-']);
+    let stem = if stem.is_empty() { "nanobot-gateway" } else { stem };
+    if stem.ends_with(".service") {
+        stem.to_owned()
+    } else {
+        format!("{stem}.service")
+    }
+}
+
+/// `--manager`: systemd is the only service manager built; `launchd` is refused by name.
+fn check_manager(manager: ServiceManager) -> Result<(), CliError> {
+    match manager {
+        ServiceManager::Auto | ServiceManager::Systemd => Ok(()),
+        ServiceManager::Launchd => Err(CliError::Usage(
+            "--manager launchd: macOS LaunchAgents are not built; only systemd user services are \
+             (`--manager systemd`)"
+                .into(),
+        )),
+    }
+}
+
+/// Runs `systemctl --user <args>`; a failure (or no `systemctl`) is an error naming the command and `written`.
+fn systemctl(args: &[&str], written: &std::path::Path) -> Result<(), CliError> {
+    let shown = format!("systemctl --user {}", args.join(" "));
+    let status = std::process::Command::new("systemctl")
+        .arg("--user")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .status();
+    match status {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(CliError::Failed(format!(
+            "`{shown}` failed ({s}); the unit is written at {}",
+            written.display()
+        ))),
+        Err(e) => Err(CliError::Failed(format!(
+            "cannot run `{shown}`: {e}; the unit is written at {}",
+            written.display()
+        ))),
+    }
+}
+
+/// `gateway install-service`: a systemd user unit running this program's gateway with the same `-c`/`-w` (and
+/// `-p`/`-v` when given), then, as 0.3.5, `systemctl --user daemon-reload`, `enable` and `restart` (the last two
+/// unless `--no-enable`/`--no-start`).
 fn install_service(
     env: &CliEnv,
-    a: &GatewayArgs,
-    dry_run: bool,
+    program_words: &[&str],
+    a: &InstallServiceArgs,
     out: &mut dyn std::io::Write,
 ) -> Result<(), CliError> {
+    check_manager(a.service.manager)?;
+    let unit_file = unit_name(&a.service.name);
     let (paths, _) = env.paths(a.config.config.as_deref());
-    let mut unit_args = vec!["-c".to_owned(), paths.config_path().display().to_string()];
+    let mut unit_args: Vec<String> = program_words.iter().map(|w| (*w).to_owned()).collect();
+    unit_args.extend(["-c".to_owned(), paths.config_path().display().to_string()]);
     if let Some(ws) = &a.config.workspace {
         unit_args.extend(["-w".to_owned(), env.absolute(ws).display().to_string()]);
+    }
+    if let Some(port) = a.port {
+        unit_args.extend(["-p".to_owned(), port.to_string()]);
+    }
+    if a.verbose {
+        unit_args.push("-v".to_owned());
     }
     let program = std::env::current_exe().map_err(|e| CliError::io("find", "this program's path", e))?;
     let unit = nanobot_gateway::service::ServiceUnit {
@@ -273,48 +344,74 @@ fn install_service(
         args: unit_args,
         stop_timeout_secs: nanobot_gateway::DEFAULT_SHUTDOWN_GRACE.as_secs() + 15,
     };
-    if dry_run {
+    let mut commands: Vec<Vec<&str>> = vec![vec!["daemon-reload"]];
+    if !a.no_enable {
+        commands.push(vec!["enable", &unit_file]);
+    }
+    if !a.no_start {
+        commands.push(vec!["restart", &unit_file]);
+    }
+    if a.dry_run {
+        // The unit, then the commands as comments, so the output stays a valid unit file.
         let _ = write!(out, "{}", unit.render());
+        for c in &commands {
+            let _ = writeln!(out, "# then: systemctl --user {}", c.join(" "));
+        }
         return Ok(());
     }
-    let target = unit_path(env);
+    let target = unit_path(env, &unit_file);
     let path = unit.install(&target).map_err(CliError::Gateway)?;
     let _ = writeln!(out, "Wrote {}", path.display());
-    let _ = writeln!(
-        out,
-        "Enable it with: systemctl --user daemon-reload && systemctl --user enable --now nanobot-gateway"
-    );
+    for c in &commands {
+        systemctl(c, &path)?;
+        let _ = writeln!(out, "Ran systemctl --user {}", c.join(" "));
+    }
+    let _ = writeln!(out, "Gateway service installed.");
     Ok(())
 }
 
-/// Where the systemd user unit is written (`$XDG_CONFIG_HOME/systemd/user`, else `~/.config/systemd/user`).
-fn unit_path(env: &CliEnv) -> std::path::PathBuf {
+/// Where the systemd user unit `unit_file` is written (`$XDG_CONFIG_HOME/systemd/user`, else
+/// `~/.config/systemd/user`).
+fn unit_path(env: &CliEnv, unit_file: &str) -> std::path::PathBuf {
     let xdg = env
         .vars
         .get("XDG_CONFIG_HOME")
         .filter(|v| !v.is_empty())
         .map(std::path::PathBuf::from);
-    nanobot_gateway::service::ServiceUnit::path(&env.home, xdg.as_deref())
+    let default = nanobot_gateway::service::ServiceUnit::path(&env.home, xdg.as_deref());
+    default.with_file_name(unit_file)
 }
 
-/// `gateway uninstall-service`: removes the unit `install-service` wrote (after `systemctl --user disable --now`).
-fn uninstall_service(env: &CliEnv, dry_run: bool, out: &mut dyn std::io::Write) -> Result<(), CliError> {
-    let path = unit_path(env);
+/// `gateway uninstall-service`: `systemctl --user disable --now` (best effort), removes the unit, then
+/// `systemctl --user daemon-reload` (best effort: a machine without a user systemd still gets the file removed).
+fn uninstall_service(
+    env: &CliEnv,
+    service: &ServiceArgs,
+    dry_run: bool,
+    out: &mut dyn std::io::Write,
+) -> Result<(), CliError> {
+    check_manager(service.manager)?;
+    let unit_file = unit_name(&service.name);
+    let path = unit_path(env, &unit_file);
+    let commands: [&[&str]; 2] = [&["disable", "--now", &unit_file], &["daemon-reload"]];
     let _ = writeln!(out, "Path: {}", path.display());
-    let _ = writeln!(
-        out,
-        "Commands:\n  systemctl --user disable --now nanobot-gateway.service\n  systemctl --user daemon-reload"
-    );
+    let _ = writeln!(out, "Commands:");
+    for c in commands {
+        let _ = writeln!(out, "  systemctl --user {}", c.join(" "));
+    }
     if dry_run {
         return Ok(());
     }
-    // Best effort: a machine without a user systemd (a container) still gets the file removed.
-    let _ = std::process::Command::new("systemctl")
-        .args(["--user", "disable", "--now", "nanobot-gateway.service"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status();
+    let best_effort = |args: &[&str]| {
+        let _ = std::process::Command::new("systemctl")
+            .arg("--user")
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    };
+    best_effort(commands[0]);
     match std::fs::remove_file(&path) {
         Ok(()) => {
             let _ = writeln!(out, "Gateway service uninstalled.");
@@ -324,11 +421,26 @@ fn uninstall_service(env: &CliEnv, dry_run: bool, out: &mut dyn std::io::Write) 
         }
         Err(e) => return Err(CliError::io("remove", &path, e)),
     }
-    let _ = std::process::Command::new("systemctl")
-        .args(["--user", "daemon-reload"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status();
+    best_effort(commands[1]);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unit_name;
+
+    #[test]
+    fn unit_names_follow_0_3_5s_rule() {
+        for (name, unit) in [
+            ("nanobot-gateway", "nanobot-gateway.service"),
+            ("My Bot!", "my-bot.service"),
+            ("  a  b  ", "a-b.service"),
+            ("work.service", "work.service"),
+            ("-.bot.-", "bot.service"),
+            ("€€", "nanobot-gateway.service"),
+            ("", "nanobot-gateway.service"),
+        ] {
+            assert_eq!(unit_name(name), unit, "{name:?}");
+        }
+    }
 }

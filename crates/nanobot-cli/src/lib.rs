@@ -287,7 +287,7 @@ pub fn run_with(cli: Cli, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliEr
             let rt = runtime()?;
             rt.block_on(eval::run(env, &a, out))
         }
-        Command::Gateway { args, action } => gateway::gateway_command(env, &args, action, out),
+        Command::Gateway { args, action } => gateway::gateway_command(env, &["gateway"], &args, action, out),
         Command::Sessions {
             action: SessionsAction::RestoreWorkspace(a),
         } => restore_workspace(env, &a, out),
