@@ -21,16 +21,7 @@ mkdir -p "$OUT"
 RESULTS=$OUT/results.jsonl
 : > "$RESULTS"
 
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-record() { # bench impl json
-  python3 -c 'import json,sys; d=json.loads(sys.argv[3]); d.update(bench=sys.argv[1], impl=sys.argv[2]); print(json.dumps(d))' "$1" "$2" "$3" >> "$RESULTS"
-}
+source "$ROOT/benches/common.sh"
 
 echo "== building (release)" >&2
 [ -n "${SKIP_BUILD:-}" ] || (cd "$ROOT" && cargo build --release -q -p nanobot -p nanobot-gateway-bin && cargo build --release -q -p nanobot-gateway --examples)
@@ -76,9 +67,9 @@ run_impl() { # impl nanobot-exe gateway-cmd...
   make_home "$home" "$api" "$gw"
   export HOME=$home
   echo "== $impl: (a) --version" >&2
-  record version "$impl" "$($UTIL time "$RUNS" -- "$exe" --version)"
+  record version "$($UTIL time "$RUNS" -- "$exe" --version)" "$impl"
   echo "== $impl: (b) agent -m hi" >&2
-  record agent_hi "$impl" "$($UTIL time "$(( RUNS / 2 > 3 ? RUNS / 2 : 3 ))" -- "$exe" agent -m hi)"
+  record agent_hi "$($UTIL time "$(( RUNS / 2 > 3 ? RUNS / 2 : 3 ))" -- "$exe" agent -m hi)" "$impl"
 
   echo "== $impl: (d) idle gateway RSS" >&2
   local gcmd=("$@")
@@ -86,7 +77,7 @@ run_impl() { # impl nanobot-exe gateway-cmd...
   local gpid=$!; PIDS+=($gpid)
   $UTIL wait "127.0.0.1:$gw" 60 || echo "   (gateway port not opened; measuring anyway)" >&2
   sleep 3
-  record idle_rss "$impl" "$($UTIL rss "$gpid")"
+  record idle_rss "$($UTIL rss "$gpid")" "$impl"
   kill "$gpid"; wait "$gpid" 2>/dev/null || true
 
   echo "== $impl: (c) /v1/chat/completions throughput" >&2
@@ -100,9 +91,9 @@ run_impl() { # impl nanobot-exe gateway-cmd...
   for c in 1 16 128; do
     local n=$REQUESTS; [ "$c" -gt "$n" ] && n=$c
     [ "$c" = 1 ] && n=$(( REQUESTS / 4 ))
-    record "api_c$c" "$impl" "$("$REL/examples/bench_load" "$url" "$KEY" "$c" "$n" "c$c")"
+    record "api_c$c" "$("$REL/examples/bench_load" "$url" "$KEY" "$c" "$n" "c$c")" "$impl"
   done
-  record api_loaded_rss "$impl" "$($UTIL rss "$spid")"
+  record api_loaded_rss "$($UTIL rss "$spid")" "$impl"
   kill "$spid"; wait "$spid" 2>/dev/null || true
 }
 

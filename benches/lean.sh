@@ -34,10 +34,7 @@ RESULTS=$OUT/lean.jsonl
 [ -x /usr/bin/time ] || { echo "lean.sh: needs GNU time (/usr/bin/time, Debian package 'time')" >&2; exit 1; }
 [ -z "$PY" ] || [ -x "$PY" ] || { echo "lean.sh: $PY is not an executable" >&2; exit 1; }
 
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source "$ROOT/benches/common.sh"
 emit() { echo "$1" >> "$RESULTS"; }
 
 if [ -z "${SKIP_BUILD:-}" ]; then

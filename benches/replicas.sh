@@ -27,16 +27,7 @@ mkdir -p "$OUT"
 RESULTS=$OUT/replicas.jsonl
 : > "$RESULTS"
 
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-record() { # bench json
-  python3 -c 'import json,sys; d=json.loads(sys.argv[2]); d.update(bench=sys.argv[1]); print(json.dumps(d))' "$1" "$2" >> "$RESULTS"
-}
+source "$ROOT/benches/common.sh"
 cpu_seconds() { # pid… → user+system CPU seconds of those processes
   python3 - "$@" <<'PY'
 import os, sys

@@ -134,35 +134,7 @@ impl NatsBus {
     pub async fn connect(settings: NatsBusSettings) -> Result<Self, NatsBusError> {
         settings.validate()?;
         let shown = settings.url_without_credentials();
-        let mut options = async_nats::ConnectOptions::new()
-            .name(&settings.client_name)
-            .connection_timeout(settings.connect_timeout)
-            .request_timeout(Some(settings.request_timeout))
-            .retry_on_initial_connect();
-        if let Some(token) = &settings.token {
-            options = options.token(token.expose().to_owned());
-        }
-        let client = tokio::time::timeout(settings.connect_timeout, options.connect(settings.url.as_str()))
-            .await
-            .map_err(|_| NatsBusError::Connect {
-                url: shown.clone(),
-                reason: format!("no answer within {:?}", settings.connect_timeout),
-            })?
-            .map_err(|e| NatsBusError::Connect {
-                url: shown.clone(),
-                reason: e.to_string(),
-            })?;
-        // `retry_on_initial_connect` returns at once; wait (bounded) for the first connection so a wrong address
-        // fails here, by name, and not at the first publish.
-        let flushed = tokio::time::timeout(settings.connect_timeout, client.flush()).await;
-        if !matches!(flushed, Ok(Ok(()))) {
-            return Err(NatsBusError::Connect {
-                url: shown,
-                reason: format!("no connection within {:?}", settings.connect_timeout),
-            });
-        }
-        let mut js = jetstream::new(client);
-        js.set_timeout(settings.request_timeout);
+        let js = jetstream_context(&settings, &settings.client_name, true).await?;
         let inbound_stream = ensure_stream(
             &js,
             &settings,
@@ -278,6 +250,46 @@ impl NatsBus {
         ack.await.map_err(|e| unavailable(&e))?;
         Ok(())
     }
+}
+
+/// Connects to the server of `settings` as `name` and returns its JetStream context, every wait bounded by the
+/// settings' timeouts. With `keep_trying`, the client reconnects by itself later (a bus); either way the first
+/// connection must come within the connect timeout, so a wrong address fails here, by name.
+pub(crate) async fn jetstream_context(
+    settings: &NatsBusSettings,
+    name: &str,
+    keep_trying: bool,
+) -> Result<jetstream::Context, NatsBusError> {
+    let shown = settings.url_without_credentials();
+    let failed = |reason: String| NatsBusError::Connect {
+        url: shown.clone(),
+        reason,
+    };
+    let mut options = async_nats::ConnectOptions::new()
+        .name(name)
+        .connection_timeout(settings.connect_timeout)
+        .request_timeout(Some(settings.request_timeout));
+    if keep_trying {
+        options = options.retry_on_initial_connect();
+    }
+    if let Some(token) = &settings.token {
+        options = options.token(token.expose().to_owned());
+    }
+    let client = tokio::time::timeout(settings.connect_timeout, options.connect(settings.url.as_str()))
+        .await
+        .map_err(|_| failed(format!("no answer within {:?}", settings.connect_timeout)))?
+        .map_err(|e| failed(e.to_string()))?;
+    // `retry_on_initial_connect` returns at once: wait (bounded) for the first connection.
+    let flushed = tokio::time::timeout(settings.connect_timeout, client.flush()).await;
+    if !matches!(flushed, Ok(Ok(()))) {
+        return Err(failed(format!(
+            "no connection within {:?}",
+            settings.connect_timeout
+        )));
+    }
+    let mut js = jetstream::new(client);
+    js.set_timeout(settings.request_timeout);
+    Ok(js)
 }
 
 /// The partition of `session_key` among `partitions`: FNV-1a, stable everywhere (not the std hasher, whose

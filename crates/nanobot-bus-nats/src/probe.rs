@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream;
 use futures::StreamExt as _;
 
 use crate::{NatsBusError, NatsBusSettings};
@@ -24,27 +23,8 @@ pub struct Probe {
 /// Connects (bounded by the settings' timeouts), and reads the streams and the lease holders.
 pub async fn probe(settings: &NatsBusSettings) -> Result<Probe, NatsBusError> {
     settings.validate()?;
-    let shown = settings.url_without_credentials();
-    let mut options = async_nats::ConnectOptions::new()
-        .name(format!("{} (doctor)", settings.client_name))
-        .connection_timeout(settings.connect_timeout)
-        .request_timeout(Some(settings.request_timeout));
-    if let Some(token) = &settings.token {
-        options = options.token(token.expose().to_owned());
-    }
-    let client = tokio::time::timeout(settings.connect_timeout, options.connect(settings.url.as_str()))
-        .await
-        .map_err(|_| NatsBusError::Connect {
-            url: shown.clone(),
-            reason: format!("no answer within {:?}", settings.connect_timeout),
-        })?
-        .map_err(|e| NatsBusError::Connect {
-            url: shown.clone(),
-            reason: e.to_string(),
-        })?;
-    let server_version = client.server_info().version;
-    let mut js = jetstream::new(client);
-    js.set_timeout(settings.request_timeout);
+    let js = crate::jetstream_context(settings, &format!("{} (doctor)", settings.client_name), false).await?;
+    let server_version = js.client().server_info().version;
     let mut streams = Vec::new();
     for name in [
         settings.inbound_stream(),

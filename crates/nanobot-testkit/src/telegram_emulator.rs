@@ -213,6 +213,32 @@ impl Emulator {
         }
     }
 
+    /// Waits (at most `within`) until the bot has sent `chat_id` exactly `expected`, or edited a message into it
+    /// (a streamed answer is sent in part, then edited to its whole text); other events are passed over. The
+    /// error lists what the chat got instead.
+    pub async fn wait_for_text(&mut self, chat_id: i64, expected: &str, within: Duration) -> Result<()> {
+        let mut seen = Vec::new();
+        let found = tokio::time::timeout(within, async {
+            loop {
+                if let BotEvent::Sent(body) | BotEvent::Edited(body) = self.next_event().await?
+                    && body["chat_id"].as_i64() == Some(chat_id)
+                {
+                    let text = body["text"].as_str().unwrap_or_default().to_owned();
+                    if text == expected {
+                        return Ok::<(), anyhow::Error>(());
+                    }
+                    seen.push(text);
+                }
+            }
+        })
+        .await;
+        match found {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.context(format!("chat {chat_id} got {seen:?}, not {expected:?}"))),
+            Err(_) => anyhow::bail!("timed out: chat {chat_id} got {seen:?}, not {expected:?}"),
+        }
+    }
+
     /// Waits until the bot polls past the initial drop of pending updates (so injected messages reach it).
     pub async fn wait_until_polling(&mut self) -> Result<()> {
         self.wait_for(|e| matches!(e, BotEvent::Poll { offset } if *offset >= 0).then_some(()))

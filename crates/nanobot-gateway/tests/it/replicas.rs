@@ -9,7 +9,7 @@ use anyhow::{Context as _, Result};
 use nanobot_bus::Role;
 use nanobot_gateway::Gateway;
 use nanobot_testkit::nats::NatsServer;
-use nanobot_testkit::telegram_emulator::{BotEvent, Emulator};
+use nanobot_testkit::telegram_emulator::Emulator;
 use nanobot_testkit::{MockLlm, MockReply, TempHome};
 use serde_json::json;
 
@@ -37,27 +37,9 @@ fn holds_telegram(gw: &Gateway) -> bool {
         .load(Ordering::SeqCst)
 }
 
-/// Waits until the bot has sent Alice `expected` (a streamed answer is sent in part, then edited to the whole).
+/// Waits until the bot has sent Alice `expected`.
 async fn replied(emu: &mut Emulator, expected: &str) -> Result<()> {
-    let mut seen = Vec::new();
-    let found = tokio::time::timeout(GUARD, async {
-        loop {
-            if let BotEvent::Sent(body) | BotEvent::Edited(body) = emu.next_event().await?
-                && body["chat_id"].as_i64() == Some(ALICE)
-            {
-                let text = body["text"].as_str().unwrap_or_default().to_owned();
-                if text == expected {
-                    return Ok::<_, anyhow::Error>(());
-                }
-                seen.push(text);
-            }
-        }
-    })
-    .await;
-    match found {
-        Ok(r) => r,
-        Err(_) => anyhow::bail!("Alice got {seen:?}, not {expected:?}"),
-    }
+    emu.wait_for_text(ALICE, expected, GUARD).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -36,34 +36,9 @@ async fn gateway(home: &TempHome, mock: &MockLlm, emu: &Emulator) -> Gateway {
     Gateway::start(options(home, mock, patch)).await.unwrap()
 }
 
-/// Waits until the bot sends (or edits a streamed message into) `expected` in `chat`; tool hints and other events
-/// are passed over. Fails with what the chat got instead.
+/// Waits until the bot sends (or edits a streamed message into) `expected` in `chat`.
 async fn reply_in(emu: &mut Emulator, chat: i64, expected: &str) -> Result<()> {
-    let mut seen = Vec::new();
-    let found = tokio::time::timeout(GUARD, async {
-        loop {
-            match emu.next_event().await {
-                // A streamed answer is sent in part and then edited to its whole text.
-                Ok(BotEvent::Sent(body) | BotEvent::Edited(body))
-                    if body["chat_id"].as_i64() == Some(chat) =>
-                {
-                    let text = body["text"].as_str().unwrap_or_default().to_owned();
-                    if text == expected {
-                        return Ok(());
-                    }
-                    seen.push(text);
-                }
-                Ok(_) => {}
-                Err(e) => return Err(e),
-            }
-        }
-    })
-    .await;
-    match found {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => anyhow::bail!("{e}: chat {chat} got {seen:?}, not {expected:?}"),
-        Err(_) => anyhow::bail!("timed out: chat {chat} got {seen:?}, not {expected:?}"),
-    }
+    emu.wait_for_text(chat, expected, GUARD).await
 }
 
 fn last_request(mock: &MockLlm) -> nanobot_testkit::RecordedRequest {
