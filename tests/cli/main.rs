@@ -6,11 +6,13 @@
 
 mod agent;
 mod basics;
+mod compat_flags;
 mod compat_python;
 mod cron;
 mod doctor;
 mod eval;
 mod gateway;
+mod help_compat;
 mod interactive;
 mod interrupt;
 mod local_first;

@@ -234,6 +234,13 @@ pub enum PluginsAction {
         /// Config file and workspace.
         #[command(flatten)]
         config: ConfigArgs,
+        /// 0.3.5 installs a feature's Python packages and this shows the installer's output; the channels are
+        /// built into this program, so nothing is installed and this only says so.
+        #[arg(long = "logs", overrides_with = "no_logs")]
+        logs: bool,
+        /// Print no installer output (the default).
+        #[arg(long = "no-logs")]
+        no_logs: bool,
     },
     /// Disable a channel.
     Disable {
@@ -408,15 +415,32 @@ pub struct AgentArgs {
     /// Print the answer as plain text instead of rendering Markdown.
     #[arg(long = "no-markdown", overrides_with = "markdown")]
     pub no_markdown: bool,
-    /// Render Markdown (the default; accepted for compatibility with the Python nanobot).
-    #[arg(long = "markdown", hide = true)]
+    /// Render the answer's Markdown (the default; the last of `--markdown`/`--no-markdown` wins).
+    #[arg(long = "markdown")]
     pub markdown: bool,
     /// Show the agent's logs (on stderr) while it works.
     #[arg(long = "logs", overrides_with = "no_logs")]
     pub logs: bool,
-    /// Hide the logs (the default; accepted for compatibility with the Python nanobot).
-    #[arg(long = "no-logs", hide = true)]
+    /// Keep the agent's logs in the log files only (the default).
+    #[arg(long = "no-logs")]
     pub no_logs: bool,
+    /// Use the line-by-line chat prompt: the only interactive chat here (0.3.5's default is a full-screen
+    /// terminal UI), so this changes nothing.
+    #[arg(long = "classic", visible_alias = "no-tui")]
+    pub classic: bool,
+    /// Colours of 0.3.5's full-screen terminal UI: auto, dark or light. Checked, then unused: the line prompt
+    /// here keeps the terminal's colours.
+    #[arg(long = "theme", value_name = "THEME", default_value = "auto", value_parser = parse_theme)]
+    pub theme: String,
+}
+
+/// `--theme`: `auto`, `dark` or `light`, in any case and with surrounding spaces, as 0.3.5 reads it.
+fn parse_theme(value: &str) -> Result<String, String> {
+    let theme = value.trim().to_ascii_lowercase();
+    match theme.as_str() {
+        "auto" | "dark" | "light" => Ok(theme),
+        _ => Err("must be auto, dark, or light".to_owned()),
+    }
 }
 
 /// `nanobot channels …`.

@@ -294,7 +294,14 @@ pub fn run_with(cli: Cli, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliEr
         Command::Trigger(a) => trigger(env, &a, &mut std::io::stdin().lock(), out),
         Command::Plugins { action } => match action {
             PluginsAction::List(a) => plugins::list(env, &a, out),
-            PluginsAction::Enable { name, config } => plugins::set(env, &config, &name, true, out),
+            PluginsAction::Enable {
+                name, config, logs, ..
+            } => {
+                if logs {
+                    let _ = writeln!(out, "{}", plugins::NOTHING_TO_INSTALL);
+                }
+                plugins::set(env, &config, &name, true, out)
+            }
             PluginsAction::Disable { name, config } => plugins::set(env, &config, &name, false, out),
         },
         Command::Serve(a) => gateway::serve(env, &a),

@@ -41,6 +41,10 @@ const FEATURES: [(&str, &str); 5] = [
     ("olostep", "not in nanobot-rs"),
 ];
 
+/// What `plugins enable --logs` prints where 0.3.5 shows its package installer's output.
+pub(crate) const NOTHING_TO_INSTALL: &str =
+    "Nothing to install: the channels are built into this program (no installer output to show).";
+
 /// `plugins list`.
 pub(crate) fn list(env: &CliEnv, args: &ConfigArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
     let s = crate::setup::load(env, args, false)?;
