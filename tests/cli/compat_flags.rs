@@ -1,6 +1,7 @@
 //! Flags 0.3.5 has for things this program does differently: accepted, with the effect their help states.
 //! `agent --classic`/`--no-tui` (the line prompt is the only chat here), `agent --theme` (checked, unused),
-//! `plugins enable --logs/--no-logs` (nothing is installed).
+//! `plugins enable --logs/--no-logs` (nothing is installed), and the shell completion of `--show-completion` /
+//! `--install-completion`.
 
 use std::time::Duration;
 
@@ -71,4 +72,102 @@ fn plugins_enable_logs_says_nothing_is_installed_and_enables() {
     );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(!stdout(&o).contains("Nothing to install"), "{}", stdout(&o));
+}
+
+/// `nanobot --show-completion` / `--install-completion` with `SHELL` set (the parent process here is the test,
+/// not a shell, so `$SHELL` decides).
+fn completion(home: &TempHome, shell: Option<&str>, args: &[&str]) -> std::process::Output {
+    let mut cmd = nanobot(home.home());
+    if let Some(shell) = shell {
+        cmd.env("SHELL", shell);
+    }
+    cmd.args(args).output().unwrap()
+}
+
+#[test]
+fn show_completion_prints_the_script_of_the_shell() {
+    let home = TempHome::new();
+    let o = completion(&home, Some("/bin/zsh"), &["--show-completion"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let zsh = stdout(&o);
+    assert!(zsh.starts_with("#compdef nanobot"), "{zsh}");
+    let o = completion(&home, Some("/usr/bin/fish"), &["--show-completion"]);
+    let fish = stdout(&o);
+    assert!(fish.contains("complete -c nanobot"), "{fish}");
+    assert!(
+        fish.contains("install-service"),
+        "subcommands are completed: {fish}"
+    );
+    // Nothing is written.
+    assert!(!home.home().join(".zfunc").exists());
+
+    let o = completion(&home, None, &["--show-completion"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("which shell"), "{}", stderr(&o));
+    let o = completion(&home, Some("/bin/bash"), &["--show-completion", "agent"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+}
+
+#[test]
+fn install_completion_for_bash_loads_it_from_bashrc_once() {
+    let home = TempHome::new();
+    std::fs::write(home.home().join(".bashrc"), "alias ll='ls -l'").unwrap();
+    for _ in 0..2 {
+        let o = completion(&home, Some("/bin/bash"), &["--install-completion"]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert!(
+            stdout(&o).starts_with("bash completion installed in"),
+            "{}",
+            stdout(&o)
+        );
+    }
+    let script = home.home().join(".bash_completions/nanobot.sh");
+    let rc = std::fs::read_to_string(home.home().join(".bashrc")).unwrap();
+    let source = format!("source '{}'", script.display());
+    assert!(rc.starts_with("alias ll='ls -l'\n"), "{rc}");
+    assert_eq!(rc.matches(&source).count(), 1, "{rc}");
+    // The script registers the completion in a real bash.
+    if let Ok(out) = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("source '{}' && complete -p nanobot", script.display()))
+        .output()
+    {
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("_nanobot"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn install_completion_for_zsh_and_fish_where_typer_puts_it() {
+    let home = TempHome::new();
+    std::fs::write(home.home().join(".zshrc"), "zstyle ':completion:*' mine\n").unwrap();
+    let o = completion(&home, Some("zsh"), &["--install-completion"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let script = std::fs::read_to_string(home.home().join(".zfunc/_nanobot")).unwrap();
+    assert!(script.starts_with("#compdef nanobot"));
+    let rc = std::fs::read_to_string(home.home().join(".zshrc")).unwrap();
+    assert!(
+        rc.contains("fpath+=~/.zfunc; autoload -Uz compinit; compinit"),
+        "{rc}"
+    );
+    assert!(
+        !rc.contains("menu select"),
+        "the user's own zstyle is left alone: {rc}"
+    );
+
+    let o = completion(&home, Some("/usr/bin/fish"), &["--install-completion"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let fish = home.home().join(".config/fish/completions/nanobot.fish");
+    assert!(
+        std::fs::read_to_string(fish)
+            .unwrap()
+            .contains("complete -c nanobot")
+    );
+
+    let o = completion(&home, Some("/usr/bin/pwsh"), &["--install-completion"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--show-completion"), "{}", stderr(&o));
 }

@@ -16,13 +16,28 @@ pub struct Cli {
     /// Print version.
     #[arg(short = 'v', long = "version", short_alias = 'V', action = clap::ArgAction::Version)]
     version: Option<bool>,
-    /// What to do.
+    /// Install the completion script for the shell this runs in (bash, zsh or fish), and load it from the
+    /// shell's start-up file.
+    #[arg(long = "install-completion", exclusive = true)]
+    pub install_completion: bool,
+    /// Print the completion script for the shell this runs in, to copy or to install by hand.
+    #[arg(long = "show-completion", exclusive = true)]
+    pub show_completion: bool,
+    /// What to do (none only with `--install-completion` or `--show-completion`).
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
 }
 
 /// Options the root command answers itself; any other leading option belongs to `agent`.
-const ROOT_OPTIONS: [&str; 5] = ["-h", "--help", "-v", "-V", "--version"];
+const ROOT_OPTIONS: [&str; 7] = [
+    "-h",
+    "--help",
+    "-v",
+    "-V",
+    "--version",
+    "--install-completion",
+    "--show-completion",
+];
 
 /// The command line as 0.3.5 reads it: `nanobot` alone, or followed by an option that is not the root's own
 /// (`nanobot -m "hi"`, `nanobot --session x`), means `nanobot agent …`. `args` includes the program name.
@@ -611,7 +626,7 @@ mod tests {
     #[test]
     fn agent_defaults_to_the_cli_direct_session() {
         let cli = Cli::try_parse_from(["nanobot", "agent", "-m", "hi"]).unwrap();
-        let Command::Agent(a) = cli.command else {
+        let Some(Command::Agent(a)) = cli.command else {
             panic!("not agent")
         };
         assert_eq!(a.session, "cli:direct");
@@ -663,9 +678,9 @@ mod tests {
             "/x/config.json",
         ])
         .unwrap();
-        let Command::Cron {
+        let Some(Command::Cron {
             action: CronAction::Add(a),
-        } = cli.command
+        }) = cli.command
         else {
             panic!("not cron add")
         };
@@ -680,12 +695,12 @@ mod tests {
     fn python_style_toggles_are_accepted_and_the_last_one_wins() {
         let cli = Cli::try_parse_from(["nanobot", "agent", "-m", "x", "--logs", "--no-logs", "--markdown"])
             .unwrap();
-        let Command::Agent(a) = cli.command else {
+        let Some(Command::Agent(a)) = cli.command else {
             panic!("not agent")
         };
         assert!(!a.logs && !a.no_markdown);
         let cli = Cli::try_parse_from(["nanobot", "agent", "--markdown", "--no-markdown"]).unwrap();
-        let Command::Agent(a) = cli.command else {
+        let Some(Command::Agent(a)) = cli.command else {
             panic!("not agent")
         };
         assert!(a.no_markdown);

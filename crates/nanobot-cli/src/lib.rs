@@ -34,6 +34,7 @@
 mod agent;
 mod args;
 mod channels_login;
+mod completion;
 mod cron_cmd;
 mod daemon;
 mod doctor_online;
@@ -71,17 +72,19 @@ pub use setup::CliEnv;
 /// The `tracing` filter for this command line: `NANOBOT_LOG` (else `RUST_LOG`) when set, `info` with
 /// `agent --logs`, else `warn`.
 pub fn log_filter(cli: &Cli, env: &CliEnv) -> String {
-    let default = match &cli.command {
-        Command::Agent(a) if a.logs => "info",
+    let default = match cli.command.as_ref() {
+        Some(Command::Agent(a)) if a.logs => "info",
         // One-shot: a failed turn is reported once, by the error line itself (the runner's log line and the
         // retries' lines would repeat it).
-        Command::Agent(a) if a.message.is_some() => "warn,nanobot_core::runner=off,nanobot_providers=error",
-        Command::Gateway {
+        Some(Command::Agent(a)) if a.message.is_some() => {
+            "warn,nanobot_core::runner=off,nanobot_providers=error"
+        }
+        Some(Command::Gateway {
             args: a,
             action: None,
-        } if a.verbose => "info,nanobot=debug",
-        Command::Serve(a) if a.verbose => "info,nanobot=debug",
-        Command::Gateway { action: None, .. } | Command::Serve(_) | Command::Webui(_) => "info",
+        }) if a.verbose => "info,nanobot=debug",
+        Some(Command::Serve(a)) if a.verbose => "info,nanobot=debug",
+        Some(Command::Gateway { action: None, .. } | Command::Serve(_) | Command::Webui(_)) => "info",
         _ => "warn",
     };
     nanobot_logging::filter_from(|k| env.vars.get(k), default)
@@ -95,18 +98,18 @@ pub fn log_filter(cli: &Cli, env: &CliEnv) -> String {
 pub fn log_plan(cli: &Cli, env: &CliEnv) -> nanobot_logging::LogPlan {
     let filter = log_filter(cli, env);
     let colour = nanobot_logging::colour(env.stderr_tty, |k| env.vars.get(k));
-    match &cli.command {
-        Command::Agent(a) if a.message.is_none() => nanobot_logging::LogPlan {
+    match cli.command.as_ref() {
+        Some(Command::Agent(a)) if a.message.is_none() => nanobot_logging::LogPlan {
             filter,
             stderr: a.logs,
             colour,
             dir: Some(env.paths(a.config.config.as_deref()).0.logs_dir()),
         },
-        Command::Gateway {
+        Some(Command::Gateway {
             args: a,
             action: None,
-        } => gateway::service_log_plan(filter, colour, env, &a.config),
-        Command::Serve(a) => gateway::service_log_plan(filter, colour, env, &a.config),
+        }) => gateway::service_log_plan(filter, colour, env, &a.config),
+        Some(Command::Serve(a)) => gateway::service_log_plan(filter, colour, env, &a.config),
         _ => nanobot_logging::LogPlan {
             filter,
             stderr: true,
@@ -241,7 +244,18 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
 /// Runs a parsed command, writing its normal output to `out` (the interactive chat uses the terminal
 /// directly).
 pub fn run_with(cli: Cli, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliError> {
-    match cli.command {
+    let command = match cli.command {
+        Some(_) if cli.install_completion || cli.show_completion => {
+            return Err(CliError::Usage(
+                "--install-completion and --show-completion take no command".into(),
+            ));
+        }
+        Some(command) => command,
+        None if cli.install_completion => return completion::install(env, out),
+        None if cli.show_completion => return completion::show(env, out),
+        None => return Err(CliError::Usage("no command given (see `nanobot --help`)".into())),
+    };
+    match command {
         Command::Onboard(a) => onboard_cmd(env, &a, out),
         Command::Status(a) => write_out(out, &status::status_text(env, &a)?),
         Command::Doctor(a) => {
