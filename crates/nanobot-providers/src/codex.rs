@@ -89,12 +89,7 @@ impl Default for CodexUrls {
 impl CodexUrls {
     /// The defaults with the variables applied (a blank value is ignored).
     pub fn from_env(env: &EnvMap) -> Self {
-        let pick = |var: &str, default: String| {
-            env.get(var)
-                .map(str::trim)
-                .filter(|v| !v.is_empty())
-                .map_or(default, str::to_owned)
-        };
+        let pick = |var: &str, default: String| crate::oauth::env_or(env, var, default);
         let d = Self::default();
         Self {
             client_id: pick(CLIENT_ID_VAR, d.client_id),

@@ -56,6 +56,15 @@ impl OAuthToken {
     }
 }
 
+/// `env`'s value of `var`, trimmed, unless it is missing or blank: then `default` (how the providers' endpoint
+/// variables override their defaults).
+pub(crate) fn env_or(env: &EnvMap, var: &str, default: String) -> String {
+    env.get(var)
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map_or(default, str::to_owned)
+}
+
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
