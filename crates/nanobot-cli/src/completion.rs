@@ -32,7 +32,8 @@ fn shell_named(name: &str) -> Option<Shell> {
 
 /// The shell this program runs under: the parent process's name when it is a shell, else `$SHELL`.
 fn detect(env: &CliEnv) -> Result<Shell, CliError> {
-    let parent = std::fs::read_to_string(format!("/proc/{}/comm", std::os::unix::process::parent_id()))
+    let comm = PathBuf::from(format!("/proc/{}/comm", std::os::unix::process::parent_id()));
+    let parent = nanobot_util::read_to_string_bounded(&comm, 256)
         .ok()
         .and_then(|comm| shell_named(comm.trim()));
     parent
@@ -99,9 +100,12 @@ pub(crate) fn install(env: &CliEnv, out: &mut dyn std::io::Write) -> Result<(), 
     Ok(())
 }
 
+/// The largest shell start-up file read (a bigger one is refused, naming it).
+const MAX_RC_BYTES: u64 = 4 << 20;
+
 /// The text of `path`, empty when it does not exist.
 fn read(path: &Path) -> Result<String, CliError> {
-    match std::fs::read_to_string(path) {
+    match nanobot_util::read_to_string_bounded(path, MAX_RC_BYTES) {
         Ok(t) => Ok(t),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
         Err(e) => Err(CliError::io("read", path, e)),
@@ -132,11 +136,12 @@ fn append_missing(path: &Path, lines: &[String]) -> Result<(), CliError> {
         .map_err(|e| CliError::io("write", path, e))
 }
 
-fn write_file(path: &PathBuf, bytes: &[u8]) -> Result<(), CliError> {
+/// Writes the script (replacing an older one atomically, so a shell starting meanwhile never reads half of it).
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| CliError::io("create", dir, e))?;
     }
-    std::fs::write(path, bytes).map_err(|e| CliError::io("write", path, e))
+    nanobot_util::write_atomic(path, bytes).map_err(|e| CliError::io("write", path, e.into()))
 }
 
 #[cfg(test)]
