@@ -11,6 +11,15 @@ fn write_raw(home: &TempHome, text: &str) {
     std::fs::write(home.config_path(), text).unwrap();
 }
 
+/// `nanobot doctor` in `home`, with a provider key set.
+fn doctor(home: &TempHome) -> std::process::Output {
+    nanobot(home.home())
+        .env("ANTHROPIC_API_KEY", "sk-ant-x")
+        .arg("doctor")
+        .output()
+        .unwrap()
+}
+
 fn onboarded_config(home: &TempHome) -> serde_json::Value {
     assert!(run(home.home(), &["onboard"]).status.success());
     serde_json::from_str(&std::fs::read_to_string(home.config_path()).unwrap()).unwrap()
@@ -37,11 +46,7 @@ fn doctor_reports_what_agent_refuses_with_file_line_and_field() {
         stderr(&agent)
     );
 
-    let o = nanobot(home.home())
-        .env("ANTHROPIC_API_KEY", "sk-ant-x")
-        .arg("doctor")
-        .output()
-        .unwrap();
+    let o = doctor(&home);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(!out.contains("No problems found"), "{out}");
@@ -90,11 +95,7 @@ fn a_byte_order_mark_in_config_json_is_accepted() {
     write_raw(&home, &text);
     let o = nanobot(home.home()).arg("status").output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
-    let o = nanobot(home.home())
-        .env("ANTHROPIC_API_KEY", "sk-ant-x")
-        .arg("doctor")
-        .output()
-        .unwrap();
+    let o = doctor(&home);
     let out = stdout(&o);
     assert!(out.contains("config loads"), "{out}");
     assert!(!out.contains("invalid JSON"), "{out}");
@@ -111,11 +112,7 @@ fn doctor_checks_the_nats_bus_of_replicas() {
         "nats": {"url": format!("nats://bot:sekrit@127.0.0.1:{port}"), "connectTimeoutS": 2}
     });
     write_raw(&home, &serde_json::to_string_pretty(&config).unwrap());
-    let o = nanobot(home.home())
-        .env("ANTHROPIC_API_KEY", "sk-ant-x")
-        .arg("doctor")
-        .output()
-        .unwrap();
+    let o = doctor(&home);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(
@@ -134,11 +131,7 @@ fn doctor_checks_the_nats_bus_of_replicas() {
     };
     config["gateway"]["bus"]["nats"]["url"] = server.url().into();
     write_raw(&home, &serde_json::to_string_pretty(&config).unwrap());
-    let o = nanobot(home.home())
-        .env("ANTHROPIC_API_KEY", "sk-ant-x")
-        .arg("doctor")
-        .output()
-        .unwrap();
+    let o = doctor(&home);
     let out = stdout(&o);
     assert!(out.contains("gateway bus: NATS"), "{out}");
     assert!(out.contains("NANOBOT_IN (made by the first gateway)"), "{out}");

@@ -159,13 +159,12 @@ fn login(env: &CliEnv, a: &ProviderLoginArgs, out: &mut dyn Write) -> Result<(),
 }
 
 fn login_copilot(env: &CliEnv, vars: &EnvMap, out: &mut dyn Write) -> Result<Option<String>, CliError> {
-    let failed = |e: OAuthError| CliError::Failed(format!("Authentication error: {e}"));
-    let store = copilot::token_store(vars).map_err(failed)?;
+    let store = copilot::token_store(vars).map_err(auth_failed)?;
     write_out(out, "Starting GitHub Copilot device flow...\n\n")?;
-    let flow = copilot::GithubDeviceLogin::new(copilot::CopilotUrls::from_env(vars)).map_err(failed)?;
+    let flow = copilot::GithubDeviceLogin::new(copilot::CopilotUrls::from_env(vars)).map_err(auth_failed)?;
     let rt = crate::runtime()?;
     let token = rt.block_on(async {
-        let code = flow.start().await.map_err(failed)?;
+        let code = flow.start().await.map_err(auth_failed)?;
         write_out(
             out,
             &format!("Open: {}\nCode: {}\n", code.verification_uri, code.user_code),
@@ -176,9 +175,9 @@ fn login_copilot(env: &CliEnv, vars: &EnvMap, out: &mut dyn Write) -> Result<Opt
                 .as_deref()
                 .unwrap_or(&code.verification_uri),
         );
-        flow.finish(&code).await.map_err(failed)
+        flow.finish(&code).await.map_err(auth_failed)
     })?;
-    store.save(&token).map_err(failed)?;
+    store.save(&token).map_err(auth_failed)?;
     Ok(token.account_id)
 }
 
@@ -188,27 +187,18 @@ const BROWSER_LOGIN_BOUND: std::time::Duration = std::time::Duration::from_secs(
 /// OpenAI Codex: an existing login (refreshed when needed) is kept, as 0.3.5 does; otherwise the browser
 /// sign-in, its answer arriving at the callback on this machine or, on a terminal, pasted.
 fn login_codex(env: &CliEnv, vars: &EnvMap, out: &mut dyn Write) -> Result<Option<String>, CliError> {
-    let failed = |e: OAuthError| CliError::Failed(format!("Authentication error: {e}"));
-    let store = codex::token_store(vars).map_err(failed)?;
+    let store = codex::token_store(vars).map_err(auth_failed)?;
     let urls = codex::CodexUrls::from_env(vars);
     let rt = crate::runtime()?;
-    let http = nanobot_providers::http_client()
-        .map_err(|e| CliError::Failed(format!("cannot build the HTTP client: {e}")))?;
+    let http = http_client()?;
     let existing = codex::CodexTokens::new(urls.clone(), store.clone(), http, Some(&env.home));
     if let Ok(token) = rt.block_on(existing.token()) {
         return Ok(token.account_id);
     }
     write_out(out, "Starting interactive OAuth login...\n\n")?;
     let token = rt.block_on(async {
-        let login = codex::CodexLogin::start(urls).await.map_err(failed)?;
-        write_out(
-            out,
-            &format!(
-                "Open this URL in a browser to sign in:\n{}\n",
-                login.authorize_url()
-            ),
-        )?;
-        try_browser(env, login.authorize_url());
+        let login = codex::CodexLogin::start(urls).await.map_err(auth_failed)?;
+        show_sign_in(env, login.authorize_url(), out)?;
         if let Some(why) = login.callback_problem() {
             write_out(out, &format!("The local callback cannot be received ({why}).\n"))?;
         }
@@ -222,10 +212,27 @@ fn login_codex(env: &CliEnv, vars: &EnvMap, out: &mut dyn Write) -> Result<Optio
         )
         .await?;
         write_out(out, "\nExchanging authorization code for tokens...\n")?;
-        login.exchange(&code).await.map_err(failed)
+        login.exchange(&code).await.map_err(auth_failed)
     })?;
-    store.save(&token).map_err(failed)?;
+    store.save(&token).map_err(auth_failed)?;
     Ok(token.account_id)
+}
+
+/// The error of a failed sign-in, as 0.3.5 words it.
+fn auth_failed(e: OAuthError) -> CliError {
+    CliError::Failed(format!("Authentication error: {e}"))
+}
+
+fn http_client() -> Result<nanobot_providers::reqwest::Client, CliError> {
+    nanobot_providers::http_client()
+        .map_err(|e| CliError::Failed(format!("cannot build the HTTP client: {e}")))
+}
+
+/// Prints the sign-in URL and opens it in the browser where there is one.
+fn show_sign_in(env: &CliEnv, url: &str, out: &mut dyn Write) -> Result<(), CliError> {
+    write_out(out, &format!("Open this URL in a browser to sign in:\n{url}\n"))?;
+    try_browser(env, url);
+    Ok(())
 }
 
 /// The authorization code: from the browser's callback (when listening), or on a terminal from a pasted
@@ -237,7 +244,6 @@ async fn browser_or_paste(
     pasted: impl Fn(&str) -> Result<String, OAuthError>,
     out: &mut dyn Write,
 ) -> Result<String, CliError> {
-    let failed = |e: OAuthError| CliError::Failed(format!("Authentication error: {e}"));
     if !tty {
         if !listening {
             return Err(CliError::Failed(
@@ -247,7 +253,7 @@ async fn browser_or_paste(
             ));
         }
         write_out(out, "Waiting for the browser...\n")?;
-        return callback.await.map_err(failed);
+        return callback.await.map_err(auth_failed);
     }
     write_out(
         out,
@@ -268,9 +274,9 @@ async fn browser_or_paste(
         }
     };
     tokio::select! {
-        code = callback => code.map_err(failed),
+        code = callback => code.map_err(auth_failed),
         line = rx => match line {
-            Ok(line) => pasted(&line).map_err(failed),
+            Ok(line) => pasted(&line).map_err(auth_failed),
             Err(_) => Err(CliError::Failed("no authorization code was given".into())),
         },
     }
@@ -283,12 +289,10 @@ fn login_grok(
     vars: &EnvMap,
     out: &mut dyn Write,
 ) -> Result<Option<String>, CliError> {
-    let failed = |e: OAuthError| CliError::Failed(format!("Authentication error: {e}"));
     let store = grok::token_store(&env.paths(a.config.as_deref()).0.data_dir());
     let issuer = grok::issuer(vars);
     let rt = crate::runtime()?;
-    let http = nanobot_providers::http_client()
-        .map_err(|e| CliError::Failed(format!("cannot build the HTTP client: {e}")))?;
+    let http = http_client()?;
     let existing = grok::GrokTokens::new(issuer.clone(), store.clone(), http);
     if let Ok(token) = rt.block_on(existing.token(false)) {
         return Ok(Some(token.account_id.unwrap_or_else(|| "xAI account".into())));
@@ -298,15 +302,8 @@ fn login_grok(
         "Starting xAI browser sign-in for your X Premium / Grok subscription...\n\n",
     )?;
     let token = rt.block_on(async {
-        let login = grok::GrokLogin::start(&issuer).await.map_err(failed)?;
-        write_out(
-            out,
-            &format!(
-                "Open this URL in a browser to sign in:\n{}\n",
-                login.authorize_url()
-            ),
-        )?;
-        try_browser(env, login.authorize_url());
+        let login = grok::GrokLogin::start(&issuer).await.map_err(auth_failed)?;
+        show_sign_in(env, login.authorize_url(), out)?;
         let code = browser_or_paste(
             env.stdin_tty,
             true,
@@ -315,9 +312,9 @@ fn login_grok(
             out,
         )
         .await?;
-        login.exchange(&code).await.map_err(failed)
+        login.exchange(&code).await.map_err(auth_failed)
     })?;
-    store.save(&token).map_err(failed)?;
+    store.save(&token).map_err(auth_failed)?;
     Ok(Some(token.account_id.unwrap_or_else(|| "xAI account".into())))
 }
 

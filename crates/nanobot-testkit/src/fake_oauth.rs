@@ -251,10 +251,11 @@ impl FakeGithub {
     }
 }
 
-async fn record(state: &Mutex<GithubState>, req: Request) -> Seen {
+/// Reads `req` (the body up to `limit` bytes) into what the tests look at afterwards.
+async fn read_seen(req: Request, limit: usize) -> Seen {
     let (parts, body) = req.into_parts();
-    let bytes = axum::body::to_bytes(body, 1 << 20).await.unwrap_or_default();
-    let seen = Seen {
+    let bytes = axum::body::to_bytes(body, limit).await.unwrap_or_default();
+    Seen {
         method: parts.method.to_string(),
         path: parts.uri.path().to_owned(),
         headers: parts
@@ -268,12 +269,12 @@ async fn record(state: &Mutex<GithubState>, req: Request) -> Seen {
             })
             .collect(),
         body: String::from_utf8_lossy(&bytes).into_owned(),
-    };
-    state
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .seen
-        .push(seen.clone());
+    }
+}
+
+async fn record(state: &Mutex<GithubState>, req: Request) -> Seen {
+    let seen = read_seen(req, 1 << 20).await;
+    nanobot_util::lock(state).seen.push(seen.clone());
     seen
 }
 
@@ -552,28 +553,8 @@ impl FakeOpenAi {
 }
 
 async fn record_openai(state: &Mutex<OpenAiState>, req: Request) -> Seen {
-    let (parts, body) = req.into_parts();
-    let bytes = axum::body::to_bytes(body, 4 << 20).await.unwrap_or_default();
-    let seen = Seen {
-        method: parts.method.to_string(),
-        path: parts.uri.path().to_owned(),
-        headers: parts
-            .headers
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_str().to_owned(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
-        body: String::from_utf8_lossy(&bytes).into_owned(),
-    };
-    state
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .seen
-        .push(seen.clone());
+    let seen = read_seen(req, 4 << 20).await;
+    nanobot_util::lock(state).seen.push(seen.clone());
     seen
 }
 
