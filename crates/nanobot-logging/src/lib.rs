@@ -34,6 +34,12 @@ pub const NO_COLOR: &str = "NO_COLOR";
 pub const KEPT_FILES: usize = 7;
 /// The log files' name prefix.
 pub const FILE_PREFIX: &str = "nanobot.log";
+/// Lines waiting for the log-file writer thread; past this, new lines are dropped rather than block a turn.
+///
+/// `tracing-appender`'s default, 128,000, preallocates and touches a 4 MB queue at start: a sixth of an idle
+/// gateway's memory (measured in `docs/benchmarks.md`, "Lean and fast"). A burst of this many lines is already
+/// far past what a person reads.
+pub const FILE_QUEUE_LINES: usize = 4096;
 
 /// Where lines go and how they look.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,7 +119,9 @@ pub fn init(plan: &LogPlan) -> Result<LogGuard, LoggingError> {
                 .max_log_files(KEPT_FILES)
                 .build(dir)
                 .map_err(|e| dir_error(e.to_string()))?;
-            let (writer, guard) = tracing_appender::non_blocking(appender);
+            let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+                .buffered_lines_limit(FILE_QUEUE_LINES)
+                .finish(appender);
             (
                 Some(fmt::layer().with_writer(writer).with_ansi(false)),
                 Some(guard),
