@@ -255,7 +255,7 @@ impl NatsBus {
 /// Connects to the server of `settings` as `name` and returns its JetStream context, every wait bounded by the
 /// settings' timeouts. With `keep_trying`, the client reconnects by itself later (a bus); either way the first
 /// connection must come within the connect timeout, so a wrong address fails here, by name.
-pub(crate) async fn jetstream_context(
+pub async fn jetstream_context(
     settings: &NatsBusSettings,
     name: &str,
     keep_trying: bool,

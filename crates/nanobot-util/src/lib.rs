@@ -3,7 +3,8 @@
 //! **Owns:** the retry/restart delay schedule ([`Backoff`], on `backon`), atomic file replacement
 //! ([`write_atomic`]), nanobot's own files in a directory the model can write to, opened beneath a handle of it
 //! ([`ConfinedDir`]), poison-ignoring locks ([`lock`]), one-line error chains ([`ErrorChain`]), the redacted
-//! [`Secret`] string (on `secrecy`) and the environment map libraries are handed ([`EnvMap`]).
+//! [`Secret`] string (on `secrecy`), the environment map libraries are handed ([`EnvMap`]) and the trait of files
+//! shared between replicas ([`SharedFiles`]).
 //!
 //! **Must not know:** anything about nanobot's domain (messages, config schema, channels). It sits at the
 //! bottom floor beside `nanobot-types`, so configuration, channels and the storage crates can all use it without
@@ -30,6 +31,7 @@ mod env;
 mod error_chain;
 mod fs;
 pub mod secret;
+pub mod shared;
 mod sync;
 
 pub use backoff::Backoff;
@@ -38,4 +40,5 @@ pub use env::EnvMap;
 pub use error_chain::{ErrorChain, error_chain};
 pub use fs::{AtomicWriteError, read_to_string_bounded, write_atomic};
 pub use secret::Secret;
+pub use shared::{SharedFile, SharedFiles, SharedFilesError};
 pub use sync::lock;
