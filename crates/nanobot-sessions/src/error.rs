@@ -92,6 +92,10 @@ pub enum SessionError {
     /// An empty session key was given.
     #[error("session key must not be empty")]
     EmptyKey,
+    /// The shared store of gateway replicas ([`StoreOptions::shared`](crate::StoreOptions::shared)) could not
+    /// bring a file up to date or publish a change (another replica changed it first, the server is away…).
+    #[error(transparent)]
+    Shared(#[from] nanobot_util::SharedFilesError),
     /// The blocking task that performed the I/O panicked or was cancelled.
     #[error("session I/O task failed")]
     Task(#[from] tokio::task::JoinError),

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 
 use chrono::NaiveDateTime;
+use nanobot_util::{SharedFile, SharedFiles};
 use serde_json::{Map, Value, json};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
@@ -48,6 +49,12 @@ pub struct StoreOptions {
     /// 0600) and the session line keeps its first [`SPILL_PREVIEW_BYTES`] bytes with a note naming the file.
     /// Session lines stay small, so reading the tail stays cheap.
     pub max_message_bytes: usize,
+    /// The store shared by gateway replicas on several machines (`nanobot-store-nats`), or `None` (the default):
+    /// local files only. With one, each access first brings the session's file (and, for checkpoint calls, its
+    /// checkpoint) up to date from the shared store, and each change is published to it before the call
+    /// returns; a change another replica made first fails the call with [`SessionError::Shared`]. Names in the
+    /// store: `sessions/<file name>` (the same on every replica, whatever its workspace id).
+    pub shared: Option<Arc<dyn SharedFiles>>,
 }
 
 /// Default of [`StoreOptions::max_message_bytes`]: 1 MiB.
@@ -61,6 +68,7 @@ impl Default for StoreOptions {
             fsync: FsyncPolicy::Always,
             compact_after: 64,
             max_message_bytes: MAX_MESSAGE_BYTES,
+            shared: None,
         }
     }
 }
@@ -77,6 +85,13 @@ impl StoreOptions {
     #[must_use]
     pub fn max_message_bytes(mut self, bytes: usize) -> Self {
         self.max_message_bytes = bytes.max(SPILL_PREVIEW_BYTES);
+        self
+    }
+
+    /// Sets [`StoreOptions::shared`].
+    #[must_use]
+    pub fn shared(mut self, files: Arc<dyn SharedFiles>) -> Self {
+        self.shared = Some(files);
         self
     }
 
@@ -438,13 +453,16 @@ impl SessionStore {
     pub async fn delete(&self, key: &str) -> Result<()> {
         self.run(key, |inner, key, slot| {
             let path = inner.path_for(key);
-            for p in [checkpoint_path(&path), path] {
+            let checkpoint = checkpoint_path(&path);
+            inner.pull_shared(&checkpoint)?;
+            for p in [checkpoint.clone(), path] {
                 match fs::remove_file(&p) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                     Err(e) => return Err(SessionError::io("delete", p, e)),
                 }
             }
+            inner.push_shared(&checkpoint)?;
             *slot = Slot::default();
             Ok(())
         })
@@ -469,8 +487,40 @@ impl SessionStore {
     /// migrated (a key in both layouts is listed once, from the current one). Reads only the first and the last
     /// line of each file. Files that cannot be read are skipped with a warning.
     pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
+        self.pull_all().await?;
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || inner.list()).await?
+    }
+
+    /// With a shared store ([`StoreOptions::shared`]), brings every session file it holds into this store's
+    /// directory (each under its session's lock), so listing sees the sessions other replicas wrote. Without
+    /// one, does nothing.
+    pub async fn pull_all(&self) -> Result<()> {
+        let Some(shared) = self.inner.options.shared.clone() else {
+            return Ok(());
+        };
+        let names = tokio::task::spawn_blocking(move || shared.list("sessions/")).await??;
+        for name in names {
+            let Some(file) = name.strip_prefix("sessions/") else {
+                continue;
+            };
+            let Some(stem) = file.strip_suffix(".jsonl").filter(|s| !s.contains('/')) else {
+                continue;
+            };
+            match keyname::key_from_stem(stem) {
+                Some(key) => self.run(&key, |_, _, _| Ok(())).await?,
+                None => {
+                    // A hashed name: its key is in the file. Fetched only when this replica has no copy yet (so no
+                    // call of this process can be writing it).
+                    let inner = self.inner.clone();
+                    let path = self.inner.dir.join(file);
+                    if !path.exists() {
+                        tokio::task::spawn_blocking(move || inner.pull_shared(&path)).await??;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The metadata (`metadata` of the metadata line) of session `key`: empty for a session without a file.
@@ -556,6 +606,7 @@ impl SessionStore {
     /// store) are not copied and are reported as conflicts too. Each file is read under its session's lock and
     /// written atomically (mode 0600).
     pub async fn restore_to_workspace(&self) -> Result<RestoreReport> {
+        self.pull_all().await?;
         let target = self.inner.workspace.join("sessions");
         match fs::symlink_metadata(&target) {
             Ok(m) if m.file_type().is_symlink() => {
@@ -657,6 +708,10 @@ impl SessionStore {
                     m
                 }
             };
+            if inner.pull_shared(&path)? {
+                // Another replica wrote it: the next record cannot be a change to what this one wrote.
+                slot.checkpoint = None;
+            }
             let existing = fs::metadata(&path).is_ok();
             let (record, base) = match slot.checkpoint.as_ref().filter(|_| existing) {
                 Some(prev) => (checkpoint_delta(prev, &new), false),
@@ -687,6 +742,10 @@ impl SessionStore {
             file.sync_data()
                 .map_err(|e| SessionError::io("fsync", &path, e))?;
             inner.syncs.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = inner.push_shared(&path) {
+                slot.checkpoint = None;
+                return Err(e);
+            }
             slot.checkpoint = Some(new);
             Ok(())
         })
@@ -699,6 +758,7 @@ impl SessionStore {
     pub async fn read_checkpoint(&self, key: &str) -> Result<Option<Value>> {
         self.run(key, |inner, key, _| {
             let path = checkpoint_path(&inner.path_for(key));
+            inner.pull_shared(&path)?;
             match fs::read(&path) {
                 Ok(bytes) => replay_checkpoint(&bytes, &path),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -713,11 +773,13 @@ impl SessionStore {
         self.run(key, |inner, key, slot| {
             slot.checkpoint = None;
             let path = checkpoint_path(&inner.path_for(key));
+            inner.pull_shared(&path)?;
             match fs::remove_file(&path) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(SessionError::io("delete", path, e)),
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(SessionError::io("delete", path, e)),
             }
+            inner.push_shared(&path)
         })
         .await
     }
@@ -735,11 +797,16 @@ impl SessionStore {
         tokio::task::spawn_blocking(move || {
             let path = inner.path_for(&key);
             let slot: &mut Slot = &mut guard;
+            // Shared between replicas: bring the file up to what the others wrote (the stamp below then sees it).
+            if let Err(e) = inner.pull_session(&path) {
+                *slot = Slot::default();
+                return Err(e);
+            }
             // Changed by someone else since we last touched it: what we hold of it is stale.
             if slot.seen != FileStamp::of(&path) {
                 *slot = Slot::default();
             }
-            let out = f(&inner, &key, slot);
+            let out = f(&inner, &key, slot).and_then(|r| inner.push_shared(&path).map(|()| r));
             match &out {
                 Ok(_) => slot.seen = FileStamp::of(&path),
                 // A failure may have left the file and the slot apart: read it again next time.
@@ -752,6 +819,52 @@ impl SessionStore {
 }
 
 impl Inner {
+    /// The name of a file of this store's directory in the shared store: `sessions/<path below the directory>`.
+    fn shared_name(&self, path: &Path) -> String {
+        let rel = path.strip_prefix(&self.dir).unwrap_or(path);
+        let parts: Vec<String> = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+        format!("sessions/{}", parts.join("/"))
+    }
+
+    /// Brings `path` up to date from the shared store (nothing without one); whether it changed.
+    fn pull_shared(&self, path: &Path) -> Result<bool> {
+        let Some(shared) = &self.options.shared else {
+            return Ok(false);
+        };
+        Ok(shared.pull(SharedFile::new(&self.shared_name(path), path))?)
+    }
+
+    /// Publishes what changed in `path` to the shared store (nothing without one).
+    fn push_shared(&self, path: &Path) -> Result<()> {
+        let Some(shared) = &self.options.shared else {
+            return Ok(());
+        };
+        Ok(shared.push(SharedFile::new(&self.shared_name(path), path))?)
+    }
+
+    /// [`Inner::pull_shared`] for a session file; when it changed, its spilled messages written by other
+    /// replicas are fetched too.
+    fn pull_session(&self, path: &Path) -> Result<()> {
+        let Some(shared) = &self.options.shared else {
+            return Ok(());
+        };
+        if !self.pull_shared(path)? {
+            return Ok(());
+        }
+        let spill = spill_dir(path);
+        let prefix = format!("{}/", self.shared_name(&spill));
+        for name in shared.list(&prefix)? {
+            let Some(file) = name.strip_prefix(&prefix) else {
+                continue;
+            };
+            let local = spill.join(file);
+            if !local.exists() {
+                shared.pull(SharedFile::new(&name, &local))?;
+            }
+        }
+        Ok(())
+    }
+
     /// [`tail::scan`], counting the bytes read.
     fn tail_scan(&self, path: &Path, key: &str, want: usize) -> Result<TailRead> {
         let mut read = 0;
@@ -1033,9 +1146,7 @@ impl Inner {
         if text.len() <= limit {
             return Ok(());
         }
-        let mut dir = session_path.as_os_str().to_owned();
-        dir.push(".spill");
-        let dir = PathBuf::from(dir);
+        let dir = spill_dir(session_path);
         fsio::create_dir_private(&dir)?;
         let file = dir.join(format!("{}.txt", uuid::Uuid::new_v4().simple()));
         let mut f = fsio::private_new()
@@ -1044,6 +1155,7 @@ impl Inner {
         f.write_all(text.as_bytes())
             .map_err(|e| SessionError::io("write", &file, e))?;
         f.sync_data().map_err(|e| SessionError::io("fsync", &file, e))?;
+        self.push_shared(&file)?;
         let mut cut = SPILL_PREVIEW_BYTES.min(text.len());
         while !text.is_char_boundary(cut) {
             cut -= 1;
@@ -1325,6 +1437,13 @@ fn replay_checkpoint(bytes: &[u8], path: &Path) -> Result<Option<Value>> {
         }
         None => Value::Object(m),
     }))
+}
+
+/// Where the spilled messages of a session file go: `<session file>.spill/`.
+fn spill_dir(session_file: &Path) -> PathBuf {
+    let mut dir = session_file.as_os_str().to_owned();
+    dir.push(".spill");
+    PathBuf::from(dir)
 }
 
 fn checkpoint_path(session_file: &Path) -> PathBuf {
