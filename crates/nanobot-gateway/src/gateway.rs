@@ -658,7 +658,8 @@ impl Gateway {
         };
         let metrics = Metrics::new();
         let bus = crate::replicas::connect(config, BUS_CAPACITY).await?;
-        let agent = nanobot_runtime::agent_builder(config, &opts.env, provider.clone())?
+        let shared = crate::replicas::shared_files(config).await?;
+        let agent = nanobot_runtime::agent_builder_shared(config, &opts.env, provider.clone(), shared)?
             .hook(metrics.hook())
             .bus(Arc::new(bus.clone()))
             .build()?;

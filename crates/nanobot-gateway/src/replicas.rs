@@ -1,6 +1,8 @@
 //! Gateway replicas on a shared bus (`gateway.bus.kind: nats`): the bus is connected from the config, and each
 //! chat channel runs under its channel lease, so one replica at a time holds a platform connection (Telegram
 //! polling, a Slack socket, IMAP IDLE…) and receives that channel's replies, whichever replica ran the turn.
+//! With `gateway.bus.nats.store: jetstream`, sessions live on the NATS server too (`nanobot-store-nats`), so
+//! replicas on other machines, each with its own home, serve them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,7 +11,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use nanobot_bus::{Bus, Lease, Leases, OutboundMessage, Role};
 use nanobot_channels::{Channel, ChannelError, Heartbeat};
-use nanobot_config::{BusKind, Config};
+use nanobot_config::{BusKind, Config, StoreKind};
+use nanobot_util::SharedFiles;
 use tokio_util::sync::CancellationToken;
 
 use crate::bus::GatewayBus;
@@ -24,6 +27,33 @@ pub(crate) async fn connect(config: &Config, capacity: usize) -> Result<GatewayB
         BusKind::Memory => Ok(GatewayBus::new(capacity)),
         BusKind::Nats => connect_nats(&config.gateway.bus.nats).await,
     }
+}
+
+/// The shared files of `gateway.bus.nats.store: jetstream` (sessions on the NATS server, each replica with its own
+/// home); `None` for the in-process bus and for replicas sharing one data directory (the default).
+pub(crate) async fn shared_files(config: &Config) -> Result<Option<Arc<dyn SharedFiles>>, GatewayError> {
+    let bus = &config.gateway.bus;
+    if bus.kind != BusKind::Nats || bus.nats.store != StoreKind::Jetstream {
+        return Ok(None);
+    }
+    open_files(&bus.nats).await.map(Some)
+}
+
+#[cfg(feature = "nats")]
+async fn open_files(c: &nanobot_config::NatsBusConfig) -> Result<Arc<dyn SharedFiles>, GatewayError> {
+    let files = nanobot_store_nats::NatsFiles::open(&nats_settings(c))
+        .await
+        .map_err(|e| GatewayError::Bus(format!("gateway.bus.nats.store is \"jetstream\": {e}")))?;
+    tracing::info!(
+        stream = files.stream_name(),
+        "sessions are kept on the NATS server; this home holds copies"
+    );
+    Ok(Arc::new(files))
+}
+
+#[cfg(not(feature = "nats"))]
+async fn open_files(_: &nanobot_config::NatsBusConfig) -> Result<Arc<dyn SharedFiles>, GatewayError> {
+    Err(no_nats())
 }
 
 #[cfg(feature = "nats")]

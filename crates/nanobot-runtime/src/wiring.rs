@@ -259,6 +259,17 @@ pub fn agent_builder(
     env: &Environment,
     provider: Arc<dyn Provider>,
 ) -> Result<AgentLoopBuilder, RuntimeError> {
+    agent_builder_shared(config, env, provider, None)
+}
+
+/// [`agent_builder`] whose session store keeps its files in `shared` too (gateway replicas with separate homes,
+/// `gateway.bus.nats.store: jetstream`); `None` is [`agent_builder`].
+pub fn agent_builder_shared(
+    config: &Config,
+    env: &Environment,
+    provider: Arc<dyn Provider>,
+    shared: Option<Arc<dyn nanobot_util::SharedFiles>>,
+) -> Result<AgentLoopBuilder, RuntimeError> {
     let settings = agent_settings(config, env)?;
     let ws = settings.workspace.clone();
     std::fs::create_dir_all(&ws).map_err(|e| {
@@ -280,8 +291,12 @@ pub fn agent_builder(
     let base = base_tools(config, env, &ws, Some(builtin_dir))?;
     let tz = settings.timezone;
     let data_dir = settings.data_dir.clone();
-    let sessions =
-        nanobot_sessions::SessionStore::new(&data_dir, &ws).map_err(nanobot_core::CoreError::from)?;
+    let mut store_options = nanobot_sessions::StoreOptions::default();
+    if let Some(files) = shared {
+        store_options = store_options.shared(files);
+    }
+    let sessions = nanobot_sessions::SessionStore::with_options(&data_dir, &ws, store_options)
+        .map_err(nanobot_core::CoreError::from)?;
     let d = &config.resolved_defaults();
     let budget = nanobot_memory::Budget::resolve(
         d.memory_window.map(|w| w as usize),

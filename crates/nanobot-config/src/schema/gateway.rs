@@ -42,6 +42,18 @@ pub enum BusKind {
     Nats,
 }
 
+/// `gateway.bus.nats.store`: where replicas keep sessions (and, as it grows, the cron store and memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    /// One data directory shared by every replica (the same machine, or a shared volume).
+    #[default]
+    Directory,
+    /// Each replica has its own home; the files live on the NATS JetStream server (`<stream>_FILES`) and the
+    /// local ones are copies, brought up to date before each access (`docs/scaling.md`).
+    Jetstream,
+}
+
 /// `gateway.bus`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -92,6 +104,9 @@ pub struct NatsBusConfig {
     pub request_timeout_s: u64,
     /// Stream replicas in a NATS cluster (1 on a single server).
     pub stream_replicas: usize,
+    /// `directory` (default: the replicas share one data directory) or `jetstream` (sessions on the server, each
+    /// replica with its own home).
+    pub store: StoreKind,
     /// Keys this version does not model (kept on save).
     #[serde(flatten)]
     pub extra: Extra,
@@ -111,6 +126,7 @@ impl Default for NatsBusConfig {
             connect_timeout_s: 10,
             request_timeout_s: 10,
             stream_replicas: 1,
+            store: StoreKind::Directory,
             extra: Extra::default(),
         }
     }

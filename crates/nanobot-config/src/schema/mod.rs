@@ -26,6 +26,7 @@ pub use channels::{
 pub use extra::{ChannelBlocks, Extra};
 pub use gateway::{
     ApiConfig, BusConfig, BusKind, GatewayConfig, HeartbeatConfig, NatsBusConfig, ServerLimitsConfig,
+    StoreKind,
 };
 pub(crate) use providers::PROVIDER_SPECIFIC_KEYS;
 pub use providers::{ProviderConfig, ProvidersConfig, normalize_name};

@@ -100,3 +100,36 @@ fn a_non_object_file_is_rejected_clearly() {
     let err = load_str("[1, 2]", "c.json".as_ref(), &env(&[])).unwrap_err();
     assert!(err.to_string().contains("must be a JSON object"), "{err}");
 }
+
+#[test]
+fn the_replicas_store_is_read_and_a_wrong_one_is_named() {
+    let loaded = load_str(
+        r#"{"gateway": {"bus": {"kind": "nats", "nats": {"store": "jetstream"}}}}"#,
+        "c.json".as_ref(),
+        &env(&[]),
+    )
+    .unwrap();
+    assert_eq!(
+        loaded.config.gateway.bus.nats.store,
+        nanobot_config::StoreKind::Jetstream
+    );
+    let back = serde_json::to_value(&loaded.config).unwrap();
+    assert_eq!(back["gateway"]["bus"]["nats"]["store"], "jetstream");
+    let default: nanobot_config::Config = serde_json::from_str("{}").unwrap();
+    assert_eq!(
+        default.gateway.bus.nats.store,
+        nanobot_config::StoreKind::Directory
+    );
+
+    let err = load_str(
+        r#"{"gateway": {"bus": {"nats": {"store": "s3"}}}}"#,
+        "c.json".as_ref(),
+        &env(&[]),
+    )
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("gateway.bus.nats.store") && msg.contains("jetstream"),
+        "{msg}"
+    );
+}

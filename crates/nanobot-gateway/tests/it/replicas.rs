@@ -243,3 +243,60 @@ async fn a_nats_outage_is_survived_and_messages_sent_meanwhile_are_answered() ->
     b.shutdown().await;
     Ok(())
 }
+
+/// `gateway.bus.nats.store: jetstream`: two replicas with separate homes (two machines, no shared volume) share
+/// only the NATS server, and a session answered on one goes on on the other with its history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_with_separate_homes_share_sessions_through_jetstream() -> Result<()> {
+    let Some(nats) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let (home_a, home_b) = (TempHome::new(), TempHome::new());
+    let mock = MockLlm::start().await;
+    mock.when_last_user_contains("first", MockReply::text("first answer"));
+    mock.when_last_user_contains("second", MockReply::text("second answer"));
+    let start = |home: &TempHome, name: &str| {
+        nanobot_testkit::install_ring();
+        let patch = json!({"gateway": {"bus": {"kind": "nats", "nats": {
+            "url": nats.url(), "replica": name, "leaseTimeS": 2, "ackWaitS": 2, "partitions": 4,
+            "store": "jetstream"
+        }}}});
+        Gateway::start(options(home, &mock, patch))
+    };
+    let a = start(&home_a, "replica-a").await?;
+    let b = start(&home_b, "replica-b").await?;
+    let c = crate::common::client();
+    let ask = |gw: &Gateway, text: &str| {
+        c.post(crate::common::api_url(gw, "/v1/chat/completions"))
+            .bearer_auth(crate::common::KEY)
+            .json(&json!({"messages": [{"role": "user", "content": text}], "session_id": "roaming"}))
+            .send()
+    };
+    let first: serde_json::Value = ask(&a, "first").await?.json().await?;
+    assert_eq!(first["choices"][0]["message"]["content"], "first answer");
+    let second: serde_json::Value = ask(&b, "second").await?.json().await?;
+    assert_eq!(second["choices"][0]["message"]["content"], "second answer");
+    // B's turn saw A's, which it had only through the server.
+    let asked = mock.completion_requests();
+    let seen: Vec<String> = asked
+        .last()
+        .context("a model call")?
+        .messages()
+        .iter()
+        .filter_map(|m| m["content"].as_str().map(str::to_owned))
+        .collect();
+    assert!(seen.iter().any(|t| t == "first answer"), "{seen:?}");
+    // Each home holds the whole session, in order (A's copy is brought up to date at its next access).
+    let on_b = &crate::common::sessions(&home_b)["api:roaming"];
+    assert_eq!(crate::common::texts(on_b, "user"), ["first", "second"]);
+    let third: serde_json::Value = ask(&a, "first again").await?.json().await?;
+    assert_eq!(third["choices"][0]["message"]["content"], "first answer");
+    let on_a = &crate::common::sessions(&home_a)["api:roaming"];
+    assert_eq!(
+        crate::common::texts(on_a, "user"),
+        ["first", "second", "first again"]
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+    Ok(())
+}
