@@ -19,6 +19,7 @@ mod local_first;
 mod provider;
 mod replicas;
 mod service;
+mod store;
 mod support;
 mod webui;
 mod whatsapp;

@@ -161,6 +161,13 @@ pub enum Command {
     Serve(ServeArgs),
     /// Start the gateway with its `websocket` channel and open the WebUI in the browser.
     Webui(WebuiArgs),
+    /// Gateway replicas' shared files on NATS (`gateway.bus.nats.store: jetstream`): export them to this home's
+    /// JSONL layout, or import this home's files.
+    Store {
+        /// Which way.
+        #[command(subcommand)]
+        action: StoreAction,
+    },
     /// OAuth providers: sign in (`login`) and out (`logout`).
     Provider {
         /// What to do.
@@ -265,6 +272,28 @@ pub enum PluginsAction {
         #[command(flatten)]
         config: ConfigArgs,
     },
+}
+
+/// `nanobot store …` (nanobot-rs: the shared files of gateway replicas on the NATS server of
+/// `gateway.bus.nats`).
+#[derive(Debug, Clone, Subcommand)]
+#[non_exhaustive]
+pub enum StoreAction {
+    /// Write the stored sessions into this home (`<data dir>/sessions/<workspace id>/`), byte for byte.
+    Export(StoreArgs),
+    /// Publish this home's session files to the server.
+    Import(StoreArgs),
+}
+
+/// The options of `nanobot store export|import`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct StoreArgs {
+    /// Replace files that differ on the other side (by default they are listed and left alone).
+    #[arg(long = "overwrite")]
+    pub overwrite: bool,
+    /// Config file and workspace.
+    #[command(flatten)]
+    pub config: ConfigArgs,
 }
 
 /// `nanobot sessions …`.

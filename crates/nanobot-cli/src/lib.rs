@@ -57,7 +57,7 @@ use std::io::Write;
 pub use args::{
     AgentArgs, ChannelLoginArgs, ChannelsAction, Cli, Command, ConfigArgs, CronAction, CronAddArgs,
     CronConfigArgs, DoctorArgs, EvalArgs, GatewayAction, GatewayArgs, McpAction, OnboardArgs, PluginsAction,
-    ServeArgs, SessionsAction, TriggerArgs, WebuiArgs, with_default_command,
+    ServeArgs, SessionsAction, StoreAction, StoreArgs, TriggerArgs, WebuiArgs, with_default_command,
 };
 pub use error::{CliError, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE};
 pub use eval::{
@@ -306,6 +306,7 @@ pub fn run_with(cli: Cli, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliEr
             action: SessionsAction::RestoreWorkspace(a),
         } => restore_workspace(env, &a, out),
         Command::Trigger(a) => trigger(env, &a, &mut std::io::stdin().lock(), out),
+        Command::Store { action } => store(action, env, out),
         Command::Plugins { action } => match action {
             PluginsAction::List(a) => plugins::list(env, &a, out),
             PluginsAction::Enable {
@@ -361,6 +362,57 @@ fn trigger(
         out,
         &format!("Queued {} ({})\n", delivery.trigger_id, delivery.id),
     )
+}
+
+/// `nanobot store export|import`: the shared files of gateway replicas between the NATS server and this home.
+fn store(action: StoreAction, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliError> {
+    let (how, a) = match action {
+        StoreAction::Export(a) => (nanobot_gateway::StoreTransfer::Export, a),
+        StoreAction::Import(a) => (nanobot_gateway::StoreTransfer::Import, a),
+    };
+    let s = setup::load(env, &a.config, true)?;
+    let sessions = nanobot_sessions::SessionStore::new(s.paths.data_dir(), &s.workspace)
+        .map_err(nanobot_core::CoreError::from)?;
+    let dir = sessions.dir().to_owned();
+    let rt = runtime()?;
+    let report = rt
+        .block_on(nanobot_gateway::store_transfer(
+            &s.loaded.config,
+            vec![("sessions".into(), dir.clone())],
+            how,
+            a.overwrite,
+        ))
+        .map_err(|e| CliError::Failed(e.to_string()))?;
+    let text = match how {
+        nanobot_gateway::StoreTransfer::Export => format!(
+            "Exported {} file(s) from {} to {}; {} already matched.\n",
+            report.moved,
+            report.stream,
+            dir.display(),
+            report.unchanged
+        ),
+        _ => format!(
+            "Imported {} file(s) from {} into {}; {} already matched.\n",
+            report.moved,
+            dir.display(),
+            report.stream,
+            report.unchanged
+        ),
+    };
+    write_out(out, &text)?;
+    if report.conflicts.is_empty() {
+        return Ok(());
+    }
+    let mut text =
+        String::from("These differ on both sides and were left as they were (--overwrite replaces them):\n");
+    for c in &report.conflicts {
+        text.push_str(&format!("- {c}\n"));
+    }
+    write_out(out, &text)?;
+    Err(CliError::Failed(format!(
+        "{} file(s) were not transferred",
+        report.conflicts.len()
+    )))
 }
 
 /// `nanobot sessions restore-workspace`: 0.3.5's rollback copy into `<workspace>/sessions/`.

@@ -56,6 +56,97 @@ async fn open_files(_: &nanobot_config::NatsBusConfig) -> Result<Arc<dyn SharedF
     Err(no_nats())
 }
 
+/// Which way [`store_transfer`] moves the files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreTransfer {
+    /// From the NATS server into the home (`nanobot store export`).
+    Export,
+    /// From the home to the NATS server (`nanobot store import`).
+    Import,
+}
+
+/// What [`store_transfer`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreTransferReport {
+    /// The stream the files are kept on.
+    pub stream: String,
+    /// Files written (export) or published (import).
+    pub moved: usize,
+    /// Files that were the same on both sides.
+    pub unchanged: usize,
+    /// Files that differ on both sides and were left as they were (local paths on export, stored names on
+    /// import).
+    pub conflicts: Vec<String>,
+    /// Stored names not written (no local place for them, or deleted in the store).
+    pub skipped: Vec<String>,
+}
+
+/// Moves the shared files of `gateway.bus.nats` between the server and a home: `areas` maps each stored area
+/// (`sessions`) to its local directory (`<data dir>/sessions/<workspace id>`). A file that differs on both sides is
+/// a conflict, left alone unless `overwrite`. The server is the one `gateway.bus.nats` names, whatever
+/// `gateway.bus.kind` says (so a home can be moved before switching).
+pub async fn store_transfer(
+    config: &Config,
+    areas: Vec<(String, std::path::PathBuf)>,
+    how: StoreTransfer,
+    overwrite: bool,
+) -> Result<StoreTransferReport, GatewayError> {
+    transfer(&config.gateway.bus.nats, areas, how, overwrite).await
+}
+
+#[cfg(feature = "nats")]
+async fn transfer(
+    c: &nanobot_config::NatsBusConfig,
+    areas: Vec<(String, std::path::PathBuf)>,
+    how: StoreTransfer,
+    overwrite: bool,
+) -> Result<StoreTransferReport, GatewayError> {
+    let files = nanobot_store_nats::NatsFiles::open(&nats_settings(c))
+        .await
+        .map_err(|e| GatewayError::Bus(e.to_string()))?;
+    let mut layout = nanobot_store_nats::HomeLayout::new();
+    for (area, dir) in areas {
+        layout = layout.area(&area, dir);
+    }
+    let stream = files.stream_name().to_owned();
+    let report = tokio::task::spawn_blocking(move || match how {
+        StoreTransfer::Export => {
+            nanobot_store_nats::export(&files, &layout, overwrite).map(|r| StoreTransferReport {
+                stream: String::new(),
+                moved: r.written,
+                unchanged: r.unchanged,
+                conflicts: r.conflicts.iter().map(|p| p.display().to_string()).collect(),
+                skipped: r.skipped,
+            })
+        }
+        StoreTransfer::Import => {
+            nanobot_store_nats::import(&files, &layout, overwrite).map(|r| StoreTransferReport {
+                stream: String::new(),
+                moved: r.published,
+                unchanged: r.unchanged,
+                conflicts: r.conflicts,
+                skipped: Vec::new(),
+            })
+        }
+    })
+    .await
+    .map_err(|e| GatewayError::Bus(format!("the transfer task failed: {e}")))?
+    .map_err(|e| GatewayError::Bus(e.to_string()))?;
+    Ok(StoreTransferReport { stream, ..report })
+}
+
+#[cfg(not(feature = "nats"))]
+async fn transfer(
+    _: &nanobot_config::NatsBusConfig,
+    _: Vec<(String, std::path::PathBuf)>,
+    _: StoreTransfer,
+    _: bool,
+) -> Result<StoreTransferReport, GatewayError> {
+    Err(no_nats())
+}
+
 #[cfg(feature = "nats")]
 async fn connect_nats(c: &nanobot_config::NatsBusConfig) -> Result<GatewayBus, GatewayError> {
     let bus = nanobot_bus_nats::NatsBus::connect(nats_settings(c))

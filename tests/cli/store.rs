@@ -1,0 +1,97 @@
+//! `nanobot store export|import`: a home's sessions to a NATS server's shared files and back, byte for byte.
+
+use nanobot_testkit::nats::NatsServer;
+use nanobot_testkit::{MockLlm, MockReply, TempHome};
+use serde_json::json;
+
+use crate::support::{merge, onboarded, run, stderr, stdout};
+
+fn session_file(home: &TempHome, encoded_key: &str) -> Option<std::path::PathBuf> {
+    let dir = home.nanobot_dir().join("sessions");
+    std::fs::read_dir(dir).ok()?.flatten().find_map(|ws| {
+        let p = ws.path().join(format!("{encoded_key}.jsonl"));
+        p.is_file().then_some(p)
+    })
+}
+
+fn point_at_nats(home: &TempHome, url: &str) {
+    let path = home.config_path();
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    merge(
+        &mut config,
+        &json!({"gateway": {"bus": {"kind": "nats", "nats": {"url": url, "store": "jetstream", "connectTimeoutS": 3}}}}),
+    );
+    home.write_config(&config);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_home_is_imported_and_exported_to_another_byte_for_byte() {
+    let Some(server) = NatsServer::start().await.unwrap() else {
+        return;
+    };
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("hello back"));
+    mock.push(MockReply::text("again back"));
+    let url = server.url();
+    tokio::task::spawn_blocking(move || {
+        let a = onboarded(&mock);
+        let o = run(a.home(), &["agent", "-m", "hello"]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        point_at_nats(&a, &url);
+        let o = run(a.home(), &["store", "import"]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert!(
+            stdout(&o).starts_with("Imported 1 file(s) from "),
+            "{}",
+            stdout(&o)
+        );
+        let o = run(a.home(), &["store", "import"]);
+        assert!(stdout(&o).contains("Imported 0 file(s)") && stdout(&o).contains("1 already matched"));
+
+        let b = onboarded(&mock);
+        point_at_nats(&b, &url);
+        let o = run(b.home(), &["store", "export"]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert!(
+            stdout(&o).starts_with("Exported 1 file(s) from NANOBOT_FILES"),
+            "{}",
+            stdout(&o)
+        );
+        let (fa, fb) = (
+            session_file(&a, "Y2xpOmRpcmVjdA").unwrap(),
+            session_file(&b, "Y2xpOmRpcmVjdA").unwrap(),
+        );
+        assert_ne!(fa.parent(), fb.parent(), "each home has its own workspace id");
+        assert_eq!(std::fs::read(&fa).unwrap(), std::fs::read(&fb).unwrap());
+
+        // A's copy changed offline: importing it again is a conflict, listed, exit 1, the stored one kept.
+        let o = run(a.home(), &["agent", "-m", "again"]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let o = run(a.home(), &["store", "import"]);
+        assert_ne!(o.status.code(), Some(0));
+        assert!(
+            stdout(&o).contains("sessions/Y2xpOmRpcmVjdA.jsonl"),
+            "{}",
+            stdout(&o)
+        );
+        let o = run(b.home(), &["store", "export"]);
+        assert!(stdout(&o).contains("1 already matched"), "{}", stdout(&o));
+    })
+    .await
+    .unwrap();
+}
+
+#[test]
+fn an_unreachable_server_is_named_and_nothing_is_touched() {
+    let home = TempHome::new();
+    let o = run(home.home(), &["onboard"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let port = nanobot_testkit::peers::free_port().unwrap();
+    point_at_nats(&home, &format!("nats://127.0.0.1:{port}"));
+    let o = run(home.home(), &["store", "export"]);
+    assert_ne!(o.status.code(), Some(0));
+    let err = stderr(&o);
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
