@@ -72,4 +72,8 @@ pub enum CronError {
         #[source]
         source: serde_json::Error,
     },
+    /// The store shared by gateway replicas ([`crate::JobStore::with_shared`]) could not bring `jobs.json` up
+    /// to date or publish a change (another replica changed it first: nothing was stored, try again).
+    #[error(transparent)]
+    Shared(#[from] nanobot_util::SharedFilesError),
 }

@@ -12,13 +12,17 @@
 //! * The store lives in the workspace, where the model's commands can write, so its files are opened
 //!   beneath a handle of the workspace ([`nanobot_util::ConfinedDir`]; see [`JobStore::new`]): a
 //!   `cron/` folder swapped for a symlink, or a hard-linked `jobs.json`, is refused, never followed out.
+//! * Gateway replicas with separate homes share the store through [`JobStore::with_shared`] (the NATS
+//!   server): `jobs.json` is brought up to date before each read and change, and each change is published
+//!   before it returns, conditional on the version it was made on; a change another replica made first
+//!   fails with [`CronError::Shared`] and nothing is stored (the local copy is brought up to date).
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use nanobot_util::ConfinedDir;
+use nanobot_util::{ConfinedDir, SharedFile, SharedFiles};
 use serde_json::{Map, Value};
 
 use crate::{CronError, CronJob};
@@ -155,7 +159,11 @@ pub struct JobStore {
     lock_rel: PathBuf,
     lock_path: PathBuf,
     cache: Mutex<Option<(Option<Fingerprint>, StoreFile)>>,
+    shared: Option<Arc<dyn SharedFiles>>,
 }
+
+/// The name of `jobs.json` in the shared store.
+pub const SHARED_JOBS_NAME: &str = "cron/jobs.json";
 
 impl JobStore {
     /// A store at `path` (normally `<workspace>/cron/jobs.json`). Its files (`jobs.json`, its lock, the
@@ -192,7 +200,52 @@ impl JobStore {
             rel,
             lock_rel,
             cache: Mutex::new(None),
+            shared: None,
         }
+    }
+
+    /// Keeps `jobs.json` in `files` too (gateway replicas with separate homes; stored as [`SHARED_JOBS_NAME`]): see
+    /// the module docs.
+    #[must_use]
+    pub fn with_shared(mut self, files: Arc<dyn SharedFiles>) -> Self {
+        self.shared = Some(files);
+        self
+    }
+
+    /// The local `jobs.json`, for the shared store: refused when it or its folder is a symbolic link (the
+    /// shared store writes with plain paths, which would follow it).
+    fn shared_local(&self) -> Result<Option<(&dyn SharedFiles, &Path)>, CronError> {
+        let Some(shared) = &self.shared else {
+            return Ok(None);
+        };
+        for p in [Some(self.path.as_path()), self.path.parent()]
+            .into_iter()
+            .flatten()
+        {
+            if fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
+                return Err(CronError::Io {
+                    path: p.to_owned(),
+                    source: std::io::Error::other("a symbolic link: refused for the shared cron store"),
+                });
+            }
+        }
+        Ok(Some((shared.as_ref(), self.path.as_path())))
+    }
+
+    /// Brings `jobs.json` up to date from the shared store (nothing without one).
+    fn pull(&self) -> Result<(), CronError> {
+        if let Some((shared, local)) = self.shared_local()? {
+            shared.pull(SharedFile::new(SHARED_JOBS_NAME, local))?;
+        }
+        Ok(())
+    }
+
+    /// Publishes what changed in `jobs.json` (nothing without a shared store).
+    fn push(&self) -> Result<(), CronError> {
+        if let Some((shared, local)) = self.shared_local()? {
+            shared.push(SharedFile::new(SHARED_JOBS_NAME, local))?;
+        }
+        Ok(())
     }
 
     /// The directory the store's files are confined to and `jobs.json` relative to it.
@@ -212,6 +265,10 @@ impl JobStore {
             tracing::warn!(
                 "cannot merge the cron queue (jobs queued by the Python nanobot stay queued): {e}"
             );
+        }
+        {
+            let _lock = self.shared.as_ref().map(|_| self.lock()).transpose()?;
+            self.pull()?;
         }
         let fp = fingerprint(&self.files, &self.rel);
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -237,11 +294,16 @@ impl JobStore {
         change: impl FnOnce(&mut StoreFile) -> Result<R, CronError>,
     ) -> Result<R, CronError> {
         let _lock = self.lock()?;
+        self.pull()?;
         let before = self.read_fresh()?;
         let mut file = before.clone();
         let out = change(&mut file)?;
         if file != before {
             self.write_atomic(&file)?;
+            if let Err(e) = self.push() {
+                *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                return Err(e);
+            }
         }
         let fp = fingerprint(&self.files, &self.rel);
         *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((fp, file));
@@ -273,6 +335,7 @@ impl JobStore {
         })?;
         let file = StoreFile::parse(&text, legacy)?;
         self.write_atomic(&file)?;
+        self.push()?;
         let mut backup = legacy.as_os_str().to_owned();
         backup.push(".migrated");
         fs::rename(legacy, &backup).map_err(|source| CronError::Io {

@@ -262,8 +262,8 @@ pub fn agent_builder(
     agent_builder_shared(config, env, provider, None)
 }
 
-/// [`agent_builder`] whose session store keeps its files in `shared` too (gateway replicas with separate homes,
-/// `gateway.bus.nats.store: jetstream`); `None` is [`agent_builder`].
+/// [`agent_builder`] whose session store and cron store keep their files in `shared` too (gateway replicas with
+/// separate homes, `gateway.bus.nats.store: jetstream`); `None` is [`agent_builder`].
 pub fn agent_builder_shared(
     config: &Config,
     env: &Environment,
@@ -292,8 +292,8 @@ pub fn agent_builder_shared(
     let tz = settings.timezone;
     let data_dir = settings.data_dir.clone();
     let mut store_options = nanobot_sessions::StoreOptions::default();
-    if let Some(files) = shared {
-        store_options = store_options.shared(files);
+    if let Some(files) = &shared {
+        store_options = store_options.shared(files.clone());
     }
     let sessions = nanobot_sessions::SessionStore::with_options(&data_dir, &ws, store_options)
         .map_err(nanobot_core::CoreError::from)?;
@@ -359,7 +359,10 @@ pub fn agent_builder_shared(
         }
         builder = builder.mcp(manager);
     }
-    let store = nanobot_cron::JobStore::new(nanobot_config::paths::workspace::cron_jobs(&ws));
+    let mut store = nanobot_cron::JobStore::new(nanobot_config::paths::workspace::cron_jobs(&ws));
+    if let Some(files) = shared {
+        store = store.with_shared(files);
+    }
     let legacy = data_dir.join("cron").join("jobs.json");
     if legacy.is_file()
         && let Err(e) = store.migrate_from(&legacy)

@@ -31,8 +31,9 @@
 //! never held is left alone and published whole at its first change.
 //!
 //! The [`nanobot_util::SharedFiles`] calls block: they are made from tokio's blocking pool (where the storage
-//! crates do their file work) and wait, bounded by [`NatsFiles::op_timeout`], for the requests sent on the
-//! runtime the store was opened on. Do not call them on a single-threaded runtime's own thread.
+//! crates do their file work) or from a worker of a multi-threaded runtime (whose other tasks then move to
+//! other workers, `block_in_place`), and wait, bounded by [`NatsFiles::op_timeout`], for the requests sent on
+//! the runtime the store was opened on. Do not call them on a single-threaded runtime's own thread.
 
 mod layout;
 
@@ -407,7 +408,17 @@ impl NatsFiles {
             what: what.to_owned(),
             reason,
         };
-        match rx.recv_timeout(bound + Duration::from_secs(1)) {
+        let wait = || rx.recv_timeout(bound + Duration::from_secs(1));
+        // Called on a worker of a multi-threaded runtime (a synchronous store used from async code), the
+        // worker's other tasks move elsewhere while this one waits, so the request can still run.
+        let on_worker = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let answer = if on_worker {
+            tokio::task::block_in_place(wait)
+        } else {
+            wait()
+        };
+        match answer {
             Ok(r) => r.map_err(unavailable),
             Err(_) => Err(unavailable(format!("no answer within {bound:?}"))),
         }

@@ -1,0 +1,105 @@
+//! `nanobot_cron::JobStore` over the shared files: a job added on one replica is seen on another, and two
+//! replicas' changes made from one version do not overwrite each other.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use nanobot_cron::{CronError, CronPayload, CronSchedule, CronService, JobStore, NewJob};
+use nanobot_store_nats::NatsFiles;
+use nanobot_testkit::nats::NatsServer;
+use nanobot_util::SharedFilesError;
+
+fn service(store: JobStore) -> CronService {
+    CronService::new(store, Arc::new(|_job| Box::pin(async { Ok(String::new()) })))
+}
+
+async fn replica(server: &NatsServer) -> Result<(tempfile::TempDir, Arc<NatsFiles>)> {
+    let ws = tempfile::Builder::new().prefix("h26-cron-").tempdir()?;
+    let files = NatsFiles::open(&nanobot_bus_nats::NatsBusSettings::new(server.url())).await?;
+    Ok((ws, Arc::new(files)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_added_on_one_replica_is_seen_on_another() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let ((ws_a, fa), (ws_b, fb)) = (replica(&server).await?, replica(&server).await?);
+    let path = |ws: &tempfile::TempDir| ws.path().join("cron/jobs.json");
+    let (pa, pb) = (path(&ws_a), path(&ws_b));
+    let (a, b) = tokio::task::spawn_blocking(move || {
+        (
+            service(JobStore::new(pa).with_shared(fa)),
+            service(JobStore::new(pb).with_shared(fb)),
+        )
+    })
+    .await?;
+    // The stores are used from async code, as the cron tool and the scheduler do.
+    let job = a.add(
+        NewJob::new(
+            CronSchedule::every(Duration::from_secs(3600)),
+            CronPayload::agent_turn("water the plants"),
+        )
+        .with_name("plants"),
+    )?;
+    let on_b = b.list()?;
+    assert_eq!(
+        on_b.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
+        [job.id.as_str()]
+    );
+    assert_eq!(std::fs::read(path(&ws_a))?, std::fs::read(path(&ws_b))?);
+
+    // B removes it; A no longer lists it. B adds one; A sees it next to nothing else.
+    assert_eq!(b.remove(&job.id)?.id, job.id);
+    assert!(a.list()?.is_empty());
+    let second = b.add(NewJob::new(
+        CronSchedule::every(Duration::from_secs(60)),
+        CronPayload::agent_turn("stretch"),
+    ))?;
+    let on_a: Vec<String> = a.list()?.into_iter().map(|j| j.id).collect();
+    assert_eq!(on_a, [second.id]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_made_on_a_stale_copy_is_refused_and_nothing_is_lost() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let ((ws_a, fa), (ws_b, fb)) = (replica(&server).await?, replica(&server).await?);
+    let a = JobStore::new(ws_a.path().join("cron/jobs.json")).with_shared(fa);
+    let b = JobStore::new(ws_b.path().join("cron/jobs.json")).with_shared(fb);
+    let sa = service(a);
+    let first = sa.add(NewJob::new(
+        CronSchedule::every(Duration::from_secs(60)),
+        CronPayload::agent_turn("one"),
+    ))?;
+    // B changes the store from the version it has, while A adds a job in between (inside B's change).
+    let err = b
+        .update(|file| {
+            sa.add(NewJob::new(
+                CronSchedule::every(Duration::from_secs(60)),
+                CronPayload::agent_turn("two"),
+            ))
+            .unwrap();
+            file.job_mut(&first.id).unwrap().name = "renamed on B".into();
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(
+        matches!(err, CronError::Shared(SharedFilesError::Conflict { .. })),
+        "{err}"
+    );
+    assert!(err.to_string().contains("cron/jobs.json"), "{err}");
+    // Both of A's jobs are there, on both replicas; B's change, made again, lands on top.
+    assert_eq!(b.load()?.jobs.len(), 2);
+    b.update(|file| {
+        file.job_mut(&first.id).unwrap().name = "renamed on B".into();
+        Ok(())
+    })?;
+    let on_a = sa.list()?;
+    assert_eq!(on_a.len(), 2);
+    assert!(on_a.iter().any(|j| j.name == "renamed on B"));
+    Ok(())
+}
