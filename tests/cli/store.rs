@@ -38,26 +38,42 @@ async fn a_home_is_imported_and_exported_to_another_byte_for_byte() {
         let a = onboarded(&mock);
         let o = run(a.home(), &["agent", "-m", "hello"]);
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let o = run(
+            a.home(),
+            &[
+                "cron",
+                "add",
+                "-n",
+                "brief",
+                "-m",
+                "Morning brief",
+                "-c",
+                "0 9 * * *",
+            ],
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         point_at_nats(&a, &url);
         let o = run(a.home(), &["store", "import"]);
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         assert!(
-            stdout(&o).starts_with("Imported 1 file(s) from "),
+            stdout(&o).starts_with("Imported 2 file(s) from "),
             "{}",
             stdout(&o)
         );
         let o = run(a.home(), &["store", "import"]);
-        assert!(stdout(&o).contains("Imported 0 file(s)") && stdout(&o).contains("1 already matched"));
+        assert!(stdout(&o).contains("Imported 0 file(s)") && stdout(&o).contains("2 already matched"));
 
         let b = onboarded(&mock);
         point_at_nats(&b, &url);
         let o = run(b.home(), &["store", "export"]);
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         assert!(
-            stdout(&o).starts_with("Exported 1 file(s) from NANOBOT_FILES"),
+            stdout(&o).starts_with("Exported 2 file(s) from NANOBOT_FILES"),
             "{}",
             stdout(&o)
         );
+        let jobs = |h: &TempHome| std::fs::read(h.workspace().join("cron/jobs.json")).unwrap();
+        assert_eq!(jobs(&a), jobs(&b));
         let (fa, fb) = (
             session_file(&a, "Y2xpOmRpcmVjdA").unwrap(),
             session_file(&b, "Y2xpOmRpcmVjdA").unwrap(),
@@ -76,7 +92,7 @@ async fn a_home_is_imported_and_exported_to_another_byte_for_byte() {
             stdout(&o)
         );
         let o = run(b.home(), &["store", "export"]);
-        assert!(stdout(&o).contains("1 already matched"), "{}", stdout(&o));
+        assert!(stdout(&o).contains("2 already matched"), "{}", stdout(&o));
     })
     .await
     .unwrap();

@@ -279,9 +279,10 @@ pub enum PluginsAction {
 #[derive(Debug, Clone, Subcommand)]
 #[non_exhaustive]
 pub enum StoreAction {
-    /// Write the stored sessions into this home (`<data dir>/sessions/<workspace id>/`), byte for byte.
+    /// Write the stored sessions and cron jobs into this home (`<data dir>/sessions/<workspace id>/`,
+    /// `<workspace>/cron/jobs.json`), byte for byte.
     Export(StoreArgs),
-    /// Publish this home's session files to the server.
+    /// Publish this home's session files and cron jobs to the server.
     Import(StoreArgs),
 }
 

@@ -378,7 +378,13 @@ fn store(action: StoreAction, env: &CliEnv, out: &mut dyn Write) -> Result<(), C
     let report = rt
         .block_on(nanobot_gateway::store_transfer(
             &s.loaded.config,
-            vec![("sessions".into(), dir.clone())],
+            vec![
+                ("sessions".into(), dir.clone()),
+                (
+                    nanobot_cron::SHARED_JOBS_NAME.into(),
+                    nanobot_config::paths::workspace::cron_jobs(&s.workspace),
+                ),
+            ],
             how,
             a.overwrite,
         ))

@@ -84,7 +84,8 @@ pub struct StoreTransferReport {
 }
 
 /// Moves the shared files of `gateway.bus.nats` between the server and a home: `areas` maps each stored area
-/// (`sessions`) to its local directory (`<data dir>/sessions/<workspace id>`). A file that differs on both sides is
+/// (`sessions`) to its local directory (`<data dir>/sessions/<workspace id>`), or a stored file's name
+/// (`cron/jobs.json`) to its local path. A file that differs on both sides is
 /// a conflict, left alone unless `overwrite`. The server is the one `gateway.bus.nats` names, whatever
 /// `gateway.bus.kind` says (so a home can be moved before switching).
 pub async fn store_transfer(
@@ -107,8 +108,13 @@ async fn transfer(
         .await
         .map_err(|e| GatewayError::Bus(e.to_string()))?;
     let mut layout = nanobot_store_nats::HomeLayout::new();
-    for (area, dir) in areas {
-        layout = layout.area(&area, dir);
+    for (area, path) in areas {
+        // A name with a `/` is one file (`cron/jobs.json`); a bare one is a folder of them (`sessions`).
+        layout = if area.contains('/') {
+            layout.file(&area, path)
+        } else {
+            layout.area(&area, path)
+        };
     }
     let stream = files.stream_name().to_owned();
     let report = tokio::task::spawn_blocking(move || match how {

@@ -13,6 +13,7 @@ use crate::{Folded, NatsFiles};
 #[derive(Clone, Debug, Default)]
 pub struct HomeLayout {
     areas: Vec<(String, PathBuf)>,
+    files: Vec<(String, PathBuf)>,
 }
 
 impl HomeLayout {
@@ -28,8 +29,19 @@ impl HomeLayout {
         self
     }
 
+    /// The stored name `name` is the one file `path` (`cron/jobs.json` → `<workspace>/cron/jobs.json`, whose
+    /// folder holds other files that are not shared).
+    #[must_use]
+    pub fn file(mut self, name: &str, path: impl Into<PathBuf>) -> Self {
+        self.files.push((name.to_owned(), path.into()));
+        self
+    }
+
     /// The local file of the stored name `name`; `None` when no area holds it.
     pub fn local_of(&self, name: &str) -> Option<PathBuf> {
+        if let Some((_, path)) = self.files.iter().find(|(n, _)| n == name) {
+            return Some(path.clone());
+        }
         let (area, rest) = name.split_once('/')?;
         let (_, dir) = self.areas.iter().find(|(a, _)| a == area)?;
         Some(dir.join(rest))
@@ -108,7 +120,8 @@ pub fn export(
     Ok(report)
 }
 
-/// Publishes every file of the layout's areas (hidden files, `*.corrupt-*` copies and temporary files left out).
+/// Publishes every file of the layout's areas (hidden files, `*.corrupt-*` copies and temporary files left out)
+/// and its single files.
 /// A file the store holds with other bytes is a conflict and left as stored, unless `overwrite` (then the home's
 /// version replaces it). Local files are only read.
 pub fn import(
@@ -117,28 +130,28 @@ pub fn import(
     overwrite: bool,
 ) -> Result<ImportReport, SharedFilesError> {
     let mut report = ImportReport::default();
+    let mut found = Vec::new();
     for (area, dir) in &layout.areas {
-        let mut found = Vec::new();
         walk(area, dir, dir, &mut found)?;
-        found.sort();
-        for (name, local) in found {
-            let bytes =
-                fs::read(&local).map_err(|e| crate::io_err(SharedFile::new(&name, &local), "read", e))?;
-            let (stored, seq) = files.stored(&name)?;
-            match stored {
-                Some(Folded::Whole(b)) if b == bytes => {
-                    report.unchanged += 1;
-                    continue;
-                }
-                Some(Folded::Whole(_)) if !overwrite => {
-                    report.conflicts.push(name);
-                    continue;
-                }
-                _ => {}
+    }
+    found.extend(layout.files.iter().filter(|(_, p)| p.is_file()).cloned());
+    found.sort();
+    for (name, local) in found {
+        let bytes = fs::read(&local).map_err(|e| crate::io_err(SharedFile::new(&name, &local), "read", e))?;
+        let (stored, seq) = files.stored(&name)?;
+        match stored {
+            Some(Folded::Whole(b)) if b == bytes => {
+                report.unchanged += 1;
+                continue;
             }
-            files.put_whole(SharedFile::new(&name, &local), seq)?;
-            report.published += 1;
+            Some(Folded::Whole(_)) if !overwrite => {
+                report.conflicts.push(name);
+                continue;
+            }
+            _ => {}
         }
+        files.put_whole(SharedFile::new(&name, &local), seq)?;
+        report.published += 1;
     }
     Ok(report)
 }
