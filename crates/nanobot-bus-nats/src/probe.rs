@@ -13,8 +13,9 @@ use crate::{NatsBusError, NatsBusSettings};
 pub struct Probe {
     /// The server's version.
     pub server_version: String,
-    /// Each stream of the bus (inbound, outbound, leases) and its message count; `None`: not created yet (the
-    /// first gateway creates it).
+    /// Each stream of the bus (inbound, outbound, the shared files, leases) and its message count; `None`: not
+    /// created yet (the first gateway creates it; the shared files' stream, a gateway with
+    /// `gateway.bus.nats.store: jetstream` or `nanobot store import`).
     pub streams: Vec<(String, Option<u64>)>,
     /// The leases held now: role (`scheduler`, `channel.<name>`) and holder (a replica's name).
     pub holders: Vec<(String, String)>,
@@ -29,6 +30,8 @@ pub async fn probe(settings: &NatsBusSettings) -> Result<Probe, NatsBusError> {
     for name in [
         settings.inbound_stream(),
         settings.outbound_stream(),
+        // The shared files of `nanobot-store-nats` (replicas with separate homes); the leases stay last.
+        format!("{}_FILES", settings.stream),
         format!("KV_{}", settings.lease_bucket()),
     ] {
         let count = match js.get_stream(&name).await {

@@ -46,7 +46,8 @@ async fn open_files(c: &nanobot_config::NatsBusConfig) -> Result<Arc<dyn SharedF
         .map_err(|e| GatewayError::Bus(format!("gateway.bus.nats.store is \"jetstream\": {e}")))?;
     tracing::info!(
         stream = files.stream_name(),
-        "sessions are kept on the NATS server; this home holds copies"
+        "sessions and the cron store are kept on the NATS server; this home holds copies (memory files and the \
+         rest of the workspace stay in this home: see docs/scaling.md)"
     );
     Ok(Arc::new(files))
 }
@@ -192,7 +193,11 @@ async fn nats_status(c: &nanobot_config::NatsBusConfig) -> Result<String, Gatewa
         .streams
         .iter()
         .map(|(name, n)| match n {
+            Some(n) if name.ends_with("_FILES") => format!("{name} ({n} messages of shared files)"),
             Some(n) => format!("{name} ({n} waiting)"),
+            None if name.ends_with("_FILES") => {
+                format!("{name} (made by the first gateway with gateway.bus.nats.store \"jetstream\")")
+            }
             None => format!("{name} (made by the first gateway)"),
         })
         .collect();

@@ -440,7 +440,7 @@ async fn the_probe_reports_streams_and_lease_holders_without_creating_anything()
     s.replica = "replica-one".into();
     let before = nanobot_bus_nats::probe(&s).await?;
     assert!(!before.server_version.is_empty());
-    assert_eq!(before.streams.len(), 3);
+    assert_eq!(before.streams.len(), 4, "in, out, files, leases");
     assert!(before.streams.iter().all(|(_, n)| n.is_none()), "{before:?}");
     // Still nothing there: the probe created nothing.
     assert!(
