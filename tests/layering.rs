@@ -7,6 +7,9 @@
 //! - `nanobot-bus` and `nanobot-config` never reach an HTTP client.
 //! - `nanobot-bus-nats` (a bus on NATS) is a bus and nothing more: it never reaches the agent, the providers, the
 //!   config or a channel.
+//! - The storage crates (sessions, cron, memory) never reach NATS: replicas' shared files come to them through the
+//!   `nanobot_util::SharedFiles` trait; `nanobot-store-nats`, which implements it, reaches neither the agent, the
+//!   providers, the config nor a channel.
 //! - `nanobot-types` (the bottom floor) reaches no other crate of ours and no HTTP client.
 //! - Tools, sessions, memory, MCP, skills and cron never reach `nanobot-providers`: they see models only
 //!   through the conversation types and the `Provider` trait in `nanobot-types`. (Tools and MCP do use an
@@ -245,6 +248,34 @@ fn the_nats_bus_is_only_a_bus() {
             "nanobot-providers",
             "nanobot-config",
             "nanobot-channels",
+            "reqwest",
+        ],
+    );
+}
+
+#[test]
+fn storage_never_reaches_nats_and_the_shared_files_are_only_files() {
+    let (edges, members) = graph();
+    assert!(
+        members.contains("nanobot-store-nats"),
+        "nanobot-store-nats is a workspace member"
+    );
+    for storage in ["nanobot-sessions", "nanobot-cron", "nanobot-memory"] {
+        assert_never_reaches(
+            &edges,
+            storage,
+            &["async-nats", "nanobot-bus-nats", "nanobot-store-nats"],
+        );
+    }
+    assert_never_reaches(
+        &edges,
+        "nanobot-store-nats",
+        &[
+            "nanobot-core",
+            "nanobot-providers",
+            "nanobot-config",
+            "nanobot-channels",
+            "nanobot-sessions",
             "reqwest",
         ],
     );
