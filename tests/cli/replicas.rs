@@ -1,7 +1,7 @@
 //! Three `nanobot gateway` processes on one home and one real `nats-server` (`gateway.bus.kind: nats`): API
 //! requests spread over them with one killed (`kill -9`) in the middle, and a Telegram chat whose replica is
 //! killed. Every request gets one answer, every session's history is whole, in order and without duplicates, and
-//! the chat goes on.
+//! the chat goes on. Then two processes with separate homes sharing only the server (`store: jetstream`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -301,5 +301,109 @@ async fn three_replicas_answer_every_request_once_and_survive_a_kill() -> Result
         }
     }
     assert_eq!(holders, 1, "one surviving replica holds Telegram");
+    Ok(())
+}
+
+/// `gateway.bus.nats.store: jetstream`: two `nanobot gateway` processes with separate homes (two machines) share
+/// only the NATS server. API requests alternate between them, one is killed (`kill -9`) in the middle, and what
+/// the server holds, exported into a third home, is every session whole, in order, without duplicates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_with_separate_homes_share_only_nats() -> Result<()> {
+    const SESSIONS: usize = 12;
+    const PER_SESSION: usize = 6;
+    nanobot_testkit::install_ring();
+    let Some(nats) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let mock = MockLlm::start_background();
+    mock.set_fallback(MockReply::text("ok").delay(Duration::from_millis(30)));
+    let homes = [onboarded(&mock), onboarded(&mock)];
+    let mut replicas = Vec::new();
+    for (home, name) in homes.iter().zip(["a", "b"]) {
+        let mut config: Value = serde_json::from_str(&std::fs::read_to_string(home.config_path())?)?;
+        config["api"]["host"] = "127.0.0.1".into();
+        config["api"]["apiKey"] = KEY.into();
+        config["api"]["timeout"] = 60.into();
+        config["gateway"]["host"] = "127.0.0.1".into();
+        config["gateway"]["heartbeat"] = json!({"enabled": false});
+        config["gateway"]["bus"] = json!({"kind": "nats", "nats": {
+            "url": nats.url(), "leaseTimeS": 2, "ackWaitS": 3, "partitions": 4, "store": "jetstream"
+        }});
+        config["tools"]["exec"] = json!({"enable": false});
+        replicas.push(Replica::start(home, &config, name)?);
+    }
+    for r in &replicas {
+        r.ready().await?;
+    }
+    let client = reqwest::Client::new();
+    let ports: Arc<Vec<u16>> = Arc::new(replicas.iter().map(|r| r.api).collect());
+    let (done, mut answered) = tokio::sync::watch::channel(0usize);
+    let done = Arc::new(done);
+    let load = {
+        let (client, ports, done) = (client.clone(), ports.clone(), done.clone());
+        tokio::spawn(async move {
+            futures::stream::iter(0..SESSIONS)
+                .map(|s| {
+                    let (client, ports, done) = (client.clone(), ports.clone(), done.clone());
+                    async move {
+                        for i in 0..PER_SESSION {
+                            // Request i of a session goes to replica (s + i) % 2: every session moves between
+                            // the two homes at each turn.
+                            let answer = ask(&client, &ports, s, i).await?;
+                            anyhow::ensure!(answer == "ok", "s{s} m{i}: {answer}");
+                            done.send_modify(|n| *n += 1);
+                        }
+                        Ok::<_, anyhow::Error>(())
+                    }
+                })
+                .buffer_unordered(6)
+                .collect::<Vec<_>>()
+                .await
+        })
+    };
+    tokio::time::timeout(GUARD, answered.wait_for(|n| *n >= SESSIONS * PER_SESSION / 3))
+        .await
+        .context("the load did not get going")??;
+    replicas[1].kill();
+    let results = tokio::time::timeout(GUARD * 2, load)
+        .await
+        .context("the load did not finish")??;
+    for r in results {
+        r?;
+    }
+
+    // What the server holds, written into a third home.
+    let third = onboarded(&mock);
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(third.config_path())?)?;
+    config["gateway"]["bus"] = json!({"kind": "nats", "nats": {"url": nats.url(), "store": "jetstream"}});
+    third.write_config(&config);
+    let o = tokio::task::spawn_blocking({
+        let h = third.home().to_owned();
+        move || crate::support::run(&h, &["store", "export"])
+    })
+    .await?;
+    anyhow::ensure!(o.status.success(), "{}", crate::support::stderr(&o));
+    let data = third.config_path().parent().context("data dir")?.to_owned();
+    let all = sessions(&data);
+    for s in 0..SESSIONS {
+        let messages = all
+            .get(&format!("api:load-{s}"))
+            .with_context(|| format!("session {s} missing"))?;
+        let users: Vec<&str> = messages
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .filter_map(|m| m["content"].as_str())
+            .collect();
+        let expected: Vec<String> = (0..PER_SESSION).map(|i| format!("s{s} m{i}")).collect();
+        assert_eq!(users, expected, "session {s}: every question once, in order");
+        let answers = messages
+            .iter()
+            .filter(|m| m["role"] == "assistant" && m["content"] == "ok")
+            .count();
+        assert_eq!(
+            answers, PER_SESSION,
+            "session {s}: one answer per question: {messages:?}"
+        );
+    }
     Ok(())
 }
