@@ -457,12 +457,10 @@ impl NatsFiles {
     pub(crate) fn stored(&self, name: &str) -> Result<(Option<Folded>, u64), SharedFilesError> {
         let subject = self.subject_of(name)?;
         let records = self.fetch(name, subject, 0)?;
-        if records.is_empty() {
-            return Ok((None, 0));
-        }
+        let never = !records.iter().any(|r| r.op != "part");
         let mut st = FileState::default();
         let out = fold(name, &mut st, Folded::Whole(Vec::new()), records)?;
-        Ok((Some(out), st.seen))
+        Ok((if never { None } else { Some(out) }, st.seen))
     }
 
     /// [`SharedFiles::pull`] with the file's state locked.
@@ -479,9 +477,10 @@ impl NatsFiles {
             *st = FileState::default();
         }
         let records = self.fetch(file.name, subject, st.seen)?;
-        if rebuild && records.is_empty() {
-            // The store has never held this file: the local copy (if any) stays as it is, published whole at its
-            // first change.
+        if rebuild && !records.iter().any(|r| r.op != "part") {
+            // The store has never held this file (at most the parts of a first version whose writer stopped): the
+            // local copy (if any) stays as it is, published whole at its first change.
+            fold(file.name, st, Folded::Same, records)?;
             return Ok(false);
         }
         let start = if rebuild {

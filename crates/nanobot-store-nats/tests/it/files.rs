@@ -130,3 +130,30 @@ async fn a_stale_replica_gets_a_conflict_and_catches_up() -> Result<()> {
     assert_eq!(std::fs::read(b.path(name))?, b"{\"version\":1,\"jobs\":[\"a\"]}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_stopped_between_parts_leaves_nothing_half_written() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let (a, b) = (Replica::open(&server).await?, Replica::open(&server).await?);
+    let name = "sessions/torn.jsonl";
+    // The first part of a file's first version, and then nothing: its writer died.
+    let js = async_nats::jetstream::new(async_nats::connect(server.url()).await?);
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Nanobot-Op", "part");
+    js.publish_with_headers(a.files.subject_of(name)?, headers, "half of it".into())
+        .await?
+        .await?;
+    // Nothing is written from it; a local copy is left as it is.
+    assert!(!b.pull(name).await?);
+    assert!(!b.path(name).exists());
+    write(&a.path(name), b"local\n");
+    assert!(!a.pull(name).await?);
+    assert_eq!(std::fs::read(a.path(name))?, b"local\n");
+    // The next writer publishes over it, and that is what everyone reads.
+    a.push(name).await?;
+    assert!(b.pull(name).await?);
+    assert_eq!(std::fs::read(b.path(name))?, b"local\n");
+    Ok(())
+}
