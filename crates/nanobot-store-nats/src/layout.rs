@@ -120,7 +120,8 @@ pub fn export(
     Ok(report)
 }
 
-/// Publishes every file of the layout's areas (hidden files, `*.corrupt-*` copies and temporary files left out)
+/// Publishes every file of the layout's areas (hidden files, `*.corrupt-*` and `*.replaced` copies and temporary
+/// files left out)
 /// and its single files.
 /// A file the store holds with other bytes is a conflict and left as stored, unless `overwrite` (then the home's
 /// version replaces it). Local files are only read.
@@ -177,7 +178,11 @@ fn walk(
     for entry in entries {
         let entry = entry.map_err(listing_failed)?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') || name.contains(".corrupt-") || name.ends_with(".tmp") {
+        if name.starts_with('.')
+            || name.contains(".corrupt-")
+            || name.ends_with(".tmp")
+            || name.ends_with(".replaced")
+        {
             continue;
         }
         let path = entry.path();

@@ -28,7 +28,9 @@
 //! This process remembers, per file, the sequence its copy reflects and the copy's identity, length, change
 //! time and last bytes. A copy changed without [`NatsFiles::push`] (or a process that restarted) is rebuilt
 //! from the stream at the next pull; a rebuilt file with the same bytes is left untouched. A file the stream has
-//! never held is left alone and published whole at its first change.
+//! never held is left alone and published whole at its first change. A copy this process had not seen yet that
+//! is replaced and is not an older version of the stored one (not a prefix of it: a home used before its files
+//! were imported) is kept as `<file>.replaced` first (once).
 //!
 //! The [`nanobot_util::SharedFiles`] calls block: they are made from tokio's blocking pool (where the storage
 //! crates do their file work) or from a worker of a multi-threaded runtime (whose other tasks then move to
@@ -121,6 +123,8 @@ struct FileState {
     appends: u32,
     /// Parts read whose final message has not been read yet.
     pending: Vec<(u64, Vec<u8>)>,
+    /// Pulled or pushed by this process already.
+    touched: bool,
 }
 
 #[derive(Default, Clone, Debug, PartialEq, Eq)]
@@ -464,7 +468,14 @@ impl NatsFiles {
     }
 
     /// [`SharedFiles::pull`] with the file's state locked.
-    fn pull_locked(&self, file: SharedFile<'_>, st: &mut FileState) -> Result<bool, SharedFilesError> {
+    /// `first_touch`: this process has not read or written the file yet, so a local copy that differs may hold
+    /// what the store never had (a home used before `import`); it is kept beside the file before being replaced.
+    fn pull_locked(
+        &self,
+        file: SharedFile<'_>,
+        st: &mut FileState,
+        first_touch: bool,
+    ) -> Result<bool, SharedFilesError> {
         let subject = self.subject_of(file.name)?;
         let now = Stamp::of(file)?;
         let matches = match (&st.known, &now) {
@@ -489,6 +500,9 @@ impl NatsFiles {
             Folded::Same
         };
         let folded = fold(file.name, st, start, records)?;
+        if rebuild && first_touch {
+            keep_replaced(file, &folded)?;
+        }
         let changed = self.apply(file, folded)?;
         st.known = match Stamp::of(file)? {
             Some(s) => Known::Present(s),
@@ -582,7 +596,7 @@ impl NatsFiles {
                     "shared file changed by another replica first: catching up"
                 );
                 *st = FileState::default();
-                if let Err(e) = self.pull_locked(file, st) {
+                if let Err(e) = self.pull_locked(file, st, false) {
                     tracing::warn!(file = file.name, error = %e, "could not catch up after a conflict");
                     *st = FileState::default();
                 }
@@ -683,6 +697,43 @@ impl NatsFiles {
     }
 }
 
+/// Before the stored version replaces a local copy this process had not seen yet: when the copy is not simply an
+/// older version of what is stored (not a prefix of it), it is kept as `<file>.replaced` (once: an existing one is
+/// left), so what a home held before its files were imported is never lost.
+fn keep_replaced(file: SharedFile<'_>, folded: &Folded) -> Result<(), SharedFilesError> {
+    let stored: &[u8] = match folded {
+        Folded::Whole(bytes) => bytes,
+        Folded::Deleted => &[],
+        Folded::Same | Folded::Appended(_) => return Ok(()),
+    };
+    let local = match fs::read(file.local) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err(file, "read", e)),
+    };
+    if local.is_empty() || stored.starts_with(&local) {
+        return Ok(());
+    }
+    let mut backup = file.local.as_os_str().to_owned();
+    backup.push(".replaced");
+    let backup = std::path::PathBuf::from(backup);
+    if backup.exists() {
+        return Ok(());
+    }
+    nanobot_util::write_atomic(&backup, &local).map_err(|e| SharedFilesError::Io {
+        name: file.name.to_owned(),
+        op: "keep a copy of",
+        path: backup.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    tracing::warn!(
+        file = file.name,
+        kept = %backup.display(),
+        "the local copy differed from the shared one and was never published: kept beside it"
+    );
+    Ok(())
+}
+
 fn create_parent(file: SharedFile<'_>) -> Result<(), SharedFilesError> {
     if let Some(parent) = file.local.parent() {
         let mut b = fs::DirBuilder::new();
@@ -717,17 +768,21 @@ impl SharedFiles for NatsFiles {
     fn pull(&self, file: SharedFile<'_>) -> Result<bool, SharedFilesError> {
         let state = self.state(file.name);
         let mut st = nanobot_util::lock(&state);
-        let out = self.pull_locked(file, &mut st);
+        let first_touch = !st.touched;
+        let out = self.pull_locked(file, &mut st, first_touch);
         if out.is_err() {
             *st = FileState::default();
         }
+        st.touched = true;
         out
     }
 
     fn push(&self, file: SharedFile<'_>) -> Result<(), SharedFilesError> {
         let state = self.state(file.name);
         let mut st = nanobot_util::lock(&state);
-        self.push_locked(file, &mut st)
+        let out = self.push_locked(file, &mut st);
+        st.touched = true;
+        out
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<String>, SharedFilesError> {

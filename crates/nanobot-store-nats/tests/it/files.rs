@@ -157,3 +157,30 @@ async fn a_writer_that_stopped_between_parts_leaves_nothing_half_written() -> Re
     assert_eq!(std::fs::read(b.path(name))?, b"local\n");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_copy_never_published_is_kept_when_the_stored_one_replaces_it() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let (a, b) = (Replica::open(&server).await?, Replica::open(&server).await?);
+    let name = "sessions/both.jsonl";
+    // B's home holds a file it never published (used before `import`); A creates the same file in the store.
+    write(&b.path(name), b"only on b\n");
+    write(&a.path(name), b"from a\n");
+    a.push(name).await?;
+    assert!(b.pull(name).await?);
+    assert_eq!(std::fs::read(b.path(name))?, b"from a\n");
+    let kept = b.dir.path().join("sessions/both.jsonl.replaced");
+    assert_eq!(std::fs::read(&kept)?, b"only on b\n");
+
+    // A stale copy (an older version, as after a restart) is replaced without a copy.
+    append(&a.path(name), b"more\n");
+    a.push(name).await?;
+    let c = Replica::open(&server).await?;
+    write(&c.path(name), b"from a\n");
+    assert!(c.pull(name).await?);
+    assert_eq!(std::fs::read(c.path(name))?, b"from a\nmore\n");
+    assert!(!c.dir.path().join("sessions/both.jsonl.replaced").exists());
+    Ok(())
+}
