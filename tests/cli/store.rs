@@ -111,3 +111,61 @@ fn an_unreachable_server_is_named_and_nothing_is_touched() {
     assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// What `nanobot store export` writes is a home the Python nanobot 0.3.5 continues as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exported_home_is_continued_by_the_python_nanobot() {
+    let Some(pyexe) = nanobot_testkit::peers::require(
+        "python nanobot (nanobot-ai 0.3.5)",
+        crate::compat_python::python_nanobot(),
+    ) else {
+        return;
+    };
+    let Some(server) = NatsServer::start().await.unwrap() else {
+        return;
+    };
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("hello back"));
+    mock.push(MockReply::text("continued in python"));
+    let url = server.url();
+    let mock = std::sync::Arc::new(mock);
+    let m = mock.clone();
+    tokio::task::spawn_blocking(move || {
+        let a = onboarded(&m);
+        let o = run(a.home(), &["agent", "-m", "hello from rust"]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        point_at_nats(&a, &url);
+        let o = run(a.home(), &["store", "import"]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+
+        let b = onboarded(&m);
+        point_at_nats(&b, &url);
+        let o = run(b.home(), &["store", "export"]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+
+        let mut cmd = std::process::Command::new(&pyexe);
+        cmd.env_clear()
+            .env("HOME", b.home())
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("NO_COLOR", "1")
+            .env("TERM", "dumb")
+            .current_dir(b.home())
+            .args(["agent", "-m", "go on"]);
+        let o = crate::compat_python::bounded(cmd, "python nanobot");
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(stdout(&o).contains("continued in python"), "{}", stdout(&o));
+        assert!(!stderr(&o).contains("Traceback"), "{}", stderr(&o));
+    })
+    .await
+    .unwrap();
+    // Python read the exported session: the conversation it sent the model holds the turn Rust stored.
+    let asked = mock.completion_requests();
+    let last = asked.last().unwrap();
+    let texts: Vec<String> = last
+        .messages()
+        .iter()
+        .filter_map(|m| m["content"].as_str().map(str::to_owned))
+        .collect();
+    assert!(texts.iter().any(|t| t.contains("hello from rust")), "{texts:?}");
+    assert!(texts.iter().any(|t| t == "hello back"), "{texts:?}");
+}
