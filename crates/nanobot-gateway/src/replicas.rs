@@ -33,7 +33,13 @@ pub(crate) async fn connect(config: &Config, capacity: usize) -> Result<GatewayB
 /// home); `None` for the in-process bus and for replicas sharing one data directory (the default).
 pub(crate) async fn shared_files(config: &Config) -> Result<Option<Arc<dyn SharedFiles>>, GatewayError> {
     let bus = &config.gateway.bus;
-    if bus.kind != BusKind::Nats || bus.nats.store != StoreKind::Jetstream {
+    if bus.nats.store != StoreKind::Jetstream {
+        return Ok(None);
+    }
+    if bus.kind != BusKind::Nats {
+        tracing::warn!(
+            "gateway.bus.nats.store is \"jetstream\" but gateway.bus.kind is not \"nats\": sessions stay in this home"
+        );
         return Ok(None);
     }
     open_files(&bus.nats).await.map(Some)
