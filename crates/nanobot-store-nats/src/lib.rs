@@ -1,5 +1,7 @@
 //! The nanobot home's shared files on NATS JetStream: [`NatsFiles`] implements [`nanobot_util::SharedFiles`], so
-//! gateway replicas on several machines, each with its own local home, serve the same sessions.
+//! gateway replicas on several machines, each with its own local home, serve the same sessions
+//! (`nanobot_sessions::StoreOptions::shared`) and cron store (`nanobot_cron::JobStore::with_shared`).
+//! [`export`] and [`import`] move the stored files to and from a home's directory layout.
 //!
 //! # Layout
 //! One stream, `<STREAM>_FILES` (file storage, direct reads allowed), on the subjects `<prefix>.files.>`. Each file
