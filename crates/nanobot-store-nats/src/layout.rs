@@ -113,7 +113,7 @@ pub fn export(
             name: name.clone(),
             op: "write",
             path: local.clone(),
-            source: std::io::Error::other(e.to_string()),
+            source: std::io::Error::from(e),
         })?;
         report.written += 1;
     }

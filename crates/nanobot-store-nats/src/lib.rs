@@ -535,7 +535,7 @@ impl NatsFiles {
                     name: file.name.to_owned(),
                     op: "write",
                     path: file.local.to_owned(),
-                    source: std::io::Error::other(e.to_string()),
+                    source: std::io::Error::from(e),
                 })?;
                 Ok(true)
             }
@@ -726,7 +726,7 @@ fn keep_replaced(file: SharedFile<'_>, folded: &Folded) -> Result<(), SharedFile
         name: file.name.to_owned(),
         op: "keep a copy of",
         path: backup.clone(),
-        source: std::io::Error::other(e.to_string()),
+        source: std::io::Error::from(e),
     })?;
     tracing::warn!(
         file = file.name,
