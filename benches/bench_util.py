@@ -10,6 +10,12 @@
                                          and median/max peak RSS KiB (the child's own, from wait4)
   bench_util.py cputime PID              user+system CPU ms PID has used so far (all its threads), as JSON
   bench_util.py lean-table LEAN.jsonl    print benches/lean.sh's results as issue 22's table (with the goals)
+  bench_util.py resident PID [UNSTRIPPED] where PID's resident memory is: per kind of mapping (the program's code,
+                                         its relocated read-only data, read-only data, libraries, heap and other
+                                         anonymous memory), and, given an unstripped copy of the program, the
+                                         crates whose code pages are resident (what start-up touched)
+  bench_util.py code-size UNSTRIPPED [N] the N (default 30) crates with the most machine code in a program
+                                         (function symbols' sizes, as cargo-bloat --crates counts them)
 """
 import json, os, socket, statistics, subprocess, sys, time, urllib.request
 
@@ -169,6 +175,107 @@ def cmd_lean_table(path):
             print("|---|---|---|---|")
 
 
+def crate_of(symbol):
+    """The crate a demangled Rust symbol belongs to, roughly: the first path segment of the item (or, for
+    `<T as Trait>::f` and `drop_in_place<T>`, of the type T)."""
+    s = symbol.strip()
+    for prefix in ("core::ptr::drop_in_place<", "<"):
+        while s.startswith(prefix):
+            s = s[len(prefix):]
+    for noise in ("&", "mut ", "dyn ", "*const ", "*mut ", "["):
+        while s.startswith(noise):
+            s = s[len(noise):]
+    head = s.split("::", 1)[0]
+    return head if head and head.replace("_", "").isalnum() else "(other)"
+
+
+def cmd_resident(pid, unstripped=None):
+    page = os.sysconf("SC_PAGE_SIZE")
+    exe = os.path.realpath(f"/proc/{pid}/exe")
+    kinds, text = {}, None
+    maps, cur = [], None
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+                lo, hi = (int(x, 16) for x in head[0].split("-"))
+                cur = {"lo": lo, "hi": hi, "perm": head[1], "off": int(head[2], 16),
+                       "name": head[5] if len(head) > 5 else "", "rss": 0, "anon": 0}
+                maps.append(cur)
+            elif head[0] == "Rss:":
+                cur["rss"] = int(head[1])
+            elif head[0] == "Anonymous:":
+                cur["anon"] = int(head[1])
+    for m in maps:
+        if m["name"] == exe:
+            kind = {"r-xp": "program code", "rw-p": "program data"}.get(
+                m["perm"], "program relocated read-only data" if m["anon"] else "program read-only data")
+            if m["perm"] == "r-xp":
+                text = m
+        elif m["name"].startswith("/"):
+            kind = "shared libraries"
+        elif m["name"] == "[heap]":
+            kind = "heap"
+        elif m["name"] == "[stack]":
+            kind = "main stack"
+        else:
+            kind = "other anonymous (thread stacks, allocator arenas, large allocations)"
+        kinds[kind] = kinds.get(kind, 0) + m["rss"]
+    out = {"pid": int(pid), "rss_kib": sum(kinds.values()), "kinds_kib": dict(sorted(kinds.items(), key=lambda kv: -kv[1]))}
+    if unstripped and text:
+        present = []
+        with open(f"/proc/{pid}/pagemap", "rb") as f:
+            f.seek(text["lo"] // page * 8)
+            raw = f.read((text["hi"] - text["lo"]) // page * 8)
+        for i in range(len(raw) // 8):
+            if int.from_bytes(raw[i * 8:i * 8 + 8], "little") >> 63:
+                present.append(text["lo"] + i * page)
+        # The program is position-independent: file offset = address - mapping start + mapping offset, and the
+        # symbol table gives virtual addresses of the linked file (the code's first byte at its offset's address).
+        syms = []
+        nm = subprocess.run(["nm", "-n", "-C", "--defined-only", unstripped], capture_output=True, text=True, check=True)
+        for line in nm.stdout.splitlines():
+            parts = line.split(" ", 2)
+            if len(parts) == 3 and parts[1] in "tTwW":
+                syms.append((int(parts[0], 16), parts[2]))
+        import bisect
+        addrs = [a for a, _ in syms]
+        # Linked address of the mapping's start: its file offset moved by the code segment's vaddr - offset.
+        delta = 0
+        ph = subprocess.run(["readelf", "-lW", unstripped], capture_output=True, text=True, check=True).stdout
+        for line in ph.splitlines():
+            f = line.split()
+            if f and f[0] == "LOAD" and "E" in "".join(f[6:-1]):
+                delta = int(f[2], 16) - int(f[1], 16)
+        base = text["off"] + delta
+        crates = {}
+        for p in present:
+            linked = p - text["lo"] + base
+            i = bisect.bisect_right(addrs, linked + page - 1) - 1
+            j = bisect.bisect_right(addrs, linked) - 1
+            names = [syms[k][1] for k in range(max(j, 0), max(i, 0) + 1)] or ["(unknown)"]
+            for n in names:
+                c = crate_of(n)
+                crates[c] = crates.get(c, 0) + page / 1024 / len(names)
+        out["code_kib_by_crate"] = {k: round(v) for k, v in sorted(crates.items(), key=lambda kv: -kv[1])[:40]}
+    print(json.dumps(out, indent=1))
+
+
+def cmd_code_size(unstripped, top=30):
+    nm = subprocess.run(["nm", "-S", "-C", "--defined-only", unstripped], capture_output=True, text=True, check=True)
+    crates, total = {}, 0
+    for line in nm.stdout.splitlines():
+        parts = line.split(" ", 3)
+        if len(parts) == 4 and parts[2] in "tTwW":
+            size = int(parts[1], 16)
+            total += size
+            c = crate_of(parts[3])
+            crates[c] = crates.get(c, 0) + size
+    rows = sorted(crates.items(), key=lambda kv: -kv[1])[:int(top)]
+    print(json.dumps({"code_kib": round(total / 1024),
+                      "by_crate_kib": {k: round(v / 1024) for k, v in rows}}, indent=1))
+
+
 if __name__ == "__main__":
     op, args = sys.argv[1], sys.argv[2:]
     if op == "time":
@@ -186,5 +293,9 @@ if __name__ == "__main__":
         cmd_cputime(args[0])
     elif op == "lean-table":
         cmd_lean_table(args[0])
+    elif op == "resident":
+        cmd_resident(*args[:2])
+    elif op == "code-size":
+        cmd_code_size(*args[:2])
     else:
         sys.exit(__doc__)

@@ -105,6 +105,7 @@ idle_rss() { # impl home cmd... ; RSS 3 s after the gateway port opened
   $UTIL wait "127.0.0.1:$port" 60 || echo "   ($impl gateway port not opened; measuring anyway)" >&2
   sleep 3
   local kib; kib=$($UTIL rss "$pid" | python3 -c 'import json,sys; print(json.load(sys.stdin)["rss_kib"])')
+  [ "$impl" = rust ] && $UTIL resident "$pid" > "$OUT/lean-resident.json"
   kill "$pid"; wait "$pid" 2>/dev/null || true
   echo "$kib"
 }
@@ -156,3 +157,6 @@ if [ -n "$PY" ]; then
 fi
 
 $UTIL lean-table "$RESULTS"
+echo
+echo "Idle gateway (Rust), resident memory by kind of mapping (KiB):"
+python3 -c 'import json,sys; [print(f"- {k}: {v}") for k, v in json.load(open(sys.argv[1]))["kinds_kib"].items()]' "$OUT/lean-resident.json"
