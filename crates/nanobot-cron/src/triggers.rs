@@ -423,10 +423,12 @@ impl TriggerStore {
                 last_error: None,
                 run_history: Vec::new(),
             };
+            // Trusted under the store's lock, with the creation: a first start's baseline (which takes the lock
+            // too) either sees the trigger or is seen by this, never writes the ledger over this one's trust.
+            self.trust_unlocked(&trigger)?;
             file.triggers.push(trigger.clone());
             Ok(trigger)
         })?;
-        self.trust(&trigger)?;
         Ok(trigger)
     }
 
@@ -481,6 +483,13 @@ impl TriggerStore {
 
     /// Trusts `trigger` as it is now.
     pub fn trust(&self, trigger: &LocalTrigger) -> Result<(), TriggerError> {
+        let _lock = self.lock()?;
+        self.trust_unlocked(trigger)
+    }
+
+    /// [`trust`](Self::trust) with the store's lock held by the caller (the ledger is read, changed and written
+    /// under it, so no two writers lose each other's entries).
+    fn trust_unlocked(&self, trigger: &LocalTrigger) -> Result<(), TriggerError> {
         let mut set = self.load_trusted()?.unwrap_or_default();
         if set.insert(trigger.fingerprint()) {
             self.save_trusted(&set)?;
@@ -496,18 +505,19 @@ impl TriggerStore {
     }
 
     /// Without a ledger yet, trusts the triggers already in the workspace once; returns how many.
+    /// The check and the write are under the store's lock, as `/trigger`'s creation and trust are: a trigger
+    /// created while the gateway starts is either in the baseline or trusted on top of it.
     pub fn baseline_if_missing(&self) -> Result<usize, TriggerError> {
+        let _lock = self.lock()?;
         if self.load_trusted()?.is_some() {
             return Ok(0);
         }
-        let set: BTreeSet<String> = {
-            let _lock = self.lock()?;
-            self.load_unlocked()?
-                .triggers
-                .iter()
-                .map(LocalTrigger::fingerprint)
-                .collect()
-        };
+        let set: BTreeSet<String> = self
+            .load_unlocked()?
+            .triggers
+            .iter()
+            .map(LocalTrigger::fingerprint)
+            .collect();
         self.save_trusted(&set)?;
         Ok(set.len())
     }

@@ -96,9 +96,10 @@ impl Runtime {
                         leases,
                         opts.observer.clone(),
                         accept.clone(),
+                        tracker.clone(),
                     ));
                 }
-                None => spawn_scheduler(&agent, &accept),
+                None => spawn_scheduler(&agent, &accept, &tracker),
             }
         }
         // Session files written by the Python nanobot are counted once now, off the turn path, so the first turn
@@ -155,7 +156,9 @@ impl Runtime {
         }
     }
 
-    /// Waits until every tracked turn has finished, up to `deadline`; true when they all did.
+    /// Waits until every tracked turn has finished, up to `deadline`; true when they all did. After
+    /// [`stop_accepting`](Self::stop_accepting) that includes the local trigger delivery running then, settled
+    /// and its outcome recorded.
     pub async fn drain(&self, deadline: Instant) -> bool {
         self.tracker.close();
         tokio::time::timeout_at(deadline, self.tracker.wait())
@@ -170,8 +173,11 @@ impl Runtime {
     }
 }
 
-/// Runs cron (with the system jobs) and the local trigger queue until `stop` fires.
-fn spawn_scheduler(agent: &AgentLoop, stop: &CancellationToken) {
+/// Runs cron (with the system jobs) and the local trigger queue until `stop` fires. The trigger queue is tracked
+/// like a turn: once `stop` fires it finishes the delivery it is running (its answer published, its outcome
+/// recorded, the delivery settled) and ends, so [`Runtime::drain`] waits for that delivery instead of leaving it
+/// claimed, to run (and answer) again on the next start.
+fn spawn_scheduler(agent: &AgentLoop, stop: &CancellationToken, tracker: &TaskTracker) {
     if let Some(cron) = agent.cron() {
         let svc = cron.clone();
         let stop = stop.clone();
@@ -186,7 +192,7 @@ fn spawn_scheduler(agent: &AgentLoop, stop: &CancellationToken) {
         });
         let queue = nanobot_cron::TriggerQueue::new(store.clone(), handler);
         let stop = stop.clone();
-        tokio::spawn(async move { queue.run(stop).await });
+        tracker.spawn(async move { queue.run(stop).await });
     }
 }
 
@@ -197,6 +203,7 @@ async fn schedule_under_lease(
     leases: Arc<dyn Leases>,
     observer: Option<Arc<dyn TurnObserver>>,
     accept: CancellationToken,
+    tracker: TaskTracker,
 ) {
     let held = |on: bool| {
         if let Some(o) = &observer {
@@ -217,7 +224,7 @@ async fn schedule_under_lease(
         );
         held(true);
         let running = accept.child_token();
-        spawn_scheduler(&agent, &running);
+        spawn_scheduler(&agent, &running, &tracker);
         tokio::select! {
             () = accept.cancelled() => {
                 held(false);

@@ -98,6 +98,35 @@ fn a_store_written_by_python_is_read_and_its_unknown_fields_do_not_break_it() {
 }
 
 #[test]
+fn a_trigger_made_while_the_first_start_takes_its_baseline_stays_trusted() {
+    // `/trigger` in a chat while the gateway's queue takes its first-start baseline: whichever order the two take,
+    // the new trigger is trusted (the baseline used to write the ledger over the creation's trust, so the first
+    // delivery was held; the runtime's trigger test showed it under CPU load). The window is narrow, so this runs
+    // it many times on fresh homes and catches a regression only sometimes.
+    for round in 0..300 {
+        let h = home();
+        let (a, b) = (store(&h), store(&h));
+        let go = Arc::new(std::sync::Barrier::new(2));
+        let baseline = std::thread::spawn({
+            let go = go.clone();
+            move || {
+                go.wait();
+                b.baseline_if_missing().unwrap()
+            }
+        });
+        go.wait();
+        let t = a
+            .create("nightly", "telegram", "42", "telegram:42", Map::new())
+            .unwrap();
+        baseline.join().unwrap();
+        assert!(
+            a.is_trusted(&t).unwrap(),
+            "round {round}: the new trigger lost its trust"
+        );
+    }
+}
+
+#[test]
 fn a_trigger_rebound_or_planted_by_a_file_write_is_not_trusted() {
     let h = home();
     let s = store(&h);

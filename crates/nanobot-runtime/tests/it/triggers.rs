@@ -99,10 +99,21 @@ async fn a_trigger_made_in_a_chat_answers_its_deliveries_there() {
             .any(|m| m.content_text().is_some_and(|t| t.contains("build #12 failed"))),
         "the delivery is in the chat's session"
     );
+    // The answer is published before the queue records the run (as 0.3.5 does: a failed publish is recorded as
+    // an error); a graceful stop waits for the running delivery to settle, so the outcome is recorded by then.
+    rt.stop_accepting(tokio::time::Instant::now() + GUARD).await;
+    assert!(
+        rt.drain(tokio::time::Instant::now() + GUARD).await,
+        "the delivery settles within the guard"
+    );
     let recorded = store.get(&id).unwrap().unwrap();
     assert_eq!(recorded.last_status.as_deref(), Some("ok"));
-
-    rt.stop_accepting(tokio::time::Instant::now() + GUARD).await;
+    assert_eq!(recorded.run_history.len(), 1, "{:?}", recorded.run_history);
+    assert_eq!(
+        (store.recover(), store.claim().len()),
+        (0, 0),
+        "the delivery was settled, not left to run again on the next start"
+    );
     rt.shutdown().await;
 }
 
