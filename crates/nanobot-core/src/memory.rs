@@ -8,6 +8,7 @@
 //! loop resolves it per turn from `agents.defaults.memoryScope`).
 
 use std::path::Path;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use nanobot_memory::ScopeKey;
@@ -250,5 +251,92 @@ impl MemoryService for MemoryAdapter {
 
     async fn dream_restore(&self, scope: &ScopeKey, args: &str) -> Result<String, BoxError> {
         Ok(self.memory.dream.scoped(scope).restore_text(args).await?)
+    }
+}
+
+/// Runs `sync` on the blocking pool; a failure is logged (naming `when`), never fails the caller: a turn or a
+/// memory job goes on with the local copy, and the next sync publishes what it wrote.
+pub(crate) async fn sync_memory(
+    sync: &nanobot_memory::MemorySync,
+    scope: Option<&ScopeKey>,
+    when: &'static str,
+) {
+    let (sync, scope) = (sync.clone(), scope.cloned());
+    let done = tokio::task::spawn_blocking(move || match &scope {
+        Some(s) => sync.sync(s),
+        None => sync.sync_all(),
+    })
+    .await;
+    match done {
+        Ok(Ok(report)) => {
+            if !report.conflicts.is_empty() {
+                let kept: Vec<String> = report.conflicts.iter().map(|p| p.display().to_string()).collect();
+                tracing::warn!(
+                    when,
+                    kept = %kept.join(", "),
+                    "memory: another replica changed a memory file first; this replica's version is kept beside it"
+                );
+            }
+        }
+        Ok(Err(e)) => tracing::warn!(
+            when,
+            error = %nanobot_util::error_chain(&e),
+            "memory: cannot synchronise the memory files with the other replicas"
+        ),
+        Err(e) => tracing::warn!(when, error = %e, "memory: the synchronisation task failed"),
+    }
+}
+
+/// A [`MemoryService`] whose memory files are shared with other replicas ([`nanobot_memory::MemorySync`]): every
+/// consolidation, archive and Dream run is preceded by a pull and followed by a publish of its memory's files.
+pub(crate) struct SyncedMemory {
+    pub(crate) inner: Arc<dyn MemoryService>,
+    pub(crate) sync: nanobot_memory::MemorySync,
+}
+
+#[async_trait]
+impl MemoryService for SyncedMemory {
+    async fn consolidate(
+        &self,
+        session_key: &str,
+        scope: &ScopeKey,
+        trigger: ConsolidationTrigger,
+    ) -> Result<ConsolidationReport, BoxError> {
+        sync_memory(&self.sync, Some(scope), "before a consolidation").await;
+        let out = self.inner.consolidate(session_key, scope, trigger).await;
+        sync_memory(&self.sync, Some(scope), "after a consolidation").await;
+        out
+    }
+
+    async fn archive_session(&self, session: Session, scope: &ScopeKey) -> Result<(), BoxError> {
+        sync_memory(&self.sync, Some(scope), "before an archive").await;
+        let out = self.inner.archive_session(session, scope).await;
+        sync_memory(&self.sync, Some(scope), "after an archive").await;
+        out
+    }
+
+    async fn dream(&self, scope: &ScopeKey) -> Result<String, BoxError> {
+        sync_memory(&self.sync, Some(scope), "before Dream").await;
+        let out = self.inner.dream(scope).await;
+        sync_memory(&self.sync, Some(scope), "after Dream").await;
+        out
+    }
+
+    async fn dream_all(&self) -> Result<String, BoxError> {
+        sync_memory(&self.sync, None, "before Dream").await;
+        let out = self.inner.dream_all().await;
+        sync_memory(&self.sync, None, "after Dream").await;
+        out
+    }
+
+    async fn dream_log(&self, scope: &ScopeKey, args: &str) -> Result<String, BoxError> {
+        self.inner.dream_log(scope, args).await
+    }
+
+    async fn dream_restore(&self, scope: &ScopeKey, args: &str) -> Result<String, BoxError> {
+        sync_memory(&self.sync, Some(scope), "before a Dream restore").await;
+        let out = self.inner.dream_restore(scope, args).await;
+        sync_memory(&self.sync, Some(scope), "after a Dream restore").await;
+        out
     }
 }

@@ -52,8 +52,8 @@ async fn open_files(c: &nanobot_config::NatsBusConfig) -> Result<Arc<dyn SharedF
         .map_err(|e| GatewayError::Bus(format!("gateway.bus.nats.store is \"jetstream\": {e}")))?;
     tracing::info!(
         stream = files.stream_name(),
-        "sessions and the cron store are kept on the NATS server; this home holds copies (memory files and the \
-         rest of the workspace stay in this home: see docs/scaling.md)"
+        "sessions, the cron store and the memory files are kept on the NATS server; this home holds copies (the \
+         rest of the workspace stays in this home: see docs/scaling.md)"
     );
     Ok(Arc::new(files))
 }

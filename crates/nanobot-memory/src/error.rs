@@ -61,6 +61,10 @@ pub enum MemoryError {
     /// A background task could not finish (it panicked or was cancelled).
     #[error("background task")]
     Task(#[from] tokio::task::JoinError),
+    /// The shared store of the memory files (gateway replicas, [`crate::MemorySync`]) failed; the message names
+    /// the file.
+    #[error(transparent)]
+    Shared(#[from] nanobot_util::SharedFilesError),
 }
 
 impl MemoryError {

@@ -65,6 +65,7 @@ pub mod scope;
 #[cfg(feature = "search")]
 mod search;
 mod store;
+mod sync;
 #[cfg(feature = "search")]
 mod tool;
 
@@ -90,6 +91,7 @@ pub use search::{HitKind, INDEX_FILE, SESSION_DIR_INDEX_FILE, SearchHit, SearchI
 pub use store::{
     DREAM_CURSOR_FILE, HISTORY_FILE, HistoryEntry, LEGACY_HISTORY_FILE, MEMORY_DIR, MEMORY_FILE, MemoryStore,
 };
+pub use sync::{MAX_ATTEMPTS as SYNC_MAX_ATTEMPTS, MemorySync, SyncReport};
 #[cfg(feature = "search")]
 pub use tool::{DEFAULT_LIMIT, MAX_LIMIT, MEMORY_SEARCH_TOOL, MemorySearchTool};
 

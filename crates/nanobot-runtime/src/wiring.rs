@@ -262,8 +262,8 @@ pub fn agent_builder(
     agent_builder_shared(config, env, provider, None)
 }
 
-/// [`agent_builder`] whose session store and cron store keep their files in `shared` too (gateway replicas with
-/// separate homes, `gateway.bus.nats.store: jetstream`); `None` is [`agent_builder`].
+/// [`agent_builder`] whose session store, cron store and memory files keep their files in `shared` too (gateway
+/// replicas with separate homes, `gateway.bus.nats.store: jetstream`); `None` is [`agent_builder`].
 pub fn agent_builder_shared(
     config: &Config,
     env: &Environment,
@@ -320,7 +320,11 @@ pub fn agent_builder_shared(
             None
         }
     };
-    let mut builder = AgentLoop::builder(provider, settings)
+    let mut builder = AgentLoop::builder(provider, settings);
+    if let Some(files) = &shared {
+        builder = builder.memory_files(files.clone());
+    }
+    let mut builder = builder
         .sessions(sessions)
         .registry_settings(registry_settings(config))
         .base_tools(base)

@@ -160,6 +160,8 @@ struct LoopInner {
     hooks: Vec<Arc<dyn AgentHook>>,
     usage: UsageHook,
     memory: Option<Arc<dyn MemoryService>>,
+    /// The memory files shared with other replicas (synchronised around turns and memory jobs).
+    memory_sync: Option<nanobot_memory::MemorySync>,
     mcp: Option<McpManager>,
     mcp_registered: Mutex<HashSet<String>>,
     #[cfg(feature = "cron")]
@@ -226,6 +228,7 @@ pub struct AgentLoopBuilder {
     skills: Option<SkillsLoader>,
     hooks: Vec<Arc<dyn AgentHook>>,
     memory: Option<Arc<dyn MemoryService>>,
+    memory_files: Option<Arc<dyn nanobot_util::SharedFiles>>,
     mcp: Option<McpManager>,
     #[cfg(feature = "cron")]
     cron: Option<(JobStore, chrono_tz::Tz)>,
@@ -290,6 +293,15 @@ impl AgentLoopBuilder {
     #[must_use]
     pub fn memory(mut self, memory: Arc<dyn MemoryService>) -> Self {
         self.memory = Some(memory);
+        self
+    }
+
+    /// Keeps the memory files (`memory/MEMORY.md`, `history.jsonl`, `.dream_cursor`, and each memory scope's) in
+    /// `files` too, shared with other replicas: pulled before each turn builds its prompt, published after it and
+    /// around every consolidation and Dream run ([`nanobot_memory::MemorySync`]).
+    #[must_use]
+    pub fn memory_files(mut self, files: Arc<dyn nanobot_util::SharedFiles>) -> Self {
+        self.memory_files = Some(files);
         self
     }
 
@@ -426,7 +438,16 @@ impl AgentLoopBuilder {
         let provider = self.provider;
         let presets = self.presets;
         let hooks = self.hooks;
-        let memory = self.memory;
+        let memory_sync = self
+            .memory_files
+            .map(|files| nanobot_memory::MemorySync::new(files, &s.workspace));
+        let memory = match (&memory_sync, self.memory) {
+            (Some(sync), Some(inner)) => Some(Arc::new(crate::memory::SyncedMemory {
+                inner,
+                sync: sync.clone(),
+            }) as Arc<dyn MemoryService>),
+            (_, memory) => memory,
+        };
         let mcp = self.mcp;
         let bus = self.bus;
         #[cfg(feature = "cron")]
@@ -471,6 +492,7 @@ impl AgentLoopBuilder {
                 hooks,
                 usage: UsageHook::new(),
                 memory,
+                memory_sync,
                 mcp,
                 mcp_registered: Mutex::default(),
                 #[cfg(feature = "cron")]
@@ -531,6 +553,7 @@ impl AgentLoop {
             skills: None,
             hooks: Vec::new(),
             memory: None,
+            memory_files: None,
             mcp: None,
             #[cfg(feature = "cron")]
             cron: None,

@@ -167,6 +167,10 @@ impl LoopInner {
         scope: &ScopeKey,
     ) -> Result<TurnReply, CoreError> {
         self.connect_mcp().await;
+        // Memory shared with other replicas: what they wrote is pulled before the prompt (MEMORY.md) is built.
+        if let Some(sync) = &self.memory_sync {
+            crate::memory::sync_memory(sync, Some(scope), "before a turn").await;
+        }
         self.consolidate_before_turn(key, scope).await;
         let History {
             messages: mut history,
@@ -423,6 +427,10 @@ impl LoopInner {
             .await?;
         if let Err(e) = self.sessions.clear_checkpoint(key).await {
             tracing::warn!(session = %key, error = %e, "cannot clear the checkpoint");
+        }
+        // What the turn wrote to memory (the model's file tools may edit MEMORY.md) is published before its answer.
+        if let Some(sync) = &self.memory_sync {
+            crate::memory::sync_memory(sync, Some(scope), "after a turn").await;
         }
         if let Some(m) = &self.memory
             && result.stop_reason != StopReason::Cancelled

@@ -300,3 +300,62 @@ async fn replicas_with_separate_homes_share_sessions_through_jetstream() -> Resu
     b.shutdown().await;
     Ok(())
 }
+
+/// `store: jetstream` shares the memory files too: a memory the model writes in a turn on replica A (another
+/// home) is in the system prompt of the next turn on replica B, in another session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_written_on_one_replica_is_in_the_prompt_on_another() -> Result<()> {
+    let Some(nats) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let (home_a, home_b) = (TempHome::new(), TempHome::new());
+    let mock = MockLlm::start().await;
+    mock.when_last_user_contains_once(
+        "remember",
+        MockReply::tool_call(
+            "write_file",
+            json!({"path": "memory/MEMORY.md", "content": "# Long-term Memory\n- Alice's bike is blue (h7-fact)\n"}),
+        ),
+    );
+    mock.when_last_user_contains("remember", MockReply::text("noted"));
+    mock.when_last_user_contains("what colour", MockReply::text("blue"));
+    let start = |home: &TempHome, name: &str| {
+        nanobot_testkit::install_ring();
+        let patch = json!({"gateway": {"bus": {"kind": "nats", "nats": {
+            "url": nats.url(), "replica": name, "leaseTimeS": 2, "ackWaitS": 2, "partitions": 4,
+            "store": "jetstream"
+        }}}});
+        Gateway::start(options(home, &mock, patch))
+    };
+    let a = start(&home_a, "replica-a").await?;
+    let b = start(&home_b, "replica-b").await?;
+    let c = crate::common::client();
+    let ask = |gw: &Gateway, session: &str, text: &str| {
+        c.post(crate::common::api_url(gw, "/v1/chat/completions"))
+            .bearer_auth(crate::common::KEY)
+            .json(&json!({"messages": [{"role": "user", "content": text}], "session_id": session}))
+            .send()
+    };
+    let noted: serde_json::Value = ask(&a, "one", "remember my bike is blue").await?.json().await?;
+    assert_eq!(noted["choices"][0]["message"]["content"], "noted");
+    let answered: serde_json::Value = ask(&b, "two", "what colour is my bike?").await?.json().await?;
+    assert_eq!(answered["choices"][0]["message"]["content"], "blue");
+    let asked = mock.completion_requests();
+    let system = asked
+        .last()
+        .context("a model call")?
+        .messages()
+        .first()
+        .and_then(|m| m["content"].as_str().map(str::to_owned))
+        .context("a system prompt")?;
+    assert!(
+        system.contains("h7-fact"),
+        "B's prompt holds A's memory: {system}"
+    );
+    // B's home holds the file itself (the model's file tools there read it too).
+    let on_b = std::fs::read_to_string(home_b.workspace().join("memory/MEMORY.md"))?;
+    assert!(on_b.contains("h7-fact"), "{on_b}");
+    a.shutdown().await;
+    b.shutdown().await;
+    Ok(())
+}

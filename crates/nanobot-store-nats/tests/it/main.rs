@@ -5,6 +5,7 @@
 
 mod cron;
 mod files;
+mod memory;
 mod sessions;
 
 use std::path::{Path, PathBuf};

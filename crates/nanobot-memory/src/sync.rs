@@ -1,0 +1,406 @@
+//! [`MemorySync`]: the memory files of a workspace kept in a [`SharedFiles`] store (gateway replicas with separate
+//! homes, `gateway.bus.nats.store: jetstream`).
+//!
+//! The memory files have several writers in one process: the consolidator and Dream (through
+//! [`crate::MemoryStore`]), the agent core's raw archives, and the model itself with its file tools (it may edit
+//! `memory/MEMORY.md` like any workspace file); the system prompt reads `MEMORY.md` directly. Hooking only the
+//! store would let the next pull replace what the others wrote. So the files are synchronised at the boundaries
+//! of the work that reads or writes them, in one place: the agent loop calls [`MemorySync::sync`] before a turn
+//! builds its prompt and after it is saved, and around every consolidation and Dream run.
+//!
+//! One sync of a memory folder (`memory/` or `memory/scopes/<name>/`), file by file (`MEMORY.md`,
+//! `history.jsonl`, `.dream_cursor`), with the in-process syncs serialised:
+//!
+//! - the first time this process syncs a file, it pulls it: the store is the truth (a local copy the store never
+//!   held is published at its next sync; one that differs from the stored version is kept as `<file>.replaced`
+//!   by the store);
+//! - then every sync publishes what changed locally since the last one, then pulls what other replicas
+//!   published. A local change is never pulled over before it was published.
+//!
+//! When another replica published the file first (the store refuses the publish and brings the local copy back
+//! to the stored version), nothing of this replica's change is dropped:
+//!
+//! - `history.jsonl` is append-only: the lines this replica appended since its last sync are appended again on
+//!   top of the stored file, their cursors renumbered after the stored last one (cursors stay unique and
+//!   increasing), and published again (up to [`MAX_ATTEMPTS`] times);
+//! - `.dream_cursor` keeps the larger of the two cursors;
+//! - `MEMORY.md` (a whole-file rewrite: there is no safe merge of two rewrites) keeps the stored version, and
+//!   this replica's version is written beside it as `MEMORY.md.conflict-<unix ms>`, published too (so every
+//!   replica and `nanobot store export` see it), and named in a warning and in [`SyncReport::conflicts`]. Dream
+//!   or the user folds it back in.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use nanobot_util::{SharedFile, SharedFiles, SharedFilesError};
+use serde_json::Value;
+
+use crate::error::{MemoryError, Result};
+use crate::scope::{SCOPES_DIR, ScopeKey};
+use crate::store::{DREAM_CURSOR_FILE, HISTORY_FILE, MEMORY_DIR, MEMORY_FILE};
+
+/// How many times a conflicting publish of an append-only file is tried again on top of the stored version.
+pub const MAX_ATTEMPTS: usize = 5;
+
+/// The files of one memory folder that are shared.
+const FILES: [&str; 3] = [MEMORY_FILE, HISTORY_FILE, DREAM_CURSOR_FILE];
+
+/// What a [`MemorySync::sync`] did beyond the ordinary.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SyncReport {
+    /// Conflict copies written (local paths): this replica's version of a file another replica rewrote first.
+    pub conflicts: Vec<PathBuf>,
+    /// History lines appended again on top of another replica's (renumbered).
+    pub reapplied_lines: usize,
+}
+
+impl SyncReport {
+    fn add(&mut self, other: SyncReport) {
+        self.conflicts.extend(other.conflicts);
+        self.reapplied_lines += other.reapplied_lines;
+    }
+}
+
+/// A file as of the last sync: its length, and its bytes for the small files rewritten whole (a conflict on them
+/// is a real one only when the stored version differs from this too).
+#[derive(Debug, Default)]
+struct Base {
+    len: u64,
+    bytes: Option<Vec<u8>>,
+}
+
+/// The memory files of one workspace kept in a shared store. See the [module docs](self). Cheap to clone.
+///
+/// The methods block (file I/O and store requests, each bounded by the store): call them from
+/// `tokio::task::spawn_blocking` in async code.
+#[derive(Clone, Debug)]
+pub struct MemorySync {
+    files: Arc<dyn SharedFiles>,
+    workspace: PathBuf,
+    /// Each local file (by shared name) as of this process's last sync of it; absent: not synced yet.
+    synced: Arc<Mutex<HashMap<String, Base>>>,
+}
+
+impl MemorySync {
+    /// The memory of `workspace`, kept in `files`.
+    pub fn new(files: Arc<dyn SharedFiles>, workspace: impl Into<PathBuf>) -> Self {
+        Self {
+            files,
+            workspace: workspace.into(),
+            synced: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Synchronises the memory of `scope` (publishes local changes, then pulls the others').
+    pub fn sync(&self, scope: &ScopeKey) -> Result<SyncReport> {
+        self.sync_dir(&scope.dir())
+    }
+
+    /// Synchronises every memory folder: the shared one and each scope's, whether this home or the store has it.
+    pub fn sync_all(&self) -> Result<SyncReport> {
+        let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
+        dirs.insert(PathBuf::from(MEMORY_DIR));
+        let scopes = Path::new(MEMORY_DIR).join(SCOPES_DIR);
+        if let Ok(entries) = std::fs::read_dir(self.workspace.join(&scopes)) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    dirs.insert(scopes.join(e.file_name()));
+                }
+            }
+        }
+        let prefix = format!("{MEMORY_DIR}/{SCOPES_DIR}/");
+        for name in self.files.list(&prefix)? {
+            if let Some((scope, _)) = name.strip_prefix(&prefix).and_then(|r| r.split_once('/')) {
+                dirs.insert(scopes.join(scope));
+            }
+        }
+        let mut report = SyncReport::default();
+        for dir in dirs {
+            report.add(self.sync_dir(&dir)?);
+        }
+        Ok(report)
+    }
+
+    fn sync_dir(&self, rel_dir: &Path) -> Result<SyncReport> {
+        let mut synced = nanobot_util::lock(&self.synced);
+        let mut report = SyncReport::default();
+        for file in FILES {
+            let rel = rel_dir.join(file);
+            let Some(name) = shared_name(&rel) else {
+                continue;
+            };
+            let local = self.workspace.join(&rel);
+            let f = SharedFile::new(&name, &local);
+            if let Some(base) = synced.get(&name)
+                && let before = read_optional(&local)?
+                && changed(base, before.as_deref())
+            {
+                match self.files.push(f) {
+                    Ok(()) => {}
+                    Err(SharedFilesError::Conflict { .. }) => {
+                        report.add(self.resolve(f, file, before, base)?);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            self.files.pull(f)?;
+            let base = if file == HISTORY_FILE {
+                Base {
+                    len: file_len(&local)?,
+                    bytes: None,
+                }
+            } else {
+                let bytes = read_optional(&local)?.unwrap_or_default();
+                Base {
+                    len: bytes.len() as u64,
+                    bytes: Some(bytes),
+                }
+            };
+            synced.insert(name, base);
+        }
+        Ok(report)
+    }
+
+    /// Another replica published `f` first; the local copy is now the stored version. Keeps this replica's change
+    /// (`before`, whose first `base` bytes were the version last synced) as the file's policy says.
+    fn resolve(
+        &self,
+        f: SharedFile<'_>,
+        file: &str,
+        before: Option<Vec<u8>>,
+        base: &Base,
+    ) -> Result<SyncReport> {
+        let mut report = SyncReport::default();
+        let Some(before) = before else {
+            // Deleted here, changed there: the change wins (nothing of this replica's is lost).
+            return Ok(report);
+        };
+        if let Some(base_bytes) = &base.bytes
+            && read_optional(f.local)?.unwrap_or_default() == *base_bytes
+        {
+            // The other replica published the version this one started from (two homes with the same file the
+            // store never held, such as the MEMORY.md template): only this replica changed it.
+            write_file(f.local, &before)?;
+            return match self.files.push(f) {
+                Ok(()) => Ok(report),
+                Err(e) => {
+                    report.conflicts.push(self.keep_copy(f, &before, &e)?);
+                    Ok(report)
+                }
+            };
+        }
+        let base = usize::try_from(base.len).unwrap_or(usize::MAX);
+        if file == HISTORY_FILE && before.len() >= base {
+            let added = &before[base..];
+            for attempt in 1..=MAX_ATTEMPTS {
+                let n = append_renumbered(f.local, added)?;
+                match self.files.push(f) {
+                    Ok(()) => {
+                        report.reapplied_lines = n;
+                        tracing::warn!(
+                            file = f.name,
+                            lines = n,
+                            "memory history: another replica appended first; this replica's lines were appended \
+                             again after them"
+                        );
+                        return Ok(report);
+                    }
+                    Err(SharedFilesError::Conflict { .. }) if attempt < MAX_ATTEMPTS => {}
+                    Err(e) => {
+                        // Not stored: kept beside the file rather than lost.
+                        report.conflicts.push(self.keep_copy(f, added, &e)?);
+                        return Ok(report);
+                    }
+                }
+            }
+            return Ok(report);
+        }
+        if file == DREAM_CURSOR_FILE {
+            let mine = parse_cursor(&before);
+            for attempt in 1..=MAX_ATTEMPTS {
+                let stored = read_optional(f.local)?.map_or(0, |b| parse_cursor(&b));
+                if mine <= stored {
+                    return Ok(report);
+                }
+                write_file(f.local, mine.to_string().as_bytes())?;
+                match self.files.push(f) {
+                    Ok(()) => return Ok(report),
+                    Err(SharedFilesError::Conflict { .. }) if attempt < MAX_ATTEMPTS => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            return Ok(report);
+        }
+        if read_optional(f.local)?.as_deref() == Some(before.as_slice()) {
+            return Ok(report);
+        }
+        let conflict = SharedFilesError::Conflict {
+            name: f.name.to_owned(),
+        };
+        report.conflicts.push(self.keep_copy(f, &before, &conflict)?);
+        Ok(report)
+    }
+
+    /// Writes `bytes` beside `f` as `<file>.conflict-<unix ms>`, publishes it (best effort) and warns naming it.
+    fn keep_copy(&self, f: SharedFile<'_>, bytes: &[u8], why: &SharedFilesError) -> Result<PathBuf> {
+        let stamp = chrono::Utc::now().timestamp_millis();
+        let suffix = format!(".conflict-{stamp}");
+        let mut local = f.local.as_os_str().to_owned();
+        local.push(&suffix);
+        let local = PathBuf::from(local);
+        write_file(&local, bytes)?;
+        let name = format!("{}{suffix}", f.name);
+        let published = self.files.push(SharedFile::new(&name, &local));
+        tracing::warn!(
+            file = f.name,
+            kept = %local.display(),
+            published = published.is_ok(),
+            reason = %why,
+            "memory: another replica changed this file first; the stored version is kept and this replica's \
+             version is saved beside it"
+        );
+        Ok(local)
+    }
+}
+
+/// Whether the local copy (`now`) differs from the version of the last sync (a file unchanged here is not
+/// published: a copy the store never held, such as a template, does not contend with another replica's).
+fn changed(base: &Base, now: Option<&[u8]>) -> bool {
+    match (&base.bytes, now) {
+        (Some(b), Some(n)) => b.as_slice() != n,
+        (Some(b), None) => !b.is_empty(),
+        (None, Some(n)) => n.len() as u64 != base.len,
+        (None, None) => base.len != 0,
+    }
+}
+
+/// The store name of a workspace-relative path (`/`-separated); `None` for a path that is not plain UTF-8.
+fn shared_name(rel: &Path) -> Option<String> {
+    let parts: Option<Vec<&str>> = rel.components().map(|c| c.as_os_str().to_str()).collect();
+    parts.map(|p| p.join("/"))
+}
+
+fn read_optional(path: &Path) -> Result<Option<Vec<u8>>> {
+    match std::fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(MemoryError::io("reading", path, e)),
+    }
+}
+
+fn file_len(path: &Path) -> Result<u64> {
+    match std::fs::metadata(path) {
+        Ok(m) => Ok(m.len()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(MemoryError::io("reading the size of", path, e)),
+    }
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| MemoryError::io("creating", dir, e))?;
+    }
+    nanobot_util::write_atomic(path, bytes)
+        .map_err(|e| MemoryError::io("writing", path, std::io::Error::from(e)))
+}
+
+fn parse_cursor(bytes: &[u8]) -> u64 {
+    String::from_utf8_lossy(bytes).trim().parse().unwrap_or(0)
+}
+
+/// The last `cursor` in the history text `bytes` (0 when none).
+fn last_cursor(bytes: &[u8]) -> u64 {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v.get("cursor").and_then(Value::as_u64))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Appends the history lines `added` to `path`, their cursors renumbered after the file's last one; returns how
+/// many lines. A line that is not a JSON object is appended as it is.
+fn append_renumbered(path: &Path, added: &[u8]) -> Result<usize> {
+    let existing = read_optional(path)?.unwrap_or_default();
+    let mut next = last_cursor(&existing);
+    let mut out = String::new();
+    if !existing.is_empty() && !existing.ends_with(b"\n") {
+        out.push('\n');
+    }
+    let mut n = 0;
+    for line in String::from_utf8_lossy(added).lines() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        n += 1;
+        match serde_json::from_str::<Value>(line) {
+            Ok(Value::Object(mut entry)) if entry.contains_key("cursor") => {
+                next += 1;
+                entry.insert("cursor".into(), Value::from(next));
+                out.push_str(&Value::Object(entry).to_string());
+            }
+            _ => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    if n == 0 {
+        return Ok(0);
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| MemoryError::io("opening", path, e))?;
+    f.write_all(out.as_bytes())
+        .and_then(|()| f.sync_data())
+        .map_err(|e| MemoryError::io("appending to", path, e))?;
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appended_lines_are_renumbered_after_the_stored_last_cursor() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.jsonl");
+        std::fs::write(
+            &path,
+            "{\"cursor\":1,\"content\":\"a\"}\n{\"cursor\":2,\"content\":\"b\"}\n",
+        )
+        .unwrap();
+        let added = b"{\"cursor\":2,\"content\":\"mine\"}\nnot json\n";
+        assert_eq!(append_renumbered(&path, added).unwrap(), 2);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        let mine: Value = serde_json::from_str(lines[2]).unwrap();
+        assert_eq!(
+            (mine["cursor"].as_u64(), mine["content"].as_str()),
+            (Some(3), Some("mine"))
+        );
+        assert_eq!(lines[3], "not json");
+    }
+
+    #[test]
+    fn names_are_slash_separated_and_workspace_relative() {
+        assert_eq!(
+            shared_name(&ScopeKey::Chat("telegram:42".into()).dir().join(MEMORY_FILE)).as_deref(),
+            Some(
+                format!(
+                    "memory/scopes/{}/MEMORY.md",
+                    nanobot_sessions::keyname::file_stem("chat:telegram:42")
+                )
+                .as_str()
+            )
+        );
+        assert_eq!(
+            shared_name(&ScopeKey::Shared.dir().join(HISTORY_FILE)).as_deref(),
+            Some("memory/history.jsonl")
+        );
+    }
+}
