@@ -1,4 +1,5 @@
-//! `nanobot store export|import`: a home's sessions to a NATS server's shared files and back, byte for byte.
+//! `nanobot store export|import`: a home's sessions, cron store and memory files to a NATS server's shared files
+//! and back, byte for byte.
 
 use nanobot_testkit::nats::NatsServer;
 use nanobot_testkit::{MockLlm, MockReply, TempHome};
@@ -52,28 +53,41 @@ async fn a_home_is_imported_and_exported_to_another_byte_for_byte() {
             ],
         );
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        // The memory files travel too (the onboarded MEMORY.md template and a history line).
+        let history = a.workspace().join("memory/history.jsonl");
+        std::fs::write(
+            &history,
+            "{\"cursor\": 1, \"timestamp\": \"2026-01-01 10:00\", \"content\": \"Alice likes tea.\"}\n",
+        )
+        .unwrap();
         point_at_nats(&a, &url);
         let o = run(a.home(), &["store", "import"]);
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         assert!(
-            stdout(&o).starts_with("Imported 2 file(s) from "),
+            stdout(&o).starts_with("Imported 4 file(s) from "),
             "{}",
             stdout(&o)
         );
         let o = run(a.home(), &["store", "import"]);
-        assert!(stdout(&o).contains("Imported 0 file(s)") && stdout(&o).contains("2 already matched"));
+        assert!(stdout(&o).contains("Imported 0 file(s)") && stdout(&o).contains("4 already matched"));
 
         let b = onboarded(&mock);
         point_at_nats(&b, &url);
         let o = run(b.home(), &["store", "export"]);
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        // B's own MEMORY.md template already matches.
         assert!(
-            stdout(&o).starts_with("Exported 2 file(s) from NANOBOT_FILES"),
+            stdout(&o).starts_with("Exported 3 file(s) from NANOBOT_FILES")
+                && stdout(&o).contains("1 already matched"),
             "{}",
             stdout(&o)
         );
         let jobs = |h: &TempHome| std::fs::read(h.workspace().join("cron/jobs.json")).unwrap();
         assert_eq!(jobs(&a), jobs(&b));
+        assert_eq!(
+            std::fs::read(&history).unwrap(),
+            std::fs::read(b.workspace().join("memory/history.jsonl")).unwrap()
+        );
         let (fa, fb) = (
             session_file(&a, "Y2xpOmRpcmVjdA").unwrap(),
             session_file(&b, "Y2xpOmRpcmVjdA").unwrap(),
@@ -92,7 +106,7 @@ async fn a_home_is_imported_and_exported_to_another_byte_for_byte() {
             stdout(&o)
         );
         let o = run(b.home(), &["store", "export"]);
-        assert!(stdout(&o).contains("2 already matched"), "{}", stdout(&o));
+        assert!(stdout(&o).contains("4 already matched"), "{}", stdout(&o));
     })
     .await
     .unwrap();

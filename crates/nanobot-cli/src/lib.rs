@@ -374,17 +374,19 @@ fn store(action: StoreAction, env: &CliEnv, out: &mut dyn Write) -> Result<(), C
     let sessions = nanobot_sessions::SessionStore::new(s.paths.data_dir(), &s.workspace)
         .map_err(nanobot_core::CoreError::from)?;
     let dir = sessions.dir().to_owned();
+    let mut areas = vec![
+        ("sessions".to_owned(), dir.clone()),
+        (
+            nanobot_cron::SHARED_JOBS_NAME.to_owned(),
+            nanobot_config::paths::workspace::cron_jobs(&s.workspace),
+        ),
+    ];
+    areas.extend(memory_files(&s.workspace, how));
     let rt = runtime()?;
     let report = rt
         .block_on(nanobot_gateway::store_transfer(
             &s.loaded.config,
-            vec![
-                ("sessions".into(), dir.clone()),
-                (
-                    nanobot_cron::SHARED_JOBS_NAME.into(),
-                    nanobot_config::paths::workspace::cron_jobs(&s.workspace),
-                ),
-            ],
+            areas,
             how,
             a.overwrite,
         ))
@@ -419,6 +421,38 @@ fn store(action: StoreAction, env: &CliEnv, out: &mut dyn Write) -> Result<(), C
         "{} file(s) were not transferred",
         report.conflicts.len()
     )))
+}
+
+/// The memory files `nanobot store` moves: on export everything stored under `memory/` (conflict copies too); on
+/// import only the shared memory files (`MEMORY.md`, `history.jsonl`, `.dream_cursor`) of `memory/` and of each
+/// scope's folder, not the other files a home keeps there.
+fn memory_files(
+    workspace: &std::path::Path,
+    how: nanobot_gateway::StoreTransfer,
+) -> Vec<(String, std::path::PathBuf)> {
+    use nanobot_memory::{DREAM_CURSOR_FILE, HISTORY_FILE, MEMORY_DIR, MEMORY_FILE, SCOPES_DIR};
+    let root = workspace.join(MEMORY_DIR);
+    if how == nanobot_gateway::StoreTransfer::Export {
+        return vec![(MEMORY_DIR.to_owned(), root)];
+    }
+    let mut dirs = vec![(MEMORY_DIR.to_owned(), root.clone())];
+    if let Ok(entries) = std::fs::read_dir(root.join(SCOPES_DIR)) {
+        for e in entries.flatten() {
+            if let (true, Some(name)) = (
+                e.file_type().is_ok_and(|t| t.is_dir()),
+                e.file_name().to_str().map(str::to_owned),
+            ) {
+                dirs.push((format!("{MEMORY_DIR}/{SCOPES_DIR}/{name}"), e.path()));
+            }
+        }
+    }
+    dirs.into_iter()
+        .flat_map(|(name, dir)| {
+            [MEMORY_FILE, HISTORY_FILE, DREAM_CURSOR_FILE]
+                .into_iter()
+                .map(move |f| (format!("{name}/{f}"), dir.join(f)))
+        })
+        .collect()
 }
 
 /// `nanobot sessions restore-workspace`: 0.3.5's rollback copy into `<workspace>/sessions/`.
