@@ -191,11 +191,7 @@ impl MemoryStore {
         // A poisoned mutex only means another writer panicked; the file lock below still protects the file.
         let _guard = self.append_lock.lock().unwrap_or_else(|p| p.into_inner());
         let path = self.history_path();
-        let mut file = self
-            .files
-            .open_append(&self.rel(HISTORY_FILE))
-            .map_err(|e| MemoryError::io("opening", &path, e))?;
-        file.lock().map_err(|e| MemoryError::io("locking", &path, e))?;
+        let mut file = self.open_history_locked(&path)?;
         let (last, ends_with_newline) = last_cursor(&mut file, &path)?;
         let mut buf = String::new();
         if !ends_with_newline {
@@ -225,6 +221,37 @@ impl MemoryStore {
             .map_err(|e| MemoryError::io("syncing", &path, e))?;
         // The lock is released when `file` is closed.
         Ok(written)
+    }
+
+    /// `history.jsonl` opened for appending and locked. The file may have been replaced whole while this waited
+    /// for the lock (a replica's sync, [`crate::MemorySync`], writes the shared version with a rename under the
+    /// same lock): then the new file is opened and locked instead, so an append never lands in a replaced file.
+    fn open_history_locked(&self, path: &Path) -> Result<File> {
+        use std::os::unix::fs::MetadataExt as _;
+        const TRIES: usize = 8;
+        for _ in 0..TRIES {
+            let file = self
+                .files
+                .open_append(&self.rel(HISTORY_FILE))
+                .map_err(|e| MemoryError::io("opening", path, e))?;
+            file.lock().map_err(|e| MemoryError::io("locking", path, e))?;
+            let held = file
+                .metadata()
+                .map_err(|e| MemoryError::io("reading the metadata of", path, e))?;
+            match std::fs::symlink_metadata(path) {
+                Ok(now) if (now.dev(), now.ino()) == (held.dev(), held.ino()) => return Ok(file),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(MemoryError::io("reading the metadata of", path, e)),
+            }
+        }
+        Err(MemoryError::io(
+            "appending to",
+            path,
+            std::io::Error::other(format!(
+                "the file was replaced {TRIES} times while waiting for its lock"
+            )),
+        ))
     }
 
     /// Every history entry with a cursor greater than `after`, oldest first. Lines that cannot be parsed are
@@ -498,6 +525,50 @@ mod tests {
         assert_eq!(e.cursor, 2);
         let all = store.read_history_after(0).unwrap();
         assert_eq!(all.iter().map(|e| e.cursor).collect::<Vec<_>>(), vec![1, 2]);
+    }
+
+    #[test]
+    fn an_append_waiting_for_the_lock_lands_in_the_file_that_replaced_the_locked_one() {
+        use std::os::unix::fs::MetadataExt as _;
+        let ws = tempfile::tempdir().unwrap();
+        let store = MemoryStore::new(ws.path());
+        store.append_history("old", None).unwrap();
+        let path = store.history_path();
+        // A replica's sync holds the lock and replaces the file whole (the shared version, with a rename).
+        let holder = File::open(&path).unwrap();
+        holder.lock().unwrap();
+        let old_ino = holder.metadata().unwrap().ino();
+        let writer = {
+            let store = store.clone();
+            std::thread::spawn(move || store.append_history("mine", None).unwrap())
+        };
+        // Bounded wait, without sleeping, until the writer is blocked on the old file's lock (/proc/locks marks
+        // a waiter with `->`).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let waiting = format!(":{old_ino} ");
+        while !std::fs::read_to_string("/proc/locks")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.contains("->") && l.contains(&waiting))
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the writer never waited for the lock"
+            );
+            std::thread::yield_now();
+        }
+        let shared = "{\"cursor\": 1, \"content\": \"old\"}\n{\"cursor\": 2, \"content\": \"theirs\"}\n";
+        nanobot_util::write_atomic(&path, shared.as_bytes()).unwrap();
+        drop(holder);
+        let entry = writer.join().unwrap();
+        assert_eq!(entry.cursor, 3, "numbered after the replacing file's last cursor");
+        let texts: Vec<String> = store
+            .read_history_after(0)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.content)
+            .collect();
+        assert_eq!(texts, ["old", "theirs", "mine"]);
     }
 
     #[test]

@@ -17,6 +17,9 @@
 //! - then every sync publishes what changed locally since the last one, then pulls what other replicas
 //!   published. A local change is never pulled over before it was published.
 //!
+//! `history.jsonl` is synced holding its lock (`flock`), the one the memory store takes to append, and the store
+//! appends to the file that is there once it holds the lock: no append is lost to a sync that replaces the file.
+//!
 //! When another replica published the file first (the store refuses the publish and brings the local copy back
 //! to the stored version), nothing of this replica's change is dropped:
 //!
@@ -134,6 +137,13 @@ impl MemorySync {
             };
             let local = self.workspace.join(&rel);
             let f = SharedFile::new(&name, &local);
+            // The history's writers (the memory store) take this lock to append: none appends between this sync's
+            // read of the file and its publish, nor into a copy this sync replaces (they check, once they hold it).
+            let _appends = if file == HISTORY_FILE {
+                lock_existing(&local)?
+            } else {
+                None
+            };
             if let Some(base) = synced.get(&name)
                 && let before = read_optional(&local)?
                 && changed(base, before.as_deref())
@@ -264,6 +274,17 @@ impl MemorySync {
         );
         Ok(local)
     }
+}
+
+/// `path` opened and locked (`flock`, exclusive) when it exists.
+fn lock_existing(path: &Path) -> Result<Option<std::fs::File>> {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(MemoryError::io("opening", path, e)),
+    };
+    file.lock().map_err(|e| MemoryError::io("locking", path, e))?;
+    Ok(Some(file))
 }
 
 /// Whether the local copy (`now`) differs from the version of the last sync (a file unchanged here is not
