@@ -288,7 +288,8 @@ pub(crate) async fn sync_memory(
 }
 
 /// A [`MemoryService`] whose memory files are shared with other replicas ([`nanobot_memory::MemorySync`]): every
-/// consolidation, archive and Dream run is preceded by a pull and followed by a publish of its memory's files.
+/// archive, Dream run and restore is preceded and followed by a sync of its memory's files, a consolidation that
+/// archived something followed by one.
 pub(crate) struct SyncedMemory {
     pub(crate) inner: Arc<dyn MemoryService>,
     pub(crate) sync: nanobot_memory::MemorySync,
@@ -302,9 +303,12 @@ impl MemoryService for SyncedMemory {
         scope: &ScopeKey,
         trigger: ConsolidationTrigger,
     ) -> Result<ConsolidationReport, BoxError> {
-        sync_memory(&self.sync, Some(scope), "before a consolidation").await;
+        // No sync first: a turn's consolidation follows the turn's own sync, and an append made on a stale copy is
+        // appended again after the others' (cursors renumbered). Published when it wrote something.
         let out = self.inner.consolidate(session_key, scope, trigger).await;
-        sync_memory(&self.sync, Some(scope), "after a consolidation").await;
+        if out.as_ref().map_or(true, |r| r.archived_messages > 0) {
+            sync_memory(&self.sync, Some(scope), "after a consolidation").await;
+        }
         out
     }
 

@@ -145,8 +145,7 @@ impl MemorySync {
                 None
             };
             if let Some(base) = synced.get(&name)
-                && let before = read_optional(&local)?
-                && changed(base, before.as_deref())
+                && let Some(before) = changed_copy(base, &local)?
             {
                 match self.files.push(f) {
                     Ok(()) => {}
@@ -287,15 +286,21 @@ fn lock_existing(path: &Path) -> Result<Option<std::fs::File>> {
     Ok(Some(file))
 }
 
-/// Whether the local copy (`now`) differs from the version of the last sync (a file unchanged here is not
-/// published: a copy the store never held, such as a template, does not contend with another replica's).
-fn changed(base: &Base, now: Option<&[u8]>) -> bool {
-    match (&base.bytes, now) {
-        (Some(b), Some(n)) => b.as_slice() != n,
+/// The local copy when it differs from the version of the last sync (`Some(None)`: it was deleted); `None` when
+/// it is unchanged (and so not published: a copy the store never held, such as a template, does not contend
+/// with another replica's). An append-only file is compared by length, so an unchanged history is not read.
+fn changed_copy(base: &Base, local: &Path) -> Result<Option<Option<Vec<u8>>>> {
+    if base.bytes.is_none() && file_len(local)? == base.len {
+        return Ok(None);
+    }
+    let now = read_optional(local)?;
+    let changed = match (&base.bytes, &now) {
+        (Some(b), Some(n)) => b != n,
         (Some(b), None) => !b.is_empty(),
         (None, Some(n)) => n.len() as u64 != base.len,
         (None, None) => base.len != 0,
-    }
+    };
+    Ok(changed.then_some(now))
 }
 
 /// The store name of a workspace-relative path (`/`-separated); `None` for a path that is not plain UTF-8.
