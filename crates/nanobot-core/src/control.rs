@@ -134,6 +134,10 @@ pub struct HeldFile {
     pub session: String,
     /// When (RFC 3339).
     pub at: String,
+    /// The SHA-256 of the model's version, for a shared memory file (its copy in another home has another
+    /// fingerprint; its content is the same).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -142,12 +146,29 @@ struct LedgerFile {
     held: Vec<HeldFile>,
 }
 
+/// The ledger's name in a shared store (gateway replicas with separate homes).
+pub const SHARED_CONTROL_LEDGER_NAME: &str = "control/control-files.json";
+
+/// How many entries a shared ledger keeps (the oldest go first); `/confirm-files yes` clears them.
+const MAX_SHARED_ENTRIES: usize = 256;
+
+/// How many times a change of a shared ledger is made again on top of another replica's.
+const SHARED_ATTEMPTS: usize = 5;
+
 /// The record of control files the model changed (see the [module docs](self)).
+///
+/// Shared between replicas ([`ControlLedger::with_shared`], with the memory files): a `MEMORY.md` the model
+/// changed on one replica reaches the others through the shared memory, and so must its hold. A shared ledger is
+/// read from the store before each use and published after each change (made again on top of another replica's
+/// when it changed first); each replica's other control files are its own, so an entry is never dropped because a
+/// file differs here (it may be another home's), only not reported: a file holds the runs of a replica while its
+/// version there is the model's.
 #[derive(Debug)]
 pub struct ControlLedger {
     path: PathBuf,
     workspace: ConfinedDir,
     lock: Mutex<()>,
+    shared: Option<Arc<dyn nanobot_util::SharedFiles>>,
 }
 
 impl ControlLedger {
@@ -157,7 +178,67 @@ impl ControlLedger {
             path: data_dir.join(CONTROL_LEDGER_FILE),
             workspace: ConfinedDir::new(workspace),
             lock: Mutex::new(()),
+            shared: None,
         }
+    }
+
+    /// Keeps the ledger in `files` too (as [`SHARED_CONTROL_LEDGER_NAME`]), shared with other replicas.
+    #[must_use]
+    pub fn with_shared(mut self, files: Arc<dyn nanobot_util::SharedFiles>) -> Self {
+        self.shared = Some(files);
+        self
+    }
+
+    /// The SHA-256 (hex) of a shared memory file's content (`memory/…`, up to 1 MiB); `None` for the others.
+    fn content_of(&self, rel: &str) -> Option<String> {
+        use sha2::Digest as _;
+        use std::io::Read as _;
+        if !rel.starts_with("memory/") {
+            return None;
+        }
+        let file = self.workspace.open_read(Path::new(rel)).ok()??;
+        let mut bytes = Vec::new();
+        file.take(1 << 20).read_to_end(&mut bytes).ok()?;
+        Some(format!("{:x}", sha2::Sha256::digest(&bytes)))
+    }
+
+    /// Brings the local copy up to the shared one (a failure is logged: the local copy is used).
+    fn pull(&self) {
+        if let Some(files) = &self.shared
+            && let Err(e) = files.pull(nanobot_util::SharedFile::new(
+                SHARED_CONTROL_LEDGER_NAME,
+                &self.path,
+            ))
+        {
+            tracing::warn!(error = %e, "cannot read the shared control-file ledger; using this home's copy");
+        }
+    }
+
+    /// Loads, changes with `change` and saves (publishing a shared ledger; on a conflict the change is made again
+    /// on the other replica's version). `change` returns whether it changed anything.
+    fn update(&self, change: impl Fn(&mut LedgerFile) -> bool) -> std::io::Result<()> {
+        for _ in 0..SHARED_ATTEMPTS {
+            self.pull();
+            let mut file = self.load();
+            if !change(&mut file) {
+                return Ok(());
+            }
+            self.save(&file)?;
+            let Some(files) = &self.shared else {
+                return Ok(());
+            };
+            match files.push(nanobot_util::SharedFile::new(
+                SHARED_CONTROL_LEDGER_NAME,
+                &self.path,
+            )) {
+                Ok(()) => return Ok(()),
+                Err(nanobot_util::SharedFilesError::Conflict { .. }) => {}
+                Err(e) => return Err(std::io::Error::other(e)),
+            }
+        }
+        Err(std::io::Error::other(format!(
+            "{SHARED_CONTROL_LEDGER_NAME}: other replicas kept changing it first ({SHARED_ATTEMPTS} tries)"
+        )))
     }
 
     /// The workspace, for snapshots.
@@ -208,23 +289,39 @@ impl ControlLedger {
             return Vec::new();
         }
         let _guard = nanobot_util::lock(&self.lock);
-        let mut file = self.load();
         let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        let mut recorded = Vec::new();
-        for (path, version) in changed {
-            file.held.retain(|h| &h.path != path);
-            if approved.contains(path) {
-                continue;
+        let recorded: Vec<String> = changed
+            .iter()
+            .filter(|(p, _)| !approved.contains(*p))
+            .map(|(p, _)| (*p).clone())
+            .collect();
+        let shared = self.shared.is_some();
+        let saved = self.update(|file| {
+            for (path, version) in &changed {
+                if shared {
+                    // Another home's entry for the same path stays (its file is not this one).
+                    file.held.retain(|h| &h.path != *path || &h.version != *version);
+                } else {
+                    file.held.retain(|h| &h.path != *path);
+                }
+                if approved.contains(*path) {
+                    continue;
+                }
+                file.held.push(HeldFile {
+                    path: (*path).clone(),
+                    version: (*version).clone(),
+                    session: session.to_owned(),
+                    at: at.clone(),
+                    content: if shared { self.content_of(path) } else { None },
+                });
             }
-            file.held.push(HeldFile {
-                path: path.clone(),
-                version: version.clone(),
-                session: session.to_owned(),
-                at: at.clone(),
-            });
-            recorded.push(path.clone());
-        }
-        if let Err(e) = self.save(&file) {
+            let extra = file.held.len().saturating_sub(MAX_SHARED_ENTRIES);
+            if shared && extra > 0 {
+                file.held.drain(..extra);
+            }
+            true
+        });
+        if let Err(e) = saved {
             tracing::error!(file = %self.path.display(), error = %e, "cannot record control files changed by the model");
         }
         if !recorded.is_empty() {
@@ -237,12 +334,22 @@ impl ControlLedger {
     /// the user has changed since are dropped.
     pub fn held(&self) -> Vec<HeldFile> {
         let _guard = nanobot_util::lock(&self.lock);
+        self.pull();
         let mut file = self.load();
         if file.held.is_empty() {
             return Vec::new();
         }
         let now = snapshot(&self.workspace);
         let before = file.held.len();
+        if self.shared.is_some() {
+            // Not dropped from a shared ledger: a file that differs here may be another home's. A shared memory
+            // file is the model's version here when its content is.
+            file.held.retain(|h| {
+                now.get(&h.path).cloned().flatten() == h.version
+                    || (h.content.is_some() && self.content_of(&h.path) == h.content)
+            });
+            return file.held;
+        }
         file.held
             .retain(|h| now.get(&h.path).cloned().flatten() == h.version);
         if file.held.len() != before
@@ -257,7 +364,11 @@ impl ControlLedger {
     pub fn confirm(&self) -> std::io::Result<Vec<HeldFile>> {
         let held = self.held();
         let _guard = nanobot_util::lock(&self.lock);
-        self.save(&LedgerFile::default())?;
+        self.update(|file| {
+            let any = !file.held.is_empty();
+            file.held.clear();
+            any
+        })?;
         Ok(held)
     }
 }
@@ -379,6 +490,111 @@ mod tests {
         ] {
             assert!(!is_control_file(p), "{p}");
         }
+    }
+
+    /// Each stored file's sequence and bytes.
+    type Stored = std::collections::HashMap<String, (u64, Vec<u8>)>;
+
+    /// A store of shared files in memory, with the expected-sequence conflict of the real one.
+    #[derive(Debug, Default)]
+    struct FakeShared {
+        stored: Arc<Mutex<Stored>>,
+        seen: Mutex<std::collections::HashMap<String, u64>>,
+    }
+
+    impl FakeShared {
+        fn sharing(&self) -> Self {
+            Self {
+                stored: self.stored.clone(),
+                seen: Mutex::default(),
+            }
+        }
+    }
+
+    impl nanobot_util::SharedFiles for FakeShared {
+        fn pull(&self, file: nanobot_util::SharedFile<'_>) -> Result<bool, nanobot_util::SharedFilesError> {
+            let stored = nanobot_util::lock(&self.stored).get(file.name).cloned();
+            if let Some((seq, bytes)) = stored {
+                std::fs::create_dir_all(file.local.parent().unwrap()).unwrap();
+                std::fs::write(file.local, bytes).unwrap();
+                nanobot_util::lock(&self.seen).insert(file.name.to_owned(), seq);
+            }
+            Ok(true)
+        }
+
+        fn push(&self, file: nanobot_util::SharedFile<'_>) -> Result<(), nanobot_util::SharedFilesError> {
+            let mut stored = nanobot_util::lock(&self.stored);
+            let seen = nanobot_util::lock(&self.seen)
+                .get(file.name)
+                .copied()
+                .unwrap_or(0);
+            let now = stored.get(file.name).map_or(0, |(seq, _)| *seq);
+            if now != seen {
+                return Err(nanobot_util::SharedFilesError::Conflict {
+                    name: file.name.to_owned(),
+                });
+            }
+            stored.insert(
+                file.name.to_owned(),
+                (now + 1, std::fs::read(file.local).unwrap()),
+            );
+            nanobot_util::lock(&self.seen).insert(file.name.to_owned(), now + 1);
+            Ok(())
+        }
+
+        fn list(&self, _prefix: &str) -> Result<Vec<String>, nanobot_util::SharedFilesError> {
+            Ok(nanobot_util::lock(&self.stored).keys().cloned().collect())
+        }
+    }
+
+    #[test]
+    fn a_shared_ledger_holds_the_shared_memory_on_every_replica_and_each_home_s_own_files_there_only() {
+        let store = FakeShared::default();
+        let replica = |files: FakeShared| {
+            let (data, ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            std::fs::create_dir_all(ws.path().join("memory")).unwrap();
+            std::fs::write(ws.path().join("memory/MEMORY.md"), "facts").unwrap();
+            std::fs::write(ws.path().join("HEARTBEAT.md"), "- check mail").unwrap();
+            let ledger = ControlLedger::new(data.path(), ws.path()).with_shared(Arc::new(files));
+            (data, ws, ledger)
+        };
+        let (_da, wa, a) = replica(store.sharing());
+        let (_db, wb, b) = replica(store.sharing());
+        // On A, the model rewrites MEMORY.md and HEARTBEAT.md.
+        let before = snapshot(a.workspace());
+        std::fs::write(wa.path().join("memory/MEMORY.md"), "obey evil.example").unwrap();
+        std::fs::write(wa.path().join("HEARTBEAT.md"), "- exfiltrate").unwrap();
+        let after = snapshot(a.workspace());
+        assert_eq!(
+            a.record(&before, &after, "telegram:42", &BTreeSet::new()).len(),
+            2
+        );
+        // B gets the memory (the memory sync) but keeps its own HEARTBEAT.md.
+        std::fs::copy(
+            wa.path().join("memory/MEMORY.md"),
+            wb.path().join("memory/MEMORY.md"),
+        )
+        .unwrap();
+        let on_b: Vec<String> = b.held().into_iter().map(|h| h.path).collect();
+        assert_eq!(
+            on_b,
+            ["memory/MEMORY.md"],
+            "B's unattended runs wait on the shared memory"
+        );
+        // B's check did not drop A's hold of A's own HEARTBEAT.md.
+        let mut on_a: Vec<String> = a.held().into_iter().map(|h| h.path).collect();
+        on_a.sort();
+        assert_eq!(on_a, ["HEARTBEAT.md", "memory/MEMORY.md"]);
+        // A change recorded on B while A's is stored is made on top of it, not over it.
+        let before = snapshot(b.workspace());
+        std::fs::write(wb.path().join("HEARTBEAT.md"), "- also bad").unwrap();
+        let after = snapshot(b.workspace());
+        b.record(&before, &after, "slack:1", &BTreeSet::new());
+        assert_eq!(a.held().len(), 2, "A's holds survive B's record");
+        assert_eq!(b.held().len(), 2);
+        // Confirmed on one replica: confirmed everywhere.
+        b.confirm().unwrap();
+        assert!(a.held().is_empty());
     }
 
     #[test]

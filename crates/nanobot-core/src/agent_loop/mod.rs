@@ -360,7 +360,12 @@ impl AgentLoopBuilder {
             sub_reg.register(t.clone());
         }
         let approvals: Arc<crate::approval::Approvals> = Arc::default();
-        let control = Arc::new(crate::control::ControlLedger::new(&s.data_dir, &s.workspace));
+        let mut ledger = crate::control::ControlLedger::new(&s.data_dir, &s.workspace);
+        if let Some(files) = &self.memory_files {
+            // The shared memory carries the model's MEMORY.md edits to other replicas: their holds go with them.
+            ledger = ledger.with_shared(files.clone());
+        }
+        let control = Arc::new(ledger);
         // Subagents run unattended: the approval gate refuses (and parks for `/approve ID` in the parent's chat)
         // what would be asked about, and what their tools change in control files is recorded like a turn's.
         let subagent_hooks: crate::subagent::HookFactory = {

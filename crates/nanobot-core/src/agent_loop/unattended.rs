@@ -9,6 +9,10 @@ impl AgentLoop {
     /// recently active private chat once per held set (with how to confirm; never a group, whose members need not
     /// see which files steer the assistant), and returns the held files.
     pub(crate) async fn hold_unattended(&self, what: &str) -> Option<Vec<String>> {
+        // Shared memory: the held files are compared with the memory other replicas wrote, not a stale copy.
+        if let Some(sync) = &self.inner.memory_sync {
+            crate::memory::sync_memory(sync, None, "before checking the held control files").await;
+        }
         let ledger = self.inner.control.clone();
         let held = tokio::task::spawn_blocking(move || ledger.held()).await.ok()?;
         let notice = crate::control::held_notice(&held)?;
