@@ -75,7 +75,8 @@ struct Base {
     bytes: Option<Vec<u8>>,
 }
 
-/// The memory files of one workspace kept in a shared store. See the [module docs](self). Cheap to clone.
+/// The memory files of one workspace kept in a shared store (when, and what a conflict does: `src/sync.rs`). Cheap
+/// to clone.
 ///
 /// The methods block (file I/O and store requests, each bounded by the store): call them from
 /// `tokio::task::spawn_blocking` in async code.
