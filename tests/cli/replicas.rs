@@ -183,6 +183,35 @@ fn sessions(dir: &Path) -> BTreeMap<String, Vec<Value>> {
 }
 
 /// Waits until the bot has sent Alice `expected`.
+/// Every session `api:load-<s>` holds its questions once each, in order, with one answer per question.
+fn assert_sessions_whole(
+    all: &BTreeMap<String, Vec<Value>>,
+    sessions: usize,
+    per_session: usize,
+) -> Result<()> {
+    for s in 0..sessions {
+        let messages = all
+            .get(&format!("api:load-{s}"))
+            .with_context(|| format!("session {s} missing"))?;
+        let users: Vec<&str> = messages
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .filter_map(|m| m["content"].as_str())
+            .collect();
+        let expected: Vec<String> = (0..per_session).map(|i| format!("s{s} m{i}")).collect();
+        assert_eq!(users, expected, "session {s}: every question once, in order");
+        let answers = messages
+            .iter()
+            .filter(|m| m["role"] == "assistant" && m["content"] == "ok")
+            .count();
+        assert_eq!(
+            answers, per_session,
+            "session {s}: one answer per question: {messages:?}"
+        );
+    }
+    Ok(())
+}
+
 async fn replied(emu: &mut Emulator, expected: &str) -> Result<()> {
     emu.wait_for_text(ALICE, expected, GUARD).await
 }
@@ -267,26 +296,7 @@ async fn three_replicas_answer_every_request_once_and_survive_a_kill() -> Result
     // Every session whole, in order, each question once with one answer after it.
     let data = home.config_path().parent().context("data dir")?.to_owned();
     let all = sessions(&data);
-    for s in 0..SESSIONS {
-        let messages = all
-            .get(&format!("api:load-{s}"))
-            .with_context(|| format!("session {s} missing"))?;
-        let users: Vec<&str> = messages
-            .iter()
-            .filter(|m| m["role"] == "user")
-            .filter_map(|m| m["content"].as_str())
-            .collect();
-        let expected: Vec<String> = (0..PER_SESSION).map(|i| format!("s{s} m{i}")).collect();
-        assert_eq!(users, expected, "session {s}: every question once, in order");
-        let answers = messages
-            .iter()
-            .filter(|m| m["role"] == "assistant" && m["content"] == "ok")
-            .count();
-        assert_eq!(
-            answers, PER_SESSION,
-            "session {s}: one answer per question: {messages:?}"
-        );
-    }
+    assert_sessions_whole(&all, SESSIONS, PER_SESSION)?;
 
     // The chat goes on: another replica took Telegram over.
     emu.user_says(TOKEN, ALICE, "alice", "tg two").await?;
@@ -385,25 +395,6 @@ async fn replicas_with_separate_homes_share_only_nats() -> Result<()> {
     anyhow::ensure!(o.status.success(), "{}", crate::support::stderr(&o));
     let data = third.config_path().parent().context("data dir")?.to_owned();
     let all = sessions(&data);
-    for s in 0..SESSIONS {
-        let messages = all
-            .get(&format!("api:load-{s}"))
-            .with_context(|| format!("session {s} missing"))?;
-        let users: Vec<&str> = messages
-            .iter()
-            .filter(|m| m["role"] == "user")
-            .filter_map(|m| m["content"].as_str())
-            .collect();
-        let expected: Vec<String> = (0..PER_SESSION).map(|i| format!("s{s} m{i}")).collect();
-        assert_eq!(users, expected, "session {s}: every question once, in order");
-        let answers = messages
-            .iter()
-            .filter(|m| m["role"] == "assistant" && m["content"] == "ok")
-            .count();
-        assert_eq!(
-            answers, PER_SESSION,
-            "session {s}: one answer per question: {messages:?}"
-        );
-    }
+    assert_sessions_whole(&all, SESSIONS, PER_SESSION)?;
     Ok(())
 }

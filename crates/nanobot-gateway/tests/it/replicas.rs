@@ -31,6 +31,22 @@ async fn replica(home: &TempHome, mock: &MockLlm, emu: &Emulator, nats: &NatsSer
     Gateway::start(options(home, mock, patch)).await.unwrap()
 }
 
+/// A replica on its own `home` that shares sessions, cron and memory with the others only through `nats`
+/// (`store: jetstream`).
+async fn jetstream_replica(
+    nats: &NatsServer,
+    home: &TempHome,
+    mock: &MockLlm,
+    name: &str,
+) -> Result<Gateway> {
+    nanobot_testkit::install_ring();
+    let patch = json!({"gateway": {"bus": {"kind": "nats", "nats": {
+        "url": nats.url(), "replica": name, "leaseTimeS": 2, "ackWaitS": 2, "partitions": 4,
+        "store": "jetstream"
+    }}}});
+    Ok(Gateway::start(options(home, mock, patch)).await?)
+}
+
 fn holds_telegram(gw: &Gateway) -> bool {
     gw.metrics()
         .role_held(&Role::Channel("telegram".into()))
@@ -255,16 +271,8 @@ async fn replicas_with_separate_homes_share_sessions_through_jetstream() -> Resu
     let mock = MockLlm::start().await;
     mock.when_last_user_contains("first", MockReply::text("first answer"));
     mock.when_last_user_contains("second", MockReply::text("second answer"));
-    let start = |home: &TempHome, name: &str| {
-        nanobot_testkit::install_ring();
-        let patch = json!({"gateway": {"bus": {"kind": "nats", "nats": {
-            "url": nats.url(), "replica": name, "leaseTimeS": 2, "ackWaitS": 2, "partitions": 4,
-            "store": "jetstream"
-        }}}});
-        Gateway::start(options(home, &mock, patch))
-    };
-    let a = start(&home_a, "replica-a").await?;
-    let b = start(&home_b, "replica-b").await?;
+    let a = jetstream_replica(&nats, &home_a, &mock, "replica-a").await?;
+    let b = jetstream_replica(&nats, &home_b, &mock, "replica-b").await?;
     let c = crate::common::client();
     let ask = |gw: &Gateway, text: &str| {
         c.post(crate::common::api_url(gw, "/v1/chat/completions"))
@@ -319,16 +327,8 @@ async fn a_memory_written_on_one_replica_is_in_the_prompt_on_another() -> Result
     );
     mock.when_last_user_contains("remember", MockReply::text("noted"));
     mock.when_last_user_contains("what colour", MockReply::text("blue"));
-    let start = |home: &TempHome, name: &str| {
-        nanobot_testkit::install_ring();
-        let patch = json!({"gateway": {"bus": {"kind": "nats", "nats": {
-            "url": nats.url(), "replica": name, "leaseTimeS": 2, "ackWaitS": 2, "partitions": 4,
-            "store": "jetstream"
-        }}}});
-        Gateway::start(options(home, &mock, patch))
-    };
-    let a = start(&home_a, "replica-a").await?;
-    let b = start(&home_b, "replica-b").await?;
+    let a = jetstream_replica(&nats, &home_a, &mock, "replica-a").await?;
+    let b = jetstream_replica(&nats, &home_b, &mock, "replica-b").await?;
     let c = crate::common::client();
     let ask = |gw: &Gateway, session: &str, text: &str| {
         c.post(crate::common::api_url(gw, "/v1/chat/completions"))
