@@ -93,14 +93,14 @@ pub fn merge(store: &JobStore) -> Result<usize, CronError> {
     let n = actions.len();
     if n > 0 {
         store.update(|file| {
-            for action in actions {
+            for action in &actions {
                 match action {
                     Action::Delete(id) => {
-                        file.remove(&id);
+                        file.remove(id);
                     }
                     Action::Upsert(job) => match file.job_mut(&job.id) {
-                        Some(slot) => *slot = *job,
-                        None => file.jobs.push(*job),
+                        Some(slot) => *slot = (**job).clone(),
+                        None => file.jobs.push((**job).clone()),
                     },
                 }
             }

@@ -57,6 +57,6 @@ pub use model::{
 };
 pub use schedule::{CronExpr, parse_tz};
 pub use service::{BoxError, CronService, JobHandler, NewJob, RunOutcome};
-pub use store::{JobStore, SHARED_JOBS_NAME, StoreFile};
+pub use store::{JobStore, SHARED_CHANGE_ATTEMPTS, SHARED_JOBS_NAME, StoreFile};
 pub use triggers::{LocalTrigger, TriggerDelivery, TriggerError, TriggerQueue, TriggerStore};
 pub use trust::TrustLedger;

@@ -256,7 +256,7 @@ impl CronService {
             };
             let job = CronJob {
                 delete_after_run,
-                ..CronJob::created(id, name, new.schedule, payload, next, now)
+                ..CronJob::created(id, name.clone(), new.schedule.clone(), payload.clone(), next, now)
             };
             file.jobs.push(job.clone());
             Ok(job)
@@ -340,7 +340,7 @@ impl CronService {
                 }
                 job.name = name.to_owned();
                 job.enabled = true;
-                job.schedule = schedule;
+                job.schedule = schedule.clone();
                 job.payload.kind = crate::model::PAYLOAD_SYSTEM_EVENT.to_owned();
                 return Ok(job.clone());
             }
@@ -348,7 +348,7 @@ impl CronService {
             let job = CronJob::created(
                 id.to_owned(),
                 name.to_owned(),
-                schedule,
+                schedule.clone(),
                 CronPayload::system_event(),
                 next,
                 now,
@@ -603,12 +603,11 @@ impl CronService {
         if let Some(err) = &record.error {
             tracing::warn!(job = %job.id, "cron job failed: {err}");
         }
-        let rec = record.clone();
         let saved = self.store.update(|file| {
             let Some(current) = file.job_mut(&job.id) else {
                 return Ok(());
             }; // removed meanwhile
-            current.state.record(rec);
+            current.state.record(record.clone());
             if current.schedule.kind == ScheduleKind::At {
                 if current.delete_after_run {
                     file.remove(&job.id);

@@ -15,14 +15,15 @@
 //! * Gateway replicas with separate homes share the store through [`JobStore::with_shared`] (the NATS
 //!   server): `jobs.json` is brought up to date before each read and change, and each change is published
 //!   before it returns, conditional on the version it was made on; a change another replica made first
-//!   fails with [`CronError::Shared`] and nothing is stored (the local copy is brought up to date).
+//!   brings the local copy up to date and [`JobStore::update`] makes this change again on it (after
+//!   [`SHARED_CHANGE_ATTEMPTS`] lost races it fails with [`CronError::Shared`] and nothing of it is stored).
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use nanobot_util::{ConfinedDir, SharedFile, SharedFiles};
+use nanobot_util::{ConfinedDir, SharedFile, SharedFiles, SharedFilesError};
 use serde_json::{Map, Value};
 
 use crate::{CronError, CronJob};
@@ -165,6 +166,10 @@ pub struct JobStore {
 /// The name of `jobs.json` in the shared store.
 pub const SHARED_JOBS_NAME: &str = "cron/jobs.json";
 
+/// How many times [`JobStore::update`] applies a change another replica beat to the shared store (each time to
+/// what that replica stored) before it gives up and returns the conflict.
+pub const SHARED_CHANGE_ATTEMPTS: u32 = 8;
+
 impl JobStore {
     /// A store at `path` (normally `<workspace>/cron/jobs.json`). Its files (`jobs.json`, its lock, the
     /// Python nanobot's queue and queue lock) are opened beneath a handle of the directory above the one holding
@@ -289,25 +294,43 @@ impl JobStore {
 
     /// Applies `change` to the freshest contents under the file lock and writes the result atomically
     /// (only if something changed). If `change` fails nothing is written.
+    ///
+    /// With a shared store ([`JobStore::with_shared`]) a change another replica beat to the store is applied
+    /// again to what that replica stored, up to [`SHARED_CHANGE_ATTEMPTS`] times in all (`change` may therefore
+    /// run more than once, each time on fresh contents); past that the conflict is returned and nothing of this
+    /// change is stored.
     pub fn update<R>(
         &self,
-        change: impl FnOnce(&mut StoreFile) -> Result<R, CronError>,
+        mut change: impl FnMut(&mut StoreFile) -> Result<R, CronError>,
     ) -> Result<R, CronError> {
         let _lock = self.lock()?;
-        self.pull()?;
-        let before = self.read_fresh()?;
-        let mut file = before.clone();
-        let out = change(&mut file)?;
-        if file != before {
-            self.write_atomic(&file)?;
-            if let Err(e) = self.push() {
-                *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                return Err(e);
+        let mut attempt = 1;
+        loop {
+            self.pull()?;
+            let before = self.read_fresh()?;
+            let mut file = before.clone();
+            let out = change(&mut file)?;
+            if file != before {
+                self.write_atomic(&file)?;
+                if let Err(e) = self.push() {
+                    *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    if matches!(&e, CronError::Shared(SharedFilesError::Conflict { .. }))
+                        && attempt < SHARED_CHANGE_ATTEMPTS
+                    {
+                        tracing::debug!(
+                            attempt,
+                            "cron store changed by another replica first: applying the change again"
+                        );
+                        attempt += 1;
+                        continue;
+                    }
+                    return Err(e);
+                }
             }
+            let fp = fingerprint(&self.files, &self.rel);
+            *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((fp, file));
+            return Ok(out);
         }
-        let fp = fingerprint(&self.files, &self.rel);
-        *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((fp, file));
-        Ok(out)
     }
 
     /// Moves jobs from an old store (e.g. `~/.nanobot/cron/jobs.json`, written by older nanobot
@@ -318,6 +341,7 @@ impl JobStore {
             return Ok(false);
         }
         let _lock = self.lock()?;
+        self.pull()?;
         let exists = self
             .files
             .symlink_metadata(&self.rel)
@@ -335,7 +359,16 @@ impl JobStore {
         })?;
         let file = StoreFile::parse(&text, legacy)?;
         self.write_atomic(&file)?;
-        self.push()?;
+        match self.push() {
+            // Another replica stored its jobs first: its store stands (as when this one exists) and the old
+            // file stays where it is.
+            Err(CronError::Shared(SharedFilesError::Conflict { .. })) => {
+                *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                tracing::warn!(legacy = %legacy.display(), "not migrating cron jobs: another replica stored its jobs first");
+                return Ok(false);
+            }
+            other => other?,
+        }
         let mut backup = legacy.as_os_str().to_owned();
         backup.push(".migrated");
         fs::rename(legacy, &backup).map_err(|source| CronError::Io {

@@ -63,7 +63,7 @@ async fn a_job_added_on_one_replica_is_seen_on_another() -> Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_change_made_on_a_stale_copy_is_refused_and_nothing_is_lost() -> Result<()> {
+async fn a_change_made_on_a_stale_copy_is_made_again_on_top_and_nothing_is_lost() -> Result<()> {
     let Some(server) = NatsServer::start().await? else {
         return Ok(());
     };
@@ -75,12 +75,52 @@ async fn a_change_made_on_a_stale_copy_is_refused_and_nothing_is_lost() -> Resul
         CronSchedule::every(Duration::from_secs(60)),
         CronPayload::agent_turn("one"),
     ))?;
-    // B changes the store from the version it has, while A adds a job in between (inside B's change).
-    let err = b
-        .update(|file| {
+    // B changes the store from the version it has, while A adds a job in between (inside B's first attempt).
+    let mut runs = 0;
+    b.update(|file| {
+        runs += 1;
+        if runs == 1 {
             sa.add(NewJob::new(
                 CronSchedule::every(Duration::from_secs(60)),
                 CronPayload::agent_turn("two"),
+            ))
+            .unwrap();
+        }
+        // Each run sees what is stored: the second sees A's new job.
+        assert_eq!(file.jobs.len(), runs);
+        file.job_mut(&first.id).unwrap().name = "renamed on B".into();
+        Ok(())
+    })?;
+    assert_eq!(runs, 2, "B's change is made again once, on A's version");
+    // Both of A's jobs are there, on both replicas, with B's change on top.
+    for jobs in [sa.list()?, b.load()?.jobs] {
+        assert_eq!(jobs.len(), 2);
+        assert!(jobs.iter().any(|j| j.name == "renamed on B"));
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_that_loses_every_race_gives_up_and_stores_nothing() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let ((ws_a, fa), (ws_b, fb)) = (replica(&server).await?, replica(&server).await?);
+    let a = JobStore::new(ws_a.path().join("cron/jobs.json")).with_shared(fa);
+    let b = JobStore::new(ws_b.path().join("cron/jobs.json")).with_shared(fb);
+    let sa = service(a);
+    let first = sa.add(NewJob::new(
+        CronSchedule::every(Duration::from_secs(60)),
+        CronPayload::agent_turn("one"),
+    ))?;
+    // A changes the store inside every one of B's attempts.
+    let mut runs = 0;
+    let err = b
+        .update(|file| {
+            runs += 1;
+            sa.add(NewJob::new(
+                CronSchedule::every(Duration::from_secs(60)),
+                CronPayload::agent_turn(format!("from A, during B's attempt {runs}")),
             ))
             .unwrap();
             file.job_mut(&first.id).unwrap().name = "renamed on B".into();
@@ -92,14 +132,11 @@ async fn a_change_made_on_a_stale_copy_is_refused_and_nothing_is_lost() -> Resul
         "{err}"
     );
     assert!(err.to_string().contains("cron/jobs.json"), "{err}");
-    // Both of A's jobs are there, on both replicas; B's change, made again, lands on top.
-    assert_eq!(b.load()?.jobs.len(), 2);
-    b.update(|file| {
-        file.job_mut(&first.id).unwrap().name = "renamed on B".into();
-        Ok(())
-    })?;
-    let on_a = sa.list()?;
-    assert_eq!(on_a.len(), 2);
-    assert!(on_a.iter().any(|j| j.name == "renamed on B"));
+    assert_eq!(runs, nanobot_cron::SHARED_CHANGE_ATTEMPTS as usize);
+    // Every one of A's jobs is stored and B's copy is brought up to them; B's change is not.
+    for jobs in [sa.list()?, b.load()?.jobs] {
+        assert_eq!(jobs.len(), 1 + runs);
+        assert!(jobs.iter().all(|j| j.name != "renamed on B"));
+    }
     Ok(())
 }
