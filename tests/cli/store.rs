@@ -53,7 +53,9 @@ async fn a_home_is_imported_and_exported_to_another_byte_for_byte() {
             ],
         );
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-        // The memory files travel too (the onboarded MEMORY.md template and a history line).
+        // The memory files travel too (the onboarded MEMORY.md and SOUL.md templates, a history line and an
+        // edited USER.md).
+        std::fs::write(a.workspace().join("USER.md"), "# User\n\nAna, in Oslo.\n").unwrap();
         let history = a.workspace().join("memory/history.jsonl");
         std::fs::write(
             &history,
@@ -64,26 +66,39 @@ async fn a_home_is_imported_and_exported_to_another_byte_for_byte() {
         let o = run(a.home(), &["store", "import"]);
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         assert!(
-            stdout(&o).starts_with("Imported 4 file(s) from "),
+            stdout(&o).starts_with("Imported 6 file(s) from "),
             "{}",
             stdout(&o)
         );
         let o = run(a.home(), &["store", "import"]);
-        assert!(stdout(&o).contains("Imported 0 file(s)") && stdout(&o).contains("4 already matched"));
+        assert!(stdout(&o).contains("Imported 0 file(s)") && stdout(&o).contains("6 already matched"));
 
         let b = onboarded(&mock);
         point_at_nats(&b, &url);
+        let b_user = std::fs::read(b.workspace().join("USER.md")).unwrap();
         let o = run(b.home(), &["store", "export"]);
-        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-        // B's own MEMORY.md template already matches.
+        // B's own MEMORY.md and SOUL.md templates already match; its own USER.md differs and is kept.
+        assert_ne!(o.status.code(), Some(0));
         assert!(
             stdout(&o).starts_with("Exported 3 file(s) from NANOBOT_FILES")
-                && stdout(&o).contains("1 already matched"),
+                && stdout(&o).contains("2 already matched")
+                && stdout(&o).contains("USER.md")
+                && stdout(&o).contains("--overwrite"),
             "{}",
             stdout(&o)
         );
-        let jobs = |h: &TempHome| std::fs::read(h.workspace().join("cron/jobs.json")).unwrap();
-        assert_eq!(jobs(&a), jobs(&b));
+        assert_eq!(std::fs::read(b.workspace().join("USER.md")).unwrap(), b_user);
+        let o = run(b.home(), &["store", "export", "--overwrite"]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert!(
+            stdout(&o).starts_with("Exported 1 file(s)") && stdout(&o).contains("5 already matched"),
+            "{}",
+            stdout(&o)
+        );
+        let read = |h: &TempHome, f: &str| std::fs::read(h.workspace().join(f)).unwrap();
+        for file in ["cron/jobs.json", "USER.md", "SOUL.md"] {
+            assert_eq!(read(&a, file), read(&b, file), "{file}");
+        }
         assert_eq!(
             std::fs::read(&history).unwrap(),
             std::fs::read(b.workspace().join("memory/history.jsonl")).unwrap()
@@ -106,7 +121,7 @@ async fn a_home_is_imported_and_exported_to_another_byte_for_byte() {
             stdout(&o)
         );
         let o = run(b.home(), &["store", "export"]);
-        assert!(stdout(&o).contains("4 already matched"), "{}", stdout(&o));
+        assert!(stdout(&o).contains("6 already matched"), "{}", stdout(&o));
     })
     .await
     .unwrap();

@@ -279,10 +279,10 @@ pub enum PluginsAction {
 #[derive(Debug, Clone, Subcommand)]
 #[non_exhaustive]
 pub enum StoreAction {
-    /// Write the stored sessions and cron jobs into this home (`<data dir>/sessions/<workspace id>/`,
-    /// `<workspace>/cron/jobs.json`), byte for byte.
+    /// Write the stored sessions, cron jobs, memory and profile into this home (`<data dir>/sessions/<workspace
+    /// id>/`, `<workspace>/cron/jobs.json`, `<workspace>/memory/`, `SOUL.md`, `USER.md`), byte for byte.
     Export(StoreArgs),
-    /// Publish this home's session files and cron jobs to the server.
+    /// Publish this home's session files, cron jobs, memory and profile to the server.
     Import(StoreArgs),
 }
 

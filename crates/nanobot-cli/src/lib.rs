@@ -423,18 +423,28 @@ fn store(action: StoreAction, env: &CliEnv, out: &mut dyn Write) -> Result<(), C
     )))
 }
 
-/// The memory files `nanobot store` moves: on export everything stored under `memory/` (conflict copies too); on
-/// import only the shared memory files (`MEMORY.md`, `history.jsonl`, `.dream_cursor`) of `memory/` and of each
-/// scope's folder, not the other files a home keeps there.
+/// The memory files `nanobot store` moves: on export everything stored under `memory/` and `profile/` (conflict
+/// copies too); on import only the shared memory files (`MEMORY.md`, `history.jsonl`, `.dream_cursor`) of
+/// `memory/` and of each scope's folder and the profile files (`SOUL.md`, `USER.md`), not the other files a home
+/// keeps there.
 fn memory_files(
     workspace: &std::path::Path,
     how: nanobot_gateway::StoreTransfer,
 ) -> Vec<(String, std::path::PathBuf)> {
-    use nanobot_memory::{DREAM_CURSOR_FILE, HISTORY_FILE, MEMORY_DIR, MEMORY_FILE, SCOPES_DIR};
+    use nanobot_memory::{
+        DREAM_CURSOR_FILE, HISTORY_FILE, MEMORY_DIR, MEMORY_FILE, PROFILE_FILES, SCOPES_DIR,
+        SHARED_PROFILE_DIR,
+    };
     let root = workspace.join(MEMORY_DIR);
     if how == nanobot_gateway::StoreTransfer::Export {
-        return vec![(MEMORY_DIR.to_owned(), root)];
+        return vec![
+            (MEMORY_DIR.to_owned(), root),
+            (SHARED_PROFILE_DIR.to_owned(), workspace.to_owned()),
+        ];
     }
+    let profile = PROFILE_FILES
+        .into_iter()
+        .map(|f| (format!("{SHARED_PROFILE_DIR}/{f}"), workspace.join(f)));
     let mut dirs = vec![(MEMORY_DIR.to_owned(), root.clone())];
     if let Ok(entries) = std::fs::read_dir(root.join(SCOPES_DIR)) {
         for e in entries.flatten() {
@@ -452,6 +462,7 @@ fn memory_files(
                 .into_iter()
                 .map(move |f| (format!("{name}/{f}"), dir.join(f)))
         })
+        .chain(profile)
         .collect()
 }
 

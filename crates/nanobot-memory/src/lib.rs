@@ -91,7 +91,10 @@ pub use search::{HitKind, INDEX_FILE, SESSION_DIR_INDEX_FILE, SearchHit, SearchI
 pub use store::{
     DREAM_CURSOR_FILE, HISTORY_FILE, HistoryEntry, LEGACY_HISTORY_FILE, MEMORY_DIR, MEMORY_FILE, MemoryStore,
 };
-pub use sync::{MAX_ATTEMPTS as SYNC_MAX_ATTEMPTS, MemorySync, SyncReport};
+pub use sync::{
+    MAX_ATTEMPTS as SYNC_MAX_ATTEMPTS, MemorySync, PROFILE_FILES, SHARED_PROFILE_DIR, SyncReport,
+    shared_name_of,
+};
 #[cfg(feature = "search")]
 pub use tool::{DEFAULT_LIMIT, MAX_LIMIT, MEMORY_SEARCH_TOOL, MemorySearchTool};
 

@@ -8,8 +8,10 @@
 //! of the work that reads or writes them, in one place: the agent loop calls [`MemorySync::sync`] before a turn
 //! builds its prompt and after it is saved, and around every consolidation and Dream run.
 //!
-//! One sync of a memory folder (`memory/` or `memory/scopes/<name>/`), file by file (`MEMORY.md`,
-//! `history.jsonl`, `.dream_cursor`), with the in-process syncs serialised:
+//! One sync covers a memory folder (`memory/` or `memory/scopes/<name>/`: `MEMORY.md`, `history.jsonl`,
+//! `.dream_cursor`) and the profile files at the workspace's top that are in every prompt and that Dream keeps
+//! too ([`PROFILE_FILES`]: `SOUL.md`, `USER.md`, stored as `profile/<file>`). File by file, with the in-process
+//! syncs serialised:
 //!
 //! - the first time this process syncs a file, it pulls it: the store is the truth (a local copy the store never
 //!   held is published at its next sync; one that differs from the stored version is kept as `<file>.replaced`
@@ -27,8 +29,8 @@
 //!   top of the stored file, their cursors renumbered after the stored last one (cursors stay unique and
 //!   increasing), and published again (up to [`MAX_ATTEMPTS`] times);
 //! - `.dream_cursor` keeps the larger of the two cursors;
-//! - `MEMORY.md` (a whole-file rewrite: there is no safe merge of two rewrites) keeps the stored version, and
-//!   this replica's version is written beside it as `MEMORY.md.conflict-<unix ms>`, published too (so every
+//! - `MEMORY.md`, `SOUL.md` and `USER.md` (whole-file rewrites: there is no safe merge of two rewrites) keep the
+//!   stored version, and this replica's version is written beside it as `<file>.conflict-<unix ms>`, published too (so every
 //!   replica and `nanobot store export` see it), and named in a warning and in [`SyncReport::conflicts`]. Dream
 //!   or the user folds it back in.
 
@@ -49,6 +51,27 @@ pub const MAX_ATTEMPTS: usize = 5;
 
 /// The files of one memory folder that are shared.
 const FILES: [&str; 3] = [MEMORY_FILE, HISTORY_FILE, DREAM_CURSOR_FILE];
+
+/// The profile files at the workspace's top that are in every prompt and that Dream keeps beside `MEMORY.md`:
+/// shared whole, as `MEMORY.md` is (a conflict keeps this replica's version beside the file), on every sync.
+pub const PROFILE_FILES: [&str; 2] = ["SOUL.md", "USER.md"];
+
+/// The folder of the profile files in the store: `SOUL.md` is stored as `profile/SOUL.md`.
+pub const SHARED_PROFILE_DIR: &str = "profile";
+
+/// The name in the store of a workspace file [`MemorySync`] shares (`memory/MEMORY.md`, `profile/SOUL.md`…);
+/// `None` for the files it does not (`rel` is workspace-relative with `/` separators).
+pub fn shared_name_of(rel: &str) -> Option<String> {
+    if PROFILE_FILES.contains(&rel) {
+        return Some(format!("{SHARED_PROFILE_DIR}/{rel}"));
+    }
+    let (dir, file) = rel.rsplit_once('/')?;
+    let scoped = dir
+        .strip_prefix(MEMORY_DIR)
+        .and_then(|d| d.strip_prefix(&format!("/{SCOPES_DIR}/")))
+        .is_some_and(|scope| !scope.is_empty() && !scope.contains('/'));
+    (FILES.contains(&file) && (dir == MEMORY_DIR || scoped)).then(|| rel.to_owned())
+}
 
 /// What a [`MemorySync::sync`] did beyond the ordinary.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -98,12 +121,17 @@ impl MemorySync {
         }
     }
 
-    /// Synchronises the memory of `scope` (publishes local changes, then pulls the others').
+    /// Synchronises the memory of `scope` and the profile files (publishes local changes, then pulls the
+    /// others').
     pub fn sync(&self, scope: &ScopeKey) -> Result<SyncReport> {
-        self.sync_dir(&scope.dir())
+        let mut synced = nanobot_util::lock(&self.synced);
+        let mut report = self.sync_dir(&mut synced, &scope.dir())?;
+        report.add(self.sync_profile(&mut synced)?);
+        Ok(report)
     }
 
-    /// Synchronises every memory folder: the shared one and each scope's, whether this home or the store has it.
+    /// Synchronises every memory folder (the shared one and each scope's, whether this home or the store has it)
+    /// and the profile files.
     pub fn sync_all(&self) -> Result<SyncReport> {
         let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
         dirs.insert(PathBuf::from(MEMORY_DIR));
@@ -121,56 +149,79 @@ impl MemorySync {
                 dirs.insert(scopes.join(scope));
             }
         }
+        let mut synced = nanobot_util::lock(&self.synced);
         let mut report = SyncReport::default();
         for dir in dirs {
-            report.add(self.sync_dir(&dir)?);
+            report.add(self.sync_dir(&mut synced, &dir)?);
+        }
+        report.add(self.sync_profile(&mut synced)?);
+        Ok(report)
+    }
+
+    fn sync_dir(&self, synced: &mut HashMap<String, Base>, rel_dir: &Path) -> Result<SyncReport> {
+        let mut report = SyncReport::default();
+        for file in FILES {
+            let rel = rel_dir.join(file);
+            if let Some(name) = shared_name(&rel) {
+                report.add(self.sync_file(synced, name, &rel, file)?);
+            }
         }
         Ok(report)
     }
 
-    fn sync_dir(&self, rel_dir: &Path) -> Result<SyncReport> {
-        let mut synced = nanobot_util::lock(&self.synced);
+    /// `SOUL.md` and `USER.md` of the workspace, stored as `profile/<file>`.
+    fn sync_profile(&self, synced: &mut HashMap<String, Base>) -> Result<SyncReport> {
         let mut report = SyncReport::default();
-        for file in FILES {
-            let rel = rel_dir.join(file);
-            let Some(name) = shared_name(&rel) else {
-                continue;
-            };
-            let local = self.workspace.join(&rel);
-            let f = SharedFile::new(&name, &local);
-            // The history's writers (the memory store) take this lock to append: none appends between this sync's
-            // read of the file and its publish, nor into a copy this sync replaces (they check, once they hold it).
-            let _appends = if file == HISTORY_FILE {
-                lock_existing(&local)?
-            } else {
-                None
-            };
-            if let Some(base) = synced.get(&name)
-                && let Some(before) = changed_copy(base, &local)?
-            {
-                match self.files.push(f) {
-                    Ok(()) => {}
-                    Err(SharedFilesError::Conflict { .. }) => {
-                        report.add(self.resolve(f, file, before, base)?);
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            self.files.pull(f)?;
-            let base = if file == HISTORY_FILE {
-                Base {
-                    len: file_len(&local)?,
-                    bytes: None,
-                }
-            } else {
-                let bytes = read_optional(&local)?.unwrap_or_default();
-                Base {
-                    len: bytes.len() as u64,
-                    bytes: Some(bytes),
-                }
-            };
-            synced.insert(name, base);
+        for file in PROFILE_FILES {
+            let name = format!("{SHARED_PROFILE_DIR}/{file}");
+            report.add(self.sync_file(synced, name, Path::new(file), file)?);
         }
+        Ok(report)
+    }
+
+    /// One file: `name` in the store, `rel` in the workspace, `file` its kind (its file name).
+    fn sync_file(
+        &self,
+        synced: &mut HashMap<String, Base>,
+        name: String,
+        rel: &Path,
+        file: &str,
+    ) -> Result<SyncReport> {
+        let mut report = SyncReport::default();
+        let local = self.workspace.join(rel);
+        let f = SharedFile::new(&name, &local);
+        // The history's writers (the memory store) take this lock to append: none appends between this sync's
+        // read of the file and its publish, nor into a copy this sync replaces (they check, once they hold it).
+        let _appends = if file == HISTORY_FILE {
+            lock_existing(&local)?
+        } else {
+            None
+        };
+        if let Some(base) = synced.get(&name)
+            && let Some(before) = changed_copy(base, &local)?
+        {
+            match self.files.push(f) {
+                Ok(()) => {}
+                Err(SharedFilesError::Conflict { .. }) => {
+                    report.add(self.resolve(f, file, before, base)?);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.files.pull(f)?;
+        let base = if file == HISTORY_FILE {
+            Base {
+                len: file_len(&local)?,
+                bytes: None,
+            }
+        } else {
+            let bytes = read_optional(&local)?.unwrap_or_default();
+            Base {
+                len: bytes.len() as u64,
+                bytes: Some(bytes),
+            }
+        };
+        synced.insert(name, base);
         Ok(report)
     }
 
@@ -429,5 +480,28 @@ mod tests {
             shared_name(&ScopeKey::Shared.dir().join(HISTORY_FILE)).as_deref(),
             Some("memory/history.jsonl")
         );
+    }
+
+    #[test]
+    fn only_the_memory_and_profile_files_have_shared_names() {
+        for (rel, name) in [
+            ("SOUL.md", Some("profile/SOUL.md")),
+            ("USER.md", Some("profile/USER.md")),
+            ("memory/MEMORY.md", Some("memory/MEMORY.md")),
+            ("memory/history.jsonl", Some("memory/history.jsonl")),
+            (
+                "memory/scopes/telegram_1/MEMORY.md",
+                Some("memory/scopes/telegram_1/MEMORY.md"),
+            ),
+            ("AGENTS.md", None),
+            ("HEARTBEAT.md", None),
+            ("notes/SOUL.md", None),
+            ("memory/notes.md", None),
+            ("memory/scopes/MEMORY.md", None),
+            ("memory/scopes/a/b/MEMORY.md", None),
+            ("memory/.dream/log.jsonl", None),
+        ] {
+            assert_eq!(shared_name_of(rel).as_deref(), name, "{rel}");
+        }
     }
 }

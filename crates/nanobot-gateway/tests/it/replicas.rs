@@ -309,8 +309,8 @@ async fn replicas_with_separate_homes_share_sessions_through_jetstream() -> Resu
     Ok(())
 }
 
-/// `store: jetstream` shares the memory files too: a memory the model writes in a turn on replica A (another
-/// home) is in the system prompt of the next turn on replica B, in another session.
+/// `store: jetstream` shares the memory files and the profile too: a memory and a `USER.md` the model writes in a
+/// turn on replica A (another home) are in the system prompt of the next turn on replica B, in another session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_written_on_one_replica_is_in_the_prompt_on_another() -> Result<()> {
     let Some(nats) = NatsServer::start().await? else {
@@ -323,6 +323,13 @@ async fn a_memory_written_on_one_replica_is_in_the_prompt_on_another() -> Result
         MockReply::tool_call(
             "write_file",
             json!({"path": "memory/MEMORY.md", "content": "# Long-term Memory\n- Alice's bike is blue (h7-fact)\n"}),
+        ),
+    );
+    mock.when_last_user_contains_once(
+        "remember",
+        MockReply::tool_call(
+            "write_file",
+            json!({"path": "USER.md", "content": "# User\n\nAlice rides to work (l25-profile).\n"}),
         ),
     );
     mock.when_last_user_contains("remember", MockReply::text("noted"));
@@ -349,12 +356,14 @@ async fn a_memory_written_on_one_replica_is_in_the_prompt_on_another() -> Result
         .and_then(|m| m["content"].as_str().map(str::to_owned))
         .context("a system prompt")?;
     assert!(
-        system.contains("h7-fact"),
-        "B's prompt holds A's memory: {system}"
+        system.contains("h7-fact") && system.contains("l25-profile"),
+        "B's prompt holds A's memory and profile: {system}"
     );
-    // B's home holds the file itself (the model's file tools there read it too).
-    let on_b = std::fs::read_to_string(home_b.workspace().join("memory/MEMORY.md"))?;
-    assert!(on_b.contains("h7-fact"), "{on_b}");
+    // B's home holds the files themselves (the model's file tools there read them too).
+    for (file, mark) in [("memory/MEMORY.md", "h7-fact"), ("USER.md", "l25-profile")] {
+        let on_b = std::fs::read_to_string(home_b.workspace().join(file))?;
+        assert!(on_b.contains(mark), "{file}: {on_b}");
+    }
     a.shutdown().await;
     b.shutdown().await;
     Ok(())

@@ -1,6 +1,6 @@
 //! `nanobot_memory::MemorySync` over the shared files: two replicas with separate workspaces share their memory
-//! files; history lines appended on both survive, a `MEMORY.md` rewritten on both keeps the stored version and
-//! the other as a conflict copy.
+//! files and their profile (`SOUL.md`, `USER.md`); history lines appended on both survive, a `MEMORY.md` or
+//! `SOUL.md` rewritten on both keeps the stored version and the other as a conflict copy.
 
 use std::sync::Arc;
 
@@ -133,5 +133,56 @@ async fn a_memory_rewritten_on_two_replicas_keeps_the_stored_one_and_the_other_a
     assert_eq!(b.sync().await?, SyncReport::default());
     assert_eq!(a.sync().await?, SyncReport::default());
     assert_eq!(a.store().read_memory()?, b.store().read_memory()?);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_profile_travels_with_every_sync_and_a_conflict_keeps_both_versions() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let (a, b) = (Replica::open(&server).await?, Replica::open(&server).await?);
+    let soul = |r: &Replica| r.ws.path().join("SOUL.md");
+    let user = |r: &Replica| r.ws.path().join("USER.md");
+    // The same templates in both homes, never published: not a conflict.
+    for r in [&a, &b] {
+        std::fs::write(soul(r), "# Soul\n")?;
+        std::fs::write(user(r), "# User\n")?;
+        r.sync().await?;
+    }
+    // A's turn (in a scope of its own) learns who the user is; B's next turn, in the shared memory, has it.
+    std::fs::write(user(&a), "# User\nAna, in Oslo.\n")?;
+    let scoped = a.sync.clone();
+    let report =
+        tokio::task::spawn_blocking(move || scoped.sync(&ScopeKey::Chat("telegram:1".into()))).await??;
+    assert_eq!(report, SyncReport::default());
+    b.sync().await?;
+    assert_eq!(std::fs::read_to_string(user(&b))?, "# User\nAna, in Oslo.\n");
+    let files = a.files.clone();
+    let listed = tokio::task::spawn_blocking(move || files.list("profile/")).await??;
+    assert!(listed.contains(&"profile/USER.md".to_owned()), "{listed:?}");
+    assert!(
+        !listed.contains(&"profile/SOUL.md".to_owned()),
+        "an unchanged template is not published: {listed:?}"
+    );
+
+    // Both rewrite SOUL.md from the same version: the stored one stays, B's is kept beside it.
+    std::fs::write(soul(&a), "# Soul\nTerse.\n")?;
+    std::fs::write(soul(&b), "# Soul\nChatty.\n")?;
+    a.sync().await?;
+    let report = b.sync().await?;
+    let [copy] = report.conflicts.as_slice() else {
+        panic!("one conflict copy: {report:?}");
+    };
+    assert_eq!(std::fs::read_to_string(soul(&b))?, "# Soul\nTerse.\n");
+    assert_eq!(std::fs::read_to_string(copy)?, "# Soul\nChatty.\n");
+    assert_eq!(copy.parent(), Some(b.ws.path()), "beside SOUL.md");
+    let copy_name = copy.file_name().and_then(|n| n.to_str()).context("a file name")?;
+    assert!(copy_name.starts_with("SOUL.md.conflict-"), "{copy_name}");
+    let files = a.files.clone();
+    let listed = tokio::task::spawn_blocking(move || files.list("profile/")).await??;
+    assert!(listed.contains(&format!("profile/{copy_name}")), "{listed:?}");
+    assert_eq!(b.sync().await?, SyncReport::default());
+    assert_eq!(a.sync().await?, SyncReport::default());
     Ok(())
 }
