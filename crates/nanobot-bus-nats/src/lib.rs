@@ -17,12 +17,11 @@
 //! - Publishing sets `Nats-Msg-Id` from the channel's own message id (`metadata.message_id`), so a channel that
 //!   delivers the same message twice within the duplicate window (a webhook retried, a poll repeated after a
 //!   restart) has it stored once.
-//! - **Outbound** messages go to `<prefix>.out.<channel>` on a second work-queue stream (`<STREAM>_OUT`), read by
-//!   one durable consumer and acknowledged when taken.
-//!
-//! What this crate does not do yet (see `docs/scaling.md`): remember which messages already produced an answer
-//! (a turn interrupted after its reply was sent is answered again on redelivery), route outbound messages to the
-//! replica holding a channel, and lease the channels that must be unique.
+//! - **Outbound** messages go to `<prefix>.out.<channel>` on a second work-queue stream (`<STREAM>_OUT`), read
+//!   by the replica holding the channel's lease (one durable consumer per channel) and acknowledged when taken;
+//!   one no replica takes within [`NatsBusSettings::outbound_max_age`] (a day by default) is dropped by the server.
+//! - **Leases** on a key-value bucket (`<STREAM>_LEASES`) make the scheduler and each channel's connection run on
+//!   one replica at a time ([`nanobot_bus::Leases`]).
 //!
 //! Every wait is bounded: connecting by [`NatsBusSettings::connect_timeout`], JetStream requests and publish
 //! acknowledgements by [`NatsBusSettings::request_timeout`].
@@ -32,7 +31,7 @@ mod probe;
 mod settings;
 
 pub use probe::{Probe, probe};
-pub use settings::NatsBusSettings;
+pub use settings::{DEFAULT_OUTBOUND_MAX_AGE, NatsBusSettings};
 
 use std::hash::Hasher;
 use std::sync::Arc;
@@ -140,6 +139,7 @@ impl NatsBus {
             &settings,
             &settings.inbound_stream(),
             &settings.inbound_subjects(),
+            settings.max_age,
         )
         .await?;
         let outbound_stream = ensure_stream(
@@ -147,6 +147,7 @@ impl NatsBus {
             &settings,
             &settings.outbound_stream(),
             &settings.outbound_subjects(),
+            settings.outbound_max_age,
         )
         .await?;
 
@@ -319,28 +320,52 @@ impl Hasher for Fnv1a {
     }
 }
 
+/// The work-queue stream `name`, made when missing. Its `max_age` is set to `max_age` when it was made with
+/// another (the one setting a user may change on a running stream; the others keep what the stream was made with).
 async fn ensure_stream(
     js: &jetstream::Context,
     settings: &NatsBusSettings,
     name: &str,
     subjects: &[String],
+    max_age: Duration,
 ) -> Result<stream::Stream, NatsBusError> {
+    let failed = |e: &dyn std::fmt::Display| NatsBusError::JetStream {
+        what: format!("stream {name}"),
+        reason: e.to_string(),
+    };
+    // The server refuses a duplicate window longer than the age limit.
+    let duplicate_window = if max_age.is_zero() {
+        settings.duplicate_window
+    } else {
+        settings.duplicate_window.min(max_age)
+    };
     let config = stream::Config {
         name: name.to_owned(),
         subjects: subjects.to_vec(),
         retention: stream::RetentionPolicy::WorkQueue,
         storage: stream::StorageType::File,
         num_replicas: settings.replicas,
-        duplicate_window: settings.duplicate_window,
-        max_age: settings.max_age,
+        duplicate_window,
+        max_age,
         ..Default::default()
     };
-    js.get_or_create_stream(config)
-        .await
-        .map_err(|e| NatsBusError::JetStream {
-            what: format!("stream {name}"),
-            reason: e.to_string(),
-        })
+    let mut made = js.get_or_create_stream(config).await.map_err(|e| failed(&e))?;
+    let theirs = made.cached_info().config.clone();
+    if theirs.max_age != max_age {
+        let updated = stream::Config {
+            max_age,
+            duplicate_window: if max_age.is_zero() {
+                theirs.duplicate_window
+            } else {
+                theirs.duplicate_window.min(max_age)
+            },
+            ..theirs.clone()
+        };
+        js.update_stream(&updated).await.map_err(|e| failed(&e))?;
+        made = js.get_stream(name).await.map_err(|e| failed(&e))?;
+        tracing::info!(stream = name, from = ?theirs.max_age, to = ?max_age, "NATS bus: the stream's message age limit changed");
+    }
+    Ok(made)
 }
 
 pub(crate) async fn ensure_consumer(
@@ -558,7 +583,7 @@ impl Bus for NatsBus {
     async fn publish_inbound(&self, msg: InboundMessage) -> Result<(), BusError> {
         let subject = self
             .settings
-            .partition_subject(self.partition_of(&msg.session_key()));
+            .partition_subject(self.partition_of(&msg.turn_session_key(self.settings.unified_session)));
         let id = msg.delivery_id();
         let payload = serde_json::to_vec(&msg)
             .map_err(|e| BusError::Unavailable(format!("cannot encode the message: {e}")))?;

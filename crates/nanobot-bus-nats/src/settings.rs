@@ -6,6 +6,9 @@ use nanobot_util::Secret;
 
 use crate::NatsBusError;
 
+/// The default of [`NatsBusSettings::outbound_max_age`]: a day.
+pub const DEFAULT_OUTBOUND_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+
 /// How to reach NATS and name the streams. [`Default`] is a local server (`nats://127.0.0.1:4222`), streams
 /// `NANOBOT_IN`/`NANOBOT_OUT` on subjects `nanobot.in.*`/`nanobot.out.*`, 16 partitions.
 #[derive(Clone)]
@@ -28,8 +31,16 @@ pub struct NatsBusSettings {
     pub ack_wait: Duration,
     /// The window in which a second publish with the same message id is dropped.
     pub duplicate_window: Duration,
-    /// How long an unanswered message is kept (zero: until answered).
+    /// How long an unanswered inbound message is kept (zero: until answered).
     pub max_age: Duration,
+    /// How long an outbound message waits for the replica holding its channel (zero: until taken). A channel no
+    /// replica runs any more (disabled, or its configuration removed) would otherwise keep its replies on the
+    /// server for ever. Default: one day.
+    pub outbound_max_age: Duration,
+    /// The agent's `unifiedSession`: every chat message without a session of its own is put in the unified
+    /// session's partition ([`nanobot_bus::InboundMessage::turn_session_key`]), so that session's turns run one
+    /// at a time across replicas as any other session's do. Default: off.
+    pub unified_session: bool,
     /// Stream replicas in a NATS cluster (1 on a single server).
     pub replicas: usize,
     /// The client name the server shows.
@@ -69,6 +80,8 @@ impl Default for NatsBusSettings {
             ack_wait: Duration::from_secs(30),
             duplicate_window: Duration::from_secs(120),
             max_age: Duration::ZERO,
+            outbound_max_age: DEFAULT_OUTBOUND_MAX_AGE,
+            unified_session: false,
             replicas: 1,
             client_name: "nanobot".into(),
             connect_timeout: Duration::from_secs(10),

@@ -20,6 +20,9 @@ pub const INTERNAL_CHANNELS: [&str; 7] = [
     "unified",
 ];
 
+/// The session every chat shares with 0.3.5's `unifiedSession` ([`InboundMessage::turn_session_key`]).
+pub const UNIFIED_SESSION_KEY: &str = "unified:default";
+
 /// Metadata key of [`InboundMessage::is_group`]: `true` for a message in a group chat, `false` in a private one.
 /// Every adapter that can tell sets it (memory scopes, and anything else that must not show one person's data to
 /// a group, depend on it).
@@ -221,6 +224,17 @@ impl InboundMessage {
             Some(key) => key.clone(),
             None => format!("{}:{}", self.channel, self.chat_id),
         }
+    }
+
+    /// The session a turn of this message runs in. With `unified` (0.3.5's `agents.defaults.unifiedSession`)
+    /// every chat message without a session of its own (no override; not a system report) shares
+    /// [`UNIFIED_SESSION_KEY`]; otherwise [`InboundMessage::session_key`]. The one rule for the agent and for a
+    /// bus that orders turns by session.
+    pub fn turn_session_key(&self, unified: bool) -> String {
+        if unified && self.session_key_override.is_none() && !self.is_system_report() {
+            return UNIFIED_SESSION_KEY.to_owned();
+        }
+        self.session_key()
     }
 
     /// Sets the session key override.

@@ -25,7 +25,7 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 pub(crate) async fn connect(config: &Config, capacity: usize) -> Result<GatewayBus, GatewayError> {
     match config.gateway.bus.kind {
         BusKind::Memory => Ok(GatewayBus::new(capacity)),
-        BusKind::Nats => connect_nats(&config.gateway.bus.nats).await,
+        BusKind::Nats => connect_nats(&config.gateway.bus.nats, config.agents.defaults.unified_session).await,
     }
 }
 
@@ -160,16 +160,23 @@ async fn transfer(
     Err(no_nats())
 }
 
+/// The NATS bus of `c`; `unified_session` is the agent's (`agents.defaults.unifiedSession`: the unified
+/// session's turns are ordered by its partition).
 #[cfg(feature = "nats")]
-async fn connect_nats(c: &nanobot_config::NatsBusConfig) -> Result<GatewayBus, GatewayError> {
-    let bus = nanobot_bus_nats::NatsBus::connect(nats_settings(c))
+async fn connect_nats(
+    c: &nanobot_config::NatsBusConfig,
+    unified_session: bool,
+) -> Result<GatewayBus, GatewayError> {
+    let mut settings = nats_settings(c);
+    settings.unified_session = unified_session;
+    let bus = nanobot_bus_nats::NatsBus::connect(settings)
         .await
         .map_err(|e| GatewayError::Bus(e.to_string()))?;
     Ok(GatewayBus::over(Arc::new(bus)))
 }
 
 #[cfg(not(feature = "nats"))]
-async fn connect_nats(_: &nanobot_config::NatsBusConfig) -> Result<GatewayBus, GatewayError> {
+async fn connect_nats(_: &nanobot_config::NatsBusConfig, _: bool) -> Result<GatewayBus, GatewayError> {
     Err(no_nats())
 }
 
@@ -245,6 +252,7 @@ pub(crate) fn nats_settings(c: &nanobot_config::NatsBusConfig) -> nanobot_bus_na
     s.connect_timeout = Duration::from_secs(c.connect_timeout_s.max(1));
     s.request_timeout = Duration::from_secs(c.request_timeout_s.max(1));
     s.replicas = c.stream_replicas.max(1);
+    s.outbound_max_age = Duration::from_secs(c.outbound_max_age_s);
     s
 }
 

@@ -476,3 +476,102 @@ async fn the_probe_reports_streams_and_lease_holders_without_creating_anything()
     assert!(err.contains("127.0.0.1"), "{err}");
     Ok(())
 }
+
+#[tokio::test]
+async fn replies_nobody_takes_age_out_and_a_new_limit_reaches_a_running_stream() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let js = async_nats::jetstream::new(async_nats::connect(server.url()).await?);
+    let config_of = |name: &'static str| {
+        let js = js.clone();
+        async move {
+            let mut stream = js.get_stream(name).await?;
+            anyhow::Ok(stream.info().await?.config.clone())
+        }
+    };
+    // The default: a day for replies, no limit for questions (an unanswered one is never dropped).
+    let bus = NatsBus::connect(settings(&server)).await?;
+    assert_eq!(
+        config_of("NANOBOT_OUT").await?.max_age,
+        nanobot_bus_nats::DEFAULT_OUTBOUND_MAX_AGE
+    );
+    assert_eq!(config_of("NANOBOT_IN").await?.max_age, Duration::ZERO);
+    // A reply to a channel nobody holds waits on the server meanwhile.
+    bus.publish_outbound(OutboundMessage::reply("email", "ana@example.com", "kept"))
+        .await?;
+    bus.close();
+    drop(bus);
+
+    // A replica started with a shorter limit changes the running stream; what waits stays.
+    let mut s = settings(&server);
+    s.outbound_max_age = Duration::from_secs(90);
+    let bus = NatsBus::connect(s).await?;
+    let out = config_of("NANOBOT_OUT").await?;
+    assert_eq!(out.max_age, Duration::from_secs(90));
+    assert!(out.duplicate_window <= out.max_age, "{out:?}");
+    let mut stream = js.get_stream("NANOBOT_OUT").await?;
+    assert_eq!(stream.info().await?.state.messages, 1);
+    bus.close();
+
+    // Zero: kept until taken.
+    let mut s = settings(&server);
+    s.outbound_max_age = Duration::ZERO;
+    let _bus = NatsBus::connect(s).await?;
+    assert_eq!(config_of("NANOBOT_OUT").await?.max_age, Duration::ZERO);
+    Ok(())
+}
+
+#[tokio::test]
+async fn with_a_unified_session_every_chat_waits_for_the_running_turn() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    // Two chats whose own sessions are in different partitions.
+    let separate = NatsBus::connect(settings(&server)).await?;
+    let first = msg("1", "from chat 1", 1);
+    let other = (2..100)
+        .map(|chat| msg(&chat.to_string(), "from another chat", 2))
+        .find(|m| separate.partition_of(&m.session_key()) != separate.partition_of(&first.session_key()))
+        .context("a chat in another partition")?;
+    // Without the unified session they run at once.
+    separate.publish_inbound(first.clone()).await?;
+    separate.publish_inbound(other.clone()).await?;
+    let (d1, d2) = (next(&separate).await?, next(&separate).await?);
+    settle(d1, Settlement::Done).await;
+    settle(d2, Settlement::Done).await;
+    separate.close();
+
+    // With it both are turns of one session: the second is handed out only once the first is settled.
+    let mut s = settings(&server);
+    s.unified_session = true;
+    let unified = NatsBus::connect(s).await?;
+    let (mut first, mut other) = (first, other);
+    first.metadata.insert("message_id".into(), json!(11));
+    other.metadata.insert("message_id".into(), json!(12));
+    unified.publish_inbound(first).await?;
+    unified.publish_inbound(other).await?;
+    let (running, receipt) = next(&unified).await?.into_parts();
+    assert_eq!(running.content, "from chat 1");
+    assert!(
+        nothing_within_quiet(&unified).await,
+        "another chat's turn of the unified session started while one ran"
+    );
+    receipt.context("a receipt")?.settle(Settlement::Done).await;
+    let then = settle(next(&unified).await?, Settlement::Done).await;
+    assert_eq!(then.content, "from another chat");
+
+    // A message with a session of its own (a thread, the API) keeps its own partition.
+    let mut threaded = msg("1", "in a thread", 13);
+    threaded.session_key_override = Some("telegram:1:thread:9".into());
+    assert_eq!(
+        threaded.turn_session_key(true),
+        "telegram:1:thread:9",
+        "an override is kept"
+    );
+    assert_eq!(
+        msg("5", "x", 14).turn_session_key(true),
+        nanobot_bus::UNIFIED_SESSION_KEY
+    );
+    Ok(())
+}

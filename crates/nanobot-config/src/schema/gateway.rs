@@ -104,6 +104,9 @@ pub struct NatsBusConfig {
     pub request_timeout_s: u64,
     /// Stream replicas in a NATS cluster (1 on a single server).
     pub stream_replicas: usize,
+    /// Seconds a reply waits on the server for the replica holding its channel before the server drops it (0:
+    /// until taken). Replies to a channel no replica runs any more would otherwise pile up.
+    pub outbound_max_age_s: u64,
     /// `directory` (default: the replicas share one data directory) or `jetstream` (sessions on the server, each
     /// replica with its own home).
     pub store: StoreKind,
@@ -126,6 +129,7 @@ impl Default for NatsBusConfig {
             connect_timeout_s: 10,
             request_timeout_s: 10,
             stream_replicas: 1,
+            outbound_max_age_s: 86_400,
             store: StoreKind::Directory,
             extra: Extra::default(),
         }

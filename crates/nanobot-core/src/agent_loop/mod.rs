@@ -820,10 +820,7 @@ impl LoopInner {
     }
 
     fn session_key(&self, msg: &InboundMessage) -> String {
-        if msg.session_key_override.is_none() && self.settings.unified_session && !msg.is_system_report() {
-            return "unified:default".to_owned();
-        }
-        msg.session_key()
+        msg.turn_session_key(self.settings.unified_session)
     }
 
     /// Remembers the chat of a message from a real channel (not the API, CLI, cron, …).
