@@ -659,6 +659,8 @@ impl Gateway {
         let metrics = Metrics::new();
         let bus = crate::replicas::connect(config, BUS_CAPACITY).await?;
         let shared = crate::replicas::shared_files(config).await?;
+        // Each replica of a shared file store has a home of its own (its local trigger queue runs there).
+        let own_home = shared.is_some();
         let agent = nanobot_runtime::agent_builder_shared(config, &opts.env, provider.clone(), shared)?
             .hook(metrics.hook())
             .bus(Arc::new(bus.clone()))
@@ -760,6 +762,7 @@ impl Gateway {
             config,
             RuntimeOptions::default()
                 .with_cron(opts.cron)
+                .with_own_home(own_home)
                 .with_observer(Arc::new(MetricsObserver(metrics.clone()))),
         )?;
         let accept = runtime.accepting();

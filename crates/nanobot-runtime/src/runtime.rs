@@ -23,6 +23,11 @@ pub struct RuntimeOptions {
     pub cron: bool,
     /// Told about every bus-driven turn and system job (metrics).
     pub observer: Option<Arc<dyn TurnObserver>>,
+    /// This process's home is its own, not shared with the other replicas on its bus (gateway replicas with
+    /// `gateway.bus.nats.store: jetstream`): its local trigger queue (`/trigger`, `nanobot trigger`), which only
+    /// this home has, runs whether or not this replica holds the scheduler lease. Otherwise (one process, or
+    /// replicas sharing one home) the queue runs with cron, under the lease.
+    pub own_home: bool,
 }
 
 impl std::fmt::Debug for RuntimeOptions {
@@ -30,6 +35,7 @@ impl std::fmt::Debug for RuntimeOptions {
         f.debug_struct("RuntimeOptions")
             .field("cron", &self.cron)
             .field("observer", &self.observer.is_some())
+            .field("own_home", &self.own_home)
             .finish()
     }
 }
@@ -46,6 +52,13 @@ impl RuntimeOptions {
     #[must_use]
     pub fn with_observer(mut self, observer: Arc<dyn TurnObserver>) -> Self {
         self.observer = Some(observer);
+        self
+    }
+
+    /// Whether this process's home is its own among the replicas ([`RuntimeOptions::own_home`]).
+    #[must_use]
+    pub fn with_own_home(mut self, own: bool) -> Self {
+        self.own_home = own;
         self
     }
 }
@@ -88,18 +101,25 @@ impl Runtime {
                 }
             }
             match bus.leases() {
-                // Replicas on a shared bus: cron, the system jobs and the trigger queue run on the one holding
-                // the scheduler lease.
+                // Replicas on a shared bus: cron and the system jobs run on the one holding the scheduler lease,
+                // and so does the trigger queue of a home they share; a home of its own runs its own queue.
                 Some(leases) => {
+                    if opts.own_home {
+                        spawn_trigger_queue(&agent, &accept, &tracker);
+                    }
                     tokio::spawn(schedule_under_lease(
                         agent.clone(),
                         leases,
                         opts.observer.clone(),
                         accept.clone(),
                         tracker.clone(),
+                        !opts.own_home,
                     ));
                 }
-                None => spawn_scheduler(&agent, &accept, &tracker),
+                None => {
+                    spawn_cron(&agent, &accept);
+                    spawn_trigger_queue(&agent, &accept, &tracker);
+                }
             }
         }
         // Session files written by the Python nanobot are counted once now, off the turn path, so the first turn
@@ -173,17 +193,20 @@ impl Runtime {
     }
 }
 
-/// Runs cron (with the system jobs) and the local trigger queue until `stop` fires. The trigger queue is tracked
-/// like a turn: once `stop` fires it finishes the delivery it is running (its answer published, its outcome
-/// recorded, the delivery settled) and ends, so [`Runtime::drain`] waits for that delivery instead of leaving it
-/// claimed, to run (and answer) again on the next start.
-fn spawn_scheduler(agent: &AgentLoop, stop: &CancellationToken, tracker: &TaskTracker) {
+/// Runs cron (with the system jobs) until `stop` fires.
+fn spawn_cron(agent: &AgentLoop, stop: &CancellationToken) {
     if let Some(cron) = agent.cron() {
         let svc = cron.clone();
         let stop = stop.clone();
         tokio::spawn(async move { svc.run(stop).await });
     }
-    // Local triggers (`/trigger`, `nanobot trigger`): deliveries run as turns in their chats, with cron.
+}
+
+/// Runs the local trigger queue (`/trigger`, `nanobot trigger`: deliveries run as turns in their chats) until
+/// `stop` fires. It is tracked like a turn: once `stop` fires it finishes the delivery it is running (its answer
+/// published, its outcome recorded, the delivery settled) and ends, so [`Runtime::drain`] waits for that delivery
+/// instead of leaving it claimed, to run (and answer) again on the next start.
+fn spawn_trigger_queue(agent: &AgentLoop, stop: &CancellationToken, tracker: &TaskTracker) {
     if let Some(store) = agent.triggers() {
         let runner = agent.clone();
         let handler: nanobot_cron::triggers::TriggerHandler = Arc::new(move |trigger, delivery| {
@@ -196,14 +219,16 @@ fn spawn_scheduler(agent: &AgentLoop, stop: &CancellationToken, tracker: &TaskTr
     }
 }
 
-/// Holds the scheduler lease and runs the scheduler while it is held: stops it when the lease is lost and waits
-/// to take it again; gives it up when the runtime stops accepting work.
+/// Holds the scheduler lease and runs cron (and, with `with_triggers`, the trigger queue of the shared home)
+/// while it is held: stops them when the lease is lost and waits to take it again; gives it up when the runtime
+/// stops accepting work.
 async fn schedule_under_lease(
     agent: AgentLoop,
     leases: Arc<dyn Leases>,
     observer: Option<Arc<dyn TurnObserver>>,
     accept: CancellationToken,
     tracker: TaskTracker,
+    with_triggers: bool,
 ) {
     let held = |on: bool| {
         if let Some(o) = &observer {
@@ -224,7 +249,10 @@ async fn schedule_under_lease(
         );
         held(true);
         let running = accept.child_token();
-        spawn_scheduler(&agent, &running, &tracker);
+        spawn_cron(&agent, &running);
+        if with_triggers {
+            spawn_trigger_queue(&agent, &running, &tracker);
+        }
         tokio::select! {
             () = accept.cancelled() => {
                 held(false);

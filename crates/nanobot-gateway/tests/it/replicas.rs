@@ -368,3 +368,50 @@ async fn a_memory_written_on_one_replica_is_in_the_prompt_on_another() -> Result
     b.shutdown().await;
     Ok(())
 }
+
+/// With `store: jetstream` each replica has a home of its own, and so its own local trigger queue: a delivery
+/// queued in either home (`nanobot trigger` on that machine) runs, whichever replica holds the scheduler lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_replica_runs_the_trigger_deliveries_of_its_own_home() -> Result<()> {
+    let Some(nats) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let (home_a, home_b) = (TempHome::new(), TempHome::new());
+    let mock = MockLlm::start().await;
+    mock.set_fallback(MockReply::text("seen"));
+    let a = jetstream_replica(&nats, &home_a, &mock, "replica-a").await?;
+    let b = jetstream_replica(&nats, &home_b, &mock, "replica-b").await?;
+    let builds = ["build #1 failed (home A)", "build #2 failed (home B)"];
+    for (gw, build) in [(&a, builds[0]), (&b, builds[1])] {
+        let store = gw.agent().triggers().context("a trigger store")?;
+        let trigger = store.create("nightly", "telegram", "42", "telegram:42", Default::default())?;
+        store.enqueue(&trigger.id, build)?;
+    }
+    let ran = |asked: &[nanobot_testkit::RecordedRequest], build: &str| {
+        asked
+            .iter()
+            .any(|r| r.last_user_text().is_some_and(|t| t.contains(build)))
+    };
+    tokio::time::timeout(GUARD, async {
+        let mut n = 1;
+        loop {
+            let asked = mock.wait_for_requests(n).await;
+            if builds.iter().all(|b| ran(&asked, b)) {
+                break;
+            }
+            n = asked.len() + 1;
+        }
+    })
+    .await
+    .with_context(|| {
+        let asked = mock.requests();
+        format!(
+            "not every home's delivery ran: A's {}, B's {}",
+            ran(&asked, builds[0]),
+            ran(&asked, builds[1])
+        )
+    })?;
+    a.shutdown().await;
+    b.shutdown().await;
+    Ok(())
+}
