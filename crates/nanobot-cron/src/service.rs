@@ -401,7 +401,10 @@ impl CronService {
 
     /// The scheduler loop: fires due jobs (each in its own task; a job never overlaps itself), sleeps
     /// until the next run or the next store check, and wakes early when a job is added or changed
-    /// through this service. Ends when `cancel` fires; jobs still running are then aborted.
+    /// through this service. When `cancel` fires no job starts any more, and the jobs running then finish
+    /// (their runs recorded) before `run` returns: an aborted job would leave no record, and its claimed run
+    /// (an `at` job's only one) would be gone. The caller bounds that wait (the runtime's drain deadline) and
+    /// hurries the jobs by cancelling their turns.
     pub async fn run(&self, cancel: CancellationToken) {
         let mut tasks = JoinSet::new();
         loop {
@@ -433,7 +436,10 @@ impl CronService {
                 Some(_) = tasks.join_next() => {}
             }
         }
-        tasks.shutdown().await;
+        if !tasks.is_empty() {
+            tracing::info!(jobs = tasks.len(), "cron stops: waiting for the jobs running now");
+        }
+        while tasks.join_next().await.is_some() {}
     }
 
     /// Earliest planned run among enabled jobs that are not running.

@@ -117,7 +117,7 @@ impl Runtime {
                     ));
                 }
                 None => {
-                    spawn_cron(&agent, &accept);
+                    spawn_cron(&agent, &accept, &tracker);
                     spawn_trigger_queue(&agent, &accept, &tracker);
                 }
             }
@@ -177,8 +177,8 @@ impl Runtime {
     }
 
     /// Waits until every tracked turn has finished, up to `deadline`; true when they all did. After
-    /// [`stop_accepting`](Self::stop_accepting) that includes the local trigger delivery running then, settled
-    /// and its outcome recorded.
+    /// [`stop_accepting`](Self::stop_accepting) that includes the cron jobs and the local trigger delivery
+    /// running then, settled and their outcomes recorded.
     pub async fn drain(&self, deadline: Instant) -> bool {
         self.tracker.close();
         tokio::time::timeout_at(deadline, self.tracker.wait())
@@ -193,12 +193,13 @@ impl Runtime {
     }
 }
 
-/// Runs cron (with the system jobs) until `stop` fires.
-fn spawn_cron(agent: &AgentLoop, stop: &CancellationToken) {
+/// Runs cron (with the system jobs) until `stop` fires. Tracked like a turn: the jobs running when `stop` fires
+/// finish and are recorded, and [`Runtime::drain`] waits for them.
+fn spawn_cron(agent: &AgentLoop, stop: &CancellationToken, tracker: &TaskTracker) {
     if let Some(cron) = agent.cron() {
         let svc = cron.clone();
         let stop = stop.clone();
-        tokio::spawn(async move { svc.run(stop).await });
+        tracker.spawn(async move { svc.run(stop).await });
     }
 }
 
@@ -249,7 +250,7 @@ async fn schedule_under_lease(
         );
         held(true);
         let running = accept.child_token();
-        spawn_cron(&agent, &running);
+        spawn_cron(&agent, &running, &tracker);
         if with_triggers {
             spawn_trigger_queue(&agent, &running, &tracker);
         }

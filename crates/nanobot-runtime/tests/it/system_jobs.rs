@@ -149,3 +149,47 @@ async fn one_heartbeat_tick_is_one_model_call_and_one_observation() {
     assert_eq!(mock.request_count(), 1, "commands never call the model");
     assert!(agent.is_shut_down());
 }
+
+/// A cron job running when the runtime stops accepting work is not cut off: [`Runtime::drain`] waits for it, and
+/// its run is recorded.
+#[tokio::test]
+async fn a_cron_job_running_at_a_stop_finishes_and_is_recorded() {
+    nanobot_providers::install_ring();
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    // Long enough that the stop comes while the job's model call is under way.
+    mock.set_fallback(MockReply::text("stretched").delay(Duration::from_secs(3)));
+    let env = Environment::new(home.home(), HashMap::new());
+    let config = config(&mock, json!({"gateway": {"heartbeat": {"enabled": false}}}));
+    let agent = nanobot_runtime::build_agent(&config, &env).unwrap();
+    let bus = Arc::new(InProcessBus::new(16));
+    let mut rt = Runtime::start(
+        agent.clone(),
+        bus.clone(),
+        &config,
+        RuntimeOptions::default().with_cron(true),
+    )
+    .unwrap();
+    let cron = agent.cron().unwrap().clone();
+    let job = cron
+        .add(nanobot_cron::NewJob::new(
+            nanobot_cron::CronSchedule::every(Duration::from_secs(1)),
+            nanobot_cron::CronPayload::agent_turn("stretch"),
+        ))
+        .unwrap();
+    tokio::time::timeout(GUARD, mock.wait_for_requests(1))
+        .await
+        .expect("the job's model call within the guard");
+    rt.stop_accepting(tokio::time::Instant::now() + GUARD).await;
+    assert!(
+        rt.drain(tokio::time::Instant::now() + GUARD).await,
+        "the job finishes within the guard"
+    );
+    let state = cron.get(&job.id).unwrap().unwrap().state;
+    assert_eq!(
+        (state.last_status.as_deref(), state.run_history.len()),
+        (Some("ok"), 1),
+        "the run was recorded: {state:?}"
+    );
+    rt.shutdown().await;
+}
