@@ -4,9 +4,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nanobot_bus::{Bus, InProcessBus, InboundMessage};
+use nanobot_bus::{Bus, InboundMessage};
 use nanobot_core::{CoreError, SystemJob, TurnReply};
-use nanobot_runtime::{Environment, Runtime, RuntimeOptions, TurnObserver, TurnWatch};
+use nanobot_runtime::{Environment, RuntimeOptions, TurnObserver, TurnWatch};
 use nanobot_testkit::{MockLlm, MockReply, TempHome};
 use serde_json::json;
 
@@ -93,23 +93,18 @@ async fn one_heartbeat_tick_is_one_model_call_and_one_observation() {
     home.write_workspace_file("HEARTBEAT.md", "- Check the backup folder\n");
     let mock = MockLlm::start().await;
     mock.push(MockReply::tool_call("heartbeat", json!({"action": "skip"})));
-    let env = Environment::new(home.home(), HashMap::new());
     let config = config(
         &mock,
         json!({"gateway": {"heartbeat": {"enabled": true, "intervalS": 3600}}}),
     );
-    let agent = nanobot_runtime::build_agent(&config, &env).unwrap();
-    let bus = Arc::new(InProcessBus::new(16));
     let seen = Arc::new(Seen::default());
-    let mut rt = Runtime::start(
-        agent.clone(),
-        bus.clone(),
+    let (agent, bus, mut rt) = crate::start_in_process(
+        &home,
         &config,
         RuntimeOptions::default()
             .with_cron(true)
             .with_observer(Arc::new(Observer(seen.clone()))),
-    )
-    .unwrap();
+    );
     let outcome = tokio::time::timeout(GUARD, agent.cron().unwrap().run_now("heartbeat", true))
         .await
         .unwrap()
@@ -159,17 +154,9 @@ async fn a_cron_job_running_at_a_stop_finishes_and_is_recorded() {
     let mock = MockLlm::start().await;
     // Long enough that the stop comes while the job's model call is under way.
     mock.set_fallback(MockReply::text("stretched").delay(Duration::from_secs(3)));
-    let env = Environment::new(home.home(), HashMap::new());
     let config = config(&mock, json!({"gateway": {"heartbeat": {"enabled": false}}}));
-    let agent = nanobot_runtime::build_agent(&config, &env).unwrap();
-    let bus = Arc::new(InProcessBus::new(16));
-    let mut rt = Runtime::start(
-        agent.clone(),
-        bus.clone(),
-        &config,
-        RuntimeOptions::default().with_cron(true),
-    )
-    .unwrap();
+    let (agent, _bus, mut rt) =
+        crate::start_in_process(&home, &config, RuntimeOptions::default().with_cron(true));
     let cron = agent.cron().unwrap().clone();
     let job = cron
         .add(nanobot_cron::NewJob::new(

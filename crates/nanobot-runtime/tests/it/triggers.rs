@@ -34,17 +34,10 @@ async fn a_trigger_made_in_a_chat_answers_its_deliveries_there() {
     nanobot_providers::install_ring();
     let home = TempHome::new();
     let mock = MockLlm::start().await;
-    let env = Environment::new(home.home(), HashMap::new());
     let config = config(&mock);
-    let agent = nanobot_runtime::build_agent(&config, &env).unwrap();
-    let bus = Arc::new(InProcessBus::new(16));
-    let mut rt = Runtime::start(
-        agent.clone(),
-        bus.clone(),
-        &config,
-        RuntimeOptions::default().with_cron(true),
-    )
-    .unwrap();
+    let (agent, bus, mut rt) =
+        crate::start_in_process(&home, &config, RuntimeOptions::default().with_cron(true));
+    let env = Environment::new(home.home(), HashMap::new());
 
     let mut ask = InboundMessage::new("telegram", "7", "42", "/trigger nightly build");
     ask.metadata.insert("message_thread_id".into(), json!(5));
