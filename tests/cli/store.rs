@@ -53,9 +53,16 @@ async fn a_home_is_imported_and_exported_to_another_byte_for_byte() {
             ],
         );
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-        // The memory files travel too (the onboarded MEMORY.md and SOUL.md templates, a history line and an
-        // edited USER.md).
+        // The memory files travel too (the onboarded MEMORY.md and SOUL.md templates, a history line, a Dream
+        // record and an edited USER.md).
         std::fs::write(a.workspace().join("USER.md"), "# User\n\nAna, in Oslo.\n").unwrap();
+        let record = a.workspace().join("memory/.dream/1.json");
+        std::fs::create_dir_all(record.parent().unwrap()).unwrap();
+        std::fs::write(
+            &record,
+            r#"{"version": 1, "kind": "dream", "timestamp": "2026-11-26 10:00", "changes": []}"#,
+        )
+        .unwrap();
         let history = a.workspace().join("memory/history.jsonl");
         std::fs::write(
             &history,
@@ -66,12 +73,12 @@ async fn a_home_is_imported_and_exported_to_another_byte_for_byte() {
         let o = run(a.home(), &["store", "import"]);
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         assert!(
-            stdout(&o).starts_with("Imported 6 file(s) from "),
+            stdout(&o).starts_with("Imported 7 file(s) from "),
             "{}",
             stdout(&o)
         );
         let o = run(a.home(), &["store", "import"]);
-        assert!(stdout(&o).contains("Imported 0 file(s)") && stdout(&o).contains("6 already matched"));
+        assert!(stdout(&o).contains("Imported 0 file(s)") && stdout(&o).contains("7 already matched"));
 
         let b = onboarded(&mock);
         point_at_nats(&b, &url);
@@ -80,7 +87,7 @@ async fn a_home_is_imported_and_exported_to_another_byte_for_byte() {
         // B's own MEMORY.md and SOUL.md templates already match; its own USER.md differs and is kept.
         assert_ne!(o.status.code(), Some(0));
         assert!(
-            stdout(&o).starts_with("Exported 3 file(s) from NANOBOT_FILES")
+            stdout(&o).starts_with("Exported 4 file(s) from NANOBOT_FILES")
                 && stdout(&o).contains("2 already matched")
                 && stdout(&o).contains("USER.md")
                 && stdout(&o).contains("--overwrite"),
@@ -91,12 +98,12 @@ async fn a_home_is_imported_and_exported_to_another_byte_for_byte() {
         let o = run(b.home(), &["store", "export", "--overwrite"]);
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         assert!(
-            stdout(&o).starts_with("Exported 1 file(s)") && stdout(&o).contains("5 already matched"),
+            stdout(&o).starts_with("Exported 1 file(s)") && stdout(&o).contains("6 already matched"),
             "{}",
             stdout(&o)
         );
         let read = |h: &TempHome, f: &str| std::fs::read(h.workspace().join(f)).unwrap();
-        for file in ["cron/jobs.json", "USER.md", "SOUL.md"] {
+        for file in ["cron/jobs.json", "USER.md", "SOUL.md", "memory/.dream/1.json"] {
             assert_eq!(read(&a, file), read(&b, file), "{file}");
         }
         assert_eq!(
@@ -121,7 +128,7 @@ async fn a_home_is_imported_and_exported_to_another_byte_for_byte() {
             stdout(&o)
         );
         let o = run(b.home(), &["store", "export"]);
-        assert!(stdout(&o).contains("6 already matched"), "{}", stdout(&o));
+        assert!(stdout(&o).contains("7 already matched"), "{}", stdout(&o));
     })
     .await
     .unwrap();

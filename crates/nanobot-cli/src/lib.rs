@@ -424,16 +424,16 @@ fn store(action: StoreAction, env: &CliEnv, out: &mut dyn Write) -> Result<(), C
 }
 
 /// The memory files `nanobot store` moves: on export everything stored under `memory/` and `profile/` (conflict
-/// copies too); on import only the shared memory files (`MEMORY.md`, `history.jsonl`, `.dream_cursor`) of
-/// `memory/` and of each scope's folder and the profile files (`SOUL.md`, `USER.md`), not the other files a home
-/// keeps there.
+/// copies too); on import only the shared memory files (`MEMORY.md`, `history.jsonl`, `.dream_cursor`, Dream's
+/// change records `.dream/<n>.json`) of `memory/` and of each scope's folder and the profile files (`SOUL.md`,
+/// `USER.md`), not the other files a home keeps there.
 fn memory_files(
     workspace: &std::path::Path,
     how: nanobot_gateway::StoreTransfer,
 ) -> Vec<(String, std::path::PathBuf)> {
     use nanobot_memory::{
-        DREAM_CURSOR_FILE, HISTORY_FILE, MEMORY_DIR, MEMORY_FILE, PROFILE_FILES, SCOPES_DIR,
-        SHARED_PROFILE_DIR,
+        DREAM_CURSOR_FILE, DREAM_RECORDS_DIR, HISTORY_FILE, MEMORY_DIR, MEMORY_FILE, PROFILE_FILES,
+        SCOPES_DIR, SHARED_PROFILE_DIR,
     };
     let root = workspace.join(MEMORY_DIR);
     if how == nanobot_gateway::StoreTransfer::Export {
@@ -458,9 +458,22 @@ fn memory_files(
     }
     dirs.into_iter()
         .flat_map(|(name, dir)| {
+            // Dream's change records (`.dream/<n>.json`), for `/dream-log` and `/dream-restore` on every replica.
+            let records: Vec<String> = std::fs::read_dir(dir.join(DREAM_RECORDS_DIR))
+                .map(|entries| {
+                    entries
+                        .flatten()
+                        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+                        .filter(|f| f.strip_suffix(".json").is_some_and(|n| n.parse::<u64>().is_ok()))
+                        .map(|f| format!("{DREAM_RECORDS_DIR}/{f}"))
+                        .collect()
+                })
+                .unwrap_or_default();
             [MEMORY_FILE, HISTORY_FILE, DREAM_CURSOR_FILE]
                 .into_iter()
-                .map(move |f| (format!("{name}/{f}"), dir.join(f)))
+                .map(str::to_owned)
+                .chain(records)
+                .map(move |f| (format!("{name}/{f}"), dir.join(&f)))
         })
         .chain(profile)
         .collect()

@@ -261,14 +261,41 @@ pub(crate) async fn sync_memory(
     scope: Option<&ScopeKey>,
     when: &'static str,
 ) {
+    sync_memory_files(sync, scope, when, false).await;
+}
+
+/// [`sync_memory`] with Dream's change records (around Dream runs, restores and `/dream-log`).
+async fn sync_memory_and_records(
+    sync: &nanobot_memory::MemorySync,
+    scope: Option<&ScopeKey>,
+    when: &'static str,
+) {
+    sync_memory_files(sync, scope, when, true).await;
+}
+
+async fn sync_memory_files(
+    sync: &nanobot_memory::MemorySync,
+    scope: Option<&ScopeKey>,
+    when: &'static str,
+    records: bool,
+) {
     let (sync, scope) = (sync.clone(), scope.cloned());
-    let done = tokio::task::spawn_blocking(move || match &scope {
-        Some(s) => sync.sync(s),
-        None => sync.sync_all(),
+    let done = tokio::task::spawn_blocking(move || match (&scope, records) {
+        (Some(s), false) => sync.sync(s),
+        (Some(s), true) => sync.sync_with_records(s),
+        (None, false) => sync.sync_all(),
+        (None, true) => sync.sync_all_with_records(),
     })
     .await;
     match done {
         Ok(Ok(report)) => {
+            if report.renumbered_records > 0 {
+                tracing::info!(
+                    when,
+                    records = report.renumbered_records,
+                    "memory: Dream records whose numbers another replica took first were given the next ones"
+                );
+            }
             if !report.conflicts.is_empty() {
                 let kept: Vec<String> = report.conflicts.iter().map(|p| p.display().to_string()).collect();
                 tracing::warn!(
@@ -320,27 +347,28 @@ impl MemoryService for SyncedMemory {
     }
 
     async fn dream(&self, scope: &ScopeKey) -> Result<String, BoxError> {
-        sync_memory(&self.sync, Some(scope), "before Dream").await;
+        sync_memory_and_records(&self.sync, Some(scope), "before Dream").await;
         let out = self.inner.dream(scope).await;
-        sync_memory(&self.sync, Some(scope), "after Dream").await;
+        sync_memory_and_records(&self.sync, Some(scope), "after Dream").await;
         out
     }
 
     async fn dream_all(&self) -> Result<String, BoxError> {
-        sync_memory(&self.sync, None, "before Dream").await;
+        sync_memory_and_records(&self.sync, None, "before Dream").await;
         let out = self.inner.dream_all().await;
-        sync_memory(&self.sync, None, "after Dream").await;
+        sync_memory_and_records(&self.sync, None, "after Dream").await;
         out
     }
 
     async fn dream_log(&self, scope: &ScopeKey, args: &str) -> Result<String, BoxError> {
+        sync_memory_and_records(&self.sync, Some(scope), "before /dream-log").await;
         self.inner.dream_log(scope, args).await
     }
 
     async fn dream_restore(&self, scope: &ScopeKey, args: &str) -> Result<String, BoxError> {
-        sync_memory(&self.sync, Some(scope), "before a Dream restore").await;
+        sync_memory_and_records(&self.sync, Some(scope), "before a Dream restore").await;
         let out = self.inner.dream_restore(scope, args).await;
-        sync_memory(&self.sync, Some(scope), "after a Dream restore").await;
+        sync_memory_and_records(&self.sync, Some(scope), "after a Dream restore").await;
         out
     }
 }

@@ -30,9 +30,15 @@
 //!   increasing), and published again (up to [`MAX_ATTEMPTS`] times);
 //! - `.dream_cursor` keeps the larger of the two cursors;
 //! - `MEMORY.md`, `SOUL.md` and `USER.md` (whole-file rewrites: there is no safe merge of two rewrites) keep the
-//!   stored version, and this replica's version is written beside it as `<file>.conflict-<unix ms>`, published too (so every
-//!   replica and `nanobot store export` see it), and named in a warning and in [`SyncReport::conflicts`]. Dream
-//!   or the user folds it back in.
+//!   stored version, and this replica's version is written beside it as `<file>.conflict-<unix ms>`, published
+//!   too (so every replica and `nanobot store export` see it), and named in a warning and in
+//!   [`SyncReport::conflicts`]. Dream or the user folds it back in.
+//!
+//! Dream's change records (`<folder>/.dream/<n>.json`) are synchronised only by
+//! [`MemorySync::sync_with_records`] and [`MemorySync::sync_all_with_records`] (around Dream runs, restores and
+//! `/dream-log`). Each is written once, so it is fetched or published once per process; a record of this
+//! replica's whose number another replica stored first takes the next free number (its `version` changed to
+//! match), and [`SyncReport::renumbered_records`] counts it.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::Write as _;
@@ -42,6 +48,7 @@ use std::sync::{Arc, Mutex};
 use nanobot_util::{SharedFile, SharedFiles, SharedFilesError};
 use serde_json::Value;
 
+use crate::dream::DREAM_RECORDS_DIR;
 use crate::error::{MemoryError, Result};
 use crate::scope::{SCOPES_DIR, ScopeKey};
 use crate::store::{DREAM_CURSOR_FILE, HISTORY_FILE, MEMORY_DIR, MEMORY_FILE};
@@ -81,12 +88,15 @@ pub struct SyncReport {
     pub conflicts: Vec<PathBuf>,
     /// History lines appended again on top of another replica's (renumbered).
     pub reapplied_lines: usize,
+    /// Dream change records given a new number because another replica stored one with theirs first.
+    pub renumbered_records: usize,
 }
 
 impl SyncReport {
     fn add(&mut self, other: SyncReport) {
         self.conflicts.extend(other.conflicts);
         self.reapplied_lines += other.reapplied_lines;
+        self.renumbered_records += other.renumbered_records;
     }
 }
 
@@ -124,15 +134,29 @@ impl MemorySync {
     /// Synchronises the memory of `scope` and the profile files (publishes local changes, then pulls the
     /// others').
     pub fn sync(&self, scope: &ScopeKey) -> Result<SyncReport> {
-        let mut synced = nanobot_util::lock(&self.synced);
-        let mut report = self.sync_dir(&mut synced, &scope.dir())?;
-        report.add(self.sync_profile(&mut synced)?);
-        Ok(report)
+        self.sync_dirs(&[scope.dir()], false)
     }
 
     /// Synchronises every memory folder (the shared one and each scope's, whether this home or the store has it)
     /// and the profile files.
     pub fn sync_all(&self) -> Result<SyncReport> {
+        self.sync_dirs(&self.all_dirs()?, false)
+    }
+
+    /// [`MemorySync::sync`], and Dream's change records of the scope's folder too (around Dream runs, restores and
+    /// `/dream-log`): each record another replica wrote is fetched once, each one this replica wrote is
+    /// published; one whose number another replica took first is renumbered after the stored ones.
+    pub fn sync_with_records(&self, scope: &ScopeKey) -> Result<SyncReport> {
+        self.sync_dirs(&[scope.dir()], true)
+    }
+
+    /// [`MemorySync::sync_all`] with every folder's Dream change records ([`MemorySync::sync_with_records`]).
+    pub fn sync_all_with_records(&self) -> Result<SyncReport> {
+        self.sync_dirs(&self.all_dirs()?, true)
+    }
+
+    /// Every memory folder, this home's and the store's.
+    fn all_dirs(&self) -> Result<Vec<PathBuf>> {
         let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
         dirs.insert(PathBuf::from(MEMORY_DIR));
         let scopes = Path::new(MEMORY_DIR).join(SCOPES_DIR);
@@ -149,13 +173,123 @@ impl MemorySync {
                 dirs.insert(scopes.join(scope));
             }
         }
+        Ok(dirs.into_iter().collect())
+    }
+
+    fn sync_dirs(&self, dirs: &[PathBuf], records: bool) -> Result<SyncReport> {
         let mut synced = nanobot_util::lock(&self.synced);
         let mut report = SyncReport::default();
         for dir in dirs {
-            report.add(self.sync_dir(&mut synced, &dir)?);
+            report.add(self.sync_dir(&mut synced, dir)?);
+            if records {
+                report.add(self.sync_records(&mut synced, dir)?);
+            }
         }
         report.add(self.sync_profile(&mut synced)?);
         Ok(report)
+    }
+
+    /// Dream's change records of a memory folder (`<dir>/.dream/<n>.json`): written once and never changed, so
+    /// each is fetched or published once per process. A record of this replica's whose number another replica
+    /// stored first (two Dream runs or restores at once) takes the next free number, its `version` changed to
+    /// match; nothing of either is lost.
+    fn sync_records(&self, synced: &mut HashMap<String, Base>, rel_dir: &Path) -> Result<SyncReport> {
+        let mut report = SyncReport::default();
+        let rel = rel_dir.join(DREAM_RECORDS_DIR);
+        let Some(prefix) = shared_name(&rel).map(|p| format!("{p}/")) else {
+            return Ok(report);
+        };
+        let dir = Records {
+            prefix,
+            local: self.workspace.join(&rel),
+        };
+        let stored: BTreeSet<u64> = self
+            .files
+            .list(&dir.prefix)?
+            .iter()
+            .filter_map(|n| record_version(n.strip_prefix(&dir.prefix)?))
+            .collect();
+        let local: BTreeSet<u64> = std::fs::read_dir(&dir.local)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter_map(|e| record_version(e.file_name().to_str()?))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut taken: BTreeSet<u64> = stored.union(&local).copied().collect();
+        for &v in &local {
+            if synced.contains_key(&dir.name(v)) {
+                continue;
+            }
+            let path = dir.path(v);
+            let Some(mine) = read_optional(&path)? else {
+                continue;
+            };
+            if !stored.contains(&v) {
+                self.publish_record(synced, &dir, &mine, v, &mut taken, &mut report)?;
+                continue;
+            }
+            // The store has a record with this number: fetched in place of the local copy (held in `mine`); the
+            // same record (a home imported, or synced before this process) needs nothing more.
+            remove_optional(&path)?;
+            self.files.pull(SharedFile::new(&dir.name(v), &path))?;
+            synced.insert(dir.name(v), Base::default());
+            if read_optional(&path)?.as_deref() == Some(mine.as_slice()) {
+                continue;
+            }
+            let next = next_free(&taken);
+            write_file(&dir.path(next), &renumbered(&mine, next, &path)?)?;
+            taken.insert(next);
+            report.renumbered_records += 1;
+            self.publish_record(synced, &dir, &mine, next, &mut taken, &mut report)?;
+        }
+        for v in stored {
+            if let std::collections::hash_map::Entry::Vacant(slot) = synced.entry(dir.name(v)) {
+                self.files.pull(SharedFile::new(slot.key(), &dir.path(v)))?;
+                slot.insert(Base::default());
+            }
+        }
+        Ok(report)
+    }
+
+    /// Publishes this replica's record (`mine`, numbered `version` locally); on a conflict (another replica stored
+    /// that number first) it takes the next free number, up to [`MAX_ATTEMPTS`] times, then is kept beside.
+    fn publish_record(
+        &self,
+        synced: &mut HashMap<String, Base>,
+        dir: &Records,
+        mine: &[u8],
+        mut version: u64,
+        taken: &mut BTreeSet<u64>,
+        report: &mut SyncReport,
+    ) -> Result<()> {
+        for attempt in 1..=MAX_ATTEMPTS {
+            let (name, path) = (dir.name(version), dir.path(version));
+            match self.files.push(SharedFile::new(&name, &path)) {
+                Ok(()) => {
+                    synced.insert(name, Base::default());
+                    return Ok(());
+                }
+                Err(SharedFilesError::Conflict { .. }) if attempt < MAX_ATTEMPTS => {
+                    // The local file is now the other replica's record.
+                    synced.insert(name, Base::default());
+                    version = next_free(taken);
+                    write_file(&dir.path(version), &renumbered(mine, version, &path)?)?;
+                    taken.insert(version);
+                    report.renumbered_records += 1;
+                }
+                Err(e @ SharedFilesError::Conflict { .. }) => {
+                    synced.insert(name.clone(), Base::default());
+                    report
+                        .conflicts
+                        .push(self.keep_copy(SharedFile::new(&name, &path), mine, &e)?);
+                    return Ok(());
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     fn sync_dir(&self, synced: &mut HashMap<String, Base>, rel_dir: &Path) -> Result<SyncReport> {
@@ -355,10 +489,62 @@ fn changed_copy(base: &Base, local: &Path) -> Result<Option<Option<Vec<u8>>>> {
     Ok(changed.then_some(now))
 }
 
+/// Where a memory folder's Dream records are: in the store and in this home.
+struct Records {
+    /// `<folder>/.dream/` in the store.
+    prefix: String,
+    /// `<workspace>/<folder>/.dream`.
+    local: PathBuf,
+}
+
+impl Records {
+    fn name(&self, version: u64) -> String {
+        format!("{}{version}.json", self.prefix)
+    }
+
+    fn path(&self, version: u64) -> PathBuf {
+        self.local.join(format!("{version}.json"))
+    }
+}
+
+/// The number after every one in `taken`.
+fn next_free(taken: &BTreeSet<u64>) -> u64 {
+    taken.last().copied().unwrap_or(0) + 1
+}
+
+/// The version of a Dream record file name (`12.json` → 12).
+fn record_version(file: &str) -> Option<u64> {
+    file.strip_suffix(".json")?.parse().ok().filter(|v| *v > 0)
+}
+
+/// A Dream record's JSON with its `version` set to `version` (`path` names it in an error).
+fn renumbered(bytes: &[u8], version: u64, path: &Path) -> Result<Vec<u8>> {
+    let mut record: Value = serde_json::from_slice(bytes).map_err(|e| MemoryError::Corrupt {
+        path: path.to_path_buf(),
+        line: e.line(),
+        message: e.to_string(),
+    })?;
+    if let Some(map) = record.as_object_mut() {
+        map.insert("version".into(), Value::from(version));
+    }
+    serde_json::to_vec_pretty(&record).map_err(|source| MemoryError::Encode {
+        what: "a Dream record",
+        source,
+    })
+}
+
 /// The store name of a workspace-relative path (`/`-separated); `None` for a path that is not plain UTF-8.
 fn shared_name(rel: &Path) -> Option<String> {
     let parts: Option<Vec<&str>> = rel.components().map(|c| c.as_os_str().to_str()).collect();
     parts.map(|p| p.join("/"))
+}
+
+fn remove_optional(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(MemoryError::io("removing", path, e)),
+    }
 }
 
 fn read_optional(path: &Path) -> Result<Option<Vec<u8>>> {

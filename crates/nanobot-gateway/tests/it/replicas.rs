@@ -47,6 +47,26 @@ async fn jetstream_replica(
     Ok(Gateway::start(options(home, mock, patch)).await?)
 }
 
+/// Asks `gw`'s chat API `text` in session `session` (sent when awaited, which may be on another task); the
+/// answer's text.
+fn ask(
+    gw: &Gateway,
+    session: &str,
+    text: &str,
+) -> impl std::future::Future<Output = Result<String>> + 'static {
+    let request = crate::common::client()
+        .post(crate::common::api_url(gw, "/v1/chat/completions"))
+        .bearer_auth(crate::common::KEY)
+        .json(&json!({"messages": [{"role": "user", "content": text}], "session_id": session}));
+    async move {
+        let answer: serde_json::Value = request.send().await?.json().await?;
+        answer["choices"][0]["message"]["content"]
+            .as_str()
+            .map(str::to_owned)
+            .with_context(|| format!("no answer in {answer}"))
+    }
+}
+
 fn holds_telegram(gw: &Gateway) -> bool {
     gw.metrics()
         .role_held(&Role::Channel("telegram".into()))
@@ -158,21 +178,12 @@ async fn api_requests_on_one_session_wait_for_each_other_across_replicas() -> Re
     mock.when_last_user_contains("second", MockReply::text("second answer"));
     let a = replica(&home, &mock, &emu, &nats, "replica-a").await;
     let b = replica(&home, &mock, &emu, &nats, "replica-b").await;
-    let c = crate::common::client();
-    let ask = |gw: &Gateway, text: &str| {
-        c.post(crate::common::api_url(gw, "/v1/chat/completions"))
-            .bearer_auth(crate::common::KEY)
-            .json(&json!({"messages": [{"role": "user", "content": text}], "session_id": "shared"}))
-            .send()
-    };
     // The first request is running on replica A when the second, for the same session, reaches replica B.
-    let first = ask(&a, "first");
-    let first = tokio::spawn(first);
+    let first = tokio::spawn(ask(&a, "shared", "first"));
     tokio::time::timeout(GUARD, mock.wait_for_requests(1)).await?;
-    let second: serde_json::Value = ask(&b, "second").await?.json().await?;
-    let first: serde_json::Value = first.await??.json().await?;
-    assert_eq!(first["choices"][0]["message"]["content"], "slow answer");
-    assert_eq!(second["choices"][0]["message"]["content"], "second answer");
+    let second = ask(&b, "shared", "second").await?;
+    assert_eq!(first.await??, "slow answer");
+    assert_eq!(second, "second answer");
     // B ran its turn after A's was saved: it saw A's answer.
     let asked = mock.completion_requests();
     let seen: Vec<String> = asked[1]
@@ -273,17 +284,8 @@ async fn replicas_with_separate_homes_share_sessions_through_jetstream() -> Resu
     mock.when_last_user_contains("second", MockReply::text("second answer"));
     let a = jetstream_replica(&nats, &home_a, &mock, "replica-a").await?;
     let b = jetstream_replica(&nats, &home_b, &mock, "replica-b").await?;
-    let c = crate::common::client();
-    let ask = |gw: &Gateway, text: &str| {
-        c.post(crate::common::api_url(gw, "/v1/chat/completions"))
-            .bearer_auth(crate::common::KEY)
-            .json(&json!({"messages": [{"role": "user", "content": text}], "session_id": "roaming"}))
-            .send()
-    };
-    let first: serde_json::Value = ask(&a, "first").await?.json().await?;
-    assert_eq!(first["choices"][0]["message"]["content"], "first answer");
-    let second: serde_json::Value = ask(&b, "second").await?.json().await?;
-    assert_eq!(second["choices"][0]["message"]["content"], "second answer");
+    assert_eq!(ask(&a, "roaming", "first").await?, "first answer");
+    assert_eq!(ask(&b, "roaming", "second").await?, "second answer");
     // B's turn saw A's, which it had only through the server.
     let asked = mock.completion_requests();
     let seen: Vec<String> = asked
@@ -297,8 +299,7 @@ async fn replicas_with_separate_homes_share_sessions_through_jetstream() -> Resu
     // Each home holds the whole session, in order (A's copy is brought up to date at its next access).
     let on_b = &crate::common::sessions(&home_b)["api:roaming"];
     assert_eq!(crate::common::texts(on_b, "user"), ["first", "second"]);
-    let third: serde_json::Value = ask(&a, "first again").await?.json().await?;
-    assert_eq!(third["choices"][0]["message"]["content"], "first answer");
+    assert_eq!(ask(&a, "roaming", "first again").await?, "first answer");
     let on_a = &crate::common::sessions(&home_a)["api:roaming"];
     assert_eq!(
         crate::common::texts(on_a, "user"),
@@ -336,17 +337,8 @@ async fn a_memory_written_on_one_replica_is_in_the_prompt_on_another() -> Result
     mock.when_last_user_contains("what colour", MockReply::text("blue"));
     let a = jetstream_replica(&nats, &home_a, &mock, "replica-a").await?;
     let b = jetstream_replica(&nats, &home_b, &mock, "replica-b").await?;
-    let c = crate::common::client();
-    let ask = |gw: &Gateway, session: &str, text: &str| {
-        c.post(crate::common::api_url(gw, "/v1/chat/completions"))
-            .bearer_auth(crate::common::KEY)
-            .json(&json!({"messages": [{"role": "user", "content": text}], "session_id": session}))
-            .send()
-    };
-    let noted: serde_json::Value = ask(&a, "one", "remember my bike is blue").await?.json().await?;
-    assert_eq!(noted["choices"][0]["message"]["content"], "noted");
-    let answered: serde_json::Value = ask(&b, "two", "what colour is my bike?").await?.json().await?;
-    assert_eq!(answered["choices"][0]["message"]["content"], "blue");
+    assert_eq!(ask(&a, "one", "remember my bike is blue").await?, "noted");
+    assert_eq!(ask(&b, "two", "what colour is my bike?").await?, "blue");
     let asked = mock.completion_requests();
     let system = asked
         .last()
@@ -411,6 +403,34 @@ async fn each_replica_runs_the_trigger_deliveries_of_its_own_home() -> Result<()
             ran(&asked, builds[1])
         )
     })?;
+    a.shutdown().await;
+    b.shutdown().await;
+    Ok(())
+}
+
+/// With `store: jetstream` Dream's change records are shared: `/dream-log` on one replica lists a Dream run of
+/// another (its record published at that replica's next Dream, restore or `/dream-log`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dream_log_on_one_replica_lists_another_replica_s_dream_runs() -> Result<()> {
+    let Some(nats) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let (home_a, home_b) = (TempHome::new(), TempHome::new());
+    home_a.write_workspace_file(
+        "memory/.dream/1.json",
+        r#"{"version": 1, "kind": "dream", "timestamp": "2026-11-26 03:00", "summary": "noted the bike (l25-dream)", "changes": []}"#,
+    );
+    let mock = MockLlm::start().await;
+    let a = jetstream_replica(&nats, &home_a, &mock, "replica-a").await?;
+    let b = jetstream_replica(&nats, &home_b, &mock, "replica-b").await?;
+    let on_a = ask(&a, "ops", "/dream-log").await?;
+    assert!(on_a.contains("l25-dream"), "{on_a}");
+    let on_b = ask(&b, "ops", "/dream-log").await?;
+    assert!(
+        on_b.contains("#1") && on_b.contains("l25-dream"),
+        "B lists A's Dream run: {on_b}"
+    );
+    assert_eq!(mock.request_count(), 0, "commands never reach the model");
     a.shutdown().await;
     b.shutdown().await;
     Ok(())

@@ -186,3 +186,68 @@ async fn the_profile_travels_with_every_sync_and_a_conflict_keeps_both_versions(
     assert_eq!(a.sync().await?, SyncReport::default());
     Ok(())
 }
+
+/// Writes a Dream record as Dream does (`memory/.dream/<version>.json`).
+fn write_record(r: &Replica, version: u64, summary: &str) -> Result<()> {
+    let dir = r.ws.path().join("memory/.dream");
+    std::fs::create_dir_all(&dir)?;
+    let record = serde_json::json!({
+        "version": version, "kind": "dream", "timestamp": "2026-11-26 10:00", "summary": summary, "changes": []
+    });
+    std::fs::write(
+        dir.join(format!("{version}.json")),
+        serde_json::to_vec_pretty(&record)?,
+    )?;
+    Ok(())
+}
+
+/// The Dream records of a home: (version, summary), by version.
+fn records(r: &Replica) -> Result<Vec<(u64, String)>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(r.ws.path().join("memory/.dream"))? {
+        let bytes = std::fs::read(e?.path())?;
+        let record: nanobot_memory::DreamRecord = serde_json::from_slice(&bytes)?;
+        out.push((record.version, record.summary));
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dream_records_travel_and_one_numbered_twice_is_renumbered() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let (a, b) = (Replica::open(&server).await?, Replica::open(&server).await?);
+    let with_records = |r: &Replica| {
+        let sync = r.sync.clone();
+        tokio::task::spawn_blocking(move || sync.sync_with_records(&ScopeKey::Shared))
+    };
+    // A's Dream writes two records; B, at its next Dream (or /dream-log), has them.
+    write_record(&a, 1, "first run on A")?;
+    write_record(&a, 2, "second run on A")?;
+    with_records(&a).await??;
+    assert_eq!(with_records(&b).await??, SyncReport::default());
+    assert_eq!(records(&b)?, records(&a)?);
+    // An ordinary turn's sync does not carry them (they matter to Dream only).
+    write_record(&a, 3, "third run on A")?;
+    b.sync().await?;
+    a.sync().await?;
+    assert_eq!(records(&b)?.len(), 2);
+
+    // Both write record 3 from the same state: A's is stored first, B's becomes 4.
+    write_record(&b, 3, "a run on B")?;
+    with_records(&a).await??;
+    let report = with_records(&b).await??;
+    assert_eq!(report.renumbered_records, 1, "{report:?}");
+    let expected = vec![
+        (1, "first run on A".to_owned()),
+        (2, "second run on A".to_owned()),
+        (3, "third run on A".to_owned()),
+        (4, "a run on B".to_owned()),
+    ];
+    assert_eq!(records(&b)?, expected);
+    with_records(&a).await??;
+    assert_eq!(records(&a)?, expected, "A has B's record under its new number");
+    Ok(())
+}
