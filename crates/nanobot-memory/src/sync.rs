@@ -226,6 +226,12 @@ impl MemorySync {
             let Some(mine) = read_optional(&path)? else {
                 continue;
             };
+            if serde_json::from_slice::<Value>(&mine).map_or(true, |r| !r.is_object()) {
+                // Not a record Dream could read (nor renumber): left as it is, here only.
+                tracing::warn!(file = %path.display(), "not a Dream record: not shared");
+                synced.insert(dir.name(v), Base::default());
+                continue;
+            }
             if !stored.contains(&v) {
                 self.publish_record(synced, &dir, &mine, v, &mut taken, &mut report)?;
                 continue;
@@ -233,7 +239,11 @@ impl MemorySync {
             // The store has a record with this number: fetched in place of the local copy (held in `mine`); the
             // same record (a home imported, or synced before this process) needs nothing more.
             remove_optional(&path)?;
-            self.files.pull(SharedFile::new(&dir.name(v), &path))?;
+            if let Err(e) = self.files.pull(SharedFile::new(&dir.name(v), &path)) {
+                // Not fetched: this replica's record goes back where it was.
+                write_file(&path, &mine)?;
+                return Err(e.into());
+            }
             synced.insert(dir.name(v), Base::default());
             if read_optional(&path)?.as_deref() == Some(mine.as_slice()) {
                 continue;

@@ -229,6 +229,15 @@ async fn dream_records_travel_and_one_numbered_twice_is_renumbered() -> Result<(
     with_records(&a).await??;
     assert_eq!(with_records(&b).await??, SyncReport::default());
     assert_eq!(records(&b)?, records(&a)?);
+    // A file there that is not a record Dream can read stays where it is, unshared.
+    let odd = a.ws.path().join("memory/.dream/9.json");
+    std::fs::write(&odd, "not a record")?;
+    with_records(&a).await??;
+    let files = a.files.clone();
+    let listed = tokio::task::spawn_blocking(move || files.list("memory/.dream/")).await??;
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert_eq!(std::fs::read_to_string(&odd)?, "not a record");
+    std::fs::remove_file(&odd)?;
     // An ordinary turn's sync does not carry them (they matter to Dream only).
     write_record(&a, 3, "third run on A")?;
     b.sync().await?;
