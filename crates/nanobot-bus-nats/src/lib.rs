@@ -334,10 +334,12 @@ async fn ensure_stream(
         reason: e.to_string(),
     };
     // The server refuses a duplicate window longer than the age limit.
-    let duplicate_window = if max_age.is_zero() {
-        settings.duplicate_window
-    } else {
-        settings.duplicate_window.min(max_age)
+    let within_age = |window: Duration| {
+        if max_age.is_zero() {
+            window
+        } else {
+            window.min(max_age)
+        }
     };
     let config = stream::Config {
         name: name.to_owned(),
@@ -345,7 +347,7 @@ async fn ensure_stream(
         retention: stream::RetentionPolicy::WorkQueue,
         storage: stream::StorageType::File,
         num_replicas: settings.replicas,
-        duplicate_window,
+        duplicate_window: within_age(settings.duplicate_window),
         max_age,
         ..Default::default()
     };
@@ -354,11 +356,7 @@ async fn ensure_stream(
     if theirs.max_age != max_age {
         let updated = stream::Config {
             max_age,
-            duplicate_window: if max_age.is_zero() {
-                theirs.duplicate_window
-            } else {
-                theirs.duplicate_window.min(max_age)
-            },
+            duplicate_window: within_age(theirs.duplicate_window),
             ..theirs.clone()
         };
         js.update_stream(&updated).await.map_err(|e| failed(&e))?;

@@ -424,59 +424,20 @@ fn store(action: StoreAction, env: &CliEnv, out: &mut dyn Write) -> Result<(), C
 }
 
 /// The memory files `nanobot store` moves: on export everything stored under `memory/` and `profile/` (conflict
-/// copies too); on import only the shared memory files (`MEMORY.md`, `history.jsonl`, `.dream_cursor`, Dream's
-/// change records `.dream/<n>.json`) of `memory/` and of each scope's folder and the profile files (`SOUL.md`,
-/// `USER.md`), not the other files a home keeps there.
+/// copies too); on import the files the memory sync shares ([`nanobot_memory::shared_files_of`]), not the other
+/// files a home keeps there.
 fn memory_files(
     workspace: &std::path::Path,
     how: nanobot_gateway::StoreTransfer,
 ) -> Vec<(String, std::path::PathBuf)> {
-    use nanobot_memory::{
-        DREAM_CURSOR_FILE, DREAM_RECORDS_DIR, HISTORY_FILE, MEMORY_DIR, MEMORY_FILE, PROFILE_FILES,
-        SCOPES_DIR, SHARED_PROFILE_DIR,
-    };
-    let root = workspace.join(MEMORY_DIR);
+    use nanobot_memory::{MEMORY_DIR, SHARED_PROFILE_DIR};
     if how == nanobot_gateway::StoreTransfer::Export {
         return vec![
-            (MEMORY_DIR.to_owned(), root),
+            (MEMORY_DIR.to_owned(), workspace.join(MEMORY_DIR)),
             (SHARED_PROFILE_DIR.to_owned(), workspace.to_owned()),
         ];
     }
-    let profile = PROFILE_FILES
-        .into_iter()
-        .map(|f| (format!("{SHARED_PROFILE_DIR}/{f}"), workspace.join(f)));
-    let mut dirs = vec![(MEMORY_DIR.to_owned(), root.clone())];
-    if let Ok(entries) = std::fs::read_dir(root.join(SCOPES_DIR)) {
-        for e in entries.flatten() {
-            if let (true, Some(name)) = (
-                e.file_type().is_ok_and(|t| t.is_dir()),
-                e.file_name().to_str().map(str::to_owned),
-            ) {
-                dirs.push((format!("{MEMORY_DIR}/{SCOPES_DIR}/{name}"), e.path()));
-            }
-        }
-    }
-    dirs.into_iter()
-        .flat_map(|(name, dir)| {
-            // Dream's change records (`.dream/<n>.json`), for `/dream-log` and `/dream-restore` on every replica.
-            let records: Vec<String> = std::fs::read_dir(dir.join(DREAM_RECORDS_DIR))
-                .map(|entries| {
-                    entries
-                        .flatten()
-                        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
-                        .filter(|f| f.strip_suffix(".json").is_some_and(|n| n.parse::<u64>().is_ok()))
-                        .map(|f| format!("{DREAM_RECORDS_DIR}/{f}"))
-                        .collect()
-                })
-                .unwrap_or_default();
-            [MEMORY_FILE, HISTORY_FILE, DREAM_CURSOR_FILE]
-                .into_iter()
-                .map(str::to_owned)
-                .chain(records)
-                .map(move |f| (format!("{name}/{f}"), dir.join(&f)))
-        })
-        .chain(profile)
-        .collect()
+    nanobot_memory::shared_files_of(workspace)
 }
 
 /// `nanobot sessions restore-workspace`: 0.3.5's rollback copy into `<workspace>/sessions/`.

@@ -93,7 +93,7 @@ pub use store::{
 };
 pub use sync::{
     MAX_ATTEMPTS as SYNC_MAX_ATTEMPTS, MemorySync, PROFILE_FILES, SHARED_PROFILE_DIR, SyncReport,
-    shared_name_of,
+    shared_files_of, shared_name_of,
 };
 #[cfg(feature = "search")]
 pub use tool::{DEFAULT_LIMIT, MAX_LIMIT, MEMORY_SEARCH_TOOL, MemorySearchTool};

@@ -157,16 +157,8 @@ impl MemorySync {
 
     /// Every memory folder, this home's and the store's.
     fn all_dirs(&self) -> Result<Vec<PathBuf>> {
-        let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
-        dirs.insert(PathBuf::from(MEMORY_DIR));
+        let mut dirs: BTreeSet<PathBuf> = local_dirs(&self.workspace).into_iter().collect();
         let scopes = Path::new(MEMORY_DIR).join(SCOPES_DIR);
-        if let Ok(entries) = std::fs::read_dir(self.workspace.join(&scopes)) {
-            for e in entries.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    dirs.insert(scopes.join(e.file_name()));
-                }
-            }
-        }
         let prefix = format!("{MEMORY_DIR}/{SCOPES_DIR}/");
         for name in self.files.list(&prefix)? {
             if let Some((scope, _)) = name.strip_prefix(&prefix).and_then(|r| r.split_once('/')) {
@@ -209,14 +201,7 @@ impl MemorySync {
             .iter()
             .filter_map(|n| record_version(n.strip_prefix(&dir.prefix)?))
             .collect();
-        let local: BTreeSet<u64> = std::fs::read_dir(&dir.local)
-            .map(|entries| {
-                entries
-                    .flatten()
-                    .filter_map(|e| record_version(e.file_name().to_str()?))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let local = local_records(&dir.local);
         let mut taken: BTreeSet<u64> = stored.union(&local).copied().collect();
         for &v in &local {
             if synced.contains_key(&dir.name(v)) {
@@ -499,6 +484,56 @@ fn changed_copy(base: &Base, local: &Path) -> Result<Option<Option<Vec<u8>>>> {
     Ok(changed.then_some(now))
 }
 
+/// The memory folders this home has (workspace-relative): `memory` and each scope's.
+fn local_dirs(workspace: &Path) -> Vec<PathBuf> {
+    let mut dirs = vec![PathBuf::from(MEMORY_DIR)];
+    let scopes = Path::new(MEMORY_DIR).join(SCOPES_DIR);
+    if let Ok(entries) = std::fs::read_dir(workspace.join(&scopes)) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push(scopes.join(e.file_name()));
+            }
+        }
+    }
+    dirs
+}
+
+/// The Dream record files (`<n>.json`) in the local folder `dir`, by version.
+fn local_records(dir: &Path) -> BTreeSet<u64> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| record_version(e.file_name().to_str()?))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The files of the home at `workspace` that [`MemorySync`] shares, each with its name in the store: in each memory
+/// folder `MEMORY.md`, `history.jsonl`, `.dream_cursor` (listed whether or not they exist) and Dream's change
+/// records, then the profile files. What `nanobot store import` publishes.
+pub fn shared_files_of(workspace: &Path) -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    for dir in local_dirs(workspace) {
+        let records = dir.join(DREAM_RECORDS_DIR);
+        let files = FILES.iter().map(|f| dir.join(f)).chain(
+            local_records(&workspace.join(&records))
+                .into_iter()
+                .map(|v| records.join(format!("{v}.json"))),
+        );
+        for rel in files {
+            if let Some(name) = shared_name(&rel) {
+                out.push((name, workspace.join(rel)));
+            }
+        }
+    }
+    for file in PROFILE_FILES {
+        out.push((format!("{SHARED_PROFILE_DIR}/{file}"), workspace.join(file)));
+    }
+    out
+}
+
 /// Where a memory folder's Dream records are: in the store and in this home.
 struct Records {
     /// `<folder>/.dream/` in the store.
@@ -699,5 +734,44 @@ mod tests {
         ] {
             assert_eq!(shared_name_of(rel).as_deref(), name, "{rel}");
         }
+    }
+
+    #[test]
+    fn the_shared_files_of_a_home_are_its_memory_files_records_and_profile() {
+        let ws = tempfile::tempdir().unwrap();
+        for dir in ["memory/.dream", "memory/scopes/telegram_1/.dream"] {
+            std::fs::create_dir_all(ws.path().join(dir)).unwrap();
+        }
+        for file in [
+            "memory/.dream/1.json",
+            "memory/.dream/notes.txt",
+            "memory/scopes/telegram_1/.dream/2.json",
+        ] {
+            std::fs::write(ws.path().join(file), "{}").unwrap();
+        }
+        let mut files: Vec<(String, String)> = shared_files_of(ws.path())
+            .into_iter()
+            .map(|(name, path)| {
+                let local = path.strip_prefix(ws.path()).unwrap().to_str().unwrap().to_owned();
+                (name, local)
+            })
+            .collect();
+        files.sort();
+        let same = |n: &str| (n.to_owned(), n.to_owned());
+        assert_eq!(
+            files,
+            [
+                same("memory/.dream/1.json"),
+                same("memory/.dream_cursor"),
+                same("memory/MEMORY.md"),
+                same("memory/history.jsonl"),
+                same("memory/scopes/telegram_1/.dream/2.json"),
+                same("memory/scopes/telegram_1/.dream_cursor"),
+                same("memory/scopes/telegram_1/MEMORY.md"),
+                same("memory/scopes/telegram_1/history.jsonl"),
+                ("profile/SOUL.md".to_owned(), "SOUL.md".to_owned()),
+                ("profile/USER.md".to_owned(), "USER.md".to_owned()),
+            ]
+        );
     }
 }
