@@ -15,14 +15,9 @@ mod secrets;
 use nanobot_util::EnvMap;
 use std::path::{Path, PathBuf};
 
-/// `shared/fixtures/python-nanobot/config.json`, found in an ancestor of the crate (`shared/` sits beside the
-/// repository).
+/// A `config.json` written by the Python nanobot 0.3.5 (a copy kept in the repository, `tests/fixtures/`).
 pub(crate) fn fixture_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .map(|a| a.join("shared/fixtures/python-nanobot/config.json"))
-        .find(|p| p.is_file())
-        .expect("shared/fixtures/python-nanobot/config.json next to the repository")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/python-nanobot-config.json")
 }
 
 pub(crate) fn fixture_value() -> serde_json::Value {

@@ -10,23 +10,13 @@ use serde_json::json;
 
 use crate::utc;
 
-fn fixture_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/python-nanobot/workspace/cron/jobs.json")
+/// A cron store written by the Python nanobot 0.3.5 (a copy kept in the repository, `tests/fixtures/`).
+pub(crate) fn fixture_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/python-nanobot-jobs.json")
 }
 
-fn fixture() -> Option<String> {
-    match fs::read_to_string(fixture_path()) {
-        Ok(text) => Some(text),
-        Err(_) if std::env::var_os("CI").is_none() => {
-            println!(
-                "skipped: shared fixture not found at {}",
-                fixture_path().display()
-            );
-            None
-        }
-        Err(e) => panic!("fixture missing: {e}"),
-    }
+fn fixture() -> String {
+    fs::read_to_string(fixture_path()).unwrap_or_else(|e| panic!("{}: {e}", fixture_path().display()))
 }
 
 fn noop_service(store: JobStore, clock: &ManualClock) -> CronService {
@@ -36,7 +26,7 @@ fn noop_service(store: JobStore, clock: &ManualClock) -> CronService {
 
 #[test]
 fn python_fixture_loads_and_round_trips_byte_for_byte() {
-    let Some(text) = fixture() else { return };
+    let text = fixture();
     let file = StoreFile::parse(&text, &fixture_path()).unwrap();
     assert_eq!(file.version, 1);
     let ids: Vec<&str> = file.jobs.iter().map(|j| j.id.as_str()).collect();
@@ -214,7 +204,7 @@ fn edits_by_another_process_are_seen_without_restart() {
 
 #[test]
 fn legacy_store_is_migrated_once_with_backup() {
-    let Some(text) = fixture() else { return };
+    let text = fixture();
     let home = tempfile::tempdir().unwrap();
     let legacy = home.path().join(".nanobot/cron/jobs.json");
     fs::create_dir_all(legacy.parent().unwrap()).unwrap();
