@@ -548,6 +548,16 @@ impl Sandbox {
                 }
                 Err(e) => return Err(e),
             };
+            if let Some(root) = name.as_deref().and_then(|n| allowed_child(&parent, n, fence)) {
+                // The path names an allowed root itself (the workspace, or a read root), whose parent may be
+                // the data directory (the default `~/.nanobot/workspace`): it is reached, not its parent.
+                return Ok(Located {
+                    parent: root,
+                    name: None,
+                    logical: abs,
+                    meta: None,
+                });
+            }
             self.check_ancestry(raw, &parent, fence)?;
             let Some(name) = name else {
                 return Ok(Located {
@@ -743,6 +753,16 @@ impl Base {
 }
 
 /// The first component of `comps` below `root` that is a symlink, with its target.
+/// The directory `name` in `parent` (opened without following a link), when it is one of the fence's allowed
+/// roots: judged by the identity of the handle opened, so a swap after a look cannot pass.
+#[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+fn allowed_child(parent: &Dir, name: &OsStr, fence: &Fence) -> Option<Dir> {
+    let dir = open_child_dir(parent, name).ok()?;
+    let st = rustix::fs::fstat(&dir).ok()?;
+    let id = (st.st_dev as u64, st.st_ino as u64);
+    fence.allowed.contains(&id).then_some(dir)
+}
+
 fn first_symlink(root: &Dir, comps: &[OsString]) -> Option<(usize, PathBuf)> {
     let mut dir = root.try_clone().ok()?;
     for (i, c) in comps.iter().enumerate() {

@@ -581,3 +581,128 @@ async fn fifos_and_devices_are_refused_without_blocking() {
         .await;
     assert!(out.is_error, "{}", out.text);
 }
+
+/// The layout `onboard` writes (0.3.5's): the workspace `~/.nanobot/workspace` inside the data directory
+/// `~/.nanobot`. Every file tool reaches the workspace itself, by any name of it, in both modes; the data
+/// directory around it stays out of reach.
+#[tokio::test]
+async fn onboard_layout_every_file_tool_reaches_the_workspace_in_both_modes() {
+    for restrict in [false, true] {
+        let home = tempfile::tempdir().unwrap();
+        let data = home.path().join(".nanobot");
+        let ws = data.join("workspace");
+        std::fs::create_dir_all(ws.join("memory")).unwrap();
+        std::fs::write(data.join("config.json"), format!("{{\"apiKey\": \"{DATA}\"}}")).unwrap();
+        std::fs::write(ws.join("a.txt"), "alpha needle\n").unwrap();
+        std::fs::write(ws.join("memory/MEMORY.md"), "note needle\n").unwrap();
+        let sandbox = Sandbox::new(&ws, restrict)
+            .with_home(Some(home.path().to_path_buf()))
+            .with_data_dir(Some(data.clone()));
+        let reg = registry(&sandbox);
+        let c = ctx(&ws);
+        let mode = if restrict { "restricted" } else { "unrestricted" };
+        let ws_abs = ws.display().to_string();
+        for dir in [
+            ".",
+            "./",
+            "",
+            "~/.nanobot/workspace",
+            ws_abs.as_str(),
+            "memory/..",
+        ] {
+            let ok = |name: &str, out: &nanobot_tools::ToolOutput| {
+                assert!(!out.is_error, "{mode}: {name} {dir:?}: {}", out.text);
+                assert!(out.text.contains("a.txt"), "{mode}: {name} {dir:?}: {}", out.text);
+                assert!(!out.text.contains(DATA), "{mode}: {name} {dir:?}: {}", out.text);
+            };
+            if !dir.is_empty() {
+                ok(
+                    "list_dir",
+                    &reg.execute("list_dir", json!({"path": dir}), &c).await,
+                );
+            }
+            let out = reg
+                .execute("glob", json!({"pattern": "*", "path": dir}), &c)
+                .await;
+            ok("glob", &out);
+            let out = reg.execute("find_files", json!({"path": dir}), &c).await;
+            ok("find_files", &out);
+            let out = reg
+                .execute("grep", json!({"pattern": "needle", "path": dir}), &c)
+                .await;
+            ok("grep", &out);
+            assert!(
+                out.text.contains("MEMORY.md"),
+                "{mode}: grep {dir:?}: {}",
+                out.text
+            );
+        }
+        let out = reg.execute("glob", json!({"pattern": "*"}), &c).await;
+        assert!(
+            out.text.contains("a.txt"),
+            "{mode}: glob without a path: {}",
+            out.text
+        );
+        for path in ["a.txt", "~/.nanobot/workspace/a.txt", &format!("{ws_abs}/a.txt")] {
+            let out = reg.execute("read_file", json!({"path": path}), &c).await;
+            assert!(
+                out.text.contains("alpha"),
+                "{mode}: read_file {path}: {}",
+                out.text
+            );
+        }
+        let out = reg
+            .execute(
+                "write_file",
+                json!({"path": "~/.nanobot/workspace/b.txt", "content": "beta\n"}),
+                &c,
+            )
+            .await;
+        assert!(!out.is_error, "{mode}: write_file: {}", out.text);
+        assert_eq!(std::fs::read_to_string(ws.join("b.txt")).unwrap(), "beta\n");
+        let out = reg
+            .execute(
+                "edit_file",
+                json!({"path": "b.txt", "old_text": "beta", "new_text": "BETA"}),
+                &c,
+            )
+            .await;
+        assert!(!out.is_error, "{mode}: edit_file: {}", out.text);
+        let edits = json!([{"path": format!("{ws_abs}/b.txt"), "action": "add", "new_text": "gamma"}]);
+        let out = reg.execute("apply_patch", json!({"edits": edits}), &c).await;
+        assert!(!out.is_error, "{mode}: apply_patch: {}", out.text);
+        let b = std::fs::read_to_string(ws.join("b.txt")).unwrap();
+        assert!(b.starts_with("BETA\n") && b.contains("gamma"), "{mode}: {b}");
+
+        // The control: the data directory around the workspace is still refused, by every name of it.
+        for dir in ["..", "~/.nanobot", "memory/../.."] {
+            let out = reg.execute("list_dir", json!({"path": dir}), &c).await;
+            assert!(
+                out.is_error && !out.text.contains("config.json"),
+                "{mode}: list {dir}: {}",
+                out.text
+            );
+            let out = reg
+                .execute("grep", json!({"pattern": "DATA", "path": dir}), &c)
+                .await;
+            assert!(!out.text.contains(DATA), "{mode}: grep {dir}: {}", out.text);
+        }
+        for path in ["../config.json", "~/.nanobot/config.json"] {
+            let out = reg.execute("read_file", json!({"path": path}), &c).await;
+            assert!(
+                out.is_error && !out.text.contains(DATA),
+                "{mode}: read {path}: {}",
+                out.text
+            );
+            let out = reg
+                .execute("write_file", json!({"path": path, "content": "x"}), &c)
+                .await;
+            assert!(out.is_error, "{mode}: write {path}: {}", out.text);
+        }
+        assert!(
+            std::fs::read_to_string(data.join("config.json"))
+                .unwrap()
+                .contains(DATA)
+        );
+    }
+}
