@@ -133,6 +133,19 @@ fn login_set_main_then_agent_answers_through_copilot() {
     assert!(!stderr(&o).contains("unknown"), "{}", stderr(&o));
 }
 
+/// Every line still to come from a reader thread of a child's output: it ends at the pipe's end, which the
+/// child's exit brings, so lines in flight when `wait` returned are waited for, not lost (bounded).
+fn remaining_lines(rx: &std::sync::mpsc::Receiver<String>) -> Vec<String> {
+    let mut lines = Vec::new();
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(line) => lines.push(line),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return lines,
+            Err(e) => panic!("the child's output did not end ({e}); printed: {lines:?}"),
+        }
+    }
+}
+
 mod codex {
     use std::io::{BufRead, BufReader, Read, Write};
     use std::process::Stdio;
@@ -214,7 +227,7 @@ mod codex {
             "HTTP/1.1 200 OK"
         );
         let status = child.wait().unwrap();
-        let rest: Vec<String> = rx.try_iter().collect();
+        let rest = super::remaining_lines(&rx);
         let mut err = String::new();
         child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
         assert!(status.success(), "stderr: {err}; stdout: {rest:?}");
@@ -399,7 +412,7 @@ mod grok {
         let _ = s.read_to_string(&mut answer);
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         let status = child.wait().unwrap();
-        let printed: Vec<String> = rx.try_iter().collect();
+        let printed = super::remaining_lines(&rx);
         let mut err = String::new();
         child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
         assert!(status.success(), "stderr: {err}; stdout: {printed:?}");
