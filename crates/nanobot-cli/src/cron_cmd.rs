@@ -68,6 +68,13 @@ pub(crate) fn list_text(setup: &Setup, all: bool) -> Result<String, CliError> {
     let mut out = String::new();
     for j in shown {
         let _ = writeln!(out, "{}", j.describe(tz));
+        if j.enabled && svc.held_because(j).is_some() {
+            let _ = writeln!(
+                out,
+                "  ⏸ held: not made through nanobot-rs; `nanobot cron enable {}` lets it run here",
+                j.id
+            );
+        }
     }
     Ok(out)
 }

@@ -30,6 +30,9 @@ pub mod status {
     pub const ERROR: &str = "error";
     /// The run was skipped.
     pub const SKIPPED: &str = "skipped";
+    /// The job was not run here: nanobot-rs does not trust it yet ([`crate::trust`]). Only reported to
+    /// [`crate::CronService::subscribe`]rs, never written to the store.
+    pub const HELD: &str = "held";
 }
 
 fn yes() -> bool {

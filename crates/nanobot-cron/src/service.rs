@@ -75,6 +75,8 @@ struct Shared {
     wake: Notify,
     running: Mutex<HashSet<String>>,
     finished: broadcast::Sender<RunOutcome>,
+    /// The fingerprints of the held jobs already reported (each version of a job is reported once).
+    reported_holds: Mutex<HashSet<String>>,
 }
 
 impl Default for Shared {
@@ -83,6 +85,7 @@ impl Default for Shared {
             wake: Notify::new(),
             running: Mutex::default(),
             finished: broadcast::channel(64).0,
+            reported_holds: Mutex::default(),
         }
     }
 }
@@ -157,8 +160,9 @@ impl CronService {
         match ledger.is_trusted(job) {
             Ok(true) => None,
             Ok(false) => Some(format!(
-                "held: job {} was not created through the cron tool or the CLI, or a file write changed it since; \
-                 it does not run unattended (disabled). `nanobot cron enable {}` confirms it",
+                "held: job {} was not created through nanobot-rs's cron tool or CLI (another program such as the \
+                 Python nanobot made it, or a file write changed it since); it does not run here unattended until \
+                 `nanobot cron enable {}` confirms it (the job itself is left as it is)",
                 job.id, job.id
             )),
             Err(e) => Some(format!("held: cannot read the trusted-jobs ledger: {e}")),
@@ -196,8 +200,9 @@ impl CronService {
         self.default_tz
     }
 
-    /// Every finished run (scheduled or [`run_now`](Self::run_now)), after its result was recorded.
-    /// For metrics, logs and tests; slow receivers miss old events.
+    /// Every finished run (scheduled or [`run_now`](Self::run_now)), after its result was recorded, and each
+    /// version of a held job once ([`status::HELD`], not recorded). For metrics, logs, telling the job's chat and
+    /// tests; slow receivers miss old events.
     pub fn subscribe(&self) -> broadcast::Receiver<RunOutcome> {
         self.shared.finished.subscribe()
     }
@@ -454,7 +459,7 @@ impl CronService {
         Ok(file
             .jobs
             .iter()
-            .filter(|j| j.enabled && !running.contains(&j.id))
+            .filter(|j| j.enabled && !running.contains(&j.id) && self.runs_here(j))
             .filter_map(|j| j.state.next_run_at_ms)
             .min()
             .and_then(DateTime::from_timestamp_millis))
@@ -468,6 +473,7 @@ impl CronService {
             file.jobs.iter().any(|j| {
                 j.enabled
                     && !running.contains(&j.id)
+                    && self.runs_here(j)
                     && match j.state.next_run_at_ms {
                         Some(next) => next <= now_ms,
                         None => j.schedule.kind != ScheduleKind::At || j.state.last_run_at_ms.is_none(),
@@ -487,7 +493,10 @@ impl CronService {
         }
         let tz = self.default_tz;
         let shared = Arc::clone(&self.shared);
-        self.store.update(|file| {
+        let mut held = Vec::new();
+        let due = self.store.update(|file| {
+            // The closure may run again (another replica changed the store first): start over each time.
+            held.clear();
             let mut running = shared.running.lock().unwrap_or_else(|e| e.into_inner());
             let mut due = Vec::new();
             for job in file.jobs.iter_mut() {
@@ -526,6 +535,11 @@ impl CronService {
                 if next > now_ms {
                     continue;
                 }
+                if let Some(reason) = self.hold_reason(job) {
+                    // Passed over, not claimed: left in the store exactly as it is.
+                    held.push((job.clone(), reason));
+                    continue;
+                }
                 let fired = job.clone();
                 job.state.next_run_at_ms = match job.schedule.kind {
                     ScheduleKind::At => None,
@@ -541,40 +555,66 @@ impl CronService {
                 due.push(fired);
             }
             Ok(due)
-        })
+        })?;
+        for (job, reason) in held {
+            self.report_hold(job, reason);
+        }
+        Ok(due)
     }
 
-    /// Runs a job the scheduler claimed, unless it must be held ([`crate::trust`]): then it is disabled,
-    /// the reason recorded as its last error, and the handler never sees it.
+    /// Runs a job the scheduler claimed, unless it must be held ([`crate::trust`]; the claim passes held jobs
+    /// over, this catches one whose trust changed in between): then the handler never sees it, and the store is
+    /// left as it is.
     async fn execute_unattended(&self, job: CronJob) -> RunOutcome {
         let Some(reason) = self.hold_reason(&job) else {
             return self.execute(job).await;
         };
-        tracing::warn!(job = %job.id, "cron: {reason}");
-        let now = self.clock.now().timestamp_millis();
-        let rec = RunRecord::new(now, status::ERROR, 0, Some(reason.clone()));
-        let saved = self.store.update(|file| {
-            if let Some(current) = file.job_mut(&job.id) {
-                current.state.record(rec.clone());
-                current.enabled = false;
-                current.state.next_run_at_ms = None;
-            }
-            Ok(())
-        });
-        if let Err(e) = saved {
-            tracing::warn!(job = %job.id, "cron: cannot record the hold: {e}");
-        }
         self.shared
             .running
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&job.id);
         self.wake();
-        RunOutcome {
+        self.report_hold(job, reason)
+    }
+
+    /// Says once per version of a held job why it does not run: a warning, and a [`status::HELD`] outcome to
+    /// the [`subscribe`](Self::subscribe)rs (the runtime tells the job's chat). The held job is never changed
+    /// in the store: `jobs.json` may be shared with another program (the Python nanobot), whose own scheduler
+    /// must still see the job as its owner left it.
+    fn report_hold(&self, job: CronJob, reason: String) -> RunOutcome {
+        let record = RunRecord::new(
+            self.clock.now().timestamp_millis(),
+            status::HELD,
+            0,
+            Some(reason.clone()),
+        );
+        let outcome = RunOutcome {
             job,
-            record: rec,
+            record,
             output: None,
+        };
+        let first = self
+            .shared
+            .reported_holds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(crate::trust::TrustLedger::fingerprint(&outcome.job));
+        if first {
+            tracing::warn!(job = %outcome.job.id, "cron: {reason}");
+            let _ = self.shared.finished.send(outcome.clone());
         }
+        outcome
+    }
+
+    /// Whether the job may run here unattended (not held by the trust ledger).
+    fn runs_here(&self, job: &CronJob) -> bool {
+        self.hold_reason(job).is_none()
+    }
+
+    /// Why the scheduler holds `job` instead of running it ([`crate::trust`]), when it does.
+    pub fn held_because(&self, job: &CronJob) -> Option<String> {
+        self.hold_reason(job)
     }
 
     /// Runs a claimed job through the handler and records the result.

@@ -4,8 +4,10 @@
 //! write, or a job whose schedule or payload a file write changed, must not run with nobody watching. The
 //! [`TrustLedger`] keeps, outside the workspace (normally `<data dir>/cron/trusted.json`, which no tool can
 //! reach), the fingerprints (SHA-256 of id, schedule and payload) of the jobs the service itself added or
-//! the user confirmed. The scheduler holds any other job: it does not run it, disables it and records why in
-//! its last error, so `nanobot cron list` and the logs report it; `nanobot cron enable <id>` confirms it.
+//! the user confirmed. The scheduler holds any other job: it does not run it and never changes it in the store
+//! (which the Python nanobot may share: its own scheduler must still see the job as its owner left it); it
+//! reports each version of a held job once (the log, and the job's chat through the runtime), and `nanobot cron
+//! list` marks it; `nanobot cron enable <id>` confirms it.
 //!
 //! When the ledger does not exist yet (an upgrade), the jobs already in the store are trusted once
 //! ([`TrustLedger::baseline_if_missing`]).

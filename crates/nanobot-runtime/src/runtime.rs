@@ -94,8 +94,9 @@ impl Runtime {
         let accept = CancellationToken::new();
         let tracker = TaskTracker::new();
         if opts.cron {
-            if agent.cron().is_some() {
+            if let Some(cron) = agent.cron() {
                 install_system_jobs(&agent, config)?;
+                spawn_hold_notices(cron.subscribe(), agent.clone(), accept.clone());
                 if let (Some(observer), Some(cron)) = (&opts.observer, agent.cron()) {
                     spawn_system_job_watch(cron.subscribe(), observer.clone(), accept.clone());
                 }
@@ -267,6 +268,29 @@ async fn schedule_under_lease(
             }
         }
     }
+}
+
+/// Tells a held cron job's chat why it did not run (the cron service reports each version of a held job once).
+fn spawn_hold_notices(
+    mut runs: tokio::sync::broadcast::Receiver<nanobot_cron::RunOutcome>,
+    agent: AgentLoop,
+    stop: CancellationToken,
+) {
+    tokio::spawn(async move {
+        loop {
+            let run = tokio::select! {
+                () = stop.cancelled() => break,
+                r = runs.recv() => r,
+            };
+            match run {
+                Ok(run) if run.record.status == nanobot_cron::status::HELD => {
+                    agent.tell_held_cron_job(&run.job).await;
+                }
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    });
 }
 
 fn spawn_system_job_watch(

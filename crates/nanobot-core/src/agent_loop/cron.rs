@@ -44,15 +44,7 @@ impl LoopInner {
             return Err(held.into());
         }
         let p = &job.payload;
-        let channel = p
-            .channel
-            .clone()
-            .or_else(|| p.origin_channel.clone())
-            .unwrap_or_else(|| "cron".into());
-        let chat =
-            p.to.clone()
-                .or_else(|| p.origin_chat_id.clone())
-                .unwrap_or_else(|| job.id.clone());
+        let (channel, chat) = cron_route(&job);
         let key = p
             .session_key
             .clone()
@@ -82,6 +74,35 @@ impl LoopInner {
             bus.publish_outbound(out).await?;
         }
         Ok(reply.content)
+    }
+
+    /// Tells the chat of a cron job that nanobot-rs holds (not trusted yet: another program made it, or a file
+    /// write changed it) why it did not run and how to let it, when the job names a chat and a bus is attached.
+    /// Returns whether it was sent.
+    pub(super) async fn tell_held_cron_job(&self, job: &CronJob) -> bool {
+        let (channel, chat) = cron_route(job);
+        let (Some(bus), false) = (self.bus(), channel == "cron") else {
+            return false;
+        };
+        let text = format!(
+            "⏸ The scheduled job \"{}\" ({}) did not run: it was not made through nanobot-rs (another program, \
+             such as the Python nanobot, made it, or a file write changed it), so it does not run here unattended. \
+             It is left as it is; to let it run here, confirm it on this machine with `nanobot cron enable {}`.",
+            job.name, job.id, job.id
+        );
+        let mut out = OutboundMessage::reply(channel, chat, text);
+        out.metadata = if job.payload.is_bound() {
+            job.payload.origin_metadata.clone()
+        } else {
+            job.payload.channel_meta.clone()
+        };
+        match bus.publish_outbound(out).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(job = %job.id, error = %e, "cannot tell the chat of a held cron job");
+                false
+            }
+        }
     }
 
     pub(super) async fn run_trigger(
@@ -130,4 +151,20 @@ impl LoopInner {
         }
         Ok(reply.content)
     }
+}
+
+/// The chat a cron job's turn runs in and answers to: its delivery target, else the chat that made it, else a
+/// `cron` chat of its own.
+fn cron_route(job: &CronJob) -> (String, String) {
+    let p = &job.payload;
+    let channel = p
+        .channel
+        .clone()
+        .or_else(|| p.origin_channel.clone())
+        .unwrap_or_else(|| "cron".into());
+    let chat =
+        p.to.clone()
+            .or_else(|| p.origin_chat_id.clone())
+            .unwrap_or_else(|| job.id.clone());
+    (channel, chat)
 }

@@ -609,6 +609,13 @@ impl AgentLoop {
         self.inner.cron.as_ref()
     }
 
+    /// Tells the chat of a cron job the scheduler holds ([`nanobot_cron::status::HELD`]) why it did not run and
+    /// how to let it; the runtime calls it for each hold the cron service reports. Returns whether it was sent.
+    #[cfg(feature = "cron")]
+    pub async fn tell_held_cron_job(&self, job: &nanobot_cron::CronJob) -> bool {
+        self.inner.tell_held_cron_job(job).await
+    }
+
     /// The local triggers (`/trigger`), when cron is enabled: the gateway runs their delivery queue
     /// ([`nanobot_cron::TriggerQueue`]) with [`AgentLoop::run_trigger`] as its handler.
     #[cfg(feature = "cron")]

@@ -256,13 +256,8 @@ async fn protected_system_jobs_visible_but_not_editable_through_the_tool_api() {
 
 #[tokio::test]
 async fn python_fixture_system_jobs_fire_when_due() {
-    let fixture = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/python-nanobot/workspace/cron/jobs.json");
-    let Ok(text) = fs::read_to_string(&fixture) else {
-        assert!(std::env::var_os("CI").is_none(), "fixture missing");
-        println!("skipped: shared fixture not found");
-        return;
-    };
+    let fixture = crate::store::fixture_path();
+    let text = fs::read_to_string(&fixture).unwrap_or_else(|e| panic!("{}: {e}", fixture.display()));
     let (dir, clock, service, mut fired) = setup();
     fs::create_dir_all(dir.path().join("cron")).unwrap();
     fs::write(dir.path().join("cron/jobs.json"), text).unwrap();
@@ -385,29 +380,50 @@ async fn jobs_planted_or_changed_by_file_writes_are_held_not_run() {
     )
     .unwrap();
 
+    let mut reports = service.subscribe();
+    let before = |id: &str| serde_json::to_value(plain.get(id).unwrap().unwrap()).unwrap();
+    let (planted_before, old_before) = (before(&planted.id), before(&old.id));
     clock.advance(Duration::seconds(60));
     let ran = service.tick().await.unwrap();
-    assert_eq!(ran.len(), 3);
+    assert_eq!(ran.len(), 1, "only the trusted job ran");
     assert_eq!(fired.recv().await.unwrap(), legit.id);
     assert!(
         fired.try_recv().is_err(),
         "only the trusted job reached the handler"
     );
-    for id in [&planted.id, &old.id] {
-        let job = service.get(id).unwrap().unwrap();
-        assert!(!job.enabled, "{id} is disabled");
-        let err = job.state.last_error.clone().unwrap_or_default();
-        assert!(
-            err.contains("held") && err.contains("nanobot cron enable"),
-            "{err}"
-        );
+    // Each held job is reported once, with the reason and the way to confirm it ...
+    let mut held = Vec::new();
+    while let Ok(o) = reports.try_recv() {
+        if o.record.status == nanobot_cron::status::HELD {
+            let err = o.record.error.clone().unwrap_or_default();
+            assert!(err.contains("nanobot cron enable"), "{err}");
+            held.push(o.job.id);
+        }
     }
-    // Later ticks do not retry them.
+    held.sort();
+    let mut want = vec![planted.id.clone(), old.id.clone()];
+    want.sort();
+    assert_eq!(held, want);
+    // ... and left in the store exactly as it was: enabled, same plan, no run recorded (the store may be the
+    // Python nanobot's too, whose scheduler must still run it).
+    assert_eq!(before(&planted.id), planted_before);
+    assert_eq!(before(&old.id), old_before);
+    assert!(plain.get(&planted.id).unwrap().unwrap().enabled);
+    // Later ticks neither run nor report them again.
     clock.advance(Duration::seconds(60));
     let ran = service.tick().await.unwrap();
     assert_eq!(ran.len(), 1);
     assert_eq!(ran[0].job.id, legit.id);
     assert_eq!(fired.recv().await.unwrap(), legit.id);
+    while let Ok(o) = reports.try_recv() {
+        assert_ne!(
+            o.record.status,
+            nanobot_cron::status::HELD,
+            "reported twice: {}",
+            o.job.id
+        );
+    }
+    assert_eq!(before(&planted.id), planted_before);
 
     // The user confirms the planted job (CLI `cron enable`): it runs from then on.
     service.set_enabled(&planted.id, true).unwrap();
