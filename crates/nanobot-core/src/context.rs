@@ -217,7 +217,7 @@ impl ContextBuilder {
 
     /// The first part: who the agent is, the runtime, the workspace, the platform, how to format for `channel`,
     /// and the rule for external content (0.3.5's sections, in our words).
-    fn identity(&self, scope: &ScopeKey, channel: &str) -> String {
+    fn identity(&self, scope: &ScopeKey, channel: &str, now: Option<DateTime<Utc>>) -> String {
         let ws = self
             .workspace
             .canonicalize()
@@ -226,7 +226,7 @@ impl ContextBuilder {
         let mem = scope.dir();
         let mem = mem.display();
         let mut s = format!(
-            "You are {name}, a helpful AI assistant.\n\n## Runtime\n{os} {arch}, nanobot-rs {version}\n\n\
+            "You are {name}, a helpful AI assistant.\n\n## Runtime\n{os} {arch}, nanobot-rs {version}{today}\n\n\
              ## Workspace\nYour workspace is at: {ws}\n\
              - Agent profile: SOUL.md and USER.md\n\
              - Long-term memory: {mem}/MEMORY.md\n\
@@ -247,6 +247,18 @@ impl ContextBuilder {
             os = std::env::consts::OS,
             arch = std::env::consts::ARCH,
             version = env!("CARGO_PKG_VERSION"),
+            // The date only: the prompt stays the same all day, so a provider's prompt cache keeps working.
+            today = now
+                .map(|now| {
+                    let local = now.with_timezone(&self.timezone);
+                    format!(
+                        "\nToday is {} ({}), time zone {}.",
+                        local.format("%Y-%m-%d"),
+                        local.format("%A"),
+                        self.timezone.name()
+                    )
+                })
+                .unwrap_or_default(),
             format = format_hint(channel)
                 .map(|h| format!("## Format Hint\n{h}\n\n"))
                 .unwrap_or_default(),
@@ -292,7 +304,12 @@ impl ContextBuilder {
     /// The system prompt of a turn from `origin`: its channel's format hint, and the memory of its scope (its
     /// `MEMORY.md`, its paths).
     pub fn system_prompt_for(&self, origin: &TurnOrigin) -> String {
-        let mut parts = vec![self.identity(&origin.memory, &origin.channel)];
+        self.system_prompt_at(origin, None)
+    }
+
+    /// [`ContextBuilder::system_prompt_for`] of a turn at `now`: the Runtime section also gives the day.
+    fn system_prompt_at(&self, origin: &TurnOrigin, now: Option<DateTime<Utc>>) -> String {
+        let mut parts = vec![self.identity(&origin.memory, &origin.channel, now)];
         parts.extend(self.bootstrap());
         parts.push(TOOL_NOTES.to_owned());
         parts.extend(self.memory(&origin.memory));
@@ -310,40 +327,24 @@ impl ContextBuilder {
         parts.join(PART_SEPARATOR)
     }
 
-    /// The runtime-context block for a message received at `now`.
-    pub fn runtime_context(&self, origin: &TurnOrigin, now: DateTime<Utc>) -> String {
-        let local = now.with_timezone(&self.timezone);
-        let mut s = format!(
-            "{RUNTIME_CONTEXT_TAG}\nCurrent Time: {} ({}) ({})",
-            local.format("%Y-%m-%d %H:%M"),
-            local.format("%A"),
-            self.timezone.name()
-        );
-        if !origin.channel.is_empty() {
-            s.push_str(&format!("\nChannel: {}", origin.channel));
+    /// The runtime-context block of a turn from `origin`: its notes (who a relayed message is from), between
+    /// the markers; `None` without notes. Like 0.3.5, a plain message carries no block at all (the day is in the
+    /// system prompt's Runtime section).
+    pub fn runtime_context(&self, origin: &TurnOrigin) -> Option<String> {
+        if origin.notes.is_empty() {
+            return None;
         }
-        if !origin.chat_id.is_empty() {
-            s.push_str(&format!("\nChat ID: {}", origin.chat_id));
-        }
-        for note in &origin.notes {
-            s.push('\n');
-            s.push_str(note);
-        }
-        s.push('\n');
-        s.push_str(RUNTIME_CONTEXT_END);
-        s
+        Some(format!(
+            "{RUNTIME_CONTEXT_TAG}\n{}\n{RUNTIME_CONTEXT_END}",
+            origin.notes.join("\n")
+        ))
     }
 
-    /// The user message of a turn: the runtime-context block, the text (plus `$skill` injections), and images
-    /// from `media` as base64 data-URL parts (other files are mentioned by path).
-    pub fn user_message(
-        &self,
-        text: &str,
-        media: &[String],
-        origin: &TurnOrigin,
-        now: DateTime<Utc>,
-    ) -> ChatMessage {
-        let mut body = format!("{}\n\n{}", self.runtime_context(origin, now), text);
+    /// The user message of a turn: the text (plus `$skill` injections), the runtime-context block after it when
+    /// there is one (as 0.3.5 appends its blocks), and images from `media` as base64 data-URL parts (other files
+    /// are mentioned by path).
+    pub fn user_message(&self, text: &str, media: &[String], origin: &TurnOrigin) -> ChatMessage {
+        let mut body = text.to_owned();
         // `$name` mentions only: a message without a `$` needs no skills at all.
         if let Some(loader) = &self.skills
             && text.contains('$')
@@ -351,6 +352,10 @@ impl ContextBuilder {
         {
             body.push_str("\n\n");
             body.push_str(&inject);
+        }
+        if let Some(block) = self.runtime_context(origin) {
+            body.push_str("\n\n");
+            body.push_str(&block);
         }
         let mut images = Vec::new();
         for path in media {
@@ -377,9 +382,9 @@ impl ContextBuilder {
         now: DateTime<Utc>,
     ) -> Vec<ChatMessage> {
         let mut messages = Vec::with_capacity(history.len() + 2);
-        messages.push(ChatMessage::system(self.system_prompt_for(origin)));
+        messages.push(ChatMessage::system(self.system_prompt_at(origin, Some(now))));
         messages.extend(history);
-        messages.push(self.user_message(text, media, origin, now));
+        messages.push(self.user_message(text, media, origin));
         messages
     }
 }
@@ -558,18 +563,24 @@ mod tests {
     }
 
     #[test]
-    fn user_message_carries_runtime_context_and_images() {
+    fn user_message_is_the_text_with_notes_after_it_and_images() {
         let ws = tempfile::tempdir().unwrap();
         let img = ws.path().join("a.png");
         std::fs::write(&img, [0x89, b'P', b'N', b'G']).unwrap();
         let b = ContextBuilder::new(ws.path()).with_timezone(chrono_tz::Europe::Berlin);
-        let now = Utc.with_ymd_and_hms(2026, 1, 5, 12, 0, 0).unwrap();
         let origin = TurnOrigin {
             channel: "telegram".into(),
             chat_id: "42".into(),
             ..TurnOrigin::default()
         };
-        let m = b.user_message("look", &[img.display().to_string()], &origin, now);
+        // A plain message is its text, as 0.3.5 sends it: no block before or after.
+        let m = b.user_message("look", &[], &origin);
+        assert_eq!(m.text(), "look");
+        let noted = TurnOrigin {
+            notes: vec!["Message from @alice.".into()],
+            ..origin
+        };
+        let m = b.user_message("look", &[img.display().to_string()], &noted);
         let v = serde_json::to_value(&m).unwrap();
         assert!(
             v["content"][0]["image_url"]["url"]
@@ -578,9 +589,34 @@ mod tests {
                 .starts_with("data:image/png;base64,")
         );
         let text = v["content"][1]["text"].as_str().unwrap();
-        assert!(text.contains("2026-01-05 13:00 (Monday) (Europe/Berlin)"));
-        assert!(text.contains("Channel: telegram") && text.contains("Chat ID: 42"));
-        assert!(text.ends_with("look"));
+        assert!(text.starts_with("look\n\n[Runtime Context"), "{text}");
+        assert!(text.contains("Message from @alice."), "{text}");
         assert_eq!(strip_runtime_context(text), "look");
+    }
+
+    #[test]
+    fn the_day_is_in_the_system_prompt_not_the_minute() {
+        let ws = tempfile::tempdir().unwrap();
+        let b = ContextBuilder::new(ws.path()).with_timezone(chrono_tz::Europe::Berlin);
+        let origin = TurnOrigin::default();
+        let at = |h, m| {
+            b.build_messages(
+                Vec::new(),
+                "hi",
+                &[],
+                &origin,
+                Utc.with_ymd_and_hms(2026, 1, 5, h, m, 0).unwrap(),
+            )
+        };
+        let morning = at(8, 0);
+        let sys = morning[0].text();
+        assert!(
+            sys.contains("Today is 2026-01-05 (Monday), time zone Europe/Berlin."),
+            "{sys}"
+        );
+        // The same all day: a prompt cache keeps working.
+        assert_eq!(at(20, 59)[0].text(), sys);
+        assert_ne!(at(23, 30)[0].text(), sys, "the next day in Berlin");
+        assert_eq!(morning[1].text(), "hi");
     }
 }

@@ -43,8 +43,8 @@ async fn multi_tool_turn_is_saved_with_truncated_results() {
         "full result sent to the model"
     );
     assert!(results[2].content.contains("a.txt"));
-    // The request's user message carries the runtime context; the system prompt does not change.
-    assert!(reqs[0].last_user_text().unwrap().contains("Runtime Context"));
+    // The request's user message is the user's text, as 0.3.5 sends it; the system prompt does not change.
+    assert!(!reqs[0].last_user_text().unwrap().contains("Runtime Context"));
     assert_eq!(reqs[0].system_text(), reqs[2].system_text());
 
     let lines = session_lines(&agent, "cli:direct");
@@ -414,7 +414,12 @@ async fn system_messages_are_routed_to_the_origin_session() {
         ("telegram", "42", "Your report is ready.")
     );
     let req = mock.last_request().unwrap();
-    assert!(req.last_user_text().unwrap().contains("Channel: telegram"));
+    // The turn runs as the origin chat's: the prompt is shaped for Telegram.
+    assert!(
+        req.system_text().unwrap().contains("messaging app"),
+        "{:?}",
+        req.system_text()
+    );
     let lines = session_lines(&run.agent, "telegram:42");
     assert!(lines.iter().any(|l| l["content"] == "Your report is ready."));
 }
@@ -505,4 +510,91 @@ async fn a_turn_is_stopped_at_its_deadline_with_a_message() {
     let answer = agent.process_direct("hi", "cli:deadline").await.unwrap();
     assert!(answer.contains("turn limit of 5s"), "{answer}");
     assert!(!answer.contains("too late"));
+}
+
+/// A valid value for `schema` in which every optional parameter, at every level, is `null`.
+fn with_nulls(schema: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    if let Some(first) = schema["enum"].get(0) {
+        return first.clone();
+    }
+    let ty = match &schema["type"] {
+        Value::String(t) => t.as_str(),
+        Value::Array(ts) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|t| *t != "null")
+            .unwrap_or(""),
+        _ => "",
+    };
+    match ty {
+        "string" => Value::from("x"),
+        "integer" | "number" => schema.get("minimum").cloned().unwrap_or(Value::from(1)),
+        "boolean" => Value::Bool(false),
+        "array" => Value::Array(vec![with_nulls(&schema["items"])]),
+        "object" => {
+            let required = schema["required"].as_array().cloned().unwrap_or_default();
+            let props = schema["properties"].as_object().cloned().unwrap_or_default();
+            Value::Object(
+                props
+                    .iter()
+                    .map(|(name, prop)| {
+                        let v = if required.iter().any(|r| r == name) {
+                            with_nulls(prop)
+                        } else {
+                            Value::Null
+                        };
+                        (name.clone(), v)
+                    })
+                    .collect(),
+            )
+        }
+        _ => Value::Null,
+    }
+}
+
+/// Models with strict schemas send `null` for every parameter they omit: each tool the agent offers accepts it,
+/// its schema declares no `default: null`, and the agent's own tools are nullable and defaulted as in 0.3.5.
+#[tokio::test]
+async fn every_tool_of_the_agent_accepts_null_for_its_optional_parameters() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let agent =
+        nanobot_core::AgentLoop::builder(crate::common::provider(&mock), crate::common::settings(&home))
+            .cron(
+                nanobot_cron::JobStore::new(home.workspace().join("cron/jobs.json")),
+                chrono_tz::Tz::UTC,
+            )
+            .build()
+            .unwrap();
+    let defs = agent.tools().definitions();
+    for name in [
+        "cron",
+        "create_goal",
+        "update_goal",
+        "message",
+        "spawn",
+        "read_session",
+    ] {
+        assert!(defs.iter().any(|d| d.name == name), "{name} offered");
+    }
+    for spec in &defs {
+        let args = with_nulls(&spec.parameters);
+        if let Err(e) = agent.tools().prepare(&spec.name, args.clone()) {
+            panic!("{} refuses {args}: {e}", spec.name);
+        }
+        let text = spec.parameters.to_string();
+        assert!(!text.contains("\"default\":null"), "{}: {text}", spec.name);
+    }
+    let params = |name: &str| defs.iter().find(|d| d.name == name).unwrap().parameters.clone();
+    let nullable = json!(["string", "null"]);
+    assert_eq!(
+        params("create_goal")["properties"]["ui_summary"]["type"],
+        nullable
+    );
+    for p in ["recap", "objective", "ui_summary"] {
+        assert_eq!(params("update_goal")["properties"][p]["type"], nullable, "{p}");
+    }
+    assert_eq!(params("spawn")["properties"]["wait"]["default"], false);
+    assert_eq!(params("spawn")["properties"]["label"]["type"], "string");
 }
