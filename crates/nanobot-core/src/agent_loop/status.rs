@@ -1,43 +1,71 @@
-//! The `/status` text.
+//! The `/status` text: 0.3.5's figures (the session's last request, the session's context as it would be sent
+//! now against the input budget), plus what nanobot-rs adds (requests since start, unconsolidated messages).
 
 #[allow(unused_imports)]
 use super::*;
 
+/// Kept free of the input budget for the answer's framing, as 0.3.5's consolidation counts it.
+const SAFETY_BUFFER_TOKENS: u64 = 1024;
+
 impl LoopInner {
     pub(super) async fn status_text(&self, key: &str) -> String {
         let t = self.usage.totals();
-        let (count, unconsolidated, last, metadata) = self
+        let (count, unconsolidated, metadata) = self
             .sessions
             .with_session(key, |s| {
-                let last = s
-                    .metadata
-                    .get("_last_usage")
-                    .and_then(|u| u.get("prompt_tokens").or_else(|| u.get("input_tokens")))
-                    .and_then(Value::as_u64);
-                (
-                    s.messages.len(),
-                    s.unconsolidated().len(),
-                    last,
-                    s.metadata.clone(),
-                )
+                (s.messages.len(), s.unconsolidated().len(), s.metadata.clone())
             })
             .await
             .unwrap_or_default();
+        // The session's last request, as stored with it (0.3.5's `_last_usage`): right in a fresh process too.
+        let last = |names: [&str; 2]| {
+            let usage = metadata.get("_last_usage")?;
+            names.iter().find_map(|n| usage.get(*n)).and_then(Value::as_u64)
+        };
+        let last_in = last(["prompt_tokens", "input_tokens"]).unwrap_or(0);
+        let last_out = last(["completion_tokens", "output_tokens"]).unwrap_or(0);
         // The session's model (`/model`), not only the agent's default.
         let choice = self.model_choice(&metadata);
-        let ctx_used = last.or(t.last.map(|u| u.prompt_tokens)).unwrap_or(0);
-        let window = u64::from(choice.context_window_tokens.max(1));
+        // What the next request would carry before the user's words: the system prompt, the history the turn
+        // would replay, the tools. Falls back to the last request's size when the session cannot be read.
+        let estimate = match self.history(key).await {
+            Ok(h) => {
+                let mut messages = Vec::with_capacity(h.messages.len() + 1);
+                messages.push(ChatMessage::system(self.context.system_prompt()));
+                messages.extend(h.messages);
+                let tools = self.tools.definitions();
+                crate::budget::TokenEstimator.rough(&messages, &tools) as u64
+            }
+            Err(_) => last_in,
+        };
+        let window = u64::from(choice.context_window_tokens);
+        let budget = window
+            .saturating_sub(u64::from(choice.max_tokens))
+            .saturating_sub(SAFETY_BUFFER_TOKENS)
+            .max(1);
+        let thousands = |n: u64| {
+            if n >= 1000 {
+                format!("{}k", n / 1000)
+            } else {
+                n.to_string()
+            }
+        };
         let secs = self.started.elapsed().as_secs();
         format!(
-            "🐈 nanobot status\nModel: {}\nTokens: {} in / {} out ({} requests)\nContext: {} / {} tokens ({}%)\n\
-             Session: {} messages ({} unconsolidated)\nSubagents running: {}\nUptime: {}h {}m {}s",
+            "🐈 nanobot status\nModel: {}\nTokens: {} in / {} out (last request; {} requests since start)\n\
+             Context: {}/{} ({}% of input budget)\nSession: {} messages ({} unconsolidated)\n\
+             Subagents running: {}\nUptime: {}h {}m {}s",
             choice.model,
-            t.prompt_tokens,
-            t.completion_tokens,
+            last_in,
+            last_out,
             t.requests,
-            ctx_used,
-            window,
-            ctx_used * 100 / window,
+            thousands(estimate),
+            if window > 0 {
+                thousands(window)
+            } else {
+                "n/a".to_owned()
+            },
+            (estimate * 100 / budget).min(999),
             count,
             unconsolidated,
             self.subagents.running_for(key),
