@@ -216,3 +216,106 @@ fn sessions_restore_workspace_copies_sessions_back_without_overwriting() {
         "{\"_type\":\"metadata\"}\n"
     );
 }
+
+/// The layout `onboard` writes (workspace `~/.nanobot/workspace` inside the data directory), through the binary
+/// as a user runs it: the model lists and searches its own workspace, in both modes; `config.json` beside the
+/// workspace stays out of reach.
+#[test]
+fn onboard_layout_lists_its_own_workspace_in_both_modes() {
+    for restrict in [false, true] {
+        let mock = MockLlm::start_background();
+        let home = onboarded(&mock);
+        let mut config: Value =
+            serde_json::from_str(&std::fs::read_to_string(home.config_path()).unwrap()).unwrap();
+        assert!(
+            config["agents"]["defaults"]["workspace"]
+                .as_str()
+                .is_some_and(|w| w.ends_with(".nanobot/workspace"))
+        );
+        merge(&mut config, &json!({"tools": {"restrictToWorkspace": restrict}}));
+        home.write_config(&config);
+        home.write_workspace_file("a.txt", "alpha");
+        mock.push(MockReply::tool_call("list_dir", json!({"path": "."})));
+        mock.push(MockReply::tool_call("glob", json!({"pattern": "*"})));
+        mock.push(MockReply::tool_call(
+            "read_file",
+            json!({"path": "../config.json"}),
+        ));
+        mock.push(MockReply::text("done"));
+        let o = run(home.home(), &["agent", "-m", "look around"]);
+        assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+        let reqs = mock.completion_requests();
+        assert_eq!(reqs.len(), 4, "restrict {restrict}");
+        let result = |i: usize| reqs[i].tool_results()[0].content.clone();
+        assert!(
+            result(1).contains("a.txt"),
+            "restrict {restrict}: list_dir: {}",
+            result(1)
+        );
+        assert!(
+            result(2).contains("a.txt"),
+            "restrict {restrict}: glob: {}",
+            result(2)
+        );
+        assert!(
+            !result(3).contains("apiKey"),
+            "restrict {restrict}: {}",
+            result(3)
+        );
+    }
+}
+
+/// `/pairing` is answered in the terminal as 0.3.5 answers it (the local user owns the bot), without the model.
+#[test]
+fn pairing_command_is_answered_without_a_model_call() {
+    let mock = MockLlm::start_background();
+    let home = onboarded(&mock);
+    let o = run(home.home(), &["agent", "-m", "/pairing"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "No pending pairing requests.\n");
+    let o = run(home.home(), &["agent", "-m", "/pairing approve NOPE-NOPE"]);
+    assert!(stdout(&o).contains("Could not approve"), "{}", stdout(&o));
+    let o = run(home.home(), &["agent", "-m", "/pairing frobnicate"]);
+    assert!(stdout(&o).starts_with("Usage: /pairing"), "{}", stdout(&o));
+    assert_eq!(mock.completion_requests().len(), 0);
+}
+
+/// `agent -m` streams its request and prints the answer as it comes, to a pipe too (0.3.5 does); the user's
+/// message is sent as the user wrote it, with no runtime block (0.3.5 sends none there).
+#[test]
+fn agent_m_streams_to_a_pipe_and_sends_the_message_as_written() {
+    let mock = MockLlm::start_background();
+    let home = onboarded(&mock);
+    mock.push(MockReply::text("Streamed answer."));
+    let o = run(home.home(), &["agent", "-m", "hello there"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "Streamed answer.\n");
+    let reqs = mock.completion_requests();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].body["stream"], true, "{}", reqs[0].body);
+    assert_eq!(reqs[0].last_user_text().as_deref(), Some("hello there"));
+}
+
+/// `/status` in a new process shows the session's last request and its context, not the process's zeros.
+#[test]
+fn status_shows_the_sessions_last_usage_in_a_new_process() {
+    let mock = MockLlm::start_background();
+    let home = onboarded(&mock);
+    mock.push(MockReply::text("hi"));
+    let o = run(home.home(), &["agent", "-m", "hello"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = run(home.home(), &["agent", "-m", "/status"]);
+    let text = stdout(&o);
+    let tokens = text
+        .lines()
+        .find(|l| l.starts_with("Tokens: "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(!tokens.starts_with("Tokens: 0 in / 0 out"), "{text}");
+    let context = text
+        .lines()
+        .find(|l| l.starts_with("Context: "))
+        .unwrap_or_else(|| panic!("{text}"));
+    // The system prompt and tools alone are thousands of tokens.
+    assert!(context.contains("k/"), "{text}");
+    assert_eq!(mock.completion_requests().len(), 1);
+}

@@ -189,53 +189,68 @@ impl AccessControl {
     }
 
     fn run_pairing_command(&self, args: &str) -> String {
-        let Some(store) = &self.pairing else {
-            return "Pairing is not enabled for this channel.".to_string();
-        };
-        let mut words = args.split_whitespace();
-        match (words.next(), words.next()) {
-            (Some("approve"), Some(code)) => match store.approve(code) {
-                Ok(req) => format!(
-                    "Approved {} on {} (code {}).",
-                    req.sender_id, req.channel, req.code
-                ),
-                Err(e) => format!("Could not approve: {e}"),
-            },
-            (Some("list"), _) => {
-                let pending = store.pending_at(Utc::now());
-                if pending.is_empty() {
-                    "No pending pairing requests.".to_string()
-                } else {
-                    pending
-                        .iter()
-                        .map(|r| format!("{} {} ({})", r.code, r.sender_id, r.channel))
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                }
-            }
-            (Some("deny"), Some(code)) => match store.deny(code) {
-                Ok(req) => format!("Denied {} on {} (code {}).", req.sender_id, req.channel, req.code),
-                Err(e) => format!("Could not deny: {e}"),
-            },
-            (Some("revoke"), Some(sender)) => match store.revoke(&self.channel, sender) {
-                Ok(true) => format!("Revoked {sender}."),
-                Ok(false) => format!("{sender} was not approved."),
-                Err(e) => format!("Could not revoke: {e}"),
-            },
-            _ => "Usage: /pairing list | /pairing approve CODE | /pairing deny CODE | /pairing revoke ID"
-                .to_string(),
+        match &self.pairing {
+            Some(store) => pairing_command(store, &self.channel, args),
+            None => "Pairing is not enabled for this channel.".to_string(),
         }
     }
 }
 
-/// `"/pairing approve X"` or `"/pairing@bot approve X"` → `"approve X"`.
-fn pairing_command_args(text: &str) -> Option<&str> {
+/// Runs `/pairing ARGS` sent on `channel` by its owner (0.3.5's subcommands): `list` (also with no argument),
+/// `approve CODE`, `deny CODE`, `revoke USER` (on `channel`) or `revoke CHANNEL USER`. Returns the reply.
+pub fn pairing_command(store: &PairingStore, channel: &str, args: &str) -> String {
+    let words: Vec<&str> = args.split_whitespace().collect();
+    match words.as_slice() {
+        [] | ["list"] => {
+            let pending = store.pending_at(Utc::now());
+            if pending.is_empty() {
+                "No pending pairing requests.".to_string()
+            } else {
+                let mut lines = vec!["Pending pairing requests:".to_string()];
+                lines.extend(pending.iter().map(|r| {
+                    let left = (r.expires_at - Utc::now()).num_minutes().max(0);
+                    format!(
+                        "- {} | {} | {} | expires in {left} min",
+                        r.code, r.channel, r.sender_id
+                    )
+                }));
+                lines.join("\n")
+            }
+        }
+        ["approve", code] => match store.approve(code) {
+            Ok(req) => format!(
+                "Approved {} on {} (code {}).",
+                req.sender_id, req.channel, req.code
+            ),
+            Err(e) => format!("Could not approve: {e}"),
+        },
+        ["deny", code] => match store.deny(code) {
+            Ok(req) => format!("Denied {} on {} (code {}).", req.sender_id, req.channel, req.code),
+            Err(e) => format!("Could not deny: {e}"),
+        },
+        ["revoke", sender] => revoke(store, channel, sender),
+        ["revoke", on, sender] => revoke(store, on, sender),
+        _ => "Usage: /pairing [list] | /pairing approve CODE | /pairing deny CODE | /pairing revoke [CHANNEL] USER"
+            .to_string(),
+    }
+}
+
+fn revoke(store: &PairingStore, channel: &str, sender: &str) -> String {
+    match store.revoke(channel, sender) {
+        Ok(true) => format!("Revoked {sender} on {channel}."),
+        Ok(false) => format!("{sender} was not approved on {channel}."),
+        Err(e) => format!("Could not revoke: {e}"),
+    }
+}
+
+/// The arguments of a `/pairing` command (`"/pairing approve X"` or `"/pairing@bot approve X"` → `"approve X"`),
+/// `None` when `text` is not one.
+pub fn pairing_command_args(text: &str) -> Option<&str> {
     let text = text.trim();
     let (first, rest) = text.split_once(char::is_whitespace).unwrap_or((text, ""));
     let command = first.split('@').next().unwrap_or(first);
-    (command == PAIRING_COMMAND).then_some(rest.trim())
+    (command.eq_ignore_ascii_case(PAIRING_COMMAND)).then_some(rest.trim())
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

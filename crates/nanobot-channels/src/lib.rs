@@ -34,7 +34,10 @@ mod pairing;
 mod settings;
 mod split;
 
-pub use access::{AccessControl, AccessDecision, AllowList, GroupPolicy, InboundContext, PAIRING_COMMAND};
+pub use access::{
+    AccessControl, AccessDecision, AllowList, GroupPolicy, InboundContext, PAIRING_COMMAND, pairing_command,
+    pairing_command_args,
+};
 pub use channel::{Channel, Heartbeat, Transcribe, TranscribeError};
 pub use dedup::RecentIds;
 #[cfg(feature = "download")]

@@ -151,8 +151,10 @@ pub(crate) async fn run(env: &CliEnv, a: &AgentArgs, out: &mut dyn Write) -> Res
     let hint_len = s.loaded.config.agents.defaults.tool_hint_max_length.max(8) as usize;
     let ui = Arc::new(UiHook::new(hint_len));
     let agent = build_loop(env, &s, None, vec![ui.clone() as Arc<dyn AgentHook>])?;
-    let result = match &a.message {
-        Some(text) => {
+    let local = a.message.as_deref().and_then(|text| local_command(&s, text));
+    let result = match (&a.message, local) {
+        (_, Some(reply)) => write_line(out, &reply),
+        (Some(text), None) => {
             let r = one_shot(env, a, &agent, &ui, text, out).await;
             // What the turn started (the `/new` archive, consolidation) finishes before the process exits.
             if !agent.finish_background(ONE_SHOT_FINISH_LIMIT).await {
@@ -164,12 +166,29 @@ pub(crate) async fn run(env: &CliEnv, a: &AgentArgs, out: &mut dyn Write) -> Res
             }
             r
         }
-        None => interactive(env, &s, a, &agent, &ui).await,
+        (None, None) => interactive(env, &s, a, &agent, &ui).await,
     };
     if let Some(m) = agent.mcp() {
         m.shutdown().await;
     }
     result
+}
+
+/// The answer to a command the terminal answers itself, not the agent: `/pairing` (the local user is the owner
+/// who approves other people's pairing requests, as in 0.3.5's CLI). `None` for anything else.
+fn local_command(s: &Setup, text: &str) -> Option<String> {
+    let args = nanobot_channels::pairing_command_args(text)?;
+    let path = s.paths.data_dir().join("pairing.json");
+    Some(match nanobot_channels::PairingStore::open(&path) {
+        Ok(store) => nanobot_channels::pairing_command(&store, "cli", args),
+        Err(e) => format!("Pairing: {e}"),
+    })
+}
+
+fn write_line(out: &mut dyn Write, text: &str) -> Result<(), CliError> {
+    writeln!(out, "{text}")
+        .and_then(|()| out.flush())
+        .map_err(|e| CliError::io("write", "stdout", e))
 }
 
 /// How long `agent -m` waits, after the answer, for the memory work the turn started.
@@ -185,28 +204,71 @@ async fn one_shot(
 ) -> Result<(), CliError> {
     let pb = spinner(env);
     let mut hints = ui.listen();
-    let msg = cli_message(text, &a.session);
-    let turn = agent.process_message(msg, TurnOptions::default());
+    // The answer streams as it comes, to a terminal or a pipe alike (as 0.3.5's `agent -m` does).
+    let (tx, mut deltas) = mpsc::unbounded_channel::<String>();
+    let opts = TurnOptions {
+        stream: Some(tx),
+        ..TurnOptions::default()
+    };
+    let turn = agent.process_message(cli_message(text, &a.session), opts);
     tokio::pin!(turn);
+    let ansi = env.stdout_tty && !a.no_markdown;
+    let mut md = MarkdownStream::new(ansi);
+    let mut streamed = false;
+    // Whether what was written so far ends a line (nothing written counts as not).
+    let at_line_end = std::cell::Cell::new(false);
+    let mut write = |s: &str| {
+        if let Some(c) = s.chars().last() {
+            at_line_end.set(c == '\n');
+        }
+        out.write_all(s.as_bytes())
+            .and_then(|()| out.flush())
+            .map_err(|e| CliError::io("write", "stdout", e))
+    };
     let reply = loop {
         tokio::select! {
             r = &mut turn => break r,
-            Some(UiEvent::ToolHint(h)) = hints.recv() => show_hint(&pb, &h),
+            Some(d) = deltas.recv() => {
+                if !streamed {
+                    pb.finish_and_clear();
+                    streamed = true;
+                }
+                write(&md.push(&d))?;
+            }
+            Some(UiEvent::ToolHint(h)) = hints.recv() => {
+                if streamed {
+                    // What streamed before a tool call ends its paragraph.
+                    write(&md.finish())?;
+                    write("\n")?;
+                }
+                show_hint(&pb, &h);
+            }
         }
     };
+    while let Ok(d) = deltas.try_recv() {
+        streamed = true;
+        write(&md.push(&d))?;
+    }
     pb.finish_and_clear();
     let reply = reply?;
     if reply.stop_reason == Some(StopReason::Error) {
+        if streamed {
+            write(&md.finish())?;
+            write("\n")?;
+        }
         return Err(CliError::Turn(reply.content));
     }
-    let ansi = env.stdout_tty && !a.no_markdown;
-    let mut text = MarkdownStream::render_all(&reply.content, ansi);
-    if !text.ends_with('\n') {
-        text.push('\n');
+    let text = if streamed {
+        md.finish()
+    } else {
+        MarkdownStream::render_all(&reply.content, ansi)
+    };
+    write(&text)?;
+    // One newline ends the answer, whether it streamed or not.
+    if !at_line_end.get() {
+        write("\n")?;
     }
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .map_err(|e| CliError::io("write", "stdout", e))
+    Ok(())
 }
 
 fn cli_message(text: &str, session: &str) -> InboundMessage {
@@ -319,6 +381,10 @@ async fn interactive(
                 editor = Some(ed);
                 if is_exit(&text) {
                     break Ok(());
+                }
+                if let Some(reply) = local_command(s, &text) {
+                    println!("\n{reply}\n");
+                    continue;
                 }
                 let turn = Chat {
                     env,

@@ -39,7 +39,20 @@ pub struct OnboardReport {
 pub fn default_config() -> Config {
     let mut config = Config::default();
     add_provider_blocks(&mut config);
+    add_channel_blocks(&mut config);
     config
+}
+
+/// Turns the local WebUI on when the config has no `websocket` block, as 0.3.5's `onboard` does (new config and
+/// refresh alike): the channel listens on loopback only and hands tokens to this machine's browser only
+/// (docs/websocket.md). A block the user has, enabled or not, is left as it is.
+pub(crate) fn add_channel_blocks(config: &mut Config) {
+    config
+        .channels
+        .other
+        .0
+        .entry("websocket")
+        .or_insert_with(|| serde_json::json!({"enabled": true}));
 }
 
 /// Adds an empty block for every known provider that has none (what `onboard` writes into a new config). The
@@ -66,6 +79,7 @@ pub(crate) fn onboard(env: &CliEnv, args: &ConfigArgs) -> Result<OnboardReport, 
         // Refresh: load (values, `${VAR}` references and unknown keys are kept), add what is new, save.
         let mut s = setup::load(env, args, true)?;
         add_provider_blocks(&mut s.loaded.config);
+        add_channel_blocks(&mut s.loaded.config);
         s.loaded.save().map_err(|e| CliError::from_config(e, None))?;
         workspace = s.workspace;
         created = false;
@@ -342,6 +356,8 @@ mod tests {
         assert_eq!(v["agents"]["defaults"]["maxTokens"], 8192);
         assert!(v["providers"]["openrouter"].is_object());
         assert!(!text.contains("max_tokens"));
+        // The local WebUI is on, as 0.3.5's onboard leaves it.
+        assert_eq!(v["channels"]["websocket"], serde_json::json!({"enabled": true}));
         let ws = dir.path().join(".nanobot/workspace");
         for (rel, _) in TEMPLATES {
             assert!(ws.join(rel).is_file(), "{rel}");
@@ -377,6 +393,21 @@ mod tests {
         assert!(v["gateway"]["heartbeat"].is_object(), "new keys added");
         assert!(v["providers"]["anthropic"].is_object());
         assert_eq!(v["tools"]["myOwnKey"]["x"], 1);
+        assert_eq!(
+            v["channels"]["websocket"]["enabled"], true,
+            "a missing WebUI block is added"
+        );
+
+        // A block the user has is the user's: turned off, it stays off.
+        let mut off = v.clone();
+        off["channels"]["websocket"] = serde_json::json!({"enabled": false, "port": 9000});
+        std::fs::write(&cfg, off.to_string()).unwrap();
+        onboard(&env, &ConfigArgs::default()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+        assert_eq!(
+            v["channels"]["websocket"],
+            serde_json::json!({"enabled": false, "port": 9000})
+        );
     }
 
     fn mock_candidate(mock: &nanobot_testkit::MockLlm) -> crate::local_servers::Candidate {
