@@ -223,6 +223,10 @@ fn python_rust_python_rust_on_one_home() {
     // docs/compatibility.md (issue 18).
     assert_tool_differences_are_documented(&python_first, &reqs[0]);
     assert_prompt_differences_are_documented(&python_first, &reqs[0]);
+    assert_request_differences_are_documented(
+        (&python_first, "remind me hourly to drink water"),
+        (&reqs[0], "what did I ask?"),
+    );
     // Same namespace, marker unchanged: the Python nanobot will accept it.
     assert_eq!(session_dirs(&home), dirs);
     assert_eq!(
@@ -644,6 +648,88 @@ fn assert_tool_differences_are_documented(python: &RecordedRequest, rust: &Recor
         unexplained.is_empty() && stale.is_empty(),
         "docs/compatibility.md's tool differences are out of date.\nnot listed: {unexplained:#?}\nno longer true: {stale:#?}"
     );
+}
+
+/// The differences between a turn's first request from 0.3.5 (`python`) and from nanobot-rs (`rust`) on the same
+/// home and model, beyond tools and prompt: the body's top-level keys, whether it streams, the roles of its
+/// messages, and whether the user's message is sent as typed. One line each, as docs/compatibility.md lists them.
+fn request_differences(python: (&RecordedRequest, &str), rust: (&RecordedRequest, &str)) -> BTreeSet<String> {
+    let keys = |r: &RecordedRequest| -> BTreeSet<String> {
+        r.body
+            .as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    let (pk, rk) = (keys(python.0), keys(rust.0));
+    let mut out = BTreeSet::new();
+    for k in pk.difference(&rk) {
+        out.insert(format!("`{k}`: only in 0.3.5's requests"));
+    }
+    for k in rk.difference(&pk) {
+        out.insert(format!("`{k}`: only in nanobot-rs's requests"));
+    }
+    for k in ["stream", "stream_options", "tool_choice"] {
+        if pk.contains(k) && rk.contains(k) && python.0.body[k] != rust.0.body[k] {
+            out.insert(format!(
+                "`{k}`: {} in 0.3.5, {} in nanobot-rs",
+                python.0.body[k], rust.0.body[k]
+            ));
+        }
+    }
+    let roles = |r: &RecordedRequest| -> Vec<String> {
+        r.body["messages"]
+            .as_array()
+            .map(|m| {
+                m.iter()
+                    .map(|m| m["role"].as_str().unwrap_or("?").to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // The first turn of each: a system message, then the user's (history differs by design: it is the other's).
+    let (pr, rr) = (roles(python.0), roles(rust.0));
+    if pr.first() != rr.first() || pr.last() != rr.last() {
+        out.insert(format!("message roles: {pr:?} in 0.3.5, {rr:?} in nanobot-rs"));
+    }
+    for (who, (req, typed)) in [("0.3.5", python), ("nanobot-rs", rust)] {
+        if req.last_user_text().as_deref() != Some(typed) {
+            out.insert(format!("the user's message is not sent as typed by {who}"));
+        }
+    }
+    out
+}
+
+/// Every request difference is listed in docs/compatibility.md (between the `request-differences` markers, one
+/// `- <difference> — <why>` line each), and every listed one is still a difference.
+fn assert_request_differences_are_documented(
+    python: (&RecordedRequest, &str),
+    rust: (&RecordedRequest, &str),
+) {
+    let listed = documented_block("request-differences");
+    let actual = request_differences(python, rust);
+    let unexplained: Vec<&String> = actual.difference(&listed).collect();
+    let stale: Vec<&String> = listed.difference(&actual).collect();
+    assert!(
+        unexplained.is_empty() && stale.is_empty(),
+        "docs/compatibility.md's request differences are out of date.\nnot listed: {unexplained:#?}\nno longer true: {stale:#?}"
+    );
+}
+
+/// The `- <item> — <why>` lines between `<!-- NAME:start -->` and `<!-- NAME:end -->` of docs/compatibility.md, as
+/// their items.
+fn documented_block(name: &str) -> BTreeSet<String> {
+    let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/compatibility.md");
+    let doc = std::fs::read_to_string(&doc_path).unwrap();
+    let block = doc
+        .split(&format!("<!-- {name}:start -->"))
+        .nth(1)
+        .and_then(|rest| rest.split(&format!("<!-- {name}:end -->")).next())
+        .unwrap_or_else(|| panic!("docs/compatibility.md has no {name} block"));
+    block
+        .lines()
+        .filter_map(|l| l.strip_prefix("- "))
+        .map(|l| l.split(" — ").next().unwrap_or(l).trim().to_owned())
+        .collect()
 }
 
 /// The headings of a request's system prompt (lines starting with `#`), as a set. A folder named in a heading
