@@ -17,7 +17,26 @@ const BOOL_TRUE: [&str; 4] = ["true", "1", "yes", "on"];
 const BOOL_FALSE: [&str; 4] = ["false", "0", "no", "off"];
 
 /// The JSON Schema of `T`, inlined (no `$ref`s/`definitions`) and cleaned for providers: no
-/// `$schema`, `title` or `format`, and `["T", "null"]` types of optional fields reduced to `"T"`.
+/// `$schema`, `title`, `format` or `default: null`, and the `["T", "null"]` type of an optional field
+/// reduced to `"T"` unless the field is declared nullable with `#[schemars(extend("nullable" = true))]`: then
+/// its type is `["T", "null"]`, the way the Python nanobot declares the parameters a model may send as
+/// `null` (the marker itself is not kept). Whether declared nullable or not, `null` for an optional
+/// parameter is accepted and treated as absent (see [`ArgsSchema::prepare`]).
+///
+/// ```
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Args {
+///     /// Which one.
+///     #[schemars(extend("nullable" = true))]
+///     occurrence: Option<u64>,
+///     /// How many.
+///     limit: Option<u64>,
+/// }
+/// let s = nanobot_tools::schema_for::<Args>();
+/// assert_eq!(s["properties"]["occurrence"]["type"], serde_json::json!(["integer", "null"]));
+/// assert_eq!(s["properties"]["limit"]["type"], "integer");
+/// assert!(s["properties"]["occurrence"].get("nullable").is_none());
+/// ```
 pub fn schema_for<T: JsonSchema>() -> Value {
     let settings = schemars::generate::SchemaSettings::draft07().with(|s| {
         s.inline_subschemas = true;
@@ -35,6 +54,8 @@ pub fn schema_for<T: JsonSchema>() -> Value {
 fn clean_schema(value: &mut Value, root: bool) {
     match value {
         Value::Object(map) => {
+            // The field's own declaration: `extend("nullable" = true)` keeps (or adds) `null` in its type.
+            let nullable = map.shift_remove("nullable") == Some(Value::Bool(true));
             // Option<T> of a complex T: `anyOf: [T, {type: null}]` → T
             if let Some(Value::Array(variants)) = map.get("anyOf") {
                 let non_null: Vec<&Value> = variants
@@ -68,6 +89,10 @@ fn clean_schema(value: &mut Value, root: bool) {
             if root {
                 map.remove("title");
             }
+            // `#[serde(default)]` on an `Option` makes schemars declare `default: null`, which says nothing.
+            if map.get("default").is_some_and(Value::is_null) {
+                map.shift_remove("default");
+            }
             if let Some(Value::Array(types)) = map.get("type") {
                 let non_null: Vec<Value> = types
                     .iter()
@@ -76,6 +101,18 @@ fn clean_schema(value: &mut Value, root: bool) {
                     .collect();
                 if non_null.len() == 1 {
                     map.insert("type".into(), non_null[0].clone());
+                }
+            }
+            if nullable {
+                match map.get_mut("type") {
+                    Some(Value::String(t)) => {
+                        let t = Value::String(std::mem::take(t));
+                        map.insert("type".into(), Value::Array(vec![t, Value::from("null")]));
+                    }
+                    Some(Value::Array(types)) if !types.iter().any(|t| t == "null") => {
+                        types.push(Value::from("null"));
+                    }
+                    _ => {}
                 }
             }
             // `enum` of an Option<enum> carries a `null` the model should not see.
@@ -185,6 +222,121 @@ fn cast_object(map: Map<String, Value>, schema: &Value) -> Map<String, Value> {
         .collect()
 }
 
+/// Whether `schema` lets a value be `null`, as the Python nanobot reads it: a type that lists `"null"`,
+/// `nullable: true` (the form MCP schemas are normalised to), a `null` branch of `anyOf`/`oneOf`, or no
+/// type at all. A nullable type admits `null` whatever its `enum` lists (0.3.5 checks nullability first).
+fn admits_null(schema: &Value) -> bool {
+    let Value::Object(map) = schema else {
+        return schema.as_bool().unwrap_or(true);
+    };
+    if map.get("nullable") == Some(&Value::Bool(true)) {
+        return true;
+    }
+    match map.get("type") {
+        Some(Value::String(t)) => return t == "null",
+        Some(Value::Array(types)) => return types.iter().any(|t| t == "null"),
+        _ => {}
+    }
+    if let Some(Value::Array(branches)) = map.get("anyOf").or_else(|| map.get("oneOf")) {
+        return branches.iter().any(admits_null);
+    }
+    if let Some(Value::Array(options)) = map.get("enum") {
+        return options.iter().any(Value::is_null);
+    }
+    map.get("const").is_none_or(Value::is_null)
+}
+
+/// Drops the `null`s of optional parameters (declared in `properties`, not `required`): a model that fills
+/// every parameter sends `null` for what it means to omit. With `keep_admitted`, a `null` the parameter's
+/// schema admits ([`admits_null`]) stays, for a tool that tells `null` from absent (an MCP server's); the
+/// others go, so that `null` is never refused where omitting the parameter would not be. Recurses through
+/// declared properties and array items.
+fn omit_nulls(value: &mut Value, schema: &Value, keep_admitted: bool) {
+    match value {
+        Value::Object(map) => {
+            let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+                return;
+            };
+            let required = |name: &str| {
+                schema
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .is_some_and(|r| r.iter().any(|k| k == name))
+            };
+            map.retain(|name, v| {
+                !v.is_null()
+                    || required(name)
+                    || !props.contains_key(name)
+                    || (keep_admitted && props.get(name).is_some_and(admits_null))
+            });
+            for (name, v) in map.iter_mut() {
+                if let Some(prop) = props.get(name) {
+                    omit_nulls(v, prop, keep_admitted);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                items
+                    .iter_mut()
+                    .for_each(|v| omit_nulls(v, item_schema, keep_admitted));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `schema` as the validator reads it: a schema that admits `null` by `nullable: true` (which JSON Schema does not
+/// know) lists `"null"` among its types, and a nullable type with an `enum` has `null` among its options, so that
+/// the validator accepts the `null`s [`admits_null`] lets through.
+fn validation_schema(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    admit_declared_nulls(&mut schema);
+    schema
+}
+
+fn admit_declared_nulls(schema: &mut Value) {
+    let Value::Object(map) = schema else {
+        return;
+    };
+    if map.remove("nullable") == Some(Value::Bool(true)) {
+        match map.get_mut("type") {
+            Some(Value::String(t)) => {
+                let t = Value::String(std::mem::take(t));
+                map.insert("type".into(), Value::Array(vec![t, Value::from("null")]));
+            }
+            Some(Value::Array(types)) if !types.iter().any(|t| t == "null") => {
+                types.push(Value::from("null"))
+            }
+            _ => {}
+        }
+    }
+    let typed_nullable =
+        matches!(map.get("type"), Some(Value::Array(types)) if types.iter().any(|t| t == "null"));
+    if typed_nullable
+        && let Some(Value::Array(options)) = map.get_mut("enum")
+        && !options.iter().any(Value::is_null)
+    {
+        options.push(Value::Null);
+    }
+    for (key, child) in map.iter_mut() {
+        match key.as_str() {
+            // maps of name → schema
+            "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas" => {
+                if let Value::Object(children) = child {
+                    children.values_mut().for_each(admit_declared_nulls);
+                }
+            }
+            // data, not schemas
+            "enum" | "const" | "default" | "examples" | "required" => {}
+            _ => match child {
+                Value::Array(items) => items.iter_mut().for_each(admit_declared_nulls),
+                other => admit_declared_nulls(other),
+            },
+        }
+    }
+}
+
 /// An argument schema: casts, then validates with model-friendly messages. The validator is compiled on the
 /// first call (a start-up registers every tool, a turn calls few).
 #[derive(Debug)]
@@ -208,8 +360,9 @@ impl ArgsSchema {
     }
 
     fn validator(&self) -> &Result<jsonschema::Validator, String> {
-        self.validator
-            .get_or_init(|| jsonschema::validator_for(&self.schema).map_err(|e| e.to_string()))
+        self.validator.get_or_init(|| {
+            jsonschema::validator_for(&validation_schema(&self.schema)).map_err(|e| e.to_string())
+        })
     }
 
     /// The schema as given.
@@ -217,7 +370,9 @@ impl ArgsSchema {
         &self.schema
     }
 
-    /// Casts then validates `args` (`null` counts as `{}`). Unknown fields are ignored.
+    /// Casts then validates `args` (`null` counts as `{}`). Unknown fields are ignored, unless the schema
+    /// closes its object. `null` for an optional parameter is accepted: it is dropped (treated as absent),
+    /// or kept where the parameter's schema admits `null` (a type listing `"null"`, `nullable: true`).
     /// On failure returns the list of problems, e.g. `["timeout must be <= 600"]`.
     pub fn prepare(&self, args: Value) -> Result<Value, Vec<String>> {
         // Casting and validation recurse over the value: refuse deep nesting first, without recursion.
@@ -230,7 +385,11 @@ impl ArgsSchema {
         }
         let args = match args {
             Value::Null => Value::Object(Map::new()),
-            Value::Object(map) => Value::Object(cast_object(map, &self.schema)),
+            Value::Object(map) => {
+                let mut args = Value::Object(cast_object(map, &self.schema));
+                omit_nulls(&mut args, &self.schema, true);
+                args
+            }
             other => {
                 return Err(vec![format!(
                     "parameters must be an object, got {}",
@@ -430,7 +589,9 @@ impl<T: TypedTool> Tool for T {
         TypedTool::exclusive(self)
     }
 
-    async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    async fn execute(&self, mut args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        // An optional parameter sent as `null` is absent, also to fields that are not `Option`s.
+        omit_nulls(&mut args, &schema_for::<T::Args>(), false);
         let args: T::Args = parse_args(args)?;
         self.call(args, ctx).await
     }
@@ -543,5 +704,92 @@ mod tests {
         assert_eq!(s["properties"]["path"]["description"], "The path.");
         assert!(s.get("title").is_none() && s.get("$schema").is_none());
         assert!(s["properties"]["limit"].get("format").is_none());
+    }
+
+    #[derive(serde::Deserialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct Optional {
+        /// Declared nullable.
+        #[schemars(range(min = 1), extend("nullable" = true))]
+        which: Option<u64>,
+        /// Nullable with a default.
+        #[serde(default)]
+        #[schemars(extend("nullable" = true, "default" = false))]
+        login: Option<bool>,
+        /// Not nullable, `#[serde(default)]` on an `Option`.
+        #[serde(default)]
+        pages: Option<String>,
+        /// Not an `Option`.
+        #[serde(default)]
+        close: bool,
+    }
+
+    #[test]
+    fn nullable_fields_keep_null_in_their_type_and_default_null_is_dropped() {
+        let s = schema_for::<Optional>();
+        let p = &s["properties"];
+        assert_eq!(
+            p["which"],
+            json!({"type": ["integer", "null"], "minimum": 1, "description": "Declared nullable."})
+        );
+        assert_eq!(p["login"]["type"], json!(["boolean", "null"]));
+        assert_eq!(p["login"]["default"], false);
+        assert_eq!(
+            p["pages"],
+            json!({"type": "string", "description": "Not nullable, `#[serde(default)]` on an `Option`."})
+        );
+        assert_eq!(p["close"]["default"], false);
+        assert!(s.get("required").is_none_or(|r| r == &json!([])), "{s}");
+    }
+
+    #[test]
+    fn null_for_an_optional_parameter_is_absent() {
+        let s = ArgsSchema::new(schema_for::<Optional>());
+        let out = s
+            .prepare(json!({"which": null, "login": null, "pages": null, "close": null}))
+            .unwrap();
+        // Declared nullable: passed on; otherwise dropped.
+        assert_eq!(out, json!({"which": null, "login": null}));
+        let args: Optional = parse_args(out).unwrap();
+        assert!(args.which.is_none() && args.login.is_none() && !args.close);
+        // A required parameter stays required.
+        let s = exec_schema();
+        assert_eq!(
+            s.prepare(json!({"command": null, "timeout": null, "nested": null}))
+                .unwrap_err(),
+            vec!["command should be string"]
+        );
+        let out = s
+            .prepare(json!({"command": "ls", "nested": {"n": 1}, "list": null}))
+            .unwrap();
+        assert_eq!(out, json!({"command": "ls", "nested": {"n": 1}}));
+    }
+
+    struct Probe;
+
+    #[async_trait]
+    impl TypedTool for Probe {
+        type Args = Optional;
+        fn name(&self) -> &str {
+            "probe"
+        }
+        fn description(&self) -> &str {
+            "probe"
+        }
+        async fn call(&self, args: Optional, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+            Ok(ToolOutput::text(format!("{:?} {}", args.which, args.close)))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_typed_tool_called_directly_parses_null_as_absent() {
+        let out = Tool::execute(
+            &Probe,
+            json!({"which": null, "close": null}),
+            &ToolContext::new("/tmp"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.text, "None false");
     }
 }

@@ -208,7 +208,7 @@ pub struct CreateGoalArgs {
     #[schemars(length(min = 1, max = 4000))]
     pub objective: String,
     /// An optional one-line label for lists and logs; nothing depends on it.
-    #[schemars(length(max = 120))]
+    #[schemars(length(max = 120), extend("nullable" = true))]
     pub ui_summary: Option<String>,
 }
 
@@ -284,13 +284,13 @@ pub struct UpdateGoalArgs {
     /// What to do with the active goal.
     pub action: GoalAction,
     /// A short, honest recap for the user (expected for complete, cancel and block).
-    #[schemars(length(max = 8000))]
+    #[schemars(length(max = 8000), extend("nullable" = true))]
     pub recap: Option<String>,
     /// The new objective; only for action 'replace'.
-    #[schemars(length(max = 4000))]
+    #[schemars(length(max = 4000), extend("nullable" = true))]
     pub objective: Option<String>,
     /// An optional one-line label for the new objective.
-    #[schemars(length(max = 120))]
+    #[schemars(length(max = 120), extend("nullable" = true))]
     pub ui_summary: Option<String>,
 }
 

@@ -321,6 +321,7 @@ pub struct SpawnArgs {
     /// Wait for the subagent and return its result to this turn (a consultation the answer depends on); default
     /// false: it runs in the background and reports when done.
     #[serde(default)]
+    #[schemars(extend("default" = false))]
     pub wait: Option<bool>,
 }
 

@@ -75,13 +75,16 @@ pub struct RunCliAppArgs {
     /// The installed app's name (as listed in this tool's description).
     pub name: String,
     /// Arguments for the app, without its program name.
+    #[schemars(extend("nullable" = true))]
     pub args: Option<Vec<String>>,
     /// Put --json first when the app supports it (default false).
+    #[schemars(extend("nullable" = true, "default" = false))]
     pub json: Option<bool>,
     /// Working directory (default: the workspace).
+    #[schemars(extend("nullable" = true))]
     pub working_dir: Option<String>,
     /// Timeout in seconds (1 to 600).
-    #[schemars(range(min = 1, max = 600))]
+    #[schemars(range(min = 1, max = 600), extend("nullable" = true))]
     pub timeout: Option<u64>,
 }
 

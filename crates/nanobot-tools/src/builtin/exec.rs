@@ -54,22 +54,24 @@ pub struct ExecArgs {
     pub timeout: Option<u64>,
     /// The shell: bash when omitted, or sh or zsh.
     #[serde(default)]
+    #[schemars(extend("nullable" = true))]
     pub shell: Option<String>,
     /// Run bash or zsh as a login shell (default false).
     #[serde(default)]
+    #[schemars(extend("nullable" = true, "default" = false))]
     pub login: Option<bool>,
     /// Most characters of output returned (default 10000; 1000 to 50000).
     #[serde(default)]
-    #[schemars(range(min = 1000, max = 50000))]
+    #[schemars(range(min = 1000, max = 50000), extend("nullable" = true))]
     pub max_output_chars: Option<u64>,
     /// The same as max_output_chars.
     #[serde(default)]
-    #[schemars(range(min = 1000, max = 50000))]
+    #[schemars(range(min = 1000, max = 50000), extend("nullable" = true))]
     pub max_output_tokens: Option<u64>,
     /// Return after this many milliseconds if the command is still running (it goes on as an exec session:
     /// see exec_session); omit to wait for it to exit.
     #[serde(default)]
-    #[schemars(range(min = 0, max = 30000))]
+    #[schemars(range(min = 0, max = 30000), extend("nullable" = true))]
     pub yield_time_ms: Option<u64>,
 }
 

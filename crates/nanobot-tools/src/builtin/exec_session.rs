@@ -522,6 +522,7 @@ pub struct ExecSessionArgs {
     /// The session id `exec` returned.
     pub session_id: String,
     /// Text to send to the command's stdin; omit to read output.
+    #[schemars(extend("nullable" = true))]
     pub input: Option<String>,
     /// Close stdin after sending input.
     #[serde(default)]
@@ -530,13 +531,13 @@ pub struct ExecSessionArgs {
     #[serde(default)]
     pub terminate: bool,
     /// Return when this text appears in the output.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1), extend("nullable" = true))]
     pub wait_for: Option<String>,
     /// Wait for the command to exit.
     #[serde(default)]
     pub until_exit: bool,
     /// The longest wait, in milliseconds: 1 s by default, 10 s with wait_for, 10 min with until_exit.
-    #[schemars(range(min = 0, max = 600_000))]
+    #[schemars(range(min = 0, max = 600_000), extend("nullable" = true))]
     pub timeout_ms: Option<u64>,
 }
 

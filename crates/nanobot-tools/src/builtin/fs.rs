@@ -88,6 +88,7 @@ pub struct ReadFileArgs {
     pub pages: Option<String>,
     /// Return a range again even when it has not changed since it was last read (ranges are always returned).
     #[serde(default)]
+    #[schemars(extend("default" = false))]
     pub force: Option<bool>,
 }
 
@@ -333,15 +334,15 @@ pub struct EditFileArgs {
     pub replace_all: Option<bool>,
     /// Which occurrence to replace (1-based) when old_text appears more than once.
     #[serde(default)]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1), extend("nullable" = true))]
     pub occurrence: Option<u64>,
     /// A 1-based line number from read_file; the occurrence that covers this line is replaced.
     #[serde(default)]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1), extend("nullable" = true))]
     pub line_hint: Option<u64>,
     /// How many replacements must be made; otherwise nothing is changed.
     #[serde(default)]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1), extend("nullable" = true))]
     pub expected_replacements: Option<u64>,
 }
 

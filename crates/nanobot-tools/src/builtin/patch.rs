@@ -39,9 +39,11 @@ pub struct PatchEdit {
     pub action: PatchAction,
     /// The exact text to find (replace only; it must occur once).
     #[serde(default)]
+    #[schemars(extend("nullable" = true))]
     pub old_text: Option<String>,
     /// The text to put in its place (replace), or to append (add).
     #[serde(default)]
+    #[schemars(extend("nullable" = true))]
     pub new_text: Option<String>,
 }
 
@@ -54,6 +56,7 @@ pub struct ApplyPatchArgs {
     pub edits: Vec<PatchEdit>,
     /// Check and summarise the patch without writing anything (default false).
     #[serde(default)]
+    #[schemars(extend("default" = false))]
     pub dry_run: Option<bool>,
 }
 

@@ -62,6 +62,7 @@ pub struct WebFetchArgs {
     pub url: String,
     /// markdown (default) or text.
     #[serde(rename = "extractMode", default)]
+    #[schemars(extend("default" = "markdown"))]
     pub extract_mode: Option<ExtractMode>,
     /// Maximum characters to return.
     #[serde(rename = "maxChars", default)]

@@ -9,6 +9,7 @@ mod fs;
 mod fs_handles;
 mod fuzz_arguments;
 mod registry;
+mod schemas;
 #[cfg(feature = "web")]
 mod web;
 
