@@ -228,14 +228,22 @@ impl Endpoint {
     > {
         let deadline = self.deadline();
         let resp = self.post_json_until(url, auth, body, deadline).await?;
-        Ok(sse(self.clone(), resp, deadline))
+        let whole = BodyBound {
+            at: deadline,
+            after: self.timeouts.total,
+        };
+        Ok(sse(self.clone(), resp, whole))
     }
 
     /// Reads a whole JSON body: at most `timeouts.stream_idle` between two pieces and `timeouts.request` in
-    /// all.
+    /// all (the bound 0.3.5's `NANOBOT_OPENAI_COMPAT_TIMEOUT_S` sets). A server that sends its head and then
+    /// nothing ends the read with [`WaitKind::Idle`] at the smaller of the two.
     pub(crate) async fn read_json(&self, resp: reqwest::Response) -> Result<Value, ProviderError> {
-        let deadline = Instant::now() + self.timeouts.request;
-        let mut body = timed_body(self.clone(), resp, deadline);
+        let whole = BodyBound {
+            at: Instant::now() + self.timeouts.request,
+            after: self.timeouts.request,
+        };
+        let mut body = timed_body(self.clone(), resp, whole);
         let mut bytes = Vec::new();
         while let Some(piece) = body.next().await {
             match piece {
@@ -276,23 +284,50 @@ impl fmt::Display for BodyError {
 
 impl std::error::Error for BodyError {}
 
-/// The body's pieces as they arrive; a gap longer than `timeouts.stream_idle`, or reaching `deadline`, ends it
+/// The bound of a whole body: when it passes, and how long it was (for the message).
+#[derive(Debug, Clone, Copy)]
+struct BodyBound {
+    at: Instant,
+    after: Duration,
+}
+
+/// The body's pieces as they arrive; a gap longer than `timeouts.stream_idle`, or reaching `whole`, ends it
 /// with [`BodyError::Wait`]. Works below any parsing, so SSE comments and pings count as activity.
+///
+/// A body that never sent a byte when a bound passed is a server that stopped sending after its head:
+/// [`WaitKind::Idle`], for as long as it was silent. One that did send and then passed `whole` is too slow:
+/// [`WaitKind::Deadline`] with `whole.after`.
 fn timed_body(
     ep: Endpoint,
     resp: reqwest::Response,
-    deadline: Instant,
+    whole: BodyBound,
 ) -> impl Stream<Item = Result<bytes::Bytes, BodyError>> + Send + Unpin + use<> {
     let body = Box::pin(resp.bytes_stream());
+    let head_at = Instant::now();
     Box::pin(futures::stream::unfold(
-        Some((ep, body)),
+        Some((ep, body, false)),
         move |state| async move {
-            let (ep, mut body) = state?;
-            let (limit, what, after) = ep.limit(ep.timeouts.stream_idle, WaitKind::Idle, deadline);
+            let (ep, mut body, received) = state?;
+            let idle = ep.timeouts.stream_idle;
+            let now = Instant::now();
+            let (limit, what, after) = if now + idle < whole.at {
+                (now + idle, WaitKind::Idle, idle)
+            } else if received {
+                (whole.at, WaitKind::Deadline, whole.after)
+            } else {
+                (
+                    whole.at,
+                    WaitKind::Idle,
+                    whole.at.saturating_duration_since(head_at),
+                )
+            };
             match tokio::time::timeout_at(limit, body.next()).await {
                 Err(_) => Some((Err(BodyError::Wait(ep.timed_out(what, after))), None)),
                 Ok(None) => None,
-                Ok(Some(Ok(b))) => Some((Ok(b), Some((ep, body)))),
+                Ok(Some(Ok(b))) => {
+                    let received = received || !b.is_empty();
+                    Some((Ok(b), Some((ep, body, received))))
+                }
                 Ok(Some(Err(e))) => Some((Err(BodyError::Read(e)), None)),
             }
         },
@@ -303,10 +338,10 @@ fn timed_body(
 fn sse(
     ep: Endpoint,
     resp: reqwest::Response,
-    deadline: Instant,
+    whole: BodyBound,
 ) -> impl Stream<Item = Result<eventsource_stream::Event, ProviderError>> + Send + Unpin + use<> {
     let provider = ep.provider.clone();
-    let mut events = timed_body(ep, resp, deadline).eventsource();
+    let mut events = timed_body(ep, resp, whole).eventsource();
     Box::pin(async_gen(move |tx| async move {
         loop {
             let next = match events.next().await {

@@ -28,6 +28,13 @@ pub fn tokio_sleeper() -> Sleeper {
 pub struct RetryPolicy {
     /// Retries after the first attempt (default 3: waits of 1 s, 2 s, 4 s).
     pub max_retries: u32,
+    /// Of those, how many may follow a stall: a server that sent no response head within
+    /// [`crate::Timeouts::request`], or stopped sending its body for [`crate::Timeouts::stream_idle`]
+    /// ([`ProviderError::TimedOut`] with [`WaitKind::Head`] or [`WaitKind::Idle`]). Default 1: a stall may be a
+    /// dead pooled connection, which a new attempt cures, but a server that stalls twice is wedged, and each
+    /// stall costs a whole bound (300 s of silence on a local server), so a silent server ends the call after
+    /// two bounds instead of `1 + max_retries`.
+    pub max_stall_retries: u32,
     /// First delay; doubled each retry.
     pub base_delay: Duration,
     /// Upper bound of a computed delay and of an honoured `Retry-After`.
@@ -42,6 +49,7 @@ impl fmt::Debug for RetryPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RetryPolicy")
             .field("max_retries", &self.max_retries)
+            .field("max_stall_retries", &self.max_stall_retries)
             .field("base_delay", &self.base_delay)
             .field("max_delay", &self.max_delay)
             .field("retry_after_output", &self.retry_after_output)
@@ -53,6 +61,7 @@ impl Default for RetryPolicy {
     fn default() -> Self {
         Self {
             max_retries: 3,
+            max_stall_retries: 1,
             base_delay: Duration::from_secs(1),
             max_delay: Duration::from_secs(60),
             retry_after_output: false,
@@ -70,6 +79,14 @@ impl RetryPolicy {
         }
     }
 
+    /// Whether a failure may be tried again, `retries` retries (`stalls` of them after a stall) into the
+    /// call: retryable, retries left, and for a stall, stall retries left.
+    fn allows(&self, err: &ProviderError, retries: u32, stalls: u32) -> bool {
+        err.is_retryable()
+            && retries < self.max_retries
+            && (!is_stall(err) || stalls < self.max_stall_retries)
+    }
+
     /// The wait before retry number `retry` (0-based): `Retry-After` when given, else `base * 2^retry`; both
     /// capped at `max_delay`.
     pub fn delay(&self, retry: u32, err: &ProviderError) -> Duration {
@@ -78,10 +95,11 @@ impl RetryPolicy {
     }
 }
 
-/// Wraps a provider with retries. A failure is retried when it is retryable, retries are left, nothing was
-/// streamed to the caller yet (unless [`RetryPolicy::retry_after_output`]), and the call's deadline (when one
-/// is set with [`RetryingProvider::with_deadline`]) leaves room for the wait: attempts, stalls and waits
-/// together never outlast it.
+/// Wraps a provider with retries. A failure is retried when it is retryable, retries are left (for a stall:
+/// [`RetryPolicy::max_stall_retries`]), nothing was streamed to the caller yet (unless
+/// [`RetryPolicy::retry_after_output`]), and the call's deadline (when one is set with
+/// [`RetryingProvider::with_deadline`]) leaves room for the wait: attempts, stalls and waits together never
+/// outlast it.
 #[derive(Debug, Clone)]
 pub struct RetryingProvider {
     inner: Arc<dyn Provider>,
@@ -127,6 +145,28 @@ impl RetryingProvider {
             endpoint: endpoint.into(),
         });
         self
+    }
+}
+
+/// Whether `err` says the server stopped answering: no response head, or a body that stopped arriving.
+fn is_stall(err: &ProviderError) -> bool {
+    matches!(
+        err,
+        ProviderError::TimedOut {
+            what: WaitKind::Head | WaitKind::Idle,
+            ..
+        }
+    )
+}
+
+/// Logs why a retryable failure ends the call: the stall rule of [`RetryPolicy::max_stall_retries`].
+fn note_given_up(provider: &str, err: &ProviderError, policy: &RetryPolicy, retries: u32, stalls: u32) {
+    if err.is_retryable()
+        && retries < policy.max_retries
+        && is_stall(err)
+        && stalls >= policy.max_stall_retries
+    {
+        tracing::warn!(provider, stalls = stalls + 1, error = %err, "the server stalled again; not retrying");
     }
 }
 
@@ -177,7 +217,7 @@ impl Provider for RetryingProvider {
         let bound = self.deadline.clone();
         event_stream(move |tx| async move {
             let deadline = bound.as_ref().map(|b| Instant::now() + b.total);
-            let mut retry = 0;
+            let (mut retry, mut stalls) = (0, 0);
             loop {
                 let attempt = forward(inner.stream(request.clone()), &tx);
                 let outcome = match (deadline, &bound) {
@@ -190,11 +230,11 @@ impl Provider for RetryingProvider {
                 let Some((err, emitted)) = outcome else {
                     return;
                 };
-                let may_retry = err.is_retryable()
-                    && retry < policy.max_retries
+                let may_retry = policy.allows(&err, retry, stalls)
                     && (!emitted || policy.retry_after_output)
                     && room_for(deadline, policy.delay(retry, &err));
                 if !may_retry {
+                    note_given_up(inner.name(), &err, &policy, retry, stalls);
                     let _ = tx.send(Err(err)).await;
                     return;
                 }
@@ -202,13 +242,14 @@ impl Provider for RetryingProvider {
                 tracing::warn!(provider = %inner.name(), attempt = retry + 1, ?delay, error = %err, "retrying LLM request");
                 (policy.sleeper)(delay).await;
                 retry += 1;
+                stalls += u32::from(is_stall(&err));
             }
         })
     }
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ProviderError> {
         let deadline = self.deadline.as_ref().map(|b| Instant::now() + b.total);
-        let mut retry = 0;
+        let (mut retry, mut stalls) = (0, 0);
         loop {
             let attempt = self.inner.chat(request.clone());
             let outcome = match (deadline, &self.deadline) {
@@ -220,16 +261,19 @@ impl Provider for RetryingProvider {
             match outcome {
                 Ok(r) => return Ok(r),
                 Err(err)
-                    if err.is_retryable()
-                        && retry < self.policy.max_retries
+                    if self.policy.allows(&err, retry, stalls)
                         && room_for(deadline, self.policy.delay(retry, &err)) =>
                 {
                     let delay = self.policy.delay(retry, &err);
                     tracing::warn!(provider = %self.inner.name(), attempt = retry + 1, ?delay, error = %err, "retrying LLM request");
                     (self.policy.sleeper)(delay).await;
                     retry += 1;
+                    stalls += u32::from(is_stall(&err));
                 }
-                Err(err) => return Err(err),
+                Err(err) => {
+                    note_given_up(self.inner.name(), &err, &self.policy, retry, stalls);
+                    return Err(err);
+                }
             }
         }
     }

@@ -16,7 +16,7 @@ use nanobot_testkit::{MockLlm, MockReply};
 use nanobot_providers::Endpoint;
 use nanobot_providers::registry::find_spec;
 
-use crate::common::openai;
+use crate::common::{fast_policy, openai};
 
 fn req() -> ChatRequest {
     ChatRequest::new("gpt-4o", vec![ChatMessage::user("hi")])
@@ -154,6 +154,8 @@ async fn retries_of_a_stalling_server_stop_at_the_call_deadline() {
     mock.set_fallback(MockReply::text("never").stall_after_headers());
     let policy = RetryPolicy {
         max_retries: 1000,
+        // Every stall retried: the deadline alone has to end it.
+        max_stall_retries: u32::MAX,
         base_delay: Duration::from_millis(10),
         max_delay: Duration::from_millis(10),
         retry_after_output: false,
@@ -179,6 +181,150 @@ async fn retries_of_a_stalling_server_stop_at_the_call_deadline() {
     // The non-streaming path is bounded the same way.
     let err = p.chat(req()).await.unwrap_err();
     assert!(matches!(err, ProviderError::TimedOut { .. }), "{err:?}");
+}
+
+/// A server that answers with its head and then sends nothing was waited out on each of four attempts (with a
+/// local server's 300 s idle bound: 20 minutes of a turn). A stall is tried once more (a dead pooled connection
+/// recovers), then the call ends with the endpoint named. Real time with short bounds: nothing is ever sent,
+/// so a bound is what ends each attempt, whatever the machine's load.
+#[tokio::test]
+async fn a_stall_after_the_head_is_retried_once_then_ends_the_call_streaming_or_not() {
+    let mock = MockLlm::start().await;
+    mock.set_fallback(MockReply::text("never sent").stall_after_headers());
+    let t = Timeouts {
+        request: Duration::from_secs(60),
+        stream_idle: Duration::from_millis(300),
+        connect: Duration::from_secs(5),
+        total: Duration::from_secs(600),
+    };
+    let (policy, delays) = fast_policy();
+    assert_eq!(policy.max_retries, 3);
+    assert_eq!(policy.max_stall_retries, 1);
+    let p = RetryingProvider::new(client(&mock, t.clone()), policy)
+        .with_deadline(t.total, display_endpoint(&mock.openai_base_url()));
+
+    let check = |err: &ProviderError| {
+        assert!(
+            matches!(err, ProviderError::TimedOut { what: WaitKind::Idle, after, .. } if *after == Duration::from_millis(300)),
+            "{err:?}"
+        );
+        let msg = err.to_string();
+        assert!(msg.contains(&mock.openai_base_url()), "names the endpoint: {msg}");
+        assert!(
+            msg.contains("stalled: nothing received for 300ms"),
+            "says the server stopped sending: {msg}"
+        );
+    };
+
+    // Non-streaming (what `agent -m` uses when its output is not a terminal).
+    let err = p
+        .chat(req())
+        .await
+        .expect_err("a silent server must fail the call");
+    check(&err);
+    assert_eq!(mock.completion_requests().len(), 2, "one retry, not three");
+    assert_eq!(delays.lock().unwrap().len(), 1);
+
+    // Streaming.
+    let (text, err) = drain(p.stream(req())).await;
+    assert!(text.is_empty());
+    check(&err.expect("a silent stream must fail the call"));
+    assert_eq!(mock.completion_requests().len(), 4);
+    assert!(mock.completion_requests().iter().any(|r| r.is_stream()));
+}
+
+/// Controls: a stall followed by an answer recovers, and the stall rule leaves the other retries alone (a
+/// stall, two 500s, then the answer: four attempts under `max_retries: 3`).
+#[tokio::test]
+async fn after_a_stall_the_retry_answers_and_other_failures_keep_their_retries() {
+    let mock = MockLlm::start().await;
+    let t = Timeouts {
+        request: Duration::from_secs(60),
+        stream_idle: Duration::from_millis(300),
+        connect: Duration::from_secs(5),
+        total: Duration::from_secs(600),
+    };
+    let (policy, delays) = fast_policy();
+    let p = RetryingProvider::new(client(&mock, t), policy);
+    mock.push(MockReply::text("never sent").stall_after_headers());
+    mock.push(MockReply::text("after the stall"));
+    let r = p.chat(req()).await.unwrap();
+    assert_eq!(r.content.as_deref(), Some("after the stall"));
+    assert_eq!(mock.completion_requests().len(), 2);
+
+    mock.push(MockReply::text("never sent").stall_after_headers());
+    mock.push(MockReply::error(500));
+    mock.push(MockReply::error(500));
+    mock.push(MockReply::text("fourth attempt"));
+    let r = p.chat(req()).await.unwrap();
+    assert_eq!(r.content.as_deref(), Some("fourth attempt"));
+    assert_eq!(mock.completion_requests().len(), 6);
+    assert_eq!(delays.lock().unwrap().len(), 4);
+
+    // No stall retries at all when the policy says so.
+    let (policy, _) = fast_policy();
+    let none = RetryingProvider::new(
+        client(
+            &mock,
+            Timeouts {
+                request: Duration::from_secs(60),
+                stream_idle: Duration::from_millis(300),
+                connect: Duration::from_secs(5),
+                total: Duration::from_secs(600),
+            },
+        ),
+        RetryPolicy {
+            max_stall_retries: 0,
+            ..policy
+        },
+    );
+    mock.push(MockReply::text("never sent").stall_after_headers());
+    mock.push(MockReply::text("not asked"));
+    let err = none.chat(req()).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ProviderError::TimedOut {
+                what: WaitKind::Idle,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(mock.completion_requests().len(), 7);
+}
+
+/// A non-streaming body is bounded as a whole by the request bound (0.3.5's `NANOBOT_OPENAI_COMPAT_TIMEOUT_S`),
+/// even when the idle bound is longer: headers and then silence end at the request bound, reported as the
+/// stall it is (not as the call deadline, with the call's length). A streamed body is not cut by the request
+/// bound (answers may stream for long), only by its gaps.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_non_streaming_body_ends_at_the_request_bound_a_stream_at_its_idle_bound() {
+    let mock = MockLlm::start().await;
+    let t = Timeouts {
+        request: Duration::from_millis(400),
+        stream_idle: Duration::from_secs(30),
+        connect: Duration::from_secs(5),
+        total: Duration::from_secs(600),
+    };
+    mock.push(MockReply::text("never sent").stall_after_headers());
+    let err = client(&mock, t.clone()).chat(req()).await.unwrap_err();
+    assert!(
+        matches!(err, ProviderError::TimedOut { what: WaitKind::Idle, after, .. } if after == Duration::from_millis(400)),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(msg.contains(&mock.openai_base_url()), "{msg}");
+    assert!(msg.contains("nothing received for 400ms"), "{msg}");
+    assert!(err.is_retryable());
+
+    mock.push(MockReply::text("never sent").stall_after_headers());
+    let (_, err) = drain(client(&mock, t).stream(req())).await;
+    let err = err.expect("stall");
+    assert!(
+        matches!(err, ProviderError::TimedOut { what: WaitKind::Idle, after, .. } if after == Duration::from_secs(30)),
+        "{err:?}"
+    );
 }
 
 #[test]
