@@ -1,5 +1,7 @@
-//! The `nanobot` binary: parses the command line, starts logging (stderr, files under `logs/` for the interactive chat, both for `gateway`/`serve`) and hands over to
-//! [`nanobot_cli`]. `--help` and `--version` are answered by the parser before anything else happens.
+//! The `nanobot` binary: binds itself to the Python launcher that started it, if one did
+//! ([`nanobot_cli::bind_to_launcher`]), then parses the command line, starts logging (stderr, files under
+//! `logs/` for the interactive chat, both for `gateway`/`serve`) and hands over to [`nanobot_cli`]. `--help`
+//! and `--version` are answered by the parser before anything else happens.
 
 use std::process::ExitCode;
 
@@ -7,6 +9,11 @@ use clap::{CommandFactory, FromArgMatches};
 use nanobot_cli::{Cli, CliEnv};
 
 fn main() -> ExitCode {
+    // Started by the Python wheel's launcher: end with it, whatever ends it (SIGKILL included).
+    let launcher = std::env::var_os(nanobot_cli::LAUNCHER_PID_VAR);
+    if nanobot_cli::bind_to_launcher(launcher.as_deref()) == nanobot_cli::LauncherBinding::Gone {
+        return ExitCode::from(nanobot_cli::EXIT_LAUNCHER_GONE);
+    }
     // `--version` shows this program's version, not that of the library crate that defines the command line.
     // `nanobot` alone or with agent options (`nanobot -m "hi"`) talks to the agent, as in 0.3.5.
     let parsed = Cli::command()

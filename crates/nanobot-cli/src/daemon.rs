@@ -292,6 +292,8 @@ pub(crate) fn start(
     let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
     let mut child = std::process::Command::new(&program)
         .args(&args)
+        // The background gateway outlives this command: never bound to a launcher of ours (`crate::launcher`).
+        .env_remove(crate::launcher::LAUNCHER_PID_VAR)
         .stdin(std::process::Stdio::null())
         .stdout(log)
         .stderr(log2)

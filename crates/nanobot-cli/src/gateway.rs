@@ -162,6 +162,7 @@ pub(crate) fn gateway(env: &CliEnv, a: &GatewayArgs) -> Result<(), CliError> {
 fn restart_process(request: &nanobot_core::RestartRequest) -> Result<(), CliError> {
     use std::os::unix::process::CommandExt as _;
     let program = std::env::current_exe().map_err(|e| CliError::io("find", "this program's path", e))?;
+    // The same process (pid and parent): a launcher's pid stays valid and is kept (`crate::launcher`).
     let err = std::process::Command::new(&program)
         .args(std::env::args_os().skip(1))
         .envs(nanobot_gateway::restart_notice_vars(request))

@@ -41,6 +41,7 @@ mod doctor_online;
 pub mod error;
 mod eval;
 mod gateway;
+mod launcher;
 mod local_servers;
 mod mcp_cmd;
 mod onboard;
@@ -64,6 +65,7 @@ pub use eval::{
     Expect, ExpectationResult, OneOrMany, ScriptedCall, ScriptedResponse, Trace, TraceReport, TraceTurn,
 };
 pub use gateway::{GatewayCli, gateway_log_filter, gateway_log_plan, run_gateway_binary};
+pub use launcher::{EXIT_LAUNCHER_GONE, LAUNCHER_PID_VAR, LauncherBinding, bind_to_launcher};
 pub use onboard::{OnboardReport, TEMPLATES, default_config};
 pub use provider_cmd::{ProviderAction, ProviderLoginArgs, ProviderLogoutArgs};
 pub use render::MarkdownStream;

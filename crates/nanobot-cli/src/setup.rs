@@ -47,7 +47,10 @@ impl CliEnv {
     /// the terminal state of the standard streams. Only binaries call this.
     pub fn from_process() -> Self {
         use std::io::IsTerminal;
-        let vars: EnvMap = std::env::vars().collect();
+        // The launcher's pid is for this process only (`crate::launcher`): no tool, server or config sees it.
+        let vars: EnvMap = std::env::vars()
+            .filter(|(k, _)| k != crate::launcher::LAUNCHER_PID_VAR)
+            .collect();
         let home = nanobot_runtime::home_from_vars(|k| vars.get(k));
         CliEnv {
             home,

@@ -67,6 +67,7 @@ pub(crate) fn open_browser(env: &CliEnv, url: &str) -> Result<(), String> {
         });
     std::process::Command::new(&program)
         .arg(url)
+        .env_remove(crate::launcher::LAUNCHER_PID_VAR)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -6,6 +6,10 @@ executable as a child process (never replacing the caller's interpreter), passes
 ``sys.stdout``/``sys.stderr`` (also when a harness has swapped them for buffers) and then, like Click:
 with ``standalone_mode=True`` (the default) raises ``SystemExit`` with the exit status; with
 ``standalone_mode=False`` returns ``None`` on success and the exit status otherwise.
+
+The child ends with the calling process, however that ends (a harness's SIGKILL on timeout included): it is
+given this process's pid in ``NANOBOT_LAUNCHER_PID`` and asks the kernel, as it starts, to be killed when its
+parent goes (Linux ``PR_SET_PDEATHSIG``; a watcher thread elsewhere), exiting at once if the parent is gone.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ from typing import IO, Any, Optional, Sequence
 
 from nanobot import find_nanobot_bin
 
-__all__ = ["app", "NanobotApp"]
+__all__ = ["app", "NanobotApp", "LAUNCHER_PID_VAR"]
+
+#: The variable that tells the ``nanobot`` executable which process launched it (and so when to end).
+LAUNCHER_PID_VAR = "NANOBOT_LAUNCHER_PID"
 
 
 def _fileno(stream: Any) -> Optional[int]:
@@ -47,6 +54,13 @@ def _pump(src: IO[bytes], dst: Any) -> None:
             if hasattr(dst, "flush"):
                 dst.flush()
     src.close()
+
+
+def _child_env() -> dict:
+    """This process's environment, plus its pid for the child to end with (see the module docstring)."""
+    env = os.environ.copy()
+    env[LAUNCHER_PID_VAR] = str(os.getpid())
+    return env
 
 
 class NanobotApp:
@@ -87,7 +101,7 @@ class NanobotApp:
             stdin=stdin_fd if stdin_fd is not None else (subprocess.PIPE if stdin_text else subprocess.DEVNULL),
             stdout=streams[0],
             stderr=streams[1],
-            env=os.environ.copy(),
+            env=_child_env(),
         )
         pumps = []
         for pipe, dst in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):

@@ -16,9 +16,12 @@ def main() -> None:
     """Runs ``nanobot sys.argv[1:]…`` in place of this process."""
     exe = find_nanobot_bin()
     argv = [exe, *sys.argv[1:]]
+    # The executable takes this interpreter's place (same pid, same parent): a launcher pid inherited from
+    # further up would not be its parent's, so it is not passed on.
+    env = {k: v for k, v in os.environ.items() if k != "NANOBOT_LAUNCHER_PID"}
     if sys.platform == "win32":
-        sys.exit(subprocess.call(argv))
+        sys.exit(subprocess.call(argv, env=env))
     for s in (sys.stdout, sys.stderr):
         if s is not None:
             s.flush()
-    os.execv(exe, argv)
+    os.execve(exe, argv, env)
