@@ -52,7 +52,8 @@ async fn loop_from_config_uses_provider_tools_skills_and_workspace() {
         "built-in skills listed"
     );
     assert!(!system.contains("- **tmux** — "), "disabled skill hidden");
-    assert!(req.last_user_text().unwrap().contains("(Europe/Berlin)"));
+    // The configured zone: the day in the system prompt's Runtime section (the message itself is as typed).
+    assert!(system.contains("time zone Europe/Berlin."), "{system}");
     // Sessions live under the data dir, as the Python nanobot keeps them.
     assert!(
         agent
