@@ -59,4 +59,4 @@ pub use schedule::{CronExpr, parse_tz};
 pub use service::{BoxError, CronService, JobHandler, NewJob, RunOutcome};
 pub use store::{JobStore, SHARED_CHANGE_ATTEMPTS, SHARED_JOBS_NAME, StoreFile};
 pub use triggers::{LocalTrigger, TriggerDelivery, TriggerError, TriggerQueue, TriggerStore};
-pub use trust::TrustLedger;
+pub use trust::{TrustLedger, TrustedJobs};

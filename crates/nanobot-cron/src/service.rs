@@ -15,8 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::model::status;
 use crate::{
-    Clock, CronError, CronJob, CronPayload, CronSchedule, JobStore, RunRecord, ScheduleKind, StoreFile,
-    SystemClock,
+    Clock, CronError, CronJob, CronPayload, CronSchedule, JobStore, RunRecord, ScheduleKind, SystemClock,
 };
 
 /// Error type a job handler may return.
@@ -151,22 +150,13 @@ impl CronService {
         Ok(())
     }
 
-    /// Why a job the scheduler claimed must not run unattended, if it must not.
-    fn hold_reason(&self, job: &CronJob) -> Option<String> {
-        let ledger = self.ledger.as_ref()?;
-        if job.is_protected() {
-            return None;
-        }
-        match ledger.is_trusted(job) {
-            Ok(true) => None,
-            Ok(false) => Some(format!(
-                "held: job {} was not created through nanobot-rs's cron tool or CLI (another program such as the \
-                 Python nanobot made it, or a file write changed it since); it does not run here unattended until \
-                 `nanobot cron enable {}` confirms it (the job itself is left as it is)",
-                job.id, job.id
-            )),
-            Err(e) => Some(format!("held: cannot read the trusted-jobs ledger: {e}")),
-        }
+    /// The trust ledger read once, for a pass over the jobs ([`Holds::reason`]).
+    fn holds(&self) -> Holds {
+        Holds(
+            self.ledger
+                .as_ref()
+                .map(|ledger| ledger.snapshot().map_err(|e| e.to_string())),
+        )
     }
 
     /// Uses another clock (tests: [`crate::ManualClock`]).
@@ -456,10 +446,11 @@ impl CronService {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let holds = self.holds();
         Ok(file
             .jobs
             .iter()
-            .filter(|j| j.enabled && !running.contains(&j.id) && self.runs_here(j))
+            .filter(|j| j.enabled && !running.contains(&j.id) && holds.reason(j).is_none())
             .filter_map(|j| j.state.next_run_at_ms)
             .min()
             .and_then(DateTime::from_timestamp_millis))
@@ -469,17 +460,9 @@ impl CronService {
     /// forward (so another process running a scheduler on the same file cannot fire them too).
     fn claim_due(&self, now: DateTime<Utc>) -> Result<Vec<CronJob>, CronError> {
         let now_ms = now.timestamp_millis();
-        let needs_work = |file: &StoreFile, running: &HashSet<String>| {
-            file.jobs.iter().any(|j| {
-                j.enabled
-                    && !running.contains(&j.id)
-                    && self.runs_here(j)
-                    && match j.state.next_run_at_ms {
-                        Some(next) => next <= now_ms,
-                        None => j.schedule.kind != ScheduleKind::At || j.state.last_run_at_ms.is_none(),
-                    }
-            })
-        };
+        let holds = self.holds();
+        // Jobs to fire or to plan. Those held are reported here and never touched in the store (neither claimed
+        // nor planned); the others are work for the update below.
         {
             let running = self
                 .shared
@@ -487,20 +470,35 @@ impl CronService {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone();
-            if !needs_work(&self.store.load()?, &running) {
+            let mut work = false;
+            let file = self.store.load()?;
+            let wanted = file.jobs.iter().filter(|j| {
+                j.enabled
+                    && !running.contains(&j.id)
+                    && match j.state.next_run_at_ms {
+                        Some(next) => next <= now_ms,
+                        None => j.schedule.kind != ScheduleKind::At || j.state.last_run_at_ms.is_none(),
+                    }
+            });
+            for job in wanted {
+                match holds.reason(job) {
+                    Some(reason) => {
+                        self.report_hold(job.clone(), reason);
+                    }
+                    None => work = true,
+                }
+            }
+            if !work {
                 return Ok(Vec::new());
             }
         }
         let tz = self.default_tz;
         let shared = Arc::clone(&self.shared);
-        let mut held = Vec::new();
-        let due = self.store.update(|file| {
-            // The closure may run again (another replica changed the store first): start over each time.
-            held.clear();
+        self.store.update(|file| {
             let mut running = shared.running.lock().unwrap_or_else(|e| e.into_inner());
             let mut due = Vec::new();
             for job in file.jobs.iter_mut() {
-                if !job.enabled || running.contains(&job.id) {
+                if !job.enabled || running.contains(&job.id) || holds.reason(job).is_some() {
                     continue;
                 }
                 let next = match job.state.next_run_at_ms {
@@ -535,11 +533,6 @@ impl CronService {
                 if next > now_ms {
                     continue;
                 }
-                if let Some(reason) = self.hold_reason(job) {
-                    // Passed over, not claimed: left in the store exactly as it is.
-                    held.push((job.clone(), reason));
-                    continue;
-                }
                 let fired = job.clone();
                 job.state.next_run_at_ms = match job.schedule.kind {
                     ScheduleKind::At => None,
@@ -555,18 +548,14 @@ impl CronService {
                 due.push(fired);
             }
             Ok(due)
-        })?;
-        for (job, reason) in held {
-            self.report_hold(job, reason);
-        }
-        Ok(due)
+        })
     }
 
     /// Runs a job the scheduler claimed, unless it must be held ([`crate::trust`]; the claim passes held jobs
     /// over, this catches one whose trust changed in between): then the handler never sees it, and the store is
     /// left as it is.
     async fn execute_unattended(&self, job: CronJob) -> RunOutcome {
-        let Some(reason) = self.hold_reason(&job) else {
+        let Some(reason) = self.holds().reason(&job) else {
             return self.execute(job).await;
         };
         self.shared
@@ -607,14 +596,9 @@ impl CronService {
         outcome
     }
 
-    /// Whether the job may run here unattended (not held by the trust ledger).
-    fn runs_here(&self, job: &CronJob) -> bool {
-        self.hold_reason(job).is_none()
-    }
-
     /// Why the scheduler holds `job` instead of running it ([`crate::trust`]), when it does.
     pub fn held_because(&self, job: &CronJob) -> Option<String> {
-        self.hold_reason(job)
+        self.holds().reason(job)
     }
 
     /// Runs a claimed job through the handler and records the result.
@@ -676,5 +660,29 @@ impl CronService {
         let outcome = RunOutcome { job, record, output };
         let _ = self.shared.finished.send(outcome.clone());
         outcome
+    }
+}
+
+/// What the trust ledger said when read ([`CronService::holds`]): `None` without a ledger (nothing is held).
+struct Holds(Option<Result<crate::trust::TrustedJobs, String>>);
+
+impl Holds {
+    /// Why `job` must not run unattended, if it must not: not trusted, or the ledger unreadable. The system
+    /// jobs are never held.
+    fn reason(&self, job: &CronJob) -> Option<String> {
+        let trusted = self.0.as_ref()?;
+        if job.is_protected() {
+            return None;
+        }
+        match trusted {
+            Ok(set) if set.contains(job) => None,
+            Ok(_) => Some(format!(
+                "held: job {} was not created through nanobot-rs's cron tool or CLI (another program such as the \
+                 Python nanobot made it, or a file write changed it since); it does not run here unattended until \
+                 `nanobot cron enable {}` confirms it (the job itself is left as it is)",
+                job.id, job.id
+            )),
+            Err(e) => Some(format!("held: cannot read the trusted-jobs ledger: {e}")),
+        }
     }
 }

@@ -21,6 +21,17 @@ use crate::error::CronError;
 use crate::model::CronJob;
 use crate::store::JobStore;
 
+/// The trusted fingerprints as read at one moment ([`TrustLedger::snapshot`]).
+#[derive(Debug, Clone, Default)]
+pub struct TrustedJobs(BTreeSet<String>);
+
+impl TrustedJobs {
+    /// Whether `job`, as it is now, was trusted.
+    pub fn contains(&self, job: &CronJob) -> bool {
+        self.0.contains(&TrustLedger::fingerprint(job))
+    }
+}
+
 /// The trusted fingerprints, in a file outside the workspace.
 #[derive(Debug, Clone)]
 pub struct TrustLedger {
@@ -94,9 +105,12 @@ impl TrustLedger {
 
     /// Whether `job`, as it is now, was trusted.
     pub fn is_trusted(&self, job: &CronJob) -> Result<bool, CronError> {
-        Ok(self
-            .load()?
-            .is_some_and(|set| set.contains(&Self::fingerprint(job))))
+        Ok(self.snapshot()?.contains(job))
+    }
+
+    /// The trusted jobs as the ledger holds them now, read once for a pass over many jobs.
+    pub fn snapshot(&self) -> Result<TrustedJobs, CronError> {
+        Ok(TrustedJobs(self.load()?.unwrap_or_default()))
     }
 
     /// Without a ledger yet (first start of this version), trusts every job in `store` once. Returns how

@@ -130,3 +130,61 @@ async fn the_cli_channel_cannot_make_triggers_and_an_empty_name_gets_the_usage()
     rt.stop_accepting(tokio::time::Instant::now() + GUARD).await;
     rt.shutdown().await;
 }
+
+/// A cron job another program put in the shared `jobs.json` (as the Python nanobot does) is held, not run, and
+/// its chat is told why and how to confirm it, once; the job stays in the store as its owner left it.
+#[tokio::test]
+async fn a_held_cron_job_tells_its_chat_and_is_left_as_it_was() {
+    nanobot_providers::install_ring();
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let config = config(&mock);
+    // A ledger that trusts nothing: the job below was not made through nanobot-rs.
+    std::fs::create_dir_all(home.nanobot_dir().join("cron")).unwrap();
+    std::fs::write(home.nanobot_dir().join("cron/trusted.json"), "[]").unwrap();
+    let job = json!({
+        "id": "py0001", "name": "water", "enabled": true,
+        "schedule": {"kind": "every", "atMs": null, "everyMs": 3_600_000, "expr": null, "tz": null},
+        "payload": {"kind": "agent_turn", "message": "drink water", "deliver": true, "channel": "telegram",
+            "to": "42", "channelMeta": {}, "sessionKey": null, "originChannel": null, "originChatId": null,
+            "originMetadata": {}},
+        "state": {"nextRunAtMs": 1_000, "lastRunAtMs": null, "lastStatus": null, "lastError": null,
+            "runHistory": []},
+        "createdAtMs": 1_000, "updatedAtMs": 1_000, "deleteAfterRun": false
+    });
+    let store = home.workspace().join("cron/jobs.json");
+    home.write_workspace_file(
+        "cron/jobs.json",
+        serde_json::to_string_pretty(&json!({"version": 1, "jobs": [job]})).unwrap(),
+    );
+    let stored = |store: &std::path::Path| -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(store).unwrap()).unwrap();
+        v["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["id"] == "py0001")
+            .cloned()
+            .unwrap()
+    };
+    let (_agent, bus, mut rt) =
+        crate::start_in_process(&home, &config, RuntimeOptions::default().with_cron(true));
+    let told = next_out(&bus).await;
+    assert_eq!((told.channel.as_str(), told.chat_id.as_str()), ("telegram", "42"));
+    assert!(
+        told.content.contains("\"water\"") && told.content.contains("nanobot cron enable py0001"),
+        "{}",
+        told.content
+    );
+    rt.stop_accepting(tokio::time::Instant::now() + GUARD).await;
+    assert!(rt.drain(tokio::time::Instant::now() + GUARD).await);
+    rt.shutdown().await;
+    assert_eq!(mock.request_count(), 0, "the held job never reached the model");
+    assert_eq!(bus.outbound_len(), 0, "told once");
+    let after = stored(&store);
+    assert_eq!(after["enabled"], true);
+    assert_eq!(
+        after["state"], job["state"],
+        "no run recorded, the plan unchanged"
+    );
+}
