@@ -96,10 +96,12 @@ impl Runtime {
         if opts.cron {
             if let Some(cron) = agent.cron() {
                 install_system_jobs(&agent, config)?;
-                spawn_hold_notices(cron.subscribe(), agent.clone(), accept.clone());
-                if let (Some(observer), Some(cron)) = (&opts.observer, agent.cron()) {
-                    spawn_system_job_watch(cron.subscribe(), observer.clone(), accept.clone());
-                }
+                spawn_cron_watch(
+                    cron.subscribe(),
+                    agent.clone(),
+                    opts.observer.clone(),
+                    accept.clone(),
+                );
             }
             match bus.leases() {
                 // Replicas on a shared bus: cron and the system jobs run on the one holding the scheduler lease,
@@ -270,10 +272,12 @@ async fn schedule_under_lease(
     }
 }
 
-/// Tells a held cron job's chat why it did not run (the cron service reports each version of a held job once).
-fn spawn_hold_notices(
+/// Follows what the cron service reports: a held job's chat is told why it did not run (each version of a held
+/// job is reported once), and the system jobs' runs go to `observer` (metrics).
+fn spawn_cron_watch(
     mut runs: tokio::sync::broadcast::Receiver<nanobot_cron::RunOutcome>,
     agent: AgentLoop,
+    observer: Option<Arc<dyn TurnObserver>>,
     stop: CancellationToken,
 ) {
     tokio::spawn(async move {
@@ -282,48 +286,29 @@ fn spawn_hold_notices(
                 () = stop.cancelled() => break,
                 r = runs.recv() => r,
             };
-            match run {
-                Ok(run) if run.record.status == nanobot_cron::status::HELD => {
-                    agent.tell_held_cron_job(&run.job).await;
-                }
-                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+            let run = match run {
+                Ok(run) => run,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            };
+            if run.record.status == nanobot_cron::status::HELD {
+                agent.tell_held_cron_job(&run.job).await;
+                continue;
             }
-        }
-    });
-}
-
-fn spawn_system_job_watch(
-    mut runs: tokio::sync::broadcast::Receiver<nanobot_cron::RunOutcome>,
-    observer: Arc<dyn TurnObserver>,
-    stop: CancellationToken,
-) {
-    tokio::spawn(async move {
-        loop {
-            let run = tokio::select! {
-                () = stop.cancelled() => break,
-                r = runs.recv() => r,
+            let (Some(observer), Some(job)) = (&observer, SystemJob::from_id(&run.job.id)) else {
+                continue;
             };
-            match run {
-                Ok(run) => {
-                    let Some(job) = SystemJob::from_id(&run.job.id) else {
-                        continue;
-                    };
-                    if run.job.payload.kind != nanobot_cron::PAYLOAD_SYSTEM_EVENT {
-                        continue;
-                    }
-                    let error = run
-                        .record
-                        .error
-                        .clone()
-                        .unwrap_or_else(|| run.record.status.clone());
-                    match (&run.output, run.record.status.as_str()) {
-                        (Some(out), nanobot_cron::status::OK) => observer.system_job_finished(job, Ok(out)),
-                        _ => observer.system_job_finished(job, Err(&error)),
-                    }
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            if run.job.payload.kind != nanobot_cron::PAYLOAD_SYSTEM_EVENT {
+                continue;
+            }
+            let error = run
+                .record
+                .error
+                .clone()
+                .unwrap_or_else(|| run.record.status.clone());
+            match (&run.output, run.record.status.as_str()) {
+                (Some(out), nanobot_cron::status::OK) => observer.system_job_finished(job, Ok(out)),
+                _ => observer.system_job_finished(job, Err(&error)),
             }
         }
     });

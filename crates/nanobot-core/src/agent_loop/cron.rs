@@ -44,18 +44,19 @@ impl LoopInner {
             return Err(held.into());
         }
         let p = &job.payload;
-        let (channel, chat) = cron_route(&job);
+        let route = CronRoute::of(&job);
         let key = p
             .session_key
             .clone()
             .unwrap_or_else(|| format!("cron:{}", job.id));
-        let mut msg = InboundMessage::new(channel.clone(), "cron", chat.clone(), p.message.clone())
-            .with_session_key(key);
-        msg.metadata = if p.is_bound() {
-            p.origin_metadata.clone()
-        } else {
-            p.channel_meta.clone()
-        };
+        let mut msg = InboundMessage::new(
+            route.channel.clone(),
+            "cron",
+            route.chat.clone(),
+            p.message.clone(),
+        )
+        .with_session_key(key);
+        msg.metadata = route.metadata.clone();
         let reply = self
             .unattended_turn(msg)
             .await
@@ -65,13 +66,7 @@ impl LoopInner {
             && !reply.content.is_empty()
             && let Some(bus) = self.bus()
         {
-            let mut out = OutboundMessage::reply(channel, chat, reply.content.clone());
-            out.metadata = if p.is_bound() {
-                p.origin_metadata.clone()
-            } else {
-                p.channel_meta.clone()
-            };
-            bus.publish_outbound(out).await?;
+            bus.publish_outbound(route.reply(reply.content.clone())).await?;
         }
         Ok(reply.content)
     }
@@ -80,8 +75,8 @@ impl LoopInner {
     /// write changed it) why it did not run and how to let it, when the job names a chat and a bus is attached.
     /// Returns whether it was sent.
     pub(super) async fn tell_held_cron_job(&self, job: &CronJob) -> bool {
-        let (channel, chat) = cron_route(job);
-        let (Some(bus), false) = (self.bus(), channel == "cron") else {
+        let route = CronRoute::of(job);
+        let (Some(bus), false) = (self.bus(), route.channel == "cron") else {
             return false;
         };
         let text = format!(
@@ -90,13 +85,7 @@ impl LoopInner {
              It is left as it is; to let it run here, confirm it on this machine with `nanobot cron enable {}`.",
             job.name, job.id, job.id
         );
-        let mut out = OutboundMessage::reply(channel, chat, text);
-        out.metadata = if job.payload.is_bound() {
-            job.payload.origin_metadata.clone()
-        } else {
-            job.payload.channel_meta.clone()
-        };
-        match bus.publish_outbound(out).await {
+        match bus.publish_outbound(route.reply(text)).await {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(job = %job.id, error = %e, "cannot tell the chat of a held cron job");
@@ -154,17 +143,39 @@ impl LoopInner {
 }
 
 /// The chat a cron job's turn runs in and answers to: its delivery target, else the chat that made it, else a
-/// `cron` chat of its own.
-fn cron_route(job: &CronJob) -> (String, String) {
-    let p = &job.payload;
-    let channel = p
-        .channel
-        .clone()
-        .or_else(|| p.origin_channel.clone())
-        .unwrap_or_else(|| "cron".into());
-    let chat =
-        p.to.clone()
-            .or_else(|| p.origin_chat_id.clone())
-            .unwrap_or_else(|| job.id.clone());
-    (channel, chat)
+/// `cron` chat of its own; with the channel metadata its messages carry there.
+struct CronRoute {
+    channel: String,
+    chat: String,
+    metadata: Map<String, Value>,
+}
+
+impl CronRoute {
+    fn of(job: &CronJob) -> Self {
+        let p = &job.payload;
+        CronRoute {
+            channel: p
+                .channel
+                .clone()
+                .or_else(|| p.origin_channel.clone())
+                .unwrap_or_else(|| "cron".into()),
+            chat: p
+                .to
+                .clone()
+                .or_else(|| p.origin_chat_id.clone())
+                .unwrap_or_else(|| job.id.clone()),
+            metadata: if p.is_bound() {
+                p.origin_metadata.clone()
+            } else {
+                p.channel_meta.clone()
+            },
+        }
+    }
+
+    /// A message to that chat.
+    fn reply(self, text: String) -> OutboundMessage {
+        let mut out = OutboundMessage::reply(self.channel, self.chat, text);
+        out.metadata = self.metadata;
+        out
+    }
 }
