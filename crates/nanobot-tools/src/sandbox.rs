@@ -548,17 +548,22 @@ impl Sandbox {
                 }
                 Err(e) => return Err(e),
             };
-            if let Some(root) = name.as_deref().and_then(|n| allowed_child(&parent, n, fence)) {
-                // The path names an allowed root itself (the workspace, or a read root), whose parent may be
-                // the data directory (the default `~/.nanobot/workspace`): it is reached, not its parent.
-                return Ok(Located {
-                    parent: root,
-                    name: None,
-                    logical: abs,
-                    meta: None,
-                });
+            match self.check_ancestry(raw, &parent, fence) {
+                Ok(()) => {}
+                Err(e @ SandboxError::DataDir { .. }) => {
+                    // The path may name an allowed root itself (the workspace, or a read root) whose parent is the
+                    // data directory (the default `~/.nanobot/workspace`): that root is reached, not its parent.
+                    let root = name.as_deref().and_then(|n| allowed_child(&parent, n, fence));
+                    let Some(root) = root else { return Err(e) };
+                    return Ok(Located {
+                        parent: root,
+                        name: None,
+                        logical: abs,
+                        meta: None,
+                    });
+                }
+                Err(e) => return Err(e),
             }
-            self.check_ancestry(raw, &parent, fence)?;
             let Some(name) = name else {
                 return Ok(Located {
                     parent,
