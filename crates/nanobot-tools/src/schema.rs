@@ -104,16 +104,7 @@ fn clean_schema(value: &mut Value, root: bool) {
                 }
             }
             if nullable {
-                match map.get_mut("type") {
-                    Some(Value::String(t)) => {
-                        let t = Value::String(std::mem::take(t));
-                        map.insert("type".into(), Value::Array(vec![t, Value::from("null")]));
-                    }
-                    Some(Value::Array(types)) if !types.iter().any(|t| t == "null") => {
-                        types.push(Value::from("null"));
-                    }
-                    _ => {}
-                }
+                add_null_type(map);
             }
             // `enum` of an Option<enum> carries a `null` the model should not see.
             if let Some(Value::Array(options)) = map.get_mut("enum") {
@@ -247,11 +238,11 @@ fn admits_null(schema: &Value) -> bool {
 }
 
 /// Drops the `null`s of optional parameters (declared in `properties`, not `required`): a model that fills
-/// every parameter sends `null` for what it means to omit. With `keep_admitted`, a `null` the parameter's
-/// schema admits ([`admits_null`]) stays, for a tool that tells `null` from absent (an MCP server's); the
-/// others go, so that `null` is never refused where omitting the parameter would not be. Recurses through
-/// declared properties and array items.
-fn omit_nulls(value: &mut Value, schema: &Value, keep_admitted: bool) {
+/// every parameter sends `null` for what it means to omit. A `null` the parameter's schema admits
+/// ([`admits_null`]) stays, for a tool that tells `null` from absent (an MCP server's); the others go, so that
+/// `null` is never refused where omitting the parameter would not be. Recurses through declared properties and
+/// array items.
+fn omit_nulls(value: &mut Value, schema: &Value) {
     match value {
         Value::Object(map) => {
             let Some(props) = schema.get("properties").and_then(Value::as_object) else {
@@ -267,19 +258,17 @@ fn omit_nulls(value: &mut Value, schema: &Value, keep_admitted: bool) {
                 !v.is_null()
                     || required(name)
                     || !props.contains_key(name)
-                    || (keep_admitted && props.get(name).is_some_and(admits_null))
+                    || props.get(name).is_some_and(admits_null)
             });
             for (name, v) in map.iter_mut() {
                 if let Some(prop) = props.get(name) {
-                    omit_nulls(v, prop, keep_admitted);
+                    omit_nulls(v, prop);
                 }
             }
         }
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
-                items
-                    .iter_mut()
-                    .for_each(|v| omit_nulls(v, item_schema, keep_admitted));
+                items.iter_mut().for_each(|v| omit_nulls(v, item_schema));
             }
         }
         _ => {}
@@ -295,21 +284,24 @@ fn validation_schema(schema: &Value) -> Value {
     schema
 }
 
+/// Adds `"null"` to a schema's `type` (`"T"` → `["T", "null"]`); a schema without a type admits it already.
+fn add_null_type(map: &mut Map<String, Value>) {
+    match map.get_mut("type") {
+        Some(Value::String(t)) => {
+            let t = Value::String(std::mem::take(t));
+            map.insert("type".into(), Value::Array(vec![t, Value::from("null")]));
+        }
+        Some(Value::Array(types)) if !types.iter().any(|t| t == "null") => types.push(Value::from("null")),
+        _ => {}
+    }
+}
+
 fn admit_declared_nulls(schema: &mut Value) {
     let Value::Object(map) = schema else {
         return;
     };
     if map.remove("nullable") == Some(Value::Bool(true)) {
-        match map.get_mut("type") {
-            Some(Value::String(t)) => {
-                let t = Value::String(std::mem::take(t));
-                map.insert("type".into(), Value::Array(vec![t, Value::from("null")]));
-            }
-            Some(Value::Array(types)) if !types.iter().any(|t| t == "null") => {
-                types.push(Value::from("null"))
-            }
-            _ => {}
-        }
+        add_null_type(map);
     }
     let typed_nullable =
         matches!(map.get("type"), Some(Value::Array(types)) if types.iter().any(|t| t == "null"));
@@ -387,7 +379,7 @@ impl ArgsSchema {
             Value::Null => Value::Object(Map::new()),
             Value::Object(map) => {
                 let mut args = Value::Object(cast_object(map, &self.schema));
-                omit_nulls(&mut args, &self.schema, true);
+                omit_nulls(&mut args, &self.schema);
                 args
             }
             other => {
@@ -590,8 +582,12 @@ impl<T: TypedTool> Tool for T {
     }
 
     async fn execute(&self, mut args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        // An optional parameter sent as `null` is absent, also to fields that are not `Option`s.
-        omit_nulls(&mut args, &schema_for::<T::Args>(), false);
+        // A parameter sent as `null` is absent, also to fields that are not `Option`s (a call through the registry
+        // had its `null`s judged by the schema already). No schema is built per call: for typed arguments a
+        // `null` and an absent field read alike, except where absent means a default.
+        if let Value::Object(map) = &mut args {
+            map.retain(|_, v| !v.is_null());
+        }
         let args: T::Args = parse_args(args)?;
         self.call(args, ctx).await
     }
