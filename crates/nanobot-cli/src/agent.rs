@@ -178,11 +178,12 @@ pub(crate) async fn run(env: &CliEnv, a: &AgentArgs, out: &mut dyn Write) -> Res
 /// who approves other people's pairing requests, as in 0.3.5's CLI). `None` for anything else.
 fn local_command(s: &Setup, text: &str) -> Option<String> {
     let args = nanobot_channels::pairing_command_args(text)?;
-    let path = s.paths.data_dir().join("pairing.json");
-    Some(match nanobot_channels::PairingStore::open(&path) {
-        Ok(store) => nanobot_channels::pairing_command(&store, "cli", args),
-        Err(e) => format!("Pairing: {e}"),
-    })
+    Some(
+        match nanobot_channels::PairingStore::in_config_dir(&s.paths.data_dir()) {
+            Ok(store) => nanobot_channels::pairing_command(&store, "cli", args),
+            Err(e) => format!("Pairing: {e}"),
+        },
+    )
 }
 
 fn write_line(out: &mut dyn Write, text: &str) -> Result<(), CliError> {

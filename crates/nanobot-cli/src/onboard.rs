@@ -34,30 +34,20 @@ pub struct OnboardReport {
     pub written: Vec<String>,
 }
 
-/// A fresh config: the built-in defaults plus an empty block for every known provider, so the file shows
-/// where each key goes (as the Python nanobot's file does).
+/// A fresh config: the built-in defaults plus what `onboard` adds ([`add_default_blocks`]: a block for every
+/// known provider, the local WebUI on), as the Python nanobot's file has them.
 pub fn default_config() -> Config {
     let mut config = Config::default();
-    add_provider_blocks(&mut config);
-    add_channel_blocks(&mut config);
+    add_default_blocks(&mut config);
     config
 }
 
-/// Turns the local WebUI on when the config has no `websocket` block, as 0.3.5's `onboard` does (new config and
-/// refresh alike): the channel listens on loopback only and hands tokens to this machine's browser only
-/// (docs/websocket.md). A block the user has, enabled or not, is left as it is.
-pub(crate) fn add_channel_blocks(config: &mut Config) {
-    config
-        .channels
-        .other
-        .0
-        .entry("websocket")
-        .or_insert_with(|| serde_json::json!({"enabled": true}));
-}
-
-/// Adds an empty block for every known provider that has none (what `onboard` writes into a new config). The
-/// OAuth providers get none, as in 0.3.5 (their login lives in a token file, not in the config).
-pub(crate) fn add_provider_blocks(config: &mut Config) {
+/// Adds the blocks `onboard` writes where the config has none (a new config, a refresh, the wizard's result):
+/// an empty block for every known provider, so the file shows where each key goes (the OAuth providers get none,
+/// as in 0.3.5: their login lives in a token file), and the local WebUI turned on, as 0.3.5's `onboard` leaves
+/// it: the `websocket` channel listens on loopback only and hands tokens to this machine's browser only
+/// (docs/websocket.md). A block the user has, a channel's enabled or not, is left as it is.
+pub(crate) fn add_default_blocks(config: &mut Config) {
     for spec in nanobot_providers::registry::PROVIDERS
         .iter()
         .filter(|s| !s.is_oauth)
@@ -67,6 +57,12 @@ pub(crate) fn add_provider_blocks(config: &mut Config) {
             config.providers.insert(key, ProviderConfig::default());
         }
     }
+    config
+        .channels
+        .other
+        .0
+        .entry("websocket")
+        .or_insert_with(|| serde_json::json!({"enabled": true}));
 }
 
 /// Writes (or refreshes) the config and the workspace templates.
@@ -78,8 +74,7 @@ pub(crate) fn onboard(env: &CliEnv, args: &ConfigArgs) -> Result<OnboardReport, 
     if config_path.exists() {
         // Refresh: load (values, `${VAR}` references and unknown keys are kept), add what is new, save.
         let mut s = setup::load(env, args, true)?;
-        add_provider_blocks(&mut s.loaded.config);
-        add_channel_blocks(&mut s.loaded.config);
+        add_default_blocks(&mut s.loaded.config);
         s.loaded.save().map_err(|e| CliError::from_config(e, None))?;
         workspace = s.workspace;
         created = false;

@@ -158,7 +158,7 @@ pub(crate) fn run(env: &CliEnv, a: &OnboardArgs, out: &mut dyn Write) -> Result<
     match wizard(&mut term, &setup.loaded, &signed_in) {
         Ok(Some(config)) => {
             setup.loaded.config = config;
-            crate::onboard::add_provider_blocks(&mut setup.loaded.config);
+            crate::onboard::add_default_blocks(&mut setup.loaded.config);
             setup.loaded.save().map_err(|e| CliError::from_config(e, None))?;
             let workspace = paths.workspace(&setup.loaded.config.agents.defaults.workspace);
             let written = crate::onboard::write_templates(&workspace)?;
