@@ -34,7 +34,7 @@ pub struct OnboardReport {
     pub written: Vec<String>,
 }
 
-/// A fresh config: the built-in defaults plus what `onboard` adds ([`add_default_blocks`]: a block for every
+/// A fresh config: the built-in defaults plus what `onboard` adds (a block for every
 /// known provider, the local WebUI on), as the Python nanobot's file has them.
 pub fn default_config() -> Config {
     let mut config = Config::default();
