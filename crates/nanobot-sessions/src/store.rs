@@ -161,9 +161,9 @@ pub struct SessionInfo {
 ///   last complete line, and loaded with a warning.
 /// * **Old layouts.** `<workspace>/sessions/<channel>_<chat_id>.jsonl` (and the even older
 ///   `<config dir>/sessions/<channel>_<chat_id>.jsonl`) are imported once, when the store first opens its
-///   namespace ([`crate::legacy`]), copied into the current layout atomically, and the old file is renamed to
-///   `<old>.migrated-<time>` (kept, never deleted). They are never looked up on demand: the workspace is where
-///   the model can write.
+///   namespace ([`crate::legacy`]), copied into the current layout atomically, and the old file is kept
+///   (never deleted) out of the workspace, in the namespace folder: no chat reads another's history through
+///   the file tools. They are never looked up on demand: the workspace is where the model can write.
 /// * **Names.** [`crate::keyname`]: base64url as in the Python nanobot, long keys hashed, control characters
 ///   refused.
 #[derive(Clone)]

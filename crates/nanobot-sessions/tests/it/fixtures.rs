@@ -136,17 +136,18 @@ async fn old_layout_is_imported_at_upgrade_and_kept() {
     assert_eq!(s.messages[3].tool_call_ids(), ["call_abc123"]);
     assert_eq!(s.messages[5].get("tools_used"), Some(&json!(["read_file"])));
 
-    // Now in the current layout, same content; the old file is kept under another name.
+    // Now in the current layout, same content; the old file is kept, out of the workspace (where every chat's
+    // file tools read), in the namespace folder.
     let new = env.store.path_for("telegram:12345");
     assert!(new.starts_with(env.home.path().join("sessions").join(env.store.workspace_id())));
     assert_eq!(new.file_name().unwrap(), "dGVsZWdyYW06MTIzNDU.jsonl");
     assert_eq!(lines(&new), original);
-    let kept: Vec<_> = std::fs::read_dir(&old_dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
+    assert_eq!(names(&old_dir), Vec::<String>::new());
+    let kept_dir = env.store.dir().join(nanobot_sessions::legacy::MOVED_OUT);
+    let kept = names(&kept_dir);
     assert_eq!(kept.len(), 1);
     assert!(kept[0].starts_with("telegram_12345.jsonl.migrated-"), "{kept:?}");
+    assert_eq!(lines(&kept_dir.join(&kept[0])), original);
 
     let h = env.store.history("telegram:12345", 10).await.unwrap();
     let roles: Vec<_> = h.iter().map(|m| m.role().unwrap()).collect();
@@ -202,7 +203,63 @@ async fn an_old_file_whose_name_disagrees_with_its_key_is_not_imported() {
             .messages
             .is_empty()
     );
-    assert!(env.workspace.path().join("sessions/telegram_999.jsonl").exists());
+    // It holds a chat's history all the same: kept, out of the workspace.
+    assert!(!env.workspace.path().join("sessions/telegram_999.jsonl").exists());
+    let kept = names(&env.store.dir().join(nanobot_sessions::legacy::MOVED_OUT));
+    assert_eq!(kept.len(), 1);
+    assert!(
+        kept[0].starts_with("telegram_999.jsonl.not-imported-"),
+        "{kept:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_naming_no_session_is_left_where_it_is() {
+    let home = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let old_dir = workspace.path().join("sessions");
+    std::fs::create_dir_all(&old_dir).unwrap();
+    std::fs::write(old_dir.join("notes.jsonl"), "{\"a\": 1}\n").unwrap();
+    let store = nanobot_sessions::SessionStore::new(home.path(), workspace.path()).unwrap();
+    assert!(store.list_sessions().await.unwrap().is_empty());
+    assert_eq!(names(&old_dir), ["notes.jsonl"]);
+    assert!(!store.dir().join(nanobot_sessions::legacy::MOVED_OUT).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_an_earlier_upgrade_left_in_the_workspace_are_moved_out_once() {
+    let home = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let first = nanobot_sessions::SessionStore::new(home.path(), workspace.path()).unwrap();
+    // An earlier nanobot-rs imported, renamed the old file in place, and wrote its own marker text.
+    std::fs::write(
+        first.dir().join(nanobot_sessions::legacy::IMPORT_MARKER),
+        "imported once; old-layout session files are not read again\n",
+    )
+    .unwrap();
+    let old_dir = workspace.path().join("sessions");
+    std::fs::create_dir_all(&old_dir).unwrap();
+    let left = "telegram_12345.jsonl.migrated-20260301T100000.000";
+    std::fs::copy(
+        fixture("workspace/sessions/telegram_12345.jsonl"),
+        old_dir.join(left),
+    )
+    .unwrap();
+    std::fs::write(old_dir.join("mine.txt"), "not a session").unwrap();
+
+    let store = nanobot_sessions::SessionStore::new(home.path(), workspace.path()).unwrap();
+    let kept_dir = store.dir().join(nanobot_sessions::legacy::MOVED_OUT);
+    assert_eq!(names(&kept_dir), [left]);
+    assert_eq!(
+        lines(&kept_dir.join(left)),
+        lines(&fixture("workspace/sessions/telegram_12345.jsonl"))
+    );
+    assert_eq!(names(&old_dir), ["mine.txt"]);
+    // Once: a copy written there later (by the model, say) is not carried into the data directory.
+    std::fs::write(old_dir.join(left), "planted\n").unwrap();
+    let _again = nanobot_sessions::SessionStore::new(home.path(), workspace.path()).unwrap();
+    assert_eq!(names(&kept_dir), [left]);
+    assert!(old_dir.join(left).exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -227,4 +284,21 @@ async fn an_import_never_overwrites_a_current_session() {
     let s = store.session("telegram:12345").await.unwrap();
     assert_eq!(s.messages.len(), 1);
     assert_eq!(s.messages[0].content_text().as_deref(), Some("current"));
+    // The old file is kept, out of the workspace, as one not imported.
+    assert_eq!(names(&old_dir), Vec::<String>::new());
+    let kept = names(&store.dir().join(nanobot_sessions::legacy::MOVED_OUT));
+    assert!(
+        kept[0].starts_with("telegram_12345.jsonl.not-imported-"),
+        "{kept:?}"
+    );
+}
+
+/// The names in `dir`, sorted.
+fn names(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
 }
