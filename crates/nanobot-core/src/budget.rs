@@ -16,6 +16,33 @@ const LARGE_RESULT_CHARS: usize = 400;
 
 static TOKENIZER: OnceLock<Option<CoreBPE>> = OnceLock::new();
 
+/// Texts up to this many bytes are counted exactly; longer ones on samples ([`TokenEstimator::count_text`]).
+const EXACT_BYTES: usize = 256 * 1024;
+/// The tokenizer is run on pieces of at most this many bytes.
+const PIECE_BYTES: usize = 8 * 1024;
+
+/// The consecutive pieces of `text[from..to]` of at most [`PIECE_BYTES`], cut at character boundaries (`from`
+/// is moved forward to one). A cut inside a word costs at most one token of accuracy per piece.
+fn pieces(text: &str, from: usize, to: usize) -> impl Iterator<Item = &str> {
+    let mut at = (from..=to).find(|&i| text.is_char_boundary(i)).unwrap_or(to);
+    std::iter::from_fn(move || {
+        if at >= to {
+            return None;
+        }
+        let mut end = (at + PIECE_BYTES).min(to);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        if end == at {
+            // A character longer than a piece cannot happen (4 bytes at most); end at the next boundary anyway.
+            end = (at + 1..=to).find(|&i| text.is_char_boundary(i)).unwrap_or(to);
+        }
+        let piece = &text[at..end];
+        at = end;
+        Some(piece)
+    })
+}
+
 /// The tokenizer, built on first use (never at start-up); `None` if it could not be built.
 fn tokenizer() -> Option<&'static CoreBPE> {
     TOKENIZER
@@ -122,10 +149,33 @@ impl TokenEstimator {
             .sum()
     }
 
-    /// Tokens of one text with the tokenizer (falls back to the heuristic).
+    /// Tokens of one text with the tokenizer (falls back to the heuristic). The cost is bounded whatever the
+    /// text: it is tokenized in pieces of at most [`PIECE_BYTES`] (byte-pair merging slows down more than
+    /// linearly on a long run without spaces: 19 MB of one letter took 23 s whole), and a text longer than
+    /// [`EXACT_BYTES`] is counted on evenly spaced pieces, scaled to its length.
     pub fn count_text(&self, text: &str) -> usize {
         match tokenizer() {
-            Some(bpe) => bpe.encode_ordinary(text).len(),
+            Some(bpe) => {
+                let count = |piece: &str| bpe.encode_ordinary(piece).len();
+                if text.len() <= EXACT_BYTES {
+                    return pieces(text, 0, text.len()).map(count).sum();
+                }
+                let n = EXACT_BYTES / PIECE_BYTES;
+                let stride = text.len() / n;
+                let (mut bytes, mut tokens) = (0usize, 0usize);
+                for i in 0..n {
+                    if let Some(piece) = pieces(text, i * stride, text.len()).next() {
+                        bytes += piece.len();
+                        tokens += count(piece);
+                    }
+                }
+                if bytes == 0 {
+                    return heuristic_tokens(text);
+                }
+                // Scaled in u128: len × tokens cannot overflow.
+                usize::try_from((text.len() as u128 * tokens as u128).div_ceil(bytes as u128))
+                    .unwrap_or(usize::MAX)
+            }
             None => heuristic_tokens(text),
         }
     }
@@ -341,6 +391,45 @@ mod tests {
                 _ => open.clear(),
             }
         }
+    }
+
+    #[test]
+    fn pieces_cover_the_text_at_character_boundaries() {
+        let text = format!("{}é{}", "a".repeat(PIECE_BYTES - 1), "日本".repeat(5000));
+        let parts: Vec<&str> = pieces(&text, 0, text.len()).collect();
+        assert_eq!(parts.concat(), text);
+        assert!(parts.iter().all(|p| !p.is_empty() && p.len() <= PIECE_BYTES));
+        // From inside a character: starts at the next boundary.
+        let from = PIECE_BYTES; // inside "é"
+        assert!(!text.is_char_boundary(from));
+        assert_eq!(
+            pieces(&text, from, text.len()).collect::<String>(),
+            &text[from + 1..]
+        );
+    }
+
+    #[test]
+    fn long_texts_are_counted_close_to_the_exact_count() {
+        let bpe = tokenizer().expect("tokenizer");
+        for text in [
+            words(3 * EXACT_BYTES),
+            format!(
+                "{}{}",
+                words(EXACT_BYTES),
+                "Grüße aus Köln. 東京の天気 ".repeat(40_000)
+            ),
+            words(EXACT_BYTES - 10),
+        ] {
+            let exact = bpe.encode_ordinary(&text).len();
+            let counted = TokenEstimator.count_text(&text);
+            let off = exact.abs_diff(counted) as f64 / exact as f64;
+            assert!(
+                off < 0.05,
+                "{} bytes: exact {exact}, counted {counted}",
+                text.len()
+            );
+        }
+        assert_eq!(TokenEstimator.count_text(""), 0);
     }
 
     #[test]
