@@ -33,8 +33,8 @@ pub use lease::{Lease, Leases, Role};
 pub use memory::InProcessBus;
 pub use message::{
     INTERNAL_CHANNELS, InboundKind, InboundMessage, META_BUTTONS, META_IS_GROUP, META_STREAM_RESUMING,
-    OutboundKind, OutboundMessage, SYSTEM_CHANNEL, UNIFIED_SESSION_KEY, buttons, buttons_as_text,
-    is_internal_channel,
+    OutboundKind, OutboundMessage, Principal, SYSTEM_CHANNEL, UNIFIED_SESSION_KEY, UnattendedRun, buttons,
+    buttons_as_text, is_internal_channel,
 };
 
 use async_trait::async_trait;

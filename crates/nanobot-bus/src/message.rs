@@ -100,6 +100,64 @@ pub struct InboundMessage {
     /// What kind of message this is: a chat message, or a report routed back to the chat that asked for it.
     #[serde(default, skip_serializing_if = "InboundKind::is_chat")]
     pub kind: InboundKind,
+    /// Who the message speaks for: a person, or an unattended run that holds no person's rights.
+    #[serde(default, skip_serializing_if = "Principal::is_person")]
+    pub principal: Principal,
+}
+
+/// Who an inbound message speaks for. Set where the message enters, never from its text.
+///
+/// A [`Principal::Person`] is the [`InboundMessage::sender_id`] that the front door vouched for (a channel
+/// adapter's platform user id, the API's key, the websocket's token, the local terminal). An
+/// [`Principal::Unattended`] run (a cron job, the heartbeat, a trigger, a report from a subagent or another
+/// session) acts for nobody: its text is never a command (`/approve` from a cron job is plain text for the model),
+/// it never answers an approval question and no grant made for a person is spent by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Principal {
+    /// A person, named by the message's `sender_id`.
+    #[default]
+    Person,
+    /// An unattended run.
+    Unattended {
+        /// Which.
+        run: UnattendedRun,
+    },
+}
+
+impl Principal {
+    /// True for [`Principal::Person`].
+    pub fn is_person(&self) -> bool {
+        matches!(self, Principal::Person)
+    }
+}
+
+/// The unattended runs ([`Principal::Unattended`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum UnattendedRun {
+    /// A cron job the model or a user scheduled.
+    Cron,
+    /// The heartbeat's periodic check.
+    Heartbeat,
+    /// A local trigger's delivery.
+    Trigger,
+    /// An internal report: a finished subagent, a message from another session, a timeout notice.
+    Report,
+}
+
+impl UnattendedRun {
+    /// Its name in logs and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnattendedRun::Cron => "cron",
+            UnattendedRun::Heartbeat => "heartbeat",
+            UnattendedRun::Trigger => "trigger",
+            UnattendedRun::Report => "report",
+        }
+    }
 }
 
 /// What an inbound message is, so the agent routes it by type instead of parsing its channel and chat id.
@@ -165,7 +223,27 @@ impl InboundMessage {
             session_key_override: None,
             wants_stream: false,
             kind: InboundKind::Chat,
+            principal: Principal::Person,
         }
+    }
+
+    /// A message of the unattended `run` ([`Principal::Unattended`]), answered in `channel`/`chat_id`.
+    pub fn unattended(
+        run: UnattendedRun,
+        channel: impl Into<String>,
+        sender_id: impl Into<String>,
+        chat_id: impl Into<String>,
+        content: impl Into<String>,
+    ) -> Self {
+        let mut msg = Self::new(channel, sender_id, chat_id, content);
+        msg.principal = Principal::Unattended { run };
+        msg
+    }
+
+    /// True when the message speaks for a person ([`Principal::Person`]), not an unattended run. Reports are
+    /// never a person's, whatever a source without the field says.
+    pub fn speaks_for_person(&self) -> bool {
+        self.principal.is_person() && !self.is_system_report()
     }
 
     /// An internal report from `sender_id` for the chat `origin_channel`/`origin_chat_id` (channel
@@ -187,6 +265,9 @@ impl InboundMessage {
         msg.kind = InboundKind::SystemReport {
             origin_channel,
             origin_chat_id,
+        };
+        msg.principal = Principal::Unattended {
+            run: UnattendedRun::Report,
         };
         msg
     }

@@ -163,6 +163,9 @@ struct Waiter {
 
 struct Parked {
     id: String,
+    /// Who may decide it: the person who started the turn; `None` when an unattended run made the call (then any
+    /// person in that chat decides, as the run acts in that chat's name).
+    asker: Option<String>,
     /// The exact call: tool name and arguments.
     call: String,
     action: String,
@@ -173,7 +176,22 @@ struct Parked {
 struct State {
     waiting: HashMap<String, Waiter>,
     parked: HashMap<String, Vec<Parked>>,
-    grants: HashMap<String, Vec<(String, Instant)>>,
+    grants: HashMap<String, Vec<Grant>>,
+}
+
+/// A one-time approval of one exact call.
+struct Grant {
+    call: String,
+    /// The turns that may spend it: the asker's (a person, or `None`: an unattended run) or the approver's own.
+    asker: Option<String>,
+    approver: String,
+    at: Instant,
+}
+
+impl Grant {
+    fn usable_by(&self, asker: Option<&str>) -> bool {
+        asker == self.asker.as_deref() || asker == Some(self.approver.as_str())
+    }
 }
 
 /// The open questions, unanswered requests and one-time approvals of every session of an agent.
@@ -221,6 +239,9 @@ impl Approvals {
     /// When `msg` answers the open question of `session`: hands the answer to the waiting turn and returns the
     /// acknowledgement to show. Anything else (another person, another text) is left alone.
     pub(crate) fn try_answer(&self, session: &str, msg: &InboundMessage) -> Option<String> {
+        if !msg.speaks_for_person() {
+            return None;
+        }
         let mut st = self.state();
         let waiter = st.waiting.get(session)?;
         if waiter.sender != msg.sender_id {
@@ -239,11 +260,12 @@ impl Approvals {
         })
     }
 
-    fn park(&self, session: &str, id: &str, call: String, action: &str) {
+    fn park(&self, session: &str, id: &str, asker: Option<&str>, call: String, action: &str) {
         let mut st = self.state();
         let list = st.parked.entry(session.to_owned()).or_default();
         list.push(Parked {
             id: id.to_owned(),
+            asker: asker.map(str::to_owned),
             call,
             action: action.to_owned(),
             at: Instant::now(),
@@ -251,12 +273,25 @@ impl Approvals {
         prune(list, |p| p.at);
     }
 
-    /// `/approve ID` or `/deny ID` for a request that is no longer waiting: the text of the reply.
-    pub(crate) fn decide_parked(&self, session: &str, answer: ApprovalAnswer, id: &str) -> String {
+    /// `/approve ID` or `/deny ID` from `msg` for a request that is no longer waiting: the text of the reply. Only
+    /// the person the request belongs to decides it (anyone else, and any unattended run, is told there is no
+    /// such request of theirs); an approval lets exactly that call run once, in a turn of that person (or, for a
+    /// call an unattended run made, in the next such run or a turn of the approver).
+    pub(crate) fn decide_parked(
+        &self,
+        session: &str,
+        answer: ApprovalAnswer,
+        id: &str,
+        msg: &InboundMessage,
+    ) -> String {
+        let who = msg.sender_id.as_str();
         let mut st = self.state();
         let list = st.parked.entry(session.to_owned()).or_default();
         prune(list, |p| p.at);
-        let Some(pos) = list.iter().position(|p| p.id == id) else {
+        let found = list.iter().position(|p| {
+            p.id == id && msg.speaks_for_person() && p.asker.as_deref().is_none_or(|a| a == who)
+        });
+        let Some(pos) = found else {
             return if id.is_empty() {
                 "Usage: /approve ID or /deny ID (the id is in the approval request).".to_owned()
             } else {
@@ -268,8 +303,13 @@ impl Approvals {
             ApprovalAnswer::Deny => format!("✗ Refused ({id}): `{}`.", parked.action),
             ApprovalAnswer::Approve => {
                 let grants = st.grants.entry(session.to_owned()).or_default();
-                grants.push((parked.call, Instant::now()));
-                prune(grants, |g| g.1);
+                grants.push(Grant {
+                    call: parked.call,
+                    asker: parked.asker,
+                    approver: who.to_owned(),
+                    at: Instant::now(),
+                });
+                prune(grants, |g| g.at);
                 format!(
                     "✓ Approved once ({id}): `{}`. Ask me to go on within 10 minutes and it will run.",
                     parked.action
@@ -278,14 +318,14 @@ impl Approvals {
         }
     }
 
-    /// Uses up a one-time approval of exactly `call` in `session`.
-    fn take_grant(&self, session: &str, call: &str) -> bool {
+    /// Uses up a one-time approval of exactly `call` in `session` that a turn of `asker` may spend.
+    fn take_grant(&self, session: &str, call: &str, asker: Option<&str>) -> bool {
         let mut st = self.state();
         let Some(list) = st.grants.get_mut(session) else {
             return false;
         };
-        prune(list, |g| g.1);
-        match list.iter().position(|(c, _)| c == call) {
+        prune(list, |g| g.at);
+        match list.iter().position(|g| g.call == call && g.usable_by(asker)) {
             Some(pos) => {
                 list.remove(pos);
                 true
@@ -338,6 +378,8 @@ pub(crate) struct ApprovalHook {
     pub(crate) approvals: Arc<Approvals>,
     pub(crate) approver: Option<Arc<dyn Approver>>,
     pub(crate) session_key: String,
+    /// The person who started the turn; `None` for an unattended run (cron, heartbeat, trigger, subagent).
+    pub(crate) asker: Option<String>,
     pub(crate) workspace: PathBuf,
     /// The file tools are confined to the workspace (their sandbox refuses writes outside; nothing to ask).
     pub(crate) restricted: bool,
@@ -470,7 +512,10 @@ impl AgentHook for ApprovalHook {
                 .filter_map(|p| control_file(&self.workspace, p))
                 .collect();
             let exact = format!("{}\u{0}{}", call.name, call.arguments);
-            if self.approvals.take_grant(&self.session_key, &exact) {
+            if self
+                .approvals
+                .take_grant(&self.session_key, &exact, self.asker.as_deref())
+            {
                 tracing::info!(tool = %call.name, "running a call the user approved with /approve");
                 nanobot_util::lock(&self.approved_control).extend(control);
                 continue;
@@ -486,7 +531,8 @@ impl AgentHook for ApprovalHook {
             let answer = match &self.approver {
                 Some(a) => a.ask(&request, self.settings.timeout).await,
                 None => {
-                    self.approvals.park(&self.session_key, &id, exact, &action);
+                    self.approvals
+                        .park(&self.session_key, &id, self.asker.as_deref(), exact, &action);
                     vetoes.push(Veto::new(
                         &call.id,
                         format!(
@@ -512,7 +558,8 @@ impl AgentHook for ApprovalHook {
                     ));
                 }
                 None => {
-                    self.approvals.park(&self.session_key, &id, exact, &action);
+                    self.approvals
+                        .park(&self.session_key, &id, self.asker.as_deref(), exact, &action);
                     vetoes.push(Veto::new(
                         &call.id,
                         format!(
@@ -580,20 +627,59 @@ mod tests {
         assert_eq!(rx.try_recv(), Ok(ApprovalAnswer::Deny));
         assert_eq!(a.try_answer("tg:1", &from("alice", "yes")), None, "answered once");
 
-        a.park("tg:1", "p1", "exec\0{\"command\":\"rm x\"}".into(), "rm x");
+        let rm_x = "exec\0{\"command\":\"rm x\"}";
+        a.park("tg:1", "p1", Some("alice"), rm_x.into(), "rm x");
+        let approve = |session: &str, msg: &InboundMessage| {
+            a.decide_parked(session, ApprovalAnswer::Approve, "p1", msg)
+        };
+        assert!(approve("tg:2", &from("alice", "/approve p1")).starts_with("No approval request"));
+        // Another member of the group, and an unattended run speaking with alice's id, decide nothing.
+        assert!(approve("tg:1", &from("bob", "/approve p1")).starts_with("No approval request"));
+        let cron = InboundMessage::unattended(
+            nanobot_bus::UnattendedRun::Cron,
+            "telegram",
+            "alice",
+            "1",
+            "/approve p1",
+        );
+        assert!(approve("tg:1", &cron).starts_with("No approval request"));
+        assert!(approve("tg:1", &from("alice", "/approve p1")).starts_with("✓ Approved once"));
+        assert!(!a.take_grant("tg:1", "exec\0{\"command\":\"rm y\"}", Some("alice")));
+        // Spent only by a turn of alice's: not bob's, not an unattended run's.
+        assert!(!a.take_grant("tg:1", rm_x, Some("bob")));
+        assert!(!a.take_grant("tg:1", rm_x, None));
+        assert!(a.take_grant("tg:1", rm_x, Some("alice")));
+        assert!(!a.take_grant("tg:1", rm_x, Some("alice")), "single use");
+    }
+
+    #[test]
+    fn a_call_an_unattended_run_made_is_decided_by_a_person_of_its_chat_and_spent_once() {
+        let a = Approvals::default();
+        let from = |who: &str, text: &str| InboundMessage::new("telegram", who, "1", text);
+        let call = "exec\0{\"command\":\"ls\"}";
+        a.park("cron:j", "c1", None, call.into(), "ls");
+        let cron = InboundMessage::unattended(
+            nanobot_bus::UnattendedRun::Cron,
+            "telegram",
+            "cron",
+            "1",
+            "/approve c1",
+        );
         assert!(
-            a.decide_parked("tg:2", ApprovalAnswer::Approve, "p1")
+            a.decide_parked("cron:j", ApprovalAnswer::Approve, "c1", &cron)
                 .starts_with("No approval request")
         );
         assert!(
-            a.decide_parked("tg:1", ApprovalAnswer::Approve, "p1")
-                .starts_with("✓ Approved once")
+            a.decide_parked(
+                "cron:j",
+                ApprovalAnswer::Approve,
+                "c1",
+                &from("carol", "/approve c1")
+            )
+            .starts_with("✓ Approved once")
         );
-        assert!(!a.take_grant("tg:1", "exec\0{\"command\":\"rm y\"}"));
-        assert!(a.take_grant("tg:1", "exec\0{\"command\":\"rm x\"}"));
-        assert!(
-            !a.take_grant("tg:1", "exec\0{\"command\":\"rm x\"}"),
-            "single use"
-        );
+        assert!(!a.take_grant("cron:j", call, Some("dave")));
+        assert!(a.take_grant("cron:j", call, None), "the next run of the job");
+        assert!(!a.take_grant("cron:j", call, Some("carol")), "single use");
     }
 }

@@ -200,8 +200,14 @@ impl AgentLoop {
             "[Heartbeat] Scheduled check. Do these tasks now:\n\n{tasks}\n\nIf there is nothing worth telling the \
              user, reply exactly {HEARTBEAT_OK}."
         );
-        let msg =
-            InboundMessage::new(&channel, "heartbeat", &chat_id, &prompt).with_session_key(HEARTBEAT_SESSION);
+        let msg = InboundMessage::unattended(
+            nanobot_bus::UnattendedRun::Heartbeat,
+            &channel,
+            "heartbeat",
+            &chat_id,
+            &prompt,
+        )
+        .with_session_key(HEARTBEAT_SESSION);
         let reply = self
             .process_message(
                 msg,

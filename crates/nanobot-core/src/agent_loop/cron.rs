@@ -49,7 +49,8 @@ impl LoopInner {
             .session_key
             .clone()
             .unwrap_or_else(|| format!("cron:{}", job.id));
-        let mut msg = InboundMessage::new(
+        let mut msg = InboundMessage::unattended(
+            nanobot_bus::UnattendedRun::Cron,
             route.channel.clone(),
             "cron",
             route.chat.clone(),
@@ -105,7 +106,8 @@ impl LoopInner {
             return Err(fail(false, held.into()));
         }
         let text = trigger.turn_text(&delivery.content);
-        let mut msg = InboundMessage::new(
+        let mut msg = InboundMessage::unattended(
+            nanobot_bus::UnattendedRun::Trigger,
             trigger.channel.clone(),
             trigger.sender_id.clone(),
             trigger.chat_id.clone(),

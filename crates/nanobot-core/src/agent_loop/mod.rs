@@ -380,6 +380,7 @@ impl AgentLoopBuilder {
                         approvals: approvals.clone(),
                         approver: None,
                         session_key: parent.to_owned(),
+                        asker: None,
                         workspace: workspace.clone(),
                         restricted,
                         approved_control: approved.clone(),
@@ -677,9 +678,7 @@ impl AgentLoop {
         // An answer to the approval question a running turn of this chat is waiting for: it goes to that turn,
         // not into the queue behind it.
         let key = self.inner.session_key(&msg);
-        if !msg.is_system_report()
-            && let Some(ack) = self.inner.approvals.try_answer(&key, &msg)
-        {
+        if let Some(ack) = self.inner.approvals.try_answer(&key, &msg) {
             let inner = self.inner.clone();
             tokio::spawn(async move {
                 if let Some(bus) = inner.bus()

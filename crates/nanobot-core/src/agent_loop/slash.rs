@@ -52,7 +52,7 @@ const COMPACT_KEEP_MESSAGES: usize = 8;
 impl LoopInner {
     /// Commands answered at once, without waiting for the session's queue.
     pub(super) fn is_immediate(&self, msg: &InboundMessage) -> bool {
-        !msg.is_system_report()
+        msg.speaks_for_person()
             && matches!(
                 commands::parse(&msg.content),
                 Some(
@@ -74,7 +74,7 @@ impl LoopInner {
 
     /// Commands answered without waiting for the session's queue; `None` for anything else.
     pub(super) async fn immediate_command(&self, msg: &InboundMessage) -> Option<String> {
-        if msg.is_system_report() {
+        if !msg.speaks_for_person() {
             return None;
         }
         let key = self.session_key(msg);
@@ -96,7 +96,7 @@ impl LoopInner {
                 } else {
                     crate::ApprovalAnswer::Deny
                 };
-                Some(self.approvals.decide_parked(&key, answer, &id))
+                Some(self.approvals.decide_parked(&key, answer, &id, msg))
             }
             Parsed::Known(Command::Status, _) => Some(self.status_text(&key).await),
             Parsed::Known(Command::ConfirmFiles, args) => Some(self.confirm_files(&args).await),
@@ -110,6 +110,7 @@ impl LoopInner {
     pub(super) async fn queued_command(
         &self,
         key: &str,
+        msg: &InboundMessage,
         cmd: Command,
         args: &str,
         scope: &ScopeKey,
@@ -181,12 +182,14 @@ impl LoopInner {
             Command::History => self.history_text(key, args).await,
             Command::Skill => Ok(self.skills_text()),
             Command::Stop => Ok("No active task to stop.".to_owned()),
-            Command::Approve => Ok(self
-                .approvals
-                .decide_parked(key, crate::ApprovalAnswer::Approve, args)),
+            Command::Approve => {
+                Ok(self
+                    .approvals
+                    .decide_parked(key, crate::ApprovalAnswer::Approve, args, msg))
+            }
             Command::Deny => Ok(self
                 .approvals
-                .decide_parked(key, crate::ApprovalAnswer::Deny, args)),
+                .decide_parked(key, crate::ApprovalAnswer::Deny, args, msg)),
             Command::ConfirmFiles => Ok(self.confirm_files(args).await),
             // `/goal <task>` runs as a turn (worker); only its empty form gets here.
             Command::Goal => Ok(GOAL_USAGE.to_owned()),

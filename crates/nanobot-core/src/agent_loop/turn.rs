@@ -283,7 +283,10 @@ impl LoopInner {
             let approver: Option<Arc<dyn crate::Approver>> = match (&opts.approver, &bus) {
                 (Some(a), _) => Some(a.clone()),
                 (None, Some(b))
-                    if opts.publish && !opts.is_cron && !nanobot_bus::is_internal_channel(channel) =>
+                    if opts.publish
+                        && !opts.is_cron
+                        && msg.speaks_for_person()
+                        && !nanobot_bus::is_internal_channel(channel) =>
                 {
                     Some(Arc::new(crate::approval::BusApprover {
                         bus: b.clone(),
@@ -301,6 +304,7 @@ impl LoopInner {
                 approvals: self.approvals.clone(),
                 approver,
                 session_key: key.to_owned(),
+                asker: msg.speaks_for_person().then(|| msg.sender_id.clone()),
                 workspace: self.settings.workspace.clone(),
                 restricted: self.settings.restrict_to_workspace,
                 approved_control: approved_control.clone(),

@@ -80,7 +80,9 @@ impl LoopInner {
     ) -> Result<TurnReply, CoreError> {
         self.recover_checkpoint(key).await;
         let scope = self.memory_scope(key, msg, &opts).await;
-        if !msg.is_system_report()
+        // Only a person's text is a command: a cron job, the heartbeat, a trigger or a report saying `/approve`
+        // is plain text for the model.
+        if msg.speaks_for_person()
             && let Some(Parsed::Known(cmd, args)) = commands::parse(&msg.content)
         {
             // `/goal <task>` is a turn on the whole message that may record the goal (as 0.3.5 runs it).
@@ -88,7 +90,7 @@ impl LoopInner {
                 opts.goal = true;
             } else {
                 return self
-                    .queued_command(key, cmd, &args, &scope)
+                    .queued_command(key, msg, cmd, &args, &scope)
                     .await
                     .map(TurnReply::command);
             }
