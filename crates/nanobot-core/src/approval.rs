@@ -1,10 +1,14 @@
 //! Asking the user before risky tool calls (`tools.exec.approval`).
 //!
-//! Before a batch of tool calls runs, [`ApprovalHook`] rates each call against the [`ApprovalPolicy`]: a command
-//! the exec guard rates risky ([`nanobot_tools::builtin::guard::risk`]), every command under `always`, a file
-//! write outside the workspace when the file tools are not restricted to it, and a `write_file`/`edit_file` on a
-//! control file ([`crate::control`]; an approved one is not held back from unattended runs). Such a call runs only with the
-//! user's yes:
+//! Before a batch of tool calls runs, [`ApprovalHook`] asks each call's tool what the call does
+//! ([`nanobot_tools::Tool::effects`]) and rates those effects against the [`ApprovalPolicy`], never the tool's
+//! name: code that runs (a command line the exec guard rates risky, [`nanobot_tools::builtin::guard::risk`], or
+//! every one under `always`: `exec`, `run_cli_app`, input written to an exec session; code nanobot cannot read,
+//! such as an MCP server's tool, under `always`, or under `risky` when the guard rates one of its string
+//! arguments risky), a file write outside the workspace when the file tools are not restricted to it, a write
+//! to a control file ([`crate::control`]), judged on the file the write opens (links followed), and under
+//! `always` scheduling unattended work. An approved control-file write is not held back from unattended runs.
+//! Such a call runs only with the user's yes:
 //!
 //! - in a chat (the bus path), the question goes to the same chat ([`OutboundMessage`] with an `_approval`
 //!   entry in its metadata, which adapters with buttons render as two buttons) and the turn waits up to the
@@ -27,6 +31,8 @@ use nanobot_bus::{Bus, InboundMessage, OutboundMessage};
 use nanobot_providers::ToolCall;
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
+
+use nanobot_tools::CodeRun;
 
 use crate::error::BoxError;
 use crate::hook::{AgentHook, ToolBatch, Veto};
@@ -378,6 +384,8 @@ pub(crate) struct ApprovalHook {
     pub(crate) approvals: Arc<Approvals>,
     pub(crate) approver: Option<Arc<dyn Approver>>,
     pub(crate) session_key: String,
+    /// The turn's tools: the gate asks each what a call does.
+    pub(crate) tools: Arc<nanobot_tools::ToolRegistry>,
     /// The person who started the turn; `None` for an unattended run (cron, heartbeat, trigger, subagent).
     pub(crate) asker: Option<String>,
     pub(crate) workspace: PathBuf,
@@ -387,10 +395,9 @@ pub(crate) struct ApprovalHook {
     pub(crate) approved_control: Arc<Mutex<std::collections::BTreeSet<String>>>,
 }
 
-/// The control file (workspace-relative, `/`-separated) that a file tool's `path` names, if any.
-fn control_file(workspace: &Path, path: &str) -> Option<String> {
-    let norm = lexical(workspace, path)?;
-    let rel = norm.strip_prefix(workspace).ok()?;
+/// The control file (workspace-relative, `/`-separated) that `path` is, if any. `path` is absolute and normal.
+fn control_rel(workspace: &Path, path: &Path) -> Option<String> {
+    let rel = path.strip_prefix(workspace).ok()?;
     let rel: Vec<String> = rel
         .components()
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
@@ -399,43 +406,69 @@ fn control_file(workspace: &Path, path: &str) -> Option<String> {
     crate::control::is_control_file(&rel).then_some(rel)
 }
 
-/// The paths a file-writing call (`write_file`, `edit_file`, `apply_patch`) writes, as the model wrote them.
-fn written_paths(call: &ToolCall) -> Vec<&str> {
-    fn path(v: &Value) -> Option<&str> {
-        v.get("path").and_then(Value::as_str)
+/// Where a write to `path` (as the model wrote it) lands, judged on the text and on the disk.
+struct WriteTarget {
+    /// The path as written, normalised; `None` for a `~` path.
+    lexical: Option<PathBuf>,
+    /// The file actually opened: links followed (a link to a link too, a dangling one included), the missing
+    /// rest appended; `None` when it cannot be told.
+    on_disk: Option<PathBuf>,
+}
+
+impl WriteTarget {
+    fn of(workspace: &Path, path: &str) -> Self {
+        let lexical = lexical(workspace, path);
+        let on_disk = lexical.as_deref().and_then(follow);
+        Self { lexical, on_disk }
     }
-    match call.name.as_str() {
-        "write_file" | "edit_file" => path(&call.arguments).into_iter().collect(),
-        "apply_patch" => call
-            .arguments
-            .get("edits")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(path)
-            .collect(),
-        _ => Vec::new(),
+
+    /// The control file either path is (a link named like a control file, or a link leading to one).
+    fn control(&self, workspace: &Path, real_workspace: Option<&Path>) -> Option<String> {
+        self.lexical
+            .as_deref()
+            .and_then(|p| control_rel(workspace, p))
+            .or_else(|| {
+                let real = real_workspace?;
+                self.on_disk.as_deref().and_then(|p| control_rel(real, p))
+            })
+    }
+
+    /// Whether the write leaves the workspace by its text or by the file it opens.
+    fn outside(&self, workspace: &Path, real_workspace: Option<&Path>) -> bool {
+        let lexical_out = self.lexical.as_deref().is_none_or(|p| !p.starts_with(workspace));
+        let disk_out = match (&self.on_disk, real_workspace) {
+            (Some(p), Some(real)) => !p.starts_with(real),
+            _ => false,
+        };
+        lexical_out || disk_out
     }
 }
 
-fn shown(s: &str) -> String {
-    crate::truncate_chars(s, MAX_SHOWN)
+/// The file a write to the absolute, normal path `p` opens: symlinks followed (at most 40), the existing part
+/// resolved by the kernel, the missing rest appended as written.
+fn follow(p: &Path) -> Option<PathBuf> {
+    let mut p = p.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let target = std::fs::read_link(&p).ok()?;
+                p = normalise(&p.parent()?.join(target));
+            }
+            Ok(_) => return std::fs::canonicalize(&p).ok(),
+            Err(_) => {
+                let name = p.file_name()?.to_owned();
+                let parent = p.parent()?;
+                return Some(follow(parent)?.join(name));
+            }
+        }
+    }
+    None
 }
 
-/// `path` (as the model wrote it) joined to `workspace` and normalised on the text (`..` and `.` applied); `None`
-/// for a `~` path. The sandbox decides the rest.
-fn lexical(workspace: &Path, path: &str) -> Option<PathBuf> {
-    if path.starts_with('~') {
-        return None;
-    }
-    let p = Path::new(path);
-    let joined = if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        workspace.join(p)
-    };
+/// `p` with `.` and `..` applied on the text.
+fn normalise(p: &Path) -> PathBuf {
     let mut norm = PathBuf::new();
-    for c in joined.components() {
+    for c in p.components() {
         match c {
             Component::ParentDir => {
                 norm.pop();
@@ -444,57 +477,135 @@ fn lexical(workspace: &Path, path: &str) -> Option<PathBuf> {
             other => norm.push(other),
         }
     }
-    Some(norm)
+    norm
 }
 
-/// Whether `path` (as the model wrote it) leaves `workspace`, judged on the text (the sandbox decides the rest).
+fn shown(s: &str) -> String {
+    crate::truncate_chars(s, MAX_SHOWN)
+}
+
+/// `path` (as the model wrote it) joined to `workspace` and normalised on the text (`..` and `.` applied); `None`
+/// for a `~` path.
+fn lexical(workspace: &Path, path: &str) -> Option<PathBuf> {
+    if path.starts_with('~') {
+        return None;
+    }
+    let p = Path::new(path);
+    Some(normalise(&if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        workspace.join(p)
+    }))
+}
+
+/// Whether `path` (as the model wrote it) leaves `workspace`, judged on the text.
+#[cfg(test)]
 fn outside(workspace: &Path, path: &str) -> bool {
     lexical(workspace, path).is_none_or(|p| !p.starts_with(workspace))
 }
 
+/// Why a control-file write is asked about.
+const CONTROL_REASON: &str = "changes a file that shapes every later turn and the scheduled runs";
+
+/// A call's rating: what it would do and why the user is asked, and the control files it writes.
+struct Rating {
+    action: String,
+    reason: String,
+    control: Vec<String>,
+}
+
 impl ApprovalHook {
-    /// `(action, reason)` when `call` needs the user's yes.
-    fn rate(&self, call: &ToolCall) -> Option<(String, String)> {
-        let arg = |k: &str| call.arguments.get(k).and_then(Value::as_str).unwrap_or("");
-        match (self.settings.policy, call.name.as_str()) {
-            (ApprovalPolicy::Off, _) => None,
-            (ApprovalPolicy::Always, "exec") => Some((
-                shown(nanobot_tools::builtin::command_of(&call.arguments)),
-                "every command is asked about: tools.exec.approval is \"always\"".to_owned(),
-            )),
-            (ApprovalPolicy::Risky, "exec") => {
-                let command = nanobot_tools::builtin::command_of(&call.arguments);
-                nanobot_tools::builtin::guard::risk(command).map(|r| (shown(command), r))
-            }
-            (_, "write_file" | "edit_file") if !self.restricted && outside(&self.workspace, arg("path")) => {
-                Some((
-                    shown(&format!("{} {}", call.name, arg("path"))),
-                    "writes outside the workspace".to_owned(),
-                ))
-            }
-            (_, "write_file" | "edit_file") if control_file(&self.workspace, arg("path")).is_some() => {
-                Some((
-                    shown(&format!("{} {}", call.name, arg("path"))),
-                    "changes a file that shapes every later turn and the scheduled runs".to_owned(),
-                ))
-            }
-            // `apply_patch` writes every file its edits name: judged as a write of each.
-            (_, "apply_patch") => {
-                let paths = written_paths(call);
-                let reason = if !self.restricted && paths.iter().any(|p| outside(&self.workspace, p)) {
-                    "writes outside the workspace"
-                } else if paths.iter().any(|p| control_file(&self.workspace, p).is_some()) {
-                    "changes a file that shapes every later turn and the scheduled runs"
-                } else {
-                    return None;
-                };
-                Some((
-                    shown(&format!("apply_patch {}", paths.join(", "))),
-                    reason.to_owned(),
-                ))
-            }
-            _ => None,
+    /// What `call` would do and why it needs the user's yes, decided on the effects its tool declares
+    /// ([`nanobot_tools::Tool::effects`]), never on its name; `None` when it runs without asking.
+    fn rate(&self, call: &ToolCall) -> Option<Rating> {
+        let policy = self.settings.policy;
+        if policy == ApprovalPolicy::Off {
+            return None;
         }
+        let effects = self.tools.effects(&call.name, &call.arguments);
+        let real_workspace = std::fs::canonicalize(&self.workspace).ok();
+        let targets: Vec<(&str, WriteTarget)> = effects
+            .writes
+            .iter()
+            .map(|p| (p.as_str(), WriteTarget::of(&self.workspace, p)))
+            .collect();
+        let control: Vec<String> = targets
+            .iter()
+            .filter_map(|(_, t)| t.control(&self.workspace, real_workspace.as_deref()))
+            .collect();
+        let rating = |action: String, reason: &str| Rating {
+            action: shown(&action),
+            reason: reason.to_owned(),
+            control: control.clone(),
+        };
+        match (&effects.runs_code, policy) {
+            (Some(CodeRun::Command(command)), ApprovalPolicy::Always) => {
+                return Some(rating(
+                    command.clone(),
+                    "every command is asked about: tools.exec.approval is \"always\"",
+                ));
+            }
+            (Some(CodeRun::Command(command)), _) => {
+                if let Some(r) = nanobot_tools::builtin::guard::risk(command) {
+                    return Some(rating(command.clone(), &r));
+                }
+            }
+            (Some(CodeRun::Opaque(tool)), ApprovalPolicy::Always) => {
+                return Some(rating(
+                    format!("{tool} {}", call.arguments),
+                    "runs code nanobot cannot read (an MCP server not declared readOnly, or a tool that does not \
+                     declare its effects): tools.exec.approval is \"always\"",
+                ));
+            }
+            // Under `risky`, what the guard would rate risky in any of its string arguments.
+            (Some(CodeRun::Opaque(tool)), _) => {
+                if let Some(r) = string_values(&call.arguments).find_map(nanobot_tools::builtin::guard::risk)
+                {
+                    return Some(rating(format!("{tool} {}", call.arguments), &r));
+                }
+            }
+            // A kind of code this version does not know: asked about wherever code is.
+            (Some(_), ApprovalPolicy::Always) => {
+                return Some(rating(
+                    format!("{} {}", call.name, call.arguments),
+                    "runs code: tools.exec.approval is \"always\"",
+                ));
+            }
+            (Some(_) | None, _) => {}
+        }
+        let writes = || {
+            let all: Vec<&str> = targets.iter().map(|(p, _)| *p).collect();
+            format!("{} {}", call.name, all.join(", "))
+        };
+        if !self.restricted
+            && targets
+                .iter()
+                .any(|(_, t)| t.outside(&self.workspace, real_workspace.as_deref()))
+        {
+            return Some(rating(writes(), "writes outside the workspace"));
+        }
+        if !control.is_empty() {
+            return Some(rating(writes(), CONTROL_REASON));
+        }
+        if policy == ApprovalPolicy::Always
+            && let Some(what) = &effects.schedules
+        {
+            return Some(rating(
+                format!("{} {what}", call.name),
+                "schedules work that runs later, unattended: tools.exec.approval is \"always\"",
+            ));
+        }
+        None
+    }
+}
+
+/// Every string inside `v` (arguments of a tool whose code nanobot cannot read).
+fn string_values(v: &Value) -> Box<dyn Iterator<Item = &str> + '_> {
+    match v {
+        Value::String(s) => Box::new(std::iter::once(s.as_str())),
+        Value::Array(a) => Box::new(a.iter().flat_map(string_values)),
+        Value::Object(o) => Box::new(o.values().flat_map(string_values)),
+        _ => Box::new(std::iter::empty()),
     }
 }
 
@@ -503,14 +614,14 @@ impl AgentHook for ApprovalHook {
     async fn before_execute_tools(&self, batch: &ToolBatch<'_>) -> Result<Vec<Veto>, BoxError> {
         let mut vetoes = Vec::new();
         for call in batch.calls {
-            let Some((action, reason)) = self.rate(call) else {
+            let Some(Rating {
+                action,
+                reason,
+                control,
+            }) = self.rate(call)
+            else {
                 continue;
             };
-            // The control files this call writes (an approved write of them is the user's, not held).
-            let control: Vec<String> = written_paths(call)
-                .into_iter()
-                .filter_map(|p| control_file(&self.workspace, p))
-                .collect();
             let exact = format!("{}\u{0}{}", call.name, call.arguments);
             if self
                 .approvals

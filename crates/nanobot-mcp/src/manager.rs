@@ -425,6 +425,7 @@ impl McpManager {
             timeout: spec.tool_timeout,
             media_dir: self.inner.opts.media_dir.clone(),
             max_chars: self.inner.opts.max_result_chars,
+            declared_read_only: spec.read_only,
         });
         let mut unique = |base: String, raw: String| -> String {
             let name = if taken.contains(&base) {

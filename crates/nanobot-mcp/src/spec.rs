@@ -158,6 +158,9 @@ pub struct ServerSpec {
     /// `enabledTools`: `["*"]` registers everything; otherwise only these tools (raw or wrapped
     /// names), and no resources or prompts.
     pub enabled_tools: Vec<String>,
+    /// `readOnly`: the user declares that the server's tools only read. Otherwise each call of its tools counts
+    /// as running code ([`nanobot_tools::Effects::opaque`]), whatever the server's own annotations say.
+    pub read_only: bool,
 }
 
 /// The raw fields of `tools.mcpServers.<name>` as written by the user. `Debug` shows the names of `env` and
@@ -182,6 +185,8 @@ pub struct RawServer {
     pub tool_timeout: Option<u64>,
     /// `enabledTools` (default `["*"]`).
     pub enabled_tools: Option<Vec<String>>,
+    /// `readOnly` (default false).
+    pub read_only: bool,
 }
 
 impl std::fmt::Debug for RawServer {
@@ -196,6 +201,7 @@ impl std::fmt::Debug for RawServer {
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("tool_timeout", &self.tool_timeout)
             .field("enabled_tools", &self.enabled_tools)
+            .field("read_only", &self.read_only)
             .finish()
     }
 }
@@ -263,6 +269,7 @@ impl ServerSpec {
             transport,
             tool_timeout,
             enabled_tools: raw.enabled_tools.unwrap_or_else(|| vec!["*".to_owned()]),
+            read_only: raw.read_only,
         })
     }
 
@@ -295,6 +302,7 @@ impl ServerSpec {
                 .collect(),
             tool_timeout: Some(cfg.tool_timeout),
             enabled_tools: Some(cfg.enabled_tools.clone()),
+            read_only: cfg.read_only,
         };
         Self::resolve(name, raw)
     }

@@ -24,6 +24,8 @@ pub(crate) struct ServerLink {
     pub(crate) timeout: Duration,
     pub(crate) media_dir: Option<PathBuf>,
     pub(crate) max_chars: usize,
+    /// The user declared the server read-only (`readOnly`).
+    pub(crate) declared_read_only: bool,
 }
 
 impl ServerLink {
@@ -156,6 +158,16 @@ impl Tool for McpTool {
 
     fn read_only(&self) -> bool {
         self.read_only
+    }
+
+    /// A server is a program nanobot cannot read: each call may run code, unless the user declared the server
+    /// read-only (its own `readOnlyHint` is only the server's word; it still orders calls and trims results).
+    fn effects(&self, _args: &Value) -> nanobot_tools::Effects {
+        if self.link.declared_read_only {
+            nanobot_tools::Effects::none()
+        } else {
+            nanobot_tools::Effects::opaque(&self.name)
+        }
     }
 
     async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {

@@ -908,6 +908,10 @@ impl Tool for Restricted {
         self.inner.read_only()
     }
 
+    fn effects(&self, args: &Value) -> nanobot_tools::Effects {
+        self.inner.effects(args)
+    }
+
     async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let path = args
             .get("path")

@@ -106,6 +106,13 @@ impl ToolRegistry {
         self.write().remove(name).map(|e| e.tool.clone())
     }
 
+    /// What a call of `name` with `args` does ([`Tool::effects`]); nothing for a tool that is not registered
+    /// (the call fails without running).
+    pub fn effects(&self, name: &str, args: &serde_json::Value) -> crate::Effects {
+        self.get(name)
+            .map_or_else(crate::Effects::none, |t| t.effects(args))
+    }
+
     /// The tool called `name`.
     pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
         self.read().get(name).map(|e| e.tool.clone())

@@ -547,6 +547,16 @@ pub trait TypedTool: Send + Sync {
         false
     }
 
+    /// See [`Tool::effects`] (same default).
+    fn effects(&self, args: &Value) -> crate::Effects {
+        let _ = args;
+        if self.read_only() {
+            crate::Effects::none()
+        } else {
+            crate::Effects::opaque(self.name())
+        }
+    }
+
     /// Runs the tool with deserialised arguments.
     async fn call(&self, args: Self::Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
 
@@ -575,6 +585,10 @@ impl<T: TypedTool> Tool for T {
 
     fn read_only(&self) -> bool {
         TypedTool::read_only(self)
+    }
+
+    fn effects(&self, args: &Value) -> crate::Effects {
+        TypedTool::effects(self, args)
     }
 
     fn exclusive(&self) -> bool {

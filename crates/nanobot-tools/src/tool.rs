@@ -36,6 +36,19 @@ pub trait Tool: Send + Sync {
         false
     }
 
+    /// What a call with `args` does ([`Effects`]), for the approval gate, which decides on effects and never on
+    /// names. `args` are the model's, before casting; a tool reads what it needs leniently. The default: nothing
+    /// for a [`Tool::read_only`] tool, else [`Effects::opaque`] (it may run code nanobot cannot see), so a tool
+    /// that does not say is asked about wherever running code is.
+    fn effects(&self, args: &Value) -> Effects {
+        let _ = args;
+        if self.read_only() {
+            Effects::none()
+        } else {
+            Effects::opaque(self.name())
+        }
+    }
+
     /// True when the tool must run alone, never beside another tool call (like `exec`).
     fn exclusive(&self) -> bool {
         false
@@ -211,5 +224,98 @@ impl From<String> for ToolOutput {
 impl From<&str> for ToolOutput {
     fn from(text: &str) -> Self {
         Self::text(text)
+    }
+}
+
+/// What one tool call does, as its tool declares it ([`Tool::effects`]). Built with the constructors and the
+/// `with_*` methods; each part is a fact the approval policy can name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Effects {
+    /// Code runs: the command or program as the user would read it, when the tool can show it.
+    pub runs_code: Option<CodeRun>,
+    /// Files it writes, as the model named them (the gate resolves them on disk).
+    pub writes: Vec<String>,
+    /// It reaches the network (a fetch, a search; commands are judged by their code).
+    pub network: bool,
+    /// It schedules unattended work (a cron job, a trigger): what, as the user would read it.
+    pub schedules: Option<String>,
+    /// It sends a message to a chat.
+    pub sends: bool,
+    /// It starts another agent (a subagent).
+    pub starts_agent: bool,
+}
+
+/// Code a call runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CodeRun {
+    /// A command line, shown to the user and rated by the guard.
+    Command(String),
+    /// Code nanobot cannot read (an MCP server's tool, a tool that does not declare its effects), named by the tool.
+    Opaque(String),
+}
+
+impl Effects {
+    /// A call that changes nothing and reaches nothing.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// A call that runs the command line `command`.
+    pub fn command(command: impl Into<String>) -> Self {
+        Self {
+            runs_code: Some(CodeRun::Command(command.into())),
+            ..Self::default()
+        }
+    }
+
+    /// A call that may run code nanobot cannot read, by the tool `tool`.
+    pub fn opaque(tool: impl Into<String>) -> Self {
+        Self {
+            runs_code: Some(CodeRun::Opaque(tool.into())),
+            ..Self::default()
+        }
+    }
+
+    /// A call that writes the files `paths`.
+    pub fn writes<I, S>(paths: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            writes: paths.into_iter().map(Into::into).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// These effects, reaching the network too.
+    pub fn with_network(mut self) -> Self {
+        self.network = true;
+        self
+    }
+
+    /// These effects, scheduling `what` to run unattended too.
+    pub fn with_schedule(mut self, what: impl Into<String>) -> Self {
+        self.schedules = Some(what.into());
+        self
+    }
+
+    /// These effects, sending a message too.
+    pub fn with_send(mut self) -> Self {
+        self.sends = true;
+        self
+    }
+
+    /// These effects, starting another agent too.
+    pub fn with_agent(mut self) -> Self {
+        self.starts_agent = true;
+        self
+    }
+
+    /// True when the call changes nothing and reaches nothing.
+    pub fn is_none(&self) -> bool {
+        *self == Self::default()
     }
 }

@@ -524,6 +524,11 @@ pub struct McpServerConfig {
     /// Tools to expose (`"*"` = all), by the server's tool name or the wrapped `mcp_<server>_<tool>` name.
     #[serde(alias = "enabled_tools", deserialize_with = "string_list")]
     pub enabled_tools: Vec<String>,
+    /// nanobot-rs: the user declares that this server's tools only read (no code runs, nothing changes). Without
+    /// it every call of its tools counts as running code for `tools.exec.approval`, whatever the server claims.
+    /// Not written when false (0.3.5 has no such key).
+    #[serde(alias = "read_only", skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
     /// Keys this version does not model (kept on save).
     #[serde(flatten)]
     pub extra: Extra,
@@ -541,6 +546,7 @@ impl Default for McpServerConfig {
             headers: SecretMap::default(),
             tool_timeout: 30,
             enabled_tools: vec!["*".into()],
+            read_only: false,
             extra: Extra::default(),
         }
     }

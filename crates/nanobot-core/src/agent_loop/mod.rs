@@ -370,6 +370,7 @@ impl AgentLoopBuilder {
         // what would be asked about, and what their tools change in control files is recorded like a turn's.
         let subagent_hooks: crate::subagent::HookFactory = {
             let (approval, approvals, control) = (s.approval.clone(), approvals.clone(), control.clone());
+            let tools = sub_reg.clone();
             let (workspace, restricted) = (s.workspace.clone(), s.restrict_to_workspace);
             Arc::new(move |parent: &str| {
                 let approved = Arc::new(Mutex::new(std::collections::BTreeSet::new()));
@@ -380,6 +381,7 @@ impl AgentLoopBuilder {
                         approvals: approvals.clone(),
                         approver: None,
                         session_key: parent.to_owned(),
+                        tools: tools.clone(),
                         asker: None,
                         workspace: workspace.clone(),
                         restricted,

@@ -175,6 +175,11 @@ impl TypedTool for MyTool {
         "my"
     }
 
+    /// Reading and setting the agent's own runtime settings (`set` is allowed by `tools.my.allowSet`).
+    fn effects(&self, _args: &serde_json::Value) -> nanobot_tools::Effects {
+        nanobot_tools::Effects::none()
+    }
+
     fn description(&self) -> &str {
         "Check your own settings, and (when the owner allows it) change them. check without a key shows them all; \
          with a key (dot-paths such as request.chat_id) one value. set model_preset switches this conversation to a \

@@ -304,6 +304,7 @@ impl LoopInner {
                 approvals: self.approvals.clone(),
                 approver,
                 session_key: key.to_owned(),
+                tools: self.tools.clone(),
                 asker: msg.speaks_for_person().then(|| msg.sender_id.clone()),
                 workspace: self.settings.workspace.clone(),
                 restricted: self.settings.restrict_to_workspace,

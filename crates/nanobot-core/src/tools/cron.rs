@@ -71,6 +71,23 @@ impl TypedTool for CronTool {
         "cron"
     }
 
+    /// Adding a job schedules unattended work (what it will say, as the user would read it); listing and
+    /// removing do not.
+    fn effects(&self, args: &serde_json::Value) -> nanobot_tools::Effects {
+        if args.get("action").and_then(serde_json::Value::as_str) != Some("add") {
+            return nanobot_tools::Effects::none();
+        }
+        let message = args
+            .get("message")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("");
+        let when = ["cron_expr", "every_seconds", "at"]
+            .iter()
+            .find_map(|k| args.get(*k).filter(|v| !v.is_null()).map(|v| format!("{k}={v}")))
+            .unwrap_or_default();
+        nanobot_tools::Effects::none().with_schedule(format!("{when}: {message}"))
+    }
+
     fn description(&self) -> &str {
         "Schedule reminders and recurring tasks. Actions: add (with message and one of every_seconds, cron_expr \
          [+ tz] or at), list, remove (with job_id). Jobs belong to and report back to this chat."

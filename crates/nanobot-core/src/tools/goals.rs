@@ -224,6 +224,10 @@ impl TypedTool for CreateGoalTool {
         "create_goal"
     }
 
+    fn effects(&self, _args: &serde_json::Value) -> nanobot_tools::Effects {
+        nanobot_tools::Effects::none()
+    }
+
     fn description(&self) -> &str {
         "Record the sustained goal of this conversation when the goal guidance asks for it (the user sent \
          /goal). Gather what was discussed into one objective that is self-contained, bounded, safe to repeat \
@@ -304,6 +308,10 @@ impl TypedTool for UpdateGoalTool {
 
     fn name(&self) -> &str {
         "update_goal"
+    }
+
+    fn effects(&self, _args: &serde_json::Value) -> nanobot_tools::Effects {
+        nanobot_tools::Effects::none()
     }
 
     fn description(&self) -> &str {

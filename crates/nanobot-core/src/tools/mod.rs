@@ -224,6 +224,10 @@ impl TypedTool for MessageTool {
         "message"
     }
 
+    fn effects(&self, _args: &serde_json::Value) -> nanobot_tools::Effects {
+        nanobot_tools::Effects::none().with_send()
+    }
+
     fn description(&self) -> &str {
         "Send a message to the user on a chat channel. Use this only to reach a specific chat or to send files; \
          for a normal answer, just reply with text."
@@ -344,6 +348,10 @@ impl TypedTool for SpawnTool {
 
     fn name(&self) -> &str {
         "spawn"
+    }
+
+    fn effects(&self, _args: &serde_json::Value) -> nanobot_tools::Effects {
+        nanobot_tools::Effects::none().with_agent()
     }
 
     fn description(&self) -> &str {

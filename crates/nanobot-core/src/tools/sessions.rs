@@ -290,6 +290,10 @@ impl TypedTool for ListSessionsTool {
         "list_sessions"
     }
 
+    fn effects(&self, _args: &serde_json::Value) -> nanobot_tools::Effects {
+        nanobot_tools::Effects::none()
+    }
+
     fn description(&self) -> &str {
         "List the other saved conversations you can reach, by @handle (for read_session and \
          send_session_message)."
@@ -331,6 +335,10 @@ impl TypedTool for ReadSessionTool {
 
     fn name(&self) -> &str {
         "read_session"
+    }
+
+    fn effects(&self, _args: &serde_json::Value) -> nanobot_tools::Effects {
+        nanobot_tools::Effects::none()
     }
 
     fn description(&self) -> &str {
@@ -407,6 +415,10 @@ impl TypedTool for SearchSessionsTool {
 
     fn name(&self) -> &str {
         "search_sessions"
+    }
+
+    fn effects(&self, _args: &serde_json::Value) -> nanobot_tools::Effects {
+        nanobot_tools::Effects::none()
     }
 
     fn description(&self) -> &str {
@@ -560,6 +572,10 @@ impl TypedTool for SendSessionMessageTool {
 
     fn name(&self) -> &str {
         "send_session_message"
+    }
+
+    fn effects(&self, _args: &serde_json::Value) -> nanobot_tools::Effects {
+        nanobot_tools::Effects::none().with_send()
     }
 
     fn description(&self) -> &str {

@@ -5,6 +5,8 @@
 
 mod agent_loop;
 mod approval;
+#[cfg(all(feature = "cron", feature = "mcp"))] // drives cron jobs and an MCP server
+mod authority;
 #[cfg(feature = "cron")] // also drives cron jobs
 mod chat_rights;
 mod commands;

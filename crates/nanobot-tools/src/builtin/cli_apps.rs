@@ -136,6 +136,30 @@ impl TypedTool for RunCliAppTool {
         "run_cli_app"
     }
 
+    /// The app and its arguments, as a command line (a word is quoted only where it must be).
+    fn effects(&self, args: &serde_json::Value) -> crate::Effects {
+        let name = args
+            .get("name")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("")
+            .trim();
+        let mut line = name.to_owned();
+        for a in args
+            .get("args")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let a = a.as_str().map_or_else(|| a.to_string(), str::to_owned);
+            line.push(' ');
+            let plain = !a.is_empty()
+                && a.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
+            line.push_str(&if plain { a } else { quote(&a) });
+        }
+        crate::Effects::command(line)
+    }
+
     fn description(&self) -> &str {
         &self.description
     }

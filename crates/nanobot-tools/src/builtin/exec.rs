@@ -781,6 +781,10 @@ impl TypedTool for ExecTool {
         "exec"
     }
 
+    fn effects(&self, args: &serde_json::Value) -> crate::Effects {
+        crate::Effects::command(command_of(args))
+    }
+
     fn description(&self) -> &str {
         "Execute a shell command (bash unless shell says otherwise) and return its output and exit code. Prefer \
          read_file/write_file/edit_file over cat/echo/sed, and grep/glob over shell find/grep. Use -y or --yes \

@@ -562,6 +562,15 @@ impl TypedTool for ExecSessionTool {
         "exec_session"
     }
 
+    /// Input written to a running command is code it runs (`bash -s` reads its commands there); reading,
+    /// waiting, closing stdin and ending it are not.
+    fn effects(&self, args: &serde_json::Value) -> crate::Effects {
+        match args.get("input").and_then(serde_json::Value::as_str) {
+            Some(text) if !text.is_empty() => crate::Effects::command(text),
+            _ => crate::Effects::none(),
+        }
+    }
+
     fn description(&self) -> &str {
         "Work with a command exec left running (exec with yield_time_ms returns a session_id): send input, \
          read new output, wait for a text or for the exit, or terminate it."

@@ -304,6 +304,10 @@ impl TypedTool for WriteFileTool {
         "write_file"
     }
 
+    fn effects(&self, args: &serde_json::Value) -> crate::Effects {
+        crate::Effects::writes(path_arg(args))
+    }
+
     fn description(&self) -> &str {
         "Write content to a file at the given path. Creates parent directories if needed and \
          replaces the whole file."
@@ -386,6 +390,10 @@ impl TypedTool for EditFileTool {
 
     fn name(&self) -> &str {
         "edit_file"
+    }
+
+    fn effects(&self, args: &serde_json::Value) -> crate::Effects {
+        crate::Effects::writes(path_arg(args))
     }
 
     fn description(&self) -> &str {
@@ -695,4 +703,11 @@ fn list(root: &OpenedDir, recursive: bool, max: usize, raw: &str) -> Result<Tool
         ));
     }
     Ok(ToolOutput::text(out))
+}
+
+/// The `path` argument of a call, as the model wrote it (none when missing: the call fails before writing).
+pub(crate) fn path_arg(args: &serde_json::Value) -> Option<String> {
+    args.get("path")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned)
 }

@@ -249,6 +249,20 @@ impl TypedTool for ApplyPatchTool {
         "apply_patch"
     }
 
+    /// Every file its edits name (a dry run writes nothing).
+    fn effects(&self, args: &serde_json::Value) -> crate::Effects {
+        if args.get("dry_run").and_then(serde_json::Value::as_bool) == Some(true) {
+            return crate::Effects::none();
+        }
+        crate::Effects::writes(
+            args.get("edits")
+                .and_then(serde_json::Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(crate::builtin::fs::path_arg),
+        )
+    }
+
     fn description(&self) -> &str {
         "Make code edits, across several files in one call: a list of edits, each a file path, an action \
          (replace: swap the one occurrence of old_text for new_text; add: append new_text, creating the file) and \

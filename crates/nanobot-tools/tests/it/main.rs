@@ -3,6 +3,7 @@
 
 mod cli_apps;
 mod confine;
+mod effects;
 mod exec;
 mod exec_sessions;
 mod fs;
