@@ -107,6 +107,37 @@ impl NanobotPaths {
         self.data_dir().join("history").join("cli_history")
     }
 
+    /// Why `workspace` cannot be the workspace, if it cannot: it is the data directory itself (where
+    /// `config.json` holds the keys, beside every chat's sessions), or lies inside one of the data directory's own
+    /// folders (sessions, media, logs, history, pairing). The workspace is where the model reads and writes;
+    /// `~/.nanobot/workspace`, a folder inside the data directory, is the default and fine, and so is a workspace
+    /// containing the data directory (the file tools and exec refuse the data directory within it). Compared on
+    /// the paths as they resolve on disk (links followed), so a link to the data directory is refused too.
+    pub fn workspace_problem(&self, workspace: &Path) -> Option<String> {
+        let data = resolved(&self.data_dir());
+        let ws = resolved(workspace);
+        if ws == data {
+            return Some(format!(
+                "{} is nanobot's data directory, where config.json holds your API keys beside the sessions of every \
+                 chat: the model's file tools and commands would reach them. Use a folder of its own, such as {} \
+                 (the default)",
+                workspace.display(),
+                self.data_dir().join("workspace").display()
+            ));
+        }
+        let first = ws.strip_prefix(&data).ok()?.components().next()?;
+        let first = first.as_os_str().to_string_lossy();
+        DATA_FOLDERS.contains(&first.as_ref()).then(|| {
+            format!(
+                "{} is inside {}, a folder nanobot keeps its own data in: the model's file tools and commands \
+                 would reach it. Use a folder of its own, such as {} (the default)",
+                workspace.display(),
+                self.data_dir().join(first.as_ref()).display(),
+                self.data_dir().join("workspace").display()
+            )
+        })
+    }
+
     /// The workspace directory for the configured value (`agents.defaults.workspace`), `~` expanded; an empty
     /// value means `<data dir>/workspace`.
     pub fn workspace(&self, configured: &str) -> PathBuf {
@@ -114,6 +145,41 @@ impl NanobotPaths {
             self.data_dir().join("workspace")
         } else {
             expand_tilde(configured.trim(), &self.home)
+        }
+    }
+}
+
+/// The data directory's own folders, which can never hold the workspace.
+const DATA_FOLDERS: &[&str] = &[
+    "sessions", "media", "logs", "history", "pairing", "cli-apps", "bridge",
+];
+
+/// `p` as it resolves on disk: `.` and `..` applied on the text, then its longest existing ancestor
+/// canonicalised (links followed) and the missing rest appended.
+fn resolved(p: &Path) -> PathBuf {
+    let mut norm = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                norm.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => norm.push(other),
+        }
+    }
+    let mut missing = Vec::new();
+    let mut cur = norm.clone();
+    loop {
+        if let Ok(mut real) = std::fs::canonicalize(&cur) {
+            real.extend(missing.iter().rev());
+            return real;
+        }
+        match (cur.file_name().map(std::ffi::OsStr::to_os_string), cur.parent()) {
+            (Some(name), Some(parent)) => {
+                missing.push(name);
+                cur = parent.to_path_buf();
+            }
+            _ => return norm,
         }
     }
 }

@@ -34,7 +34,13 @@ pub fn agent_settings(config: &Config, env: &Environment) -> Result<AgentSetting
             ))
         })?,
     };
-    let mut s = AgentSettings::new(paths.workspace(&d.workspace), paths.data_dir(), d.model.clone());
+    let workspace = paths.workspace(&d.workspace);
+    if let Some(problem) = paths.workspace_problem(&workspace) {
+        return Err(RuntimeError::Config(format!(
+            "agents.defaults.workspace: {problem}"
+        )));
+    }
+    let mut s = AgentSettings::new(workspace, paths.data_dir(), d.model.clone());
     s.restrict_to_workspace = config.tools.restrict_to_workspace;
     s.max_session_messages_per_minute = config.tools.max_session_messages_per_minute;
     s.my_enabled = config.tools.my.enable;

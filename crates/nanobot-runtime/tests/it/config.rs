@@ -73,6 +73,43 @@ fn bad_timezone_is_a_clear_error() {
     assert!(err.to_string().contains("agents.defaults.timezone") && err.to_string().contains("Mars/Olympus"));
 }
 
+/// Issue 41: a workspace that would put config.json (the keys) or another chat's sessions in the tools' reach is
+/// refused at start, naming the key and the fix; the default layout and a workspace containing the data
+/// directory are fine.
+#[test]
+fn a_workspace_that_would_expose_the_data_directory_is_refused() {
+    let home = TempHome::new();
+    let data = home.nanobot_dir();
+    std::fs::create_dir_all(data.join("sessions")).unwrap();
+    std::os::unix::fs::symlink(&data, home.home().join("link-to-data")).unwrap();
+    let env = Environment::new(home.home(), HashMap::new());
+    let settings = |ws: &str| {
+        let config: nanobot_config::Config =
+            serde_json::from_value(json!({"agents": {"defaults": {"workspace": ws}}})).unwrap();
+        nanobot_runtime::agent_settings(&config, &env)
+    };
+    for ws in [
+        "~/.nanobot",
+        "~/.nanobot/",
+        "~/.nanobot/workspace/..",
+        "~/link-to-data",
+        "~/.nanobot/sessions/x",
+    ] {
+        let err = settings(ws).unwrap_err().to_string();
+        assert!(err.contains("agents.defaults.workspace"), "{ws}: {err}");
+        assert!(err.contains(".nanobot/workspace (the default)"), "{ws}: {err}");
+    }
+    for ws in [
+        "",
+        "~/.nanobot/workspace",
+        "~/.nanobot/my-notes",
+        "~",
+        "~/elsewhere",
+    ] {
+        assert!(settings(ws).is_ok(), "{ws}: {:?}", settings(ws).err());
+    }
+}
+
 #[tokio::test]
 async fn memory_is_wired_compact_summarises_and_memory_reaches_the_prompt() {
     nanobot_providers::install_ring();
