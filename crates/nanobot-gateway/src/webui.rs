@@ -67,6 +67,9 @@ async fn read_optional(path: PathBuf) -> Result<String, WebSocketError> {
     }
 }
 
+/// Session metadata naming the websocket client a chat belongs to (nanobot-rs; 0.3.5 keeps it untouched).
+const CHAT_OWNER_KEY: &str = "websocket_owner";
+
 #[async_trait]
 impl WebUiStore for GatewayWebUiStore {
     async fn sessions(&self) -> Result<Vec<SessionSummary>, WebSocketError> {
@@ -133,6 +136,31 @@ impl WebUiStore for GatewayWebUiStore {
             })
             .await
             .map_err(store_err("session"))
+    }
+
+    async fn chat_owner(&self, key: &str) -> Result<nanobot_websocket::ChatOwner, WebSocketError> {
+        use nanobot_websocket::ChatOwner;
+        if !self.sessions.exists(key).await.map_err(store_err("session"))? {
+            return Ok(ChatOwner::Nobody);
+        }
+        let meta = self.sessions.metadata(key).await.map_err(store_err("session"))?;
+        Ok(match meta.get(CHAT_OWNER_KEY).and_then(Value::as_str) {
+            Some(client) => ChatOwner::Client(client.to_owned()),
+            None => ChatOwner::Unrecorded,
+        })
+    }
+
+    async fn set_chat_owner(&self, key: &str, client: &str) -> Result<(), WebSocketError> {
+        let client = Value::String(client.to_owned());
+        let set = move |h: &mut nanobot_sessions::SessionHeader| {
+            h.metadata.insert(CHAT_OWNER_KEY.into(), client);
+        };
+        if self.sessions.exists(key).await.map_err(store_err("session"))? {
+            self.sessions.update_header(key, set).await.map(drop)
+        } else {
+            self.sessions.append_with_header(key, Vec::new(), set).await
+        }
+        .map_err(store_err("session"))
     }
 
     async fn delete(&self, key: &str) -> Result<bool, WebSocketError> {

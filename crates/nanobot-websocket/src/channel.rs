@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::protocol::{self, Inbound, control, is_valid_chat_id};
 use crate::settings::Listen;
-use crate::store::WebUiStore;
+use crate::store::{ChatOwner, WebUiStore};
 use crate::tokens::TokenStore;
 use crate::{NAME, WebSocketError, WebSocketSettings, media};
 
@@ -44,6 +44,10 @@ struct Hub {
     next: u64,
     conns: HashMap<u64, Conn>,
     subs: HashMap<String, HashSet<u64>>,
+    /// The client each chat belongs to (known in this process: claimed here, or read from the store).
+    owners: HashMap<String, String>,
+    /// Chats whose owner this process has recorded in the store (or read from it).
+    recorded: HashSet<String>,
 }
 
 impl Hub {
@@ -84,10 +88,24 @@ impl Hub {
 /// What a connection proved at the handshake.
 #[derive(Debug, Clone)]
 pub(crate) struct Peer {
+    /// The client it is: bound by its token when the token was issued for a client, else as declared.
     pub(crate) client_id: String,
     pub(crate) remote: Option<SocketAddr>,
     /// Authenticated as the WebUI (bootstrap token or trusted proxy): may use `webui_request`.
     pub(crate) trusted: bool,
+    /// Whose chats it may attach and send to.
+    pub(crate) identity: Identity,
+}
+
+/// Who a connection is, as far as chats are concerned: decided at the handshake from what it proved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Identity {
+    /// The WebUI (bootstrap token) or a trusted proxy's user: the machine's owner, who reaches every chat.
+    Owner,
+    /// A client, by name: the `client_id` its token was issued for, one name for every holder of the static
+    /// token, a name of its own for an unbound issued token, or (with no token configured, where nothing is
+    /// proved) the `client_id` it declares.
+    Client(String),
 }
 
 pub(crate) struct Inner {
@@ -387,6 +405,9 @@ where
             },
         );
         hub.attach(id, &default_chat);
+        if let Identity::Client(me) = &peer.identity {
+            hub.owners.insert(default_chat.clone(), me.clone());
+        }
         id
     };
     let ping_every = inner.settings.ping_interval;
@@ -470,6 +491,76 @@ impl Connection<'_> {
         lock(&self.inner().hub).attach(self.id, chat);
     }
 
+    /// A chat this connection has just made (a new id): its client owns it.
+    fn claim_new(&self, chat: &str) {
+        if let Identity::Client(me) = &self.peer.identity {
+            lock(&self.inner().hub).owners.insert(chat.to_owned(), me.clone());
+        }
+    }
+
+    /// Whether this connection may attach to and send into `chat`: the owner reaches every chat; a client
+    /// reaches the chats it owns, and claims a chat nobody has (an id no session holds yet). A chat whose session
+    /// exists without a recorded client (made before chats had owners) is the owner's alone. The ownership is
+    /// recorded in the chat's session (`websocket_owner`) with its first message, so it outlives restarts.
+    async fn may_use(&self, chat: &str) -> bool {
+        let Identity::Client(me) = &self.peer.identity else {
+            return true;
+        };
+        if let Some(owner) = lock(&self.inner().hub).owners.get(chat) {
+            return owner == me;
+        }
+        let key = format!("{NAME}:{chat}");
+        let recorded = match &self.inner().store {
+            Some(store) => match store.chat_owner(&key).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(error = %e, "websocket: cannot read a chat's owner; refusing");
+                    return false;
+                }
+            },
+            None => ChatOwner::Nobody,
+        };
+        let mut hub = lock(&self.inner().hub);
+        // Another connection may have claimed it meanwhile: the first claim holds.
+        if let Some(owner) = hub.owners.get(chat) {
+            return owner == me;
+        }
+        match recorded {
+            ChatOwner::Client(owner) => {
+                let mine = &owner == me;
+                hub.owners.insert(chat.to_owned(), owner);
+                hub.recorded.insert(chat.to_owned());
+                mine
+            }
+            ChatOwner::Unrecorded => false,
+            ChatOwner::Nobody => {
+                hub.owners.insert(chat.to_owned(), me.clone());
+                true
+            }
+        }
+    }
+
+    /// Records in the store that this connection's client owns `chat` (before its first message is published).
+    async fn record_owner(&self, chat: &str) {
+        let (Identity::Client(me), Some(store)) = (&self.peer.identity, &self.inner().store) else {
+            return;
+        };
+        if lock(&self.inner().hub).recorded.contains(chat) {
+            return;
+        }
+        match store.set_chat_owner(&format!("{NAME}:{chat}"), me).await {
+            Ok(()) => {
+                lock(&self.inner().hub).recorded.insert(chat.to_owned());
+            }
+            Err(e) => tracing::warn!(error = %e, "websocket: cannot record a chat's owner"),
+        }
+    }
+
+    /// The refusal of `chat` to a client that does not own it (the same answer whether or not it exists).
+    fn refuse(&self, chat: &str) {
+        self.reply("error", json!({"detail": "access_denied", "chat_id": chat}));
+    }
+
     async fn handle(&mut self, raw: &str) {
         match protocol::parse(raw) {
             Inbound::Ignore => {}
@@ -490,6 +581,7 @@ impl Connection<'_> {
         match kind.as_str() {
             "new_temporary_chat" => {
                 let chat = uuid::Uuid::new_v4().to_string();
+                self.claim_new(&chat);
                 self.attach(&chat);
                 if let Some(c) = lock(&self.inner().hub).conns.get_mut(&self.id) {
                     c.temporary.insert(chat.clone());
@@ -500,13 +592,18 @@ impl Connection<'_> {
             "fork_chat" => self.fork(&env).await,
             "new_chat" => {
                 let chat = uuid::Uuid::new_v4().to_string();
+                self.claim_new(&chat);
                 self.attach(&chat);
                 self.reply("attached", json!({"chat_id": chat}));
             }
             "attach" => match env.get("chat_id").and_then(Value::as_str) {
                 Some(chat) if is_valid_chat_id(chat) => {
-                    self.attach(chat);
-                    self.reply("attached", json!({"chat_id": chat}));
+                    if self.may_use(chat).await {
+                        self.attach(chat);
+                        self.reply("attached", json!({"chat_id": chat}));
+                    } else {
+                        self.refuse(chat);
+                    }
                 }
                 _ => self.reply("error", json!({"detail": "invalid chat_id"})),
             },
@@ -540,7 +637,7 @@ impl Connection<'_> {
             }
             base
         };
-        if !self.inner().allow.allows(&self.peer.client_id) {
+        if !self.inner().allow.allows(&self.peer.client_id) || !self.may_use(&chat).await {
             self.reply("error", with(reject, json!({"detail": "access_denied"})));
             return;
         }
@@ -613,6 +710,7 @@ impl Connection<'_> {
         if let Some(r) = self.peer.remote {
             meta.insert("remote".into(), json!(r.to_string()));
         }
+        self.record_owner(chat).await;
         let mut msg = InboundMessage::new(NAME, self.peer.client_id.clone(), chat, content)
             .with_streaming(self.inner().settings.streaming);
         msg.media = media;
@@ -672,6 +770,10 @@ impl Connection<'_> {
             self.reply("error", json!({"detail": "invalid before_user_index"}));
             return;
         };
+        if !self.may_use(source).await {
+            self.refuse(source);
+            return;
+        }
         let Some(store) = self.inner().store.clone() else {
             self.reply("error", json!({"detail": "session_manager_unavailable"}));
             return;
@@ -696,6 +798,8 @@ impl Connection<'_> {
             self.reply("error", json!({"detail": "fork_chat_failed"}));
             return;
         }
+        self.claim_new(&chat);
+        self.record_owner(&chat).await;
         self.attach(&chat);
         self.reply("attached", json!({"chat_id": chat, "forked_from": source}));
     }

@@ -54,7 +54,7 @@ pub use settings::{
     DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_PORT, DEFAULT_TOKEN_TTL_S, Listen, TlsFiles, TrustedProxy,
     TrustedProxyAuthConfig, WebSocketConfig, WebSocketSettings,
 };
-pub use store::{SessionSummary, WebUiStore};
+pub use store::{ChatOwner, SessionSummary, WebUiStore};
 
 /// The channel's name on the bus (session keys are `websocket:<chat_id>`, as in 0.3.5).
 pub const NAME: &str = "websocket";

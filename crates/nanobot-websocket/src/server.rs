@@ -14,7 +14,7 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig as WsConfig};
 use tokio_util::sync::CancellationToken;
 
-use crate::channel::{Inner, Peer, serve_connection};
+use crate::channel::{Identity, Inner, Peer, serve_connection};
 use crate::settings::{Listen, is_loopback_host};
 use crate::store::WebUiStore;
 use crate::tokens::{Audience, ct_eq};
@@ -273,7 +273,12 @@ async fn handle(State(app): State<App>, req: Request) -> Response {
     }
 }
 
-/// `GET tokenIssuePath`: a one-time client token (0.3.5: `{"token", "expires_in"}`).
+/// The principal of every connection that presented the configured static `token`.
+const STATIC_TOKEN_CLIENT: &str = "static-token";
+
+/// `GET tokenIssuePath`: a one-time client token (0.3.5: `{"token", "expires_in"}`). With `?client_id=NAME`
+/// (nanobot-rs) the token is bound to that client: the connection it opens is that client, owns that client's
+/// chats, and may not declare another `client_id`.
 fn issue(app: &App, req: &Request) -> Response {
     let s = &app.inner.settings;
     if !s.token_issue_secret.is_empty() && !app.secret_presented(req.headers()) {
@@ -284,7 +289,10 @@ fn issue(app: &App, req: &Request) -> Response {
             "websocket: tokenIssuePath is set without tokenIssueSecret: anyone who reaches it gets tokens"
         );
     }
-    match app.inner.tokens.issue(s.token_ttl, Audience::Client) {
+    let client = query(req.uri(), "client_id")
+        .map(|c| c.trim().chars().take(128).collect::<String>())
+        .filter(|c| !c.is_empty());
+    match app.inner.tokens.issue(s.token_ttl, Audience::Client(client)) {
         Some(t) => json_response(
             StatusCode::OK,
             &json!({"token": t, "expires_in": s.token_ttl.as_secs()}),
@@ -454,25 +462,35 @@ async fn upgrade(app: App, mut req: Request) -> Response {
     let s = &app.inner.settings;
     let raw_client = query(req.uri(), "client_id").unwrap_or_default();
     let client_id: String = raw_client.trim().chars().take(128).collect();
-    if !app.inner.allow.allows(&client_id) {
-        return text(StatusCode::FORBIDDEN, "Forbidden\n");
-    }
     let supplied = query(req.uri(), "token").filter(|t| !t.is_empty());
-    let mut trusted = false;
+    // Who the connection is, from what it proved; never from what it declares when it proved something.
+    let mut identity = None;
+    let mut bound_client = None;
     if app.proxy_authenticated(&req) {
-        trusted = true;
+        identity = Some(Identity::Owner);
     } else {
-        let issued = |t: &str| app.inner.tokens.take(t);
         let static_ok =
             !s.token.is_empty() && supplied.as_deref().is_some_and(|t| ct_eq(t, s.token.expose()));
-        let audience = if static_ok {
-            None
-        } else {
-            supplied.as_deref().and_then(issued)
-        };
-        trusted = trusted || audience == Some(Audience::WebUi);
-        let authed = static_ok || audience.is_some();
-        if (!s.token.is_empty() || s.requires_token) && !authed {
+        if static_ok {
+            // Everyone holding the configured token is one principal: they share their chats (not the WebUI's).
+            identity = Some(Identity::Client(STATIC_TOKEN_CLIENT.to_owned()));
+        } else if let Some(audience) = supplied.as_deref().and_then(|t| app.inner.tokens.take(t)) {
+            identity = Some(match audience {
+                Audience::WebUi => Identity::Owner,
+                Audience::Client(Some(bound)) => {
+                    if !client_id.is_empty() && client_id != bound {
+                        return text(StatusCode::FORBIDDEN, "client_id does not match the token\n");
+                    }
+                    bound_client = Some(bound.clone());
+                    Identity::Client(bound)
+                }
+                // An unbound token is a client of its own: its chats are nobody else's.
+                Audience::Client(None) => {
+                    Identity::Client(format!("unbound-token:{}", uuid::Uuid::new_v4().simple()))
+                }
+            });
+        }
+        if (!s.token.is_empty() || s.requires_token) && identity.is_none() {
             return text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
         }
     }
@@ -482,15 +500,22 @@ async fn upgrade(app: App, mut req: Request) -> Response {
     if header_str(req.headers(), "sec-websocket-version") != Some("13") {
         return text(StatusCode::UPGRADE_REQUIRED, "WebSocket version 13 required\n");
     }
-    let client_id = if client_id.is_empty() {
-        format!("anon-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
-    } else {
-        client_id
+    let client_id = match bound_client {
+        Some(bound) => bound,
+        None if client_id.is_empty() => format!("anon-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+        None => client_id,
     };
+    // `allowFrom` names clients: the one the token is bound to, else the one declared.
+    if !app.inner.allow.allows(&client_id) {
+        return text(StatusCode::FORBIDDEN, "Forbidden\n");
+    }
+    // Without any token configured, nothing is proved: the declared client is who the connection is.
+    let identity = identity.unwrap_or_else(|| Identity::Client(client_id.clone()));
     let peer = Peer {
+        trusted: identity == Identity::Owner,
         client_id,
         remote: req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0),
-        trusted,
+        identity,
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
     let max = s.max_message_bytes;

@@ -47,8 +47,32 @@ pub trait WebUiStore: Send + Sync {
     async fn settings(&self) -> Result<Value, WebSocketError> {
         Err(WebSocketError::Unsupported("show settings"))
     }
+    /// Which client owns the chat of session `key` ([`ChatOwner`]). The default says nobody (chats are then
+    /// claimed per process only).
+    async fn chat_owner(&self, key: &str) -> Result<ChatOwner, WebSocketError> {
+        let _ = key;
+        Ok(ChatOwner::Nobody)
+    }
+    /// Records that `client` owns the chat of session `key` (creating its record if the session is new). The
+    /// default records nothing.
+    async fn set_chat_owner(&self, key: &str, client: &str) -> Result<(), WebSocketError> {
+        let _ = (key, client);
+        Ok(())
+    }
     /// The slash commands: `(name, description)`.
     fn commands(&self) -> Vec<(String, String)> {
         Vec::new()
     }
+}
+
+/// Who owns a websocket chat, as the store knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ChatOwner {
+    /// No session holds the chat yet: the first client to use it claims it.
+    Nobody,
+    /// The session exists and names no client (made before chats had owners): the machine's owner's alone.
+    Unrecorded,
+    /// This client.
+    Client(String),
 }

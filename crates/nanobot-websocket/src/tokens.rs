@@ -12,10 +12,11 @@ use rand::RngCore as _;
 pub(crate) const MAX_TOKENS: usize = 10_000;
 
 /// Who a token was issued for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Audience {
-    /// A programmatic client (`tokenIssuePath`).
-    Client,
+    /// A programmatic client (`tokenIssuePath`), bound to the `client_id` the issuing request named, if any: the
+    /// connection is that client, whatever `client_id` it declares later.
+    Client(Option<String>),
     /// The WebUI page (`/webui/bootstrap`): may use `webui_request`.
     WebUi,
 }
@@ -107,7 +108,11 @@ mod tests {
         assert!(t.starts_with("nbwt_") && t.len() > 40);
         assert_eq!(s.take(&t), Some(Audience::WebUi));
         assert_eq!(s.take(&t), None, "a token works once");
-        let old = s.issue(Duration::ZERO, Audience::Client).unwrap();
+        let bound = s
+            .issue(Duration::from_secs(60), Audience::Client(Some("a".into())))
+            .unwrap();
+        assert_eq!(s.take(&bound), Some(Audience::Client(Some("a".into()))));
+        let old = s.issue(Duration::ZERO, Audience::Client(None)).unwrap();
         assert_eq!(s.take(&old), None, "expired");
         assert_eq!(s.take("nbwt_forged"), None);
         let api = s.issue_api(Duration::from_secs(60)).unwrap();

@@ -12,7 +12,8 @@ use futures::{SinkExt as _, StreamExt as _};
 use nanobot_bus::{Bus, InProcessBus, InboundMessage, OutboundKind, OutboundMessage};
 use nanobot_channels::Channel;
 use nanobot_websocket::{
-    SessionSummary, WebSocketChannel, WebSocketConfig, WebSocketError, WebSocketSettings, WebUiStore,
+    ChatOwner, SessionSummary, WebSocketChannel, WebSocketConfig, WebSocketError, WebSocketSettings,
+    WebUiStore,
 };
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
@@ -45,6 +46,8 @@ struct FakeStore {
     deleted: tokio::sync::watch::Sender<Vec<String>>,
     /// Sessions created (forks).
     created: std::sync::Mutex<Vec<(String, Vec<Value>)>>,
+    /// Recorded chat owners, by session key (`websocket:abc` exists with none recorded).
+    owners: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 #[async_trait]
@@ -86,6 +89,20 @@ impl WebUiStore for FakeStore {
     }
     async fn memory(&self) -> Result<String, WebSocketError> {
         Ok("# Memory\n- likes tea".into())
+    }
+    async fn chat_owner(&self, key: &str) -> Result<ChatOwner, WebSocketError> {
+        Ok(match self.owners.lock().unwrap().get(key) {
+            Some(c) => ChatOwner::Client(c.clone()),
+            None if key == "websocket:legacy" => ChatOwner::Unrecorded,
+            None => ChatOwner::Nobody,
+        })
+    }
+    async fn set_chat_owner(&self, key: &str, client: &str) -> Result<(), WebSocketError> {
+        self.owners
+            .lock()
+            .unwrap()
+            .insert(key.to_owned(), client.to_owned());
+        Ok(())
     }
     async fn history(&self, _limit: usize) -> Result<Vec<Value>, WebSocketError> {
         Ok(vec![json!({"summary": "talked about tea"})])
@@ -338,10 +355,17 @@ async fn two_connections_keep_their_chats_apart() {
         (chat_b.as_str(), "plain hello")
     );
 
-    // A second tab attaching to A's chat receives its events too.
+    // B cannot attach A's chat; a second tab of A's can, and receives its events too.
     send(&mut b, json!({"type": "attach", "chat_id": chat_a})).await;
     assert_eq!(
         next_event(&mut b).await,
+        json!({"event": "error", "detail": "access_denied", "chat_id": chat_a})
+    );
+    let mut a2 = connect(r.addr, "client_id=a", &[]).await.unwrap();
+    next_event(&mut a2).await;
+    send(&mut a2, json!({"type": "attach", "chat_id": chat_a})).await;
+    assert_eq!(
+        next_event(&mut a2).await,
         json!({"event": "attached", "chat_id": chat_a})
     );
     r.channel
@@ -349,7 +373,146 @@ async fn two_connections_keep_their_chats_apart() {
         .await
         .unwrap();
     assert_eq!(next_event(&mut a).await["text"], "to both");
-    assert_eq!(next_event(&mut b).await["text"], "to both");
+    assert_eq!(next_event(&mut a2).await["text"], "to both");
+}
+
+/// Issues a token bound to `client` (`?client_id=`).
+async fn token_for(r: &Running, client: &str) -> String {
+    let v: Value = http()
+        .get(format!("http://{}/auth/token?client_id={client}", r.addr))
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["token"].as_str().unwrap().to_owned()
+}
+
+/// Issue 41: a chat belongs to the client that made it, as its token proves; another client with its own valid
+/// token cannot attach it, send into it, fork it or claim its name, and a token bound to one client cannot speak
+/// as another. The owner's own reconnection (a new token for the same client) reaches it again.
+#[tokio::test]
+async fn chats_belong_to_the_client_their_token_names() {
+    let r = start(json!({"tokenIssuePath": "/auth/token", "tokenIssueSecret": "s3cret"})).await;
+    let mut alice = connect(r.addr, &format!("token={}", token_for(&r, "alice").await), &[])
+        .await
+        .unwrap();
+    let ready = next_event(&mut alice).await;
+    assert_eq!(ready["client_id"], "alice", "the token names the client");
+    let chat = ready["chat_id"].as_str().unwrap().to_owned();
+    send(
+        &mut alice,
+        json!({"type": "message", "chat_id": chat, "content": "canary-7"}),
+    )
+    .await;
+    let msg = inbound(&r.bus).await;
+    assert_eq!(
+        (msg.sender_id.as_str(), msg.content.as_str()),
+        ("alice", "canary-7")
+    );
+    // Alice also names a chat herself: it is hers too.
+    send(
+        &mut alice,
+        json!({"type": "message", "chat_id": "alice-notes", "content": "mine"}),
+    )
+    .await;
+    assert_eq!(inbound(&r.bus).await.chat_id, "alice-notes");
+
+    // A token bound to mallory cannot declare itself alice.
+    let mallory_token = token_for(&r, "mallory").await;
+    assert_eq!(
+        connect(r.addr, &format!("client_id=alice&token={mallory_token}"), &[])
+            .await
+            .err(),
+        Some(403)
+    );
+    let mut mallory = connect(r.addr, &format!("token={}", token_for(&r, "mallory").await), &[])
+        .await
+        .unwrap();
+    next_event(&mut mallory).await;
+    let denied = |c: &str| json!({"event": "error", "detail": "access_denied", "chat_id": c});
+    for target in [chat.as_str(), "alice-notes"] {
+        send(&mut mallory, json!({"type": "attach", "chat_id": target})).await;
+        assert_eq!(next_event(&mut mallory).await, denied(target));
+        send(
+            &mut mallory,
+            json!({"type": "message", "chat_id": target, "content": "what was the canary?"}),
+        )
+        .await;
+        assert_eq!(next_event(&mut mallory).await, denied(target));
+        send(
+            &mut mallory,
+            json!({"type": "fork_chat", "source_chat_id": target, "before_user_index": 1}),
+        )
+        .await;
+        assert_eq!(next_event(&mut mallory).await, denied(target));
+    }
+    // A chat from before chats had owners is the WebUI's alone.
+    send(&mut mallory, json!({"type": "attach", "chat_id": "legacy"})).await;
+    assert_eq!(next_event(&mut mallory).await, denied("legacy"));
+    // An unbound token is a client of its own.
+    let unbound = issued_token(&r, "s3cret").await;
+    let mut anon = connect(r.addr, &format!("client_id=alice&token={unbound}"), &[])
+        .await
+        .unwrap();
+    next_event(&mut anon).await;
+    send(&mut anon, json!({"type": "attach", "chat_id": chat})).await;
+    assert_eq!(next_event(&mut anon).await, denied(&chat));
+    // Control: mallory's own chat works, and nothing mallory sent reached the agent.
+    send(
+        &mut mallory,
+        json!({"type": "message", "chat_id": "m-1", "content": "hello"}),
+    )
+    .await;
+    let msg = inbound(&r.bus).await;
+    assert_eq!(
+        (msg.sender_id.as_str(), msg.chat_id.as_str(), msg.content.as_str()),
+        ("mallory", "m-1", "hello")
+    );
+
+    // Alice reconnects with a new token: her chat (recorded in the store) is hers again.
+    drop(alice);
+    let mut again = connect(r.addr, &format!("token={}", token_for(&r, "alice").await), &[])
+        .await
+        .unwrap();
+    next_event(&mut again).await;
+    send(&mut again, json!({"type": "attach", "chat_id": chat})).await;
+    assert_eq!(
+        next_event(&mut again).await,
+        json!({"event": "attached", "chat_id": chat})
+    );
+    assert_eq!(
+        r.store
+            .owners
+            .lock()
+            .unwrap()
+            .get(&format!("websocket:{chat}"))
+            .map(String::as_str),
+        Some("alice")
+    );
+    // The WebUI (the machine's owner) reaches every chat.
+    let boot: Value = http()
+        .get(format!("http://{}/webui/bootstrap", r.addr))
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut ui = connect(r.addr, &format!("token={}", boot["token"].as_str().unwrap()), &[])
+        .await
+        .unwrap();
+    next_event(&mut ui).await;
+    for target in [chat.as_str(), "legacy"] {
+        send(&mut ui, json!({"type": "attach", "chat_id": target})).await;
+        assert_eq!(
+            next_event(&mut ui).await,
+            json!({"event": "attached", "chat_id": target})
+        );
+    }
 }
 
 #[tokio::test]
