@@ -102,6 +102,9 @@ pub struct RunSpec {
     pub budget: Option<ContextBudget>,
     /// Where tools run; its `cancel` token stops the run.
     pub tool_context: ToolContext,
+    /// Registered tools not offered to the model in this run (they cannot work here: the goal tools outside a
+    /// goal). A call of one anyway still reaches the tool, which refuses what it cannot do.
+    pub hidden_tools: Vec<String>,
 }
 
 impl RunSpec {
@@ -116,6 +119,7 @@ impl RunSpec {
             reasoning_effort: None,
             budget: None,
             tool_context,
+            hidden_tools: Vec::new(),
         }
     }
 }
@@ -283,6 +287,7 @@ impl AgentRunner {
             reasoning_effort,
             budget,
             tool_context,
+            hidden_tools,
         } = spec;
         let turn_start = messages.len();
         let mut messages = messages;
@@ -305,7 +310,8 @@ impl AgentRunner {
             if cancel.is_cancelled() {
                 return tally.finish(messages, String::new(), StopReason::Cancelled, None);
             }
-            let tool_specs = self.tools.definitions();
+            let mut tool_specs = self.tools.definitions();
+            tool_specs.retain(|t| !hidden_tools.contains(&t.name));
             let mut request_messages = messages.clone();
             request_messages.extend(extra.iter().cloned());
             if let Some(b) = &budget {

@@ -345,6 +345,14 @@ impl LoopInner {
         let s = &self.settings;
         let mut spec = RunSpec::new(messages, &choice.model, ctx);
         spec.max_iterations = s.max_tool_iterations;
+        // The goal tools only where they work: `create_goal` in a `/goal` turn, `update_goal` with a goal active
+        // (or being set). Offered elsewhere, small models call them and are refused (issue 50).
+        if !opts.goal {
+            spec.hidden_tools.push("create_goal".to_owned());
+            if !crate::tools::goal_active(&metadata) {
+                spec.hidden_tools.push("update_goal".to_owned());
+            }
+        }
         spec.max_tokens = Some(choice.max_tokens);
         spec.temperature = choice.temperature;
         spec.reasoning_effort = choice.reasoning_effort.clone();

@@ -190,6 +190,9 @@ fn objective_text(objective: &str) -> Result<String, ToolError> {
     Ok(text.to_owned())
 }
 
+/// The longest recap `update_goal` takes (0.3.5's limit).
+const MAX_RECAP_CHARS: usize = 8000;
+
 fn summary_text(summary: Option<&str>) -> String {
     summary
         .unwrap_or_default()
@@ -205,10 +208,11 @@ fn summary_text(summary: Option<&str>) -> String {
 pub struct CreateGoalArgs {
     /// The objective this session works toward: self-contained, bounded, safe to repeat, and clear about when
     /// it is done (it may gather a plan from the conversation).
-    #[schemars(length(min = 1, max = 4000))]
+    // Lengths are checked in the call, not declared: a local server building a grammar from the schema (as
+    // llama-cpp-python does) crashes on limits of thousands of characters.
     pub objective: String,
     /// An optional one-line label for lists and logs; nothing depends on it.
-    #[schemars(length(max = 120), extend("nullable" = true))]
+    #[schemars(extend("nullable" = true))]
     pub ui_summary: Option<String>,
 }
 
@@ -288,13 +292,13 @@ pub struct UpdateGoalArgs {
     /// What to do with the active goal.
     pub action: GoalAction,
     /// A short, honest recap for the user (expected for complete, cancel and block).
-    #[schemars(length(max = 8000), extend("nullable" = true))]
+    #[schemars(extend("nullable" = true))]
     pub recap: Option<String>,
     /// The new objective; only for action 'replace'.
-    #[schemars(length(max = 4000), extend("nullable" = true))]
+    #[schemars(extend("nullable" = true))]
     pub objective: Option<String>,
     /// An optional one-line label for the new objective.
-    #[schemars(length(max = 120), extend("nullable" = true))]
+    #[schemars(extend("nullable" = true))]
     pub ui_summary: Option<String>,
 }
 
@@ -325,6 +329,11 @@ impl TypedTool for UpdateGoalTool {
             return Ok(ToolOutput::text("No active goal to update."));
         };
         let recap = args.recap.as_deref().unwrap_or_default().trim().to_owned();
+        if recap.chars().count() > MAX_RECAP_CHARS {
+            return Err(ToolError::InvalidArguments(format!(
+                "recap must be at most {MAX_RECAP_CHARS} characters"
+            )));
+        }
         if args.action == GoalAction::Replace {
             if !may_set_goal(ctx) {
                 return Err(ToolError::Failed(REPLACE_REFUSED.into()));

@@ -313,15 +313,27 @@ impl TypedTool for ListSessionsTool {
     }
 }
 
+/// The longest `query` the session tools take, and the longest `session_key` (0.3.5's limits, checked in the call:
+/// declared in a schema they crash local servers that build a grammar from it).
+const MAX_QUERY_CHARS: usize = 500;
+const MAX_KEY_CHARS: usize = 512;
+
+fn check_len(name: &str, value: &str, max: usize) -> Result<(), ToolError> {
+    if value.chars().count() > max {
+        return Err(ToolError::InvalidArguments(format!(
+            "{name} must be at most {max} characters"
+        )));
+    }
+    Ok(())
+}
+
 /// Arguments of `read_session` (0.3.5's parameters).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct ReadSessionArgs {
     /// The session: an @handle from list_sessions, or a session_key from search_sessions.
-    #[schemars(length(min = 1, max = 512))]
     pub session_key: String,
     /// Only messages containing this text (a literal substring, any case); omit for the newest messages.
-    #[schemars(length(max = 500))]
     pub query: Option<String>,
 }
 
@@ -348,6 +360,8 @@ impl TypedTool for ReadSessionTool {
 
     async fn call(&self, args: ReadSessionArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let query = args.query.as_deref().map(str::trim).unwrap_or_default();
+        check_len("query", query, MAX_QUERY_CHARS)?;
+        check_len("session_key", &args.session_key, MAX_KEY_CHARS)?;
         if matches!(query, "*" | ".*") {
             return Err(ToolError::InvalidArguments(
                 "query is a literal substring: '*' and '.*' do not mean everything; omit query to read the \
@@ -401,7 +415,6 @@ impl TypedTool for ReadSessionTool {
 #[schemars(deny_unknown_fields)]
 pub struct SearchSessionsArgs {
     /// Text to find in conversation titles or in user and assistant messages.
-    #[schemars(length(min = 1, max = 500))]
     pub query: String,
 }
 
@@ -429,6 +442,7 @@ impl TypedTool for SearchSessionsTool {
 
     async fn call(&self, args: SearchSessionsArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let query = args.query.trim();
+        check_len("query", query, MAX_QUERY_CHARS)?;
         if query.is_empty() {
             return Err(ToolError::InvalidArguments("query must not be empty".into()));
         }

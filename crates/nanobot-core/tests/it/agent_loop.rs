@@ -553,6 +553,31 @@ fn with_nulls(schema: &serde_json::Value) -> serde_json::Value {
     }
 }
 
+/// The schema keywords in `schema` that local servers' grammar builders cannot take (`maxLength`, `pattern`),
+/// property names aside.
+fn grammar_unfriendly(schema: &serde_json::Value) -> Vec<String> {
+    use serde_json::Value;
+    let mut found = Vec::new();
+    match schema {
+        Value::Object(o) => {
+            for (k, v) in o {
+                if k == "properties" {
+                    for p in v.as_object().into_iter().flat_map(|m| m.values()) {
+                        found.extend(grammar_unfriendly(p));
+                    }
+                } else if k == "maxLength" || (k == "pattern" && v.is_string()) {
+                    found.push(format!("{k}={v}"));
+                } else {
+                    found.extend(grammar_unfriendly(v));
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|v| found.extend(grammar_unfriendly(v))),
+        _ => {}
+    }
+    found
+}
+
 /// Models with strict schemas send `null` for every parameter they omit: each tool the agent offers accepts it,
 /// its schema declares no `default: null`, and the agent's own tools are nullable and defaulted as in 0.3.5.
 #[tokio::test]
@@ -585,6 +610,10 @@ async fn every_tool_of_the_agent_accepts_null_for_its_optional_parameters() {
         }
         let text = spec.parameters.to_string();
         assert!(!text.contains("\"default\":null"), "{}: {text}", spec.name);
+        // Issue 50: no limit a local server's grammar builder cannot take (llama-cpp-python crashed on a
+        // `maxLength` of 4,000); lengths are checked when the call runs.
+        let found = grammar_unfriendly(&spec.parameters);
+        assert!(found.is_empty(), "{}: {found:?} in {text}", spec.name);
     }
     // The agent's own tools, nullable and defaulted where 0.3.5 declares them, nowhere else.
     let own = [

@@ -41,6 +41,13 @@ async fn only_a_goal_turn_records_a_goal_and_later_turns_see_it_until_it_is_clos
     ))
     .await;
     assert_eq!(run.next_reply().await.content, "cannot");
+    // Issue 50: neither goal tool is offered where it cannot work (a small model calls what it is offered).
+    let offered = |i: usize| mock.requests()[i].tool_names();
+    assert!(
+        !offered(0).iter().any(|n| n.ends_with("_goal")),
+        "{:?}",
+        offered(0)
+    );
     assert!(
         last_result(&mock).contains("/goal <task>"),
         "{}",
@@ -78,6 +85,7 @@ async fn only_a_goal_turn_records_a_goal_and_later_turns_see_it_until_it_is_clos
         "{goal_turn:.300}"
     );
     assert!(goal_turn.contains("/goal write the report"));
+    assert!(offered(2).contains(&"create_goal".to_owned()), "{:?}", offered(2));
     let goal = &store.metadata("telegram:7").await.unwrap()[GOAL_STATE_KEY];
     assert_eq!(goal["status"], "active");
     assert_eq!(goal["objective"], "report.md has sections A, B and C");
@@ -98,6 +106,11 @@ async fn only_a_goal_turn_records_a_goal_and_later_turns_see_it_until_it_is_clos
     assert_eq!(run.next_reply().await.content, "Done.");
     let reqs = mock.requests();
     let later = reqs[reqs.len() - 3].body.to_string();
+    let later_tools = reqs[reqs.len() - 3].tool_names();
+    assert!(
+        later_tools.contains(&"update_goal".to_owned()) && !later_tools.contains(&"create_goal".to_owned()),
+        "with a goal active: update_goal, not create_goal: {later_tools:?}"
+    );
     assert!(
         later.contains("Goal (active):") && later.contains("report.md has sections A, B and C"),
         "{later:.600}"
@@ -125,6 +138,12 @@ async fn only_a_goal_turn_records_a_goal_and_later_turns_see_it_until_it_is_clos
     assert_eq!(last_result(&mock), "No active goal to update.");
     let reqs = mock.requests();
     assert!(!reqs[reqs.len() - 2].body.to_string().contains("Goal (active)"));
+    assert!(
+        !reqs[reqs.len() - 2]
+            .tool_names()
+            .iter()
+            .any(|n| n.ends_with("_goal"))
+    );
 }
 
 #[tokio::test]
