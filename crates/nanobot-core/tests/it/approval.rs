@@ -8,13 +8,7 @@ use nanobot_core::{AgentLoop, ApprovalPolicy, ApprovalSettings, TurnOptions};
 use nanobot_testkit::{MockLlm, MockReply, TempHome};
 use serde_json::json;
 
-use crate::common::{Running, provider, settings};
-
-fn gated(home: &TempHome, mock: &MockLlm, policy: ApprovalPolicy, timeout: Duration) -> AgentLoop {
-    let mut s = settings(home);
-    s.approval = ApprovalSettings::new(policy, timeout);
-    AgentLoop::new(provider(mock), s).unwrap()
-}
+use crate::common::{Running, gated, provider, settings};
 
 /// Waits for the question on the bus and returns its id.
 async fn question(run: &Running) -> String {

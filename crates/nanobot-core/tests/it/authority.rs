@@ -9,13 +9,7 @@ use nanobot_core::{AgentLoop, ApprovalPolicy, ApprovalSettings};
 use nanobot_testkit::{MockLlm, MockReply, TempHome};
 use serde_json::json;
 
-use crate::common::{Running, provider, settings};
-
-fn gated(home: &TempHome, mock: &MockLlm, policy: ApprovalPolicy, timeout: Duration) -> AgentLoop {
-    let mut s = settings(home);
-    s.approval = ApprovalSettings::new(policy, timeout);
-    AgentLoop::new(provider(mock), s).unwrap()
-}
+use crate::common::{Running, gated, provider, settings};
 
 /// A cron job bound to telegram chat 1's session, whose turn says `message`.
 fn bound_cron_job(id: &str, message: &str) -> nanobot_cron::CronJob {

@@ -34,6 +34,18 @@ pub(crate) fn settings(home: &TempHome) -> AgentSettings {
     s
 }
 
+/// An agent whose approval gate asks under `policy`, waiting `timeout` for an answer.
+pub(crate) fn gated(
+    home: &TempHome,
+    mock: &MockLlm,
+    policy: nanobot_core::ApprovalPolicy,
+    timeout: std::time::Duration,
+) -> AgentLoop {
+    let mut s = settings(home);
+    s.approval = nanobot_core::ApprovalSettings::new(policy, timeout);
+    AgentLoop::new(provider(mock), s).unwrap()
+}
+
 pub(crate) fn agent(home: &TempHome, mock: &MockLlm) -> AgentLoop {
     AgentLoop::new(provider(mock), settings(home)).unwrap()
 }

@@ -187,8 +187,13 @@ async fn inbound(bus: &InProcessBus) -> InboundMessage {
 }
 
 async fn issued_token(r: &Running, secret: &str) -> String {
+    issue(r, secret, "").await
+}
+
+/// A token from the issue route (`query` appended to it, e.g. `?client_id=alice`).
+async fn issue(r: &Running, secret: &str, query: &str) -> String {
     let v: Value = http()
-        .get(format!("http://{}/auth/token", r.addr))
+        .get(format!("http://{}/auth/token{query}", r.addr))
         .bearer_auth(secret)
         .send()
         .await
@@ -378,16 +383,7 @@ async fn two_connections_keep_their_chats_apart() {
 
 /// Issues a token bound to `client` (`?client_id=`).
 async fn token_for(r: &Running, client: &str) -> String {
-    let v: Value = http()
-        .get(format!("http://{}/auth/token?client_id={client}", r.addr))
-        .bearer_auth("s3cret")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    v["token"].as_str().unwrap().to_owned()
+    issue(r, "s3cret", &format!("?client_id={client}")).await
 }
 
 /// Issue 41: a chat belongs to the client that made it, as its token proves; another client with its own valid
@@ -493,15 +489,7 @@ async fn chats_belong_to_the_client_their_token_names() {
         Some("alice")
     );
     // The WebUI (the machine's owner) reaches every chat.
-    let boot: Value = http()
-        .get(format!("http://{}/webui/bootstrap", r.addr))
-        .bearer_auth("s3cret")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let boot = bootstrap_with(&r, "s3cret").await;
     let mut ui = connect(r.addr, &format!("token={}", boot["token"].as_str().unwrap()), &[])
         .await
         .unwrap();
@@ -876,14 +864,16 @@ async fn a_client_that_answers_pings_stays_connected() {
 }
 
 async fn bootstrap(r: &Running) -> Value {
-    http()
-        .get(format!("http://{}/webui/bootstrap", r.addr))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    bootstrap_with(r, "").await
+}
+
+/// `/webui/bootstrap`'s answer, sending `secret` as the bearer token when it is not empty.
+async fn bootstrap_with(r: &Running, secret: &str) -> Value {
+    let mut req = http().get(format!("http://{}/webui/bootstrap", r.addr));
+    if !secret.is_empty() {
+        req = req.bearer_auth(secret);
+    }
+    req.send().await.unwrap().json().await.unwrap()
 }
 
 #[tokio::test]
