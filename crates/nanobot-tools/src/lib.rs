@@ -54,7 +54,7 @@ pub use settings::{
     ExecSandbox, ExecSettings, FsSettings, RegistrySettings, SearchProvider, SearchSettings, Secret,
     WebSettings,
 };
-pub use tool::{CodeRun, Effects, Extensions, Tool, ToolContext, ToolOutput};
+pub use tool::{CodeRun, Effects, Extensions, HiddenPaths, Tool, ToolContext, ToolOutput};
 
 /// Installs ring as the process's rustls crypto provider (needed before building a `reqwest`
 /// client); a no-op when one is installed already.

@@ -60,6 +60,12 @@ pub enum SandboxError {
         /// The data directory.
         data_dir: PathBuf,
     },
+    /// The path leads into a folder this call may not reach (another conversation's or person's memory).
+    #[error("Path {path} is in another conversation's memory, which this conversation's tools cannot reach")]
+    Hidden {
+        /// The path as the model gave it.
+        path: String,
+    },
     /// A regular file with more than one hard link, refused where it could lead outside.
     #[error(
         "Path {path} is a hard-linked file ({links} names); it is not read or written through \
@@ -113,6 +119,9 @@ pub struct Sandbox {
     read_roots: Vec<PathBuf>,
     home: Option<PathBuf>,
     data_dir: Option<PathBuf>,
+    /// Folders this call may not reach, and folders inside them it may ([`crate::HiddenPaths`]).
+    hidden: Vec<PathBuf>,
+    shown: Vec<PathBuf>,
 }
 
 /// What `Sandbox::locate` found: a verified handle of the parent directory and the final name in it.
@@ -145,6 +154,8 @@ pub struct OpenedDir {
 pub struct Fence {
     data: Option<FileId>,
     allowed: Vec<FileId>,
+    /// Folders of this call's [`crate::HiddenPaths`]: never entered, refused in an ancestry.
+    hidden: Vec<FileId>,
     restrict: bool,
     data_dev: Option<u64>,
 }
@@ -157,7 +168,7 @@ impl Fence {
         match rustix::fs::fstat(dir) {
             Ok(st) => {
                 let id = (st.st_dev as u64, st.st_ino as u64);
-                self.allowed.contains(&id) || self.data != Some(id)
+                self.allowed.contains(&id) || (self.data != Some(id) && !self.hidden.contains(&id))
             }
             Err(_) => false,
         }
@@ -239,6 +250,22 @@ impl Sandbox {
             read_roots: Vec::new(),
             home: None,
             data_dir: None,
+            hidden: Vec::new(),
+            shown: Vec::new(),
+        }
+    }
+
+    /// This sandbox for one call: with the folders the call's context hides ([`crate::HiddenPaths`]), else as it
+    /// is.
+    pub fn for_call(self: &std::sync::Arc<Self>, ctx: &crate::ToolContext) -> std::sync::Arc<Self> {
+        match ctx.extensions.get::<crate::HiddenPaths>() {
+            Some(h) if !h.hidden.is_empty() => {
+                let mut s = Self::clone(self);
+                s.hidden = h.hidden.clone();
+                s.shown = h.shown.clone();
+                std::sync::Arc::new(s)
+            }
+            _ => self.clone(),
         }
     }
 
@@ -369,11 +396,15 @@ impl Sandbox {
         let id = |p: &Path| std::fs::metadata(p).ok().map(|m| ((m.dev(), m.ino()), m.dev()));
         let mut allowed: Vec<FileId> = id(&self.workspace_real).map(|(i, _)| i).into_iter().collect();
         allowed.extend(self.read_roots.iter().filter_map(|r| id(r).map(|(i, _)| i)));
+        // A shown folder inside a hidden one is reached through its own identity, met first on the way up.
+        allowed.extend(self.shown.iter().filter_map(|r| id(r).map(|(i, _)| i)));
+        let hidden = self.hidden.iter().filter_map(|h| id(h).map(|(i, _)| i)).collect();
         let data = self.data_dir.as_deref().and_then(id);
         Fence {
             data: data.map(|(i, _)| i),
             data_dev: data.map(|(_, d)| d),
             allowed,
+            hidden,
             restrict: self.restrict,
         }
     }
@@ -482,6 +513,9 @@ impl Sandbox {
             if fence.allowed.contains(&id) {
                 return Ok(());
             }
+            if fence.hidden.contains(&id) {
+                return Err(SandboxError::Hidden { path: raw.to_owned() });
+            }
             if fence.data == Some(id) {
                 return Err(SandboxError::DataDir {
                     path: raw.to_owned(),
@@ -550,9 +584,10 @@ impl Sandbox {
             };
             match self.check_ancestry(raw, &parent, fence) {
                 Ok(()) => {}
-                Err(e @ SandboxError::DataDir { .. }) => {
-                    // The path may name an allowed root itself (the workspace, or a read root) whose parent is the
-                    // data directory (the default `~/.nanobot/workspace`): that root is reached, not its parent.
+                Err(e @ (SandboxError::DataDir { .. } | SandboxError::Hidden { .. })) => {
+                    // The path may name an allowed root itself (the workspace, a read root, or a folder shown inside
+                    // a hidden one) whose parent is the data directory (the default `~/.nanobot/workspace`) or
+                    // hidden: that root is reached, not its parent.
                     let root = name.as_deref().and_then(|n| allowed_child(&parent, n, fence));
                     let Some(root) = root else { return Err(e) };
                     return Ok(Located {

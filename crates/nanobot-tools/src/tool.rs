@@ -319,3 +319,24 @@ impl Effects {
         *self == Self::default()
     }
 }
+
+/// Folders one call must not reach, and folders inside them it may: a [`ToolContext`] extension the agent sets
+/// per turn (under a divided memory scope, `memory/scopes/` is hidden and the turn's own scope shown). The file
+/// tools refuse paths into a hidden folder and their walks skip it ([`crate::sandbox::Sandbox::for_call`]);
+/// `exec` covers it with an empty tmpfs and binds the shown folders back (under the namespace sandbox; Landlock
+/// cannot hide a folder inside the workspace it grants). Absolute paths.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HiddenPaths {
+    /// Folders the call must not reach.
+    pub hidden: Vec<PathBuf>,
+    /// Folders inside them it may reach.
+    pub shown: Vec<PathBuf>,
+}
+
+impl HiddenPaths {
+    /// `hidden` folders, with `shown` ones inside them reachable.
+    pub fn new(hidden: Vec<PathBuf>, shown: Vec<PathBuf>) -> Self {
+        Self { hidden, shown }
+    }
+}

@@ -62,3 +62,32 @@ impl LoopInner {
         }
     }
 }
+
+/// What the tools of a turn in `scope` must not reach: every divided memory (`memory/scopes/`) but the turn's own
+/// ([`nanobot_tools::HiddenPaths`]). Its own folder is created if missing (beneath the workspace handle, so a link
+/// planted on the way is not followed) and shown only when it and its parents are real folders of the workspace.
+/// `None` for the shared memory.
+pub(crate) fn scope_confinement(
+    workspace: &std::path::Path,
+    scope: &ScopeKey,
+) -> Option<nanobot_tools::HiddenPaths> {
+    if scope.is_shared() {
+        return None;
+    }
+    let rel = scope.dir();
+    if let Err(e) = nanobot_util::ConfinedDir::new(workspace).create_dir_all(&rel) {
+        tracing::debug!(dir = %rel.display(), error = %e, "cannot create the turn's memory folder");
+    }
+    let scopes = rel.parent().map(|p| workspace.join(p))?;
+    let own = workspace.join(&rel);
+    let real_dir = |p: &std::path::Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+    let shown = if rel
+        .ancestors()
+        .all(|a| a.as_os_str().is_empty() || real_dir(&workspace.join(a)))
+    {
+        vec![own]
+    } else {
+        Vec::new()
+    };
+    Some(nanobot_tools::HiddenPaths::new(vec![scopes], shown))
+}

@@ -252,6 +252,10 @@ impl LoopInner {
         ctx.extensions.insert(info.clone());
         // `memory_search` reads the turn's memory scope from here.
         ctx.extensions.insert(scope.clone());
+        // A divided memory is divided where files open too: the other scopes are out of the tools' reach.
+        if let Some(hidden) = super::memory_scope::scope_confinement(&self.settings.workspace, scope) {
+            ctx.extensions.insert(hidden);
+        }
 
         let mut hooks: Vec<Arc<dyn AgentHook>> = self.hooks.clone();
         hooks.push(Arc::new(self.usage.clone()));

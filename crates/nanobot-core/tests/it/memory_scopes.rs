@@ -199,3 +199,75 @@ async fn shared_memory_is_the_python_nanobots() {
     let header = &session_lines(&run.agent, "telegram:111")[0];
     assert!(header["metadata"].get(MEMORY_SCOPE_KEY).is_none(), "{header}");
 }
+
+/// Issue 41: a divided memory is divided where files open, not only in the prompt. Under `per-user`, Alice's turn
+/// cannot read Bob's or the group's memory with `read_file`, list the scopes, find them with `grep`, or `cat`
+/// them with `exec` (the namespace sandbox covers them); her own memory stays reachable (the control).
+#[tokio::test]
+async fn another_scope_is_out_of_reach_of_the_file_tools_and_exec() {
+    let home = TempHome::new();
+    let alice = MemoryScope::PerUser.resolve("telegram", "111", "111", Some(false));
+    let bob = MemoryScope::PerUser.resolve("telegram", "222", "222", Some(false));
+    let group = MemoryScope::PerUser.resolve("telegram", "-100", "111", Some(true));
+    for (scope, text) in [
+        (&alice, "ALICE-SECRET: surprise party\n"),
+        (&bob, "BOB-FACT: likes chess\n"),
+        (&group, "GROUP-FACT: picnic\n"),
+    ] {
+        scoped(&home, scope).write_memory(text).unwrap();
+    }
+    let file = |s: &ScopeKey| format!("{}/MEMORY.md", s.dir().display());
+    let mock = MockLlm::start().await;
+    let run = Running::start(agent(&home, &mock, MemoryScope::PerUser));
+    for call in [
+        json!({"name": "read_file", "args": {"path": file(&bob)}}),
+        json!({"name": "read_file", "args": {"path": file(&group)}}),
+        json!({"name": "list_dir", "args": {"path": "memory/scopes"}}),
+        json!({"name": "grep", "args": {"pattern": "FACT"}}),
+        json!({"name": "read_file", "args": {"path": file(&alice)}}),
+        json!({"name": "grep", "args": {"pattern": "SECRET", "path": alice.dir().display().to_string()}}),
+    ] {
+        mock.push(MockReply::tool_call(
+            call["name"].as_str().unwrap(),
+            call["args"].clone(),
+        ));
+    }
+    mock.push(MockReply::text("done"));
+    run.send(dm("111", "what do the others remember?")).await;
+    assert_eq!(run.next_reply().await.content, "done");
+    let results: Vec<String> = mock
+        .completion_requests()
+        .last()
+        .unwrap()
+        .tool_results()
+        .into_iter()
+        .map(|r| r.content)
+        .collect();
+    let [bob_read, group_read, listed, grepped, own_read, own_grep] = results.as_slice() else {
+        panic!("{results:?}")
+    };
+    for refused in [bob_read, group_read, listed] {
+        assert!(refused.contains("another conversation's memory"), "{refused}");
+    }
+    assert!(
+        !grepped.contains("BOB-FACT") && !grepped.contains("GROUP-FACT"),
+        "{grepped}"
+    );
+    assert!(own_read.contains("ALICE-SECRET"), "{own_read}");
+    assert!(own_grep.contains("ALICE-SECRET"), "{own_grep}");
+
+    // exec: under the namespace sandbox (bubblewrap) the other scopes are an empty folder.
+    if nanobot_testkit::peers::require("bwrap", nanobot_testkit::peers::which("bwrap")).is_none() {
+        return;
+    }
+    mock.push(MockReply::tool_call(
+        "exec",
+        json!({"command": format!("cat {} {} {}", file(&bob), file(&group), file(&alice))}),
+    ));
+    mock.push(MockReply::text("done"));
+    run.send(dm("111", "cat them")).await;
+    assert_eq!(run.next_reply().await.content, "done");
+    let out = mock.last_request().unwrap().tool_results().pop().unwrap().content;
+    assert!(!out.contains("BOB-FACT") && !out.contains("GROUP-FACT"), "{out}");
+    assert!(out.contains("ALICE-SECRET"), "{out}");
+}

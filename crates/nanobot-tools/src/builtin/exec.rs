@@ -83,6 +83,8 @@ pub(crate) struct Prepared {
     cwd: PathBuf,
     timeout: Duration,
     max_output: usize,
+    /// The folders the call's context hides ([`crate::HiddenPaths`]).
+    hidden: Option<crate::HiddenPaths>,
 }
 
 /// A command started in the sandbox: the child, its process group (killed when this is dropped), what keeps a
@@ -254,14 +256,21 @@ impl ExecTool {
         }
     }
 
-    fn view(&self, private_tmp: PathBuf) -> FsView {
+    /// What a call sees; `call_hidden` are the folders its context hides ([`crate::HiddenPaths`]).
+    fn view(&self, private_tmp: PathBuf, call_hidden: Option<&crate::HiddenPaths>) -> FsView {
+        let mut hidden = hidden_paths(&self.settings, self.sandbox.workspace_real());
+        let mut read_write = real_existing(&self.settings.extra_writable);
+        if let Some(h) = call_hidden {
+            hidden.extend(real_existing(&h.hidden));
+            read_write.extend(real_existing(&h.shown));
+        }
         FsView {
             workspace: self.sandbox.workspace_real().to_path_buf(),
             private_tmp,
             restrict: self.settings.restrict_to_workspace,
             read_only: real_existing(&self.settings.extra_readable),
-            read_write: real_existing(&self.settings.extra_writable),
-            hidden: hidden_paths(&self.settings, self.sandbox.workspace_real()),
+            read_write,
+            hidden,
             network: self.settings.network,
         }
     }
@@ -320,6 +329,7 @@ impl ExecTool {
             cwd,
             timeout,
             max_output,
+            hidden: None,
         }))
     }
 
@@ -330,7 +340,7 @@ impl ExecTool {
         let shell = p.shell.clone();
         let backend = self.backend().map_err(ToolError::Failed)?;
         let k = kernel_support();
-        let view = self.view(self.private_tmp()?);
+        let view = self.view(self.private_tmp()?, p.hidden.as_ref());
         let mut argv: Vec<std::ffi::OsString> = Vec::new();
         let tmpdir = match &backend {
             Backend::Bwrap(bwrap) => {
@@ -806,10 +816,11 @@ impl TypedTool for ExecTool {
 
     async fn call(&self, args: ExecArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let yield_ms = args.yield_time_ms;
-        let prepared = match self.prepare(args)? {
+        let mut prepared = match self.prepare(args)? {
             Ok(p) => p,
             Err(blocked) => return Ok(blocked),
         };
+        prepared.hidden = ctx.extensions.get::<crate::HiddenPaths>().cloned();
         if let Some(ms) = yield_ms {
             return self.start_session(prepared, ms, ctx).await;
         }

@@ -122,7 +122,7 @@ impl TypedTool for ReadFileTool {
         true
     }
 
-    async fn call(&self, args: ReadFileArgs, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    async fn call(&self, args: ReadFileArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         if args.pages.is_some() {
             return Ok(ToolOutput::error(
                 "Error: reading PDF pages is not supported here yet; convert the document to text with exec (for \
@@ -135,7 +135,7 @@ impl TypedTool for ReadFileTool {
                 args.path
             )));
         }
-        let sandbox = self.sandbox.clone();
+        let sandbox = self.sandbox.for_call(ctx);
         let raw = args.path.clone();
         let read = blocking(move || read_blocking(&sandbox, &raw)).await?;
         let (bytes, len) = match read {
@@ -313,9 +313,9 @@ impl TypedTool for WriteFileTool {
          replaces the whole file."
     }
 
-    async fn call(&self, args: WriteFileArgs, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    async fn call(&self, args: WriteFileArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let len = args.content.len();
-        let path = write_atomic(&self.sandbox, &args.path, args.content.into_bytes()).await?;
+        let path = write_atomic(&self.sandbox.for_call(ctx), &args.path, args.content.into_bytes()).await?;
         Ok(ToolOutput::text(format!(
             "Successfully wrote {len} bytes to {}",
             display_path(&self.sandbox, &path)
@@ -401,11 +401,11 @@ impl TypedTool for EditFileTool {
          once, choose one with occurrence or line_hint, or set replace_all=true (the three exclude each other)."
     }
 
-    async fn call(&self, args: EditFileArgs, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    async fn call(&self, args: EditFileArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         if args.old_text.is_empty() {
             return Err(ToolError::InvalidArguments("old_text must not be empty".into()));
         }
-        let sandbox = self.sandbox.clone();
+        let sandbox = self.sandbox.for_call(ctx);
         let raw = args.path.clone();
         let (content, path) = blocking(move || {
             use std::io::Read as _;
@@ -463,7 +463,7 @@ impl TypedTool for EditFileTool {
         for &start in selected.iter().rev() {
             updated.replace_range(start..start + args.old_text.len(), &args.new_text);
         }
-        write_atomic(&self.sandbox, &args.path, updated.into_bytes()).await?;
+        write_atomic(&self.sandbox.for_call(ctx), &args.path, updated.into_bytes()).await?;
         Ok(ToolOutput::text(if selected.len() > 1 {
             format!("Successfully edited {shown} ({} replacements)", selected.len())
         } else {
@@ -626,7 +626,7 @@ impl TypedTool for ListDirTool {
         true
     }
 
-    async fn call(&self, args: ListDirArgs, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    async fn call(&self, args: ListDirArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let raw = if args.path.trim().is_empty() {
             ".".to_owned()
         } else {
@@ -634,7 +634,7 @@ impl TypedTool for ListDirTool {
         };
         let max = args.max_entries.unwrap_or(200) as usize;
         let recursive = args.recursive.unwrap_or(false);
-        let sandbox = self.sandbox.clone();
+        let sandbox = self.sandbox.for_call(ctx);
         blocking(move || {
             let dir = match sandbox.open_dir(&raw) {
                 Ok(Opened::Dir(d)) => d,

@@ -270,13 +270,13 @@ impl TypedTool for ApplyPatchTool {
          checks and summarises without writing. Use edit_file for a single small replacement."
     }
 
-    async fn call(&self, args: ApplyPatchArgs, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    async fn call(&self, args: ApplyPatchArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         if args.edits.is_empty() || args.edits.len() > MAX_PATCH_EDITS {
             return Err(ToolError::InvalidArguments(format!(
                 "edits must hold 1 to {MAX_PATCH_EDITS} edits"
             )));
         }
-        let sandbox = self.sandbox.clone();
+        let sandbox = self.sandbox.for_call(ctx);
         let dry_run = args.dry_run.unwrap_or(false);
         blocking(move || {
             let planned = match plan(&sandbox, &args.edits) {

@@ -231,14 +231,14 @@ impl TypedTool for GlobTool {
         true
     }
 
-    async fn call(&self, args: GlobArgs, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    async fn call(&self, args: GlobArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let pattern = args.pattern.trim().trim_start_matches("./").to_owned();
         let matcher = if pattern.contains('/') {
             compile_glob(&pattern, true)?
         } else {
             compile_glob(&format!("**/{pattern}"), true)?
         };
-        let sandbox = self.sandbox.clone();
+        let sandbox = self.sandbox.for_call(ctx);
         let raw = args.path.clone();
         blocking(move || {
             let root = match open_root(&sandbox, raw.as_deref())? {
@@ -418,7 +418,7 @@ impl TypedTool for GrepTool {
         true
     }
 
-    async fn call(&self, args: GrepArgs, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    async fn call(&self, args: GrepArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         if args.pages.is_some() {
             return Ok(ToolOutput::error(
                 "Error: searching PDF pages is not supported here yet; convert the document to text with exec \
@@ -440,7 +440,7 @@ impl TypedTool for GrepTool {
         let before = args.context_before.map_or(ctx_n, |n| n as usize);
         let after = args.context_after.map_or(ctx_n, |n| n as usize);
         let (limit, skip) = paging(args.head_limit, args.offset, GREP_DEFAULT_HEAD_LIMIT);
-        let sandbox = self.sandbox.clone();
+        let sandbox = self.sandbox.for_call(ctx);
         let pattern = args.pattern.clone();
         let raw = args.path.clone();
         blocking(move || {
@@ -671,7 +671,7 @@ impl TypedTool for FindFilesTool {
         true
     }
 
-    async fn call(&self, args: FindFilesArgs, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    async fn call(&self, args: FindFilesArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let glob = match args.glob.as_deref().map(str::trim).filter(|g| !g.is_empty()) {
             Some(g) => Some(compile_glob(g.trim_start_matches("./"), false)?),
             None => None,
@@ -688,7 +688,7 @@ impl TypedTool for FindFilesTool {
         let include_dirs = args.include_dirs.unwrap_or(false);
         let sort = args.sort.unwrap_or_default();
         let (limit, skip) = paging(args.head_limit, args.offset, FIND_FILES_DEFAULT_LIMIT);
-        let sandbox = self.sandbox.clone();
+        let sandbox = self.sandbox.for_call(ctx);
         let raw = args.path.clone();
         blocking(move || {
             let root = match open_root(&sandbox, raw.as_deref())? {

@@ -537,3 +537,87 @@ async fn searches_past_the_walk_bound_say_they_stopped() {
     let found = r.execute("grep", json!({"pattern": "needle"}), &c).await.text;
     assert!(found.contains("a-needle.txt"), "{found}");
 }
+
+/// A call's `HiddenPaths` (another conversation's memory): the file tools refuse paths into a hidden folder, by
+/// name and through a link, their walks skip it, and a shown folder inside it stays reachable.
+#[tokio::test]
+async fn hidden_folders_are_out_of_reach_and_shown_ones_inside_them_are_not() {
+    let ws = tempfile::tempdir().unwrap();
+    let ws = ws.path().canonicalize().unwrap();
+    std::fs::create_dir_all(ws.join("memory/scopes/mine")).unwrap();
+    std::fs::create_dir_all(ws.join("memory/scopes/theirs")).unwrap();
+    std::fs::write(ws.join("memory/scopes/mine/MEMORY.md"), "MINE-NOTE").unwrap();
+    std::fs::write(ws.join("memory/scopes/theirs/MEMORY.md"), "THEIR-SECRET").unwrap();
+    std::os::unix::fs::symlink("memory/scopes/theirs", ws.join("shortcut")).unwrap();
+    for restrict in [true, false] {
+        let reg = crate::fs_registry(&ws, restrict);
+        let mut ctx = crate::ctx(&ws);
+        ctx.extensions.insert(nanobot_tools::HiddenPaths::new(
+            vec![ws.join("memory/scopes")],
+            vec![ws.join("memory/scopes/mine")],
+        ));
+        let run = |tool: &'static str, args: serde_json::Value| {
+            let (reg, ctx) = (&reg, &ctx);
+            async move { reg.execute(tool, args, ctx).await.text }
+        };
+        for (tool, args) in [
+            ("read_file", json!({"path": "memory/scopes/theirs/MEMORY.md"})),
+            ("read_file", json!({"path": "shortcut/MEMORY.md"})),
+            ("list_dir", json!({"path": "memory/scopes"})),
+            (
+                "write_file",
+                json!({"path": "memory/scopes/theirs/MEMORY.md", "content": "x"}),
+            ),
+            (
+                "write_file",
+                json!({"path": "memory/scopes/new/MEMORY.md", "content": "x"}),
+            ),
+        ] {
+            let out = run(tool, args.clone()).await;
+            assert!(
+                out.contains("another conversation's memory"),
+                "{restrict} {tool} {args}: {out}"
+            );
+        }
+        let grepped = run("grep", json!({"pattern": "SECRET|NOTE"})).await;
+        assert!(!grepped.contains("THEIR-SECRET"), "{grepped}");
+        let found = run("glob", json!({"pattern": "**/MEMORY.md"})).await;
+        assert!(!found.contains("theirs"), "{found}");
+        // The shown folder, by name, for reading, listing, searching and writing.
+        assert!(
+            run("read_file", json!({"path": "memory/scopes/mine/MEMORY.md"}))
+                .await
+                .contains("MINE-NOTE")
+        );
+        assert!(
+            run("list_dir", json!({"path": "memory/scopes/mine"}))
+                .await
+                .contains("MEMORY.md")
+        );
+        assert!(
+            run("grep", json!({"pattern": "NOTE", "path": "memory/scopes/mine"}))
+                .await
+                .contains("MINE-NOTE")
+        );
+        let wrote = run(
+            "write_file",
+            json!({"path": "memory/scopes/mine/MEMORY.md", "content": "MINE-NOTE 2"}),
+        )
+        .await;
+        assert!(wrote.starts_with("Successfully"), "{wrote}");
+        // Without the extension, the same registry reaches everything (the control).
+        let plain = reg
+            .execute(
+                "read_file",
+                json!({"path": "memory/scopes/theirs/MEMORY.md"}),
+                &crate::ctx(&ws),
+            )
+            .await
+            .text;
+        assert!(plain.contains("THEIR-SECRET"), "{plain}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(ws.join("memory/scopes/theirs/MEMORY.md")).unwrap(),
+        "THEIR-SECRET"
+    );
+}
