@@ -126,7 +126,8 @@ impl Leases for NatsLeases {
         tracing::info!(role = %role, holder = %self.holder, "lease taken");
         let lost = CancellationToken::new();
         let release = self.closed.child_token();
-        tokio::spawn(keep(
+        let ended = CancellationToken::new();
+        let keeper = keep(
             self.kv.clone(),
             key,
             self.holder.clone(),
@@ -134,12 +135,22 @@ impl Leases for NatsLeases {
             self.ttl,
             lost.clone(),
             release.clone(),
-        ));
+        );
+        let done = ended.clone();
+        tokio::spawn(async move {
+            keeper.await;
+            done.cancel();
+        });
         if let Role::Channel(name) = &role {
             // The channel's outbound messages come here for as long as the lease is held.
             self.router.serve(name, release.child_token());
         }
-        Ok(Box::new(NatsLease { role, lost, release }))
+        Ok(Box::new(NatsLease {
+            role,
+            lost,
+            release,
+            ended,
+        }))
     }
 
     fn holder(&self) -> &str {
@@ -228,6 +239,8 @@ struct NatsLease {
     role: Role,
     lost: CancellationToken,
     release: CancellationToken,
+    /// Cancelled when the keeper task has ended (after deleting the key on a release).
+    ended: CancellationToken,
 }
 
 impl std::fmt::Debug for NatsLease {
@@ -253,6 +266,12 @@ impl Lease for NatsLease {
 
     async fn lost(&self) {
         self.lost.cancelled().await;
+    }
+
+    /// Deletes the key now and waits for it (the keeper bounds the delete by a third of the lease time).
+    async fn release(self: Box<Self>) {
+        self.release.cancel();
+        self.ended.cancelled().await;
     }
 }
 

@@ -61,4 +61,9 @@ pub trait Lease: Send + Sync + std::fmt::Debug {
     /// Resolves when the lease is lost against this process's will: it could not be renewed in time (the server
     /// was unreachable) and may now be held by another replica. Whoever acts under the lease must stop then.
     async fn lost(&self);
+
+    /// Releases the lease and returns once another replica can take it (bounded by the lease's own timeouts).
+    /// Dropping a lease releases it too, in the background: call this when the next holder may already be waiting
+    /// (the same chat's next API request, say), so it does not wait for the release. The default drops it.
+    async fn release(self: Box<Self>) {}
 }

@@ -310,7 +310,10 @@ async fn chat_inner(st: &ApiState, headers: &HeaderMap, body: &Bytes) -> Respons
             );
         }
     };
-    drop(lease);
+    // Released before the answer goes out: the client's next request may reach another replica at once.
+    if let Some(lease) = lease {
+        lease.release().await;
+    }
     finish_turn(st, &result, in_flight.elapsed());
     match result {
         Ok(reply) => axum::Json(json!({
@@ -495,7 +498,9 @@ fn stream_completion(
         };
         metrics.record_turn(API_CHANNEL, outcome, in_flight.elapsed());
         drop(in_flight);
-        drop(lease);
+        if let Some(lease) = lease {
+            lease.release().await;
+        }
         let _ = done_tx.send(result);
     });
     let state = StreamState {

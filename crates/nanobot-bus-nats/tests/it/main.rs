@@ -338,6 +338,34 @@ async fn one_replica_holds_a_role_and_another_takes_over_when_it_lets_go() -> Re
     Ok(())
 }
 
+/// Issue 42: a released session lease is gone from the bucket when `release` returns, so the chat's next request
+/// on another replica takes it at once (a dropped lease was deleted in the background, after the answer had gone
+/// out, and the next replica retried a quarter of the lease time later).
+#[tokio::test]
+async fn a_released_lease_is_gone_when_release_returns() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let a = NatsBus::connect(settings(&server)).await?;
+    let bucket = lease_bucket(&server).await?;
+    let role = Role::Session("api-client-7".into()); // a key stored as is (others are hashed)
+    let held = acquire(&a, role.clone()).await?;
+    let key = role.key();
+    let entry = bucket.get(&key).await?;
+    assert!(entry.is_some(), "the lease is in the bucket while held");
+    held.release().await;
+    assert_eq!(
+        bucket.get(&key).await?,
+        None,
+        "the key is deleted when release returns"
+    );
+    // And another replica takes it on its first try: the bucket shows it as the holder.
+    let b = NatsBus::connect(settings(&server)).await?;
+    let _again = acquire(&b, role).await?;
+    assert!(bucket.get(&key).await?.is_some());
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_role_whose_holder_died_is_taken_over_after_the_lease_time() -> Result<()> {
     let Some(server) = NatsServer::start().await? else {
