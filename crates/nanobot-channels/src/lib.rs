@@ -45,7 +45,7 @@ pub use download::{Fetched, RemoteMedia};
 pub use error::{ChannelError, server_text};
 pub use format::{markdown_to_slack_mrkdwn, markdown_to_telegram_html, strip_markdown};
 pub use manager::{
-    ChannelHealth, ChannelManager, ChannelState, HealthRegistry, ManagerSettings, RetryPolicy,
+    ChannelHealth, ChannelManager, ChannelState, HealthRegistry, ManagerSettings, MediaRoots, RetryPolicy,
     SupervisorSettings,
 };
 pub use media::{AttachmentError, read_attachment, safe_file_name};

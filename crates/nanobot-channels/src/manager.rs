@@ -1,6 +1,7 @@
 //! [`ChannelManager`]: runs channels under supervisors and delivers outbound messages to them.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -207,6 +208,49 @@ pub struct ChannelManager {
     channels: Vec<Arc<dyn Channel>>,
     settings: ManagerSettings,
     health: HealthRegistry,
+    media: Option<Arc<MediaRoots>>,
+}
+
+/// Where the files an outbound message attaches may come from ([`ChannelManager::with_media_roots`]; `http(s)`
+/// links are not files and pass). A path is
+/// sent when it resolves (links followed) inside an allowed folder more deeply than inside a refused one: with the
+/// workspace and `<data dir>/media` allowed and the data directory refused, a workspace file or a downloaded image
+/// goes out, `config.json` or a session file does not, whoever put the message on the bus.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MediaRoots {
+    allowed: Vec<PathBuf>,
+    refused: Vec<PathBuf>,
+}
+
+impl MediaRoots {
+    /// Files from `allowed` folders, never from `refused` ones (unless inside an allowed folder within them).
+    /// Folders that do not exist are resolved as far as they do.
+    pub fn new(allowed: Vec<PathBuf>, refused: Vec<PathBuf>) -> Self {
+        let real = |p: PathBuf| std::fs::canonicalize(&p).unwrap_or(p);
+        Self {
+            allowed: allowed.into_iter().map(real).collect(),
+            refused: refused.into_iter().map(real).collect(),
+        }
+    }
+
+    /// Whether the file at `path` may be sent.
+    pub fn allows(&self, path: &str) -> bool {
+        let Ok(real) = std::fs::canonicalize(path) else {
+            return false;
+        };
+        let depth = |roots: &[PathBuf]| {
+            roots
+                .iter()
+                .filter(|r| real.starts_with(r))
+                .map(|r| r.components().count())
+                .max()
+        };
+        match (depth(&self.allowed), depth(&self.refused)) {
+            (Some(a), Some(r)) => a > r,
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    }
 }
 
 impl std::fmt::Debug for ChannelManager {
@@ -232,7 +276,15 @@ impl ChannelManager {
             channels: Vec::new(),
             settings,
             health: HealthRegistry::default(),
+            media: None,
         }
+    }
+
+    /// Sends only attachments the `roots` allow; the others are dropped from the message (logged, and the text
+    /// says a file was withheld). Without it every path is sent as given.
+    pub fn with_media_roots(mut self, roots: MediaRoots) -> Self {
+        self.media = Some(Arc::new(roots));
+        self
     }
 
     /// Adds a channel (replacing one with the same name).
@@ -258,6 +310,7 @@ impl ChannelManager {
             channels,
             settings,
             health,
+            media,
         } = self;
         let settings = Arc::new(settings);
         let stop = cancel.child_token();
@@ -288,9 +341,12 @@ impl ChannelManager {
                 msg = bus.consume_outbound() => msg,
             };
             let Some(msg) = msg else { break };
-            let Some(msg) = filter(msg, &settings, &channels) else {
+            let Some(mut msg) = filter(msg, &settings, &channels) else {
                 continue;
             };
+            if let Some(roots) = &media {
+                withhold_media(&mut msg, roots);
+            }
             match queues.get(&msg.channel) {
                 Some(queue) => {
                     if queue.send(msg).await.is_err() {
@@ -305,6 +361,25 @@ impl ChannelManager {
         while workers.join_next().await.is_some() {}
         stop.cancel();
         while tasks.join_next().await.is_some() {}
+    }
+}
+
+/// Drops the attachments of `msg` that `roots` do not allow, saying so in its text.
+fn withhold_media(msg: &mut OutboundMessage, roots: &MediaRoots) {
+    let before = msg.media.len();
+    msg.media.retain(|p| {
+        // A link to a web page or file is the channel's to fetch, not a local file.
+        let ok = p.starts_with("https://") || p.starts_with("http://") || roots.allows(p);
+        if !ok {
+            tracing::warn!(channel = %msg.channel, path = %p, "outbound attachment outside the workspace and the media folders; not sent");
+        }
+        ok
+    });
+    let withheld = before - msg.media.len();
+    if withheld > 0 {
+        msg.content.push_str(&format!(
+            "\n\n({withheld} attached file(s) withheld: only files of the workspace and of nanobot's media folders are sent)"
+        ));
     }
 }
 

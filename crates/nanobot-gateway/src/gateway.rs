@@ -716,7 +716,14 @@ impl Gateway {
 
         let stop_channels = CancellationToken::new();
 
-        let mut manager = ChannelManager::new(ManagerSettings::from_config(&config.channels));
+        // Attachments go out from the workspace and the media folders only, never from elsewhere in the data
+        // directory (config.json, sessions): whoever put the message on the bus (issue 42).
+        let paths = opts.env.paths();
+        let mut manager = ChannelManager::new(ManagerSettings::from_config(&config.channels))
+            .with_media_roots(nanobot_channels::MediaRoots::new(
+                vec![agent.settings().workspace.clone(), paths.media_dir(None)],
+                vec![paths.data_dir()],
+            ));
         let leases = bus.leases();
         for c in channels {
             match &leases {

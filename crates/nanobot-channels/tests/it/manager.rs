@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use nanobot_bus::{Bus, InProcessBus, InboundMessage, OutboundKind, OutboundMessage};
 use nanobot_channels::{
-    Channel, ChannelError, ChannelManager, ChannelState, Heartbeat, ManagerSettings, RetryPolicy,
+    Channel, ChannelError, ChannelManager, ChannelState, Heartbeat, ManagerSettings, MediaRoots, RetryPolicy,
 };
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -348,6 +348,63 @@ async fn buttons_a_channel_cannot_show_are_added_to_the_text() {
         .unwrap();
     assert_eq!(got.content, "Which one?\n\n[Tea] [Coffee]\n[Neither]");
     assert!(!got.metadata.contains_key(nanobot_bus::META_BUTTONS));
+    cancel.cancel();
+    task.await.unwrap();
+}
+
+/// Issue 42: an outbound message (from the agent, or forged on a shared bus) attaches only files of the workspace
+/// and of the media folders; `config.json` or a session file in the data directory is withheld, through a link
+/// too, and the text says so.
+#[tokio::test]
+async fn attachments_come_only_from_the_workspace_and_the_media_folders() {
+    let home = tempfile::tempdir().unwrap();
+    let data = home.path().join(".nanobot");
+    let (ws, media) = (data.join("workspace"), data.join("media"));
+    for d in [&ws, &media.join("telegram"), &data.join("sessions")] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let file = |p: std::path::PathBuf| {
+        std::fs::write(&p, "x").unwrap();
+        p.display().to_string()
+    };
+    let chart = file(ws.join("chart.png"));
+    let photo = file(media.join("telegram/photo.jpg"));
+    let config = file(data.join("config.json"));
+    let session = file(data.join("sessions/a.jsonl"));
+    let outside = file(home.path().join("elsewhere.txt"));
+    std::os::unix::fs::symlink(data.join("config.json"), ws.join("innocent.png")).unwrap();
+    let link = ws.join("innocent.png").display().to_string();
+
+    let (a, mut pa) = fake("alpha", RunMode::Idle);
+    let mut manager = ChannelManager::new(ManagerSettings::new(true, true, 3)).with_media_roots(
+        MediaRoots::new(vec![ws.clone(), media.clone()], vec![data.clone()]),
+    );
+    manager.add(Arc::new(a));
+    let bus = Arc::new(InProcessBus::new(64));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(manager.run(bus.clone(), cancel.clone()));
+    pa.runs.recv().await.unwrap();
+    let mut out = msg("alpha", OutboundKind::Reply, "here you go");
+    let url = "https://example.com/a.png".to_owned();
+    out.media = vec![
+        chart.clone(),
+        photo.clone(),
+        url.clone(),
+        config,
+        session,
+        outside,
+        link,
+        "/nonexistent".into(),
+    ];
+    bus.publish_outbound(out).await.unwrap();
+    let sent = pa.sends.recv().await.unwrap().1.unwrap();
+    assert_eq!(sent.media, [chart, photo, url]);
+    assert!(sent.content.starts_with("here you go"), "{}", sent.content);
+    assert!(
+        sent.content.contains("5 attached file(s) withheld"),
+        "{}",
+        sent.content
+    );
     cancel.cancel();
     task.await.unwrap();
 }
