@@ -150,9 +150,9 @@ impl TokenEstimator {
     }
 
     /// Tokens of one text with the tokenizer (falls back to the heuristic). The cost is bounded whatever the
-    /// text: it is tokenized in pieces of at most [`PIECE_BYTES`] (byte-pair merging slows down more than
-    /// linearly on a long run without spaces: 19 MB of one letter took 23 s whole), and a text longer than
-    /// [`EXACT_BYTES`] is counted on evenly spaced pieces, scaled to its length.
+    /// text: it is tokenized in pieces of at most 8 KiB (byte-pair merging slows down more than linearly on a long
+    /// run without spaces: 19 MB of one letter took 23 s whole), and a text longer than 256 KiB is counted on 32
+    /// evenly spaced pieces, scaled to its length.
     pub fn count_text(&self, text: &str) -> usize {
         match tokenizer() {
             Some(bpe) => {
