@@ -154,34 +154,11 @@ const DATA_FOLDERS: &[&str] = &[
     "sessions", "media", "logs", "history", "pairing", "cli-apps", "bridge",
 ];
 
-/// `p` as it resolves on disk: `.` and `..` applied on the text, then its longest existing ancestor
-/// canonicalised (links followed) and the missing rest appended.
+/// `p` as it resolves on disk ([`nanobot_util::real_path`] of its normalised text; the text alone when that
+/// fails).
 fn resolved(p: &Path) -> PathBuf {
-    let mut norm = PathBuf::new();
-    for c in p.components() {
-        match c {
-            std::path::Component::ParentDir => {
-                norm.pop();
-            }
-            std::path::Component::CurDir => {}
-            other => norm.push(other),
-        }
-    }
-    let mut missing = Vec::new();
-    let mut cur = norm.clone();
-    loop {
-        if let Ok(mut real) = std::fs::canonicalize(&cur) {
-            real.extend(missing.iter().rev());
-            return real;
-        }
-        match (cur.file_name().map(std::ffi::OsStr::to_os_string), cur.parent()) {
-            (Some(name), Some(parent)) => {
-                missing.push(name);
-                cur = parent.to_path_buf();
-            }
-            _ => return norm,
-        }
-    }
+    let norm = nanobot_util::normalize(p);
+    nanobot_util::real_path(&norm).unwrap_or(norm)
 }
 
 /// Paths inside a workspace.

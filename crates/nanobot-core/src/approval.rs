@@ -22,7 +22,7 @@
 //! boundary is the kernel confinement of `exec` and the file tools' sandbox (`docs/security.md`).
 
 use std::collections::HashMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -444,40 +444,25 @@ impl WriteTarget {
     }
 }
 
-/// The file a write to the absolute, normal path `p` opens: symlinks followed (at most 40), the existing part
-/// resolved by the kernel, the missing rest appended as written.
+/// The file a write to the absolute, normal path `p` opens: symlinks followed wherever they stand (a chain, a
+/// dangling one, one in a directory of the path; at most 40 per place), an existing file resolved by the kernel,
+/// a missing name appended to its resolved directory.
 fn follow(p: &Path) -> Option<PathBuf> {
     let mut p = p.to_path_buf();
     for _ in 0..40 {
         match std::fs::symlink_metadata(&p) {
             Ok(m) if m.file_type().is_symlink() => {
                 let target = std::fs::read_link(&p).ok()?;
-                p = normalise(&p.parent()?.join(target));
+                p = nanobot_util::normalize(&p.parent()?.join(target));
             }
             Ok(_) => return std::fs::canonicalize(&p).ok(),
             Err(_) => {
                 let name = p.file_name()?.to_owned();
-                let parent = p.parent()?;
-                return Some(follow(parent)?.join(name));
+                return Some(follow(p.parent()?)?.join(name));
             }
         }
     }
     None
-}
-
-/// `p` with `.` and `..` applied on the text.
-fn normalise(p: &Path) -> PathBuf {
-    let mut norm = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::ParentDir => {
-                norm.pop();
-            }
-            Component::CurDir => {}
-            other => norm.push(other),
-        }
-    }
-    norm
 }
 
 fn shown(s: &str) -> String {
@@ -491,7 +476,7 @@ fn lexical(workspace: &Path, path: &str) -> Option<PathBuf> {
         return None;
     }
     let p = Path::new(path);
-    Some(normalise(&if p.is_absolute() {
+    Some(nanobot_util::normalize(&if p.is_absolute() {
         p.to_path_buf()
     } else {
         workspace.join(p)

@@ -858,57 +858,7 @@ impl SandboxError {
     }
 }
 
-/// Lexical normalisation: drops `.`, applies `..` (never above the root).
-pub fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for comp in path.components() {
-        match comp {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
-}
-
-/// Resolves symlinks in the longest existing prefix of `path` (which must be absolute or is
-/// taken as given) and normalises the non-existing rest lexically.
-pub fn real_path(path: &Path) -> io::Result<PathBuf> {
-    let comps: Vec<Component<'_>> = path
-        .components()
-        .filter(|c| !matches!(c, Component::CurDir))
-        .collect();
-    let mut cut = comps.len();
-    loop {
-        let prefix: PathBuf = if cut == 0 {
-            PathBuf::from(".")
-        } else {
-            comps[..cut].iter().collect()
-        };
-        match std::fs::canonicalize(&prefix) {
-            Ok(mut out) => {
-                for comp in &comps[cut..] {
-                    match comp {
-                        Component::ParentDir => {
-                            out.pop();
-                        }
-                        other => out.push(other.as_os_str()),
-                    }
-                }
-                return Ok(out);
-            }
-            Err(e)
-                if cut > 0
-                    && (e.kind() == io::ErrorKind::NotFound || e.kind() == io::ErrorKind::NotADirectory) =>
-            {
-                cut -= 1;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
+pub use nanobot_util::{normalize, real_path};
 
 #[cfg(test)]
 mod tests {

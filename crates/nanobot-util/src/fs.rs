@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 /// A step of [`write_atomic`] failed; names the step and the path it was working on.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +81,58 @@ pub fn read_to_string_bounded(path: &Path, limit: u64) -> io::Result<String> {
 fn sync_dir(dir: &Path) {
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
+    }
+}
+
+/// Lexical normalisation: drops `.`, applies `..` (never above the root).
+pub fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for comp in path.components() {
+        match comp {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+/// Resolves symlinks in the longest existing prefix of `path` (which must be absolute or is
+/// taken as given) and normalises the non-existing rest lexically.
+pub fn real_path(path: &Path) -> io::Result<PathBuf> {
+    let comps: Vec<Component<'_>> = path
+        .components()
+        .filter(|c| !matches!(c, Component::CurDir))
+        .collect();
+    let mut cut = comps.len();
+    loop {
+        let prefix: PathBuf = if cut == 0 {
+            PathBuf::from(".")
+        } else {
+            comps[..cut].iter().collect()
+        };
+        match std::fs::canonicalize(&prefix) {
+            Ok(mut out) => {
+                for comp in &comps[cut..] {
+                    match comp {
+                        Component::ParentDir => {
+                            out.pop();
+                        }
+                        other => out.push(other.as_os_str()),
+                    }
+                }
+                return Ok(out);
+            }
+            Err(e)
+                if cut > 0
+                    && (e.kind() == io::ErrorKind::NotFound || e.kind() == io::ErrorKind::NotADirectory) =>
+            {
+                cut -= 1;
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 

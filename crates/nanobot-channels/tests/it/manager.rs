@@ -383,7 +383,11 @@ async fn attachments_come_only_from_the_workspace_and_the_media_folders() {
     let bus = Arc::new(InProcessBus::new(64));
     let cancel = CancellationToken::new();
     let task = tokio::spawn(manager.run(bus.clone(), cancel.clone()));
-    pa.runs.recv().await.unwrap();
+    let guard = Duration::from_secs(30);
+    tokio::time::timeout(guard, pa.runs.recv())
+        .await
+        .expect("the channel runs")
+        .unwrap();
     let mut out = msg("alpha", OutboundKind::Reply, "here you go");
     let url = "https://example.com/a.png".to_owned();
     out.media = vec![
@@ -397,7 +401,12 @@ async fn attachments_come_only_from_the_workspace_and_the_media_folders() {
         "/nonexistent".into(),
     ];
     bus.publish_outbound(out).await.unwrap();
-    let sent = pa.sends.recv().await.unwrap().1.unwrap();
+    let sent = tokio::time::timeout(guard, pa.sends.recv())
+        .await
+        .expect("the message is delivered")
+        .unwrap()
+        .1
+        .unwrap();
     assert_eq!(sent.media, [chart, photo, url]);
     assert!(sent.content.starts_with("here you go"), "{}", sent.content);
     assert!(
