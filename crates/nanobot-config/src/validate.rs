@@ -113,6 +113,19 @@ impl Config {
                 "must be between 1 and 86400 seconds",
             ));
         }
+        for (i, entry) in self.tools.exec.approvers.iter().enumerate() {
+            let ok = entry
+                .split_once(':')
+                .is_some_and(|(channel, id)| !channel.trim().is_empty() && !id.trim().is_empty());
+            if !ok {
+                return Err(invalid(
+                    format!("tools.exec.approvers[{i}]"),
+                    format!(
+                        "is {entry:?}; expected \"<channel>:<sender id>\", for example \"telegram:123456\""
+                    ),
+                ));
+            }
+        }
         if self.tools.exec.timeout == 0 {
             return Err(invalid("tools.exec.timeout", "must be at least 1 second"));
         }
@@ -163,6 +176,13 @@ mod tests {
             "{err}"
         );
         let mut c = Config::default();
+        c.tools.exec.approvers = vec!["telegram:1".into(), "123".into()];
+        let err = c.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("tools.exec.approvers[1]") && err.contains("\"123\""),
+            "{err}"
+        );
+        c.tools.exec.approvers = vec!["telegram:1".into()];
         c.tools.exec.approval_timeout = 0;
         assert!(
             c.validate()

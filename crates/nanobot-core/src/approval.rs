@@ -68,6 +68,9 @@ pub struct ApprovalSettings {
     pub policy: ApprovalPolicy,
     /// How long a question waits for the answer.
     pub timeout: Duration,
+    /// Who may decide besides the person who started the turn (`tools.exec.approvers`): people, each as
+    /// `channel:sender id`, who answer the questions and `/approve ID` requests of the chats they are in.
+    pub approvers: Vec<String>,
 }
 
 impl Default for ApprovalSettings {
@@ -75,14 +78,58 @@ impl Default for ApprovalSettings {
         Self {
             policy: ApprovalPolicy::Off,
             timeout: Duration::from_secs(120),
+            approvers: Vec::new(),
         }
     }
 }
 
 impl ApprovalSettings {
-    /// Settings with `policy` and `timeout`.
+    /// Settings with `policy` and `timeout`, and no approvers but the asker.
     pub fn new(policy: ApprovalPolicy, timeout: Duration) -> Self {
-        Self { policy, timeout }
+        Self {
+            policy,
+            timeout,
+            approvers: Vec::new(),
+        }
+    }
+
+    /// Also lets these people decide (`channel:sender id` each, as in `tools.exec.approvers`).
+    #[must_use]
+    pub fn with_approvers<I, S>(mut self, approvers: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.approvers = approvers.into_iter().map(Into::into).collect();
+        self
+    }
+}
+
+/// People the user named as approvers: `channel:sender id` entries, matched against a message's authenticated
+/// channel and sender (the platform's user id; an `id|name` sender matches by its id).
+#[derive(Debug, Clone, Default)]
+struct Approvers(Vec<(String, String)>);
+
+impl Approvers {
+    fn new(entries: &[String]) -> Self {
+        Self(
+            entries
+                .iter()
+                .filter_map(|e| e.split_once(':'))
+                .map(|(c, id)| (c.trim().to_owned(), id.trim().to_owned()))
+                .filter(|(c, id)| !c.is_empty() && !id.is_empty())
+                .collect(),
+        )
+    }
+
+    /// Whether `msg` comes from one of them (a person, never an unattended run).
+    fn includes(&self, msg: &InboundMessage) -> bool {
+        let id = msg.sender_id.split('|').next().unwrap_or_default();
+        msg.speaks_for_person()
+            && self
+                .0
+                .iter()
+                .any(|(c, a)| *c == msg.channel && (*a == msg.sender_id || *a == id))
     }
 }
 
@@ -162,14 +209,14 @@ pub(crate) fn parse_command(text: &str) -> Option<(ApprovalAnswer, &str)> {
 
 struct Waiter {
     id: String,
-    /// Who may answer: the sender of the message that started the turn.
+    /// Who may answer: the sender of the message that started the turn (and the configured approvers).
     sender: String,
     tx: oneshot::Sender<ApprovalAnswer>,
 }
 
 struct Parked {
     id: String,
-    /// Who may decide it: the person who started the turn; `None` when an unattended run made the call (then any
+    /// Who may decide it (with the configured approvers): the person who started the turn; `None` when an unattended run made the call (then any
     /// person in that chat decides, as the run acts in that chat's name).
     asker: Option<String>,
     /// The exact call: tool name and arguments.
@@ -204,6 +251,7 @@ impl Grant {
 #[derive(Default)]
 pub(crate) struct Approvals {
     state: Mutex<State>,
+    approvers: Approvers,
 }
 
 fn prune<T>(list: &mut Vec<T>, at: impl Fn(&T) -> Instant) {
@@ -215,6 +263,14 @@ fn prune<T>(list: &mut Vec<T>, at: impl Fn(&T) -> Instant) {
 }
 
 impl Approvals {
+    /// Questions and requests that the asker, and the people `settings` names as approvers, decide.
+    pub(crate) fn new(settings: &ApprovalSettings) -> Self {
+        Self {
+            state: Mutex::default(),
+            approvers: Approvers::new(&settings.approvers),
+        }
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state
             .lock()
@@ -250,7 +306,7 @@ impl Approvals {
         }
         let mut st = self.state();
         let waiter = st.waiting.get(session)?;
-        if waiter.sender != msg.sender_id {
+        if waiter.sender != msg.sender_id && !self.approvers.includes(msg) {
             return None;
         }
         let answer = match parse_command(&msg.content) {
@@ -291,11 +347,12 @@ impl Approvals {
         msg: &InboundMessage,
     ) -> String {
         let who = msg.sender_id.as_str();
+        let approver = self.approvers.includes(msg);
         let mut st = self.state();
         let list = st.parked.entry(session.to_owned()).or_default();
         prune(list, |p| p.at);
         let found = list.iter().position(|p| {
-            p.id == id && msg.speaks_for_person() && p.asker.as_deref().is_none_or(|a| a == who)
+            p.id == id && msg.speaks_for_person() && (approver || p.asker.as_deref().is_none_or(|a| a == who))
         });
         let Some(pos) = found else {
             return if id.is_empty() {
@@ -746,6 +803,39 @@ mod tests {
         assert!(!a.take_grant("tg:1", rm_x, None));
         assert!(a.take_grant("tg:1", rm_x, Some("alice")));
         assert!(!a.take_grant("tg:1", rm_x, Some("alice")), "single use");
+    }
+
+    #[test]
+    fn configured_approvers_decide_in_the_chats_they_are_in_and_nobody_else_does() {
+        let settings = ApprovalSettings::new(ApprovalPolicy::Always, Duration::from_secs(60))
+            .with_approvers(["telegram:carol", "discord:bob"]);
+        let a = Approvals::new(&settings);
+        let on = |channel: &str, who: &str, text: &str| InboundMessage::new(channel, who, "1", text);
+        // A live question: carol (a listed approver) answers it; bob is listed on another platform only.
+        let mut rx = a.wait("tg:1", "q1", "alice");
+        assert_eq!(a.try_answer("tg:1", &on("telegram", "bob", "yes")), None);
+        assert!(
+            a.try_answer("tg:1", &on("telegram", "carol|Carol", "yes"))
+                .is_some()
+        );
+        assert_eq!(rx.try_recv(), Ok(ApprovalAnswer::Approve));
+        // A parked request: carol decides it; an unattended run speaking as carol does not.
+        let call = "exec\0{\"command\":\"rm x\"}";
+        a.park("tg:1", "p1", Some("alice"), call.into(), "rm x");
+        let cron = InboundMessage::unattended(
+            nanobot_bus::UnattendedRun::Cron,
+            "telegram",
+            "carol",
+            "1",
+            "/approve p1",
+        );
+        let decide = |msg: &InboundMessage| a.decide_parked("tg:1", ApprovalAnswer::Approve, "p1", msg);
+        assert!(decide(&cron).starts_with("No approval request"));
+        assert!(decide(&on("telegram", "bob", "/approve p1")).starts_with("No approval request"));
+        assert!(decide(&on("telegram", "carol", "/approve p1")).starts_with("✓ Approved once"));
+        // The grant is spent by alice's turn (or carol's own), once.
+        assert!(a.take_grant("tg:1", call, Some("alice")));
+        assert!(!a.take_grant("tg:1", call, Some("carol")));
     }
 
     #[test]

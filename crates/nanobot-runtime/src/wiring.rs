@@ -75,7 +75,8 @@ pub fn agent_settings(config: &Config, env: &Environment) -> Result<AgentSetting
     s.approval = nanobot_core::ApprovalSettings::new(
         policy,
         Duration::from_secs(exec.approval_timeout.clamp(1, 86_400)),
-    );
+    )
+    .with_approvers(exec.approvers.iter().cloned());
     if let Some(n) = max_concurrent_requests(env) {
         s.max_concurrent_sessions = n;
     }

@@ -293,6 +293,11 @@ pub struct ExecToolConfig {
     /// How long a question waits for the user's answer, in seconds (then the call is not run).
     #[serde(alias = "approval_timeout", skip_serializing_if = "is_120")]
     pub approval_timeout: u64,
+    /// People who may also answer approval questions and `/approve ID` requests in a chat they share with the
+    /// asker (nanobot-rs), each as `"<channel>:<sender id>"` (for example `"telegram:123456"`). Empty (the
+    /// default): only the person who started the turn decides.
+    #[serde(skip_serializing_if = "Vec::is_empty", deserialize_with = "string_list")]
+    pub approvers: Vec<String>,
     /// Keys this version does not model (kept on save).
     #[serde(flatten)]
     pub extra: Extra,
@@ -319,6 +324,7 @@ impl Default for ExecToolConfig {
             deny_patterns: Vec::new(),
             approval: "off".to_owned(),
             approval_timeout: 120,
+            approvers: Vec::new(),
             extra: Extra::default(),
         }
     }

@@ -359,7 +359,7 @@ impl AgentLoopBuilder {
         for t in &base_tools {
             sub_reg.register(t.clone());
         }
-        let approvals: Arc<crate::approval::Approvals> = Arc::default();
+        let approvals = Arc::new(crate::approval::Approvals::new(&s.approval));
         let mut ledger = crate::control::ControlLedger::new(&s.data_dir, &s.workspace);
         if let Some(files) = &self.memory_files {
             // The shared memory carries the model's MEMORY.md edits to other replicas: their holds go with them.

@@ -118,6 +118,51 @@ async fn the_model_cannot_approve_its_own_call_through_cron_and_grants_belong_to
     assert!(pwned.exists(), "alice's own approval runs the call");
 }
 
+/// `tools.exec.approvers`: a person the user named decides the questions of the chats they are in, live and
+/// parked; another member of the group still decides nothing.
+#[tokio::test]
+async fn a_configured_approver_answers_for_the_group_and_other_members_do_not() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let mut s = settings(&home);
+    s.approval = ApprovalSettings::new(ApprovalPolicy::Always, Duration::from_secs(600))
+        .with_approvers(["telegram:carol"]);
+    let run = Running::start(AgentLoop::new(provider(&mock), s).unwrap());
+    let done = home.workspace().join("done");
+    mock.push(MockReply::tool_call("exec", json!({"command": "touch done"})));
+    mock.push(MockReply::text("Made it."));
+    run.send(
+        InboundMessage::new("telegram", "alice", "1", "make the file")
+            .with_metadata(nanobot_bus::META_IS_GROUP, true),
+    )
+    .await;
+    // The question is asked in the group.
+    loop {
+        if run.next().await.content.contains("yes") {
+            break;
+        }
+    }
+    // Bob's yes is a message of its own (a turn queued behind alice's), not an answer. The bus hands messages
+    // to the agent in order, so carol's answer below finds the question still open only if bob's did not take it.
+    run.send(
+        InboundMessage::new("telegram", "bob", "1", "yes").with_metadata(nanobot_bus::META_IS_GROUP, true),
+    )
+    .await;
+    mock.push(MockReply::text("(to bob)"));
+    // Carol, the listed approver, answers it.
+    let ack = said(&run, "carol", "yes").await;
+    assert!(
+        ack.starts_with("✓ Approved"),
+        "the question was still open for carol: {ack}"
+    );
+    loop {
+        if run.next_reply().await.content == "Made it." {
+            break;
+        }
+    }
+    assert!(done.exists(), "the approver's yes runs the call");
+}
+
 /// The tool result the model got for its last call.
 fn last_result(mock: &MockLlm) -> String {
     mock.last_request().unwrap().tool_results().pop().unwrap().content
