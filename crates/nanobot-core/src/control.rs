@@ -36,7 +36,11 @@ use crate::hook::{AgentHook, IterationEnd, ToolBatch, Veto};
 pub const CONTROL_LEDGER_FILE: &str = "control-files.json";
 
 /// The heartbeat's task list.
-const HEARTBEAT: &str = "HEARTBEAT.md";
+/// The heartbeat's task list in the workspace.
+pub const HEARTBEAT_FILE: &str = "HEARTBEAT.md";
+/// The workspace's own instructions for the heartbeat's notification gate (0.3.5's `prompts/evaluator.md`): when
+/// not empty, they replace [`crate::DEFAULT_EVALUATOR_PROMPT`].
+pub const EVALUATOR_PROMPT_FILE: &str = "prompts/evaluator.md";
 /// Long-term memory.
 const MEMORY: &str = "memory/MEMORY.md";
 
@@ -44,10 +48,10 @@ const MEMORY: &str = "memory/MEMORY.md";
 pub fn is_control_file(rel: &str) -> bool {
     if BOOTSTRAP_FILES.contains(&rel)
         || LEGACY_BOOTSTRAP_FILES.contains(&rel)
-        || rel == HEARTBEAT
+        || rel == HEARTBEAT_FILE
         || rel == MEMORY
         || rel == nanobot_memory::DREAM_PROMPT_FILE
-        || rel == crate::heartbeat::EVALUATOR_PROMPT_FILE
+        || rel == EVALUATOR_PROMPT_FILE
     {
         return true;
     }
@@ -79,10 +83,10 @@ pub(crate) fn snapshot(ws: &ConfinedDir) -> Snapshot {
         .chain(&LEGACY_BOOTSTRAP_FILES)
         .map(|s| (*s).to_owned())
         .collect();
-    names.push(HEARTBEAT.to_owned());
+    names.push(HEARTBEAT_FILE.to_owned());
     names.push(MEMORY.to_owned());
     names.push(nanobot_memory::DREAM_PROMPT_FILE.to_owned());
-    names.push(crate::heartbeat::EVALUATOR_PROMPT_FILE.to_owned());
+    names.push(EVALUATOR_PROMPT_FILE.to_owned());
     let scopes = format!("memory/{}", nanobot_memory::SCOPES_DIR);
     for (dir, file) in [
         ("skills", "SKILL.md"),

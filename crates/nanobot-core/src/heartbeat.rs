@@ -11,26 +11,16 @@ use nanobot_providers::{ChatMessage, ChatRequest, ToolChoice, ToolSpec};
 use serde_json::json;
 
 use crate::agent_loop::{AgentLoop, TurnOptions};
+use crate::control::{EVALUATOR_PROMPT_FILE, HEARTBEAT_FILE};
 use crate::error::CoreError;
 
 /// The heartbeat's session key.
 pub const HEARTBEAT_SESSION: &str = "heartbeat";
-/// The heartbeat file in the workspace.
-pub const HEARTBEAT_FILE: &str = "HEARTBEAT.md";
 /// The answer that means "nothing to report" (never delivered).
 pub const HEARTBEAT_OK: &str = "HEARTBEAT_OK";
-/// The workspace's own instructions for the notification gate (0.3.5's `prompts/evaluator.md`): when not empty,
-/// they replace [`DEFAULT_EVALUATOR_PROMPT`]. A control file.
-pub const EVALUATOR_PROMPT_FILE: &str = "prompts/evaluator.md";
 /// What the notification gate is told unless the workspace has [`EVALUATOR_PROMPT_FILE`]. It must keep asking
 /// for the `evaluate_notification` tool: without that call the gate stays silent (it fails closed).
 pub const DEFAULT_EVALUATOR_PROMPT: &str = "You decide whether a result of the assistant's background work is worth a message to the user. You get the task it was given and its answer; answer by calling evaluate_notification.\n\nNotify for anything the user can act on, errors, finished deliverables, reminders and timers that came due, and whatever the user asked to be told about (a reminder the user set notifies even when the answer only repeats it).\n\nStay silent for routine checks with nothing new, confirmations that all is well, and empty answers; and when the answer talks about its own instructions, its configuration files (HEARTBEAT.md and the like) or whether to notify: the user should never see the assistant reasoning about whether to speak.";
-
-/// True for channels of nanobot itself (API, CLI, cron, the heartbeat, subagent reports…): never a chat the
-/// heartbeat reports to. The list is the bus's ([`nanobot_bus::INTERNAL_CHANNELS`]).
-pub(crate) fn is_internal_channel(channel: &str) -> bool {
-    nanobot_bus::is_internal_channel(channel)
-}
 
 /// What one heartbeat did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -294,7 +284,7 @@ impl AgentLoop {
         let sessions = self.sessions().list_sessions().await.ok()?;
         sessions.into_iter().find_map(|s| {
             let (c, id) = s.key.split_once(':')?;
-            (!is_internal_channel(c) && !id.is_empty()).then(|| (c.to_owned(), id.to_owned()))
+            (!nanobot_bus::is_internal_channel(c) && !id.is_empty()).then(|| (c.to_owned(), id.to_owned()))
         })
     }
 }

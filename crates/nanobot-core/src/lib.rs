@@ -75,7 +75,7 @@ mod agent_loop;
 mod approval;
 pub mod control;
 pub use approval::{ApprovalAnswer, ApprovalPolicy, ApprovalRequest, ApprovalSettings, Approver, PARKED_FOR};
-pub use control::{ControlLedger, HeldFile};
+pub use control::{ControlLedger, EVALUATOR_PROMPT_FILE, HEARTBEAT_FILE, HeldFile};
 mod settings;
 
 pub use agent_loop::{
@@ -92,7 +92,4 @@ mod system_jobs;
 
 pub use system_jobs::SystemJob;
 
-pub use heartbeat::{
-    DEFAULT_EVALUATOR_PROMPT, EVALUATOR_PROMPT_FILE, HEARTBEAT_FILE, HEARTBEAT_OK, HEARTBEAT_SESSION,
-    HeartbeatOutcome, has_tasks,
-};
+pub use heartbeat::{DEFAULT_EVALUATOR_PROMPT, HEARTBEAT_OK, HEARTBEAT_SESSION, HeartbeatOutcome, has_tasks};

@@ -1,13 +1,35 @@
 //! Cron jobs and local trigger deliveries as agent turns; system jobs go to
 //! [`AgentLoop::run_system_job`](super::AgentLoop::run_system_job).
 
-#[allow(unused_imports)]
-use super::*;
+use std::sync::{Arc, Weak};
+
+use nanobot_bus::{InboundMessage, OutboundMessage};
+use nanobot_cron::{CronJob, JobHandler, PAYLOAD_SYSTEM_EVENT};
+use serde_json::{Map, Value};
+use tokio::sync::oneshot;
+
+use super::api::AgentLoop;
+use super::inner::LoopInner;
+use super::types::{Job, TurnOptions, TurnReply};
+use crate::error::{BoxError, CoreError};
+
+/// The cron service's handler: each job runs as a turn of the loop (held weakly: the service lives in it).
+pub(super) fn cron_handler(weak: Weak<LoopInner>) -> JobHandler {
+    Arc::new(move |job: CronJob| {
+        let weak = weak.clone();
+        Box::pin(async move {
+            let inner = weak
+                .upgrade()
+                .ok_or_else(|| -> BoxError { "the agent loop has stopped".into() })?;
+            inner.run_cron_job(job).await
+        })
+    })
+}
 
 impl LoopInner {
     /// Why an unattended run of `what` must wait (control files hold unconfirmed changes), if it must.
     async fn held(self: &Arc<Self>, what: &str) -> Option<String> {
-        let files = (AgentLoop { inner: self.clone() }).hold_unattended(what).await?;
+        let files = AgentLoop::from_inner(self.clone()).hold_unattended(what).await?;
         Some(format!(
             "held: the assistant changed control files the user has not confirmed ({}); send /confirm-files yes \
              after reviewing them",
@@ -33,7 +55,7 @@ impl LoopInner {
     pub(super) async fn run_cron_job(self: Arc<Self>, job: CronJob) -> Result<String, BoxError> {
         if job.payload.kind == PAYLOAD_SYSTEM_EVENT {
             return match crate::system_jobs::SystemJob::from_id(&job.id) {
-                Some(system) => AgentLoop { inner: self }.run_system_job(system).await,
+                Some(system) => AgentLoop::from_inner(self).run_system_job(system).await,
                 None => {
                     tracing::warn!(job = %job.id, "unknown system job ignored");
                     Ok(String::new())

@@ -1,9 +1,12 @@
 //! The memory scope of a turn (`agents.defaults.memoryScope`; see [`nanobot_memory::scope`]).
 
-#[allow(unused_imports)]
-use super::*;
-
+use nanobot_bus::InboundMessage;
 use nanobot_memory::{MemoryScope, ScopeKey};
+use serde_json::Value;
+
+use super::inner::LoopInner;
+use super::routes::reply_route;
+use super::types::TurnOptions;
 
 /// Session metadata key under which the memory scope of the session's last message from a person is recorded, so
 /// turns nobody typed in that session (cron jobs, the heartbeat, subagent reports) use the same memory.
@@ -27,7 +30,8 @@ impl LoopInner {
             let scope = mode.resolve(&channel, &chat_id, &msg.sender_id, msg.is_group());
             let id = scope.id();
             let recorded = self
-                .sessions
+                .ledger
+                .store()
                 .update_header(key, move |h| {
                     if h.metadata.get(MEMORY_SCOPE_KEY).and_then(Value::as_str) != Some(id.as_str()) {
                         h.metadata.insert(MEMORY_SCOPE_KEY.into(), Value::String(id));
@@ -50,7 +54,7 @@ impl LoopInner {
 
     /// The memory scope recorded with session `key`, if any.
     async fn recorded_scope(&self, key: &str) -> Option<ScopeKey> {
-        match self.sessions.history_and_metadata(key, 0).await {
+        match self.ledger.store().history_and_metadata(key, 0).await {
             Ok((_, metadata)) => metadata
                 .get(MEMORY_SCOPE_KEY)
                 .and_then(Value::as_str)

@@ -10,10 +10,15 @@
 //! most [`MAX_NOTE_CHARS`] characters each, kept in memory for the process's life); the iteration cap, the model
 //! and every security setting are read-only.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::HashMap;
+use std::sync::{Mutex, Weak};
 
-use nanobot_tools::{ToolError, ToolOutput, TypedTool};
+use async_trait::async_trait;
+use nanobot_tools::{ToolContext, ToolError, ToolOutput, TypedTool};
+use nanobot_util::lock;
+use serde_json::{Map, Value, json};
+
+use super::inner::LoopInner;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -90,11 +95,12 @@ impl MyTool {
     /// The view of the settings for the turn in `ctx`.
     async fn view(&self, inner: &LoopInner, ctx: &ToolContext) -> Map<String, Value> {
         let metadata = inner
-            .sessions
+            .ledger
+            .store()
             .metadata(&ctx.session_key)
             .await
             .unwrap_or_default();
-        let choice = inner.model_choice(&metadata);
+        let choice = inner.kit.model_choice(&metadata);
         let s = &inner.settings;
         let sender = ctx
             .extensions
@@ -111,12 +117,12 @@ impl MyTool {
         v.insert("max_iterations".into(), json!(s.max_tool_iterations));
         v.insert("workspace".into(), json!(s.workspace.display().to_string()));
         v.insert("restrict_to_workspace".into(), json!(s.restrict_to_workspace));
-        v.insert("tool_names".into(), json!(inner.tools.names()));
-        let presets = inner.presets.as_ref().map(|p| p.names()).unwrap_or_default();
+        v.insert("tool_names".into(), json!(inner.kit.tools.names()));
+        let presets = inner.kit.preset_names();
         v.insert("model_presets".into(), json!(presets));
         v.insert(
             "subagents".into(),
-            json!({"running": inner.subagents.running_for(&ctx.session_key)}),
+            json!({"running": inner.kit.subagents.running_for(&ctx.session_key)}),
         );
         v.insert(
             "request".into(),

@@ -1,78 +1,16 @@
-//! Persistence: stored copies of messages, run checkpoints and crash recovery, `system` routing targets.
+//! Stored copies: the session's copy of a message (long tool results cut, inline images named), the checkpoints a
+//! run writes, and the messages a checkpoint restores.
 
-use super::redelivery::Earlier;
-#[allow(unused_imports)]
-use super::*;
+use std::collections::HashSet;
 
-impl LoopInner {
-    pub(super) async fn recover_checkpoint(&self, key: &str) {
-        let cp = match self.sessions.read_checkpoint(key).await {
-            Ok(Some(v)) => v,
-            Ok(None) => return,
-            Err(e) => {
-                tracing::warn!(session = %key, error = %e, "unreadable checkpoint ignored");
-                let _ = self.sessions.clear_checkpoint(key).await;
-                return;
-            }
-        };
-        // The channel message the interrupted turn answered, when it had one: its turn may have been saved just
-        // before the process died (then the checkpoint is left over, not lost work), and restoring it records
-        // the delivery as started in the same write, so a redelivery neither repeats the question nor is lost.
-        let delivery = cp.get("delivery").and_then(Value::as_str).map(str::to_owned);
-        if let Some(id) = &delivery {
-            let saved = self
-                .sessions
-                .metadata(key)
-                .await
-                .is_ok_and(|m| redelivery::earlier(&m, id) == Some(Earlier::Answered));
-            if saved {
-                tracing::info!(session = %key, "a checkpoint of a turn already saved was left over; dropped");
-                let _ = self.sessions.clear_checkpoint(key).await;
-                return;
-            }
-        }
-        match recovered_messages(&cp) {
-            Some(msgs) => {
-                tracing::warn!(session = %key, messages = msgs.len(), "recovering an interrupted turn from its checkpoint");
-                let restored = match delivery {
-                    Some(id) => {
-                        self.sessions
-                            .append_with_header(key, msgs, move |h| {
-                                redelivery::record(&mut h.metadata, &id, Earlier::Started);
-                            })
-                            .await
-                    }
-                    None => self.sessions.append(key, msgs).await,
-                };
-                if let Err(e) = restored {
-                    tracing::error!(session = %key, error = %e, "cannot restore the checkpoint");
-                    return;
-                }
-            }
-            None => tracing::warn!(session = %key, "malformed checkpoint ignored"),
-        }
-        let _ = self.sessions.clear_checkpoint(key).await;
-    }
-}
+use async_trait::async_trait;
+use nanobot_bus::InboundMessage;
+use nanobot_providers::{ChatMessage, Content, ContentPart};
+use nanobot_sessions::{INTERRUPTED_TOOL_RESULT, SessionMessage, SessionStore};
+use serde_json::{Value, json};
 
-/// `(channel, chat_id, session key)` a system report is routed back to (its typed origin,
-/// [`InboundMessage::report_origin`]); `None` for chat messages.
-pub(super) fn system_target(msg: &InboundMessage) -> Option<(String, String, String)> {
-    let (c, id) = msg.report_origin()?;
-    let key = msg
-        .session_key_override
-        .clone()
-        .unwrap_or_else(|| format!("{c}:{id}"));
-    Some((c, id, key))
-}
-
-/// Where the answer to `msg` goes: the origin of a system report, else the message's own chat.
-pub(super) fn reply_route(msg: &InboundMessage) -> (String, String) {
-    match system_target(msg) {
-        Some((c, id, _)) => (c, id),
-        None => (msg.channel.clone(), msg.chat_id.clone()),
-    }
-}
+use super::types::{IMAGE_PLACEHOLDER, STORED_TOOL_RESULT_MAX_CHARS, TURN_INTERRUPTED_NOTE};
+use crate::runner::{CheckpointSink, RunCheckpoint};
 
 /// The user's message as stored: the original text (no runtime context), images named, not inlined.
 pub(super) fn stored_user_message(msg: &InboundMessage) -> SessionMessage {
@@ -184,13 +122,13 @@ pub(super) fn recovered_messages(cp: &Value) -> Option<Vec<SessionMessage>> {
     Some(out)
 }
 
-/// Stores run checkpoints beside the session file.
+/// Stores run checkpoints beside the session file (made by [`super::ledger::Ledger::open_turn`]).
 pub(super) struct SessionCheckpoint {
     pub(super) store: SessionStore,
     pub(super) key: String,
     pub(super) user: SessionMessage,
     pub(super) turn_id: u64,
-    /// The channel message's delivery id, when it has one (see `recover_checkpoint`).
+    /// The channel message's delivery id, when it has one (see [`super::ledger::Ledger::recover_checkpoint`]).
     pub(super) delivery: Option<String>,
 }
 
@@ -218,5 +156,51 @@ impl CheckpointSink for SessionCheckpoint {
         if let Err(e) = self.store.write_checkpoint(&self.key, &payload).await {
             tracing::warn!(session = %self.key, error = %e, "cannot write a checkpoint");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nanobot_providers::ToolCall;
+
+    #[test]
+    fn stored_copies_truncate_results_and_drop_inline_images() {
+        let long = "x".repeat(1200);
+        let m = stored_message(&ChatMessage::tool_result("c1", "read_file", long));
+        let text = m.content_text().unwrap();
+        assert!(text.starts_with(&"x".repeat(500)) && text.ends_with("... (truncated)"));
+        assert!(text.len() < 600);
+        let u = stored_message(&ChatMessage::user_parts(vec![
+            ContentPart::image_url("data:image/png;base64,AAAA"),
+            ContentPart::text("hi"),
+        ]));
+        let v = serde_json::to_value(&u).unwrap();
+        assert_eq!(v["content"][0]["text"], IMAGE_PLACEHOLDER);
+        assert!(!v.to_string().contains("base64"));
+    }
+
+    #[test]
+    fn recovery_closes_pending_calls_without_rerunning() {
+        let run = RunCheckpoint {
+            phase: crate::runner::CheckpointPhase::AwaitingTools,
+            iteration: 0,
+            messages: vec![
+                ChatMessage::assistant_tool_calls(
+                    None,
+                    vec![
+                        ToolCall::new("a", "read_file", json!({})),
+                        ToolCall::new("b", "exec", json!({})),
+                    ],
+                ),
+                ChatMessage::tool_result("a", "read_file", "done"),
+            ],
+        };
+        let cp = json!({"user": SessionMessage::new("user", "go"), "run": run});
+        let msgs = recovered_messages(&cp).unwrap();
+        let roles: Vec<_> = msgs.iter().map(|m| m.role().unwrap().to_owned()).collect();
+        assert_eq!(roles, ["user", "assistant", "tool", "tool"]);
+        assert_eq!(msgs[3].tool_call_id(), Some("b"));
+        assert_eq!(msgs[3].content_text().as_deref(), Some(INTERRUPTED_TOOL_RESULT));
     }
 }

@@ -1,7 +1,20 @@
 //! Publishing on the bus: replies, progress, tool hints and streamed answers.
 
-#[allow(unused_imports)]
-use super::*;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use nanobot_bus::{Bus, InboundMessage, OutboundKind, OutboundMessage};
+use nanobot_util::lock;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+
+use super::inner::LoopInner;
+use super::routes::reply_route;
+use super::types::TurnReply;
+use crate::error::BoxError;
+use crate::hook::{AgentHook, ToolBatch, Veto};
+use crate::runner::StopReason;
+use crate::text::tool_hint;
 
 impl LoopInner {
     pub(super) async fn publish_reply(&self, bus: &Arc<dyn Bus>, msg: &InboundMessage, r: &TurnReply) {

@@ -4,8 +4,8 @@
 //! was answered is settled without a turn; one whose turn was cut short runs again without a second copy of the
 //! user's message.
 
-#[allow(unused_imports)]
-use super::*;
+use nanobot_providers::ChatMessage;
+use serde_json::{Map, Value, json};
 
 /// Session metadata key: `[[delivery id, "started" | "answered"], …]`, oldest first.
 pub const DELIVERIES_KEY: &str = "_deliveries";

@@ -1,10 +1,14 @@
 //! Slash commands: the ones answered at once (`/stop`, `/help`, `/status`, unknown ones) and the queued ones
 //! (`/new`, `/compact`, `/dream…`).
 
-#[allow(unused_imports)]
-use super::*;
-
+use nanobot_bus::InboundMessage;
 use nanobot_memory::ScopeKey;
+use serde_json::Value;
+
+use super::inner::LoopInner;
+use crate::commands::{self, Command, Parsed};
+use crate::error::CoreError;
+use crate::memory::{ConsolidationTrigger, raw_archive};
 
 /// A prompt the workspace may replace (`prompts/<name>.md`) and how its command speaks of it.
 pub(super) struct WorkspacePrompt {
@@ -34,7 +38,7 @@ const DREAM_PROMPT: WorkspacePrompt = WorkspacePrompt {
 
 const EVALUATOR_PROMPT: WorkspacePrompt = WorkspacePrompt {
     command: "/evaluator-prompt",
-    file: crate::heartbeat::EVALUATOR_PROMPT_FILE,
+    file: crate::control::EVALUATOR_PROMPT_FILE,
     default: crate::heartbeat::DEFAULT_EVALUATOR_PROMPT,
     title: "Heartbeat evaluator prompt",
     exist_verb: "exists",
@@ -81,7 +85,7 @@ impl LoopInner {
         match commands::parse(&msg.content)? {
             Parsed::Known(Command::Stop, _) => {
                 // The turn, its subagents, and what its tools left running (exec sessions).
-                let n = self.stop_session(&key) + self.tools.stop_session(&key).await;
+                let n = self.stop_session(&key) + self.kit.tools.stop_session(&key).await;
                 Some(if n == 0 {
                     "No active task to stop.".to_owned()
                 } else {
@@ -96,10 +100,10 @@ impl LoopInner {
                 } else {
                     crate::ApprovalAnswer::Deny
                 };
-                Some(self.approvals.decide_parked(&key, answer, &id, msg))
+                Some(self.gate.decide(&key, answer, &id, msg))
             }
             Parsed::Known(Command::Status, _) => Some(self.status_text(&key).await),
-            Parsed::Known(Command::ConfirmFiles, args) => Some(self.confirm_files(&args).await),
+            Parsed::Known(Command::ConfirmFiles, args) => Some(self.gate.confirm_files(&args).await),
             Parsed::Known(Command::Restart, _) => Some(self.restart(msg)),
             Parsed::Known(Command::Trigger, name) => Some(self.create_trigger(msg, &key, &name).await),
             Parsed::Unknown { name, suggestion } => Some(commands::unknown_text(&name, suggestion)),
@@ -117,9 +121,9 @@ impl LoopInner {
     ) -> Result<String, CoreError> {
         match cmd {
             Command::New => {
-                if self.memory.is_none() {
+                if self.memory.service().is_none() {
                     // Archive first, so a failure never loses the conversation.
-                    let current = self.sessions.session(key).await?;
+                    let current = self.ledger.store().session(key).await?;
                     if !current.unconsolidated().is_empty() {
                         let ws = self.settings.workspace.clone();
                         let (k, s) = (key.to_owned(), scope.clone());
@@ -132,12 +136,12 @@ impl LoopInner {
                         .map_err(|e| CoreError::io("appending to", path, e))?;
                     }
                 }
-                let old = self.sessions.reset(key).await?;
-                if let Some(m) = &self.memory
+                let old = self.ledger.store().reset(key).await?;
+                if let Some(m) = self.memory.service()
                     && old.messages.len() > old.last_consolidated
                 {
                     let (m, scope) = (m.clone(), scope.clone());
-                    self.background.spawn(async move {
+                    self.memory.spawn(async move {
                         if let Err(e) = m.archive_session(old, &scope).await {
                             tracing::warn!(error = %e, "archiving the session failed");
                         }
@@ -145,7 +149,7 @@ impl LoopInner {
                 }
                 Ok("New session started.".to_owned())
             }
-            Command::Compact => match &self.memory {
+            Command::Compact => match self.memory.service() {
                 Some(m) => match m.consolidate(key, scope, ConsolidationTrigger::Compact).await {
                     Ok(r) => Ok(format!(
                         "Compacted: {} messages archived into memory.",
@@ -155,21 +159,21 @@ impl LoopInner {
                 },
                 None => self.compact_raw(key, scope).await,
             },
-            Command::Dream => match &self.memory {
+            Command::Dream => match self.memory.service() {
                 Some(m) => Ok(m
                     .dream(scope)
                     .await
                     .unwrap_or_else(|e| format!("Dream failed: {e}"))),
                 None => Ok("Dream is not available: long-term memory is not configured.".to_owned()),
             },
-            Command::DreamLog => match &self.memory {
+            Command::DreamLog => match self.memory.service() {
                 Some(m) => Ok(m
                     .dream_log(scope, args)
                     .await
                     .unwrap_or_else(|e| format!("Dream log failed: {e}"))),
                 None => Ok("Dream is not available: long-term memory is not configured.".to_owned()),
             },
-            Command::DreamRestore => match &self.memory {
+            Command::DreamRestore => match self.memory.service() {
                 Some(m) => Ok(m
                     .dream_restore(scope, args)
                     .await
@@ -182,15 +186,9 @@ impl LoopInner {
             Command::History => self.history_text(key, args).await,
             Command::Skill => Ok(self.skills_text()),
             Command::Stop => Ok("No active task to stop.".to_owned()),
-            Command::Approve => {
-                Ok(self
-                    .approvals
-                    .decide_parked(key, crate::ApprovalAnswer::Approve, args, msg))
-            }
-            Command::Deny => Ok(self
-                .approvals
-                .decide_parked(key, crate::ApprovalAnswer::Deny, args, msg)),
-            Command::ConfirmFiles => Ok(self.confirm_files(args).await),
+            Command::Approve => Ok(self.gate.decide(key, crate::ApprovalAnswer::Approve, args, msg)),
+            Command::Deny => Ok(self.gate.decide(key, crate::ApprovalAnswer::Deny, args, msg)),
+            Command::ConfirmFiles => Ok(self.gate.confirm_files(args).await),
             // `/goal <task>` runs as a turn (worker); only its empty form gets here.
             Command::Goal => Ok(GOAL_USAGE.to_owned()),
             // Answered at once (`immediate_command`).
@@ -207,11 +205,11 @@ impl LoopInner {
     /// answers). The choice is recorded in the session's metadata; `default` goes back to the agent's settings.
     pub(super) async fn model_command(&self, key: &str, args: &str) -> Result<String, CoreError> {
         use crate::presets::{DEFAULT_PRESET, SESSION_PRESET_KEY, format_names};
-        let names = self.presets.as_ref().map(|p| p.names()).unwrap_or_default();
+        let names = self.kit.preset_names();
         let name = args.trim();
         if name.is_empty() {
-            let metadata = self.sessions.metadata(key).await?;
-            let choice = self.model_choice(&metadata);
+            let metadata = self.ledger.store().metadata(key).await?;
+            let choice = self.kit.model_choice(&metadata);
             return Ok(format!(
                 "## Model\n- Current model: `{}`\n- Current preset: `{}`\n- Available presets: {}",
                 choice.model,
@@ -220,9 +218,9 @@ impl LoopInner {
             ));
         }
         let chosen = if name == DEFAULT_PRESET {
-            Ok(self.default_choice())
+            Ok(self.kit.default_model.clone())
         } else {
-            match &self.presets {
+            match &self.kit.presets {
                 Some(p) => p.choose(name),
                 None => Err(format!("no preset named {name:?} (modelPresets is empty)")),
             }
@@ -237,7 +235,8 @@ impl LoopInner {
             }
         };
         let value = Value::String(choice.name.clone());
-        self.sessions
+        self.ledger
+            .store()
             .update_header(key, move |h| {
                 h.metadata.insert(SESSION_PRESET_KEY.into(), value);
             })
@@ -262,7 +261,7 @@ impl LoopInner {
                 return "Local triggers answer in a chat app (Telegram, Slack, the WebUI…): use /trigger there."
                     .to_owned();
             }
-            let Some(store) = self.triggers.clone() else {
+            let Some(store) = self.schedules.triggers.clone() else {
                 return "Local triggers are not available here (cron is off).".to_owned();
             };
             let (name, channel, chat, key) = (
@@ -294,13 +293,13 @@ impl LoopInner {
 
     /// `/restart`: asks the host to restart, when the sender is an owner and the host can.
     fn restart(&self, msg: &InboundMessage) -> String {
-        if !self.rights.is_owner(&msg.channel, &msg.sender_id) {
+        if !self.gate.rights().is_owner(&msg.channel, &msg.sender_id) {
             return format!(
                 "Only an owner can restart nanobot (a sender named in channels.{}.allowFrom).",
                 msg.channel
             );
         }
-        let handler = self.restart.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let handler = self.routes.restart_handler();
         match handler {
             Some(h) => {
                 tracing::warn!(channel = %msg.channel, sender = %msg.sender_id, "restart requested");
@@ -366,44 +365,9 @@ impl LoopInner {
         }
     }
 
-    /// `/confirm-files [yes]`: what holds scheduled runs back, or (with `yes`) confirm it.
-    pub(super) async fn confirm_files(&self, args: &str) -> String {
-        let ledger = self.control.clone();
-        let confirm = matches!(args.trim().to_lowercase().as_str(), "yes" | "y");
-        let result = tokio::task::spawn_blocking(move || {
-            if confirm {
-                ledger.confirm()
-            } else {
-                Ok(ledger.held())
-            }
-        })
-        .await;
-        let held = match result {
-            Ok(Ok(held)) => held,
-            Ok(Err(e)) => return format!("Could not confirm the files: {e}"),
-            Err(e) => return format!("Could not read the held files: {e}"),
-        };
-        let list = held
-            .iter()
-            .map(|h| {
-                let what = if h.version.is_none() { "deleted" } else { "changed" };
-                format!("- {} ({what} in {} at {})", h.path, h.session, h.at)
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
-        match (confirm, held.is_empty()) {
-            (_, true) => "No files are held: scheduled runs are not paused.".to_owned(),
-            (true, false) => format!("Confirmed; scheduled runs resume:\n{list}"),
-            (false, false) => format!(
-                "These files were changed by the assistant and pause scheduled runs (cron jobs, the heartbeat, \
-                 Dream) until you confirm them:\n{list}\nReview them (or edit them), then send /confirm-files yes."
-            ),
-        }
-    }
-
     /// `/skill`: every skill the agent has (disabled ones left out), with its description, as 0.3.5 lists them.
     pub(super) fn skills_text(&self) -> String {
-        let Some(loader) = self.context.skills() else {
+        let Some(loader) = self.kit.context.skills() else {
             return "No skills available.".to_owned();
         };
         let set = loader.load_cached();
@@ -436,7 +400,8 @@ impl LoopInner {
             },
         };
         let history = self
-            .sessions
+            .ledger
+            .store()
             .history(key, self.settings.max_history_messages)
             .await?;
         let visible: Vec<String> = history
@@ -474,7 +439,7 @@ impl LoopInner {
 
     /// `/compact` without a memory service: archive all but a short tail as raw text and move the pointer.
     pub(super) async fn compact_raw(&self, key: &str, scope: &ScopeKey) -> Result<String, CoreError> {
-        let session = self.sessions.session(key).await?;
+        let session = self.ledger.store().session(key).await?;
         let start = session.last_consolidated.min(session.messages.len());
         let len = session.messages.len();
         if len.saturating_sub(start) <= COMPACT_KEEP_MESSAGES {
@@ -502,7 +467,7 @@ impl LoopInner {
                     e,
                 )
             })?;
-        self.sessions.set_last_consolidated(key, keep_from).await?;
+        self.ledger.store().set_last_consolidated(key, keep_from).await?;
         Ok(format!(
             "Compacted: {n} older messages archived (raw); the last {} kept.",
             len - keep_from

@@ -1,17 +1,20 @@
 //! The `/status` text: 0.3.5's figures (the session's last request, the session's context as it would be sent
 //! now against the input budget), plus what nanobot-rs adds (requests since start, unconsolidated messages).
 
-#[allow(unused_imports)]
-use super::*;
+use nanobot_providers::ChatMessage;
+use serde_json::Value;
+
+use super::inner::LoopInner;
 
 /// Kept free of the input budget for the answer's framing, as 0.3.5's consolidation counts it.
 const SAFETY_BUFFER_TOKENS: u64 = 1024;
 
 impl LoopInner {
     pub(super) async fn status_text(&self, key: &str) -> String {
-        let t = self.usage.totals();
+        let t = self.kit.usage.totals();
         let (count, unconsolidated, metadata) = self
-            .sessions
+            .ledger
+            .store()
             .with_session(key, |s| {
                 (s.messages.len(), s.unconsolidated().len(), s.metadata.clone())
             })
@@ -25,15 +28,15 @@ impl LoopInner {
         let last_in = last(["prompt_tokens", "input_tokens"]).unwrap_or(0);
         let last_out = last(["completion_tokens", "output_tokens"]).unwrap_or(0);
         // The session's model (`/model`), not only the agent's default.
-        let choice = self.model_choice(&metadata);
+        let choice = self.kit.model_choice(&metadata);
         // What the next request would carry before the user's words: the system prompt, the history the turn
         // would replay, the tools. Falls back to the last request's size when the session cannot be read.
-        let estimate = match self.history(key).await {
+        let estimate = match self.ledger.history(key).await {
             Ok(h) => {
                 let mut messages = Vec::with_capacity(h.messages.len() + 1);
-                messages.push(ChatMessage::system(self.context.system_prompt()));
+                messages.push(ChatMessage::system(self.kit.context.system_prompt()));
                 messages.extend(h.messages);
-                let tools = self.tools.definitions();
+                let tools = self.kit.tools.definitions();
                 crate::budget::TokenEstimator.rough(&messages, &tools) as u64
             }
             Err(_) => last_in,
@@ -50,7 +53,7 @@ impl LoopInner {
                 n.to_string()
             }
         };
-        let secs = self.started.elapsed().as_secs();
+        let secs = self.workers.uptime().as_secs();
         format!(
             "🐈 nanobot status\nModel: {}\nTokens: {} in / {} out (last request; {} requests since start)\n\
              Context: {}/{} ({}% of input budget)\nSession: {} messages ({} unconsolidated)\n\
@@ -68,7 +71,7 @@ impl LoopInner {
             (estimate * 100 / budget).min(999),
             count,
             unconsolidated,
-            self.subagents.running_for(key),
+            self.kit.subagents.running_for(key),
             secs / 3600,
             (secs % 3600) / 60,
             secs % 60

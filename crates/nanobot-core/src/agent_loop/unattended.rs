@@ -1,7 +1,8 @@
 //! Unattended runs (heartbeat, Dream, cron jobs) wait while control files hold unconfirmed changes.
 
-#[allow(unused_imports)]
-use super::*;
+use nanobot_bus::OutboundMessage;
+
+use super::api::AgentLoop;
 
 impl AgentLoop {
     /// Whether unattended runs (`what`: heartbeat, Dream, a cron job) must wait because control files hold changes
@@ -10,20 +11,17 @@ impl AgentLoop {
     /// see which files steer the assistant), and returns the held files.
     pub(crate) async fn hold_unattended(&self, what: &str) -> Option<Vec<String>> {
         // Shared memory: the held files are compared with the memory other replicas wrote, not a stale copy.
-        if let Some(sync) = &self.inner.memory_sync {
-            crate::memory::sync_memory(sync, None, "before checking the held control files").await;
-        }
-        let ledger = self.inner.control.clone();
-        let held = tokio::task::spawn_blocking(move || ledger.held()).await.ok()?;
+        self.inner
+            .memory
+            .sync(None, "before checking the held control files")
+            .await;
+        let held = self.inner.gate.held().await;
         let notice = crate::control::held_notice(&held)?;
         tracing::warn!(run = what, "{notice}");
         // Marked as told only when there is a private chat to tell; until then each run logs it.
-        let route = self.last_private_route().filter(|_| {
-            let mut last = nanobot_util::lock(&self.inner.held_notified);
-            let first = last.as_deref() != Some(notice.as_str());
-            *last = Some(notice.clone());
-            first
-        });
+        let route = self
+            .last_private_route()
+            .filter(|_| self.inner.gate.first_time_told(&notice));
         if let Some((channel, chat_id)) = route
             && let Some(bus) = self.bus()
         {

@@ -7,7 +7,7 @@ use nanobot_tools::{ToolContext, ToolError, ToolOutput, TypedTool};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::turn_info;
+use super::turn_info::turn_info;
 use crate::rights::owns_job;
 
 /// What the `cron` tool should do.

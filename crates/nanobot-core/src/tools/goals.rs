@@ -16,7 +16,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::turn_info;
+use super::turn_info::turn_info;
 
 /// The session metadata key of the goal.
 pub const GOAL_STATE_KEY: &str = "goal_state";

@@ -21,7 +21,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::turn_info;
+use super::turn_info::turn_info;
 use crate::rights::{ChatRights, OWNER_CHANNEL};
 
 /// The session metadata key of the chat a session last answered (0.3.5's `_compaction_route`:
@@ -167,7 +167,7 @@ fn visible(index: usize, m: &SessionMessage) -> Option<Visible> {
     if !matches!(role, "user" | "assistant")
         || m.is_command()
         || m.get("_recovery_interrupted").is_some()
-        || m.get(super::CONTINUATION_MARK).is_some()
+        || m.get(super::goals::CONTINUATION_MARK).is_some()
     {
         return None;
     }

@@ -1,53 +1,35 @@
-//! The worker pool: one worker per session key (turns of a session in order, sessions concurrently up to
-//! `max_concurrent_sessions`).
+//! Dispatch: a queued message goes to its session's worker ([`super::workers::Workers`]), which runs it as a
+//! queued command or a turn and publishes the outcome.
 
-#[allow(unused_imports)]
-use super::*;
+use std::sync::Arc;
+
+use nanobot_bus::InboundMessage;
+use tokio::sync::mpsc;
+
+use super::inner::LoopInner;
+use super::routes::{reply_for, reply_route, system_target};
+use super::types::{Job, TurnOptions, TurnReply};
+use crate::commands::{self, Command, Parsed};
+use crate::error::CoreError;
 
 impl LoopInner {
+    /// Queues `job` in its session (a system report in the session it reports to).
     pub(super) fn enqueue(self: &Arc<Self>, job: Job) {
         let key = match system_target(&job.msg) {
             Some((_, _, key)) => key,
             None => self.session_key(&job.msg),
         };
-        let mut workers = lock(&self.workers);
-        let job = match workers.get(&key) {
-            Some(tx) => match tx.send(job) {
-                Ok(()) => return,
-                Err(mpsc::error::SendError(job)) => job,
-            },
-            None => job,
-        };
-        let (tx, rx) = mpsc::unbounded_channel();
-        // Cannot fail: the receiver is alive.
-        let _ = tx.send(job);
-        workers.insert(key.clone(), tx);
-        drop(workers);
-        let this = self.clone();
-        tokio::spawn(async move { this.worker(key, rx).await });
+        if let Some(rx) = self.workers.push(&key, job) {
+            let this = self.clone();
+            tokio::spawn(async move { this.worker(key, rx).await });
+        }
     }
 
-    pub(super) async fn worker(self: Arc<Self>, key: String, mut rx: mpsc::UnboundedReceiver<Job>) {
-        loop {
-            let job = match rx.try_recv() {
-                Ok(job) => job,
-                Err(_) => {
-                    let mut workers = lock(&self.workers);
-                    match rx.try_recv() {
-                        Ok(job) => job,
-                        Err(_) => {
-                            workers.remove(&key);
-                            return;
-                        }
-                    }
-                }
-            };
-            let permit = tokio::select! {
-                biased;
-                () = self.shutdown.cancelled() => None,
-                p = self.permits.clone().acquire_owned() => p.ok(),
-            };
-            let Some(_permit) = permit else {
+    /// Runs the jobs of session `key` in order, each once a concurrency permit is free; ends when the queue is
+    /// empty.
+    async fn worker(self: Arc<Self>, key: String, mut rx: mpsc::UnboundedReceiver<Job>) {
+        while let Some(job) = self.workers.next(&key, &mut rx) {
+            let Some(_permit) = self.workers.permit().await else {
                 if let Some(tx) = job.reply {
                     let _ = tx.send(Err(CoreError::Stopped));
                 }
@@ -72,13 +54,15 @@ impl LoopInner {
         }
     }
 
-    pub(super) async fn handle(
+    /// One queued message: what a crash left is recovered first, then a person's command runs as a command and
+    /// anything else as a turn.
+    async fn handle(
         self: &Arc<Self>,
         key: &str,
         msg: &InboundMessage,
         mut opts: TurnOptions,
     ) -> Result<TurnReply, CoreError> {
-        self.recover_checkpoint(key).await;
+        self.ledger.recover_checkpoint(key).await;
         let scope = self.memory_scope(key, msg, &opts).await;
         // Only a person's text is a command: a cron job, the heartbeat, a trigger or a report saying `/approve`
         // is plain text for the model.

@@ -1,0 +1,246 @@
+//! The ledger part: a session's record of its turns. It owns the session store and keeps, beside the messages,
+//! what a turn needs to survive a crash and a redelivery: the opening checkpoint and its recovery, which channel
+//! messages were answered, the chat the session answers in, the goal's continuation rounds.
+
+use nanobot_bus::InboundMessage;
+use nanobot_providers::ChatMessage;
+use nanobot_sessions::{SessionMessage, SessionStore};
+use serde_json::{Map, Value, json};
+
+use super::persist::{SessionCheckpoint, recovered_messages};
+use super::redelivery::{self, Earlier};
+use crate::error::CoreError;
+
+/// What [`Ledger::history`] reads for a turn.
+pub(super) struct History {
+    pub(super) messages: Vec<ChatMessage>,
+    /// The session's archived-context summary (0.3.5's `_last_summary`): text and when the archived part was last
+    /// active.
+    pub(super) summary: Option<(String, String)>,
+    pub(super) metadata: Map<String, Value>,
+}
+
+/// The sessions of one loop.
+pub(super) struct Ledger {
+    store: SessionStore,
+    /// Most messages replayed to the model.
+    max_history: usize,
+}
+
+impl Ledger {
+    pub(super) fn new(store: SessionStore, max_history: usize) -> Self {
+        Self { store, max_history }
+    }
+
+    /// The session store.
+    pub(super) fn store(&self) -> &SessionStore {
+        &self.store
+    }
+
+    /// The history to replay (runtime context stripped from user messages), the session's archived-context
+    /// summary when it has one, and the session's metadata.
+    pub(super) async fn history(&self, key: &str) -> Result<History, CoreError> {
+        let (stored, metadata) = self.store.history_and_metadata(key, self.max_history).await?;
+        let summary = metadata.get(nanobot_sessions::LAST_SUMMARY_KEY).and_then(|v| {
+            let text = v.get("text")?.as_str()?.trim();
+            let last_active = v.get("last_active").and_then(Value::as_str).unwrap_or("?");
+            (!text.is_empty() && text != "(nothing)").then(|| (text.to_owned(), last_active.to_owned()))
+        });
+        let messages = stored
+            .into_iter()
+            .filter_map(|m| {
+                let mut map = m.into_map();
+                if map.get("role").and_then(Value::as_str) == Some("user")
+                    && let Some(Value::String(text)) = map.get("content")
+                {
+                    let clean = crate::context::strip_runtime_context(text);
+                    map.insert("content".into(), Value::String(clean));
+                }
+                serde_json::from_value::<ChatMessage>(Value::Object(map))
+                    .map_err(|e| tracing::debug!(error = %e, "history: skipped an unreadable message"))
+                    .ok()
+            })
+            .collect();
+        Ok(History {
+            messages,
+            summary,
+            metadata,
+        })
+    }
+
+    /// Restores the turn a killed process left in `key`'s checkpoint (its question, what it did, an
+    /// "interrupted" result for each call it did not finish), once.
+    pub(super) async fn recover_checkpoint(&self, key: &str) {
+        let cp = match self.store.read_checkpoint(key).await {
+            Ok(Some(v)) => v,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(session = %key, error = %e, "unreadable checkpoint ignored");
+                let _ = self.store.clear_checkpoint(key).await;
+                return;
+            }
+        };
+        // The channel message the interrupted turn answered, when it had one: its turn may have been saved just
+        // before the process died (then the checkpoint is left over, not lost work), and restoring it records
+        // the delivery as started in the same write, so a redelivery neither repeats the question nor is lost.
+        let delivery = cp.get("delivery").and_then(Value::as_str).map(str::to_owned);
+        if let Some(id) = &delivery {
+            let saved = self
+                .store
+                .metadata(key)
+                .await
+                .is_ok_and(|m| redelivery::earlier(&m, id) == Some(Earlier::Answered));
+            if saved {
+                tracing::info!(session = %key, "a checkpoint of a turn already saved was left over; dropped");
+                let _ = self.store.clear_checkpoint(key).await;
+                return;
+            }
+        }
+        match recovered_messages(&cp) {
+            Some(msgs) => {
+                tracing::warn!(session = %key, messages = msgs.len(), "recovering an interrupted turn from its checkpoint");
+                let restored = match delivery {
+                    Some(id) => {
+                        self.store
+                            .append_with_header(key, msgs, move |h| {
+                                redelivery::record(&mut h.metadata, &id, Earlier::Started);
+                            })
+                            .await
+                    }
+                    None => self.store.append(key, msgs).await,
+                };
+                if let Err(e) = restored {
+                    tracing::error!(session = %key, error = %e, "cannot restore the checkpoint");
+                    return;
+                }
+            }
+            None => tracing::warn!(session = %key, "malformed checkpoint ignored"),
+        }
+        let _ = self.store.clear_checkpoint(key).await;
+    }
+
+    /// Opens the record of turn `turn_id` of `key`: a checkpoint holding the user's message is written before the
+    /// model is asked, so a turn killed at any point (SIGTERM, a caller's timeout killing the process) keeps the
+    /// question. The returned sink keeps the run's later checkpoints.
+    pub(super) async fn open_turn(
+        &self,
+        key: &str,
+        user: SessionMessage,
+        turn_id: u64,
+        delivery: Option<String>,
+    ) -> std::sync::Arc<SessionCheckpoint> {
+        let sink = std::sync::Arc::new(SessionCheckpoint {
+            store: self.store.clone(),
+            key: key.to_owned(),
+            user,
+            turn_id,
+            delivery,
+        });
+        sink.begin().await;
+        sink
+    }
+
+    /// Saves a turn: its messages, its usage, and (when it answered channel message `answered`) the record of
+    /// that, in one write: a process dying at any point leaves both or neither, so a redelivery is answered
+    /// exactly once. Then the turn's checkpoint goes.
+    pub(super) async fn save_turn(
+        &self,
+        key: &str,
+        messages: Vec<SessionMessage>,
+        usage: Option<Value>,
+        answered: Option<String>,
+    ) -> Result<(), CoreError> {
+        self.store
+            .append_with_header(key, messages, move |h| {
+                if let Some(usage) = usage {
+                    h.metadata.insert("_last_usage".into(), usage);
+                }
+                if let Some(id) = answered {
+                    redelivery::record(&mut h.metadata, &id, Earlier::Answered);
+                }
+            })
+            .await?;
+        if let Err(e) = self.store.clear_checkpoint(key).await {
+            tracing::warn!(session = %key, error = %e, "cannot clear the checkpoint");
+        }
+        Ok(())
+    }
+
+    /// Records how far the turn of delivery `id` got (logged, never fatal: the worst case is a second answer).
+    pub(super) async fn record_delivery(&self, key: &str, id: &str, state: Earlier) {
+        let id = id.to_owned();
+        if let Err(e) = self
+            .store
+            .update_header(key, move |h| redelivery::record(&mut h.metadata, &id, state))
+            .await
+        {
+            tracing::warn!(session = %key, error = %e, "cannot record the message's delivery");
+        }
+    }
+
+    /// Records `channel:chat_id` as the chat session `key` answers in (as 0.3.5 records it: where messages from
+    /// other sessions are answered), when `metadata` does not already say so.
+    pub(super) async fn record_route(
+        &self,
+        key: &str,
+        metadata: &Map<String, Value>,
+        channel: &str,
+        chat_id: &str,
+    ) {
+        let route = metadata.get(crate::tools::ROUTE_METADATA_KEY);
+        let same = route.is_some_and(|r| {
+            r.get("channel").and_then(Value::as_str) == Some(channel)
+                && r.get("chat_id").and_then(Value::as_str) == Some(chat_id)
+        });
+        if same {
+            return;
+        }
+        let value = json!({"channel": channel, "chat_id": chat_id, "metadata": {}});
+        if let Err(e) = self
+            .store
+            .update_header(key, move |h| {
+                h.metadata.insert(crate::tools::ROUTE_METADATA_KEY.into(), value);
+            })
+            .await
+        {
+            tracing::warn!(session = %key, error = %e, "cannot record the session's chat");
+        }
+    }
+
+    /// The internal message that continues session `key`'s active goal after a turn hit the iteration cap, and
+    /// the round counted; `None` without an active goal or once [`crate::MAX_CONTINUATION_ROUNDS`] ran in a row.
+    pub(super) async fn goal_continuation(
+        &self,
+        key: &str,
+        channel: &str,
+        chat_id: &str,
+    ) -> Option<InboundMessage> {
+        use crate::tools::{CONTINUATION_ROUNDS_KEY, CONTINUATION_SENDER};
+        let metadata = self.store.metadata(key).await.ok()?;
+        let rounds = metadata
+            .get(CONTINUATION_ROUNDS_KEY)
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        if !crate::tools::goal_active(&metadata) || rounds >= crate::MAX_CONTINUATION_ROUNDS {
+            return None;
+        }
+        let counted = self
+            .store
+            .update_header(key, move |h| {
+                h.metadata
+                    .insert(CONTINUATION_ROUNDS_KEY.into(), json!(rounds + 1));
+            })
+            .await;
+        if let Err(e) = counted {
+            tracing::warn!(session = %key, error = %e, "cannot count the goal's continuation; not continuing");
+            return None;
+        }
+        tracing::info!(session = %key, round = rounds + 1, "goal: continuing after the iteration cap");
+        let prompt = crate::tools::continuation_prompt(&metadata);
+        Some(
+            InboundMessage::system_report(CONTINUATION_SENDER, channel, chat_id, prompt)
+                .with_session_key(key)
+                .with_metadata(crate::tools::CONTINUATION_MARK, true),
+        )
+    }
+}
