@@ -267,6 +267,43 @@ struct Inner {
     /// Per session: where the last consolidation ended (index, timestamp of the message before it), so a
     /// session archived after a reset is not archived twice.
     done: Mutex<HashMap<String, (usize, Option<String>)>>,
+    /// Per session: the budget costs of its unconsolidated messages, so each message is counted once, not at
+    /// every plan (a turn plans twice; a long chat's unconsolidated part grows up to the budget).
+    costs: Mutex<HashMap<String, Costs>>,
+}
+
+/// The budget costs of a session's unconsolidated messages, as last planned.
+struct Costs {
+    /// Index of the first message counted.
+    start: usize,
+    /// Its timestamp (a reset session that grew back to the same length is not taken for the same messages).
+    first: Option<String>,
+    costs: Vec<usize>,
+}
+
+impl Inner {
+    /// The budget costs of `messages` (messages `start..` of session `key`): those counted at an earlier plan
+    /// reused, the new ones counted.
+    fn costs(&self, key: &str, start: usize, messages: &[SessionMessage]) -> Vec<usize> {
+        let count = &*self.settings.token_counter;
+        let first = messages.first().and_then(|m| m.timestamp()).map(str::to_owned);
+        let mut all = self.costs.lock().unwrap_or_else(|p| p.into_inner());
+        let memo = all.entry(key.to_owned()).or_insert_with(|| Costs {
+            start,
+            first: first.clone(),
+            costs: Vec::new(),
+        });
+        if memo.start != start || memo.first != first || memo.costs.len() > messages.len() {
+            *memo = Costs {
+                start,
+                first,
+                costs: Vec::new(),
+            };
+        }
+        let known = memo.costs.len();
+        memo.costs.extend(message_costs(&messages[known..], count));
+        memo.costs.clone()
+    }
 }
 
 impl fmt::Debug for Consolidator {
@@ -297,6 +334,7 @@ impl Consolidator {
                 locks: Mutex::new(HashMap::new()),
                 failures: Mutex::new(HashMap::new()),
                 done: Mutex::new(HashMap::new()),
+                costs: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -319,6 +357,7 @@ impl Consolidator {
                 locks: Mutex::new(HashMap::new()),
                 failures: Mutex::new(HashMap::new()),
                 done: Mutex::new(HashMap::new()),
+                costs: Mutex::new(HashMap::new()),
             },
         };
         Self {
@@ -375,9 +414,10 @@ impl Consolidator {
         };
         let mut outcomes = Vec::new();
         for _ in 0..self.inner.settings.max_rounds.max(1) {
-            let session = self.inner.sessions.session(key).await?;
-            let Some(range) = self.plan(&session) else { break };
-            match self.run_slice(&session, range, true).await {
+            let Some((window, offset, range)) = self.planned(key).await? else {
+                break;
+            };
+            match self.run_slice(&window, range, offset, true).await {
                 Ok(o) => outcomes.push(o),
                 Err(e) => {
                     tracing::warn!(session = %key, error = %e, "memory consolidation failed");
@@ -395,9 +435,8 @@ impl Consolidator {
     /// the same session to finish first.
     pub async fn consolidate(&self, key: &str) -> Result<ConsolidationOutcome> {
         let _guard = self.lock_for(key).lock_owned().await;
-        let session = self.inner.sessions.session(key).await?;
-        match self.plan(&session) {
-            Some(range) => self.run_slice(&session, range, true).await,
+        match self.planned(key).await? {
+            Some((window, offset, range)) => self.run_slice(&window, range, offset, true).await,
             None => Ok(ConsolidationOutcome::NothingToDo),
         }
     }
@@ -406,16 +445,15 @@ impl Consolidator {
     /// budget says.
     pub async fn compact(&self, key: &str) -> Result<ConsolidationOutcome> {
         let _guard = self.lock_for(key).lock_owned().await;
-        let session = self.inner.sessions.session(key).await?;
-        let start = session.last_consolidated.min(session.messages.len());
-        let cuts = safe_cuts(&session.messages, start);
+        let (window, offset) = self.unconsolidated(key).await?;
+        let cuts = safe_cuts(&window.messages, 0);
         let end = cuts
             .iter()
             .rev()
-            .find(|&&i| i < session.messages.len() && session.messages[i].role() == Some("user"))
+            .find(|&&i| i < window.messages.len() && window.messages[i].role() == Some("user"))
             .copied();
         match end {
-            Some(end) if end > start => self.run_slice(&session, start..end, true).await,
+            Some(end) if end > 0 => self.run_slice(&window, 0..end, offset, true).await,
             _ => Ok(ConsolidationOutcome::NothingToDo),
         }
     }
@@ -431,7 +469,7 @@ impl Consolidator {
             return Ok(ConsolidationOutcome::NothingToDo);
         }
         let range = start..old.messages.len();
-        self.run_slice(&old, range, false).await
+        self.run_slice(&old, range, 0, false).await
     }
 
     /// For `/new` when the caller has already reset the session: archives the unconsolidated messages of
@@ -458,7 +496,7 @@ impl Consolidator {
             return Ok(ConsolidationOutcome::NothingToDo);
         }
         let range = start..session.messages.len();
-        self.run_slice(&session, range, false).await
+        self.run_slice(&session, range, 0, false).await
     }
 
     /// Summarises `messages` (e.g. a session the caller already reset) into memory without touching any
@@ -467,7 +505,43 @@ impl Consolidator {
         let mut session = Session::new(key);
         let len = messages.len();
         session.messages = messages;
-        self.run_slice(&session, 0..len, false).await
+        self.run_slice(&session, 0..len, 0, false).await
+    }
+
+    /// The part of session `key` not yet consolidated, as a session of its own (its `last_consolidated` 0), and
+    /// the index of its first message in the whole session. Read from the end of the file: the cost follows that
+    /// part, not the session's length.
+    async fn unconsolidated(&self, key: &str) -> Result<(Session, usize)> {
+        let part = self.inner.sessions.unconsolidated(key).await?;
+        let mut window = Session::new(key);
+        window.messages = part.messages;
+        window.metadata = part.metadata;
+        Ok((window, part.start))
+    }
+
+    /// What to consolidate of session `key` now under the budget, if anything: the messages up to the slice's
+    /// end (as a session of its own), the index of its first message in the whole session, and the slice. The
+    /// plan runs on the store's copy (nothing is copied unless there is work) with each message counted once
+    /// over the session's life.
+    async fn planned(&self, key: &str) -> Result<Option<(Session, usize, Range<usize>)>> {
+        let (inner, k) = (self.inner.clone(), key.to_owned());
+        let budget = self.inner.settings.budget;
+        let planned = self
+            .inner
+            .sessions
+            .with_unconsolidated(key, move |start, messages, metadata| {
+                let costs = match budget {
+                    Budget::Tokens { .. } => inner.costs(&k, start, messages),
+                    Budget::Messages { .. } => Vec::new(),
+                };
+                let range = plan_with_costs(messages, 0, budget, &costs)?;
+                let mut window = Session::new(k);
+                window.messages = messages[..range.end].to_vec();
+                window.metadata = metadata.clone();
+                Some((window, start, range))
+            })
+            .await?;
+        Ok(planned)
     }
 
     fn lock_for(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -475,15 +549,18 @@ impl Consolidator {
         locks.entry(key.to_owned()).or_default().clone()
     }
 
-    /// Summarises `session.messages[range]`; moves the pointer when `move_pointer`.
+    /// Summarises `session.messages[range]`, which are messages `offset + range` of the whole session; moves the
+    /// pointer when `move_pointer`.
     async fn run_slice(
         &self,
         session: &Session,
         range: Range<usize>,
+        offset: usize,
         move_pointer: bool,
     ) -> Result<ConsolidationOutcome> {
         let key = session.key.clone();
         let slice = &session.messages[range.clone()];
+        let range = (range.start + offset)..(range.end + offset);
         let lines = conversation_lines(slice, self.inner.settings.max_message_chars);
         let store = self.store.clone();
         let current_memory = blocking(move || store.read_memory()).await?;
@@ -555,15 +632,14 @@ impl Consolidator {
                     .format("%Y-%m-%dT%H:%M:%S%.6f")
                     .to_string()
             });
-            let same = self
-                .inner
-                .sessions
-                .with_session(&key, move |s| {
-                    s.messages.len() >= end
-                        && s.messages[start].timestamp().map(str::to_owned) == first_ts
-                        && s.messages[end - 1].timestamp().map(str::to_owned) == last_ts
-                })
-                .await?;
+            let now = self.inner.sessions.unconsolidated(&key).await?;
+            let stamp = |i: usize| {
+                now.messages
+                    .get(i - start)
+                    .and_then(|m| m.timestamp())
+                    .map(str::to_owned)
+            };
+            let same = now.start == start && stamp(start) == first_ts && stamp(end - 1) == last_ts;
             let moved = same
                 && self
                     .inner
@@ -765,8 +841,37 @@ pub(crate) fn plan(
     budget: Budget,
     count: &(dyn Fn(&str) -> usize + Send + Sync),
 ) -> Option<Range<usize>> {
+    let start = last_consolidated.min(messages.len());
+    let costs = match budget {
+        Budget::Tokens { .. } => message_costs(&messages[start..], count),
+        Budget::Messages { .. } => Vec::new(),
+    };
+    plan_with_costs(messages, start, budget, &costs)
+}
+
+/// What each message counts against a token budget: its tokens and 4 for its framing; 0 for a command.
+fn message_costs(messages: &[SessionMessage], count: &(dyn Fn(&str) -> usize + Send + Sync)) -> Vec<usize> {
+    messages
+        .iter()
+        .map(|m| {
+            if m.is_command() {
+                0
+            } else {
+                count(&budget_text(m)) + 4
+            }
+        })
+        .collect()
+}
+
+/// [`plan`] with the costs of `messages[start..]` given ([`message_costs`]; only read under a token budget).
+fn plan_with_costs(
+    messages: &[SessionMessage],
+    start: usize,
+    budget: Budget,
+    costs: &[usize],
+) -> Option<Range<usize>> {
     let len = messages.len();
-    let start = last_consolidated.min(len);
+    let start = start.min(len);
     let desired_end = match budget {
         Budget::Messages { window } => {
             let window = window.max(1);
@@ -776,25 +881,18 @@ pub(crate) fn plan(
             len - window / 2
         }
         Budget::Tokens { max, target } => {
-            let tokens: Vec<usize> = messages[start..]
-                .iter()
-                .filter(|m| !m.is_command())
-                .map(|m| count(&budget_text(m)) + 4)
-                .collect();
-            let total: usize = tokens.iter().sum();
+            let total: usize = costs.iter().sum();
             if total <= max {
                 return None;
             }
             // Smallest end whose remaining tail fits the target.
             let mut remaining = total;
             let mut end = start;
-            for m in &messages[start..] {
+            for cost in costs {
                 if remaining <= target {
                     break;
                 }
-                if !m.is_command() {
-                    remaining -= count(&budget_text(m)) + 4;
-                }
+                remaining -= cost;
                 end += 1;
             }
             end

@@ -122,6 +122,19 @@ enum Restored {
     Conflict(PathBuf),
 }
 
+/// The part of a session not yet consolidated ([`SessionStore::unconsolidated`]).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Unconsolidated {
+    /// Index of the first message here in the whole session (the session's `last_consolidated`, at most its
+    /// length).
+    pub start: usize,
+    /// The messages from `start` to the end.
+    pub messages: Vec<SessionMessage>,
+    /// The session's metadata.
+    pub metadata: Map<String, Value>,
+}
+
 /// One row of [`SessionStore::list_sessions`].
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -351,6 +364,37 @@ impl SessionStore {
     pub async fn history(&self, key: &str, max_messages: usize) -> Result<Vec<SessionMessage>> {
         self.run(key, move |inner, key, slot| {
             inner.history(key, slot, max_messages)
+        })
+        .await
+    }
+
+    /// The messages not yet consolidated (from `last_consolidated` to the end) and the session's metadata. The
+    /// cost is proportional to that part, not to the session's length: served from the cache when the session
+    /// is loaded, otherwise read from the end of the file (only a file the Python nanobot wrote is read whole,
+    /// once). What consolidation plans on.
+    pub async fn unconsolidated(&self, key: &str) -> Result<Unconsolidated> {
+        self.with_unconsolidated(key, |start, messages, metadata| Unconsolidated {
+            start,
+            messages: messages.to_vec(),
+            metadata: metadata.clone(),
+        })
+        .await
+    }
+
+    /// Runs `f` on what [`SessionStore::unconsolidated`] reads (the index of its first message, the messages,
+    /// the metadata) without copying it when the session is cached.
+    pub async fn with_unconsolidated<R, F>(&self, key: &str, f: F) -> Result<R>
+    where
+        F: FnOnce(usize, &[SessionMessage], &Map<String, Value>) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        self.run(key, move |inner, key, slot| {
+            if let Some(s) = &slot.cached {
+                let start = s.last_consolidated.min(s.messages.len());
+                return Ok(f(start, &s.messages[start..], &s.metadata));
+            }
+            let part = inner.unconsolidated(key, slot)?;
+            Ok(f(part.start, &part.messages, &part.metadata))
         })
         .await
     }
@@ -1011,6 +1055,67 @@ impl Inner {
         slot.tail_ok = true;
     }
 
+    fn unconsolidated(&self, key: &str, slot: &mut Slot) -> Result<Unconsolidated> {
+        /// Messages read from the end when the head is not known yet (most sessions keep fewer unconsolidated).
+        const FIRST_GUESS: usize = 64;
+        let from_session = |s: &Session| {
+            let start = s.last_consolidated.min(s.messages.len());
+            Unconsolidated {
+                start,
+                messages: s.messages[start..].to_vec(),
+                metadata: s.metadata.clone(),
+            }
+        };
+        if let Some(s) = &slot.cached {
+            return Ok(from_session(s));
+        }
+        let path = self.owned_path(key)?;
+        let mut want = match &slot.head {
+            Some(h) => slot.total - h.last_consolidated.min(slot.total),
+            None => FIRST_GUESS,
+        };
+        // One read from the end; a second one when the first guess was short.
+        for _ in 0..2 {
+            let scan = match self.tail_scan(&path, key, want)? {
+                TailRead::Missing => {
+                    self.set_head(slot, Session::new(key), 0, 0);
+                    return Ok(from_session(&Session::new(key)));
+                }
+                TailRead::Unusable => break,
+                TailRead::Found(scan) => scan,
+            };
+            // The scan's own header decides (the file may have changed since the head was read).
+            let start = scan.header.last_consolidated.min(scan.total);
+            let first = scan.total - scan.messages.len();
+            if first > start {
+                want = scan.total - start;
+                self.set_head(slot, scan.header, scan.total, scan.since_anchor);
+                continue;
+            }
+            let out = Unconsolidated {
+                start,
+                messages: scan.messages[start - first..].to_vec(),
+                metadata: scan.header.metadata.clone(),
+            };
+            self.set_head(slot, scan.header, scan.total, scan.since_anchor);
+            self.leave_count_record(key, slot);
+            return Ok(out);
+        }
+        // Unreadable from the end (or changing underneath): read whole.
+        Ok(from_session(self.load(key, slot)?))
+    }
+
+    /// After a read from the end that went far (a file written by the Python nanobot): leaves a message-count
+    /// record so the next read from the end stops here. Best effort: a read must not fail because the file
+    /// cannot be written.
+    fn leave_count_record(&self, key: &str, slot: &mut Slot) {
+        if slot.since_anchor >= tail::ANCHOR_EVERY
+            && let Err(e) = self.append_metadata_record_synced(key, slot, false)
+        {
+            tracing::warn!(error = %e, "could not append a message-count record to the session file");
+        }
+    }
+
     fn history(&self, key: &str, slot: &mut Slot, max: usize) -> Result<Vec<SessionMessage>> {
         if let Some(s) = &slot.cached {
             return Ok(s.history(max));
@@ -1031,13 +1136,7 @@ impl Inner {
         let from = consolidated.saturating_sub(first_index).min(scan.messages.len());
         let found = session::history_from(&scan.messages[from..], max, complete);
         self.set_head(slot, scan.header, scan.total, scan.since_anchor);
-        if slot.since_anchor >= tail::ANCHOR_EVERY {
-            // A file written by the Python nanobot: leave a marker so the next read from the end stops here.
-            // Best effort: a read must not fail because the file cannot be written.
-            if let Err(e) = self.append_metadata_record_synced(key, slot, false) {
-                tracing::warn!(error = %e, "could not append a message-count record to the session file");
-            }
-        }
+        self.leave_count_record(key, slot);
         match found {
             Some(h) => Ok(h),
             // The rules need older messages than were read (e.g. a very long run without a user turn).

@@ -12,14 +12,15 @@ const SAFETY_BUFFER_TOKENS: u64 = 1024;
 impl LoopInner {
     pub(super) async fn status_text(&self, key: &str) -> String {
         let t = self.kit.usage.totals();
-        let (count, unconsolidated, metadata) = self
-            .ledger
-            .store()
-            .with_session(key, |s| {
-                (s.messages.len(), s.unconsolidated().len(), s.metadata.clone())
-            })
-            .await
-            .unwrap_or_default();
+        // The part not yet consolidated, read from the end of the file: `/status` on a long session stays cheap.
+        let (count, unconsolidated, metadata) = match self.ledger.store().unconsolidated(key).await {
+            Ok(part) => (
+                part.start + part.messages.len(),
+                part.messages.len(),
+                part.metadata,
+            ),
+            Err(_) => Default::default(),
+        };
         // The session's last request, as stored with it (0.3.5's `_last_usage`): right in a fresh process too.
         let last = |names: [&str; 2]| {
             let usage = metadata.get("_last_usage")?;

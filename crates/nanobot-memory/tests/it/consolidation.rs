@@ -378,3 +378,63 @@ async fn the_checkpoint_becomes_the_sessions_summary_and_is_updated_next_time() 
     let session = env.sessions.session("cli:s").await.unwrap();
     assert!(!session.metadata.contains_key(nanobot_sessions::LAST_SUMMARY_KEY));
 }
+
+/// A turn's consolidation check costs what is not yet consolidated, not the session: on a long session it reads
+/// only the file's tail, and under a token budget each message is counted once over the session's life, not at
+/// every check (a long chat's checks would otherwise grow with it).
+#[tokio::test]
+async fn planning_reads_the_tail_and_counts_each_message_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let env = env();
+    let mock = MockLlm::start().await;
+    let key = "telegram:long";
+    let long: Vec<_> = (0..2_500)
+        .flat_map(|n| crate::support::turn(n, "small talk"))
+        .collect();
+    env.sessions.append(key, long).await.unwrap(); // 10,000 messages
+    env.sessions.set_last_consolidated(key, 9_996).await.unwrap();
+    let counted = Arc::new(AtomicUsize::new(0));
+    let mut settings = nanobot_memory::ConsolidationSettings::new(
+        "test-model",
+        nanobot_memory::Budget::Tokens {
+            max: 100_000,
+            target: 50_000,
+        },
+    );
+    let calls = counted.clone();
+    settings.token_counter = Arc::new(move |text: &str| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        text.len() / 4
+    });
+    let c =
+        nanobot_memory::Consolidator::new(env.store.clone(), env.sessions.clone(), provider(&mock), settings);
+
+    env.sessions.invalidate(key).await;
+    let file_len = std::fs::metadata(env.sessions.path_for(key)).unwrap().len();
+    let before = env.sessions.bytes_read();
+    assert_eq!(
+        c.run_if_needed(key).await.unwrap(),
+        vec![ConsolidationOutcome::NothingToDo]
+    );
+    let read = env.sessions.bytes_read() - before;
+    assert!(
+        read < file_len / 10,
+        "read {read} bytes of a {file_len}-byte file for 4 messages"
+    );
+    assert_eq!(counted.load(Ordering::SeqCst), 4, "the 4 unconsolidated messages");
+
+    // Turns go on: each check counts only the new messages.
+    for n in 0..5 {
+        env.sessions
+            .append(key, crate::support::turn(10_000 + n, "more"))
+            .await
+            .unwrap();
+        c.run_if_needed(key).await.unwrap();
+    }
+    assert_eq!(counted.load(Ordering::SeqCst), 4 + 5 * 4);
+    assert!(
+        mock.completion_requests().is_empty(),
+        "within budget: no model call"
+    );
+}

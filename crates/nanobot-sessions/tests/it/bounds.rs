@@ -272,3 +272,59 @@ async fn an_oversized_message_is_spilled_to_a_side_file() {
         0o600
     );
 }
+
+/// What consolidation plans on is read from the end of the file: the same messages as a whole load gives, for a
+/// cost that follows the part not yet consolidated, not the session's length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unconsolidated_part_is_read_from_the_end() {
+    let env = Env::new();
+    let store = store_with(&env, StoreOptions::default());
+    let key = "telegram:long";
+    for round in 0..40 {
+        let batch = (0..250)
+            .map(|i| {
+                let role = if i % 2 == 0 { "user" } else { "assistant" };
+                SessionMessage::new(role, format!("round {round} message {i}: {}", "w".repeat(100)))
+            })
+            .collect();
+        store.append(key, batch).await.unwrap();
+    }
+    // 10,000 messages, all but the last 30 consolidated.
+    store.set_last_consolidated(key, 9_970).await.unwrap();
+    let file_len = std::fs::metadata(store.path_for(key)).unwrap().len();
+    for _ in 0..2 {
+        store.invalidate(key).await;
+        let before = store.bytes_read();
+        let part = store.unconsolidated(key).await.unwrap();
+        let read = store.bytes_read() - before;
+        assert_eq!(part.start, 9_970);
+        assert_eq!(part.messages.len(), 30);
+        assert!(
+            read < file_len / 20,
+            "read {read} bytes of a {file_len}-byte file for 30 messages"
+        );
+        let whole = store.session(key).await.unwrap();
+        assert_eq!(part.messages, whole.messages[9_970..].to_vec());
+        assert_eq!(part.metadata, whole.metadata);
+    }
+    // From the cache, the same.
+    let cached = store.unconsolidated(key).await.unwrap();
+    assert_eq!((cached.start, cached.messages.len()), (9_970, 30));
+    // A pointer past the end (a hand-edited file) is taken as the end.
+    store.set_last_consolidated(key, 20_000).await.unwrap();
+    store.invalidate(key).await;
+    let none = store.unconsolidated(key).await.unwrap();
+    assert_eq!((none.start, none.messages.len()), (10_000, 0));
+    // A file the Python nanobot wrote (no count record near its end) is read whole once, then from its end.
+    let text = write_python_file(&env, "cli:py", 5_000, 4_990);
+    let first = env.store.unconsolidated("cli:py").await.unwrap();
+    assert_eq!((first.start, first.messages.len()), (4_990, 10));
+    env.store.invalidate("cli:py").await;
+    let before = env.store.bytes_read();
+    let again = env.store.unconsolidated("cli:py").await.unwrap();
+    assert_eq!(again.messages, first.messages);
+    assert!(
+        env.store.bytes_read() - before < text.len() as u64 / 4,
+        "the second read is from the end"
+    );
+}
