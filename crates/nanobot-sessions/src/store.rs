@@ -19,7 +19,7 @@ use crate::handles::{self, HANDLE_METADATA_KEY, SessionHandle};
 use crate::keyname;
 use crate::message::SessionMessage;
 use crate::session::{self, Session, SessionHeader};
-use crate::tail::{self, TailRead};
+use crate::tail::{self, TailRead, TailScan};
 use crate::time;
 
 /// When appended messages reach the disk.
@@ -215,6 +215,9 @@ struct Slot {
     cached: Option<Session>,
     /// Only the metadata (no messages), when the file was read from its end ([`tail::scan`]).
     head: Option<Session>,
+    /// Without `cached`: the unconsolidated messages once read from the end (index of the first, messages), kept
+    /// up to date by appends, so a long-running process reads them once, not at every consolidation check.
+    window: Option<(usize, Vec<SessionMessage>)>,
     /// Messages in the file (valid when `cached` or `head` is set).
     total: usize,
     /// Messages after the newest metadata record a tail reader can use.
@@ -389,12 +392,16 @@ impl SessionStore {
         R: Send + 'static,
     {
         self.run(key, move |inner, key, slot| {
+            inner.unconsolidated(key, slot)?;
             if let Some(s) = &slot.cached {
                 let start = s.last_consolidated.min(s.messages.len());
                 return Ok(f(start, &s.messages[start..], &s.metadata));
             }
-            let part = inner.unconsolidated(key, slot)?;
-            Ok(f(part.start, &part.messages, &part.metadata))
+            let metadata = slot.head.as_ref().map(|h| h.metadata.clone()).unwrap_or_default();
+            match &slot.window {
+                Some((start, messages)) => Ok(f(*start, messages, &metadata)),
+                None => Ok(f(slot.total, &[], &metadata)),
+            }
         })
         .await
     }
@@ -459,6 +466,7 @@ impl SessionStore {
             slot.since_anchor = session.messages.len();
             slot.cached = Some(session);
             slot.head = None;
+            slot.window = None;
             slot.trailing_metadata = 0;
             slot.tail_ok = true;
             Ok(())
@@ -1001,6 +1009,7 @@ impl Inner {
             slot.total = session.messages.len();
             slot.tail_ok = true;
             slot.head = None;
+            slot.window = None;
             return Ok(slot.cached.insert(session));
         }
         slot.cached.as_mut().ok_or(SessionError::Invalid {
@@ -1055,20 +1064,26 @@ impl Inner {
         slot.tail_ok = true;
     }
 
-    fn unconsolidated(&self, key: &str, slot: &mut Slot) -> Result<Unconsolidated> {
+    /// Makes sure the slot holds the unconsolidated messages: the cached session, else the window (kept from an
+    /// earlier read and still true of the header, else read from the end of the file).
+    fn unconsolidated(&self, key: &str, slot: &mut Slot) -> Result<()> {
         /// Messages read from the end when the head is not known yet (most sessions keep fewer unconsolidated).
         const FIRST_GUESS: usize = 64;
-        let from_session = |s: &Session| {
-            let start = s.last_consolidated.min(s.messages.len());
-            Unconsolidated {
-                start,
-                messages: s.messages[start..].to_vec(),
-                metadata: s.metadata.clone(),
-            }
-        };
-        if let Some(s) = &slot.cached {
-            return Ok(from_session(s));
+        if slot.cached.is_some() {
+            return Ok(());
         }
+        if let (Some(h), Some((start, messages))) = (&slot.head, &mut slot.window) {
+            // The pointer moved forward within the window (a consolidation): drop what it passed.
+            let lc = h.last_consolidated.min(slot.total);
+            if lc >= *start && lc <= *start + messages.len() {
+                messages.drain(..lc - *start);
+                *start = lc;
+            }
+            if *start == lc && *start + messages.len() == slot.total {
+                return Ok(());
+            }
+        }
+        slot.window = None;
         let path = self.owned_path(key)?;
         let mut want = match &slot.head {
             Some(h) => slot.total - h.last_consolidated.min(slot.total),
@@ -1079,7 +1094,8 @@ impl Inner {
             let scan = match self.tail_scan(&path, key, want)? {
                 TailRead::Missing => {
                     self.set_head(slot, Session::new(key), 0, 0);
-                    return Ok(from_session(&Session::new(key)));
+                    slot.window = Some((0, Vec::new()));
+                    return Ok(());
                 }
                 TailRead::Unusable => break,
                 TailRead::Found(scan) => scan,
@@ -1087,22 +1103,25 @@ impl Inner {
             // The scan's own header decides (the file may have changed since the head was read).
             let start = scan.header.last_consolidated.min(scan.total);
             let first = scan.total - scan.messages.len();
+            let TailScan {
+                header,
+                total,
+                since_anchor,
+                mut messages,
+            } = *scan;
+            self.set_head(slot, header, total, since_anchor);
             if first > start {
-                want = scan.total - start;
-                self.set_head(slot, scan.header, scan.total, scan.since_anchor);
+                want = total - start;
                 continue;
             }
-            let out = Unconsolidated {
-                start,
-                messages: scan.messages[start - first..].to_vec(),
-                metadata: scan.header.metadata.clone(),
-            };
-            self.set_head(slot, scan.header, scan.total, scan.since_anchor);
+            messages.drain(..start - first);
+            slot.window = Some((start, messages));
             self.leave_count_record(key, slot);
-            return Ok(out);
+            return Ok(());
         }
         // Unreadable from the end (or changing underneath): read whole.
-        Ok(from_session(self.load(key, slot)?))
+        self.load(key, slot)?;
+        Ok(())
     }
 
     /// After a read from the end that went far (a file written by the Python nanobot): leaves a message-count
@@ -1231,6 +1250,8 @@ impl Inner {
         }
         if let Some(s) = slot.cached.as_mut() {
             s.messages.extend(messages);
+        } else if let Some((_, window)) = slot.window.as_mut() {
+            window.extend(messages);
         }
         Ok(())
     }

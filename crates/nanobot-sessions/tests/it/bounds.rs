@@ -310,11 +310,39 @@ async fn the_unconsolidated_part_is_read_from_the_end() {
     // From the cache, the same.
     let cached = store.unconsolidated(key).await.unwrap();
     assert_eq!((cached.start, cached.messages.len()), (9_970, 30));
+    // Without the whole session cached, what was read is kept and followed: appends and a pointer moving
+    // forward cost no read (a long-running process checks every turn).
+    store.invalidate(key).await;
+    store.unconsolidated(key).await.unwrap();
+    let before = store.bytes_read();
+    for i in 0..6 {
+        store
+            .append(key, vec![SessionMessage::new("user", format!("later {i}"))])
+            .await
+            .unwrap();
+        let part = store.unconsolidated(key).await.unwrap();
+        assert_eq!(part.start + part.messages.len(), 10_001 + i);
+    }
+    store.set_last_consolidated(key, 9_990).await.unwrap();
+    let moved = store.unconsolidated(key).await.unwrap();
+    assert_eq!(
+        store.bytes_read(),
+        before,
+        "appends and the pointer are followed in memory"
+    );
+    assert_eq!((moved.start, moved.messages.len()), (9_990, 16));
+    let whole = store.session(key).await.unwrap();
+    assert_eq!(moved.messages, whole.messages[9_990..].to_vec());
+    assert_eq!(
+        moved.messages.last().unwrap().content_text().as_deref(),
+        Some("later 5")
+    );
+    store.set_last_consolidated(key, 9_970).await.unwrap();
     // A pointer past the end (a hand-edited file) is taken as the end.
     store.set_last_consolidated(key, 20_000).await.unwrap();
     store.invalidate(key).await;
     let none = store.unconsolidated(key).await.unwrap();
-    assert_eq!((none.start, none.messages.len()), (10_000, 0));
+    assert_eq!((none.start, none.messages.len()), (10_006, 0));
     // A file the Python nanobot wrote (no count record near its end) is read whole once, then from its end.
     let text = write_python_file(&env, "cli:py", 5_000, 4_990);
     let first = env.store.unconsolidated("cli:py").await.unwrap();
