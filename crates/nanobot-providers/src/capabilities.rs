@@ -26,6 +26,9 @@ pub enum StreamWithTools {
 struct Learnt {
     stream_with_tools: StreamWithTools,
     text_tool_calls: bool,
+    /// An empty streamed answer was asked again without streaming and was empty there too: the model's empty
+    /// answers are answers, and a finished empty stream is not asked again.
+    empty_answers: bool,
 }
 
 /// The capabilities learnt per model of one provider.
@@ -79,6 +82,16 @@ impl Capabilities {
                 l.stream_with_tools = StreamWithTools::Yes;
             }
         });
+    }
+
+    /// True once an empty answer of `model` was confirmed by a plain request ([`Capabilities::saw_empty_answer`]).
+    pub fn gives_empty_answers(&self, model: &str) -> bool {
+        self.with(model, |l| l.empty_answers)
+    }
+
+    /// Records that `model` answered empty both streamed and plain: its empty answers are real.
+    pub(crate) fn saw_empty_answer(&self, model: &str) {
+        self.with(model, |l| l.empty_answers = true);
     }
 
     /// Records that `model` wrote tool calls as text (logged once).

@@ -267,7 +267,7 @@ impl OpenAiCompatClient {
                 for e in chunk_events(&chunk) {
                     finished |= matches!(e, StreamEvent::Done(_));
                     if !out.send(e).await {
-                        return Ok(());
+                        return Ok(true);
                     }
                 }
             }
@@ -278,9 +278,10 @@ impl OpenAiCompatClient {
                     None,
                 ));
             }
-            Ok(())
+            Ok(finished)
         }
         .await;
+        let finished = matches!(result, Ok(true));
         match result {
             Err(e) if with_tools && !out.saw_content && refuses_stream_with_tools(&e) => {
                 self.caps
@@ -292,9 +293,11 @@ impl OpenAiCompatClient {
                 out.fail(e).await;
                 return;
             }
-            Ok(()) => {}
+            Ok(_) => {}
         }
-        if !out.saw_content {
+        if !out.saw_content && finished && self.caps.gives_empty_answers(&request.model) {
+            // The model finished with nothing to say, and it was seen doing so plainly too: an answer.
+        } else if !out.saw_content {
             // llama.cpp and friends: `tool_choice: auto` + `stream: true` may give an empty 200 stream. Ask once
             // without streaming; when that answers, the server is remembered as one that does not stream with
             // tools. An answer that is empty both ways is the model's (empty) answer, not an outage.
@@ -312,6 +315,8 @@ impl OpenAiCompatClient {
                             &request.model,
                             "empty stream",
                         );
+                    } else if !out.saw_content {
+                        self.caps.saw_empty_answer(&request.model);
                     }
                 }
                 Err(e) => {

@@ -343,3 +343,23 @@ async fn empty_stream_and_empty_fallback_is_a_retryable_error() {
     assert!(err.is_retryable(), "{err:?}");
     assert_eq!(mock.request_count(), 2);
 }
+
+/// A model that finishes with nothing to say (a valid empty answer with a finish reason) is asked once more
+/// without streaming (the llama.cpp empty-stream quirk looks alike); once the plain answer was empty too, its
+/// empty streamed answers are taken as answers, not asked again every time.
+#[tokio::test]
+async fn a_valid_empty_answer_is_asked_again_once_then_taken() {
+    let mock = MockLlm::start().await;
+    mock.set_fallback(MockReply::text(""));
+    let client = openai(&mock, "ollama");
+    let ask = || client.chat_stream_collect(ChatRequest::new("small", vec![ChatMessage::user("x")]));
+    let first = ask().await;
+    assert_eq!(first.content.as_deref().unwrap_or_default(), "");
+    assert_eq!(mock.request_count(), 2, "streamed, then plain");
+    assert!(!mock.requests()[1].is_stream());
+    for n in 0..3 {
+        let again = ask().await;
+        assert_eq!(again.content.as_deref().unwrap_or_default(), "");
+        assert_eq!(mock.request_count(), 3 + n, "one streamed request each");
+    }
+}
