@@ -109,6 +109,14 @@ pub(crate) fn explain_http(ep: &Endpoint, model: Option<&str>, mut err: Provider
                  the model]"
             ));
         }
+        ProviderError::InvalidRequest { message, .. } | ProviderError::Transient { message, .. }
+            if message.starts_with(nanobot_types::WEB_PAGE_ANSWER) =>
+        {
+            message.push_str(&format!(
+                " [endpoint {at}: is a model server listening there? check `providers.{key}.apiBase` (an \
+                 OpenAI-compatible server usually ends in /v1)]"
+            ));
+        }
         ProviderError::InvalidRequest {
             status: 404, message, ..
         } => {

@@ -205,8 +205,25 @@ impl ProviderError {
         }
     }
 
-    /// Classifies an HTTP error answer (status, headers, body) once.
+    /// Classifies an HTTP error answer (status, headers, body) once. A web page (HTML) is not a model API's
+    /// error: it is named as such (never shown), and only a gateway's 502/503/504 page is taken as temporary.
     pub fn from_http(provider: &str, status: u16, retry_after: Option<Duration>, body: &str) -> Self {
+        if is_web_page(body) {
+            let message = format!("{WEB_PAGE_ANSWER} (HTTP {status})");
+            return match status {
+                502..=504 => Self::Transient {
+                    provider: provider.to_owned(),
+                    status: Some(status),
+                    message,
+                    source: None,
+                },
+                _ => Self::InvalidRequest {
+                    provider: provider.to_owned(),
+                    status,
+                    message,
+                },
+            };
+        }
         let message = error_message(body);
         let lower = body.to_ascii_lowercase();
         let provider = provider.to_owned();
@@ -255,6 +272,22 @@ impl ProviderError {
     }
 }
 
+/// How an error answer that is a web page starts its message ([`ProviderError::from_http`]).
+pub const WEB_PAGE_ANSWER: &str = "the server answered with a web page, not a model API";
+
+/// Whether `body` is an HTML page.
+fn is_web_page(body: &str) -> bool {
+    let head: String = body
+        .trim_start()
+        .chars()
+        .take(256)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    head.starts_with("<!doctype html")
+        || head.starts_with("<html")
+        || (head.starts_with('<') && head.contains("<body"))
+}
+
 /// Pulls a readable message out of an error body (`{"error":{"message":…}}`, `{"message":…}`, or the text).
 fn error_message(body: &str) -> String {
     if let Ok(v) = serde_json::from_str::<serde_json::Value>(body) {
@@ -277,6 +310,26 @@ fn error_message(body: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_web_page_is_named_not_shown_and_not_retried_unless_a_gateway_page() {
+        let page =
+            "<!DOCTYPE html>\n<html><head><title>Welcome</title></head><body><h1>It works</h1></body></html>";
+        for status in [404, 405, 500] {
+            let e = ProviderError::from_http("p", status, None, page);
+            assert!(!e.is_retryable(), "{status}: {e:?}");
+            let text = e.to_string();
+            assert!(
+                text.contains(WEB_PAGE_ANSWER) && !text.contains("It works"),
+                "{text}"
+            );
+        }
+        let proxy = ProviderError::from_http("p", 502, None, "<html><body>Bad Gateway</body></html>");
+        assert!(proxy.is_retryable());
+        // A JSON error mentioning tags is not a page.
+        let json = ProviderError::from_http("p", 500, None, r#"{"error":{"message":"bad <b>tag</b>"}}"#);
+        assert!(json.to_string().contains("bad <b>tag</b>"));
+    }
 
     #[test]
     fn classification() {

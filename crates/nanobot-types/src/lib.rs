@@ -29,7 +29,7 @@ pub mod json_limits;
 mod message;
 mod provider;
 
-pub use error::{BoxError, ProviderError, WaitKind};
+pub use error::{BoxError, ProviderError, WEB_PAGE_ANSWER, WaitKind};
 pub use message::{
     ChatMessage, ChatRequest, ChatResponse, Content, ContentPart, FinishReason, StreamEvent, ToolCall,
     ToolChoice, ToolSpec, Usage,

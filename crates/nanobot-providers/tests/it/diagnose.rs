@@ -99,3 +99,76 @@ async fn http_errors_name_the_endpoint_and_what_to_change() {
     assert!(err.is_retryable());
     assert_names(&err, &[shown, "HTTP 503", "loading model"]);
 }
+
+/// Serves every request with `status` and an HTML page (a web server that is not a model server); returns its
+/// base URL and the count of requests it answered.
+async fn web_page_server(status: &'static str) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                // The head, then as many body bytes as it announces.
+                let head_end = loop {
+                    let Ok(n) = sock.read(&mut chunk).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break i + 4;
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                while buf.len() < head_end + length {
+                    match sock.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let page = "<!DOCTYPE html><html><head><title>My NAS</title></head><body>Welcome to my NAS</body></html>";
+                let answer = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                    page.len()
+                );
+                let _ = sock.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (format!("http://127.0.0.1:{port}/v1"), count)
+}
+
+/// A web server on the port (not a model server): the error says so and where to look, shows none of its page,
+/// and the call is not retried as a temporary outage.
+#[tokio::test]
+async fn a_web_server_that_is_not_a_model_server_is_named_and_not_retried() {
+    for status in [
+        "404 Not Found",
+        "405 Method Not Allowed",
+        "500 Internal Server Error",
+    ] {
+        let (base, count) = web_page_server(status).await;
+        let err = fail(&client_at(&base)).await;
+        assert!(!err.is_retryable(), "{status}: {err:?}");
+        assert_names(&err, &["web page", "providers.custom.apiBase", "127.0.0.1"]);
+        assert!(!err.to_string().contains("Welcome to my NAS"), "{err}");
+        assert_eq!(
+            count.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "{status}: asked once"
+        );
+    }
+}
