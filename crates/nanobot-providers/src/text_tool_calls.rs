@@ -55,8 +55,8 @@ pub(crate) fn parse_region(region: &str, tools: &[String]) -> Option<(Vec<TextCa
     Some((calls, leftover))
 }
 
-/// True when `text` contains a tool call written as text to one of `tools` (used to keep such text out of a
-/// final answer).
+/// True when `text` contains a tool call written as text to one of `tools`, or the opening of one that does not
+/// parse (cut off by the length limit, malformed): used to keep such text out of a final answer.
 pub fn contains_text_tool_call(text: &str, tools: &[String]) -> bool {
     let t = text.trim_start();
     if (t.starts_with('{') || t.starts_with("```")) && parse_region(t, tools).is_some() {
@@ -66,6 +66,18 @@ pub fn contains_text_tool_call(text: &str, tools: &[String]) -> bool {
         .iter()
         .filter_map(|m| text.find(m.as_str()))
         .any(|at| parse_region(&text[at..], tools).is_some())
+        || opens_a_call(text, tools)
+}
+
+/// Whether `text` holds a marker that opens a call, parsable or not: one of the fixed markers (special tokens no
+/// prose writes), or `functions.NAME` of an offered tool followed by `:` (prose naming the tool is not a call).
+fn opens_a_call(text: &str, tools: &[String]) -> bool {
+    FIXED_MARKERS.iter().any(|m| text.contains(m))
+        || tools.iter().any(|t| {
+            let marker = format!("functions.{t}");
+            text.match_indices(marker.as_str())
+                .any(|(at, _)| text[at + marker.len()..].trim_start().starts_with(':'))
+        })
 }
 
 /// Every marker for these tools: the fixed ones and `functions.NAME` per tool.
@@ -263,6 +275,24 @@ fn strip_special_tokens(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_call_cut_short_or_malformed_still_counts_as_a_call_but_prose_does_not() {
+        let tools = vec!["write_file".to_owned()];
+        for cut in [
+            "functions.write_file:{&#34;path&#34;: &#34;notes.txt&#34;, &#34;content&#34;: &#34;buy mi",
+            "I will write it now.\nfunctions.write_file: {\"path\": \"a\", \"content\": ",
+            "<tool_call>{\"name\": \"write_file\", \"arguments\": {\"path\"",
+        ] {
+            assert!(contains_text_tool_call(cut, &tools), "{cut}");
+        }
+        for prose in [
+            "I used functions.write_file earlier to save it.",
+            "The notes are saved; nothing else to do.",
+        ] {
+            assert!(!contains_text_tool_call(prose, &tools), "{prose}");
+        }
+    }
     use super::*;
 
     fn tools() -> Vec<String> {

@@ -215,6 +215,23 @@ async fn max_iterations_ends_with_a_final_call_without_tools() {
         answer.contains("maximum number of tool call iterations (2)"),
         "{answer}"
     );
+    // Nor a call cut off by the length limit, with the quotes HTML-escaped as some chat templates write them.
+    mock.push_all([
+        MockReply::tool_call("list_dir", json!({"path": "."})),
+        MockReply::tool_call("list_dir", json!({"path": "."})),
+        MockReply::text(
+            "functions.write_file:{&#34;path&#34;: &#34;notes.txt&#34;, &#34;content&#34;: &#34;buy",
+        ),
+    ]);
+    let answer = agent.process_direct("and again", "cli:m").await.unwrap();
+    assert!(
+        !answer.contains("functions.write_file") && !answer.contains("&#34;"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("maximum number of tool call iterations (2)"),
+        "{answer}"
+    );
 }
 
 #[tokio::test]
