@@ -16,6 +16,7 @@ use crate::common::{GUARD, options};
 const TOKEN: &str = "123456:ATTACK-test";
 const ALICE: i64 = 101;
 const BOB: i64 = 102;
+const CAROL: i64 = 103;
 const STRANGER: i64 = 999;
 const GROUP: i64 = -500;
 
@@ -211,6 +212,113 @@ async fn one_chat_cannot_reach_another_and_an_injection_does_not_persist() -> Re
         !std::fs::read_to_string(ws.join("HEARTBEAT.md"))?.is_empty(),
         "the write itself happened"
     );
+    Ok(())
+}
+
+/// A gateway asking before every command (`tools.exec.approval: always`, questions waiting `timeout` seconds),
+/// Alice, Bob and Carol allowed, Carol listed as an approver.
+async fn gated_gateway(
+    home: &TempHome,
+    mock: &MockLlm,
+    emu: &Emulator,
+    token: &str,
+    timeout: u64,
+) -> Gateway {
+    nanobot_testkit::install_ring();
+    let patch = json!({
+        "tools": {"exec": {"approval": "always", "approvalTimeout": timeout,
+                           "approvers": [format!("telegram:{CAROL}")]}},
+        "channels": {"telegram": {
+            "enabled": true, "token": token, "baseUrl": emu.api_url,
+            "allowFrom": [ALICE.to_string(), BOB.to_string(), CAROL.to_string()], "groupPolicy": "open"
+        }}
+    });
+    Gateway::start(options(home, mock, patch)).await.unwrap()
+}
+
+/// Waits until the bot sends `chat` a text starting with `prefix`; returns it.
+async fn sent_starting(emu: &mut Emulator, chat: i64, prefix: &str) -> Result<String> {
+    emu.wait_for(|e| match e {
+        BotEvent::Sent(body) if body["chat_id"].as_i64() == Some(chat) => body["text"]
+            .as_str()
+            .filter(|t| t.starts_with(prefix))
+            .map(str::to_owned),
+        _ => None,
+    })
+    .await
+}
+
+/// Issue 41 through the real front door, a Telegram group with several members: the question of Alice's turn is
+/// answered by Alice or an approver the user listed (Carol), never by another member (Bob); after it timed out,
+/// Bob's `/approve ID` decides nothing and Alice's lets exactly that call run once, in her next turn.
+#[tokio::test]
+async fn in_a_group_only_the_asker_or_a_listed_approver_decides() -> Result<()> {
+    let Some(mut emu) = Emulator::start().await? else {
+        return Ok(());
+    };
+    // 1. A live question: Bob's "yes" is a message of his own, Carol's answers it.
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let gw = gated_gateway(&home, &mock, &emu, TOKEN, 600).await;
+    emu.wait_until_polling().await?;
+    let made = home.workspace().join("made");
+    mock.push(MockReply::tool_call("exec", json!({"command": "touch made"})));
+    mock.push(MockReply::text("Made it."));
+    emu.user_says_in_group(TOKEN, ALICE, "alice", GROUP, "make the file")
+        .await?;
+    sent_starting(&mut emu, GROUP, "🔐").await?;
+    // Messages reach the agent in order: Carol's answer finds the question open only if Bob's did not take it.
+    mock.push(MockReply::text("(to bob)"));
+    emu.user_says_in_group(TOKEN, BOB, "bob", GROUP, "yes").await?;
+    emu.user_says_in_group(TOKEN, CAROL, "carol", GROUP, "yes")
+        .await?;
+    let ack = sent_starting(&mut emu, GROUP, "✓").await?;
+    assert!(ack.starts_with("✓ Approved"), "{ack}");
+    reply_in(&mut emu, GROUP, "Made it.").await?;
+    assert!(made.exists(), "the approver's yes ran the call");
+    tokio::time::timeout(Duration::from_secs(10), gw.shutdown()).await?;
+
+    // 2. A parked request: nobody answers within a second; Bob cannot approve it, Alice can.
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    // A second bot of its own, so nothing of the first one's updates reaches it.
+    const TOKEN2: &str = "654321:ATTACK-parked";
+    let gw = gated_gateway(&home, &mock, &emu, TOKEN2, 1).await;
+    emu.wait_until_polling().await?;
+    let pwned = home.workspace().join("pwned");
+    let touch = json!({"command": "touch pwned"});
+    mock.push(MockReply::tool_call("exec", touch.clone()));
+    mock.push(MockReply::text("It needs your approval."));
+    emu.user_says_in_group(TOKEN2, ALICE, "alice", GROUP, "make it")
+        .await?;
+    reply_in(&mut emu, GROUP, "It needs your approval.").await?;
+    let body = last_request(&mock).raw_body;
+    let id: String = body
+        .split("/approve ")
+        .nth(1)
+        .unwrap_or_default()
+        .chars()
+        .take_while(char::is_ascii_alphanumeric)
+        .collect();
+    assert_eq!(id.len(), 6, "{body}");
+    emu.user_says_in_group(TOKEN2, BOB, "bob", GROUP, &format!("/approve {id}"))
+        .await?;
+    let refused = sent_starting(&mut emu, GROUP, "No approval request").await?;
+    assert!(refused.contains(&id), "{refused}");
+    emu.user_says_in_group(TOKEN2, ALICE, "alice", GROUP, &format!("/approve {id}"))
+        .await?;
+    sent_starting(&mut emu, GROUP, "✓ Approved once").await?;
+    assert!(
+        !pwned.exists(),
+        "an approval only allows; the model repeats the call"
+    );
+    mock.push(MockReply::tool_call("exec", touch));
+    mock.push(MockReply::text("Done."));
+    emu.user_says_in_group(TOKEN2, ALICE, "alice", GROUP, "go on")
+        .await?;
+    reply_in(&mut emu, GROUP, "Done.").await?;
+    assert!(pwned.exists(), "Alice's own approval runs the call in her turn");
+    tokio::time::timeout(Duration::from_secs(10), gw.shutdown()).await?;
     Ok(())
 }
 
