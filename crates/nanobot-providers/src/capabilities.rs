@@ -84,7 +84,7 @@ impl Capabilities {
         });
     }
 
-    /// True once an empty answer of `model` was confirmed by a plain request ([`Capabilities::saw_empty_answer`]).
+    /// True once an empty streamed answer of `model` was asked again plainly and was empty there too.
     pub fn gives_empty_answers(&self, model: &str) -> bool {
         self.with(model, |l| l.empty_answers)
     }
