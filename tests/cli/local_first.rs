@@ -171,7 +171,12 @@ fn doctor_online_sends_one_tiny_request_per_model_and_names_what_fails() {
         "{out}\n{}",
         stderr(&o)
     );
-    let req = mock.last_request().unwrap();
+    // The mock, like llama-cpp-python, does not say its window: said, with what to set.
+    assert!(
+        out.contains("does not say how much context it serves") && out.contains("--n_ctx"),
+        "{out}"
+    );
+    let req = mock.completion_requests().pop().unwrap();
     assert_eq!(req.body["max_tokens"], 1, "one output token: {}", req.body);
     let before = mock.completion_requests().len();
 
@@ -189,4 +194,95 @@ fn doctor_online_sends_one_tiny_request_per_model_and_names_what_fails() {
         "{out}"
     );
     assert!(!out.contains("sk-mock"), "{out}");
+}
+
+/// `doctor` sizes the prompt every request carries (system prompt and tools, built as `agent` builds them)
+/// against the context window: a small window with every tool is a problem naming the tool profile and the
+/// answer's room, the `local` profile fits and lists its tools, and a turn offers the model exactly those.
+#[test]
+fn doctor_sizes_the_prompt_against_the_window_and_the_local_profile_offers_few_tools() {
+    let mock = MockLlm::start_background();
+    let home = onboarded(&mock);
+    set(
+        &home,
+        json!({"agents": {"defaults": {"contextWindowTokens": 4096, "maxTokens": 4096}}}),
+    );
+    let o = run(home.home(), &["doctor"]);
+    let out = stdout(&o);
+    let line = out
+        .lines()
+        .find(|l| l.contains("prompt: about"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(line.starts_with('✗') && line.contains("does not fit"), "{line}");
+    assert!(line.contains("spawn") && line.contains("profile full"), "{line}");
+    assert!(
+        out.contains("tools.profile: \"local\"") && out.contains("lower `agents.defaults.maxTokens`"),
+        "{out}"
+    );
+
+    set(
+        &home,
+        json!({"agents": {"defaults": {"contextWindowTokens": 32768, "maxTokens": 2048}}, "tools": {"profile": "local"}}),
+    );
+    let o = run(home.home(), &["doctor"]);
+    let out = stdout(&o);
+    let line = out
+        .lines()
+        .find(|l| l.contains("prompt: about"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(line.starts_with('✓') && line.contains("profile local"), "{line}");
+    let listed: Vec<&str> = line.rsplit("tools: ").next().unwrap().split(", ").collect();
+    assert_eq!(
+        listed,
+        [
+            "cron",
+            "edit_file",
+            "exec",
+            "list_dir",
+            "read_file",
+            "web_fetch",
+            "write_file"
+        ],
+        "{line}"
+    );
+
+    // A turn offers the model exactly those, and a call of a tool left out does not run.
+    mock.push(MockReply::tool_call("spawn", json!({"task": "x"})));
+    mock.push(MockReply::text("done"));
+    let o = run(home.home(), &["agent", "-m", "hi"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let requests = mock.completion_requests();
+    let offered: Vec<String> = requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(offered, listed, "the request offers what doctor listed");
+    let result = requests[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .unwrap()["content"]
+        .to_string();
+    assert!(result.contains("not found"), "{result}");
+
+    // `tools.only` wins; an unknown name is refused by validation with its place.
+    set(&home, json!({"tools": {"only": ["read_file", "no such"]}}));
+    let o = run(home.home(), &["doctor"]);
+    let out = stdout(&o);
+    assert!(out.contains("tools.only[1]"), "{out}");
+    set(
+        &home,
+        json!({"tools": {"only": ["read_file", "mcp_*"], "profile": ""}}),
+    );
+    let o = run(home.home(), &["doctor"]);
+    let out = stdout(&o);
+    let line = out
+        .lines()
+        .find(|l| l.contains("prompt: about"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(line.ends_with("tools: read_file"), "{line}");
 }

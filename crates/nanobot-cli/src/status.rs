@@ -399,11 +399,14 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
     let refused = nanobot_runtime::agent_settings(config, &core_env)
         .err()
         .or_else(|| nanobot_runtime::base_tools(config, &core_env, &s.workspace, None).err());
-    if let Some(e) = refused {
+    if let Some(e) = &refused {
         f.push(Finding::problem(
             with_place(config_path, text.as_deref(), &e.to_string()),
             "correct the field named above; `nanobot agent` and `nanobot gateway` refuse this config",
         ));
+    }
+    if refused.is_none() {
+        f.extend(check_prompt(config, &core_env));
     }
     match ProviderFactory::new(&config.providers, d, env.vars.clone()).resolve(&d.model) {
         Ok(r) => f.push(Finding::ok(format!(
@@ -480,6 +483,82 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
     }
     f.extend(check_bus(config));
     f
+}
+
+/// The prompt every request carries before the conversation (system prompt and tools, built as `agent` builds
+/// them) against the context window: on a small local model the tools alone can fill it. Nothing when the
+/// provider cannot be built (reported on its own).
+fn check_prompt(config: &Config, env: &nanobot_runtime::Environment) -> Option<Finding> {
+    let size = on_own_runtime(|| async {
+        let provider = nanobot_runtime::provider(config, env).ok()?;
+        let agent = nanobot_runtime::agent_builder(config, env, provider)
+            .ok()?
+            .build()
+            .ok()?;
+        let size = agent.prompt_size();
+        agent.shutdown().await;
+        Some(size)
+    })
+    .flatten()?;
+    let profile = if config.tools.only.is_empty() {
+        match config.tools.profile.trim() {
+            "" => "full".to_owned(),
+            p => p.to_ascii_lowercase(),
+        }
+    } else {
+        "tools.only".to_owned()
+    };
+    let mcp = if config.tools.mcp_servers.is_empty() {
+        String::new()
+    } else {
+        "; MCP servers' tools come on top once connected".to_owned()
+    };
+    let what = format!(
+        "prompt: about {} tokens before the conversation (system prompt {}, {} tools {}; profile {profile}) of the \
+         {} tokens a request may carry (contextWindowTokens {} less maxTokens {}){mcp}; tools: {}",
+        size.total(),
+        size.system_tokens,
+        size.tools.len(),
+        size.tool_tokens,
+        size.input_budget(),
+        size.context_window_tokens,
+        size.max_tokens,
+        if size.tools.is_empty() {
+            "none".to_owned()
+        } else {
+            size.tools.join(", ")
+        },
+    );
+    let mut fixes = Vec::new();
+    if profile == "full" {
+        fixes.push(
+            "offer fewer tools: `tools.profile: \"local\"` (files, exec, web_fetch, cron) or a list in `tools.only`"
+                .to_owned(),
+        );
+    }
+    if size.max_tokens as usize * 4 > size.context_window_tokens as usize {
+        fixes.push(format!(
+            "lower `agents.defaults.maxTokens` ({} keeps most of the window for the answer; a quarter, {}, is plenty)",
+            size.max_tokens,
+            size.context_window_tokens / 4
+        ));
+    }
+    fixes.push(
+        "if the model's server serves a larger window, raise `agents.defaults.contextWindowTokens` (`nanobot doctor \
+         --online` asks a local server)"
+            .to_owned(),
+    );
+    let fix = fixes.join("; or ");
+    Some(if size.total() >= size.input_budget() {
+        Finding::problem(format!("{what}: the prompt alone does not fit"), fix)
+    } else if size.total() * 2 > size.input_budget() {
+        Finding::warn(
+            format!("{what}: over half the room is taken before the user's words"),
+            fix,
+        )
+    } else {
+        Finding::ok(what)
+    })
 }
 
 /// `gateway.bus`: for NATS, the server (reached, bounded by its connect timeout), its streams and who holds the

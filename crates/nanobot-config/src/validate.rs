@@ -126,6 +126,31 @@ impl Config {
                 ));
             }
         }
+        if self.tools.tool_profile().is_none() {
+            return Err(invalid(
+                "tools.profile",
+                format!(
+                    "is {:?}; expected \"full\", \"local\" or \"chat\"",
+                    self.tools.profile
+                ),
+            ));
+        }
+        for (i, entry) in self.tools.only.iter().enumerate() {
+            let name = entry.strip_suffix('*').unwrap_or(entry);
+            let ok = !entry.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+            if !ok {
+                return Err(invalid(
+                    format!("tools.only[{i}]"),
+                    format!(
+                        "is {entry:?}; expected a tool name such as \"read_file\", or a start of names ending \
+                         in `*` such as \"mcp_github_*\""
+                    ),
+                ));
+            }
+        }
         if self.tools.exec.timeout == 0 {
             return Err(invalid("tools.exec.timeout", "must be at least 1 second"));
         }
@@ -183,6 +208,23 @@ mod tests {
             "{err}"
         );
         c.tools.exec.approvers = vec!["telegram:1".into()];
+        c.validate().unwrap();
+
+        let mut c = Config::default();
+        c.tools.profile = "tiny".into();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("tools.profile") && err.contains("\"tiny\"") && err.contains("\"local\""),
+            "{err}"
+        );
+        c.tools.profile = "Local".into();
+        c.validate().unwrap();
+        for bad in ["", "read file", "*mcp", "a*b*"] {
+            c.tools.only = vec!["exec".into(), bad.into()];
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains("tools.only[1]"), "{bad:?}: {err}");
+        }
+        c.tools.only = vec!["exec".into(), "mcp_github_*".into(), "*".into()];
         c.tools.exec.approval_timeout = 0;
         assert!(
             c.validate()

@@ -79,9 +79,9 @@ pub use control::{ControlLedger, EVALUATOR_PROMPT_FILE, HEARTBEAT_FILE, HeldFile
 mod settings;
 
 pub use agent_loop::{
-    AgentLoop, AgentLoopBuilder, DELIVERIES_KEY, IMAGE_PLACEHOLDER, MEMORY_SCOPE_KEY, RestartHandler,
-    RestartRequest, STORED_TOOL_RESULT_MAX_CHARS, TURN_INTERRUPTED_NOTE, TurnOptions, TurnReply,
-    stored_message,
+    AgentLoop, AgentLoopBuilder, DELIVERIES_KEY, IMAGE_PLACEHOLDER, MEMORY_SCOPE_KEY, PromptSize,
+    RestartHandler, RestartRequest, STORED_TOOL_RESULT_MAX_CHARS, TURN_INTERRUPTED_NOTE, TurnOptions,
+    TurnReply, stored_message,
 };
 pub use settings::{AgentSettings, builtin_skills_dir};
 mod embed;

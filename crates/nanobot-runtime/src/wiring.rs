@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono_tz::Tz;
-use nanobot_config::{ChannelsConfig, Config};
+use nanobot_config::{ChannelsConfig, Config, ToolProfile};
 use nanobot_core::rights::ChatRights;
 use nanobot_core::{AgentLoop, AgentLoopBuilder, AgentSettings, MemoryAdapter, builtin_skills_dir};
 use nanobot_providers::Provider;
@@ -14,7 +14,7 @@ use nanobot_providers::Provider;
 use nanobot_tools::builtin::register_web_tools;
 use nanobot_tools::builtin::{ExecTool, register_fs_tools};
 use nanobot_tools::sandbox::Sandbox;
-use nanobot_tools::{ExecSandbox, ExecSettings, RegistrySettings, Tool, ToolRegistry};
+use nanobot_tools::{ExecSandbox, ExecSettings, RegistrySettings, Tool, ToolRegistry, ToolSelection};
 
 use crate::env::Environment;
 use crate::error::RuntimeError;
@@ -233,11 +233,25 @@ fn ssrf_guard(config: &Config) -> Result<nanobot_tools::ssrf::SsrfGuard, Runtime
         .map_err(|e| RuntimeError::Config(format!("tools.ssrfWhitelist: {e}")))
 }
 
-/// Registry settings from `agents.defaults`.
+/// Registry settings from `agents.defaults` and the tools offered (`tools.only`, else `tools.profile`).
 pub fn registry_settings(config: &Config) -> RegistrySettings {
     RegistrySettings {
         max_tool_result_chars: config.agents.defaults.max_tool_result_chars as usize,
+        selection: tool_selection(&config.tools),
         ..RegistrySettings::default()
+    }
+}
+
+/// The tools offered to the model: `tools.only` when set, else `tools.profile` (an unknown profile, which
+/// validation refuses, offers every tool).
+pub fn tool_selection(tools: &nanobot_config::ToolsConfig) -> ToolSelection {
+    if !tools.only.is_empty() {
+        return ToolSelection::only(tools.only.iter().cloned());
+    }
+    match tools.tool_profile() {
+        Some(ToolProfile::Local) => ToolSelection::local(),
+        Some(ToolProfile::Chat) => ToolSelection::none(),
+        _ => ToolSelection::all(),
     }
 }
 

@@ -51,8 +51,8 @@ pub use error::ToolError;
 pub use registry::{ERROR_HINT, TOOL_RESULTS_DIR, ToolRegistry};
 pub use schema::{ArgsSchema, TypedTool, cast_value, parse_args, schema_for};
 pub use settings::{
-    ExecSandbox, ExecSettings, FsSettings, RegistrySettings, SearchProvider, SearchSettings, Secret,
-    WebSettings,
+    ExecSandbox, ExecSettings, FsSettings, LOCAL_TOOLS, RegistrySettings, SearchProvider, SearchSettings,
+    Secret, ToolSelection, WebSettings,
 };
 pub use tool::{CodeRun, Effects, Extensions, HiddenPaths, Tool, ToolContext, ToolOutput};
 

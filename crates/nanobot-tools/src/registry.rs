@@ -87,8 +87,12 @@ impl ToolRegistry {
     }
 
     /// Registers `tool` under its name (its spec and schema are captured now); returns the tool
-    /// it replaced.
+    /// it replaced. A tool the settings' [`crate::ToolSelection`] leaves out is not registered.
     pub fn register(&self, tool: Arc<dyn Tool>) -> Option<Arc<dyn Tool>> {
+        if !self.settings.selection.offers(tool.name()) {
+            tracing::debug!(tool = tool.name(), "left out by tools.profile / tools.only");
+            return None;
+        }
         let spec = tool.spec();
         let args = Arc::new(ArgsSchema::new(spec.parameters.clone()));
         let name = spec.name.clone();

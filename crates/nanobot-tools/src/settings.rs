@@ -277,6 +277,9 @@ pub struct RegistrySettings {
     pub max_tool_result_chars: usize,
     /// Characters of the preview the model gets for a saved result.
     pub preview_chars: usize,
+    /// The tools the registry takes (`tools.profile`, `tools.only`): one outside it is never registered, so it is
+    /// neither offered to the model nor callable.
+    pub selection: ToolSelection,
 }
 
 impl Default for RegistrySettings {
@@ -284,7 +287,97 @@ impl Default for RegistrySettings {
         Self {
             max_tool_result_chars: 16_000,
             preview_chars: 1_200,
+            selection: ToolSelection::all(),
         }
+    }
+}
+
+/// The tools of the `local` profile: what a small model on a small machine uses well, in a prompt it reads
+/// quickly (plus every MCP server's tools, which the user configured by name).
+pub const LOCAL_TOOLS: &[&str] = &[
+    "cron",
+    "edit_file",
+    "exec",
+    "list_dir",
+    "read_file",
+    "web_fetch",
+    "write_file",
+    "mcp_*",
+];
+
+/// Which tools are offered, by name: every tool, or those a list names (an entry ending in `*` matches every
+/// name with that start).
+///
+/// ```
+/// use nanobot_tools::ToolSelection;
+/// let local = ToolSelection::local();
+/// assert!(local.offers("read_file") && local.offers("mcp_github_search"));
+/// assert!(!local.offers("spawn"));
+/// assert!(!ToolSelection::none().offers("read_file"));
+/// assert!(ToolSelection::only(["exec", "mcp_git_*"]).offers("mcp_git_log"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ToolSelection {
+    /// `None`: every tool.
+    names: Option<Vec<String>>,
+}
+
+impl ToolSelection {
+    /// Every tool (the `full` profile).
+    pub fn all() -> Self {
+        Self { names: None }
+    }
+
+    /// No tool at all (the `chat` profile).
+    pub fn none() -> Self {
+        Self {
+            names: Some(Vec::new()),
+        }
+    }
+
+    /// The `local` profile ([`LOCAL_TOOLS`]).
+    pub fn local() -> Self {
+        Self::only(LOCAL_TOOLS.iter().copied())
+    }
+
+    /// The tools `names` name (`tools.only`).
+    pub fn only<I, S>(names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            names: Some(names.into_iter().map(Into::into).collect()),
+        }
+    }
+
+    /// True when every tool is offered.
+    pub fn is_all(&self) -> bool {
+        self.names.is_none()
+    }
+
+    /// True when a tool called `name` is offered.
+    pub fn offers(&self, name: &str) -> bool {
+        self.names
+            .as_ref()
+            .is_none_or(|names| names.iter().any(|entry| matches(entry, name)))
+    }
+
+    /// The entries of the list that match none of `names` (a misspelt tool, or one not enabled).
+    pub fn unmatched<'a>(&'a self, names: &[String]) -> Vec<&'a str> {
+        self.names
+            .iter()
+            .flatten()
+            .filter(|entry| !names.iter().any(|n| matches(entry, n)))
+            .map(String::as_str)
+            .collect()
+    }
+}
+
+fn matches(entry: &str, name: &str) -> bool {
+    match entry.strip_suffix('*') {
+        Some(start) => name.starts_with(start),
+        None => entry == name,
     }
 }
 

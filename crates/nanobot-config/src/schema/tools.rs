@@ -10,6 +10,15 @@ use crate::{Secret, SecretMap};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ToolsConfig {
+    /// Which tools are offered to the model: `"full"` (or `""`, the default: every enabled tool), `"local"` (the
+    /// few a small local model uses well: files, `exec`, `web_fetch`, `cron`, plus MCP servers' tools) or
+    /// `"chat"` (none). A nanobot-rs key; the Python nanobot ignores it. See [`ToolsConfig::tool_profile`].
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub profile: String,
+    /// The tools offered, by name (a trailing `*` matches every name with that start, as in `mcp_github_*`); when
+    /// set, it replaces `profile`. A nanobot-rs key.
+    #[serde(skip_serializing_if = "Vec::is_empty", deserialize_with = "string_list")]
+    pub only: Vec<String>,
     /// `web_search` and `web_fetch`.
     pub web: WebToolsConfig,
     /// `exec` (shell commands).
@@ -50,6 +59,8 @@ pub struct ToolsConfig {
 impl Default for ToolsConfig {
     fn default() -> Self {
         Self {
+            profile: String::new(),
+            only: Vec::new(),
             web: WebToolsConfig::default(),
             exec: ExecToolConfig::default(),
             file: FileToolConfig::default(),
@@ -63,6 +74,39 @@ impl Default for ToolsConfig {
             mcp_servers: IndexMap::new(),
             ssrf_whitelist: Vec::new(),
             extra: Extra::default(),
+        }
+    }
+}
+
+impl ToolsConfig {
+    /// The parsed `profile` value; `None` if it is unknown ([`crate::Config::validate`] reports it).
+    pub fn tool_profile(&self) -> Option<ToolProfile> {
+        ToolProfile::parse(&self.profile)
+    }
+}
+
+/// The set of tools offered to the model, parsed from `tools.profile`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ToolProfile {
+    /// `"full"` (or `""`): every enabled tool (the Python nanobot's behaviour).
+    #[default]
+    Full,
+    /// `"local"`: the file tools, `exec`, `web_fetch` and `cron`, plus the tools of configured MCP servers: a short
+    /// prompt a small model on a small machine reads quickly and uses well.
+    Local,
+    /// `"chat"`: no tools at all.
+    Chat,
+}
+
+impl ToolProfile {
+    /// Parses the `profile` value; `None` for an unknown value.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "" | "full" => Some(Self::Full),
+            "local" => Some(Self::Local),
+            "chat" | "none" => Some(Self::Chat),
+            _ => Option::None,
         }
     }
 }

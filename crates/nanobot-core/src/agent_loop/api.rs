@@ -69,6 +69,22 @@ impl AgentLoop {
         &self.inner.kit.tools
     }
 
+    /// What every request of an ordinary turn carries before the conversation: the system prompt and the tools
+    /// offered (those of MCP servers once connected), estimated as the context budget estimates them.
+    pub fn prompt_size(&self) -> super::types::PromptSize {
+        let kit = &self.inner.kit;
+        let estimator = crate::budget::TokenEstimator;
+        let system = nanobot_providers::ChatMessage::system(kit.context.system_prompt());
+        let tools = kit.offered_tools();
+        super::types::PromptSize {
+            system_tokens: estimator.rough_messages(std::slice::from_ref(&system)),
+            tool_tokens: estimator.rough_tools(&tools),
+            tools: tools.into_iter().map(|t| t.name).collect(),
+            context_window_tokens: kit.default_model.context_window_tokens,
+            max_tokens: kit.default_model.max_tokens,
+        }
+    }
+
     /// The control files the model changed and the user has not confirmed ([`crate::control`]).
     pub fn control_files(&self) -> &crate::control::ControlLedger {
         self.inner.gate.control()

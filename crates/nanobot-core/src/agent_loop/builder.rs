@@ -304,7 +304,27 @@ impl AgentLoopBuilder {
                 settings: s,
             }
         });
+        warn_unmatched_selection(&inner.kit.tools);
         Ok(AgentLoop::from_inner(inner))
+    }
+}
+
+/// `tools.only` entries naming no built-in tool (misspelt, or the tool is disabled) are logged once; entries for
+/// MCP tools are left alone (their servers connect later).
+fn warn_unmatched_selection(tools: &ToolRegistry) {
+    let offered = tools.names();
+    let unmatched: Vec<&str> = tools
+        .settings()
+        .selection
+        .unmatched(&offered)
+        .into_iter()
+        .filter(|entry| !entry.starts_with("mcp_"))
+        .collect();
+    if !unmatched.is_empty() {
+        tracing::warn!(
+            entries = %unmatched.join(", "),
+            "tools.only names tools that do not exist or are disabled; they are not offered"
+        );
     }
 }
 

@@ -115,6 +115,27 @@ impl Kit {
         }
     }
 
+    /// The tools a turn keeps from the model, where they cannot work: `create_goal` outside a `/goal` turn,
+    /// `update_goal` with no goal active either (offered there, small models call them and are refused).
+    pub(super) fn hidden_tools(goal_turn: bool, goal_active: bool) -> Vec<String> {
+        let mut hidden = Vec::new();
+        if !goal_turn {
+            hidden.push("create_goal".to_owned());
+            if !goal_active {
+                hidden.push("update_goal".to_owned());
+            }
+        }
+        hidden
+    }
+
+    /// The tool specs an ordinary turn offers (no goal set).
+    pub(super) fn offered_tools(&self) -> Vec<nanobot_providers::ToolSpec> {
+        let hidden = Self::hidden_tools(false, false);
+        let mut specs = self.tools.definitions();
+        specs.retain(|t| !hidden.contains(&t.name));
+        specs
+    }
+
     /// The names of the presets a session may switch to.
     pub(super) fn preset_names(&self) -> Vec<String> {
         self.presets.as_ref().map(|p| p.names()).unwrap_or_default()

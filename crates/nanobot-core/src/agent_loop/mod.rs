@@ -45,6 +45,6 @@ pub use memory_scope::MEMORY_SCOPE_KEY;
 pub use persist::stored_message;
 pub use redelivery::DELIVERIES_KEY;
 pub use types::{
-    IMAGE_PLACEHOLDER, RestartHandler, RestartRequest, STORED_TOOL_RESULT_MAX_CHARS, TURN_INTERRUPTED_NOTE,
-    TurnOptions, TurnReply,
+    IMAGE_PLACEHOLDER, PromptSize, RestartHandler, RestartRequest, STORED_TOOL_RESULT_MAX_CHARS,
+    TURN_INTERRUPTED_NOTE, TurnOptions, TurnReply,
 };

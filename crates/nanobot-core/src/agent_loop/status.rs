@@ -37,7 +37,7 @@ impl LoopInner {
                 let mut messages = Vec::with_capacity(h.messages.len() + 1);
                 messages.push(ChatMessage::system(self.kit.context.system_prompt()));
                 messages.extend(h.messages);
-                let tools = self.kit.tools.definitions();
+                let tools = self.kit.offered_tools();
                 crate::budget::TokenEstimator.rough(&messages, &tools) as u64
             }
             Err(_) => last_in,

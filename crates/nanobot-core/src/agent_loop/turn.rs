@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::gate::Asking;
 use super::inner::LoopInner;
+use super::kit::Kit;
 use super::ledger::History;
 use super::memory_scope::scope_confinement;
 use super::persist::{SessionCheckpoint, interrupted_note, stored_message, stored_user_message};
@@ -301,12 +302,7 @@ impl LoopInner {
         spec.max_iterations = s.max_tool_iterations;
         // The goal tools only where they work: `create_goal` in a `/goal` turn, `update_goal` with a goal active
         // (or being set). Offered elsewhere, small models call them and are refused (issue 50).
-        if !opts.goal {
-            spec.hidden_tools.push("create_goal".to_owned());
-            if !crate::tools::goal_active(metadata) {
-                spec.hidden_tools.push("update_goal".to_owned());
-            }
-        }
+        spec.hidden_tools = Kit::hidden_tools(opts.goal, crate::tools::goal_active(metadata));
         spec.max_tokens = Some(choice.max_tokens);
         spec.temperature = choice.temperature;
         spec.reasoning_effort = choice.reasoning_effort.clone();

@@ -103,3 +103,32 @@ pub(super) struct Job {
     pub(super) opts: TurnOptions,
     pub(super) reply: Option<oneshot::Sender<Result<TurnReply, CoreError>>>,
 }
+
+/// The fixed part of a turn's requests ([`crate::AgentLoop::prompt_size`]), for `doctor` and embedders: what a
+/// small context window must hold before the user's first word.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PromptSize {
+    /// The system prompt (identity, workspace files, memory, skills), in estimated tokens.
+    pub system_tokens: usize,
+    /// The tool definitions, in estimated tokens.
+    pub tool_tokens: usize,
+    /// The tools offered, in the order they are sent.
+    pub tools: Vec<String>,
+    /// `agents.defaults.contextWindowTokens`.
+    pub context_window_tokens: u32,
+    /// `agents.defaults.maxTokens` (kept free for the answer).
+    pub max_tokens: u32,
+}
+
+impl PromptSize {
+    /// The prompt's estimated tokens.
+    pub fn total(&self) -> usize {
+        self.system_tokens + self.tool_tokens
+    }
+
+    /// The tokens a request may carry: the context window less the answer's room.
+    pub fn input_budget(&self) -> usize {
+        (self.context_window_tokens as usize).saturating_sub(self.max_tokens as usize)
+    }
+}

@@ -40,6 +40,7 @@ fn reg() -> ToolRegistry {
     let r = ToolRegistry::new(RegistrySettings {
         max_tool_result_chars: 1000,
         preview_chars: 100,
+        ..RegistrySettings::default()
     });
     for (name, behaviour) in [
         ("echo", "echo"),
