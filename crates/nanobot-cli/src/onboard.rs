@@ -179,8 +179,35 @@ pub(crate) fn local_changes(config: &Config, found: &crate::local_servers::Found
         &found.base,
         None,
     );
+    // The window the server serves, and an answer's room that leaves most of it for the conversation.
+    if let Some(w) = found.window {
+        push(
+            "agents.defaults.contextWindowTokens".to_owned(),
+            Some(&d.context_window_tokens.to_string()),
+            &w.tokens.to_string(),
+            Some(&defaults.context_window_tokens.to_string()),
+        );
+        let room = (w.tokens / 4).max(256);
+        if d.max_tokens > room {
+            push(
+                "agents.defaults.maxTokens".to_owned(),
+                Some(&d.max_tokens.to_string()),
+                &room.to_string(),
+                Some(&defaults.max_tokens.to_string()),
+            );
+        }
+    }
+    // A small window (or one the server does not state) gets the short tool set, unless the user chose tools.
+    let small = found.window.is_none_or(|w| w.tokens <= SMALL_WINDOW);
+    if small && config.tools.profile.trim().is_empty() && config.tools.only.is_empty() {
+        push("tools.profile".to_owned(), None, "local", None);
+    }
     changes
 }
+
+/// Up to this context window, `onboard` offers a local server's model the `local` tool profile: the full set's
+/// definitions alone fill a quarter of such a window, and a CPU reads them for minutes before each first answer.
+pub(crate) const SMALL_WINDOW: u32 = 32_768;
 
 /// Writes `changes` (from [`local_changes`]) into `config`.
 pub(crate) fn apply_local(config: &mut Config, changes: &[LocalChange]) {
@@ -188,6 +215,17 @@ pub(crate) fn apply_local(config: &mut Config, changes: &[LocalChange]) {
         match c.field.as_str() {
             "agents.defaults.provider" => config.agents.defaults.provider = c.new.clone(),
             "agents.defaults.model" => config.agents.defaults.model = c.new.clone(),
+            "agents.defaults.contextWindowTokens" => {
+                if let Ok(n) = c.new.parse() {
+                    config.agents.defaults.context_window_tokens = n;
+                }
+            }
+            "agents.defaults.maxTokens" => {
+                if let Ok(n) = c.new.parse() {
+                    config.agents.defaults.max_tokens = n;
+                }
+            }
+            "tools.profile" => config.tools.profile = c.new.clone(),
             field => {
                 let Some(name) = field
                     .strip_prefix("providers.")
@@ -237,6 +275,17 @@ pub(crate) enum LocalOutcome<'a> {
     AlreadySet(&'a crate::local_servers::Found),
 }
 
+/// Where the context window written came from, or, when the server does not say, what to set by hand.
+fn window_note(found: &crate::local_servers::Found) -> String {
+    match found.window {
+        Some(w) => format!("  The context window ({} tokens) is what {} reports.\n", w.tokens, w.source),
+        None => "  The server does not say how much context it serves: set `agents.defaults.contextWindowTokens` \
+                 to the size it was started with (llama-cpp-python: --n_ctx, 2048 unless given, too small for \
+                 tools: start it with --n_ctx 8192 or more). `nanobot doctor` shows what the prompt needs.\n"
+            .to_owned(),
+    }
+}
+
 /// The text `nanobot onboard` prints; `local` is what became of a model server found on this machine.
 pub(crate) fn render_report(r: &OnboardReport, config: Option<&Config>, local: LocalOutcome<'_>) -> String {
     let mut out = String::new();
@@ -263,6 +312,7 @@ pub(crate) fn render_report(r: &OnboardReport, config: Option<&Config>, local: L
         if found.model.is_none() {
             out.push_str("  The server lists no model: set `agents.defaults.model` to one it serves.\n");
         }
+        out.push_str(&window_note(found));
     }
     let has_key = config.is_some_and(|c| c.providers.first_with_key().is_some());
     if let LocalOutcome::AlreadySet(found) = local {
@@ -459,10 +509,91 @@ mod tests {
         assert_eq!(v["agents"]["defaults"]["model"], "mock-model");
         assert_eq!(v["providers"]["custom"]["apiBase"], base.as_str());
         assert_eq!(v["agents"]["defaults"]["maxTokens"], 8192, "the rest untouched");
+        // The mock does not say its window: the short tool set, and what to set by hand.
+        assert_eq!(v["tools"]["profile"], "local");
+        assert_eq!(v["agents"]["defaults"]["contextWindowTokens"], 200_000);
+        assert!(text.contains("does not say how much context"), "{text}");
 
         // Run again: nothing to change, and it says the config already uses the server.
         let text = run_onboard(&env, &args, &mock);
         assert!(text.contains("already uses llama.cpp"), "{text}");
+    }
+
+    /// A llama.cpp server that reports its window (8,192 tokens): onboard writes it, an answer's room of a quarter
+    /// of it and the short tool set, and says where the window came from; a large window keeps every tool, and a
+    /// profile the user chose is kept.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_window_a_server_reports_is_written_with_the_answers_room_and_the_tool_set() {
+        use nanobot_testkit::file_server::{Answer, FileServer};
+        let json = |v: serde_json::Value| Answer::file(v.to_string().as_bytes(), "application/json");
+        let server = |n_ctx: u32| {
+            FileServer::start(vec![
+                (
+                    "/v1/models",
+                    json(serde_json::json!({"object": "list", "data": [{"id": "smol", "object": "model"}]})),
+                ),
+                (
+                    "/props",
+                    json(serde_json::json!({"default_generation_settings": {"n_ctx": n_ctx}})),
+                ),
+            ])
+        };
+        let onboard_at = |env: &CliEnv, server: &FileServer| {
+            let port: u16 = server.url("").rsplit(':').next().unwrap().parse().unwrap();
+            let candidate = crate::local_servers::Candidate {
+                port,
+                server: "llama.cpp",
+                provider: "custom",
+            };
+            let args = crate::args::OnboardArgs {
+                use_local: true,
+                ..Default::default()
+            };
+            let mut out = Vec::new();
+            tokio::task::block_in_place(|| crate::onboard_with(env, &args, &mut out, &[candidate], None))
+                .unwrap();
+            String::from_utf8(out).unwrap()
+        };
+
+        let small = server(8192).await;
+        let dir = tempfile::tempdir().unwrap();
+        let env = CliEnv::for_home(dir.path(), nanobot_util::EnvMap::new());
+        let text = onboard_at(&env, &small);
+        let v = config_json(dir.path());
+        assert_eq!(v["agents"]["defaults"]["contextWindowTokens"], 8192, "{text}");
+        assert_eq!(v["agents"]["defaults"]["maxTokens"], 2048, "{text}");
+        assert_eq!(v["tools"]["profile"], "local", "{text}");
+        assert!(
+            text.contains("8192 tokens) is what llama.cpp /props reports"),
+            "{text}"
+        );
+        // The config it wrote loads and offers the short set.
+        let config: nanobot_config::Config = serde_json::from_value(v).unwrap();
+        config.validate().unwrap();
+
+        let large = server(131_072).await;
+        let dir = tempfile::tempdir().unwrap();
+        let env = CliEnv::for_home(dir.path(), nanobot_util::EnvMap::new());
+        std::fs::create_dir_all(dir.path().join(".nanobot")).unwrap();
+        onboard_at(&env, &large);
+        let v = config_json(dir.path());
+        assert_eq!(v["agents"]["defaults"]["contextWindowTokens"], 131_072);
+        assert_eq!(
+            v["agents"]["defaults"]["maxTokens"], 8192,
+            "a quarter is more than the default"
+        );
+        assert!(v["tools"].get("profile").is_none(), "{}", v["tools"]);
+
+        // A tool set the user chose stays.
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join(".nanobot/config.json");
+        std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();
+        std::fs::write(&cfg, r#"{"tools":{"only":["read_file"]}}"#).unwrap();
+        let env = CliEnv::for_home(dir.path(), nanobot_util::EnvMap::new());
+        onboard_at(&env, &small);
+        let v = config_json(dir.path());
+        assert!(v["tools"].get("profile").is_none(), "{}", v["tools"]);
+        assert_eq!(v["tools"]["only"], serde_json::json!(["read_file"]));
     }
 
     #[test]

@@ -198,12 +198,21 @@ pub fn provider_error_message(err: &ProviderError) -> String {
         ProviderError::QuotaExceeded { provider, .. } => {
             format!("Sorry, the AI provider ({provider}) reports that the quota or credit is exhausted.")
         }
-        ProviderError::ContextLengthExceeded { .. } => format!(
-            "Sorry, this conversation is too long for the model ({err}). Use /compact or /new and try again. \
-             If even a short conversation fails, the model's context window is smaller than \
-             agents.defaults.contextWindowTokens says: set it to the model's real size (for a local server, its \
-             context option, e.g. llama.cpp's -c), so older history is archived and left out first."
-        ),
+        ProviderError::ContextLengthExceeded { .. } => match err.served_context_window() {
+            Some(window) => format!(
+                "Sorry, this conversation is too long for the model ({err}). The model's server serves {window} \
+                 tokens of context: set agents.defaults.contextWindowTokens to {window} (and maxTokens to a \
+                 quarter of it or less) so older history is archived and left out first, or start the server \
+                 with a larger context (llama.cpp: -c; llama-cpp-python: --n_ctx). Use /compact or /new to go on \
+                 now."
+            ),
+            None => format!(
+                "Sorry, this conversation is too long for the model ({err}). Use /compact or /new and try again. \
+                 If even a short conversation fails, the model's context window is smaller than \
+                 agents.defaults.contextWindowTokens says: set it to the model's real size (for a local server, \
+                 its context option, e.g. llama.cpp's -c), so older history is archived and left out first."
+            ),
+        },
         ProviderError::Unreachable { .. } => format!("Sorry, I cannot reach the AI provider. {err}"),
         ProviderError::Transient { provider, .. } => {
             format!(

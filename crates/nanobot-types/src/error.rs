@@ -256,7 +256,19 @@ impl ProviderError {
                 retry_after,
                 message,
             },
-            400 | 413 | 422 if context => Self::ContextLengthExceeded { provider, message },
+            400 | 413 | 422 if context => {
+                // llama.cpp's server gives its context size beside the message: keep it where it can be read.
+                let n_ctx = serde_json::from_str::<serde_json::Value>(body)
+                    .ok()
+                    .and_then(|v| v.pointer("/error/n_ctx").and_then(serde_json::Value::as_u64));
+                let message = match n_ctx {
+                    Some(n) if served_window(&message).is_none() => {
+                        format!("{message} (the server's context size is {n} tokens)")
+                    }
+                    _ => message,
+                };
+                Self::ContextLengthExceeded { provider, message }
+            }
             408 | 409 | 425 | 500..=599 => Self::Transient {
                 provider,
                 status: Some(status),
@@ -270,6 +282,41 @@ impl ProviderError {
             },
         }
     }
+}
+
+impl ProviderError {
+    /// For a context-length error, the context window the server says it serves, read from its message
+    /// (OpenAI, vLLM and llama-cpp-python: "maximum context length is N tokens"; llama.cpp: its `n_ctx`;
+    /// LM Studio: "loaded with context length of only N tokens"; "exceed context window of N").
+    pub fn served_context_window(&self) -> Option<u64> {
+        match self {
+            Self::ContextLengthExceeded { message, .. } => served_window(message),
+            _ => None,
+        }
+    }
+}
+
+/// The number after the first phrase that states a context size.
+fn served_window(message: &str) -> Option<u64> {
+    let lower = message.to_ascii_lowercase();
+    [
+        "maximum context length is",
+        "context window of",
+        "context size is",
+        "context length of only",
+        "context length of",
+    ]
+    .iter()
+    .find_map(|phrase| {
+        let rest = &lower[lower.find(phrase)? + phrase.len()..];
+        let digits: String = rest
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == ',')
+            .filter(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok().filter(|n| *n > 0)
+    })
 }
 
 /// How an error answer that is a web page starts its message ([`ProviderError::from_http`]).
@@ -310,6 +357,42 @@ fn error_message(body: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_context_window_a_server_states_is_read_from_its_context_error() {
+        let cases = [
+            // llama-cpp-python and vLLM (OpenAI's wording).
+            (
+                r#"{"error":{"message":"This model's maximum context length is 2048 tokens. However, you requested 5210 tokens (5210 in the messages, None in the completion).","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
+                Some(2048),
+            ),
+            // llama.cpp's server: the size beside the message.
+            (
+                r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5210,"n_ctx":4096}}"#,
+                Some(4096),
+            ),
+            // LM Studio.
+            (
+                r#"{"error":"Trying to keep the first 9000 tokens when context the overflows. However, the model is loaded with context length of only 8,192 tokens, which is not enough."}"#,
+                Some(8192),
+            ),
+            (r#"{"error":{"message":"prompt is too long"}}"#, None),
+        ];
+        for (body, window) in cases {
+            let e = ProviderError::from_http("p", 400, None, body);
+            assert!(matches!(e, ProviderError::ContextLengthExceeded { .. }), "{body}");
+            assert_eq!(e.served_context_window(), window, "{body}");
+        }
+        let other = ProviderError::from_http(
+            "p",
+            400,
+            None,
+            r#"{"error":{"message":"context window of 5 bad"}}"#,
+        );
+        assert_eq!(other.served_context_window(), Some(5));
+        let transient = ProviderError::from_http("p", 500, None, "maximum context length is 9 tokens");
+        assert_eq!(transient.served_context_window(), None);
+    }
 
     #[test]
     fn a_web_page_is_named_not_shown_and_not_retried_unless_a_gateway_page() {
