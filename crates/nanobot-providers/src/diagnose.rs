@@ -58,10 +58,110 @@ fn cause(err: &reqwest::Error) -> Option<Cause> {
     }
 }
 
+/// How the message of a request the server dropped starts (its process ended, or it restarted): a retry may
+/// find it back, and when the retry is refused, [`after_drop`] says the server has stopped.
+pub(crate) const SERVER_DROPPED: &str = "the server closed the connection";
+
+/// Whether the error chain says the connection closed before the answer was complete.
+fn dropped(err: &reqwest::Error) -> bool {
+    let mut next: Option<&(dyn StdError + 'static)> = Some(err);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
+            )
+        {
+            return true;
+        }
+        let text = e.to_string().to_ascii_lowercase();
+        if [
+            "connection closed before message completed",
+            "connection reset",
+            "broken pipe",
+            "unexpected eof",
+            "end of file before message length reached",
+            "incomplete message",
+        ]
+        .iter()
+        .any(|p| text.contains(p))
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// The request to `ep` ended by the server closing the connection: before any answer, or (`mid_answer`) in the
+/// middle of one. Retried (a restarting server comes back, a stale pooled connection is replaced); the message
+/// says what it most likely was and where to look.
+fn dropped_error(ep: &Endpoint, err: reqwest::Error, mid_answer: bool) -> ProviderError {
+    let when = if mid_answer {
+        "in the middle of its answer"
+    } else {
+        "without answering"
+    };
+    ProviderError::transient(
+        &ep.provider,
+        format!(
+            "{SERVER_DROPPED} {when} [endpoint {}: did the model server crash or restart? its own log says; a \
+             local server that runs out of memory, or fails on a request it cannot compile, ends this way]",
+            ep.display_url()
+        ),
+        Some(Box::new(err.without_url())),
+    )
+}
+
+/// A failure reading the body of an answer from `ep` (the head had arrived).
+pub(crate) fn body_error(ep: &Endpoint, err: reqwest::Error) -> ProviderError {
+    if dropped(&err) {
+        dropped_error(ep, err, true)
+    } else {
+        crate::error::from_reqwest(&ep.provider, err)
+    }
+}
+
+/// The error that ends a call, told apart when an earlier attempt was dropped by the server (`dropped_before`)
+/// and this one is refused: the server did not come back, it stopped.
+pub(crate) fn after_drop(err: ProviderError, dropped_before: bool) -> ProviderError {
+    match err {
+        ProviderError::Unreachable {
+            provider,
+            endpoint,
+            cause,
+            hint,
+            source,
+        } if dropped_before => ProviderError::Unreachable {
+            provider,
+            endpoint,
+            cause: format!(
+                "{cause}, after the server closed the connection of an earlier attempt: the model server stopped \
+                 (did it crash? its own log says)"
+            ),
+            hint,
+            source,
+        },
+        other => other,
+    }
+}
+
+/// Whether `err` is a request the server dropped ([`SERVER_DROPPED`]).
+pub(crate) fn was_dropped(err: &ProviderError) -> bool {
+    matches!(err, ProviderError::Transient { message, .. } if message.starts_with(SERVER_DROPPED))
+}
+
 /// A transport failure of a request to `ep`: [`ProviderError::Unreachable`] when the cause is known (not
-/// retried: the server or the configuration must change), else the generic classification.
+/// retried: the server or the configuration must change), a dropped connection named as such, else the generic
+/// classification.
 pub(crate) fn transport_error(ep: &Endpoint, err: reqwest::Error) -> ProviderError {
     let Some(c) = cause(&err) else {
+        if dropped(&err) {
+            return dropped_error(ep, err, false);
+        }
         return crate::error::from_reqwest(&ep.provider, err);
     };
     let key = config_key(&ep.provider);

@@ -248,7 +248,7 @@ impl Endpoint {
         while let Some(piece) = body.next().await {
             match piece {
                 Ok(b) => bytes.extend_from_slice(&b),
-                Err(BodyError::Read(e)) => return Err(crate::error::from_reqwest(&self.provider, e)),
+                Err(BodyError::Read(e)) => return Err(crate::diagnose::body_error(self, e)),
                 Err(BodyError::Wait(e)) => return Err(e),
             }
         }
@@ -341,6 +341,7 @@ fn sse(
     whole: BodyBound,
 ) -> impl Stream<Item = Result<eventsource_stream::Event, ProviderError>> + Send + Unpin + use<> {
     let provider = ep.provider.clone();
+    let at = ep.clone();
     let mut events = timed_body(ep, resp, whole).eventsource();
     Box::pin(async_gen(move |tx| async move {
         loop {
@@ -348,6 +349,9 @@ fn sse(
                 None => return,
                 Some(Ok(ev)) => Ok(ev),
                 Some(Err(EventStreamError::Transport(BodyError::Wait(e)))) => Err(e),
+                Some(Err(EventStreamError::Transport(BodyError::Read(e)))) => {
+                    Err(crate::diagnose::body_error(&at, e))
+                }
                 Some(Err(e)) => Err(ProviderError::transient(
                     &provider,
                     "stream interrupted",

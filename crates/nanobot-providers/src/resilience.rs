@@ -217,7 +217,7 @@ impl Provider for RetryingProvider {
         let bound = self.deadline.clone();
         event_stream(move |tx| async move {
             let deadline = bound.as_ref().map(|b| Instant::now() + b.total);
-            let (mut retry, mut stalls) = (0, 0);
+            let (mut retry, mut stalls, mut dropped) = (0, 0, false);
             loop {
                 let attempt = forward(inner.stream(request.clone()), &tx);
                 let outcome = match (deadline, &bound) {
@@ -235,7 +235,7 @@ impl Provider for RetryingProvider {
                     && room_for(deadline, policy.delay(retry, &err));
                 if !may_retry {
                     note_given_up(inner.name(), &err, &policy, retry, stalls);
-                    let _ = tx.send(Err(err)).await;
+                    let _ = tx.send(Err(crate::diagnose::after_drop(err, dropped))).await;
                     return;
                 }
                 let delay = policy.delay(retry, &err);
@@ -243,13 +243,14 @@ impl Provider for RetryingProvider {
                 (policy.sleeper)(delay).await;
                 retry += 1;
                 stalls += u32::from(is_stall(&err));
+                dropped |= crate::diagnose::was_dropped(&err);
             }
         })
     }
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ProviderError> {
         let deadline = self.deadline.as_ref().map(|b| Instant::now() + b.total);
-        let (mut retry, mut stalls) = (0, 0);
+        let (mut retry, mut stalls, mut dropped) = (0, 0, false);
         loop {
             let attempt = self.inner.chat(request.clone());
             let outcome = match (deadline, &self.deadline) {
@@ -269,10 +270,11 @@ impl Provider for RetryingProvider {
                     (self.policy.sleeper)(delay).await;
                     retry += 1;
                     stalls += u32::from(is_stall(&err));
+                    dropped |= crate::diagnose::was_dropped(&err);
                 }
                 Err(err) => {
                     note_given_up(self.inner.name(), &err, &self.policy, retry, stalls);
-                    return Err(err);
+                    return Err(crate::diagnose::after_drop(err, dropped));
                 }
             }
         }

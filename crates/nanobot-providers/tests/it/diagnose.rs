@@ -172,3 +172,88 @@ async fn a_web_server_that_is_not_a_model_server_is_named_and_not_retried() {
         );
     }
 }
+
+/// How a crashing server ends a request.
+#[derive(Clone, Copy)]
+enum Crash {
+    /// Reads the request and closes the connection without a byte.
+    BeforeAnswer,
+    /// Sends its head and part of the body it announced, then closes.
+    MidAnswer,
+}
+
+/// A server that crashes on the requests it takes: the first `crashes` connections end as `how` says, after
+/// which it stops listening (the process is gone). Returns its base URL.
+async fn crashing_server(how: Crash, crashes: usize) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        for _ in 0..crashes {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                match sock.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            if let Crash::MidAnswer = how {
+                let part = r#"{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hel"#;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                    part.len() + 500
+                );
+                let _ = sock.write_all(head.as_bytes()).await;
+                let _ = sock.write_all(part.as_bytes()).await;
+                let _ = sock.flush().await;
+            }
+            drop(sock);
+        }
+        drop(listener);
+    });
+    format!("http://127.0.0.1:{port}/v1")
+}
+
+/// A server that dies on the request says so, before its answer or in the middle of it, with the endpoint and
+/// where to look, as a passing failure (a restarting server comes back); when the retry finds nothing
+/// listening, the error says the server stopped after dropping the request, and is not retried further.
+#[tokio::test]
+async fn a_server_that_dies_on_the_request_is_named_and_a_retry_that_is_refused_says_it_stopped() {
+    for (how, words) in [
+        (Crash::BeforeAnswer, "without answering"),
+        (Crash::MidAnswer, "in the middle of its answer"),
+    ] {
+        let base = crashing_server(how, usize::MAX).await;
+        let err = fail(&client_at(&base)).await;
+        assert!(err.is_retryable(), "{err:?}");
+        assert_names(&err, &["closed the connection", words, "127.0.0.1", "log"]);
+
+        let base = crashing_server(how, 1).await;
+        let (policy, delays) = crate::common::fast_policy();
+        let p = nanobot_providers::RetryingProvider::new(std::sync::Arc::new(client_at(&base)), policy);
+        let err = p
+            .chat(ChatRequest::new("local-model", vec![ChatMessage::user("hi")]))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ProviderError::Unreachable { .. }), "{err:?}");
+        assert!(!err.is_retryable());
+        assert_names(
+            &err,
+            &[
+                "connection refused",
+                "stopped",
+                "crash",
+                "providers.custom.apiBase",
+            ],
+        );
+        assert_eq!(
+            delays.lock().unwrap().len(),
+            1,
+            "one retry, then the refusal ends it"
+        );
+    }
+}
