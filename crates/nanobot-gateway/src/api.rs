@@ -259,6 +259,10 @@ async fn chat_inner(st: &ApiState, headers: &HeaderMap, body: &Bytes) -> Respons
         Ok(None) => {}
         Err(r) => return *r,
     }
+    let opts = TurnOptions {
+        retry: is_client_retry(headers),
+        ..TurnOptions::default()
+    };
     let model = st.settings.model.clone();
     if let Some(asked) = req.model.as_deref().filter(|m| !m.is_empty())
         && asked != model
@@ -281,7 +285,7 @@ async fn chat_inner(st: &ApiState, headers: &HeaderMap, body: &Bytes) -> Respons
             .and_then(|o| o.get("include_usage"))
             .and_then(Value::as_bool)
             .unwrap_or(false);
-        return stream_completion(st, msg, key, model, include_usage, lease);
+        return stream_completion(st, msg, opts, key, model, include_usage, lease);
     }
 
     let in_flight = st.metrics.turn_started();
@@ -290,11 +294,7 @@ async fn chat_inner(st: &ApiState, headers: &HeaderMap, body: &Bytes) -> Respons
         key: key.clone(),
         armed: true,
     };
-    let result = tokio::time::timeout(
-        st.settings.timeout,
-        st.agent.process_message(msg, TurnOptions::default()),
-    )
-    .await;
+    let result = tokio::time::timeout(st.settings.timeout, st.agent.process_message(msg, opts)).await;
     let result = match result {
         Ok(r) => {
             guard.armed = false;
@@ -335,6 +335,17 @@ async fn chat_inner(st: &ApiState, headers: &HeaderMap, body: &Bytes) -> Respons
         .into_response(),
         Err(e) => turn_error(&e),
     }
+}
+
+/// Whether the client marks the request as a retry of its previous one: OpenAI's SDKs (Python, Node and those
+/// generated alike) send `x-stainless-retry-count`, 0 on the first attempt. A retry whose question the session
+/// already holds is not stored twice (see [`TurnOptions::retry`]).
+fn is_client_retry(headers: &HeaderMap) -> bool {
+    headers
+        .get("x-stainless-retry-count")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .is_some_and(|n| n > 0)
 }
 
 /// The `Idempotency-Key` header: printable ASCII, 1 to 255 characters; `None` when absent.
@@ -462,9 +473,11 @@ struct StreamState {
     usage: nanobot_providers::Usage,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn stream_completion(
     st: &ApiState,
     msg: InboundMessage,
+    opts: TurnOptions,
     key: String,
     model: String,
     include_usage: bool,
@@ -480,7 +493,7 @@ fn stream_completion(
     st.tracker.spawn(async move {
         let opts = TurnOptions {
             stream: Some(tx),
-            ..TurnOptions::default()
+            ..opts
         };
         let result = match tokio::time::timeout(timeout, agent.process_message(msg, opts)).await {
             Ok(r) => r,

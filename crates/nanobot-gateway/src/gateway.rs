@@ -801,10 +801,18 @@ impl Gateway {
         let mut api_addr = None;
         if let Some(listener) = api_listener {
             api_addr = listener.local_addr().ok();
+            // A local model may take minutes to load and read the prompt on its first call: left at its
+            // default, the API waits as long as the turn may run (`timeouts.turn`, 1200 s for a local model).
+            let mut timeout = Duration::from_secs_f64(config.api.timeout.clamp(1.0, 86_400.0));
+            if config.api.timeout == nanobot_config::ApiConfig::default().timeout
+                && nanobot_runtime::model_is_local(config, &opts.env)
+            {
+                timeout = timeout.max(agent.settings().turn_timeout);
+            }
             let settings = ApiSettings {
                 model: agent.settings().model.clone(),
                 api_key: api_key(config),
-                timeout: Duration::from_secs_f64(config.api.timeout.clamp(1.0, 86_400.0)),
+                timeout,
             };
             let limits = crate::server::limits_from_config(&config.api.limits);
             let router =

@@ -83,9 +83,7 @@ pub fn agent_settings(config: &Config, env: &Environment) -> Result<AgentSetting
     // A model server on this machine or the LAN usually runs a small model at tens of seconds a call: a
     // confused one would loop for hours under the cloud defaults. Caps left at their defaults are lowered.
     let defaults = nanobot_config::AgentDefaults::default();
-    let local = nanobot_providers::ProviderFactory::new(&config.providers, d, env.vars.clone())
-        .is_local_model(&d.model);
-    if local {
+    if model_is_local(config, env) {
         if d.max_tool_iterations == defaults.max_tool_iterations {
             s.max_tool_iterations = LOCAL_MAX_TOOL_ITERATIONS;
         }
@@ -94,6 +92,13 @@ pub fn agent_settings(config: &Config, env: &Environment) -> Result<AgentSetting
         }
     }
     Ok(s)
+}
+
+/// Whether the default model's endpoint is on this machine or the LAN (loopback, private, link-local addresses,
+/// `localhost`, `*.local`): a local server, usually slower to start and to answer than a cloud API.
+pub fn model_is_local(config: &Config, env: &Environment) -> bool {
+    let d = config.resolved_defaults();
+    nanobot_providers::ProviderFactory::new(&config.providers, &d, env.vars.clone()).is_local_model(&d.model)
 }
 
 /// The tool-iteration cap for a model on a local server when `agents.defaults.maxToolIterations` is left at its

@@ -96,9 +96,54 @@ pub(super) fn drop_cut_short_attempt(history: &mut Vec<ChatMessage>, user_text: 
     }
 }
 
+/// How far the session's last turn got, when its latest user message is `user_text` (a client repeating its
+/// request): answered when an answer follows it, else cut short. `None` when the latest user message is another.
+pub(super) fn last_turn(history: &[ChatMessage], user_text: &str) -> Option<Earlier> {
+    let last = history
+        .iter()
+        .rposition(|m| matches!(m, ChatMessage::User { .. }))?;
+    match &history[last] {
+        ChatMessage::User { content } if content.text() == user_text => {}
+        _ => return None,
+    }
+    let answered = history[last + 1..].iter().any(|m| match m {
+        ChatMessage::Assistant {
+            content: Some(t),
+            tool_calls,
+            ..
+        } => tool_calls.is_empty() && !t.trim().is_empty() && t != super::types::TURN_INTERRUPTED_NOTE,
+        _ => false,
+    });
+    Some(if answered {
+        Earlier::Answered
+    } else {
+        Earlier::Started
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repeated_request_finds_the_last_turn_answered_or_cut_short() {
+        let q = "what is the time?";
+        let mut h = vec![ChatMessage::user("earlier"), ChatMessage::assistant("ok")];
+        assert_eq!(last_turn(&h, q), None, "another question last");
+        h.push(ChatMessage::user(q));
+        assert_eq!(last_turn(&h, q), Some(Earlier::Started));
+        h.push(ChatMessage::assistant(super::super::types::TURN_INTERRUPTED_NOTE));
+        assert_eq!(
+            last_turn(&h, q),
+            Some(Earlier::Started),
+            "an interruption note is no answer"
+        );
+        h.push(ChatMessage::assistant("noon"));
+        assert_eq!(last_turn(&h, q), Some(Earlier::Answered));
+        assert_eq!(earlier_answer(&h, q).as_deref(), Some("noon"));
+        h.push(ChatMessage::user("thanks"));
+        assert_eq!(last_turn(&h, q), None);
+    }
 
     #[test]
     fn states_are_recorded_replaced_and_bounded() {

@@ -117,10 +117,15 @@ impl LoopInner {
         // A message delivered again (a durable bus, a repeating channel) is answered once.
         // Cron turns copy the metadata of the chat message that made the job: never a delivery of their own.
         let delivery = msg.delivery_id().filter(|_| !opts.is_cron);
+        let user_text = user.content_text().unwrap_or_default();
         let earlier = delivery
             .as_deref()
-            .and_then(|id| redelivery::earlier(&metadata, id));
-        let user_text = user.content_text().unwrap_or_default();
+            .and_then(|id| redelivery::earlier(&metadata, id))
+            .or_else(|| {
+                opts.retry
+                    .then(|| redelivery::last_turn(&history, &user_text))
+                    .flatten()
+            });
         match earlier {
             Some(Earlier::Answered) => {
                 tracing::info!(session = %key, "a message answered before was delivered again; not answered twice");

@@ -49,6 +49,11 @@ pub struct TurnOptions {
     pub approver: Option<Arc<dyn crate::Approver>>,
     /// The user started this turn with `/goal <task>`: it may record (or replace) the session's sustained goal.
     pub goal: bool,
+    /// The client says this request repeats its previous one (an API client retrying after its own timeout or a
+    /// lost answer; OpenAI's SDKs send `x-stainless-retry-count`). When the session's latest user message is the
+    /// same text, its answer is given again if it has one (no turn runs), else that cut-short turn runs again
+    /// without a second copy of the question.
+    pub retry: bool,
 }
 
 impl std::fmt::Debug for TurnOptions {
@@ -59,6 +64,7 @@ impl std::fmt::Debug for TurnOptions {
             .field("stream", &self.stream.is_some())
             .field("approver", &self.approver.is_some())
             .field("goal", &self.goal)
+            .field("retry", &self.retry)
             .finish()
     }
 }

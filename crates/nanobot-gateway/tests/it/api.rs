@@ -422,3 +422,58 @@ async fn a_request_retried_with_its_idempotency_key_is_answered_once() {
     let v: Value = ask(None).await.unwrap().json().await.unwrap();
     assert_eq!(v["choices"][0]["message"]["content"], "A SECOND ANSWER");
 }
+
+/// An OpenAI SDK marks its retries (`x-stainless-retry-count` ≥ 1) without any key: a retry whose question the
+/// session already answered gets that answer again (no turn, no second copy, streamed or not); a first attempt
+/// (count 0) of the same words is a new question; a retry after another question is a new question too.
+#[tokio::test]
+async fn a_request_an_sdk_marks_as_its_retry_is_not_stored_twice() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("FIRST"));
+    mock.set_fallback(MockReply::text("ANOTHER"));
+    let gw = start(&home, &mock).await;
+    let c = client();
+    let ask = |text: &'static str, retry: u32, stream: bool| {
+        c.post(api_url(&gw, "/v1/chat/completions"))
+            .bearer_auth(KEY)
+            .header("x-stainless-retry-count", retry.to_string())
+            .json(&chat(text, Some("sdk"), stream))
+            .send()
+    };
+    let content = |v: Value| v["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+    assert_eq!(
+        content(ask("again?", 0, false).await.unwrap().json().await.unwrap()),
+        "FIRST"
+    );
+    assert_eq!(
+        content(ask("again?", 1, false).await.unwrap().json().await.unwrap()),
+        "FIRST"
+    );
+    let streamed = ask("again?", 2, true).await.unwrap().text().await.unwrap();
+    assert!(
+        streamed.contains("FIRST") && !streamed.contains("ANOTHER"),
+        "{streamed}"
+    );
+    assert_eq!(mock.completion_requests().len(), 1, "the retries ran no turn");
+    let session = &sessions(&home)["api:sdk"];
+    assert_eq!(texts(session, "user"), ["again?"], "the question is stored once");
+
+    // Count 0 is a first attempt: the same words asked again are a new question.
+    assert_eq!(
+        content(ask("again?", 0, false).await.unwrap().json().await.unwrap()),
+        "ANOTHER"
+    );
+    // A "retry" of a question that is not the session's last one is a new question as well.
+    assert_eq!(
+        content(ask("other", 0, false).await.unwrap().json().await.unwrap()),
+        "ANOTHER"
+    );
+    assert_eq!(
+        content(ask("again?", 1, false).await.unwrap().json().await.unwrap()),
+        "ANOTHER"
+    );
+    let session = &sessions(&home)["api:sdk"];
+    assert_eq!(texts(session, "user"), ["again?", "again?", "other", "again?"]);
+    gw.shutdown().await;
+}

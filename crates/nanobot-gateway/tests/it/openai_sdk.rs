@@ -83,3 +83,53 @@ async fn the_openai_python_sdk_talks_to_the_api() {
     assert_eq!(texts(&s["api:alice"], "assistant"), ["PLAIN"]);
     assert_eq!(texts(&s["api:bob"], "assistant"), ["STREAMED ANSWER"]);
 }
+
+const RETRY_SCRIPT: &str = r#"
+import os, openai
+from openai import OpenAI
+c = OpenAI(base_url=os.environ["BASE_URL"], api_key=os.environ["API_KEY"], timeout=2.0, max_retries=2)
+r = c.chat.completions.create(model="mock-model", messages=[{"role": "user", "content": "slow question"}],
+                              extra_body={"session_id": "cold"})
+assert r.choices[0].message.content == "WARM ANSWER", r
+print("SDK-RETRY-OK")
+"#;
+
+/// A cold local model: the SDK gives up on its first attempt (its own timeout), the turn is cancelled as the
+/// client goes, and the SDK's retry (`x-stainless-retry-count: 1`) runs that question again: it is answered,
+/// and stored once.
+#[tokio::test]
+async fn the_sdks_retry_after_its_timeout_does_not_store_the_question_twice() {
+    let Some(python) = peers::require("openai (python venv)", peers::python()) else {
+        return;
+    };
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    // Far longer than the client waits: the first attempt can only end by the client leaving.
+    mock.push(MockReply::text("COLD ANSWER").delay(std::time::Duration::from_secs(300)));
+    mock.push(MockReply::text("WARM ANSWER"));
+    let gw = start(&home, &mock).await;
+    let out = tokio::time::timeout(
+        GUARD,
+        tokio::process::Command::new(&python)
+            .args(["-c", RETRY_SCRIPT])
+            .env("BASE_URL", api_url(&gw, "/v1"))
+            .env("API_KEY", KEY)
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("SDK-RETRY-OK"),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    gw.shutdown().await;
+    let s = sessions(&home);
+    assert_eq!(texts(&s["api:cold"], "user"), ["slow question"], "stored once");
+    assert_eq!(
+        texts(&s["api:cold"], "assistant").last().map(String::as_str),
+        Some("WARM ANSWER")
+    );
+}
