@@ -336,6 +336,12 @@ impl SessionStore {
         checkpoint_path(&self.inner.path_for(key))
     }
 
+    /// Whether this machine's checkpoint file of session `key` holds a checkpoint (exists and is not empty: a
+    /// cleared checkpoint is an empty file). Reads no shared store.
+    pub fn holds_checkpoint(&self, key: &str) -> bool {
+        fs::metadata(self.checkpoint_path(key)).is_ok_and(|m| m.len() > 0)
+    }
+
     /// A copy of session `key`, loaded (or migrated) from disk on first use; an empty, not yet saved session
     /// if it has no file. Prefer [`SessionStore::with_session`] or [`SessionStore::history`] for long sessions.
     pub async fn session(&self, key: &str) -> Result<Session> {
@@ -749,6 +755,18 @@ impl SessionStore {
     /// payload and each later one appends the fields that changed (for an array that grew, its new items).
     /// One `write(2)` and one `fdatasync` per call; a torn last record is ignored when reading.
     pub async fn write_checkpoint(&self, key: &str, payload: &Value) -> Result<()> {
+        self.put_checkpoint(key, payload, true).await
+    }
+
+    /// [`SessionStore::write_checkpoint`] without the `fdatasync`: for the opening record of a turn (the user's
+    /// question, before anything ran), which a killed process keeps (the kernel writes it out) and only a power
+    /// loss within the turn could lose, with nothing done yet to repeat. Later records, which say what tools
+    /// did, are synced.
+    pub async fn write_checkpoint_unsynced(&self, key: &str, payload: &Value) -> Result<()> {
+        self.put_checkpoint(key, payload, false).await
+    }
+
+    async fn put_checkpoint(&self, key: &str, payload: &Value, sync: bool) -> Result<()> {
         let payload = payload.clone();
         self.run(key, move |inner, key, slot| {
             let path = checkpoint_path(&inner.path_for(key));
@@ -791,9 +809,11 @@ impl SessionStore {
             (&file)
                 .write_all(&line)
                 .map_err(|e| SessionError::io("append to", &path, e))?;
-            file.sync_data()
-                .map_err(|e| SessionError::io("fsync", &path, e))?;
-            inner.syncs.fetch_add(1, Ordering::Relaxed);
+            if sync {
+                file.sync_data()
+                    .map_err(|e| SessionError::io("fsync", &path, e))?;
+                inner.syncs.fetch_add(1, Ordering::Relaxed);
+            }
             if let Err(e) = inner.push_shared(&path) {
                 slot.checkpoint = None;
                 return Err(e);
@@ -820,16 +840,23 @@ impl SessionStore {
         .await
     }
 
-    /// Removes the checkpoint of session `key` (no error if there is none).
+    /// Empties the checkpoint of session `key` (no error if there is none): the file is truncated, not deleted,
+    /// so a turn's checkpoint costs no directory change (the next turn's opening record reuses the file); an empty
+    /// file holds no checkpoint.
     pub async fn clear_checkpoint(&self, key: &str) -> Result<()> {
         self.run(key, |inner, key, slot| {
             slot.checkpoint = None;
             let path = checkpoint_path(&inner.path_for(key));
             inner.pull_shared(&path)?;
-            match fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(SessionError::io("delete", path, e)),
+            match fs::OpenOptions::new().write(true).open(&path) {
+                Ok(file) => {
+                    if !file.metadata().is_ok_and(|m| m.len() == 0) {
+                        file.set_len(0)
+                            .map_err(|e| SessionError::io("truncate", &path, e))?;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(SessionError::io("clear", path, e)),
             }
             inner.push_shared(&path)
         })

@@ -137,7 +137,8 @@ impl SessionCheckpoint {
     pub(super) async fn begin(&self) {
         let payload =
             json!({"version": 1, "turn": self.turn_id, "user": self.user, "delivery": self.delivery});
-        if let Err(e) = self.store.write_checkpoint(&self.key, &payload).await {
+        // Not synced: a killed process keeps it, and nothing has run yet that a power loss would make repeat.
+        if let Err(e) = self.store.write_checkpoint_unsynced(&self.key, &payload).await {
             tracing::warn!(session = %self.key, error = %e, "cannot write the opening checkpoint");
         }
     }

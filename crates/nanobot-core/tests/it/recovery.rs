@@ -78,7 +78,7 @@ async fn a_killed_turn_is_recovered_from_its_checkpoint() {
         .build()
         .unwrap();
     assert!(
-        agent_b.sessions().checkpoint_path("cli:r").exists(),
+        agent_b.sessions().holds_checkpoint("cli:r"),
         "the killed turn left a checkpoint"
     );
     mock.push(MockReply::text("I was interrupted; here is what I had."));
@@ -117,7 +117,7 @@ async fn a_killed_turn_is_recovered_from_its_checkpoint() {
         ]
     );
     assert_eq!(lines[1]["content"], "summarise my notes");
-    assert!(!agent_b.sessions().checkpoint_path("cli:r").exists());
+    assert!(!agent_b.sessions().holds_checkpoint("cli:r"));
 }
 
 /// The (role, text) pairs of the conversation a request carried, system prompt left out.
@@ -209,7 +209,7 @@ async fn a_turn_killed_while_the_model_stalls_keeps_the_question() {
     let lines = session_lines(&agent_b, "cli:k");
     let roles: Vec<&str> = lines[1..].iter().map(|l| l["role"].as_str().unwrap()).collect();
     assert_eq!(roles, ["user", "assistant", "user", "assistant"]);
-    assert!(!agent_b.sessions().checkpoint_path("cli:k").exists());
+    assert!(!agent_b.sessions().holds_checkpoint("cli:k"));
 }
 
 #[tokio::test]
@@ -219,7 +219,7 @@ async fn a_finished_turn_leaves_no_note_and_no_checkpoint() {
     mock.push(MockReply::text("fine"));
     let agent = AgentLoop::new(provider(&mock), settings(&home)).unwrap();
     assert_eq!(agent.process_direct("all good?", "cli:f").await.unwrap(), "fine");
-    assert!(!agent.sessions().checkpoint_path("cli:f").exists());
+    assert!(!agent.sessions().holds_checkpoint("cli:f"));
     let lines = session_lines(&agent, "cli:f");
     assert!(!lines.iter().any(|l| l["content"] == TURN_INTERRUPTED_NOTE));
     assert_eq!(lines.len(), 3);

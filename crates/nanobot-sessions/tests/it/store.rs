@@ -198,8 +198,34 @@ async fn checkpoints_write_read_replace_clear() {
     env.store.clear_checkpoint(key).await.unwrap();
     env.store.clear_checkpoint(key).await.unwrap();
     assert_eq!(env.store.read_checkpoint(key).await.unwrap(), None);
+    assert!(!env.store.holds_checkpoint(key));
     // A checkpoint is not a session.
     assert!(env.store.list_sessions().await.unwrap().is_empty());
+
+    // Cleared is emptied, not deleted: the next turn's opening record reuses the file (no directory change), is
+    // read back whole, and is not synced (a killed process keeps it); the run's later records are.
+    assert!(path.is_file());
+    let inode = |p: &std::path::Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let before = inode(&path);
+    let syncs = env.store.syncs();
+    env.store
+        .write_checkpoint_unsynced(key, &json!({"user": "hi", "turn": 2}))
+        .await
+        .unwrap();
+    assert_eq!(env.store.syncs(), syncs, "the opening record is not synced");
+    assert_eq!(inode(&path), before, "the same file");
+    assert!(env.store.holds_checkpoint(key));
+    env.store
+        .write_checkpoint(key, &json!({"user": "hi", "turn": 2, "run": [1]}))
+        .await
+        .unwrap();
+    assert_eq!(env.store.syncs(), syncs + 1, "a later record is synced");
+    assert_eq!(
+        env.store.read_checkpoint(key).await.unwrap(),
+        Some(json!({"user": "hi", "turn": 2, "run": [1]}))
+    );
+    env.store.clear_checkpoint(key).await.unwrap();
+    assert!(!env.store.holds_checkpoint(key));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
