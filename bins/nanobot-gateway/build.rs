@@ -1,5 +1,5 @@
-//! The programs' link settings: see bins/link_settings.rs (packed relative relocations for release builds on
-//! Linux/glibc, and the opt-in `NANOBOT_SYMBOL_ORDER` and `NANOBOT_NO_PIE`).
+//! The programs' link settings: see bins/link_settings.rs (for release builds on Linux: packed relative
+//! relocations, the start-up layout of bins/symbol-order.txt, stripping by the linker; opt-in `NANOBOT_NO_PIE`).
 
 include!("../link_settings.rs");
 
