@@ -281,7 +281,8 @@ fn window_note(found: &crate::local_servers::Found) -> String {
         Some(w) => format!("  The context window ({} tokens) is what {} reports.\n", w.tokens, w.source),
         None => "  The server does not say how much context it serves: set `agents.defaults.contextWindowTokens` \
                  to the size it was started with (llama-cpp-python: --n_ctx, 2048 unless given, too small for \
-                 tools: start it with --n_ctx 8192 or more). `nanobot doctor` shows what the prompt needs.\n"
+                 tools: start it with --n_ctx 8192 or more, and with --chat_format chatml-function-calling unless \
+                 the model's template shows tools). `nanobot doctor` shows what the prompt needs.\n"
             .to_owned(),
     }
 }

@@ -90,6 +90,11 @@ pub fn agent_settings(config: &Config, env: &Environment) -> Result<AgentSetting
         if d.timeouts.turn == defaults.timeouts.turn {
             s.turn_timeout = LOCAL_TURN_TIMEOUT;
         }
+        // A small model that loops writes until the answer's cap: 8192 tokens is minutes of CPU, and on a small
+        // window most of it.
+        if d.max_tokens == defaults.max_tokens {
+            s.max_tokens = LOCAL_MAX_TOKENS.min((d.context_window_tokens / 4).max(256));
+        }
     }
     Ok(s)
 }
@@ -104,6 +109,10 @@ pub fn model_is_local(config: &Config, env: &Environment) -> bool {
 /// The tool-iteration cap for a model on a local server when `agents.defaults.maxToolIterations` is left at its
 /// default (200).
 pub const LOCAL_MAX_TOOL_ITERATIONS: usize = 30;
+
+/// The answer's cap (`maxTokens`) for a model on a local server when `agents.defaults.maxTokens` is left at its
+/// default (8192); at most a quarter of `contextWindowTokens`.
+pub const LOCAL_MAX_TOKENS: u32 = 2048;
 
 /// The turn limit for a model on a local server when `agents.defaults.timeouts.turn` is left at its default
 /// (3600 s).

@@ -293,6 +293,13 @@ fn a_model_on_a_local_server_gets_lower_caps_unless_the_config_sets_them() {
         nanobot_runtime::LOCAL_MAX_TOOL_ITERATIONS
     );
     assert_eq!(local.turn_timeout, nanobot_runtime::LOCAL_TURN_TIMEOUT);
+    assert_eq!(local.max_tokens, nanobot_runtime::LOCAL_MAX_TOKENS);
+    // On a small window, a quarter of it.
+    let small = settings(json!({
+        "agents": {"defaults": {"model": "qwen", "provider": "custom", "contextWindowTokens": 4096}},
+        "providers": {"custom": {"apiBase": "http://127.0.0.1:8080/v1"}}
+    }));
+    assert_eq!(small.max_tokens, 1024);
     let ollama = settings(json!({"agents": {"defaults": {"model": "ollama/llama3.2"}}}));
     assert_eq!(
         ollama.max_tool_iterations,
@@ -306,6 +313,11 @@ fn a_model_on_a_local_server_gets_lower_caps_unless_the_config_sets_them() {
         "providers": {"custom": {"apiBase": "http://127.0.0.1:8080/v1"}}
     }));
     assert_eq!(chosen.max_tool_iterations, 80);
+    let chosen_tokens = settings(json!({
+        "agents": {"defaults": {"model": "qwen", "provider": "custom", "maxTokens": 6000}},
+        "providers": {"custom": {"apiBase": "http://127.0.0.1:8080/v1"}}
+    }));
+    assert_eq!(chosen_tokens.max_tokens, 6000);
     assert_eq!(chosen.turn_timeout, std::time::Duration::from_secs(7200));
 
     // A cloud model keeps the defaults.
@@ -314,6 +326,7 @@ fn a_model_on_a_local_server_gets_lower_caps_unless_the_config_sets_them() {
         "providers": {"openai": {"apiKey": "sk-test"}}
     }));
     assert_eq!(cloud.max_tool_iterations, 200);
+    assert_eq!(cloud.max_tokens, 8192);
     assert_eq!(cloud.turn_timeout, std::time::Duration::from_secs(3600));
 }
 
