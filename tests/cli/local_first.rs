@@ -196,6 +196,18 @@ fn doctor_online_sends_one_tiny_request_per_model_and_names_what_fails() {
     assert!(!out.contains("sk-mock"), "{out}");
 }
 
+/// `doctor`'s output and its line about the prompt's size.
+fn doctor_prompt_line(home: &TempHome) -> (String, String) {
+    let o = run(home.home(), &["doctor"]);
+    let out = stdout(&o);
+    let line = out
+        .lines()
+        .find(|l| l.contains("prompt: about"))
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_owned();
+    (out, line)
+}
+
 /// `doctor` sizes the prompt every request carries (system prompt and tools, built as `agent` builds them)
 /// against the context window: a small window with every tool is a problem naming the tool profile and the
 /// answer's room, the `local` profile fits and lists its tools, and a turn offers the model exactly those.
@@ -207,12 +219,7 @@ fn doctor_sizes_the_prompt_against_the_window_and_the_local_profile_offers_few_t
         &home,
         json!({"agents": {"defaults": {"contextWindowTokens": 4096, "maxTokens": 4096}}}),
     );
-    let o = run(home.home(), &["doctor"]);
-    let out = stdout(&o);
-    let line = out
-        .lines()
-        .find(|l| l.contains("prompt: about"))
-        .unwrap_or_else(|| panic!("{out}"));
+    let (out, line) = doctor_prompt_line(&home);
     assert!(line.starts_with('✗') && line.contains("does not fit"), "{line}");
     assert!(line.contains("spawn") && line.contains("profile full"), "{line}");
     assert!(
@@ -224,12 +231,7 @@ fn doctor_sizes_the_prompt_against_the_window_and_the_local_profile_offers_few_t
         &home,
         json!({"agents": {"defaults": {"contextWindowTokens": 32768, "maxTokens": 2048}}, "tools": {"profile": "local"}}),
     );
-    let o = run(home.home(), &["doctor"]);
-    let out = stdout(&o);
-    let line = out
-        .lines()
-        .find(|l| l.contains("prompt: about"))
-        .unwrap_or_else(|| panic!("{out}"));
+    let (_, line) = doctor_prompt_line(&home);
     assert!(line.starts_with('✓') && line.contains("profile local"), "{line}");
     let listed: Vec<&str> = line.rsplit("tools: ").next().unwrap().split(", ").collect();
     assert_eq!(
@@ -278,11 +280,6 @@ fn doctor_sizes_the_prompt_against_the_window_and_the_local_profile_offers_few_t
         &home,
         json!({"tools": {"only": ["read_file", "mcp_*"], "profile": ""}}),
     );
-    let o = run(home.home(), &["doctor"]);
-    let out = stdout(&o);
-    let line = out
-        .lines()
-        .find(|l| l.contains("prompt: about"))
-        .unwrap_or_else(|| panic!("{out}"));
+    let (_, line) = doctor_prompt_line(&home);
     assert!(line.ends_with("tools: read_file"), "{line}");
 }

@@ -37,6 +37,28 @@ assert [m.id for m in models.data] == ["mock-model"], models
 print("SDK-OK")
 "#;
 
+/// Runs `script` with the venv's Python against the gateway's API (`BASE_URL`, `API_KEY`), bounded, and checks
+/// that it succeeds and prints `marker`.
+async fn run_sdk_script(python: &std::path::Path, script: &str, gw: &nanobot_gateway::Gateway, marker: &str) {
+    let out = tokio::time::timeout(
+        GUARD,
+        tokio::process::Command::new(python)
+            .args(["-c", script])
+            .env("BASE_URL", api_url(gw, "/v1"))
+            .env("API_KEY", KEY)
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains(marker),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+}
+
 #[tokio::test]
 async fn the_openai_python_sdk_talks_to_the_api() {
     let Some(python) = peers::require("openai (python venv)", peers::python()) else {
@@ -61,23 +83,7 @@ async fn the_openai_python_sdk_talks_to_the_api() {
         MockReply::text("STREAMED ANSWER").chunk_chars(4).with_usage(7, 2),
     );
     let gw = start(&home, &mock).await;
-    let out = tokio::time::timeout(
-        GUARD,
-        tokio::process::Command::new(&python)
-            .args(["-c", SCRIPT])
-            .env("BASE_URL", api_url(&gw, "/v1"))
-            .env("API_KEY", KEY)
-            .output(),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("SDK-OK"),
-        "stdout: {stdout}\nstderr: {stderr}"
-    );
+    run_sdk_script(&python, SCRIPT, &gw, "SDK-OK").await;
     gw.shutdown().await;
     let s = sessions(&home);
     assert_eq!(texts(&s["api:alice"], "assistant"), ["PLAIN"]);
@@ -108,23 +114,7 @@ async fn the_sdks_retry_after_its_timeout_does_not_store_the_question_twice() {
     mock.push(MockReply::text("COLD ANSWER").delay(std::time::Duration::from_secs(300)));
     mock.push(MockReply::text("WARM ANSWER"));
     let gw = start(&home, &mock).await;
-    let out = tokio::time::timeout(
-        GUARD,
-        tokio::process::Command::new(&python)
-            .args(["-c", RETRY_SCRIPT])
-            .env("BASE_URL", api_url(&gw, "/v1"))
-            .env("API_KEY", KEY)
-            .output(),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("SDK-RETRY-OK"),
-        "stdout: {stdout}\nstderr: {stderr}"
-    );
+    run_sdk_script(&python, RETRY_SCRIPT, &gw, "SDK-RETRY-OK").await;
     gw.shutdown().await;
     let s = sessions(&home);
     assert_eq!(texts(&s["api:cold"], "user"), ["slow question"], "stored once");
