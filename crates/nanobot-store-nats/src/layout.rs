@@ -186,6 +186,10 @@ fn walk(
             continue;
         }
         let path = entry.path();
+        // A session's emptied checkpoint (its turn ended) holds nothing to move.
+        if name.ends_with(".checkpoint.json") && entry.metadata().is_ok_and(|m| m.len() == 0) {
+            continue;
+        }
         let kind = entry.file_type().map_err(listing_failed)?;
         if kind.is_dir() {
             walk(area, root, &path, out)?;
