@@ -136,4 +136,30 @@ fn doctor_checks_the_nats_bus_of_replicas() {
     assert!(out.contains("gateway bus: NATS"), "{out}");
     assert!(out.contains("NANOBOT_IN (made by the first gateway)"), "{out}");
     assert!(out.contains("no lease held"), "{out}");
+    // Debian's server as installed asks for no credentials: said, as a warning with the fix.
+    let line = out.lines().find(|l| l.contains("gateway bus: NATS")).unwrap();
+    assert!(line.starts_with('!'), "a warning: {line}");
+    assert!(line.contains("accepts clients without credentials"), "{line}");
+
+    // A server that wants a token, given it: no warning.
+    let Some(guarded) = rt
+        .block_on(nanobot_testkit::nats::NatsServer::start_with_token("tok-7f3a"))
+        .unwrap()
+    else {
+        return;
+    };
+    config["gateway"]["bus"]["nats"]["url"] = guarded.url().into();
+    config["gateway"]["bus"]["nats"]["token"] = "tok-7f3a".into();
+    write_raw(&home, &serde_json::to_string_pretty(&config).unwrap());
+    let o = doctor(&home);
+    let out = stdout(&o);
+    let line = out
+        .lines()
+        .find(|l| l.contains("gateway bus: NATS"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        line.starts_with('✓') && line.contains("clients must authenticate"),
+        "{line}"
+    );
+    assert!(!out.contains("tok-7f3a"), "never the token: {out}");
 }

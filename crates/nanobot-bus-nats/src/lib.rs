@@ -288,6 +288,14 @@ pub async fn jetstream_context(
             settings.connect_timeout
         )));
     }
+    if keep_trying && !client.server_info().auth_required {
+        tracing::warn!(
+            url = %shown,
+            "the NATS server accepts clients without credentials: anyone who reaches it can publish messages as \
+             any user of any channel and read every reply; give it users or a token and set them in \
+             gateway.bus.nats (docs/scaling.md, \"Who can reach the bus\")"
+        );
+    }
     let mut js = jetstream::new(client);
     js.set_timeout(settings.request_timeout);
     Ok(js)

@@ -19,13 +19,17 @@ pub struct Probe {
     pub streams: Vec<(String, Option<u64>)>,
     /// The leases held now: role (`scheduler`, `channel.<name>`) and holder (a replica's name).
     pub holders: Vec<(String, String)>,
+    /// Whether the server asks its clients for credentials. `false`: anyone who reaches it can publish as any
+    /// user of any channel and read every reply.
+    pub auth_required: bool,
 }
 
 /// Connects (bounded by the settings' timeouts), and reads the streams and the lease holders.
 pub async fn probe(settings: &NatsBusSettings) -> Result<Probe, NatsBusError> {
     settings.validate()?;
     let js = crate::jetstream_context(settings, &format!("{} (doctor)", settings.client_name), false).await?;
-    let server_version = js.client().server_info().version;
+    let info = js.client().server_info();
+    let (server_version, auth_required) = (info.version, info.auth_required);
     let mut streams = Vec::new();
     for name in [
         settings.inbound_stream(),
@@ -81,6 +85,7 @@ pub async fn probe(settings: &NatsBusSettings) -> Result<Probe, NatsBusError> {
         server_version,
         streams,
         holders,
+        auth_required,
     })
 }
 

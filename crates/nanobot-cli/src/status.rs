@@ -569,6 +569,11 @@ fn check_bus(config: &Config) -> Option<Finding> {
     }
     let found = on_own_runtime(|| nanobot_gateway::bus_status(config));
     Some(match found {
+        Some(Ok(Some(status))) if status.contains(nanobot_gateway::OPEN_BUS) => Finding::warn(
+            format!("gateway bus: {status}"),
+            "start nats-server with authorization (users, a token or NKeys) and set `gateway.bus.nats.token`, or \
+             the user and password in `gateway.bus.nats.url`",
+        ),
         Some(Ok(Some(status))) => Finding::ok(format!("gateway bus: {status}")),
         Some(Ok(None)) => return None,
         Some(Err(e)) => Finding::problem(

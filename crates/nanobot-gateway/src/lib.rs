@@ -42,7 +42,7 @@ pub use gateway::{
     unsupported_channels,
 };
 pub use metrics::{Metrics, MetricsHook, TurnOutcome};
-pub use replicas::{StoreTransfer, StoreTransferReport, bus_status, store_transfer};
+pub use replicas::{OPEN_BUS, StoreTransfer, StoreTransferReport, bus_status, store_transfer};
 
 /// Waits for Ctrl-C or SIGTERM.
 #[derive(Debug)]

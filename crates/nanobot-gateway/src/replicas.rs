@@ -187,6 +187,9 @@ fn no_nats() -> GatewayError {
     )
 }
 
+/// How [`bus_status`] starts its words about a NATS server that asks its clients for no credentials.
+pub const OPEN_BUS: &str = "OPEN: it accepts clients without credentials";
+
 /// What `nanobot doctor` says about `gateway.bus`: `Ok(None)` for the in-process bus; for NATS, the server, the
 /// streams and the lease holders (read, nothing created), or why the server cannot be used.
 pub async fn bus_status(config: &Config) -> Result<Option<String>, GatewayError> {
@@ -223,8 +226,15 @@ async fn nats_status(c: &nanobot_config::NatsBusConfig) -> Result<String, Gatewa
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let auth = if p.auth_required {
+        "clients must authenticate".to_owned()
+    } else {
+        format!(
+            "{OPEN_BUS}, so anyone who reaches it acts as any user (give it users or a token, see docs/scaling.md)"
+        )
+    };
     Ok(format!(
-        "NATS {} at {}: {}; {holders}",
+        "NATS {} at {} ({auth}): {}; {holders}",
         p.server_version,
         settings.url_without_credentials(),
         streams.join(", ")

@@ -15,12 +15,23 @@ pub struct NatsServer {
     port: u16,
     store: tempfile::TempDir,
     child: Option<ChildGuard>,
+    /// The token clients must present (`--auth`), if any.
+    token: Option<String>,
 }
 
 impl NatsServer {
     /// Starts a server on a free port; `None` (test skipped, or a failure under `CI`) when `nats-server` is not
     /// installed.
     pub async fn start() -> Result<Option<Self>> {
+        Self::start_inner(None).await
+    }
+
+    /// [`NatsServer::start`] for a server that lets in only clients presenting `token` (`--auth`).
+    pub async fn start_with_token(token: &str) -> Result<Option<Self>> {
+        Self::start_inner(Some(token.to_owned())).await
+    }
+
+    async fn start_inner(token: Option<String>) -> Result<Option<Self>> {
         let found = peers::which("nats-server").or_else(|| {
             ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
                 .into_iter()
@@ -35,6 +46,7 @@ impl NatsServer {
             port: peers::free_port()?,
             store: tempfile::tempdir()?,
             child: None,
+            token,
         };
         server.spawn().await?;
         Ok(Some(server))
@@ -61,8 +73,11 @@ impl NatsServer {
     async fn spawn(&mut self) -> Result<()> {
         let mut cmd = std::process::Command::new(&self.exe);
         cmd.args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-js", "-sd"])
-            .arg(self.store.path())
-            .stdout(std::process::Stdio::null())
+            .arg(self.store.path());
+        if let Some(token) = &self.token {
+            cmd.args(["--auth", token]);
+        }
+        cmd.stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
         let child = ChildGuard::spawn("nats-server", &mut cmd).context("starting nats-server")?;
         self.child = Some(child);
