@@ -52,10 +52,10 @@ echo "== building ($PROFILE)" >&2
 echo "== nats-server" >&2
 NATS_PORT=$(free_port)
 rm -rf "$OUT/nats-store"
-nats-server -js -sd "$OUT/nats-store" -a 127.0.0.1 -p "$NATS_PORT" > "$OUT/nats.log" 2>&1 &
+nats-server -js -sd "$OUT/nats-store" -a 127.0.0.1 -p "$NATS_PORT" --user bench --pass bench-pw > "$OUT/nats.log" 2>&1 &
 PIDS+=($!)
 $UTIL wait "127.0.0.1:$NATS_PORT" 30
-NATS=nats://127.0.0.1:$NATS_PORT
+NATS=nats://bench:bench-pw@127.0.0.1:$NATS_PORT   # a server with a user: an open one is refused
 
 echo "== mock LLM (${DELAY_MS} ms per call)" >&2
 MOCK_IN=$OUT/replicas-mock.stdin

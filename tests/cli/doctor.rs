@@ -126,7 +126,10 @@ fn doctor_checks_the_nats_bus_of_replicas() {
         .enable_all()
         .build()
         .unwrap();
-    let Some(server) = rt.block_on(nanobot_testkit::nats::NatsServer::start()).unwrap() else {
+    let Some(server) = rt
+        .block_on(nanobot_testkit::nats::NatsServer::start_open())
+        .unwrap()
+    else {
         return;
     };
     config["gateway"]["bus"]["nats"]["url"] = server.url().into();
@@ -136,10 +139,24 @@ fn doctor_checks_the_nats_bus_of_replicas() {
     assert!(out.contains("gateway bus: NATS"), "{out}");
     assert!(out.contains("NANOBOT_IN (made by the first gateway)"), "{out}");
     assert!(out.contains("no lease held"), "{out}");
-    // Debian's server as installed asks for no credentials: said, as a warning with the fix.
+    // Debian's server as installed lets anyone publish: a problem, since gateways refuse it, with the fix.
+    assert_eq!(o.status.code(), Some(1), "{out}");
     let line = out.lines().find(|l| l.contains("gateway bus: NATS")).unwrap();
-    assert!(line.starts_with('!'), "a warning: {line}");
-    assert!(line.contains("accepts clients without credentials"), "{line}");
+    assert!(line.starts_with('✗'), "a problem: {line}");
+    assert!(
+        line.contains("OPEN: clients without credentials may publish") && line.contains("refuse to start"),
+        "{line}"
+    );
+    // The user's explicit opt-in: still a warning, and the gateways start.
+    config["gateway"]["bus"]["nats"]["allowAnonymous"] = true.into();
+    write_raw(&home, &serde_json::to_string_pretty(&config).unwrap());
+    let out = stdout(&doctor(&home));
+    let line = out.lines().find(|l| l.contains("gateway bus: NATS")).unwrap();
+    assert!(
+        line.starts_with('!') && line.contains("start anyway"),
+        "a warning: {line}"
+    );
+    config["gateway"]["bus"]["nats"]["allowAnonymous"] = false.into();
 
     // A server that wants a token, given it: no warning.
     let Some(guarded) = rt
@@ -158,7 +175,7 @@ fn doctor_checks_the_nats_bus_of_replicas() {
         .find(|l| l.contains("gateway bus: NATS"))
         .unwrap_or_else(|| panic!("{out}"));
     assert!(
-        line.starts_with('✓') && line.contains("clients must authenticate"),
+        line.starts_with('✓') && line.contains("clients without credentials are turned away"),
         "{line}"
     );
     assert!(!out.contains("tok-7f3a"), "never the token: {out}");

@@ -7,6 +7,9 @@
 //! deletes a key nobody renewed, by its own clock: a replica that died frees its roles within one lease time, and
 //! no clocks are compared between machines. A holder that cannot renew for two thirds of the lease time (the
 //! server unreachable) reports the lease lost before the server could give it to anyone else.
+//!
+//! With a deployment key the value is sealed (bound to its key in the bucket): a record that does not open, put
+//! there by a client without the key to keep a role from every replica, is taken over as if it were free.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -21,12 +24,70 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::{NatsBusError, NatsBusSettings, ensure_consumer, pull_outbound, wait_or_cancel};
+use crate::{DeploymentKey, NatsBusError, NatsBusSettings, ensure_consumer, pull_outbound, wait_or_cancel};
+
+/// What this replica writes in the lease records it holds: its name, sealed when there is a deployment key.
+#[derive(Clone)]
+struct Record {
+    holder: String,
+    key: Option<DeploymentKey>,
+}
+
+impl Record {
+    /// The value of the record at `kv_key`.
+    fn value(&self, kv_key: &str) -> Vec<u8> {
+        match &self.key {
+            Some(key) => key
+                .seal(&sealed_as(kv_key), &self.holder, self.holder.as_bytes())
+                .unwrap_or_else(|_| self.holder.clone().into_bytes()),
+            None => self.holder.clone().into_bytes(),
+        }
+    }
+}
+
+/// What a lease record's seal binds it to.
+fn sealed_as(kv_key: &str) -> String {
+    format!("lease:{kv_key}")
+}
+
+/// The holder a lease record at `kv_key` names; `None` when, with a deployment key, it does not open with it
+/// (not written by a replica of this deployment).
+pub(crate) fn holder_of(key: Option<&DeploymentKey>, kv_key: &str, value: &[u8]) -> Option<String> {
+    match key {
+        Some(key) => key
+            .open(&sealed_as(kv_key), value)
+            .ok()
+            .map(|opened| String::from_utf8_lossy(&opened.body).into_owned()),
+        None if value.starts_with(crate::seal::MAGIC) => {
+            Some("(sealed: a replica with a deployment key)".into())
+        }
+        None => Some(String::from_utf8_lossy(value).into_owned()),
+    }
+}
+
+/// Waits until the key `watch` follows is let go (deleted or purged; the last change counts, so a release just
+/// before the watch began is seen), at most `bound`. `true`: `closed` was cancelled meanwhile.
+async fn until_let_go(mut watch: kv::Watch, bound: Duration, closed: &CancellationToken) -> bool {
+    use futures::StreamExt as _;
+    let let_go = async {
+        while let Some(Ok(entry)) = watch.next().await {
+            if matches!(entry.operation, kv::Operation::Delete | kv::Operation::Purge) {
+                return;
+            }
+        }
+        std::future::pending::<()>().await;
+    };
+    tokio::select! {
+        () = closed.cancelled() => true,
+        () = let_go => false,
+        () = tokio::time::sleep(bound) => false,
+    }
+}
 
 /// The leases of one replica, and the outbound streams of the channels it holds.
 pub(crate) struct NatsLeases {
     kv: kv::Store,
-    holder: String,
+    record: Record,
     ttl: Duration,
     router: OutboundRouter,
     closed: CancellationToken,
@@ -37,6 +98,7 @@ impl NatsLeases {
     pub(crate) async fn open(
         js: &async_nats::jetstream::Context,
         settings: &NatsBusSettings,
+        key: Option<DeploymentKey>,
         router: OutboundRouter,
         closed: CancellationToken,
     ) -> Result<Self, NatsBusError> {
@@ -77,7 +139,10 @@ impl NatsLeases {
         let ttl = made.cached_info().config.max_age;
         Ok(Self {
             kv,
-            holder: settings.replica.clone(),
+            record: Record {
+                holder: settings.replica.clone(),
+                key,
+            },
             ttl,
             router,
             closed,
@@ -86,11 +151,30 @@ impl NatsLeases {
 
     /// Takes `key` once: `Ok(Some(revision))` when it is ours now, `Ok(None)` while someone else holds it.
     async fn try_take(&self, key: &str) -> Result<Option<u64>, String> {
-        match self.kv.create(key, self.holder.clone().into()).await {
+        match self.kv.create(key, self.record.value(key).into()).await {
             Ok(revision) => Ok(Some(revision)),
-            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(None),
+            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(self.take_forged(key).await),
             Err(e) => Err(e.to_string()),
         }
+    }
+
+    /// With a deployment key, takes over the record at `key` when it does not open with the key; `None` when it
+    /// is a replica's (or cannot be read, or another replica took it first).
+    async fn take_forged(&self, key: &str) -> Option<u64> {
+        let deployment = self.record.key.as_ref()?;
+        let entry = self.kv.entry(key).await.ok()??;
+        if entry.operation != kv::Operation::Put || holder_of(Some(deployment), key, &entry.value).is_some() {
+            return None;
+        }
+        tracing::warn!(
+            key,
+            "NATS bus: a lease record not written by a replica of this deployment (no deployment key); taking \
+             the role over"
+        );
+        self.kv
+            .update(key, self.record.value(key).into(), entry.revision)
+            .await
+            .ok()
     }
 }
 
@@ -111,8 +195,18 @@ impl Leases for NatsLeases {
                         tracing::info!(role = %role, "another replica holds this role; standing by");
                         waiting_logged = true;
                     }
-                    // The holder's key disappears within one lease time of its last renewal.
-                    self.ttl / 4
+                    // A holder that lets go writes a delete marker: taken again the moment it does. One that died
+                    // writes nothing, and its key ages out within one lease time of its last renewal: looked at
+                    // again every quarter of it.
+                    match self.kv.watch_with_history(&key).await {
+                        Ok(watch) => {
+                            if until_let_go(watch, self.ttl / 4, &self.closed).await {
+                                return Err(BusError::Closed);
+                            }
+                            continue;
+                        }
+                        Err(_) => self.ttl / 4,
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(role = %role, error = %e, "NATS bus: cannot take a lease; retrying");
@@ -123,14 +217,14 @@ impl Leases for NatsLeases {
                 return Err(BusError::Closed);
             }
         };
-        tracing::info!(role = %role, holder = %self.holder, "lease taken");
+        tracing::info!(role = %role, holder = %self.record.holder, "lease taken");
         let lost = CancellationToken::new();
         let release = self.closed.child_token();
         let ended = CancellationToken::new();
         let keeper = keep(
             self.kv.clone(),
             key,
-            self.holder.clone(),
+            self.record.clone(),
             revision,
             self.ttl,
             lost.clone(),
@@ -154,7 +248,7 @@ impl Leases for NatsLeases {
     }
 
     fn holder(&self) -> &str {
-        &self.holder
+        &self.record.holder
     }
 }
 
@@ -183,7 +277,7 @@ fn lease_key(role: &Role) -> String {
 async fn keep(
     kv: kv::Store,
     key: String,
-    holder: String,
+    record: Record,
     mut revision: u64,
     ttl: Duration,
     lost: CancellationToken,
@@ -211,7 +305,7 @@ async fn keep(
             return;
         }
         let sent = now;
-        match tokio::time::timeout(every, kv.update(&key, holder.clone().into(), revision)).await {
+        match tokio::time::timeout(every, kv.update(&key, record.value(&key).into(), revision)).await {
             Ok(Ok(r)) => {
                 revision = r;
                 valid_until = sent + ttl * 2 / 3;
@@ -278,6 +372,7 @@ impl Lease for NatsLease {
 /// Starts pulling a channel's outbound consumer when its lease is taken.
 #[derive(Clone)]
 pub(crate) struct OutboundRouter {
+    pub(crate) opener: crate::Opener,
     pub(crate) stream: stream::Stream,
     pub(crate) settings: NatsBusSettings,
     pub(crate) tx: mpsc::Sender<OutboundMessage>,
@@ -310,7 +405,14 @@ impl OutboundRouter {
                     }
                 }
             };
-            pull_outbound(consumer, router.tx.clone(), router.waiting.clone(), stop).await;
+            pull_outbound(
+                consumer,
+                router.opener.clone(),
+                router.tx.clone(),
+                router.waiting.clone(),
+                stop,
+            )
+            .await;
         });
     }
 }

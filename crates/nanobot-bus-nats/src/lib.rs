@@ -23,14 +23,29 @@
 //! - **Leases** on a key-value bucket (`<STREAM>_LEASES`) make the scheduler and each channel's connection run on
 //!   one replica at a time ([`nanobot_bus::Leases`]).
 //!
+//! # Who may use the bus
+//! A client that may publish on the inbound subjects can make a message look as if any user sent it, so
+//! [`NatsBus::connect`] tries the server as a client without credentials would ([`anonymous_access`]) and refuses
+//! a server that lets it publish, unless [`NatsBusSettings::allow_anonymous`] says to run anyway. The bus itself
+//! authenticates with what the settings give: a user and password, a token, an NKey seed, a credentials file,
+//! a TLS client certificate.
+//!
+//! With a deployment key ([`NatsBusSettings::key`]) every message is sealed ([`DeploymentKey`]: encrypted,
+//! authenticated, bound to its subject, replays refused), and so are the lease records: a client that reaches
+//! the server without the key reads nothing and can make nothing a replica accepts.
+//!
 //! Every wait is bounded: connecting by [`NatsBusSettings::connect_timeout`], JetStream requests and publish
 //! acknowledgements by [`NatsBusSettings::request_timeout`].
 
+mod anonymous;
 mod lease;
 mod probe;
+mod seal;
 mod settings;
 
+pub use anonymous::{AnonymousAccess, anonymous_access};
 pub use probe::{Probe, probe};
+pub use seal::{DeploymentKey, MIN_KEY_CHARS, SealError};
 pub use settings::{DEFAULT_OUTBOUND_MAX_AGE, NatsBusSettings};
 
 use std::hash::Hasher;
@@ -69,11 +84,25 @@ pub enum NatsBusError {
         /// What the server said.
         reason: String,
     },
+    /// The server lets a client without credentials publish on the bus's subjects, and
+    /// [`NatsBusSettings::allow_anonymous`] is not set.
+    #[error(
+        "the NATS server at {url} lets a client without credentials publish on {subjects}: anyone who reaches it \
+         could act as any user of any channel. Give the server users (docs/scaling.md, \"Who can reach the bus\") \
+         and set them in gateway.bus.nats, or set gateway.bus.nats.allowAnonymous to true to run anyway"
+    )]
+    OpenServer {
+        /// The server address (credentials left out).
+        url: String,
+        /// The subjects it lets anyone publish on.
+        subjects: String,
+    },
 }
 
 /// The JetStream bus. See the [crate docs](crate). Cheap to share behind an `Arc<dyn Bus>`.
 pub struct NatsBus {
     settings: NatsBusSettings,
+    key: Option<DeploymentKey>,
     js: jetstream::Context,
     inbound: Mutex<mpsc::Receiver<Delivery>>,
     outbound: Mutex<mpsc::Receiver<OutboundMessage>>,
@@ -132,6 +161,7 @@ impl NatsBus {
     /// Connects, creates the streams and consumers when they are missing, and starts pulling.
     pub async fn connect(settings: NatsBusSettings) -> Result<Self, NatsBusError> {
         settings.validate()?;
+        let key = settings.deployment_key()?;
         let shown = settings.url_without_credentials();
         let js = jetstream_context(&settings, &settings.client_name, true).await?;
         let inbound_stream = ensure_stream(
@@ -142,6 +172,21 @@ impl NatsBus {
             settings.max_age,
         )
         .await?;
+        match anonymous_access(&settings, Some(&inbound_stream)).await? {
+            AnonymousAccess::Publishes if settings.allow_anonymous => tracing::warn!(
+                url = %shown,
+                "the NATS server lets clients without credentials publish on the bus's subjects (allowAnonymous is \
+                 set): anyone who reaches it can act as any user of any channel and read every reply \
+                 (docs/scaling.md, \"Who can reach the bus\")"
+            ),
+            AnonymousAccess::Publishes => {
+                return Err(NatsBusError::OpenServer {
+                    url: shown,
+                    subjects: format!("{}.in.*", settings.subject_prefix),
+                });
+            }
+            access => tracing::debug!(url = %shown, "NATS: {}", access.describe()),
+        }
         let outbound_stream = ensure_stream(
             &js,
             &settings,
@@ -176,6 +221,7 @@ impl NatsBus {
             consumers.push(consumer.clone());
             tokio::spawn(pull_inbound(
                 consumer,
+                Opener::of(key.clone(), &inbound_stream),
                 settings.ack_wait,
                 in_tx.clone(),
                 inbound_waiting.clone(),
@@ -195,15 +241,24 @@ impl NatsBus {
             Err(e) => tracing::debug!(error = %e, "NATS bus: no older outbound consumer removed"),
         }
         let router = lease::OutboundRouter {
+            opener: Opener::of(key.clone(), &outbound_stream),
             stream: outbound_stream,
             settings: settings.clone(),
             tx: out_tx,
             waiting: outbound_waiting.clone(),
         };
-        let leases = Arc::new(lease::NatsLeases::open(&js, &settings, router, cancel.clone()).await?);
-        tracing::info!(server = %shown, partitions, stream = %settings.stream, replica = %settings.replica, "NATS bus connected");
+        let leases =
+            Arc::new(lease::NatsLeases::open(&js, &settings, key.clone(), router, cancel.clone()).await?);
+        if key.is_none() {
+            tracing::info!(
+                "NATS bus: no deployment key (gateway.bus.nats.key): messages on the bus are readable by, and \
+                 can be forged by, any client the server lets publish and subscribe there"
+            );
+        }
+        tracing::info!(server = %shown, partitions, stream = %settings.stream, replica = %settings.replica, sealed = key.is_some(), "NATS bus connected");
         Ok(Self {
             settings,
+            key,
             js,
             inbound: Mutex::new(in_rx),
             outbound: Mutex::new(out_rx),
@@ -236,6 +291,17 @@ impl NatsBus {
             return Err(BusError::Closed);
         }
         let mut headers = async_nats::HeaderMap::new();
+        // Sealed, every message has an id, sealed inside it too: a copy published again is then a duplicate.
+        let (msg_id, payload) = match &self.key {
+            Some(key) => {
+                let id = msg_id.unwrap_or_else(|| key.fresh_id());
+                let sealed = key
+                    .seal(&subject, &id, &payload)
+                    .map_err(|e| BusError::Unavailable(e.to_string()))?;
+                (Some(id), sealed)
+            }
+            None => (msg_id, payload),
+        };
         if let Some(id) = msg_id {
             headers.insert(async_nats::header::NATS_MESSAGE_ID, id.as_str());
         }
@@ -266,39 +332,103 @@ pub async fn jetstream_context(
         url: shown.clone(),
         reason,
     };
+    // What went wrong while the client keeps trying (it reports failures as events): the last one is named if
+    // no connection comes, and credentials refused end the wait at once (trying again cannot help).
+    let (problem_tx, mut problem) = tokio::sync::watch::channel(None::<String>);
     let mut options = async_nats::ConnectOptions::new()
         .name(name)
         .connection_timeout(settings.connect_timeout)
-        .request_timeout(Some(settings.request_timeout));
+        .request_timeout(Some(settings.request_timeout))
+        .event_callback(move |event| {
+            let problem_tx = problem_tx.clone();
+            async move {
+                let what = match event {
+                    async_nats::Event::ClientError(e) => e.to_string(),
+                    async_nats::Event::ServerError(e) => {
+                        tracing::warn!(error = %e, "NATS: the server reported an error");
+                        e.to_string()
+                    }
+                    _ => return,
+                };
+                problem_tx.send_replace(Some(what));
+            }
+        });
     if keep_trying {
         options = options.retry_on_initial_connect();
     }
-    if let Some(token) = &settings.token {
-        options = options.token(token.expose().to_owned());
-    }
-    let client = tokio::time::timeout(settings.connect_timeout, options.connect(settings.url.as_str()))
+    options = with_credentials(options, settings).await?;
+    let client = tokio::time::timeout(settings.connect_timeout, options.connect(shown.as_str()))
         .await
         .map_err(|_| failed(format!("no answer within {:?}", settings.connect_timeout)))?
         .map_err(|e| failed(e.to_string()))?;
     // `retry_on_initial_connect` returns at once: wait (bounded) for the first connection.
-    let flushed = tokio::time::timeout(settings.connect_timeout, client.flush()).await;
+    let refused = async {
+        loop {
+            if let Some(p) = problem.borrow_and_update().as_deref()
+                && (p.contains("authorization violation") || p.contains("failed signing nonce"))
+            {
+                return p.to_owned();
+            }
+            if problem.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    let flushed = tokio::select! {
+        f = tokio::time::timeout(settings.connect_timeout, client.flush()) => f,
+        why = refused => return Err(failed(format!("the server refused the credentials ({why})"))),
+    };
     if !matches!(flushed, Ok(Ok(()))) {
+        let last = problem
+            .borrow()
+            .clone()
+            .map(|p| format!(" (last: {p})"))
+            .unwrap_or_default();
         return Err(failed(format!(
-            "no connection within {:?}",
+            "no connection within {:?}{last}",
             settings.connect_timeout
         )));
-    }
-    if keep_trying && !client.server_info().auth_required {
-        tracing::warn!(
-            url = %shown,
-            "the NATS server accepts clients without credentials: anyone who reaches it can publish messages as \
-             any user of any channel and read every reply; give it users or a token and set them in \
-             gateway.bus.nats (docs/scaling.md, \"Who can reach the bus\")"
-        );
     }
     let mut js = jetstream::new(client);
     js.set_timeout(settings.request_timeout);
     Ok(js)
+}
+
+/// `options` with the credentials and TLS files of `settings` (checked by [`NatsBusSettings::validate`]).
+async fn with_credentials(
+    mut options: async_nats::ConnectOptions,
+    settings: &NatsBusSettings,
+) -> Result<async_nats::ConnectOptions, NatsBusError> {
+    // The client does not read credentials out of the URL: they are taken from it here.
+    match settings.url_credentials() {
+        Some(settings::UrlCredentials::User(user, password)) => {
+            options = options.user_and_password(user, password.expose().to_owned());
+        }
+        Some(settings::UrlCredentials::Token(token)) => options = options.token(token.expose().to_owned()),
+        None => {}
+    }
+    if let Some(token) = &settings.token {
+        options = options.token(token.expose().to_owned());
+    }
+    if let (Some(user), Some(password)) = (&settings.user, &settings.password) {
+        options = options.user_and_password(user.clone(), password.expose().to_owned());
+    }
+    if let Some(seed) = &settings.nkey_seed {
+        options = options.nkey(seed.expose().trim().to_owned());
+    }
+    if let Some(path) = &settings.creds_file {
+        options = options
+            .credentials_file(path.clone())
+            .await
+            .map_err(|e| NatsBusError::Config(format!("credsFile {}: {e}", path.display())))?;
+    }
+    if let (Some(cert), Some(key)) = (&settings.tls_cert, &settings.tls_key) {
+        options = options.add_client_certificate(cert.clone(), key.clone());
+    }
+    if let Some(ca) = &settings.tls_ca_file {
+        options = options.add_root_certificates(ca.clone());
+    }
+    Ok(options)
 }
 
 /// The partition of `session_key` among `partitions`: FNV-1a, stable everywhere (not the std hasher, whose
@@ -434,9 +564,60 @@ async fn pull<F, Fut>(
     }
 }
 
+/// Opens the messages taken from one stream: checks the seal when the bus has a deployment key.
+#[derive(Clone)]
+pub(crate) struct Opener {
+    key: Option<DeploymentKey>,
+    /// The stream's duplicate window (a replay is stored after it).
+    window: Duration,
+}
+
+impl Opener {
+    fn of(key: Option<DeploymentKey>, stream: &stream::Stream) -> Self {
+        Self {
+            key,
+            window: stream.cached_info().config.duplicate_window,
+        }
+    }
+
+    /// The body of `message`, or why it is not one of this deployment's.
+    fn body(&self, message: &jetstream::Message) -> Result<Vec<u8>, String> {
+        let payload = &message.payload;
+        let Some(key) = &self.key else {
+            if payload.starts_with(seal::MAGIC) {
+                return Err(
+                    "it is sealed with a deployment key, and this replica has none (gateway.bus.nats.key)"
+                        .into(),
+                );
+            }
+            return Ok(payload.to_vec());
+        };
+        let stored_ms = message
+            .info()
+            .map_err(|e| format!("no stream information: {e}"))?
+            .published
+            .unix_timestamp_nanos()
+            / 1_000_000;
+        let header_id = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
+            .map(|v| v.as_str());
+        key.open_stored(
+            message.subject.as_str(),
+            payload,
+            header_id,
+            i64::try_from(stored_ms).unwrap_or(i64::MAX),
+            self.window,
+        )
+        .map_err(|e| e.to_string())
+    }
+}
+
 /// Pulls one inbound partition: each message becomes a delivery whose receipt keeps it until the turn is over.
 async fn pull_inbound(
     consumer: consumer::PullConsumer,
+    opener: Opener,
     ack_wait: Duration,
     tx: mpsc::Sender<Delivery>,
     waiting: Arc<AtomicUsize>,
@@ -449,10 +630,20 @@ async fn pull_inbound(
         if let Some(s) = stats.get(partition) {
             s.taken.fetch_add(1, Ordering::Relaxed);
         }
+        let body = opener.body(&message);
         async move {
             let (message, acker) = message.split();
             let acker = Arc::new(acker);
-            let msg: InboundMessage = match serde_json::from_slice(&message.payload) {
+            let body = match body {
+                Ok(body) => body,
+                Err(why) => {
+                    // Not from a replica of this deployment: refused, never run, never delivered again.
+                    tracing::warn!(subject = %message.subject, "NATS bus: an inbound message was refused: {why}");
+                    let _ = acker.ack_with(AckKind::Term).await;
+                    return true;
+                }
+            };
+            let msg: InboundMessage = match serde_json::from_slice(&body) {
                 Ok(m) => m,
                 Err(e) => {
                     // Not ours (or from an incompatible version): never delivered again, never lost silently.
@@ -482,14 +673,25 @@ async fn pull_inbound(
 /// channels.
 pub(crate) async fn pull_outbound(
     consumer: consumer::PullConsumer,
+    opener: Opener,
     tx: mpsc::Sender<OutboundMessage>,
     waiting: Arc<AtomicUsize>,
     cancel: CancellationToken,
 ) {
     pull(consumer, "outbound", cancel, |message| {
         let (tx, waiting) = (tx.clone(), waiting.clone());
+        let body = opener.body(&message);
         async move {
-            match serde_json::from_slice::<OutboundMessage>(&message.payload) {
+            let body = match body {
+                Ok(body) => body,
+                Err(why) => {
+                    // Not from a replica of this deployment: never sent, never delivered again.
+                    tracing::warn!(subject = %message.subject, "NATS bus: an outbound message was refused: {why}");
+                    let _ = message.ack_with(AckKind::Term).await;
+                    return true;
+                }
+            };
+            match serde_json::from_slice::<OutboundMessage>(&body) {
                 Ok(out) => {
                     waiting.fetch_add(1, Ordering::SeqCst);
                     if tx.send(out).await.is_err() {

@@ -1,11 +1,11 @@
 //! [`probe`]: what `nanobot doctor` says about the NATS server, the streams and the leases, without creating
-//! anything.
+//! anything (the anonymous check's probe message is purged at once).
 
 use std::time::Duration;
 
 use futures::StreamExt as _;
 
-use crate::{NatsBusError, NatsBusSettings};
+use crate::{AnonymousAccess, NatsBusError, NatsBusSettings};
 
 /// What [`probe`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,17 +19,17 @@ pub struct Probe {
     pub streams: Vec<(String, Option<u64>)>,
     /// The leases held now: role (`scheduler`, `channel.<name>`) and holder (a replica's name).
     pub holders: Vec<(String, String)>,
-    /// Whether the server asks its clients for credentials. `false`: anyone who reaches it can publish as any
-    /// user of any channel and read every reply.
-    pub auth_required: bool,
+    /// What a client without credentials can do there ([`crate::anonymous_access`]).
+    pub anonymous: AnonymousAccess,
 }
 
 /// Connects (bounded by the settings' timeouts), and reads the streams and the lease holders.
 pub async fn probe(settings: &NatsBusSettings) -> Result<Probe, NatsBusError> {
     settings.validate()?;
+    let deployment = settings.deployment_key()?;
     let js = crate::jetstream_context(settings, &format!("{} (doctor)", settings.client_name), false).await?;
     let info = js.client().server_info();
-    let (server_version, auth_required) = (info.version, info.auth_required);
+    let server_version = info.version;
     let mut streams = Vec::new();
     for name in [
         settings.inbound_stream(),
@@ -77,15 +77,23 @@ pub async fn probe(settings: &NatsBusSettings) -> Result<Probe, NatsBusError> {
                 .await
                 .unwrap_or(Ok(None))
             {
-                holders.push((key, String::from_utf8_lossy(&holder).into_owned()));
+                let named = crate::lease::holder_of(deployment.as_ref(), &key, &holder)
+                    .unwrap_or_else(|| "(not a replica of this deployment)".into());
+                holders.push((key, named));
             }
         }
     }
+    let inbound = if streams.first().is_some_and(|(_, n)| n.is_some()) {
+        js.get_stream(settings.inbound_stream()).await.ok()
+    } else {
+        None
+    };
+    let anonymous = crate::anonymous_access(settings, inbound.as_ref()).await?;
     Ok(Probe {
         server_version,
         streams,
         holders,
-        auth_required,
+        anonymous,
     })
 }
 

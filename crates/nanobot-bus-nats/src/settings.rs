@@ -1,5 +1,6 @@
 //! [`NatsBusSettings`]: where the server is and how the streams are laid out.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use nanobot_util::Secret;
@@ -19,6 +20,30 @@ pub struct NatsBusSettings {
     pub url: String,
     /// An authentication token, when the server wants one.
     pub token: Option<Secret>,
+    /// A user name, with [`password`](Self::password) (instead of putting both in the URL).
+    pub user: Option<String>,
+    /// The password of [`user`](Self::user).
+    pub password: Option<Secret>,
+    /// An NKey seed (`SU…`): the client signs the server's challenge with it, and the server knows only the
+    /// public key.
+    pub nkey_seed: Option<Secret>,
+    /// A credentials file (`.creds`: a user JWT and its NKey seed), for servers in operator mode (`nsc`).
+    pub creds_file: Option<PathBuf>,
+    /// A client certificate (PEM) presented over TLS, with [`tls_key`](Self::tls_key).
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of [`tls_cert`](Self::tls_cert).
+    pub tls_key: Option<PathBuf>,
+    /// Certificate authorities (PEM) that sign the server's certificate, used instead of the system's store.
+    pub tls_ca_file: Option<PathBuf>,
+    /// Run even when the server lets a client without credentials publish on the bus's subjects (anyone who
+    /// reaches it could then act as any user). Default `false`: [`NatsBus::connect`](crate::NatsBus::connect)
+    /// refuses such a server.
+    pub allow_anonymous: bool,
+    /// The deployment key the replicas share (at least [`MIN_KEY_CHARS`](crate::MIN_KEY_CHARS) characters):
+    /// every message on the bus is then sealed with it ([`DeploymentKey`](crate::DeploymentKey)), so a client
+    /// that reaches the server without it can neither read nor make one a replica accepts. Every replica must
+    /// have the same key, or none.
+    pub key: Option<Secret>,
     /// The stream name prefix (`<stream>_IN`, `<stream>_OUT`): letters, digits, `_` and `-`.
     pub stream: String,
     /// The subject prefix (`<prefix>.in.<partition>`, `<prefix>.out.<channel>`): letters, digits, `_` and `-`.
@@ -61,6 +86,14 @@ impl std::fmt::Debug for NatsBusSettings {
         f.debug_struct("NatsBusSettings")
             .field("url", &self.url_without_credentials())
             .field("token", &self.token.as_ref().map(|_| "…"))
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "…"))
+            .field("nkey_seed", &self.nkey_seed.as_ref().map(|_| "…"))
+            .field("creds_file", &self.creds_file)
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_ca_file", &self.tls_ca_file)
+            .field("allow_anonymous", &self.allow_anonymous)
+            .field("key", &self.key.as_ref().map(|_| "…"))
             .field("stream", &self.stream)
             .field("subject_prefix", &self.subject_prefix)
             .field("partitions", &self.partitions)
@@ -74,6 +107,15 @@ impl Default for NatsBusSettings {
         Self {
             url: "nats://127.0.0.1:4222".into(),
             token: None,
+            user: None,
+            password: None,
+            nkey_seed: None,
+            creds_file: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca_file: None,
+            allow_anonymous: false,
+            key: None,
             stream: "NANOBOT".into(),
             subject_prefix: "nanobot".into(),
             partitions: 16,
@@ -151,7 +193,90 @@ impl NatsBusSettings {
                 "replica (the replica's name) is empty".into(),
             ));
         }
+        self.deployment_key()?;
+        self.validate_credentials()
+    }
+
+    /// The deployment key, when one is set.
+    pub(crate) fn deployment_key(&self) -> Result<Option<crate::DeploymentKey>, NatsBusError> {
+        self.key
+            .as_ref()
+            .map(|k| crate::DeploymentKey::new(k.expose()))
+            .transpose()
+    }
+
+    /// One way to authenticate at most, each complete, and a seed that is one (never echoed).
+    fn validate_credentials(&self) -> Result<(), NatsBusError> {
+        if self.user.is_some() != self.password.is_some() {
+            return Err(NatsBusError::Config(
+                "user and password go together: give both or neither".into(),
+            ));
+        }
+        let given: Vec<&str> = [
+            ("credentials in the url", self.url_credentials().is_some()),
+            ("token", self.token.is_some()),
+            ("user and password", self.user.is_some()),
+            ("nkeySeed", self.nkey_seed.is_some()),
+            ("credsFile", self.creds_file.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect();
+        if given.len() > 1 {
+            return Err(NatsBusError::Config(format!(
+                "give one way to authenticate, not {}",
+                given.join(" and ")
+            )));
+        }
+        if let Some(seed) = &self.nkey_seed
+            && nkeys::KeyPair::from_seed(seed.expose().trim()).is_err()
+        {
+            return Err(NatsBusError::Config(
+                "nkeySeed is not an NKey seed (it starts with `S`, as `nsc` or `nk -gen user` print it)"
+                    .into(),
+            ));
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err(NatsBusError::Config(
+                "tlsCert and tlsKey go together: give both or neither".into(),
+            ));
+        }
+        for (field, path) in [
+            ("credsFile", &self.creds_file),
+            ("tlsCert", &self.tls_cert),
+            ("tlsKey", &self.tls_key),
+            ("tlsCaFile", &self.tls_ca_file),
+        ] {
+            if let Some(path) = path
+                && let Err(e) = std::fs::metadata(path)
+            {
+                return Err(NatsBusError::Config(format!("{field} {}: {e}", path.display())));
+            }
+        }
         Ok(())
+    }
+
+    /// The credentials written into the URL, decoded: `nats://user:password@host` (a user and password) or
+    /// `nats://token@host` (a token), as NATS clients read them.
+    pub(crate) fn url_credentials(&self) -> Option<UrlCredentials> {
+        let rest = self
+            .url
+            .split_once("://")
+            .map_or(self.url.as_str(), |(_, rest)| rest);
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+        let (userinfo, _) = authority.rsplit_once('@')?;
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        match userinfo.split_once(':') {
+            Some((user, password)) => {
+                Some(UrlCredentials::User(decode(user), Secret::from(decode(password))))
+            }
+            None if userinfo.is_empty() => None,
+            None => Some(UrlCredentials::Token(Secret::from(decode(userinfo)))),
+        }
     }
 
     /// The URL with any `user:password@` removed (for logs and errors).
@@ -213,6 +338,14 @@ impl NatsBusSettings {
     }
 }
 
+/// Credentials written into the server URL.
+pub(crate) enum UrlCredentials {
+    /// `user:password@`.
+    User(String, Secret),
+    /// `token@`.
+    Token(Secret),
+}
+
 /// `name` as one subject token or consumer-name part: letters, digits, `_` and `-` kept, anything else `_`.
 fn safe_token(name: &str) -> String {
     let safe: String = name
@@ -234,9 +367,25 @@ mod tests {
 
     #[test]
     fn credentials_never_show_and_bad_names_are_named() {
-        let s = NatsBusSettings::new("nats://bot:sekrit@nats.internal:4222");
+        let s = NatsBusSettings::new("nats://bot:sek%40rit@nats.internal:4222");
         assert_eq!(s.url_without_credentials(), "nats://nats.internal:4222");
-        assert!(!format!("{s:?}").contains("sekrit"));
+        assert!(
+            matches!(s.url_credentials(), Some(UrlCredentials::User(u, p)) if u == "bot" && p.expose() == "sek@rit")
+        );
+        let t = NatsBusSettings::new("tls://t0k3n@nats.internal:4222/");
+        assert!(matches!(t.url_credentials(), Some(UrlCredentials::Token(t)) if t.expose() == "t0k3n"));
+        assert!(NatsBusSettings::new("nats://h:4222").url_credentials().is_none());
+        let both = NatsBusSettings {
+            token: Some(Secret::from("x")),
+            ..NatsBusSettings::new("nats://bot:pw@h:4222")
+        };
+        assert!(
+            both.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("credentials in the url and token")
+        );
+        assert!(!format!("{s:?}").contains("rit"));
         let bad = NatsBusSettings {
             stream: "a.b".into(),
             ..NatsBusSettings::default()
@@ -251,5 +400,45 @@ mod tests {
             NatsBusSettings::default().outbound_subject("we.b*"),
             "nanobot.out.we_b_"
         );
+    }
+
+    #[test]
+    fn credentials_are_one_complete_way_and_a_bad_seed_is_not_echoed() {
+        let error = |s: NatsBusSettings| s.validate().unwrap_err().to_string();
+        let user_only = NatsBusSettings {
+            user: Some("bot".into()),
+            ..NatsBusSettings::default()
+        };
+        assert!(error(user_only).contains("user and password go together"));
+        let two = NatsBusSettings {
+            token: Some(Secret::from("t0ken")),
+            nkey_seed: Some(Secret::from(nkeys::KeyPair::new_user().seed().unwrap())),
+            ..NatsBusSettings::default()
+        };
+        assert!(error(two).contains("not token and nkeySeed"));
+        let bad_seed = NatsBusSettings {
+            nkey_seed: Some(Secret::from("SUnotaseedatall-sekrit")),
+            ..NatsBusSettings::default()
+        };
+        let e = error(bad_seed);
+        assert!(
+            e.contains("nkeySeed is not an NKey seed") && !e.contains("sekrit"),
+            "{e}"
+        );
+        let good_seed = NatsBusSettings {
+            nkey_seed: Some(Secret::from(nkeys::KeyPair::new_user().seed().unwrap())),
+            ..NatsBusSettings::default()
+        };
+        good_seed.validate().unwrap();
+        let half_tls = NatsBusSettings {
+            tls_cert: Some("/etc/hostname".into()),
+            ..NatsBusSettings::default()
+        };
+        assert!(error(half_tls).contains("tlsCert and tlsKey go together"));
+        let missing = NatsBusSettings {
+            creds_file: Some("/nonexistent/bot.creds".into()),
+            ..NatsBusSettings::default()
+        };
+        assert!(error(missing).contains("credsFile /nonexistent/bot.creds"));
     }
 }

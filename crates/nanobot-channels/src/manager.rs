@@ -371,14 +371,14 @@ fn withhold_media(msg: &mut OutboundMessage, roots: &MediaRoots) {
         // A link to a web page or file is the channel's to fetch, not a local file.
         let ok = p.starts_with("https://") || p.starts_with("http://") || roots.allows(p);
         if !ok {
-            tracing::warn!(channel = %msg.channel, path = %p, "outbound attachment outside the workspace and the media folders; not sent");
+            tracing::warn!(channel = %msg.channel, path = %p, "outbound attachment outside the folders it may come from; not sent");
         }
         ok
     });
     let withheld = before - msg.media.len();
     if withheld > 0 {
         msg.content.push_str(&format!(
-            "\n\n({withheld} attached file(s) withheld: only files of the workspace and of nanobot's media folders are sent)"
+            "\n\n({withheld} attached file(s) withheld: only files of nanobot's media folders are sent)"
         ));
     }
 }

@@ -569,10 +569,19 @@ fn check_bus(config: &Config) -> Option<Finding> {
     }
     let found = on_own_runtime(|| nanobot_gateway::bus_status(config));
     Some(match found {
-        Some(Ok(Some(status))) if status.contains(nanobot_gateway::OPEN_BUS) => Finding::warn(
+        Some(Ok(Some(status)))
+            if status.contains(nanobot_gateway::OPEN_BUS) && config.gateway.bus.nats.allow_anonymous =>
+        {
+            Finding::warn(
+                format!("gateway bus: {status}"),
+                "give nats-server users (a password, a token, NKeys or client certificates), set them in \
+                 `gateway.bus.nats`, and drop `allowAnonymous` (docs/scaling.md)",
+            )
+        }
+        Some(Ok(Some(status))) if status.contains(nanobot_gateway::OPEN_BUS) => Finding::problem(
             format!("gateway bus: {status}"),
-            "start nats-server with authorization (users, a token or NKeys) and set `gateway.bus.nats.token`, or \
-             the user and password in `gateway.bus.nats.url`",
+            "give nats-server users (a password, a token, NKeys or client certificates) and set them in \
+             `gateway.bus.nats` (docs/scaling.md); `allowAnonymous: true` runs on it anyway",
         ),
         Some(Ok(Some(status))) => Finding::ok(format!("gateway bus: {status}")),
         Some(Ok(None)) => return None,

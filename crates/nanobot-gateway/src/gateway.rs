@@ -716,14 +716,14 @@ impl Gateway {
 
         let stop_channels = CancellationToken::new();
 
-        // Attachments go out from the workspace and the media folders only, never from elsewhere in the data
-        // directory (config.json, sessions): whoever put the message on the bus (issue 42).
+        // Attachments go out from nanobot's media folders only (the message tool copies what it sends into
+        // `media/outbox`), never from elsewhere (config.json, sessions, the workspace): whoever put the message on
+        // the bus (issue 42).
         let paths = opts.env.paths();
-        let mut manager = ChannelManager::new(ManagerSettings::from_config(&config.channels))
-            .with_media_roots(nanobot_channels::MediaRoots::new(
-                vec![agent.settings().workspace.clone(), paths.media_dir(None)],
-                vec![paths.data_dir()],
-            ));
+        let mut manager =
+            ChannelManager::new(ManagerSettings::from_config(&config.channels)).with_media_roots(
+                nanobot_channels::MediaRoots::new(vec![paths.media_dir(None)], Vec::new()),
+            );
         let leases = bus.leases();
         for c in channels {
             match &leases {

@@ -188,7 +188,7 @@ fn no_nats() -> GatewayError {
 }
 
 /// How [`bus_status`] starts its words about a NATS server that asks its clients for no credentials.
-pub const OPEN_BUS: &str = "OPEN: it accepts clients without credentials";
+pub const OPEN_BUS: &str = "OPEN: clients without credentials may publish";
 
 /// What `nanobot doctor` says about `gateway.bus`: `Ok(None)` for the in-process bus; for NATS, the server, the
 /// streams and the lease holders (read, nothing created), or why the server cannot be used.
@@ -226,15 +226,24 @@ async fn nats_status(c: &nanobot_config::NatsBusConfig) -> Result<String, Gatewa
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let auth = if p.auth_required {
-        "clients must authenticate".to_owned()
+    let auth = match p.anonymous {
+        nanobot_bus_nats::AnonymousAccess::Publishes if c.allow_anonymous => format!(
+            "{}; gateways start anyway (gateway.bus.nats.allowAnonymous)",
+            p.anonymous.describe()
+        ),
+        nanobot_bus_nats::AnonymousAccess::Publishes => format!(
+            "{}; gateways refuse to start on it (docs/scaling.md, \"Who can reach the bus\")",
+            p.anonymous.describe()
+        ),
+        access => access.describe().to_owned(),
+    };
+    let sealed = if settings.key.is_some() {
+        "messages sealed with the deployment key"
     } else {
-        format!(
-            "{OPEN_BUS}, so anyone who reaches it acts as any user (give it users or a token, see docs/scaling.md)"
-        )
+        "messages not sealed (no gateway.bus.nats.key)"
     };
     Ok(format!(
-        "NATS {} at {} ({auth}): {}; {holders}",
+        "NATS {} at {} ({auth}; {sealed}): {}; {holders}",
         p.server_version,
         settings.url_without_credentials(),
         streams.join(", ")
@@ -250,7 +259,19 @@ async fn nats_status(_: &nanobot_config::NatsBusConfig) -> Result<String, Gatewa
 #[cfg(feature = "nats")]
 pub(crate) fn nats_settings(c: &nanobot_config::NatsBusConfig) -> nanobot_bus_nats::NatsBusSettings {
     let mut s = nanobot_bus_nats::NatsBusSettings::new(c.url.clone());
-    s.token = c.token.clone().filter(|t| !t.is_empty());
+    let text = |v: &Option<String>| v.as_ref().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty());
+    let secret = |v: &Option<nanobot_config::Secret>| v.clone().filter(|t| !t.is_empty());
+    let file = |v: &Option<String>| text(v).map(std::path::PathBuf::from);
+    s.token = secret(&c.token);
+    s.user = text(&c.user);
+    s.password = secret(&c.password);
+    s.nkey_seed = secret(&c.nkey_seed);
+    s.creds_file = file(&c.creds_file);
+    s.tls_cert = file(&c.tls_cert);
+    s.tls_key = file(&c.tls_key);
+    s.tls_ca_file = file(&c.tls_ca_file);
+    s.allow_anonymous = c.allow_anonymous;
+    s.key = secret(&c.key);
     s.stream = c.stream.clone();
     s.subject_prefix = c.subject_prefix.clone();
     s.partitions = c.partitions;

@@ -3,6 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
+mod auth;
+mod sealed;
+
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
@@ -281,7 +284,7 @@ async fn a_wrong_address_is_named_and_a_closed_bus_refuses() -> Result<()> {
 
 /// The lease bucket as another program sees it (a replica that died, or one that took a lease over).
 async fn lease_bucket(server: &NatsServer) -> Result<async_nats::jetstream::kv::Store> {
-    let client = async_nats::connect(server.url()).await?;
+    let client = server.client().await?;
     Ok(async_nats::jetstream::new(client)
         .get_key_value("NANOBOT_LEASES")
         .await?)
@@ -363,6 +366,38 @@ async fn a_released_lease_is_gone_when_release_returns() -> Result<()> {
     let b = NatsBus::connect(settings(&server)).await?;
     let _again = acquire(&b, role).await?;
     assert!(bucket.get(&key).await?.is_some());
+    Ok(())
+}
+
+/// Issue 42: a replica waiting for a session another replica runs takes it the moment that one lets go, not at
+/// its next look (every quarter of the lease time: 30 s here, longer than the tests' bound).
+#[tokio::test]
+async fn a_replica_waiting_for_a_lease_takes_it_when_the_holder_lets_go() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let long = |server: &NatsServer| {
+        let mut s = settings(server);
+        s.lease_time = Duration::from_secs(120);
+        s
+    };
+    let a = NatsBus::connect(long(&server)).await?;
+    let b = NatsBus::connect(long(&server)).await?;
+    let role = Role::Session("api:chat-9".into());
+    let held = acquire(&a, role.clone()).await?;
+    let waiting = tokio::spawn({
+        let leases = b.leases().context("leases")?;
+        let role = role.clone();
+        async move { leases.acquire(role).await }
+    });
+    // b has looked and is standing by.
+    assert!(!acquired_within_quiet(&b, role.clone()).await);
+    assert!(!waiting.is_finished());
+    held.release().await;
+    let taken = tokio::time::timeout(GUARD, waiting)
+        .await
+        .context("the waiting replica did not take the lease its holder let go")???;
+    assert_eq!(taken.role(), &role);
     Ok(())
 }
 
@@ -510,7 +545,7 @@ async fn replies_nobody_takes_age_out_and_a_new_limit_reaches_a_running_stream()
     let Some(server) = NatsServer::start().await? else {
         return Ok(());
     };
-    let js = async_nats::jetstream::new(async_nats::connect(server.url()).await?);
+    let js = async_nats::jetstream::new(server.client().await?);
     let config_of = |name: &'static str| {
         let js = js.clone();
         async move {

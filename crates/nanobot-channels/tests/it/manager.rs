@@ -352,15 +352,21 @@ async fn buttons_a_channel_cannot_show_are_added_to_the_text() {
     task.await.unwrap();
 }
 
-/// Issue 42: an outbound message (from the agent, or forged on a shared bus) attaches only files of the workspace
-/// and of the media folders; `config.json` or a session file in the data directory is withheld, through a link
-/// too, and the text says so.
+/// Issue 42: an outbound message (from the agent, or forged on a shared bus) attaches only files of the media
+/// folders, as the gateway sets them (the message tool copies what it sends into `media/outbox`); a workspace
+/// file, `config.json` or a session file is withheld, through a link in the media folder too, and the text says
+/// so.
 #[tokio::test]
-async fn attachments_come_only_from_the_workspace_and_the_media_folders() {
+async fn attachments_come_only_from_the_media_folders() {
     let home = tempfile::tempdir().unwrap();
     let data = home.path().join(".nanobot");
     let (ws, media) = (data.join("workspace"), data.join("media"));
-    for d in [&ws, &media.join("telegram"), &data.join("sessions")] {
+    for d in [
+        &ws,
+        &media.join("telegram"),
+        &media.join("outbox"),
+        &data.join("sessions"),
+    ] {
         std::fs::create_dir_all(d).unwrap();
     }
     let file = |p: std::path::PathBuf| {
@@ -372,13 +378,13 @@ async fn attachments_come_only_from_the_workspace_and_the_media_folders() {
     let config = file(data.join("config.json"));
     let session = file(data.join("sessions/a.jsonl"));
     let outside = file(home.path().join("elsewhere.txt"));
-    std::os::unix::fs::symlink(data.join("config.json"), ws.join("innocent.png")).unwrap();
-    let link = ws.join("innocent.png").display().to_string();
+    let staged = file(media.join("outbox/0a1b-report.pdf"));
+    std::os::unix::fs::symlink(data.join("config.json"), media.join("outbox/innocent.png")).unwrap();
+    let link = media.join("outbox/innocent.png").display().to_string();
 
     let (a, mut pa) = fake("alpha", RunMode::Idle);
-    let mut manager = ChannelManager::new(ManagerSettings::new(true, true, 3)).with_media_roots(
-        MediaRoots::new(vec![ws.clone(), media.clone()], vec![data.clone()]),
-    );
+    let mut manager = ChannelManager::new(ManagerSettings::new(true, true, 3))
+        .with_media_roots(MediaRoots::new(vec![media.clone()], Vec::new()));
     manager.add(Arc::new(a));
     let bus = Arc::new(InProcessBus::new(64));
     let cancel = CancellationToken::new();
@@ -391,8 +397,9 @@ async fn attachments_come_only_from_the_workspace_and_the_media_folders() {
     let mut out = msg("alpha", OutboundKind::Reply, "here you go");
     let url = "https://example.com/a.png".to_owned();
     out.media = vec![
-        chart.clone(),
+        chart,
         photo.clone(),
+        staged.clone(),
         url.clone(),
         config,
         session,
@@ -407,10 +414,10 @@ async fn attachments_come_only_from_the_workspace_and_the_media_folders() {
         .unwrap()
         .1
         .unwrap();
-    assert_eq!(sent.media, [chart, photo, url]);
+    assert_eq!(sent.media, [photo, staged, url]);
     assert!(sent.content.starts_with("here you go"), "{}", sent.content);
     assert!(
-        sent.content.contains("5 attached file(s) withheld"),
+        sent.content.contains("6 attached file(s) withheld"),
         "{}",
         sent.content
     );

@@ -84,6 +84,26 @@ pub struct NatsBusConfig {
     pub url: String,
     /// Authentication token, when the server wants one (`${VAR}` works).
     pub token: Option<Secret>,
+    /// User name, with `password` (instead of both in `url`).
+    pub user: Option<String>,
+    /// Password of `user` (`${VAR}` works).
+    pub password: Option<Secret>,
+    /// NKey seed (`SU…`, `${VAR}` works): the server knows only its public key.
+    pub nkey_seed: Option<Secret>,
+    /// Credentials file (`.creds`, made by `nsc`) for a server in operator mode: a path, used as written.
+    pub creds_file: Option<String>,
+    /// Client certificate (PEM) presented over TLS, with `tlsKey`: a path, used as written.
+    pub tls_cert: Option<String>,
+    /// Private key (PEM) of `tlsCert`: a path, used as written.
+    pub tls_key: Option<String>,
+    /// Certificate authorities (PEM) of the server's certificate, instead of the system's store: a path, used as written.
+    pub tls_ca_file: Option<String>,
+    /// Start even when the server lets a client without credentials publish on the bus's subjects (anyone who
+    /// reaches it could act as any user). Default `false`: the gateway refuses such a server.
+    pub allow_anonymous: bool,
+    /// Deployment key every replica shares (at least 32 characters; `${VAR}` works): messages and lease records
+    /// on the bus are then sealed with it, so a NATS client without it can neither read nor act.
+    pub key: Option<Secret>,
     /// Stream name prefix (`<stream>_IN`, `<stream>_OUT`, `<stream>_LEASES`).
     pub stream: String,
     /// Subject prefix (`<prefix>.in.<partition>`, `<prefix>.out.<channel>`).
@@ -120,6 +140,15 @@ impl Default for NatsBusConfig {
         Self {
             url: "nats://127.0.0.1:4222".into(),
             token: None,
+            user: None,
+            password: None,
+            nkey_seed: None,
+            creds_file: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca_file: None,
+            allow_anonymous: false,
+            key: None,
             stream: "NANOBOT".into(),
             subject_prefix: "nanobot".into(),
             partitions: 16,

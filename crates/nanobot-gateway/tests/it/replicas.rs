@@ -208,7 +208,12 @@ fn the_example_replica_configs_load_and_differ_only_where_they_must() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/replicas");
     let home = TempHome::new();
     let mut env = home.env();
-    for var in ["OPENAI_API_KEY", "NANOBOT_API_KEY", "TELEGRAM_BOT_TOKEN"] {
+    for var in [
+        "OPENAI_API_KEY",
+        "NANOBOT_API_KEY",
+        "TELEGRAM_BOT_TOKEN",
+        "NATS_PASSWORD",
+    ] {
         env.insert(var.to_owned(), "set-by-the-service".to_owned());
     }
     let load = |name: &str| {
@@ -224,6 +229,20 @@ fn the_example_replica_configs_load_and_differ_only_where_they_must() {
     assert_ne!(a.gateway.port, b.gateway.port);
     assert_ne!(a.api.port, b.api.port);
     assert_eq!(a.gateway.bus.nats.url, b.gateway.bus.nats.url);
+    // The server asks for credentials (an open one is refused), from the environment.
+    for c in [&a, &b] {
+        assert_eq!(c.gateway.bus.nats.user.as_deref(), Some("nanobot"));
+        assert_eq!(
+            c.gateway
+                .bus
+                .nats
+                .password
+                .as_ref()
+                .map(|p| p.expose().to_owned()),
+            Some("set-by-the-service".to_owned())
+        );
+        assert!(!c.gateway.bus.nats.allow_anonymous);
+    }
     assert_eq!(a.agents.defaults.workspace, b.agents.defaults.workspace);
 }
 

@@ -92,7 +92,7 @@ async fn cron_runs_on_one_replica_and_moves_when_it_stops() {
         .iter()
         .map(|(_, rt)| rt.agent().cron().expect("cron").subscribe())
         .collect();
-    let leases = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap())
+    let leases = async_nats::jetstream::new(server.client().await.unwrap())
         .get_key_value("NANOBOT_LEASES")
         .await
         .unwrap();

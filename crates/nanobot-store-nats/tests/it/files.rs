@@ -83,7 +83,7 @@ async fn large_files_go_in_chunks_and_history_stays_bounded() -> Result<()> {
     // A rewrite purges what came before it: the subject holds the new file's chunks only.
     write(&b.path(name), b"small\n");
     b.push(name).await?;
-    let js = async_nats::jetstream::new(async_nats::connect(server.url()).await?);
+    let js = async_nats::jetstream::new(server.client().await?);
     let stream = js.get_stream(a.files.stream_name()).await?;
     let subject = a.files.subject_of(name)?;
     let per_subject = stream.info_with_subjects(subject.as_str()).await?;
@@ -139,7 +139,7 @@ async fn a_writer_that_stopped_between_parts_leaves_nothing_half_written() -> Re
     let (a, b) = (Replica::open(&server).await?, Replica::open(&server).await?);
     let name = "sessions/torn.jsonl";
     // The first part of a file's first version, and then nothing: its writer died.
-    let js = async_nats::jetstream::new(async_nats::connect(server.url()).await?);
+    let js = async_nats::jetstream::new(server.client().await?);
     let mut headers = async_nats::HeaderMap::new();
     headers.insert("Nanobot-Op", "part");
     js.publish_with_headers(a.files.subject_of(name)?, headers, "half of it".into())
