@@ -20,6 +20,10 @@
 //! - **Outbound** messages go to `<prefix>.out.<channel>` on a second work-queue stream (`<STREAM>_OUT`), read
 //!   by the replica holding the channel's lease (one durable consumer per channel) and acknowledged when taken;
 //!   one no replica takes within [`NatsBusSettings::outbound_max_age`] (a day by default) is dropped by the server.
+//! - **Answers to a running turn** (the owner's `yes` to its question, `/stop`) do not queue behind it: before a
+//!   message goes into the stream it is offered to the replica running a turn of its session, if any, over a
+//!   request on the session's side subject (`<prefix>.side.<hash>`), and goes into the stream only when no
+//!   replica takes it ([`nanobot_bus::Bus::set_interceptor`]).
 //! - **Leases** on a key-value bucket (`<STREAM>_LEASES`) make the scheduler and each channel's connection run on
 //!   one replica at a time ([`nanobot_bus::Leases`]).
 //!
@@ -42,6 +46,7 @@ mod lease;
 mod probe;
 mod seal;
 mod settings;
+mod side;
 
 pub use anonymous::{AnonymousAccess, anonymous_access};
 pub use probe::{Probe, probe};
@@ -103,6 +108,8 @@ pub enum NatsBusError {
 pub struct NatsBus {
     settings: NatsBusSettings,
     key: Option<DeploymentKey>,
+    side: Arc<side::Side>,
+    interceptor: side::InterceptorSlot,
     js: jetstream::Context,
     inbound: Mutex<mpsc::Receiver<Delivery>>,
     outbound: Mutex<mpsc::Receiver<OutboundMessage>>,
@@ -207,6 +214,15 @@ impl NatsBus {
                 .map(|_| PartitionCounters::default())
                 .collect(),
         );
+        let interceptor = side::InterceptorSlot::default();
+        let side = Arc::new(side::Side::new(
+            js.client(),
+            key.clone(),
+            settings.subject_prefix.clone(),
+            interceptor.clone(),
+            inbound_stream.cached_info().config.duplicate_window,
+            settings.request_timeout.min(Duration::from_secs(5)),
+        ));
         let mut consumers = Vec::with_capacity(partitions);
         for p in 0..settings.partitions {
             let config = consumer::pull::Config {
@@ -221,8 +237,12 @@ impl NatsBus {
             consumers.push(consumer.clone());
             tokio::spawn(pull_inbound(
                 consumer,
-                Opener::of(key.clone(), &inbound_stream),
-                settings.ack_wait,
+                Intake {
+                    opener: Opener::of(key.clone(), &inbound_stream),
+                    side: side.clone(),
+                    unified_session: settings.unified_session,
+                    ack_wait: settings.ack_wait,
+                },
                 in_tx.clone(),
                 inbound_waiting.clone(),
                 (stats.clone(), usize::from(p)),
@@ -259,6 +279,8 @@ impl NatsBus {
         Ok(Self {
             settings,
             key,
+            side,
+            interceptor,
             js,
             inbound: Mutex::new(in_rx),
             outbound: Mutex::new(out_rx),
@@ -274,6 +296,12 @@ impl NatsBus {
     /// The settings this bus was made with.
     pub fn settings(&self) -> &NatsBusSettings {
         &self.settings
+    }
+
+    /// The subject on which the replica running a turn of `session_key` takes messages that must not wait behind
+    /// it (see the crate docs).
+    pub fn side_subject(&self, session_key: &str) -> String {
+        side::subject(&self.settings.subject_prefix, session_key)
     }
 
     /// The partition a session key lands in (stable across processes and versions of this crate).
@@ -614,19 +642,33 @@ impl Opener {
     }
 }
 
+/// How the inbound messages of a partition are taken: opened, their turn's side path served, kept while the turn
+/// runs.
+struct Intake {
+    opener: Opener,
+    side: Arc<side::Side>,
+    unified_session: bool,
+    ack_wait: Duration,
+}
+
 /// Pulls one inbound partition: each message becomes a delivery whose receipt keeps it until the turn is over.
 async fn pull_inbound(
     consumer: consumer::PullConsumer,
-    opener: Opener,
-    ack_wait: Duration,
+    intake: Intake,
     tx: mpsc::Sender<Delivery>,
     waiting: Arc<AtomicUsize>,
     (stats, partition): (Arc<Vec<PartitionCounters>>, usize),
     cancel: CancellationToken,
 ) {
     let stop = cancel.clone();
+    let Intake {
+        opener,
+        side,
+        unified_session,
+        ack_wait,
+    } = intake;
     pull(consumer, "inbound", cancel, |message| {
-        let (tx, waiting, stop) = (tx.clone(), waiting.clone(), stop.clone());
+        let (tx, waiting, stop, side) = (tx.clone(), waiting.clone(), stop.clone(), side.clone());
         if let Some(s) = stats.get(partition) {
             s.taken.fetch_add(1, Ordering::Relaxed);
         }
@@ -652,7 +694,10 @@ async fn pull_inbound(
                     return true;
                 }
             };
-            let receipt = NatsReceipt::start(acker, ack_wait);
+            // While its turn runs here, answers to it come straight here rather than queueing behind it.
+            let turn_over = CancellationToken::new();
+            side.serve(&msg.turn_session_key(unified_session), turn_over.clone());
+            let receipt = NatsReceipt::start(acker, ack_wait, turn_over);
             waiting.fetch_add(1, Ordering::SeqCst);
             // Waits for the dispatcher only while the bus runs. A closed bus (or a dropped one) drops the delivery:
             // its receipt stops reporting progress, so the message is delivered again, here or elsewhere.
@@ -725,11 +770,17 @@ pub(crate) async fn wait_or_cancel(cancel: &CancellationToken, delay: Duration) 
 struct NatsReceipt {
     acker: Arc<jetstream::message::Acker>,
     keepalive: CancellationToken,
+    /// Ends the side path of the turn (answers no longer taken here).
+    turn_over: CancellationToken,
     settled: bool,
 }
 
 impl NatsReceipt {
-    fn start(acker: Arc<jetstream::message::Acker>, ack_wait: Duration) -> Self {
+    fn start(
+        acker: Arc<jetstream::message::Acker>,
+        ack_wait: Duration,
+        turn_over: CancellationToken,
+    ) -> Self {
         let keepalive = CancellationToken::new();
         let every = (ack_wait / 2).max(Duration::from_millis(100));
         let (a, stop) = (acker.clone(), keepalive.clone());
@@ -746,6 +797,7 @@ impl NatsReceipt {
         Self {
             acker,
             keepalive,
+            turn_over,
             settled: false,
         }
     }
@@ -757,6 +809,7 @@ impl Drop for NatsReceipt {
         // progress and hand the message back at once, so another replica takes it now rather than after the
         // acknowledgement wait. (A replica that dies sends nothing; then the wait decides.)
         self.keepalive.cancel();
+        self.turn_over.cancel();
         if !self.settled
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
@@ -773,6 +826,7 @@ impl Receipt for NatsReceipt {
     async fn settle(mut self: Box<Self>, how: Settlement) {
         self.settled = true;
         self.keepalive.cancel();
+        self.turn_over.cancel();
         // Done waits for the server to confirm (bounded by the request timeout), so a turn counted as saved is
         // not delivered again because its acknowledgement was still in a buffer when the connection dropped. A
         // lost acknowledgement means a second delivery; it is logged, never retried forever.
@@ -789,9 +843,15 @@ impl Receipt for NatsReceipt {
 #[async_trait]
 impl Bus for NatsBus {
     async fn publish_inbound(&self, msg: InboundMessage) -> Result<(), BusError> {
-        let subject = self
-            .settings
-            .partition_subject(self.partition_of(&msg.turn_session_key(self.settings.unified_session)));
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(BusError::Closed);
+        }
+        let session = msg.turn_session_key(self.settings.unified_session);
+        // An answer to a turn running on some replica goes to that turn, not into the queue behind it.
+        if self.side.offer(&session, &msg).await {
+            return Ok(());
+        }
+        let subject = self.settings.partition_subject(self.partition_of(&session));
         let id = msg.delivery_id();
         let payload = serde_json::to_vec(&msg)
             .map_err(|e| BusError::Unavailable(format!("cannot encode the message: {e}")))?;
@@ -839,6 +899,12 @@ impl Bus for NatsBus {
 
     fn leases(&self) -> Option<Arc<dyn nanobot_bus::Leases>> {
         Some(self.leases.clone())
+    }
+
+    fn set_interceptor(&self, interceptor: Arc<dyn nanobot_bus::Interceptor>) {
+        if let Ok(mut slot) = self.interceptor.write() {
+            *slot = Some(interceptor);
+        }
     }
 
     fn partitions(&self) -> Vec<nanobot_bus::PartitionStats> {

@@ -87,11 +87,28 @@ pub trait Bus: Send + Sync {
         None
     }
 
+    /// Lets `interceptor` take, at once, messages for a turn running in this process that must not wait behind
+    /// it (an answer to the question the turn asks, `/stop`). A partitioned bus hands out a session's next
+    /// message only once its running turn is over, so such a message, published by whichever process runs the
+    /// channel, is first offered to the process running its session's turn; what the interceptor does not take
+    /// is queued as usual. The default (and the in-process bus, whose dispatcher hands every message over at
+    /// once): nothing to do.
+    fn set_interceptor(&self, interceptor: std::sync::Arc<dyn Interceptor>) {
+        let _ = interceptor;
+    }
+
     /// Per-partition figures of a partitioned bus (for metrics): how many messages wait in each partition and
     /// how many this process took from it. Empty (the default, and the in-process bus): not partitioned.
     fn partitions(&self) -> Vec<PartitionStats> {
         Vec::new()
     }
+}
+
+/// Takes messages that must not wait in their session's queue (see [`Bus::set_interceptor`]).
+pub trait Interceptor: Send + Sync {
+    /// Takes `msg` now when it is for a turn running in this process and must not wait behind it; `true`: taken
+    /// (it is not queued).
+    fn intercept(&self, msg: &InboundMessage) -> bool;
 }
 
 /// One partition of a partitioned bus, as [`Bus::partitions`] reports it.

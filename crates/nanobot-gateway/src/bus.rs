@@ -126,6 +126,10 @@ impl Bus for GatewayBus {
     fn partitions(&self) -> Vec<nanobot_bus::PartitionStats> {
         self.inner.partitions()
     }
+
+    fn set_interceptor(&self, interceptor: Arc<dyn nanobot_bus::Interceptor>) {
+        self.inner.set_interceptor(interceptor);
+    }
 }
 
 #[cfg(test)]

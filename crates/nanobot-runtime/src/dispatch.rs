@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use nanobot_bus::{Bus, InboundMessage, Receipt, Settlement};
+use nanobot_bus::{Bus, InboundMessage, Interceptor, Receipt, Settlement};
 use nanobot_core::{AgentLoop, CoreError, StopReason, SystemJob, TurnReply};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -30,6 +30,15 @@ pub trait TurnObserver: Send + Sync {
 pub trait TurnWatch: Send {
     /// The turn ended with `result`.
     fn finished(self: Box<Self>, result: &Result<TurnReply, CoreError>);
+}
+
+/// The agent as the bus's [`Interceptor`]: answers and commands for a running turn are taken at once.
+pub(crate) struct AgentInterceptor(pub(crate) AgentLoop);
+
+impl Interceptor for AgentInterceptor {
+    fn intercept(&self, msg: &InboundMessage) -> bool {
+        self.0.intercept(msg)
+    }
 }
 
 /// Hands `msg` to the agent and tracks its turn in `tracker`. The message is queued in its session before this

@@ -91,6 +91,8 @@ impl Runtime {
         opts: RuntimeOptions,
     ) -> Result<Self, RuntimeError> {
         agent.set_bus(bus.clone());
+        // On a partitioned bus, answers and `/stop` for a turn running here reach it without queueing behind it.
+        bus.set_interceptor(Arc::new(crate::dispatch::AgentInterceptor(agent.clone())));
         let accept = CancellationToken::new();
         let tracker = TaskTracker::new();
         if opts.cron {

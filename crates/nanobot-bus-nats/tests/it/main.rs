@@ -5,6 +5,7 @@
 
 mod auth;
 mod sealed;
+mod side;
 
 use std::time::Duration;
 

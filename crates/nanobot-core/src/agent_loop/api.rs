@@ -166,28 +166,9 @@ impl AgentLoop {
     ) -> impl std::future::Future<Output = Result<TurnReply, CoreError>> + Send + 'static {
         self.inner.routes.note(&msg);
         let (tx, rx) = oneshot::channel();
-        // An answer to the approval question a running turn of this chat is waiting for: it goes to that turn,
-        // not into the queue behind it.
-        let key = self.inner.session_key(&msg);
-        if let Some(ack) = self.inner.gate.try_answer(&key, &msg) {
-            let inner = self.inner.clone();
+        if let Some(taken) = self.take_at_once(&msg) {
             tokio::spawn(async move {
-                if let Some(bus) = inner.bus()
-                    && let Err(e) = bus.publish_outbound(reply_for(&msg, ack.clone())).await
-                {
-                    tracing::warn!(error = %e, "cannot publish an approval acknowledgement");
-                }
-                let _ = tx.send(Ok(TurnReply::command(ack)));
-            });
-        } else if self.inner.is_immediate(&msg) {
-            let inner = self.inner.clone();
-            tokio::spawn(async move {
-                let content = inner.immediate_command(&msg).await.unwrap_or_default();
-                if let Some(bus) = inner.bus()
-                    && let Err(e) = bus.publish_outbound(reply_for(&msg, content.clone())).await
-                {
-                    tracing::warn!(error = %e, "cannot publish a command reply");
-                }
+                let content = taken.await.unwrap_or_default();
                 let _ = tx.send(Ok(TurnReply::command(content)));
             });
         } else {
@@ -201,6 +182,53 @@ impl AgentLoop {
             });
         }
         async move { rx.await.map_err(|_| CoreError::Stopped)? }
+    }
+
+    /// Takes `msg` at once when it must not wait in its session's queue: an answer to the approval question a
+    /// running turn of its chat is waiting for, or a command answered at once (`/stop`, `/help`, `/status`, …).
+    /// Its reply goes out on the bus; `true` when taken (it must then not be queued). A partitioned bus offers
+    /// such messages to the process running their session's turn this way ([`nanobot_bus::Interceptor`]).
+    pub fn intercept(&self, msg: &InboundMessage) -> bool {
+        let taken = self.take_at_once(msg);
+        if taken.is_some() {
+            self.inner.routes.note(msg);
+        }
+        taken.is_some()
+    }
+
+    /// [`AgentLoop::intercept`]: the reply's text once it is out, or `None` when `msg` is for the queue.
+    fn take_at_once(&self, msg: &InboundMessage) -> Option<oneshot::Receiver<String>> {
+        // An answer to the approval question a running turn of this chat is waiting for: it goes to that turn,
+        // not into the queue behind it.
+        let key = self.inner.session_key(msg);
+        let answered = self.inner.gate.try_answer(&key, msg);
+        if answered.is_none() && !self.inner.is_immediate(msg) {
+            return None;
+        }
+        let inner = self.inner.clone();
+        let msg = msg.clone();
+        let (tx, rx) = oneshot::channel();
+        if let Some(ack) = answered {
+            tokio::spawn(async move {
+                if let Some(bus) = inner.bus()
+                    && let Err(e) = bus.publish_outbound(reply_for(&msg, ack.clone())).await
+                {
+                    tracing::warn!(error = %e, "cannot publish an approval acknowledgement");
+                }
+                let _ = tx.send(ack);
+            });
+        } else {
+            tokio::spawn(async move {
+                let content = inner.immediate_command(&msg).await.unwrap_or_default();
+                if let Some(bus) = inner.bus()
+                    && let Err(e) = bus.publish_outbound(reply_for(&msg, content.clone())).await
+                {
+                    tracing::warn!(error = %e, "cannot publish a command reply");
+                }
+                let _ = tx.send(content);
+            });
+        }
+        Some(rx)
     }
 
     /// Stops the agent for good: running turns are cancelled (they still save what they did), queued ones fail

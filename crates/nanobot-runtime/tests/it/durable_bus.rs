@@ -240,3 +240,67 @@ async fn a_turn_cut_short_by_a_stopping_replica_is_answered_by_the_next() {
         "an answered message was delivered again"
     );
 }
+
+/// Issue 42: the owner's `yes` to a turn's approval question, received by a replica that does not run the turn,
+/// reaches the turn at once (it used to queue behind the turn waiting for it, which gave up at its timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owner_approves_on_a_replica_that_does_not_run_the_turn() {
+    nanobot_providers::install_ring();
+    let Some(server) = NatsServer::start().await.unwrap() else {
+        return;
+    };
+    let home = TempHome::new();
+    home.write_workspace_file("victim.txt", "delete me");
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::tool_call("exec", json!({"command": "rm victim.txt"})));
+    mock.push(MockReply::text("Deleted."));
+    let config: nanobot_config::Config = serde_json::from_value(json!({
+        "agents": {"defaults": {"model": "local-model"}},
+        "providers": {"custom": {"apiBase": mock.openai_base_url()}},
+        // Far longer than the test waits: only the answer can end the wait.
+        "tools": {"web": {"enable": false}, "exec": {"approval": "risky", "approvalTimeout": 3600}}
+    }))
+    .unwrap();
+    let (runner, rt) = replica(&server, &home, &config).await;
+    let _telegram = runner
+        .leases()
+        .expect("a shared bus has leases")
+        .acquire(nanobot_bus::Role::Channel("telegram".into()))
+        .await
+        .unwrap();
+    runner
+        .publish_inbound(InboundMessage::new("telegram", "alice", "1", "clean up"))
+        .await
+        .unwrap();
+    let next_out = || async {
+        tokio::time::timeout(GUARD, runner.consume_outbound())
+            .await
+            .expect("a reply in time")
+            .expect("bus open")
+    };
+    loop {
+        if next_out().await.metadata.contains_key("_approval") {
+            break;
+        }
+    }
+    // The answer comes in through another replica (the one holding the chat's channel, say).
+    let mut s = NatsBusSettings::new(server.url());
+    s.partitions = 2;
+    s.replica = "the-other-replica".into();
+    let other = NatsBus::connect(s).await.unwrap();
+    other
+        .publish_inbound(InboundMessage::new("telegram", "alice", "1", "yes"))
+        .await
+        .unwrap();
+    other.close();
+    loop {
+        if next_out().await.content == "Deleted." {
+            break;
+        }
+    }
+    assert!(
+        !home.workspace().join("victim.txt").exists(),
+        "the approved command ran"
+    );
+    rt.shutdown().await;
+}
