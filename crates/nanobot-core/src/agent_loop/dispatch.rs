@@ -7,6 +7,7 @@ use nanobot_bus::InboundMessage;
 use tokio::sync::mpsc;
 
 use super::inner::LoopInner;
+use super::redelivery::{self, Earlier};
 use super::routes::{reply_for, reply_route, system_target};
 use super::types::{Job, TurnOptions, TurnReply};
 use crate::commands::{self, Command, Parsed};
@@ -54,6 +55,39 @@ impl LoopInner {
         }
     }
 
+    /// A queued command, run once per channel message: a command that changes the session or the workspace
+    /// (`/new`, `/compact`, `/dream`, `/model …`) delivered again (a durable bus redelivering it after a replica
+    /// died, a channel repeating an update) is not run again, as a turn is not answered twice.
+    async fn command_once(
+        self: &Arc<Self>,
+        key: &str,
+        msg: &InboundMessage,
+        cmd: Command,
+        args: &str,
+        scope: &nanobot_memory::ScopeKey,
+    ) -> Result<TurnReply, CoreError> {
+        let delivery = msg.delivery_id().filter(|_| changes_state(cmd));
+        if let Some(id) = &delivery
+            && self
+                .ledger
+                .store()
+                .metadata(key)
+                .await
+                .is_ok_and(|m| redelivery::earlier(&m, id) == Some(Earlier::Answered))
+        {
+            tracing::info!(session = %key, "a command run before was delivered again; not run twice");
+            return Ok(TurnReply {
+                replayed: true,
+                ..TurnReply::command(String::new())
+            });
+        }
+        let reply = self.queued_command(key, msg, cmd, args, scope).await?;
+        if let Some(id) = delivery {
+            self.ledger.record_delivery(key, &id, Earlier::Answered).await;
+        }
+        Ok(TurnReply::command(reply))
+    }
+
     /// One queued message: what a crash left is recovered first, then a person's command runs as a command and
     /// anything else as a turn.
     async fn handle(
@@ -73,13 +107,24 @@ impl LoopInner {
             if cmd == Command::Goal && !args.is_empty() {
                 opts.goal = true;
             } else {
-                return self
-                    .queued_command(key, msg, cmd, &args, &scope)
-                    .await
-                    .map(TurnReply::command);
+                return self.command_once(key, msg, cmd, &args, &scope).await;
             }
         }
         let (channel, chat_id) = reply_route(msg);
         self.turn(key, msg, &channel, &chat_id, opts, &scope).await
     }
+}
+
+/// Whether `cmd` changes the session or the workspace (then a second delivery of it must not run it again).
+fn changes_state(cmd: Command) -> bool {
+    matches!(
+        cmd,
+        Command::New
+            | Command::Compact
+            | Command::Dream
+            | Command::DreamRestore
+            | Command::Model
+            | Command::DreamPrompt
+            | Command::EvaluatorPrompt
+    )
 }

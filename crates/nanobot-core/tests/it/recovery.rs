@@ -336,3 +336,45 @@ async fn a_redelivered_answered_message_sends_nothing_to_the_chat() {
     assert_eq!(sent, ["only once"], "one reply in the chat");
     assert_eq!(mock.request_count(), 1);
 }
+
+/// Issue 42: a command that changes the session, delivered again (a durable bus redelivering it after a replica
+/// died, a channel repeating an update), is not run again: a repeated `/new` does not wipe what came after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_delivered_twice_runs_once() {
+    use nanobot_core::TurnOptions;
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let agent = AgentLoop::new(provider(&mock), settings(&home)).unwrap();
+    mock.push(MockReply::text("noted"));
+    agent
+        .process_message(telegram("remember the milk", 20), TurnOptions::default())
+        .await
+        .unwrap();
+    let new = agent
+        .process_message(telegram("/new", 21), TurnOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(new.content, "New session started.");
+    assert!(!new.replayed);
+    mock.push(MockReply::text("hello again"));
+    agent
+        .process_message(telegram("and eggs", 22), TurnOptions::default())
+        .await
+        .unwrap();
+    let again = agent
+        .process_message(telegram("/new", 21), TurnOptions::default())
+        .await
+        .unwrap();
+    assert!(again.replayed, "not run a second time");
+    let session = std::fs::read_to_string(agent.sessions().path_for("telegram:5")).unwrap();
+    assert!(
+        session.contains("and eggs"),
+        "what came after the first /new is kept:\n{session}"
+    );
+    // A new `/new` (another message) still starts a new session.
+    let fresh = agent
+        .process_message(telegram("/new", 23), TurnOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(fresh.content, "New session started.");
+}
