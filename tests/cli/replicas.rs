@@ -50,6 +50,7 @@ impl Replica {
         let log = dir.join(format!("{name}.log"));
         let child = nanobot(home.home())
             .env("NANOBOT_LOG", "info")
+            .env("NANOBOT_BUS_KEY", "the replicas' shared deployment key, 32+ characters")
             .args(["gateway", "--api", "--config"])
             .arg(&path)
             .stdin(Stdio::null())
@@ -107,8 +108,10 @@ fn base_config(home: &TempHome, nats: &NatsServer, emu: &Emulator) -> Result<Val
     config["api"]["timeout"] = 60.into();
     config["gateway"]["host"] = "127.0.0.1".into();
     config["gateway"]["heartbeat"] = json!({"enabled": false});
+    // Sealed with a deployment key (from the environment, as a user would give it): the load and the kill below
+    // run on sealed messages and lease records.
     config["gateway"]["bus"] = json!({"kind": "nats", "nats": {
-        "url": nats.url(), "leaseTimeS": 2, "ackWaitS": 3, "partitions": 8
+        "url": nats.url(), "leaseTimeS": 2, "ackWaitS": 3, "partitions": 8, "key": "${NANOBOT_BUS_KEY}"
     }});
     config["channels"]["telegram"] = json!({
         "enabled": true, "token": TOKEN, "baseUrl": emu.api_url, "allowFrom": [ALICE.to_string()]
