@@ -50,7 +50,10 @@ impl Replica {
         let log = dir.join(format!("{name}.log"));
         let child = nanobot(home.home())
             .env("NANOBOT_LOG", "info")
-            .env("NANOBOT_BUS_KEY", "the replicas' shared deployment key, 32+ characters")
+            .env(
+                "NANOBOT_BUS_KEY",
+                "the replicas' shared deployment key, 32+ characters",
+            )
             .args(["gateway", "--api", "--config"])
             .arg(&path)
             .stdin(Stdio::null())
