@@ -221,7 +221,9 @@ impl NatsBus {
             settings.subject_prefix.clone(),
             interceptor.clone(),
             inbound_stream.cached_info().config.duplicate_window,
-            settings.request_timeout.min(Duration::from_secs(5)),
+            // A running turn's replica answers in milliseconds; a client subscribed to every subject (`nats sub
+            // '>'`) answers nothing, and each offer then waits this long before the message goes to the stream.
+            settings.request_timeout.min(Duration::from_secs(1)),
         ));
         let mut consumers = Vec::with_capacity(partitions);
         for p in 0..settings.partitions {
@@ -696,7 +698,8 @@ async fn pull_inbound(
             };
             // While its turn runs here, answers to it come straight here rather than queueing behind it.
             let turn_over = CancellationToken::new();
-            side.serve(&msg.turn_session_key(unified_session), turn_over.clone());
+            side.serve(&msg.turn_session_key(unified_session), turn_over.clone())
+                .await;
             let receipt = NatsReceipt::start(acker, ack_wait, turn_over);
             waiting.fetch_add(1, Ordering::SeqCst);
             // Waits for the dispatcher only while the bus runs. A closed bus (or a dropped one) drops the delivery:

@@ -113,18 +113,24 @@ impl Side {
         }
     }
 
-    /// Answers offers for `session_key` while a turn of it runs here, until `stop`.
-    pub(crate) fn serve(self: &Arc<Self>, session_key: &str, stop: CancellationToken) {
-        let side = self.clone();
+    /// Answers offers for `session_key` while a turn of it runs here, until `stop`. Returns once the server knows
+    /// the subscription (a round trip on this connection is over), so an offer made after the turn's message is
+    /// handed out reaches this replica.
+    pub(crate) async fn serve(self: &Arc<Self>, session_key: &str, stop: CancellationToken) {
         let subject = subject(&self.prefix, session_key);
+        let mut offers = match self.client.subscribe(subject.clone()).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(subject, error = %e, "NATS bus: cannot take answers for a running turn");
+                return;
+            }
+        };
+        // `flush` only empties the client's buffer; the answer to a request the server itself answers (JetStream's
+        // account information) comes back only after it has handled what this connection sent before, the
+        // subscription included.
+        let _ = tokio::time::timeout(self.bound, self.client.request("$JS.API.INFO", "".into())).await;
+        let side = self.clone();
         tokio::spawn(async move {
-            let mut offers = match side.client.subscribe(subject.clone()).await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(subject, error = %e, "NATS bus: cannot take answers for a running turn");
-                    return;
-                }
-            };
             loop {
                 let offer = tokio::select! {
                     () = stop.cancelled() => break,
