@@ -12,7 +12,7 @@
 //! there by a client without the key to keep a role from every replica, is taken over as if it were free.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream::kv::{self, CreateErrorKind, UpdateErrorKind};
@@ -91,6 +91,8 @@ pub(crate) struct NatsLeases {
     ttl: Duration,
     router: OutboundRouter,
     closed: CancellationToken,
+    /// See [`Leases::session_waits`].
+    session_waits: AtomicU64,
 }
 
 impl NatsLeases {
@@ -146,6 +148,7 @@ impl NatsLeases {
             ttl,
             router,
             closed,
+            session_waits: AtomicU64::new(0),
         })
     }
 
@@ -194,6 +197,9 @@ impl Leases for NatsLeases {
                     if !waiting_logged {
                         tracing::info!(role = %role, "another replica holds this role; standing by");
                         waiting_logged = true;
+                        if matches!(role, Role::Session(_)) {
+                            self.session_waits.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                     // A holder that lets go writes a delete marker: taken again the moment it does. One that died
                     // writes nothing, and its key ages out within one lease time of its last renewal: looked at
@@ -249,6 +255,10 @@ impl Leases for NatsLeases {
 
     fn holder(&self) -> &str {
         &self.record.holder
+    }
+
+    fn session_waits(&self) -> u64 {
+        self.session_waits.load(Ordering::Relaxed)
     }
 }
 

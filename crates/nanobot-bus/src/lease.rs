@@ -49,6 +49,13 @@ pub trait Leases: Send + Sync {
 
     /// This process's name among the replicas (in logs and metrics).
     fn holder(&self) -> &str;
+
+    /// How many times, since this process started, a [`Role::Session`] it asked for was held by another replica
+    /// and it waited. A session's next turn normally finds the lease let go (its previous turn releases it
+    /// before answering), so a count that grows outside a replica's death is a stall the user feels.
+    fn session_waits(&self) -> u64 {
+        0
+    }
 }
 
 /// A held role. It is renewed in the background while it lives; dropping it releases it at once, so another

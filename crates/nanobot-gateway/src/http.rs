@@ -40,6 +40,7 @@ impl OpsState {
             outbound_queue: self.bus.outbound_len(),
             channels: self.channels.snapshot(),
             partitions: self.bus.partitions(),
+            session_lease_waits: self.bus.leases().map(|l| l.session_waits()),
         }
     }
 }

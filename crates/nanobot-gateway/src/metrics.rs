@@ -241,6 +241,8 @@ pub struct Gauges {
     pub channels: Vec<ChannelHealth>,
     /// The bus's partitions (a bus shared by replicas; empty in process).
     pub partitions: Vec<nanobot_bus::PartitionStats>,
+    /// [`nanobot_bus::Leases::session_waits`] (a bus shared by replicas; `None` in process).
+    pub session_lease_waits: Option<u64>,
 }
 
 impl Metrics {
@@ -454,6 +456,16 @@ impl Metrics {
                 taken,
             );
         }
+        if let Some(waits) = gauges.session_lease_waits {
+            let counter = Counter::<u64>::default();
+            counter.inc_by(waits);
+            now.register(
+                "nanobot_session_lease_waits",
+                "Times a session's turn found its lease held by another replica and waited (a replica's death, or \
+                 two requests of one session at once)",
+                counter,
+            );
+        }
         let roles = self
             .roles
             .lock()
@@ -561,6 +573,7 @@ mod tests {
             outbound_queue: 0,
             channels: Vec::new(),
             partitions: vec![nanobot_bus::PartitionStats::new(2, 5, 7)],
+            session_lease_waits: Some(3),
         };
         let text = m.render(&g);
         assert!(
@@ -588,6 +601,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("nanobot_bus_queue_depth{direction=\"inbound\"} 3"));
+        assert!(text.contains("nanobot_session_lease_waits_total 3"), "{text}");
         assert!(text.contains("nanobot_api_request_duration_seconds_count 1"));
         assert!(text.contains("nanobot_api_requests_total{route=\"/v1/chat/completions\",status=\"200\"} 1"));
         assert_eq!(m.turns(TurnOutcome::Ok), 1);
@@ -633,6 +647,7 @@ mod tests {
             outbound_queue: 2,
             channels: vec![health],
             partitions: Vec::new(),
+            session_lease_waits: None,
         });
         assert!(text.ends_with("# EOF\n"), "{text}");
         let lines = text.lines().map(|l| Ok(l.to_owned()));
