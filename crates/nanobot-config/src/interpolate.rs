@@ -14,6 +14,8 @@ pub(crate) struct Interpolated {
     pub(crate) path: JsonPath,
     pub(crate) template: String,
     pub(crate) resolved: String,
+    /// The variables the template names.
+    pub(crate) vars: Vec<String>,
 }
 
 /// Why a reference could not be resolved.
@@ -38,11 +40,12 @@ fn walk(
 ) -> Result<(), InterpError> {
     match v {
         Value::String(s) if s.contains('$') => {
-            if let Some(resolved) = resolve(s, path, env)? {
+            if let Some((resolved, vars)) = resolve(s, path, env)? {
                 out.push(Interpolated {
                     path: path.clone(),
                     template: s.clone(),
                     resolved: resolved.clone(),
+                    vars,
                 });
                 *s = resolved;
             }
@@ -62,9 +65,10 @@ fn walk(
     Ok(())
 }
 
-/// The resolved string, or `None` if `s` has no reference or escape.
-fn resolve(s: &str, path: &JsonPath, env: &EnvMap) -> Result<Option<String>, InterpError> {
+/// The resolved string and the variables it names, or `None` if `s` has no reference or escape.
+fn resolve(s: &str, path: &JsonPath, env: &EnvMap) -> Result<Option<(String, Vec<String>)>, InterpError> {
     let mut out = String::with_capacity(s.len());
+    let mut vars = Vec::new();
     let mut changed = false;
     let mut rest = s;
     while let Some(pos) = rest.find('$') {
@@ -90,6 +94,7 @@ fn resolve(s: &str, path: &JsonPath, env: &EnvMap) -> Result<Option<String>, Int
                     reason: "the text inside `${…}` is not a variable name (letters, digits, `_`)".into(),
                 });
             }
+            vars.push(name.to_owned());
             match env.get(name) {
                 Some(value) => out.push_str(value),
                 None => {
@@ -107,7 +112,7 @@ fn resolve(s: &str, path: &JsonPath, env: &EnvMap) -> Result<Option<String>, Int
         }
     }
     out.push_str(rest);
-    Ok(changed.then_some(out))
+    Ok(changed.then_some((out, vars)))
 }
 
 fn is_var_name(name: &str) -> bool {

@@ -178,7 +178,14 @@ fn load_value(mut raw: Value, path: &Path, env: &EnvMap) -> Result<LoadedConfig,
 
     // figment layers defaults < environment < file (0.3.5's precedence); the environment is typed by the
     // key each variable lands on, against the file typed over the defaults.
-    let mut env_layer = layers::EnvLayer::new(env, &canonical, &raw)?;
+    // A variable the file names in `${…}` is the file's value, not an override too (`NANOBOT_BUS_KEY` for
+    // `gateway.bus.nats.key` would otherwise also land on a top-level `busKey`).
+    let overrides: EnvMap = env
+        .iter()
+        .filter(|(name, _)| !interpolated.iter().any(|i| i.vars.iter().any(|v| v == *name)))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let mut env_layer = layers::EnvLayer::new(&overrides, &canonical, &raw)?;
     let figment = layers::figment(&env_layer, layers::restrict(&canonical, &raw), path)?;
     let merged = layers::merged(&figment, &canonical)?;
     let config: Config = typed(&merged, |field| {

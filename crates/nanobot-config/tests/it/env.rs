@@ -271,3 +271,30 @@ fn a_value_refused_after_layering_names_the_variable_from_figments_metadata() {
         "{msg}"
     );
 }
+
+/// A `NANOBOT_` variable the file names in `${…}` (the bus key of docs/scaling.md) is that value only: it does
+/// not also land on a config key of its own (`busKey`), and nothing warns about it.
+#[test]
+fn a_variable_the_file_references_is_not_also_an_override() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    let file =
+        serde_json::json!({"gateway": {"bus": {"kind": "nats", "nats": {"key": "${NANOBOT_BUS_KEY}"}}}});
+    std::fs::write(&path, file.to_string()).unwrap();
+    let key = "the replicas' shared deployment key, 32+ characters";
+    let loaded = load(
+        &path,
+        &env(&[("NANOBOT_BUS_KEY", key), ("NANOBOT_BUS_KEYS", "x")]),
+    )
+    .unwrap();
+    let unknown: Vec<&str> = loaded
+        .warnings
+        .iter()
+        .filter(|w| w.kind == WarningKind::UnknownKey)
+        .map(|w| w.field.as_str())
+        .collect();
+    // The variable the file does not name is still an (unknown) override.
+    assert_eq!(unknown, ["busKeys"], "{:?}", loaded.warnings);
+    let json = serde_json::to_value(&loaded.config).unwrap();
+    assert_eq!(json["gateway"]["bus"]["nats"]["key"], key);
+}
