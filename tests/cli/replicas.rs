@@ -96,6 +96,17 @@ impl Replica {
             Err(_) => String::new(),
         }
     }
+
+    /// `nanobot_session_lease_waits_total`: the API requests that found their session's lease held by another
+    /// replica.
+    async fn session_lease_waits(&self, client: &reqwest::Client) -> Result<u64> {
+        let text = self.metrics(client).await;
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("nanobot_session_lease_waits_total "))
+            .with_context(|| format!("{} reports no session lease waits: {text}", self.name))?;
+        Ok(line.rsplit(' ').next().unwrap_or_default().parse()?)
+    }
 }
 
 impl Drop for Replica {
@@ -291,6 +302,13 @@ async fn three_replicas_answer_every_request_once_and_survive_a_kill() -> Result
     tokio::time::timeout(GUARD, answered.wait_for(|n| *n >= SESSIONS * PER_SESSION / 3))
         .await
         .context("the load did not get going")??;
+    // Until then nothing died: each session's requests, one after another on alternating replicas, found the
+    // lease its previous request had let go, and none waited.
+    let mut waits = 0;
+    for r in &replicas {
+        waits += r.session_lease_waits(&client).await?;
+    }
+    assert_eq!(waits, 0, "requests waited on a session lease already let go");
     replicas[holder].kill();
     let results = tokio::time::timeout(GUARD * 3, load)
         .await
@@ -402,5 +420,263 @@ async fn replicas_with_separate_homes_share_only_nats() -> Result<()> {
     let data = third.config_path().parent().context("data dir")?.to_owned();
     let all = sessions(&data);
     assert_sessions_whole(&all, SESSIONS, PER_SESSION)?;
+    Ok(())
+}
+
+type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Connects to the websocket channel, as a client whose server went away would: again until a replica serves it.
+async fn ws_connect(port: u16) -> Result<Ws> {
+    let url = format!("ws://127.0.0.1:{port}/?client_id=tester&token=ws-token");
+    tokio::time::timeout(GUARD, async {
+        loop {
+            match tokio_tungstenite::connect_async(url.as_str()).await {
+                Ok((ws, _)) => return ws,
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    })
+    .await
+    .context("no replica took the websocket channel over")
+}
+
+/// The next event from the server (pings and other frames skipped, all within one bound).
+async fn ws_event(ws: &mut Ws) -> Result<Value> {
+    use tokio_tungstenite::tungstenite::Message;
+    tokio::time::timeout(GUARD, async {
+        loop {
+            let frame = ws.next().await.context("the websocket closed")??;
+            if let Message::Text(t) = frame {
+                return Ok(serde_json::from_str(t.as_str())?);
+            }
+        }
+    })
+    .await
+    .context("no websocket event")?
+}
+
+async fn ws_send(ws: &mut Ws, v: Value) -> Result<()> {
+    use futures::SinkExt as _;
+    ws.send(tokio_tungstenite::tungstenite::Message::text(v.to_string()))
+        .await?;
+    Ok(())
+}
+
+/// The answers (`message` without a kind, or `stream_end`) by chat, read until `chat` gets `until`.
+async fn ws_answers_until(ws: &mut Ws, chat: &str, until: &str) -> Result<BTreeMap<String, Vec<String>>> {
+    let mut answers: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    loop {
+        let ev = ws_event(ws).await?;
+        let is_answer = (ev["event"] == "message" && ev.get("kind").is_none()) || ev["event"] == "stream_end";
+        if !is_answer {
+            continue;
+        }
+        let (c, text) = (
+            ev["chat_id"].as_str().unwrap_or_default().to_owned(),
+            ev["text"].as_str().unwrap_or_default().to_owned(),
+        );
+        let done = c == chat && text == until;
+        answers.entry(c).or_default().push(text);
+        if done {
+            return Ok(answers);
+        }
+    }
+}
+
+/// Issue 42: the replica holding the websocket channel is killed (`kill -9`) while three chats' turns run. The
+/// client reconnects to whichever replica took the channel over and attaches its chats again: each question
+/// is stored once and each answer reaches it once, whether its turn ran on the dead replica (delivered again
+/// and resumed elsewhere) or on the survivor (answered while no replica held the channel, or before the client
+/// was back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_websocket_channel_fails_over_without_repeats() -> Result<()> {
+    nanobot_testkit::install_ring();
+    let Some(nats) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let Some(emu) = Emulator::start().await? else {
+        return Ok(());
+    };
+    let mock = MockLlm::start_background();
+    mock.set_fallback(MockReply::text("ok"));
+    for n in 1..=3 {
+        mock.when_last_user_contains(
+            format!("ws slow {n}"),
+            MockReply::text(format!("slow answer {n}")).delay(Duration::from_secs(3)),
+        );
+    }
+    mock.when_last_user_contains("ws hello", MockReply::text("hello answer"));
+    mock.when_last_user_contains("ws after", MockReply::text("after answer"));
+    let home = onboarded(&mock);
+    let mut base = base_config(&home, &nats, &emu)?;
+    base["channels"]["telegram"]["enabled"] = false.into();
+    let port = free_port()?;
+    base["channels"]["websocket"] = json!({
+        "enabled": true, "host": "127.0.0.1", "port": port, "token": "ws-token"
+    });
+    let mut replicas = vec![
+        Replica::start(&home, &base, "a")?,
+        Replica::start(&home, &base, "b")?,
+    ];
+    for r in &replicas {
+        r.ready().await?;
+    }
+    let client = reqwest::Client::new();
+
+    // Three chats, answered before anything dies: one answer per question.
+    let mut ws = ws_connect(port).await?;
+    let mut chats = vec![
+        ws_event(&mut ws).await?["chat_id"]
+            .as_str()
+            .context("ready")?
+            .to_owned(),
+    ];
+    for _ in 0..2 {
+        ws_send(&mut ws, json!({"type": "new_chat"})).await?;
+        let ev = ws_event(&mut ws).await?;
+        chats.push(ev["chat_id"].as_str().context("attached")?.to_owned());
+    }
+    ws_send(
+        &mut ws,
+        json!({"type": "message", "chat_id": chats[0], "content": "ws hello"}),
+    )
+    .await?;
+    ws_send(
+        &mut ws,
+        json!({"type": "message", "chat_id": chats[0], "content": "ws after"}),
+    )
+    .await?;
+    let answers = ws_answers_until(&mut ws, &chats[0], "after answer").await?;
+    assert_eq!(answers[&chats[0]], ["hello answer", "after answer"]);
+    let mut holder = None;
+    for (i, r) in replicas.iter().enumerate() {
+        if r.metrics(&client)
+            .await
+            .contains("nanobot_replica_role_held{role=\"channel.websocket\"} 1")
+        {
+            holder = Some(i);
+        }
+    }
+    let holder = holder.context("no replica says it holds the websocket channel")?;
+
+    // Three slow turns running (on either replica) when the channel's holder dies.
+    let before = mock.request_count();
+    for (n, chat) in chats.iter().enumerate() {
+        let text = format!("ws slow {}", n + 1);
+        ws_send(
+            &mut ws,
+            json!({"type": "message", "chat_id": chat, "content": text}),
+        )
+        .await?;
+    }
+    // All three are running (the model was asked for each; other calls, a title say, may come in between).
+    tokio::time::timeout(GUARD, async {
+        let mut n = before + 1;
+        loop {
+            let requests = mock.wait_for_requests(n).await;
+            let running = (1..=3)
+                .filter(|k| {
+                    let asked = format!("ws slow {k}");
+                    requests[before..]
+                        .iter()
+                        .any(|r| r.last_user_text().is_some_and(|t| t.contains(&asked)))
+                })
+                .count();
+            if running == 3 {
+                return;
+            }
+            n = requests.len() + 1;
+        }
+    })
+    .await
+    .context("the slow turns did not start")?;
+    replicas[holder].kill();
+    // What reached the client before its server died counts (a turn may have finished by then).
+    let mut got: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    tokio::time::timeout(GUARD, async {
+        while let Some(Ok(frame)) = ws.next().await {
+            let tokio_tungstenite::tungstenite::Message::Text(t) = frame else {
+                continue;
+            };
+            let ev: Value = serde_json::from_str(t.as_str()).unwrap_or_default();
+            if ev["event"] == "stream_end" || (ev["event"] == "message" && ev.get("kind").is_none()) {
+                got.entry(ev["chat_id"].as_str().unwrap_or_default().to_owned())
+                    .or_default()
+                    .push(ev["text"].as_str().unwrap_or_default().to_owned());
+            }
+        }
+    })
+    .await
+    .context("the killed replica's connection did not close")?;
+
+    // Back on the survivor: each chat attached again, each answer once.
+    let mut ws = ws_connect(port).await?;
+    ws_event(&mut ws).await?;
+    for chat in &chats {
+        ws_send(&mut ws, json!({"type": "attach", "chat_id": chat})).await?;
+    }
+    while (1..=3).any(|n| {
+        !got.get(&chats[n - 1])
+            .is_some_and(|a| a.contains(&format!("slow answer {n}")))
+    }) {
+        let ev = match ws_event(&mut ws).await {
+            Ok(ev) => ev,
+            Err(e) => bail!(
+                "{e:#}; answers so far: {got:?}; the survivor's log:\n{}\nthe killed one's:\n{}",
+                replicas[1 - holder].log_text(),
+                replicas[holder].log_text()
+            ),
+        };
+        match ev["event"].as_str() {
+            Some("error") => bail!("the survivor refused the chat: {ev}"),
+            Some("message") if ev.get("kind").is_none() => {}
+            Some("stream_end") => {}
+            _ => continue,
+        }
+        got.entry(ev["chat_id"].as_str().unwrap_or_default().to_owned())
+            .or_default()
+            .push(ev["text"].as_str().unwrap_or_default().to_owned());
+    }
+    // Anything repeated would come before the answer to a question asked now.
+    ws_send(
+        &mut ws,
+        json!({"type": "message", "chat_id": chats[0], "content": "ws after"}),
+    )
+    .await?;
+    for (chat, answers) in ws_answers_until(&mut ws, &chats[0], "after answer").await? {
+        got.entry(chat).or_default().extend(answers);
+    }
+    for (n, chat) in chats.iter().enumerate() {
+        let mut expected = vec![format!("slow answer {}", n + 1)];
+        if n == 0 {
+            expected.push("after answer".to_owned());
+        }
+        assert_eq!(
+            got.get(chat),
+            Some(&expected),
+            "chat {n}: each answer once: {got:?}"
+        );
+    }
+
+    // Stored once: each question once, each answer once.
+    let data = home.config_path().parent().context("data dir")?.to_owned();
+    let all = sessions(&data);
+    for (n, chat) in chats.iter().enumerate() {
+        let messages = all
+            .get(&format!("websocket:{chat}"))
+            .with_context(|| format!("chat {n} has no session"))?;
+        let count = |role: &str, text: &str| {
+            messages
+                .iter()
+                .filter(|m| m["role"] == role && m["content"].as_str().is_some_and(|c| c.contains(text)))
+                .count()
+        };
+        let (q, a) = (format!("ws slow {}", n + 1), format!("slow answer {}", n + 1));
+        assert_eq!(
+            (count("user", &q), count("assistant", &a)),
+            (1, 1),
+            "chat {n}: {messages:?}"
+        );
+    }
     Ok(())
 }

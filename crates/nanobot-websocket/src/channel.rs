@@ -1,15 +1,16 @@
 //! [`WebSocketChannel`]: the listener, the handshake checks, one task pair per connection, and fan-out of the
-//! agent's messages to the connections subscribed to a chat.
+//! agent's messages to the connections subscribed to a chat (held for the chat's next connection when none is
+//! there).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::{SinkExt as _, StreamExt as _};
-use nanobot_bus::{Bus, InboundMessage, OutboundMessage};
+use nanobot_bus::{Bus, InboundMessage, OutboundKind, OutboundMessage};
 use nanobot_channels::{AllowList, Channel, ChannelError};
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
@@ -27,6 +28,12 @@ use crate::{NAME, WebSocketError, WebSocketSettings, media};
 const OUTBOUND_QUEUE: usize = 256;
 /// How long one frame may take to send.
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an answer waits for its chat's next connection when none is attached.
+const HELD_FOR: Duration = Duration::from_secs(600);
+/// Answers held per chat (the oldest go first).
+const HELD_PER_CHAT: usize = 32;
+/// Chats with held answers (the one held longest goes first).
+const HELD_CHATS: usize = 256;
 
 pub(crate) use nanobot_util::lock;
 
@@ -48,6 +55,10 @@ struct Hub {
     owners: HashMap<String, String>,
     /// Chats whose owner this process has recorded in the store (or read from it).
     recorded: HashSet<String>,
+    /// Answers for chats no connection was attached to when they came (a client between two connections, or a
+    /// replica that took the channel over before the client reconnected), oldest first: the next connection
+    /// that attaches to the chat gets them, once.
+    held: HashMap<String, VecDeque<(Instant, String)>>,
 }
 
 impl Hub {
@@ -68,6 +79,43 @@ impl Hub {
                 self.subs.remove(chat);
             }
         }
+    }
+
+    /// Keeps `frame` for `chat`'s next connection, within the bounds ([`HELD_FOR`], per chat, chats).
+    fn hold(&mut self, chat: &str, frame: &str) {
+        let now = Instant::now();
+        self.held.retain(|_, frames| {
+            frames.retain(|(at, _)| now.duration_since(*at) < HELD_FOR);
+            !frames.is_empty()
+        });
+        if !self.held.contains_key(chat) && self.held.len() >= HELD_CHATS {
+            let oldest = self
+                .held
+                .iter()
+                .min_by_key(|(_, frames)| frames.front().map(|(at, _)| *at))
+                .map(|(chat, _)| chat.clone());
+            if let Some(oldest) = oldest {
+                tracing::warn!(chat = %oldest, "websocket: too many chats with answers waiting; dropping the oldest");
+                self.held.remove(&oldest);
+            }
+        }
+        let frames = self.held.entry(chat.to_owned()).or_default();
+        if frames.len() >= HELD_PER_CHAT {
+            frames.pop_front();
+        }
+        frames.push_back((now, frame.to_owned()));
+    }
+
+    /// The answers held for `chat` (still within [`HELD_FOR`]), handed over once.
+    fn take_held(&mut self, chat: &str) -> Vec<String> {
+        let now = Instant::now();
+        self.held
+            .remove(chat)
+            .into_iter()
+            .flatten()
+            .filter(|(at, _)| now.duration_since(*at) < HELD_FOR)
+            .map(|(_, frame)| frame)
+            .collect()
     }
 
     fn remove(&mut self, id: u64) {
@@ -333,7 +381,10 @@ impl Channel for WebSocketChannel {
 
     async fn send(&self, msg: &OutboundMessage) -> Result<(), ChannelError> {
         let frame = protocol::event(msg).to_string();
-        self.inner.fan_out(&msg.chat_id, &frame);
+        // What a reconnecting client needs is the answer: breadcrumbs and stream pieces are not kept for it (a
+        // stream's end carries the whole text).
+        let keep = matches!(msg.kind, OutboundKind::Reply | OutboundKind::StreamEnd { .. });
+        self.inner.fan_out(&msg.chat_id, &frame, keep);
         Ok(())
     }
 
@@ -344,9 +395,13 @@ impl Channel for WebSocketChannel {
 
 impl Inner {
     /// Queues `frame` for every connection subscribed to `chat`; a connection whose queue is full is closed.
-    fn fan_out(&self, chat: &str, frame: &str) {
+    /// With none subscribed, a frame to `keep` is held for the chat's next connection.
+    fn fan_out(&self, chat: &str, frame: &str, keep: bool) {
         let mut hub = lock(&self.hub);
         let Some(ids) = hub.subs.get(chat).cloned() else {
+            if keep {
+                hub.hold(chat, frame);
+            }
             return;
         };
         let mut slow = Vec::new();
@@ -491,6 +546,14 @@ impl Connection<'_> {
         lock(&self.inner().hub).attach(self.id, chat);
     }
 
+    /// Sends this connection the answers held for `chat` (see [`Hub::hold`]); call once it is attached and told.
+    fn deliver_held(&self, chat: &str) {
+        let frames = lock(&self.inner().hub).take_held(chat);
+        for frame in frames {
+            self.inner().send_to(self.id, frame);
+        }
+    }
+
     /// A chat this connection has just made (a new id): its client owns it.
     fn claim_new(&self, chat: &str) {
         if let Identity::Client(me) = &self.peer.identity {
@@ -601,6 +664,7 @@ impl Connection<'_> {
                     if self.may_use(chat).await {
                         self.attach(chat);
                         self.reply("attached", json!({"chat_id": chat}));
+                        self.deliver_held(chat);
                     } else {
                         self.refuse(chat);
                     }
@@ -692,6 +756,7 @@ impl Connection<'_> {
             return;
         }
         self.attach(&chat);
+        self.deliver_held(&chat);
         let mut meta = Map::new();
         if env.get("webui") == Some(&Value::Bool(true)) {
             meta.insert("webui".into(), Value::Bool(true));
@@ -710,6 +775,12 @@ impl Connection<'_> {
         if let Some(r) = self.peer.remote {
             meta.insert("remote".into(), json!(r.to_string()));
         }
+        // An id of its own: a durable bus that delivers it again (the replica running its turn died) has it
+        // recognised, so the question is stored and answered once.
+        meta.insert(
+            "message_id".into(),
+            json!(uuid::Uuid::new_v4().simple().to_string()),
+        );
         self.record_owner(chat).await;
         let mut msg = InboundMessage::new(NAME, self.peer.client_id.clone(), chat, content)
             .with_streaming(self.inner().settings.streaming);

@@ -381,6 +381,94 @@ async fn two_connections_keep_their_chats_apart() {
     assert_eq!(next_event(&mut a2).await["text"], "to both");
 }
 
+/// Issue 42: a client between two connections (or reconnecting to the replica that took the channel over) gets
+/// the answers that came meanwhile when it attaches the chat again, once; breadcrumbs and stream pieces are not
+/// kept. Every message carries an id of its own, so a durable bus delivering it twice has it answered once.
+#[tokio::test]
+async fn answers_for_a_chat_with_no_connection_wait_for_its_next_one() {
+    let r = start(json!({"websocketRequiresToken": false})).await;
+    let mut a = connect(r.addr, "client_id=a", &[]).await.unwrap();
+    let chat = next_event(&mut a).await["chat_id"].as_str().unwrap().to_owned();
+    for text in ["one", "two"] {
+        send(
+            &mut a,
+            json!({"type": "message", "chat_id": chat, "content": text}),
+        )
+        .await;
+    }
+    let (first, second) = (inbound(&r.bus).await, inbound(&r.bus).await);
+    let id = |m: &InboundMessage| m.delivery_id().expect("a message id");
+    assert!(id(&first).starts_with(&format!("websocket:{chat}:")));
+    assert_ne!(id(&first), id(&second));
+
+    a.close(None).await.unwrap();
+    tokio::time::timeout(GUARD, async {
+        while r.channel.connections() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the closed connection is gone");
+    let mut progress = OutboundMessage::reply("websocket", &chat, "thinking");
+    progress.kind = OutboundKind::Progress;
+    let mut delta = OutboundMessage::reply("websocket", &chat, "ans");
+    delta.kind = OutboundKind::StreamDelta {
+        stream_id: "s1".into(),
+    };
+    let mut end = OutboundMessage::reply("websocket", &chat, "answer two");
+    end.kind = OutboundKind::StreamEnd {
+        stream_id: "s1".into(),
+    };
+    for m in [
+        progress,
+        OutboundMessage::reply("websocket", &chat, "answer one"),
+        delta,
+        end,
+    ] {
+        r.channel.send(&m).await.unwrap();
+    }
+
+    // Another client cannot collect them.
+    let mut b = connect(r.addr, "client_id=b", &[]).await.unwrap();
+    next_event(&mut b).await;
+    send(&mut b, json!({"type": "attach", "chat_id": chat})).await;
+    assert_eq!(next_event(&mut b).await["detail"], "access_denied");
+
+    // The client, reconnected: told it is attached, then the answers in order, then what comes next.
+    let mut a2 = connect(r.addr, "client_id=a", &[]).await.unwrap();
+    next_event(&mut a2).await;
+    send(&mut a2, json!({"type": "attach", "chat_id": chat})).await;
+    assert_eq!(
+        next_event(&mut a2).await,
+        json!({"event": "attached", "chat_id": chat})
+    );
+    assert_eq!(
+        next_event(&mut a2).await,
+        json!({"event": "message", "chat_id": chat, "text": "answer one"})
+    );
+    let ev = next_event(&mut a2).await;
+    assert_eq!(
+        (ev["event"].as_str(), ev["text"].as_str()),
+        (Some("stream_end"), Some("answer two"))
+    );
+    r.channel
+        .send(&OutboundMessage::reply("websocket", &chat, "live"))
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut a2).await["text"], "live");
+
+    // Handed over once: a second tab attaching later gets only what comes after.
+    let mut a3 = connect(r.addr, "client_id=a", &[]).await.unwrap();
+    next_event(&mut a3).await;
+    send(&mut a3, json!({"type": "attach", "chat_id": chat})).await;
+    assert_eq!(next_event(&mut a3).await["event"], "attached");
+    r.channel
+        .send(&OutboundMessage::reply("websocket", &chat, "after"))
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut a3).await["text"], "after");
+}
+
 /// Issues a token bound to `client` (`?client_id=`).
 async fn token_for(r: &Running, client: &str) -> String {
     issue(r, "s3cret", &format!("?client_id={client}")).await
