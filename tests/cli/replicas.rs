@@ -1,7 +1,8 @@
 //! Three `nanobot gateway` processes on one home and one real `nats-server` (`gateway.bus.kind: nats`): API
 //! requests spread over them with one killed (`kill -9`) in the middle, and a Telegram chat whose replica is
 //! killed. Every request gets one answer, every session's history is whole, in order and without duplicates, and
-//! the chat goes on. Then two processes with separate homes sharing only the server (`store: jetstream`).
+//! the chat goes on. Then two processes with separate homes sharing only the server (`store: jetstream`, its
+//! files sealed with the deployment key), and the websocket channel's holder killed mid-turn.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,6 +26,8 @@ const ALICE: i64 = 4242;
 /// Bound on anything awaited.
 const GUARD: Duration = Duration::from_secs(120);
 const SESSIONS: usize = 100;
+/// The replicas' deployment key (`gateway.bus.nats.key`, given as `${NANOBOT_BUS_KEY}`).
+const BUS_KEY: &str = "the replicas' shared deployment key, 32+ characters";
 const PER_SESSION: usize = 10;
 
 /// One gateway process; killed (SIGKILL) when dropped.
@@ -50,10 +53,7 @@ impl Replica {
         let log = dir.join(format!("{name}.log"));
         let child = nanobot(home.home())
             .env("NANOBOT_LOG", "info")
-            .env(
-                "NANOBOT_BUS_KEY",
-                "the replicas' shared deployment key, 32+ characters",
-            )
+            .env("NANOBOT_BUS_KEY", BUS_KEY)
             .args(["gateway", "--api", "--config"])
             .arg(&path)
             .stdin(Stdio::null())
@@ -361,7 +361,8 @@ async fn replicas_with_separate_homes_share_only_nats() -> Result<()> {
         config["gateway"]["host"] = "127.0.0.1".into();
         config["gateway"]["heartbeat"] = json!({"enabled": false});
         config["gateway"]["bus"] = json!({"kind": "nats", "nats": {
-            "url": nats.url(), "leaseTimeS": 2, "ackWaitS": 3, "partitions": 4, "store": "jetstream"
+            "url": nats.url(), "leaseTimeS": 2, "ackWaitS": 3, "partitions": 4, "store": "jetstream",
+            "key": "${NANOBOT_BUS_KEY}"
         }});
         config["tools"]["exec"] = json!({"enable": false});
         replicas.push(Replica::start(home, &config, name)?);
@@ -409,7 +410,10 @@ async fn replicas_with_separate_homes_share_only_nats() -> Result<()> {
     // What the server holds, written into a third home.
     let third = onboarded(&mock);
     let mut config: Value = serde_json::from_str(&std::fs::read_to_string(third.config_path())?)?;
-    config["gateway"]["bus"] = json!({"kind": "nats", "nats": {"url": nats.url(), "store": "jetstream"}});
+    // Sealed (the replicas' key): the export can read it only with the key.
+    config["gateway"]["bus"] = json!({"kind": "nats", "nats": {
+        "url": nats.url(), "store": "jetstream", "key": BUS_KEY
+    }});
     third.write_config(&config);
     let o = tokio::task::spawn_blocking({
         let h = third.home().to_owned();

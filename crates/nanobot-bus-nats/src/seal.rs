@@ -162,6 +162,19 @@ impl DeploymentKey {
         })
     }
 
+    /// Seals `body` for `subject`, bound to `binding`: what its reader must find it as (for a shared file of
+    /// `nanobot-store-nats`, its operation and the sequence it follows), so that it cannot be replayed elsewhere.
+    /// For stores beside the bus on the same server.
+    pub fn seal_bound(&self, subject: &str, binding: &str, body: &[u8]) -> Result<Vec<u8>, NatsBusError> {
+        self.seal(subject, binding, body)
+    }
+
+    /// Opens what [`DeploymentKey::seal_bound`] sealed for `subject`: its binding and its body.
+    pub fn open_bound(&self, subject: &str, payload: &[u8]) -> Result<(String, Vec<u8>), SealError> {
+        let opened = self.open(subject, payload)?;
+        Ok((opened.id, opened.body))
+    }
+
     /// Opens a message the stream stored at `stored_ms` under the `Nats-Msg-Id` `header_id`, refusing a copy
     /// published again (see the module docs): `window` is the stream's duplicate window.
     pub(crate) fn open_stored(

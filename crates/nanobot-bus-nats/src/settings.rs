@@ -197,8 +197,8 @@ impl NatsBusSettings {
         self.validate_credentials()
     }
 
-    /// The deployment key, when one is set.
-    pub(crate) fn deployment_key(&self) -> Result<Option<crate::DeploymentKey>, NatsBusError> {
+    /// The deployment key, when one is set (an error names a key too short).
+    pub fn deployment_key(&self) -> Result<Option<crate::DeploymentKey>, NatsBusError> {
         self.key
             .as_ref()
             .map(|k| crate::DeploymentKey::new(k.expose()))

@@ -19,6 +19,14 @@
 //! appends after it. A file appended to [`COMPACT_AFTER`] times is published whole at its next change, so a
 //! replica catching up never reads more than that many messages.
 //!
+//! # Sealing
+//! With a deployment key ([`NatsBusSettings::key`], the bus's), every message is sealed
+//! ([`nanobot_bus_nats::DeploymentKey::seal_bound`]: encrypted and authenticated) and marked `Nanobot-Sealed`,
+//! bound to its subject, its `Nanobot-Op`, its `Nanobot-First` and the sequence of the message it follows. A
+//! reader skips (and logs) a message that does not open with the key, whose headers are not the sealed ones, or
+//! that does not follow the message read before it (a replay); a reader without the key skips sealed messages.
+//! Skipped messages still count as read, so the next publish expects the subject's true last sequence.
+//!
 //! # Concurrency
 //! Every publish carries `Nats-Expected-Last-Subject-Sequence`: the last sequence of the file's subject this
 //! replica read. A replica whose copy is stale is refused by the server; it then brings its copy up to date (its
@@ -52,7 +60,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, context::PublishErrorKind, stream};
 use base64::Engine as _;
 use futures::TryStreamExt as _;
-use nanobot_bus_nats::NatsBusSettings;
+use nanobot_bus_nats::{DeploymentKey, NatsBusSettings};
 use nanobot_util::{SharedFile, SharedFiles, SharedFilesError};
 
 /// A file appended to this many times is published whole at its next change (and its older messages purged).
@@ -65,6 +73,8 @@ const HEADER_ROOM: usize = 4096;
 const OP: &str = "Nanobot-Op";
 /// Header naming the first part of a chunked operation.
 const FIRST: &str = "Nanobot-First";
+/// Header marking a message sealed with the deployment key (so that a replica without it refuses it).
+const SEALED: &str = "Nanobot-Sealed";
 
 /// Why the store could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +113,8 @@ struct Core {
     op_timeout: Duration,
     runtime: tokio::runtime::Handle,
     files: Mutex<HashMap<String, Arc<Mutex<FileState>>>>,
+    /// The deployment key: every message sealed, and only sealed messages read (see the crate docs).
+    key: Option<DeploymentKey>,
 }
 
 impl std::fmt::Debug for NatsFiles {
@@ -189,6 +201,15 @@ fn io_err(file: SharedFile<'_>, op: &'static str, source: std::io::Error) -> Sha
         path: file.local.to_owned(),
         source,
     }
+}
+
+/// A file's messages after a sequence, as read.
+#[derive(Debug, Default)]
+pub(crate) struct Fetched {
+    /// The messages taken, oldest first.
+    records: Vec<Record>,
+    /// The last sequence of the subject read, taken or refused (what the next publish must expect).
+    last: u64,
 }
 
 /// One message of a file's subject, as read.
@@ -316,6 +337,7 @@ impl NatsFiles {
             .get_or_create_stream(config)
             .await
             .map_err(|e| failed(e.to_string()))?;
+        let key = settings.deployment_key()?;
         let max_payload = js.client().server_info().max_payload;
         let chunk = max_payload.saturating_sub(HEADER_ROOM).max(1024);
         Ok(Self {
@@ -328,6 +350,7 @@ impl NatsFiles {
                 op_timeout: settings.request_timeout.saturating_mul(6),
                 runtime,
                 files: Mutex::new(HashMap::new()),
+                key,
             }),
         })
     }
@@ -361,6 +384,7 @@ impl NatsFiles {
                 op_timeout: core.op_timeout,
                 runtime: core.runtime.clone(),
                 files: Mutex::new(HashMap::new()),
+                key: core.key.clone(),
             }),
         }
     }
@@ -430,43 +454,78 @@ impl NatsFiles {
         }
     }
 
-    /// The records of `subject` after sequence `after`, oldest first.
-    fn fetch(&self, name: &str, subject: String, after: u64) -> Result<Vec<Record>, SharedFilesError> {
+    /// The records of `subject` after sequence `after`, oldest first. With a deployment key, a message that does
+    /// not open with it, or is not where it was sealed to be, is refused (logged, skipped).
+    fn fetch(&self, name: &str, subject: String, after: u64) -> Result<Fetched, SharedFilesError> {
         let stream = self.core.stream.clone();
-        let records = self.block(name, "read", async move {
-            let mut out = Vec::new();
-            let mut next = after + 1;
+        let key = self.core.key.clone();
+        let file = name.to_owned();
+        self.block(name, "read", async move {
+            let mut out = Fetched {
+                records: Vec::new(),
+                last: after,
+            };
+            // The sequence of the message before the next one (`None`: not read, the first one read may follow
+            // messages purged since).
+            let mut previous = None;
             loop {
+                let next = out.last + 1;
                 match stream
                     .direct_get_next_for_subject(subject.as_str(), Some(next))
                     .await
                 {
                     Ok(m) => {
                         let header = |k: &str| m.headers.get(k).map(|v| v.as_str().to_owned());
-                        out.push(Record {
+                        let mut record = Record {
                             seq: m.sequence,
                             op: header(OP).unwrap_or_default(),
                             first: header(FIRST).and_then(|v| v.parse().ok()),
                             payload: m.payload.to_vec(),
-                        });
-                        next = m.sequence + 1;
+                        };
+                        out.last = m.sequence;
+                        let taken = match &key {
+                            None if m.headers.get(SEALED).is_some() => {
+                                tracing::warn!(
+                                    file,
+                                    sequence = m.sequence,
+                                    "shared file: a message sealed with a deployment key this replica does not \
+                                     have was refused (set gateway.bus.nats.key as on the other replicas); skipped"
+                                );
+                                false
+                            }
+                            None => true,
+                            Some(key) => match unseal(key, &subject, &mut record, previous, after) {
+                                Ok(()) => true,
+                                Err(why) => {
+                                    tracing::warn!(
+                                        file,
+                                        sequence = m.sequence,
+                                        "shared file: a message was refused ({why}); skipped"
+                                    );
+                                    false
+                                }
+                            },
+                        };
+                        previous = Some(m.sequence);
+                        if taken {
+                            out.records.push(record);
+                        }
                     }
                     Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => return Ok(out),
                     Err(e) => return Err(format!("reading {subject} from sequence {next}: {e}")),
                 }
             }
-        })?;
-        Ok(records)
+        })
     }
 
     /// What the store holds of `name` now (without touching any local file): `None` when it never held it.
     pub(crate) fn stored(&self, name: &str) -> Result<(Option<Folded>, u64), SharedFilesError> {
         let subject = self.subject_of(name)?;
-        let records = self.fetch(name, subject, 0)?;
+        let Fetched { records, last } = self.fetch(name, subject, 0)?;
         let never = !records.iter().any(|r| r.op != "part");
         let mut st = FileState::default();
         let out = fold(name, &mut st, Folded::Whole(Vec::new()), records)?;
-        Ok((if never { None } else { Some(out) }, st.seen))
+        Ok((if never { None } else { Some(out) }, last))
     }
 
     /// [`SharedFiles::pull`] with the file's state locked.
@@ -489,11 +548,12 @@ impl NatsFiles {
         if rebuild {
             *st = FileState::default();
         }
-        let records = self.fetch(file.name, subject, st.seen)?;
+        let Fetched { records, last } = self.fetch(file.name, subject, st.seen)?;
         if rebuild && !records.iter().any(|r| r.op != "part") {
             // The store has never held this file (at most the parts of a first version whose writer stopped): the
             // local copy (if any) stays as it is, published whole at its first change.
             fold(file.name, st, Folded::Same, records)?;
+            st.seen = last;
             return Ok(false);
         }
         let start = if rebuild {
@@ -502,6 +562,7 @@ impl NatsFiles {
             Folded::Same
         };
         let folded = fold(file.name, st, start, records)?;
+        st.seen = last;
         if rebuild && first_touch {
             keep_replaced(file, &folded)?;
         }
@@ -630,6 +691,7 @@ impl NatsFiles {
     ) -> Result<u64, PublishFailure> {
         let js = self.core.js.clone();
         let stream = self.core.stream.clone();
+        let key = self.core.key.clone();
         let chunk = self.core.chunk;
         let subject = subject.to_owned();
         let purge = op != "append";
@@ -642,11 +704,23 @@ impl NatsFiles {
             let (mut expected, mut first) = (expected, None::<u64>);
             for (i, piece) in pieces.into_iter().enumerate() {
                 let last = i + 1 == n;
+                let this_op = if last { op } else { "part" };
+                let this_first = if last { first } else { None };
                 let mut headers = async_nats::HeaderMap::new();
-                headers.insert(OP, if last { op } else { "part" });
-                if last && let Some(f) = first {
+                headers.insert(OP, this_op);
+                if let Some(f) = this_first {
                     headers.insert(FIRST, f.to_string().as_str());
                 }
+                let piece = match &key {
+                    None => piece,
+                    Some(key) => {
+                        headers.insert(SEALED, "1");
+                        match key.seal_bound(&subject, &binding(this_op, expected, this_first), &piece) {
+                            Ok(sealed) => sealed,
+                            Err(e) => return Ok(Err(PublishFailure::Other(e.to_string()))),
+                        }
+                    }
+                };
                 headers.insert(
                     async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
                     expected.to_string().as_str(),
@@ -697,6 +771,48 @@ impl NatsFiles {
             }),
         }
     }
+}
+
+/// What a sealed message of a shared file is bound to: its operation, the sequence of the message it follows on
+/// its subject, and the first part of a chunked operation.
+fn binding(op: &str, follows: u64, first: Option<u64>) -> String {
+    format!("{op}:{follows}:{}", first.unwrap_or(0))
+}
+
+/// Opens `record` with the deployment key in place. It must be bound to its own operation and first part, and
+/// follow the message read before it (`previous`); the first one read must follow at least `after` (later
+/// messages may have been purged by a whole version). Refused: not sealed with the key, sealed for another
+/// subject, or a sealed message published again elsewhere (a replay).
+fn unseal(
+    key: &DeploymentKey,
+    subject: &str,
+    record: &mut Record,
+    previous: Option<u64>,
+    after: u64,
+) -> Result<(), String> {
+    let (bound, body) = key
+        .open_bound(subject, &record.payload)
+        .map_err(|e| e.to_string())?;
+    let mut parts = bound.splitn(3, ':');
+    let (op, follows, first) = (parts.next(), parts.next(), parts.next());
+    let follows: u64 = follows
+        .and_then(|f| f.parse().ok())
+        .ok_or("a malformed binding")?;
+    if op != Some(record.op.as_str()) || first != Some(record.first.unwrap_or(0).to_string().as_str()) {
+        return Err("its headers are not the ones sealed".into());
+    }
+    let in_place = match previous {
+        Some(p) => follows == p,
+        None => follows >= after && follows < record.seq,
+    };
+    if !in_place {
+        return Err(format!(
+            "sealed to follow message {follows}, found after {}: published again",
+            previous.map_or_else(|| format!("at least {after}"), |p| p.to_string())
+        ));
+    }
+    record.payload = body;
+    Ok(())
 }
 
 /// Before the stored version replaces a local copy this process had not seen yet: when the copy is not simply an

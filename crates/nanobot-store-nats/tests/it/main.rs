@@ -6,6 +6,7 @@
 mod cron;
 mod files;
 mod memory;
+mod sealed;
 mod sessions;
 
 use std::path::{Path, PathBuf};
