@@ -34,6 +34,8 @@ const HELD_FOR: Duration = Duration::from_secs(600);
 const HELD_PER_CHAT: usize = 32;
 /// Chats with held answers (the one held longest goes first).
 const HELD_CHATS: usize = 256;
+/// Bytes of held answers, all chats together (the oldest answers go first).
+const HELD_BYTES: usize = 8 << 20;
 
 pub(crate) use nanobot_util::lock;
 
@@ -58,7 +60,17 @@ struct Hub {
     /// Answers for chats no connection was attached to when they came (a client between two connections, or a
     /// replica that took the channel over before the client reconnected), oldest first: the next connection
     /// that attaches to the chat gets them, once.
-    held: HashMap<String, VecDeque<(Instant, String)>>,
+    held: HashMap<String, VecDeque<Held>>,
+    /// Answers held so far (orders them across chats).
+    held_count: u64,
+}
+
+/// An answer held for a chat's next connection.
+struct Held {
+    /// Its place among all held answers (the smallest is the oldest).
+    order: u64,
+    at: Instant,
+    frame: String,
 }
 
 impl Hub {
@@ -81,18 +93,18 @@ impl Hub {
         }
     }
 
-    /// Keeps `frame` for `chat`'s next connection, within the bounds ([`HELD_FOR`], per chat, chats).
+    /// Keeps `frame` for `chat`'s next connection, within the bounds ([`HELD_FOR`], per chat, chats, bytes).
     fn hold(&mut self, chat: &str, frame: &str) {
         let now = Instant::now();
         self.held.retain(|_, frames| {
-            frames.retain(|(at, _)| now.duration_since(*at) < HELD_FOR);
+            frames.retain(|h| now.duration_since(h.at) < HELD_FOR);
             !frames.is_empty()
         });
         if !self.held.contains_key(chat) && self.held.len() >= HELD_CHATS {
             let oldest = self
                 .held
                 .iter()
-                .min_by_key(|(_, frames)| frames.front().map(|(at, _)| *at))
+                .min_by_key(|(_, frames)| frames.front().map(|h| h.order))
                 .map(|(chat, _)| chat.clone());
             if let Some(oldest) = oldest {
                 tracing::warn!(chat = %oldest, "websocket: too many chats with answers waiting; dropping the oldest");
@@ -103,7 +115,30 @@ impl Hub {
         if frames.len() >= HELD_PER_CHAT {
             frames.pop_front();
         }
-        frames.push_back((now, frame.to_owned()));
+        self.held_count += 1;
+        frames.push_back(Held {
+            order: self.held_count,
+            at: now,
+            frame: frame.to_owned(),
+        });
+        let mut bytes: usize = self.held.values().flatten().map(|h| h.frame.len()).sum();
+        while bytes > HELD_BYTES {
+            let oldest = self
+                .held
+                .iter()
+                .min_by_key(|(_, frames)| frames.front().map(|h| h.order))
+                .map(|(chat, _)| chat.clone());
+            let Some(oldest) = oldest else { break };
+            tracing::warn!(chat = %oldest, "websocket: answers waiting take too much memory; dropping the oldest");
+            if let Some(frames) = self.held.get_mut(&oldest) {
+                if let Some(h) = frames.pop_front() {
+                    bytes -= h.frame.len();
+                }
+                if frames.is_empty() {
+                    self.held.remove(&oldest);
+                }
+            }
+        }
     }
 
     /// The answers held for `chat` (still within [`HELD_FOR`]), handed over once.
@@ -113,8 +148,8 @@ impl Hub {
             .remove(chat)
             .into_iter()
             .flatten()
-            .filter(|(at, _)| now.duration_since(*at) < HELD_FOR)
-            .map(|(_, frame)| frame)
+            .filter(|h| now.duration_since(h.at) < HELD_FOR)
+            .map(|h| h.frame)
             .collect()
     }
 
@@ -938,5 +973,42 @@ async fn discard_session(inner: &Inner, chat: &str) {
     };
     if let Err(e) = store.delete(&format!("{NAME}:{chat}")).await {
         tracing::warn!(error = %e, "websocket: could not delete a temporary chat's session");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_answers_stay_within_their_bounds() {
+        let mut hub = Hub::default();
+        for i in 0..HELD_PER_CHAT + 3 {
+            hub.hold("a", &format!("answer {i}"));
+        }
+        let held = hub.take_held("a");
+        assert_eq!(held.len(), HELD_PER_CHAT, "the oldest of one chat go first");
+        assert_eq!(held[0], "answer 3");
+        assert!(hub.take_held("a").is_empty(), "handed over once");
+
+        for i in 0..=HELD_CHATS {
+            hub.hold(&format!("chat{i}"), "x");
+        }
+        assert_eq!(hub.held.len(), HELD_CHATS);
+        assert!(
+            hub.take_held("chat0").is_empty(),
+            "the chat held longest went first"
+        );
+        assert_eq!(hub.take_held(&format!("chat{HELD_CHATS}")), ["x"]);
+
+        let mut hub = Hub::default();
+        let big = "y".repeat(HELD_BYTES / 3);
+        for chat in ["p", "q", "r", "s"] {
+            hub.hold(chat, &big);
+        }
+        let bytes: usize = hub.held.values().flatten().map(|h| h.frame.len()).sum();
+        assert!(bytes <= HELD_BYTES, "{bytes}");
+        assert!(hub.take_held("p").is_empty(), "the oldest answer went first");
+        assert_eq!(hub.take_held("s").len(), 1);
     }
 }
