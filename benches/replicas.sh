@@ -2,7 +2,8 @@
 # Benchmarks of issue 26: gateway replicas on NATS JetStream, against one loopback mock LLM that takes a fixed
 # time per call (200 ms, as a real model would), in one run:
 #   - /v1/chat/completions throughput and p50/p99 with the in-process bus (one gateway), and with 1, 2 and 3
-#     replicas on the NATS bus (one home, as on a shared volume), CONCURRENCY sessions at once;
+#     replicas on the NATS bus (one home, as on a shared volume), CONCURRENCY sessions at once; then 1 and 3
+#     replicas with a deployment key (every message and lease record sealed, issue 42);
 #   - the bus's own latency: one message published, taken and settled, in-process vs NATS (bench_bus).
 # All replicas share this machine's cores: the table says how the CPU was shared, docs/benchmarks.md models what
 # separate machines would give.
@@ -80,6 +81,7 @@ run_case() {
     api=$(free_port); gw=$(free_port); cfg=$home/.nanobot/config-$i.json
     local busjson='{"kind": "memory"}'
     [ "$bus" = nats ] && busjson="{\"kind\": \"nats\", \"nats\": {\"url\": \"$NATS\", \"stream\": \"B_$name\", \"subjectPrefix\": \"b_$name\", \"replica\": \"r$i\"}}"
+    [ "$bus" = nats-sealed ] && busjson="{\"kind\": \"nats\", \"nats\": {\"url\": \"$NATS\", \"stream\": \"B_$name\", \"subjectPrefix\": \"b_$name\", \"replica\": \"r$i\", \"key\": \"bench deployment key of at least thirty-two characters\"}}"
     cat > "$cfg" <<JSON
 {
   "agents": {"defaults": {"model": "mock-model", "provider": "custom", "workspace": "$home/.nanobot/workspace"}},
@@ -110,6 +112,10 @@ run_case memory1 memory 1
 for n in 1 2 3; do
   echo "== NATS bus, $n replica(s)" >&2
   run_case "nats$n" nats "$n"
+done
+for n in 1 3; do
+  echo "== NATS bus, sealed, $n replica(s)" >&2
+  run_case "sealed$n" nats-sealed "$n"
 done
 
 python3 - "$RESULTS" "$DELAY_MS" "$CONCURRENCY" "$TURNS" <<'PY'
