@@ -97,6 +97,13 @@ impl Replica {
         }
     }
 
+    /// Whether its metrics say it holds `channel`.
+    async fn holds(&self, client: &reqwest::Client, channel: &str) -> bool {
+        self.metrics(client).await.contains(&format!(
+            "nanobot_replica_role_held{{role=\"channel.{channel}\"}} 1"
+        ))
+    }
+
     /// `nanobot_session_lease_waits_total`: the API requests that found their session's lease held by another
     /// replica.
     async fn session_lease_waits(&self, client: &reqwest::Client) -> Result<u64> {
@@ -113,6 +120,16 @@ impl Drop for Replica {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The replica holding `channel`.
+async fn holder(replicas: &[Replica], client: &reqwest::Client, channel: &str) -> Result<usize> {
+    for (i, r) in replicas.iter().enumerate() {
+        if r.holds(client, channel).await {
+            return Ok(i);
+        }
+    }
+    bail!("no replica says it holds {channel}")
 }
 
 fn base_config(home: &TempHome, nats: &NatsServer, emu: &Emulator) -> Result<Value> {
@@ -262,16 +279,7 @@ async fn three_replicas_answer_every_request_once_and_survive_a_kill() -> Result
     emu.wait_until_polling().await?;
     emu.user_says(TOKEN, ALICE, "alice", "tg one").await?;
     replied(&mut emu, "telegram one").await?;
-    let mut holder = None;
-    for (i, r) in replicas.iter().enumerate() {
-        if r.metrics(&client)
-            .await
-            .contains("nanobot_replica_role_held{role=\"channel.telegram\"} 1")
-        {
-            holder = Some(i);
-        }
-    }
-    let holder = holder.context("no replica says it holds telegram")?;
+    let holder = holder(&replicas, &client, "telegram").await?;
 
     // The load: 100 sessions × 10 requests over the three replicas, sessions in parallel.
     let ports: Arc<Vec<u16>> = Arc::new(replicas.iter().map(|r| r.api).collect());
@@ -327,10 +335,7 @@ async fn three_replicas_answer_every_request_once_and_survive_a_kill() -> Result
     replied(&mut emu, "telegram two").await?;
     let mut holders = 0;
     for r in replicas.iter().filter(|r| r.child.is_some()) {
-        if r.metrics(&client)
-            .await
-            .contains("nanobot_replica_role_held{role=\"channel.telegram\"} 1")
-        {
+        if r.holds(&client, "telegram").await {
             holders += 1;
         }
     }
@@ -552,16 +557,7 @@ async fn the_websocket_channel_fails_over_without_repeats() -> Result<()> {
     .await?;
     let answers = ws_answers_until(&mut ws, &chats[0], "after answer").await?;
     assert_eq!(answers[&chats[0]], ["hello answer", "after answer"]);
-    let mut holder = None;
-    for (i, r) in replicas.iter().enumerate() {
-        if r.metrics(&client)
-            .await
-            .contains("nanobot_replica_role_held{role=\"channel.websocket\"} 1")
-        {
-            holder = Some(i);
-        }
-    }
-    let holder = holder.context("no replica says it holds the websocket channel")?;
+    let holder = holder(&replicas, &client, "websocket").await?;
 
     // Three slow turns running (on either replica) when the channel's holder dies.
     let before = mock.request_count();

@@ -58,11 +58,18 @@ struct Hub {
     /// Chats whose owner this process has recorded in the store (or read from it).
     recorded: HashSet<String>,
     /// Answers for chats no connection was attached to when they came (a client between two connections, or a
-    /// replica that took the channel over before the client reconnected), oldest first: the next connection
-    /// that attaches to the chat gets them, once.
-    held: HashMap<String, VecDeque<Held>>,
+    /// replica that took the channel over before the client reconnected): the next connection that attaches to
+    /// the chat gets them, once.
+    held: HeldAnswers,
+}
+
+/// Answers waiting for their chat's next connection, by chat, oldest first, within [`HELD_FOR`] and the other
+/// `HELD_` bounds.
+#[derive(Default)]
+struct HeldAnswers {
+    chats: HashMap<String, VecDeque<Held>>,
     /// Answers held so far (orders them across chats).
-    held_count: u64,
+    count: u64,
 }
 
 /// An answer held for a chat's next connection.
@@ -71,6 +78,72 @@ struct Held {
     order: u64,
     at: Instant,
     frame: String,
+}
+
+impl HeldAnswers {
+    /// Keeps `frame` for `chat`, dropping what expired and, past a bound, the oldest answers.
+    fn hold(&mut self, chat: &str, frame: &str) {
+        let now = Instant::now();
+        self.chats.retain(|_, frames| {
+            frames.retain(|h| now.duration_since(h.at) < HELD_FOR);
+            !frames.is_empty()
+        });
+        if !self.chats.contains_key(chat)
+            && self.chats.len() >= HELD_CHATS
+            && let Some(oldest) = self.oldest_chat()
+        {
+            tracing::warn!(chat = %oldest, "websocket: too many chats with answers waiting; dropping the oldest");
+            self.chats.remove(&oldest);
+        }
+        let frames = self.chats.entry(chat.to_owned()).or_default();
+        if frames.len() >= HELD_PER_CHAT {
+            frames.pop_front();
+        }
+        self.count += 1;
+        frames.push_back(Held {
+            order: self.count,
+            at: now,
+            frame: frame.to_owned(),
+        });
+        let mut bytes = self.bytes();
+        while bytes > HELD_BYTES
+            && let Some(oldest) = self.oldest_chat()
+        {
+            tracing::warn!(chat = %oldest, "websocket: answers waiting take too much memory; dropping the oldest");
+            if let Some(frames) = self.chats.get_mut(&oldest) {
+                if let Some(h) = frames.pop_front() {
+                    bytes -= h.frame.len();
+                }
+                if frames.is_empty() {
+                    self.chats.remove(&oldest);
+                }
+            }
+        }
+    }
+
+    /// The answers held for `chat` (still within [`HELD_FOR`]), handed over once.
+    fn take(&mut self, chat: &str) -> Vec<String> {
+        let now = Instant::now();
+        self.chats
+            .remove(chat)
+            .into_iter()
+            .flatten()
+            .filter(|h| now.duration_since(h.at) < HELD_FOR)
+            .map(|h| h.frame)
+            .collect()
+    }
+
+    /// The chat whose first held answer is the oldest of all.
+    fn oldest_chat(&self) -> Option<String> {
+        self.chats
+            .iter()
+            .min_by_key(|(_, frames)| frames.front().map(|h| h.order))
+            .map(|(chat, _)| chat.clone())
+    }
+
+    fn bytes(&self) -> usize {
+        self.chats.values().flatten().map(|h| h.frame.len()).sum()
+    }
 }
 
 impl Hub {
@@ -91,66 +164,6 @@ impl Hub {
                 self.subs.remove(chat);
             }
         }
-    }
-
-    /// Keeps `frame` for `chat`'s next connection, within the bounds ([`HELD_FOR`], per chat, chats, bytes).
-    fn hold(&mut self, chat: &str, frame: &str) {
-        let now = Instant::now();
-        self.held.retain(|_, frames| {
-            frames.retain(|h| now.duration_since(h.at) < HELD_FOR);
-            !frames.is_empty()
-        });
-        if !self.held.contains_key(chat) && self.held.len() >= HELD_CHATS {
-            let oldest = self
-                .held
-                .iter()
-                .min_by_key(|(_, frames)| frames.front().map(|h| h.order))
-                .map(|(chat, _)| chat.clone());
-            if let Some(oldest) = oldest {
-                tracing::warn!(chat = %oldest, "websocket: too many chats with answers waiting; dropping the oldest");
-                self.held.remove(&oldest);
-            }
-        }
-        let frames = self.held.entry(chat.to_owned()).or_default();
-        if frames.len() >= HELD_PER_CHAT {
-            frames.pop_front();
-        }
-        self.held_count += 1;
-        frames.push_back(Held {
-            order: self.held_count,
-            at: now,
-            frame: frame.to_owned(),
-        });
-        let mut bytes: usize = self.held.values().flatten().map(|h| h.frame.len()).sum();
-        while bytes > HELD_BYTES {
-            let oldest = self
-                .held
-                .iter()
-                .min_by_key(|(_, frames)| frames.front().map(|h| h.order))
-                .map(|(chat, _)| chat.clone());
-            let Some(oldest) = oldest else { break };
-            tracing::warn!(chat = %oldest, "websocket: answers waiting take too much memory; dropping the oldest");
-            if let Some(frames) = self.held.get_mut(&oldest) {
-                if let Some(h) = frames.pop_front() {
-                    bytes -= h.frame.len();
-                }
-                if frames.is_empty() {
-                    self.held.remove(&oldest);
-                }
-            }
-        }
-    }
-
-    /// The answers held for `chat` (still within [`HELD_FOR`]), handed over once.
-    fn take_held(&mut self, chat: &str) -> Vec<String> {
-        let now = Instant::now();
-        self.held
-            .remove(chat)
-            .into_iter()
-            .flatten()
-            .filter(|h| now.duration_since(h.at) < HELD_FOR)
-            .map(|h| h.frame)
-            .collect()
     }
 
     fn remove(&mut self, id: u64) {
@@ -435,7 +448,7 @@ impl Inner {
         let mut hub = lock(&self.hub);
         let Some(ids) = hub.subs.get(chat).cloned() else {
             if keep {
-                hub.hold(chat, frame);
+                hub.held.hold(chat, frame);
             }
             return;
         };
@@ -581,9 +594,10 @@ impl Connection<'_> {
         lock(&self.inner().hub).attach(self.id, chat);
     }
 
-    /// Sends this connection the answers held for `chat` (see [`Hub::hold`]); call once it is attached and told.
+    /// Sends this connection the answers held for `chat` (see [`HeldAnswers`]); call once it is attached and
+    /// told.
     fn deliver_held(&self, chat: &str) {
-        let frames = lock(&self.inner().hub).take_held(chat);
+        let frames = lock(&self.inner().hub).held.take(chat);
         for frame in frames {
             self.inner().send_to(self.id, frame);
         }
@@ -982,33 +996,30 @@ mod tests {
 
     #[test]
     fn held_answers_stay_within_their_bounds() {
-        let mut hub = Hub::default();
+        let mut held = HeldAnswers::default();
         for i in 0..HELD_PER_CHAT + 3 {
-            hub.hold("a", &format!("answer {i}"));
+            held.hold("a", &format!("answer {i}"));
         }
-        let held = hub.take_held("a");
-        assert_eq!(held.len(), HELD_PER_CHAT, "the oldest of one chat go first");
-        assert_eq!(held[0], "answer 3");
-        assert!(hub.take_held("a").is_empty(), "handed over once");
+        let answers = held.take("a");
+        assert_eq!(answers.len(), HELD_PER_CHAT, "the oldest of one chat go first");
+        assert_eq!(answers[0], "answer 3");
+        assert!(held.take("a").is_empty(), "handed over once");
 
         for i in 0..=HELD_CHATS {
-            hub.hold(&format!("chat{i}"), "x");
+            held.hold(&format!("chat{i}"), "x");
         }
-        assert_eq!(hub.held.len(), HELD_CHATS);
-        assert!(
-            hub.take_held("chat0").is_empty(),
-            "the chat held longest went first"
-        );
-        assert_eq!(hub.take_held(&format!("chat{HELD_CHATS}")), ["x"]);
+        assert_eq!(held.chats.len(), HELD_CHATS);
+        assert!(held.take("chat0").is_empty(), "the chat held longest went first");
+        assert_eq!(held.take(&format!("chat{HELD_CHATS}")), ["x"]);
 
-        let mut hub = Hub::default();
+        let mut held = HeldAnswers::default();
         let big = "y".repeat(HELD_BYTES / 3);
         for chat in ["p", "q", "r", "s"] {
-            hub.hold(chat, &big);
+            held.hold(chat, &big);
         }
-        let bytes: usize = hub.held.values().flatten().map(|h| h.frame.len()).sum();
+        let bytes = held.bytes();
         assert!(bytes <= HELD_BYTES, "{bytes}");
-        assert!(hub.take_held("p").is_empty(), "the oldest answer went first");
-        assert_eq!(hub.take_held("s").len(), 1);
+        assert!(held.take("p").is_empty(), "the oldest answer went first");
+        assert_eq!(held.take("s").len(), 1);
     }
 }
