@@ -180,11 +180,10 @@ fn load_value(mut raw: Value, path: &Path, env: &EnvMap) -> Result<LoadedConfig,
     // key each variable lands on, against the file typed over the defaults.
     // A variable the file names in `${…}` is the file's value, not an override too (`NANOBOT_BUS_KEY` for
     // `gateway.bus.nats.key` would otherwise also land on a top-level `busKey`).
-    let overrides: EnvMap = env
-        .iter()
-        .filter(|(name, _)| !interpolated.iter().any(|i| i.vars.iter().any(|v| v == *name)))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
+    let mut overrides = env.clone();
+    for var in interpolated.iter().flat_map(|i| &i.vars) {
+        overrides.remove(var);
+    }
     let mut env_layer = layers::EnvLayer::new(&overrides, &canonical, &raw)?;
     let figment = layers::figment(&env_layer, layers::restrict(&canonical, &raw), path)?;
     let merged = layers::merged(&figment, &canonical)?;
