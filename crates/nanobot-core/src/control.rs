@@ -495,60 +495,7 @@ mod tests {
         }
     }
 
-    /// Each stored file's sequence and bytes.
-    type Stored = std::collections::HashMap<String, (u64, Vec<u8>)>;
-
-    /// A store of shared files in memory, with the expected-sequence conflict of the real one.
-    #[derive(Debug, Default)]
-    struct FakeShared {
-        stored: Arc<Mutex<Stored>>,
-        seen: Mutex<std::collections::HashMap<String, u64>>,
-    }
-
-    impl FakeShared {
-        fn sharing(&self) -> Self {
-            Self {
-                stored: self.stored.clone(),
-                seen: Mutex::default(),
-            }
-        }
-    }
-
-    impl nanobot_util::SharedFiles for FakeShared {
-        fn pull(&self, file: nanobot_util::SharedFile<'_>) -> Result<bool, nanobot_util::SharedFilesError> {
-            let stored = nanobot_util::lock(&self.stored).get(file.name).cloned();
-            if let Some((seq, bytes)) = stored {
-                std::fs::create_dir_all(file.local.parent().unwrap()).unwrap();
-                std::fs::write(file.local, bytes).unwrap();
-                nanobot_util::lock(&self.seen).insert(file.name.to_owned(), seq);
-            }
-            Ok(true)
-        }
-
-        fn push(&self, file: nanobot_util::SharedFile<'_>) -> Result<(), nanobot_util::SharedFilesError> {
-            let mut stored = nanobot_util::lock(&self.stored);
-            let seen = nanobot_util::lock(&self.seen)
-                .get(file.name)
-                .copied()
-                .unwrap_or(0);
-            let now = stored.get(file.name).map_or(0, |(seq, _)| *seq);
-            if now != seen {
-                return Err(nanobot_util::SharedFilesError::Conflict {
-                    name: file.name.to_owned(),
-                });
-            }
-            stored.insert(
-                file.name.to_owned(),
-                (now + 1, std::fs::read(file.local).unwrap()),
-            );
-            nanobot_util::lock(&self.seen).insert(file.name.to_owned(), now + 1);
-            Ok(())
-        }
-
-        fn list(&self, _prefix: &str) -> Result<Vec<String>, nanobot_util::SharedFilesError> {
-            Ok(nanobot_util::lock(&self.stored).keys().cloned().collect())
-        }
-    }
+    use crate::shared_fake::FakeShared;
 
     #[test]
     fn a_shared_ledger_holds_the_shared_memory_on_every_replica_and_each_home_s_own_files_there_only() {

@@ -74,6 +74,8 @@ pub use tools::{MessageArgs, MessageTool, SpawnArgs, SpawnTool, TurnInfo};
 mod agent_loop;
 mod approval;
 pub mod control;
+#[cfg(test)]
+mod shared_fake;
 pub use approval::{ApprovalAnswer, ApprovalPolicy, ApprovalRequest, ApprovalSettings, Approver, PARKED_FOR};
 pub use control::{ControlLedger, EVALUATOR_PROMPT_FILE, HEARTBEAT_FILE, HeldFile};
 mod settings;

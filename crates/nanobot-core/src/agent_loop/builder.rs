@@ -22,6 +22,7 @@ use super::routes::Routes;
 #[cfg(feature = "cron")]
 use super::schedules::Schedules;
 use super::workers::Workers;
+use crate::approval::Books;
 use crate::context::ContextBuilder;
 use crate::control::ControlLedger;
 use crate::error::CoreError;
@@ -115,7 +116,8 @@ impl AgentLoopBuilder {
 
     /// Keeps the memory files (`memory/MEMORY.md`, `history.jsonl`, `.dream_cursor`, and each memory scope's) in
     /// `files` too, shared with other replicas: pulled before each turn builds its prompt, published after it and
-    /// around every consolidation and Dream run ([`nanobot_memory::MemorySync`]).
+    /// around every consolidation and Dream run ([`nanobot_memory::MemorySync`]). The control-file ledger and the
+    /// approval requests and grants of every session are kept there too, so any replica decides and spends them.
     #[must_use]
     pub fn memory_files(mut self, files: Arc<dyn nanobot_util::SharedFiles>) -> Self {
         self.memory_files = Some(files);
@@ -177,11 +179,14 @@ impl AgentLoopBuilder {
             sub_reg.register(t.clone());
         }
         let mut ledger = ControlLedger::new(&s.data_dir, &s.workspace);
+        let mut books = Books::new(&s.data_dir);
         if let Some(files) = &self.memory_files {
             // The shared memory carries the model's MEMORY.md edits to other replicas: their holds go with them.
             ledger = ledger.with_shared(files.clone());
+            // A request parked on one replica is approved on another, and spent on a third.
+            books = books.with_shared(files.clone());
         }
-        let gate = Arc::new(Gate::new(&s, ledger, self.rights));
+        let gate = Arc::new(Gate::new(&s, books, ledger, self.rights));
         // Subagents run unattended: the approval gate refuses (and parks for `/approve ID` in the parent's chat)
         // what would be asked about, and what their tools change in control files is recorded like a turn's.
         let subagent_hooks: crate::subagent::HookFactory = {

@@ -12,7 +12,7 @@ use nanobot_tools::ToolRegistry;
 use nanobot_util::lock;
 use serde_json::{Map, Value};
 
-use crate::approval::{ApprovalHook, Approvals, BusApprover};
+use crate::approval::{ApprovalHook, Approvals, Books, BusApprover};
 use crate::control::{ControlFilesHook, ControlLedger, HeldFile};
 use crate::hook::AgentHook;
 use crate::rights::ChatRights;
@@ -39,9 +39,14 @@ pub(super) struct Asking {
 }
 
 impl Gate {
-    pub(super) fn new(settings: &AgentSettings, control: ControlLedger, rights: ChatRights) -> Self {
+    pub(super) fn new(
+        settings: &AgentSettings,
+        books: Books,
+        control: ControlLedger,
+        rights: ChatRights,
+    ) -> Self {
         Self {
-            approvals: Arc::new(Approvals::new(&settings.approval)),
+            approvals: Arc::new(Approvals::new(&settings.approval, books)),
             settings: settings.approval.clone(),
             control: Arc::new(control),
             held_notified: Mutex::default(),
@@ -73,14 +78,22 @@ impl Gate {
     }
 
     /// `/approve ID` or `/deny ID` from `msg` for a parked request of `session`: the text of the reply.
-    pub(super) fn decide(
+    pub(super) async fn decide(
         &self,
         session: &str,
         answer: ApprovalAnswer,
         id: &str,
         msg: &InboundMessage,
     ) -> String {
-        self.approvals.decide_parked(session, answer, id, msg)
+        let (approvals, session, id, msg) = (
+            self.approvals.clone(),
+            session.to_owned(),
+            id.to_owned(),
+            msg.clone(),
+        );
+        tokio::task::spawn_blocking(move || approvals.decide_parked(&session, answer, &id, &msg))
+            .await
+            .unwrap_or_else(|e| format!("Cannot decide right now ({e}); please try again."))
     }
 
     /// Who a turn asks in its own chat on the bus, waiting for `sender`'s answer there.

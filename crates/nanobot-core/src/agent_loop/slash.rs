@@ -100,7 +100,7 @@ impl LoopInner {
                 } else {
                     crate::ApprovalAnswer::Deny
                 };
-                Some(self.gate.decide(&key, answer, &id, msg))
+                Some(self.gate.decide(&key, answer, &id, msg).await)
             }
             Parsed::Known(Command::Status, _) => Some(self.status_text(&key).await),
             Parsed::Known(Command::ConfirmFiles, args) => Some(self.gate.confirm_files(&args).await),
@@ -186,8 +186,14 @@ impl LoopInner {
             Command::History => self.history_text(key, args).await,
             Command::Skill => Ok(self.skills_text()),
             Command::Stop => Ok("No active task to stop.".to_owned()),
-            Command::Approve => Ok(self.gate.decide(key, crate::ApprovalAnswer::Approve, args, msg)),
-            Command::Deny => Ok(self.gate.decide(key, crate::ApprovalAnswer::Deny, args, msg)),
+            Command::Approve => Ok(self
+                .gate
+                .decide(key, crate::ApprovalAnswer::Approve, args, msg)
+                .await),
+            Command::Deny => Ok(self
+                .gate
+                .decide(key, crate::ApprovalAnswer::Deny, args, msg)
+                .await),
             Command::ConfirmFiles => Ok(self.gate.confirm_files(args).await),
             // `/goal <task>` runs as a turn (worker); only its empty form gets here.
             Command::Goal => Ok(GOAL_USAGE.to_owned()),

@@ -304,3 +304,125 @@ async fn the_owner_approves_on_a_replica_that_does_not_run_the_turn() {
     );
     rt.shutdown().await;
 }
+
+/// A replica with `home` of its own, sharing its files through the NATS server of `settings`, holding the
+/// Telegram channel (every answer of a Telegram chat comes out of its bus).
+async fn own_home_replica(
+    settings: NatsBusSettings,
+    config: &nanobot_config::Config,
+    home: &TempHome,
+) -> (Arc<NatsBus>, Box<dyn nanobot_bus::Lease>, Runtime) {
+    let files = nanobot_store_nats::NatsFiles::open(&settings).await.unwrap();
+    let bus = Arc::new(NatsBus::connect(settings).await.unwrap());
+    let telegram = bus
+        .leases()
+        .expect("a shared bus has leases")
+        .acquire(nanobot_bus::Role::Channel("telegram".into()))
+        .await
+        .unwrap();
+    let env = Environment::new(home.home(), home.env());
+    let provider = nanobot_runtime::provider(config, &env).unwrap();
+    let agent = nanobot_runtime::agent_builder_shared(config, &env, provider, Some(Arc::new(files)))
+        .unwrap()
+        .build()
+        .unwrap();
+    let rt = Runtime::start(agent, bus.clone(), config, RuntimeOptions::default()).unwrap();
+    (bus, telegram, rt)
+}
+
+/// The next answer out of `bus` (progress, such as tool hints, passed over).
+async fn next_out(bus: &NatsBus) -> String {
+    loop {
+        let out = tokio::time::timeout(GUARD, bus.consume_outbound())
+            .await
+            .expect("a reply in time")
+            .expect("bus open");
+        if !out.is_progress() {
+            return out.content;
+        }
+    }
+}
+
+/// Issue 42: a call parked by one replica (an unattended run, so nobody could be asked) is approved with
+/// `/approve ID` on another replica that has a home of its own (the shared store carries the request), and that
+/// replica runs exactly the approved call in the next turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_call_is_approved_and_run_on_another_replica_with_a_home_of_its_own() {
+    nanobot_providers::install_ring();
+    let Some(server) = NatsServer::start().await.unwrap() else {
+        return;
+    };
+    let mock = MockLlm::start().await;
+    let config: nanobot_config::Config = serde_json::from_value(json!({
+        "agents": {"defaults": {"model": "local-model"}},
+        "providers": {"custom": {"apiBase": mock.openai_base_url()}},
+        "tools": {"web": {"enable": false}, "exec": {"approval": "risky"}}
+    }))
+    .unwrap();
+    let settings = |replica: &str| {
+        let mut s = NatsBusSettings::new(server.url());
+        s.partitions = 2;
+        s.replica = replica.to_owned();
+        s
+    };
+    let (home_a, home_b) = (TempHome::new(), TempHome::new());
+    for home in [&home_a, &home_b] {
+        home.write_workspace_file("victim.txt", "delete me");
+    }
+    let (bus_a, lease_a, a) = own_home_replica(settings("replica-a"), &config, &home_a).await;
+    mock.push(MockReply::tool_call("exec", json!({"command": "rm victim.txt"})));
+    mock.push(MockReply::text("I need your approval."));
+    bus_a
+        .publish_inbound(InboundMessage::unattended(
+            nanobot_bus::UnattendedRun::Cron,
+            "telegram",
+            "cron",
+            "1",
+            "clean up",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(next_out(&bus_a).await, "I need your approval.");
+    let refused = mock.completion_requests().last().unwrap().raw_body.clone();
+    let id: String = refused
+        .split("/approve ")
+        .nth(1)
+        .expect("the model is told the request's id")
+        .chars()
+        .take_while(char::is_ascii_alphanumeric)
+        .collect();
+    drop(lease_a);
+    a.shutdown().await;
+    bus_a.close();
+
+    // Replica A is gone; B (another home) decides the request and runs the call.
+    let (bus_b, _lease_b, b) = own_home_replica(settings("replica-b"), &config, &home_b).await;
+    let from_alice = |text: &str| InboundMessage::new("telegram", "alice", "1", text);
+    bus_b
+        .publish_inbound(from_alice(&format!("/approve {id}")))
+        .await
+        .unwrap();
+    let approved = next_out(&bus_b).await;
+    assert!(approved.starts_with("✓ Approved once"), "{approved}");
+    mock.push(MockReply::tool_call("exec", json!({"command": "rm victim.txt"})));
+    mock.push(MockReply::text("Done."));
+    bus_b.publish_inbound(from_alice("go on")).await.unwrap();
+    assert_eq!(next_out(&bus_b).await, "Done.");
+    assert!(
+        !home_b.workspace().join("victim.txt").exists(),
+        "the approved call ran on the replica that took the approval"
+    );
+    assert!(
+        home_a.workspace().join("victim.txt").exists(),
+        "nothing ran on the replica that parked it"
+    );
+    // Spent: the same call again is asked about (and refused).
+    mock.push(MockReply::tool_call("exec", json!({"command": "rm victim.txt"})));
+    mock.push(MockReply::text("Refused again."));
+    bus_b.publish_inbound(from_alice("once more")).await.unwrap();
+    let asked = next_out(&bus_b).await;
+    assert!(asked.starts_with("🔐 Approval needed"), "{asked}");
+    bus_b.publish_inbound(from_alice("no")).await.unwrap();
+    while next_out(&bus_b).await != "Refused again." {}
+    b.shutdown().await;
+}

@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use nanobot_bus::{Bus, InboundMessage, OutboundMessage};
@@ -36,6 +36,11 @@ use nanobot_tools::CodeRun;
 
 use crate::error::BoxError;
 use crate::hook::{AgentHook, ToolBatch, Veto};
+
+mod book;
+
+pub(crate) use book::Books;
+use book::{Grant, Parked};
 
 /// How long an unanswered request can still be approved with `/approve ID`, and how long such an approval
 /// waits for the call to come again.
@@ -214,59 +219,26 @@ struct Waiter {
     tx: oneshot::Sender<ApprovalAnswer>,
 }
 
-struct Parked {
-    id: String,
-    /// Who may decide it (with the configured approvers): the person who started the turn; `None` when an unattended run made the call (then any
-    /// person in that chat decides, as the run acts in that chat's name).
-    asker: Option<String>,
-    /// The exact call: tool name and arguments.
-    call: String,
-    action: String,
-    at: Instant,
-}
-
 #[derive(Default)]
 struct State {
     waiting: HashMap<String, Waiter>,
-    parked: HashMap<String, Vec<Parked>>,
-    grants: HashMap<String, Vec<Grant>>,
 }
 
-/// A one-time approval of one exact call.
-struct Grant {
-    call: String,
-    /// The turns that may spend it: the asker's (a person, or `None`: an unattended run) or the approver's own.
-    asker: Option<String>,
-    approver: String,
-    at: Instant,
-}
-
-impl Grant {
-    fn usable_by(&self, asker: Option<&str>) -> bool {
-        asker == self.asker.as_deref() || asker == Some(self.approver.as_str())
-    }
-}
-
-/// The open questions, unanswered requests and one-time approvals of every session of an agent.
-#[derive(Default)]
+/// The open questions of every session of an agent (in this process: the turn waiting runs here), and the
+/// books of unanswered requests and one-time approvals ([`book`]: shared with the other replicas).
 pub(crate) struct Approvals {
     state: Mutex<State>,
+    books: Books,
     approvers: Approvers,
 }
 
-fn prune<T>(list: &mut Vec<T>, at: impl Fn(&T) -> Instant) {
-    list.retain(|x| at(x).elapsed() < PARKED_FOR);
-    if list.len() > MAX_PER_SESSION {
-        let extra = list.len() - MAX_PER_SESSION;
-        list.drain(..extra);
-    }
-}
-
 impl Approvals {
-    /// Questions and requests that the asker, and the people `settings` names as approvers, decide.
-    pub(crate) fn new(settings: &ApprovalSettings) -> Self {
+    /// Questions and requests that the asker, and the people `settings` names as approvers, decide; the books
+    /// kept in `books`.
+    pub(crate) fn new(settings: &ApprovalSettings, books: Books) -> Self {
         Self {
             state: Mutex::default(),
+            books,
             approvers: Approvers::new(&settings.approvers),
         }
     }
@@ -322,17 +294,21 @@ impl Approvals {
         })
     }
 
+    /// Records the request `id` of `session` that nobody could answer, for `/approve ID` later.
     fn park(&self, session: &str, id: &str, asker: Option<&str>, call: String, action: &str) {
-        let mut st = self.state();
-        let list = st.parked.entry(session.to_owned()).or_default();
-        list.push(Parked {
+        let parked = Parked {
             id: id.to_owned(),
             asker: asker.map(str::to_owned),
             call,
             action: action.to_owned(),
-            at: Instant::now(),
-        });
-        prune(list, |p| p.at);
+            at_ms: book::now_ms(),
+        };
+        if let Err(e) = self.books.update(session, |entries| {
+            entries.parked.push(parked.clone());
+            (true, ())
+        }) {
+            tracing::warn!(session, error = %e, "cannot record an approval request; /approve {id} will not find it");
+        }
     }
 
     /// `/approve ID` or `/deny ID` from `msg` for a request that is no longer waiting: the text of the reply. Only
@@ -348,53 +324,63 @@ impl Approvals {
     ) -> String {
         let who = msg.sender_id.as_str();
         let approver = self.approvers.includes(msg);
-        let mut st = self.state();
-        let list = st.parked.entry(session.to_owned()).or_default();
-        prune(list, |p| p.at);
-        let found = list.iter().position(|p| {
-            p.id == id && msg.speaks_for_person() && (approver || p.asker.as_deref().is_none_or(|a| a == who))
-        });
-        let Some(pos) = found else {
-            return if id.is_empty() {
-                "Usage: /approve ID or /deny ID (the id is in the approval request).".to_owned()
-            } else {
-                format!("No approval request {id} in this chat (requests expire after 10 minutes).")
+        let decided = self.books.update(session, |entries| {
+            let found = entries.parked.iter().position(|p| {
+                p.id == id
+                    && msg.speaks_for_person()
+                    && (approver || p.asker.as_deref().is_none_or(|a| a == who))
+            });
+            let Some(pos) = found else {
+                return (false, None);
             };
-        };
-        let parked = list.remove(pos);
-        match answer {
-            ApprovalAnswer::Deny => format!("✗ Refused ({id}): `{}`.", parked.action),
-            ApprovalAnswer::Approve => {
-                let grants = st.grants.entry(session.to_owned()).or_default();
-                grants.push(Grant {
-                    call: parked.call,
-                    asker: parked.asker,
+            let parked = entries.parked.remove(pos);
+            if answer == ApprovalAnswer::Approve {
+                entries.grants.push(Grant {
+                    call: parked.call.clone(),
+                    asker: parked.asker.clone(),
                     approver: who.to_owned(),
-                    at: Instant::now(),
+                    at_ms: book::now_ms(),
                 });
-                prune(grants, |g| g.at);
-                format!(
-                    "✓ Approved once ({id}): `{}`. Ask me to go on within 10 minutes and it will run.",
-                    parked.action
-                )
             }
+            (true, Some(parked.action))
+        });
+        match decided {
+            Err(e) => {
+                tracing::warn!(session, error = %e, "cannot record an approval decision");
+                format!("Cannot record the decision on {id} right now ({e}); please try again.")
+            }
+            Ok(None) if id.is_empty() => {
+                "Usage: /approve ID or /deny ID (the id is in the approval request).".to_owned()
+            }
+            Ok(None) => format!("No approval request {id} in this chat (requests expire after 10 minutes)."),
+            Ok(Some(action)) => match answer {
+                ApprovalAnswer::Deny => format!("✗ Refused ({id}): `{action}`."),
+                ApprovalAnswer::Approve => format!(
+                    "✓ Approved once ({id}): `{action}`. Ask me to go on within 10 minutes and it will run."
+                ),
+            },
         }
     }
 
     /// Uses up a one-time approval of exactly `call` in `session` that a turn of `asker` may spend.
     fn take_grant(&self, session: &str, call: &str, asker: Option<&str>) -> bool {
-        let mut st = self.state();
-        let Some(list) = st.grants.get_mut(session) else {
-            return false;
-        };
-        prune(list, |g| g.at);
-        match list.iter().position(|g| g.call == call && g.usable_by(asker)) {
-            Some(pos) => {
-                list.remove(pos);
-                true
+        let taken = self.books.update(session, |entries| {
+            match entries
+                .grants
+                .iter()
+                .position(|g| g.call == call && g.usable_by(asker))
+            {
+                Some(pos) => {
+                    entries.grants.remove(pos);
+                    (true, true)
+                }
+                None => (false, false),
             }
-            None => false,
-        }
+        });
+        taken.unwrap_or_else(|e| {
+            tracing::warn!(session, error = %e, "cannot read the approvals of a session; the call is asked about");
+            false
+        })
     }
 }
 
@@ -557,6 +543,37 @@ struct Rating {
 }
 
 impl ApprovalHook {
+    /// Spends a one-time approval of `exact` (off the async runtime: the books are files).
+    async fn take_grant(&self, exact: &str) -> bool {
+        let (approvals, session, exact, asker) = (
+            self.approvals.clone(),
+            self.session_key.clone(),
+            exact.to_owned(),
+            self.asker.clone(),
+        );
+        tokio::task::spawn_blocking(move || approvals.take_grant(&session, &exact, asker.as_deref()))
+            .await
+            .unwrap_or(false)
+    }
+
+    /// Parks the request `id` for `exact` (off the async runtime).
+    async fn park(&self, id: &str, exact: String, action: &str) {
+        let (approvals, session, id, action, asker) = (
+            self.approvals.clone(),
+            self.session_key.clone(),
+            id.to_owned(),
+            action.to_owned(),
+            self.asker.clone(),
+        );
+        let parked = tokio::task::spawn_blocking(move || {
+            approvals.park(&session, &id, asker.as_deref(), exact, &action);
+        })
+        .await;
+        if let Err(e) = parked {
+            tracing::warn!(error = %e, "cannot record an approval request");
+        }
+    }
+
     /// What `call` would do and why it needs the user's yes, decided on the effects its tool declares
     /// ([`nanobot_tools::Tool::effects`]), never on its name; `None` when it runs without asking.
     fn rate(&self, call: &ToolCall) -> Option<Rating> {
@@ -665,10 +682,7 @@ impl AgentHook for ApprovalHook {
                 continue;
             };
             let exact = format!("{}\u{0}{}", call.name, call.arguments);
-            if self
-                .approvals
-                .take_grant(&self.session_key, &exact, self.asker.as_deref())
-            {
+            if self.take_grant(&exact).await {
                 tracing::info!(tool = %call.name, "running a call the user approved with /approve");
                 nanobot_util::lock(&self.approved_control).extend(control);
                 continue;
@@ -684,8 +698,7 @@ impl AgentHook for ApprovalHook {
             let answer = match &self.approver {
                 Some(a) => a.ask(&request, self.settings.timeout).await,
                 None => {
-                    self.approvals
-                        .park(&self.session_key, &id, self.asker.as_deref(), exact, &action);
+                    self.park(&id, exact, &action).await;
                     vetoes.push(Veto::new(
                         &call.id,
                         format!(
@@ -711,8 +724,7 @@ impl AgentHook for ApprovalHook {
                     ));
                 }
                 None => {
-                    self.approvals
-                        .park(&self.session_key, &id, self.asker.as_deref(), exact, &action);
+                    self.park(&id, exact, &action).await;
                     vetoes.push(Veto::new(
                         &call.id,
                         format!(
@@ -731,6 +743,13 @@ impl AgentHook for ApprovalHook {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Approvals keeping their books in a fresh directory (kept alive by the returned guard).
+    fn approvals(settings: &ApprovalSettings) -> (tempfile::TempDir, Approvals) {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Approvals::new(settings, Books::new(dir.path()));
+        (dir, a)
+    }
 
     #[test]
     fn answers_and_commands_parse() {
@@ -770,7 +789,7 @@ mod tests {
 
     #[test]
     fn only_the_asker_answers_and_grants_are_exact_and_single_use() {
-        let a = Approvals::default();
+        let (_dir, a) = approvals(&ApprovalSettings::default());
         let mut rx = a.wait("tg:1", "abc123", "alice");
         let from = |who: &str, text: &str| InboundMessage::new("telegram", who, "1", text);
         assert_eq!(a.try_answer("tg:1", &from("bob", "yes")), None);
@@ -809,7 +828,7 @@ mod tests {
     fn configured_approvers_decide_in_the_chats_they_are_in_and_nobody_else_does() {
         let settings = ApprovalSettings::new(ApprovalPolicy::Always, Duration::from_secs(60))
             .with_approvers(["telegram:carol", "discord:bob"]);
-        let a = Approvals::new(&settings);
+        let (_dir, a) = approvals(&settings);
         let on = |channel: &str, who: &str, text: &str| InboundMessage::new(channel, who, "1", text);
         // A live question: carol (a listed approver) answers it; bob is listed on another platform only.
         let mut rx = a.wait("tg:1", "q1", "alice");
@@ -840,7 +859,7 @@ mod tests {
 
     #[test]
     fn a_call_an_unattended_run_made_is_decided_by_a_person_of_its_chat_and_spent_once() {
-        let a = Approvals::default();
+        let (_dir, a) = approvals(&ApprovalSettings::default());
         let from = |who: &str, text: &str| InboundMessage::new("telegram", who, "1", text);
         let call = "exec\0{\"command\":\"ls\"}";
         a.park("cron:j", "c1", None, call.into(), "ls");
@@ -867,5 +886,103 @@ mod tests {
         assert!(!a.take_grant("cron:j", call, Some("dave")));
         assert!(a.take_grant("cron:j", call, None), "the next run of the job");
         assert!(!a.take_grant("cron:j", call, Some("carol")), "single use");
+    }
+
+    /// Issue 42: a request parked by one replica is decided on another and spent on a third, whether the
+    /// replicas share a home or each has its own (a shared store); and it outlives a restart.
+    #[test]
+    fn requests_and_grants_are_shared_by_replicas_and_outlive_a_restart() {
+        let settings = ApprovalSettings::default();
+        let from = |who: &str, text: &str| InboundMessage::new("telegram", who, "1", text);
+        let call = "exec\0{\"command\":\"rm x\"}";
+        let approve = |a: &Approvals| {
+            a.decide_parked(
+                "tg:1",
+                ApprovalAnswer::Approve,
+                "p1",
+                &from("alice", "/approve p1"),
+            )
+        };
+
+        // One home, three processes (and a restart: a new process on the same home).
+        let home = tempfile::tempdir().unwrap();
+        let replica = || Approvals::new(&settings, Books::new(home.path()));
+        replica().park("tg:1", "p1", Some("alice"), call.into(), "rm x");
+        assert!(approve(&replica()).starts_with("✓ Approved once"));
+        assert!(
+            approve(&replica()).starts_with("No approval request"),
+            "decided once"
+        );
+        let third = replica();
+        assert!(!third.take_grant("tg:1", call, Some("bob")));
+        assert!(third.take_grant("tg:1", call, Some("alice")));
+        assert!(!replica().take_grant("tg:1", call, Some("alice")), "spent once");
+        assert!(
+            std::fs::read_dir(home.path().join(book::BOOKS_DIR))
+                .unwrap()
+                .filter_map(Result::ok)
+                .all(|e| e.file_name() == ".lock"),
+            "an empty book is deleted"
+        );
+
+        // Homes of their own and a shared store.
+        let store = crate::shared_fake::FakeShared::default();
+        let homes: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        let replicas: Vec<Approvals> = homes
+            .iter()
+            .map(|h| {
+                Approvals::new(
+                    &settings,
+                    Books::new(h.path()).with_shared(Arc::new(store.sharing())),
+                )
+            })
+            .collect();
+        replicas[0].park("tg:1", "p1", Some("alice"), call.into(), "rm x");
+        replicas[0].park("tg:1", "p2", Some("alice"), "exec\0{}".into(), "rm y");
+        assert!(approve(&replicas[1]).starts_with("✓ Approved once"));
+        let deny = replicas[2].decide_parked("tg:1", ApprovalAnswer::Deny, "p2", &from("alice", "/deny p2"));
+        assert!(deny.starts_with("✗ Refused"), "{deny}");
+        assert!(
+            approve(&replicas[0]).starts_with("No approval request"),
+            "decided once"
+        );
+        assert!(replicas[2].take_grant("tg:1", call, Some("alice")));
+        assert!(!replicas[0].take_grant("tg:1", call, Some("alice")), "spent once");
+        assert!(
+            !replicas[1].take_grant("tg:1", "exec\0{}", Some("alice")),
+            "refused, not granted"
+        );
+    }
+
+    #[test]
+    fn requests_expire_and_an_unreadable_book_starts_again() {
+        let home = tempfile::tempdir().unwrap();
+        let a = Approvals::new(&ApprovalSettings::default(), Books::new(home.path()));
+        let from = |text: &str| InboundMessage::new("telegram", "alice", "1", text);
+        a.books
+            .update("tg:1", |e| {
+                e.parked.push(Parked {
+                    id: "old".into(),
+                    asker: Some("alice".into()),
+                    call: "c".into(),
+                    action: "a".into(),
+                    at_ms: book::now_ms() - i64::try_from(PARKED_FOR.as_millis()).unwrap() - 1,
+                });
+                (true, ())
+            })
+            .unwrap();
+        let old = a.decide_parked("tg:1", ApprovalAnswer::Approve, "old", &from("/approve old"));
+        assert!(old.starts_with("No approval request old"), "{old}");
+        // A damaged file is nanobot's own: it is started again, and parking works.
+        let dir = home.path().join(book::BOOKS_DIR);
+        std::fs::create_dir_all(&dir).unwrap();
+        for e in std::fs::read_dir(&dir).unwrap().filter_map(Result::ok) {
+            if e.file_name() != ".lock" {
+                std::fs::write(e.path(), "{not json").unwrap();
+            }
+        }
+        a.park("tg:1", "p1", Some("alice"), "c".into(), "a");
+        let ok = a.decide_parked("tg:1", ApprovalAnswer::Approve, "p1", &from("/approve p1"));
+        assert!(ok.starts_with("✓ Approved once"), "{ok}");
     }
 }
