@@ -18,7 +18,7 @@ use std::time::Duration;
 use async_nats::jetstream::kv::{self, CreateErrorKind, UpdateErrorKind};
 use async_nats::jetstream::{consumer, stream};
 use async_trait::async_trait;
-use nanobot_bus::{BusError, Lease, Leases, OutboundMessage, Role};
+use nanobot_bus::{BusError, Lease, Leases, OutboundDelivery, Role};
 use nanobot_util::Backoff;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -385,7 +385,7 @@ pub(crate) struct OutboundRouter {
     pub(crate) opener: crate::Opener,
     pub(crate) stream: stream::Stream,
     pub(crate) settings: NatsBusSettings,
-    pub(crate) tx: mpsc::Sender<OutboundMessage>,
+    pub(crate) tx: mpsc::Sender<OutboundDelivery>,
     pub(crate) waiting: Arc<AtomicUsize>,
 }
 
@@ -420,7 +420,7 @@ impl OutboundRouter {
                 router.opener.clone(),
                 router.tx.clone(),
                 router.waiting.clone(),
-                stop,
+                (router.settings.ack_wait, stop),
             )
             .await;
         });

@@ -18,8 +18,9 @@
 //!   delivers the same message twice within the duplicate window (a webhook retried, a poll repeated after a
 //!   restart) has it stored once.
 //! - **Outbound** messages go to `<prefix>.out.<channel>` on a second work-queue stream (`<STREAM>_OUT`), read
-//!   by the replica holding the channel's lease (one durable consumer per channel) and acknowledged when taken;
-//!   one no replica takes within [`NatsBusSettings::outbound_max_age`] (a day by default) is dropped by the server.
+//!   by the replica holding the channel's lease (one durable consumer per channel) and acknowledged once the
+//!   channel has sent it (the channel manager settles its [`nanobot_bus::OutboundDelivery`]; until then its
+//!   receipt claims progress), so one the holder dies with is sent by the next holder; one no replica takes within [`NatsBusSettings::outbound_max_age`] (a day by default) is dropped by the server.
 //! - **Answers to a running turn** (the owner's `yes` to its question, `/stop`) do not queue behind it: before a
 //!   message goes into the stream it is offered to the replica running a turn of its session, if any, over a
 //!   request on the session's side subject (`<prefix>.side.<hash>`), and goes into the stream only when no
@@ -61,7 +62,9 @@ use std::time::Duration;
 use async_nats::jetstream::{self, AckKind, consumer, stream};
 use async_trait::async_trait;
 use futures::StreamExt as _;
-use nanobot_bus::{Bus, BusError, Delivery, InboundMessage, OutboundMessage, Receipt, Settlement};
+use nanobot_bus::{
+    Bus, BusError, Delivery, InboundMessage, OutboundDelivery, OutboundMessage, Receipt, Settlement,
+};
 use nanobot_util::Backoff;
 use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -112,7 +115,7 @@ pub struct NatsBus {
     interceptor: side::InterceptorSlot,
     js: jetstream::Context,
     inbound: Mutex<mpsc::Receiver<Delivery>>,
-    outbound: Mutex<mpsc::Receiver<OutboundMessage>>,
+    outbound: Mutex<mpsc::Receiver<OutboundDelivery>>,
     inbound_waiting: Arc<AtomicUsize>,
     outbound_waiting: Arc<AtomicUsize>,
     closed: AtomicBool,
@@ -700,7 +703,7 @@ async fn pull_inbound(
             let turn_over = CancellationToken::new();
             side.serve(&msg.turn_session_key(unified_session), turn_over.clone())
                 .await;
-            let receipt = NatsReceipt::start(acker, ack_wait, turn_over);
+            let receipt = NatsReceipt::start(acker, ack_wait, Some(turn_over));
             waiting.fetch_add(1, Ordering::SeqCst);
             // Waits for the dispatcher only while the bus runs. A closed bus (or a dropped one) drops the delivery:
             // its receipt stops reporting progress, so the message is delivered again, here or elsewhere.
@@ -717,42 +720,44 @@ async fn pull_inbound(
     .await;
 }
 
-/// Pulls the outbound stream; a message is acknowledged (confirmed) once this process has taken it for its
-/// channels.
+/// Pulls the outbound stream of a channel; a message is acknowledged (confirmed) once the channel manager settles
+/// its receipt (the channel sent it). Until then the receipt claims progress, so a message waiting behind a slow
+/// channel is not handed to anyone else; one this process dies holding goes to the channel's next holder once
+/// the acknowledgement wait runs out.
 pub(crate) async fn pull_outbound(
     consumer: consumer::PullConsumer,
     opener: Opener,
-    tx: mpsc::Sender<OutboundMessage>,
+    tx: mpsc::Sender<OutboundDelivery>,
     waiting: Arc<AtomicUsize>,
-    cancel: CancellationToken,
+    (ack_wait, cancel): (Duration, CancellationToken),
 ) {
     pull(consumer, "outbound", cancel, |message| {
         let (tx, waiting) = (tx.clone(), waiting.clone());
         let body = opener.body(&message);
         async move {
+            let (message, acker) = message.split();
+            let acker = Arc::new(acker);
             let body = match body {
                 Ok(body) => body,
                 Err(why) => {
                     // Not from a replica of this deployment: never sent, never delivered again.
                     tracing::warn!(subject = %message.subject, "NATS bus: an outbound message was refused: {why}");
-                    let _ = message.ack_with(AckKind::Term).await;
+                    let _ = acker.ack_with(AckKind::Term).await;
                     return true;
                 }
             };
             match serde_json::from_slice::<OutboundMessage>(&body) {
                 Ok(out) => {
+                    let receipt = NatsReceipt::start(acker, ack_wait, None);
                     waiting.fetch_add(1, Ordering::SeqCst);
-                    if tx.send(out).await.is_err() {
+                    if tx.send(Delivery::with_receipt(out, Box::new(receipt))).await.is_err() {
                         waiting.fetch_sub(1, Ordering::SeqCst);
                         return false;
-                    }
-                    if let Err(e) = message.double_ack().await {
-                        tracing::warn!(error = %e, "NATS bus: cannot acknowledge an outbound message (it may be sent twice)");
                     }
                 }
                 Err(e) => {
                     tracing::warn!(subject = %message.subject, error = %e, "NATS bus: an outbound message is not a nanobot message; dropped");
-                    let _ = message.ack_with(AckKind::Term).await;
+                    let _ = acker.ack_with(AckKind::Term).await;
                 }
             }
             true
@@ -769,20 +774,22 @@ pub(crate) async fn wait_or_cancel(cancel: &CancellationToken, delay: Duration) 
     }
 }
 
-/// The receipt of one inbound message: tells the server the turn is in progress until it is settled.
+/// The receipt of one message taken off a stream: tells the server it is being dealt with until it is settled.
 struct NatsReceipt {
     acker: Arc<jetstream::message::Acker>,
     keepalive: CancellationToken,
     /// Ends the side path of the turn (answers no longer taken here).
-    turn_over: CancellationToken,
+    turn_over: Option<CancellationToken>,
     settled: bool,
 }
 
 impl NatsReceipt {
+    /// Claims progress for the message of `acker` every half `ack_wait` until settled or dropped; `turn_over`
+    /// (an inbound message's) ends the side path of its turn then.
     fn start(
         acker: Arc<jetstream::message::Acker>,
         ack_wait: Duration,
-        turn_over: CancellationToken,
+        turn_over: Option<CancellationToken>,
     ) -> Self {
         let keepalive = CancellationToken::new();
         let every = (ack_wait / 2).max(Duration::from_millis(100));
@@ -812,7 +819,9 @@ impl Drop for NatsReceipt {
         // progress and hand the message back at once, so another replica takes it now rather than after the
         // acknowledgement wait. (A replica that dies sends nothing; then the wait decides.)
         self.keepalive.cancel();
-        self.turn_over.cancel();
+        if let Some(t) = &self.turn_over {
+            t.cancel();
+        }
         if !self.settled
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
@@ -829,7 +838,9 @@ impl Receipt for NatsReceipt {
     async fn settle(mut self: Box<Self>, how: Settlement) {
         self.settled = true;
         self.keepalive.cancel();
-        self.turn_over.cancel();
+        if let Some(t) = &self.turn_over {
+            t.cancel();
+        }
         // Done waits for the server to confirm (bounded by the request timeout), so a turn counted as saved is
         // not delivered again because its acknowledgement was still in a buffer when the connection dropped. A
         // lost acknowledgement means a second delivery; it is logged, never retried forever.
@@ -838,7 +849,7 @@ impl Receipt for NatsReceipt {
             _ => self.acker.double_ack_with(AckKind::Ack).await,
         };
         if let Err(e) = sent {
-            tracing::warn!(error = %e, "NATS bus: cannot settle an inbound message (it will be delivered again)");
+            tracing::warn!(error = %e, "NATS bus: cannot settle a message (it will be delivered again)");
         }
     }
 }
@@ -886,10 +897,19 @@ impl Bus for NatsBus {
     }
 
     async fn consume_outbound(&self) -> Option<OutboundMessage> {
-        let mut rx = self.outbound.lock().await;
-        let msg = rx.recv().await?;
-        self.outbound_waiting.fetch_sub(1, Ordering::SeqCst);
+        // Without a receipt to settle, the message is acknowledged when it is taken.
+        let (msg, receipt) = self.consume_outbound_delivery().await?.into_parts();
+        if let Some(r) = receipt {
+            r.settle(Settlement::Done).await;
+        }
         Some(msg)
+    }
+
+    async fn consume_outbound_delivery(&self) -> Option<OutboundDelivery> {
+        let mut rx = self.outbound.lock().await;
+        let delivery = rx.recv().await?;
+        self.outbound_waiting.fetch_sub(1, Ordering::SeqCst);
+        Some(delivery)
     }
 
     fn inbound_len(&self) -> usize {

@@ -1,17 +1,19 @@
-//! [`Delivery`]: an inbound message with the receipt a durable bus needs back, so a message is only forgotten
-//! once the turn it started has been saved.
+//! [`Delivery`]: a message with the receipt a durable bus needs back, so a message is only forgotten once it has
+//! been dealt with: an inbound message once the turn it started has been saved, an outbound one once its channel
+//! has sent it ([`OutboundDelivery`]).
 
 use async_trait::async_trait;
 
-use crate::InboundMessage;
+use crate::{InboundMessage, OutboundMessage};
 
-/// How the turn a delivered message started ended, as far as the bus is concerned.
+/// How a delivered message was dealt with, as far as the bus is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Settlement {
-    /// The turn ran and was saved (or failed in a way another try would repeat): forget the message.
+    /// Dealt with: the turn ran and was saved, or the channel sent the message (or either failed in a way
+    /// another try would repeat): forget the message.
     Done,
-    /// The turn could not run here (this process is stopping): deliver the message again.
+    /// It could not be dealt with here (this process is stopping): deliver the message again.
     Retry,
 }
 
@@ -23,14 +25,19 @@ pub trait Receipt: Send {
     async fn settle(self: Box<Self>, how: Settlement);
 }
 
-/// An inbound message taken off a bus, with its receipt when the bus keeps messages until they are settled.
-pub struct Delivery {
+/// A message taken off a bus (inbound by default), with its receipt when the bus keeps messages until they are
+/// settled.
+pub struct Delivery<M = InboundMessage> {
     /// The message.
-    pub msg: InboundMessage,
+    pub msg: M,
     receipt: Option<Box<dyn Receipt>>,
 }
 
-impl std::fmt::Debug for Delivery {
+/// An outbound message taken off a bus for the channels ([`crate::Bus::consume_outbound_delivery`]), settled once
+/// the channel sent it.
+pub type OutboundDelivery = Delivery<OutboundMessage>;
+
+impl<M: std::fmt::Debug> std::fmt::Debug for Delivery<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Delivery")
             .field("msg", &self.msg)
@@ -39,22 +46,22 @@ impl std::fmt::Debug for Delivery {
     }
 }
 
-impl Delivery {
+impl<M> Delivery<M> {
     /// A message the bus has already forgotten (nothing to settle).
-    pub fn taken(msg: InboundMessage) -> Self {
+    pub fn taken(msg: M) -> Self {
         Self { msg, receipt: None }
     }
 
     /// A message the bus keeps until `receipt` is settled.
-    pub fn with_receipt(msg: InboundMessage, receipt: Box<dyn Receipt>) -> Self {
+    pub fn with_receipt(msg: M, receipt: Box<dyn Receipt>) -> Self {
         Self {
             msg,
             receipt: Some(receipt),
         }
     }
 
-    /// Splits the delivery into its message and its receipt (settle it when the turn is over).
-    pub fn into_parts(self) -> (InboundMessage, Option<Box<dyn Receipt>>) {
+    /// Splits the delivery into its message and its receipt (settle it when the message was dealt with).
+    pub fn into_parts(self) -> (M, Option<Box<dyn Receipt>>) {
         (self.msg, self.receipt)
     }
 }

@@ -27,7 +27,7 @@ mod lease;
 mod memory;
 mod message;
 
-pub use delivery::{Delivery, Receipt, Settlement};
+pub use delivery::{Delivery, OutboundDelivery, Receipt, Settlement};
 pub use lease::{Lease, Leases, Role};
 
 pub use memory::InProcessBus;
@@ -73,6 +73,15 @@ pub trait Bus: Send + Sync {
     async fn publish_outbound(&self, msg: OutboundMessage) -> Result<(), BusError>;
     /// Takes the next message for the channels; `None` once the bus is closed and drained.
     async fn consume_outbound(&self) -> Option<OutboundMessage>;
+    /// Takes the next message for the channels with its [`Receipt`], which the channel manager settles once the
+    /// channel has sent it ([`Settlement::Done`], also when sending failed for good) or could not send it here
+    /// ([`Settlement::Retry`]: this process is stopping; a durable bus delivers it again, to the next holder of the
+    /// channel). A process that dies holding it unsettled loses nothing: a durable bus delivers it again once its
+    /// acknowledgement time runs out. A bus that forgets a message once it is taken (the in-process one) gives no
+    /// receipt: this default.
+    async fn consume_outbound_delivery(&self) -> Option<OutboundDelivery> {
+        self.consume_outbound().await.map(Delivery::taken)
+    }
     /// Number of inbound messages waiting (for metrics).
     fn inbound_len(&self) -> usize;
     /// Number of outbound messages waiting (for metrics).

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use nanobot_bus::{Bus, OutboundKind, OutboundMessage};
+use nanobot_bus::{Bus, OutboundKind, OutboundMessage, Receipt, Settlement};
 use nanobot_util::Backoff;
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -315,7 +315,7 @@ impl ChannelManager {
         let settings = Arc::new(settings);
         let stop = cancel.child_token();
         let mut tasks = JoinSet::new();
-        let mut queues: HashMap<String, mpsc::Sender<OutboundMessage>> = HashMap::new();
+        let mut queues: HashMap<String, mpsc::Sender<Queued>> = HashMap::new();
         let mut workers = JoinSet::new();
         for channel in &channels {
             tasks.spawn(supervise(
@@ -336,24 +336,30 @@ impl ChannelManager {
             ));
         }
         loop {
-            let msg = tokio::select! {
+            let delivery = tokio::select! {
                 () = stop.cancelled() => break,
-                msg = bus.consume_outbound() => msg,
+                d = bus.consume_outbound_delivery() => d,
             };
-            let Some(msg) = msg else { break };
+            let Some(delivery) = delivery else { break };
+            let (msg, receipt) = delivery.into_parts();
             let Some(mut msg) = filter(msg, &settings, &channels) else {
+                settle(receipt, Settlement::Done).await;
                 continue;
             };
             if let Some(roots) = &media {
                 withhold_media(&mut msg, roots);
             }
             match queues.get(&msg.channel) {
+                // A receipt dropped unsettled (the worker stopped) hands the message back to the bus.
                 Some(queue) => {
-                    if queue.send(msg).await.is_err() {
-                        tracing::warn!("outbound worker stopped; message dropped");
+                    if queue.send((msg, receipt)).await.is_err() {
+                        tracing::warn!("outbound worker stopped; message left to the bus");
                     }
                 }
-                None => tracing::warn!(channel = %msg.channel, "no such channel; outbound message dropped"),
+                None => {
+                    tracing::warn!(channel = %msg.channel, "no such channel; outbound message dropped");
+                    settle(receipt, Settlement::Done).await;
+                }
             }
         }
         // Let queued replies go out, then stop the receive loops.
@@ -408,25 +414,37 @@ fn filter(
     Some(msg)
 }
 
+/// An outbound message waiting for its channel, with the receipt to settle once it is sent.
+type Queued = (OutboundMessage, Option<Box<dyn Receipt>>);
+
+async fn settle(receipt: Option<Box<dyn Receipt>>, how: Settlement) {
+    if let Some(r) = receipt {
+        r.settle(how).await;
+    }
+}
+
 async fn deliver_loop(
     channel: Arc<dyn Channel>,
-    mut rx: mpsc::Receiver<OutboundMessage>,
+    mut rx: mpsc::Receiver<Queued>,
     stop: CancellationToken,
     settings: Arc<ManagerSettings>,
     health: HealthRegistry,
 ) {
-    while let Some(msg) = rx.recv().await {
-        deliver(channel.as_ref(), &msg, &stop, &settings.retry, &health).await;
+    while let Some((msg, receipt)) = rx.recv().await {
+        let how = deliver(channel.as_ref(), &msg, &stop, &settings.retry, &health).await;
+        settle(receipt, how).await;
     }
 }
 
+/// Sends `msg`, retrying what may pass later: [`Settlement::Done`] once sent or given up, [`Settlement::Retry`]
+/// when stopping cut the retries short (the channel's next holder sends it, on a durable bus).
 async fn deliver(
     channel: &dyn Channel,
     msg: &OutboundMessage,
     stop: &CancellationToken,
     retry: &RetryPolicy,
     health: &HealthRegistry,
-) {
+) -> Settlement {
     // Buttons a channel cannot show are still options the user must see: as text.
     let with_text;
     let msg = match nanobot_bus::buttons(&msg.metadata) {
@@ -444,7 +462,7 @@ async fn deliver(
         match channel.send(msg).await {
             Ok(()) => {
                 health.update(channel.name(), |h| h.sent += 1);
-                return;
+                return Settlement::Done;
             }
             Err(e) if e.is_retryable() && attempt < retry.max_retries => {
                 let wait = retry.delay(attempt, e.retry_after());
@@ -454,7 +472,7 @@ async fn deliver(
                     () = tokio::time::sleep(wait) => {}
                     () = stop.cancelled() => {
                         health.update(channel.name(), |h| h.send_failures += 1);
-                        return;
+                        return Settlement::Retry;
                     }
                 }
             }
@@ -464,7 +482,7 @@ async fn deliver(
                     h.send_failures += 1;
                     h.last_error = Some(nanobot_util::error_chain(&e));
                 });
-                return;
+                return Settlement::Done;
             }
         }
     }

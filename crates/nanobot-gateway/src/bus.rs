@@ -106,6 +106,10 @@ impl Bus for GatewayBus {
         self.inner.consume_outbound().await
     }
 
+    async fn consume_outbound_delivery(&self) -> Option<nanobot_bus::OutboundDelivery> {
+        self.inner.consume_outbound_delivery().await
+    }
+
     fn inbound_len(&self) -> usize {
         self.inner.inbound_len()
     }

@@ -495,6 +495,62 @@ async fn outbound_messages_reach_the_replica_holding_their_channel() -> Result<(
     Ok(())
 }
 
+/// Issue 42: an outbound message the channel's holder took but had not sent when it died (`kill -9`: no
+/// acknowledgement, no progress, no hand-back) is sent by the channel's next holder; one it sent is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbound_message_its_holder_died_with_goes_to_the_next_holder() -> Result<()> {
+    let Some(server) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    // The dying replica runs on a runtime of its own: shutting that down ends its tasks and connections at once.
+    let dying = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let s = settings(&server);
+    let taken = dying
+        .spawn(async move {
+            let a = NatsBus::connect(s).await?;
+            let lease = acquire(&a, Role::Channel("telegram".into())).await?;
+            for text in ["sent", "taken, never sent"] {
+                a.publish_outbound(OutboundMessage::reply("telegram", "7", text))
+                    .await?;
+            }
+            let next = || async {
+                tokio::time::timeout(GUARD, a.consume_outbound_delivery())
+                    .await
+                    .context("no outbound message in time")?
+                    .context("closed")
+            };
+            let (sent, receipt) = next().await?.into_parts();
+            receipt
+                .expect("a durable bus gives a receipt")
+                .settle(Settlement::Done)
+                .await;
+            let unsent = next().await?;
+            let text = unsent.msg.content.clone();
+            // Dies holding it: nothing of this replica runs again.
+            std::mem::forget((unsent, lease, a));
+            anyhow::Ok((sent.content, text))
+        })
+        .await;
+    // (A runtime may not be dropped in async code: shut down in the background, whatever happened.)
+    dying.shutdown_background();
+    assert_eq!(taken??, ("sent".to_owned(), "taken, never sent".to_owned()));
+
+    let b = NatsBus::connect(settings(&server)).await?;
+    let _telegram = acquire(&b, Role::Channel("telegram".into())).await?;
+    let out = tokio::time::timeout(GUARD, b.consume_outbound())
+        .await?
+        .context("closed")?;
+    assert_eq!(out.content, "taken, never sent");
+    assert!(
+        tokio::time::timeout(QUIET, b.consume_outbound()).await.is_err(),
+        "a message the dead holder had sent came again"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn the_probe_reports_streams_and_lease_holders_without_creating_anything() -> Result<()> {
     let Some(server) = NatsServer::start().await? else {

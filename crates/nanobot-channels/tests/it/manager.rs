@@ -424,3 +424,130 @@ async fn attachments_come_only_from_the_media_folders() {
     cancel.cancel();
     task.await.unwrap();
 }
+
+/// What a durable bus learns of each outbound message: its text and how it was settled.
+type Settled = Arc<std::sync::Mutex<Vec<(String, nanobot_bus::Settlement)>>>;
+
+/// The in-process bus with the receipts of a durable one: each outbound message is recorded when settled.
+struct Receipted {
+    inner: InProcessBus,
+    settled: Settled,
+}
+
+struct Recording {
+    text: String,
+    settled: Settled,
+}
+
+#[async_trait]
+impl nanobot_bus::Receipt for Recording {
+    async fn settle(self: Box<Self>, how: nanobot_bus::Settlement) {
+        self.settled.lock().unwrap().push((self.text, how));
+    }
+}
+
+#[async_trait]
+impl Bus for Receipted {
+    async fn publish_inbound(&self, msg: InboundMessage) -> Result<(), nanobot_bus::BusError> {
+        self.inner.publish_inbound(msg).await
+    }
+    async fn consume_inbound(&self) -> Option<InboundMessage> {
+        self.inner.consume_inbound().await
+    }
+    async fn publish_outbound(&self, msg: OutboundMessage) -> Result<(), nanobot_bus::BusError> {
+        self.inner.publish_outbound(msg).await
+    }
+    async fn consume_outbound(&self) -> Option<OutboundMessage> {
+        unreachable!("the manager takes deliveries, to settle them once sent")
+    }
+    async fn consume_outbound_delivery(&self) -> Option<nanobot_bus::OutboundDelivery> {
+        let msg = self.inner.consume_outbound().await?;
+        let receipt = Recording {
+            text: msg.content.clone(),
+            settled: self.settled.clone(),
+        };
+        Some(nanobot_bus::Delivery::with_receipt(msg, Box::new(receipt)))
+    }
+    fn inbound_len(&self) -> usize {
+        self.inner.inbound_len()
+    }
+    fn outbound_len(&self) -> usize {
+        self.inner.outbound_len()
+    }
+    fn close(&self) {
+        self.inner.close();
+    }
+}
+
+/// Issue 42: a durable bus forgets an outbound message only once its channel is done with it (sent, given up, or
+/// not for sending); one cut short by stopping goes back to the bus, for the channel's next holder.
+#[tokio::test(start_paused = true)]
+async fn a_message_is_settled_once_its_channel_is_done_with_it() {
+    use nanobot_bus::Settlement::{Done, Retry};
+    let (a, mut pa) = fake("alpha", RunMode::Idle);
+    a.fail_sends.store(1, Ordering::SeqCst);
+    let mut manager = ChannelManager::new(ManagerSettings::new(false, true, 3));
+    let a = Arc::new(a);
+    manager.add(a.clone());
+    let settled = Settled::default();
+    let bus = Arc::new(Receipted {
+        inner: InProcessBus::new(8),
+        settled: settled.clone(),
+    });
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(manager.run(bus.clone(), cancel.clone()));
+    let now = || settled.lock().unwrap().clone();
+
+    bus.publish_outbound(msg("alpha", OutboundKind::Reply, "hi"))
+        .await
+        .unwrap();
+    let (_, first) = pa.sends.recv().await.unwrap();
+    assert!(first.is_err(), "the first attempt fails");
+    assert_eq!(now(), [], "not settled while a retry is due");
+    let (_, second) = pa.sends.recv().await.unwrap();
+    assert_eq!(second.unwrap().content, "hi");
+
+    // Not for sending (sendProgress is off), and a channel nobody runs: settled without a send.
+    bus.publish_outbound(msg("alpha", OutboundKind::Progress, "thinking"))
+        .await
+        .unwrap();
+    bus.publish_outbound(msg("nobody", OutboundKind::Reply, "lost"))
+        .await
+        .unwrap();
+    // Failing for good: settled too (another try would fail the same way).
+    a.fail_sends.store(u32::MAX, Ordering::SeqCst);
+    bus.publish_outbound(msg("alpha", OutboundKind::Reply, "doomed"))
+        .await
+        .unwrap();
+    for _ in 0..4 {
+        let (_, attempt) = pa.sends.recv().await.unwrap();
+        assert!(attempt.is_err(), "the first attempt and three retries fail");
+    }
+    // The worker settles right after its last attempt: let it run (bounded; no clock involved).
+    for _ in 0..1000 {
+        if now().len() == 4 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        now(),
+        [
+            ("hi".to_owned(), Done),
+            ("thinking".to_owned(), Done),
+            ("lost".to_owned(), Done),
+            ("doomed".to_owned(), Done)
+        ]
+    );
+
+    // Stopping while a send waits for its retry: handed back.
+    a.fail_sends.store(1, Ordering::SeqCst);
+    bus.publish_outbound(msg("alpha", OutboundKind::Reply, "interrupted"))
+        .await
+        .unwrap();
+    let (_, attempt) = pa.sends.recv().await.unwrap();
+    assert!(attempt.is_err());
+    cancel.cancel();
+    task.await.unwrap();
+    assert_eq!(now().last(), Some(&("interrupted".to_owned(), Retry)));
+}
