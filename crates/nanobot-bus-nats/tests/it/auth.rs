@@ -232,3 +232,131 @@ async fn a_client_certificate_lets_the_bus_in_and_a_client_without_one_is_turned
     assert!(e.contains("cannot connect to NATS at"), "{e}");
     Ok(())
 }
+
+/// A NATS JWT (`ed25519-nkey`, as `nsc` writes them) of `kind` for `subject`, signed by `issuer`, with `nats` as
+/// its type-specific claims.
+fn jwt(
+    issuer: &nkeys::KeyPair,
+    subject: &str,
+    name: &str,
+    kind: &str,
+    mut nats: serde_json::Value,
+) -> Result<String> {
+    use base64::Engine as _;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    nats["type"] = kind.into();
+    nats["version"] = 2.into();
+    let iat = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    let claims = serde_json::json!({
+        "jti": format!("{}{iat}", name.to_uppercase()),
+        "iat": iat,
+        "iss": issuer.public_key(),
+        "name": name,
+        "sub": subject,
+        "nats": nats,
+    });
+    let signed = format!(
+        "{}.{}",
+        b64(br#"{"typ":"JWT","alg":"ed25519-nkey"}"#),
+        b64(&serde_json::to_vec(&claims)?)
+    );
+    let signature = issuer.sign(signed.as_bytes())?;
+    Ok(format!("{signed}.{}", b64(&signature)))
+}
+
+/// A `.creds` file as `nsc generate creds` writes it: the user's JWT and NKey seed.
+fn creds(jwt: &str, seed: &str) -> String {
+    format!(
+        "-----BEGIN NATS USER JWT-----\n{jwt}\n------END NATS USER JWT------\n\n\
+         ************************* IMPORTANT *************************\n\
+         NKEY Seed printed below can be used to sign and prove identity.\n\
+         NKEYs are sensitive and should be treated as secrets.\n\n\
+         -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n\n\
+         *************************************************************\n"
+    )
+}
+
+/// Issue 42: a server in operator mode (accounts and users as signed JWTs, as `nsc` sets it up) lets the bus in
+/// with a `credsFile`, JetStream included; a user of another operator is turned away, and so is a client
+/// without credentials.
+#[tokio::test]
+async fn a_creds_file_lets_the_bus_into_an_operator_mode_server_and_a_stranger_is_turned_away() -> Result<()>
+{
+    let operator = nkeys::KeyPair::new_operator();
+    let account = nkeys::KeyPair::new_account();
+    let user = nkeys::KeyPair::new_user();
+    let operator_jwt = jwt(
+        &operator,
+        &operator.public_key(),
+        "test-operator",
+        "operator",
+        serde_json::json!({}),
+    )?;
+    // JetStream is on for the account when its limits give it storage.
+    let account_jwt = jwt(
+        &operator,
+        &account.public_key(),
+        "nanobot",
+        "account",
+        serde_json::json!({"limits": {
+            "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1, "wildcards": true,
+            "conn": -1, "leaf": -1, "mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1
+        }}),
+    )?;
+    let user_jwt = jwt(
+        &account,
+        &user.public_key(),
+        "replica",
+        "user",
+        serde_json::json!({"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1}),
+    )?;
+    // JetStream in operator mode needs the server's system account.
+    let system = nkeys::KeyPair::new_account();
+    let system_jwt = jwt(
+        &operator,
+        &system.public_key(),
+        "SYS",
+        "account",
+        serde_json::json!({}),
+    )?;
+    let config = format!(
+        "operator: {operator_jwt}\nsystem_account: {sys}\nresolver: MEMORY\n\
+         resolver_preload: {{ {sys}: {system_jwt}, {acc}: {account_jwt} }}",
+        sys = system.public_key(),
+        acc = account.public_key()
+    );
+    let Some(server) = NatsServer::start_with_config(&config).await? else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("replica.creds");
+    std::fs::write(&file, creds(&user_jwt, &user.seed()?))?;
+    let mut s = settings(&server);
+    s.creds_file = Some(file.clone());
+    let bus = NatsBus::connect(s.clone()).await?;
+    round_trip(&bus).await?;
+    assert_eq!(anonymous_access(&s, None).await?, AnonymousAccess::Refused);
+
+    // A user signed by an account this server does not know (another operator's): turned away, by name.
+    let stranger_account = nkeys::KeyPair::new_account();
+    let stranger = nkeys::KeyPair::new_user();
+    let stranger_jwt = jwt(
+        &stranger_account,
+        &stranger.public_key(),
+        "stranger",
+        "user",
+        serde_json::json!({"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1}),
+    )?;
+    let other = dir.path().join("stranger.creds");
+    std::fs::write(&other, creds(&stranger_jwt, &stranger.seed()?))?;
+    s.creds_file = Some(other);
+    let e = NatsBus::connect(s).await.unwrap_err().to_string();
+    assert!(
+        e.contains("cannot connect to NATS at") && e.contains("authorization"),
+        "{e}"
+    );
+    assert!(!e.contains(&stranger.seed()?), "{e}");
+    Ok(())
+}
