@@ -825,11 +825,14 @@ impl Connection<'_> {
             meta.insert("remote".into(), json!(r.to_string()));
         }
         // An id of its own: a durable bus that delivers it again (the replica running its turn died) has it
-        // recognised, so the question is stored and answered once.
-        meta.insert(
-            "message_id".into(),
-            json!(uuid::Uuid::new_v4().simple().to_string()),
-        );
+        // recognised, so the question is stored and answered once. A client's own `turn_id` is that id: a client
+        // that sends the message again after a reconnect (it could not tell whether the server it lost had
+        // taken it) has it stored and answered once too.
+        let id = match meta.get("turn_id").and_then(Value::as_str) {
+            Some(turn) => format!("turn-{turn}"),
+            None => uuid::Uuid::new_v4().simple().to_string(),
+        };
+        meta.insert("message_id".into(), json!(id));
         self.record_owner(chat).await;
         let mut msg = InboundMessage::new(NAME, self.peer.client_id.clone(), chat, content)
             .with_streaming(self.inner().settings.streaming);

@@ -679,6 +679,19 @@ async fn bad_envelopes_get_errors_and_attachments_reach_the_bus() {
     assert!(msg.media[0].ends_with(".png"));
     assert!(std::fs::read(&msg.media[0]).unwrap().starts_with(b"\x89PNG"));
     assert_eq!(msg.metadata["turn_id"], "u1");
+    // The client's turn id is the message's id (sent again after a reconnect, it is recognised); without one,
+    // each message has an id of its own.
+    assert_eq!(msg.metadata["message_id"], "turn-u1");
+    for _ in 0..2 {
+        send(
+            &mut ws,
+            json!({"type": "message", "chat_id": chat, "content": "no turn id"}),
+        )
+        .await;
+    }
+    let (a, b) = (inbound(&r.bus).await, inbound(&r.bus).await);
+    assert_ne!(a.metadata["message_id"], b.metadata["message_id"]);
+    assert!(a.metadata["message_id"].as_str().is_some_and(|id| id.len() == 32));
     // A reply carries the turn id back.
     let mut out = OutboundMessage::reply("websocket", &chat, "a dot");
     out.metadata = msg.metadata.clone();
