@@ -2,7 +2,8 @@
 //! requests spread over them with one killed (`kill -9`) in the middle, and a Telegram chat whose replica is
 //! killed. Every request gets one answer, every session's history is whole, in order and without duplicates, and
 //! the chat goes on. Then two processes with separate homes sharing only the server (`store: jetstream`, its
-//! files sealed with the deployment key), and the websocket channel's holder killed mid-turn.
+//! files sealed with the deployment key), and the websocket channel's holder killed mid-turn, and killed while it
+//! holds an answer for a client that is away.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -678,5 +679,98 @@ async fn the_websocket_channel_fails_over_without_repeats() -> Result<()> {
             "chat {n}: {messages:?}"
         );
     }
+    Ok(())
+}
+
+/// The outbound messages of `channel` taken by its holder and not yet acknowledged (sent), and those waiting.
+async fn outbound_in_flight(nats: &NatsServer, channel: &str) -> Result<(usize, u64)> {
+    let js = async_nats::jetstream::new(nats.client().await?);
+    let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
+        .get_stream("NANOBOT_OUT")
+        .await?
+        .get_consumer(&format!("NANOBOT-out-{channel}"))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let info = consumer.info().await?;
+    Ok((info.num_ack_pending, info.num_pending))
+}
+
+/// Issue 42: an answer that came while its client was away is held by the channel's holder; when that holder
+/// dies, the answer goes to the next holder, which gives it to the client when it is back, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_held_for_an_absent_client_survives_the_death_of_its_holder() -> Result<()> {
+    nanobot_testkit::install_ring();
+    let Some(nats) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let Some(emu) = Emulator::start().await? else {
+        return Ok(());
+    };
+    let mock = MockLlm::start_background();
+    mock.set_fallback(MockReply::text("ok"));
+    mock.when_last_user_contains(
+        "ws away",
+        MockReply::text("answer while away").delay(Duration::from_secs(1)),
+    );
+    mock.when_last_user_contains("ws back", MockReply::text("back answer"));
+    let home = onboarded(&mock);
+    let mut base = base_config(&home, &nats, &emu)?;
+    base["channels"]["telegram"]["enabled"] = false.into();
+    let port = free_port()?;
+    base["channels"]["websocket"] = json!({
+        "enabled": true, "host": "127.0.0.1", "port": port, "token": "ws-token"
+    });
+    let mut replicas = vec![
+        Replica::start(&home, &base, "a")?,
+        Replica::start(&home, &base, "b")?,
+    ];
+    for r in &replicas {
+        r.ready().await?;
+    }
+    let client = reqwest::Client::new();
+    let mut ws = ws_connect(port).await?;
+    let chat = ws_event(&mut ws).await?["chat_id"]
+        .as_str()
+        .context("ready")?
+        .to_owned();
+    let holder = holder(&replicas, &client, "websocket").await?;
+    ws_send(
+        &mut ws,
+        json!({"type": "message", "chat_id": chat, "content": "ws away"}),
+    )
+    .await?;
+    // The client goes away while the model answers.
+    drop(ws);
+    // The answer is stored, taken by the holder and held there (taken, not acknowledged), when the holder dies.
+    tokio::time::timeout(GUARD, async {
+        loop {
+            if outbound_in_flight(&nats, "websocket").await.ok() == Some((1, 0)) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .context("the answer was never held by the channel's holder")?;
+    replicas[holder].kill();
+
+    // Back, on the survivor: the held answer (once the dead holder's time to send it is out), once; then what
+    // comes next, and nothing repeated before it.
+    let mut ws = ws_connect(port).await?;
+    ws_event(&mut ws).await?;
+    ws_send(&mut ws, json!({"type": "attach", "chat_id": chat})).await?;
+    let mut answers = match ws_answers_until(&mut ws, &chat, "answer while away").await {
+        Ok(a) => a,
+        Err(e) => bail!("{e:#}; the survivor's log:\n{}", replicas[1 - holder].log_text()),
+    };
+    ws_send(
+        &mut ws,
+        json!({"type": "message", "chat_id": chat, "content": "ws back"}),
+    )
+    .await?;
+    for (c, more) in ws_answers_until(&mut ws, &chat, "back answer").await? {
+        answers.entry(c).or_default().extend(more);
+    }
+    assert_eq!(answers[&chat], ["answer while away", "back answer"]);
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use nanobot_bus::{Bus, OutboundMessage};
+use nanobot_bus::{Bus, OutboundMessage, Receipt};
 use tokio_util::sync::CancellationToken;
 
 use crate::ChannelError;
@@ -27,6 +27,21 @@ pub trait Channel: Send + Sync {
 
     /// Delivers one message to the platform.
     async fn send(&self, msg: &OutboundMessage) -> Result<(), ChannelError>;
+
+    /// Delivers one message taken off a bus with its receipt ([`nanobot_bus::Bus::consume_outbound_delivery`]).
+    /// A channel that keeps the message to deliver it later (the websocket channel holds an answer until its
+    /// client is back) takes the receipt out of `receipt` and settles it once the message is out or given up
+    /// ([`nanobot_bus::Settlement::Done`]); dropped unsettled (the channel stopped, or its process), the message
+    /// goes back to the bus and to the channel's next holder. The manager settles what is left in `receipt`
+    /// once this returns. The default sends and leaves the receipt.
+    async fn send_receipted(
+        &self,
+        msg: &OutboundMessage,
+        receipt: &mut Option<Box<dyn Receipt>>,
+    ) -> Result<(), ChannelError> {
+        let _ = receipt;
+        self.send(msg).await
+    }
 
     /// A counter the channel bumps whenever its receive loop makes progress (a poll returned, an event
     /// arrived). When it returns one, the manager's watchdog restarts the channel if the counter stops moving.

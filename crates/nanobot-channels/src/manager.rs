@@ -430,20 +430,28 @@ async fn deliver_loop(
     settings: Arc<ManagerSettings>,
     health: HealthRegistry,
 ) {
-    while let Some((msg, receipt)) = rx.recv().await {
-        let how = deliver(channel.as_ref(), &msg, &stop, &settings.retry, &health).await;
+    while let Some((msg, mut receipt)) = rx.recv().await {
+        let how = deliver(
+            channel.as_ref(),
+            &msg,
+            &mut receipt,
+            &stop,
+            (&settings.retry, &health),
+        )
+        .await;
         settle(receipt, how).await;
     }
 }
 
 /// Sends `msg`, retrying what may pass later: [`Settlement::Done`] once sent or given up, [`Settlement::Retry`]
-/// when stopping cut the retries short (the channel's next holder sends it, on a durable bus).
+/// when stopping cut the retries short (the channel's next holder sends it, on a durable bus). The channel may
+/// take `receipt` to settle it itself ([`Channel::send_receipted`]).
 async fn deliver(
     channel: &dyn Channel,
     msg: &OutboundMessage,
+    receipt: &mut Option<Box<dyn Receipt>>,
     stop: &CancellationToken,
-    retry: &RetryPolicy,
-    health: &HealthRegistry,
+    (retry, health): (&RetryPolicy, &HealthRegistry),
 ) -> Settlement {
     // Buttons a channel cannot show are still options the user must see: as text.
     let with_text;
@@ -459,7 +467,7 @@ async fn deliver(
     };
     let mut attempt = 0;
     loop {
-        match channel.send(msg).await {
+        match channel.send_receipted(msg, receipt).await {
             Ok(()) => {
                 health.update(channel.name(), |h| h.sent += 1);
                 return Settlement::Done;

@@ -358,6 +358,14 @@ impl Channel for LeasedChannel {
         self.inner.send(msg).await
     }
 
+    async fn send_receipted(
+        &self,
+        msg: &OutboundMessage,
+        receipt: &mut Option<Box<dyn nanobot_bus::Receipt>>,
+    ) -> Result<(), ChannelError> {
+        self.inner.send_receipted(msg, receipt).await
+    }
+
     fn heartbeat(&self) -> Option<Heartbeat> {
         self.inner.heartbeat()
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::{SinkExt as _, StreamExt as _};
-use nanobot_bus::{Bus, InboundMessage, OutboundKind, OutboundMessage};
+use nanobot_bus::{Bus, InboundMessage, OutboundKind, OutboundMessage, Receipt, Settlement};
 use nanobot_channels::{AllowList, Channel, ChannelError};
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
@@ -78,14 +78,38 @@ struct Held {
     order: u64,
     at: Instant,
     frame: String,
+    /// A durable bus's receipt of the answer: settled once the answer is sent or given up; dropped with the
+    /// channel (it stopped, or its process died), the answer goes to the channel's next holder.
+    receipt: Option<Box<dyn Receipt>>,
+}
+
+/// Receipts of answers sent or given up: settled (off the hub's lock).
+fn settle_all(receipts: Vec<Box<dyn Receipt>>) {
+    if receipts.is_empty() {
+        return;
+    }
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    rt.spawn(async move {
+        for r in receipts {
+            r.settle(Settlement::Done).await;
+        }
+    });
 }
 
 impl HeldAnswers {
-    /// Keeps `frame` for `chat`, dropping what expired and, past a bound, the oldest answers.
-    fn hold(&mut self, chat: &str, frame: &str) {
+    /// Keeps `frame` for `chat` (with its receipt), dropping what expired and, past a bound, the oldest answers.
+    /// Returns the receipts of the answers dropped (given up: settle them).
+    fn hold(&mut self, chat: &str, frame: &str, receipt: Option<Box<dyn Receipt>>) -> Vec<Box<dyn Receipt>> {
         let now = Instant::now();
+        let mut given_up = Vec::new();
         self.chats.retain(|_, frames| {
-            frames.retain(|h| now.duration_since(h.at) < HELD_FOR);
+            let (fresh, expired): (VecDeque<Held>, VecDeque<Held>) = std::mem::take(frames)
+                .into_iter()
+                .partition(|h| now.duration_since(h.at) < HELD_FOR);
+            *frames = fresh;
+            given_up.extend(expired.into_iter().filter_map(|h| h.receipt));
             !frames.is_empty()
         });
         if !self.chats.contains_key(chat)
@@ -93,17 +117,24 @@ impl HeldAnswers {
             && let Some(oldest) = self.oldest_chat()
         {
             tracing::warn!(chat = %oldest, "websocket: too many chats with answers waiting; dropping the oldest");
-            self.chats.remove(&oldest);
+            given_up.extend(
+                self.chats
+                    .remove(&oldest)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|h| h.receipt),
+            );
         }
         let frames = self.chats.entry(chat.to_owned()).or_default();
         if frames.len() >= HELD_PER_CHAT {
-            frames.pop_front();
+            given_up.extend(frames.pop_front().and_then(|h| h.receipt));
         }
         self.count += 1;
         frames.push_back(Held {
             order: self.count,
             at: now,
             frame: frame.to_owned(),
+            receipt,
         });
         let mut bytes = self.bytes();
         while bytes > HELD_BYTES
@@ -113,24 +144,29 @@ impl HeldAnswers {
             if let Some(frames) = self.chats.get_mut(&oldest) {
                 if let Some(h) = frames.pop_front() {
                     bytes -= h.frame.len();
+                    given_up.extend(h.receipt);
                 }
                 if frames.is_empty() {
                     self.chats.remove(&oldest);
                 }
             }
         }
+        given_up
     }
 
-    /// The answers held for `chat` (still within [`HELD_FOR`]), handed over once.
-    fn take(&mut self, chat: &str) -> Vec<String> {
+    /// The answers held for `chat` (still within [`HELD_FOR`]), handed over once, and the receipts of all it
+    /// held (settle them once the answers are on their way).
+    fn take(&mut self, chat: &str) -> (Vec<String>, Vec<Box<dyn Receipt>>) {
         let now = Instant::now();
-        self.chats
-            .remove(chat)
-            .into_iter()
-            .flatten()
-            .filter(|h| now.duration_since(h.at) < HELD_FOR)
-            .map(|h| h.frame)
-            .collect()
+        let mut frames = Vec::new();
+        let mut receipts = Vec::new();
+        for h in self.chats.remove(chat).into_iter().flatten() {
+            if now.duration_since(h.at) < HELD_FOR {
+                frames.push(h.frame);
+            }
+            receipts.extend(h.receipt);
+        }
+        (frames, receipts)
     }
 
     /// The chat whose first held answer is the oldest of all.
@@ -424,15 +460,27 @@ impl Channel for WebSocketChannel {
         };
         app.cancel.cancel();
         self.inner.bound.send_replace(None);
+        // Answers held for clients that did not come back go back to a durable bus (their receipts dropped
+        // unsettled), for the channel's next run here or its next holder elsewhere.
+        let held = std::mem::take(&mut lock(&self.inner.hub).held);
+        drop(held);
         result
     }
 
     async fn send(&self, msg: &OutboundMessage) -> Result<(), ChannelError> {
+        self.send_receipted(msg, &mut None).await
+    }
+
+    async fn send_receipted(
+        &self,
+        msg: &OutboundMessage,
+        receipt: &mut Option<Box<dyn Receipt>>,
+    ) -> Result<(), ChannelError> {
         let frame = protocol::event(msg).to_string();
         // What a reconnecting client needs is the answer: breadcrumbs and stream pieces are not kept for it (a
         // stream's end carries the whole text).
         let keep = matches!(msg.kind, OutboundKind::Reply | OutboundKind::StreamEnd { .. });
-        self.inner.fan_out(&msg.chat_id, &frame, keep);
+        self.inner.fan_out(&msg.chat_id, &frame, keep.then_some(receipt));
         Ok(())
     }
 
@@ -443,12 +491,15 @@ impl Channel for WebSocketChannel {
 
 impl Inner {
     /// Queues `frame` for every connection subscribed to `chat`; a connection whose queue is full is closed.
-    /// With none subscribed, a frame to `keep` is held for the chat's next connection.
-    fn fan_out(&self, chat: &str, frame: &str, keep: bool) {
+    /// With none subscribed, a frame to keep (`keep`: where its receipt is) is held for the chat's next
+    /// connection, with its receipt.
+    fn fan_out(&self, chat: &str, frame: &str, keep: Option<&mut Option<Box<dyn Receipt>>>) {
         let mut hub = lock(&self.hub);
         let Some(ids) = hub.subs.get(chat).cloned() else {
-            if keep {
-                hub.held.hold(chat, frame);
+            if let Some(receipt) = keep {
+                let given_up = hub.held.hold(chat, frame, receipt.take());
+                drop(hub);
+                settle_all(given_up);
             }
             return;
         };
@@ -597,10 +648,11 @@ impl Connection<'_> {
     /// Sends this connection the answers held for `chat` (see [`HeldAnswers`]); call once it is attached and
     /// told.
     fn deliver_held(&self, chat: &str) {
-        let frames = lock(&self.inner().hub).held.take(chat);
+        let (frames, receipts) = lock(&self.inner().hub).held.take(chat);
         for frame in frames {
             self.inner().send_to(self.id, frame);
         }
+        settle_all(receipts);
     }
 
     /// A chat this connection has just made (a new id): its client owns it.
@@ -999,30 +1051,52 @@ mod tests {
 
     #[test]
     fn held_answers_stay_within_their_bounds() {
-        let mut held = HeldAnswers::default();
-        for i in 0..HELD_PER_CHAT + 3 {
-            held.hold("a", &format!("answer {i}"));
+        /// A receipt that records nothing (the counts are what is checked).
+        struct Quiet;
+        #[async_trait::async_trait]
+        impl Receipt for Quiet {
+            async fn settle(self: Box<Self>, _how: Settlement) {}
         }
-        let answers = held.take("a");
+        let quiet = || Some(Box::new(Quiet) as Box<dyn Receipt>);
+        let mut held = HeldAnswers::default();
+        let mut given_up = 0;
+        for i in 0..HELD_PER_CHAT + 3 {
+            given_up += held.hold("a", &format!("answer {i}"), quiet()).len();
+        }
+        assert_eq!(
+            given_up, 3,
+            "the receipts of the answers dropped are given back to be settled"
+        );
+        let (answers, receipts) = held.take("a");
         assert_eq!(answers.len(), HELD_PER_CHAT, "the oldest of one chat go first");
+        assert_eq!(
+            receipts.len(),
+            HELD_PER_CHAT,
+            "each answer handed over with its receipt"
+        );
         assert_eq!(answers[0], "answer 3");
-        assert!(held.take("a").is_empty(), "handed over once");
+        assert!(held.take("a").0.is_empty(), "handed over once");
 
         for i in 0..=HELD_CHATS {
-            held.hold(&format!("chat{i}"), "x");
+            held.hold(&format!("chat{i}"), "x", None);
         }
         assert_eq!(held.chats.len(), HELD_CHATS);
-        assert!(held.take("chat0").is_empty(), "the chat held longest went first");
-        assert_eq!(held.take(&format!("chat{HELD_CHATS}")), ["x"]);
+        assert!(
+            held.take("chat0").0.is_empty(),
+            "the chat held longest went first"
+        );
+        assert_eq!(held.take(&format!("chat{HELD_CHATS}")).0, ["x"]);
 
         let mut held = HeldAnswers::default();
         let big = "y".repeat(HELD_BYTES / 3);
+        let mut given_up = 0;
         for chat in ["p", "q", "r", "s"] {
-            held.hold(chat, &big);
+            given_up += held.hold(chat, &big, quiet()).len();
         }
         let bytes = held.bytes();
         assert!(bytes <= HELD_BYTES, "{bytes}");
-        assert!(held.take("p").is_empty(), "the oldest answer went first");
-        assert_eq!(held.take("s").len(), 1);
+        assert_eq!(given_up, 1);
+        assert!(held.take("p").0.is_empty(), "the oldest answer went first");
+        assert_eq!(held.take("s").0.len(), 1);
     }
 }

@@ -469,6 +469,114 @@ async fn answers_for_a_chat_with_no_connection_wait_for_its_next_one() {
     assert_eq!(next_event(&mut a3).await["text"], "after");
 }
 
+/// A durable bus's receipt that reports what became of it: `<name> settled` or `<name> dropped` (handed back).
+struct Recorded {
+    name: &'static str,
+    log: tokio::sync::watch::Sender<Vec<String>>,
+    settled: bool,
+}
+
+#[async_trait]
+impl nanobot_bus::Receipt for Recorded {
+    async fn settle(mut self: Box<Self>, _how: nanobot_bus::Settlement) {
+        self.settled = true;
+        let line = format!("{} settled", self.name);
+        self.log.send_modify(|l| l.push(line));
+    }
+}
+
+impl Drop for Recorded {
+    fn drop(&mut self) {
+        if !self.settled {
+            let line = format!("{} dropped", self.name);
+            self.log.send_modify(|l| l.push(line));
+        }
+    }
+}
+
+/// Issue 42: an answer held for a client that is away keeps its durable bus receipt until it is sent (then it is
+/// settled), and goes back to the bus when the channel stops first (its receipt dropped unsettled): a replica that
+/// dies holding it leaves it to the channel's next holder.
+#[tokio::test]
+async fn a_held_answer_is_settled_once_sent_and_handed_back_when_the_channel_stops() {
+    let r = start(json!({"websocketRequiresToken": false})).await;
+    let log = tokio::sync::watch::Sender::new(Vec::<String>::new());
+    let receipt = |name| {
+        Some(Box::new(Recorded {
+            name,
+            log: log.clone(),
+            settled: false,
+        }) as Box<dyn nanobot_bus::Receipt>)
+    };
+    let seen = |want: &'static str| {
+        let mut rx = log.subscribe();
+        async move {
+            tokio::time::timeout(GUARD, rx.wait_for(|l| l.iter().any(|x| x == want)))
+                .await
+                .expect("in time")
+                .expect("log open");
+        }
+    };
+    let mut a = connect(r.addr, "client_id=a", &[]).await.unwrap();
+    let chat = next_event(&mut a).await["chat_id"].as_str().unwrap().to_owned();
+    // Attached: the answer goes out at once and the manager settles the receipt it leaves.
+    let mut live = receipt("live");
+    r.channel
+        .send_receipted(&OutboundMessage::reply("websocket", &chat, "now"), &mut live)
+        .await
+        .unwrap();
+    assert!(live.is_some(), "a sent answer's receipt is left to the manager");
+    assert_eq!(next_event(&mut a).await["text"], "now");
+    live.expect("left").settle(nanobot_bus::Settlement::Done).await;
+
+    a.close(None).await.unwrap();
+    tokio::time::timeout(GUARD, async {
+        while r.channel.connections() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the closed connection is gone");
+    let mut held = receipt("held");
+    r.channel
+        .send_receipted(&OutboundMessage::reply("websocket", &chat, "later"), &mut held)
+        .await
+        .unwrap();
+    assert!(held.is_none(), "the channel keeps a held answer's receipt");
+    assert!(
+        !log.borrow().iter().any(|l| l.starts_with("held")),
+        "{:?}",
+        log.borrow()
+    );
+    let mut a2 = connect(r.addr, "client_id=a", &[]).await.unwrap();
+    next_event(&mut a2).await;
+    send(&mut a2, json!({"type": "attach", "chat_id": chat})).await;
+    assert_eq!(next_event(&mut a2).await["event"], "attached");
+    assert_eq!(next_event(&mut a2).await["text"], "later");
+    seen("held settled").await;
+
+    a2.close(None).await.unwrap();
+    tokio::time::timeout(GUARD, async {
+        while r.channel.connections() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the closed connection is gone");
+    let mut orphan = receipt("orphan");
+    r.channel
+        .send_receipted(
+            &OutboundMessage::reply("websocket", &chat, "nobody came"),
+            &mut orphan,
+        )
+        .await
+        .unwrap();
+    assert!(orphan.is_none());
+    r.cancel.cancel();
+    seen("orphan dropped").await;
+    assert_eq!(*log.borrow(), ["live settled", "held settled", "orphan dropped"]);
+}
+
 /// Issues a token bound to `client` (`?client_id=`).
 async fn token_for(r: &Running, client: &str) -> String {
     issue(r, "s3cret", &format!("?client_id={client}")).await
