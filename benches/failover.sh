@@ -36,22 +36,10 @@ echo "== building ($PROFILE)" >&2
   && cargo build --profile "$PROFILE" -q -p nanobot-gateway --example bench_mock_llm --example bench_failover)
 
 echo "== nats-server" >&2
-NATS_PORT=$(free_port)
-rm -rf "$OUT/failover-nats-store"
-nats-server -js -sd "$OUT/failover-nats-store" -a 127.0.0.1 -p "$NATS_PORT" --user bench --pass bench-pw \
-  > "$OUT/failover-nats.log" 2>&1 &
-PIDS+=($!)
-$UTIL wait "127.0.0.1:$NATS_PORT" 30
-NATS=nats://bench:bench-pw@127.0.0.1:$NATS_PORT
+start_nats failover-nats
 
 echo "== mock LLM (${DELAY_MS} ms per call)" >&2
-MOCK_IN=$OUT/failover-mock.stdin
-rm -f "$MOCK_IN" "$OUT/failover-mock.url"; mkfifo "$MOCK_IN"
-BENCH_MOCK_DELAY_MS=$DELAY_MS "$BIN/examples/bench_mock_llm" < "$MOCK_IN" > "$OUT/failover-mock.url" &
-PIDS+=($!)
-exec 3> "$MOCK_IN"
-for _ in $(seq 100); do [ -s "$OUT/failover-mock.url" ] && break; sleep 0.05; done
-BASE=$(head -1 "$OUT/failover-mock.url")
+start_mock failover-mock
 
 # run_case NAME MODE TIMINGS: a fresh home, three replicas on it (TIMINGS: extra keys of gateway.bus.nats), the
 # load of MODE, one replica killed.

@@ -51,21 +51,10 @@ echo "== building ($PROFILE)" >&2
   && cargo build --profile "$PROFILE" -q -p nanobot-gateway -p nanobot-bus-nats --examples)
 
 echo "== nats-server" >&2
-NATS_PORT=$(free_port)
-rm -rf "$OUT/nats-store"
-nats-server -js -sd "$OUT/nats-store" -a 127.0.0.1 -p "$NATS_PORT" --user bench --pass bench-pw > "$OUT/nats.log" 2>&1 &
-PIDS+=($!)
-$UTIL wait "127.0.0.1:$NATS_PORT" 30
-NATS=nats://bench:bench-pw@127.0.0.1:$NATS_PORT   # a server with a user: an open one is refused
+start_nats nats   # a server with a user: an open one is refused
 
 echo "== mock LLM (${DELAY_MS} ms per call)" >&2
-MOCK_IN=$OUT/replicas-mock.stdin
-rm -f "$MOCK_IN" "$OUT/replicas-mock.url"; mkfifo "$MOCK_IN"
-BENCH_MOCK_DELAY_MS=$DELAY_MS "$BIN/examples/bench_mock_llm" < "$MOCK_IN" > "$OUT/replicas-mock.url" &
-PIDS+=($!)
-exec 3> "$MOCK_IN"
-for _ in $(seq 100); do [ -s "$OUT/replicas-mock.url" ] && break; sleep 0.05; done
-BASE=$(head -1 "$OUT/replicas-mock.url")
+start_mock replicas-mock
 
 echo "== bus latency" >&2
 "$BIN/examples/bench_bus" "$NATS" 2000 | while read -r line; do record bus "$line"; done

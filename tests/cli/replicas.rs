@@ -518,19 +518,7 @@ async fn the_websocket_channel_fails_over_without_repeats() -> Result<()> {
     mock.when_last_user_contains("ws hello", MockReply::text("hello answer"));
     mock.when_last_user_contains("ws after", MockReply::text("after answer"));
     let home = onboarded(&mock);
-    let mut base = base_config(&home, &nats, &emu)?;
-    base["channels"]["telegram"]["enabled"] = false.into();
-    let port = free_port()?;
-    base["channels"]["websocket"] = json!({
-        "enabled": true, "host": "127.0.0.1", "port": port, "token": "ws-token"
-    });
-    let mut replicas = vec![
-        Replica::start(&home, &base, "a")?,
-        Replica::start(&home, &base, "b")?,
-    ];
-    for r in &replicas {
-        r.ready().await?;
-    }
+    let (mut replicas, port) = websocket_replicas(&home, &nats, &emu).await?;
     let client = reqwest::Client::new();
 
     // Three chats, answered before anything dies: one answer per question.
@@ -682,6 +670,28 @@ async fn the_websocket_channel_fails_over_without_repeats() -> Result<()> {
     Ok(())
 }
 
+/// Two replicas on `home` whose one channel is the websocket (on the port returned), both ready.
+async fn websocket_replicas(
+    home: &TempHome,
+    nats: &NatsServer,
+    emu: &Emulator,
+) -> Result<(Vec<Replica>, u16)> {
+    let mut base = base_config(home, nats, emu)?;
+    base["channels"]["telegram"]["enabled"] = false.into();
+    let port = free_port()?;
+    base["channels"]["websocket"] = json!({
+        "enabled": true, "host": "127.0.0.1", "port": port, "token": "ws-token"
+    });
+    let replicas = vec![
+        Replica::start(home, &base, "a")?,
+        Replica::start(home, &base, "b")?,
+    ];
+    for r in &replicas {
+        r.ready().await?;
+    }
+    Ok((replicas, port))
+}
+
 /// The outbound messages of `channel` taken by its holder and not yet acknowledged (sent), and those waiting.
 async fn outbound_in_flight(nats: &NatsServer, channel: &str) -> Result<(usize, u64)> {
     let js = async_nats::jetstream::new(nats.client().await?);
@@ -714,19 +724,7 @@ async fn an_answer_held_for_an_absent_client_survives_the_death_of_its_holder() 
     );
     mock.when_last_user_contains("ws back", MockReply::text("back answer"));
     let home = onboarded(&mock);
-    let mut base = base_config(&home, &nats, &emu)?;
-    base["channels"]["telegram"]["enabled"] = false.into();
-    let port = free_port()?;
-    base["channels"]["websocket"] = json!({
-        "enabled": true, "host": "127.0.0.1", "port": port, "token": "ws-token"
-    });
-    let mut replicas = vec![
-        Replica::start(&home, &base, "a")?,
-        Replica::start(&home, &base, "b")?,
-    ];
-    for r in &replicas {
-        r.ready().await?;
-    }
+    let (mut replicas, port) = websocket_replicas(&home, &nats, &emu).await?;
     let client = reqwest::Client::new();
     let mut ws = ws_connect(port).await?;
     let chat = ws_event(&mut ws).await?["chat_id"]

@@ -266,6 +266,12 @@ fn jwt(
     Ok(format!("{signed}.{}", b64(&signature)))
 }
 
+/// The JWT of `user` (`name`), signed by `account`, with no limits.
+fn user_jwt(account: &nkeys::KeyPair, user: &nkeys::KeyPair, name: &str) -> Result<String> {
+    let unlimited = serde_json::json!({"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1});
+    jwt(account, &user.public_key(), name, "user", unlimited)
+}
+
 /// A `.creds` file as `nsc generate creds` writes it: the user's JWT and NKey seed.
 fn creds(jwt: &str, seed: &str) -> String {
     format!(
@@ -305,13 +311,7 @@ async fn a_creds_file_lets_the_bus_into_an_operator_mode_server_and_a_stranger_i
             "conn": -1, "leaf": -1, "mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1
         }}),
     )?;
-    let user_jwt = jwt(
-        &account,
-        &user.public_key(),
-        "replica",
-        "user",
-        serde_json::json!({"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1}),
-    )?;
+    let replica_jwt = user_jwt(&account, &user, "replica")?;
     // JetStream in operator mode needs the server's system account.
     let system = nkeys::KeyPair::new_account();
     let system_jwt = jwt(
@@ -332,7 +332,7 @@ async fn a_creds_file_lets_the_bus_into_an_operator_mode_server_and_a_stranger_i
     };
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("replica.creds");
-    std::fs::write(&file, creds(&user_jwt, &user.seed()?))?;
+    std::fs::write(&file, creds(&replica_jwt, &user.seed()?))?;
     let mut s = settings(&server);
     s.creds_file = Some(file.clone());
     let bus = NatsBus::connect(s.clone()).await?;
@@ -342,13 +342,7 @@ async fn a_creds_file_lets_the_bus_into_an_operator_mode_server_and_a_stranger_i
     // A user signed by an account this server does not know (another operator's): turned away, by name.
     let stranger_account = nkeys::KeyPair::new_account();
     let stranger = nkeys::KeyPair::new_user();
-    let stranger_jwt = jwt(
-        &stranger_account,
-        &stranger.public_key(),
-        "stranger",
-        "user",
-        serde_json::json!({"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1}),
-    )?;
+    let stranger_jwt = user_jwt(&stranger_account, &stranger, "stranger")?;
     let other = dir.path().join("stranger.creds");
     std::fs::write(&other, creds(&stranger_jwt, &stranger.seed()?))?;
     s.creds_file = Some(other);

@@ -112,6 +112,17 @@ impl WebUiStore for FakeStore {
     }
 }
 
+/// Returns once the channel has no connection left (a closed one is gone), within the guard.
+async fn no_connections(r: &Running) {
+    tokio::time::timeout(GUARD, async {
+        while r.channel.connections() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the closed connection is gone");
+}
+
 async fn start(block: Value) -> Running {
     let mut block = block;
     block["port"] = json!(0);
@@ -402,13 +413,7 @@ async fn answers_for_a_chat_with_no_connection_wait_for_its_next_one() {
     assert_ne!(id(&first), id(&second));
 
     a.close(None).await.unwrap();
-    tokio::time::timeout(GUARD, async {
-        while r.channel.connections() > 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the closed connection is gone");
+    no_connections(&r).await;
     let mut progress = OutboundMessage::reply("websocket", &chat, "thinking");
     progress.kind = OutboundKind::Progress;
     let mut delta = OutboundMessage::reply("websocket", &chat, "ans");
@@ -530,13 +535,7 @@ async fn a_held_answer_is_settled_once_sent_and_handed_back_when_the_channel_sto
     live.expect("left").settle(nanobot_bus::Settlement::Done).await;
 
     a.close(None).await.unwrap();
-    tokio::time::timeout(GUARD, async {
-        while r.channel.connections() > 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the closed connection is gone");
+    no_connections(&r).await;
     let mut held = receipt("held");
     r.channel
         .send_receipted(&OutboundMessage::reply("websocket", &chat, "later"), &mut held)
@@ -556,13 +555,7 @@ async fn a_held_answer_is_settled_once_sent_and_handed_back_when_the_channel_sto
     seen("held settled").await;
 
     a2.close(None).await.unwrap();
-    tokio::time::timeout(GUARD, async {
-        while r.channel.connections() > 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the closed connection is gone");
+    no_connections(&r).await;
     let mut orphan = receipt("orphan");
     r.channel
         .send_receipted(
