@@ -7,11 +7,16 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::{MAX_PER_SESSION, PARKED_FOR};
+/// How long an unanswered request can still be approved with `/approve ID`, and how long such an approval
+/// waits for the call to come again.
+pub const PARKED_FOR: Duration = Duration::from_secs(600);
+
+/// At most this many parked requests and grants are kept per session (the oldest go first).
+const MAX_PER_SESSION: usize = 32;
 
 /// The folder of the books, in the data directory and in a shared store.
 pub(crate) const BOOKS_DIR: &str = "approvals";

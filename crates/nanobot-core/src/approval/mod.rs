@@ -40,14 +40,8 @@ use crate::hook::{AgentHook, ToolBatch, Veto};
 mod book;
 
 pub(crate) use book::Books;
+pub use book::PARKED_FOR;
 use book::{Grant, Parked};
-
-/// How long an unanswered request can still be approved with `/approve ID`, and how long such an approval
-/// waits for the call to come again.
-pub const PARKED_FOR: Duration = Duration::from_secs(600);
-
-/// At most this many parked requests and grants are kept per session (the oldest go first).
-const MAX_PER_SESSION: usize = 32;
 
 /// The longest command or path shown in a question.
 const MAX_SHOWN: usize = 1000;
