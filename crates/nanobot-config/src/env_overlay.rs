@@ -1,15 +1,18 @@
-//! `NANOBOT_…__…` environment overrides, applied to the canonical (camelCase) JSON of the file's config.
+//! `NANOBOT_…__…` environment overrides, read against the canonical (camelCase) JSON of the file's config: each
+//! variable becomes a small document of its own, and figment layers them (`layers`).
 //!
 //! Each name is split at `__`, each level camelized and matched against the existing keys ignoring case and `_`
 //! (so `NANOBOT_PROVIDERS__AZURE_OPENAI__API_KEY` reaches `providers.azureOpenai.apiKey`). The value is read as
 //! the type already at that place: text for strings, `true`/`false` for booleans, a number for numbers, JSON for
-//! lists and objects (objects are merged). Where nothing is there yet, JSON lists/objects are parsed and
+//! lists and objects (an object is merged into what is there, by figment). Where nothing is there yet, JSON lists/objects are parsed and
 //! anything else is text.
+
+use std::borrow::Cow;
 
 use nanobot_util::EnvMap;
 use serde_json::{Map, Value};
 
-use crate::doc::{JsonPath, camelize, find_key, get, join};
+use crate::doc::{JsonPath, Seg, camelize, find_key, join};
 use crate::env_vars::{NESTED_DELIMITER, PREFIX, RESERVED};
 use crate::{ConfigError, McpServerConfig, ProviderConfig};
 
@@ -20,7 +23,8 @@ pub(crate) struct EnvSet {
     pub(crate) var: String,
     /// The value before the override (`None` = the key did not exist).
     pub(crate) before: Option<Value>,
-    /// The value the override produced.
+    /// The value the override produced: as read, then as typed in the final config (`record_typed`), so a
+    /// save recognises it unchanged.
     pub(crate) after: Value,
 }
 
@@ -29,7 +33,7 @@ pub(crate) struct EnvSet {
 pub(crate) struct Overlay {
     pub(crate) sets: Vec<EnvSet>,
     /// Objects created only to hold an override (a provider that exists only in the environment), with their
-    /// value once every override was applied.
+    /// value in the final config once typed (`Null` until then).
     pub(crate) created: Vec<(JsonPath, Value)>,
     /// Variables whose name could not be used.
     pub(crate) ignored: Vec<(String, String)>,
@@ -58,13 +62,25 @@ pub(crate) fn is_override(name: &str) -> bool {
     upper.len() > PREFIX.len() && upper.starts_with(PREFIX) && !RESERVED.contains(&upper.as_str())
 }
 
-/// Applies every override in `env` to `root` (the canonical JSON of the config: the file over the defaults),
-/// typing each value by the key it lands on. A key that `file` (the file's own JSON, any spelling) sets is left
-/// alone and the variable recorded as shadowed: the file wins over the environment, as in nanobot 0.3.5. An
-/// object-valued variable only fills the keys the file leaves out.
-pub(crate) fn apply(root: &mut Value, env: &EnvMap, file: &Value) -> Result<Overlay, ConfigError> {
+/// One variable's override: the variable and the document it sets (a single key, with its parents).
+#[derive(Debug, Clone)]
+pub(crate) struct VarDoc {
+    pub(crate) var: String,
+    pub(crate) doc: Value,
+}
+
+/// Reads every override in `env` against `target` (the canonical JSON of the config: the file typed over the
+/// defaults, only read), typing each value by the key it lands on, and returns what each variable sets as a
+/// document of its own: figment merges them (`layers`), nothing here does. A key that `file` (the file's own
+/// JSON, any spelling) sets is left out and the variable recorded as shadowed: the file wins over the
+/// environment, as in nanobot 0.3.5. An object-valued variable only fills the keys the file leaves out.
+pub(crate) fn read(
+    env: &EnvMap,
+    target: &Value,
+    file: &Value,
+) -> Result<(Overlay, Vec<VarDoc>), ConfigError> {
     let mut overlay = Overlay::default();
-    let mut created_paths: Vec<JsonPath> = Vec::new();
+    let mut docs = Vec::new();
     for (name, raw) in env.iter().filter(|(k, _)| is_override(k)) {
         let rest = &name[PREFIX.len()..];
         let segments: Vec<String> = rest
@@ -78,28 +94,43 @@ pub(crate) fn apply(root: &mut Value, env: &EnvMap, file: &Value) -> Result<Over
             ));
             continue;
         }
-        apply_one(root, file, name, raw, &segments, &mut overlay, &mut created_paths)?;
-    }
-    for path in created_paths {
-        if let Some(v) = get(root, &path) {
-            overlay.created.push((path, v.clone()));
+        if let Some(doc) = read_one(target, file, name, raw, &segments, &mut overlay)? {
+            docs.push(VarDoc {
+                var: name.to_owned(),
+                doc,
+            });
         }
     }
-    Ok(overlay)
+    Ok((overlay, docs))
 }
 
-fn apply_one(
-    root: &mut Value,
+/// The child `key` of `cur`, borrowed from the target where the target has it.
+fn child<'a>(cur: Cow<'a, Value>, key: &str) -> Option<Cow<'a, Value>> {
+    match cur {
+        Cow::Borrowed(v) => v.get(key).map(Cow::Borrowed),
+        Cow::Owned(mut v) => v.as_object_mut()?.shift_remove(key).map(Cow::Owned),
+    }
+}
+
+/// One variable: the document it sets, or `None` when the file shadows it.
+fn read_one(
+    target: &Value,
     file: &Value,
     var: &str,
     raw: &str,
     segments: &[String],
     overlay: &mut Overlay,
-    created: &mut Vec<JsonPath>,
-) -> Result<(), ConfigError> {
+) -> Result<Option<Value>, ConfigError> {
     let origin = || format!("environment variable {var}");
+    let not_an_object = |field: String| ConfigError::InvalidValue {
+        field,
+        origin: origin(),
+        message: "is not an object, so it has no keys to set".into(),
+        source: None,
+    };
     let mut path = JsonPath::default();
-    let mut cur = root;
+    // The same place in the target (or, past its end, in the typed entry a new map entry starts from).
+    let mut cur = Cow::Borrowed(target);
     // The same place in the file's own JSON, while the file has it.
     let mut in_file = Some(file);
     let (last, parents) = segments.split_last().ok_or_else(|| ConfigError::InvalidValue {
@@ -110,36 +141,32 @@ fn apply_one(
     })?;
     for seg in parents {
         let parent_field = path.to_string();
-        let obj = cur.as_object_mut().ok_or_else(|| ConfigError::InvalidValue {
-            field: parent_field.clone(),
-            origin: origin(),
-            message: "is not an object, so it has no keys to set".into(),
-            source: None,
-        })?;
-        let key = match find_key(obj, seg) {
-            Some(k) => k,
+        let obj = cur
+            .as_object()
+            .ok_or_else(|| not_an_object(parent_field.clone()))?;
+        let (key, next) = match find_key(obj, seg) {
+            Some(k) => {
+                let next = child(cur, &k);
+                (k, next)
+            }
             None => {
-                obj.insert(seg.clone(), new_entry(&parent_field));
-                created.push(path.child_key(seg));
-                seg.clone()
+                let created = path.child_key(seg);
+                if !overlay.created.iter().any(|(p, _)| *p == created) {
+                    overlay.created.push((created, Value::Null));
+                }
+                (seg.clone(), Some(Cow::Owned(new_entry(&parent_field))))
             }
         };
         in_file = in_file
             .and_then(Value::as_object)
             .and_then(|o| find_key(o, &key).and_then(|k| o.get(&k)));
         path = path.child_key(&key);
-        cur = match obj.get_mut(&key) {
-            Some(v) => v,
-            None => return Ok(()),
-        };
+        cur = next.unwrap_or(Cow::Owned(Value::Null));
     }
     let field_prefix = path.to_string();
-    let obj = cur.as_object_mut().ok_or_else(|| ConfigError::InvalidValue {
-        field: field_prefix.clone(),
-        origin: origin(),
-        message: "is not an object, so it has no keys to set".into(),
-        source: None,
-    })?;
+    let obj = cur
+        .as_object()
+        .ok_or_else(|| not_an_object(field_prefix.clone()))?;
     let key = find_key(obj, last).unwrap_or_else(|| last.clone());
     let field = join(&field_prefix, &key);
     let before = obj.get(&key).cloned();
@@ -149,6 +176,7 @@ fn apply_one(
         message,
         source: None,
     })?;
+    let value = spelled_like(value, before.as_ref());
     let file_value = in_file
         .and_then(Value::as_object)
         .and_then(|o| find_key(o, &key).and_then(|k| o.get(&k)));
@@ -158,30 +186,27 @@ fn apply_one(
             without_keys_of(&mut v, f);
             if v.is_empty() {
                 overlay.shadowed.push((var.to_owned(), field));
-                return Ok(());
+                return Ok(None);
             }
             Value::Object(v)
         }
         (Some(_), _) => {
             overlay.shadowed.push((var.to_owned(), field));
-            return Ok(());
+            return Ok(None);
         }
     };
-    let after = match (before.clone(), value) {
-        (Some(Value::Object(mut old)), Value::Object(new)) => {
-            deep_merge(&mut old, new);
-            Value::Object(old)
-        }
-        (_, v) => v,
-    };
-    obj.insert(key.clone(), after.clone());
+    let path = path.child_key(&key);
+    let doc = path.0.iter().rev().fold(value.clone(), |inner, seg| match seg {
+        Seg::Key(k) => Value::Object(Map::from_iter([(k.clone(), inner)])),
+        Seg::Index(_) => inner,
+    });
     overlay.sets.push(EnvSet {
-        path: path.child_key(&key),
+        path,
         var: var.to_owned(),
         before,
-        after,
+        after: value,
     });
-    Ok(())
+    Ok(Some(doc))
 }
 
 /// A new entry of the object at `parent`: a typed default for the maps of typed entries, else `{}`.
@@ -266,16 +291,20 @@ fn without_keys_of(value: &mut Map<String, Value>, file: &Map<String, Value>) {
     }
 }
 
-/// Merges `new` into `old`: objects key by key (matching spellings), everything else replaced.
-fn deep_merge(old: &mut Map<String, Value>, new: Map<String, Value>) {
-    for (k, v) in new {
-        let key = find_key(old, &camelize(&k)).unwrap_or(k);
-        match (old.get_mut(&key), v) {
-            (Some(Value::Object(o)), Value::Object(n)) => deep_merge(o, n),
-            (_, v) => {
-                old.insert(key, v);
-            }
-        }
+/// `value` with the keys of its objects spelled as in `like` where `like` has them (`allow_from` given for an
+/// existing `allowFrom` becomes `allowFrom`), so figment's merge meets them as one key.
+fn spelled_like(value: Value, like: Option<&Value>) -> Value {
+    match (value, like) {
+        (Value::Object(v), Some(Value::Object(l))) => Value::Object(
+            v.into_iter()
+                .map(|(k, inner)| {
+                    let key = find_key(l, &camelize(&k)).unwrap_or(k);
+                    let inner = spelled_like(inner, l.get(&key));
+                    (key, inner)
+                })
+                .collect(),
+        ),
+        (v, _) => v,
     }
 }
 
@@ -288,12 +317,16 @@ mod tests {
         pairs.iter().copied().collect()
     }
 
+    /// The variables' documents, by variable.
+    fn docs(d: &[VarDoc]) -> Vec<(&str, &Value)> {
+        d.iter().map(|d| (d.var.as_str(), &d.doc)).collect()
+    }
+
     #[test]
-    fn typed_by_the_existing_value() {
-        let mut v = json!({"agents": {"defaults": {"model": "a", "maxTokens": 1, "temperature": 0.1}},
+    fn typed_by_the_existing_value_each_variable_a_document_of_its_own() {
+        let target = json!({"agents": {"defaults": {"model": "a", "maxTokens": 1, "temperature": 0.1}},
                            "channels": {"sendProgress": true, "telegram": {"allowFrom": []}}});
-        let o = apply(
-            &mut v,
+        let (o, d) = read(
             &env(&[
                 ("NANOBOT_AGENTS__DEFAULTS__MODEL", "123"),
                 ("NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS", "4096"),
@@ -303,13 +336,34 @@ mod tests {
                 ("NANOBOT_LOG", "debug"),
                 ("OTHER", "x"),
             ]),
+            &target,
             &json!({}),
         )
         .unwrap();
         assert_eq!(
-            v,
-            json!({"agents": {"defaults": {"model": "123", "maxTokens": 4096, "temperature": 1.0}},
-                   "channels": {"sendProgress": false, "telegram": {"allowFrom": ["42"]}}})
+            docs(&d),
+            [
+                (
+                    "NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS",
+                    &json!({"agents": {"defaults": {"maxTokens": 4096}}})
+                ),
+                (
+                    "NANOBOT_AGENTS__DEFAULTS__MODEL",
+                    &json!({"agents": {"defaults": {"model": "123"}}})
+                ),
+                (
+                    "NANOBOT_AGENTS__DEFAULTS__TEMPERATURE",
+                    &json!({"agents": {"defaults": {"temperature": 1.0}}})
+                ),
+                (
+                    "NANOBOT_CHANNELS__SEND_PROGRESS",
+                    &json!({"channels": {"sendProgress": false}})
+                ),
+                (
+                    "nanobot_channels__telegram__allow_from",
+                    &json!({"channels": {"telegram": {"allowFrom": ["42"]}}})
+                ),
+            ]
         );
         assert_eq!(o.sets.len(), 5);
         assert_eq!(
@@ -319,25 +373,39 @@ mod tests {
     }
 
     #[test]
-    fn new_provider_gets_a_typed_entry_and_is_recorded_as_created() {
-        let mut v = json!({"providers": {}});
-        let o = apply(
-            &mut v,
-            &env(&[("NANOBOT_PROVIDERS__MY_LLM__API_KEY", "12345")]),
+    fn a_new_map_entry_is_typed_by_its_kind_and_recorded_as_created_once() {
+        let target = json!({"providers": {}});
+        let (o, d) = read(
+            &env(&[
+                ("NANOBOT_PROVIDERS__MY_LLM__API_KEY", "12345"),
+                ("NANOBOT_PROVIDERS__MY_LLM__EXTRA_HEADERS", r#"{"x-a": "b"}"#),
+            ]),
+            &target,
             &json!({}),
         )
         .unwrap();
-        assert_eq!(v["providers"]["myLlm"]["apiKey"], json!("12345"));
-        assert_eq!(v["providers"]["myLlm"]["apiType"], json!("auto"));
+        assert_eq!(
+            docs(&d),
+            [
+                (
+                    "NANOBOT_PROVIDERS__MY_LLM__API_KEY",
+                    &json!({"providers": {"myLlm": {"apiKey": "12345"}}})
+                ),
+                (
+                    "NANOBOT_PROVIDERS__MY_LLM__EXTRA_HEADERS",
+                    &json!({"providers": {"myLlm": {"extraHeaders": {"x-a": "b"}}}})
+                ),
+            ]
+        );
         assert_eq!(o.created.len(), 1);
     }
 
     #[test]
     fn bad_values_name_the_variable_not_the_value() {
-        let mut v = json!({"gateway": {"port": 1}});
-        let err = apply(
-            &mut v,
+        let target = json!({"gateway": {"port": 1}});
+        let err = read(
             &env(&[("NANOBOT_GATEWAY__PORT", "secret-ish")]),
+            &target,
             &json!({}),
         )
         .unwrap_err()
@@ -347,30 +415,47 @@ mod tests {
             "{err}"
         );
         assert!(!err.contains("secret-ish"), "{err}");
+        let err = read(&env(&[("NANOBOT_GATEWAY__PORT__X", "1")]), &target, &json!({}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("gateway.port") && err.contains("not an object"),
+            "{err}"
+        );
     }
 
     #[test]
-    fn the_file_wins_and_object_values_fill_only_what_it_leaves_out() {
-        let mut v = json!({"agents": {"defaults": {"model": "file-model", "maxTokens": 8192}},
-                           "channels": {"telegram": {"enabled": false, "token": "t"}}});
+    fn the_file_wins_and_object_values_fill_only_what_it_leaves_out_in_its_spelling() {
+        let target = json!({"agents": {"defaults": {"model": "file-model", "maxTokens": 8192}},
+                           "channels": {"telegram": {"enabled": false, "token": "t", "allowFrom": []}}});
         let file = json!({"agents": {"defaults": {"model": "file-model"}},
                           "channels": {"telegram": {"token": "t"}}});
-        let o = apply(
-            &mut v,
+        let (o, d) = read(
             &env(&[
                 ("NANOBOT_AGENTS__DEFAULTS__MODEL", "env-model"),
                 ("NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS", "1234"),
                 (
                     "NANOBOT_CHANNELS__TELEGRAM",
-                    r#"{"enabled": true, "token": "env-token"}"#,
+                    r#"{"enabled": true, "token": "env-token", "allow_from": ["7"]}"#,
                 ),
             ]),
+            &target,
             &file,
         )
         .unwrap();
-        assert_eq!(v["agents"]["defaults"]["model"], json!("file-model"));
-        assert_eq!(v["agents"]["defaults"]["maxTokens"], json!(1234));
-        assert_eq!(v["channels"]["telegram"], json!({"enabled": true, "token": "t"}));
+        assert_eq!(
+            docs(&d),
+            [
+                (
+                    "NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS",
+                    &json!({"agents": {"defaults": {"maxTokens": 1234}}})
+                ),
+                (
+                    "NANOBOT_CHANNELS__TELEGRAM",
+                    &json!({"channels": {"telegram": {"enabled": true, "allowFrom": ["7"]}}})
+                ),
+            ]
+        );
         assert_eq!(
             o.shadowed,
             [(

@@ -2,8 +2,9 @@
 //! precedence of nanobot 0.3.5 (pydantic-settings gives the values a file passes in priority over the
 //! environment; the environment fills what the file leaves out).
 //!
-//! Two custom [`Provider`]s answer figment's two limits for us:
-//! - [`EnvLayer`] reads an environment *map* handed in by the caller, never the process environment;
+//! Our own [`Provider`]s answer figment's two limits for us:
+//! - [`EnvLayer`] reads an environment *map* handed in by the caller, never the process environment, one
+//!   layer per variable (so figment's metadata names the variable behind a bad value);
 //! - it types each value by the key it lands on (`"4096"` for `maxTokens` is a number, an all-digit API key
 //!   stays a string) instead of guessing from the text.
 //!
@@ -18,12 +19,12 @@ use figment::{Figment, Metadata, Profile, Provider};
 use nanobot_util::EnvMap;
 use serde_json::{Map, Value};
 
-use crate::doc::{JsonPath, Seg, find_key, get};
-use crate::env_overlay::{self, Overlay};
+use crate::doc::{find_key, get};
+use crate::env_overlay::{self, Overlay, VarDoc};
 use crate::{Config, ConfigError};
 
-/// The name of the environment layer in figment's metadata.
-pub(crate) const ENV_LAYER: &str = "NANOBOT_ environment variables";
+/// How a variable's layer is named in figment's metadata, before the variable's name.
+const ENV_VAR: &str = "environment variable";
 /// The name of the defaults layer.
 const DEFAULTS_LAYER: &str = "built-in defaults";
 
@@ -43,11 +44,25 @@ impl Provider for JsonLayer {
     }
 }
 
-/// The `NANOBOT_…__…` variables of an environment map as a figment layer: each value typed by the key it lands
-/// on in the target document (the file over the defaults), keys the file sets left out.
+/// The `NANOBOT_…__…` variables of an environment map as figment layers, one per variable (named after it in
+/// figment's metadata), each value typed by the key it lands on in the target document (the file over the
+/// defaults), keys the file sets left out.
 pub(crate) struct EnvLayer {
     overlay: Overlay,
-    doc: Value,
+    vars: Vec<VarLayer>,
+}
+
+/// One variable's document as a figment layer.
+struct VarLayer(VarDoc);
+
+impl Provider for VarLayer {
+    fn metadata(&self) -> Metadata {
+        Metadata::named(format!("{ENV_VAR} {}", self.0.var))
+    }
+
+    fn data(&self) -> Result<FigmentMap<Profile, Dict>, figment::Error> {
+        to_dict(&self.0.doc)
+    }
 }
 
 impl EnvLayer {
@@ -55,25 +70,11 @@ impl EnvLayer {
     /// out every key `file` (the file's own JSON) sets. Fails on a value that does not fit its key, naming the
     /// variable and the field, never the value.
     pub(crate) fn new(env: &EnvMap, target: &Value, file: &Value) -> Result<Self, ConfigError> {
-        let mut applied = target.clone();
-        let overlay = env_overlay::apply(&mut applied, env, file)?;
-        let mut doc = Value::Object(Map::new());
-        for (path, _) in &overlay.created {
-            if let Some(v) = get(&applied, path) {
-                insert_path(&mut doc, path, v.clone());
-            }
-        }
-        for set in &overlay.sets {
-            if let Some(v) = get(&applied, &set.path) {
-                insert_path(&mut doc, &set.path, v.clone());
-            }
-        }
-        Ok(Self { overlay, doc })
-    }
-
-    /// The variable that set `field` or one of its parents, if any.
-    pub(crate) fn var_for(&self, field: &str) -> Option<&str> {
-        self.overlay.var_for(field)
+        let (overlay, docs) = env_overlay::read(env, target, file)?;
+        Ok(Self {
+            overlay,
+            vars: docs.into_iter().map(VarLayer).collect(),
+        })
     }
 
     /// Records the overrides as they look once typed (`typed` is the final config's JSON), so a save
@@ -97,25 +98,18 @@ impl EnvLayer {
     }
 }
 
-impl Provider for EnvLayer {
-    fn metadata(&self) -> Metadata {
-        Metadata::named(ENV_LAYER)
-    }
-
-    fn data(&self) -> Result<FigmentMap<Profile, Dict>, figment::Error> {
-        to_dict(&self.doc)
-    }
-}
-
-/// The three layers, lowest first. `file` is the canonical JSON restricted to the keys the file sets.
+/// The layers, lowest first: the defaults, each variable, the file. `file` is the canonical JSON restricted to
+/// the keys the file sets. figment merges them (objects key by key, anything else replaced), once.
 pub(crate) fn figment(env: &EnvLayer, file: Value, path: &Path) -> Result<Figment, ConfigError> {
     let defaults = serde_json::to_value(Config::default()).map_err(ConfigError::Serialize)?;
-    Ok(Figment::from(JsonLayer {
-        metadata: Metadata::named(DEFAULTS_LAYER),
-        doc: defaults,
-    })
-    .merge(env)
-    .merge(JsonLayer {
+    let layered = env.vars.iter().fold(
+        Figment::from(JsonLayer {
+            metadata: Metadata::named(DEFAULTS_LAYER),
+            doc: defaults,
+        }),
+        Figment::merge,
+    );
+    Ok(layered.merge(JsonLayer {
         metadata: Metadata::from(
             path.display().to_string(),
             figment::Source::File(path.to_path_buf()),
@@ -132,17 +126,24 @@ pub(crate) fn merged(figment: &Figment, like: &Value) -> Result<Value, ConfigErr
         origin: e
             .metadata
             .as_ref()
-            .map_or_else(|| ENV_LAYER.to_owned(), |m| m.name.to_string()),
+            .map_or_else(|| ENV_VAR.to_owned(), |m| m.name.to_string()),
         message: e.kind.to_string(),
         source: None,
     })?;
     Ok(reorder_like(v, like))
 }
 
-/// Whether `field` (dotted, as typing errors name it) came from the environment layer.
-pub(crate) fn from_env(figment: &Figment, field: &str) -> bool {
+/// The variable `field` (dotted, as typing errors name it) came from, as `environment variable NAME`, if it came
+/// from one.
+pub(crate) fn env_origin(figment: &Figment, field: &str) -> Option<String> {
     let key = field.split('[').next().unwrap_or(field);
-    !key.is_empty() && figment.find_metadata(key).is_some_and(|m| m.name == ENV_LAYER)
+    if key.is_empty() {
+        return None;
+    }
+    figment
+        .find_metadata(key)
+        .map(|m| m.name.to_string())
+        .filter(|name| name.starts_with(ENV_VAR))
 }
 
 /// The keys of `canonical` (the file typed over the defaults, canonical spellings) that the file's own JSON
@@ -187,22 +188,6 @@ fn reorder_like(v: Value, like: &Value) -> Value {
                 .collect(),
         ),
         (v, _) => v,
-    }
-}
-
-/// Sets `path` in `doc`, creating the objects on the way.
-fn insert_path(doc: &mut Value, path: &JsonPath, value: Value) {
-    let Some((Seg::Key(last), parents)) = path.0.split_last() else {
-        return;
-    };
-    let mut cur = doc;
-    for seg in parents {
-        let Seg::Key(k) = seg else { return };
-        let Some(obj) = cur.as_object_mut() else { return };
-        cur = obj.entry(k.clone()).or_insert_with(|| Value::Object(Map::new()));
-    }
-    if let Some(obj) = cur.as_object_mut() {
-        obj.insert(last.clone(), value);
     }
 }
 

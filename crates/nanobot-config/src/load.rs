@@ -188,14 +188,7 @@ fn load_value(mut raw: Value, path: &Path, env: &EnvMap) -> Result<LoadedConfig,
     let figment = layers::figment(&env_layer, layers::restrict(&canonical, &raw), path)?;
     let merged = layers::merged(&figment, &canonical)?;
     let config: Config = typed(&merged, |field| {
-        if layers::from_env(&figment, field) {
-            match env_layer.var_for(field) {
-                Some(var) => format!("environment variable {var}"),
-                None => layers::ENV_LAYER.to_owned(),
-            }
-        } else {
-            file_origin.clone()
-        }
+        layers::env_origin(&figment, field).unwrap_or_else(|| file_origin.clone())
     })?;
     // Record what the overrides look like once typed, so a save recognises them unchanged.
     let typed_json = serde_json::to_value(&config).map_err(ConfigError::Serialize)?;

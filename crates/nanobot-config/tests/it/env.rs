@@ -116,6 +116,45 @@ fn env_fills_keys_the_file_leaves_out_and_adds_providers() {
 }
 
 #[test]
+fn object_variables_meet_single_keys_and_the_file_in_any_spelling_and_are_not_saved() {
+    let text = r#"{"channels": {"telegram": {"token": "file-token"}}}"#;
+    let (_dir, path) = write_config(text);
+    let loaded = load(
+        &path,
+        &env(&[
+            // One block from two variables: a JSON object in snake_case and a single key.
+            (
+                "NANOBOT_PROVIDERS__MY_LLM",
+                r#"{"api_base": "http://127.0.0.1:1/v1"}"#,
+            ),
+            ("NANOBOT_PROVIDERS__MY_LLM__API_KEY", "sk-x"),
+            // An object over a block the file sets in part: it fills only what the file leaves out.
+            (
+                "NANOBOT_CHANNELS__TELEGRAM",
+                r#"{"enabled": true, "token": "env-token", "allow_from": ["7"]}"#,
+            ),
+        ]),
+    )
+    .unwrap();
+    let c = &loaded.config;
+    let p = c.providers.get("myLlm").unwrap();
+    assert_eq!(p.api_base.as_deref(), Some("http://127.0.0.1:1/v1"));
+    assert_eq!(c.providers.first_with_key().map(|(n, _)| n), Some("myLlm"));
+    let telegram = serde_json::to_value(&c.channels).unwrap()["telegram"].clone();
+    assert_eq!(telegram["enabled"], true);
+    assert_eq!(telegram["token"], "file-token", "the file wins");
+    assert_eq!(telegram["allowFrom"], serde_json::json!(["7"]));
+    loaded.save().unwrap();
+    let saved = std::fs::read_to_string(&path).unwrap();
+    assert!(!saved.contains("sk-x") && !saved.contains("myLlm"), "{saved}");
+    assert!(
+        !saved.contains("\"7\""),
+        "the environment's list is not saved: {saved}"
+    );
+    assert_eq!(read_json(&path)["channels"]["telegram"]["token"], "file-token");
+}
+
+#[test]
 fn env_overrides_are_not_written_back_on_save() {
     let (_dir, path) = write_config(r#"{"agents": {"defaults": {"model": "file-model"}}}"#);
     let loaded = load(
