@@ -15,6 +15,9 @@
 //!   through the conversation types and the `Provider` trait in `nanobot-types`. (Tools and MCP do use an
 //!   HTTP client of their own, for `web_fetch`/`web_search` and MCP's HTTP transports.)
 //! - Nothing in the workspace reaches OpenSSL, native-tls or aws-lc: rustls with ring only.
+//! - Above all: every crate has a floor (docs/architecture.md, "Floors", which must say the same) and every edge
+//!   points to a lower floor and within the crate's narrower list, but for a short list of decided exceptions;
+//!   `crates/README.md` has a line for every crate.
 //!
 //! The layering rules are checked on the host platform's graph (`--filter-platform`), which needs only the
 //! sources a build of the tests has already fetched. The TLS rule is checked for every platform, which needs
@@ -330,4 +333,265 @@ fn rustls_with_ring_only() {
             &["openssl-sys", "openssl", "native-tls", "aws-lc-sys", "aws-lc-rs"],
         );
     }
+}
+
+/// Every crate of the workspace and its floor (docs/architecture.md, "Floors"): an edge points to a lower
+/// floor, never to an equal or higher one, except the few in [`EXCEPTIONS`]. A new crate fails the test until it
+/// is given a floor here and in the architecture page.
+const FLOORS: &[(&str, u8)] = &[
+    ("nanobot-types", 0),
+    ("nanobot-util", 0),
+    ("nanobot-logging", 0),
+    ("nanobot-config", 1),
+    ("nanobot-bus", 1),
+    ("nanobot-http", 1),
+    ("nanobot-ssrf", 1),
+    ("nanobot-bus-nats", 2),
+    ("nanobot-store-nats", 2),
+    ("nanobot-providers", 2),
+    ("nanobot-tools", 2),
+    ("nanobot-mcp", 2),
+    ("nanobot-sessions", 2),
+    ("nanobot-memory", 2),
+    ("nanobot-skills", 2),
+    ("nanobot-cron", 2),
+    ("nanobot-core", 3),
+    ("nanobot-channels", 3),
+    ("nanobot-telegram", 3),
+    ("nanobot-discord", 3),
+    ("nanobot-slack", 3),
+    ("nanobot-feishu", 3),
+    ("nanobot-dingtalk", 3),
+    ("nanobot-websocket", 3),
+    ("nanobot-email", 3),
+    ("nanobot-whatsapp", 3),
+    ("nanobot-qq", 3),
+    ("nanobot-mochat", 3),
+    ("nanobot-runtime", 4),
+    ("nanobot-gateway", 5),
+    ("nanobot-cli", 5),
+    ("nanobot", 6),
+    ("nanobot-gateway-bin", 6),
+];
+
+/// Crates whose floor allows more than they may use: the crates of ours each may depend on (the architecture's
+/// "may depend on" column). Crates not listed may use anything on a lower floor.
+const NARROWER: &[(&str, &[&str])] = &[
+    ("nanobot-util", &["nanobot-types"]),
+    ("nanobot-logging", &["nanobot-types"]),
+    ("nanobot-config", &["nanobot-util"]),
+    ("nanobot-bus", &["nanobot-types", "nanobot-util"]),
+    ("nanobot-http", &["nanobot-util"]),
+    ("nanobot-ssrf", &["nanobot-util"]),
+    ("nanobot-bus-nats", &["nanobot-bus", "nanobot-util"]),
+    ("nanobot-store-nats", &["nanobot-bus", "nanobot-util"]),
+    (
+        "nanobot-providers",
+        &["nanobot-types", "nanobot-util", "nanobot-http"],
+    ),
+    (
+        "nanobot-tools",
+        &["nanobot-types", "nanobot-util", "nanobot-ssrf"],
+    ),
+    ("nanobot-mcp", &["nanobot-types", "nanobot-util", "nanobot-tools"]),
+    ("nanobot-sessions", &["nanobot-types", "nanobot-util"]),
+    ("nanobot-memory", &["nanobot-types", "nanobot-util"]),
+    ("nanobot-skills", &["nanobot-types", "nanobot-util"]),
+    ("nanobot-cron", &["nanobot-types", "nanobot-util"]),
+    // Channels meet the agent on the bus: never core, providers or tools.
+    (
+        "nanobot-channels",
+        &["nanobot-bus", "nanobot-config", "nanobot-util", "nanobot-ssrf"],
+    ),
+];
+
+/// The edges the floors alone would refuse, each with the reason it stands. Keep this short: a new entry is a
+/// design decision, written in docs/architecture.md too.
+const EXCEPTIONS: &[(&str, &str, &str)] = &[
+    (
+        "nanobot-mcp",
+        "nanobot-tools",
+        "an MCP server's tools, prompts and resources are `Tool`s in the one registry",
+    ),
+    (
+        "nanobot-store-nats",
+        "nanobot-bus-nats",
+        "the shared files travel on the bus's authenticated connection and sealed stream",
+    ),
+    (
+        "nanobot-memory",
+        "nanobot-sessions",
+        "consolidation reads the part of a session that is not consolidated yet",
+    ),
+    (
+        "nanobot-memory",
+        "nanobot-tools",
+        "Dream edits the memory files with the built-in file tools, and memory_search is a `Tool`",
+    ),
+    (
+        "nanobot-providers",
+        "nanobot-config",
+        "the factory builds clients from config.json's provider blocks (not yet typed settings of its own)",
+    ),
+    (
+        "nanobot-telegram",
+        "nanobot-http",
+        "the webhook receiver is an HTTP listener with the shared bounds",
+    ),
+    (
+        "nanobot-cli",
+        "nanobot-gateway",
+        "`nanobot gateway` runs the daemon from the command line's library",
+    ),
+];
+
+fn floor_of(name: &str) -> Option<u8> {
+    FLOORS.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)
+}
+
+/// What the floors, the narrower lists and the exceptions make of one edge: `None` when it may stand, else why
+/// not. A channel adapter (a crate depending on `nanobot-channels`) may use its base and what the base may.
+fn refused(from: &str, to: &str, adapters: &[String]) -> Option<String> {
+    let adapter = from != "nanobot-channels" && adapters.iter().any(|a| a == from);
+    if EXCEPTIONS.iter().any(|(f, t, _)| *f == from && *t == to) || (adapter && to == "nanobot-channels") {
+        return None;
+    }
+    let (Some(ff), Some(tf)) = (floor_of(from), floor_of(to)) else {
+        return Some("a crate without a floor".into());
+    };
+    if tf >= ff {
+        return Some(format!("floor {ff} → floor {tf}: an arrow may only point down"));
+    }
+    let narrower = if adapter {
+        NARROWER.iter().find(|(n, _)| *n == "nanobot-channels")
+    } else {
+        NARROWER.iter().find(|(n, _)| *n == from)
+    };
+    match narrower {
+        Some((_, allowed)) if !allowed.contains(&to) => {
+            Some(format!("outside what {from} may use: {allowed:?}"))
+        }
+        _ => None,
+    }
+}
+
+#[test]
+fn every_crate_has_a_floor_and_every_edge_points_down() {
+    let (edges, members) = graph();
+    let adapters = channel_crates(&edges, &members);
+    let ours = |m: &str| members.contains(m);
+    let mut problems = Vec::new();
+    for m in &members {
+        if m == "nanobot-testkit" {
+            continue;
+        }
+        if floor_of(m).is_none() {
+            problems.push(format!(
+                "{m} has no floor: give it one in tests/layering.rs (FLOORS) and docs/architecture.md (Floors)"
+            ));
+        }
+    }
+    for (from, deps) in edges.iter().filter(|(f, _)| ours(f)) {
+        for to in deps.iter().filter(|d| ours(d)) {
+            if to == "nanobot-testkit" {
+                problems.push(format!(
+                    "{from} → nanobot-testkit: the test kit is a dev-dependency only"
+                ));
+                continue;
+            }
+            if from == "nanobot-testkit" {
+                continue;
+            }
+            if let Some(why) = refused(from, to, &adapters) {
+                problems.push(format!("{from} → {to}: {why}"));
+            }
+        }
+    }
+    // Every exception is an edge that exists: one the code no longer has is taken off the list.
+    for (from, to, _) in EXCEPTIONS {
+        if !edges.get(*from).is_some_and(|d| d.contains(*to)) {
+            problems.push(format!("exception {from} → {to} is no edge any more: remove it"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "the dependency graph leaves the floors of docs/architecture.md:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+/// The rule itself refuses what the architecture refuses (so the test above can fail).
+#[test]
+fn the_floor_rule_refuses_edges_up_sideways_and_outside_a_narrower_list() {
+    let adapters = vec!["nanobot-telegram".to_string(), "nanobot-channels".to_string()];
+    assert!(
+        refused("nanobot-config", "nanobot-core", &adapters).is_some(),
+        "up"
+    );
+    assert!(
+        refused("nanobot-tools", "nanobot-sessions", &adapters).is_some(),
+        "sideways"
+    );
+    assert!(
+        refused("nanobot-mcp", "nanobot-config", &adapters).is_some(),
+        "outside mcp's list"
+    );
+    assert!(
+        refused("nanobot-telegram", "nanobot-tools", &adapters).is_some(),
+        "a channel reaching tools"
+    );
+    assert!(
+        refused("nanobot-telegram", "nanobot-channels", &adapters).is_none(),
+        "its base"
+    );
+    assert!(
+        refused("nanobot-core", "nanobot-tools", &adapters).is_none(),
+        "down"
+    );
+    assert!(
+        refused("nanobot-memory", "nanobot-tools", &adapters).is_none(),
+        "a listed exception"
+    );
+    assert!(
+        refused("nanobot-new", "nanobot-util", &adapters).is_some(),
+        "no floor"
+    );
+}
+
+/// docs/architecture.md's floor table gives every crate the floor this test gives it.
+#[test]
+fn the_architecture_page_lists_every_crate_on_its_floor() {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/architecture.md"))
+        .expect("read docs/architecture.md");
+    let section = page
+        .split("\n## Floors")
+        .nth(1)
+        .expect("docs/architecture.md has a `## Floors` section");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let mut listed: BTreeMap<String, u8> = BTreeMap::new();
+    for row in section.lines().filter(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let Some(Ok(floor)) = cells.get(1).map(|c| c.parse::<u8>()) else {
+            continue;
+        };
+        for name in cells[2].split('`').skip(1).step_by(2) {
+            listed.insert(name.to_string(), floor);
+        }
+    }
+    let expected: BTreeMap<String, u8> = FLOORS.iter().map(|(n, f)| (n.to_string(), *f)).collect();
+    assert_eq!(
+        listed, expected,
+        "the Floors table of docs/architecture.md and FLOORS differ"
+    );
+
+    // crates/README.md: one line per library crate (the two programs live in bins/).
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../crates/README.md"))
+        .expect("read crates/README.md");
+    let (_, members) = graph();
+    let missing: Vec<&String> = members
+        .iter()
+        .filter(|m| !["nanobot", "nanobot-gateway-bin"].contains(&m.as_str()))
+        .filter(|m| !readme.contains(&format!("| `{m}` |")))
+        .collect();
+    assert!(missing.is_empty(), "crates/README.md has no line for {missing:?}");
 }

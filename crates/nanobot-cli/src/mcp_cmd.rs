@@ -23,7 +23,7 @@ pub(crate) fn manager(env: &CliEnv, s: &Setup) -> Result<(McpManager, Vec<String
         ssrf,
         ..McpOptions::default()
     };
-    let (m, errors) = McpManager::from_config(tools.mcp_servers.iter(), opts);
+    let (m, errors) = nanobot_runtime::mcp::mcp_manager(tools.mcp_servers.iter(), opts);
     Ok((m, errors.into_iter().map(|e| e.to_string()).collect()))
 }
 

@@ -275,7 +275,7 @@ pub(crate) fn status_text(env: &CliEnv, args: &ConfigArgs) -> Result<String, Cli
     } else {
         let _ = writeln!(out, "MCP:");
         for (name, cfg) in servers {
-            match nanobot_mcp::ServerSpec::from_config(name, cfg) {
+            match nanobot_runtime::mcp::server_spec(name, cfg) {
                 Ok(spec) => {
                     let _ = writeln!(
                         out,
@@ -452,7 +452,7 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
         ));
     }
     for (name, cfg) in &config.tools.mcp_servers {
-        match nanobot_mcp::ServerSpec::from_config(name, cfg) {
+        match nanobot_runtime::mcp::server_spec(name, cfg) {
             Ok(spec) => f.push(Finding::ok(format!(
                 "MCP server `{name}`: {} {}",
                 spec.transport.kind().as_str(),

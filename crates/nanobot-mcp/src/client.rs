@@ -1,6 +1,6 @@
 //! Opening an MCP session to one configured server and listing what it offers.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -16,7 +16,7 @@ use crate::transport::stdio::{self, StdioLaunch};
 use crate::transport::{LegacySseTransport, child_env};
 use nanobot_tools::ssrf::SsrfGuard;
 
-use crate::{McpError, ServerSpec, TransportSpec};
+use crate::{McpError, SecretMap, ServerSpec, TransportSpec};
 
 /// The client side of every session: identifies itself as nanobot and asks for nothing extra
 /// (no sampling, roots or elicitation), which keeps servers from offering tools that would
@@ -73,9 +73,9 @@ pub(crate) struct Session {
 /// Headers rmcp sets itself; user values for these would break the protocol.
 const RESERVED_HEADERS: &[&str] = &["accept", "mcp-session-id", "last-event-id", "content-type"];
 
-fn header_map(spec: &ServerSpec, headers: &BTreeMap<String, String>) -> Result<HeaderMap, McpError> {
+fn header_map(spec: &ServerSpec, headers: &SecretMap) -> Result<HeaderMap, McpError> {
     let mut map = HeaderMap::new();
-    for (k, v) in headers {
+    for (k, v) in headers.iter() {
         if RESERVED_HEADERS.contains(&k.to_ascii_lowercase().as_str()) {
             tracing::warn!(server = %spec.name, header = %k, "ignoring a header the MCP transport sets itself");
             continue;
@@ -152,7 +152,7 @@ async fn open(
                 server: &spec.name,
                 command,
                 args,
-                env: child_env(env.parent_env, &configured.0),
+                env: child_env(env.parent_env, configured),
                 cwd: cwd.as_ref(),
             })?;
             NanobotClient::default().serve(child).await.map_err(init_err)
@@ -163,7 +163,7 @@ async fn open(
                 &spec.name,
                 env.http.clone(),
                 url,
-                header_map(spec, &headers.0)?,
+                header_map(spec, headers)?,
                 env.connect_timeout,
                 spec.tool_timeout,
             )
@@ -172,7 +172,7 @@ async fn open(
         }
         TransportSpec::StreamableHttp { url, headers } => {
             check_url(spec, url, env.guard).await?;
-            let custom: HashMap<HeaderName, HeaderValue> = header_map(spec, &headers.0)?
+            let custom: HashMap<HeaderName, HeaderValue> = header_map(spec, headers)?
                 .into_iter()
                 .filter_map(|(k, v)| Some((k?, v)))
                 .collect();

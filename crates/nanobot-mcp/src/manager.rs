@@ -15,7 +15,7 @@ use rmcp::{Peer, RoleClient};
 use crate::client::{self, ConnectEnv, NanobotClient, Offer, Session};
 use crate::naming::{self, prompt_name, resource_name, tool_name};
 use crate::wrap::{McpPromptTool, McpResourceTool, McpTool, ServerLink};
-use crate::{McpError, ServerSpec, TransportKind};
+use crate::{McpError, RawServer, ServerSpec, TransportKind};
 
 /// Default limit for spawning/handshaking/listing one server.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -201,16 +201,16 @@ impl McpManager {
         }
     }
 
-    /// A manager for `tools.mcpServers`. Servers whose configuration is unusable are left out
-    /// and returned as errors (log them); the rest work.
-    pub fn from_config<'a>(
-        servers: impl IntoIterator<Item = (&'a String, &'a nanobot_config::McpServerConfig)>,
+    /// A manager for the servers as written (`tools.mcpServers`, name and raw fields). Servers whose fields are
+    /// unusable are left out and returned as errors (log them); the rest work.
+    pub fn from_raw(
+        servers: impl IntoIterator<Item = (String, RawServer)>,
         opts: McpOptions,
     ) -> (Self, Vec<McpError>) {
         let mut specs = Vec::new();
         let mut errors = Vec::new();
-        for (name, cfg) in servers {
-            match ServerSpec::from_config(name, cfg) {
+        for (name, raw) in servers {
+            match ServerSpec::resolve(&name, raw) {
                 Ok(spec) => specs.push(spec),
                 Err(e) => errors.push(e),
             }
@@ -610,14 +610,15 @@ mod tests {
 
     #[test]
     fn config_errors_leave_the_other_servers_in() {
-        let good = nanobot_config::McpServerConfig {
-            command: "srv".into(),
-            ..Default::default()
+        let good = RawServer {
+            command: Some("srv".into()),
+            ..RawServer::default()
         };
-        let bad = nanobot_config::McpServerConfig::default();
-        let servers = [("good".to_owned(), good), ("bad".to_owned(), bad)];
-        let (manager, errors) =
-            McpManager::from_config(servers.iter().map(|(k, v)| (k, v)), McpOptions::default());
+        let servers = [
+            ("good".to_owned(), good),
+            ("bad".to_owned(), RawServer::default()),
+        ];
+        let (manager, errors) = McpManager::from_raw(servers, McpOptions::default());
         assert_eq!(
             manager.specs().map(|s| s.name.as_str()).collect::<Vec<_>>(),
             ["good"]

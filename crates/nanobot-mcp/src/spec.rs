@@ -64,30 +64,7 @@ impl fmt::Display for TransportKind {
     }
 }
 
-/// A string map whose values never show up in `Debug` output (env vars, HTTP headers).
-///
-/// Header values named like `content-type` or `user-agent` are harmless and shown; every other
-/// value is replaced by `<redacted>`, since `Authorization`, `X-API-Key`, cookies and friends
-/// are exactly what users put there.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct SecretMap(pub BTreeMap<String, String>);
-
-/// Names whose values are safe to print.
-const HARMLESS: &[&str] = &["content-type", "user-agent", "accept-language"];
-
-impl fmt::Debug for SecretMap {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut map = f.debug_map();
-        for (k, v) in &self.0 {
-            if HARMLESS.contains(&k.to_ascii_lowercase().as_str()) {
-                map.entry(k, v);
-            } else {
-                map.entry(k, &"<redacted>");
-            }
-        }
-        map.finish()
-    }
-}
+pub use nanobot_util::SecretMap;
 
 /// Where and how to reach one server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,7 +210,7 @@ impl ServerSpec {
                 command: command
                     .ok_or_else(|| bad("field `command` is required for a stdio server".into()))?,
                 args: raw.args,
-                env: SecretMap(raw.env),
+                env: raw.env.into_iter().collect(),
                 cwd: raw.cwd,
             },
             TransportKind::Sse | TransportKind::StreamableHttp => {
@@ -252,7 +229,7 @@ impl ServerSpec {
                         )));
                     }
                 }
-                let headers = SecretMap(raw.headers);
+                let headers: SecretMap = raw.headers.into_iter().collect();
                 if kind == TransportKind::Sse {
                     TransportSpec::Sse { url, headers }
                 } else {
@@ -271,40 +248,6 @@ impl ServerSpec {
             enabled_tools: raw.enabled_tools.unwrap_or_else(|| vec!["*".to_owned()]),
             read_only: raw.read_only,
         })
-    }
-
-    /// Validates `tools.mcpServers.<name>` as loaded by `nanobot-config`.
-    pub fn from_config(name: &str, cfg: &nanobot_config::McpServerConfig) -> Result<Self, McpError> {
-        use nanobot_config::McpTransportKind as K;
-        let non_empty = |s: &str| Some(s.to_owned()).filter(|s| !s.trim().is_empty());
-        let raw = RawServer {
-            r#type: cfg.r#type.map(|k| {
-                match k {
-                    K::Stdio => "stdio",
-                    K::Sse => "sse",
-                    K::StreamableHttp => "streamableHttp",
-                }
-                .to_owned()
-            }),
-            command: non_empty(&cfg.command),
-            args: cfg.args.clone(),
-            env: cfg
-                .env
-                .iter()
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect(),
-            cwd: cfg.cwd.as_deref().and_then(non_empty).map(PathBuf::from),
-            url: non_empty(&cfg.url),
-            headers: cfg
-                .headers
-                .iter()
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect(),
-            tool_timeout: Some(cfg.tool_timeout),
-            enabled_tools: Some(cfg.enabled_tools.clone()),
-            read_only: cfg.read_only,
-        };
-        Self::resolve(name, raw)
     }
 
     /// Whether `enabledTools` lets everything in (`["*"]`, or a list containing `*`).
@@ -441,7 +384,7 @@ mod tests {
         let dbg = format!("{s:?}");
         assert!(!dbg.contains("sk-very-secret") && !dbg.contains("k-123"), "{dbg}");
         assert!(
-            dbg.contains("Authorization") && dbg.contains("<redacted>"),
+            dbg.contains("Authorization") && dbg.contains(nanobot_util::secret::REDACTED),
             "{dbg}"
         );
         assert!(dbg.contains("application/json"), "{dbg}");
@@ -456,36 +399,5 @@ mod tests {
         )
         .unwrap();
         assert!(!format!("{s:?}").contains("brv-secret"));
-    }
-
-    #[test]
-    fn python_shaped_config_resolves() {
-        let servers: std::collections::BTreeMap<String, nanobot_config::McpServerConfig> =
-            serde_json::from_value(serde_json::json!({
-                "filesystem": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/w"],
-                               "enabledTools": ["read_file"], "toolTimeout": 30},
-                "remote-sse": {"url": "https://mcp.example.com/sse",
-                               "headers": {"Authorization": "Bearer your-token"}, "toolTimeout": 60},
-                "remote-http": {"url": "https://mcp.example.com/mcp", "headers": {"X-API-Key": "your-key"}},
-                "forced": {"type": "sse", "url": "https://mcp.example.com/events"}
-            }))
-            .unwrap();
-        let spec = |n: &str| ServerSpec::from_config(n, &servers[n]).unwrap();
-        let fs = spec("filesystem");
-        assert_eq!(fs.enabled_tools, ["read_file"]);
-        assert!(!fs.allows_all());
-        assert!(
-            matches!(&fs.transport, TransportSpec::Stdio { command, args, cwd: None, .. }
-            if command == "npx" && args.len() == 3)
-        );
-        let sse = spec("remote-sse");
-        assert_eq!(sse.transport.kind(), TransportKind::Sse);
-        assert_eq!(sse.tool_timeout, Duration::from_secs(60));
-        assert!(!format!("{sse:?}").contains("your-token"));
-        let http = spec("remote-http");
-        assert_eq!(http.transport.kind(), TransportKind::StreamableHttp);
-        assert_eq!(http.tool_timeout, DEFAULT_TOOL_TIMEOUT);
-        assert!(http.allows_all());
-        assert_eq!(spec("forced").transport.kind(), TransportKind::Sse);
     }
 }

@@ -29,6 +29,8 @@
 mod dispatch;
 mod env;
 mod error;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 mod presets;
 mod runtime;
 mod system;

@@ -392,7 +392,7 @@ pub fn agent_builder_shared(
             ssrf: ssrf_guard(config)?,
             ..nanobot_mcp::McpOptions::default()
         };
-        let (manager, errors) = nanobot_mcp::McpManager::from_config(&config.tools.mcp_servers, opts);
+        let (manager, errors) = crate::mcp::mcp_manager(&config.tools.mcp_servers, opts);
         for e in errors {
             tracing::warn!(error = %e, "MCP server left out");
         }

@@ -39,6 +39,6 @@ pub use confined::{ConfinedDir, EntryKind, MAX_READ_BYTES, WORKSPACE_PROMPT_MAX_
 pub use env::EnvMap;
 pub use error_chain::{ErrorChain, error_chain};
 pub use fs::{AtomicWriteError, normalize, read_to_string_bounded, real_path, write_atomic};
-pub use secret::Secret;
+pub use secret::{Secret, SecretMap};
 pub use shared::{SharedFile, SharedFiles, SharedFilesError};
 pub use sync::lock;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 
 #[cfg(unix)]
-use nanobot_util::EnvMap;
+use nanobot_util::{EnvMap, SecretMap};
 use process_wrap::tokio::ProcessGroup;
 use process_wrap::tokio::{CommandWrap, KillOnDrop};
 use rmcp::transport::TokioChildProcess;
@@ -37,13 +37,13 @@ pub const INHERITED_ENV: &[&str] = &[
 
 /// The environment a stdio server starts with: the allowed subset of `parent`, then `configured`
 /// on top (configured values win).
-pub fn child_env(parent: &EnvMap, configured: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+pub fn child_env(parent: &EnvMap, configured: &SecretMap) -> BTreeMap<String, String> {
     let mut env: BTreeMap<String, String> = parent
         .iter()
         .filter(|(k, _)| INHERITED_ENV.contains(k))
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
-    env.extend(configured.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env.extend(configured.iter().map(|(k, v)| (k.to_owned(), v.to_owned())));
     env
 }
 
@@ -104,10 +104,7 @@ mod tests {
             ("OPENAI_API_KEY", "sk-parent"),
             ("TELEGRAM_TOKEN", "t"),
         ]);
-        let configured: BTreeMap<String, String> = [("BRAVE_API_KEY", "b"), ("HOME", "/srv")]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect();
+        let configured: SecretMap = [("BRAVE_API_KEY", "b"), ("HOME", "/srv")].into_iter().collect();
         let env = child_env(&parent, &configured);
         assert_eq!(env.get("PATH").map(String::as_str), Some("/usr/bin"));
         assert_eq!(env.get("HOME").map(String::as_str), Some("/srv"));
