@@ -1,9 +1,10 @@
-//! [`GatewayBus`]: the gateway's bus (in-process, or one shared by replicas such as the NATS bus) with two
-//! gateway concerns on top: it remembers the most recently active chat (where the heartbeat delivers) and it can
-//! stop taking inbound messages while outbound delivery goes on (the first step of a graceful shutdown).
+//! [`GatewayBus`]: the gateway's bus (in-process, or one shared by replicas such as the NATS bus) with one gateway
+//! concern on top: it can stop taking inbound messages while outbound delivery goes on (the first step of a
+//! graceful shutdown). Where the heartbeat reports is the agent's to know (`nanobot-core`'s routes), not the
+//! bus's.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use nanobot_bus::{Bus, BusError, InProcessBus, InboundMessage, OutboundMessage};
@@ -11,21 +12,11 @@ use nanobot_bus::{Bus, BusError, InProcessBus, InboundMessage, OutboundMessage};
 /// Channels whose messages never make a chat the heartbeat's target (the bus's one list).
 pub use nanobot_bus::INTERNAL_CHANNELS;
 
-/// A channel and chat id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Route {
-    /// Channel name (`telegram`, …).
-    pub channel: String,
-    /// Chat id within the channel.
-    pub chat_id: String,
-}
-
 /// The gateway's bus (see the module docs).
 #[derive(Clone)]
 pub struct GatewayBus {
     inner: Arc<dyn Bus>,
     inbound_closed: Arc<AtomicBool>,
-    last_route: Arc<Mutex<Option<Route>>>,
 }
 
 impl std::fmt::Debug for GatewayBus {
@@ -48,24 +39,7 @@ impl GatewayBus {
         Self {
             inner,
             inbound_closed: Arc::default(),
-            last_route: Arc::default(),
         }
-    }
-
-    /// The chat of the most recent inbound message from a real channel (not the API, CLI, cron…).
-    pub fn last_route(&self) -> Option<Route> {
-        self.last_route
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Sets the most recently active chat (at start-up, from the sessions on disk).
-    pub fn set_last_route(&self, route: Route) {
-        *self
-            .last_route
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(route);
     }
 
     /// Refuses further inbound messages ([`BusError::Closed`]); queued ones can still be consumed and outbound
@@ -80,12 +54,6 @@ impl Bus for GatewayBus {
     async fn publish_inbound(&self, msg: InboundMessage) -> Result<(), BusError> {
         if self.inbound_closed.load(Ordering::SeqCst) {
             return Err(BusError::Closed);
-        }
-        if !nanobot_bus::is_internal_channel(&msg.channel) {
-            self.set_last_route(Route {
-                channel: msg.channel.clone(),
-                chat_id: msg.chat_id.clone(),
-            });
         }
         self.inner.publish_inbound(msg).await
     }
@@ -141,7 +109,7 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn remembers_the_last_real_chat_and_refuses_inbound_after_close() {
+    async fn refuses_inbound_after_close_and_still_delivers() {
         let bus = GatewayBus::new(8);
         bus.publish_inbound(InboundMessage::new("telegram", "u", "42", "hi"))
             .await
@@ -149,13 +117,6 @@ mod tests {
         bus.publish_inbound(InboundMessage::new("api", "u", "default", "hi"))
             .await
             .unwrap();
-        assert_eq!(
-            bus.last_route(),
-            Some(Route {
-                channel: "telegram".into(),
-                chat_id: "42".into()
-            })
-        );
         assert_eq!(bus.inbound_len(), 2);
         bus.close_inbound();
         assert!(matches!(

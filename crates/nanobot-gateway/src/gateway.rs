@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{ApiSettings, api_router_with_limits};
-use crate::bus::{GatewayBus, Route};
+use crate::bus::GatewayBus;
 use crate::error::GatewayError;
 use crate::http::{OpsState, ops_router};
 use crate::metrics::{InFlight, Metrics, TurnOutcome};
@@ -746,20 +746,6 @@ impl Gateway {
             && let Err(e) = bus.publish_outbound(notice).await
         {
             tracing::warn!(error = %e, "cannot send the restart notice");
-        }
-
-        // The chat the heartbeat reports to survives restarts through the sessions on disk.
-        if let Ok(mut sessions) = agent.sessions().list_sessions().await {
-            sessions.sort_by_key(|s| std::cmp::Reverse(s.updated_at));
-            if let Some((channel, chat_id)) = sessions.iter().find_map(|s| {
-                let (c, id) = s.key.split_once(':')?;
-                channel_names
-                    .iter()
-                    .any(|n| n == c)
-                    .then(|| (c.to_owned(), id.to_owned()))
-            }) {
-                bus.set_last_route(Route { channel, chat_id });
-            }
         }
 
         // The one dispatcher, cron with the system jobs (the heartbeat runs once per tick, through the agent).

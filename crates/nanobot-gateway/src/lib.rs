@@ -33,7 +33,7 @@ pub mod server;
 pub mod service;
 mod webui;
 
-pub use bus::{GatewayBus, INTERNAL_CHANNELS, Route};
+pub use bus::{GatewayBus, INTERNAL_CHANNELS};
 pub use error::GatewayError;
 pub use gateway::{
     ALLOW_UNSUPPORTED_CHANNELS_VAR, BUILT_CHANNELS, DEFAULT_SHUTDOWN_GRACE, Gateway, GatewayOptions,
