@@ -1,5 +1,6 @@
 //! The in-process bus: two bounded tokio channels.
 
+use nanobot_util::{read_lock, write_lock};
 use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
@@ -26,11 +27,7 @@ impl<T: Send> Lane<T> {
     }
 
     fn sender(&self) -> Option<mpsc::Sender<T>> {
-        // A poisoned lock only means another thread panicked while swapping the Option; the value is intact.
-        match self.tx.read() {
-            Ok(guard) => guard.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+        read_lock(&self.tx).clone()
     }
 
     async fn publish(&self, msg: T) -> Result<(), BusError> {
@@ -47,11 +44,7 @@ impl<T: Send> Lane<T> {
     }
 
     fn close(&self) {
-        let mut guard = match self.tx.write() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        guard.take();
+        write_lock(&self.tx).take();
     }
 }
 

@@ -2,6 +2,7 @@
 //! editing and history, streamed Markdown answers, a spinner, tool hints, Ctrl-C stops the turn, cron jobs
 //! fire while it runs). Also `nanobot cron run`.
 
+use nanobot_util::lock;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -77,7 +78,7 @@ impl UiHook {
     /// Starts forwarding to a new receiver (replacing any earlier one).
     pub(crate) fn listen(&self) -> mpsc::UnboundedReceiver<UiEvent> {
         let (tx, rx) = mpsc::unbounded_channel();
-        *self.tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+        *lock(&self.tx) = Some(tx);
         rx
     }
 }
@@ -85,7 +86,7 @@ impl UiHook {
 #[async_trait]
 impl AgentHook for UiHook {
     async fn before_execute_tools(&self, batch: &ToolBatch<'_>) -> Result<Vec<nanobot_core::Veto>, BoxError> {
-        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let tx = lock(&self.tx).clone();
         if let Some(tx) = tx {
             for call in batch.calls {
                 let _ = tx.send(UiEvent::ToolHint(tool_hint(call, self.max_len)));
@@ -333,7 +334,7 @@ async fn interactive(
                             .or_else(|| o.record.error.clone().map(|e| format!("failed: {e}")))
                             .unwrap_or_default();
                         let text = format!("\n⏰ {}: {}\n", o.job.name, body);
-                        let mut p = printer.lock().unwrap_or_else(|p| p.into_inner());
+                        let mut p = lock(&printer);
                         match p.as_mut() {
                             Some(p) => {
                                 let _ = p.print(text);

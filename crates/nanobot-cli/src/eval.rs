@@ -30,6 +30,7 @@
 //! real ones, in a fresh temporary workspace and home (or `-w`). Every turn also checks that its scripted
 //! answers were all used.
 
+use nanobot_util::lock;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::io::Write;
@@ -262,7 +263,7 @@ impl std::fmt::Debug for ScriptedProvider {
 
 impl ScriptedProvider {
     fn lock(&self) -> std::sync::MutexGuard<'_, ScriptState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     fn start_turn(&self, turn: usize, script: Vec<ScriptedResponse>) {
@@ -347,7 +348,7 @@ struct ToolRecorder {
 #[async_trait]
 impl AgentHook for ToolRecorder {
     async fn before_execute_tools(&self, batch: &ToolBatch<'_>) -> Result<Vec<nanobot_core::Veto>, BoxError> {
-        let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        let mut calls = lock(&self.calls);
         calls.extend(batch.calls.iter().map(|c| c.name.clone()));
         Ok(Vec::new())
     }
@@ -417,12 +418,12 @@ pub(crate) async fn run_trace(
     for (i, turn) in trace.turns.iter().enumerate() {
         let n = i + 1;
         provider.start_turn(n, turn.model.clone());
-        recorder.calls.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        lock(&recorder.calls).clear();
         let chat_id = session.split_once(':').map_or(session.as_str(), |(_, id)| id);
         let msg = nanobot_bus::InboundMessage::new("cli", "user", chat_id, turn.user.clone())
             .with_session_key(session.clone());
         let reply = agent.process_message(msg, TurnOptions::default()).await?;
-        let used = recorder.calls.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let used = lock(&recorder.calls).clone();
         let (left, tool_results) = {
             let st = provider.lock();
             (st.queue.len(), st.results.clone())

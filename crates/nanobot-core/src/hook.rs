@@ -1,6 +1,7 @@
 //! Lifecycle hooks: [`AgentHook`] (one method per event, no-op defaults), [`CompositeHook`] (runs hooks in order,
 //! isolates failures), and the built-in [`LoggingHook`] and [`UsageHook`].
 
+use nanobot_util::lock;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 
@@ -284,12 +285,12 @@ impl UsageHook {
 
     /// The totals so far.
     pub fn totals(&self) -> UsageTotals {
-        *self.totals.lock().unwrap_or_else(|p| p.into_inner())
+        *lock(&self.totals)
     }
 
     /// Adds one call's usage.
     pub fn record(&self, usage: Option<Usage>) {
-        let mut t = self.totals.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = lock(&self.totals);
         t.requests += 1;
         if let Some(u) = usage {
             t.prompt_tokens += u.prompt_tokens;

@@ -1,6 +1,7 @@
 //! Subagents: background tasks started by the `spawn` tool, with a restricted tool set and their own iteration
 //! cap, at most `maxConcurrentSubagents` at once, reporting back through the bus as `system` inbound messages.
 
+use nanobot_util::lock;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -98,16 +99,12 @@ impl SubagentManager {
 
     /// Subagents running (or waiting for a slot) for `session_key`.
     pub fn running_for(&self, session_key: &str) -> usize {
-        self.lock().get(session_key).map_or(0, Vec::len)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Running>>> {
-        self.running.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.running).get(session_key).map_or(0, Vec::len)
     }
 
     /// Cancels every subagent of `session_key`; returns how many.
     pub fn cancel_session(&self, session_key: &str) -> usize {
-        let list = self.lock().remove(session_key).unwrap_or_default();
+        let list = lock(&self.running).remove(session_key).unwrap_or_default();
         for r in &list {
             r.cancel.cancel();
         }
@@ -140,7 +137,7 @@ impl SubagentManager {
             .filter(|l| !l.trim().is_empty())
             .unwrap_or_else(|| crate::text::truncate_chars(&task, 30));
         let cancel = CancellationToken::new();
-        self.lock()
+        lock(&self.running)
             .entry(origin.session_key.clone())
             .or_default()
             .push(Running {
@@ -186,7 +183,7 @@ impl SubagentManager {
     ) -> Option<(bool, String)> {
         let id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
         let token = cancel.child_token();
-        self.lock()
+        lock(&self.running)
             .entry(session_key.to_owned())
             .or_default()
             .push(Running {
@@ -199,7 +196,7 @@ impl SubagentManager {
     }
 
     fn forget(&self, session_key: &str, id: &str) {
-        let mut map = self.lock();
+        let mut map = lock(&self.running);
         if let Some(list) = map.get_mut(session_key) {
             list.retain(|r| r.id != id);
             if list.is_empty() {

@@ -1,5 +1,6 @@
 //! Time source for the scheduler: the real clock, or a manual one tests drive.
 
+use nanobot_util::lock;
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
@@ -71,7 +72,7 @@ impl ManualClock {
 
     /// Sets the clock (never backwards: an earlier time is ignored) and wakes due sleepers.
     pub fn set(&self, to: DateTime<Utc>) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = lock(&self.state);
         if to > st.now {
             st.now = to;
         }
@@ -86,7 +87,7 @@ impl ManualClock {
 
     /// How many sleepers are waiting (lets a test see that the scheduler is parked).
     pub fn sleepers(&self) -> usize {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = lock(&self.state);
         st.sleepers.retain(|(_, tx)| !tx.is_closed());
         st.sleepers.len()
     }
@@ -94,11 +95,11 @@ impl ManualClock {
 
 impl Clock for ManualClock {
     fn now(&self) -> DateTime<Utc> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).now
+        lock(&self.state).now
     }
 
     fn sleep_until(&self, deadline: DateTime<Utc>) -> BoxFuture<'static, ()> {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = lock(&self.state);
         if deadline <= st.now {
             return Box::pin(async {});
         }

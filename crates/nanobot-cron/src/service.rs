@@ -1,6 +1,7 @@
 //! The scheduler: runs due jobs through a callback, records their state, and offers the operations
 //! the `cron` tool, the CLI and the gateway need.
 
+use nanobot_util::lock;
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
@@ -374,7 +375,7 @@ impl CronService {
             return Err(CronError::Disabled { id: id.to_owned() });
         }
         {
-            let mut running = self.shared.running.lock().unwrap_or_else(|e| e.into_inner());
+            let mut running = lock(&self.shared.running);
             if !running.insert(job.id.clone()) {
                 return Err(CronError::AlreadyRunning { id: id.to_owned() });
             }
@@ -440,12 +441,7 @@ impl CronService {
     /// Earliest planned run among enabled jobs that are not running.
     fn next_wake(&self) -> Result<Option<DateTime<Utc>>, CronError> {
         let file = self.store.load()?;
-        let running = self
-            .shared
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let running = lock(&self.shared.running).clone();
         let holds = self.holds();
         Ok(file
             .jobs
@@ -464,12 +460,7 @@ impl CronService {
         // Jobs to fire or to plan. Those held are reported here and never touched in the store (neither claimed
         // nor planned); the others are work for the update below.
         {
-            let running = self
-                .shared
-                .running
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
+            let running = lock(&self.shared.running).clone();
             let mut work = false;
             let file = self.store.load()?;
             let wanted = file.jobs.iter().filter(|j| {
@@ -495,7 +486,7 @@ impl CronService {
         let tz = self.default_tz;
         let shared = Arc::clone(&self.shared);
         self.store.update(|file| {
-            let mut running = shared.running.lock().unwrap_or_else(|e| e.into_inner());
+            let mut running = lock(&shared.running);
             let mut due = Vec::new();
             for job in file.jobs.iter_mut() {
                 if !job.enabled || running.contains(&job.id) || holds.reason(job).is_some() {
@@ -558,11 +549,7 @@ impl CronService {
         let Some(reason) = self.holds().reason(&job) else {
             return self.execute(job).await;
         };
-        self.shared
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&job.id);
+        lock(&self.shared.running).remove(&job.id);
         self.wake();
         self.report_hold(job, reason)
     }
@@ -583,12 +570,8 @@ impl CronService {
             record,
             output: None,
         };
-        let first = self
-            .shared
-            .reported_holds
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(crate::trust::TrustLedger::fingerprint(&outcome.job));
+        let first =
+            lock(&self.shared.reported_holds).insert(crate::trust::TrustLedger::fingerprint(&outcome.job));
         if first {
             tracing::warn!(job = %outcome.job.id, "cron: {reason}");
             let _ = self.shared.finished.send(outcome.clone());
@@ -651,11 +634,7 @@ impl CronService {
         if let Err(e) = saved {
             tracing::warn!(job = %job.id, "cron: cannot record run: {e}");
         }
-        self.shared
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&job.id);
+        lock(&self.shared.running).remove(&job.id);
         self.wake();
         let outcome = RunOutcome { job, record, output };
         let _ = self.shared.finished.send(outcome.clone());

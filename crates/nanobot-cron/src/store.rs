@@ -18,6 +18,7 @@
 //!   brings the local copy up to date and [`JobStore::update`] makes this change again on it (after
 //!   [`SHARED_CHANGE_ATTEMPTS`] lost races it fails with [`CronError::Shared`] and nothing of it is stored).
 
+use nanobot_util::lock;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -276,7 +277,7 @@ impl JobStore {
             self.pull()?;
         }
         let fp = fingerprint(&self.files, &self.rel);
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = lock(&self.cache);
         if let Some((cached_fp, file)) = cache.as_ref()
             && *cached_fp == fp
         {
@@ -313,7 +314,7 @@ impl JobStore {
             if file != before {
                 self.write_atomic(&file)?;
                 if let Err(e) = self.push() {
-                    *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    *lock(&self.cache) = None;
                     if matches!(&e, CronError::Shared(SharedFilesError::Conflict { .. }))
                         && attempt < SHARED_CHANGE_ATTEMPTS
                     {
@@ -328,7 +329,7 @@ impl JobStore {
                 }
             }
             let fp = fingerprint(&self.files, &self.rel);
-            *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((fp, file));
+            *lock(&self.cache) = Some((fp, file));
             return Ok(out);
         }
     }
@@ -363,7 +364,7 @@ impl JobStore {
             // Another replica stored its jobs first: its store stands (as when this one exists) and the old
             // file stays where it is.
             Err(CronError::Shared(SharedFilesError::Conflict { .. })) => {
-                *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                *lock(&self.cache) = None;
                 tracing::warn!(legacy = %legacy.display(), "not migrating cron jobs: another replica stored its jobs first");
                 return Ok(false);
             }

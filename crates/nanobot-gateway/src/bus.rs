@@ -3,8 +3,8 @@
 //! graceful shutdown). Where the heartbeat reports is the agent's to know (`nanobot-core`'s routes), not the
 //! bus's.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use nanobot_bus::{Bus, BusError, InProcessBus, InboundMessage, OutboundMessage};

@@ -1,6 +1,7 @@
 //! [`Gateway`]: starts the agent, the channels, cron + heartbeat and the HTTP servers from one config, and
 //! shuts them down gracefully.
 
+use nanobot_util::lock;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -670,7 +671,7 @@ impl Gateway {
         {
             let slot = restart.clone();
             agent.set_restart_handler(Arc::new(move |request: RestartRequest| {
-                *slot.request.lock().unwrap_or_else(|p| p.into_inner()) = Some(request);
+                *lock(&slot.request) = Some(request);
                 slot.notify.notify_one();
             }));
         }
@@ -833,13 +834,7 @@ impl Gateway {
     pub async fn restart_requested(&self) -> RestartRequest {
         loop {
             let notified = self.restart.notify.notified();
-            if let Some(r) = self
-                .restart
-                .request
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take()
-            {
+            if let Some(r) = lock(&self.restart.request).take() {
                 return r;
             }
             notified.await;

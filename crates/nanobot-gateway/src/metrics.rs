@@ -3,6 +3,7 @@
 //! `prometheus-client` registry and rendered by [`Metrics::render`] in the text exposition format (OpenMetrics
 //! text, which Prometheus also reads as its classic text format).
 
+use nanobot_util::lock;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -258,12 +259,7 @@ impl Metrics {
     /// The flag saying whether this replica holds `role` (set by whoever holds the lease), shown as
     /// `nanobot_replica_role_held` (only on a bus shared by replicas).
     pub fn role_held(&self, role: &nanobot_bus::Role) -> Arc<AtomicBool> {
-        self.roles
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(role.key())
-            .or_default()
-            .clone()
+        lock(&self.roles).entry(role.key()).or_default().clone()
     }
 
     /// The agent hook that feeds model calls, tokens and tool calls into these metrics.
@@ -466,10 +462,7 @@ impl Metrics {
                 counter,
             );
         }
-        let roles = self
-            .roles
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let roles = lock(&self.roles);
         if !roles.is_empty() {
             let held = Family::<RoleLabels, Gauge>::default();
             for (role, flag) in roles.iter() {

@@ -196,10 +196,12 @@ async fn save_media(dir: &Path, server: &str, bytes: &[u8], mime: &str) -> Resul
     if tokio::fs::try_exists(&path).await.unwrap_or(false) {
         return Ok(path);
     }
-    // Write beside, then rename: a reader never sees half a file.
-    let tmp = path.with_extension("part");
-    tokio::fs::write(&tmp, bytes).await.map_err(io_err)?;
-    tokio::fs::rename(&tmp, &path).await.map_err(io_err)?;
+    // Replaced whole (nanobot_util::write_atomic): a reader never sees half a file.
+    let (target, bytes) = (path.clone(), bytes.to_vec());
+    tokio::task::spawn_blocking(move || nanobot_util::write_atomic(&target, &bytes))
+        .await
+        .map_err(|e| io_err(std::io::Error::other(e)))?
+        .map_err(|e| io_err(e.into()))?;
     Ok(path)
 }
 

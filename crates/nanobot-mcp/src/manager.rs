@@ -1,5 +1,6 @@
 //! [`McpManager`]: every configured server, connected lazily and concurrently.
 
+use nanobot_util::lock;
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -144,7 +145,7 @@ impl Slot {
     fn lock(&self) -> MutexGuard<'_, SlotState> {
         // A poisoned lock only means another thread panicked mid-update; the state is still a
         // valid enum value.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 }
 
@@ -356,7 +357,7 @@ impl McpManager {
 
     /// The shared client, built on first use.
     fn http_client(&self) -> reqwest::Client {
-        let mut guard = self.inner.http.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = lock(&self.inner.http);
         if let Some(client) = &*guard {
             return client.clone();
         }
@@ -515,7 +516,7 @@ impl McpManager {
     pub fn register_into(&self, registry: &ToolRegistry) {
         let tools = self.tools();
         let current: HashSet<String> = tools.iter().map(|t| t.name().to_owned()).collect();
-        let mut registered = self.inner.registered.lock().unwrap_or_else(|p| p.into_inner());
+        let mut registered = lock(&self.inner.registered);
         for old in registered.difference(&current) {
             registry.unregister(old);
         }

@@ -1,5 +1,6 @@
 //! [`Consolidator`]: moves the oldest part of a session into memory, summarised by the model.
 
+use nanobot_util::lock;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::ops::Range;
@@ -287,7 +288,7 @@ impl Inner {
     fn costs(&self, key: &str, start: usize, messages: &[SessionMessage]) -> Vec<usize> {
         let count = &*self.settings.token_counter;
         let first = messages.first().and_then(|m| m.timestamp()).map(str::to_owned);
-        let mut all = self.costs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = lock(&self.costs);
         let memo = all.entry(key.to_owned()).or_insert_with(|| Costs {
             start,
             first: first.clone(),
@@ -478,13 +479,7 @@ impl Consolidator {
         let _guard = self.lock_for(&session.key).lock_owned().await;
         let mut start = session.last_consolidated.min(session.messages.len());
         // A consolidation that finished while the session was being reset already archived part of it.
-        let done = self
-            .inner
-            .done
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&session.key)
-            .cloned();
+        let done = lock(&self.inner.done).get(&session.key).cloned();
         if let Some((end, ts)) = done
             && end > start
             && end <= session.messages.len()
@@ -545,7 +540,7 @@ impl Consolidator {
     }
 
     fn lock_for(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.inner.locks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut locks = lock(&self.inner.locks);
         locks.entry(key.to_owned()).or_default().clone()
     }
 
@@ -656,11 +651,7 @@ impl Consolidator {
                         }
                     })
                     .await?;
-            self.inner
-                .done
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(key.clone(), (end, last_ts_for_done));
+            lock(&self.inner.done).insert(key.clone(), (end, last_ts_for_done));
             if !moved {
                 tracing::warn!(session = %key, start, end, "session changed during consolidation; pointer left alone");
             }
@@ -782,7 +773,7 @@ impl Consolidator {
     }
 
     fn failures(&self, key: &str, f: impl FnOnce(&mut u32)) {
-        let mut map = self.inner.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = lock(&self.inner.failures);
         f(map.entry(key.to_owned()).or_default());
     }
 }

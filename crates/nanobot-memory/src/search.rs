@@ -1,5 +1,6 @@
 //! [`SearchIndex`]: full-text search over history entries and session messages (SQLite FTS5).
 
+use nanobot_util::lock;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -140,7 +141,7 @@ impl SearchIndex {
 
     /// Whether the database has been opened (at once by [`SearchIndex::open`], else by the first use).
     pub fn is_open(&self) -> bool {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+        lock(&self.conn).is_some()
     }
 
     fn connect(path: &Path) -> Result<Connection> {
@@ -167,7 +168,7 @@ impl SearchIndex {
     }
 
     fn with_conn<T>(&self, f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>) -> Result<T> {
-        let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = lock(&self.conn);
         let conn = match &mut *slot {
             Some(conn) => conn,
             None => slot.insert(Self::connect(&self.path)?),

@@ -1,5 +1,6 @@
 //! [`MemoryStore`]: the memory files of a workspace.
 
+use nanobot_util::lock;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -189,7 +190,7 @@ impl MemoryStore {
     /// Appends entries `(timestamp, content, session_key)` under one lock, numbering them consecutively.
     fn append_entries(&self, items: Vec<(String, String, Option<String>)>) -> Result<Vec<HistoryEntry>> {
         // A poisoned mutex only means another writer panicked; the file lock below still protects the file.
-        let _guard = self.append_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _guard = lock(&self.append_lock);
         let path = self.history_path();
         let mut file = self.open_history_locked(&path)?;
         let (last, ends_with_newline) = last_cursor(&mut file, &path)?;

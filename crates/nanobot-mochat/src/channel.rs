@@ -1,8 +1,9 @@
 //! [`MochatChannel`]: the socket, the HTTP fallback workers, inbound rules (mentions, reply delay) and sending.
 
+use nanobot_util::lock;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -20,10 +21,6 @@ use crate::{MochatSettings, NAME};
 const SEEN_CAPACITY: usize = 2000;
 /// Bound of every HTTP call beyond the long-poll time.
 const HTTP_MARGIN: Duration = Duration::from_secs(30);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 fn transient(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> ChannelError {
     ChannelError::Transient {
@@ -308,9 +305,10 @@ impl Inner {
             if let Some(dir) = self.cursor_file.parent() {
                 std::fs::create_dir_all(dir)?;
             }
-            let tmp = self.cursor_file.with_extension("json.tmp");
-            std::fs::write(&tmp, format!("{body:#}\n"))?;
-            std::fs::rename(&tmp, &self.cursor_file)
+            Ok(nanobot_util::write_atomic(
+                &self.cursor_file,
+                format!("{body:#}\n").as_bytes(),
+            )?)
         };
         if let Err(e) = write() {
             tracing::warn!(error = %e, path = %self.cursor_file.display(), "mochat: cursor file not saved");

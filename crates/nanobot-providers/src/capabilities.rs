@@ -3,8 +3,9 @@
 //! server and some proxies refuse, or answer with an empty stream), and whether the model writes tool calls
 //! as text. After the first refusal every call goes straight to the form that works: one request per call.
 
+use nanobot_util::lock;
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 
 use crate::ProviderError;
 
@@ -44,7 +45,7 @@ impl Capabilities {
     }
 
     fn with<T>(&self, model: &str, f: impl FnOnce(&mut Learnt) -> T) -> T {
-        let mut models = self.models.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut models = lock(&self.models);
         f(models.entry(model.to_owned()).or_default())
     }
 

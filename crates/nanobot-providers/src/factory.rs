@@ -1,9 +1,10 @@
 //! From configuration to a ready `Arc<dyn Provider>`: matching, keys (config or environment), base URLs,
 //! wire format, retries and fallback models.
 
+use nanobot_util::lock;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nanobot_config::{AgentDefaults, Config, ProviderRetryMode, ProvidersConfig, TimeoutsConfig};
@@ -276,7 +277,7 @@ impl ProviderFactory {
             (Some(h), None) => h.clone(),
             (_, proxy) => {
                 let key = (proxy, timeouts.connect);
-                let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut clients = lock(&self.clients);
                 match clients.get(&key) {
                     Some(h) => h.clone(),
                     None => {
@@ -360,7 +361,7 @@ impl ProviderFactory {
 
     /// The xAI login of this factory's Grok clients, made on first use.
     fn grok_tokens(&self, endpoint: &Endpoint) -> Result<Arc<crate::grok::GrokTokens>, ProviderError> {
-        let mut slot = self.grok_tokens.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut slot = lock(&self.grok_tokens);
         if let Some(t) = slot.as_ref() {
             return Ok(t.clone());
         }
@@ -385,7 +386,7 @@ impl ProviderFactory {
 
     /// The ChatGPT logins of this factory's Codex clients, made on first use.
     fn codex_tokens(&self, endpoint: &Endpoint) -> Result<Arc<crate::codex::CodexTokens>, ProviderError> {
-        let mut slot = self.codex_tokens.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut slot = lock(&self.codex_tokens);
         if let Some(t) = slot.as_ref() {
             return Ok(t.clone());
         }
@@ -408,7 +409,7 @@ impl ProviderFactory {
         &self,
         endpoint: &Endpoint,
     ) -> Result<Arc<crate::copilot::CopilotTokens>, ProviderError> {
-        let mut slot = self.copilot_tokens.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut slot = lock(&self.copilot_tokens);
         if let Some(t) = slot.as_ref() {
             return Ok(t.clone());
         }

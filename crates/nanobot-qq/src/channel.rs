@@ -1,10 +1,11 @@
 //! [`QqChannel`]: the gateway connection (identify, heartbeat, resume), access control and passive replies.
 
+use nanobot_util::lock;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -45,10 +46,6 @@ const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(41_250);
 const MAX_UPLOAD_BYTES: u64 = 20 * 1024 * 1024;
 /// Longest wait between reconnection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// What a resumed connection needs: the session and the last sequence number seen.
 #[derive(Debug, Default, Clone)]

@@ -1,8 +1,9 @@
 //! Discovery (workspace over built-in), the loaded [`SkillSet`] and what it renders for prompts.
 
+use nanobot_util::lock;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use nanobot_util::{ConfinedDir, EntryKind};
@@ -170,7 +171,7 @@ impl SkillsLoader {
     /// look-ups) every time.
     pub fn load_cached(&self) -> Arc<SkillSet> {
         let stamp = self.stamp();
-        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut cache = lock(&self.cache);
         if let Some(c) = cache.as_ref()
             && c.stamp == stamp
             && c.built.elapsed() < SKILLS_RECHECK_AFTER

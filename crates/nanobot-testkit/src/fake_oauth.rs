@@ -6,9 +6,10 @@
 //! ChatGPT sign-in's token endpoint (PKCE checked, refresh) and the Codex Responses API. Every request is recorded
 //! ([`Seen`]). [`FakeGithub::env`] gives the variables that point nanobot at it.
 
+use nanobot_util::lock;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -184,7 +185,7 @@ impl FakeGithub {
     }
 
     fn state(&self) -> MutexGuard<'_, GithubState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// The device code's `interval` and `expires_in`, in seconds.
@@ -285,7 +286,7 @@ fn answer(status: u16, body: Value) -> Response {
 
 async fn device_code(State(state): State<Arc<Mutex<GithubState>>>, req: Request) -> Response {
     record(&state, req).await;
-    let s = state.lock().unwrap_or_else(PoisonError::into_inner);
+    let s = lock(&state);
     answer(
         200,
         json!({
@@ -303,12 +304,7 @@ async fn access_token(State(state): State<Arc<Mutex<GithubState>>>, req: Request
     if seen.form("device_code").as_deref() != Some("device-code-secret") {
         return answer(400, json!({"error": "bad_verification_code"}));
     }
-    let next = state
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .polls
-        .pop_front()
-        .unwrap_or(Poll::Granted);
+    let next = lock(&state).polls.pop_front().unwrap_or(Poll::Granted);
     match next {
         Poll::Pending => answer(200, json!({"error": "authorization_pending"})),
         Poll::SlowDown(0) => answer(200, json!({"error": "slow_down"})),
@@ -336,7 +332,7 @@ async fn copilot_token(State(state): State<Arc<Mutex<GithubState>>>, req: Reques
     if seen.header("authorization") != Some(&format!("token {GITHUB_TOKEN}")) {
         return answer(401, json!({"message": "Bad credentials"}));
     }
-    let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut s = lock(&state);
     if let Some((status, body)) = s.copilot_status.clone() {
         return answer(status, body);
     }
@@ -468,7 +464,7 @@ impl FakeOpenAi {
     }
 
     fn state(&self) -> MutexGuard<'_, OpenAiState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -562,7 +558,7 @@ async fn openai_token(State(state): State<Arc<Mutex<OpenAiState>>>, req: Request
     use base64::Engine as _;
     use sha2::Digest as _;
     let seen = record_openai(&state, req).await;
-    let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut s = lock(&state);
     match seen.form("grant_type").as_deref() {
         Some("authorization_code") => {
             if seen.form("code").as_deref() != Some(AUTH_CODE) {
@@ -621,11 +617,7 @@ fn sse(events: &[Value]) -> Response {
 
 async fn codex_responses(State(state): State<Arc<Mutex<OpenAiState>>>, req: Request) -> Response {
     record_openai(&state, req).await;
-    let reply = state
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .replies
-        .pop_front();
+    let reply = lock(&state).replies.pop_front();
     let completed = |status: &str| {
         json!({"type": "response.completed", "response": {"status": status,
             "usage": {"input_tokens": 10, "output_tokens": 3, "total_tokens": 13}}})
@@ -666,7 +658,7 @@ async fn codex_responses(State(state): State<Arc<Mutex<OpenAiState>>>, req: Requ
 
 async fn xai_discovery(State(state): State<Arc<Mutex<OpenAiState>>>, req: Request) -> Response {
     record_openai(&state, req).await;
-    let base = state.lock().unwrap_or_else(PoisonError::into_inner).base.clone();
+    let base = lock(&state).base.clone();
     answer(
         200,
         json!({"issuer": base, "authorization_endpoint": format!("{base}/oauth2/auth"),

@@ -7,6 +7,7 @@
 //! Test controls: [`FakeQq::push_event`] (queued for replay while no connection is open),
 //! [`FakeQq::drop_connections`], [`FakeQq::expire_tokens`].
 
+use nanobot_util::lock;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -77,10 +78,6 @@ impl Drop for FakeQq {
             t.abort();
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl FakeQq {

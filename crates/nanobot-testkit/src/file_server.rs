@@ -2,6 +2,7 @@
 //! whose `Content-Length` lies, counting the requests per path. For the tests of whatever fetches remote files
 //! (channels sending media, bounded downloads).
 
+use nanobot_util::lock;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -94,11 +95,7 @@ impl FileServer {
                     }
                     let head = String::from_utf8_lossy(&head);
                     let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
-                    *hits
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .entry(path.clone())
-                        .or_default() += 1;
+                    *lock(&hits).entry(path.clone()).or_default() += 1;
                     let answer = routes.get(&path).cloned().unwrap_or(Answer {
                         status: "404 Not Found",
                         headers: Vec::new(),
@@ -131,11 +128,6 @@ impl FileServer {
 
     /// How many requests asked for `path`.
     pub fn hits(&self, path: &str) -> usize {
-        self.hits
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(path)
-            .copied()
-            .unwrap_or(0)
+        lock(&self.hits).get(path).copied().unwrap_or(0)
     }
 }

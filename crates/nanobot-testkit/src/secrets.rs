@@ -1,6 +1,7 @@
 //! Looking for secrets where they must not be: everything logged at TRACE level (our code and every library,
 //! `log` records included) and every rendering of an error and its sources.
 
+use nanobot_util::lock;
 use std::sync::{Arc, Mutex};
 
 /// Everything a tracing subscriber writes. Install it with [`LogCapture::install`] in a test binary of its own,
@@ -30,17 +31,13 @@ impl LogCapture {
 
     /// What was written so far.
     pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
-            .into_owned()
+        String::from_utf8_lossy(&lock(&self.0)).into_owned()
     }
 }
 
 impl std::io::Write for LogCapture {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .extend_from_slice(buf);
+        lock(&self.0).extend_from_slice(buf);
         Ok(buf.len())
     }
 

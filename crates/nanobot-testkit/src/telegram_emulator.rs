@@ -21,6 +21,7 @@
 //!   non-Telegram format): the proxy answers them itself and records them; other unsupported methods get
 //!   Telegram's own `{"ok":false,"error_code":404,"description":"Not Found"}` envelope.
 
+use nanobot_util::lock;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -86,10 +87,7 @@ impl Flood {
     /// Whether a send to `chat` now is over the limit (then it is counted, and not recorded as sent).
     fn over_limit(&self, chat: &str) -> bool {
         let now = tokio::time::Instant::now();
-        let mut recent = self
-            .recent
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut recent = lock(&self.recent);
         let sent = recent.entry(chat.to_owned()).or_default();
         while sent
             .front()
@@ -351,18 +349,12 @@ impl Emulator {
 
     /// Serves a file for `getFile` + download.
     pub fn add_file(&self, file_id: &str, file_path: &str, bytes: &[u8]) {
-        self.files
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(file_id.to_string(), (file_path.to_string(), bytes.to_vec()));
+        lock(&self.files).insert(file_id.to_string(), (file_path.to_string(), bytes.to_vec()));
     }
 
     /// The commands the bot registered with `setMyCommands`.
     pub fn registered_commands(&self) -> Vec<Value> {
-        self.commands
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        lock(&self.commands).clone()
     }
 }
 
@@ -495,11 +487,7 @@ async fn handle(
             ok(json!(true))
         }
         "setmycommands" => {
-            state
-                .commands
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .extend(body["commands"].as_array().cloned().unwrap_or_default());
+            lock(&state.commands).extend(body["commands"].as_array().cloned().unwrap_or_default());
             ok(json!(true))
         }
         "setwebhook" => {
@@ -519,10 +507,7 @@ async fn handle(
         }
         "getfile" => {
             let id = body["file_id"].as_str().unwrap_or("");
-            match state
-                .files
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
+            match lock(&state.files)
                 .get(id)
             {
                 Some((path, bytes)) => ok(json!({
@@ -563,10 +548,7 @@ fn multipart_field(raw: &[u8], name: &str) -> Option<String> {
 }
 
 async fn download(State(state): State<ProxyState>, Path((_bot, path)): Path<(String, String)>) -> Response {
-    let files = state
-        .files
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let files = lock(&state.files);
     match files.values().find(|(p, _)| *p == path) {
         Some((_, bytes)) => bytes.clone().into_response(),
         None => StatusCode::NOT_FOUND.into_response(),

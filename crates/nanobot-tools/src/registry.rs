@@ -1,5 +1,6 @@
 //! [`ToolRegistry`]: the tools an agent has, and the one safe way to call them.
 
+use nanobot_util::{read_lock, write_lock};
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
@@ -79,11 +80,11 @@ impl ToolRegistry {
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Entry>>> {
-        self.tools.read().unwrap_or_else(|p| p.into_inner())
+        read_lock(&self.tools)
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<Entry>>> {
-        self.tools.write().unwrap_or_else(|p| p.into_inner())
+        write_lock(&self.tools)
     }
 
     /// Registers `tool` under its name (its spec and schema are captured now); returns the tool

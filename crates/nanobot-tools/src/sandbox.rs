@@ -26,8 +26,8 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::io::{self, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use cap_std::ambient_authority;
@@ -748,28 +748,10 @@ impl Sandbox {
                 }
             }
         }
-        let mut tmp = OsString::from(".");
-        tmp.push(&name);
-        tmp.push(format!(".{}.tmp", uuid::Uuid::new_v4().simple()));
-        let io_err = |e: io::Error| SandboxError::Resolve {
+        nanobot_util::replace_in(&loc.parent, &name, content, mode).map_err(|e| SandboxError::Resolve {
             path: raw.to_owned(),
             source: e,
-        };
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(&loc.parent, tmp.as_os_str(), flags, Mode::from_raw_mode(0o600))
-            .map_err(|e| io_err(e.into()))?;
-        let mut file = File::from(fd);
-        let written = file
-            .write_all(content)
-            .and_then(|()| file.set_permissions(std::fs::Permissions::from_mode(mode)))
-            .and_then(|()| file.sync_all());
-        drop(file);
-        let renamed = written.and_then(|()| loc.parent.rename(&tmp, &loc.parent, &name));
-        if let Err(e) = renamed {
-            let _ = loc.parent.remove_file(&tmp);
-            return Err(io_err(e));
-        }
-        let _ = rustix::fs::fsync(&loc.parent);
+        })?;
         Ok(loc.logical)
     }
 }

@@ -155,15 +155,7 @@ impl ConfinedDir {
     /// A reader sees the old or the new contents; a symlink at `rel` is replaced, not followed.
     pub fn write_atomic(&self, rel: &Path, bytes: &[u8]) -> io::Result<()> {
         let (parent, name) = self.parent(rel, true)?;
-        let (tmp, mut file) = create_temporary(&parent, &name)?;
-        let written = file.write_all(bytes).and_then(|()| file.sync_all());
-        drop(file);
-        if let Err(e) = written.and_then(|()| parent.rename(&tmp, &parent, &name)) {
-            let _ = parent.remove_file(&tmp);
-            return Err(self.explain(e));
-        }
-        let _ = rustix::fs::fsync(&parent);
-        Ok(())
+        replace_in(&parent, &name, bytes, FILE_MODE).map_err(|e| self.explain(e))
     }
 
     /// Creates the directory `rel` and its parents beneath the root.
@@ -372,6 +364,27 @@ fn with_path(path: &Path, action: &str, e: io::Error) -> io::Error {
 }
 
 /// Creates a new temporary file beside `name` in `dir` (`O_EXCL`, mode 0600), returning its name.
+/// Replaces the entry `name` of the directory handle `dir` with `bytes` atomically, with permissions `mode`: a
+/// temporary file beside it (created exclusively, mode 0600 until written), written and fsynced, renamed over it
+/// within the handle, then the directory fsynced. A reader sees the old or the new contents; a symlink at `name`
+/// is replaced, not followed; a failed write removes its temporary file. The one such sequence for files opened
+/// by handle (nanobot's own files here, the file tools' writes in `nanobot-tools`); [`crate::write_atomic`] is
+/// the one for paths.
+pub fn replace_in(dir: &Dir, name: &OsStr, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let (tmp, mut file) = create_temporary(dir, name)?;
+    let written = file
+        .write_all(bytes)
+        .and_then(|()| file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode)))
+        .and_then(|()| file.sync_all());
+    drop(file);
+    if let Err(e) = written.and_then(|()| dir.rename(&tmp, dir, name)) {
+        let _ = dir.remove_file(&tmp);
+        return Err(e);
+    }
+    let _ = rustix::fs::fsync(dir);
+    Ok(())
+}
+
 fn create_temporary(dir: &Dir, name: &OsStr) -> io::Result<(OsString, File)> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut opts = OpenOptions::new();

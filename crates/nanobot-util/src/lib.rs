@@ -35,10 +35,12 @@ pub mod shared;
 mod sync;
 
 pub use backoff::Backoff;
-pub use confined::{ConfinedDir, EntryKind, MAX_READ_BYTES, WORKSPACE_PROMPT_MAX_CHARS, workspace_prompt};
+pub use confined::{
+    ConfinedDir, EntryKind, MAX_READ_BYTES, WORKSPACE_PROMPT_MAX_CHARS, replace_in, workspace_prompt,
+};
 pub use env::EnvMap;
 pub use error_chain::{ErrorChain, error_chain};
 pub use fs::{AtomicWriteError, normalize, read_to_string_bounded, real_path, write_atomic};
 pub use secret::{Secret, SecretMap};
 pub use shared::{SharedFile, SharedFiles, SharedFilesError};
-pub use sync::lock;
+pub use sync::{lock, read_lock, write_lock};

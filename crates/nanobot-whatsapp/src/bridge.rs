@@ -1,5 +1,6 @@
 //! The bridge process: writing its files, starting it, connecting to it, stopping it.
 
+use nanobot_util::lock;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -71,9 +72,7 @@ fn write_if_changed(path: &Path, contents: &str) -> Result<(), WhatsAppError> {
     if std::fs::read(path).is_ok_and(|old| old == contents.as_bytes()) {
         return Ok(());
     }
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, contents).map_err(WhatsAppError::io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(WhatsAppError::io(path))
+    nanobot_util::write_atomic(path, contents.as_bytes()).map_err(|e| WhatsAppError::io(path)(e.into()))
 }
 
 /// Creates the bridge directory with the current script and `package.json`.
@@ -149,7 +148,7 @@ impl Bridge {
                 let mut lines = BufReader::new(err).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
                     tracing::info!(target: "nanobot_whatsapp::bridge", "{line}");
-                    let mut t = tail.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let mut t = lock(&tail);
                     if t.len() == STDERR_TAIL {
                         t.pop_front();
                     }
@@ -227,10 +226,7 @@ impl Bridge {
 
     /// The last lines the bridge wrote to stderr.
     pub(crate) fn stderr_tail(&self) -> String {
-        let t = self
-            .stderr
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let t = lock(&self.stderr);
         t.iter().cloned().collect::<Vec<_>>().join("\n")
     }
 

@@ -1,9 +1,10 @@
 //! [`WhatsAppChannel`]: the supervised bridge, access control, received media and sending.
 
+use nanobot_util::lock;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -40,10 +41,6 @@ const HEALTHY_AFTER: Duration = Duration::from_secs(60);
 /// Audio types WhatsApp plays as audio messages (Ogg is left out: only mono Opus is accepted, which a file
 /// extension cannot prove).
 const DIRECT_AUDIO: &[&str] = &["audio/aac", "audio/amr", "audio/mp4", "audio/mpeg"];
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// Where the connection is, for status reports and tests.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! The routes part: the bus replies go out on, where a message's answer goes, the chats the heartbeat and the
 //! notices about held files report to, and the host's restart handler.
 
+use nanobot_util::{read_lock, write_lock};
 use std::sync::{Arc, Mutex, RwLock};
 
 use nanobot_bus::{Bus, InboundMessage, OutboundMessage};
@@ -33,20 +34,20 @@ impl Routes {
 
     /// The attached bus, if any.
     pub(super) fn bus(&self) -> Option<Arc<dyn Bus>> {
-        self.bus.read().unwrap_or_else(|p| p.into_inner()).clone()
+        read_lock(&self.bus).clone()
     }
 
     pub(super) fn set_bus(&self, bus: Arc<dyn Bus>) {
-        *self.bus.write().unwrap_or_else(|p| p.into_inner()) = Some(bus);
+        *write_lock(&self.bus) = Some(bus);
     }
 
     /// What `/restart` calls, when the host set it.
     pub(super) fn restart_handler(&self) -> Option<RestartHandler> {
-        self.restart.read().unwrap_or_else(|p| p.into_inner()).clone()
+        read_lock(&self.restart).clone()
     }
 
     pub(super) fn set_restart_handler(&self, handler: RestartHandler) {
-        *self.restart.write().unwrap_or_else(|p| p.into_inner()) = Some(handler);
+        *write_lock(&self.restart) = Some(handler);
     }
 
     /// Remembers the chat of a message from a real channel (not the API, CLI, cron, …).

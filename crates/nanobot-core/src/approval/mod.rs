@@ -21,6 +21,7 @@
 //! A refusal is the call's (error) result for the model. This decides when to ask, never what is possible: the
 //! boundary is the kernel confinement of `exec` and the file tools' sandbox (`docs/security.md`).
 
+use nanobot_util::lock;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -238,9 +239,7 @@ impl Approvals {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// Registers the question `id` of `session`; only `sender` may answer it.

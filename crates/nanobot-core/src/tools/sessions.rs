@@ -8,6 +8,7 @@
 //! out of reach is reported exactly like a missing one, so a chat cannot learn which other conversations exist.
 //! History is returned as data with a notice that it is not instructions.
 
+use nanobot_util::lock;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -574,10 +575,6 @@ impl SendSessionMessageTool {
             sends: Arc::default(),
         }
     }
-}
-
-fn lock(m: &Mutex<Sends>) -> std::sync::MutexGuard<'_, Sends> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[async_trait]

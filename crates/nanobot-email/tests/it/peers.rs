@@ -2,6 +2,7 @@
 //! aiosmtpd SMTP server (STARTTLS + AUTH) that delivers into the Maildirs Dovecot serves. Both listen on
 //! loopback, on free ports, with throwaway users and a CA and certificate generated here.
 
+use nanobot_util::lock;
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -343,10 +344,7 @@ service stats {{
             None,
             &log,
         )?;
-        *self
-            .dovecot
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(child);
+        *lock(&self.dovecot) = Some(child);
         let logged = root.join("dovecot.log");
         wait_port(self.imaps_port, "dovecot", &logged)
             .and_then(|()| wait_port(self.imap_port, "dovecot", &logged))
@@ -355,11 +353,7 @@ service stats {{
     /// Stops Dovecot (its master detaches into its own session, so it is told through its wrapper, then by its
     /// PID file) and waits until the port no longer accepts connections.
     pub(crate) fn stop_imap(&self) {
-        let taken = self
-            .dovecot
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        let taken = lock(&self.dovecot).take();
         if let Some((mut guard, stdin)) = taken {
             drop(stdin); // the wrapper sends SIGTERM to dovecot and waits for it
             let deadline = std::time::Instant::now() + Duration::from_secs(15);

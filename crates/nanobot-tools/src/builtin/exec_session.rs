@@ -9,6 +9,7 @@
 //! conversation that started it: another conversation neither sees nor reaches it; `/stop` ends a conversation's
 //! sessions and shutting the agent down ends them all.
 
+use nanobot_util::lock;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -136,10 +137,6 @@ struct Session {
     keep_parent: Mutex<Option<std::sync::mpsc::Sender<()>>>,
     _cgroup: Option<crate::confine::PidsCgroup>,
     timed_out: AtomicBool,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What one poll of a session found.
