@@ -39,7 +39,12 @@ fn sources() -> Vec<(String, String)> {
     for top in ["crates", "bins", "tests"] {
         rust_files(&root.join(top), &mut files);
     }
-    assert!(files.len() > 100, "found only {} Rust files under {}", files.len(), root.display());
+    assert!(
+        files.len() > 100,
+        "found only {} Rust files under {}",
+        files.len(),
+        root.display()
+    );
     files
         .into_iter()
         .map(|p| {
@@ -95,7 +100,10 @@ fn files_are_replaced_whole_by_nanobot_util_only() {
             ".with_extension(\"tmp\")",
             ".with_extension(\"json.tmp\")",
         ],
-        &["crates/nanobot-util/src/fs.rs", "crates/nanobot-util/src/confined.rs"],
+        &[
+            "crates/nanobot-util/src/fs.rs",
+            "crates/nanobot-util/src/confined.rs",
+        ],
     );
     assert!(
         found.is_empty(),

@@ -22,6 +22,7 @@ use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
+use nanobot_feishu::frame::{Frame, Header};
 use prost::Message as _;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -45,61 +46,8 @@ pub const CODE_TOO_LARGE: i64 = 234_006;
 /// How long the waiting helpers wait.
 const WAIT: Duration = Duration::from_secs(60);
 
-/// The frame of the long connection, declared independently of the channel crate (`pbbp2.Frame`, proto2).
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct PbFrame {
-    /// `SeqID`.
-    #[prost(uint64, required, tag = "1")]
-    pub seq_id: u64,
-    /// `LogID`.
-    #[prost(uint64, required, tag = "2")]
-    pub log_id: u64,
-    /// `service`.
-    #[prost(int32, required, tag = "3")]
-    pub service: i32,
-    /// `method`: 0 control, 1 data.
-    #[prost(int32, required, tag = "4")]
-    pub method: i32,
-    /// `headers`.
-    #[prost(message, repeated, tag = "5")]
-    pub headers: Vec<PbHeader>,
-    /// `payload_encoding`.
-    #[prost(string, optional, tag = "6")]
-    pub payload_encoding: Option<String>,
-    /// `payload_type`.
-    #[prost(string, optional, tag = "7")]
-    pub payload_type: Option<String>,
-    /// `payload`.
-    #[prost(bytes = "vec", optional, tag = "8")]
-    pub payload: Option<Vec<u8>>,
-    /// `LogIDNew`.
-    #[prost(string, optional, tag = "9")]
-    pub log_id_new: Option<String>,
-}
-
-/// A frame header.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct PbHeader {
-    /// Name.
-    #[prost(string, required, tag = "1")]
-    pub key: String,
-    /// Value.
-    #[prost(string, required, tag = "2")]
-    pub value: String,
-}
-
-impl PbFrame {
-    /// The value of header `key`.
-    pub fn header(&self, key: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|h| h.key == key)
-            .map(|h| h.value.as_str())
-    }
-}
-
-fn header(key: &str, value: &str) -> PbHeader {
-    PbHeader {
+fn header(key: &str, value: &str) -> Header {
+    Header {
         key: key.into(),
         value: value.into(),
     }
@@ -373,7 +321,7 @@ impl FakeFeishu {
     pub fn push_event(&self, event: &Value) -> Result<String> {
         let n = self.state.ids.fetch_add(1, Ordering::SeqCst) + 1;
         let id = format!("frame-{n}");
-        let frame = PbFrame {
+        let frame = Frame {
             seq_id: n,
             log_id: n,
             service: 7,
@@ -386,7 +334,7 @@ impl FakeFeishu {
                 header("trace_id", &format!("trace-{n}")),
             ],
             payload: Some(event.to_string().into_bytes()),
-            ..PbFrame::default()
+            ..Frame::default()
         };
         let conns = lock(&self.state.conns);
         let conn = conns.last().context("no open long connection")?;
@@ -897,15 +845,15 @@ async fn serve_ws(s: Arc<State>, ws: tokio_tungstenite::WebSocketStream<tokio::n
             msg = stream.next() => {
                 let Some(Ok(msg)) = msg else { break };
                 let Ws::Binary(bytes) = msg else { continue };
-                let Ok(frame) = PbFrame::decode(bytes.as_ref()) else { continue };
+                let Ok(frame) = Frame::decode(bytes.as_ref()) else { continue };
                 if frame.method == 0 && frame.header("type") == Some("ping") {
                     s.pings.fetch_add(1, Ordering::SeqCst);
-                    let pong = PbFrame {
+                    let pong = Frame {
                         service: frame.service,
                         method: 0,
                         headers: vec![header("type", "pong")],
                         payload: Some(br#"{"ReconnectCount":-1,"ReconnectInterval":1,"ReconnectNonce":0,"PingInterval":120}"#.to_vec()),
-                        ..PbFrame::default()
+                        ..Frame::default()
                     };
                     if sink.send(Ws::Binary(pong.encode_to_vec().into())).await.is_err() { break; }
                 } else if frame.method == 1 {
