@@ -153,12 +153,12 @@ fn piped_input_works_without_a_terminal() {
     assert!(!text.contains('\x1b'), "no terminal, no ANSI codes: {text:?}");
 }
 
-/// `tools.exec.approval: "risky"` in `home`'s config.
+/// `tools.approval.mode: "risky"` in `home`'s config.
 fn ask_before_risky_calls(home: &nanobot_testkit::TempHome) {
     let path = home.config_path();
     let mut config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    config["tools"]["exec"]["approval"] = serde_json::json!("risky");
+    config["tools"]["approval"] = serde_json::json!({"mode": "risky"});
     home.write_config(&config);
 }
 

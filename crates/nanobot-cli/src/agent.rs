@@ -30,7 +30,7 @@ pub(crate) enum UiEvent {
     ToolHint(String),
 }
 
-/// Asks the terminal's user before a call that needs approval (`tools.exec.approval`): the question goes to the
+/// Asks the terminal's user before a call that needs approval (`tools.approval.mode`): the question goes to the
 /// running [`chat_turn`], which reads the answer with the line editor.
 struct TerminalApprover {
     tx: mpsc::UnboundedSender<(String, oneshot::Sender<nanobot_core::ApprovalAnswer>)>,

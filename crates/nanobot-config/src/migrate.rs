@@ -35,6 +35,26 @@ pub(crate) fn migrate(root: &mut Value) -> Vec<Migration> {
                 "tools",
             ));
         }
+        // tools.exec.approval / approvalTimeout / approvers (older nanobot-rs) → tools.approval.mode / timeoutS /
+        // approvers: the setting governs more than commands.
+        for (old, new) in [
+            ("approval", "mode"),
+            ("approvalTimeout", "timeoutS"),
+            ("approvers", "approvers"),
+        ] {
+            let taken = child_object(tools, "exec").and_then(|exec| take(exec, old));
+            if let Some((old_key, value)) = taken
+                && let Some(approval) = ensure_object(tools, "approval")
+            {
+                done.push(put(
+                    approval,
+                    new,
+                    value,
+                    format!("tools.exec.{old_key}"),
+                    "tools.approval",
+                ));
+            }
+        }
         // tools.myEnabled / tools.mySet → tools.my.enable / tools.my.allowSet
         for (old, new) in [("myEnabled", "enable"), ("mySet", "allowSet")] {
             if let Some((old_key, value)) = take(tools, old)
@@ -154,6 +174,32 @@ mod tests {
                 "agents": {"defaults": {"dream": {"modelOverride": "m"}, "idleCompactAfterMinutes": 30}}
             })
         );
+    }
+
+    #[test]
+    fn approval_keys_move_out_of_exec_and_an_existing_block_wins() {
+        let mut v = json!({"tools": {"exec": {"timeout": 5, "approval": "risky", "approval_timeout": 30,
+                                               "approvers": ["telegram:1"]}}});
+        let done = migrate(&mut v);
+        assert_eq!(
+            v,
+            json!({"tools": {"exec": {"timeout": 5},
+                             "approval": {"mode": "risky", "timeoutS": 30, "approvers": ["telegram:1"]}}})
+        );
+        assert_eq!(
+            done.iter()
+                .map(|m| (m.from.as_str(), m.to.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                ("tools.exec.approval", "tools.approval.mode"),
+                ("tools.exec.approval_timeout", "tools.approval.timeoutS"),
+                ("tools.exec.approvers", "tools.approval.approvers"),
+            ]
+        );
+        let mut v = json!({"tools": {"exec": {"approval": "always"}, "approval": {"mode": "off"}}});
+        let done = migrate(&mut v);
+        assert_eq!(v, json!({"tools": {"exec": {}, "approval": {"mode": "off"}}}));
+        assert!(!done[0].moved, "the new key wins");
     }
 
     #[test]

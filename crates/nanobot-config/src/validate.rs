@@ -98,28 +98,19 @@ impl Config {
                 ),
             ));
         }
-        if self.tools.exec.approval_mode().is_none() {
+        if !(1..=86_400).contains(&self.tools.approval.timeout_s) {
             return Err(invalid(
-                "tools.exec.approval",
-                format!(
-                    "is {:?}; expected \"off\", \"risky\" or \"always\"",
-                    self.tools.exec.approval
-                ),
-            ));
-        }
-        if !(1..=86_400).contains(&self.tools.exec.approval_timeout) {
-            return Err(invalid(
-                "tools.exec.approvalTimeout",
+                "tools.approval.timeoutS",
                 "must be between 1 and 86400 seconds",
             ));
         }
-        for (i, entry) in self.tools.exec.approvers.iter().enumerate() {
+        for (i, entry) in self.tools.approval.approvers.iter().enumerate() {
             let ok = entry
                 .split_once(':')
                 .is_some_and(|(channel, id)| !channel.trim().is_empty() && !id.trim().is_empty());
             if !ok {
                 return Err(invalid(
-                    format!("tools.exec.approvers[{i}]"),
+                    format!("tools.approval.approvers[{i}]"),
                     format!(
                         "is {entry:?}; expected \"<channel>:<sender id>\", for example \"telegram:123456\""
                     ),
@@ -194,20 +185,13 @@ mod tests {
         assert!(matches!(&err, ConfigError::Validation { field, .. } if field == "channels.sendMaxRetries"));
 
         let mut c = Config::default();
-        c.tools.exec.approval = "sometimes".into();
+        c.tools.approval.approvers = vec!["telegram:1".into(), "123".into()];
         let err = c.validate().unwrap_err().to_string();
         assert!(
-            err.contains("tools.exec.approval") && err.contains("sometimes"),
+            err.contains("tools.approval.approvers[1]") && err.contains("\"123\""),
             "{err}"
         );
-        let mut c = Config::default();
-        c.tools.exec.approvers = vec!["telegram:1".into(), "123".into()];
-        let err = c.validate().unwrap_err().to_string();
-        assert!(
-            err.contains("tools.exec.approvers[1]") && err.contains("\"123\""),
-            "{err}"
-        );
-        c.tools.exec.approvers = vec!["telegram:1".into()];
+        c.tools.approval.approvers = vec!["telegram:1".into()];
         c.validate().unwrap();
 
         let mut c = Config::default();
@@ -225,18 +209,13 @@ mod tests {
             assert!(err.contains("tools.only[1]"), "{bad:?}: {err}");
         }
         c.tools.only = vec!["exec".into(), "mcp_github_*".into(), "*".into()];
-        c.tools.exec.approval_timeout = 0;
+        c.tools.approval.timeout_s = 0;
         assert!(
             c.validate()
                 .unwrap_err()
                 .to_string()
-                .contains("tools.exec.approvalTimeout")
+                .contains("tools.approval.timeoutS")
         );
-        for ok in ["off", "risky", "always", "RISKY", ""] {
-            let mut c = Config::default();
-            c.tools.exec.approval = ok.into();
-            c.validate().unwrap();
-        }
 
         let mut c = Config::default();
         c.tools.exec.sandbox = "docker".into();

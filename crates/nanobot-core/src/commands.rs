@@ -21,7 +21,7 @@ pub enum Command {
     /// `/dream-restore`: undo a Dream change.
     DreamRestore,
     /// `/approve ID`: allow a tool call that waits for (or was refused for lack of) the user's yes
-    /// (`tools.exec.approval`, nanobot-rs).
+    /// (`tools.approval.mode`, nanobot-rs).
     Approve,
     /// `/deny ID`: refuse such a call.
     Deny,

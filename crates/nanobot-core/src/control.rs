@@ -13,7 +13,7 @@
 //!   the heartbeat and Dream do not run ([`ControlLedger::held`]): they report what is held and how to confirm it.
 //! - **The user confirms.** `/confirm-files` in a chat lists the held files; `/confirm-files yes` confirms them.
 //!   A file the user edits afterwards is no longer held (its content is not the model's any more).
-//! - **With `tools.exec.approval` on**, `write_file`/`edit_file` on a control file ask first (the approval hook),
+//! - **With `tools.approval.mode` on**, `write_file`/`edit_file` on a control file ask first (the approval hook),
 //!   and a write the user approved is not held.
 //!
 //! The cron store has its own trust ledger (`nanobot-cron`); Dream's own edits of `MEMORY.md` (recorded in its undo

@@ -47,7 +47,7 @@ pub struct AgentSettings {
     pub memory_scope: nanobot_memory::MemoryScope,
     /// Longest a turn may run (`agents.defaults.timeouts.turn`); then it is stopped and the user told so.
     pub turn_timeout: std::time::Duration,
-    /// When the user is asked before a tool call runs (`tools.exec.approval`, `approvalTimeout`).
+    /// When the user is asked before a tool call runs (`tools.approval.mode`, `timeoutS`).
     pub approval: crate::ApprovalSettings,
     /// Messages one session may send to others a minute (`tools.maxSessionMessagesPerMinute`).
     pub max_session_messages_per_minute: u32,

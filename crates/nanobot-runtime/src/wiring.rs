@@ -65,18 +65,12 @@ pub fn agent_settings(config: &Config, env: &Environment) -> Result<AgentSetting
         nanobot_config::MemoryScopeSetting::PerUser => nanobot_memory::MemoryScope::PerUser,
     };
     s.turn_timeout = Duration::from_secs_f64(d.timeouts.turn.clamp(0.001, 604_800.0));
-    let exec = &config.tools.exec;
-    let policy = match exec.approval_mode() {
-        Some(nanobot_config::ApprovalMode::Risky) => nanobot_core::ApprovalPolicy::Risky,
-        Some(nanobot_config::ApprovalMode::Always) => nanobot_core::ApprovalPolicy::Always,
-        // `Config::validate` refuses unknown values before this runs.
-        _ => nanobot_core::ApprovalPolicy::Off,
-    };
+    let approval = &config.tools.approval;
     s.approval = nanobot_core::ApprovalSettings::new(
-        policy,
-        Duration::from_secs(exec.approval_timeout.clamp(1, 86_400)),
+        approval.mode,
+        Duration::from_secs(approval.timeout_s.clamp(1, 86_400)),
     )
-    .with_approvers(exec.approvers.iter().cloned());
+    .with_approvers(approval.approvers.iter().cloned());
     if let Some(n) = max_concurrent_requests(env) {
         s.max_concurrent_sessions = n;
     }

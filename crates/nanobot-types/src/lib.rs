@@ -3,9 +3,12 @@
 //! **Owns:** the conversation types ([`ChatMessage`], [`Content`], [`ToolCall`], [`ToolSpec`], [`Usage`],
 //! [`StreamEvent`], [`ChatRequest`], [`ChatResponse`]) with their wire format (the OpenAI chat-completions
 //! shape the Python nanobot 0.3.5 writes to its session files and sends to providers), lenient tool-argument
-//! [`json`], the object-safe [`Provider`] trait with its one stream collector, and the typed [`ProviderError`].
+//! [`json`], the object-safe [`Provider`] trait with its one stream collector, the typed [`ProviderError`], and
+//! the [`ApprovalPolicy`] that says when a tool call waits for the user (one type for the config that reads it
+//! and the core that applies it).
 //!
-//! **Must not know:** HTTP clients, configuration, tools beyond [`ToolSpec`], sessions, channels. Tools,
+//! **Must not know:** HTTP clients, configuration, tools beyond [`ToolSpec`] and [`ApprovalPolicy`], sessions,
+//! channels. Tools,
 //! sessions, memory and MCP depend on this crate instead of `nanobot-providers`, so none of them pulls in an
 //! HTTP client; `nanobot-providers` implements [`Provider`] and re-exports everything here at its old paths.
 //!
@@ -23,12 +26,14 @@
 //! assert_eq!(back["tool_calls"][0]["function"]["arguments"], "{\"path\": \"a.txt\"}");
 //! ```
 
+mod approval;
 mod error;
 pub mod json;
 pub mod json_limits;
 mod message;
 mod provider;
 
+pub use approval::ApprovalPolicy;
 pub use error::{BoxError, ProviderError, WEB_PAGE_ANSWER, WaitKind};
 pub use message::{
     ChatMessage, ChatRequest, ChatResponse, Content, ContentPart, FinishReason, StreamEvent, ToolCall,

@@ -31,9 +31,9 @@ pub use gateway::{
 pub(crate) use providers::PROVIDER_SPECIFIC_KEYS;
 pub use providers::{ProviderConfig, ProvidersConfig, normalize_name};
 pub use tools::{
-    ApprovalMode, CliAppsConfig, DEFAULT_HIDE_PATHS, ExecToolConfig, FileToolConfig, ImageGenerationConfig,
-    McpServerConfig, McpTransportKind, MyToolConfig, SandboxMode, ToolProfile, ToolsConfig, WebFetchConfig,
-    WebSearchConfig, WebToolsConfig,
+    ApprovalConfig, ApprovalPolicy, CliAppsConfig, DEFAULT_HIDE_PATHS, ExecToolConfig, FileToolConfig,
+    ImageGenerationConfig, McpServerConfig, McpTransportKind, MyToolConfig, SandboxMode, ToolProfile,
+    ToolsConfig, WebFetchConfig, WebSearchConfig, WebToolsConfig,
 };
 pub use transcription::TranscriptionConfig;
 

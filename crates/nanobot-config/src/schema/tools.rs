@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::extra::{Extra, string_list};
 use crate::{Secret, SecretMap};
+pub use nanobot_types::ApprovalPolicy;
 
 /// `tools`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,6 +24,9 @@ pub struct ToolsConfig {
     pub web: WebToolsConfig,
     /// `exec` (shell commands).
     pub exec: ExecToolConfig,
+    /// When a tool call waits for the user's yes (see [`ApprovalConfig`]).
+    #[serde(skip_serializing_if = "ApprovalConfig::is_default")]
+    pub approval: ApprovalConfig,
     /// File tools (`read_file`, `write_file`, `edit_file`, `list_dir`, `glob`, `grep`).
     pub file: FileToolConfig,
     /// CLI app catalog tools.
@@ -63,6 +67,7 @@ impl Default for ToolsConfig {
             only: Vec::new(),
             web: WebToolsConfig::default(),
             exec: ExecToolConfig::default(),
+            approval: ApprovalConfig::default(),
             file: FileToolConfig::default(),
             cli_apps: CliAppsConfig::default(),
             my: MyToolConfig::default(),
@@ -267,12 +272,6 @@ fn is_8192(v: &u64) -> bool {
 fn is_1024(v: &u64) -> bool {
     *v == 1024
 }
-fn is_off(v: &str) -> bool {
-    ApprovalMode::parse(v) == Some(ApprovalMode::Off)
-}
-fn is_120(v: &u64) -> bool {
-    *v == 120
-}
 
 /// `tools.exec`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -329,19 +328,6 @@ pub struct ExecToolConfig {
     /// Extra regexes of commands refused by the exec guard.
     #[serde(alias = "deny_patterns", deserialize_with = "string_list")]
     pub deny_patterns: Vec<String>,
-    /// When to ask the user before a tool call runs (nanobot-rs): `"off"` (default), `"risky"` (commands that
-    /// delete, reach the network, install, change permissions or run unreadable code, and file writes outside
-    /// the workspace) or `"always"` (every command too). See [`ExecToolConfig::approval_mode`].
-    #[serde(skip_serializing_if = "is_off")]
-    pub approval: String,
-    /// How long a question waits for the user's answer, in seconds (then the call is not run).
-    #[serde(alias = "approval_timeout", skip_serializing_if = "is_120")]
-    pub approval_timeout: u64,
-    /// People who may also answer approval questions and `/approve ID` requests in a chat they share with the
-    /// asker (nanobot-rs), each as `"<channel>:<sender id>"` (for example `"telegram:123456"`). Empty (the
-    /// default): only the person who started the turn decides.
-    #[serde(skip_serializing_if = "Vec::is_empty", deserialize_with = "string_list")]
-    pub approvers: Vec<String>,
     /// Keys this version does not model (kept on save).
     #[serde(flatten)]
     pub extra: Extra,
@@ -366,9 +352,6 @@ impl Default for ExecToolConfig {
             allowed_env_keys: Vec::new(),
             allow_patterns: Vec::new(),
             deny_patterns: Vec::new(),
-            approval: "off".to_owned(),
-            approval_timeout: 120,
-            approvers: Vec::new(),
             extra: Extra::default(),
         }
     }
@@ -379,35 +362,47 @@ impl ExecToolConfig {
     pub fn sandbox_mode(&self) -> Option<SandboxMode> {
         SandboxMode::parse(&self.sandbox)
     }
+}
 
-    /// The parsed `approval` value; `None` if it is unknown ([`crate::Config::validate`] reports it).
-    pub fn approval_mode(&self) -> Option<ApprovalMode> {
-        ApprovalMode::parse(&self.approval)
+/// `tools.approval` (nanobot-rs; the Python nanobot ignores it): when the user is asked before a tool call runs,
+/// for how long, and who else may answer. It governs commands, code run by other tools (exec sessions, CLI apps,
+/// MCP servers), file writes outside the workspace and cron jobs added for later. Older nanobot-rs files set it in
+/// `tools.exec` (`approval`, `approvalTimeout`, `approvers`): those keys are moved here when read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ApprovalConfig {
+    /// `"off"` (the default: never ask, as the Python nanobot), `"risky"` (calls that delete, reach the network,
+    /// install, change permissions or run code the guard cannot read, and file writes outside the workspace) or
+    /// `"always"` (every command and every call that runs code too).
+    pub mode: ApprovalPolicy,
+    /// How long a question waits for the user's answer, in seconds (then the call is not run), 1 to 86400.
+    #[serde(alias = "timeout_s")]
+    pub timeout_s: u64,
+    /// People who may also answer approval questions and `/approve ID` requests in a chat they share with the
+    /// asker, each as `"<channel>:<sender id>"` (for example `"telegram:123456"`). Empty (the default): only the
+    /// person who started the turn decides.
+    #[serde(deserialize_with = "string_list")]
+    pub approvers: Vec<String>,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Default for ApprovalConfig {
+    fn default() -> Self {
+        Self {
+            mode: ApprovalPolicy::Off,
+            timeout_s: 120,
+            approvers: Vec::new(),
+            extra: Extra::default(),
+        }
     }
 }
 
-/// When the user is asked before a tool call runs, parsed from `tools.exec.approval`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum ApprovalMode {
-    /// `"off"` (or `""`): never ask (the Python nanobot's behaviour).
-    #[default]
-    Off,
-    /// `"risky"`: ask before commands the guard rates risky and file writes outside the workspace.
-    Risky,
-    /// `"always"`: ask before every command and every file write outside the workspace.
-    Always,
-}
-
-impl ApprovalMode {
-    /// Parses the `approval` value; `None` for an unknown value.
-    pub fn parse(value: &str) -> Option<Self> {
-        match value.trim().to_ascii_lowercase().as_str() {
-            "" | "off" | "never" => Some(Self::Off),
-            "risky" => Some(Self::Risky),
-            "always" => Some(Self::Always),
-            _ => Option::None,
-        }
+impl ApprovalConfig {
+    /// Whether every key is at its default (then a save leaves the block out).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
     }
 }
 
@@ -575,7 +570,7 @@ pub struct McpServerConfig {
     #[serde(alias = "enabled_tools", deserialize_with = "string_list")]
     pub enabled_tools: Vec<String>,
     /// nanobot-rs: the user declares that this server's tools only read (no code runs, nothing changes). Without
-    /// it every call of its tools counts as running code for `tools.exec.approval`, whatever the server claims.
+    /// it every call of its tools counts as running code for `tools.approval.mode`, whatever the server claims.
     /// Not written when false (0.3.5 has no such key).
     #[serde(alias = "read_only", skip_serializing_if = "std::ops::Not::not")]
     pub read_only: bool,

@@ -43,7 +43,7 @@ pub struct TurnOptions {
     pub publish: bool,
     /// Receives visible answer text as it streams (CLI streaming).
     pub stream: Option<mpsc::UnboundedSender<String>>,
-    /// Who is asked before a call that needs the user's yes (`tools.exec.approval`). `None`: on the bus path
+    /// Who is asked before a call that needs the user's yes (`tools.approval.mode`). `None`: on the bus path
     /// ([`TurnOptions::publish`]) the turn's own chat, elsewhere nobody (such calls are then refused, and the
     /// user can allow one with `/approve ID`).
     pub approver: Option<Arc<dyn crate::Approver>>,

@@ -1,4 +1,4 @@
-//! Asking the user before risky tool calls (`tools.exec.approval`).
+//! Asking the user before risky tool calls (`tools.approval`).
 //!
 //! Before a batch of tool calls runs, [`ApprovalHook`] asks each call's tool what the call does
 //! ([`nanobot_tools::Tool::effects`]) and rates those effects against the [`ApprovalPolicy`], never the tool's
@@ -47,18 +47,8 @@ use book::{Grant, Parked};
 /// The longest command or path shown in a question.
 const MAX_SHOWN: usize = 1000;
 
-/// When the user is asked (`tools.exec.approval`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum ApprovalPolicy {
-    /// Never (the Python nanobot's behaviour).
-    #[default]
-    Off,
-    /// Before commands the guard rates risky and file writes outside the workspace.
-    Risky,
-    /// Before every command and every file write outside the workspace.
-    Always,
-}
+/// When the user is asked (`tools.approval.mode`): the one type, shared with the config.
+pub use nanobot_types::ApprovalPolicy;
 
 /// The approval settings of an agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,7 +58,7 @@ pub struct ApprovalSettings {
     pub policy: ApprovalPolicy,
     /// How long a question waits for the answer.
     pub timeout: Duration,
-    /// Who may decide besides the person who started the turn (`tools.exec.approvers`): people, each as
+    /// Who may decide besides the person who started the turn (`tools.approval.approvers`): people, each as
     /// `channel:sender id`, who answer the questions and `/approve ID` requests of the chats they are in.
     pub approvers: Vec<String>,
 }
@@ -93,7 +83,7 @@ impl ApprovalSettings {
         }
     }
 
-    /// Also lets these people decide (`channel:sender id` each, as in `tools.exec.approvers`).
+    /// Also lets these people decide (`channel:sender id` each, as in `tools.approval.approvers`).
     #[must_use]
     pub fn with_approvers<I, S>(mut self, approvers: I) -> Self
     where
@@ -594,7 +584,7 @@ impl ApprovalHook {
             (Some(CodeRun::Command(command)), ApprovalPolicy::Always) => {
                 return Some(rating(
                     command.clone(),
-                    "every command is asked about: tools.exec.approval is \"always\"",
+                    "every command is asked about: tools.approval.mode is \"always\"",
                 ));
             }
             (Some(CodeRun::Command(command)), _) => {
@@ -606,7 +596,7 @@ impl ApprovalHook {
                 return Some(rating(
                     format!("{tool} {}", call.arguments),
                     "runs code nanobot cannot read (an MCP server not declared readOnly, or a tool that does not \
-                     declare its effects): tools.exec.approval is \"always\"",
+                     declare its effects): tools.approval.mode is \"always\"",
                 ));
             }
             // Under `risky`, what the guard would rate risky in any of its string arguments.
@@ -620,7 +610,7 @@ impl ApprovalHook {
             (Some(_), ApprovalPolicy::Always) => {
                 return Some(rating(
                     format!("{} {}", call.name, call.arguments),
-                    "runs code: tools.exec.approval is \"always\"",
+                    "runs code: tools.approval.mode is \"always\"",
                 ));
             }
             (Some(_) | None, _) => {}
@@ -644,7 +634,7 @@ impl ApprovalHook {
         {
             return Some(rating(
                 format!("{} {what}", call.name),
-                "schedules work that runs later, unattended: tools.exec.approval is \"always\"",
+                "schedules work that runs later, unattended: tools.approval.mode is \"always\"",
             ));
         }
         None

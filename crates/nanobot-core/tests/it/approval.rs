@@ -1,4 +1,4 @@
-//! `tools.exec.approval`: risky calls wait for the user's yes in the same chat, a refusal or silence is the call's
+//! `tools.approval.mode`: risky calls wait for the user's yes in the same chat, a refusal or silence is the call's
 //! result for the model, unattended turns refuse and park the call for `/approve ID`.
 
 use std::time::Duration;

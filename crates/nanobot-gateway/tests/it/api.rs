@@ -311,7 +311,7 @@ async fn a_non_loopback_api_without_a_key_is_refused_at_start() {
     gw.shutdown().await;
 }
 
-/// `tools.exec.approval` over the API: a risky call is refused with an id the client can approve; after
+/// `tools.approval` over the API: a risky call is refused with an id the client can approve; after
 /// `/approve ID` in the same session the model's identical call runs, once.
 #[tokio::test]
 async fn an_api_client_approves_a_refused_call_with_approve_id() {
@@ -323,7 +323,7 @@ async fn an_api_client_approves_a_refused_call_with_approve_id() {
     let gw = Gateway::start(crate::common::options(
         &home,
         &mock,
-        json!({"tools": {"exec": {"approval": "risky"}}}),
+        json!({"tools": {"approval": {"mode": "risky"}}}),
     ))
     .await
     .unwrap();

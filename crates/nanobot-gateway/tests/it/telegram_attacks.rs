@@ -215,7 +215,7 @@ async fn one_chat_cannot_reach_another_and_an_injection_does_not_persist() -> Re
     Ok(())
 }
 
-/// A gateway asking before every command (`tools.exec.approval: always`, questions waiting `timeout` seconds),
+/// A gateway asking before every command (`tools.approval.mode: always`, questions waiting `timeout` seconds),
 /// Alice, Bob and Carol allowed, Carol listed as an approver.
 async fn gated_gateway(
     home: &TempHome,
@@ -226,8 +226,8 @@ async fn gated_gateway(
 ) -> Gateway {
     nanobot_testkit::install_ring();
     let patch = json!({
-        "tools": {"exec": {"approval": "always", "approvalTimeout": timeout,
-                           "approvers": [format!("telegram:{CAROL}")]}},
+        "tools": {"approval": {"mode": "always", "timeoutS": timeout,
+                               "approvers": [format!("telegram:{CAROL}")]}},
         "channels": {"telegram": {
             "enabled": true, "token": token, "baseUrl": emu.api_url,
             "allowFrom": [ALICE.to_string(), BOB.to_string(), CAROL.to_string()], "groupPolicy": "open"

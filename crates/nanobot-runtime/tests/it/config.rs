@@ -331,29 +331,33 @@ fn a_model_on_a_local_server_gets_lower_caps_unless_the_config_sets_them() {
 }
 
 #[test]
-fn the_approval_keys_reach_the_agent_and_are_not_written_when_default() {
+fn the_approval_keys_reach_the_agent_from_either_place_and_are_not_written_when_default() {
     let home = TempHome::new();
     let env = Environment::new(home.home(), HashMap::new());
-    let config: nanobot_config::Config = serde_json::from_value(json!({
-        "tools": {"exec": {"approval": "risky", "approvalTimeout": 45}}
-    }))
-    .unwrap();
-    let s = nanobot_runtime::agent_settings(&config, &env).unwrap();
-    assert_eq!(
-        s.approval,
-        nanobot_core::ApprovalSettings::new(
-            nanobot_core::ApprovalPolicy::Risky,
-            std::time::Duration::from_secs(45)
-        )
-    );
-    let saved = serde_json::to_value(&config).unwrap();
-    assert_eq!(saved["tools"]["exec"]["approval"], "risky");
+    let want = nanobot_core::ApprovalSettings::new(
+        nanobot_core::ApprovalPolicy::Risky,
+        std::time::Duration::from_secs(45),
+    )
+    .with_approvers(["telegram:7".to_owned()]);
+    let path = home.home().join("config.json");
+    for text in [
+        r#"{"tools": {"approval": {"mode": "risky", "timeoutS": 45, "approvers": ["telegram:7"]}}}"#,
+        // Where older nanobot-rs files have them: moved when read, and written in the new place.
+        r#"{"tools": {"exec": {"approval": "Risky", "approvalTimeout": 45, "approvers": ["telegram:7"]}}}"#,
+    ] {
+        let loaded = nanobot_config::load_str(text, &path, &nanobot_util::EnvMap::new()).unwrap();
+        let s = nanobot_runtime::agent_settings(&loaded.config, &env).unwrap();
+        assert_eq!(s.approval, want, "{text}");
+        let saved = loaded.to_file_value().unwrap();
+        assert_eq!(saved["tools"]["approval"]["mode"], "risky", "{saved}");
+        assert!(saved["tools"]["exec"].get("approval").is_none(), "{saved}");
+    }
 
     // Defaults: off, and nothing written that the Python nanobot would not write.
     let plain = nanobot_config::Config::default();
     let s = nanobot_runtime::agent_settings(&plain, &env).unwrap();
     assert_eq!(s.approval.policy, nanobot_core::ApprovalPolicy::Off);
     let saved = serde_json::to_value(&plain).unwrap();
+    assert!(saved["tools"].get("approval").is_none(), "{saved}");
     assert!(saved["tools"]["exec"].get("approval").is_none(), "{saved}");
-    assert!(saved["tools"]["exec"].get("approvalTimeout").is_none(), "{saved}");
 }

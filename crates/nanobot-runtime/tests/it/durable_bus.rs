@@ -258,7 +258,7 @@ async fn the_owner_approves_on_a_replica_that_does_not_run_the_turn() {
         "agents": {"defaults": {"model": "local-model"}},
         "providers": {"custom": {"apiBase": mock.openai_base_url()}},
         // Far longer than the test waits: only the answer can end the wait.
-        "tools": {"web": {"enable": false}, "exec": {"approval": "risky", "approvalTimeout": 3600}}
+        "tools": {"web": {"enable": false}, "approval": {"mode": "risky", "timeoutS": 3600}}
     }))
     .unwrap();
     let (runner, rt) = replica(&server, &home, &config).await;
@@ -356,7 +356,7 @@ async fn a_parked_call_is_approved_and_run_on_another_replica_with_a_home_of_its
     let config: nanobot_config::Config = serde_json::from_value(json!({
         "agents": {"defaults": {"model": "local-model"}},
         "providers": {"custom": {"apiBase": mock.openai_base_url()}},
-        "tools": {"web": {"enable": false}, "exec": {"approval": "risky"}}
+        "tools": {"web": {"enable": false}, "approval": {"mode": "risky"}}
     }))
     .unwrap();
     let settings = |replica: &str| {
