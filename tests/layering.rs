@@ -379,7 +379,7 @@ const FLOORS: &[(&str, u8)] = &[
 const NARROWER: &[(&str, &[&str])] = &[
     ("nanobot-util", &["nanobot-types"]),
     ("nanobot-logging", &["nanobot-types"]),
-    ("nanobot-config", &["nanobot-util"]),
+    ("nanobot-config", &["nanobot-types", "nanobot-util"]),
     ("nanobot-bus", &["nanobot-types", "nanobot-util"]),
     ("nanobot-http", &["nanobot-util"]),
     ("nanobot-ssrf", &["nanobot-util"]),
