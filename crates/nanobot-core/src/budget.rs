@@ -56,11 +56,6 @@ fn tokenizer() -> Option<&'static CoreBPE> {
         .as_ref()
 }
 
-/// True once the tokenizer tables were loaded (tests check that short turns never load them).
-pub fn tokenizer_loaded() -> bool {
-    TOKENIZER.get().is_some()
-}
-
 /// A cheap upper-bound-ish estimate: one token per 3 bytes (tokens are ~4 bytes for English, fewer for code and
 /// non-Latin scripts).
 fn heuristic_tokens(text: &str) -> usize {
@@ -115,16 +110,16 @@ fn message_text_len(m: &ChatMessage) -> (String, usize) {
 
 /// Token estimator: the character heuristic when it is clearly enough, tiktoken (o200k) otherwise.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct TokenEstimator;
+pub(crate) struct TokenEstimator;
 
 impl TokenEstimator {
     /// Heuristic token count of the messages and tool definitions (never loads the tokenizer).
-    pub fn rough(&self, messages: &[ChatMessage], tools: &[ToolSpec]) -> usize {
+    pub(crate) fn rough(&self, messages: &[ChatMessage], tools: &[ToolSpec]) -> usize {
         self.rough_messages(messages) + self.rough_tools(tools)
     }
 
     /// Heuristic token count of the messages alone.
-    pub fn rough_messages(&self, messages: &[ChatMessage]) -> usize {
+    pub(crate) fn rough_messages(&self, messages: &[ChatMessage]) -> usize {
         messages
             .iter()
             .map(|m| {
@@ -136,7 +131,7 @@ impl TokenEstimator {
 
     /// Heuristic token count of tool definitions (serialises every schema: callers holding a registry use
     /// `ToolRegistry::definitions_rough_tokens`, which measures each schema once).
-    pub fn rough_tools(&self, tools: &[ToolSpec]) -> usize {
+    pub(crate) fn rough_tools(&self, tools: &[ToolSpec]) -> usize {
         tools
             .iter()
             .map(|t| {
@@ -153,7 +148,7 @@ impl TokenEstimator {
     /// text: it is tokenized in pieces of at most 8 KiB (byte-pair merging slows down more than linearly on a long
     /// run without spaces: 19 MB of one letter took 23 s whole), and a text longer than 256 KiB is counted on 32
     /// evenly spaced pieces, scaled to its length.
-    pub fn count_text(&self, text: &str) -> usize {
+    pub(crate) fn count_text(&self, text: &str) -> usize {
         match tokenizer() {
             Some(bpe) => {
                 let count = |piece: &str| bpe.encode_ordinary(piece).len();
@@ -181,13 +176,13 @@ impl TokenEstimator {
     }
 
     /// Tokens of one message (tokenizer; heuristic fallback).
-    pub fn message(&self, m: &ChatMessage) -> usize {
+    pub(crate) fn message(&self, m: &ChatMessage) -> usize {
         let (text, images) = message_text_len(m);
         self.count_text(&text) + images * IMAGE_TOKENS + PER_MESSAGE_OVERHEAD
     }
 
     /// Tokens of the tool definitions.
-    pub fn tools(&self, tools: &[ToolSpec]) -> usize {
+    pub(crate) fn tools(&self, tools: &[ToolSpec]) -> usize {
         tools
             .iter()
             .map(|t| {

@@ -33,19 +33,19 @@ use crate::error::BoxError;
 use crate::hook::{AgentHook, IterationEnd, ToolBatch, Veto};
 
 /// The ledger's file name in the data directory.
-pub const CONTROL_LEDGER_FILE: &str = "control-files.json";
+pub(crate) const CONTROL_LEDGER_FILE: &str = "control-files.json";
 
 /// The heartbeat's task list.
 /// The heartbeat's task list in the workspace.
-pub const HEARTBEAT_FILE: &str = "HEARTBEAT.md";
+pub(crate) const HEARTBEAT_FILE: &str = "HEARTBEAT.md";
 /// The workspace's own instructions for the heartbeat's notification gate (0.3.5's `prompts/evaluator.md`): when
 /// not empty, they replace [`crate::DEFAULT_EVALUATOR_PROMPT`].
-pub const EVALUATOR_PROMPT_FILE: &str = "prompts/evaluator.md";
+pub(crate) const EVALUATOR_PROMPT_FILE: &str = "prompts/evaluator.md";
 /// Long-term memory.
 const MEMORY: &str = "memory/MEMORY.md";
 
 /// Whether `rel` (a workspace-relative path with `/` separators) is a control file.
-pub fn is_control_file(rel: &str) -> bool {
+pub(crate) fn is_control_file(rel: &str) -> bool {
     if BOOTSTRAP_FILES.contains(&rel)
         || LEGACY_BOOTSTRAP_FILES.contains(&rel)
         || rel == HEARTBEAT_FILE
@@ -151,7 +151,7 @@ struct LedgerFile {
 }
 
 /// The ledger's name in a shared store (gateway replicas with separate homes).
-pub const SHARED_CONTROL_LEDGER_NAME: &str = "control/control-files.json";
+pub(crate) const SHARED_CONTROL_LEDGER_NAME: &str = "control/control-files.json";
 
 /// How many entries a shared ledger keeps (the oldest go first); `/confirm-files yes` clears them.
 const MAX_SHARED_ENTRIES: usize = 256;
@@ -377,7 +377,7 @@ impl ControlLedger {
 }
 
 /// Why unattended runs are held, for logs, cron errors and chat notices; `None` when nothing is held.
-pub fn held_notice(held: &[HeldFile]) -> Option<String> {
+pub(crate) fn held_notice(held: &[HeldFile]) -> Option<String> {
     if held.is_empty() {
         return None;
     }

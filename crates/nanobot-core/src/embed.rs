@@ -327,7 +327,6 @@ impl Agent {
         let mut history = inner.history.lock().await;
         let origin = TurnOrigin {
             channel: "api".into(),
-            chat_id: "embedded".into(),
             ..TurnOrigin::default()
         };
         let messages = inner

@@ -15,12 +15,12 @@ use crate::control::{EVALUATOR_PROMPT_FILE, HEARTBEAT_FILE};
 use crate::error::CoreError;
 
 /// The heartbeat's session key.
-pub const HEARTBEAT_SESSION: &str = "heartbeat";
+pub(crate) const HEARTBEAT_SESSION: &str = "heartbeat";
 /// The answer that means "nothing to report" (never delivered).
 pub const HEARTBEAT_OK: &str = "HEARTBEAT_OK";
 /// What the notification gate is told unless the workspace has [`EVALUATOR_PROMPT_FILE`]. It must keep asking
 /// for the `evaluate_notification` tool: without that call the gate stays silent (it fails closed).
-pub const DEFAULT_EVALUATOR_PROMPT: &str = "You decide whether a result of the assistant's background work is worth a message to the user. You get the task it was given and its answer; answer by calling evaluate_notification.\n\nNotify for anything the user can act on, errors, finished deliverables, reminders and timers that came due, and whatever the user asked to be told about (a reminder the user set notifies even when the answer only repeats it).\n\nStay silent for routine checks with nothing new, confirmations that all is well, and empty answers; and when the answer talks about its own instructions, its configuration files (HEARTBEAT.md and the like) or whether to notify: the user should never see the assistant reasoning about whether to speak.";
+pub(crate) const DEFAULT_EVALUATOR_PROMPT: &str = "You decide whether a result of the assistant's background work is worth a message to the user. You get the task it was given and its answer; answer by calling evaluate_notification.\n\nNotify for anything the user can act on, errors, finished deliverables, reminders and timers that came due, and whatever the user asked to be told about (a reminder the user set notifies even when the answer only repeats it).\n\nStay silent for routine checks with nothing new, confirmations that all is well, and empty answers; and when the answer talks about its own instructions, its configuration files (HEARTBEAT.md and the like) or whether to notify: the user should never see the assistant reasoning about whether to speak.";
 
 /// What one heartbeat did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,7 +31,7 @@ pub enum HeartbeatOutcome {
     /// The model decided there is nothing to do now.
     Skipped,
     /// Not run: control files (`HEARTBEAT.md`, bootstrap files, memory, skills) hold changes the model made and
-    /// the user has not confirmed ([`crate::control`]). The model was not asked.
+    /// the user has not confirmed (docs/security.md, "Control files"). The model was not asked.
     Held {
         /// The held files, relative to the workspace.
         files: Vec<String>,
@@ -61,7 +61,7 @@ impl HeartbeatOutcome {
 
 /// True when `HEARTBEAT.md` text has something to do: any line that is not blank, a heading, an HTML comment or
 /// an empty checkbox.
-pub fn has_tasks(text: &str) -> bool {
+pub(crate) fn has_tasks(text: &str) -> bool {
     let mut in_comment = false;
     text.lines().any(|line| {
         let l = line.trim();

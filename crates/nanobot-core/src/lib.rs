@@ -3,7 +3,7 @@
 //! **Owns:** [`AgentRunner`] (the loop, reusable by the main agent, subagents, Dream and the API: parallel
 //! read-only tools, iteration cap, empty-answer retry, `length` continuation, think stripping, context budget,
 //! checkpoints), [`AgentHook`] / [`CompositeHook`] with the [`LoggingHook`] and [`UsageHook`],
-//! [`ContextBuilder`] (system prompt from identity, bootstrap files, `memory/MEMORY.md` and skills; runtime
+//! the context builder (system prompt from identity, bootstrap files, `memory/MEMORY.md` and skills; runtime
 //! context and images on the user message), [`AgentLoop`] (one worker per session, slash [`commands`], session
 //! saving, crash recovery, progress/tool hints/streaming, `system` routing; [`AgentLoop::submit`] for bus
 //! messages (the one place deciding who answers), [`AgentLoop::process_direct`], [`AgentLoop::shutdown`]), the
@@ -12,14 +12,19 @@
 //! heartbeat, run by [`AgentLoop::run_system_job`], their one handler), the [`MemoryService`] trait
 //! (implemented over `nanobot-memory` by [`MemoryAdapter`]), and the embedding API ([`Agent::builder`]).
 //!
+//! **Public API** (what an embedder or the composition root uses, nothing more): [`Agent`] and [`AgentLoop`] with
+//! their builders, settings, turn options and replies; the hooks; [`AgentRunner`] for a bare model ⇄ tools loop;
+//! the approval types; [`MemoryService`]; [`SystemJob`]; the slash [`commands`], chat [`rights`] and model
+//! [`presets`]; a few facts other crates show ([`HEARTBEAT_OK`], [`TURN_INTERRUPTED_NOTE`], the prompt templates
+//! `onboard` compares with). The built-in tools, the prompt's pieces and the session metadata keys stay inside.
+//!
 //! **Must not know:** `config.json` (it takes typed [`AgentSettings`]; `nanobot-runtime` wires the config), any
 //! chat platform (channels meet the agent on the bus), the process environment or `~/.nanobot` by itself.
 //!
 //! ```
 //! use std::sync::Arc;
-//! use nanobot_core::{strip_think, commands::{parse, Command, Parsed}};
+//! use nanobot_core::commands::{parse, Command, Parsed};
 //!
-//! assert_eq!(strip_think("<think>plan</think>Hi!"), "Hi!");
 //! assert_eq!(parse("/status@my_bot"), Some(Parsed::Known(Command::Status, String::new())));
 //! // An agent needs only a provider (any `Arc<dyn Provider>`; see examples/embed.rs for a full run):
 //! let builder = nanobot_core::Agent::builder().workspace(std::env::temp_dir()).model("gpt-4o-mini");
@@ -32,17 +37,16 @@ mod hook;
 mod runner;
 mod text;
 
-pub use budget::{ContextBudget, TokenEstimator, tokenizer_loaded};
+pub use budget::ContextBudget;
 pub use error::{BoxError, CoreError};
 pub use hook::{
     AgentHook, CompositeHook, IterationEnd, IterationStart, LoggingHook, ToolBatch, UsageHook, UsageTotals,
     Veto,
 };
 pub use runner::{
-    AgentRunner, CheckpointPhase, CheckpointSink, EMPTY_FINAL_RESPONSE, REPEATED_CALLS_LIMIT, RunCheckpoint,
-    RunResult, RunSpec, StopReason, max_iterations_message, provider_error_message, repeated_calls_message,
+    AgentRunner, CheckpointPhase, CheckpointSink, RunCheckpoint, RunResult, RunSpec, StopReason,
 };
-pub use text::{StreamThinkFilter, strip_think, tool_hint, truncate_chars};
+pub use text::tool_hint;
 pub mod commands;
 mod context;
 mod memory;
@@ -51,39 +55,25 @@ pub mod rights;
 mod subagent;
 mod tools;
 
-pub use context::{
-    BOOTSTRAP_FILES, ContextBuilder, LEGACY_BOOTSTRAP_FILES, MEMORY_FRAME, RUNTIME_CONTEXT_END,
-    RUNTIME_CONTEXT_TAG, SKILLS_FRAME, TurnOrigin, UNEDITED_TEMPLATES, is_unedited_template,
-    strip_runtime_context,
-};
-pub use memory::{ConsolidationReport, ConsolidationTrigger, MemoryAdapter, MemoryService, raw_archive};
+pub use context::{UNEDITED_TEMPLATES, is_unedited_template, strip_runtime_context};
+pub use memory::{MemoryAdapter, MemoryService};
 pub use presets::{ModelChoice, ModelPresets};
-pub use subagent::{SubagentManager, SubagentOrigin, SubagentSettings};
-pub use tools::{
-    CreateGoalArgs, CreateGoalTool, GOAL_STATE_KEY, GoalAction, GoalTools, MAX_CONTINUATION_ROUNDS,
-    MAX_OBJECTIVE_CHARS, UpdateGoalArgs, UpdateGoalTool,
-};
+
 #[cfg(feature = "cron")]
-pub use tools::{CronAction, CronArgs, CronTool};
-pub use tools::{
-    ListSessionsArgs, ListSessionsTool, ROUTE_METADATA_KEY, ReadSessionArgs, ReadSessionTool,
-    SESSION_MESSAGE_METADATA_KEY, SearchSessionsArgs, SearchSessionsTool, SendSessionMessageArgs,
-    SendSessionMessageTool, SessionAccess,
-};
-pub use tools::{MessageArgs, MessageTool, SpawnArgs, SpawnTool, TurnInfo};
+pub use tools::CronAction;
+
 mod agent_loop;
 mod approval;
-pub mod control;
+mod control;
 #[cfg(test)]
 mod shared_fake;
-pub use approval::{ApprovalAnswer, ApprovalPolicy, ApprovalRequest, ApprovalSettings, Approver, PARKED_FOR};
-pub use control::{ControlLedger, EVALUATOR_PROMPT_FILE, HEARTBEAT_FILE, HeldFile};
+pub use approval::{ApprovalAnswer, ApprovalPolicy, ApprovalRequest, ApprovalSettings, Approver};
+
 mod settings;
 
 pub use agent_loop::{
-    AgentLoop, AgentLoopBuilder, DELIVERIES_KEY, IMAGE_PLACEHOLDER, MEMORY_SCOPE_KEY, PromptSize,
-    RestartHandler, RestartRequest, STORED_TOOL_RESULT_MAX_CHARS, TURN_INTERRUPTED_NOTE, TurnOptions,
-    TurnReply, stored_message,
+    AgentLoop, AgentLoopBuilder, PromptSize, RestartHandler, RestartRequest, TURN_INTERRUPTED_NOTE,
+    TurnOptions, TurnReply,
 };
 pub use settings::{AgentSettings, builtin_skills_dir};
 mod embed;
@@ -94,4 +84,4 @@ mod system_jobs;
 
 pub use system_jobs::SystemJob;
 
-pub use heartbeat::{DEFAULT_EVALUATOR_PROMPT, HEARTBEAT_OK, HEARTBEAT_SESSION, HeartbeatOutcome, has_tasks};
+pub use heartbeat::{HEARTBEAT_OK, HeartbeatOutcome};

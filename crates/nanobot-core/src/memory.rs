@@ -92,7 +92,7 @@ pub trait MemoryService: Send + Sync {
 /// Appends a raw archive entry (`{"cursor","timestamp","content","session_key"}`) of `messages` to the
 /// `history.jsonl` of `scope` (`<workspace>/memory/history.jsonl` for the shared memory) — the fallback when no
 /// [`MemoryService`] is configured. Returns the cursor.
-pub fn raw_archive(
+pub(crate) fn raw_archive(
     workspace: &Path,
     scope: &ScopeKey,
     session_key: &str,

@@ -20,7 +20,7 @@ use crate::text::{StreamThinkFilter, strip_think};
 const MAX_LENGTH_CONTINUATIONS: usize = 3;
 
 /// The answer when the model returns nothing even after a retry.
-pub const EMPTY_FINAL_RESPONSE: &str = "The model gave an empty answer twice (the second time after being asked \
+pub(crate) const EMPTY_FINAL_RESPONSE: &str = "The model gave an empty answer twice (the second time after being asked \
      again), so there is nothing to show. Try rephrasing the request; a very small model may need a larger one.";
 
 const EMPTY_RETRY_PROMPT: &str = "Your previous reply was empty. Please give your final answer to the user now: \
@@ -31,7 +31,7 @@ const FINAL_CALL_PROMPT: &str = "You have reached the maximum number of tool cal
      more tools: give your best final answer now, based on what you already have.";
 
 /// The fixed answer when the iteration cap is reached without a final answer.
-pub fn max_iterations_message(n: usize) -> String {
+pub(crate) fn max_iterations_message(n: usize) -> String {
     format!(
         "I reached the maximum number of tool call iterations ({n}) without completing the task. \
          You can try breaking the task into smaller steps, or raise agents.defaults.maxToolIterations in \
@@ -41,10 +41,10 @@ pub fn max_iterations_message(n: usize) -> String {
 
 /// How many rounds in a row may repeat the very same tool calls (names and arguments) before the run stops: a
 /// confused small model otherwise loops until the iteration cap, at tens of seconds a call.
-pub const REPEATED_CALLS_LIMIT: usize = 3;
+pub(crate) const REPEATED_CALLS_LIMIT: usize = 3;
 
 /// The answer when the model repeated the same tool calls [`REPEATED_CALLS_LIMIT`] times in a row.
-pub fn repeated_calls_message(tool: &str) -> String {
+pub(crate) fn repeated_calls_message(tool: &str) -> String {
     format!(
         "I stopped because the model called `{tool}` with the same arguments {REPEATED_CALLS_LIMIT} times in a \
          row without getting further. Try rephrasing the request, breaking it into smaller steps, or a larger model."
@@ -185,7 +185,7 @@ pub trait CheckpointSink: Send + Sync {
 
 /// A user-facing explanation of a failed model call: the cause, the endpoint and what to change (no secrets:
 /// provider errors never carry keys, endpoints are shown without credentials).
-pub fn provider_error_message(err: &ProviderError) -> String {
+pub(crate) fn provider_error_message(err: &ProviderError) -> String {
     match err {
         ProviderError::Auth { .. } => format!(
             "Sorry, the AI provider rejected the credentials. Please check the API key in the configuration. ({err})"

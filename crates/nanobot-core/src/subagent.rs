@@ -17,7 +17,7 @@ use crate::runner::{AgentRunner, RunSpec, StopReason};
 
 /// Settings of the subagent manager.
 #[derive(Debug, Clone)]
-pub struct SubagentSettings {
+pub(crate) struct SubagentSettings {
     /// The model subagents use.
     pub model: String,
     /// Their iteration cap.
@@ -34,7 +34,7 @@ pub struct SubagentSettings {
 
 /// Where a subagent was started from (its report goes back there).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubagentOrigin {
+pub(crate) struct SubagentOrigin {
     /// Channel of the chat.
     pub channel: String,
     /// Chat id.
@@ -50,7 +50,7 @@ struct Running {
 
 /// Starts, limits and cancels subagents. Cheap to clone.
 #[derive(Clone)]
-pub struct SubagentManager {
+pub(crate) struct SubagentManager {
     provider: Arc<dyn Provider>,
     tools: Arc<ToolRegistry>,
     settings: SubagentSettings,
@@ -73,7 +73,11 @@ impl std::fmt::Debug for SubagentManager {
 
 impl SubagentManager {
     /// A manager whose subagents use `tools` (file, exec and web tools only: never `message`, `spawn`, `cron`).
-    pub fn new(provider: Arc<dyn Provider>, tools: Arc<ToolRegistry>, settings: SubagentSettings) -> Self {
+    pub(crate) fn new(
+        provider: Arc<dyn Provider>,
+        tools: Arc<ToolRegistry>,
+        settings: SubagentSettings,
+    ) -> Self {
         let permits = Arc::new(Semaphore::new(settings.max_concurrent.max(1)));
         Self {
             provider,
@@ -92,18 +96,13 @@ impl SubagentManager {
         self
     }
 
-    /// The tools subagents get.
-    pub fn tools(&self) -> &Arc<ToolRegistry> {
-        &self.tools
-    }
-
     /// Subagents running (or waiting for a slot) for `session_key`.
-    pub fn running_for(&self, session_key: &str) -> usize {
+    pub(crate) fn running_for(&self, session_key: &str) -> usize {
         lock(&self.running).get(session_key).map_or(0, Vec::len)
     }
 
     /// Cancels every subagent of `session_key`; returns how many.
-    pub fn cancel_session(&self, session_key: &str) -> usize {
+    pub(crate) fn cancel_session(&self, session_key: &str) -> usize {
         let list = lock(&self.running).remove(session_key).unwrap_or_default();
         for r in &list {
             r.cancel.cancel();
@@ -113,18 +112,8 @@ impl SubagentManager {
 
     /// Starts a subagent for `task` in the background and returns its id at once. When it finishes, its result
     /// is published on `bus` as an inbound message on the `system` channel, routed to `origin`.
-    pub fn spawn(
-        &self,
-        task: String,
-        label: Option<String>,
-        origin: SubagentOrigin,
-        bus: Arc<dyn Bus>,
-    ) -> String {
-        self.spawn_with(task, label, None, origin, bus)
-    }
-
-    /// [`SubagentManager::spawn`] with the subagent's own sampling temperature (`None`: the agent's).
-    pub fn spawn_with(
+    /// `temperature` is the subagent's own sampling temperature (`None`: the agent's).
+    pub(crate) fn spawn_with(
         &self,
         task: String,
         label: Option<String>,
@@ -174,7 +163,7 @@ impl SubagentManager {
     /// Runs a subagent for `task` and waits for its result (`spawn` with `wait=true`: a consultation whose answer
     /// the current turn needs). It counts as one of `session_key`'s subagents while it runs (so `/stop` ends it, as
     /// does `cancel`, the turn's token). Returns whether it succeeded and its final text; `None` when cancelled.
-    pub async fn run_waiting(
+    pub(crate) async fn run_waiting(
         &self,
         task: &str,
         temperature: Option<f64>,

@@ -22,7 +22,7 @@ static THINK_ORPHAN_CLOSE: LazyLock<Option<Regex>> =
 /// assert_eq!(strip_think("Hi <think>never closed"), "Hi");
 /// assert_eq!(strip_think("reasoning</think> Answer"), "Answer");
 /// ```
-pub fn strip_think(text: &str) -> String {
+pub(crate) fn strip_think(text: &str) -> String {
     // Every pattern needs a `think` tag: most answers have none, and then the regexes are never compiled.
     if !contains_ignore_ascii_case(text, b"think") {
         return text.trim().to_owned();
@@ -49,7 +49,7 @@ fn contains_ignore_ascii_case(haystack: &str, needle: &[u8]) -> bool {
 
 /// Strips think blocks from a stream of text deltas, holding back only what could be the start of a tag.
 #[derive(Debug, Default)]
-pub struct StreamThinkFilter {
+pub(crate) struct StreamThinkFilter {
     pending: String,
     in_think: bool,
     emitted_any: bool,
@@ -60,7 +60,7 @@ const CLOSE_TAGS: [&str; 2] = ["</think>", "</thinking>"];
 
 impl StreamThinkFilter {
     /// Feeds a delta; returns the visible text it releases (possibly empty).
-    pub fn push(&mut self, delta: &str) -> String {
+    pub(crate) fn push(&mut self, delta: &str) -> String {
         self.pending.push_str(delta);
         let mut out = String::new();
         loop {
@@ -113,7 +113,7 @@ impl StreamThinkFilter {
     }
 
     /// Releases whatever was held back at the end of the stream (never text inside an unclosed think).
-    pub fn finish(&mut self) -> String {
+    pub(crate) fn finish(&mut self) -> String {
         let rest = std::mem::take(&mut self.pending);
         if self.in_think { String::new() } else { rest }
     }
@@ -173,7 +173,7 @@ pub fn tool_hint(call: &ToolCall, max_len: usize) -> String {
 }
 
 /// `text` cut to at most `max` characters, with `…` when cut.
-pub fn truncate_chars(text: &str, max: usize) -> String {
+pub(crate) fn truncate_chars(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         return text.to_owned();
     }

@@ -85,7 +85,7 @@ impl AgentLoop {
         }
     }
 
-    /// The control files the model changed and the user has not confirmed ([`crate::control`]).
+    /// The control files the model changed and the user has not confirmed (docs/security.md, "Control files").
     pub fn control_files(&self) -> &crate::control::ControlLedger {
         self.inner.gate.control()
     }

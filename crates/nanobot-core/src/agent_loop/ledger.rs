@@ -208,7 +208,7 @@ impl Ledger {
     }
 
     /// The internal message that continues session `key`'s active goal after a turn hit the iteration cap, and
-    /// the round counted; `None` without an active goal or once [`crate::MAX_CONTINUATION_ROUNDS`] ran in a row.
+    /// the round counted; `None` without an active goal or once [`crate::tools::MAX_CONTINUATION_ROUNDS`] ran in a row.
     pub(super) async fn goal_continuation(
         &self,
         key: &str,
@@ -221,7 +221,7 @@ impl Ledger {
             .get(CONTINUATION_ROUNDS_KEY)
             .and_then(Value::as_u64)
             .unwrap_or(0);
-        if !crate::tools::goal_active(&metadata) || rounds >= crate::MAX_CONTINUATION_ROUNDS {
+        if !crate::tools::goal_active(&metadata) || rounds >= crate::tools::MAX_CONTINUATION_ROUNDS {
             return None;
         }
         let counted = self

@@ -10,7 +10,7 @@ use super::types::TurnOptions;
 
 /// Session metadata key under which the memory scope of the session's last message from a person is recorded, so
 /// turns nobody typed in that session (cron jobs, the heartbeat, subagent reports) use the same memory.
-pub const MEMORY_SCOPE_KEY: &str = "memory_scope";
+pub(crate) const MEMORY_SCOPE_KEY: &str = "memory_scope";
 
 impl LoopInner {
     /// Which memory the turn of `msg` in session `key` reads and writes.

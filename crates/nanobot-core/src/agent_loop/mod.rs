@@ -41,10 +41,4 @@ mod workers;
 
 pub use api::AgentLoop;
 pub use builder::AgentLoopBuilder;
-pub use memory_scope::MEMORY_SCOPE_KEY;
-pub use persist::stored_message;
-pub use redelivery::DELIVERIES_KEY;
-pub use types::{
-    IMAGE_PLACEHOLDER, PromptSize, RestartHandler, RestartRequest, STORED_TOOL_RESULT_MAX_CHARS,
-    TURN_INTERRUPTED_NOTE, TurnOptions, TurnReply,
-};
+pub use types::{PromptSize, RestartHandler, RestartRequest, TURN_INTERRUPTED_NOTE, TurnOptions, TurnReply};

@@ -34,7 +34,7 @@ pub(super) fn stored_user_message(msg: &InboundMessage) -> SessionMessage {
 }
 
 /// A message as stored: tool results over [`STORED_TOOL_RESULT_MAX_CHARS`] truncated, inline images replaced.
-pub fn stored_message(m: &ChatMessage) -> SessionMessage {
+pub(crate) fn stored_message(m: &ChatMessage) -> SessionMessage {
     let m = match m {
         ChatMessage::Tool {
             tool_call_id,

@@ -8,7 +8,7 @@ use nanobot_providers::ChatMessage;
 use serde_json::{Map, Value, json};
 
 /// Session metadata key: `[[delivery id, "started" | "answered"], …]`, oldest first.
-pub const DELIVERIES_KEY: &str = "_deliveries";
+pub(crate) const DELIVERIES_KEY: &str = "_deliveries";
 /// How many delivery ids a session remembers.
 const KEEP: usize = 64;
 

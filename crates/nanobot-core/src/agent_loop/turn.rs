@@ -143,7 +143,6 @@ impl LoopInner {
         }
         let origin = TurnOrigin {
             channel: chat.channel.to_owned(),
-            chat_id: chat.chat_id.to_owned(),
             memory: scope.clone(),
             notes: crate::tools::session_message_note(msg)
                 .into_iter()

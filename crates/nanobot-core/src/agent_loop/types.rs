@@ -11,9 +11,9 @@ use crate::error::CoreError;
 use crate::runner::StopReason;
 
 /// Tool results longer than this are truncated in the stored session copy (the model saw them whole).
-pub const STORED_TOOL_RESULT_MAX_CHARS: usize = 500;
+pub(crate) const STORED_TOOL_RESULT_MAX_CHARS: usize = 500;
 /// What replaces inline images in stored sessions.
-pub const IMAGE_PLACEHOLDER: &str = "[image]";
+pub(crate) const IMAGE_PLACEHOLDER: &str = "[image]";
 /// The assistant note stored after a user message whose turn was interrupted (`/stop`, shutdown, a killed
 /// process) before any answer: the next turn sees the question and that it went unanswered, as in the Python
 /// nanobot 0.3.5 (whose note carries the same `_recovery_interrupted` marker).

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 /// How long an unanswered request can still be approved with `/approve ID`, and how long such an approval
 /// waits for the call to come again.
-pub const PARKED_FOR: Duration = Duration::from_secs(600);
+pub(crate) const PARKED_FOR: Duration = Duration::from_secs(600);
 
 /// At most this many parked requests and grants are kept per session (the oldest go first).
 const MAX_PER_SESSION: usize = 32;

@@ -41,7 +41,6 @@ use crate::hook::{AgentHook, ToolBatch, Veto};
 mod book;
 
 pub(crate) use book::Books;
-pub use book::PARKED_FOR;
 use book::{Grant, Parked};
 
 /// The longest command or path shown in a question.
@@ -492,7 +491,7 @@ fn follow(p: &Path) -> Option<PathBuf> {
 }
 
 fn shown(s: &str) -> String {
-    crate::truncate_chars(s, MAX_SHOWN)
+    crate::text::truncate_chars(s, MAX_SHOWN)
 }
 
 /// `path` (as the model wrote it) joined to `workspace` and normalised on the text (`..` and `.` applied); `None`
@@ -949,7 +948,7 @@ mod tests {
                     asker: Some("alice".into()),
                     call: "c".into(),
                     action: "a".into(),
-                    at_ms: book::now_ms() - i64::try_from(PARKED_FOR.as_millis()).unwrap() - 1,
+                    at_ms: book::now_ms() - i64::try_from(book::PARKED_FOR.as_millis()).unwrap() - 1,
                 });
                 (true, ())
             })

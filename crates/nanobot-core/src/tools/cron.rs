@@ -25,7 +25,7 @@ pub enum CronAction {
 /// Arguments of `cron` (0.3.5's parameters, and `deliver`).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
-pub struct CronArgs {
+pub(crate) struct CronArgs {
     /// add, list or remove.
     pub action: CronAction,
     /// What the agent should do when the job fires (for add).
@@ -48,13 +48,13 @@ pub struct CronArgs {
 
 /// `cron`: schedules reminders and recurring tasks, bound to the calling chat.
 #[derive(Debug, Clone)]
-pub struct CronTool {
+pub(crate) struct CronTool {
     service: CronService,
 }
 
 impl CronTool {
     /// A `cron` tool over `service`.
-    pub fn new(service: CronService) -> Self {
+    pub(crate) fn new(service: CronService) -> Self {
         Self { service }
     }
 }

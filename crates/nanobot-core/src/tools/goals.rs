@@ -19,11 +19,11 @@ use serde_json::{Map, Value, json};
 use super::turn_info::turn_info;
 
 /// The session metadata key of the goal.
-pub const GOAL_STATE_KEY: &str = "goal_state";
+pub(crate) const GOAL_STATE_KEY: &str = "goal_state";
 /// Older builds of 0.3.5 kept the goal under this key.
 const LEGACY_GOAL_STATE_KEY: &str = "thread_goal";
 /// How many internal turns continue an active goal in a row.
-pub const MAX_CONTINUATION_ROUNDS: u64 = 12;
+pub(crate) const MAX_CONTINUATION_ROUNDS: u64 = 12;
 /// The session metadata key counting them (0.3.5's).
 pub(crate) const CONTINUATION_ROUNDS_KEY: &str = "_sustained_goal_continuation_rounds";
 /// The marker of an internal continuation message (inbound metadata and the stored user message).
@@ -31,7 +31,7 @@ pub(crate) const CONTINUATION_MARK: &str = "_internal_continuation";
 /// The sender id of continuation turns.
 pub(crate) const CONTINUATION_SENDER: &str = "system:continuation";
 /// The longest objective.
-pub const MAX_OBJECTIVE_CHARS: usize = 4000;
+pub(crate) const MAX_OBJECTIVE_CHARS: usize = 4000;
 const MAX_SUMMARY_CHARS: usize = 120;
 
 const CREATE_REFUSED: &str = "create_goal is not available in this turn: ask the user to send the whole objective \
@@ -137,13 +137,13 @@ fn now() -> String {
 
 /// What the goal tools share: the session store.
 #[derive(Debug, Clone)]
-pub struct GoalTools {
+pub(crate) struct GoalTools {
     store: SessionStore,
 }
 
 impl GoalTools {
     /// Goal tools writing into `store`'s session metadata.
-    pub fn new(store: SessionStore) -> Self {
+    pub(crate) fn new(store: SessionStore) -> Self {
         Self { store }
     }
 
@@ -205,7 +205,7 @@ fn summary_text(summary: Option<&str>) -> String {
 /// Arguments of `create_goal` (0.3.5's parameters).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
-pub struct CreateGoalArgs {
+pub(crate) struct CreateGoalArgs {
     /// The objective this session works toward: self-contained, bounded, safe to repeat, and clear about when
     /// it is done (it may gather a plan from the conversation).
     // Lengths are checked in the call, not declared: a local server building a grammar from the schema (as
@@ -218,7 +218,7 @@ pub struct CreateGoalArgs {
 
 /// `create_goal`: records the session's sustained goal (only in a turn the user started with `/goal`).
 #[derive(Debug, Clone)]
-pub struct CreateGoalTool(pub GoalTools);
+pub(crate) struct CreateGoalTool(pub GoalTools);
 
 #[async_trait]
 impl TypedTool for CreateGoalTool {
@@ -274,7 +274,7 @@ impl TypedTool for CreateGoalTool {
 /// What `update_goal` does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum GoalAction {
+pub(crate) enum GoalAction {
     /// The objective is reached and verified.
     Complete,
     /// The user cancelled it.
@@ -288,7 +288,7 @@ pub enum GoalAction {
 /// Arguments of `update_goal` (0.3.5's parameters).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
-pub struct UpdateGoalArgs {
+pub(crate) struct UpdateGoalArgs {
     /// What to do with the active goal.
     pub action: GoalAction,
     /// A short, honest recap for the user (expected for complete, cancel and block).
@@ -304,7 +304,7 @@ pub struct UpdateGoalArgs {
 
 /// `update_goal`: completes, cancels, blocks or replaces the active goal.
 #[derive(Debug, Clone)]
-pub struct UpdateGoalTool(pub GoalTools);
+pub(crate) struct UpdateGoalTool(pub GoalTools);
 
 #[async_trait]
 impl TypedTool for UpdateGoalTool {

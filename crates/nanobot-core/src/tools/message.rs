@@ -18,7 +18,7 @@ use crate::rights::ChatRights;
 /// Arguments of `message` (0.3.5's parameters).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
-pub struct MessageArgs {
+pub(crate) struct MessageArgs {
     /// The message text to send.
     pub content: String,
     /// Target channel (telegram, discord, slack, …); defaults to the current one.
@@ -84,7 +84,7 @@ pub(crate) fn sweep_outbox(outbox: &Path, older_than: std::time::Duration) -> us
 /// Targets other than the turn's own chat must be permitted by [`ChatRights`] (the target channel's
 /// `allowFrom`); without rights given, only the own chat (and, from the CLI, any chat) can be reached.
 #[derive(Debug, Default, Clone)]
-pub struct MessageTool {
+pub(crate) struct MessageTool {
     confine: Option<(Arc<Sandbox>, PathBuf)>,
     rights: Arc<ChatRights>,
 }
@@ -92,7 +92,7 @@ pub struct MessageTool {
 impl MessageTool {
     /// Attachments are opened through `sandbox` and copied into `outbox` (a directory only nanobot writes, such as
     /// `<data dir>/media/outbox`). Without this, attachments are refused.
-    pub fn confined(sandbox: Sandbox, outbox: impl Into<PathBuf>) -> Self {
+    pub(crate) fn confined(sandbox: Sandbox, outbox: impl Into<PathBuf>) -> Self {
         Self {
             confine: Some((Arc::new(sandbox), outbox.into())),
             rights: Arc::default(),
@@ -101,7 +101,7 @@ impl MessageTool {
 
     /// Checks targets against `rights`.
     #[must_use]
-    pub fn with_rights(mut self, rights: ChatRights) -> Self {
+    pub(crate) fn with_rights(mut self, rights: ChatRights) -> Self {
         self.rights = Arc::new(rights);
         self
     }

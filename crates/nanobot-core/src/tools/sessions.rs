@@ -27,9 +27,9 @@ use crate::rights::{ChatRights, OWNER_CHANNEL};
 
 /// The session metadata key of the chat a session last answered (0.3.5's `_compaction_route`:
 /// `{"channel", "chat_id", "metadata"}`), written on chat turns.
-pub const ROUTE_METADATA_KEY: &str = "_compaction_route";
+pub(crate) const ROUTE_METADATA_KEY: &str = "_compaction_route";
 /// The inbound metadata key of a message sent by `send_session_message` (0.3.5's envelope).
-pub const SESSION_MESSAGE_METADATA_KEY: &str = "_session_message";
+pub(crate) const SESSION_MESSAGE_METADATA_KEY: &str = "_session_message";
 /// The sender id of a message from another session.
 pub(crate) const SESSION_SENDER: &str = "session";
 
@@ -59,7 +59,7 @@ pub(crate) fn session_route(key: &str, metadata: &Map<String, Value>) -> Option<
 
 /// What every session tool shares: the store and the rights.
 #[derive(Debug, Clone)]
-pub struct SessionAccess {
+pub(crate) struct SessionAccess {
     store: SessionStore,
     rights: Arc<ChatRights>,
 }
@@ -73,7 +73,7 @@ struct Target {
 
 impl SessionAccess {
     /// Access to `store`'s sessions under `rights`.
-    pub fn new(store: SessionStore, rights: ChatRights) -> Self {
+    pub(crate) fn new(store: SessionStore, rights: ChatRights) -> Self {
         Self {
             store,
             rights: Arc::new(rights),
@@ -277,11 +277,11 @@ fn title(metadata: &Map<String, Value>, preview: Option<&str>) -> String {
 /// Arguments of `list_sessions` (none).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
-pub struct ListSessionsArgs {}
+pub(crate) struct ListSessionsArgs {}
 
 /// `list_sessions`: the handles of the other sessions this turn may reach.
 #[derive(Debug, Clone)]
-pub struct ListSessionsTool(pub SessionAccess);
+pub(crate) struct ListSessionsTool(pub SessionAccess);
 
 #[async_trait]
 impl TypedTool for ListSessionsTool {
@@ -331,7 +331,7 @@ fn check_len(name: &str, value: &str, max: usize) -> Result<(), ToolError> {
 /// Arguments of `read_session` (0.3.5's parameters).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
-pub struct ReadSessionArgs {
+pub(crate) struct ReadSessionArgs {
     /// The session: an @handle from list_sessions, or a session_key from search_sessions.
     pub session_key: String,
     /// Only messages containing this text (a literal substring, any case); omit for the newest messages.
@@ -340,7 +340,7 @@ pub struct ReadSessionArgs {
 
 /// `read_session`: the newest visible messages of another session this turn may read.
 #[derive(Debug, Clone)]
-pub struct ReadSessionTool(pub SessionAccess);
+pub(crate) struct ReadSessionTool(pub SessionAccess);
 
 #[async_trait]
 impl TypedTool for ReadSessionTool {
@@ -414,14 +414,14 @@ impl TypedTool for ReadSessionTool {
 /// Arguments of `search_sessions` (0.3.5's parameters).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
-pub struct SearchSessionsArgs {
+pub(crate) struct SearchSessionsArgs {
     /// Text to find in conversation titles or in user and assistant messages.
     pub query: String,
 }
 
 /// `search_sessions`: finds other sessions this turn may read, by title or message text.
 #[derive(Debug, Clone)]
-pub struct SearchSessionsTool(pub SessionAccess);
+pub(crate) struct SearchSessionsTool(pub SessionAccess);
 
 #[async_trait]
 impl TypedTool for SearchSessionsTool {
@@ -522,7 +522,7 @@ impl TypedTool for SearchSessionsTool {
 /// Arguments of `send_session_message` (0.3.5's parameters).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
-pub struct SendSessionMessageArgs {
+pub(crate) struct SendSessionMessageArgs {
     /// The target session's @handle (from list_sessions).
     pub to: String,
     /// The message.
@@ -552,7 +552,7 @@ struct Sends {
 
 /// `send_session_message`: sends text into another session, which answers it in its own chat.
 #[derive(Clone)]
-pub struct SendSessionMessageTool {
+pub(crate) struct SendSessionMessageTool {
     access: SessionAccess,
     per_minute: usize,
     sends: Arc<Mutex<Sends>>,
@@ -568,7 +568,7 @@ impl std::fmt::Debug for SendSessionMessageTool {
 
 impl SendSessionMessageTool {
     /// At most `per_minute` messages a minute from one session (`tools.maxSessionMessagesPerMinute`).
-    pub fn new(access: SessionAccess, per_minute: u32) -> Self {
+    pub(crate) fn new(access: SessionAccess, per_minute: u32) -> Self {
         Self {
             access,
             per_minute: per_minute.max(1) as usize,

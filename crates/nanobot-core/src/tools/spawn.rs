@@ -10,7 +10,7 @@ use crate::subagent::{SubagentManager, SubagentOrigin};
 /// Arguments of `spawn` (0.3.5's parameters).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
-pub struct SpawnArgs {
+pub(crate) struct SpawnArgs {
     /// The task for the subagent, with everything it needs to know.
     pub task: String,
     /// A short label for the task (shown to the user).
@@ -27,13 +27,13 @@ pub struct SpawnArgs {
 
 /// `spawn`: starts a subagent in the background.
 #[derive(Debug, Clone)]
-pub struct SpawnTool {
+pub(crate) struct SpawnTool {
     manager: SubagentManager,
 }
 
 impl SpawnTool {
     /// A `spawn` tool starting subagents with `manager`.
-    pub fn new(manager: SubagentManager) -> Self {
+    pub(crate) fn new(manager: SubagentManager) -> Self {
         Self { manager }
     }
 }

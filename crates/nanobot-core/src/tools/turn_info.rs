@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 /// Facts about the running turn that bus-aware tools need; stored in [`ToolContext::extensions`].
 #[derive(Clone)]
-pub struct TurnInfo {
+pub(crate) struct TurnInfo {
     /// The bus, when the turn runs under the agent loop.
     pub bus: Option<Arc<dyn Bus>>,
     /// Set by `message` when it delivered to the turn's own chat (then the loop sends no duplicate reply).
@@ -37,7 +37,7 @@ impl std::fmt::Debug for TurnInfo {
 
 impl TurnInfo {
     /// Turn facts with this bus, nothing sent yet, not a cron turn.
-    pub fn new(bus: Option<Arc<dyn Bus>>) -> Self {
+    pub(crate) fn new(bus: Option<Arc<dyn Bus>>) -> Self {
         Self {
             bus,
             message_sent: Arc::new(AtomicBool::new(false)),

@@ -3,7 +3,10 @@
 //! continued by an internal turn instead of stopping, and `update_goal` closes it.
 
 use nanobot_bus::InboundMessage;
-use nanobot_core::{AgentLoop, GOAL_STATE_KEY};
+use nanobot_core::AgentLoop;
+
+/// Where 0.3.5 keeps a session's goal in its metadata.
+const GOAL_STATE_KEY: &str = "goal_state";
 use nanobot_testkit::{MockLlm, MockReply, TempHome};
 use serde_json::json;
 

@@ -155,9 +155,11 @@ async fn the_notification_gate_decides_fails_closed_and_follows_the_workspace_pr
         .into_iter()
         .rfind(|r| r.tool_names() == ["evaluate_notification"])
         .unwrap();
-    assert_eq!(
-        gate.system_text().unwrap(),
-        nanobot_core::DEFAULT_EVALUATOR_PROMPT
+    let instructions = gate.system_text().unwrap();
+    assert!(
+        instructions
+            .starts_with("You decide whether a result of the assistant's background work is worth a message"),
+        "{instructions}"
     );
     assert!(
         gate.last_user_text()
@@ -166,7 +168,7 @@ async fn the_notification_gate_decides_fails_closed_and_follows_the_workspace_pr
     );
 
     // The workspace's own gate instructions replace the default.
-    home.write_workspace_file(nanobot_core::EVALUATOR_PROMPT_FILE, "Notify only about rain.");
+    home.write_workspace_file("prompts/evaluator.md", "Notify only about rain.");
     run_once(
         "Rain at noon.",
         MockReply::tool_call("evaluate_notification", json!({"should_notify": true})),

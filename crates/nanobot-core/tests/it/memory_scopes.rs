@@ -5,7 +5,10 @@
 use std::sync::Arc;
 
 use nanobot_bus::{InboundMessage, META_IS_GROUP};
-use nanobot_core::{AgentLoop, MEMORY_SCOPE_KEY, MemoryAdapter};
+use nanobot_core::{AgentLoop, MemoryAdapter};
+
+/// The session metadata key that records the memory a session reads.
+const MEMORY_SCOPE_KEY: &str = "memory_scope";
 use nanobot_cron::CronJob;
 use nanobot_memory::{ConsolidationSettings, DreamSettings, Memory, MemoryScope, MemoryStore, ScopeKey};
 use nanobot_testkit::{MockLlm, MockReply, TempHome};

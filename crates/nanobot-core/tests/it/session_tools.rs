@@ -47,7 +47,7 @@ async fn seed_home(store: &SessionStore) {
     store
         .update_header("telegram:111:topic-7", |h| {
             h.metadata.insert(
-                nanobot_core::ROUTE_METADATA_KEY.into(),
+                "_compaction_route".into(),
                 json!({"channel": "telegram", "chat_id": "111", "metadata": {}}),
             );
         })
@@ -289,7 +289,7 @@ async fn a_message_to_another_session_is_answered_in_its_chat_within_the_rights_
     // Alice's chat turn recorded where her session answers (0.3.5's `_compaction_route`).
     let alice_meta = store.metadata("telegram:111").await.unwrap();
     assert_eq!(
-        alice_meta[nanobot_core::ROUTE_METADATA_KEY],
+        alice_meta["_compaction_route"],
         json!({"channel": "telegram", "chat_id": "111", "metadata": {}})
     );
     // Stored in Bob's session, not in a session of its own.
