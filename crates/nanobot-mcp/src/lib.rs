@@ -56,4 +56,4 @@ pub use manager::{
 pub use reqwest;
 pub use spec::{DEFAULT_TOOL_TIMEOUT, RawServer, SecretMap, ServerSpec, TransportKind, TransportSpec};
 pub use transport::{INHERITED_ENV, LegacySseTransport, child_env};
-pub use wrap::{McpPromptTool, McpResourceTool, McpTool};
+pub use wrap::McpTool;

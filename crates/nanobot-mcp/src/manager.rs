@@ -15,7 +15,7 @@ use rmcp::{Peer, RoleClient};
 
 use crate::client::{self, ConnectEnv, NanobotClient, Offer, Session};
 use crate::naming::{self, prompt_name, resource_name, tool_name};
-use crate::wrap::{McpPromptTool, McpResourceTool, McpTool, ServerLink};
+use crate::wrap::{McpTool, ServerLink};
 use crate::{McpError, RawServer, ServerSpec, TransportKind};
 
 /// Default limit for spawning/handshaking/listing one server.
@@ -455,7 +455,7 @@ impl McpManager {
                 }
             }
             let name = unique(wrapped, format!("{}/tool/{}", spec.name, tool.name));
-            tools.push(Arc::new(McpTool::new(name, tool, link.clone())));
+            tools.push(Arc::new(McpTool::tool(name, tool, link.clone())));
         }
         let mut warnings = Vec::new();
         if !all {
@@ -477,14 +477,14 @@ impl McpManager {
                     resource_name(&spec.name, &resource.name),
                     format!("{}/resource/{}", spec.name, resource.uri),
                 );
-                tools.push(Arc::new(McpResourceTool::new(name, resource, link.clone())));
+                tools.push(Arc::new(McpTool::resource(name, resource, link.clone())));
             }
             for prompt in &offer.prompts {
                 let name = unique(
                     prompt_name(&spec.name, &prompt.name),
                     format!("{}/prompt/{}", spec.name, prompt.name),
                 );
-                tools.push(Arc::new(McpPromptTool::new(name, prompt, link.clone())));
+                tools.push(Arc::new(McpTool::prompt(name, prompt, link.clone())));
             }
         }
         (tools, warnings)

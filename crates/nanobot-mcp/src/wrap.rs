@@ -96,19 +96,32 @@ fn object_args(args: Value) -> Result<JsonObject, ToolError> {
     }
 }
 
-/// A server tool registered as `mcp_<server>_<tool>`; calls go to the original name.
+/// What a registered MCP tool reaches on its server.
+#[derive(Debug, Clone)]
+enum Target {
+    /// A server tool, called by its name on the server; `read_only` is the server's `readOnlyHint`.
+    Tool { original: String, read_only: bool },
+    /// A resource, read by its URI (always read-only).
+    Resource { uri: String },
+    /// A prompt, filled by its name on the server (always read-only); its arguments are strings.
+    Prompt { original: String },
+}
+
+/// One thing an MCP server offers, registered as a tool: a server tool as `mcp_<server>_<tool>` (calls go to the
+/// original name), a resource as the read-only `mcp_<server>_resource_<name>`, a prompt as the read-only
+/// `mcp_<server>_prompt_<name>` (its arguments become string parameters).
 #[derive(Debug)]
 pub struct McpTool {
     name: String,
-    original: String,
     description: String,
     parameters: Value,
-    read_only: bool,
+    target: Target,
     link: Arc<ServerLink>,
 }
 
 impl McpTool {
-    pub(crate) fn new(name: String, tool: &rmcp::model::Tool, link: Arc<ServerLink>) -> Self {
+    /// A server tool.
+    pub(crate) fn tool(name: String, tool: &rmcp::model::Tool, link: Arc<ServerLink>) -> Self {
         let description = tool
             .description
             .as_deref()
@@ -123,17 +136,70 @@ impl McpTool {
             .unwrap_or(false);
         Self {
             name,
-            original: tool.name.to_string(),
             description,
             parameters: normalize_schema(&Value::Object((*tool.input_schema).clone())),
-            read_only,
+            target: Target::Tool {
+                original: tool.name.to_string(),
+                read_only,
+            },
             link,
         }
     }
 
-    /// The tool's name on its server.
+    /// A resource.
+    pub(crate) fn resource(name: String, resource: &Resource, link: Arc<ServerLink>) -> Self {
+        let about = resource
+            .description
+            .clone()
+            .or_else(|| resource.title.clone())
+            .unwrap_or_else(|| resource.name.clone());
+        Self {
+            name,
+            description: format!("[MCP Resource] {about}\nURI: {}", resource.uri),
+            parameters: empty_object_schema(),
+            target: Target::Resource {
+                uri: resource.uri.clone(),
+            },
+            link,
+        }
+    }
+
+    /// A prompt.
+    pub(crate) fn prompt(name: String, prompt: &Prompt, link: Arc<ServerLink>) -> Self {
+        let about = prompt
+            .description
+            .clone()
+            .or_else(|| prompt.title.clone())
+            .unwrap_or_else(|| prompt.name.clone());
+        let mut properties = Map::new();
+        let mut required = Vec::new();
+        for arg in prompt.arguments.iter().flatten() {
+            let mut prop = json!({"type": "string"});
+            if let Some(d) = arg.description.as_ref().or(arg.title.as_ref()) {
+                prop["description"] = Value::String(d.clone());
+            }
+            properties.insert(arg.name.clone(), prop);
+            if arg.required == Some(true) {
+                required.push(Value::String(arg.name.clone()));
+            }
+        }
+        Self {
+            name,
+            description: format!("[MCP Prompt] {about}\nReturns a filled prompt template."),
+            parameters: json!({"type": "object", "properties": properties, "required": required}),
+            target: Target::Prompt {
+                original: prompt.name.clone(),
+            },
+            link,
+        }
+    }
+
+    /// What it reaches on its server: the tool's or prompt's own name, or the resource's URI.
     pub fn original_name(&self) -> &str {
-        &self.original
+        match &self.target {
+            Target::Tool { original, .. } | Target::Prompt { original } => original,
+            Target::Resource { uri } => uri,
+        }
     }
 
     /// The server it belongs to.
@@ -157,183 +223,82 @@ impl Tool for McpTool {
     }
 
     fn read_only(&self) -> bool {
-        self.read_only
+        match self.target {
+            Target::Tool { read_only, .. } => read_only,
+            Target::Resource { .. } | Target::Prompt { .. } => true,
+        }
     }
 
-    /// A server is a program nanobot cannot read: each call may run code, unless the user declared the server
-    /// read-only (its own `readOnlyHint` is only the server's word; it still orders calls and trims results).
+    /// A server is a program nanobot cannot read: each tool call may run code, unless the user declared the
+    /// server read-only (its own `readOnlyHint` is only the server's word; it still orders calls and trims
+    /// results). Reading a resource or filling a prompt has no effect.
     fn effects(&self, _args: &Value) -> nanobot_tools::Effects {
-        if self.link.declared_read_only {
-            nanobot_tools::Effects::none()
-        } else {
-            nanobot_tools::Effects::opaque(&self.name)
+        match self.target {
+            Target::Tool { .. } if !self.link.declared_read_only => {
+                nanobot_tools::Effects::opaque(&self.name)
+            }
+            _ => nanobot_tools::Effects::none(),
         }
     }
 
     async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let params = CallToolRequestParams::new(self.original.clone()).with_arguments(object_args(args)?);
-        let result = self
-            .link
-            .run("tools/call", ctx, self.link.peer.call_tool(params))
-            .await?;
-        let rendered = content::render_tool_result(&result, &self.link.render_options())
-            .await
-            .map_err(|e| self.link.render_error(e))?;
-        if result.is_error == Some(true) {
-            let text = if rendered.text.trim().is_empty() {
-                "the tool reported an error without a message".to_owned()
-            } else {
-                rendered.text
-            };
-            return Err(ToolError::Failed(format!(
-                "MCP tool '{}' on server '{}' failed: {text}",
-                self.original, self.link.server
-            )));
-        }
-        Ok(output(rendered))
-    }
-}
-
-/// A server resource registered as the read-only tool `mcp_<server>_resource_<name>`.
-#[derive(Debug)]
-pub struct McpResourceTool {
-    name: String,
-    uri: String,
-    description: String,
-    link: Arc<ServerLink>,
-}
-
-impl McpResourceTool {
-    pub(crate) fn new(name: String, resource: &Resource, link: Arc<ServerLink>) -> Self {
-        let about = resource
-            .description
-            .clone()
-            .or_else(|| resource.title.clone())
-            .unwrap_or_else(|| resource.name.clone());
-        Self {
-            name,
-            uri: resource.uri.clone(),
-            description: format!("[MCP Resource] {about}\nURI: {}", resource.uri),
-            link,
-        }
-    }
-
-    /// The resource URI it reads.
-    pub fn uri(&self) -> &str {
-        &self.uri
-    }
-}
-
-#[async_trait]
-impl Tool for McpResourceTool {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn description(&self) -> &str {
-        &self.description
-    }
-
-    fn parameters(&self) -> Value {
-        empty_object_schema()
-    }
-
-    fn read_only(&self) -> bool {
-        true
-    }
-
-    async fn execute(&self, _args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let params = ReadResourceRequestParams::new(self.uri.clone());
-        let result = self
-            .link
-            .run("resources/read", ctx, self.link.peer.read_resource(params))
-            .await?;
-        let rendered = content::render_resource(&result, &self.link.render_options())
-            .await
-            .map_err(|e| self.link.render_error(e))?;
-        Ok(output(rendered))
-    }
-}
-
-/// A server prompt registered as the read-only tool `mcp_<server>_prompt_<name>`; its
-/// arguments become string parameters.
-#[derive(Debug)]
-pub struct McpPromptTool {
-    name: String,
-    original: String,
-    description: String,
-    parameters: Value,
-    link: Arc<ServerLink>,
-}
-
-impl McpPromptTool {
-    pub(crate) fn new(name: String, prompt: &Prompt, link: Arc<ServerLink>) -> Self {
-        let about = prompt
-            .description
-            .clone()
-            .or_else(|| prompt.title.clone())
-            .unwrap_or_else(|| prompt.name.clone());
-        let mut properties = Map::new();
-        let mut required = Vec::new();
-        for arg in prompt.arguments.iter().flatten() {
-            let mut prop = json!({"type": "string"});
-            if let Some(d) = arg.description.as_ref().or(arg.title.as_ref()) {
-                prop["description"] = Value::String(d.clone());
+        let options = self.link.render_options();
+        let rendered = match &self.target {
+            Target::Tool { original, .. } => {
+                let params = CallToolRequestParams::new(original.clone()).with_arguments(object_args(args)?);
+                let result = self
+                    .link
+                    .run("tools/call", ctx, self.link.peer.call_tool(params))
+                    .await?;
+                let rendered = content::render_tool_result(&result, &options)
+                    .await
+                    .map_err(|e| self.link.render_error(e))?;
+                if result.is_error == Some(true) {
+                    let text = if rendered.text.trim().is_empty() {
+                        "the tool reported an error without a message".to_owned()
+                    } else {
+                        rendered.text
+                    };
+                    return Err(ToolError::Failed(format!(
+                        "MCP tool '{original}' on server '{}' failed: {text}",
+                        self.link.server
+                    )));
+                }
+                rendered
             }
-            properties.insert(arg.name.clone(), prop);
-            if arg.required == Some(true) {
-                required.push(Value::String(arg.name.clone()));
+            Target::Resource { uri } => {
+                let params = ReadResourceRequestParams::new(uri.clone());
+                let result = self
+                    .link
+                    .run("resources/read", ctx, self.link.peer.read_resource(params))
+                    .await?;
+                content::render_resource(&result, &options)
+                    .await
+                    .map_err(|e| self.link.render_error(e))?
             }
-        }
-        Self {
-            name,
-            original: prompt.name.clone(),
-            description: format!("[MCP Prompt] {about}\nReturns a filled prompt template."),
-            parameters: json!({"type": "object", "properties": properties, "required": required}),
-            link,
-        }
-    }
-}
-
-#[async_trait]
-impl Tool for McpPromptTool {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn description(&self) -> &str {
-        &self.description
-    }
-
-    fn parameters(&self) -> Value {
-        self.parameters.clone()
-    }
-
-    fn read_only(&self) -> bool {
-        true
-    }
-
-    async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        // Prompt arguments are strings on the wire.
-        let arguments: JsonObject = object_args(args)?
-            .into_iter()
-            .filter(|(_, v)| !v.is_null())
-            .map(|(k, v)| {
-                let s = match v {
-                    Value::String(s) => s,
-                    other => other.to_string(),
-                };
-                (k, Value::String(s))
-            })
-            .collect();
-        let params = GetPromptRequestParams::new(self.original.clone()).with_arguments(arguments);
-        let result = self
-            .link
-            .run("prompts/get", ctx, self.link.peer.get_prompt(params))
-            .await?;
-        let rendered = content::render_prompt(&result, &self.link.render_options())
-            .await
-            .map_err(|e| self.link.render_error(e))?;
+            Target::Prompt { original } => {
+                // Prompt arguments are strings on the wire.
+                let arguments: JsonObject = object_args(args)?
+                    .into_iter()
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(k, v)| {
+                        let s = match v {
+                            Value::String(s) => s,
+                            other => other.to_string(),
+                        };
+                        (k, Value::String(s))
+                    })
+                    .collect();
+                let params = GetPromptRequestParams::new(original.clone()).with_arguments(arguments);
+                let result = self
+                    .link
+                    .run("prompts/get", ctx, self.link.peer.get_prompt(params))
+                    .await?;
+                content::render_prompt(&result, &options)
+                    .await
+                    .map_err(|e| self.link.render_error(e))?
+            }
+        };
         Ok(output(rendered))
     }
 }
