@@ -33,6 +33,7 @@ mod media;
 mod pairing;
 mod settings;
 mod split;
+mod token;
 
 pub use access::{
     AccessControl, AccessDecision, AllowList, GroupPolicy, InboundContext, PAIRING_COMMAND, pairing_command,
@@ -52,3 +53,4 @@ pub use media::{AttachmentError, read_attachment, safe_file_name};
 pub use pairing::{PAIRING_TTL, PairingError, PairingRequest, PairingStore};
 pub use settings::http_base_url;
 pub use split::{DISCORD_LIMIT, SLACK_LIMIT, TELEGRAM_LIMIT, split_message};
+pub use token::TokenCache;

@@ -1,12 +1,11 @@
 //! The Open API calls: opening a Stream connection, the access token (cached, renewed before it expires and when
 //! the API answers 401), robot messages, file downloads, and media uploads through the legacy API (`oapi`).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nanobot_channels::ChannelError;
+use nanobot_channels::{ChannelError, TokenCache};
 use nanobot_config::Secret;
 use serde_json::{Value, json};
-use tokio::sync::Mutex;
 
 use crate::NAME;
 
@@ -27,7 +26,7 @@ pub(crate) struct Api {
     oapi: String,
     client_id: String,
     client_secret: Secret,
-    token: Mutex<Option<(String, Instant)>>,
+    token: TokenCache,
 }
 
 /// Classifies a non-success answer of `path` (its `code` cleaned of `secrets`, see
@@ -68,7 +67,7 @@ impl Api {
             oapi,
             client_id,
             client_secret,
-            token: Mutex::new(None),
+            token: TokenCache::new(TOKEN_MARGIN),
         })
     }
 
@@ -121,12 +120,10 @@ impl Api {
     }
 
     async fn token(&self) -> Result<String, ChannelError> {
-        let mut slot = self.token.lock().await;
-        if let Some((token, until)) = slot.as_ref()
-            && Instant::now() < *until
-        {
-            return Ok(token.clone());
-        }
+        self.token.get(|| self.fetch_token()).await
+    }
+
+    async fn fetch_token(&self) -> Result<(String, Duration), ChannelError> {
         let path = "/v1.0/oauth2/accessToken";
         let body = json!({"appKey": self.client_id, "appSecret": self.client_secret.expose()});
         let (status, value) = self.post(path, &body, None).await?;
@@ -138,21 +135,16 @@ impl Api {
             .filter(|t| !t.is_empty())
             .ok_or_else(|| ChannelError::auth(NAME, format!("{path}: no accessToken in the answer")))?
             .to_string();
-        let expire = Duration::from_secs(value["expireIn"].as_u64().unwrap_or(7200));
-        *slot = Some((
-            token.clone(),
-            Instant::now() + expire.saturating_sub(TOKEN_MARGIN),
-        ));
-        Ok(token)
+        Ok((
+            token,
+            Duration::from_secs(value["expireIn"].as_u64().unwrap_or(7200)),
+        ))
     }
 
     /// Drops the cached token if it still is `rejected`, so that the next call fetches a new one.
     async fn forget(&self, rejected: &str) {
         tracing::debug!("dingtalk: access token rejected; renewing it");
-        let mut slot = self.token.lock().await;
-        if slot.as_ref().is_some_and(|(t, _)| t == rejected) {
-            *slot = None;
-        }
+        self.token.forget(rejected).await;
     }
 
     /// An authorised call; when the API answers 401 the token is renewed and the call made once more.

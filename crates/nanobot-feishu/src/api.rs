@@ -1,12 +1,11 @@
 //! The Open API calls the channel makes: endpoint discovery, the tenant access token (cached, refreshed before it
 //! expires and when the API says it is no longer valid), messages, replies, reactions, resources and uploads.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nanobot_channels::ChannelError;
+use nanobot_channels::{ChannelError, TokenCache};
 use nanobot_config::Secret;
 use serde_json::{Value, json};
-use tokio::sync::Mutex;
 
 use crate::NAME;
 
@@ -31,7 +30,7 @@ pub(crate) struct Api {
     base: String,
     app_id: String,
     app_secret: Secret,
-    token: Mutex<Option<(String, Instant)>>,
+    token: TokenCache,
 }
 
 /// `code` and `msg` of an Open API answer.
@@ -57,7 +56,7 @@ impl Api {
             base,
             app_id,
             app_secret,
-            token: Mutex::new(None),
+            token: TokenCache::new(TOKEN_MARGIN),
         })
     }
 
@@ -117,12 +116,10 @@ impl Api {
 
     /// The tenant access token, from the cache while it is fresh.
     async fn token(&self) -> Result<String, ChannelError> {
-        let mut slot = self.token.lock().await;
-        if let Some((token, until)) = slot.as_ref()
-            && Instant::now() < *until
-        {
-            return Ok(token.clone());
-        }
+        self.token.get(|| self.fetch_token()).await
+    }
+
+    async fn fetch_token(&self) -> Result<(String, Duration), ChannelError> {
         let path = "/open-apis/auth/v3/tenant_access_token/internal";
         let body = self
             .post_plain(
@@ -140,17 +137,14 @@ impl Api {
             .filter(|t| !t.is_empty())
             .ok_or_else(|| ChannelError::auth(NAME, format!("{path}: no tenant_access_token in the answer")))?
             .to_string();
-        let expire = Duration::from_secs(body["expire"].as_u64().unwrap_or(7200));
-        let until = Instant::now() + expire.saturating_sub(TOKEN_MARGIN);
-        *slot = Some((token.clone(), until));
-        Ok(token)
+        Ok((
+            token,
+            Duration::from_secs(body["expire"].as_u64().unwrap_or(7200)),
+        ))
     }
 
     async fn forget_token(&self, stale: &str) {
-        let mut slot = self.token.lock().await;
-        if slot.as_ref().is_some_and(|(t, _)| t == stale) {
-            *slot = None;
-        }
+        self.token.forget(stale).await;
     }
 
     /// An authorised JSON call; a token the API calls invalid is renewed and the call made once more.

@@ -142,13 +142,6 @@ fn token_from(answer: &Map<String, Value>, url: &str) -> Result<OAuthToken, OAut
     })
 }
 
-fn form_post(http: &reqwest::Client, url: &str, pairs: &[(&str, &str)]) -> reqwest::RequestBuilder {
-    http.post(url)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("accept", "application/json")
-        .body(oauth::form(pairs))
-}
-
 /// One browser sign-in: [`CodexLogin::start`] makes the URL and listens for the callback,
 /// [`CodexLogin::wait_for_callback`] (or [`CodexLogin::code_from_pasted`]) gives the code,
 /// [`CodexLogin::exchange`] turns it into the login to save.
@@ -281,7 +274,7 @@ impl CodexLogin {
     /// Exchanges `code` for the login to save.
     pub async fn exchange(&self, code: &str) -> Result<OAuthToken, OAuthError> {
         let url = &self.urls.token;
-        let req = form_post(
+        let req = oauth::form_post(
             &self.http,
             url,
             &[
@@ -505,7 +498,7 @@ impl CodexTokens {
             });
         }
         let url = &self.urls.token;
-        let req = form_post(
+        let req = oauth::form_post(
             &self.http,
             url,
             &[

@@ -210,12 +210,7 @@ impl GithubDeviceLogin {
     }
 
     fn post(&self, url: &str, pairs: &[(&str, &str)]) -> reqwest::RequestBuilder {
-        self.http
-            .post(url)
-            .header("accept", "application/json")
-            .header("user-agent", USER_AGENT)
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(oauth::form(pairs))
+        oauth::form_post(&self.http, url, pairs).header("user-agent", USER_AGENT)
     }
 
     /// Asks GitHub for a device code.

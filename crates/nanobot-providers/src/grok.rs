@@ -277,11 +277,7 @@ impl GrokLogin {
 }
 
 fn form_post(http: &reqwest::Client, url: &str, pairs: &[(&str, &str)]) -> reqwest::RequestBuilder {
-    http.post(url)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("accept", "application/json")
-        .header("x-grok-client-version", CLIENT_VERSION)
-        .body(oauth::form(pairs))
+    oauth::form_post(http, url, pairs).header("x-grok-client-version", CLIENT_VERSION)
 }
 
 /// A login from a token answer: `access_token` required, `expires_in` defaulting to an hour, the previous

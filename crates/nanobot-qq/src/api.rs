@@ -2,12 +2,11 @@
 //! gateway address, messages and attachment downloads. Every call is bounded by [`HTTP_TIMEOUT`].
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nanobot_channels::ChannelError;
+use nanobot_channels::{ChannelError, TokenCache};
 use nanobot_config::Secret;
 use serde_json::{Value, json};
-use tokio::sync::Mutex;
 
 use crate::NAME;
 
@@ -22,7 +21,7 @@ pub(crate) struct Api {
     token_url: String,
     app_id: String,
     secret: Secret,
-    token: Mutex<Option<(String, Instant)>>,
+    token: TokenCache,
 }
 
 pub(crate) fn transient(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> ChannelError {
@@ -91,18 +90,16 @@ impl Api {
             token_url,
             app_id,
             secret,
-            token: Mutex::new(None),
+            token: TokenCache::new(TOKEN_MARGIN),
         })
     }
 
     /// The cached access token, fetched (`POST getAppAccessToken`) when missing or about to expire.
     pub(crate) async fn token(&self) -> Result<String, ChannelError> {
-        let mut slot = self.token.lock().await;
-        if let Some((token, until)) = slot.as_ref()
-            && Instant::now() < *until
-        {
-            return Ok(token.clone());
-        }
+        self.token.get(|| self.fetch_token()).await
+    }
+
+    async fn fetch_token(&self) -> Result<(String, Duration), ChannelError> {
         let endpoint = "getAppAccessToken";
         let resp = self
             .http
@@ -128,20 +125,11 @@ impl Api {
             Value::String(s) => s.trim().parse().unwrap_or(7200),
             v => v.as_u64().unwrap_or(7200),
         };
-        let lifetime = Duration::from_secs(secs);
-        let margin = TOKEN_MARGIN.min(lifetime / 2);
-        *slot = Some((
-            token.to_string(),
-            Instant::now() + lifetime.saturating_sub(margin),
-        ));
-        Ok(token.to_string())
+        Ok((token.to_string(), Duration::from_secs(secs)))
     }
 
     async fn forget(&self, token: &str) {
-        let mut slot = self.token.lock().await;
-        if slot.as_ref().is_some_and(|(t, _)| t == token) {
-            *slot = None;
-        }
+        self.token.forget(token).await;
     }
 
     /// An authorised call; when the API answers 401 the token is renewed and the call made once more.

@@ -1,10 +1,11 @@
 //! nanobot's shared plumbing: one implementation of each small job that several crates need.
 //!
 //! **Owns:** the retry/restart delay schedule ([`Backoff`], on `backon`), atomic file replacement
-//! ([`write_atomic`]), nanobot's own files in a directory the model can write to, opened beneath a handle of it
-//! ([`ConfinedDir`]), poison-ignoring locks ([`lock`]), one-line error chains ([`ErrorChain`]), the redacted
-//! [`Secret`] string (on `secrecy`), the environment map libraries are handed ([`EnvMap`]) and the trait of files
-//! shared between replicas ([`SharedFiles`]).
+//! ([`write_atomic`] for a path, [`replace_in`] for a directory handle), nanobot's own files in a directory the
+//! model can write to, opened beneath a handle of it ([`ConfinedDir`]), poison-ignoring locks ([`lock`],
+//! [`read_lock`], [`write_lock`]), one-line error chains ([`ErrorChain`]), the redacted [`Secret`] string and
+//! [`SecretMap`] (on `secrecy`), the environment map libraries are handed ([`EnvMap`]) and the trait of files
+//! shared between replicas ([`SharedFiles`]). `tests/one_owner.rs` keeps the locks and the file replacement here.
 //!
 //! **Must not know:** anything about nanobot's domain (messages, config schema, channels). It sits at the
 //! bottom floor beside `nanobot-types`, so configuration, channels and the storage crates can all use it without

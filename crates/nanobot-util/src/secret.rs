@@ -109,10 +109,11 @@ impl<'de> Deserialize<'de> for Secret {
 /// "invalid type" messages quote the value.
 struct SecretVisitor;
 
-macro_rules! refuse_secret {
-    ($($name:ident: $ty:ty),* $(,)?) => {
+/// Visitor methods that refuse a value with `$message`, never quoting it.
+macro_rules! refuse_with {
+    ($message:expr; $($name:ident: $ty:ty),* $(,)?) => {
         $(fn $name<E: serde::de::Error>(self, _v: $ty) -> Result<Self::Value, E> {
-            Err(E::custom(TYPE_ERROR))
+            Err(E::custom($message))
         })*
     };
 }
@@ -144,7 +145,7 @@ impl<'de> serde::de::Visitor<'de> for SecretVisitor {
         de.deserialize_any(SecretVisitor)
     }
 
-    refuse_secret!(
+    refuse_with!(TYPE_ERROR;
         visit_bool: bool,
         visit_i64: i64,
         visit_u64: u64,
@@ -191,14 +192,6 @@ impl<'de> Deserialize<'de> for SecretMap {
 /// a value.
 struct SecretMapVisitor;
 
-macro_rules! refuse_secret_map {
-    ($($name:ident: $ty:ty),* $(,)?) => {
-        $(fn $name<E: serde::de::Error>(self, _v: $ty) -> Result<Self::Value, E> {
-            Err(E::custom(SECRET_MAP_ERROR))
-        })*
-    };
-}
-
 impl<'de> serde::de::Visitor<'de> for SecretMapVisitor {
     type Value = SecretMap;
 
@@ -223,7 +216,7 @@ impl<'de> serde::de::Visitor<'de> for SecretMapVisitor {
         Ok(SecretMap::default())
     }
 
-    refuse_secret_map!(
+    refuse_with!(SECRET_MAP_ERROR;
         visit_bool: bool,
         visit_i64: i64,
         visit_u64: u64,

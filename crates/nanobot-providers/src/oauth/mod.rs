@@ -336,6 +336,18 @@ pub(crate) fn form(pairs: &[(&str, &str)]) -> String {
         .finish()
 }
 
+/// A form `POST` to an OAuth endpoint that answers JSON (token exchange and refresh).
+pub(crate) fn form_post(
+    http: &reqwest::Client,
+    url: &str,
+    pairs: &[(&str, &str)],
+) -> reqwest::RequestBuilder {
+    http.post(url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("accept", "application/json")
+        .body(form(pairs))
+}
+
 /// Sends `req` (to `url`, named in errors without its query) and reads a JSON object answer, at most
 /// [`MAX_ANSWER_BYTES`], all within `timeout`. A non-2xx status is [`OAuthError::Status`] with the server's
 /// `error`/`error_description`/`message` fields (never the whole body); 2xx answers that are not a JSON object
