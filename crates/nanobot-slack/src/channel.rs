@@ -701,7 +701,7 @@ impl SlackChannel {
             safe_file_name(&file.id.0),
             safe_file_name(&name)
         ));
-        match self.download(url.as_str(), &dir, &path).await {
+        match self.download(url.as_str(), &path).await {
             Ok(()) => {
                 let shown = path.display().to_string();
                 media.push(shown.clone());
@@ -714,11 +714,9 @@ impl SlackChannel {
         }
     }
 
-    async fn download(&self, url: &str, dir: &Path, path: &Path) -> Result<(), ChannelError> {
-        let transient = |e: reqwest::Error| ChannelError::Transient {
-            channel: NAME.into(),
-            source: Box::new(e),
-        };
+    /// Streams a file into `path`, refusing more than `maxFileBytes` whatever the server says about its length
+    /// (the shared bounded download: a cut-off file never appears under its name).
+    async fn download(&self, url: &str, path: &Path) -> Result<(), ChannelError> {
         let resp = self
             .files
             .get(url)
@@ -726,29 +724,10 @@ impl SlackChannel {
             .send()
             .await
             .and_then(reqwest::Response::error_for_status)
-            .map_err(transient)?;
-        if resp
-            .content_length()
-            .is_some_and(|n| n > self.settings.max_file_bytes)
-        {
-            return Err(ChannelError::Rejected {
-                channel: NAME.into(),
-                source: "file too large".into(),
-            });
-        }
-        let bytes = resp.bytes().await.map_err(transient)?;
-        if bytes.len() as u64 > self.settings.max_file_bytes {
-            return Err(ChannelError::Rejected {
-                channel: NAME.into(),
-                source: "file too large".into(),
-            });
-        }
-        let io = |source| ChannelError::Io {
-            path: path.display().to_string(),
-            source,
-        };
-        tokio::fs::create_dir_all(dir).await.map_err(io)?;
-        tokio::fs::write(path, &bytes).await.map_err(io)
+            .map_err(|e| ChannelError::transient(NAME, e.without_url()))?;
+        nanobot_channels::download::save_body(NAME, "file", resp, path, self.settings.max_file_bytes)
+            .await
+            .map(|_| ())
     }
 }
 
