@@ -496,7 +496,10 @@ impl AgentRunner {
             reasoning_effort,
             tool_choice: None,
         };
-        let text = match self.call_model(request, streaming, &cancel).await {
+        // Never streamed: what the user sees is the composed answer below, and the model's summary only once it
+        // is known not to be tool-call text (offered no tools, a small model writes its call as text, and a
+        // stream would put that on the user's screen as it comes).
+        let text = match self.call_model(request, false, &cancel).await {
             Ok(r) => {
                 tally.record(r.usage);
                 strip_think(r.content.as_deref().unwrap_or_default())

@@ -306,6 +306,22 @@ mod tests {
     }
 
     #[test]
+    fn llama_cpp_python_chatml_function_calling_text_is_read() {
+        // What llama-cpp-python's `chatml-function-calling` streams back as plain text (SmolLM2-135M, the bench).
+        let tools: Vec<String> = ["cron", "run_cli_app"].map(String::from).to_vec();
+        let text =
+            "functions.cron:\n{&#34;action&#34;: &#34;add&#34;, &#34;name&#34;: &#34;cron_note.txt&#34;}";
+        let r = parse_region(text, &tools);
+        assert_eq!(names(&r), ["cron"], "{r:?}");
+        assert!(contains_text_tool_call(text, &tools));
+        // Malformed arguments are still a call, never an answer.
+        assert!(contains_text_tool_call(
+            "functions.run_cli_app:\n{&#34;name&#34;, &#34;function_1&#34;}",
+            &tools
+        ));
+    }
+
+    #[test]
     fn every_local_format_is_read() {
         let cases = [
             r#"<tool_call>{"name": "read_file", "arguments": {"path": "a"}}</tool_call>"#,

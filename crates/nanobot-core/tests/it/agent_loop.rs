@@ -255,6 +255,43 @@ async fn a_model_repeating_the_same_call_is_stopped_early_with_a_clear_answer() 
     assert_eq!(reqs.len(), 4);
     assert!(reqs[3].tools().is_empty());
 
+    // Streamed (the CLI, a streaming channel): the last call's tool-call text never reaches the screen; the
+    // composed answer is the reply (llama-cpp-python's `chatml-function-calling` with SmolLM2, the bench).
+    let same = || MockReply::tool_call("list_dir", json!({"path": "."}));
+    mock.push_all([
+        same(),
+        same(),
+        same(),
+        MockReply::text("functions.list_dir:\n{&#34;path&#34;: &#34;.&#34;}").chunk_chars(4),
+    ]);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let reply = agent
+        .process_message(
+            InboundMessage::new("cli", "u", "r", "loop again").with_session_key("cli:r"),
+            TurnOptions {
+                stream: Some(tx),
+                ..TurnOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut streamed = String::new();
+    while let Ok(d) = rx.try_recv() {
+        streamed.push_str(&d);
+    }
+    assert!(
+        !streamed.contains("functions.") && !streamed.contains("&#34;"),
+        "{streamed}"
+    );
+    assert!(
+        reply
+            .content
+            .contains("called `list_dir` with the same arguments 3 times in a row")
+            && !reply.content.contains("functions."),
+        "{}",
+        reply.content
+    );
+
     // Different arguments are progress, not a loop.
     mock.clear_fallback();
     mock.push_all([
