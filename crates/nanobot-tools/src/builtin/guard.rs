@@ -300,7 +300,7 @@ pub fn check(command: &str) -> Result<(), String> {
     check_depth(command, 0)
 }
 
-/// Why a command the guard lets through is still worth asking the user about (`tools.exec.approval: "risky"`):
+/// Why a command the guard lets through is still worth asking the user about (`tools.approval.mode: "risky"`):
 /// it deletes or moves files, reaches the network, changes permissions or processes, runs as another user,
 /// installs software, hands a string to an interpreter the guard cannot read, or writes to a path outside the
 /// workspace. `None` for everything else (reading, listing, building, running tests …).
