@@ -109,9 +109,15 @@ impl<'de> Deserialize<'de> for Secret {
 /// "invalid type" messages quote the value.
 struct SecretVisitor;
 
-/// Visitor methods that refuse a value with `$message`, never quoting it.
-macro_rules! refuse_with {
-    ($message:expr; $($name:ident: $ty:ty),* $(,)?) => {
+/// Visitor methods that refuse every scalar but a string (and the extra ones named) with `$message`, never
+/// quoting the value.
+macro_rules! refuse_scalars_with {
+    ($message:expr $(; $($name:ident: $ty:ty),*)?) => {
+        refuse_scalars_with!(@each $message;
+            visit_bool: bool, visit_i64: i64, visit_u64: u64, visit_i128: i128, visit_u128: u128,
+            visit_f64: f64, visit_char: char, visit_bytes: &[u8] $($(, $name: $ty)*)?);
+    };
+    (@each $message:expr; $($name:ident: $ty:ty),*) => {
         $(fn $name<E: serde::de::Error>(self, _v: $ty) -> Result<Self::Value, E> {
             Err(E::custom($message))
         })*
@@ -145,16 +151,7 @@ impl<'de> serde::de::Visitor<'de> for SecretVisitor {
         de.deserialize_any(SecretVisitor)
     }
 
-    refuse_with!(TYPE_ERROR;
-        visit_bool: bool,
-        visit_i64: i64,
-        visit_u64: u64,
-        visit_i128: i128,
-        visit_u128: u128,
-        visit_f64: f64,
-        visit_char: char,
-        visit_bytes: &[u8],
-    );
+    refuse_scalars_with!(TYPE_ERROR);
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, _seq: A) -> Result<Secret, A::Error> {
         Err(serde::de::Error::custom(TYPE_ERROR))
@@ -216,17 +213,7 @@ impl<'de> serde::de::Visitor<'de> for SecretMapVisitor {
         Ok(SecretMap::default())
     }
 
-    refuse_with!(SECRET_MAP_ERROR;
-        visit_bool: bool,
-        visit_i64: i64,
-        visit_u64: u64,
-        visit_i128: i128,
-        visit_u128: u128,
-        visit_f64: f64,
-        visit_char: char,
-        visit_str: &str,
-        visit_bytes: &[u8],
-    );
+    refuse_scalars_with!(SECRET_MAP_ERROR; visit_str: &str);
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, _seq: A) -> Result<SecretMap, A::Error> {
         Err(serde::de::Error::custom(SECRET_MAP_ERROR))
