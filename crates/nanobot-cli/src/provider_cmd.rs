@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use nanobot_providers::oauth::{OAuthError, TokenStore};
+use nanobot_providers::oauth::{BrowserSignIn, OAuthError, TokenStore};
 use nanobot_providers::registry::{PROVIDERS, ProviderSpec, find_spec};
 use nanobot_providers::{codex, copilot, grok};
 use nanobot_util::EnvMap;
@@ -198,19 +198,7 @@ fn login_codex(env: &CliEnv, vars: &EnvMap, out: &mut dyn Write) -> Result<Optio
     write_out(out, "Starting interactive OAuth login...\n\n")?;
     let token = rt.block_on(async {
         let login = codex::CodexLogin::start(urls).await.map_err(auth_failed)?;
-        show_sign_in(env, login.authorize_url(), out)?;
-        if let Some(why) = login.callback_problem() {
-            write_out(out, &format!("The local callback cannot be received ({why}).\n"))?;
-        }
-        let listening = login.callback_problem().is_none();
-        let code = browser_or_paste(
-            env.stdin_tty,
-            listening,
-            login.wait_for_callback(BROWSER_LOGIN_BOUND),
-            |line| login.code_from_pasted(line),
-            out,
-        )
-        .await?;
+        let code = browser_code(env, login.browser(), out).await?;
         write_out(out, "\nExchanging authorization code for tokens...\n")?;
         login.exchange(&code).await.map_err(auth_failed)
     })?;
@@ -228,22 +216,24 @@ fn http_client() -> Result<nanobot_providers::reqwest::Client, CliError> {
         .map_err(|e| CliError::Failed(format!("cannot build the HTTP client: {e}")))
 }
 
-/// Prints the sign-in URL and opens it in the browser where there is one.
-fn show_sign_in(env: &CliEnv, url: &str, out: &mut dyn Write) -> Result<(), CliError> {
-    write_out(out, &format!("Open this URL in a browser to sign in:\n{url}\n"))?;
-    try_browser(env, url);
-    Ok(())
-}
-
-/// The authorization code: from the browser's callback (when listening), or on a terminal from a pasted
+/// The authorization code of a browser sign-in: the URL is printed and opened in the browser where there is one;
+/// the code comes from the browser's callback (when it can be received) or, on a terminal, from a pasted
 /// callback URL or code, whichever comes first.
-async fn browser_or_paste(
-    tty: bool,
-    listening: bool,
-    callback: impl std::future::Future<Output = Result<String, OAuthError>>,
-    pasted: impl Fn(&str) -> Result<String, OAuthError>,
+async fn browser_code(
+    env: &CliEnv,
+    sign_in: &BrowserSignIn,
     out: &mut dyn Write,
 ) -> Result<String, CliError> {
+    let url = sign_in.authorize_url();
+    write_out(out, &format!("Open this URL in a browser to sign in:\n{url}\n"))?;
+    try_browser(env, url);
+    if let Some(why) = sign_in.callback_problem() {
+        write_out(out, &format!("The local callback cannot be received ({why}).\n"))?;
+    }
+    let tty = env.stdin_tty;
+    let listening = sign_in.callback_problem().is_none();
+    let callback = sign_in.wait_for_callback(BROWSER_LOGIN_BOUND);
+    let pasted = |line: &str| sign_in.code_from_pasted(line);
     if !tty {
         if !listening {
             return Err(CliError::Failed(
@@ -303,15 +293,7 @@ fn login_grok(
     )?;
     let token = rt.block_on(async {
         let login = grok::GrokLogin::start(&issuer).await.map_err(auth_failed)?;
-        show_sign_in(env, login.authorize_url(), out)?;
-        let code = browser_or_paste(
-            env.stdin_tty,
-            true,
-            login.wait_for_callback(BROWSER_LOGIN_BOUND),
-            |line| login.code_from_pasted(line),
-            out,
-        )
-        .await?;
+        let code = browser_code(env, login.browser(), out).await?;
         login.exchange(&code).await.map_err(auth_failed)
     })?;
     store.save(&token).map_err(auth_failed)?;

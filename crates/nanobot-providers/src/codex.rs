@@ -14,14 +14,12 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use nanobot_util::{EnvMap, Secret};
-use rand::RngCore as _;
 use serde_json::{Map, Value, json};
-use sha2::Digest as _;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::TcpListener;
 
 use crate::endpoint::{Endpoint, event_stream, merge_extra};
-use crate::oauth::{self, HTTP_TIMEOUT, OAuthError, OAuthToken, TokenStore};
+use crate::oauth::{
+    self, BrowserSignIn, HTTP_TIMEOUT, KeptLogin, OAuthError, OAuthToken, Redirect, TokenStore, Who,
+};
 use crate::registry::wire_model;
 use crate::responses;
 use crate::{ChatRequest, EventStream, Provider, ProviderError};
@@ -57,10 +55,10 @@ pub const TOKEN_FILE: &str = "codex.json";
 pub const REFRESH_MARGIN: Duration = Duration::from_secs(60);
 /// The JWT claim holding the ChatGPT account.
 const AUTH_CLAIM: &str = "https://api.openai.com/auth";
-const DISPLAY: &str = "OpenAI Codex";
-const LOGIN: &str = "openai-codex";
-const SUCCESS_HTML: &str = "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\" /><title>Authentication \
-    successful</title></head><body><p>Authentication successful. Return to your terminal to continue.</p></body></html>";
+const WHO: Who = Who {
+    provider: "OpenAI Codex",
+    login: "openai-codex",
+};
 
 /// Where the sign-in happens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,12 +103,6 @@ pub fn token_store(env: &EnvMap) -> Result<TokenStore, OAuthError> {
     TokenStore::for_app(env, "oauth-cli-kit", TOKEN_FILE).ok_or(OAuthError::NoHome)
 }
 
-pub(crate) fn random_b64(n: usize) -> String {
-    let mut bytes = vec![0u8; n];
-    rand::rng().fill_bytes(&mut bytes);
-    URL_SAFE_NO_PAD.encode(bytes)
-}
-
 /// The ChatGPT account id in an access token (a JWT), when it carries one.
 pub fn account_id(access: &str) -> Option<String> {
     let payload = access.split('.').nth(1)?;
@@ -142,133 +134,43 @@ fn token_from(answer: &Map<String, Value>, url: &str) -> Result<OAuthToken, OAut
     })
 }
 
-/// One browser sign-in: [`CodexLogin::start`] makes the URL and listens for the callback,
-/// [`CodexLogin::wait_for_callback`] (or [`CodexLogin::code_from_pasted`]) gives the code,
-/// [`CodexLogin::exchange`] turns it into the login to save.
+/// One ChatGPT sign-in in the browser ([`CodexLogin::browser`]), whose code [`CodexLogin::exchange`] turns into
+/// the login to save.
 #[derive(Debug)]
 pub struct CodexLogin {
     urls: CodexUrls,
     http: reqwest::Client,
-    verifier: Secret,
-    state: String,
-    authorize_url: String,
-    listener: Option<TcpListener>,
-    listen_problem: Option<String>,
+    browser: BrowserSignIn,
 }
 
 impl CodexLogin {
-    /// Makes the PKCE pair and the state, and starts listening at the redirect URI's host and port (when that
-    /// fails, [`CodexLogin::callback_problem`] says why and the code has to be pasted).
+    /// Starts the sign-in; the callback listens at the redirect URI's host and port (when it cannot,
+    /// [`BrowserSignIn::callback_problem`] says why and the code has to be pasted).
     pub async fn start(urls: CodexUrls) -> Result<Self, OAuthError> {
-        let verifier = random_b64(32);
-        let challenge = URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(verifier.as_bytes()));
-        let state = random_b64(16);
-        let mut url = reqwest::Url::parse(&urls.authorize).map_err(|e| {
-            OAuthError::Flow(format!(
-                "the authorisation URL {:?} is not a URL: {e}",
-                urls.authorize
-            ))
-        })?;
-        url.query_pairs_mut().extend_pairs([
-            ("response_type", "code"),
-            ("client_id", urls.client_id.as_str()),
-            ("redirect_uri", urls.redirect_uri.as_str()),
-            ("scope", SCOPE),
-            ("code_challenge", challenge.as_str()),
-            ("code_challenge_method", "S256"),
-            ("state", state.as_str()),
-            ("id_token_add_organizations", "true"),
-            ("codex_cli_simplified_flow", "true"),
-            ("originator", ORIGINATOR),
-        ]);
-        let (listener, listen_problem) = match listen(&urls.redirect_uri).await {
-            Ok(l) => (Some(l), None),
-            Err(why) => (None, Some(why)),
-        };
+        let browser = BrowserSignIn::start(
+            WHO,
+            &urls.authorize,
+            &urls.client_id,
+            SCOPE,
+            Redirect::Registered(&urls.redirect_uri),
+            &[
+                ("id_token_add_organizations", "true"),
+                ("codex_cli_simplified_flow", "true"),
+                ("originator", ORIGINATOR),
+            ],
+            None,
+        )
+        .await?;
         Ok(Self {
             http: oauth::oauth_http_client()?,
             urls,
-            verifier: Secret::new(verifier),
-            state,
-            authorize_url: url.to_string(),
-            listener,
-            listen_problem,
+            browser,
         })
     }
 
-    /// The URL to open in a browser.
-    pub fn authorize_url(&self) -> &str {
-        &self.authorize_url
-    }
-
-    /// Why the callback is not listened for (then [`CodexLogin::code_from_pasted`] is the only way).
-    pub fn callback_problem(&self) -> Option<&str> {
-        self.listen_problem.as_deref()
-    }
-
-    /// Waits at most `bound` for the browser to come back with the code (requests with another state are
-    /// refused and waited past).
-    pub async fn wait_for_callback(&self, bound: Duration) -> Result<String, OAuthError> {
-        let Some(listener) = &self.listener else {
-            return Err(OAuthError::Flow(format!(
-                "the callback cannot be received: {}",
-                self.listen_problem.as_deref().unwrap_or("not listening")
-            )));
-        };
-        let path = reqwest::Url::parse(&self.urls.redirect_uri)
-            .map(|u| u.path().to_owned())
-            .unwrap_or_else(|_| "/auth/callback".into());
-        let work = async {
-            loop {
-                let Ok((socket, _)) = listener.accept().await else {
-                    // Out of descriptors, say: do not spin.
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                };
-                match tokio::time::timeout(
-                    Duration::from_secs(10),
-                    callback(socket, &path, &self.state, DISPLAY, None),
-                )
-                .await
-                {
-                    Ok(Some(Ok(code))) => return Ok(code),
-                    Ok(Some(Err(e))) => return Err(e),
-                    _ => {}
-                }
-            }
-        };
-        tokio::time::timeout(bound, work)
-            .await
-            .map_err(|_| OAuthError::Expired {
-                provider: DISPLAY,
-                login: LOGIN,
-            })?
-    }
-
-    /// The code from what the user pasted: the whole callback URL (its state is checked), `code#state`, a
-    /// query string, or the bare code.
-    pub fn code_from_pasted(&self, raw: &str) -> Result<String, OAuthError> {
-        let value = raw.trim();
-        let (code, state) = if let Ok(url) = reqwest::Url::parse(value)
-            && url.query_pairs().any(|(k, _)| k == "code")
-        {
-            pairs_code(url.query_pairs())
-        } else if let Some((c, s)) = value.split_once('#') {
-            (Some(c.to_owned()), Some(s.to_owned()))
-        } else if value.contains("code=") {
-            pairs_code(url::form_urlencoded::parse(
-                value.trim_start_matches('?').as_bytes(),
-            ))
-        } else {
-            (Some(value.to_owned()), None)
-        };
-        if state.as_deref().is_some_and(|s| s != self.state) {
-            return Err(OAuthError::Flow(
-                "the pasted URL belongs to another sign-in (its state does not match)".into(),
-            ));
-        }
-        code.filter(|c| !c.is_empty())
-            .ok_or_else(|| OAuthError::Flow("no authorization code was given".into()))
+    /// The browser's part: the URL to open, the callback, a pasted answer.
+    pub fn browser(&self) -> &BrowserSignIn {
+        &self.browser
     }
 
     /// Exchanges `code` for the login to save.
@@ -281,8 +183,8 @@ impl CodexLogin {
                 ("grant_type", "authorization_code"),
                 ("client_id", &self.urls.client_id),
                 ("code", code),
-                ("code_verifier", self.verifier.expose()),
-                ("redirect_uri", &self.urls.redirect_uri),
+                ("code_verifier", self.browser.verifier()),
+                ("redirect_uri", self.browser.redirect_uri()),
             ],
         );
         let answer = oauth::send_json(req, url, Duration::from_secs(30), false).await?;
@@ -290,122 +192,14 @@ impl CodexLogin {
     }
 }
 
-pub(crate) fn pairs_code<'a>(
-    pairs: impl Iterator<Item = (std::borrow::Cow<'a, str>, std::borrow::Cow<'a, str>)>,
-) -> (Option<String>, Option<String>) {
-    let (mut code, mut state) = (None, None);
-    for (k, v) in pairs {
-        match &*k {
-            "code" => code = Some(v.into_owned()),
-            "state" => state = Some(v.into_owned()),
-            _ => {}
-        }
-    }
-    (code, state)
-}
-
-pub(crate) async fn listen(redirect_uri: &str) -> Result<TcpListener, String> {
-    let url = reqwest::Url::parse(redirect_uri).map_err(|e| format!("the redirect URI is not a URL: {e}"))?;
-    let host = url
-        .host_str()
-        .unwrap_or("localhost")
-        .trim_matches(['[', ']'])
-        .to_owned();
-    let port = url.port_or_known_default().unwrap_or(80);
-    TcpListener::bind((host.as_str(), port))
-        .await
-        .map_err(|e| format!("cannot listen on {host}:{port}: {e}"))
-}
-
-/// Answers one request to the callback listener: `Some(Ok(code))` for the callback of this sign-in,
-/// `Some(Err(_))` when the provider refused it, `None` for anything else (answered 400/404 and waited past).
-pub(crate) async fn callback(
-    mut socket: tokio::net::TcpStream,
-    path: &str,
-    state: &str,
-    provider: &'static str,
-    cors_origin: Option<&str>,
-) -> Option<Result<String, OAuthError>> {
-    let mut head = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
-        let n = socket.read(&mut buf).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        head.extend_from_slice(&buf[..n]);
-    }
-    let head = String::from_utf8_lossy(&head);
-    let mut words = head.split_whitespace();
-    let method = words.next().unwrap_or("GET").to_owned();
-    let target = words.next().unwrap_or("/");
-    let url = reqwest::Url::parse(&format!("http://callback{target}")).ok()?;
-    // A sign-in page that calls the callback itself (xAI's) is let read the answer, and through the browser's
-    // private-network check.
-    let origin = head.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.trim()
-            .eq_ignore_ascii_case("origin")
-            .then(|| v.trim().to_owned())
-    });
-    let mut cors = String::from("Access-Control-Allow-Private-Network: true\r\n");
-    if let (Some(allowed), Some(origin)) = (cors_origin, origin.as_deref())
-        && allowed == origin
-    {
-        cors.push_str(&format!(
-            "Access-Control-Allow-Origin: {origin}\r\nVary: Origin\r\n"
-        ));
-    }
-    let reply = |status: &str, body: &str, kind: &str| {
-        format!(
-            "HTTP/1.1 {status}\r\n{cors}Content-Type: {kind}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\
-             Connection: close\r\n\r\n{body}",
-            body.len()
-        )
-    };
-    let q = |k: &str| {
-        url.query_pairs()
-            .find(|(n, _)| n == k)
-            .map(|(_, v)| v.into_owned())
-    };
-    let (answer, result) = if url.path() != path {
-        (reply("404 Not Found", "Not found", "text/plain"), None)
-    } else if method.eq_ignore_ascii_case("OPTIONS") {
-        let preflight = format!(
-            "HTTP/1.1 204 No Content\r\n{cors}Access-Control-Allow-Methods: GET, OPTIONS\r\n\
-             Access-Control-Allow-Headers: Content-Type\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-        );
-        (preflight, None)
-    } else if q("state").as_deref() != Some(state) {
-        (reply("400 Bad Request", "State mismatch", "text/plain"), None)
-    } else if let Some(code) = q("code").filter(|c| !c.is_empty()) {
-        (
-            reply("200 OK", SUCCESS_HTML, "text/html; charset=utf-8"),
-            Some(Ok(code)),
-        )
-    } else if let Some(error) = q("error") {
-        let detail = q("error_description").unwrap_or(error);
-        (
-            reply("400 Bad Request", "Sign-in was not completed", "text/plain"),
-            Some(Err(OAuthError::Denied { provider, detail })),
-        )
-    } else {
-        (reply("400 Bad Request", "Missing code", "text/plain"), None)
-    };
-    let _ = socket.write_all(answer.as_bytes()).await;
-    let _ = socket.shutdown().await;
-    result
-}
-
 /// The stored ChatGPT login, refreshed [`REFRESH_MARGIN`] before it expires (calls at the same time wait for
 /// one refresh). A login of the Codex CLI (`~/.codex/auth.json`) is taken over when there is none.
 #[derive(Debug)]
 pub struct CodexTokens {
     urls: CodexUrls,
-    store: TokenStore,
+    login: KeptLogin,
     http: reqwest::Client,
     codex_cli: Option<std::path::PathBuf>,
-    refreshing: tokio::sync::Mutex<()>,
 }
 
 impl CodexTokens {
@@ -419,15 +213,14 @@ impl CodexTokens {
     ) -> Self {
         Self {
             urls,
-            store,
+            login: KeptLogin::new(WHO, store, REFRESH_MARGIN),
             http,
             codex_cli: home.map(|h| h.join(".codex").join("auth.json")),
-            refreshing: tokio::sync::Mutex::new(()),
         }
     }
 
     fn load(&self) -> Option<OAuthToken> {
-        self.store.load().or_else(|| self.import_codex_cli())
+        self.login.store().load().or_else(|| self.import_codex_cli())
     }
 
     /// 0.3.5's import of the Codex CLI's login: its tokens, valid for an hour after the file was written.
@@ -454,7 +247,7 @@ impl CodexTokens {
             expires: written.saturating_add(3_600_000),
             account_id: Some(account),
         };
-        if let Err(e) = self.store.save(&token) {
+        if let Err(e) = self.login.store().save(&token) {
             tracing::warn!(error = %e, "cannot keep the login taken over from the Codex CLI");
         }
         Some(token)
@@ -462,41 +255,12 @@ impl CodexTokens {
 
     /// A login valid for at least [`REFRESH_MARGIN`], refreshed (and saved) when needed.
     pub async fn token(&self) -> Result<OAuthToken, OAuthError> {
-        let not_logged_in = || OAuthError::NotLoggedIn {
-            provider: DISPLAY,
-            login: LOGIN,
-        };
-        let token = self.load().ok_or_else(not_logged_in)?;
-        if token.fresh_for(REFRESH_MARGIN) {
-            return Ok(token);
-        }
-        let _one = self.refreshing.lock().await;
-        let _other_programs = self.store.lock_for_refresh(oauth::REFRESH_LOCK_WAIT).await?;
-        // Another call (or program) may have refreshed it meanwhile.
-        let token = self.load().ok_or_else(not_logged_in)?;
-        if token.fresh_for(REFRESH_MARGIN) {
-            return Ok(token);
-        }
-        match self.refresh(&token).await {
-            Ok(fresh) => {
-                self.store.save(&fresh)?;
-                Ok(fresh)
-            }
-            Err(e) => match self.load() {
-                // 0.3.5: a token another program refreshed, or one still valid, is used despite the failure.
-                Some(latest) if latest.fresh_for(Duration::ZERO) => Ok(latest),
-                _ => Err(e),
-            },
-        }
+        self.login
+            .token(false, || self.load(), |old| self.refresh(old))
+            .await
     }
 
-    async fn refresh(&self, token: &OAuthToken) -> Result<OAuthToken, OAuthError> {
-        if token.refresh.is_empty() {
-            return Err(OAuthError::NotLoggedIn {
-                provider: DISPLAY,
-                login: LOGIN,
-            });
-        }
+    async fn refresh(&self, token: OAuthToken) -> Result<OAuthToken, OAuthError> {
         let url = &self.urls.token;
         let req = oauth::form_post(
             &self.http,
@@ -508,12 +272,7 @@ impl CodexTokens {
             ],
         );
         let answer = oauth::send_json(req, url, HTTP_TIMEOUT, false).await?;
-        let mut fresh = token_from(&answer, url)?;
-        if fresh.account_id.is_none() {
-            fresh.account_id = token.account_id.clone();
-        }
-        tracing::debug!(url = %crate::display_endpoint(url), "OpenAI Codex login refreshed");
-        Ok(fresh)
+        token_from(&answer, url)
     }
 }
 
@@ -584,8 +343,9 @@ impl CodexClient {
         let Some(account) = token.account_id.clone() else {
             let _ = tx
                 .send(Err(ProviderError::Config(format!(
-                    "{provider}: the stored login has no ChatGPT account id; run `nanobot provider login {LOGIN}` \
-                     again"
+                    "{provider}: the stored login has no ChatGPT account id; run `nanobot provider login {}` \
+                     again",
+                    WHO.login
                 ))))
                 .await;
             return;
@@ -660,44 +420,5 @@ mod tests {
         for var in ENV_VARS {
             assert!(nanobot_config::env_vars::RESERVED.contains(var), "{var}");
         }
-    }
-
-    #[tokio::test]
-    async fn pasted_answers_give_the_code_and_check_the_state() {
-        crate::install_ring();
-        // The callback's port is taken: the code can only be pasted.
-        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let urls = CodexUrls {
-            redirect_uri: format!(
-                "http://127.0.0.1:{}/auth/callback",
-                taken.local_addr().unwrap().port()
-            ),
-            ..CodexUrls::default()
-        };
-        let login = CodexLogin::start(urls).await.unwrap();
-        assert!(login.callback_problem().is_some(), "the port is taken");
-        let url = reqwest::Url::parse(login.authorize_url()).unwrap();
-        let state = url
-            .query_pairs()
-            .find(|(k, _)| k == "state")
-            .unwrap()
-            .1
-            .into_owned();
-        assert_eq!(
-            login
-                .code_from_pasted(&format!(
-                    "http://localhost:1455/auth/callback?code=abc&state={state}"
-                ))
-                .unwrap(),
-            "abc"
-        );
-        assert_eq!(login.code_from_pasted("  abc  ").unwrap(), "abc");
-        assert_eq!(login.code_from_pasted(&format!("abc#{state}")).unwrap(), "abc");
-        assert!(
-            login
-                .code_from_pasted("http://localhost:1455/auth/callback?code=abc&state=other")
-                .is_err()
-        );
-        assert!(login.code_from_pasted("").is_err());
     }
 }

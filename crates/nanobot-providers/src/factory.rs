@@ -92,6 +92,20 @@ pub struct ProviderFactory {
     data_dir: Option<std::path::PathBuf>,
 }
 
+/// The value in `slot`, made by `make` the first time (a failure leaves the slot empty, to be tried again).
+fn made_once<T>(
+    slot: &Mutex<Option<Arc<T>>>,
+    make: impl FnOnce() -> Result<T, ProviderError>,
+) -> Result<Arc<T>, ProviderError> {
+    let mut slot = lock(slot);
+    if let Some(made) = slot.as_ref() {
+        return Ok(made.clone());
+    }
+    let made = Arc::new(make()?);
+    *slot = Some(made.clone());
+    Ok(made)
+}
+
 impl ProviderFactory {
     /// A factory for this configuration. `env` supplies `OPENAI_API_KEY` and friends when the config has no
     /// key (an `EnvMap`: `std::env::vars().collect()` in a binary, a map in tests).
@@ -361,46 +375,38 @@ impl ProviderFactory {
 
     /// The xAI login of this factory's Grok clients, made on first use.
     fn grok_tokens(&self, endpoint: &Endpoint) -> Result<Arc<crate::grok::GrokTokens>, ProviderError> {
-        let mut slot = lock(&self.grok_tokens);
-        if let Some(t) = slot.as_ref() {
-            return Ok(t.clone());
-        }
-        let dir = self
-            .data_dir
-            .clone()
-            .or_else(|| crate::grok::default_data_dir(&self.env))
-            .ok_or_else(|| {
-                ProviderError::Config(format!(
-                    "{}: cannot find the xAI login: neither HOME nor NANOBOT_CONFIG is set",
-                    endpoint.provider
-                ))
-            })?;
-        let tokens = Arc::new(crate::grok::GrokTokens::new(
-            crate::grok::issuer(&self.env),
-            crate::grok::token_store(&dir),
-            endpoint.http.clone(),
-        ));
-        *slot = Some(tokens.clone());
-        Ok(tokens)
+        made_once(&self.grok_tokens, || {
+            let dir = self
+                .data_dir
+                .clone()
+                .or_else(|| crate::grok::default_data_dir(&self.env))
+                .ok_or_else(|| {
+                    ProviderError::Config(format!(
+                        "{}: cannot find the xAI login: neither HOME nor NANOBOT_CONFIG is set",
+                        endpoint.provider
+                    ))
+                })?;
+            Ok(crate::grok::GrokTokens::new(
+                crate::grok::issuer(&self.env),
+                crate::grok::token_store(&dir),
+                endpoint.http.clone(),
+            ))
+        })
     }
 
     /// The ChatGPT logins of this factory's Codex clients, made on first use.
     fn codex_tokens(&self, endpoint: &Endpoint) -> Result<Arc<crate::codex::CodexTokens>, ProviderError> {
-        let mut slot = lock(&self.codex_tokens);
-        if let Some(t) = slot.as_ref() {
-            return Ok(t.clone());
-        }
-        let store = crate::codex::token_store(&self.env)
-            .map_err(|e| ProviderError::Config(format!("{}: {e}", endpoint.provider)))?;
-        let home = self.env.non_empty("HOME").map(std::path::PathBuf::from);
-        let tokens = Arc::new(crate::codex::CodexTokens::new(
-            crate::codex::CodexUrls::from_env(&self.env),
-            store,
-            endpoint.http.clone(),
-            home.as_deref(),
-        ));
-        *slot = Some(tokens.clone());
-        Ok(tokens)
+        made_once(&self.codex_tokens, || {
+            let store = crate::codex::token_store(&self.env)
+                .map_err(|e| ProviderError::Config(format!("{}: {e}", endpoint.provider)))?;
+            let home = self.env.non_empty("HOME").map(std::path::PathBuf::from);
+            Ok(crate::codex::CodexTokens::new(
+                crate::codex::CodexUrls::from_env(&self.env),
+                store,
+                endpoint.http.clone(),
+                home.as_deref(),
+            ))
+        })
     }
 
     /// The Copilot token source of this factory, made on first use (the GitHub login is read when a token is
@@ -409,19 +415,15 @@ impl ProviderFactory {
         &self,
         endpoint: &Endpoint,
     ) -> Result<Arc<crate::copilot::CopilotTokens>, ProviderError> {
-        let mut slot = lock(&self.copilot_tokens);
-        if let Some(t) = slot.as_ref() {
-            return Ok(t.clone());
-        }
-        let store = crate::copilot::token_store(&self.env)
-            .map_err(|e| ProviderError::Config(format!("{}: {e}", endpoint.provider)))?;
-        let tokens = Arc::new(crate::copilot::CopilotTokens::new(
-            crate::copilot::CopilotUrls::from_env(&self.env),
-            store,
-            endpoint.http.clone(),
-        ));
-        *slot = Some(tokens.clone());
-        Ok(tokens)
+        made_once(&self.copilot_tokens, || {
+            let store = crate::copilot::token_store(&self.env)
+                .map_err(|e| ProviderError::Config(format!("{}: {e}", endpoint.provider)))?;
+            Ok(crate::copilot::CopilotTokens::new(
+                crate::copilot::CopilotUrls::from_env(&self.env),
+                store,
+                endpoint.http.clone(),
+            ))
+        })
     }
 
     /// The client for `model`, with retries; the call's deadline (`Timeouts::total`) bounds all attempts

@@ -12,15 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use nanobot_util::{EnvMap, Secret};
 use serde_json::{Map, Value, json};
-use sha2::Digest as _;
-use tokio::net::TcpListener;
 
 use crate::endpoint::{Endpoint, event_stream};
-use crate::oauth::{self, OAuthError, OAuthToken, TokenStore};
+use crate::oauth::{self, BrowserSignIn, KeptLogin, OAuthError, OAuthToken, Redirect, TokenStore, Who};
 use crate::registry::wire_model;
 use crate::responses;
 use crate::{ChatRequest, EventStream, Provider, ProviderError, StreamEvent};
@@ -46,8 +42,10 @@ pub const DEFAULT_BASE_URL: &str = "https://cli-chat-proxy.grok.com/v1";
 pub const REFRESH_MARGIN: Duration = Duration::from_secs(300);
 /// The longest wait of one request to the sign-in server (0.3.5's 15 seconds).
 const HTTP_TIMEOUT: Duration = Duration::from_secs(15);
-const DISPLAY: &str = "xAI Grok";
-const LOGIN: &str = "xai-grok";
+const WHO: Who = Who {
+    provider: "xAI Grok",
+    login: "xai-grok",
+};
 
 /// The issuer: [`DEFAULT_ISSUER`], or [`ISSUER_VAR`] when set.
 pub fn issuer(env: &EnvMap) -> String {
@@ -88,10 +86,6 @@ pub struct Discovery {
     pub userinfo: Option<String>,
 }
 
-fn client() -> Result<reqwest::Client, OAuthError> {
-    oauth::oauth_http_client()
-}
-
 /// Reads the issuer's OpenID configuration; the issuer must be the one asked and every endpoint on its origin.
 pub async fn discover(issuer: &str, http: &reqwest::Client) -> Result<Discovery, OAuthError> {
     let url = format!("{issuer}/.well-known/openid-configuration");
@@ -128,112 +122,41 @@ pub async fn discover(issuer: &str, http: &reqwest::Client) -> Result<Discovery,
     })
 }
 
-/// One browser sign-in, like [`crate::codex::CodexLogin`]: the callback listens on `127.0.0.1` at a port of the
-/// system's choosing (`/callback`).
+/// One xAI sign-in in the browser ([`GrokLogin::browser`]; the callback listens on `127.0.0.1` at a port of the
+/// system's choosing, `/callback`), whose code [`GrokLogin::exchange`] turns into the login to save.
 #[derive(Debug)]
 pub struct GrokLogin {
     discovery: Discovery,
     http: reqwest::Client,
-    verifier: Secret,
-    state: String,
-    redirect_uri: String,
-    authorize_url: String,
-    listener: TcpListener,
+    browser: BrowserSignIn,
 }
 
 impl GrokLogin {
-    /// Discovers the endpoints of `issuer`, makes the PKCE pair, the state and the nonce, and listens for the
-    /// callback.
+    /// Discovers the endpoints of `issuer` and starts the sign-in (with a nonce, as 0.3.5).
     pub async fn start(issuer: &str) -> Result<Self, OAuthError> {
-        let http = client()?;
+        let http = oauth::oauth_http_client()?;
         let discovery = discover(issuer, &http).await?;
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await.map_err(|e| {
-            OAuthError::Flow(format!(
-                "cannot listen for the sign-in callback on 127.0.0.1: {e}"
-            ))
-        })?;
-        let port = listener
-            .local_addr()
-            .map_err(|e| OAuthError::Flow(format!("cannot listen for the sign-in callback: {e}")))?
-            .port();
-        let redirect_uri = format!("http://127.0.0.1:{port}/callback");
-        let verifier = crate::codex::random_b64(32);
-        let challenge = URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(verifier.as_bytes()));
-        let state = crate::codex::random_b64(32);
-        let nonce = crate::codex::random_b64(32);
-        let mut url = reqwest::Url::parse(&discovery.authorization).map_err(|e| OAuthError::BadAnswer {
-            endpoint: issuer.to_owned(),
-            problem: format!("the authorization endpoint is not a URL: {e}"),
-        })?;
-        url.query_pairs_mut().extend_pairs([
-            ("response_type", "code"),
-            ("client_id", CLIENT_ID),
-            ("redirect_uri", redirect_uri.as_str()),
-            ("scope", SCOPES),
-            ("code_challenge", challenge.as_str()),
-            ("code_challenge_method", "S256"),
-            ("state", state.as_str()),
-            ("nonce", nonce.as_str()),
-            ("referrer", "nanobot"),
-        ]);
+        let nonce = oauth::random_b64(32);
+        let browser = BrowserSignIn::start(
+            WHO,
+            &discovery.authorization,
+            CLIENT_ID,
+            SCOPES,
+            Redirect::LoopbackAnyPort("/callback"),
+            &[("nonce", nonce.as_str()), ("referrer", "nanobot")],
+            Some(ALLOWED_ORIGIN),
+        )
+        .await?;
         Ok(Self {
             discovery,
             http,
-            verifier: Secret::new(verifier),
-            state,
-            redirect_uri,
-            authorize_url: url.to_string(),
-            listener,
+            browser,
         })
     }
 
-    /// The URL to open in a browser.
-    pub fn authorize_url(&self) -> &str {
-        &self.authorize_url
-    }
-
-    /// Where the browser comes back (`http://127.0.0.1:PORT/callback`).
-    pub fn redirect_uri(&self) -> &str {
-        &self.redirect_uri
-    }
-
-    /// Waits at most `bound` for the browser to come back with the code.
-    pub async fn wait_for_callback(&self, bound: Duration) -> Result<String, OAuthError> {
-        let work = async {
-            loop {
-                let Ok((socket, _)) = self.listener.accept().await else {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                };
-                let one =
-                    crate::codex::callback(socket, "/callback", &self.state, DISPLAY, Some(ALLOWED_ORIGIN));
-                if let Ok(Some(result)) = tokio::time::timeout(Duration::from_secs(10), one).await {
-                    return result;
-                }
-            }
-        };
-        tokio::time::timeout(bound, work)
-            .await
-            .map_err(|_| OAuthError::Expired {
-                provider: DISPLAY,
-                login: LOGIN,
-            })?
-    }
-
-    /// The code from a pasted callback URL (its state is checked) or a pasted code.
-    pub fn code_from_pasted(&self, raw: &str) -> Result<String, OAuthError> {
-        let value = raw.trim();
-        let (code, state) = match reqwest::Url::parse(value) {
-            Ok(url) => crate::codex::pairs_code(url.query_pairs()),
-            Err(_) => (Some(value.to_owned()), None),
-        };
-        if state.as_deref().is_some_and(|s| s != self.state) {
-            return Err(OAuthError::Flow(
-                "xAI sign-in failed because the OAuth state did not match".into(),
-            ));
-        }
-        code.filter(|c| !c.is_empty())
-            .ok_or_else(|| OAuthError::Flow("xAI sign-in returned no authorization code".into()))
+    /// The browser's part: the URL to open, the callback, a pasted answer.
+    pub fn browser(&self) -> &BrowserSignIn {
+        &self.browser
     }
 
     /// Exchanges `code` and looks the account up; the result is the login to save.
@@ -245,9 +168,9 @@ impl GrokLogin {
             &[
                 ("grant_type", "authorization_code"),
                 ("code", code),
-                ("redirect_uri", &self.redirect_uri),
+                ("redirect_uri", self.browser.redirect_uri()),
                 ("client_id", CLIENT_ID),
-                ("code_verifier", self.verifier.expose()),
+                ("code_verifier", self.browser.verifier()),
             ],
         );
         let answer = oauth::send_json(req, url, HTTP_TIMEOUT, false).await?;
@@ -312,9 +235,8 @@ fn token_from(
 #[derive(Debug)]
 pub struct GrokTokens {
     issuer: String,
-    store: TokenStore,
+    login: KeptLogin,
     http: reqwest::Client,
-    refreshing: tokio::sync::Mutex<()>,
 }
 
 impl GrokTokens {
@@ -322,37 +244,19 @@ impl GrokTokens {
     pub fn new(issuer: impl Into<String>, store: TokenStore, http: reqwest::Client) -> Self {
         Self {
             issuer: issuer.into(),
-            store,
+            login: KeptLogin::new(WHO, store, REFRESH_MARGIN),
             http,
-            refreshing: tokio::sync::Mutex::new(()),
         }
     }
 
     /// A usable login; with `force`, refreshed whatever its expiry.
     pub async fn token(&self, force: bool) -> Result<OAuthToken, OAuthError> {
-        let not_logged_in = || OAuthError::NotLoggedIn {
-            provider: DISPLAY,
-            login: LOGIN,
-        };
-        let token = self.store.load().ok_or_else(not_logged_in)?;
-        if !force && token.fresh_for(REFRESH_MARGIN) {
-            return Ok(token);
-        }
-        let _one = self.refreshing.lock().await;
-        let _other_programs = self.store.lock_for_refresh(oauth::REFRESH_LOCK_WAIT).await?;
-        let latest = self.store.load().ok_or_else(not_logged_in)?;
-        if !force && latest.fresh_for(REFRESH_MARGIN) {
-            return Ok(latest);
-        }
-        if latest.refresh.is_empty() {
-            if !force && latest.fresh_for(Duration::ZERO) {
-                return Ok(latest);
-            }
-            return Err(OAuthError::Expired {
-                provider: DISPLAY,
-                login: LOGIN,
-            });
-        }
+        self.login
+            .token(force, || self.login.store().load(), |old| self.refresh(old))
+            .await
+    }
+
+    async fn refresh(&self, latest: OAuthToken) -> Result<OAuthToken, OAuthError> {
         let url = format!("{}/oauth2/token", self.issuer);
         let req = form_post(
             &self.http,
@@ -363,20 +267,8 @@ impl GrokTokens {
                 ("client_id", CLIENT_ID),
             ],
         );
-        let answer = match oauth::send_json(req, &url, HTTP_TIMEOUT, false).await {
-            Ok(a) => a,
-            // A login still valid is used despite the failure (not after the API refused it).
-            Err(e) if !force && latest.fresh_for(Duration::ZERO) => {
-                tracing::warn!(error = %e, "cannot refresh the xAI login; using it until it expires");
-                return Ok(latest);
-            }
-            Err(e) => return Err(e),
-        };
-        let mut fresh = token_from(&answer, &url, Some(&latest.refresh))?;
-        fresh.account_id = latest.account_id.clone();
-        self.store.save(&fresh)?;
-        tracing::debug!(url = %crate::display_endpoint(&url), "xAI login refreshed");
-        Ok(fresh)
+        let answer = oauth::send_json(req, &url, HTTP_TIMEOUT, false).await?;
+        token_from(&answer, &url, Some(&latest.refresh))
     }
 }
 

@@ -13,6 +13,13 @@ use nanobot_util::{EnvMap, Secret};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod browser;
+mod refresh;
+
+pub use browser::BrowserSignIn;
+pub(crate) use browser::{Redirect, Who, random_b64};
+pub(crate) use refresh::KeptLogin;
+
 /// 0.3.5's (`oauth_cli_kit`'s) variable naming one token file used instead of every provider's own.
 pub const TOKEN_PATH_VAR: &str = "OAUTH_CLI_KIT_TOKEN_PATH";
 
@@ -276,6 +283,14 @@ pub enum OAuthError {
     /// The sign-in was not completed in time.
     #[error("{provider} sign-in expired before it was completed; run `nanobot provider login {login}` again")]
     Expired {
+        /// The provider's name for people.
+        provider: &'static str,
+        /// The name `nanobot provider login` takes.
+        login: &'static str,
+    },
+    /// The stored login has expired and has no refresh token.
+    #[error("{provider}'s login has expired and cannot be refreshed; run `nanobot provider login {login}`")]
+    LoginExpired {
         /// The provider's name for people.
         provider: &'static str,
         /// The name `nanobot provider login` takes.

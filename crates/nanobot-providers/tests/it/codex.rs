@@ -59,8 +59,8 @@ async fn browser_sign_in_with_pkce_and_the_callback_on_loopback() {
     let redirect = free_redirect();
     let env = env_for(&fake, home.path(), &redirect);
     let login = CodexLogin::start(CodexUrls::from_env(&env)).await.unwrap();
-    assert_eq!(login.callback_problem(), None);
-    let url = login.authorize_url().to_owned();
+    assert_eq!(login.browser().callback_problem(), None);
+    let url = login.browser().authorize_url().to_owned();
     assert!(
         url.starts_with(&format!("{}/oauth/authorize?", fake.url())),
         "{url}"
@@ -91,7 +91,10 @@ async fn browser_sign_in_with_pkce_and_the_callback_on_loopback() {
         assert_eq!(right.status(), 200);
         assert!(right.text().await.unwrap().contains("Authentication successful"));
     };
-    let (code, ()) = tokio::join!(login.wait_for_callback(Duration::from_secs(60)), browser);
+    let (code, ()) = tokio::join!(
+        login.browser().wait_for_callback(Duration::from_secs(60)),
+        browser
+    );
     let code = code.unwrap();
     assert_eq!(code, AUTH_CODE);
 
@@ -121,7 +124,7 @@ async fn a_refused_sign_in_is_reported_and_a_sign_in_not_completed_expires() {
     let redirect = free_redirect();
     let env = env_for(&fake, home.path(), &redirect);
     let login = CodexLogin::start(CodexUrls::from_env(&env)).await.unwrap();
-    let state = query(login.authorize_url(), "state");
+    let state = query(login.browser().authorize_url(), "state");
     let browser = async {
         let http = nanobot_providers::http_client().unwrap();
         http.get(format!(
@@ -131,7 +134,10 @@ async fn a_refused_sign_in_is_reported_and_a_sign_in_not_completed_expires() {
         .await
         .unwrap()
     };
-    let (result, resp) = tokio::join!(login.wait_for_callback(Duration::from_secs(60)), browser);
+    let (result, resp) = tokio::join!(
+        login.browser().wait_for_callback(Duration::from_secs(60)),
+        browser
+    );
     assert_eq!(resp.status(), 400);
     let err = result.unwrap_err();
     assert!(matches!(err, OAuthError::Denied { .. }), "{err:?}");
@@ -146,6 +152,7 @@ async fn a_refused_sign_in_is_reported_and_a_sign_in_not_completed_expires() {
     .await
     .unwrap();
     let err = login
+        .browser()
         .wait_for_callback(Duration::from_millis(50))
         .await
         .unwrap_err();

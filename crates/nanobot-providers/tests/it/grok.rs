@@ -43,17 +43,17 @@ async fn browser_sign_in_discovers_the_endpoints_and_names_the_account() {
     nanobot_providers::install_ring();
     let fake = FakeOpenAi::start().await;
     let login = GrokLogin::start(&fake.url()).await.unwrap();
-    let url = login.authorize_url().to_owned();
+    let url = login.browser().authorize_url().to_owned();
     assert!(url.starts_with(&format!("{}/oauth2/auth?", fake.url())), "{url}");
     assert_eq!(query(&url, "client_id"), "b1a00492-073a-47ea-816f-4c329264a828");
-    assert_eq!(query(&url, "redirect_uri"), login.redirect_uri());
-    assert!(login.redirect_uri().starts_with("http://127.0.0.1:"));
+    assert_eq!(query(&url, "redirect_uri"), login.browser().redirect_uri());
+    assert!(login.browser().redirect_uri().starts_with("http://127.0.0.1:"));
     assert!(query(&url, "scope").contains("grok-cli:access"));
     assert!(!query(&url, "nonce").is_empty());
     assert_eq!(query(&url, "referrer"), "nanobot");
     fake.expect_challenge(&query(&url, "code_challenge"));
     let state = query(&url, "state");
-    let redirect = login.redirect_uri().to_owned();
+    let redirect = login.browser().redirect_uri().to_owned();
     // xAI's page calls the callback itself: the preflight and the answer carry its CORS headers.
     let browser = async {
         let http = nanobot_providers::http_client().unwrap();
@@ -93,7 +93,10 @@ async fn browser_sign_in_discovers_the_endpoints_and_names_the_account() {
         );
         done.status()
     };
-    let (code, status) = tokio::join!(login.wait_for_callback(Duration::from_secs(60)), browser);
+    let (code, status) = tokio::join!(
+        login.browser().wait_for_callback(Duration::from_secs(60)),
+        browser
+    );
     assert_eq!(status, 200);
     let token = login.exchange(&code.unwrap()).await.unwrap();
     assert_eq!(token.account_id.as_deref(), Some(XAI_EMAIL));
