@@ -139,6 +139,21 @@ pub struct RemoteMedia {
     max_bytes: u64,
 }
 
+/// An HTTP client for a channel's own API: rustls with the ring provider, the system's roots, and `configure`
+/// applied (timeouts, redirects); a client that cannot be built is the channel's configuration error.
+pub fn api_client(
+    channel: &str,
+    configure: impl FnOnce(reqwest::ClientBuilder) -> reqwest::ClientBuilder,
+) -> Result<reqwest::Client, ChannelError> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    configure(reqwest::Client::builder())
+        .build()
+        .map_err(|e| ChannelError::Config {
+            channel: channel.to_owned(),
+            message: format!("cannot build the HTTP client: {e}"),
+        })
+}
+
 impl RemoteMedia {
     /// A fetcher that checks every URL and address with `guard`, follows no redirects and reads at most
     /// [`DEFAULT_REMOTE_MEDIA_BYTES`].

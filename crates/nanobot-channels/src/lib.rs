@@ -42,7 +42,7 @@ pub use access::{
 pub use channel::{Channel, Heartbeat, Transcribe, TranscribeError};
 pub use dedup::RecentIds;
 #[cfg(feature = "download")]
-pub use download::{Fetched, RemoteMedia};
+pub use download::{Fetched, RemoteMedia, api_client};
 pub use error::{ChannelError, server_text};
 pub use format::{markdown_to_slack_mrkdwn, markdown_to_telegram_html, strip_markdown};
 pub use manager::{

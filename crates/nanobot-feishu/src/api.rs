@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use nanobot_channels::{ChannelError, TokenCache};
+use nanobot_channels::{ChannelError, TokenCache, api_client};
 use nanobot_config::Secret;
 use serde_json::{Value, json};
 
@@ -43,14 +43,7 @@ fn code_of(body: &Value) -> (i64, &str) {
 
 impl Api {
     pub(crate) fn new(base: String, app_id: String, app_secret: Secret) -> Result<Self, ChannelError> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .timeout(HTTP_TIMEOUT)
-            .build()
-            .map_err(|e| ChannelError::Config {
-                channel: NAME.into(),
-                message: format!("cannot build the HTTP client: {e}"),
-            })?;
+        let http = api_client(NAME, |b| b.timeout(HTTP_TIMEOUT))?;
         Ok(Self {
             http,
             base,

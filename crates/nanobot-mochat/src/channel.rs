@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use nanobot_bus::{Bus, InboundMessage, OutboundKind, OutboundMessage};
-use nanobot_channels::{AllowList, Channel, ChannelError};
+use nanobot_channels::{AllowList, Channel, ChannelError, api_client};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -137,15 +137,10 @@ impl MochatChannel {
     /// A channel with these settings that keeps session cursors in `<data_dir>/mochat/session_cursors.json` (the
     /// file 0.3.5 uses).
     pub fn new(settings: MochatSettings, data_dir: impl Into<PathBuf>) -> Result<Self, ChannelError> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .timeout(settings.watch_timeout + HTTP_MARGIN)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| ChannelError::Config {
-                channel: NAME.into(),
-                message: format!("cannot build the HTTP client: {e}"),
-            })?;
+        let http = api_client(NAME, |b| {
+            b.timeout(settings.watch_timeout + HTTP_MARGIN)
+                .redirect(reqwest::redirect::Policy::none())
+        })?;
         let cursor_file = data_dir.into().join(NAME).join("session_cursors.json");
         let mut state = State::default();
         if let Ok(text) = std::fs::read_to_string(&cursor_file)

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use nanobot_channels::{ChannelError, TokenCache};
+use nanobot_channels::{ChannelError, TokenCache, api_client};
 use nanobot_config::Secret;
 use serde_json::{Value, json};
 
@@ -75,15 +75,10 @@ impl Api {
         app_id: String,
         secret: Secret,
     ) -> Result<Self, ChannelError> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .timeout(HTTP_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| ChannelError::Config {
-                channel: NAME.into(),
-                message: format!("cannot build the HTTP client: {e}"),
-            })?;
+        let http = api_client(NAME, |b| {
+            b.timeout(HTTP_TIMEOUT)
+                .redirect(reqwest::redirect::Policy::none())
+        })?;
         Ok(Self {
             http,
             base,

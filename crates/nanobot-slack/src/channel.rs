@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use nanobot_bus::{Bus, InboundMessage, OutboundKind, OutboundMessage};
 use nanobot_channels::{
     AccessControl, AccessDecision, AllowList, Channel, ChannelError, InboundContext, PairingStore, RecentIds,
-    SLACK_LIMIT, markdown_to_slack_mrkdwn, split_message,
+    SLACK_LIMIT, api_client, markdown_to_slack_mrkdwn, split_message,
 };
 use slack_morphism::errors::SlackClientError;
 use slack_morphism::prelude::*;
@@ -229,11 +229,10 @@ impl SlackChannel {
             SlackClientHyperConnector::with_connector(https).with_slack_api_url(&settings.api_url);
         let client = Arc::new(SlackClient::new(connector));
         // File downloads: bounded connect and a bound on the whole transfer.
-        let files = reqwest::Client::builder()
-            .connect_timeout(std::time::Duration::from_secs(10))
-            .timeout(std::time::Duration::from_secs(120))
-            .build()
-            .map_err(|e| bad_config(format!("cannot build the HTTP client: {e}")))?;
+        let files = api_client(NAME, |b| {
+            b.connect_timeout(std::time::Duration::from_secs(10))
+                .timeout(std::time::Duration::from_secs(120))
+        })?;
         let mut allow = settings.allow_from.clone();
         // Channel ids (C…/G…) never equal user ids (U…/W…), so listing them here only lets the `allowlist`
         // group policy match the chat.
