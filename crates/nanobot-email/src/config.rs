@@ -139,16 +139,4 @@ impl Default for EmailConfig {
     }
 }
 
-/// A list of strings; numbers are accepted as strings and `null` as an empty list.
-fn string_list<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Vec<String>, D::Error> {
-    let items: Option<Vec<serde_json::Value>> = Option::deserialize(de)?;
-    Ok(items
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|v| match v {
-            serde_json::Value::String(s) => Some(s),
-            serde_json::Value::Number(n) => Some(n.to_string()),
-            _ => None,
-        })
-        .collect())
-}
+use nanobot_util::de::string_list;

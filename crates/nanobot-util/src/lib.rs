@@ -4,8 +4,8 @@
 //! ([`write_atomic`] for a path, [`replace_in`] for a directory handle), nanobot's own files in a directory the
 //! model can write to, opened beneath a handle of it ([`ConfinedDir`]), poison-ignoring locks ([`lock`],
 //! [`read_lock`], [`write_lock`]), one-line error chains ([`ErrorChain`]), the redacted [`Secret`] string and
-//! [`SecretMap`] (on `secrecy`), the environment map libraries are handed ([`EnvMap`]) and the trait of files
-//! shared between replicas ([`SharedFiles`]). `tests/one_owner.rs` keeps the locks and the file replacement here.
+//! [`SecretMap`] (on `secrecy`), the environment map libraries are handed ([`EnvMap`]), the lenient list of ids
+//! settings are read with ([`de::string_list`]) and the trait of files shared between replicas ([`SharedFiles`]). `tests/one_owner.rs` keeps the locks and the file replacement here.
 //!
 //! **Must not know:** anything about nanobot's domain (messages, config schema, channels). It sits at the
 //! bottom floor beside `nanobot-types`, so configuration, channels and the storage crates can all use it without
@@ -28,6 +28,7 @@
 
 mod backoff;
 mod confined;
+pub mod de;
 mod env;
 mod error_chain;
 mod fs;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use nanobot_channels::GroupPolicy;
 use nanobot_util::EnvMap;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 
 use crate::WhatsAppError;
 
@@ -39,25 +39,7 @@ pub struct WhatsAppConfig {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
-fn string_list<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Item {
-        Str(String),
-        Int(i64),
-        UInt(u64),
-    }
-    let items: Option<Vec<Item>> = Option::deserialize(de)?;
-    Ok(items
-        .unwrap_or_default()
-        .into_iter()
-        .map(|i| match i {
-            Item::Str(s) => s,
-            Item::Int(n) => n.to_string(),
-            Item::UInt(n) => n.to_string(),
-        })
-        .collect())
-}
+use nanobot_util::de::string_list;
 
 impl WhatsAppConfig {
     /// Reads the raw `channels.whatsapp` block; the error names the block and the bad key.

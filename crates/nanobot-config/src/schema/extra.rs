@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::secret::RedactedJson;
@@ -76,23 +76,4 @@ impl fmt::Debug for ChannelBlocks {
     }
 }
 
-/// Deserialises a list of strings, also accepting numbers (`"allowFrom": [12345]`) and `null` (empty list).
-pub(crate) fn string_list<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Item {
-        Str(String),
-        Int(i64),
-        UInt(u64),
-    }
-    let items: Option<Vec<Item>> = Option::deserialize(de)?;
-    Ok(items
-        .unwrap_or_default()
-        .into_iter()
-        .map(|i| match i {
-            Item::Str(s) => s,
-            Item::Int(n) => n.to_string(),
-            Item::UInt(n) => n.to_string(),
-        })
-        .collect())
-}
+pub(crate) use nanobot_util::de::string_list;
