@@ -1,11 +1,11 @@
-//! The context budget: token estimates (tiktoken, loaded lazily, with a character heuristic) and trimming a
+//! The context budget: token estimates (`cl100k_base` as 0.3.5 counts, loaded lazily, with a character heuristic) and trimming a
 //! conversation so it fits, without ever separating a tool call from its result.
 
 use std::collections::HashSet;
-use std::sync::OnceLock;
 
 use nanobot_providers::{ChatMessage, Content, ContentPart, ToolSpec};
-use tiktoken_rs::CoreBPE;
+
+use crate::tokenizer::Cl100k;
 
 /// Tokens charged per message for role and framing.
 const PER_MESSAGE_OVERHEAD: usize = 4;
@@ -13,8 +13,6 @@ const PER_MESSAGE_OVERHEAD: usize = 4;
 const IMAGE_TOKENS: usize = 800;
 /// Tool results shorter than this many characters are never replaced by a placeholder.
 const LARGE_RESULT_CHARS: usize = 400;
-
-static TOKENIZER: OnceLock<Option<CoreBPE>> = OnceLock::new();
 
 /// Texts up to this many bytes are counted exactly; longer ones on samples ([`TokenEstimator::count_text`]).
 const EXACT_BYTES: usize = 256 * 1024;
@@ -41,19 +39,6 @@ fn pieces(text: &str, from: usize, to: usize) -> impl Iterator<Item = &str> {
         at = end;
         Some(piece)
     })
-}
-
-/// The tokenizer, built on first use (never at start-up); `None` if it could not be built.
-fn tokenizer() -> Option<&'static CoreBPE> {
-    TOKENIZER
-        .get_or_init(|| match tiktoken_rs::o200k_base() {
-            Ok(bpe) => Some(bpe),
-            Err(e) => {
-                tracing::warn!(error = %e, "tokenizer unavailable; estimating tokens from characters");
-                None
-            }
-        })
-        .as_ref()
 }
 
 /// A cheap upper-bound-ish estimate: one token per 3 bytes (tokens are ~4 bytes for English, fewer for code and
@@ -108,7 +93,7 @@ fn message_text_len(m: &ChatMessage) -> (String, usize) {
     (text, images)
 }
 
-/// Token estimator: the character heuristic when it is clearly enough, tiktoken (o200k) otherwise.
+/// Token estimator: the character heuristic when it is clearly enough, `cl100k_base` otherwise.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct TokenEstimator;
 
@@ -149,9 +134,9 @@ impl TokenEstimator {
     /// run without spaces: 19 MB of one letter took 23 s whole), and a text longer than 256 KiB is counted on 32
     /// evenly spaced pieces, scaled to its length.
     pub(crate) fn count_text(&self, text: &str) -> usize {
-        match tokenizer() {
+        match Cl100k::get() {
             Some(bpe) => {
-                let count = |piece: &str| bpe.encode_ordinary(piece).len();
+                let count = |piece: &str| bpe.count(piece);
                 if text.len() <= EXACT_BYTES {
                     return pieces(text, 0, text.len()).map(count).sum();
                 }
@@ -405,7 +390,7 @@ mod tests {
 
     #[test]
     fn long_texts_are_counted_close_to_the_exact_count() {
-        let bpe = tokenizer().expect("tokenizer");
+        let bpe = tiktoken_rs::cl100k_base().unwrap();
         for text in [
             words(3 * EXACT_BYTES),
             format!(

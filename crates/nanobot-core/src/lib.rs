@@ -36,6 +36,7 @@ mod error;
 mod hook;
 mod runner;
 mod text;
+mod tokenizer;
 
 pub use budget::ContextBudget;
 pub use error::{BoxError, CoreError};
