@@ -319,3 +319,29 @@ fn status_shows_the_sessions_last_usage_in_a_new_process() {
     assert!(context.contains("k/"), "{text}");
     assert_eq!(mock.completion_requests().len(), 1);
 }
+
+/// A one-shot run probes `exec`'s confinement (which runs bubblewrap) when it runs a command, not at start: it
+/// used to start the probe on a thread at every start and exit without waiting for it.
+#[test]
+fn a_one_shot_run_probes_the_sandbox_only_when_it_runs_a_command() {
+    const PROBING: &str = "probing the kernel and bubblewrap";
+    let mock = MockLlm::start_background();
+    let home = onboarded(&mock);
+    let one_shot = || {
+        nanobot(home.home())
+            .env("NANOBOT_LOG", "nanobot_tools=debug")
+            .args(["agent", "-m", "hi"])
+            .output()
+            .unwrap()
+    };
+    mock.push(MockReply::text("fine"));
+    let o = one_shot();
+    assert_eq!(stdout(&o).trim(), "fine", "{}", stderr(&o));
+    assert!(!stderr(&o).contains(PROBING), "{}", stderr(&o));
+
+    mock.push(MockReply::tool_call("exec", json!({"command": "echo probed"})));
+    mock.push(MockReply::text("done"));
+    let o = one_shot();
+    assert_eq!(stdout(&o).trim(), "done", "{}", stderr(&o));
+    assert!(stderr(&o).contains(PROBING), "{}", stderr(&o));
+}

@@ -196,13 +196,56 @@ mod tests {
         // Pieces a text is made of, drawn by a fixed pseudo-random sequence: words, digits, punctuation, spaces
         // and line ends of every kind, scripts, emoji and its modifiers.
         let atoms = [
-            "the", " The", "tokenizer", "ing", "'s", "'LL", " ", "  ", "\t", "\n", "\r\n", "\n\n", "0", "42",
-            "12345", ".", ",", "!?", "...", "()", "{}", "=>", "::", "//", "#", "日本語", "한국어", "ü", "é", "ß",
-            "Ωμέγα", "🐈", "👍🏽", "\u{200d}", "\u{301}", "_", "-", "—", "€", "$x", "\"", "'", "`", "<|endoftext|>",
+            "the",
+            " The",
+            "tokenizer",
+            "ing",
+            "'s",
+            "'LL",
+            " ",
+            "  ",
+            "\t",
+            "\n",
+            "\r\n",
+            "\n\n",
+            "0",
+            "42",
+            "12345",
+            ".",
+            ",",
+            "!?",
+            "...",
+            "()",
+            "{}",
+            "=>",
+            "::",
+            "//",
+            "#",
+            "日本語",
+            "한국어",
+            "ü",
+            "é",
+            "ß",
+            "Ωμέγα",
+            "🐈",
+            "👍🏽",
+            "\u{200d}",
+            "\u{301}",
+            "_",
+            "-",
+            "—",
+            "€",
+            "$x",
+            "\"",
+            "'",
+            "`",
+            "<|endoftext|>",
         ];
         let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
         let mut next = |n: usize| {
-            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
             usize::try_from(seed >> 33).unwrap() % n
         };
         for _ in 0..400 {

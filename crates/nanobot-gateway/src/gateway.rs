@@ -666,6 +666,7 @@ impl Gateway {
             .hook(metrics.hook())
             .bus(Arc::new(bus.clone()))
             .build()?;
+        nanobot_runtime::warn_if_exec_degraded(config, &opts.env, &agent.settings().workspace);
         // `/restart` (for the owner) ends this gateway gracefully; the caller starts the next one.
         let restart = Arc::new(RestartSlot::default());
         {

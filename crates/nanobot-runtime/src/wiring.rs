@@ -170,6 +170,20 @@ fn expand_paths(list: &[String], home: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// For a long-running program at start: logs, on a thread of its own (the kernel probe runs bubblewrap), what
+/// `exec`'s confinement lacks on this machine, when `exec` is on. A one-shot run does not probe at start (it would
+/// exit before the probe ends); its first command warns instead.
+pub fn warn_if_exec_degraded(config: &Config, env: &Environment, workspace: &Path) {
+    if !config.tools.exec.enable {
+        return;
+    }
+    let settings = exec_settings(config, env);
+    let ws = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    let _ = std::thread::Builder::new()
+        .name("nanobot-exec-probe".into())
+        .spawn(move || nanobot_tools::builtin::warn_if_degraded(&settings, &ws));
+}
+
 /// The tools shared by the main agent and subagents (files, exec, web), built from `config.tools`.
 pub fn base_tools(
     config: &Config,
@@ -193,7 +207,6 @@ pub fn base_tools(
     if t.exec.enable {
         let exec = ExecTool::new(exec_settings(config, env), Arc::new(sandbox.clone()))
             .map_err(nanobot_core::CoreError::from)?;
-        exec.warn_if_degraded();
         if t.cli_apps.enable {
             let registry = env.paths().data_dir().join("cli-apps").join("installed.json");
             reg.register(Arc::new(nanobot_tools::builtin::RunCliAppTool::new(

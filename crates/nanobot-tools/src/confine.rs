@@ -133,6 +133,7 @@ impl Backend {
 pub fn kernel_support() -> &'static KernelSupport {
     static PROBE: OnceLock<KernelSupport> = OnceLock::new();
     PROBE.get_or_init(|| {
+        tracing::debug!("probing the kernel and bubblewrap for exec's confinement");
         let landlock = probe_landlock();
         let (bwrap, bwrap_disable_userns) = match find_tool("bwrap") {
             None => (Err("bwrap (bubblewrap) is not installed".to_owned()), false),

@@ -196,22 +196,11 @@ impl ExecTool {
         confinement_report(&self.settings, self.sandbox.workspace_real())
     }
 
-    /// Logs (once per process) a warning when confinement is degraded on this machine. Runs the
-    /// probe on a background thread so start-up does not wait for it.
+    /// Logs a warning when confinement is degraded on this machine, at once: the first command of a process does
+    /// this itself, so only a long-running program that wants to warn at start calls it (on a thread of its own:
+    /// the probe runs bubblewrap). One warning per process.
     pub fn warn_if_degraded(&self) {
-        static ONCE: OnceLock<()> = OnceLock::new();
-        if ONCE.set(()).is_err() {
-            return;
-        }
-        let settings = self.settings.clone();
-        let ws = self.sandbox.workspace_real().to_path_buf();
-        let _ = std::thread::Builder::new()
-            .name("nanobot-exec-probe".into())
-            .spawn(move || {
-                for w in confinement_report(&settings, &ws).warnings {
-                    tracing::warn!("exec confinement degraded: {w}");
-                }
-            });
+        warn_if_degraded(&self.settings, self.sandbox.workspace_real());
     }
 
     fn backend(&self) -> Result<Backend, String> {
@@ -339,6 +328,7 @@ impl ExecTool {
         let (command, cwd) = (&p.command, &p.cwd);
         let shell = p.shell.clone();
         let backend = self.backend().map_err(ToolError::Failed)?;
+        self.warn_if_degraded();
         let k = kernel_support();
         let view = self.view(self.private_tmp()?, p.hidden.as_ref());
         let mut argv: Vec<std::ffi::OsString> = Vec::new();
@@ -552,6 +542,17 @@ pub struct ConfinementReport {
     pub facts: Vec<String>,
     /// What is weaker than the documented default, one per line (empty when nothing is).
     pub warnings: Vec<String>,
+}
+
+/// Logs (once per process) what confinement lacks for `settings` with `workspace` on this machine.
+pub fn warn_if_degraded(settings: &ExecSettings, workspace: &Path) {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    if ONCE.set(()).is_err() {
+        return;
+    }
+    for w in confinement_report(settings, workspace).warnings {
+        tracing::warn!("exec confinement degraded: {w}");
+    }
 }
 
 /// Builds the [`ConfinementReport`] for `settings` with `workspace`.

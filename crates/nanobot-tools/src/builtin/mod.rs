@@ -18,6 +18,7 @@ pub mod web;
 pub use cli_apps::RunCliAppTool;
 pub use exec::{
     ConfinementReport, ExecTool, LandlockSupport, SHELLS, command_of, confinement_report, landlock_support,
+    warn_if_degraded,
 };
 pub use exec_session::{ExecSessionTool, ExecSessions, ListExecSessionsTool};
 pub use fs::{EditFileTool, ListDirTool, ReadFileTool, WriteFileTool};
