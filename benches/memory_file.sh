@@ -66,12 +66,14 @@ with open(path, "w") as f:
 PY
 }
 
-turn() { # impl kib home cmd...
+turn() { # impl kib home cmd...: one timed turn; a turn that fails is recorded as failed, with its last words
   local impl=$1 kib=$2 home=$3; shift 3
-  local t
-  t=$(HOME=$home /usr/bin/time -f '%U %S %M' "$@" agent -m hi 2>&1 >/dev/null | tail -1)
-  read -r user sys rss <<< "$t"
-  record turn "{\"kib\": $kib, \"cpu_ms\": $(python3 -c "print(round(($user + $sys) * 1000))"), \"rss_kib\": $rss}" "$impl"
+  local err=$OUT/memfile-$impl-$kib.err ok=true
+  HOME=$home /usr/bin/time -f '%U %S %M' "$@" agent -m hi > /dev/null 2> "$err" || ok=false
+  read -r user sys rss <<< "$(tail -1 "$err")"
+  local why=""
+  $ok || why=$(grep -v '^Command exited' "$err" | tail -3 | head -2 | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().strip()[:300]))')
+  record turn "{\"kib\": $kib, \"ok\": $ok, \"cpu_ms\": $(python3 -c "print(round(($user + $sys) * 1000))"), \"rss_kib\": $rss${why:+, \"error\": $why}}" "$impl"
 }
 
 measure() { # impl cmd...
@@ -101,7 +103,8 @@ def cell(impl, kib):
         return "—"
     cpu = statistics.median(r["cpu_ms"] for r in rs)
     rss = statistics.median(r["rss_kib"] for r in rs) / 1024
-    return f"{cpu:,.0f} ms, {rss:.1f} MiB"
+    failed = sum(not r.get("ok", True) for r in rs)
+    return f"{cpu:,.0f} ms, {rss:.1f} MiB" + (f" ({failed} of {len(rs)} failed)" if failed else "")
 print("| MEMORY.md | " + " | ".join(f"{'nanobot-rs' if i == 'rust' else 'Python nanobot 0.3.5'} (median)" for i in impls) + " |")
 print("|---" * (len(impls) + 1) + "|")
 for kib in sizes:

@@ -4,7 +4,8 @@
 //! Only counting is needed, so the table is kept lean: the 100,256 tokens are one embedded blob
 //! (`data/cl100k_base.bin`: for each rank in order, a length byte and the token's bytes, 727 KiB, taken from
 //! OpenAI's published `cl100k_base.tiktoken`, MIT), and the rank lookup is one hash map of slices into it, built
-//! on first use in a few milliseconds and about 3 MiB. tiktoken-rs, which builds a map of owned byte strings, an
+//! on first use in a few milliseconds and about 3 MiB. The pieces are split by the `regex` crate (tiktoken's pattern
+//! without its look-ahead, which is applied by hand). tiktoken-rs, which builds a map of owned byte strings, an
 //! inverse map and a sorted copy, held 24 MiB for this table (46 MiB for `o200k_base`) and took 160–370 ms to
 //! load: a step in a turn's memory and time the first time a prompt came near the window. The counts are
 //! tiktoken's exactly: `tests` compare the table with tiktoken-rs's, rank by rank, and the counts on varied text.
@@ -13,14 +14,19 @@ use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::sync::OnceLock;
 
-use fancy_regex::Regex;
+use regex::Regex;
 use rustc_hash::FxHasher;
 
 /// The tokens of `cl100k_base`, in rank order: a length byte, then the token's bytes.
 static TABLE: &[u8] = include_bytes!("../data/cl100k_base.bin");
 
-/// How `cl100k_base` splits text into pieces before merging (tiktoken's pattern, possessive form).
-const PATTERN: &str = r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s";
+/// How `cl100k_base` splits text into pieces before merging: tiktoken's pattern
+/// `'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s`
+/// without its look-ahead, so that the `regex` crate's automata run it (the possessive quantifiers match as the
+/// greedy ones here: nothing after them could take back what they took). `\s+(?!\S)`, a run of blanks but the
+/// last one before a non-blank, is matched as `\s+` and shortened by [`Cl100k::count`].
+const PATTERN: &str =
+    r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s+$|\s*[\r\n]|\s+";
 
 /// A pair that is no token.
 const NONE: u32 = u32::MAX;
@@ -77,15 +83,24 @@ impl Cl100k {
     pub(crate) fn count(&self, text: &str) -> usize {
         let mut tokens = 0;
         let mut at = 0;
-        for found in self.pattern.find_iter(text) {
-            match found {
-                Ok(m) => {
-                    tokens += self.count_piece(m.as_str().as_bytes());
-                    at = m.end();
-                }
-                // The pattern's backtracking limit (not reached by this pattern on real text): the rest is
-                // estimated.
-                Err(_) => return tokens + text.len().saturating_sub(at).div_ceil(3),
+        while let Some(m) = self.pattern.find_at(text, at) {
+            let mut piece = m.as_str();
+            // `\s+(?!\S)`: a run of two or more blanks without a line end, followed by a non-blank, leaves its
+            // last blank to the piece after it (` word`).
+            if m.end() < text.len()
+                && piece.chars().nth(1).is_some()
+                && piece.chars().all(char::is_whitespace)
+                && let Some((last, c)) = piece.char_indices().next_back()
+                && c != '\r'
+                && c != '\n'
+            {
+                piece = &piece[..last];
+            }
+            tokens += self.count_piece(piece.as_bytes());
+            at = m.start() + piece.len();
+            if piece.is_empty() {
+                // Not reached (every alternative takes at least one character); never loop on it.
+                break;
             }
         }
         tokens
@@ -240,6 +255,15 @@ mod tests {
             "'",
             "`",
             "<|endoftext|>",
+            "   ",
+            " \t ",
+            "\u{a0}",
+            "\u{3000}",
+            "\u{2028}",
+            " \n ",
+            "\r",
+            "\u{85}",
+            "\u{b}",
         ];
         let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
         let mut next = |n: usize| {
@@ -248,7 +272,7 @@ mod tests {
                 .wrapping_add(1_442_695_040_888_963_407);
             usize::try_from(seed >> 33).unwrap() % n
         };
-        for _ in 0..400 {
+        for _ in 0..1000 {
             let len = 1 + next(60);
             let text: String = (0..len).map(|_| atoms[next(atoms.len())]).collect();
             assert_eq!(ours.count(&text), bpe.encode_ordinary(&text).len(), "{text:?}");
