@@ -6,6 +6,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# require_gnu_time SCRIPT: peak RSS comes from GNU time; says so and stops when it is missing.
+require_gnu_time() {
+  [ -x /usr/bin/time ] || { echo "$1: needs GNU time (/usr/bin/time, Debian package 'time')" >&2; exit 1; }
+}
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # record BENCH JSON [IMPL]: appends JSON to $RESULTS with `bench` (and `impl`) set.

@@ -31,10 +31,10 @@ else GW=("$REL/nanobot" gateway); fi
 mkdir -p "$OUT"
 RESULTS=$OUT/lean.jsonl
 : > "$RESULTS"
-[ -x /usr/bin/time ] || { echo "lean.sh: needs GNU time (/usr/bin/time, Debian package 'time')" >&2; exit 1; }
 [ -z "$PY" ] || [ -x "$PY" ] || { echo "lean.sh: $PY is not an executable" >&2; exit 1; }
 
 source "$ROOT/benches/common.sh"
+require_gnu_time lean.sh
 emit() { echo "$1" >> "$RESULTS"; }
 
 if [ -z "${SKIP_BUILD:-}" ]; then

@@ -27,9 +27,9 @@ TOOLS=${CARGO_TARGET_DIR:-$ROOT/target}/debug/examples
 mkdir -p "$OUT"
 RESULTS=$OUT/long_session.jsonl
 : > "$RESULTS"
-[ -x /usr/bin/time ] || { echo "long_session.sh: needs GNU time (/usr/bin/time, Debian package 'time')" >&2; exit 1; }
 [ -z "$PY" ] || [ -x "$PY" ] || { echo "long_session.sh: $PY is not an executable" >&2; exit 1; }
 source "$ROOT/benches/common.sh"
+require_gnu_time long_session.sh
 
 if [ -z "${SKIP_BUILD:-}" ]; then
   echo "== building the release nanobot (the README's build) and the mock" >&2

@@ -20,13 +20,12 @@ SIZES_KIB=${SIZES_KIB:-0 64 128 256 384 512 768 1024}
 RUNS=${RUNS:-3}
 PY=${1:-}
 REL=${CARGO_TARGET_DIR:-$ROOT/target}/release
-TOOLS=${CARGO_TARGET_DIR:-$ROOT/target}/debug/examples
 mkdir -p "$OUT"
 RESULTS=$OUT/memory_file.jsonl
 : > "$RESULTS"
-[ -x /usr/bin/time ] || { echo "memory_file.sh: needs GNU time (/usr/bin/time, Debian package 'time')" >&2; exit 1; }
 [ -z "$PY" ] || [ -x "$PY" ] || { echo "memory_file.sh: $PY is not an executable" >&2; exit 1; }
 source "$ROOT/benches/common.sh"
+require_gnu_time memory_file.sh
 
 if [ -z "${SKIP_BUILD:-}" ]; then
   echo "== building the release nanobot (the README's build) and the mock" >&2

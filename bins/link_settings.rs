@@ -10,9 +10,10 @@
 //   in few pages instead of being spread over the whole program (the kernel maps 64 KiB around each page a
 //   process touches): the toolchain's own lld links with `--symbol-ordering-file=bins/symbol-order.txt` (one
 //   mangled name per line, recorded by `scripts/release-build`). The names carry each crate's build hash, which
-//   depends on the toolchain (pinned in rust-toolchain.toml), the crate's version, features and the release
-//   profile, not on the code: the file recorded once stays good until one of those changes, and a name no longer
-//   in the program is ignored (the layout then helps less, never harms). `NANOBOT_SYMBOL_ORDER=<file>` uses
+//   depends on the toolchain (pinned in rust-toolchain.toml), the crate's version, features, dependencies and the
+//   release profile, not on the code: the file recorded once stays good until one of those changes (CI checks
+//   that with `scripts/layout-fingerprint --check`), and a name no longer in the program is ignored (the layout
+//   then helps less, never harms). `NANOBOT_SYMBOL_ORDER=<file>` uses
 //   another file, `NANOBOT_SYMBOL_ORDER=none` none; a toolchain without lld links without, with a warning.
 // * Release builds for Linux are stripped by the linker (`--strip-all`), not by the profile's `strip`, which
 //   would change every crate's build hash and so every name in the order file. `NANOBOT_KEEP_SYMBOLS=1` keeps
