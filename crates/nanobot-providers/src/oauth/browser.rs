@@ -53,9 +53,9 @@ pub(crate) struct Who {
     pub(crate) login: &'static str,
 }
 
-/// One browser sign-in in progress: [`BrowserSignIn::authorize_url`] to open,
-/// [`BrowserSignIn::wait_for_callback`] (or [`BrowserSignIn::code_from_pasted`]) for the code, and
-/// [`BrowserSignIn::verifier`] and [`BrowserSignIn::redirect_uri`] for the provider's code exchange.
+/// One browser sign-in in progress: [`BrowserSignIn::authorize_url`] to open, [`BrowserSignIn::wait_for_callback`]
+/// (or [`BrowserSignIn::code_from_pasted`]) for the code, which the provider's login exchanges with the PKCE
+/// verifier kept here and [`BrowserSignIn::redirect_uri`].
 #[derive(Debug)]
 pub struct BrowserSignIn {
     who: Who,
