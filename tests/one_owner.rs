@@ -35,23 +35,6 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// The largest source file read (the largest today is under 200 KB).
 const MAX_SOURCE_BYTES: u64 = 4 * 1024 * 1024;
 
-/// `path`'s text, refused (naming it) when it is over [`MAX_SOURCE_BYTES`].
-fn read_bounded(path: &Path) -> String {
-    use std::io::Read as _;
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .unwrap()
-        .take(MAX_SOURCE_BYTES + 1)
-        .read_to_string(&mut text)
-        .unwrap();
-    assert!(
-        text.len() as u64 <= MAX_SOURCE_BYTES,
-        "{} is over {MAX_SOURCE_BYTES} bytes",
-        path.display()
-    );
-    text
-}
-
 /// Every Rust source of ours, relative to the root, with its text stripped of whitespace.
 fn sources() -> Vec<(String, String)> {
     let root = root();
@@ -68,7 +51,8 @@ fn sources() -> Vec<(String, String)> {
     files
         .into_iter()
         .map(|p| {
-            let text = read_bounded(&p);
+            let text = nanobot_util::read_to_string_bounded(&p, MAX_SOURCE_BYTES)
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
             let rel = p.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
             (rel, text.split_whitespace().collect())
         })
