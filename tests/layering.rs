@@ -355,6 +355,7 @@ const FLOORS: &[(&str, u8)] = &[
     ("nanobot-memory", 2),
     ("nanobot-skills", 2),
     ("nanobot-cron", 2),
+    ("nanobot-usage", 2),
     ("nanobot-core", 3),
     ("nanobot-channels", 3),
     ("nanobot-telegram", 3),
@@ -398,6 +399,7 @@ const NARROWER: &[(&str, &[&str])] = &[
     ("nanobot-memory", &["nanobot-types", "nanobot-util"]),
     ("nanobot-skills", &["nanobot-types", "nanobot-util"]),
     ("nanobot-cron", &["nanobot-types", "nanobot-util"]),
+    ("nanobot-usage", &["nanobot-types", "nanobot-util"]),
     // Channels meet the agent on the bus: never core, providers or tools.
     (
         "nanobot-channels",

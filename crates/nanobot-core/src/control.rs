@@ -495,7 +495,7 @@ mod tests {
         }
     }
 
-    use crate::shared_fake::FakeShared;
+    use nanobot_util::MemorySharedFiles as FakeShared;
 
     #[test]
     fn a_shared_ledger_holds_the_shared_memory_on_every_replica_and_each_home_s_own_files_there_only() {

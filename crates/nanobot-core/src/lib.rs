@@ -66,8 +66,6 @@ pub use tools::CronAction;
 mod agent_loop;
 mod approval;
 mod control;
-#[cfg(test)]
-mod shared_fake;
 pub use approval::{ApprovalAnswer, ApprovalPolicy, ApprovalRequest, ApprovalSettings, Approver};
 
 mod settings;

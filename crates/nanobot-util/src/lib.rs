@@ -44,5 +44,5 @@ pub use env::EnvMap;
 pub use error_chain::{ErrorChain, error_chain};
 pub use fs::{AtomicWriteError, normalize, read_to_string_bounded, real_path, write_atomic};
 pub use secret::{Secret, SecretMap};
-pub use shared::{SharedFile, SharedFiles, SharedFilesError};
+pub use shared::{MemorySharedFiles, SharedFile, SharedFiles, SharedFilesError};
 pub use sync::{lock, read_lock, write_lock};

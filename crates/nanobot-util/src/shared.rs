@@ -93,3 +93,101 @@ pub trait SharedFiles: Send + Sync + std::fmt::Debug {
     /// pulling them removes the local copy).
     fn list(&self, prefix: &str) -> Result<Vec<String>, SharedFilesError>;
 }
+
+/// Each stored file's sequence and bytes (`None`: deleted).
+type Stored = std::collections::HashMap<String, (u64, Option<Vec<u8>>)>;
+
+/// A [`SharedFiles`] store held in memory, with the real store's rules (a push conflicts when another replica
+/// pushed the file since this one last pulled it; deletions are kept): for tests of code that shares files, and
+/// for processes of one program sharing files without a server. [`MemorySharedFiles::sharing`] gives another
+/// replica's view of the same store.
+#[derive(Debug, Default)]
+pub struct MemorySharedFiles {
+    stored: std::sync::Arc<std::sync::Mutex<Stored>>,
+    seen: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+}
+
+impl MemorySharedFiles {
+    /// An empty store, seen by its first replica.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Another replica of the same store.
+    pub fn sharing(&self) -> Self {
+        Self {
+            stored: self.stored.clone(),
+            seen: std::sync::Mutex::default(),
+        }
+    }
+}
+
+impl SharedFiles for MemorySharedFiles {
+    fn pull(&self, file: SharedFile<'_>) -> Result<bool, SharedFilesError> {
+        let stored = crate::lock(&self.stored).get(file.name).cloned();
+        let Some((seq, bytes)) = stored else {
+            return Ok(false);
+        };
+        let io = |op, source| SharedFilesError::Io {
+            name: file.name.to_owned(),
+            op,
+            path: file.local.to_owned(),
+            source,
+        };
+        match bytes {
+            Some(bytes) => {
+                if let Some(dir) = file.local.parent() {
+                    std::fs::create_dir_all(dir).map_err(|e| io("create the folder of", e))?;
+                }
+                std::fs::write(file.local, bytes).map_err(|e| io("write", e))?;
+            }
+            None => match std::fs::remove_file(file.local) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io("remove", e)),
+                _ => {}
+            },
+        }
+        crate::lock(&self.seen).insert(file.name.to_owned(), seq);
+        Ok(true)
+    }
+
+    fn push(&self, file: SharedFile<'_>) -> Result<(), SharedFilesError> {
+        let mut stored = crate::lock(&self.stored);
+        let seen = crate::lock(&self.seen).get(file.name).copied().unwrap_or(0);
+        let now = stored.get(file.name).map_or(0, |(seq, _)| *seq);
+        if now != seen {
+            // As the real store does: the local copy is brought back to the stored one.
+            let bytes = stored.get(file.name).and_then(|(_, b)| b.clone());
+            drop(stored);
+            if let Some(bytes) = bytes {
+                let _ = std::fs::write(file.local, bytes);
+                crate::lock(&self.seen).insert(file.name.to_owned(), now);
+            }
+            return Err(SharedFilesError::Conflict {
+                name: file.name.to_owned(),
+            });
+        }
+        let bytes = match std::fs::read(file.local) {
+            Ok(b) => Some(b),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(source) => {
+                return Err(SharedFilesError::Io {
+                    name: file.name.to_owned(),
+                    op: "read",
+                    path: file.local.to_owned(),
+                    source,
+                });
+            }
+        };
+        stored.insert(file.name.to_owned(), (now + 1, bytes));
+        crate::lock(&self.seen).insert(file.name.to_owned(), now + 1);
+        Ok(())
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<String>, SharedFilesError> {
+        Ok(crate::lock(&self.stored)
+            .keys()
+            .filter(|k| k.starts_with(prefix))
+            .cloned()
+            .collect())
+    }
+}

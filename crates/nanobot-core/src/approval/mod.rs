@@ -908,7 +908,7 @@ mod tests {
         );
 
         // Homes of their own and a shared store.
-        let store = crate::shared_fake::FakeShared::default();
+        let store = nanobot_util::MemorySharedFiles::default();
         let homes: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
         let replicas: Vec<Approvals> = homes
             .iter()
