@@ -55,6 +55,39 @@ impl Config {
                 ));
             }
         }
+        let b = &d.budget;
+        for (scope, limits) in [
+            ("overall", &b.overall),
+            ("perPerson", &b.per_person),
+            ("perChat", &b.per_chat),
+        ] {
+            for (period, limit) in [("daily", &limits.daily), ("monthly", &limits.monthly)] {
+                if let Some(cost) = limit.cost
+                    && !(cost.is_finite() && cost >= 0.0)
+                {
+                    return Err(invalid(
+                        format!("agents.defaults.budget.{scope}.{period}.cost"),
+                        "must be a number of at least 0",
+                    ));
+                }
+            }
+        }
+        for (model, price) in &d.prices {
+            for (name, v) in [
+                ("input", Some(price.input)),
+                ("output", Some(price.output)),
+                ("cachedInput", price.cached_input),
+            ] {
+                if let Some(v) = v
+                    && !(v.is_finite() && v >= 0.0)
+                {
+                    return Err(invalid(
+                        format!("agents.defaults.prices.{model}.{name}"),
+                        "must be a price per million tokens of at least 0",
+                    ));
+                }
+            }
+        }
         for (block, l) in [("api", &self.api.limits), ("gateway", &self.gateway.limits)] {
             for (name, v) in [
                 ("headerReadTimeout", l.header_read_timeout),

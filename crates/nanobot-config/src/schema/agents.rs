@@ -1,5 +1,7 @@
 //! `agents`: the model, limits and identity of the agent.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::extra::{Extra, string_list};
@@ -128,9 +130,92 @@ pub struct AgentDefaults {
     /// key). Written back only when changed.
     #[serde(skip_serializing_if = "TimeoutsConfig::is_default")]
     pub timeouts: TimeoutsConfig,
+    /// Spending limits per person, per chat and overall (nanobot-rs; the Python nanobot ignores the key).
+    /// Written back only when set.
+    #[serde(skip_serializing_if = "BudgetConfig::is_unlimited")]
+    pub budget: BudgetConfig,
+    /// Prices per million tokens by model name, over the well-known defaults (nanobot-rs; the Python nanobot
+    /// ignores the key).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub prices: BTreeMap<String, PriceConfig>,
     /// Keys this version does not model (kept on save).
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// `agents.defaults.budget`: limits on what the assistant spends, each `{"daily": LIMIT, "monthly": LIMIT}` with
+/// `LIMIT = {"tokens": N, "cost": X}` (either or both; cost in the prices' currency). A typo is refused, not
+/// ignored: an ignored limit would not hold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct BudgetConfig {
+    /// Everything the assistant spends.
+    #[serde(skip_serializing_if = "LimitsConfig::is_unlimited")]
+    pub overall: LimitsConfig,
+    /// Each person's turns (`per_person` read too).
+    #[serde(alias = "per_person", skip_serializing_if = "LimitsConfig::is_unlimited")]
+    pub per_person: LimitsConfig,
+    /// Each chat, its unattended work (cron jobs, heartbeat, subagents) included (`per_chat` read too).
+    #[serde(alias = "per_chat", skip_serializing_if = "LimitsConfig::is_unlimited")]
+    pub per_chat: LimitsConfig,
+}
+
+impl BudgetConfig {
+    /// No limit anywhere (then it is not written back).
+    pub fn is_unlimited(&self) -> bool {
+        self.overall.is_unlimited() && self.per_person.is_unlimited() && self.per_chat.is_unlimited()
+    }
+}
+
+/// The limits of one scope of [`BudgetConfig`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// From midnight to midnight in `agents.defaults.timezone`.
+    #[serde(skip_serializing_if = "LimitConfig::is_unlimited")]
+    pub daily: LimitConfig,
+    /// A calendar month in `agents.defaults.timezone`.
+    #[serde(skip_serializing_if = "LimitConfig::is_unlimited")]
+    pub monthly: LimitConfig,
+}
+
+impl LimitsConfig {
+    /// No limit.
+    pub fn is_unlimited(&self) -> bool {
+        self.daily.is_unlimited() && self.monthly.is_unlimited()
+    }
+}
+
+/// One limit of [`LimitsConfig`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct LimitConfig {
+    /// Tokens in and out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    /// Money, in the prices' currency (US dollars for the defaults).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+}
+
+impl LimitConfig {
+    /// No limit.
+    pub fn is_unlimited(&self) -> bool {
+        self.tokens.is_none() && self.cost.is_none()
+    }
+}
+
+/// One model's price in `agents.defaults.prices`, per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PriceConfig {
+    /// Input tokens.
+    pub input: f64,
+    /// Output tokens.
+    pub output: f64,
+    /// Input tokens served from the prompt cache (the input price when not given; `cached_input` read too).
+    #[serde(default, alias = "cached_input", skip_serializing_if = "Option::is_none")]
+    pub cached_input: Option<f64>,
 }
 
 /// `agents.defaults.timeouts`, in seconds. An unset model-call bound takes the default for where the server
@@ -207,6 +292,8 @@ impl Default for AgentDefaults {
             dream: DreamConfig::default(),
             memory_window: None,
             timeouts: TimeoutsConfig::default(),
+            budget: BudgetConfig::default(),
+            prices: BTreeMap::new(),
             extra: Extra::default(),
         }
     }

@@ -17,7 +17,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use agents::{
-    AgentDefaults, AgentsConfig, DreamConfig, MemoryScopeSetting, ProviderRetryMode, TimeoutsConfig,
+    AgentDefaults, AgentsConfig, BudgetConfig, DreamConfig, LimitConfig, LimitsConfig, MemoryScopeSetting,
+    PriceConfig, ProviderRetryMode, TimeoutsConfig,
 };
 pub use channels::{
     ChannelsConfig, DingTalkConfig, DiscordConfig, DmPolicy, FeishuConfig, GroupPolicy, SlackConfig,

@@ -167,3 +167,41 @@ fn a_missing_file_gives_the_defaults() {
     assert!(!loaded.file_found);
     assert_eq!(loaded.config, Config::default());
 }
+
+#[test]
+fn budgets_and_prices_load_and_a_typo_or_a_negative_amount_is_refused_by_name() {
+    let (_dir, path) = write_config(
+        r#"{"agents": {"defaults": {
+            "budget": {"perChat": {"daily": {"tokens": 50000}}, "overall": {"monthly": {"cost": 20}}},
+            "prices": {"qwen3:8b": {"input": 0, "output": 0}, "gpt-4o": {"input": 2, "output": 8, "cachedInput": 1}}
+        }}}"#,
+    );
+    let loaded = load(&path, &env(&[])).unwrap();
+    let d = &loaded.config.agents.defaults;
+    assert_eq!(d.budget.per_chat.daily.tokens, Some(50_000));
+    assert_eq!(d.budget.overall.monthly.cost, Some(20.0));
+    assert!(d.budget.per_person.is_unlimited());
+    assert_eq!(d.prices["gpt-4o"].cached_input, Some(1.0));
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    // Written back as read; an unset budget is not written at all.
+    let saved = serde_json::to_value(&loaded.config).unwrap();
+    assert_eq!(saved["agents"]["defaults"]["budget"]["perChat"]["daily"]["tokens"], 50_000);
+    let plain = serde_json::to_value(Config::default()).unwrap();
+    assert!(plain["agents"]["defaults"].get("budget").is_none());
+    assert!(plain["agents"]["defaults"].get("prices").is_none());
+
+    for (bad, named) in [
+        (r#"{"perUser": {"daily": {"tokens": 1}}}"#, "perUser"),
+        (r#"{"perChat": {"weekly": {"tokens": 1}}}"#, "weekly"),
+        (r#"{"perChat": {"daily": {"token": 1}}}"#, "token"),
+        (r#"{"perChat": {"daily": {"tokens": -1}}}"#, "budget"),
+        (r#"{"overall": {"daily": {"cost": -0.5}}}"#, "agents.defaults.budget.overall.daily.cost"),
+    ] {
+        let (_dir, path) = write_config(&format!(r#"{{"agents": {{"defaults": {{"budget": {bad}}}}}}}"#));
+        let err = load(&path, &env(&[])).unwrap_err().to_string();
+        assert!(err.contains(named), "{bad}: {err}");
+    }
+    let (_dir, path) = write_config(r#"{"agents": {"defaults": {"prices": {"m": {"input": -1, "output": 1}}}}}"#);
+    let err = load(&path, &env(&[])).unwrap_err().to_string();
+    assert!(err.contains("agents.defaults.prices.m.input"), "{err}");
+}
