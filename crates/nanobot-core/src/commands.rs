@@ -47,10 +47,12 @@ pub enum Command {
     /// `/trigger <name>`: create a local trigger bound to this chat's session (`nanobot trigger <id> "message"`
     /// then sends it a message).
     Trigger,
+    /// `/usage`: what this chat and this person spent today and this month, with their limits (nanobot-rs).
+    Usage,
 }
 
 /// Every command with its one-line description (the `/help` text and the "did you mean" candidates).
-pub const COMMANDS: [(&str, Command, &str); 19] = [
+pub const COMMANDS: [(&str, Command, &str); 20] = [
     (
         "new",
         Command::New,
@@ -63,6 +65,11 @@ pub const COMMANDS: [(&str, Command, &str); 19] = [
         "status",
         Command::Status,
         "Show model, token usage, context use, session size and uptime",
+    ),
+    (
+        "usage",
+        Command::Usage,
+        "Show what this chat and you spent today and this month, and the limits",
     ),
     (
         "compact",

@@ -362,7 +362,8 @@ pub fn agent_builder_shared(
             None
         }
     };
-    let mut builder = AgentLoop::builder(provider, settings);
+    let ledger = crate::usage::ledger_in(config, &data_dir, tz, shared.clone());
+    let mut builder = AgentLoop::builder(provider, settings).usage_ledger(Arc::new(ledger));
     if let Some(files) = &shared {
         builder = builder.memory_files(files.clone());
     }

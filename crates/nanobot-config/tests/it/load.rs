@@ -185,7 +185,10 @@ fn budgets_and_prices_load_and_a_typo_or_a_negative_amount_is_refused_by_name() 
     assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
     // Written back as read; an unset budget is not written at all.
     let saved = serde_json::to_value(&loaded.config).unwrap();
-    assert_eq!(saved["agents"]["defaults"]["budget"]["perChat"]["daily"]["tokens"], 50_000);
+    assert_eq!(
+        saved["agents"]["defaults"]["budget"]["perChat"]["daily"]["tokens"],
+        50_000
+    );
     let plain = serde_json::to_value(Config::default()).unwrap();
     assert!(plain["agents"]["defaults"].get("budget").is_none());
     assert!(plain["agents"]["defaults"].get("prices").is_none());
@@ -195,13 +198,17 @@ fn budgets_and_prices_load_and_a_typo_or_a_negative_amount_is_refused_by_name() 
         (r#"{"perChat": {"weekly": {"tokens": 1}}}"#, "weekly"),
         (r#"{"perChat": {"daily": {"token": 1}}}"#, "token"),
         (r#"{"perChat": {"daily": {"tokens": -1}}}"#, "budget"),
-        (r#"{"overall": {"daily": {"cost": -0.5}}}"#, "agents.defaults.budget.overall.daily.cost"),
+        (
+            r#"{"overall": {"daily": {"cost": -0.5}}}"#,
+            "agents.defaults.budget.overall.daily.cost",
+        ),
     ] {
         let (_dir, path) = write_config(&format!(r#"{{"agents": {{"defaults": {{"budget": {bad}}}}}}}"#));
         let err = load(&path, &env(&[])).unwrap_err().to_string();
         assert!(err.contains(named), "{bad}: {err}");
     }
-    let (_dir, path) = write_config(r#"{"agents": {"defaults": {"prices": {"m": {"input": -1, "output": 1}}}}}"#);
+    let (_dir, path) =
+        write_config(r#"{"agents": {"defaults": {"prices": {"m": {"input": -1, "output": 1}}}}}"#);
     let err = load(&path, &env(&[])).unwrap_err().to_string();
     assert!(err.contains("agents.defaults.prices.m.input"), "{err}");
 }

@@ -53,6 +53,7 @@ pub struct AgentLoopBuilder {
     bus: Option<Arc<dyn Bus>>,
     rights: crate::rights::ChatRights,
     presets: Option<Arc<dyn crate::presets::ModelPresets>>,
+    usage: Option<Arc<nanobot_usage::UsageLedger>>,
 }
 
 impl std::fmt::Debug for AgentLoopBuilder {
@@ -154,6 +155,15 @@ impl AgentLoopBuilder {
         self
     }
 
+    /// Records every model call in `ledger` (who it was for, the provider's tokens) and holds turns to its
+    /// budget: a turn that would start over a limit is refused with a message naming it, and a running one stops
+    /// before its next model call once over (default: nothing recorded, nothing limited).
+    #[must_use]
+    pub fn usage_ledger(mut self, ledger: Arc<nanobot_usage::UsageLedger>) -> Self {
+        self.usage = Some(ledger);
+        self
+    }
+
     /// Attaches a bus now (for `message`/`spawn` in [`AgentLoop::process_direct`] and the replies of
     /// [`AgentLoop::submit`]).
     #[must_use]
@@ -189,17 +199,21 @@ impl AgentLoopBuilder {
         let gate = Arc::new(Gate::new(&s, books, ledger, self.rights));
         // Subagents run unattended: the approval gate refuses (and parks for `/approve ID` in the parent's chat)
         // what would be asked about, and what their tools change in control files is recorded like a turn's.
+        // Their model calls are charged to the chat and person of the parent's latest turn.
+        let spending = Arc::new(super::spending::Spending::new(self.usage));
         let subagent_hooks: crate::subagent::HookFactory = {
-            let (gate, tools) = (gate.clone(), sub_reg.clone());
+            let (gate, tools, spending) = (gate.clone(), sub_reg.clone(), spending.clone());
             Arc::new(move |parent: &str| {
-                gate.hooks(
+                let mut hooks = gate.hooks(
                     parent,
                     &tools,
                     Asking {
                         asker: None,
                         approver: None,
                     },
-                )
+                );
+                hooks.extend(spending.subagent_hook(parent));
+                hooks
             })
         };
         let subagents = SubagentManager::new(
@@ -299,6 +313,7 @@ impl AgentLoopBuilder {
             });
             LoopInner {
                 workers: Workers::new(s.max_concurrent_sessions),
+                spending,
                 ledger: Ledger::new(sessions, s.max_history_messages),
                 kit: Kit::new(default_model, presets, tools, mcp, subagents, context, hooks),
                 gate,
@@ -380,6 +395,7 @@ impl AgentLoopBuilder {
             bus: None,
             rights: crate::rights::ChatRights::default(),
             presets: None,
+            usage: None,
         }
     }
 }

@@ -12,6 +12,7 @@ use super::memory_work::MemoryWork;
 use super::routes::Routes;
 #[cfg(feature = "cron")]
 use super::schedules::Schedules;
+use super::spending::Spending;
 use super::workers::Workers;
 use crate::settings::AgentSettings;
 
@@ -30,6 +31,8 @@ pub(super) struct LoopInner {
     pub(super) routes: Routes,
     /// Session queues, running turns, shutdown.
     pub(super) workers: Workers,
+    /// Usage recorded per model call, budgets.
+    pub(super) spending: Arc<Spending>,
     /// Cron jobs and local triggers.
     #[cfg(feature = "cron")]
     pub(super) schedules: Schedules,

@@ -33,6 +33,7 @@ mod routes;
 #[cfg(feature = "cron")]
 mod schedules;
 mod slash;
+mod spending;
 mod status;
 mod turn;
 mod types;

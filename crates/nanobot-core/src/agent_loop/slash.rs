@@ -67,6 +67,7 @@ impl LoopInner {
                             | Command::Help
                             | Command::Skill
                             | Command::Status
+                            | Command::Usage
                             | Command::Approve
                             | Command::Deny
                             | Command::ConfirmFiles,
@@ -103,6 +104,7 @@ impl LoopInner {
                 Some(self.gate.decide(&key, answer, &id, msg).await)
             }
             Parsed::Known(Command::Status, _) => Some(self.status_text(&key).await),
+            Parsed::Known(Command::Usage, _) => Some(self.usage_text(msg).await),
             Parsed::Known(Command::ConfirmFiles, args) => Some(self.gate.confirm_files(&args).await),
             Parsed::Known(Command::Restart, _) => Some(self.restart(msg)),
             Parsed::Known(Command::Trigger, name) => Some(self.create_trigger(msg, &key, &name).await),
@@ -183,6 +185,7 @@ impl LoopInner {
             // Answered before queueing; kept for completeness.
             Command::Help => Ok(commands::help_text()),
             Command::Status => Ok(self.status_text(key).await),
+            Command::Usage => Ok(self.usage_text(msg).await),
             Command::History => self.history_text(key, args).await,
             Command::Skill => Ok(self.skills_text()),
             Command::Stop => Ok("No active task to stop.".to_owned()),

@@ -23,6 +23,7 @@ use super::memory_scope::scope_confinement;
 use super::persist::{SessionCheckpoint, interrupted_note, stored_message, stored_user_message};
 use super::publish::{BusHook, ChannelStreamHook};
 use super::redelivery::{self, Earlier};
+use super::spending::{Payer, SpendingHook};
 use super::types::{Job, TurnOptions, TurnReply};
 use crate::budget::ContextBudget;
 use crate::context::TurnOrigin;
@@ -55,6 +56,8 @@ struct Opened {
     cancel: CancellationToken,
     info: TurnInfo,
     bus_hook: Option<Arc<BusHook>>,
+    /// Records the turn's model calls and stops it at a budget.
+    spending: Option<Arc<SpendingHook>>,
 }
 
 /// What the run is given.
@@ -76,11 +79,20 @@ impl LoopInner {
         scope: &ScopeKey,
     ) -> Result<TurnReply, CoreError> {
         let chat = Chat { channel, chat_id };
+        // Over a budget: refused before anything is read or asked (a cron job's run too: it counts against its
+        // chat).
+        let payer = Payer::of(msg, channel, chat_id);
+        if let Some(over) = self.spending.over_budget(&payer).await {
+            tracing::info!(session = %key, limit = %over.config_key(), "a turn was refused: over budget");
+            return Ok(TurnReply::command(format!("⛔ {over}")));
+        }
         let mut prepared = match self.prepare(key, msg, &chat, &opts, scope).await? {
             Ok(prepared) => prepared,
             Err(replayed) => return Ok(replayed),
         };
-        let (opened, input) = self.open(key, msg, &chat, &opts, scope, &mut prepared).await;
+        let (opened, input) = self
+            .open(key, msg, &chat, &opts, scope, &mut prepared, payer)
+            .await;
         let result = self.run(key, &opts, &prepared.metadata, &opened, input).await;
         self.workers.end_turn(key, opened.turn_id);
         // An active goal is not left at the iteration cap: an internal turn goes on with it (bounded rounds).
@@ -167,6 +179,7 @@ impl LoopInner {
     }
 
     /// The turn registered as running, its tools' context, its hooks, and its opening checkpoint written.
+    #[allow(clippy::too_many_arguments)]
     async fn open(
         &self,
         key: &str,
@@ -175,6 +188,7 @@ impl LoopInner {
         opts: &TurnOptions,
         scope: &ScopeKey,
         prepared: &mut Prepared,
+        payer: Payer,
     ) -> (Opened, RunInput) {
         let (turn_id, cancel) = self.workers.begin_turn(key);
         let bus = self.bus();
@@ -218,6 +232,10 @@ impl LoopInner {
         if let Some(tx) = &opts.stream {
             hooks.push(Arc::new(ChannelStreamHook(tx.clone())));
         }
+        let spending = self.spending.turn_hook(key, payer, cancel.clone());
+        if let Some(h) = &spending {
+            hooks.push(h.clone());
+        }
         let asking = self.asking(msg, chat, opts, bus, &info.metadata);
         hooks.extend(self.gate.hooks(key, &self.kit.tools, asking));
 
@@ -249,6 +267,7 @@ impl LoopInner {
                 cancel,
                 info,
                 bus_hook,
+                spending,
             },
             input,
         )
@@ -334,6 +353,12 @@ impl LoopInner {
                  (agents.defaults.timeouts.turn).",
                 human_duration(limit)
             );
+        }
+        if result.stop_reason == StopReason::Cancelled
+            && let Some(over) = opened.spending.as_ref().and_then(|h| h.stopped())
+        {
+            result.stop_reason = StopReason::Error;
+            result.content = format!("⛔ Stopped before the next step: {over}");
         }
         result
     }

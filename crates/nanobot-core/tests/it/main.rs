@@ -28,3 +28,4 @@ mod runner;
 mod session_tools;
 #[cfg(feature = "cron")] // also drives cron jobs
 mod subagents;
+mod usage;

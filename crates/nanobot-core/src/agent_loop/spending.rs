@@ -1,0 +1,258 @@
+//! The spending part: every model call recorded in the usage ledger with who it was for, the budget checked
+//! before a turn starts and after each model call (a turn over a limit stops before its next call), and the
+//! `/usage` text. Without a ledger nothing is recorded and nothing is limited.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use chrono::Utc;
+use nanobot_bus::{InboundMessage, Principal};
+use nanobot_usage::{BudgetExceeded, Scope, Tally, UsageLedger, UsageRecord};
+use nanobot_util::lock;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::BoxError;
+use crate::hook::{AgentHook, IterationEnd};
+
+/// Who a turn's calls are charged to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Payer {
+    /// `channel:chat_id`.
+    chat: String,
+    /// `channel:user_id` of the person the turn acts for; `None` for unattended work.
+    person: Option<String>,
+    /// The unattended run (`cron`, `heartbeat`, `trigger`, `report`, `subagent`).
+    run: Option<String>,
+}
+
+impl Payer {
+    /// The payer of a turn of `msg` answering in `channel`/`chat_id`: the person the message speaks for (as
+    /// `channel:user_id`, the display name of `id|name` left out), or the unattended run, in that chat.
+    pub(super) fn of(msg: &InboundMessage, channel: &str, chat_id: &str) -> Self {
+        let (person, run) = match msg.principal {
+            Principal::Person => {
+                let id = msg.sender_id.split('|').next().unwrap_or(&msg.sender_id);
+                (Some(format!("{}:{id}", msg.channel)), None)
+            }
+            Principal::Unattended { run } => (
+                None,
+                serde_json::to_value(run)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned)),
+            ),
+            // A kind of principal this version does not know acts for nobody it could charge.
+            _ => (None, Some("unattended".to_owned())),
+        };
+        Self {
+            chat: format!("{channel}:{chat_id}"),
+            person,
+            run,
+        }
+    }
+}
+
+/// The loop's ledger, and who each session's latest turn was for (its subagents are charged to them).
+#[derive(Debug, Default)]
+pub(super) struct Spending {
+    ledger: Option<Arc<UsageLedger>>,
+    payers: Mutex<HashMap<String, Payer>>,
+}
+
+impl Spending {
+    pub(super) fn new(ledger: Option<Arc<UsageLedger>>) -> Self {
+        Self {
+            ledger,
+            payers: Mutex::default(),
+        }
+    }
+
+    /// The limit `payer` has reached, if any (a ledger that cannot be read is logged and limits nothing).
+    pub(super) async fn over_budget(&self, payer: &Payer) -> Option<BudgetExceeded> {
+        let ledger = self.ledger.clone()?;
+        if ledger.budget().is_unlimited() {
+            return None;
+        }
+        over_budget(ledger, payer.clone()).await
+    }
+
+    /// The hook that records a turn's calls in `session` for `payer` and stops the turn (`cancel`) once a limit
+    /// is reached; `None` without a ledger.
+    pub(super) fn turn_hook(
+        &self,
+        session: &str,
+        payer: Payer,
+        cancel: CancellationToken,
+    ) -> Option<Arc<SpendingHook>> {
+        let ledger = self.ledger.clone()?;
+        lock(&self.payers).insert(session.to_owned(), payer.clone());
+        Some(Arc::new(SpendingHook {
+            ledger,
+            session: session.to_owned(),
+            payer,
+            cancel: Some(cancel),
+            stopped: Mutex::default(),
+        }))
+    }
+
+    /// The hook of a subagent of `parent`: its calls are charged to the chat (and person) of the parent's latest
+    /// turn, as a `subagent` run.
+    pub(super) fn subagent_hook(&self, parent: &str) -> Option<Arc<dyn AgentHook>> {
+        let ledger = self.ledger.clone()?;
+        let mut payer = lock(&self.payers).get(parent).cloned().unwrap_or_else(|| Payer {
+            chat: parent.to_owned(),
+            person: None,
+            run: None,
+        });
+        payer.run = Some("subagent".to_owned());
+        Some(Arc::new(SpendingHook {
+            ledger,
+            session: parent.to_owned(),
+            payer,
+            cancel: None,
+            stopped: Mutex::default(),
+        }))
+    }
+
+    /// The `/usage` answer: this chat's and this person's calls, tokens and cost today and this month, with
+    /// their limits.
+    pub(super) async fn usage_text(&self, payer: &Payer) -> String {
+        let Some(ledger) = self.ledger.clone() else {
+            return "Usage is not recorded here (no usage ledger is configured).".to_owned();
+        };
+        let mut scopes = vec![("This chat", Scope::Chat(payer.chat.clone()))];
+        if let Some(p) = &payer.person {
+            scopes.push(("You", Scope::Person(p.clone())));
+        }
+        let ledger2 = ledger.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            scopes
+                .into_iter()
+                .map(|(label, scope)| {
+                    let totals = ledger2.totals(&scope);
+                    (label, scope, totals)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await;
+        let Ok(rows) = read else {
+            return "Usage cannot be read right now.".to_owned();
+        };
+        let mut out = String::from("📊 Usage");
+        for (label, scope, totals) in rows {
+            let (day, month) = match totals {
+                Ok(t) => t,
+                Err(e) => return format!("Usage cannot be read: {e}"),
+            };
+            let limits = ledger.budget().limits(&scope);
+            out.push_str(&format!(
+                "\n{label}: today {}{}; this month {}{}",
+                figures(&day),
+                limit_text(&limits.daily),
+                figures(&month),
+                limit_text(&limits.monthly),
+            ));
+        }
+        out.push_str(&format!(
+            "\n(days and months in {}; `nanobot usage` on the host shows more)",
+            ledger.time_zone().name()
+        ));
+        out
+    }
+}
+
+fn figures(t: &Tally) -> String {
+    format!(
+        "{} calls, {} tokens ({} in, {} out), cost {}",
+        t.calls,
+        t.tokens(),
+        t.input,
+        t.output,
+        t.cost_text()
+    )
+}
+
+fn limit_text(l: &nanobot_usage::Limit) -> String {
+    match (l.tokens, l.cost) {
+        (None, None) => String::new(),
+        (Some(t), None) => format!(" (limit {t} tokens)"),
+        (None, Some(c)) => format!(" (limit ${c:.2})"),
+        (Some(t), Some(c)) => format!(" (limit {t} tokens or ${c:.2})"),
+    }
+}
+
+async fn over_budget(ledger: Arc<UsageLedger>, payer: Payer) -> Option<BudgetExceeded> {
+    let checked =
+        tokio::task::spawn_blocking(move || ledger.check(payer.person.as_deref(), &payer.chat)).await;
+    match checked {
+        Ok(Ok(verdict)) => verdict.err(),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "the usage ledger cannot be read; the budget is not checked");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "checking the budget failed");
+            None
+        }
+    }
+}
+
+impl super::inner::LoopInner {
+    /// The `/usage` answer for the chat and person of `msg`.
+    pub(super) async fn usage_text(&self, msg: &InboundMessage) -> String {
+        let payer = Payer::of(msg, &msg.channel, &msg.chat_id);
+        self.spending.usage_text(&payer).await
+    }
+}
+
+/// Records each model call of a run and, in a turn, stops it once over budget.
+pub(super) struct SpendingHook {
+    ledger: Arc<UsageLedger>,
+    session: String,
+    payer: Payer,
+    cancel: Option<CancellationToken>,
+    stopped: Mutex<Option<BudgetExceeded>>,
+}
+
+impl SpendingHook {
+    /// The limit that stopped the turn, if one did.
+    pub(super) fn stopped(&self) -> Option<BudgetExceeded> {
+        lock(&self.stopped).clone()
+    }
+}
+
+#[async_trait]
+impl AgentHook for SpendingHook {
+    async fn after_iteration(&self, ctx: &IterationEnd<'_>) -> Result<(), BoxError> {
+        if let Some(usage) = ctx.usage {
+            let record = UsageRecord {
+                ts: Utc::now(),
+                session: self.session.clone(),
+                chat: self.payer.chat.clone(),
+                person: self.payer.person.clone(),
+                run: self.payer.run.clone(),
+                model: ctx.model.to_owned(),
+                input: usage.prompt_tokens,
+                output: usage.completion_tokens,
+                cached: usage.cache_read_tokens.unwrap_or(0),
+            };
+            let ledger = self.ledger.clone();
+            tokio::task::spawn_blocking(move || ledger.record(&record))
+                .await
+                .map_err(|e| -> BoxError { Box::new(e) })??;
+        }
+        // A final answer ends the turn anyway: only a turn that would call the model again is stopped.
+        if ctx.tool_calls.is_empty() || self.ledger.budget().is_unlimited() {
+            return Ok(());
+        }
+        let Some(cancel) = &self.cancel else {
+            return Ok(());
+        };
+        if let Some(over) = over_budget(self.ledger.clone(), self.payer.clone()).await {
+            tracing::info!(session = %self.session, limit = %over.config_key(), "a turn reached a budget; stopping it");
+            *lock(&self.stopped) = Some(over);
+            cancel.cancel();
+        }
+        Ok(())
+    }
+}

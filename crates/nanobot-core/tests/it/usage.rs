@@ -1,0 +1,160 @@
+//! Usage and budgets through the loop: each model call recorded with who it was for, figures that add up over
+//! turns streamed and not, a budget that refuses the next turn, stops a running one and holds for cron, `/usage`.
+
+use std::sync::Arc;
+
+use nanobot_core::{AgentLoop, TurnOptions};
+use nanobot_testkit::{MockLlm, MockReply, TempHome};
+use nanobot_usage::{Budget, Limit, Limits, Scope, UsageLedger};
+use serde_json::json;
+
+use crate::common::{provider, settings};
+
+fn ledger(home: &TempHome, budget: Budget) -> UsageLedger {
+    UsageLedger::new(&home.nanobot_dir(), "UTC".parse().unwrap()).with_budget(budget)
+}
+
+fn agent(home: &TempHome, mock: &MockLlm, budget: Budget) -> AgentLoop {
+    AgentLoop::builder(provider(mock), settings(home))
+        .usage_ledger(Arc::new(ledger(home, budget)))
+        .build()
+        .unwrap()
+}
+
+fn per_chat_daily(tokens: u64) -> Budget {
+    Budget {
+        per_chat: Limits {
+            daily: Limit {
+                tokens: Some(tokens),
+                cost: None,
+            },
+            monthly: Limit::default(),
+        },
+        ..Budget::default()
+    }
+}
+
+#[tokio::test]
+async fn every_call_is_recorded_for_its_chat_and_person_and_the_figures_add_up_streamed_or_not() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::tool_call("list_dir", json!({"path": "."})).with_usage(100, 10));
+    mock.push(MockReply::text("done").with_usage(150, 20));
+    mock.push(MockReply::text("streamed answer").with_usage(300, 30));
+    let agent = agent(&home, &mock, Budget::default());
+    assert_eq!(
+        agent.process_direct("look around", "cli:u").await.unwrap(),
+        "done"
+    );
+    // A streamed turn: the usage comes in the stream's last chunk (`stream_options.include_usage`).
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let msg = nanobot_bus::InboundMessage::new("cli", "user", "u", "again").with_session_key("cli:u");
+    let opts = TurnOptions {
+        stream: Some(tx),
+        ..TurnOptions::default()
+    };
+    let reply = agent.process_message(msg, opts).await.unwrap();
+    assert_eq!(reply.content, "streamed answer");
+    assert!(rx.recv().await.is_some(), "the answer was streamed");
+    assert_eq!(mock.request_count(), 3);
+
+    let read = ledger(&home, Budget::default());
+    let (day, month) = read.totals(&Scope::Chat("cli:u".into())).unwrap();
+    assert_eq!((day.calls, day.input, day.output), (3, 550, 60));
+    assert_eq!(day, month);
+    let (person, _) = read.totals(&Scope::Person("cli:user".into())).unwrap();
+    assert_eq!(person.tokens(), 610);
+    // mock-model has no price: its cost is unknown, never zero.
+    assert_eq!(day.known_cost(), None);
+
+    let text = agent.process_direct("/usage", "cli:u").await.unwrap();
+    assert!(
+        text.contains("This chat: today 3 calls, 610 tokens (550 in, 60 out)"),
+        "{text}"
+    );
+    assert!(text.contains("You: today 3 calls"), "{text}");
+    assert!(text.contains("unknown"), "{text}");
+    assert_eq!(mock.request_count(), 3, "/usage asks no model");
+}
+
+#[tokio::test]
+async fn over_budget_the_next_turn_is_refused_with_the_limit_and_its_reset_and_asks_no_model() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("first").with_usage(250, 60));
+    let agent = agent(&home, &mock, per_chat_daily(300));
+    assert_eq!(agent.process_direct("hello", "cli:b").await.unwrap(), "first");
+    let refused = agent.process_direct("and again", "cli:b").await.unwrap();
+    assert!(
+        refused.contains("daily budget of 300 tokens is used up (310 used)"),
+        "{refused}"
+    );
+    assert!(
+        refused.contains("agents.defaults.budget.perChat.daily.tokens"),
+        "{refused}"
+    );
+    assert!(refused.contains("resets at"), "{refused}");
+    assert_eq!(mock.request_count(), 1, "a refused turn asks no model");
+    // The refused message is not kept as a turn of the conversation.
+    let session = agent.sessions().session("cli:b").await.unwrap();
+    assert!(
+        !session
+            .messages
+            .iter()
+            .any(|m| m.content_text().as_deref() == Some("and again"))
+    );
+    // Another chat has a budget of its own.
+    mock.push(MockReply::text("other chat").with_usage(10, 1));
+    assert_eq!(
+        agent.process_direct("hi", "cli:other").await.unwrap(),
+        "other chat"
+    );
+}
+
+#[tokio::test]
+async fn a_running_turn_stops_before_its_next_model_call_once_over() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::tool_call("list_dir", json!({"path": "."})).with_usage(400, 20));
+    mock.set_fallback(MockReply::tool_call("list_dir", json!({"path": "."})).with_usage(400, 20));
+    let agent = agent(&home, &mock, per_chat_daily(300));
+    let answer = agent.process_direct("work on it", "cli:s").await.unwrap();
+    assert!(answer.starts_with("⛔ Stopped before the next step:"), "{answer}");
+    assert!(answer.contains("perChat.daily.tokens"), "{answer}");
+    assert_eq!(
+        mock.request_count(),
+        1,
+        "no model call after the limit was reached"
+    );
+    // What the turn did is kept: the tool call and its result are in the session.
+    let session = agent.sessions().session("cli:s").await.unwrap();
+    assert!(session.messages.iter().any(|m| m.role() == Some("tool")));
+}
+
+#[cfg(feature = "cron")]
+#[tokio::test]
+async fn the_budget_holds_for_cron_jobs_in_the_chat_they_work_for() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("daily report").with_usage(500, 50));
+    let agent = agent(&home, &mock, per_chat_daily(100));
+    let job: nanobot_cron::CronJob = serde_json::from_value(json!({
+        "id": "j1", "name": "j1", "enabled": true,
+        "schedule": {"kind": "every", "everyMs": 3_600_000},
+        "payload": {"kind": "agent_turn", "message": "write the report", "channel": "telegram", "to": "1",
+                    "sessionKey": "telegram:1"},
+        "state": {}, "createdAtMs": 0, "updatedAtMs": 0, "deleteAfterRun": false
+    }))
+    .unwrap();
+    assert_eq!(agent.run_cron_job(job.clone()).await.unwrap(), "daily report");
+    let read = ledger(&home, Budget::default());
+    let (chat, _) = read.totals(&Scope::Chat("telegram:1".into())).unwrap();
+    assert_eq!(
+        chat.tokens(),
+        550,
+        "the job's calls count against the chat it works for"
+    );
+    let held = agent.run_cron_job(job).await.unwrap();
+    assert!(held.contains("per-chat (for telegram:1) daily budget"), "{held}");
+    assert_eq!(mock.request_count(), 1);
+}
