@@ -80,6 +80,30 @@ pub struct ConfigArgs {
     pub workspace: Option<PathBuf>,
 }
 
+/// Arguments of `nanobot usage`.
+#[derive(Debug, Clone, Args)]
+pub struct UsageArgs {
+    /// Config file and workspace.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Group by `day`, `model`, `chat` or `person`.
+    #[arg(long, default_value = "day", value_parser = parse_group)]
+    pub by: nanobot_usage::GroupBy,
+    /// The last N days (0: everything recorded).
+    #[arg(long, default_value_t = 30, value_name = "N")]
+    pub days: u32,
+    /// Only this chat (`channel:chat_id`, e.g. `telegram:12345`).
+    #[arg(long, value_name = "CHAT")]
+    pub chat: Option<String>,
+    /// Only this person (`channel:user_id`).
+    #[arg(long, value_name = "PERSON")]
+    pub person: Option<String>,
+}
+
+fn parse_group(s: &str) -> Result<nanobot_usage::GroupBy, String> {
+    s.parse()
+}
+
 /// Arguments of `nanobot onboard`.
 #[derive(Debug, Clone, Default, Args)]
 pub struct OnboardArgs {
@@ -134,6 +158,8 @@ pub enum Command {
     },
     /// Replay a scripted conversation through the real agent loop and tools, and check expectations.
     Eval(EvalArgs),
+    /// What the assistant spent (model calls, tokens, cost) by day, model, chat or person, and the budgets.
+    Usage(UsageArgs),
     /// Optional features: which channels this build has and which are enabled.
     Plugins {
         /// What to do.

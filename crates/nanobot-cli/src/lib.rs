@@ -51,6 +51,7 @@ mod provider_cmd;
 mod render;
 mod setup;
 mod status;
+mod usage_cmd;
 mod webui;
 
 use std::io::Write;
@@ -260,6 +261,7 @@ pub fn run_with(cli: Cli, env: &CliEnv, out: &mut dyn Write) -> Result<(), CliEr
     match command {
         Command::Onboard(a) => onboard_cmd(env, &a, out),
         Command::Status(a) => write_out(out, &status::status_text(env, &a)?),
+        Command::Usage(a) => write_out(out, &usage_cmd::usage_text(env, &a)?),
         Command::Doctor(a) => {
             let mut findings = status::doctor(env, &a.config);
             if a.online

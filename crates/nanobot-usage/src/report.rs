@@ -13,6 +13,7 @@ use crate::record::{Tally, UsageRecord};
 
 /// How a report groups calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum GroupBy {
     /// By local day (`2026-11-29`).
     Day,
@@ -22,6 +23,18 @@ pub enum GroupBy {
     Chat,
     /// By person (`channel:user_id`; unattended work as `(cron)`, `(heartbeat)`…).
     Person,
+}
+
+impl GroupBy {
+    /// `day`, `model`, `chat` or `person`, as parsed.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupBy::Day => "day",
+            GroupBy::Model => "model",
+            GroupBy::Chat => "chat",
+            GroupBy::Person => "person",
+        }
+    }
 }
 
 impl std::str::FromStr for GroupBy {
