@@ -94,3 +94,29 @@ fn a_misspelt_budget_is_refused_by_name_before_any_turn() {
     assert!(stderr(&o).contains("perUser"), "{}", stderr(&o));
     assert_eq!(mock.request_count(), 0);
 }
+
+#[test]
+fn doctor_shows_the_budget_and_warns_when_a_money_limit_cannot_price_the_model() {
+    let mock = MockLlm::start_background();
+    let home = onboarded(&mock);
+    let o = run(home.home(), &["doctor"]);
+    assert!(stdout(&o).contains("spending: no budget set"), "{}", stdout(&o));
+    set(
+        &home,
+        json!({"agents": {"defaults": {"budget": {"perPerson": {"daily": {"tokens": 5000}}, "overall": {"monthly": {"cost": 10}}}}}}),
+    );
+    let o = run(home.home(), &["doctor"]);
+    let text = stdout(&o);
+    assert!(
+        text.contains("budget: overall: $10.00 a month; per person: 5000 tokens a day"),
+        "{text}"
+    );
+    assert!(text.contains("the model mock-model has no price"), "{text}");
+    assert!(text.contains("agents.defaults.prices.\"mock-model\""), "{text}");
+    set(
+        &home,
+        json!({"agents": {"defaults": {"prices": {"mock-model": {"input": 1, "output": 1}}}}}),
+    );
+    let o = run(home.home(), &["doctor"]);
+    assert!(!stdout(&o).contains("has no price"), "{}", stdout(&o));
+}

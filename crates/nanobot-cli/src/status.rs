@@ -408,6 +408,7 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
     if refused.is_none() {
         f.extend(check_prompt(config, &core_env));
     }
+    f.extend(check_spending(config, &d.model));
     match ProviderFactory::new(&config.providers, d, env.vars.clone()).resolve(&d.model) {
         Ok(r) => f.push(Finding::ok(format!(
             "model `{}` → provider `{}` ({})",
@@ -1030,6 +1031,32 @@ fn imap_login_finding(settings: &nanobot_email::EmailSettings, result: Result<()
 }
 
 /// The text of `nanobot doctor` and the number of problems.
+/// What spending is limited to, and whether a money limit can hold for the agent's model (it counts priced calls
+/// only).
+fn check_spending(config: &Config, model: &str) -> Vec<Finding> {
+    let budget = nanobot_runtime::budget(config);
+    let parts = crate::usage_cmd::budget_parts(&budget);
+    if parts.is_empty() {
+        return vec![Finding::ok(
+            "spending: no budget set (agents.defaults.budget); `/usage` and `nanobot usage` show what is spent",
+        )];
+    }
+    let mut f = vec![Finding::ok(format!("budget: {}", parts.join("; ")))];
+    let money = [&budget.overall, &budget.per_person, &budget.per_chat]
+        .iter()
+        .any(|l| l.daily.cost.is_some() || l.monthly.cost.is_some());
+    if money && nanobot_runtime::prices(config).price(model).is_none() {
+        f.push(Finding::warn(
+            format!(
+                "agents.defaults.budget sets money limits, but the model {model} has no price: its calls count \
+                 only against token limits"
+            ),
+            format!("add its price per million tokens: agents.defaults.prices.\"{model}\": {{\"input\": …, \"output\": …}}"),
+        ));
+    }
+    f
+}
+
 pub(crate) fn doctor_text(findings: &[Finding]) -> (String, usize) {
     let mut out = String::from("🐈 nanobot doctor\n\n");
     let mut problems = 0;

@@ -87,20 +87,28 @@ fn line(key: &str, t: &Tally, width: usize) -> String {
 
 /// The budgets, one line per limit set (`agents.defaults.budget`).
 pub(crate) fn budget_text(budget: &Budget) -> String {
-    if budget.is_unlimited() {
-        return "Budget: none (agents.defaults.budget)\n".to_owned();
+    match budget_parts(budget) {
+        parts if parts.is_empty() => "Budget: none (agents.defaults.budget)\n".to_owned(),
+        parts => {
+            let mut out = String::from("Budget (agents.defaults.budget):\n");
+            for p in parts {
+                let _ = writeln!(out, "  {p}");
+            }
+            out
+        }
     }
-    let mut out = String::from("Budget (agents.defaults.budget):\n");
-    for (name, limits) in [
+}
+
+/// Each scope's limits, as `per chat: 1000 tokens a day`.
+pub(crate) fn budget_parts(budget: &Budget) -> Vec<String> {
+    [
         ("overall", &budget.overall),
         ("per person", &budget.per_person),
         ("per chat", &budget.per_chat),
-    ] {
-        if let Some(text) = limits_text(limits) {
-            let _ = writeln!(out, "  {name}: {text}");
-        }
-    }
-    out
+    ]
+    .into_iter()
+    .filter_map(|(name, limits)| limits_text(limits).map(|t| format!("{name}: {t}")))
+    .collect()
 }
 
 fn limits_text(l: &Limits) -> Option<String> {

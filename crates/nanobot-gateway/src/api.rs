@@ -326,15 +326,25 @@ async fn chat_inner(st: &ApiState, headers: &HeaderMap, body: &Bytes) -> Respons
                 "message": {"role": "assistant", "content": reply.content},
                 "finish_reason": "stop",
             }],
-            "usage": {
-                "prompt_tokens": reply.usage.prompt_tokens,
-                "completion_tokens": reply.usage.completion_tokens,
-                "total_tokens": reply.usage.total_tokens,
-            },
+            "usage": usage_json(&reply.usage),
         }))
         .into_response(),
         Err(e) => turn_error(&e),
     }
+}
+
+/// A turn's usage as OpenAI reports a completion's: the provider's figures summed over the turn's model calls,
+/// with the input served from the provider's cache when it said so.
+fn usage_json(u: &nanobot_providers::Usage) -> Value {
+    let mut usage = json!({
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.total_tokens,
+    });
+    if let Some(cached) = u.cache_read_tokens {
+        usage["prompt_tokens_details"] = json!({ "cached_tokens": cached });
+    }
+    usage
 }
 
 /// Whether the client marks the request as a retry of its previous one: OpenAI's SDKs (Python, Node and those
@@ -442,11 +452,7 @@ impl ChunkMeta {
             "created": self.created,
             "model": self.model,
             "choices": [],
-            "usage": {
-                "prompt_tokens": u.prompt_tokens,
-                "completion_tokens": u.completion_tokens,
-                "total_tokens": u.total_tokens,
-            },
+            "usage": usage_json(&u),
         });
         Event::default().data(v.to_string())
     }

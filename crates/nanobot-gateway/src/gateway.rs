@@ -663,7 +663,7 @@ impl Gateway {
         // Each replica of a shared file store has a home of its own (its local trigger queue runs there).
         let own_home = shared.is_some();
         let agent = nanobot_runtime::agent_builder_shared(config, &opts.env, provider.clone(), shared)?
-            .hook(metrics.hook())
+            .hook(metrics.hook_with_prices(nanobot_runtime::prices(config)))
             .bus(Arc::new(bus.clone()))
             .build()?;
         nanobot_runtime::warn_if_exec_degraded(config, &opts.env, &agent.settings().workspace);

@@ -92,6 +92,17 @@ struct KindLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ModelKindLabels {
+    model: String,
+    kind: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ModelLabels {
+    model: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct DecisionLabels {
     decision: String,
 }
@@ -136,6 +147,9 @@ struct Inner {
     errors: Family<KindLabels, Counter>,
     llm_requests: Counter,
     tokens: Family<KindLabels, Counter>,
+    model_tokens: Family<ModelKindLabels, Counter>,
+    cost: Family<ModelLabels, Counter<f64, AtomicU64>>,
+    unpriced_tokens: Family<ModelLabels, Counter>,
     heartbeats: Family<DecisionLabels, Counter>,
     refusals: Family<RefusalLabels, Counter>,
 }
@@ -180,6 +194,24 @@ impl Inner {
             "Tokens reported by the provider",
             tokens.clone(),
         );
+        let model_tokens = Family::<ModelKindLabels, Counter>::default();
+        let cost = Family::<ModelLabels, Counter<f64, AtomicU64>>::default();
+        let unpriced_tokens = Family::<ModelLabels, Counter>::default();
+        registry.register(
+            "nanobot_llm_model_tokens",
+            "Tokens reported by the provider, by model and kind",
+            model_tokens.clone(),
+        );
+        registry.register(
+            "nanobot_llm_cost",
+            "Cost of model calls by model, from agents.defaults.prices (US dollars for the default prices)",
+            cost.clone(),
+        );
+        registry.register(
+            "nanobot_llm_unpriced_tokens",
+            "Tokens of model calls whose model has no price (their cost is unknown)",
+            unpriced_tokens.clone(),
+        );
         registry.register("nanobot_tool_calls", "Tool calls by tool", tool_calls.clone());
         registry.register(
             "nanobot_http_refused",
@@ -210,6 +242,9 @@ impl Inner {
             errors,
             llm_requests,
             tokens,
+            model_tokens,
+            cost,
+            unpriced_tokens,
             heartbeats,
             refusals,
         }
@@ -262,10 +297,17 @@ impl Metrics {
         lock(&self.roles).entry(role.key()).or_default().clone()
     }
 
-    /// The agent hook that feeds model calls, tokens and tool calls into these metrics.
+    /// The agent hook that feeds model calls, tokens and tool calls into these metrics (costs from the default
+    /// prices).
     pub fn hook(&self) -> Arc<MetricsHook> {
+        self.hook_with_prices(nanobot_usage::PriceTable::default())
+    }
+
+    /// [`Metrics::hook`] with costs from `prices`.
+    pub fn hook_with_prices(&self, prices: nanobot_usage::PriceTable) -> Arc<MetricsHook> {
         Arc::new(MetricsHook {
             metrics: self.clone(),
+            prices: Arc::new(prices),
         })
     }
 
@@ -516,6 +558,7 @@ impl Drop for InFlight {
 #[derive(Debug, Clone)]
 pub struct MetricsHook {
     metrics: Metrics,
+    prices: Arc<nanobot_usage::PriceTable>,
 }
 
 #[async_trait]
@@ -545,6 +588,30 @@ impl AgentHook for MetricsHook {
                 i.tokens
                     .get_or_create(&KindLabels { kind: kind.into() })
                     .inc_by(n);
+                i.model_tokens
+                    .get_or_create(&ModelKindLabels {
+                        model: ctx.model.to_owned(),
+                        kind: kind.into(),
+                    })
+                    .inc_by(n);
+            }
+            let model = ModelLabels {
+                model: ctx.model.to_owned(),
+            };
+            match self.prices.price(ctx.model) {
+                Some(price) => {
+                    let cost = price.cost_of(
+                        u.prompt_tokens,
+                        u.cache_read_tokens.unwrap_or(0),
+                        u.completion_tokens,
+                    );
+                    i.cost.get_or_create(&model).inc_by(cost);
+                }
+                None => {
+                    i.unpriced_tokens
+                        .get_or_create(&model)
+                        .inc_by(u.prompt_tokens + u.completion_tokens);
+                }
             }
         }
         Ok(())

@@ -43,7 +43,7 @@ pub use error::RuntimeError;
 pub use presets::ConfigPresets;
 pub use runtime::{Runtime, RuntimeOptions};
 pub use system::{MIN_HEARTBEAT_INTERVAL, install_system_jobs, system_job_schedule};
-pub use usage::{prices, usage_ledger};
+pub use usage::{budget, prices, usage_ledger};
 pub use wiring::{
     LOCAL_MAX_TOKENS, LOCAL_MAX_TOOL_ITERATIONS, LOCAL_TURN_TIMEOUT, agent_builder, agent_builder_shared,
     agent_settings, base_tools, build_agent, chat_rights, exec_settings, model_is_local, provider,

@@ -25,18 +25,23 @@ pub(crate) fn ledger_in(
     tz: chrono_tz::Tz,
     shared: Option<Arc<dyn nanobot_util::SharedFiles>>,
 ) -> UsageLedger {
-    let d = &config.agents.defaults;
     let mut ledger = UsageLedger::new(data_dir, tz)
         .with_prices(prices(config))
-        .with_budget(Budget {
-            overall: limits(&d.budget.overall),
-            per_person: limits(&d.budget.per_person),
-            per_chat: limits(&d.budget.per_chat),
-        });
+        .with_budget(budget(config));
     if let Some(files) = shared {
         ledger = ledger.with_shared(files);
     }
     ledger
+}
+
+/// `agents.defaults.budget`.
+pub fn budget(config: &Config) -> Budget {
+    let b = &config.agents.defaults.budget;
+    Budget {
+        overall: limits(&b.overall),
+        per_person: limits(&b.per_person),
+        per_chat: limits(&b.per_chat),
+    }
 }
 
 /// The well-known prices with `agents.defaults.prices` over them.

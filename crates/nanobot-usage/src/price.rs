@@ -37,11 +37,16 @@ impl Price {
 
     /// The cost of one call.
     pub fn cost(&self, record: &UsageRecord) -> f64 {
-        let cached = record.cached.min(record.input);
-        let fresh = record.input - cached;
+        self.cost_of(record.input, record.cached, record.output)
+    }
+
+    /// The cost of `input` tokens (of which `cached` came from the cache) and `output` tokens.
+    pub fn cost_of(&self, input: u64, cached: u64, output: u64) -> f64 {
+        let cached = cached.min(input);
+        let fresh = input - cached;
         (fresh as f64 * self.input
             + cached as f64 * self.cached_input.unwrap_or(self.input)
-            + record.output as f64 * self.output)
+            + output as f64 * self.output)
             / 1_000_000.0
     }
 }

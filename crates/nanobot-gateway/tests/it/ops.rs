@@ -242,3 +242,72 @@ async fn a_busy_api_port_stops_the_api_only_and_serve_alone_fails() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn the_api_reports_the_providers_usage_and_metrics_show_tokens_and_cost_by_model() {
+    let home = TempHome::new();
+    home.write_workspace_file("notes.txt", "hello");
+    let mock = MockLlm::start().await;
+    mock.push(
+        MockReply::tool_call("read_file", json!({"path": "notes.txt"}))
+            .with_usage(1000, 100)
+            .with_cache_usage(0, 400),
+    );
+    mock.push(MockReply::text("It says hello.").with_usage(2000, 50));
+    let patch = json!({"agents": {"defaults": {"prices": {"mock-model": {"input": 2, "output": 10, "cachedInput": 1}}}}});
+    nanobot_testkit::install_ring();
+    let gw = Gateway::start(options(&home, &mock, patch)).await.unwrap();
+    let c = client();
+    let body: Value = c
+        .post(api_url(&gw, "/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .json(&json!({"model": "mock-model", "messages": [{"role": "user", "content": "what is in notes.txt?"}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    // The two model calls' figures as the provider reported them, summed.
+    assert_eq!(body["usage"]["prompt_tokens"], 3000, "{body}");
+    assert_eq!(body["usage"]["completion_tokens"], 150, "{body}");
+    assert_eq!(body["usage"]["total_tokens"], 3150, "{body}");
+    assert_eq!(
+        body["usage"]["prompt_tokens_details"]["cached_tokens"], 400,
+        "{body}"
+    );
+
+    let text = c
+        .get(ops_url(&gw, "/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("nanobot_llm_model_tokens_total{model=\"mock-model\",kind=\"prompt\"} 3000"),
+        "{text}"
+    );
+    // 2,600 fresh input at $2, 400 cached at $1, 150 output at $10 per million.
+    let expected = (2600.0 * 2.0 + 400.0 * 1.0 + 150.0 * 10.0) / 1e6;
+    let cost: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("nanobot_llm_cost_total{model=\"mock-model\"} "))
+        .unwrap_or_else(|| panic!("{text}"))
+        .parse()
+        .unwrap();
+    assert!((cost - expected).abs() < 1e-12, "{cost} != {expected}");
+    assert!(
+        !text.contains("nanobot_llm_unpriced_tokens_total{model=\"mock-model\"}"),
+        "{text}"
+    );
+    gw.shutdown().await;
+    // The same calls are in the home's usage ledger, for the API's caller.
+    let ledger = nanobot_usage::UsageLedger::new(&home.nanobot_dir(), "UTC".parse().unwrap());
+    let (day, _) = ledger.totals(&nanobot_usage::Scope::Overall).unwrap();
+    assert_eq!(
+        (day.calls, day.input, day.output, day.cached),
+        (2, 3000, 150, 400)
+    );
+}
