@@ -384,6 +384,8 @@ fn store(action: StoreAction, env: &CliEnv, out: &mut dyn Write) -> Result<(), C
             nanobot_cron::SHARED_JOBS_NAME.to_owned(),
             nanobot_config::paths::workspace::cron_jobs(&s.workspace),
         ),
+        // The usage ledger's month files (`usage/<YYYY-MM>.jsonl`).
+        ("usage".to_owned(), s.paths.data_dir().join("usage")),
     ];
     areas.extend(memory_files(&s.workspace, how));
     let rt = runtime()?;
