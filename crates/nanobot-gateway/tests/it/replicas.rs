@@ -454,3 +454,47 @@ async fn dream_log_on_one_replica_lists_another_replica_s_dream_runs() -> Result
     b.shutdown().await;
     Ok(())
 }
+
+/// One usage ledger for replicas with separate homes (`store: jetstream`): each replica's calls count on the
+/// other, and a budget reached through both holds on either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_adds_up_across_replicas_and_a_shared_budget_holds_on_each() -> Result<()> {
+    let Some(nats) = NatsServer::start().await? else {
+        return Ok(());
+    };
+    let (home_a, home_b) = (TempHome::new(), TempHome::new());
+    let mock = MockLlm::start().await;
+    mock.when_last_user_contains("first", MockReply::text("first answer").with_usage(60, 10));
+    mock.when_last_user_contains("second", MockReply::text("second answer").with_usage(30, 10));
+    let replica = |home: &TempHome, name: &str| {
+        let patch = json!({
+            "agents": {"defaults": {"timezone": "UTC", "budget": {"overall": {"daily": {"tokens": 100}}}}},
+            "gateway": {"bus": {"kind": "nats", "nats": {
+                "url": nats.url(), "replica": name, "leaseTimeS": 2, "ackWaitS": 2, "partitions": 4,
+                "store": "jetstream"
+            }}}
+        });
+        nanobot_testkit::install_ring();
+        Gateway::start(options(home, &mock, patch))
+    };
+    let a = replica(&home_a, "replica-a").await?;
+    let b = replica(&home_b, "replica-b").await?;
+    assert_eq!(ask(&a, "one", "first").await?, "first answer");
+    assert_eq!(ask(&b, "two", "second").await?, "second answer");
+    // B appended after A's line, which it had only through the server.
+    let ledger = nanobot_usage::UsageLedger::new(&home_b.nanobot_dir(), "UTC".parse()?);
+    let (day, _) = ledger.totals(&nanobot_usage::Scope::Overall)?;
+    assert_eq!((day.calls, day.tokens()), (2, 110));
+    // 110 of 100 spent across both: either replica refuses the next turn, in any session.
+    for (gw, session) in [(&a, "three"), (&b, "four")] {
+        let refused = ask(gw, session, "first").await?;
+        assert!(
+            refused.contains("overall daily budget of 100 tokens is used up (110 used)"),
+            "{refused}"
+        );
+    }
+    assert_eq!(mock.request_count(), 2, "refused turns ask no model");
+    a.shutdown().await;
+    b.shutdown().await;
+    Ok(())
+}
