@@ -5,7 +5,9 @@
 //! checkpoints), [`AgentHook`] / [`CompositeHook`] with the [`LoggingHook`] and [`UsageHook`],
 //! the context builder (system prompt from identity, bootstrap files, `memory/MEMORY.md` and skills; runtime
 //! context and images on the user message), [`AgentLoop`] (one worker per session, slash [`commands`], session
-//! saving, crash recovery, progress/tool hints/streaming, `system` routing; [`AgentLoop::submit`] for bus
+//! saving, crash recovery, progress/tool hints/streaming, `system` routing, every model call recorded in a
+//! usage ledger with who it was for and the budget kept (`AgentLoopBuilder::usage_ledger`, `/usage`);
+//! [`AgentLoop::submit`] for bus
 //! messages (the one place deciding who answers), [`AgentLoop::process_direct`], [`AgentLoop::shutdown`]), the
 //! bus-aware tools `message`, `spawn` (subagents), `cron` and the session tools (`list_sessions`, `read_session`,
 //! `search_sessions`, `send_session_message`), the goal tools (`create_goal`, `update_goal`, with `/goal`), the system jobs ([`SystemJob`]: Dream and the

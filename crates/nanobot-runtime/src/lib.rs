@@ -5,8 +5,9 @@
 //! [`AgentSettings`](nanobot_core::AgentSettings), tools, skills, memory, MCP servers and the cron store from the
 //! schema); the protected system jobs installed from the config ([`install_system_jobs`]; they run through
 //! [`AgentLoop::run_system_job`](nanobot_core::AgentLoop::run_system_job), their one handler); the one bus
-//! dispatcher with its [`TurnObserver`] for metrics; the [`Runtime`] lifecycle (start, stop accepting, drain,
-//! shutdown).
+//! dispatcher with its [`TurnObserver`] for metrics; the usage ledger with the configured budget and prices
+//! ([`usage_ledger`], [`budget`], [`prices`]; every agent it builds records its model calls there and keeps to the
+//! budget); the [`Runtime`] lifecycle (start, stop accepting, drain, shutdown).
 //!
 //! **Must not know:** chat platforms or HTTP (the gateway composes those on top), the process environment
 //! outside [`Environment::from_process`] (which only binaries call).
