@@ -349,21 +349,21 @@ pub fn agent_builder_shared(
     let consolidation = nanobot_memory::ConsolidationSettings::new(settings.model.clone(), budget);
     let dream_model = d.dream.model_override.clone().filter(|m| !m.trim().is_empty());
     let dream = nanobot_memory::DreamSettings::new(dream_model.unwrap_or_else(|| settings.model.clone()));
-    let memory = match nanobot_memory::Memory::open(
-        &ws,
-        sessions.clone(),
+    let ledger = Arc::new(crate::usage::ledger_in(config, &data_dir, tz, shared.clone()));
+    // Consolidation and Dream call the model outside any turn: their calls are recorded as `memory`.
+    let metered: Arc<dyn Provider> = Arc::new(crate::usage::MeteredProvider::new(
         provider.clone(),
-        consolidation,
-        dream,
-    ) {
+        ledger.clone(),
+        "memory",
+    ));
+    let memory = match nanobot_memory::Memory::open(&ws, sessions.clone(), metered, consolidation, dream) {
         Ok(m) => Some(m),
         Err(e) => {
             tracing::warn!(error = %e, "long-term memory unavailable; /compact falls back to raw archives");
             None
         }
     };
-    let ledger = crate::usage::ledger_in(config, &data_dir, tz, shared.clone());
-    let mut builder = AgentLoop::builder(provider, settings).usage_ledger(Arc::new(ledger));
+    let mut builder = AgentLoop::builder(provider, settings).usage_ledger(ledger);
     if let Some(files) = &shared {
         builder = builder.memory_files(files.clone());
     }

@@ -35,6 +35,21 @@ fn is_zero(n: &u64) -> bool {
 }
 
 impl UsageRecord {
+    /// A call ending now in `session` and `chat` on `model`, with no tokens yet and nobody to charge but the chat.
+    pub fn now(session: impl Into<String>, chat: impl Into<String>, model: impl Into<String>) -> Self {
+        Self {
+            ts: Utc::now(),
+            session: session.into(),
+            chat: chat.into(),
+            person: None,
+            run: None,
+            model: model.into(),
+            input: 0,
+            output: 0,
+            cached: 0,
+        }
+    }
+
     /// Input and output tokens.
     pub fn tokens(&self) -> u64 {
         self.input.saturating_add(self.output)

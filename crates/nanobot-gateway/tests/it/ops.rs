@@ -254,7 +254,7 @@ async fn the_api_reports_the_providers_usage_and_metrics_show_tokens_and_cost_by
             .with_cache_usage(0, 400),
     );
     mock.push(MockReply::text("It says hello.").with_usage(2000, 50));
-    let patch = json!({"agents": {"defaults": {"prices": {"mock-model": {"input": 2, "output": 10, "cachedInput": 1}}}}});
+    let patch = json!({"agents": {"defaults": {"timezone": "UTC", "prices": {"mock-model": {"input": 2, "output": 10, "cachedInput": 1}}}}});
     nanobot_testkit::install_ring();
     let gw = Gateway::start(options(&home, &mock, patch)).await.unwrap();
     let c = client();

@@ -116,7 +116,7 @@ async fn memory_is_wired_compact_summarises_and_memory_reaches_the_prompt() {
     let home = TempHome::new();
     let mock = MockLlm::start().await;
     let config: nanobot_config::Config = serde_json::from_value(json!({
-        "agents": {"defaults": {"model": "local-model"}},
+        "agents": {"defaults": {"model": "local-model", "timezone": "UTC"}},
         "providers": {"custom": {"apiBase": mock.openai_base_url()}},
         "tools": {"web": {"enable": false}}
     }))
@@ -153,6 +153,16 @@ async fn memory_is_wired_compact_summarises_and_memory_reaches_the_prompt() {
     );
     let session = agent.sessions().session("cli:mem").await.unwrap();
     assert!(session.last_consolidated > 0);
+    // The archive's model call is in the usage ledger, as the unattended `memory` run.
+    let ledger = nanobot_usage::UsageLedger::new(&home.nanobot_dir(), "UTC".parse().unwrap());
+    let (memory, _) = ledger
+        .totals(&nanobot_usage::Scope::Chat("system:memory".into()))
+        .unwrap();
+    assert_eq!(memory.calls, 1, "one archive call");
+    let (chat, _) = ledger
+        .totals(&nanobot_usage::Scope::Chat("cli:mem".into()))
+        .unwrap();
+    assert_eq!(chat.calls, 6, "the six turns");
 
     // Dream (not the archive) moves facts into MEMORY.md; written here as it would.
     std::fs::write(
