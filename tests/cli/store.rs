@@ -73,12 +73,12 @@ async fn a_home_is_imported_and_exported_to_another_byte_for_byte() {
         let o = run(a.home(), &["store", "import"]);
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         assert!(
-            stdout(&o).starts_with("Imported 7 file(s) from "),
+            stdout(&o).starts_with("Imported 8 file(s) from "),
             "{}",
             stdout(&o)
         );
         let o = run(a.home(), &["store", "import"]);
-        assert!(stdout(&o).contains("Imported 0 file(s)") && stdout(&o).contains("7 already matched"));
+        assert!(stdout(&o).contains("Imported 0 file(s)") && stdout(&o).contains("8 already matched"));
 
         let b = onboarded(&mock);
         point_at_nats(&b, &url);
@@ -87,7 +87,7 @@ async fn a_home_is_imported_and_exported_to_another_byte_for_byte() {
         // B's own MEMORY.md and SOUL.md templates already match; its own USER.md differs and is kept.
         assert_ne!(o.status.code(), Some(0));
         assert!(
-            stdout(&o).starts_with("Exported 4 file(s) from NANOBOT_FILES")
+            stdout(&o).starts_with("Exported 5 file(s) from NANOBOT_FILES")
                 && stdout(&o).contains("2 already matched")
                 && stdout(&o).contains("USER.md")
                 && stdout(&o).contains("--overwrite"),
@@ -98,7 +98,7 @@ async fn a_home_is_imported_and_exported_to_another_byte_for_byte() {
         let o = run(b.home(), &["store", "export", "--overwrite"]);
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         assert!(
-            stdout(&o).starts_with("Exported 1 file(s)") && stdout(&o).contains("6 already matched"),
+            stdout(&o).starts_with("Exported 1 file(s)") && stdout(&o).contains("7 already matched"),
             "{}",
             stdout(&o)
         );
@@ -116,6 +116,13 @@ async fn a_home_is_imported_and_exported_to_another_byte_for_byte() {
         );
         assert_ne!(fa.parent(), fb.parent(), "each home has its own workspace id");
         assert_eq!(std::fs::read(&fa).unwrap(), std::fs::read(&fb).unwrap());
+        // The usage ledger travels too: B counts A's turn.
+        let month = |h: &TempHome| {
+            let dir = h.nanobot_dir().join("usage");
+            let file = std::fs::read_dir(&dir).unwrap().flatten().next().unwrap().path();
+            std::fs::read(file).unwrap()
+        };
+        assert_eq!(month(&a), month(&b));
 
         // A's copy changed offline: importing it again is a conflict, listed, exit 1, the stored one kept.
         let o = run(a.home(), &["agent", "-m", "again"]);
@@ -128,7 +135,7 @@ async fn a_home_is_imported_and_exported_to_another_byte_for_byte() {
             stdout(&o)
         );
         let o = run(b.home(), &["store", "export"]);
-        assert!(stdout(&o).contains("7 already matched"), "{}", stdout(&o));
+        assert!(stdout(&o).contains("8 already matched"), "{}", stdout(&o));
     })
     .await
     .unwrap();
