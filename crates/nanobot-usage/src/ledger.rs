@@ -113,7 +113,8 @@ impl UsageLedger {
         line.push(b'\n');
         let (month, path) = self.month_file(record.ts);
         let name = format!("usage/{month}.jsonl");
-        let mut state = lock(&self.state);
+        // Held while appending: one record at a time from this process (the shared store's conflicts assume it).
+        let state = lock(&self.state);
         std::fs::create_dir_all(&self.dir).map_err(|source| UsageError::Io {
             op: "create",
             path: self.dir.clone(),
@@ -147,7 +148,10 @@ impl UsageLedger {
             }
             .into());
         }
-        self.refresh(&mut state, Utc::now())
+        // Counted at the next `check` or `totals`, which read what was appended since: a process that only
+        // records (a one-shot turn without a budget) never reads the month's file.
+        drop(state);
+        Ok(())
     }
 
     /// Brings the totals up to what the ledger holds at `now` (a new day or month starts from zero).
