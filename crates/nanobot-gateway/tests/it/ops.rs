@@ -54,14 +54,7 @@ async fn health_ready_and_metrics_report_turns_tokens_and_tools() {
     })
     .await
     .unwrap();
-    let text = c
-        .get(ops_url(&gw, "/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(&c, &gw).await;
     assert!(
         text.contains("nanobot_turns_total{channel=\"telegram\",outcome=\"ok\"} 1"),
         "{text}"
@@ -277,14 +270,7 @@ async fn the_api_reports_the_providers_usage_and_metrics_show_tokens_and_cost_by
         "{body}"
     );
 
-    let text = c
-        .get(ops_url(&gw, "/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(&c, &gw).await;
     assert!(
         text.contains("nanobot_llm_model_tokens_total{model=\"mock-model\",kind=\"prompt\"} 3000"),
         "{text}"
@@ -310,4 +296,15 @@ async fn the_api_reports_the_providers_usage_and_metrics_show_tokens_and_cost_by
         (day.calls, day.input, day.output, day.cached),
         (2, 3000, 150, 400)
     );
+}
+
+/// The gateway's `/metrics` page.
+async fn metrics_text(c: &reqwest::Client, gw: &Gateway) -> String {
+    c.get(ops_url(gw, "/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
