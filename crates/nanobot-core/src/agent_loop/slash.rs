@@ -54,6 +54,12 @@ pub(super) const GOAL_USAGE: &str = "Usage: /goal <long-running task description
 const COMPACT_KEEP_MESSAGES: usize = 8;
 
 impl LoopInner {
+    /// The `/usage` answer for the chat and person of `msg`.
+    async fn usage_text(&self, msg: &InboundMessage) -> String {
+        let payer = super::spending::Payer::of(msg, &msg.channel, &msg.chat_id);
+        self.spending.usage_text(&payer).await
+    }
+
     /// Commands answered at once, without waiting for the session's queue.
     pub(super) fn is_immediate(&self, msg: &InboundMessage) -> bool {
         msg.speaks_for_person()

@@ -197,14 +197,6 @@ async fn over_budget(ledger: Arc<UsageLedger>, payer: Payer) -> Option<BudgetExc
     }
 }
 
-impl super::inner::LoopInner {
-    /// The `/usage` answer for the chat and person of `msg`.
-    pub(super) async fn usage_text(&self, msg: &InboundMessage) -> String {
-        let payer = Payer::of(msg, &msg.channel, &msg.chat_id);
-        self.spending.usage_text(&payer).await
-    }
-}
-
 /// Records each model call of a run and, in a turn, stops it once over budget.
 pub(super) struct SpendingHook {
     ledger: Arc<UsageLedger>,
