@@ -30,6 +30,11 @@ pub enum HeartbeatOutcome {
     NoTasks,
     /// The model decided there is nothing to do now.
     Skipped,
+    /// Not run: a budget is used up (`agents.defaults.budget`; the message names it). The model was not asked.
+    OverBudget {
+        /// Which limit, and when it resets.
+        limit: String,
+    },
     /// Not run: control files (`HEARTBEAT.md`, bootstrap files, memory, skills) hold changes the model made and
     /// the user has not confirmed (docs/security.md, "Control files"). The model was not asked.
     Held {
@@ -55,6 +60,7 @@ impl HeartbeatOutcome {
             HeartbeatOutcome::Skipped => "skip",
             HeartbeatOutcome::Ran { .. } => "run",
             HeartbeatOutcome::Held { .. } => "held",
+            HeartbeatOutcome::OverBudget { .. } => "over_budget",
         }
     }
 }
@@ -136,6 +142,19 @@ impl AgentLoop {
         if !has_tasks(&text) {
             return Ok(HeartbeatOutcome::NoTasks);
         }
+        // The chat the answer would go to pays for the heartbeat's calls, and its budget holds for them.
+        let target = match self.last_route() {
+            Some(r) => Some(r),
+            None => self.most_recent_chat().await,
+        };
+        let (channel, chat_id) = target.clone().unwrap_or_else(|| ("cli".into(), "direct".into()));
+        let payer = crate::agent_loop::Payer::unattended(format!("{channel}:{chat_id}"), "heartbeat");
+        if let Some(over) = self.spending().over_budget(&payer).await {
+            tracing::info!(limit = %over.config_key(), "heartbeat not run: over budget");
+            return Ok(HeartbeatOutcome::OverBudget {
+                limit: over.to_string(),
+            });
+        }
         let now = chrono::Utc::now().with_timezone(&self.settings().timezone);
         let request = ChatRequest {
             model: self.settings().model.clone(),
@@ -156,7 +175,11 @@ impl AgentLoop {
             reasoning_effort: None,
             tool_choice: Some(ToolChoice::Auto),
         };
+        let model = request.model.clone();
         let response = self.provider().chat(request).await?;
+        self.spending()
+            .record(HEARTBEAT_SESSION, &payer, &model, response.usage)
+            .await;
         let decision = response.tool_calls.iter().find(|c| c.name == "heartbeat");
         let Some(call) = decision else {
             return Ok(HeartbeatOutcome::Skipped);
@@ -181,11 +204,6 @@ impl AgentLoop {
         } else {
             tasks
         };
-        let target = match self.last_route() {
-            Some(r) => Some(r),
-            None => self.most_recent_chat().await,
-        };
-        let (channel, chat_id) = target.clone().unwrap_or_else(|| ("cli".into(), "direct".into()));
         let prompt = format!(
             "[Heartbeat] Scheduled check. Do these tasks now:\n\n{tasks}\n\nIf there is nothing worth telling the \
              user, reply exactly {HEARTBEAT_OK}."
@@ -212,7 +230,7 @@ impl AgentLoop {
         let worth_telling = !answer.is_empty()
             && !answer.contains(HEARTBEAT_OK)
             && !reply.delivered_by_tool
-            && self.should_notify(&prompt, &answer).await;
+            && self.should_notify(&prompt, &answer, &payer).await;
         if worth_telling
             && let Some((c, id)) = target
             && let Some(bus) = self.bus()
@@ -230,7 +248,7 @@ impl AgentLoop {
 
     /// The notification gate (0.3.5's): one model call, given the task and the answer, that must call
     /// `evaluate_notification`. Fails closed: no call, a failed call or anything unreadable means silence.
-    async fn should_notify(&self, task: &str, answer: &str) -> bool {
+    async fn should_notify(&self, task: &str, answer: &str, payer: &crate::agent_loop::Payer) -> bool {
         let ws = self.settings().workspace.clone();
         let custom = tokio::task::spawn_blocking(move || {
             nanobot_util::workspace_prompt(
@@ -253,7 +271,14 @@ impl AgentLoop {
             reasoning_effort: None,
             tool_choice: Some(ToolChoice::Auto),
         };
-        match self.provider().chat(request).await {
+        let model = request.model.clone();
+        let response = self.provider().chat(request).await;
+        if let Ok(r) = &response {
+            self.spending()
+                .record(HEARTBEAT_SESSION, payer, &model, r.usage)
+                .await;
+        }
+        match response {
             Ok(r) => match r.tool_calls.iter().find(|c| c.name == "evaluate_notification") {
                 Some(call) => {
                     let notify = call.arguments.get("should_notify").and_then(|v| v.as_bool()) == Some(true);

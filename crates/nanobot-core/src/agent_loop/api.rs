@@ -49,6 +49,11 @@ impl AgentLoop {
         Self { inner }
     }
 
+    /// Usage recording and the budget.
+    pub(crate) fn spending(&self) -> &super::spending::Spending {
+        &self.inner.spending
+    }
+
     /// The provider.
     pub fn provider(&self) -> &Arc<dyn Provider> {
         self.inner.kit.provider()

@@ -34,6 +34,7 @@ mod routes;
 mod schedules;
 mod slash;
 mod spending;
+pub(crate) use spending::Payer;
 mod status;
 mod turn;
 mod types;

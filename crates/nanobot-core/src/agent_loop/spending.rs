@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use chrono::Utc;
 use nanobot_bus::{InboundMessage, Principal};
+use nanobot_providers::Usage;
 use nanobot_usage::{BudgetExceeded, Scope, Tally, UsageLedger, UsageRecord};
 use nanobot_util::lock;
 use tokio_util::sync::CancellationToken;
@@ -17,7 +18,7 @@ use crate::hook::{AgentHook, IterationEnd};
 
 /// Who a turn's calls are charged to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Payer {
+pub(crate) struct Payer {
     /// `channel:chat_id`.
     chat: String,
     /// `channel:user_id` of the person the turn acts for; `None` for unattended work.
@@ -50,11 +51,35 @@ impl Payer {
             run,
         }
     }
+
+    /// One call of `model` in `session` charged to this payer.
+    fn record(&self, session: &str, model: &str, usage: &Usage) -> UsageRecord {
+        UsageRecord {
+            ts: Utc::now(),
+            session: session.to_owned(),
+            chat: self.chat.clone(),
+            person: self.person.clone(),
+            run: self.run.clone(),
+            model: model.to_owned(),
+            input: usage.prompt_tokens,
+            output: usage.completion_tokens,
+            cached: usage.cache_read_tokens.unwrap_or(0),
+        }
+    }
+
+    /// Unattended work `run` (the heartbeat's own model calls) for the chat `channel:chat_id`.
+    pub(crate) fn unattended(chat: String, run: &str) -> Self {
+        Self {
+            chat,
+            person: None,
+            run: Some(run.to_owned()),
+        }
+    }
 }
 
 /// The loop's ledger, and who each session's latest turn was for (its subagents are charged to them).
 #[derive(Debug, Default)]
-pub(super) struct Spending {
+pub(crate) struct Spending {
     ledger: Option<Arc<UsageLedger>>,
     payers: Mutex<HashMap<String, Payer>>,
 }
@@ -68,12 +93,28 @@ impl Spending {
     }
 
     /// The limit `payer` has reached, if any (a ledger that cannot be read is logged and limits nothing).
-    pub(super) async fn over_budget(&self, payer: &Payer) -> Option<BudgetExceeded> {
+    pub(crate) async fn over_budget(&self, payer: &Payer) -> Option<BudgetExceeded> {
         let ledger = self.ledger.clone()?;
         if ledger.budget().is_unlimited() {
             return None;
         }
         over_budget(ledger, payer.clone()).await
+    }
+
+    /// Records one model call made outside a run (the heartbeat's decision and its notification gate); a call
+    /// the provider reported no usage for is not recorded. A ledger that cannot be written is logged.
+    pub(crate) async fn record(&self, session: &str, payer: &Payer, model: &str, usage: Option<Usage>) {
+        let (Some(ledger), Some(usage)) = (self.ledger.clone(), usage) else {
+            return;
+        };
+        let record = payer.record(session, model, &usage);
+        match tokio::task::spawn_blocking(move || ledger.record(&record)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "a model call could not be recorded in the usage ledger")
+            }
+            Err(e) => tracing::warn!(error = %e, "recording a model call failed"),
+        }
     }
 
     /// The hook that records a turn's calls in `session` for `payer` and stops the turn (`cancel`) once a limit
@@ -217,17 +258,7 @@ impl SpendingHook {
 impl AgentHook for SpendingHook {
     async fn after_iteration(&self, ctx: &IterationEnd<'_>) -> Result<(), BoxError> {
         if let Some(usage) = ctx.usage {
-            let record = UsageRecord {
-                ts: Utc::now(),
-                session: self.session.clone(),
-                chat: self.payer.chat.clone(),
-                person: self.payer.person.clone(),
-                run: self.payer.run.clone(),
-                model: ctx.model.to_owned(),
-                input: usage.prompt_tokens,
-                output: usage.completion_tokens,
-                cached: usage.cache_read_tokens.unwrap_or(0),
-            };
+            let record = self.payer.record(&self.session, ctx.model, &usage);
             let ledger = self.ledger.clone();
             tokio::task::spawn_blocking(move || ledger.record(&record))
                 .await

@@ -158,3 +158,42 @@ async fn the_budget_holds_for_cron_jobs_in_the_chat_they_work_for() {
     assert!(held.contains("per-chat (for telegram:1) daily budget"), "{held}");
     assert_eq!(mock.request_count(), 1);
 }
+
+#[tokio::test]
+async fn the_heartbeat_is_charged_to_the_chat_it_reports_to_and_held_by_its_budget() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    let agent = agent(&home, &mock, per_chat_daily(900));
+    mock.push(MockReply::text("hi").with_usage(10, 1));
+    assert_eq!(agent.process_direct("hello", "telegram:42").await.unwrap(), "hi");
+    home.write_workspace_file("HEARTBEAT.md", "- Check whether the backup folder exists\n");
+    mock.push(
+        MockReply::tool_call("heartbeat", json!({"action": "run", "tasks": "Check"})).with_usage(300, 20),
+    );
+    mock.push(MockReply::text("The backup folder is missing!").with_usage(400, 30));
+    mock.push(
+        MockReply::tool_call(
+            "evaluate_notification",
+            json!({"should_notify": false, "reason": "test"}),
+        )
+        .with_usage(200, 10),
+    );
+    let outcome = agent.heartbeat_tick().await.unwrap();
+    assert!(
+        matches!(outcome, nanobot_core::HeartbeatOutcome::Ran { .. }),
+        "{outcome:?}"
+    );
+    // The decision, the run and the notification gate, all charged to the chat the answer would go to.
+    let read = ledger(&home, Budget::default());
+    let (chat, _) = read.totals(&Scope::Chat("telegram:42".into())).unwrap();
+    assert_eq!((chat.calls, chat.tokens()), (4, 971));
+    // Over the chat's limit now: the next heartbeat asks no model and says which limit holds it.
+    let before = mock.request_count();
+    match agent.heartbeat_tick().await.unwrap() {
+        nanobot_core::HeartbeatOutcome::OverBudget { limit } => {
+            assert!(limit.contains("perChat.daily.tokens"), "{limit}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(mock.request_count(), before);
+}
