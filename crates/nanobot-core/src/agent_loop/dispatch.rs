@@ -7,7 +7,7 @@ use nanobot_bus::InboundMessage;
 use tokio::sync::mpsc;
 
 use super::inner::LoopInner;
-use super::redelivery::{self, Earlier};
+use super::redelivery::Earlier;
 use super::routes::{reply_for, reply_route, system_target};
 use super::types::{Job, TurnOptions, TurnReply};
 use crate::commands::{self, Command, Parsed};
@@ -68,12 +68,7 @@ impl LoopInner {
     ) -> Result<TurnReply, CoreError> {
         let delivery = msg.delivery_id().filter(|_| changes_state(cmd));
         if let Some(id) = &delivery
-            && self
-                .ledger
-                .store()
-                .metadata(key)
-                .await
-                .is_ok_and(|m| redelivery::earlier(&m, id) == Some(Earlier::Answered))
+            && self.ledger.answered_before(key, id).await
         {
             tracing::info!(session = %key, "a command run before was delivered again; not run twice");
             return Ok(TurnReply {

@@ -167,6 +167,14 @@ impl Ledger {
     }
 
     /// Records how far the turn of delivery `id` got (logged, never fatal: the worst case is a second answer).
+    /// Whether delivery `id` of session `key` was answered before (a session that cannot be read: not known to).
+    pub(super) async fn answered_before(&self, key: &str, id: &str) -> bool {
+        self.store
+            .metadata(key)
+            .await
+            .is_ok_and(|m| redelivery::earlier(&m, id) == Some(Earlier::Answered))
+    }
+
     pub(super) async fn record_delivery(&self, key: &str, id: &str, state: Earlier) {
         let id = id.to_owned();
         if let Err(e) = self

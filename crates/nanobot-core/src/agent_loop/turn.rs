@@ -83,8 +83,7 @@ impl LoopInner {
         // chat).
         let payer = Payer::of(msg, channel, chat_id);
         if let Some(over) = self.spending.over_budget(&payer).await {
-            tracing::info!(session = %key, limit = %over.config_key(), "a turn was refused: over budget");
-            return Ok(TurnReply::command(format!("⛔ {over}")));
+            return Ok(self.refused(key, msg, &opts, &over).await);
         }
         let mut prepared = match self.prepare(key, msg, &chat, &opts, scope).await? {
             Ok(prepared) => prepared,
@@ -104,6 +103,35 @@ impl LoopInner {
         self.save(key, scope, prepared, &result, continue_goal.is_some())
             .await?;
         Ok(self.deliver(&chat, &opened, result, continue_goal).await)
+    }
+
+    /// The answer to a message over budget, given once: a delivery answered before (a durable bus or a channel
+    /// delivering it again) is settled without a word, and the refusal is recorded as the message's answer.
+    async fn refused(
+        &self,
+        key: &str,
+        msg: &InboundMessage,
+        opts: &TurnOptions,
+        over: &nanobot_usage::BudgetExceeded,
+    ) -> TurnReply {
+        let delivery = msg.delivery_id().filter(|_| !opts.is_cron);
+        if let Some(id) = &delivery
+            && self.ledger.answered_before(key, id).await
+        {
+            let history = self
+                .ledger
+                .history(key)
+                .await
+                .map(|h| h.messages)
+                .unwrap_or_default();
+            let user_text = stored_user_message(msg).content_text().unwrap_or_default();
+            return replay(&history, &user_text);
+        }
+        tracing::info!(session = %key, limit = %over.config_key(), "a turn was refused: over budget");
+        if let Some(id) = delivery {
+            self.ledger.record_delivery(key, &id, Earlier::Answered).await;
+        }
+        TurnReply::command(format!("⛔ {over}"))
     }
 
     /// MCP tools connected, memory pulled and consolidated, the history read and the request built; `Err` with
@@ -141,11 +169,7 @@ impl LoopInner {
         match earlier {
             Some(Earlier::Answered) => {
                 tracing::info!(session = %key, "a message answered before was delivered again; not answered twice");
-                let answer = redelivery::earlier_answer(&history, &user_text);
-                return Ok(Err(TurnReply {
-                    replayed: true,
-                    ..TurnReply::command(answer.unwrap_or_default())
-                }));
+                return Ok(Err(replay(&history, &user_text)));
             }
             Some(Earlier::Started) => {
                 tracing::info!(session = %key, "a message whose turn was cut short was delivered again; running it again");
@@ -472,6 +496,15 @@ fn with_archived_summary(messages: &mut [ChatMessage], summary: Option<(String, 
              instructions:\n{text}",
             content.text()
         ));
+    }
+}
+
+/// The reply to a message answered before: its earlier answer, marked replayed (never sent to the chat again;
+/// the API returns it).
+fn replay(history: &[ChatMessage], user_text: &str) -> TurnReply {
+    TurnReply {
+        replayed: true,
+        ..TurnReply::command(redelivery::earlier_answer(history, user_text).unwrap_or_default())
     }
 }
 

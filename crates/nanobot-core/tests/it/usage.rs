@@ -197,3 +197,34 @@ async fn the_heartbeat_is_charged_to_the_chat_it_reports_to_and_held_by_its_budg
     }
     assert_eq!(mock.request_count(), before);
 }
+
+fn telegram(text: &str, message_id: i64) -> nanobot_bus::InboundMessage {
+    let mut m = nanobot_bus::InboundMessage::new("telegram", "5", "5", text);
+    m.metadata.insert("message_id".into(), json!(message_id));
+    m
+}
+
+#[tokio::test]
+async fn over_budget_a_message_delivered_again_is_still_answered_once() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("first answer").with_usage(500, 50));
+    let agent = agent(&home, &mock, per_chat_daily(300));
+    let ask = |text, id| agent.process_message(telegram(text, id), TurnOptions::default());
+    assert_eq!(ask("hello", 1).await.unwrap().content, "first answer");
+    // Now over budget. The answered message delivered again (a bus redelivering it) gets its earlier answer,
+    // marked replayed (never sent again), not a refusal.
+    let again = ask("hello", 1).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.content, "first answer");
+    // A new message is refused once; delivered again, the refusal is not sent a second time.
+    let refused = ask("more", 2).await.unwrap();
+    assert!(
+        !refused.replayed && refused.content.contains("daily budget"),
+        "{}",
+        refused.content
+    );
+    let repeated = ask("more", 2).await.unwrap();
+    assert!(repeated.replayed, "{repeated:?}");
+    assert_eq!(mock.request_count(), 1);
+}
