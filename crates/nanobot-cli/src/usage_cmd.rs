@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use chrono::{Duration, Utc};
-use nanobot_usage::{Budget, Limit, Limits, Report, Tally};
+use nanobot_usage::{Budget, Limits, Report, Tally};
 
 use crate::args::UsageArgs;
 use crate::error::CliError;
@@ -114,16 +114,8 @@ pub(crate) fn budget_parts(budget: &Budget) -> Vec<String> {
 fn limits_text(l: &Limits) -> Option<String> {
     let parts: Vec<String> = [("a day", &l.daily), ("a month", &l.monthly)]
         .into_iter()
-        .filter_map(|(period, limit)| limit_text(limit).map(|t| format!("{t} {period}")))
+        .filter(|(_, limit)| !limit.is_unlimited())
+        .map(|(period, limit)| format!("{limit} {period}"))
         .collect();
     (!parts.is_empty()).then(|| parts.join(", "))
-}
-
-fn limit_text(l: &Limit) -> Option<String> {
-    match (l.tokens, l.cost) {
-        (None, None) => None,
-        (Some(t), None) => Some(format!("{t} tokens")),
-        (None, Some(c)) => Some(format!("${c:.2}")),
-        (Some(t), Some(c)) => Some(format!("{t} tokens or ${c:.2}")),
-    }
 }

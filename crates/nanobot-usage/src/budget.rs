@@ -27,6 +27,18 @@ impl Limit {
     }
 }
 
+/// `1000 tokens`, `$2.50`, `1000 tokens or $2.50`; nothing when unlimited.
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.tokens, self.cost) {
+            (None, None) => Ok(()),
+            (Some(t), None) => write!(f, "{t} tokens"),
+            (None, Some(c)) => write!(f, "${c:.2}"),
+            (Some(t), Some(c)) => write!(f, "{t} tokens or ${c:.2}"),
+        }
+    }
+}
+
 /// The limits of one kind of scope, per day and per month.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -213,12 +213,12 @@ fn figures(t: &Tally) -> String {
     )
 }
 
+/// ` (limit 1000 tokens)`, or nothing without a limit.
 fn limit_text(l: &nanobot_usage::Limit) -> String {
-    match (l.tokens, l.cost) {
-        (None, None) => String::new(),
-        (Some(t), None) => format!(" (limit {t} tokens)"),
-        (None, Some(c)) => format!(" (limit ${c:.2})"),
-        (Some(t), Some(c)) => format!(" (limit {t} tokens or ${c:.2})"),
+    if l.is_unlimited() {
+        String::new()
+    } else {
+        format!(" (limit {l})")
     }
 }
 
