@@ -1,7 +1,7 @@
 //! The home's usage ledger: monthly JSONL files, the current totals, budget checks.
 
 use std::collections::HashMap;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -115,11 +115,6 @@ impl UsageLedger {
         let name = format!("usage/{month}.jsonl");
         // Held while appending: one record at a time from this process (the shared store's conflicts assume it).
         let state = lock(&self.state);
-        std::fs::create_dir_all(&self.dir).map_err(|source| UsageError::Io {
-            op: "create",
-            path: self.dir.clone(),
-            source,
-        })?;
         let mut stored = false;
         for _ in 0..ATTEMPTS {
             if let Some(files) = &self.shared {
@@ -196,25 +191,31 @@ impl UsageLedger {
         }
         file.seek(SeekFrom::Start(state.offset))
             .map_err(|e| io("read", e))?;
-        let mut bytes = Vec::with_capacity((len - state.offset) as usize);
-        file.read_to_end(&mut bytes).map_err(|e| io("read", e))?;
-        // Complete lines only: a line being appended by another process is folded next time.
-        let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-        for (n, line) in bytes[..complete].split(|b| *b == b'\n').enumerate() {
+        // Line by line, up to what the file held when looked at: memory follows one line, not the month.
+        let mut reader = BufReader::new(file.take(len - state.offset));
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let n = reader.read_until(b'\n', &mut line).map_err(|e| io("read", e))?;
+            // The end, or a line another process is still appending: folded next time.
+            if n == 0 || line.last() != Some(&b'\n') {
+                break;
+            }
+            let at = state.offset;
+            state.offset += n as u64;
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            match serde_json::from_slice::<UsageRecord>(line) {
+            match serde_json::from_slice::<UsageRecord>(&line) {
                 Ok(record) => self.fold(state, &record),
                 Err(e) => tracing::warn!(
                     file = %path.display(),
-                    line = n + 1,
+                    byte = at,
                     error = %e,
                     "a usage record cannot be read; it is not counted"
                 ),
             }
         }
-        state.offset += complete as u64;
         Ok(())
     }
 
@@ -298,13 +299,18 @@ fn scopes(person: Option<&str>, chat: &str) -> impl Iterator<Item = Scope> {
     .flatten()
 }
 
-/// One write at the end of the file (a line is never interleaved with another process's).
+/// One write at the end of the file (a line is never interleaved with another process's); the folder is made
+/// the first time.
 fn append(path: &Path, line: &[u8]) -> Result<(), UsageError> {
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .and_then(|mut f| f.write_all(line))
+    let open = || std::fs::OpenOptions::new().create(true).append(true).open(path);
+    let file = match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => path
+            .parent()
+            .map_or(Err(e), std::fs::create_dir_all)
+            .and_then(|()| open()),
+        other => other,
+    };
+    file.and_then(|mut f| f.write_all(line))
         .map_err(|source| UsageError::Io {
             op: "append to",
             path: path.to_owned(),
