@@ -7,14 +7,7 @@ use expectrl::{Eof, Expect, Session};
 use nanobot_testkit::{MockLlm, MockReply, TempHome};
 use serde_json::json;
 
-use crate::support::{merge, nanobot, onboarded, run, stderr, stdout};
-
-fn set(home: &TempHome, patch: serde_json::Value) {
-    let mut config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(home.config_path()).unwrap()).unwrap();
-    merge(&mut config, &patch);
-    home.write_config(&config);
-}
+use crate::support::{nanobot, onboarded, run, set, stderr, stdout};
 
 /// Runs `agent -m hi` and checks the common shape of a failure: exit 1, nothing on stdout, one `Error:` line and
 /// no other line about it (no log line per layer or per retry; every layer's message names the endpoint), no

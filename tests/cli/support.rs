@@ -63,8 +63,13 @@ pub(crate) fn onboarded(mock: &MockLlm) -> TempHome {
 
 /// Edits the config in `home` so the agent talks to `mock`.
 pub(crate) fn point_at_mock(home: &TempHome, mock: &MockLlm) {
-    let path = home.config_path();
-    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    merge(&mut config, &mock.nanobot_config(WireFormat::OpenAi));
+    set(home, mock.nanobot_config(WireFormat::OpenAi));
+}
+
+/// Merges `patch` into the config in `home` (the test's own small file, written by `onboard`).
+pub(crate) fn set(home: &TempHome, patch: Value) {
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(home.config_path()).unwrap()).unwrap();
+    merge(&mut config, &patch);
     home.write_config(&config);
 }

@@ -2,16 +2,9 @@
 //! config.json refusing the next turn with its message, a typo in the budget refused by name.
 
 use nanobot_testkit::{MockLlm, MockReply};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::support::{merge, onboarded, run, stderr, stdout};
-
-fn set(home: &nanobot_testkit::TempHome, over: Value) {
-    let path = home.config_path();
-    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    merge(&mut config, &over);
-    home.write_config(&config);
-}
+use crate::support::{onboarded, run, set, stderr, stdout};
 
 #[test]
 fn turns_are_reported_by_model_and_chat_and_a_budget_refuses_the_next_turn() {

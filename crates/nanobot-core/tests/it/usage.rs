@@ -8,7 +8,7 @@ use nanobot_testkit::{MockLlm, MockReply, TempHome};
 use nanobot_usage::{Budget, Limit, Limits, Scope, UsageLedger};
 use serde_json::json;
 
-use crate::common::{provider, settings};
+use crate::common::{GUARD, provider, settings};
 
 fn ledger(home: &TempHome, budget: Budget) -> UsageLedger {
     UsageLedger::new(&home.nanobot_dir(), "UTC".parse().unwrap()).with_budget(budget)
@@ -55,7 +55,10 @@ async fn every_call_is_recorded_for_its_chat_and_person_and_the_figures_add_up_s
     };
     let reply = agent.process_message(msg, opts).await.unwrap();
     assert_eq!(reply.content, "streamed answer");
-    assert!(rx.recv().await.is_some(), "the answer was streamed");
+    let streamed = tokio::time::timeout(GUARD, rx.recv())
+        .await
+        .expect("the stream's pieces are buffered");
+    assert!(streamed.is_some(), "the answer was streamed");
     assert_eq!(mock.request_count(), 3);
 
     let read = ledger(&home, Budget::default());
