@@ -1,4 +1,5 @@
-//! The `nanobot-gateway` binary: parses the command line, starts logging (stderr, colour only on a terminal, and rotated files in `<data dir>/logs/`)
+//! The `nanobot-gateway` binary: parses the command line, starts logging (stderr, colour only on a terminal, and rotated files in `<data dir>/logs/`;
+//! spans to an OpenTelemetry collector when `gateway.tracing` names one)
 //! and hands over to [`nanobot_cli::run_gateway_binary`], which discovers the environment exactly as `nanobot`
 //! does and runs `nanobot gateway` (or writes the systemd unit for `install-service`).
 
@@ -15,9 +16,11 @@ fn main() -> ExitCode {
         .or_else(|e| {
             // A bad filter or an unwritable log directory: stderr with `info` still works.
             eprintln!("nanobot-gateway: {e}; logging to stderr with `info`");
+            let traces_failed = matches!(e, nanobot_logging::LoggingError::Traces { .. });
             nanobot_logging::init(&nanobot_logging::LogPlan {
                 filter: "info".into(),
                 dir: None,
+                trace: if traces_failed { None } else { plan.trace.clone() },
                 ..plan.clone()
             })
         })

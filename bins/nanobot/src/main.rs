@@ -35,10 +35,12 @@ fn main() -> ExitCode {
         Ok(guard) => Some(guard),
         Err(e) => {
             eprintln!("nanobot: {e}; logging to stderr instead");
+            let traces_failed = matches!(e, nanobot_logging::LoggingError::Traces { .. });
             let fallback = nanobot_logging::LogPlan {
                 filter: "warn".into(),
                 stderr: true,
                 dir: None,
+                trace: if traces_failed { None } else { plan.trace.clone() },
                 ..plan
             };
             nanobot_logging::init(&fallback).ok()

@@ -889,7 +889,8 @@ impl Bus for NatsBus {
         Some(delivery)
     }
 
-    async fn publish_outbound(&self, msg: OutboundMessage) -> Result<(), BusError> {
+    async fn publish_outbound(&self, mut msg: OutboundMessage) -> Result<(), BusError> {
+        msg.stamp_trace();
         let subject = self.settings.outbound_subject(&msg.channel);
         let payload = serde_json::to_vec(&msg)
             .map_err(|e| BusError::Unavailable(format!("cannot encode the message: {e}")))?;

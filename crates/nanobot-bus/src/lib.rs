@@ -69,7 +69,8 @@ pub trait Bus: Send + Sync {
     async fn consume_inbound_delivery(&self) -> Option<Delivery> {
         self.consume_inbound().await.map(Delivery::taken)
     }
-    /// Queues a message for the channels, waiting while the outbound queue is full.
+    /// Queues a message for the channels, waiting while the outbound queue is full. Implementations call
+    /// [`OutboundMessage::stamp_trace`] first, so the send is a child of the span that published it.
     async fn publish_outbound(&self, msg: OutboundMessage) -> Result<(), BusError>;
     /// Takes the next message for the channels; `None` once the bus is closed and drained.
     async fn consume_outbound(&self) -> Option<OutboundMessage>;

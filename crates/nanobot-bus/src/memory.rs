@@ -86,7 +86,8 @@ impl Bus for InProcessBus {
         self.inbound.consume().await
     }
 
-    async fn publish_outbound(&self, msg: OutboundMessage) -> Result<(), BusError> {
+    async fn publish_outbound(&self, mut msg: OutboundMessage) -> Result<(), BusError> {
+        msg.stamp_trace();
         self.outbound.publish(msg).await
     }
 

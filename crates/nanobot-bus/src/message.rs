@@ -385,9 +385,21 @@ pub struct OutboundMessage {
     /// What kind of message this is.
     #[serde(default)]
     pub kind: OutboundKind,
+    /// The W3C `traceparent` of the span that published it, when spans are exported ([`Self::stamp_trace`]): the
+    /// send is that span's child, on this process or on the replica that holds the channel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
 }
 
 impl OutboundMessage {
+    /// Records the current span as this message's origin, unless one is recorded already (every [`crate::Bus`]
+    /// does this when the message is published).
+    pub fn stamp_trace(&mut self) {
+        if self.trace.is_none() {
+            self.trace = nanobot_util::trace::current_traceparent();
+        }
+    }
+
     /// A final reply.
     pub fn reply(channel: impl Into<String>, chat_id: impl Into<String>, content: impl Into<String>) -> Self {
         Self::of_kind(OutboundKind::Reply, channel, chat_id, content)
@@ -408,6 +420,7 @@ impl OutboundMessage {
             media: Vec::new(),
             metadata: Map::new(),
             kind,
+            trace: None,
         }
     }
 

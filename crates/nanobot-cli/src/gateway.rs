@@ -246,12 +246,14 @@ pub(crate) fn service_log_plan(
         stderr: true,
         colour,
         dir: Some(env.paths(config.config.as_deref()).0.logs_dir()),
+        trace: crate::traces::trace_plan(env, config),
     }
 }
 
 /// Runs the `nanobot-gateway` program: the environment is discovered exactly as for `nanobot` (this crate's
 /// [`CliEnv`]), and running is `nanobot gateway`. Returns the exit code, having printed any error.
 pub fn run_gateway_binary(cli: GatewayCli, env: &CliEnv) -> u8 {
+    crate::traces::install_hooks();
     let result = gateway_command(env, &[], &cli.args, cli.command, &mut std::io::stdout());
     match result {
         Ok(()) => crate::EXIT_OK,

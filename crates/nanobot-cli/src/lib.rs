@@ -51,6 +51,7 @@ mod provider_cmd;
 mod render;
 mod setup;
 mod status;
+mod traces;
 mod usage_cmd;
 mod webui;
 
@@ -97,16 +98,21 @@ pub fn log_filter(cli: &Cli, env: &CliEnv) -> String {
 /// lines go to rotated files in `<data dir>/logs/` (and to stderr too only with `--logs`). The long-running
 /// services (`gateway`, `serve`) write to stderr (the terminal, or the service manager's journal) and to the same
 /// rotated files. Every other command writes to stderr only (stdout carries only answers). Colour only on a
-/// terminal without `NO_COLOR`, never in files.
+/// terminal without `NO_COLOR`, never in files. The commands that run turns (`agent`, `gateway`, `serve`) export
+/// their spans when a collector is configured (`gateway.tracing`).
 pub fn log_plan(cli: &Cli, env: &CliEnv) -> nanobot_logging::LogPlan {
     let filter = log_filter(cli, env);
     let colour = nanobot_logging::colour(env.stderr_tty, |k| env.vars.get(k));
     match cli.command.as_ref() {
-        Some(Command::Agent(a)) if a.message.is_none() => nanobot_logging::LogPlan {
+        Some(Command::Agent(a)) => nanobot_logging::LogPlan {
             filter,
-            stderr: a.logs,
+            stderr: a.logs || a.message.is_some(),
             colour,
-            dir: Some(env.paths(a.config.config.as_deref()).0.logs_dir()),
+            dir: a
+                .message
+                .is_none()
+                .then(|| env.paths(a.config.config.as_deref()).0.logs_dir()),
+            trace: traces::trace_plan(env, &a.config),
         },
         Some(Command::Gateway {
             args: a,
@@ -118,6 +124,7 @@ pub fn log_plan(cli: &Cli, env: &CliEnv) -> nanobot_logging::LogPlan {
             stderr: true,
             colour,
             dir: None,
+            trace: None,
         },
     }
 }
@@ -125,6 +132,7 @@ pub fn log_plan(cli: &Cli, env: &CliEnv) -> nanobot_logging::LogPlan {
 /// Runs a parsed command against the real terminal (stdout) and returns the exit code, having printed any
 /// error to stderr.
 pub fn run(cli: Cli, env: &CliEnv) -> u8 {
+    traces::install_hooks();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let result = run_with(cli, env, &mut out);

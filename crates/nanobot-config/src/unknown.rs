@@ -40,7 +40,8 @@ walk!(SlackConfig, dm => "dm");
 walk!(SlackDmConfig);
 walk!(TranscriptionConfig);
 walk!(ApiConfig, limits => "limits");
-walk!(GatewayConfig, heartbeat => "heartbeat", limits => "limits");
+walk!(GatewayConfig, heartbeat => "heartbeat", limits => "limits", tracing => "tracing");
+walk!(TracingConfig);
 walk!(HeartbeatConfig);
 walk!(ToolsConfig, web => "web", exec => "exec", file => "file", cli_apps => "cliApps", my => "my",
       image_generation => "imageGeneration", mcp_servers => "mcpServers");

@@ -13,6 +13,19 @@ impl Config {
     /// Checks ranges and enumerated values that serde does not; the loader runs it, call it again after
     /// changing a config in code. Returns the first problem, naming the field.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let endpoint = self.gateway.tracing.endpoint.trim();
+        if !endpoint.is_empty() {
+            let host = endpoint
+                .strip_prefix("http://")
+                .or_else(|| endpoint.strip_prefix("https://"))
+                .map(|rest| rest.split(['/', '?', '#']).next().unwrap_or_default());
+            if host.is_none_or(|h| h.is_empty() || h.contains(char::is_whitespace)) {
+                return Err(invalid(
+                    "gateway.tracing.endpoint",
+                    "must be an http:// or https:// URL of an OTLP/HTTP collector, such as http://localhost:4318",
+                ));
+            }
+        }
         let d = &self.agents.defaults;
         if d.max_tokens == 0 {
             return Err(invalid("agents.defaults.maxTokens", "must be at least 1"));

@@ -2,7 +2,10 @@
 //!
 //! **Owns:** the log filter's source (`NANOBOT_LOG`, then `RUST_LOG`, then the caller's default), whether
 //! stderr gets colour (only on a terminal, never with `NO_COLOR` or `TERM=dumb`), and rotated log files
-//! (`<dir>/nanobot.log.YYYY-MM-DD`, daily, the last 7 kept) for modes where stderr is the user's screen.
+//! (`<dir>/nanobot.log.YYYY-MM-DD`, daily, the last 7 kept) for modes where stderr is the user's screen; and
+//! (feature `otlp`, on by default) the spans of target [`TRACE_TARGET`] exported to an OpenTelemetry collector
+//! over OTLP/HTTP when the plan names one ([`TracePlan`]). Those spans never reach the log lines, and log lines
+//! never reach the collector.
 //!
 //! **Must not know:** configuration files or the process environment: the caller passes variables and
 //! terminal facts in.
@@ -18,11 +21,19 @@
 //! ```
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use tracing_appender::non_blocking::WorkerGuard;
 use tracing_appender::rolling::{Builder, Rotation};
 use tracing_subscriber::prelude::*;
-use tracing_subscriber::{EnvFilter, fmt};
+use tracing_subscriber::{EnvFilter, Layer, fmt};
+
+#[cfg(feature = "otlp")]
+mod otlp;
+
+/// The `tracing` target of the spans that are exported (turns, model calls, tool calls, channel sends). Every
+/// crate that makes such a span names this target; log lines never show them.
+pub const TRACE_TARGET: &str = "nanobot::trace";
 
 /// The variable naming the log filter (`tracing` `EnvFilter` syntax), honoured by both binaries.
 pub const NANOBOT_LOG: &str = "NANOBOT_LOG";
@@ -52,7 +63,49 @@ pub struct LogPlan {
     pub colour: bool,
     /// Also write to rotated files in this directory.
     pub dir: Option<PathBuf>,
+    /// Export spans to an OpenTelemetry collector (`None`: off, the default).
+    pub trace: Option<TracePlan>,
 }
+
+/// Where spans go: an OpenTelemetry collector's OTLP/HTTP endpoint (protobuf).
+#[derive(Clone)]
+pub struct TracePlan {
+    /// The traces URL, used as written (`http://localhost:4318/v1/traces`).
+    pub endpoint: String,
+    /// Headers sent with every export (a collector's API key): never shown by `Debug`.
+    pub headers: Vec<(String, String)>,
+    /// `service.name` of the resource.
+    pub service_name: String,
+    /// `service.version` of the resource.
+    pub service_version: String,
+    /// TLS settings for an `https` endpoint (`None`: a plain-HTTP endpoint only).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl std::fmt::Debug for TracePlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let headers: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("TracePlan")
+            .field("endpoint", &self.endpoint)
+            .field("headers", &headers)
+            .field("service_name", &self.service_name)
+            .field("service_version", &self.service_version)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+impl PartialEq for TracePlan {
+    fn eq(&self, other: &Self) -> bool {
+        self.endpoint == other.endpoint
+            && self.headers == other.headers
+            && self.service_name == other.service_name
+            && self.service_version == other.service_version
+            && self.tls.is_some() == other.tls.is_some()
+    }
+}
+
+impl Eq for TracePlan {}
 
 /// Why logging could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +127,14 @@ pub enum LoggingError {
         /// What went wrong.
         message: String,
     },
+    /// Spans cannot be exported to the collector named.
+    #[error("cannot export traces to {endpoint}: {message}")]
+    Traces {
+        /// The traces URL.
+        endpoint: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A global subscriber was already installed.
     #[error("logging was already set up")]
     AlreadySet,
@@ -84,6 +145,30 @@ pub enum LoggingError {
 #[must_use = "dropping the guard stops file logging"]
 pub struct LogGuard {
     _file: Option<WorkerGuard>,
+    #[cfg(feature = "otlp")]
+    _traces: Option<otlp::Exporting>,
+}
+
+/// The W3C `traceparent` of the current span when spans are exported (else `None`): what a message crossing the
+/// bus carries so that the span handling it on the other side (a channel's send) has the right parent.
+pub fn current_traceparent() -> Option<String> {
+    #[cfg(feature = "otlp")]
+    {
+        otlp::current_traceparent()
+    }
+    #[cfg(not(feature = "otlp"))]
+    {
+        None
+    }
+}
+
+/// Makes the span named by `traceparent` (from [`current_traceparent`]) the parent of `span`, which must not have
+/// been entered yet. Nothing happens when spans are not exported or the value is malformed.
+pub fn adopt_traceparent(span: &tracing::Span, traceparent: &str) {
+    #[cfg(feature = "otlp")]
+    otlp::adopt_traceparent(span, traceparent);
+    #[cfg(not(feature = "otlp"))]
+    let _ = (span, traceparent);
 }
 
 /// The filter: `NANOBOT_LOG`, else `RUST_LOG`, else `default` (empty values count as unset).
@@ -102,16 +187,20 @@ pub fn colour<'a>(stderr_is_terminal: bool, get: impl Fn(&str) -> Option<&'a str
 
 /// Installs the global subscriber for `plan`.
 pub fn init(plan: &LogPlan) -> Result<LogGuard, LoggingError> {
-    let filter = EnvFilter::try_new(&plan.filter).map_err(|e| LoggingError::Filter {
-        filter: plan.filter.clone(),
-        message: e.to_string(),
-    })?;
+    // Each output filters for itself, so that exported spans (`TRACE_TARGET`) never show in log lines.
+    let line_filter = || {
+        EnvFilter::try_new(format!("{},{LINES_SKIP_SPANS}", plan.filter)).map_err(|e| LoggingError::Filter {
+            filter: plan.filter.clone(),
+            message: e.to_string(),
+        })
+    };
     let (file_layer, guard) = match &plan.dir {
         Some(dir) => {
             let dir_error = |message: String| LoggingError::Dir {
                 dir: dir.clone(),
                 message,
             };
+            let filter = line_filter()?;
             std::fs::create_dir_all(dir).map_err(|e| dir_error(e.to_string()))?;
             let appender = Builder::new()
                 .rotation(Rotation::DAILY)
@@ -123,26 +212,61 @@ pub fn init(plan: &LogPlan) -> Result<LogGuard, LoggingError> {
                 .buffered_lines_limit(FILE_QUEUE_LINES)
                 .finish(appender);
             (
-                Some(fmt::layer().with_writer(writer).with_ansi(false)),
+                Some(
+                    fmt::layer()
+                        .with_writer(writer)
+                        .with_ansi(false)
+                        .with_filter(filter),
+                ),
                 Some(guard),
             )
         }
         None => (None, None),
     };
-    let stderr_layer = plan.stderr.then(|| {
-        fmt::layer()
-            .with_writer(std::io::stderr)
-            .with_ansi(plan.colour)
-            .with_target(false)
-    });
-    tracing_subscriber::registry()
-        .with(filter)
-        .with(file_layer)
-        .with(stderr_layer)
-        .try_init()
-        .map_err(|_| LoggingError::AlreadySet)?;
-    Ok(LogGuard { _file: guard })
+    let stderr_layer = match plan.stderr {
+        true => Some(
+            fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(plan.colour)
+                .with_target(false)
+                .with_filter(line_filter()?),
+        ),
+        false => None,
+    };
+    let registry = tracing_subscriber::registry().with(file_layer).with(stderr_layer);
+    #[cfg(feature = "otlp")]
+    {
+        let (trace_layer, traces) = match &plan.trace {
+            Some(t) => {
+                let (layer, exporting) = otlp::layer(t)?;
+                (Some(layer), Some(exporting))
+            }
+            None => (None, None),
+        };
+        registry
+            .with(trace_layer)
+            .try_init()
+            .map_err(|_| LoggingError::AlreadySet)?;
+        Ok(LogGuard {
+            _file: guard,
+            _traces: traces,
+        })
+    }
+    #[cfg(not(feature = "otlp"))]
+    {
+        if let Some(t) = &plan.trace {
+            return Err(LoggingError::Traces {
+                endpoint: t.endpoint.clone(),
+                message: "this build has no OpenTelemetry export (cargo feature `otlp`)".into(),
+            });
+        }
+        registry.try_init().map_err(|_| LoggingError::AlreadySet)?;
+        Ok(LogGuard { _file: guard })
+    }
 }
+
+/// Added to every log line filter: the exported spans are not log context.
+const LINES_SKIP_SPANS: &str = "nanobot::trace=off";
 
 #[cfg(test)]
 mod tests {
@@ -187,6 +311,7 @@ mod tests {
             stderr: false,
             colour: false,
             dir: None,
+            trace: None,
         };
         let e = init(&plan).unwrap_err();
         assert!(e.to_string().contains("nanobot=["), "{e}");
@@ -196,6 +321,7 @@ mod tests {
             stderr: false,
             colour: false,
             dir: Some(file.path().join("logs")),
+            trace: None,
         };
         let e = init(&plan).unwrap_err();
         assert!(matches!(e, LoggingError::Dir { .. }), "{e}");

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::extra::Extra;
-use crate::Secret;
+use crate::{Secret, SecretMap};
 
 /// `gateway`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -26,9 +26,60 @@ pub struct GatewayConfig {
     /// Written back only when changed.
     #[serde(skip_serializing_if = "BusConfig::is_default")]
     pub bus: BusConfig,
+    /// OpenTelemetry traces of turns, model calls, tool calls and channel sends (nanobot-rs), exported over
+    /// OTLP/HTTP; off by default. Under `gateway` for the same reason as `bus`. Written back only when changed.
+    #[serde(skip_serializing_if = "TracingConfig::is_default")]
+    pub tracing: TracingConfig,
     /// Keys this version does not model (kept on save).
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// `gateway.tracing`: where spans go (`docs/configuration.md`, "Traces"). Used by every command that runs turns
+/// (`agent`, `gateway`, `serve`), not only the gateway.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TracingConfig {
+    /// The collector's OTLP/HTTP address (`http://localhost:4318`; `/v1/traces` is added unless the URL ends with
+    /// it). Empty: off, unless `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+    pub endpoint: String,
+    /// Headers sent with every export, such as a hosted collector's API key (`${VAR}` works).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headers: Option<SecretMap>,
+    /// `service.name` of the spans (`OTEL_SERVICE_NAME` when empty, else `nanobot`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub service_name: String,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl TracingConfig {
+    /// Whether nothing differs from the defaults (then it is not written back).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The traces URL for `endpoint` (`/v1/traces` added unless it ends with it), or `None` when it is empty.
+    pub fn traces_url(endpoint: &str) -> Option<String> {
+        let e = endpoint.trim().trim_end_matches('/');
+        match e {
+            "" => None,
+            _ if e.ends_with("/v1/traces") => Some(e.to_owned()),
+            _ => Some(format!("{e}/v1/traces")),
+        }
+    }
+}
+
+impl Default for TracingConfig {
+    fn default() -> Self {
+        Self {
+            endpoint: String::new(),
+            headers: None,
+            service_name: String::new(),
+            extra: Extra::default(),
+        }
+    }
 }
 
 /// `gateway.bus.kind`.
@@ -181,6 +232,7 @@ impl Default for GatewayConfig {
             heartbeat: HeartbeatConfig::default(),
             limits: ServerLimitsConfig::default(),
             bus: BusConfig::default(),
+            tracing: TracingConfig::default(),
             extra: Extra::default(),
         }
     }

@@ -27,7 +27,7 @@ pub use channels::{
 pub use extra::{ChannelBlocks, Extra};
 pub use gateway::{
     ApiConfig, BusConfig, BusKind, GatewayConfig, HeartbeatConfig, NatsBusConfig, ServerLimitsConfig,
-    StoreKind,
+    StoreKind, TracingConfig,
 };
 pub(crate) use providers::PROVIDER_SPECIFIC_KEYS;
 pub use providers::{ProviderConfig, ProvidersConfig, normalize_name};
