@@ -21,6 +21,7 @@ mod replicas;
 mod service;
 mod store;
 mod support;
+mod traces;
 mod usage;
 mod webui;
 mod whatsapp;

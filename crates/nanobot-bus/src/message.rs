@@ -364,6 +364,19 @@ pub enum OutboundKind {
     },
 }
 
+impl OutboundKind {
+    /// The kind's name as it is serialised (`reply`, `progress`, `tool_hint`, `stream_delta`, `stream_end`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Reply => "reply",
+            Self::Progress => "progress",
+            Self::ToolHint => "tool_hint",
+            Self::StreamDelta { .. } => "stream_delta",
+            Self::StreamEnd { .. } => "stream_end",
+        }
+    }
+}
+
 /// Something the agent says to a chat.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OutboundMessage {
@@ -427,6 +440,29 @@ impl OutboundMessage {
     /// True for progress text and tool hints, which channels may filter out by configuration.
     pub fn is_progress(&self) -> bool {
         matches!(self.kind, OutboundKind::Progress | OutboundKind::ToolHint)
+    }
+}
+
+#[cfg(test)]
+mod kind_name_tests {
+    use super::*;
+
+    #[test]
+    fn a_kind_is_named_as_it_is_serialised() {
+        for kind in [
+            OutboundKind::Reply,
+            OutboundKind::Progress,
+            OutboundKind::ToolHint,
+            OutboundKind::StreamDelta {
+                stream_id: "s".into(),
+            },
+            OutboundKind::StreamEnd {
+                stream_id: "s".into(),
+            },
+        ] {
+            let v = serde_json::to_value(&kind).unwrap();
+            assert_eq!(v["type"], kind.name(), "{kind:?}");
+        }
     }
 }
 

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::{Channel, ChannelError};
 
@@ -431,6 +432,24 @@ async fn deliver_loop(
     health: HealthRegistry,
 ) {
     while let Some((msg, mut receipt)) = rx.recv().await {
+        // The send's span: a child of the span that published the message (the turn, a tool call), which may
+        // have run on another replica.
+        let span = tracing::info_span!(
+            target: nanobot_util::trace::TARGET,
+            "send",
+            otel.name = %format_args!("send {}", channel.name()),
+            otel.kind = "producer",
+            otel.status_code = tracing::field::Empty,
+            messaging.system = channel.name(),
+            messaging.operation.type = "send",
+            messaging.destination.name = %msg.chat_id,
+            nanobot.kind = msg.kind.name(),
+            nanobot.attempts = tracing::field::Empty,
+            nanobot.outcome = tracing::field::Empty,
+        );
+        if let Some(parent) = &msg.trace {
+            nanobot_util::trace::adopt_traceparent(&span, parent);
+        }
         let how = deliver(
             channel.as_ref(),
             &msg,
@@ -438,8 +457,19 @@ async fn deliver_loop(
             &stop,
             (&settings.retry, &health),
         )
+        .instrument(span)
         .await;
         settle(receipt, how).await;
+    }
+}
+
+/// Records how a send ended on its span (`deliver_loop`).
+fn record_send(outcome: &'static str, attempts: u32) {
+    let span = tracing::Span::current();
+    span.record("nanobot.outcome", outcome);
+    span.record("nanobot.attempts", attempts);
+    if outcome != "sent" {
+        span.record("otel.status_code", "ERROR");
     }
 }
 
@@ -465,11 +495,12 @@ async fn deliver(
         }
         _ => msg,
     };
-    let mut attempt = 0;
+    let mut attempt: u32 = 0;
     loop {
         match channel.send_receipted(msg, receipt).await {
             Ok(()) => {
                 health.update(channel.name(), |h| h.sent += 1);
+                record_send("sent", attempt + 1);
                 return Settlement::Done;
             }
             Err(e) if e.is_retryable() && attempt < retry.max_retries => {
@@ -480,6 +511,7 @@ async fn deliver(
                     () = tokio::time::sleep(wait) => {}
                     () = stop.cancelled() => {
                         health.update(channel.name(), |h| h.send_failures += 1);
+                        record_send("stopped", attempt);
                         return Settlement::Retry;
                     }
                 }
@@ -490,6 +522,7 @@ async fn deliver(
                     h.send_failures += 1;
                     h.last_error = Some(nanobot_util::error_chain(&e));
                 });
+                record_send("dropped", attempt + 1);
                 return Settlement::Done;
             }
         }

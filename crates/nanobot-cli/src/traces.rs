@@ -38,11 +38,9 @@ pub(crate) fn trace_plan(env: &CliEnv, config: &ConfigArgs) -> Option<TracePlan>
         .flat_map(|h| h.iter())
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
-    // The shared TLS settings read the system's certificates only when an https collector is first reached.
-    let tls = endpoint
-        .starts_with("https://")
-        .then(nanobot_providers::tls_config)
-        .and_then(Result::ok);
+    // The shared TLS settings (the HTTP client needs them even for plain HTTP); they read the system's
+    // certificates only when an https collector is first reached.
+    let tls = nanobot_providers::tls_config().ok();
     Some(TracePlan {
         endpoint,
         headers,
@@ -95,7 +93,7 @@ mod tests {
         let plan = trace_plan(&base, &ConfigArgs::default()).unwrap();
         assert_eq!(plan.endpoint, "http://127.0.0.1:4318/v1/traces");
         assert_eq!(plan.service_name, "nanobot");
-        assert!(plan.tls.is_none());
+        assert!(plan.tls.is_some());
         let full = env(
             dir.path(),
             &[

@@ -11,6 +11,8 @@ use nanobot_providers::{
 };
 use nanobot_tools::{ERROR_HINT, ToolContext, ToolRegistry};
 use serde::{Deserialize, Serialize};
+use tracing::Instrument;
+use tracing::field::Empty;
 
 use crate::budget::ContextBudget;
 use crate::hook::{AgentHook, CompositeHook, IterationEnd, IterationStart, ToolBatch};
@@ -546,7 +548,61 @@ impl AgentRunner {
         }
     }
 
+    /// One model call in its span (`chat <model>`, OpenTelemetry's GenAI names): model, tokens, finish reason,
+    /// outcome; never the messages.
     async fn call_model(
+        &self,
+        request: ChatRequest,
+        streaming: bool,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<ChatResponse, CallError> {
+        let span = tracing::info_span!(
+            target: nanobot_util::trace::TARGET,
+            "chat",
+            otel.name = %format_args!("chat {}", request.model),
+            otel.kind = "client",
+            otel.status_code = Empty,
+            gen_ai.operation.name = "chat",
+            gen_ai.request.model = %request.model,
+            gen_ai.usage.input_tokens = Empty,
+            gen_ai.usage.output_tokens = Empty,
+            gen_ai.usage.cache_read.input_tokens = Empty,
+            gen_ai.response.finish_reasons = Empty,
+            nanobot.streamed = streaming,
+            nanobot.tool_calls = Empty,
+            error.type = Empty,
+        );
+        let result = self
+            .call_model_untraced(request, streaming, cancel)
+            .instrument(span.clone())
+            .await;
+        match &result {
+            Ok(r) => {
+                if let Some(u) = &r.usage {
+                    span.record("gen_ai.usage.input_tokens", u.prompt_tokens);
+                    span.record("gen_ai.usage.output_tokens", u.completion_tokens);
+                    if let Some(c) = u.cache_read_tokens {
+                        span.record("gen_ai.usage.cache_read.input_tokens", c);
+                    }
+                }
+                span.record("gen_ai.response.finish_reasons", r.finish_reason.as_str());
+                span.record("nanobot.tool_calls", r.tool_calls.len());
+            }
+            Err(e) => {
+                span.record("otel.status_code", "ERROR");
+                span.record(
+                    "error.type",
+                    match e {
+                        CallError::Cancelled => "cancelled",
+                        CallError::Provider(p) => p.kind(),
+                    },
+                );
+            }
+        }
+        result
+    }
+
+    async fn call_model_untraced(
         &self,
         request: ChatRequest,
         streaming: bool,
@@ -630,18 +686,44 @@ impl AgentRunner {
             .collect()
     }
 
+    /// One tool call in its span (`execute_tool <name>`): the tool, the call id and the outcome (`ok`, `error`,
+    /// `refused`, `invalid_arguments`); never the arguments or the result.
     async fn execute_one(&self, call: &ToolCall, veto: Option<String>, ctx: &ToolContext) -> String {
+        let span = tracing::info_span!(
+            target: nanobot_util::trace::TARGET,
+            "execute_tool",
+            otel.name = %format_args!("execute_tool {}", call.name),
+            otel.kind = "internal",
+            otel.status_code = Empty,
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %call.name,
+            gen_ai.tool.call.id = %call.id,
+            nanobot.outcome = Empty,
+        );
+        let outcome = |what: &'static str| {
+            span.record("nanobot.outcome", what);
+            if what != "ok" {
+                span.record("otel.status_code", "ERROR");
+            }
+        };
         if let Some(reason) = veto {
+            outcome("refused");
             return format!("Error: this tool call was refused: {reason}");
         }
         if let Some(err) = &call.arguments_error {
+            outcome("invalid_arguments");
             return format!(
                 "Error: the arguments for tool '{}' are not valid JSON ({err}).{ERROR_HINT}",
                 call.name
             );
         }
         let ctx = ctx.clone().with_call_id(call.id.clone());
-        let out = self.tools.execute(&call.name, call.arguments.clone(), &ctx).await;
+        let out = self
+            .tools
+            .execute(&call.name, call.arguments.clone(), &ctx)
+            .instrument(span.clone())
+            .await;
+        outcome(if out.is_error { "error" } else { "ok" });
         let mut text = out.text;
         for m in out.media {
             text.push_str(&format!("\n[media: {}]", m.display()));

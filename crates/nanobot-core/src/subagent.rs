@@ -5,6 +5,7 @@ use nanobot_util::lock;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use tracing::Instrument;
 
 use nanobot_bus::{Bus, InboundMessage};
 use nanobot_providers::{ChatMessage, Provider};
@@ -135,7 +136,15 @@ impl SubagentManager {
             });
         let this = self.clone();
         let task_id = id.clone();
-        tokio::spawn(async move {
+        // Its model and tool calls are spans under this one, a child of the call that started it.
+        let span = tracing::info_span!(
+            target: nanobot_util::trace::TARGET,
+            "subagent",
+            otel.name = "subagent",
+            nanobot.session = %origin.session_key,
+            nanobot.subagent.id = %id,
+        );
+        let task_run = async move {
             let outcome = this
                 .run_one(&task, &origin.session_key, cancel.clone(), temperature)
                 .await;
@@ -156,7 +165,8 @@ impl SubagentManager {
             if let Err(e) = bus.publish_inbound(msg).await {
                 tracing::warn!(id = %task_id, error = %e, "cannot report a subagent result");
             }
-        });
+        };
+        tokio::spawn(task_run.instrument(span));
         id
     }
 

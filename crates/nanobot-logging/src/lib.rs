@@ -78,7 +78,7 @@ pub struct TracePlan {
     pub service_name: String,
     /// `service.version` of the resource.
     pub service_version: String,
-    /// TLS settings for an `https` endpoint (`None`: a plain-HTTP endpoint only).
+    /// TLS settings of the HTTP client (`None`: rustls' process-wide default provider must be installed).
     pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 

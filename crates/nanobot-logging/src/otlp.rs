@@ -90,6 +90,8 @@ where
         .with_location(false)
         .with_threads(false)
         .with_level(false)
+        .with_target(false)
+        .with_tracked_inactivity(false)
         .with_filter(Targets::new().with_target(TRACE_TARGET, LevelFilter::TRACE));
     Ok((layer, Exporting(provider)))
 }

@@ -169,6 +169,24 @@ fn human(d: Duration) -> String {
 }
 
 impl ProviderError {
+    /// A short name of the kind of failure (`rate_limited`, `timed_out`, …), for metrics and trace attributes:
+    /// never the provider's words, which may echo the request.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Auth { .. } => "auth",
+            Self::RateLimited { .. } => "rate_limited",
+            Self::QuotaExceeded { .. } => "quota_exceeded",
+            Self::ContextLengthExceeded { .. } => "context_length_exceeded",
+            Self::Transient { .. } => "transient",
+            Self::InvalidRequest { .. } => "invalid_request",
+            Self::Decode { .. } => "decode",
+            Self::MissingApiKey { .. } => "missing_api_key",
+            Self::Config(_) => "config",
+            Self::Unreachable { .. } => "unreachable",
+            Self::TimedOut { .. } => "timed_out",
+        }
+    }
+
     /// True when the same request may succeed if tried again (rate limits and transient failures).
     pub fn is_retryable(&self) -> bool {
         match self {

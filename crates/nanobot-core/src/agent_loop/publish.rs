@@ -33,6 +33,7 @@ impl LoopInner {
         if !msg.is_system_report() {
             out.metadata = msg.metadata.clone();
         }
+        out.trace = r.trace.clone();
         if let Err(e) = bus.publish_outbound(out).await {
             tracing::warn!(error = %e, "cannot publish a reply");
         }

@@ -52,6 +52,21 @@ impl Payer {
         }
     }
 
+    /// `channel:chat_id`.
+    pub(super) fn chat(&self) -> &str {
+        &self.chat
+    }
+
+    /// `channel:user_id` of the person, `None` for unattended work.
+    pub(super) fn person(&self) -> Option<&str> {
+        self.person.as_deref()
+    }
+
+    /// The unattended run, `None` for a person's turn.
+    pub(super) fn run(&self) -> Option<&str> {
+        self.run.as_deref()
+    }
+
     /// One call of `model` in `session` charged to this payer.
     fn record(&self, session: &str, model: &str, usage: &Usage) -> UsageRecord {
         UsageRecord {

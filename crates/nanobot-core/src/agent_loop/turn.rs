@@ -14,6 +14,8 @@ use nanobot_sessions::SessionMessage;
 use nanobot_tools::ToolContext;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use tracing::field::Empty;
 
 use super::gate::Asking;
 use super::inner::LoopInner;
@@ -78,11 +80,34 @@ impl LoopInner {
         opts: TurnOptions,
         scope: &ScopeKey,
     ) -> Result<TurnReply, CoreError> {
-        let chat = Chat { channel, chat_id };
+        let payer = Payer::of(msg, channel, chat_id);
+        let span = turn_span(key, &payer);
+        let reply = self
+            .turn_in_span(key, msg, Chat { channel, chat_id }, opts, scope, payer)
+            .instrument(span.clone())
+            .await;
+        record_turn(&span, &reply);
+        let mut reply = reply;
+        if let Ok(r) = &mut reply {
+            r.trace = span.in_scope(nanobot_util::trace::current_traceparent);
+        }
+        reply
+    }
+
+    async fn turn_in_span(
+        self: &Arc<Self>,
+        key: &str,
+        msg: &InboundMessage,
+        chat: Chat<'_>,
+        opts: TurnOptions,
+        scope: &ScopeKey,
+        payer: Payer,
+    ) -> Result<TurnReply, CoreError> {
+        let Chat { channel, chat_id } = chat;
         // Over a budget: refused before anything is read or asked (a cron job's run too: it counts against its
         // chat).
-        let payer = Payer::of(msg, channel, chat_id);
         if let Some(over) = self.spending.over_budget(&payer).await {
+            tracing::Span::current().record("nanobot.outcome", "over_budget");
             return Ok(self.refused(key, msg, &opts, &over).await);
         }
         let mut prepared = match self.prepare(key, msg, &chat, &opts, scope).await? {
@@ -341,6 +366,7 @@ impl LoopInner {
         input: RunInput,
     ) -> RunResult {
         let choice = self.kit.model_choice(metadata);
+        tracing::Span::current().record("gen_ai.request.model", choice.model.as_str());
         let runner = AgentRunner::new(choice.provider.clone(), self.kit.tools.clone())
             .with_hook(Arc::new(CompositeHook::new(input.hooks)))
             .with_checkpoints(input.checkpoints);
@@ -446,6 +472,7 @@ impl LoopInner {
             streamed: false,
             usage: result.usage,
             replayed: false,
+            trace: None,
         };
         if let Some(next) = continue_goal {
             self.enqueue(Job {
@@ -486,6 +513,58 @@ impl LoopInner {
 
 /// As 0.3.5 does: the checkpoint of the archived part of the conversation, after the rest of the system prompt
 /// (framed as data, like MEMORY.md).
+/// The span of a turn (`docs/configuration.md`, "Traces"): the session, chat, person or unattended run, and (as the
+/// turn goes) the model, the tokens and the outcome; never the messages.
+fn turn_span(key: &str, payer: &Payer) -> tracing::Span {
+    tracing::info_span!(
+        target: nanobot_util::trace::TARGET,
+        "turn",
+        otel.name = "turn",
+        otel.kind = "server",
+        otel.status_code = Empty,
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.agent.name = "nanobot",
+        gen_ai.conversation.id = key,
+        gen_ai.request.model = Empty,
+        gen_ai.usage.input_tokens = Empty,
+        gen_ai.usage.output_tokens = Empty,
+        nanobot.session = key,
+        nanobot.chat = payer.chat(),
+        enduser.id = payer.person(),
+        nanobot.run = payer.run(),
+        nanobot.outcome = Empty,
+    )
+}
+
+/// How a turn ended, on its span.
+fn record_turn(span: &tracing::Span, reply: &Result<TurnReply, CoreError>) {
+    match reply {
+        Ok(r) => {
+            span.record("gen_ai.usage.input_tokens", r.usage.prompt_tokens);
+            span.record("gen_ai.usage.output_tokens", r.usage.completion_tokens);
+            let outcome = match (r.replayed, r.stop_reason) {
+                (true, _) => Some("replayed"),
+                (false, Some(StopReason::Completed)) => Some("completed"),
+                (false, Some(StopReason::MaxIterations)) => Some("max_iterations"),
+                (false, Some(StopReason::Cancelled)) => Some("cancelled"),
+                (false, Some(_)) => Some("error"),
+                // A refusal recorded its own outcome.
+                (false, None) => None,
+            };
+            if let Some(o) = outcome {
+                span.record("nanobot.outcome", o);
+            }
+            if outcome == Some("error") {
+                span.record("otel.status_code", "ERROR");
+            }
+        }
+        Err(_) => {
+            span.record("nanobot.outcome", "failed");
+            span.record("otel.status_code", "ERROR");
+        }
+    }
+}
+
 fn with_archived_summary(messages: &mut [ChatMessage], summary: Option<(String, String)>) {
     if let (Some((text, last_active)), Some(ChatMessage::System { content })) =
         (summary, messages.first_mut())

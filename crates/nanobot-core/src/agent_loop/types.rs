@@ -87,6 +87,9 @@ pub struct TurnReply {
     /// `Idempotency-Key`): no turn ran, `content` is the earlier answer as the session holds it (empty when it is
     /// not there any more), and nothing is sent to the chat again.
     pub replayed: bool,
+    /// The W3C `traceparent` of the turn's span when spans are exported (`nanobot_util::trace`): the reply
+    /// published after the turn names it, so that its send is the turn's child.
+    pub trace: Option<String>,
 }
 
 impl TurnReply {
@@ -99,6 +102,7 @@ impl TurnReply {
             streamed: false,
             usage: nanobot_providers::Usage::default(),
             replayed: false,
+            trace: None,
         }
     }
 }
