@@ -13,7 +13,7 @@ use nanobot_testkit::{MockLlm, MockReply};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::support::{nanobot, onboarded, run, set, stderr};
+use crate::support::{nanobot, onboarded, run, set, stderr, stdout};
 
 const GUARD: Duration = Duration::from_secs(60);
 

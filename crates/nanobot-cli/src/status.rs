@@ -409,6 +409,10 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
         f.extend(check_prompt(config, &core_env));
     }
     f.extend(check_spending(config, &d.model));
+    f.push(Finding::ok(crate::traces::doctor_line(
+        env,
+        &config.gateway.tracing,
+    )));
     match ProviderFactory::new(&config.providers, d, env.vars.clone()).resolve(&d.model) {
         Ok(r) => f.push(Finding::ok(format!(
             "model `{}` → provider `{}` ({})",
@@ -1030,7 +1034,6 @@ fn imap_login_finding(settings: &nanobot_email::EmailSettings, result: Result<()
     }
 }
 
-/// The text of `nanobot doctor` and the number of problems.
 /// What spending is limited to, and whether a money limit can hold for the agent's model (it counts priced calls
 /// only).
 fn check_spending(config: &Config, model: &str) -> Vec<Finding> {
@@ -1057,6 +1060,7 @@ fn check_spending(config: &Config, model: &str) -> Vec<Finding> {
     f
 }
 
+/// The text of `nanobot doctor` and the number of problems.
 pub(crate) fn doctor_text(findings: &[Finding]) -> (String, usize) {
     let mut out = String::from("🐈 nanobot doctor\n\n");
     let mut problems = 0;

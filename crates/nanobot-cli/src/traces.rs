@@ -15,15 +15,20 @@ const DEFAULT_SERVICE: &str = "nanobot";
 /// added); none when `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none`. A config that does not load gives
 /// none here: the command itself reports why.
 pub(crate) fn trace_plan(env: &CliEnv, config: &ConfigArgs) -> Option<TracePlan> {
+    let tracing = setup::load(env, config, false)
+        .map(|s| s.loaded.config.gateway.tracing)
+        .unwrap_or_default();
+    plan_for(env, &tracing)
+}
+
+/// [`trace_plan`] for an already loaded `gateway.tracing`.
+pub(crate) fn plan_for(env: &CliEnv, tracing: &TracingConfig) -> Option<TracePlan> {
     let var = |k: &str| env.vars.get(k).map(str::trim).filter(|v| !v.is_empty());
     if var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"))
         || var("OTEL_TRACES_EXPORTER").is_some_and(|v| v.eq_ignore_ascii_case("none"))
     {
         return None;
     }
-    let tracing = setup::load(env, config, false)
-        .map(|s| s.loaded.config.gateway.tracing)
-        .unwrap_or_default();
     let endpoint = TracingConfig::traces_url(&tracing.endpoint)
         .or_else(|| var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").map(str::to_owned))
         .or_else(|| var("OTEL_EXPORTER_OTLP_ENDPOINT").and_then(TracingConfig::traces_url))?;
@@ -48,6 +53,28 @@ pub(crate) fn trace_plan(env: &CliEnv, config: &ConfigArgs) -> Option<TracePlan>
         service_version: env!("CARGO_PKG_VERSION").to_owned(),
         tls,
     })
+}
+
+/// What `doctor` says about traces: where spans go, or how to turn them on.
+pub(crate) fn doctor_line(env: &CliEnv, tracing: &TracingConfig) -> String {
+    match plan_for(env, tracing) {
+        Some(p) => {
+            let headers: Vec<&str> = p.headers.iter().map(|(k, _)| k.as_str()).collect();
+            let with = if headers.is_empty() {
+                String::new()
+            } else {
+                format!(", headers {}", headers.join(", "))
+            };
+            format!(
+                "traces: spans of turns, model calls, tool calls and sends go to {} (OTLP/HTTP, service {}{with}; \
+                 never message text)",
+                p.endpoint, p.service_name
+            )
+        }
+        None => "traces: off (set gateway.tracing.endpoint, or OTEL_EXPORTER_OTLP_ENDPOINT, to an OTLP/HTTP \
+                 collector)"
+            .to_owned(),
+    }
 }
 
 /// Lets a message published during a span carry it across the bus (`nanobot_util::trace`).
@@ -141,5 +168,19 @@ mod tests {
             [("x-api-key".to_owned(), "sk-trace-secret".to_owned())]
         );
         assert!(!format!("{plan:?}").contains("sk-trace-secret"), "{plan:?}");
+        let line = doctor_line(
+            &e,
+            &setup::load(&e, &ConfigArgs::default(), true)
+                .unwrap()
+                .loaded
+                .config
+                .gateway
+                .tracing,
+        );
+        assert!(
+            line.contains("http://collector:4318/v1/traces") && line.contains("x-api-key"),
+            "{line}"
+        );
+        assert!(!line.contains("sk-trace-secret"), "{line}");
     }
 }
