@@ -178,6 +178,32 @@ fn without_a_collector_nothing_is_exported_and_a_bad_endpoint_is_refused_by_name
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
     assert_eq!(one(&collector.spans(), "turn").service_name, "my-assistant");
 
+    // A collector that is not there costs the turn nothing.
+    let nobody = format!("http://127.0.0.1:{}", free_port().unwrap());
+    set(&home, json!({"gateway": {"tracing": {"endpoint": nobody}}}));
+    mock.push(MockReply::text("still answered"));
+    let o = run(home.home(), &["agent", "-m", "hi"]);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert_eq!(stdout(&o), "still answered\n");
+
+    // `doctor` says where spans go (header names, never their values), or how to turn them on.
+    set(&home, json!({"gateway": {"tracing": {"endpoint": ""}}}));
+    let doctor = stdout(&run(home.home(), &["doctor"]));
+    assert!(doctor.contains("traces: off"), "{doctor}");
+    set(
+        &home,
+        json!({"gateway": {"tracing": {"endpoint": "http://collector.internal:4318", "headers": {"x-key": "hdr-secret"}}}}),
+    );
+    let doctor = stdout(&run(home.home(), &["doctor"]));
+    assert!(
+        doctor.contains("http://collector.internal:4318/v1/traces"),
+        "{doctor}"
+    );
+    assert!(
+        doctor.contains("x-key") && !doctor.contains("hdr-secret"),
+        "{doctor}"
+    );
+
     set(
         &home,
         json!({"gateway": {"tracing": {"endpoint": "localhost:4318"}}}),

@@ -37,7 +37,7 @@ pub struct GatewayConfig {
 
 /// `gateway.tracing`: where spans go (`docs/configuration.md`, "Traces"). Used by every command that runs turns
 /// (`agent`, `gateway`, `serve`), not only the gateway.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct TracingConfig {
     /// The collector's OTLP/HTTP address (`http://localhost:4318`; `/v1/traces` is added unless the URL ends with
@@ -67,17 +67,6 @@ impl TracingConfig {
             "" => None,
             _ if e.ends_with("/v1/traces") => Some(e.to_owned()),
             _ => Some(format!("{e}/v1/traces")),
-        }
-    }
-}
-
-impl Default for TracingConfig {
-    fn default() -> Self {
-        Self {
-            endpoint: String::new(),
-            headers: None,
-            service_name: String::new(),
-            extra: Extra::default(),
         }
     }
 }
