@@ -247,6 +247,7 @@ async fn a_channel_send_is_a_child_of_the_turn_that_sent_it() {
     mock.push(MockReply::tool_call("list_dir", json!({"path": "."})));
     mock.push(MockReply::text("Here is the wombat-answer"));
     let child = nanobot(home.home())
+        .env("NANOBOT_LOG", "debug")
         .arg("gateway")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -278,12 +279,13 @@ async fn a_channel_send_is_a_child_of_the_turn_that_sent_it() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{log}");
+    // The exported spans are not log context, even at `debug`.
+    assert!(log.contains("DEBUG"), "{log}");
+    for span in ["turn{", "send{", "chat{", "execute_tool{"] {
+        assert!(!log.contains(span), "`{span}` in the log: {log}");
+    }
 
     let spans = collector.spans();
     let turn = one(&spans, "turn");

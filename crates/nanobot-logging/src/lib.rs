@@ -194,6 +194,8 @@ pub fn init(plan: &LogPlan) -> Result<LogGuard, LoggingError> {
             message: e.to_string(),
         })
     };
+    // A bad filter is an error even when no output would use it.
+    line_filter()?;
     let (file_layer, guard) = match &plan.dir {
         Some(dir) => {
             let dir_error = |message: String| LoggingError::Dir {
