@@ -368,6 +368,8 @@ fn usage_from(u: &Value, input: Option<Usage>) -> Usage {
         total_tokens: prompt + completion,
         cache_read_tokens: n("cache_read_input_tokens").or(base.cache_read_tokens),
         cache_write_tokens: n("cache_creation_input_tokens").or(base.cache_write_tokens),
+        // Anthropic counts thinking within `output_tokens` and does not report it apart.
+        reasoning_tokens: None,
     }
 }
 

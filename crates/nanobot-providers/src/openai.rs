@@ -483,6 +483,7 @@ fn usage(v: &Value) -> Option<Usage> {
         cache_read_tokens: n("/prompt_tokens_details/cached_tokens")
             .or_else(|| n("/prompt_cache_hit_tokens")),
         cache_write_tokens: None,
+        reasoning_tokens: n("/completion_tokens_details/reasoning_tokens"),
     })
 }
 

@@ -330,6 +330,9 @@ fn usage(resp: &Value) -> Option<Usage> {
             .pointer("/usage/input_tokens_details/cached_tokens")
             .and_then(Value::as_u64),
         cache_write_tokens: None,
+        reasoning_tokens: resp
+            .pointer("/usage/output_tokens_details/reasoning_tokens")
+            .and_then(Value::as_u64),
     })
 }
 

@@ -421,6 +421,10 @@ pub struct Usage {
     /// Input tokens written to the prompt cache, when reported (Anthropic).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_write_tokens: Option<u64>,
+    /// Output tokens spent on reasoning (part of `completion_tokens`), when reported (OpenAI's
+    /// `completion_tokens_details.reasoning_tokens`, the Responses API's `output_tokens_details`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
 }
 
 /// Why the model stopped. Providers add reasons, so matches need a `_` arm.
