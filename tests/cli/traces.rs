@@ -47,7 +47,11 @@ fn a_turn_with_a_tool_call_is_one_trace_with_the_right_parents_and_no_text() {
     );
     std::fs::write(home.workspace().join("plum.txt"), "PLUM-NOTE-CONTENT").unwrap();
     mock.push(MockReply::tool_call("read_file", json!({"path": "plum.txt"})).with_usage(120, 30));
-    mock.push(MockReply::text("The note says violet-answer").with_usage(200, 10));
+    mock.push(
+        MockReply::text("The note says violet-answer")
+            .with_usage(200, 10)
+            .with_reasoning_tokens(4),
+    );
     let o = nanobot(home.home())
         .env("COLLECTOR_KEY", "collector-key-123")
         .args(["agent", "-m", "what does my quokka-question note say?"])
@@ -94,6 +98,8 @@ fn a_turn_with_a_tool_call_is_one_trace_with_the_right_parents_and_no_text() {
     assert_eq!(first.attr("gen_ai.response.finish_reasons"), Some("tool_calls"));
     assert_eq!(second.attr("gen_ai.usage.input_tokens"), Some("200"));
     assert_eq!(second.attr("gen_ai.response.finish_reasons"), Some("stop"));
+    assert_eq!(second.attr("gen_ai.usage.reasoning.output_tokens"), Some("4"));
+    assert_eq!(first.attr("gen_ai.usage.reasoning.output_tokens"), None);
     assert_eq!(first.kind, 3, "a model call is a client span");
     assert_eq!(tool.attr("gen_ai.tool.name"), Some("read_file"));
     assert_eq!(tool.attr("nanobot.outcome"), Some("ok"));

@@ -19,7 +19,11 @@ fn turns_are_reported_by_model_and_chat_and_a_budget_refuses_the_next_turn() {
         }}}),
     );
     mock.push(MockReply::text("one").with_usage(400, 100));
-    mock.push(MockReply::text("two").with_usage(400, 100));
+    mock.push(
+        MockReply::text("two")
+            .with_usage(400, 100)
+            .with_reasoning_tokens(60),
+    );
     for (question, answer) in [("first", "one\n"), ("second", "two\n")] {
         let o = run(home.home(), &["agent", "-m", question]);
         assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
@@ -47,8 +51,8 @@ fn turns_are_reported_by_model_and_chat_and_a_budget_refuses_the_next_turn() {
         .find(|l| l.trim_start().starts_with("cli:direct"))
         .unwrap_or_else(|| panic!("{report}"));
     let cols: Vec<&str> = direct.split_whitespace().collect();
-    // calls, in, out, cached, cost: 800 in at $1 and 200 out at $2 per million = $0.0012.
-    assert_eq!(cols[1..6], ["2", "800", "200", "0", "$0.0012"], "{report}");
+    // calls, in, out, cached, reasoning, cost: 800 in at $1 and 200 out at $2 per million = $0.0012.
+    assert_eq!(cols[1..7], ["2", "800", "200", "0", "60", "$0.0012"], "{report}");
     let total = report
         .lines()
         .find(|l| l.trim_start().starts_with("TOTAL"))

@@ -51,12 +51,13 @@ pub(crate) fn usage_text(env: &CliEnv, args: &UsageArgs) -> Result<String, CliEr
             .max(5);
         let _ = writeln!(
             out,
-            "  {:<width$}  {:>7}  {:>12}  {:>12}  {:>12}  COST",
+            "  {:<width$}  {:>7}  {:>12}  {:>12}  {:>12}  {:>12}  COST",
             args.by.name().to_uppercase(),
             "CALLS",
             "TOKENS IN",
             "TOKENS OUT",
-            "CACHED"
+            "CACHED",
+            "REASONING"
         );
         for row in &report.rows {
             let _ = writeln!(out, "  {}", line(&row.key, &row.tally, width));
@@ -76,11 +77,12 @@ pub(crate) fn usage_text(env: &CliEnv, args: &UsageArgs) -> Result<String, CliEr
 
 fn line(key: &str, t: &Tally, width: usize) -> String {
     format!(
-        "{key:<width$}  {:>7}  {:>12}  {:>12}  {:>12}  {}",
+        "{key:<width$}  {:>7}  {:>12}  {:>12}  {:>12}  {:>12}  {}",
         t.calls,
         t.input,
         t.output,
         t.cached,
+        t.reasoning,
         t.cost_text()
     )
 }

@@ -567,6 +567,7 @@ impl AgentRunner {
             gen_ai.usage.input_tokens = Empty,
             gen_ai.usage.output_tokens = Empty,
             gen_ai.usage.cache_read.input_tokens = Empty,
+            gen_ai.usage.reasoning.output_tokens = Empty,
             gen_ai.response.finish_reasons = Empty,
             nanobot.streamed = streaming,
             nanobot.tool_calls = Empty,
@@ -583,6 +584,9 @@ impl AgentRunner {
                     span.record("gen_ai.usage.output_tokens", u.completion_tokens);
                     if let Some(c) = u.cache_read_tokens {
                         span.record("gen_ai.usage.cache_read.input_tokens", c);
+                    }
+                    if let Some(r) = u.reasoning_tokens {
+                        span.record("gen_ai.usage.reasoning.output_tokens", r);
                     }
                 }
                 span.record("gen_ai.response.finish_reasons", r.finish_reason.as_str());
@@ -779,6 +783,9 @@ fn add_usage(total: &mut Usage, u: &Usage) {
     total.total_tokens += u.total_tokens;
     if let Some(c) = u.cache_read_tokens {
         *total.cache_read_tokens.get_or_insert(0) += c;
+    }
+    if let Some(r) = u.reasoning_tokens {
+        *total.reasoning_tokens.get_or_insert(0) += r;
     }
     if let Some(c) = u.cache_write_tokens {
         *total.cache_write_tokens.get_or_insert(0) += c;

@@ -334,7 +334,7 @@ async fn chat_inner(st: &ApiState, headers: &HeaderMap, body: &Bytes) -> Respons
 }
 
 /// A turn's usage as OpenAI reports a completion's: the provider's figures summed over the turn's model calls,
-/// with the input served from the provider's cache when it said so.
+/// with the input served from the provider's cache and the output spent on reasoning when it said so.
 fn usage_json(u: &nanobot_providers::Usage) -> Value {
     let mut usage = json!({
         "prompt_tokens": u.prompt_tokens,
@@ -343,6 +343,9 @@ fn usage_json(u: &nanobot_providers::Usage) -> Value {
     });
     if let Some(cached) = u.cache_read_tokens {
         usage["prompt_tokens_details"] = json!({ "cached_tokens": cached });
+    }
+    if let Some(reasoning) = u.reasoning_tokens {
+        usage["completion_tokens_details"] = json!({ "reasoning_tokens": reasoning });
     }
     usage
 }

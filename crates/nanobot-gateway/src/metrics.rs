@@ -163,7 +163,7 @@ impl Inner {
         let in_flight = Gauge::default();
         let llm_requests = Counter::default();
         let tokens = Family::<KindLabels, Counter>::default();
-        for kind in ["prompt", "completion", "cache_read"] {
+        for kind in ["prompt", "completion", "cache_read", "reasoning"] {
             let _created = tokens.get_or_create(&KindLabels { kind: kind.into() });
         }
         let tool_calls = Family::<ToolLabels, Counter>::default();
@@ -584,6 +584,7 @@ impl AgentHook for MetricsHook {
                 ("prompt", u.prompt_tokens),
                 ("completion", u.completion_tokens),
                 ("cache_read", u.cache_read_tokens.unwrap_or(0)),
+                ("reasoning", u.reasoning_tokens.unwrap_or(0)),
             ] {
                 i.tokens
                     .get_or_create(&KindLabels { kind: kind.into() })

@@ -599,3 +599,29 @@ impl Provider for OpenAiCompatClient {
         collect(stream).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_reads_cached_and_reasoning_tokens_when_reported() {
+        let v = json!({"usage": {
+            "prompt_tokens": 100, "completion_tokens": 40, "total_tokens": 140,
+            "prompt_tokens_details": {"cached_tokens": 60},
+            "completion_tokens_details": {"reasoning_tokens": 25}
+        }});
+        let u = usage(&v).unwrap();
+        assert_eq!(
+            (
+                u.prompt_tokens,
+                u.completion_tokens,
+                u.cache_read_tokens,
+                u.reasoning_tokens
+            ),
+            (100, 40, Some(60), Some(25))
+        );
+        let plain = usage(&json!({"usage": {"prompt_tokens": 3, "completion_tokens": 1}})).unwrap();
+        assert_eq!((plain.total_tokens, plain.reasoning_tokens), (4, None));
+    }
+}

@@ -397,6 +397,25 @@ mod tests {
     use crate::ToolCall;
 
     #[test]
+    fn usage_reads_cached_and_reasoning_tokens() {
+        let resp = json!({"usage": {
+            "input_tokens": 50, "output_tokens": 20, "total_tokens": 70,
+            "input_tokens_details": {"cached_tokens": 10},
+            "output_tokens_details": {"reasoning_tokens": 12}
+        }});
+        let u = usage(&resp).unwrap();
+        assert_eq!(
+            (
+                u.prompt_tokens,
+                u.completion_tokens,
+                u.cache_read_tokens,
+                u.reasoning_tokens
+            ),
+            (50, 20, Some(10), Some(12))
+        );
+    }
+
+    #[test]
     fn messages_become_instructions_and_items() {
         let messages = vec![
             ChatMessage::system("be brief"),

@@ -103,6 +103,7 @@ impl MeteredProvider {
             input: u.prompt_tokens,
             output: u.completion_tokens,
             cached: u.cache_read_tokens.unwrap_or(0),
+            reasoning: u.reasoning_tokens.unwrap_or(0),
             ..UsageRecord::now(run, format!("system:{run}"), model)
         };
         let ledger = ledger.clone();

@@ -111,6 +111,9 @@ fn usage_json(reply: &MockReply, ctx: &RenderCtx<'_>) -> Value {
     if let Some((_, read)) = reply.cache {
         usage["prompt_tokens_details"] = json!({ "cached_tokens": read });
     }
+    if let Some(n) = reply.reasoning_tokens {
+        usage["completion_tokens_details"] = json!({ "reasoning_tokens": n });
+    }
     usage
 }
 

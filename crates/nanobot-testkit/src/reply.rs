@@ -107,6 +107,7 @@ pub struct MockReply {
     pub(crate) tool_calls: Vec<ToolCallSpec>,
     pub(crate) usage: Option<(u64, u64)>,
     pub(crate) cache: Option<(u64, u64)>,
+    pub(crate) reasoning_tokens: Option<u64>,
     pub(crate) finish_reason: Option<String>,
     pub(crate) stall_after: Option<usize>,
     pub(crate) drop_after: Option<usize>,
@@ -129,6 +130,7 @@ impl MockReply {
             tool_calls: Vec::new(),
             usage: None,
             cache: None,
+            reasoning_tokens: None,
             finish_reason: None,
             stall_after: None,
             drop_after: None,
@@ -247,6 +249,14 @@ impl MockReply {
     #[must_use]
     pub fn with_usage(mut self, prompt_tokens: u64, completion_tokens: u64) -> Self {
         self.usage = Some((prompt_tokens, completion_tokens));
+        self
+    }
+
+    /// Output tokens spent on reasoning, reported as OpenAI's `completion_tokens_details.reasoning_tokens`
+    /// (Anthropic does not report them apart).
+    #[must_use]
+    pub fn with_reasoning_tokens(mut self, n: u64) -> Self {
+        self.reasoning_tokens = Some(n);
         self
     }
 

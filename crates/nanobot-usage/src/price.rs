@@ -148,6 +148,7 @@ mod tests {
             input,
             output,
             cached,
+            reasoning: 0,
         }
     }
 

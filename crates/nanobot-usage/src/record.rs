@@ -28,6 +28,9 @@ pub struct UsageRecord {
     /// Input tokens served from the provider's prompt cache.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cached: u64,
+    /// Output tokens spent on reasoning (part of `output`), when the provider reports them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -47,6 +50,7 @@ impl UsageRecord {
             input: 0,
             output: 0,
             cached: 0,
+            reasoning: 0,
         }
     }
 
@@ -67,6 +71,8 @@ pub struct Tally {
     pub output: u64,
     /// Input tokens served from the cache.
     pub cached: u64,
+    /// Output tokens spent on reasoning (part of `output`).
+    pub reasoning: u64,
     /// The cost of the priced calls, in the price table's currency (US dollars by default).
     pub cost: f64,
     /// Tokens of calls whose model has no price: while not zero, [`Tally::cost`] is a lower bound.
@@ -90,6 +96,7 @@ impl Tally {
         self.input = self.input.saturating_add(record.input);
         self.output = self.output.saturating_add(record.output);
         self.cached = self.cached.saturating_add(record.cached);
+        self.reasoning = self.reasoning.saturating_add(record.reasoning);
         match cost {
             Some(c) => self.cost += c,
             None => self.unpriced_tokens = self.unpriced_tokens.saturating_add(record.tokens()),

@@ -23,6 +23,7 @@ fn call(chat: &str, person: Option<&str>, model: &str, input: u64, output: u64) 
         input,
         output,
         cached: 0,
+        reasoning: 0,
     }
 }
 

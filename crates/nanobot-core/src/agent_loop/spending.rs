@@ -79,6 +79,7 @@ impl Payer {
             input: usage.prompt_tokens,
             output: usage.completion_tokens,
             cached: usage.cache_read_tokens.unwrap_or(0),
+            reasoning: usage.reasoning_tokens.unwrap_or(0),
         }
     }
 
@@ -218,8 +219,12 @@ impl Spending {
 }
 
 fn figures(t: &Tally) -> String {
+    let reasoning = match t.reasoning {
+        0 => String::new(),
+        n => format!(", {n} of them reasoning"),
+    };
     format!(
-        "{} calls, {} tokens ({} in, {} out), cost {}",
+        "{} calls, {} tokens ({} in, {} out{reasoning}), cost {}",
         t.calls,
         t.tokens(),
         t.input,

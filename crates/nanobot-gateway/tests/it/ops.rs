@@ -246,7 +246,11 @@ async fn the_api_reports_the_providers_usage_and_metrics_show_tokens_and_cost_by
             .with_usage(1000, 100)
             .with_cache_usage(0, 400),
     );
-    mock.push(MockReply::text("It says hello.").with_usage(2000, 50));
+    mock.push(
+        MockReply::text("It says hello.")
+            .with_usage(2000, 50)
+            .with_reasoning_tokens(30),
+    );
     let patch = json!({"agents": {"defaults": {"timezone": "UTC", "prices": {"mock-model": {"input": 2, "output": 10, "cachedInput": 1}}}}});
     nanobot_testkit::install_ring();
     let gw = Gateway::start(options(&home, &mock, patch)).await.unwrap();
@@ -269,10 +273,18 @@ async fn the_api_reports_the_providers_usage_and_metrics_show_tokens_and_cost_by
         body["usage"]["prompt_tokens_details"]["cached_tokens"], 400,
         "{body}"
     );
+    assert_eq!(
+        body["usage"]["completion_tokens_details"]["reasoning_tokens"], 30,
+        "{body}"
+    );
 
     let text = metrics_text(&c, &gw).await;
     assert!(
         text.contains("nanobot_llm_model_tokens_total{model=\"mock-model\",kind=\"prompt\"} 3000"),
+        "{text}"
+    );
+    assert!(
+        text.contains("nanobot_llm_model_tokens_total{model=\"mock-model\",kind=\"reasoning\"} 30"),
         "{text}"
     );
     // 2,600 fresh input at $2, 400 cached at $1, 150 output at $10 per million.
@@ -293,8 +305,8 @@ async fn the_api_reports_the_providers_usage_and_metrics_show_tokens_and_cost_by
     let ledger = nanobot_usage::UsageLedger::new(&home.nanobot_dir(), "UTC".parse().unwrap());
     let (day, _) = ledger.totals(&nanobot_usage::Scope::Overall).unwrap();
     assert_eq!(
-        (day.calls, day.input, day.output, day.cached),
-        (2, 3000, 150, 400)
+        (day.calls, day.input, day.output, day.cached, day.reasoning),
+        (2, 3000, 150, 400, 30)
     );
 }
 
