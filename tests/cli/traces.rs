@@ -315,3 +315,68 @@ async fn a_channel_send_is_a_child_of_the_turn_that_sent_it() {
     assert_eq!(tool.parent_span_id, turn.span_id);
     assert_no_text(&collector, &["koala-files", "wombat-answer"]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_heartbeats_model_call_outside_a_turn_has_its_span_too() {
+    let collector = OtlpReceiver::start();
+    let mock = MockLlm::start_background();
+    let home = onboarded(&mock);
+    let ops = free_port().unwrap();
+    set(
+        &home,
+        json!({"gateway": {"host": "127.0.0.1", "port": ops, "heartbeat": {"enabled": true, "intervalS": 1},
+                           "tracing": {"endpoint": collector.endpoint()}}}),
+    );
+    std::fs::write(
+        home.workspace().join("HEARTBEAT.md"),
+        "# Heartbeat Tasks\n\n## Active Tasks\n- [ ] Check the pelican-weather in Paris\n",
+    )
+    .unwrap();
+    mock.set_fallback(MockReply::tool_call("heartbeat", json!({"action": "skip"})).with_usage(50, 5));
+    let child = nanobot(home.home())
+        .env("OTEL_BSP_SCHEDULE_DELAY", "200")
+        .arg("gateway")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let decided = |spans: &[ReceivedSpan]| {
+        spans
+            .iter()
+            .any(|s| s.name.starts_with("chat ") && s.attr("nanobot.tool_calls") == Some("1"))
+    };
+    let spans = tokio::task::spawn_blocking({
+        let collector = std::sync::Arc::new(collector);
+        let c = collector.clone();
+        move || (c.wait_for(GUARD, decided), collector)
+    })
+    .await
+    .unwrap();
+    let (spans, collector) = spans;
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let decision = spans
+        .iter()
+        .find(|s| s.name.starts_with("chat ") && s.attr("nanobot.tool_calls") == Some("1"))
+        .unwrap_or_else(|| panic!("the heartbeat's call: {spans:#?}"));
+    assert!(decision.parent_span_id.is_empty(), "{decision:?}");
+    assert_eq!(decision.attr("gen_ai.usage.input_tokens"), Some("50"));
+    assert_eq!(
+        decision.attr("gen_ai.response.finish_reasons"),
+        Some("tool_calls")
+    );
+    assert_no_text(&collector, &["pelican-weather"]);
+}

@@ -176,7 +176,7 @@ impl AgentLoop {
             tool_choice: Some(ToolChoice::Auto),
         };
         let model = request.model.clone();
-        let response = self.provider().chat(request).await?;
+        let response = crate::traced_chat(self.provider().as_ref(), request).await?;
         self.spending()
             .record(HEARTBEAT_SESSION, &payer, &model, response.usage)
             .await;
@@ -272,7 +272,7 @@ impl AgentLoop {
             tool_choice: Some(ToolChoice::Auto),
         };
         let model = request.model.clone();
-        let response = self.provider().chat(request).await;
+        let response = crate::traced_chat(self.provider().as_ref(), request).await;
         if let Ok(r) = &response {
             self.spending()
                 .record(HEARTBEAT_SESSION, payer, &model, r.usage)

@@ -36,6 +36,7 @@
 mod budget;
 mod error;
 mod hook;
+mod model_span;
 mod runner;
 mod text;
 mod tokenizer;
@@ -46,6 +47,7 @@ pub use hook::{
     AgentHook, CompositeHook, IterationEnd, IterationStart, LoggingHook, ToolBatch, UsageHook, UsageTotals,
     Veto,
 };
+pub use model_span::traced_chat;
 pub use runner::{
     AgentRunner, CheckpointPhase, CheckpointSink, RunCheckpoint, RunResult, RunSpec, StopReason,
 };

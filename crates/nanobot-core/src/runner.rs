@@ -556,52 +556,15 @@ impl AgentRunner {
         streaming: bool,
         cancel: &tokio_util::sync::CancellationToken,
     ) -> Result<ChatResponse, CallError> {
-        let span = tracing::info_span!(
-            target: nanobot_util::trace::TARGET,
-            "chat",
-            otel.name = %format_args!("chat {}", request.model),
-            otel.kind = "client",
-            otel.status_code = Empty,
-            gen_ai.operation.name = "chat",
-            gen_ai.request.model = %request.model,
-            gen_ai.usage.input_tokens = Empty,
-            gen_ai.usage.output_tokens = Empty,
-            gen_ai.usage.cache_read.input_tokens = Empty,
-            gen_ai.usage.reasoning.output_tokens = Empty,
-            gen_ai.response.finish_reasons = Empty,
-            nanobot.streamed = streaming,
-            nanobot.tool_calls = Empty,
-            error.type = Empty,
-        );
+        let span = crate::model_span::span(&request.model, streaming);
         let result = self
             .call_model_untraced(request, streaming, cancel)
             .instrument(span.clone())
             .await;
         match &result {
-            Ok(r) => {
-                if let Some(u) = &r.usage {
-                    span.record("gen_ai.usage.input_tokens", u.prompt_tokens);
-                    span.record("gen_ai.usage.output_tokens", u.completion_tokens);
-                    if let Some(c) = u.cache_read_tokens {
-                        span.record("gen_ai.usage.cache_read.input_tokens", c);
-                    }
-                    if let Some(r) = u.reasoning_tokens {
-                        span.record("gen_ai.usage.reasoning.output_tokens", r);
-                    }
-                }
-                span.record("gen_ai.response.finish_reasons", r.finish_reason.as_str());
-                span.record("nanobot.tool_calls", r.tool_calls.len());
-            }
-            Err(e) => {
-                span.record("otel.status_code", "ERROR");
-                span.record(
-                    "error.type",
-                    match e {
-                        CallError::Cancelled => "cancelled",
-                        CallError::Provider(p) => p.kind(),
-                    },
-                );
-            }
+            Ok(r) => crate::model_span::record_answer(&span, r),
+            Err(CallError::Cancelled) => crate::model_span::record_failure(&span, "cancelled"),
+            Err(CallError::Provider(p)) => crate::model_span::record_failure(&span, p.kind()),
         }
         result
     }

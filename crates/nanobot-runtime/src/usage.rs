@@ -145,7 +145,7 @@ impl Provider for MeteredProvider {
     {
         Box::pin(async move {
             let model = request.model.clone();
-            let response = self.inner.chat(request).await?;
+            let response = nanobot_core::traced_chat(self.inner.as_ref(), request).await?;
             if let Some(u) = &response.usage {
                 let _written = Self::record(&self.ledger, self.run, &model, u).await;
             }
