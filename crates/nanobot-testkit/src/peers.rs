@@ -185,6 +185,53 @@ pub async fn wait_for_port(addr: &str, timeout: Duration) -> anyhow::Result<()> 
     }
 }
 
+/// Starts a peer that listens on a port of [`free_port`] and waits until it accepts connections there, its
+/// standard error kept for [`ChildGuard::report`]. `command_for(port)` builds the command for a port (stdout is
+/// the caller's to set; stderr is taken). A connection only counts while the peer still runs: if the peer ends
+/// first (the port taken by another program between the check and its bind, say), it is started again on another
+/// port, three times at most; then, or after `timeout`, the error names the peer and ends with its stderr.
+pub async fn spawn_listening(
+    name: &str,
+    timeout: Duration,
+    mut command_for: impl FnMut(u16) -> std::process::Command,
+) -> anyhow::Result<(ChildGuard, u16)> {
+    const ATTEMPTS: usize = 3;
+    let mut failures = Vec::new();
+    for _ in 0..ATTEMPTS {
+        let port = free_port()?;
+        let log = tempfile::NamedTempFile::new().context("creating the file for a peer's stderr")?;
+        let mut cmd = command_for(port);
+        cmd.stderr(log.reopen().context("opening the file for a peer's stderr")?);
+        let mut guard = ChildGuard::spawn(name, &mut cmd)?;
+        guard.stderr = Some(log);
+        let addr = format!("127.0.0.1:{port}");
+        let deadline = Instant::now() + timeout;
+        loop {
+            if guard.has_exited() {
+                failures.push(format!("on port {port}: {}", guard.report()));
+                break;
+            }
+            let connected = tokio::net::TcpStream::connect(&addr).await.is_ok();
+            if connected && !guard.has_exited() {
+                return Ok((guard, port));
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{name} did not listen on {addr} within {timeout:?}: {}",
+                    guard.report()
+                );
+            }
+            if !connected {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    bail!(
+        "{name} did not start ({ATTEMPTS} attempts): {}",
+        failures.join("; ")
+    )
+}
+
 /// Polls `GET url` until it answers with a status below 500 (a 503 means "still loading"), and returns that
 /// status; fails after `timeout` (wall clock).
 pub async fn wait_for_http(url: &str, timeout: Duration) -> anyhow::Result<u16> {
@@ -219,6 +266,10 @@ pub struct ChildGuard {
     name: String,
     child: Child,
     group: bool,
+    /// How it ended, once seen (the process is reaped then, and its id may be reused).
+    exit: Option<std::process::ExitStatus>,
+    /// Where its standard error goes, when [`spawn_listening`] started it.
+    stderr: Option<tempfile::NamedTempFile>,
 }
 
 impl std::fmt::Debug for ChildGuard {
@@ -244,6 +295,8 @@ impl ChildGuard {
             name,
             child: Child::Std(child),
             group: true,
+            exit: None,
+            stderr: None,
         })
     }
 
@@ -258,6 +311,8 @@ impl ChildGuard {
             name,
             child: Child::Tokio(child),
             group: true,
+            exit: None,
+            stderr: None,
         })
     }
 
@@ -268,6 +323,8 @@ impl ChildGuard {
             name: name.into(),
             child: Child::Std(child),
             group: own_group,
+            exit: None,
+            stderr: None,
         }
     }
 
@@ -277,6 +334,8 @@ impl ChildGuard {
             name: name.into(),
             child: Child::Tokio(child),
             group: own_group,
+            exit: None,
+            stderr: None,
         }
     }
 
@@ -311,14 +370,59 @@ impl ChildGuard {
 
     /// Whether the process has exited (reaps it if so).
     pub fn has_exited(&mut self) -> bool {
-        match &mut self.child {
-            Child::Std(c) => !matches!(c.try_wait(), Ok(None)),
-            Child::Tokio(c) => !matches!(c.try_wait(), Ok(None)),
+        self.exit_status().is_some()
+    }
+
+    /// How the process ended, or `None` while it runs (reaps it once ended). What it left in its group is
+    /// killed at once: once reaped, its id is free for the kernel to give to another process (`pid_max` is 32768
+    /// on the CI machines, and a test suite goes round it), so the group is not signalled later by that number.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        if self.exit.is_none() {
+            let status = match &mut self.child {
+                Child::Std(c) => c.try_wait(),
+                Child::Tokio(c) => c.try_wait(),
+            };
+            match status {
+                Ok(Some(status)) => {
+                    self.kill_group();
+                    self.group = false;
+                    self.exit = Some(status);
+                }
+                Ok(None) => {}
+                // The child cannot be waited for (already reaped elsewhere): it is not running.
+                Err(_) => {
+                    self.group = false;
+                    self.exit = Some(std::os::unix::process::ExitStatusExt::from_raw(0));
+                }
+            }
+        }
+        self.exit
+    }
+
+    /// One line on the peer's state for a failing test: running, or how it ended, and the end of its standard
+    /// error when [`spawn_listening`] captured it.
+    pub fn report(&mut self) -> String {
+        let state = match self.exit_status() {
+            None => format!("{} (pid {}) is running", self.name, self.id().unwrap_or(0)),
+            Some(status) => format!("{} has exited ({status})", self.name),
+        };
+        match self.stderr_tail() {
+            Some(tail) if !tail.trim().is_empty() => {
+                format!("{state}; its stderr ends with: {}", tail.trim())
+            }
+            Some(_) => format!("{state}; its stderr is empty"),
+            None => state,
         }
     }
 
-    /// Kills the process group (if any) and the process now; also done on drop.
-    pub fn kill(&mut self) {
+    /// The last 2 KiB of what the peer wrote to its standard error, when [`spawn_listening`] captured it.
+    pub fn stderr_tail(&self) -> Option<String> {
+        let bytes = std::fs::read(self.stderr.as_ref()?.path()).ok()?;
+        let start = bytes.len().saturating_sub(2048);
+        Some(String::from_utf8_lossy(&bytes[start..]).into_owned())
+    }
+
+    fn kill_group(&self) {
         if self.group
             && let Some(pid) = self
                 .id()
@@ -327,17 +431,31 @@ impl ChildGuard {
         {
             let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
         }
+    }
+
+    /// Kills the process group (if any) and the process now; also done on drop.
+    pub fn kill(&mut self) {
+        if self.exit.is_some() {
+            return;
+        }
+        self.kill_group();
         match &mut self.child {
             Child::Std(c) => {
                 let _ = c.kill();
-                let _ = c.wait();
+                if let Ok(status) = c.wait() {
+                    self.exit = Some(status);
+                }
             }
             Child::Tokio(c) => {
                 let _ = c.start_kill();
                 // tokio reaps the zombie in the background if it has not exited yet.
-                let _ = c.try_wait();
+                if let Ok(Some(status)) = c.try_wait() {
+                    self.exit = Some(status);
+                }
             }
         }
+        // Signalled once: its number may belong to another process group by the next call.
+        self.group = false;
     }
 }
 

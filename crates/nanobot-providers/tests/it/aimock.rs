@@ -24,9 +24,16 @@ const FIXTURES: &str = r#"{"fixtures":[
  {"match":{"userMessage":"hello"},"response":{"content":"Hi there! I am a scripted mock."}}]}"#;
 
 struct Aimock {
-    _child: peers::ChildGuard,
+    child: peers::ChildGuard,
     _dir: tempfile::TempDir,
     base: String,
+}
+
+impl Aimock {
+    /// What went wrong, with aimock's state (running, or how it ended and its last words).
+    fn failed(&mut self, what: &str, err: impl std::fmt::Debug) -> ! {
+        panic!("{what}: {err:?}; {}", self.child.report())
+    }
 }
 
 async fn start() -> Option<Aimock> {
@@ -35,23 +42,19 @@ async fn start() -> Option<Aimock> {
     let dir = tempfile::tempdir().unwrap();
     let fixtures = dir.path().join("nanobot.json");
     std::fs::write(&fixtures, FIXTURES).unwrap();
-    let port = peers::free_port().unwrap();
-    let child = peers::ChildGuard::spawn(
-        "aimock",
-        Command::new(node)
-            .arg(pkg.join("dist/cli.js"))
+    let (child, port) = peers::spawn_listening("aimock", Duration::from_secs(20), |port| {
+        let mut cmd = Command::new(&node);
+        cmd.arg(pkg.join("dist/cli.js"))
             .args(["--port", &port.to_string(), "--host", "127.0.0.1", "--fixtures"])
             .arg(&fixtures)
             .args(["--log-level", "warn"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    )
+            .stdout(Stdio::null());
+        cmd
+    })
+    .await
     .unwrap();
-    peers::wait_for_port(&format!("127.0.0.1:{port}"), Duration::from_secs(20))
-        .await
-        .unwrap();
     Some(Aimock {
-        _child: child,
+        child,
         _dir: dir,
         base: format!("http://127.0.0.1:{port}/v1"),
     })
@@ -139,15 +142,11 @@ async fn aimock_tool_call_turn_streamed_answer_and_429() {
 }
 
 /// The journal's entries (what aimock received).
-async fn journal(http: &reqwest::Client, control: &str) -> Vec<serde_json::Value> {
-    let v: serde_json::Value = http
-        .get(format!("{control}/journal"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+async fn journal(mock: &mut Aimock, http: &reqwest::Client, control: &str) -> Vec<serde_json::Value> {
+    let v: serde_json::Value = match http.get(format!("{control}/journal")).send().await {
+        Ok(resp) => resp.json().await.unwrap(),
+        Err(err) => mock.failed("reading aimock's journal", err),
+    };
     v.as_array()
         .or_else(|| v["entries"].as_array())
         .cloned()
@@ -156,35 +155,38 @@ async fn journal(http: &reqwest::Client, control: &str) -> Vec<serde_json::Value
 
 #[tokio::test]
 async fn aimock_as_llama_cpp_refused_stream_text_calls_then_one_request_per_call() {
-    let Some(mock) = start().await else { return };
+    let Some(mut mock) = start().await else { return };
     // This test's own client to aimock's control API needs the TLS provider too, whichever test runs first.
     nanobot_providers::install_ring();
     let http = reqwest::Client::new();
     let control = mock.base.replace("/v1", "/__aimock");
     // llama.cpp's refusal of `stream: true` with tools, injected for the next request.
-    http.post(format!("{control}/error"))
+    let injected = http
+        .post(format!("{control}/error"))
         .json(&json!({"status": 500, "body": {"message": "Cannot use tools with stream", "type": "server_error"}}))
         .send()
-        .await
-        .unwrap()
-        .error_for_status()
-        .unwrap();
+        .await;
+    if let Err(err) = injected.and_then(reqwest::Response::error_for_status) {
+        mock.failed("injecting the refusal", err);
+    }
     let c = client(&mock.base);
     let req = |text: &str| {
         ChatRequest::new("local", vec![ChatMessage::user(text)]).with_tools(vec![weather_tool()])
     };
-    let first = nanobot_providers::collect(c.stream(req("llama weather")))
-        .await
-        .unwrap();
+    let first = match nanobot_providers::collect(c.stream(req("llama weather"))).await {
+        Ok(first) => first,
+        Err(err) => mock.failed("the first call", err),
+    };
     assert_eq!(first.tool_calls.len(), 1, "{first:?}");
     assert_eq!(first.tool_calls[0].name, "get_weather");
     assert_eq!(first.tool_calls[0].arguments, json!({"city": "Paris"}));
-    let before = journal(&http, &control).await.len();
-    let second = nanobot_providers::collect(c.stream(req("llama again")))
-        .await
-        .unwrap();
+    let before = journal(&mut mock, &http, &control).await.len();
+    let second = match nanobot_providers::collect(c.stream(req("llama again"))).await {
+        Ok(second) => second,
+        Err(err) => mock.failed("the second call", err),
+    };
     assert_eq!(second.content.as_deref(), Some("Still sunny."));
-    let entries = journal(&http, &control).await;
+    let entries = journal(&mut mock, &http, &control).await;
     assert_eq!(entries.len(), before + 1, "one request for the second call");
     let last = entries.last().unwrap();
     assert_ne!(last["body"]["stream"], json!(true), "{last}");

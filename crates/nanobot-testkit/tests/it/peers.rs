@@ -122,3 +122,95 @@ async fn tokio_child_guard_and_readiness() {
         .unwrap_err();
     assert!(err.to_string().contains("did not accept connections"));
 }
+
+#[test]
+fn a_leader_seen_ended_has_its_group_killed_then_and_is_not_signalled_again() {
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", "sleep 600 & echo $!"]).stdout(Stdio::piped());
+    let mut guard = ChildGuard::spawn("leaves-a-child", &mut cmd).unwrap();
+    let stdout = guard.std_child_mut().unwrap().stdout.take().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(stdout).read_line(&mut line).unwrap();
+    let grandchild: u32 = line.trim().parse().unwrap();
+    // The leader ends on its own; its group lives on in the grandchild until the guard sees the end.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !guard.has_exited() && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    assert!(guard.has_exited());
+    assert!(
+        guard.report().contains("leaves-a-child has exited"),
+        "{}",
+        guard.report()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !is_dead(grandchild) && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    assert!(
+        is_dead(grandchild),
+        "grandchild {grandchild} outlived its leader's end"
+    );
+    // Killing (and dropping) afterwards signals nothing: the number may be another process's by now.
+    guard.kill();
+    assert!(guard.has_exited());
+}
+
+/// A command that listens on `port` until killed.
+fn listener(port: u16) -> Command {
+    let mut cmd = Command::new("python3");
+    cmd.args([
+        "-c",
+        "import socket, sys, time\ns = socket.socket()\ns.bind(('127.0.0.1', int(sys.argv[1])))\ns.listen()\ntime.sleep(600)",
+        &port.to_string(),
+    ]);
+    cmd
+}
+
+/// A command that ends at once, saying why on stderr.
+fn ends_at_once() -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", "echo 'address already in use' >&2; exit 3"]);
+    cmd
+}
+
+#[tokio::test]
+async fn a_peer_that_ends_before_listening_is_started_again_on_another_port() {
+    let mut ports = Vec::new();
+    let (mut guard, port) = peers::spawn_listening("flaky", Duration::from_secs(20), |port| {
+        ports.push(port);
+        if ports.len() == 1 {
+            ends_at_once()
+        } else {
+            listener(port)
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(ports.len(), 2, "{ports:?}");
+    assert_eq!(port, ports[1]);
+    assert_ne!(ports[0], ports[1]);
+    let report = guard.report();
+    assert!(
+        report.contains("flaky (pid") && report.contains("is running"),
+        "{report}"
+    );
+    assert!(report.contains("its stderr is empty"), "{report}");
+    tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_peer_that_never_listens_is_named_with_its_last_words() {
+    let mut calls = 0;
+    let err = peers::spawn_listening("broken", Duration::from_secs(20), |_| {
+        calls += 1;
+        ends_at_once()
+    })
+    .await
+    .unwrap_err()
+    .to_string();
+    assert_eq!(calls, 3);
+    assert!(err.starts_with("broken did not start (3 attempts)"), "{err}");
+    assert!(err.contains("address already in use"), "{err}");
+    assert!(err.contains("exit status: 3"), "{err}");
+}
