@@ -704,7 +704,9 @@ impl GroupKill {
         Self(None)
     }
 
-    fn kill(&mut self) {
+    /// Kills the group now, once: the number is forgotten, so nothing signals it again after the kernel may have
+    /// given it to another process. Call it right after reaping the leader, not later.
+    pub(crate) fn kill(&mut self) {
         #[cfg(unix)]
         if let Some(pid) = self.0.take() {
             let _ =

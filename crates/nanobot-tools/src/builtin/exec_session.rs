@@ -132,7 +132,8 @@ struct Session {
     /// The exit code once the process is done (`Some(None)`: killed by a signal).
     exit: watch::Receiver<Option<Option<i32>>>,
     readers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
-    group: Mutex<GroupKill>,
+    /// Emptied by the exit watcher as soon as the leader is reaped (its group killed then).
+    group: Arc<Mutex<GroupKill>>,
     /// Keeps the spawning thread (bubblewrap's parent) alive while the session runs.
     keep_parent: Mutex<Option<std::sync::mpsc::Sender<()>>>,
     _cgroup: Option<crate::confine::PidsCgroup>,
@@ -388,10 +389,15 @@ impl ExecSessions {
         }
         let stdin = child.stdin.take();
         let (exit_tx, exit_rx) = watch::channel(None);
+        let group = Arc::new(Mutex::new(group));
         {
             let activity = activity.clone();
+            let group = Arc::clone(&group);
             tokio::spawn(async move {
                 let code = child.wait().await.ok().and_then(|s| s.code());
+                // The shell is done: end what it left in its group now, as a one-shot `exec` does. Later (at
+                // terminate, `/stop` or eviction) the reaped leader's number may be another process's.
+                std::mem::replace(&mut *lock(&group), GroupKill::none()).kill();
                 let _ = exit_tx.send(Some(code));
                 activity.notify_waiters();
             });
@@ -411,7 +417,7 @@ impl ExecSessions {
             activity,
             exit: exit_rx,
             readers: Mutex::new(readers),
-            group: Mutex::new(group),
+            group,
             keep_parent: Mutex::new(Some(keep_parent)),
             _cgroup,
             timed_out: AtomicBool::new(false),

@@ -204,6 +204,44 @@ async fn terminate_stop_and_shutdown_leave_no_process_behind() {
 }
 
 #[tokio::test]
+async fn what_a_session_left_in_its_group_ends_when_its_shell_does() {
+    // Inside bubblewrap the pid is the namespace's (and the namespace ends with the shell): host side only.
+    for sandbox in sandboxes().into_iter().filter(|s| *s != ExecSandbox::Bwrap) {
+        let ws = tempfile::tempdir().unwrap();
+        let reg = registry(ws.path(), sandbox);
+        let c = ctx(ws.path(), "telegram:1");
+        let out = reg
+            .execute(
+                "exec",
+                json!({"command": "sleep 300 > /dev/null 2>&1 & echo $! > bg.tmp; mv bg.tmp bg.pid",
+                       "yield_time_ms": 0, "timeout": 600}),
+                &c,
+            )
+            .await;
+        let id = session_id(&out.text);
+        // Nobody polls the session: its shell ends on its own, and what it left must end then, not when the
+        // session is closed (by then the reaped shell's number may be another process's).
+        let pid_file = ws.path().join("bg.pid");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let pid: i32 = loop {
+            if let Ok(text) = std::fs::read_to_string(&pid_file) {
+                break text.trim().parse().unwrap();
+            }
+            assert!(std::time::Instant::now() < deadline, "{sandbox:?}: no pid file");
+            tokio::task::yield_now().await;
+        };
+        while !crate::process_ended(pid) && std::time::Instant::now() < deadline {
+            tokio::task::yield_now().await;
+        }
+        assert!(crate::process_ended(pid), "{sandbox:?}: {pid} outlived its shell");
+        let done = reg
+            .execute("exec_session", json!({"session_id": id, "until_exit": true}), &c)
+            .await;
+        assert!(done.text.contains("Exit code: 0"), "{sandbox:?}: {}", done.text);
+    }
+}
+
+#[tokio::test]
 async fn sessions_are_bounded_in_number_time_and_output() {
     let ws = tempfile::tempdir().unwrap();
     let reg = registry(ws.path(), ExecSandbox::None);
