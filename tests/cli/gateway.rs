@@ -6,7 +6,7 @@ use std::time::Duration;
 use nanobot_testkit::MockLlm;
 use nanobot_testkit::peers::{free_port, wait_for_http};
 
-use crate::support::{nanobot, onboarded, run, stderr};
+use crate::support::{nanobot, onboarded, run, stderr, terminate};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn gateway_serves_health_and_stops_on_sigterm() {
@@ -20,7 +20,7 @@ async fn gateway_serves_health_and_stops_on_sigterm() {
     config["api"]["host"] = "127.0.0.1".into();
     config["api"]["port"] = api.into();
     home.write_config(&config);
-    let mut child = nanobot(home.home())
+    let child = nanobot(home.home())
         .args(["gateway", "--api"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -32,18 +32,7 @@ async fn gateway_serves_health_and_stops_on_sigterm() {
         Duration::from_secs(60),
     )
     .await;
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let out = tokio::task::spawn_blocking(move || {
-        let _ = child.stdin.take();
-        child.wait_with_output()
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    let out = terminate(child).await;
     assert_eq!(ready.unwrap(), 200);
     assert_eq!(models.unwrap(), 200);
     assert_eq!(

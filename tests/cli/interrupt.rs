@@ -7,7 +7,7 @@ use std::time::Duration;
 use nanobot_core::TURN_INTERRUPTED_NOTE;
 use nanobot_testkit::{MockLlm, MockReply};
 
-use crate::support::{nanobot, onboarded, run, stderr, stdout};
+use crate::support::{nanobot, onboarded, run, stderr, stdout, terminate};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn agent_m_killed_by_sigterm_mid_turn_keeps_the_question() {
@@ -24,16 +24,8 @@ async fn agent_m_killed_by_sigterm_mid_turn_keeps_the_question() {
         .spawn()
         .unwrap();
     let asked = tokio::time::timeout(Duration::from_secs(120), mock.wait_for_requests(1)).await;
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let out = terminate(child).await;
     asked.expect("the model was never asked");
-    assert!(kill.success());
     assert!(!String::from_utf8_lossy(&out.stdout).contains("never finished"));
 
     mock.push(MockReply::text("About 4,806 m."));

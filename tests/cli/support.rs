@@ -22,6 +22,36 @@ pub(crate) fn nanobot(home: &Path) -> Command {
     cmd
 }
 
+/// Stops a running `nanobot` as a service manager or a harness's timeout does (SIGTERM, stdin closed) and
+/// returns its output. Bounded: a program still running a minute later is killed and the test fails with what it
+/// wrote to stderr.
+pub(crate) async fn terminate(mut child: std::process::Child) -> Output {
+    const GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+    let pid = child.id().to_string();
+    let term = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("run kill");
+    assert!(term.success(), "kill -TERM {pid} failed");
+    let mut waiting = tokio::task::spawn_blocking(move || {
+        drop(child.stdin.take());
+        child.wait_with_output()
+    });
+    match tokio::time::timeout(GRACE, &mut waiting).await {
+        Ok(out) => out.expect("join the wait").expect("wait for nanobot"),
+        Err(_) => {
+            // Not reaped yet (the wait is pending), so the number is still this child's.
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+            let out = tokio::time::timeout(GRACE, waiting).await;
+            let stderr = match out {
+                Ok(Ok(Ok(out))) => String::from_utf8_lossy(&out.stderr).into_owned(),
+                _ => String::from("(not collected)"),
+            };
+            panic!("nanobot (pid {pid}) still ran {GRACE:?} after SIGTERM; its stderr: {stderr}")
+        }
+    }
+}
+
 /// Runs `nanobot args…` in `home`.
 pub(crate) fn run(home: &Path, args: &[&str]) -> Output {
     nanobot(home).args(args).output().expect("run nanobot")

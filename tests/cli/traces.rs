@@ -13,7 +13,7 @@ use nanobot_testkit::{MockLlm, MockReply};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::support::{nanobot, onboarded, run, set, stderr, stdout};
+use crate::support::{nanobot, onboarded, run, set, stderr, stdout, terminate};
 
 const GUARD: Duration = Duration::from_secs(60);
 
@@ -276,15 +276,7 @@ async fn a_channel_send_is_a_child_of_the_turn_that_sent_it() {
         }
     }
     // A graceful stop exports what is still queued.
-    let term = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(term.success());
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let out = terminate(child).await;
     let log = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{log}");
     // The exported spans are not log context, even at `debug`.
@@ -353,15 +345,7 @@ async fn the_heartbeats_model_call_outside_a_turn_has_its_span_too() {
     .await
     .unwrap();
     let (spans, collector) = spans;
-    let term = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(term.success());
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let out = terminate(child).await;
     assert_eq!(
         out.status.code(),
         Some(0),
