@@ -8,7 +8,7 @@ use std::time::Duration;
 use nanobot_testkit::MockLlm;
 use nanobot_testkit::peers::{free_port, wait_for_http};
 
-use crate::support::{nanobot, onboarded, run, stderr, stdout};
+use crate::support::{nanobot, onboarded, run, stderr, stdout, terminate};
 
 /// A `$BROWSER` that writes the URL it was given into a FIFO the test reads (so the test waits on the browser
 /// being started, not on time).
@@ -51,7 +51,7 @@ async fn webui_starts_the_channel_and_opens_the_browser() {
     let tmp = tempfile::tempdir().unwrap();
     let (browser, fifo) = fake_browser(tmp.path());
 
-    let mut child = nanobot(home.home())
+    let child = nanobot(home.home())
         .args([
             "webui",
             "-p",
@@ -87,16 +87,7 @@ async fn webui_starts_the_channel_and_opens_the_browser() {
         .unwrap()
         .unwrap();
 
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let _ = child.stdin.take();
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let out = terminate(child).await;
     assert_eq!(page.unwrap(), 200);
     assert_eq!(health.unwrap(), 200);
     assert_eq!(opened_again.trim(), opened.trim());
