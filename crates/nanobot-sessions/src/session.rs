@@ -1,5 +1,6 @@
 //! [`Session`]: one conversation, and the history it replays to the model.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use chrono::NaiveDateTime;
@@ -120,12 +121,17 @@ impl Session {
     ///
     /// Messages are returned as stored (all fields); the caller picks what its wire format needs.
     pub fn history(&self, max_messages: usize) -> Vec<SessionMessage> {
-        history(self.unconsolidated(), max_messages)
+        self.history_view(max_messages)
+            .into_iter()
+            .map(Cow::into_owned)
+            .collect()
     }
-}
 
-pub(crate) fn history(tail: &[SessionMessage], max_messages: usize) -> Vec<SessionMessage> {
-    history_from(tail, max_messages, true).unwrap_or_default()
+    /// [`Session::history`] without copying: the stored messages borrowed, only the results added for
+    /// interrupted calls (rule 4) owned.
+    pub fn history_view(&self, max_messages: usize) -> Vec<Cow<'_, SessionMessage>> {
+        history_from(self.unconsolidated(), max_messages, true).unwrap_or_default()
+    }
 }
 
 /// [`Session::history`] over `tail`. When `complete` is false, `tail` is only the newest part of the
@@ -134,7 +140,7 @@ pub(crate) fn history_from(
     tail: &[SessionMessage],
     max_messages: usize,
     complete: bool,
-) -> Option<Vec<SessionMessage>> {
+) -> Option<Vec<Cow<'_, SessionMessage>>> {
     if max_messages == 0 {
         return Some(Vec::new());
     }
@@ -172,7 +178,7 @@ pub(crate) fn history_from(
     Some(pair_tool_results(&window))
 }
 
-fn pair_tool_results(window: &[&SessionMessage]) -> Vec<SessionMessage> {
+fn pair_tool_results<'a>(window: &[&'a SessionMessage]) -> Vec<Cow<'a, SessionMessage>> {
     let mut out = Vec::with_capacity(window.len());
     let mut i = 0;
     while i < window.len() {
@@ -183,14 +189,14 @@ fn pair_tool_results(window: &[&SessionMessage]) -> Vec<SessionMessage> {
                 tracing::debug!(tool_call_id = ?m.tool_call_id(), "history: dropped orphan tool result");
             }
             Some("assistant") if !m.tool_call_ids().is_empty() => {
-                out.push(m.clone());
+                out.push(Cow::Borrowed(m));
                 let ids = m.tool_call_ids();
                 let mut answered: HashSet<&str> = HashSet::new();
                 while i < window.len() && window[i].role() == Some("tool") {
                     let r = window[i];
                     i += 1;
                     match r.tool_call_id() {
-                        Some(id) if ids.contains(&id) && answered.insert(id) => out.push(r.clone()),
+                        Some(id) if ids.contains(&id) && answered.insert(id) => out.push(Cow::Borrowed(r)),
                         other => {
                             tracing::debug!(tool_call_id = ?other, "history: dropped orphan tool result")
                         }
@@ -204,10 +210,10 @@ fn pair_tool_results(window: &[&SessionMessage]) -> Vec<SessionMessage> {
                         map.insert("name".into(), name.into());
                     }
                     map.insert("content".into(), INTERRUPTED_TOOL_RESULT.into());
-                    out.push(SessionMessage::from_map(map));
+                    out.push(Cow::Owned(SessionMessage::from_map(map)));
                 }
             }
-            _ => out.push(m.clone()),
+            _ => out.push(Cow::Borrowed(m)),
         }
     }
     out

@@ -1,5 +1,6 @@
 //! [`SessionStore`]: where session files live, and every read and write of them.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs;
 use std::io::Write;
@@ -265,6 +266,11 @@ impl Slot {
     }
 }
 
+/// The messages of a history view, owned.
+fn owned(history: &[Cow<'_, SessionMessage>]) -> Vec<SessionMessage> {
+    history.iter().map(|m| m.clone().into_owned()).collect()
+}
+
 /// File name of the workspace id, inside `<workspace>/.nanobot/`.
 pub const WORKSPACE_ID_FILE: &str = "workspace-id";
 
@@ -371,8 +377,20 @@ impl SessionStore {
     /// read from the end of the file (see the crate docs); only a file the Python nanobot wrote is read whole,
     /// once.
     pub async fn history(&self, key: &str, max_messages: usize) -> Result<Vec<SessionMessage>> {
+        self.with_history(key, max_messages, |history, _| owned(history))
+            .await
+    }
+
+    /// Runs `f` on what [`SessionStore::history_and_metadata`] reads, without copying it: the messages as
+    /// [`Session::history_view`] gives them (borrowed from the cached session or from what was read) and the
+    /// metadata. What a turn builds its request from.
+    pub async fn with_history<R, F>(&self, key: &str, max_messages: usize, f: F) -> Result<R>
+    where
+        F: FnOnce(&[Cow<'_, SessionMessage>], &Map<String, Value>) -> R + Send + 'static,
+        R: Send + 'static,
+    {
         self.run(key, move |inner, key, slot| {
-            inner.history(key, slot, max_messages)
+            inner.with_history(key, slot, max_messages, f)
         })
         .await
     }
@@ -418,10 +436,8 @@ impl SessionStore {
         key: &str,
         max_messages: usize,
     ) -> Result<(Vec<SessionMessage>, Map<String, Value>)> {
-        self.run(key, move |inner, key, slot| {
-            let history = inner.history(key, slot, max_messages)?;
-            let metadata = slot.header().map(|s| s.metadata.clone()).unwrap_or_default();
-            Ok((history, metadata))
+        self.with_history(key, max_messages, |history, metadata| {
+            (owned(history), metadata.clone())
         })
         .await
     }
@@ -1162,18 +1178,38 @@ impl Inner {
         }
     }
 
-    fn history(&self, key: &str, slot: &mut Slot, max: usize) -> Result<Vec<SessionMessage>> {
+    /// `f` on the history (see [`Session::history`]) and the metadata, read from the cache or from the end of the
+    /// file.
+    fn with_history<R>(
+        &self,
+        key: &str,
+        slot: &mut Slot,
+        max: usize,
+        f: impl FnOnce(&[Cow<'_, SessionMessage>], &Map<String, Value>) -> R,
+    ) -> Result<R> {
         if let Some(s) = &slot.cached {
-            return Ok(s.history(max));
+            return Ok(f(&s.history_view(max), &s.metadata));
+        }
+        // The unconsolidated part kept for the consolidator (a long-running process) holds all the history may
+        // use: nothing to read.
+        if let (Some(h), Some((start, messages))) = (&slot.head, &slot.window)
+            && *start == h.last_consolidated.min(slot.total)
+            && *start + messages.len() == slot.total
+        {
+            let history = session::history_from(messages, max, true).unwrap_or_default();
+            return Ok(f(&history, &h.metadata));
         }
         let path = self.owned_path(key)?;
         let want = max.saturating_mul(2).saturating_add(32);
         let scan = match self.tail_scan(&path, key, want)? {
             TailRead::Missing => {
                 self.set_head(slot, Session::new(key), 0, 0);
-                return Ok(Vec::new());
+                return Ok(f(&[], &Map::new()));
             }
-            TailRead::Unusable => return Ok(self.load(key, slot)?.history(max)),
+            TailRead::Unusable => {
+                let s = self.load(key, slot)?;
+                return Ok(f(&s.history_view(max), &s.metadata));
+            }
             TailRead::Found(scan) => scan,
         };
         let first_index = scan.total - scan.messages.len();
@@ -1184,9 +1220,15 @@ impl Inner {
         self.set_head(slot, scan.header, scan.total, scan.since_anchor);
         self.leave_count_record(key, slot);
         match found {
-            Some(h) => Ok(h),
+            Some(h) => {
+                let metadata = slot.header().map(|s| &s.metadata);
+                Ok(f(&h, metadata.unwrap_or(&Map::new())))
+            }
             // The rules need older messages than were read (e.g. a very long run without a user turn).
-            None => Ok(self.load(key, slot)?.history(max)),
+            None => {
+                let s = self.load(key, slot)?;
+                Ok(f(&s.history_view(max), &s.metadata))
+            }
         }
     }
 

@@ -356,3 +356,62 @@ async fn the_unconsolidated_part_is_read_from_the_end() {
         "the second read is from the end"
     );
 }
+
+/// A long-running process keeps the unconsolidated part for the consolidator's check: a turn's history comes from
+/// it, with no read at all, and is what a whole load gives (interrupted tool calls answered, the window's rules).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_history_comes_from_the_kept_unconsolidated_part_without_a_read() {
+    let env = Env::new();
+    let store = store_with(&env, StoreOptions::default());
+    let key = "telegram:kept";
+    let batch: Vec<SessionMessage> = (0..2_000)
+        .map(|i| {
+            let role = if i % 2 == 0 { "user" } else { "assistant" };
+            SessionMessage::new(role, format!("message {i}: {}", "w".repeat(100)))
+        })
+        .collect();
+    store.append(key, batch).await.unwrap();
+    store.set_last_consolidated(key, 1_000).await.unwrap();
+    store.invalidate(key).await;
+    store.unconsolidated(key).await.unwrap();
+    let mut before = store.bytes_read();
+    for turn in 0..5 {
+        let call = serde_json::json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": format!("call_{turn}"), "type": "function", "function": {"name": "exec", "arguments": "{}"}}]});
+        store
+            .append(
+                key,
+                vec![
+                    SessionMessage::new("user", format!("turn {turn}")),
+                    serde_json::from_value(call).unwrap(),
+                ],
+            )
+            .await
+            .unwrap();
+        store.unconsolidated(key).await.unwrap();
+        let (history, metadata) = store.history_and_metadata(key, 50).await.unwrap();
+        let borrowed = store
+            .with_history(key, 50, |h, _| {
+                h.iter().map(|m| m.clone().into_owned()).collect::<Vec<_>>()
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            store.bytes_read(),
+            before,
+            "turn {turn}: the history was read from the file"
+        );
+        assert_eq!(borrowed, history);
+        let last = history.last().unwrap();
+        assert_eq!(last.role(), Some("tool"), "the interrupted call is answered");
+        assert_eq!(last.tool_call_id(), Some(format!("call_{turn}").as_str()));
+        assert_eq!(history.first().unwrap().role(), Some("user"));
+        let whole = store.session(key).await.unwrap();
+        assert_eq!(history, whole.history(50));
+        assert_eq!(metadata, whole.metadata);
+        // Back to the state of a long-running process that has not loaded the whole session.
+        store.invalidate(key).await;
+        store.unconsolidated(key).await.unwrap();
+        before = store.bytes_read();
+    }
+}
