@@ -149,6 +149,9 @@ pub(crate) struct TurnOrigin {
 #[derive(Debug, Clone)]
 pub(crate) struct ContextBuilder {
     workspace: PathBuf,
+    /// The files of the prompt are read through it, resolved once the workspace exists (not at every turn: its
+    /// real path costs a `readlink` per component).
+    files: std::sync::OnceLock<std::sync::Arc<nanobot_tools::sandbox::Sandbox>>,
     bot_name: String,
     timezone: Tz,
     skills: Option<SkillsLoader>,
@@ -160,6 +163,7 @@ impl ContextBuilder {
     pub(crate) fn new(workspace: impl Into<PathBuf>) -> Self {
         Self {
             workspace: workspace.into(),
+            files: std::sync::OnceLock::new(),
             bot_name: "nanobot".into(),
             timezone: Tz::UTC,
             skills: None,
@@ -191,6 +195,19 @@ impl ContextBuilder {
         self
     }
 
+    /// The workspace, restricted, for reading the prompt's files: resolved once it exists; until then (a
+    /// workspace not made yet) resolved again at each call.
+    fn files(&self) -> std::sync::Arc<nanobot_tools::sandbox::Sandbox> {
+        if let Some(s) = self.files.get() {
+            return s.clone();
+        }
+        let sandbox = std::sync::Arc::new(nanobot_tools::sandbox::Sandbox::new(&self.workspace, true));
+        if self.workspace.is_dir() {
+            let _ = self.files.set(sandbox.clone());
+        }
+        sandbox
+    }
+
     /// Extra text appended to the identity (embedders' instructions).
     #[must_use]
     pub(crate) fn with_instructions(mut self, text: impl Into<String>) -> Self {
@@ -206,11 +223,8 @@ impl ContextBuilder {
     /// The first part: who the agent is, the runtime, the workspace, the platform, how to format for `channel`,
     /// and the rule for external content (0.3.5's sections, in our words).
     fn identity(&self, scope: &ScopeKey, channel: &str, now: Option<DateTime<Utc>>) -> String {
-        let ws = self
-            .workspace
-            .canonicalize()
-            .unwrap_or_else(|_| self.workspace.clone());
-        let ws = ws.display();
+        let files = self.files();
+        let ws = files.workspace_real().display();
         let mem = scope.dir();
         let mem = mem.display();
         let mut s = format!(
@@ -264,7 +278,7 @@ impl ContextBuilder {
         let parts: Vec<String> = BOOTSTRAP_FILES
             .iter()
             .filter_map(|f| {
-                let text = read_in_workspace(&self.workspace, f)?;
+                let text = read_in_workspace(&self.files(), f)?;
                 (!text.trim().is_empty() && !is_unedited_template(f, &text))
                     .then(|| format!("## {f}\n\n{}", text.trim_end()))
             })
@@ -274,7 +288,7 @@ impl ContextBuilder {
 
     fn memory(&self, scope: &ScopeKey) -> Option<String> {
         let file = scope.dir().join(nanobot_memory::MEMORY_FILE);
-        let text = read_in_workspace(&self.workspace, &file.to_string_lossy())?;
+        let text = read_in_workspace(&self.files(), &file.to_string_lossy())?;
         (!text.trim().is_empty() && !is_unedited_template("memory/MEMORY.md", &text)).then(|| {
             format!(
                 "# Memory\n\n{MEMORY_FRAME}\n\n## Long-term Memory\n{}",
@@ -400,9 +414,8 @@ fn format_hint(channel: &str) -> Option<&'static str> {
 /// Reads a file of the workspace that goes into the system prompt, by handle beneath the workspace: a symlink
 /// planted there (by a command the model ran) cannot pull `config.json` or any other file outside into the
 /// prompt. Missing, unreadable or refused files read as absent.
-fn read_in_workspace(workspace: &Path, rel: &str) -> Option<String> {
+fn read_in_workspace(sandbox: &nanobot_tools::sandbox::Sandbox, rel: &str) -> Option<String> {
     use std::io::Read as _;
-    let sandbox = nanobot_tools::sandbox::Sandbox::new(workspace, true);
     let nanobot_tools::sandbox::Opened::File(f) = sandbox.open_read(rel).ok()? else {
         return None;
     };

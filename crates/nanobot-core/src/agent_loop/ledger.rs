@@ -20,6 +20,28 @@ pub(super) struct History {
     pub(super) metadata: Map<String, Value>,
 }
 
+/// A stored message as the model is sent it (a user message without the runtime-context block older sessions
+/// kept in it); `None` for a line that is not a message.
+fn chat_message(stored: &SessionMessage) -> Option<ChatMessage> {
+    use serde::Deserialize as _;
+    let map = stored.as_map();
+    let read = if stored.role() == Some("user")
+        && let Some(Value::String(text)) = map.get("content")
+        && text.contains(crate::context::RUNTIME_CONTEXT_TAG)
+    {
+        let mut map = map.clone();
+        map.insert(
+            "content".into(),
+            Value::String(crate::context::strip_runtime_context(text)),
+        );
+        ChatMessage::deserialize(&map)
+    } else {
+        ChatMessage::deserialize(map)
+    };
+    read.map_err(|e| tracing::debug!(error = %e, "history: skipped an unreadable message"))
+        .ok()
+}
+
 /// The sessions of one loop.
 pub(super) struct Ledger {
     store: SessionStore,
@@ -40,27 +62,19 @@ impl Ledger {
     /// The history to replay (runtime context stripped from user messages), the session's archived-context
     /// summary when it has one, and the session's metadata.
     pub(super) async fn history(&self, key: &str) -> Result<History, CoreError> {
-        let (stored, metadata) = self.store.history_and_metadata(key, self.max_history).await?;
+        // Converted where the store keeps them: the stored messages are read, not copied first.
+        let (messages, metadata) = self
+            .store
+            .with_history(key, self.max_history, |stored, metadata| {
+                let messages = stored.iter().filter_map(|m| chat_message(m)).collect();
+                (messages, metadata.clone())
+            })
+            .await?;
         let summary = metadata.get(nanobot_sessions::LAST_SUMMARY_KEY).and_then(|v| {
             let text = v.get("text")?.as_str()?.trim();
             let last_active = v.get("last_active").and_then(Value::as_str).unwrap_or("?");
             (!text.is_empty() && text != "(nothing)").then(|| (text.to_owned(), last_active.to_owned()))
         });
-        let messages = stored
-            .into_iter()
-            .filter_map(|m| {
-                let mut map = m.into_map();
-                if map.get("role").and_then(Value::as_str) == Some("user")
-                    && let Some(Value::String(text)) = map.get("content")
-                {
-                    let clean = crate::context::strip_runtime_context(text);
-                    map.insert("content".into(), Value::String(clean));
-                }
-                serde_json::from_value::<ChatMessage>(Value::Object(map))
-                    .map_err(|e| tracing::debug!(error = %e, "history: skipped an unreadable message"))
-                    .ok()
-            })
-            .collect();
         Ok(History {
             messages,
             summary,
