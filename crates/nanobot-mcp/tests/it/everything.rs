@@ -122,8 +122,7 @@ async fn streamable_http_is_guarded_then_works_when_whitelisted() {
     let Some(entry) = peers::npm_server(PKG) else {
         return;
     };
-    let port = peers::free_port();
-    let _peer = peers::start_http_peer(&entry, "streamableHttp", port);
+    let (_peer, port) = peers::start_http_peer(&entry, "streamableHttp").await;
     let raw = RawServer {
         url: Some(format!("http://127.0.0.1:{port}/mcp")),
         headers: [("Authorization".to_owned(), "Bearer not-a-real-token".to_owned())].into(),
@@ -159,8 +158,7 @@ async fn legacy_sse_transport() {
     let Some(entry) = peers::npm_server(PKG) else {
         return;
     };
-    let port = peers::free_port();
-    let _peer = peers::start_http_peer(&entry, "sse", port);
+    let (_peer, port) = peers::start_http_peer(&entry, "sse").await;
     let manager = McpManager::new(
         vec![spec(
             "legacy",

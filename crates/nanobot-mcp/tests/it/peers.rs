@@ -1,10 +1,11 @@
 //! Finding and running the peer programs the tests talk to.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use nanobot_mcp::{McpOptions, RawServer, ServerSpec};
+use nanobot_testkit::peers::ChildGuard;
 use nanobot_tools::ToolContext;
 use nanobot_tools::ssrf::SsrfGuard;
 
@@ -43,46 +44,20 @@ pub fn stdio_test_server() -> PathBuf {
     path
 }
 
-/// A free port on 127.0.0.1.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A peer process, killed and reaped on drop.
-pub struct Peer(Child);
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `node <entry> <mode>` with `PORT=port` and waits until the port accepts connections.
-pub fn start_http_peer(entry: &Path, mode: &str, port: u16) -> Peer {
-    let child = Command::new("node")
-        .arg(entry)
-        .arg(mode)
-        .env("PORT", port.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let peer = Peer(child);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "{mode} server did not open port {port}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    peer
+/// Starts `node <entry> <mode>` with `PORT` set to a free port and waits until it listens there (started again on
+/// another port if it ends first); killed with its process group when the guard is dropped.
+pub async fn start_http_peer(entry: &Path, mode: &str) -> (ChildGuard, u16) {
+    nanobot_testkit::peers::spawn_listening(mode, Duration::from_secs(30), |port| {
+        let mut cmd = Command::new("node");
+        cmd.arg(entry)
+            .arg(mode)
+            .env("PORT", port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        cmd
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// The real parent environment (tests may read it; they never change it).
