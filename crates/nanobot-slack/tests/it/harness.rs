@@ -118,21 +118,23 @@ impl SlackFake {
         let dir = tempfile::tempdir()?;
         let seed = dir.path().join("slack-seed.yaml");
         std::fs::write(&seed, SEED)?;
-        let port = peers::free_port()?;
-        let mut cmd = tokio::process::Command::new(node);
-        cmd.arg(emulate_js)
-            .args([
-                "start",
-                "--service",
-                "slack",
-                "--port",
-                &port.to_string(),
-                "--seed",
-            ])
-            .arg(&seed)
-            .current_dir(dir.path())
-            .stdout(std::process::Stdio::null());
-        let guard = ChildGuard::spawn_tokio("emulate", &mut cmd)?;
+        let (guard, port) = peers::spawn_listening("emulate", Duration::from_secs(30), |port| {
+            let mut cmd = std::process::Command::new(&node);
+            cmd.arg(&emulate_js)
+                .args([
+                    "start",
+                    "--service",
+                    "slack",
+                    "--port",
+                    &port.to_string(),
+                    "--seed",
+                ])
+                .arg(&seed)
+                .current_dir(dir.path())
+                .stdout(std::process::Stdio::null());
+            cmd
+        })
+        .await?;
         let emulate = format!("http://127.0.0.1:{port}");
         peers::wait_for_http(&format!("{emulate}/"), Duration::from_secs(30)).await?;
         Self::serve(Some(emulate), Some(guard), dir).await.map(Some)
