@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 
 use crate::peers::{self, ChildGuard};
 
@@ -156,10 +156,22 @@ impl NatsServer {
                 }
             }
         }
-        cmd.stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        let child = ChildGuard::spawn("nats-server", &mut cmd).context("starting nats-server")?;
+        cmd.stdout(std::process::Stdio::null());
+        let mut child =
+            ChildGuard::spawn_keeping_stderr("nats-server", &mut cmd).context("starting nats-server")?;
+        let ready = peers::wait_for_port(&format!("127.0.0.1:{}", self.port), Duration::from_secs(30)).await;
+        // A connection counts only while our server runs (another program may hold the port).
+        if let Err(e) = ready {
+            bail!("{e}; {}", child.report());
+        }
+        if child.has_exited() {
+            bail!(
+                "nats-server did not stay up on port {}: {}",
+                self.port,
+                child.report()
+            );
+        }
         self.child = Some(child);
-        peers::wait_for_port(&format!("127.0.0.1:{}", self.port), Duration::from_secs(30)).await
+        Ok(())
     }
 }

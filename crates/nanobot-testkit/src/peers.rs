@@ -199,11 +199,7 @@ pub async fn spawn_listening(
     let mut failures = Vec::new();
     for _ in 0..ATTEMPTS {
         let port = free_port()?;
-        let log = tempfile::NamedTempFile::new().context("creating the file for a peer's stderr")?;
-        let mut cmd = command_for(port);
-        cmd.stderr(log.reopen().context("opening the file for a peer's stderr")?);
-        let mut guard = ChildGuard::spawn(name, &mut cmd)?;
-        guard.stderr = Some(log);
+        let mut guard = ChildGuard::spawn_keeping_stderr(name, &mut command_for(port))?;
         let addr = format!("127.0.0.1:{port}");
         let deadline = Instant::now() + timeout;
         loop {
@@ -298,6 +294,18 @@ impl ChildGuard {
             exit: None,
             stderr: None,
         })
+    }
+
+    /// [`ChildGuard::spawn`] with the peer's standard error kept in a file, for [`ChildGuard::report`].
+    pub fn spawn_keeping_stderr(
+        name: impl Into<String>,
+        cmd: &mut std::process::Command,
+    ) -> anyhow::Result<Self> {
+        let log = tempfile::NamedTempFile::new().context("creating the file for a peer's stderr")?;
+        cmd.stderr(log.reopen().context("opening the file for a peer's stderr")?);
+        let mut guard = Self::spawn(name, cmd)?;
+        guard.stderr = Some(log);
+        Ok(guard)
     }
 
     /// Spawns the tokio `cmd` in a new process group and guards it (pipe its stdio as you like).
