@@ -12,11 +12,16 @@
 //!     return Ok(()); // skipped (not on CI)
 //! };
 //! let Some(node) = peers::require("node", peers::node()) else { return Ok(()) };
-//! let port = peers::free_port()?;
-//! let mut cmd = tokio::process::Command::new(node);
-//! cmd.arg(pkg.join("dist/index.js")).arg("streamableHttp").env("PORT", port.to_string());
-//! let _server = ChildGuard::spawn_tokio("server-everything", &mut cmd)?; // killed (whole group) on drop
-//! peers::wait_for_port(&format!("127.0.0.1:{port}"), std::time::Duration::from_secs(30)).await?;
+//! // Listening on a free port, counted only while it runs; killed (whole group) when `server` is dropped, and
+//! // `server.report()` tells a failing test whether it still ran and what it last wrote to stderr.
+//! let (server, port): (ChildGuard, u16) =
+//!     peers::spawn_listening("server-everything", std::time::Duration::from_secs(30), |port| {
+//!         let mut cmd = std::process::Command::new(&node);
+//!         cmd.arg(pkg.join("dist/index.js")).arg("streamableHttp").env("PORT", port.to_string());
+//!         cmd
+//!     })
+//!     .await?;
+//! # drop((server, port));
 //! # Ok(()) }
 //! ```
 
