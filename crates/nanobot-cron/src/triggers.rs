@@ -251,6 +251,19 @@ fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
+/// The time of a new delivery, in ms, strictly increasing within this process: the inbox runs in file-name order
+/// (`<ms>-<id>.json`), so two deliveries made in the same millisecond keep the order they were made in rather than
+/// their random ids'.
+fn delivery_ms() -> i64 {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    static LAST: AtomicI64 = AtomicI64::new(0);
+    let now = now_ms();
+    let prev = LAST
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| Some(now.max(last + 1)))
+        .unwrap_or(0);
+    now.max(prev + 1)
+}
+
 /// Cuts `text` to `max` characters (0.3.5 keeps 4000 of a last message).
 fn cut(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
@@ -542,7 +555,7 @@ impl TriggerStore {
             if !t.enabled {
                 return Err(TriggerError::Disabled(id.clone()));
             }
-            let now = now_ms();
+            let now = delivery_ms();
             let mut delivery = TriggerDelivery {
                 id: format!("tdl_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
                 trigger_id: id.clone(),

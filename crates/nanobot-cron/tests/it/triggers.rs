@@ -330,3 +330,27 @@ async fn a_stop_mid_batch_queues_the_rest_unrun() {
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].attempts, 1);
 }
+
+#[test]
+fn deliveries_made_in_the_same_millisecond_keep_their_order() {
+    let h = home();
+    let s = store(&h);
+    let t = s
+        .create("n", "telegram", "42", "telegram:42", Map::new())
+        .unwrap();
+    // A hundred in a row: many fall in one millisecond, and the inbox runs in file-name order.
+    let made: Vec<String> = (0..100).map(|i| format!("message {i}")).collect();
+    for m in &made {
+        s.enqueue(&t.id, m).unwrap();
+    }
+    // Claimed in batches, each in order.
+    let mut claimed: Vec<String> = Vec::new();
+    loop {
+        let batch = s.claim();
+        if batch.is_empty() {
+            break;
+        }
+        claimed.extend(batch.into_iter().map(|d| d.content));
+    }
+    assert_eq!(claimed, made);
+}
