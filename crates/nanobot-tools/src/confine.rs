@@ -129,6 +129,92 @@ impl Backend {
     }
 }
 
+/// The backend `setting` gives on this machine; `Err` (bubblewrap's complaint) when the setting requires
+/// bubblewrap and it cannot run here. `landlock` falls back to none when the kernel lacks Landlock, `auto` to
+/// Landlock and then none.
+pub fn choose_backend(setting: crate::ExecSandbox) -> Result<Backend, String> {
+    use crate::ExecSandbox;
+    let k = kernel_support();
+    Ok(match setting {
+        ExecSandbox::None => Backend::None,
+        ExecSandbox::Bwrap => match &k.bwrap {
+            Ok(p) => Backend::Bwrap(p.clone()),
+            Err(e) => return Err(e.clone()),
+        },
+        ExecSandbox::Landlock if k.landlock.is_ok() => Backend::Landlock,
+        ExecSandbox::Landlock => Backend::None,
+        ExecSandbox::Auto => match (&k.bwrap, &k.landlock) {
+            (Ok(p), _) => Backend::Bwrap(p.clone()),
+            (Err(_), Ok(_)) => Backend::Landlock,
+            _ => Backend::None,
+        },
+    })
+}
+
+/// What a Landlock ruleset grants a spawning thread: read beneath `read`, write beneath `write`, and TCP only
+/// when `network`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LandlockRules {
+    /// Readable roots.
+    pub read: Vec<PathBuf>,
+    /// Writable roots.
+    pub write: Vec<PathBuf>,
+    /// Whether TCP stays open.
+    pub network: bool,
+}
+
+/// The thread that started a confined program, kept alive while the program must live: Landlock restricted
+/// that thread (never a pooled one), and bubblewrap's `--die-with-parent` ends the sandbox when it ends. Dropping
+/// this ends the thread.
+#[derive(Debug)]
+pub struct SpawnerThread(#[allow(dead_code, reason = "held only to be dropped")] std::sync::mpsc::Sender<()>);
+
+/// Runs `spawn` on a new thread named `name` inside the current tokio runtime, after restricting the thread with
+/// `landlock` when given, and returns what it made with the thread's keep-alive handle. The thread ends at once
+/// when `spawn` fails, else when the handle is dropped.
+///
+/// # Errors
+/// The thread cannot start, Landlock cannot be enforced, or `spawn` fails.
+pub async fn spawn_on_own_thread<T, F>(
+    name: &str,
+    landlock: Option<LandlockRules>,
+    spawn: F,
+) -> std::io::Result<(T, SpawnerThread)>
+where
+    T: Send + 'static,
+    F: FnOnce() -> std::io::Result<T> + Send + 'static,
+{
+    let handle = tokio::runtime::Handle::current();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (keep, done) = std::sync::mpsc::channel::<()>();
+    std::thread::Builder::new().name(name.to_owned()).spawn(move || {
+        let _guard = handle.enter();
+        #[cfg(target_os = "linux")]
+        if let Some(rules) = &landlock
+            && let Err(e) = landlock_restrict(&rules.read, &rules.write, rules.network)
+        {
+            let _ = tx.send(Err(std::io::Error::other(format!("landlock: {e}"))));
+            return;
+        }
+        #[cfg(not(target_os = "linux"))]
+        if landlock.is_some() {
+            let _ = tx.send(Err(std::io::Error::other("landlock: not Linux")));
+            return;
+        }
+        let made = spawn();
+        let ok = made.is_ok();
+        let _ = tx.send(made);
+        if ok {
+            // Returns when the handle is dropped.
+            let _ = done.recv();
+        }
+    })?;
+    let made = rx.await.map_err(|_| {
+        std::io::Error::other(format!("the {name} thread ended before starting the program"))
+    })??;
+    Ok((made, SpawnerThread(keep)))
+}
+
 /// Probes the kernel and the helper programs once and caches the answer.
 pub fn kernel_support() -> &'static KernelSupport {
     static PROBE: OnceLock<KernelSupport> = OnceLock::new();
@@ -353,6 +439,15 @@ impl FsView {
         binds(&mut push, true);
         push(&["--chdir".as_ref(), cwd.as_os_str()]);
         a
+    }
+
+    /// The Landlock rules of this view ([`Self::landlock_read`], [`Self::landlock_write`], the network).
+    pub fn landlock_rules(&self) -> LandlockRules {
+        LandlockRules {
+            read: self.landlock_read(),
+            write: self.landlock_write(),
+            network: self.network,
+        }
     }
 
     /// Readable roots for a Landlock ruleset.

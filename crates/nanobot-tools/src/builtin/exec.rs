@@ -20,7 +20,7 @@ use crate::confine::{self, Backend, FsView, kernel_support};
 use crate::error::ToolError;
 use crate::sandbox::Sandbox;
 use crate::schema::TypedTool;
-use crate::settings::{ExecSandbox, ExecSettings};
+use crate::settings::ExecSettings;
 use crate::tool::{ToolContext, ToolOutput};
 
 /// Largest timeout the model may ask for, in seconds.
@@ -92,7 +92,7 @@ pub(crate) struct Prepared {
 pub(crate) struct Spawned {
     pub(crate) child: tokio::process::Child,
     pub(crate) group: GroupKill,
-    pub(crate) keep_parent: std::sync::mpsc::Sender<()>,
+    pub(crate) keep_parent: confine::SpawnerThread,
     pub(crate) _cgroup: Option<confine::PidsCgroup>,
 }
 
@@ -204,26 +204,8 @@ impl ExecTool {
     }
 
     fn backend(&self) -> Result<Backend, String> {
-        let k = kernel_support();
-        Ok(match self.settings.sandbox {
-            ExecSandbox::None => Backend::None,
-            ExecSandbox::Bwrap => match &k.bwrap {
-                Ok(p) => Backend::Bwrap(p.clone()),
-                Err(e) => return Err(format!("tools.exec.sandbox is \"bwrap\" but {e}")),
-            },
-            ExecSandbox::Landlock => {
-                if k.landlock.is_ok() {
-                    Backend::Landlock
-                } else {
-                    Backend::None
-                }
-            }
-            ExecSandbox::Auto => match (&k.bwrap, &k.landlock) {
-                (Ok(p), _) => Backend::Bwrap(p.clone()),
-                (Err(_), Ok(_)) => Backend::Landlock,
-                _ => Backend::None,
-            },
-        })
+        confine::choose_backend(self.settings.sandbox)
+            .map_err(|e| format!("tools.exec.sandbox is \"bwrap\" but {e}"))
     }
 
     fn private_tmp(&self) -> Result<PathBuf, ToolError> {
@@ -365,51 +347,27 @@ impl ExecTool {
             }),
         };
         let env = self.child_env(&tmpdir);
-        let landlock = (backend == Backend::Landlock)
-            .then(|| (view.landlock_read(), view.landlock_write(), view.network));
-        let cwd2 = cwd.clone();
-        let handle = tokio::runtime::Handle::current();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let (keep_parent, parent_done) = std::sync::mpsc::channel::<()>();
-        // A dedicated thread: Landlock restricts the calling thread and what it spawns, so it
-        // must never be a pooled runtime thread; and bwrap's --die-with-parent fires when the
-        // thread that spawned it ends, so the thread lives until this call is over.
-        std::thread::Builder::new()
-            .name("nanobot-exec-spawn".into())
-            .spawn(move || {
-                let _guard = handle.enter();
-                #[cfg(target_os = "linux")]
-                if let Some((read, write, network)) = &landlock
-                    && let Err(e) = confine::landlock_restrict(read, write, *network)
-                {
-                    let _ = tx.send(Err(std::io::Error::other(format!("landlock: {e}"))));
-                    return;
-                }
-                let _ = &landlock;
-                let mut cmd = tokio::process::Command::new(&argv[0]);
-                cmd.args(&argv[1..])
-                    .current_dir(&cwd2)
-                    .env_clear()
-                    .envs(&env)
-                    .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .kill_on_drop(true);
-                #[cfg(unix)]
-                cmd.process_group(0);
-                let spawned = cmd.spawn();
-                let ok = spawned.is_ok();
-                let _ = tx.send(spawned);
-                if ok {
-                    // Returns when the call drops `keep_parent`.
-                    let _ = parent_done.recv();
-                }
-            })
-            .map_err(|e| ToolError::Failed(format!("cannot start exec thread: {e}")))?;
-        let child = rx
-            .await
-            .map_err(|_| ToolError::Failed("exec spawn thread died".into()))?
-            .map_err(|e| ToolError::Failed(format!("cannot run command: {e}")))?;
+        let landlock = (backend == Backend::Landlock).then(|| view.landlock_rules());
+        let cwd = cwd.clone();
+        // A thread of its own: Landlock restricts the calling thread and what it spawns, so it must never be a
+        // pooled runtime thread; and bwrap's --die-with-parent fires when that thread ends, so it lives until
+        // this call is over (`Spawned::keep_parent`).
+        let (child, keep_parent) = confine::spawn_on_own_thread("nanobot-exec-spawn", landlock, move || {
+            let mut cmd = tokio::process::Command::new(&argv[0]);
+            cmd.args(&argv[1..])
+                .current_dir(&cwd)
+                .env_clear()
+                .envs(&env)
+                .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true);
+            #[cfg(unix)]
+            cmd.process_group(0);
+            cmd.spawn()
+        })
+        .await
+        .map_err(|e| ToolError::Failed(format!("cannot run command: {e}")))?;
         let group = GroupKill(child.id().map(|p| p as i32));
         Ok(Spawned {
             child,

@@ -135,7 +135,7 @@ struct Session {
     /// Emptied by the exit watcher as soon as the leader is reaped (its group killed then).
     group: Arc<Mutex<GroupKill>>,
     /// Keeps the spawning thread (bubblewrap's parent) alive while the session runs.
-    keep_parent: Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    keep_parent: Mutex<Option<crate::confine::SpawnerThread>>,
     _cgroup: Option<crate::confine::PidsCgroup>,
     timed_out: AtomicBool,
 }
