@@ -360,14 +360,20 @@ fn event_error(provider: &str, v: &Value) -> ProviderError {
 fn usage_from(u: &Value, input: Option<Usage>) -> Usage {
     let n = |k: &str| u.get(k).and_then(Value::as_u64);
     let base = input.unwrap_or_default();
-    let prompt = n("input_tokens").unwrap_or(base.prompt_tokens);
+    let cache_read = n("cache_read_input_tokens").or(base.cache_read_tokens);
+    let cache_write = n("cache_creation_input_tokens").or(base.cache_write_tokens);
+    // Anthropic's `input_tokens` leaves out what was read from or written to the prompt cache; the prompt is
+    // all three (as 0.3.5 counts it), so cached tokens are a part of it as with every other provider.
+    let prompt = n("input_tokens").map_or(base.prompt_tokens, |uncached| {
+        uncached + cache_read.unwrap_or(0) + cache_write.unwrap_or(0)
+    });
     let completion = n("output_tokens").unwrap_or(0);
     Usage {
         prompt_tokens: prompt,
         completion_tokens: completion,
         total_tokens: prompt + completion,
-        cache_read_tokens: n("cache_read_input_tokens").or(base.cache_read_tokens),
-        cache_write_tokens: n("cache_creation_input_tokens").or(base.cache_write_tokens),
+        cache_read_tokens: cache_read,
+        cache_write_tokens: cache_write,
         // Anthropic counts thinking within `output_tokens` and does not report it apart.
         reasoning_tokens: None,
     }

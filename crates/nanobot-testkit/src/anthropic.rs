@@ -93,8 +93,9 @@ pub(crate) fn error_body(status: u16, message: Option<&str>, code: Option<&str>)
 fn usage_json(reply: &MockReply, ctx: &RenderCtx<'_>, output: u64) -> Value {
     let (input, _) = ctx.usage(reply);
     let (creation, read) = reply.cache.unwrap_or((0, 0));
+    // Anthropic's `input_tokens` is the part of the prompt neither read from nor written to the cache.
     json!({
-        "input_tokens": input,
+        "input_tokens": input.saturating_sub(creation + read),
         "cache_creation_input_tokens": creation,
         "cache_read_input_tokens": read,
         "output_tokens": output,

@@ -260,8 +260,9 @@ impl MockReply {
         self
     }
 
-    /// Prompt-cache figures: Anthropic `cache_creation_input_tokens` / `cache_read_input_tokens`,
-    /// OpenAI `prompt_tokens_details.cached_tokens` (= `read`).
+    /// Prompt-cache figures: Anthropic `cache_creation_input_tokens` / `cache_read_input_tokens` (its
+    /// `input_tokens` is then the prompt's tokens less these two, as Anthropic reports it), OpenAI
+    /// `prompt_tokens_details.cached_tokens` (= `read`).
     #[must_use]
     pub fn with_cache_usage(mut self, creation: u64, read: u64) -> Self {
         self.cache = Some((creation, read));

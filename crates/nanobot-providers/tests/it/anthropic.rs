@@ -33,6 +33,7 @@ async fn streamed_tool_use_with_thinking() {
             .with_text("Let me look.")
             .with_reasoning("I should read b.txt")
             .with_usage(100, 20)
+            .with_cache_usage(10, 60)
             .chunk_chars(3),
     );
     let client = anthropic(&mock);
@@ -62,7 +63,15 @@ async fn streamed_tool_use_with_thinking() {
     assert_eq!(blocks[0]["thinking"], "I should read b.txt");
     assert!(blocks[0]["signature"].as_str().is_some_and(|s| !s.is_empty()));
     let usage = resp.usage.unwrap();
-    assert_eq!((usage.prompt_tokens, usage.completion_tokens), (100, 20));
+    // The prompt counts what the cache served and stored (Anthropic's input_tokens leaves both out).
+    assert_eq!(
+        (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
+        (100, 20, 120)
+    );
+    assert_eq!(
+        (usage.cache_read_tokens, usage.cache_write_tokens),
+        (Some(60), Some(10))
+    );
 
     let r = mock.requests().remove(0);
     assert_eq!(r.path, "/v1/messages");
@@ -74,7 +83,12 @@ async fn streamed_tool_use_with_thinking() {
 #[tokio::test]
 async fn non_streaming_without_tools_and_thinking_blocks_go_back() {
     let mock = MockLlm::start().await;
-    mock.push(MockReply::text("Fine.").with_reasoning("hm"));
+    mock.push(
+        MockReply::text("Fine.")
+            .with_reasoning("hm")
+            .with_usage(50, 5)
+            .with_cache_usage(0, 45),
+    );
     let client = anthropic(&mock);
     let first = client
         .chat(ChatRequest::new("claude-sonnet-4-5", conversation()))
@@ -82,6 +96,8 @@ async fn non_streaming_without_tools_and_thinking_blocks_go_back() {
         .unwrap();
     assert_eq!(first.content.as_deref(), Some("Fine."));
     assert_eq!(first.reasoning_content.as_deref(), Some("hm"));
+    let usage = first.usage.unwrap();
+    assert_eq!((usage.prompt_tokens, usage.cache_read_tokens), (50, Some(45)));
     let r = mock.requests().remove(0);
     assert!(!r.is_stream());
     insta::assert_json_snapshot!("anthropic_json_no_tools", r.body);

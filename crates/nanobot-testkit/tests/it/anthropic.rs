@@ -45,7 +45,7 @@ async fn json_blocks_stop_reason_and_usage() {
     assert_eq!(v["stop_sequence"], Value::Null);
     assert_eq!(
         v["usage"],
-        json!({"input_tokens": 20, "output_tokens": 8,
+        json!({"input_tokens": 13, "output_tokens": 8,
                "cache_creation_input_tokens": 3, "cache_read_input_tokens": 4})
     );
 }

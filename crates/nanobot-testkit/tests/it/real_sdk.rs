@@ -133,11 +133,11 @@ async fn anthropic_python_sdk_parses_every_reply_kind() {
     };
     assert_eq!(
         out["json"],
-        json!([blocks("call_1"), "tool_use", [20, 8, 1, 2], "claude-test"])
+        json!([blocks("call_1"), "tool_use", [17, 8, 1, 2], "claude-test"])
     );
     assert_eq!(
         out["stream"],
-        json!([blocks("toolu_fixed"), "tool_use", [20, 8, 1, 2], "Let me look."])
+        json!([blocks("toolu_fixed"), "tool_use", [17, 8, 1, 2], "Let me look."])
     );
     assert_eq!(out["rate_limit"], json!([429, "3", "rate_limit_error"]));
     assert_eq!(out["overloaded"], json!([529, "overloaded_error"]));
