@@ -31,6 +31,11 @@ pub struct ToolBatch<'a> {
     pub assistant_text: Option<&'a str>,
     /// The calls, in the model's order.
     pub calls: &'a [ToolCall],
+    /// The model that asked for them.
+    pub model: &'a str,
+    /// Token usage of the call that asked for them, when the provider reported it (also in the
+    /// [`IterationEnd`] that follows the tools).
+    pub usage: Option<Usage>,
 }
 
 /// A refusal to run one tool call; the model receives `reason` as the call's (error) result.
@@ -362,6 +367,8 @@ mod tests {
                 iteration: 0,
                 assistant_text: None,
                 calls: &calls,
+                model: "m",
+                usage: None,
             })
             .await
             .unwrap();

@@ -386,6 +386,8 @@ impl AgentRunner {
                         iteration: tally.iterations - 1,
                         assistant_text: text.as_deref(),
                         calls: &response.tool_calls,
+                        model: &model,
+                        usage: response.usage,
                     })
                     .await
                     .unwrap_or_default();
@@ -504,6 +506,17 @@ impl AgentRunner {
         let text = match self.call_model(request, false, &cancel).await {
             Ok(r) => {
                 tally.record(r.usage);
+                // Recorded (and counted by the hooks) like every other call.
+                let _ = self
+                    .hook
+                    .after_iteration(&IterationEnd {
+                        iteration: tally.iterations,
+                        model: &model,
+                        usage: r.usage,
+                        finish_reason: &r.finish_reason,
+                        tool_calls: &[],
+                    })
+                    .await;
                 strip_think(r.content.as_deref().unwrap_or_default())
             }
             Err(CallError::Cancelled) => {

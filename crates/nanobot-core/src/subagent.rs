@@ -60,9 +60,26 @@ pub(crate) struct SubagentManager {
     hooks: Option<HookFactory>,
 }
 
-/// Builds the hooks of a subagent's run from its parent session's key (the approval gate and the control-file
-/// record apply to subagents as to their parent's turn).
-pub(crate) type HookFactory = Arc<dyn Fn(&str) -> Vec<Arc<dyn AgentHook>> + Send + Sync>;
+/// Builds the hooks of a subagent's run from its parent session's key and the run's own token (the approval gate
+/// and the control-file record apply to subagents as to their parent's turn, and so does the budget).
+pub(crate) type HookFactory = Arc<dyn Fn(&str, CancellationToken) -> SubagentHooks + Send + Sync>;
+
+/// What the loop adds to one subagent run.
+pub(crate) struct SubagentHooks {
+    /// The run's hooks.
+    pub(crate) hooks: Vec<Arc<dyn AgentHook>>,
+    /// The budget the run is held by (one of `hooks`, which cancels the run's token once over).
+    pub(crate) budget: Option<Arc<dyn BudgetWatch>>,
+}
+
+/// The budget a subagent is held by: checked before it starts, and naming the limit when it stopped the run.
+#[async_trait::async_trait]
+pub(crate) trait BudgetWatch: Send + Sync {
+    /// The limit already reached (the run must not start), as the user reads it.
+    async fn reached(&self) -> Option<String>;
+    /// The limit that stopped the run, if one did.
+    fn stopped(&self) -> Option<String>;
+}
 
 impl std::fmt::Debug for SubagentManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -225,10 +242,21 @@ impl SubagentManager {
             chrono::Utc::now().format("%Y-%m-%d %H:%M UTC")
         );
         let mut runner = AgentRunner::new(self.provider.clone(), self.tools.clone());
+        // The run's own token: cancelled by `cancel` (`/stop`, the waiting turn) and by the budget, told apart below.
+        let run_cancel = cancel.child_token();
+        let mut budget = None;
         if let Some(factory) = &self.hooks {
-            runner = runner.with_hook(Arc::new(CompositeHook::new(factory(parent))));
+            let made = factory(parent, run_cancel.clone());
+            runner = runner.with_hook(Arc::new(CompositeHook::new(made.hooks)));
+            budget = made.budget;
         }
-        let ctx = ToolContext::new(&self.settings.workspace).with_cancel(cancel.clone());
+        if let Some(b) = &budget
+            && let Some(limit) = b.reached().await
+        {
+            tracing::info!(parent = %parent, "a subagent was not started: over budget");
+            return Some((false, format!("⛔ Not started: {limit}")));
+        }
+        let ctx = ToolContext::new(&self.settings.workspace).with_cancel(run_cancel.clone());
         let mut spec = RunSpec::new(
             vec![ChatMessage::system(system), ChatMessage::user(task)],
             &self.settings.model,
@@ -239,6 +267,13 @@ impl SubagentManager {
         spec.temperature = temperature.or(self.settings.temperature);
         let result = runner.run(spec).await;
         match result.stop_reason {
+            StopReason::Cancelled if !cancel.is_cancelled() => {
+                let limit = budget.as_ref().and_then(|b| b.stopped());
+                Some((
+                    false,
+                    format!("⛔ Stopped before the next step: {}", limit.unwrap_or_default()),
+                ))
+            }
             StopReason::Cancelled => None,
             StopReason::Error => Some((false, result.content)),
             _ => Some((true, result.content)),

@@ -203,7 +203,7 @@ impl AgentLoopBuilder {
         let spending = Arc::new(super::spending::Spending::new(self.usage));
         let subagent_hooks: crate::subagent::HookFactory = {
             let (gate, tools, spending) = (gate.clone(), sub_reg.clone(), spending.clone());
-            Arc::new(move |parent: &str| {
+            Arc::new(move |parent: &str, cancel| {
                 let mut hooks = gate.hooks(
                     parent,
                     &tools,
@@ -212,8 +212,12 @@ impl AgentLoopBuilder {
                         approver: None,
                     },
                 );
-                hooks.extend(spending.subagent_hook(parent));
-                hooks
+                let budget = spending.subagent_hook(parent, cancel);
+                hooks.extend(budget.clone().map(|b| b as Arc<dyn crate::hook::AgentHook>));
+                crate::subagent::SubagentHooks {
+                    hooks,
+                    budget: budget.map(|b| b as Arc<dyn crate::subagent::BudgetWatch>),
+                }
             })
         };
         let subagents = SubagentManager::new(

@@ -14,7 +14,7 @@ use nanobot_util::lock;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::BoxError;
-use crate::hook::{AgentHook, IterationEnd};
+use crate::hook::{AgentHook, IterationEnd, ToolBatch, Veto};
 
 /// Who a turn's calls are charged to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,14 +147,15 @@ impl Spending {
             ledger,
             session: session.to_owned(),
             payer,
-            cancel: Some(cancel),
+            cancel,
             stopped: Mutex::default(),
         }))
     }
 
     /// The hook of a subagent of `parent`: its calls are charged to the chat (and person) of the parent's latest
-    /// turn, as a `subagent` run.
-    pub(super) fn subagent_hook(&self, parent: &str) -> Option<Arc<dyn AgentHook>> {
+    /// turn, as a `subagent` run, and it is held by their budget (`cancel`, the run's token, is cancelled before
+    /// its next model call once over).
+    pub(super) fn subagent_hook(&self, parent: &str, cancel: CancellationToken) -> Option<Arc<SpendingHook>> {
         let ledger = self.ledger.clone()?;
         let mut payer = lock(&self.payers).get(parent).cloned().unwrap_or_else(|| Payer {
             chat: parent.to_owned(),
@@ -166,7 +167,7 @@ impl Spending {
             ledger,
             session: parent.to_owned(),
             payer,
-            cancel: None,
+            cancel,
             stopped: Mutex::default(),
         }))
     }
@@ -258,12 +259,12 @@ async fn over_budget(ledger: Arc<UsageLedger>, payer: Payer) -> Option<BudgetExc
     }
 }
 
-/// Records each model call of a run and, in a turn, stops it once over budget.
+/// Records each model call of a run (a turn or a subagent's) and stops it once over budget.
 pub(super) struct SpendingHook {
     ledger: Arc<UsageLedger>,
     session: String,
     payer: Payer,
-    cancel: Option<CancellationToken>,
+    cancel: CancellationToken,
     stopped: Mutex<Option<BudgetExceeded>>,
 }
 
@@ -275,26 +276,55 @@ impl SpendingHook {
 }
 
 #[async_trait]
-impl AgentHook for SpendingHook {
-    async fn after_iteration(&self, ctx: &IterationEnd<'_>) -> Result<(), BoxError> {
-        if let Some(usage) = ctx.usage {
-            let record = self.payer.record(&self.session, ctx.model, &usage);
-            let ledger = self.ledger.clone();
-            tokio::task::spawn_blocking(move || ledger.record(&record))
-                .await
-                .map_err(|e| -> BoxError { Box::new(e) })??;
+impl crate::subagent::BudgetWatch for SpendingHook {
+    async fn reached(&self) -> Option<String> {
+        if self.ledger.budget().is_unlimited() {
+            return None;
         }
-        // A final answer ends the turn anyway: only a turn that would call the model again is stopped.
-        if ctx.tool_calls.is_empty() || self.ledger.budget().is_unlimited() {
-            return Ok(());
-        }
-        let Some(cancel) = &self.cancel else {
+        let over = over_budget(self.ledger.clone(), self.payer.clone()).await?;
+        Some(over.to_string())
+    }
+
+    fn stopped(&self) -> Option<String> {
+        SpendingHook::stopped(self).map(|o| o.to_string())
+    }
+}
+
+impl SpendingHook {
+    async fn record(&self, model: &str, usage: Option<Usage>) -> Result<(), BoxError> {
+        let Some(usage) = usage else {
             return Ok(());
         };
+        let record = self.payer.record(&self.session, model, &usage);
+        let ledger = self.ledger.clone();
+        tokio::task::spawn_blocking(move || ledger.record(&record))
+            .await
+            .map_err(|e| -> BoxError { Box::new(e) })??;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl AgentHook for SpendingHook {
+    /// A call that asked for tools is recorded before they run, so what they start (a subagent) is checked
+    /// against figures that include it.
+    async fn before_execute_tools(&self, batch: &ToolBatch<'_>) -> Result<Vec<Veto>, BoxError> {
+        self.record(batch.model, batch.usage).await?;
+        Ok(Vec::new())
+    }
+
+    async fn after_iteration(&self, ctx: &IterationEnd<'_>) -> Result<(), BoxError> {
+        // A final answer ends the turn anyway: only a turn that would call the model again is stopped.
+        if ctx.tool_calls.is_empty() {
+            return self.record(ctx.model, ctx.usage).await;
+        }
+        if self.ledger.budget().is_unlimited() {
+            return Ok(());
+        }
         if let Some(over) = over_budget(self.ledger.clone(), self.payer.clone()).await {
-            tracing::info!(session = %self.session, limit = %over.config_key(), "a turn reached a budget; stopping it");
+            tracing::info!(session = %self.session, limit = %over.config_key(), "a run reached a budget; stopping it before its next model call");
             *lock(&self.stopped) = Some(over);
-            cancel.cancel();
+            self.cancel.cancel();
         }
         Ok(())
     }

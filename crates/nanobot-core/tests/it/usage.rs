@@ -231,3 +231,104 @@ async fn over_budget_a_message_delivered_again_is_still_answered_once() {
     assert!(repeated.replayed, "{repeated:?}");
     assert_eq!(mock.request_count(), 1);
 }
+
+/// The tool results of `key`'s session, in order.
+async fn tool_results(agent: &AgentLoop, key: &str) -> Vec<String> {
+    let session = agent.sessions().session(key).await.unwrap();
+    session
+        .messages
+        .iter()
+        .filter(|m| m.role() == Some("tool"))
+        .filter_map(|m| m.content_text())
+        .collect()
+}
+
+/// The ledger's records (every line of every month file), as JSON.
+fn records(home: &TempHome) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(home.nanobot_dir().join("usage")).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        out.extend(text.lines().map(|l| serde_json::from_str(l).unwrap()));
+    }
+    out
+}
+
+#[tokio::test]
+async fn the_last_call_after_the_iteration_cap_is_recorded_too() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::tool_call("list_dir", json!({"path": "."})).with_usage(100, 10));
+    mock.push(MockReply::text("what I found so far").with_usage(50, 5));
+    let mut s = settings(&home);
+    s.max_tool_iterations = 1;
+    let agent = AgentLoop::builder(provider(&mock), s)
+        .usage_ledger(Arc::new(ledger(&home, Budget::default())))
+        .build()
+        .unwrap();
+    let answer = agent.process_direct("work on it", "cli:c").await.unwrap();
+    assert!(answer.contains("what I found so far"), "{answer}");
+    assert_eq!(mock.request_count(), 2, "the cap's last call without tools");
+    let (day, _) = ledger(&home, Budget::default())
+        .totals(&Scope::Chat("cli:c".into()))
+        .unwrap();
+    assert_eq!((day.calls, day.input, day.output), (2, 150, 15));
+}
+
+#[tokio::test]
+async fn a_subagent_is_charged_to_its_parent_and_stopped_before_its_next_call_once_over() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    mock.push(
+        MockReply::tool_call("spawn", json!({"task": "look around", "wait": true})).with_usage(100, 10),
+    );
+    // The subagent's first call takes the chat over its limit (110 + 220 > 300).
+    mock.push(MockReply::tool_call("list_dir", json!({"path": "."})).with_usage(200, 20));
+    mock.set_fallback(MockReply::text("a call that must not be made").with_usage(1, 1));
+    let agent = agent(&home, &mock, per_chat_daily(300));
+    let answer = agent.process_direct("delegate it", "cli:d").await.unwrap();
+    assert_eq!(
+        mock.request_count(),
+        2,
+        "neither the subagent nor its parent called the model once over"
+    );
+    assert!(answer.starts_with("⛔ Stopped before the next step:"), "{answer}");
+    let results = tool_results(&agent, "cli:d").await;
+    assert!(
+        results
+            .iter()
+            .any(|r| r.contains("⛔ Stopped before the next step:") && r.contains("perChat.daily.tokens")),
+        "the subagent says which limit stopped it: {results:?}"
+    );
+    let records = records(&home);
+    let sub: Vec<_> = records.iter().filter(|r| r["run"] == "subagent").collect();
+    assert_eq!(sub.len(), 1, "{records:?}");
+    assert_eq!(sub[0]["chat"], "cli:d", "charged to the parent's chat");
+    assert_eq!(sub[0]["person"], "cli:user", "and to the parent's person");
+    let (day, _) = ledger(&home, Budget::default())
+        .totals(&Scope::Chat("cli:d".into()))
+        .unwrap();
+    assert_eq!(day.tokens(), 330);
+}
+
+#[tokio::test]
+async fn a_subagent_is_not_started_once_the_call_that_asked_for_it_went_over() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    // The call asking for the subagent is recorded before it starts, and takes the chat over its limit.
+    mock.push(
+        MockReply::tool_call("spawn", json!({"task": "look around", "wait": true})).with_usage(100, 10),
+    );
+    mock.set_fallback(MockReply::text("a call that must not be made").with_usage(1, 1));
+    let agent = agent(&home, &mock, per_chat_daily(100));
+    let answer = agent.process_direct("delegate it", "cli:n").await.unwrap();
+    assert_eq!(mock.request_count(), 1, "the subagent never called the model");
+    assert!(answer.starts_with("⛔ Stopped before the next step:"), "{answer}");
+    let results = tool_results(&agent, "cli:n").await;
+    assert!(
+        results
+            .iter()
+            .any(|r| r.contains("⛔ Not started:") && r.contains("perChat.daily.tokens")),
+        "{results:?}"
+    );
+    assert!(records(&home).iter().all(|r| r["run"] != "subagent"));
+}
