@@ -663,9 +663,14 @@ impl Gateway {
         // Each replica of a shared file store has a home of its own (its local trigger queue runs there).
         let own_home = shared.is_some();
         let agent = nanobot_runtime::agent_builder_shared(config, &opts.env, provider.clone(), shared)?
-            .hook(metrics.hook_with_prices(nanobot_runtime::prices(config)))
+            .hook(metrics.calls_hook())
             .bus(Arc::new(bus.clone()))
             .build()?;
+        // Tokens and costs of every call recorded, in a turn or not.
+        match agent.usage_ledger() {
+            Some(ledger) => metrics.count_usage_of(ledger),
+            None => tracing::warn!("the agent has no usage ledger: /metrics counts no tokens"),
+        }
         nanobot_runtime::warn_if_exec_degraded(config, &opts.env, &agent.settings().workspace);
         // `/restart` (for the owner) ends this gateway gracefully; the caller starts the next one.
         let restart = Arc::new(RestartSlot::default());

@@ -298,7 +298,7 @@ impl Metrics {
     }
 
     /// The agent hook that feeds model calls, tokens and tool calls into these metrics (costs from the default
-    /// prices).
+    /// prices), for an agent without a usage ledger.
     pub fn hook(&self) -> Arc<MetricsHook> {
         self.hook_with_prices(nanobot_usage::PriceTable::default())
     }
@@ -307,8 +307,37 @@ impl Metrics {
     pub fn hook_with_prices(&self, prices: nanobot_usage::PriceTable) -> Arc<MetricsHook> {
         Arc::new(MetricsHook {
             metrics: self.clone(),
-            prices: Arc::new(prices),
+            prices: Some(Arc::new(prices)),
         })
+    }
+
+    /// The agent hook that counts a turn's tool calls and the model calls the provider reported no usage for,
+    /// for an agent whose recorded calls, tokens and costs come from its usage ledger
+    /// ([`Metrics::count_usage_of`]).
+    pub fn calls_hook(&self) -> Arc<MetricsHook> {
+        Arc::new(MetricsHook {
+            metrics: self.clone(),
+            prices: None,
+        })
+    }
+
+    /// Counts each call this process records in `ledger`, with its tokens and cost (at the ledger's prices): the
+    /// turns' and also those made outside a turn (subagents, the heartbeat, memory's consolidation and Dream).
+    pub fn count_usage_of(&self, ledger: &nanobot_usage::UsageLedger) {
+        let (metrics, prices) = (self.clone(), ledger.prices().clone());
+        ledger.on_record(move |r| {
+            metrics.inner.llm_requests.inc();
+            metrics.count_tokens(
+                &r.model,
+                Tokens {
+                    prompt: r.input,
+                    completion: r.output,
+                    cache_read: r.cached,
+                    reasoning: r.reasoning,
+                },
+                &prices,
+            );
+        });
     }
 
     /// A turn started; the returned guard counts it as in flight until dropped.
@@ -554,11 +583,13 @@ impl Drop for InFlight {
     }
 }
 
-/// The agent hook feeding [`Metrics`]: one model call per iteration (with its usage) and every tool call.
+/// The agent hook feeding [`Metrics`]: one model call per iteration and every tool call, with each call's tokens
+/// and cost unless they come from a usage ledger ([`Metrics::calls_hook`]).
 #[derive(Debug, Clone)]
 pub struct MetricsHook {
     metrics: Metrics,
-    prices: Arc<nanobot_usage::PriceTable>,
+    /// `None`: tokens are counted from the ledger, not here.
+    prices: Option<Arc<nanobot_usage::PriceTable>>,
 }
 
 #[async_trait]
@@ -577,45 +608,68 @@ impl AgentHook for MetricsHook {
     }
 
     async fn after_iteration(&self, ctx: &IterationEnd<'_>) -> Result<(), BoxError> {
-        let i = &self.metrics.inner;
-        i.llm_requests.inc();
-        if let Some(u) = &ctx.usage {
-            for (kind, n) in [
-                ("prompt", u.prompt_tokens),
-                ("completion", u.completion_tokens),
-                ("cache_read", u.cache_read_tokens.unwrap_or(0)),
-                ("reasoning", u.reasoning_tokens.unwrap_or(0)),
-            ] {
-                i.tokens
-                    .get_or_create(&KindLabels { kind: kind.into() })
-                    .inc_by(n);
-                i.model_tokens
-                    .get_or_create(&ModelKindLabels {
-                        model: ctx.model.to_owned(),
-                        kind: kind.into(),
-                    })
-                    .inc_by(n);
-            }
-            let model = ModelLabels {
-                model: ctx.model.to_owned(),
-            };
-            match self.prices.price(ctx.model) {
-                Some(price) => {
-                    let cost = price.cost_of(
-                        u.prompt_tokens,
-                        u.cache_read_tokens.unwrap_or(0),
-                        u.completion_tokens,
-                    );
-                    i.cost.get_or_create(&model).inc_by(cost);
-                }
-                None => {
-                    i.unpriced_tokens
-                        .get_or_create(&model)
-                        .inc_by(u.prompt_tokens + u.completion_tokens);
-                }
-            }
+        // With a ledger, a call with usage is counted as the ledger records it (once), one without here.
+        if self.prices.is_some() || ctx.usage.is_none() {
+            self.metrics.inner.llm_requests.inc();
+        }
+        if let (Some(u), Some(prices)) = (&ctx.usage, &self.prices) {
+            self.metrics.count_tokens(
+                ctx.model,
+                Tokens {
+                    prompt: u.prompt_tokens,
+                    completion: u.completion_tokens,
+                    cache_read: u.cache_read_tokens.unwrap_or(0),
+                    reasoning: u.reasoning_tokens.unwrap_or(0),
+                },
+                prices,
+            );
         }
         Ok(())
+    }
+}
+
+/// The tokens of one model call.
+struct Tokens {
+    prompt: u64,
+    completion: u64,
+    cache_read: u64,
+    reasoning: u64,
+}
+
+impl Metrics {
+    /// Counts the tokens of one call of `model`, and its cost at `prices` (or its tokens as unpriced).
+    fn count_tokens(&self, model: &str, t: Tokens, prices: &nanobot_usage::PriceTable) {
+        let i = &self.inner;
+        for (kind, n) in [
+            ("prompt", t.prompt),
+            ("completion", t.completion),
+            ("cache_read", t.cache_read),
+            ("reasoning", t.reasoning),
+        ] {
+            i.tokens
+                .get_or_create(&KindLabels { kind: kind.into() })
+                .inc_by(n);
+            i.model_tokens
+                .get_or_create(&ModelKindLabels {
+                    model: model.to_owned(),
+                    kind: kind.into(),
+                })
+                .inc_by(n);
+        }
+        let labels = ModelLabels {
+            model: model.to_owned(),
+        };
+        match prices.price(model) {
+            Some(price) => {
+                let cost = price.cost_of(t.prompt, t.cache_read, t.completion);
+                i.cost.get_or_create(&labels).inc_by(cost);
+            }
+            None => {
+                i.unpriced_tokens
+                    .get_or_create(&labels)
+                    .inc_by(t.prompt + t.completion);
+            }
+        }
     }
 }
 

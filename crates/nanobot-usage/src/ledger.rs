@@ -21,7 +21,6 @@ const ATTEMPTS: usize = 8;
 ///
 /// Its methods block (file work, and the shared store's round trips when there is one): async callers run them
 /// on a blocking pool.
-#[derive(Debug)]
 pub struct UsageLedger {
     dir: PathBuf,
     tz: Tz,
@@ -29,6 +28,23 @@ pub struct UsageLedger {
     budget: Budget,
     shared: Option<Arc<dyn SharedFiles>>,
     state: Mutex<State>,
+    observers: Mutex<Vec<Observer>>,
+}
+
+/// Told of each call this process records.
+type Observer = Arc<dyn Fn(&UsageRecord) + Send + Sync>;
+
+impl std::fmt::Debug for UsageLedger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UsageLedger")
+            .field("dir", &self.dir)
+            .field("tz", &self.tz)
+            .field("prices", &self.prices)
+            .field("budget", &self.budget)
+            .field("shared", &self.shared.is_some())
+            .field("observers", &lock(&self.observers).len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// What is folded of the current month's file.
@@ -54,7 +70,15 @@ impl UsageLedger {
             budget: Budget::default(),
             shared: None,
             state: Mutex::default(),
+            observers: Mutex::default(),
         }
+    }
+
+    /// Calls `observer` with each call this process records from now on, once it is stored (not with what other
+    /// processes or replicas append): what a process's own counters (the gateway's `/metrics`) are fed from, so
+    /// they count every recorded call, in a turn or not.
+    pub fn on_record(&self, observer: impl Fn(&UsageRecord) + Send + Sync + 'static) {
+        lock(&self.observers).push(Arc::new(observer));
     }
 
     /// With these prices.
@@ -146,6 +170,10 @@ impl UsageLedger {
         // Counted at the next `check` or `totals`, which read what was appended since: a process that only
         // records (a one-shot turn without a budget) never reads the month's file.
         drop(state);
+        let observers = lock(&self.observers).clone();
+        for observe in observers {
+            observe(record);
+        }
         Ok(())
     }
 

@@ -262,3 +262,24 @@ fn reports_group_by_day_model_chat_and_person_from_a_time_on() {
         "cannot group by \"week\": use day, model, chat or person"
     );
 }
+
+#[test]
+fn observers_see_each_call_this_process_records_once_and_not_what_others_append() {
+    let home = tempfile::tempdir().unwrap();
+    let ledger = UsageLedger::new(home.path(), utc());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    ledger.on_record(move |r| sink.lock().unwrap().push((r.chat.clone(), r.input)));
+    ledger
+        .record(&call("telegram:1", Some("telegram:7"), "gpt-4o", 100, 10))
+        .unwrap();
+    // Another process on the same home appends too: counted in the totals, not told to this one's observers.
+    let other = UsageLedger::new(home.path(), utc());
+    other.record(&call("telegram:2", None, "gpt-4o", 50, 5)).unwrap();
+    ledger.record(&call("telegram:1", None, "gpt-4o", 20, 2)).unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [("telegram:1".to_owned(), 100), ("telegram:1".to_owned(), 20)]
+    );
+    assert_eq!(ledger.totals(&Scope::Overall).unwrap().0.calls, 3);
+}

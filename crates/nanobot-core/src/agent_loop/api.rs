@@ -147,6 +147,12 @@ impl AgentLoop {
         self.inner.kit.usage.totals()
     }
 
+    /// The usage ledger every model call of this agent is recorded in (turns, subagents, the heartbeat), if one
+    /// was given ([`AgentLoopBuilder::usage_ledger`](crate::AgentLoopBuilder::usage_ledger)).
+    pub fn usage_ledger(&self) -> Option<&Arc<nanobot_usage::UsageLedger>> {
+        self.spending().ledger()
+    }
+
     /// Attaches a bus (where [`AgentLoop::submit`] publishes, and `message` and `spawn` deliver).
     pub fn set_bus(&self, bus: Arc<dyn Bus>) {
         self.inner.routes.set_bus(bus);

@@ -108,6 +108,11 @@ impl Spending {
         }
     }
 
+    /// The ledger, if there is one.
+    pub(crate) fn ledger(&self) -> Option<&Arc<UsageLedger>> {
+        self.ledger.as_ref()
+    }
+
     /// The limit `payer` has reached, if any (a ledger that cannot be read is logged and limits nothing).
     pub(crate) async fn over_budget(&self, payer: &Payer) -> Option<BudgetExceeded> {
         let ledger = self.ledger.clone()?;

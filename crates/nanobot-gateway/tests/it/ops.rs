@@ -320,3 +320,51 @@ async fn metrics_text(c: &reqwest::Client, gw: &Gateway) -> String {
         .await
         .unwrap()
 }
+
+#[tokio::test]
+async fn metrics_count_the_calls_made_outside_a_turn_as_the_ledger_records_them() {
+    let home = TempHome::new();
+    let mock = MockLlm::start().await;
+    // The turn asks a subagent and waits for it: the subagent's call is made outside the turn's run.
+    mock.push(
+        MockReply::tool_call("spawn", json!({"task": "count to three", "wait": true})).with_usage(100, 10),
+    );
+    mock.push(MockReply::text("one, two, three").with_usage(200, 20));
+    mock.push(MockReply::text("It counted to three.").with_usage(300, 30));
+    nanobot_testkit::install_ring();
+    let gw = Gateway::start(options(&home, &mock, json!({}))).await.unwrap();
+    let c = client();
+    let body: Value = c
+        .post(api_url(&gw, "/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .json(&json!({"model": "mock-model", "messages": [{"role": "user", "content": "count to three"}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        body["choices"][0]["message"]["content"], "It counted to three.",
+        "{body}"
+    );
+    assert_eq!(mock.request_count(), 3);
+    let text = metrics_text(&c, &gw).await;
+    assert!(text.contains("nanobot_llm_requests_total 3"), "{text}");
+    assert!(
+        text.contains("nanobot_llm_tokens_total{kind=\"prompt\"} 600"),
+        "{text}"
+    );
+    assert!(
+        text.contains("nanobot_llm_tokens_total{kind=\"completion\"} 60"),
+        "{text}"
+    );
+    gw.shutdown().await;
+    let ledger = nanobot_usage::UsageLedger::new(&home.nanobot_dir(), "UTC".parse().unwrap());
+    let (day, _) = ledger.totals(&nanobot_usage::Scope::Overall).unwrap();
+    assert_eq!(
+        (day.calls, day.input, day.output),
+        (3, 600, 60),
+        "/metrics agrees with the ledger"
+    );
+}
