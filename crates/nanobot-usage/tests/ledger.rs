@@ -283,3 +283,47 @@ fn observers_see_each_call_this_process_records_once_and_not_what_others_append(
     );
     assert_eq!(ledger.totals(&Scope::Overall).unwrap().0.calls, 3);
 }
+
+#[test]
+fn a_monthly_limit_resets_at_the_first_of_the_next_month_in_the_agents_time_zone() {
+    let home = tempfile::tempdir().unwrap();
+    let tz: Tz = "Asia/Shanghai".parse().unwrap();
+    let budget = Budget {
+        per_person: Limits {
+            daily: Limit::default(),
+            monthly: tokens(500),
+        },
+        ..Budget::default()
+    };
+    let ledger = UsageLedger::new(home.path(), tz).with_budget(budget);
+    ledger
+        .record(&call("telegram:1", Some("telegram:7"), "m", 400, 100))
+        .unwrap();
+    let refused = ledger.check(Some("telegram:7"), "telegram:2").unwrap().unwrap_err();
+    assert_eq!(refused.scope, Scope::Person("telegram:7".into()));
+    assert_eq!(refused.period, Period::Month);
+    // Midnight of the first of next month in Shanghai (16:00 UTC the day before).
+    let local_now = Utc::now().with_timezone(&tz);
+    let (y, m) = match chrono::Datelike::month(&local_now) {
+        12 => (chrono::Datelike::year(&local_now) + 1, 1),
+        m => (chrono::Datelike::year(&local_now), m + 1),
+    };
+    let next_month = chrono::TimeZone::with_ymd_and_hms(&tz, y, m, 1, 0, 0, 0)
+        .unwrap()
+        .with_timezone(&Utc);
+    assert_eq!(refused.resets_at.with_timezone(&Utc), next_month);
+    let text = refused.to_string();
+    assert!(text.contains("monthly budget of 500 tokens"), "{text}");
+    assert!(text.contains("Asia/Shanghai"), "{text}");
+    // A moment before, still held; from then on, a new month from zero.
+    assert!(
+        ledger
+            .check_at(Some("telegram:7"), "telegram:2", next_month - Duration::seconds(1))
+            .unwrap()
+            .is_err()
+    );
+    assert_eq!(
+        ledger.check_at(Some("telegram:7"), "telegram:2", next_month).unwrap(),
+        Ok(())
+    );
+}

@@ -225,12 +225,16 @@ impl Spending {
 }
 
 fn figures(t: &Tally) -> String {
+    let cached = match t.cached {
+        0 => String::new(),
+        n => format!(" ({n} cached)"),
+    };
     let reasoning = match t.reasoning {
         0 => String::new(),
         n => format!(", {n} of them reasoning"),
     };
     format!(
-        "{} calls, {} tokens ({} in, {} out{reasoning}), cost {}",
+        "{} calls, {} tokens ({} in{cached}, {} out{reasoning}), cost {}",
         t.calls,
         t.tokens(),
         t.input,

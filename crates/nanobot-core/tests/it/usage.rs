@@ -39,7 +39,11 @@ async fn every_call_is_recorded_for_its_chat_and_person_and_the_figures_add_up_s
     let home = TempHome::new();
     let mock = MockLlm::start().await;
     mock.push(MockReply::tool_call("list_dir", json!({"path": "."})).with_usage(100, 10));
-    mock.push(MockReply::text("done").with_usage(150, 20));
+    mock.push(
+        MockReply::text("done")
+            .with_usage(150, 20)
+            .with_cache_usage(0, 40),
+    );
     mock.push(MockReply::text("streamed answer").with_usage(300, 30));
     let agent = agent(&home, &mock, Budget::default());
     assert_eq!(
@@ -72,7 +76,7 @@ async fn every_call_is_recorded_for_its_chat_and_person_and_the_figures_add_up_s
 
     let text = agent.process_direct("/usage", "cli:u").await.unwrap();
     assert!(
-        text.contains("This chat: today 3 calls, 610 tokens (550 in, 60 out)"),
+        text.contains("This chat: today 3 calls, 610 tokens (550 in (40 cached), 60 out)"),
         "{text}"
     );
     assert!(text.contains("You: today 3 calls"), "{text}");
