@@ -21,6 +21,7 @@ pub(crate) fn manager(env: &CliEnv, s: &Setup) -> Result<(McpManager, Vec<String
         parent_env: env.vars.clone(),
         media_dir: Some(s.paths.media_dir(Some("mcp"))),
         ssrf,
+        confinement: nanobot_runtime::mcp::confinement(&s.loaded.config, &env.core_env(&s.paths)),
         ..McpOptions::default()
     };
     let (m, errors) = nanobot_runtime::mcp::mcp_manager(tools.mcp_servers.iter(), opts);

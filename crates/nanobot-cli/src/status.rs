@@ -456,13 +456,36 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
             ),
         ));
     }
+    let confinement =
+        (!config.tools.mcp_servers.is_empty()).then(|| nanobot_runtime::mcp::confinement(config, &core_env));
     for (name, cfg) in &config.tools.mcp_servers {
         match nanobot_runtime::mcp::server_spec(name, cfg) {
-            Ok(spec) => f.push(Finding::ok(format!(
-                "MCP server `{name}`: {} {}",
-                spec.transport.kind().as_str(),
-                spec.transport.target()
-            ))),
+            Ok(spec) => {
+                f.push(Finding::ok(format!(
+                    "MCP server `{name}`: {} {}",
+                    spec.transport.kind().as_str(),
+                    spec.transport.target()
+                )));
+                use nanobot_mcp::confine::ConfinementOutcome as Outcome;
+                match confinement.as_ref().and_then(|c| c.describe(&spec)) {
+                    Some(Outcome::Confined(line)) => {
+                        f.push(Finding::ok(format!("MCP server `{name}`: {line}")))
+                    }
+                    Some(Outcome::Trusted(line)) => f.push(Finding::warn(
+                        format!("MCP server `{name}`: {line}"),
+                        format!(
+                            "remove `tools.mcpServers.{name}.trusted` to run it confined (give it \
+                             `writablePaths` if it must write elsewhere)"
+                        ),
+                    )),
+                    Some(Outcome::Weaker(line)) => f.push(Finding::problem(
+                        format!("MCP server `{name}`: {line}"),
+                        "install bubblewrap (Debian/Ubuntu: `apt install bubblewrap`) and leave \
+                         `tools.exec.sandbox` unset, so MCP servers and exec run confined",
+                    )),
+                    None => {}
+                }
+            }
             Err(e) => f.push(Finding::problem(
                 format!("MCP server `{name}`: {e}"),
                 format!("fix `tools.mcpServers.{name}` (give `command` for stdio or `url` for HTTP)"),

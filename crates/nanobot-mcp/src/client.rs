@@ -12,8 +12,8 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 
+use crate::transport::LegacySseTransport;
 use crate::transport::stdio::{self, StdioLaunch};
-use crate::transport::{LegacySseTransport, child_env};
 use nanobot_tools::ssrf::SsrfGuard;
 
 use crate::{McpError, SecretMap, ServerSpec, TransportSpec};
@@ -24,6 +24,8 @@ use crate::{McpError, SecretMap, ServerSpec, TransportSpec};
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NanobotClient {
     pub(crate) lists_changed: Arc<AtomicBool>,
+    /// What a confined stdio server needs kept while the session lives.
+    _sandbox: Option<Arc<stdio::SandboxHold>>,
 }
 
 impl ClientHandler for NanobotClient {
@@ -53,6 +55,7 @@ pub(crate) struct ConnectEnv<'a> {
     pub(crate) parent_env: &'a nanobot_util::EnvMap,
     pub(crate) guard: &'a SsrfGuard,
     pub(crate) connect_timeout: Duration,
+    pub(crate) confinement: &'a crate::StdioConfinement,
 }
 
 /// What a server offers.
@@ -147,15 +150,26 @@ async fn open(
             args,
             env: configured,
             cwd,
+            trusted,
+            writable_paths,
         } => {
-            let child = stdio::spawn(StdioLaunch {
+            let (child, hold) = stdio::spawn(StdioLaunch {
                 server: &spec.name,
                 command,
                 args,
-                env: child_env(env.parent_env, configured),
+                parent_env: env.parent_env,
+                configured,
                 cwd: cwd.as_ref(),
-            })?;
-            NanobotClient::default().serve(child).await.map_err(init_err)
+                trusted: *trusted,
+                writable_paths,
+                confinement: env.confinement,
+            })
+            .await?;
+            let client = NanobotClient {
+                _sandbox: hold.map(Arc::new),
+                ..NanobotClient::default()
+            };
+            client.serve(child).await.map_err(init_err)
         }
         TransportSpec::Sse { url, headers } => {
             check_url(spec, url, env.guard).await?;

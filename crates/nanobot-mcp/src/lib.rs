@@ -36,6 +36,7 @@
 //! ```
 
 mod client;
+pub mod confine;
 mod content;
 mod error;
 mod manager;
@@ -45,6 +46,7 @@ mod spec;
 pub mod transport;
 mod wrap;
 
+pub use confine::StdioConfinement;
 pub use content::Rendered;
 pub use error::McpError;
 pub use manager::{

@@ -49,6 +49,9 @@ pub struct McpOptions {
     pub retry_interval: Duration,
     /// Longest text one result may hand the model; the rest is cut with a note.
     pub max_result_chars: usize,
+    /// How stdio servers are confined (a server with `trusted: true` is not). By default: bubblewrap where it
+    /// works, else Landlock, nothing hidden, a temporary directory of its own per start.
+    pub confinement: crate::StdioConfinement,
 }
 
 impl std::fmt::Debug for McpOptions {
@@ -61,6 +64,7 @@ impl std::fmt::Debug for McpOptions {
             .field("connect_timeout", &self.connect_timeout)
             .field("retry_interval", &self.retry_interval)
             .field("max_result_chars", &self.max_result_chars)
+            .field("confinement", &self.confinement)
             .finish()
     }
 }
@@ -75,6 +79,7 @@ impl Default for McpOptions {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             retry_interval: DEFAULT_RETRY_INTERVAL,
             max_result_chars: DEFAULT_MAX_RESULT_CHARS,
+            confinement: crate::StdioConfinement::default(),
         }
     }
 }
@@ -292,6 +297,7 @@ impl McpManager {
                 parent_env: &self.inner.opts.parent_env,
                 guard: &self.inner.opts.ssrf,
                 connect_timeout: self.inner.opts.connect_timeout,
+                confinement: &self.inner.opts.confinement,
             };
             let attempts = due.iter().map(|&i| {
                 let spec = &self.inner.slots[i].spec;

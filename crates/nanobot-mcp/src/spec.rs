@@ -80,6 +80,10 @@ pub enum TransportSpec {
         env: SecretMap,
         /// Working directory, if configured.
         cwd: Option<PathBuf>,
+        /// `trusted`: started without confinement, with nanobot's own rights.
+        trusted: bool,
+        /// `writablePaths`: more paths the confined server may write (absolute).
+        writable_paths: Vec<PathBuf>,
     },
     /// Legacy HTTP+SSE at `url` (the `GET` stream).
     Sse {
@@ -164,6 +168,10 @@ pub struct RawServer {
     pub enabled_tools: Option<Vec<String>>,
     /// `readOnly` (default false).
     pub read_only: bool,
+    /// `trusted` (stdio; default false): started without confinement.
+    pub trusted: bool,
+    /// `writablePaths` (stdio): more paths the confined server may write; each must be absolute.
+    pub writable_paths: Vec<PathBuf>,
 }
 
 impl std::fmt::Debug for RawServer {
@@ -179,6 +187,8 @@ impl std::fmt::Debug for RawServer {
             .field("tool_timeout", &self.tool_timeout)
             .field("enabled_tools", &self.enabled_tools)
             .field("read_only", &self.read_only)
+            .field("trusted", &self.trusted)
+            .field("writable_paths", &self.writable_paths)
             .finish()
     }
 }
@@ -212,6 +222,16 @@ impl ServerSpec {
                 args: raw.args,
                 env: raw.env.into_iter().collect(),
                 cwd: raw.cwd,
+                trusted: raw.trusted,
+                writable_paths: match raw.writable_paths.iter().find(|p| !p.is_absolute()) {
+                    Some(p) => {
+                        return Err(bad(format!(
+                            "field `writablePaths`: {} is not an absolute path",
+                            p.display()
+                        )));
+                    }
+                    None => raw.writable_paths,
+                },
             },
             TransportKind::Sse | TransportKind::StreamableHttp => {
                 let url = url.ok_or_else(|| bad(format!("field `url` is required for a {kind} server")))?;

@@ -33,6 +33,30 @@ pub fn raw_server(cfg: &McpServerConfig) -> RawServer {
         tool_timeout: Some(cfg.tool_timeout),
         enabled_tools: Some(cfg.enabled_tools.clone()),
         read_only: cfg.read_only,
+        trusted: cfg.trusted,
+        writable_paths: cfg.writable_paths.iter().map(|p| p.trim().into()).collect(),
+    }
+}
+
+/// How stdio servers are confined for `config` in `env`: `exec`'s sandbox setting, hidden paths and limits (without
+/// the CPU-time limit: a server lives long), each server's own directory under `<data dir>/mcp/`, network on.
+pub fn confinement(
+    config: &nanobot_config::Config,
+    env: &crate::Environment,
+) -> nanobot_mcp::StdioConfinement {
+    let exec = crate::exec_settings(config, env);
+    let data_dir = env.paths().data_dir();
+    let mut hidden = vec![data_dir.clone()];
+    hidden.extend(exec.hide_paths);
+    nanobot_mcp::StdioConfinement {
+        sandbox: exec.sandbox,
+        hidden,
+        state_dir: Some(data_dir.join("mcp")),
+        limits: nanobot_tools::confine::ExecLimits {
+            cpu_seconds: 0,
+            ..exec.limits
+        },
+        network: true,
     }
 }
 

@@ -398,6 +398,7 @@ pub fn agent_builder_shared(
             parent_env: env.vars.clone(),
             media_dir: Some(env.paths().media_dir(Some("mcp"))),
             ssrf: ssrf_guard(config)?,
+            confinement: crate::mcp::confinement(config, env),
             ..nanobot_mcp::McpOptions::default()
         };
         let (manager, errors) = crate::mcp::mcp_manager(&config.tools.mcp_servers, opts);

@@ -299,7 +299,10 @@ fn a_monthly_limit_resets_at_the_first_of_the_next_month_in_the_agents_time_zone
     ledger
         .record(&call("telegram:1", Some("telegram:7"), "m", 400, 100))
         .unwrap();
-    let refused = ledger.check(Some("telegram:7"), "telegram:2").unwrap().unwrap_err();
+    let refused = ledger
+        .check(Some("telegram:7"), "telegram:2")
+        .unwrap()
+        .unwrap_err();
     assert_eq!(refused.scope, Scope::Person("telegram:7".into()));
     assert_eq!(refused.period, Period::Month);
     // Midnight of the first of next month in Shanghai (16:00 UTC the day before).
@@ -318,12 +321,18 @@ fn a_monthly_limit_resets_at_the_first_of_the_next_month_in_the_agents_time_zone
     // A moment before, still held; from then on, a new month from zero.
     assert!(
         ledger
-            .check_at(Some("telegram:7"), "telegram:2", next_month - Duration::seconds(1))
+            .check_at(
+                Some("telegram:7"),
+                "telegram:2",
+                next_month - Duration::seconds(1)
+            )
             .unwrap()
             .is_err()
     );
     assert_eq!(
-        ledger.check_at(Some("telegram:7"), "telegram:2", next_month).unwrap(),
+        ledger
+            .check_at(Some("telegram:7"), "telegram:2", next_month)
+            .unwrap(),
         Ok(())
     );
 }

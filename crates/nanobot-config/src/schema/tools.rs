@@ -574,6 +574,19 @@ pub struct McpServerConfig {
     /// Not written when false (0.3.5 has no such key).
     #[serde(alias = "read_only", skip_serializing_if = "std::ops::Not::not")]
     pub read_only: bool,
+    /// nanobot-rs: run this stdio server without confinement, with nanobot's own rights (its data directory
+    /// visible, writes anywhere the user may write). Shown by `doctor`. Not written when false (0.3.5 has no such
+    /// key and ignores it).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub trusted: bool,
+    /// nanobot-rs: more paths (absolute) a confined stdio server may write, beyond its `cwd`, the existing
+    /// directories its `args` name and a directory of its own. Not written when empty.
+    #[serde(
+        alias = "writable_paths",
+        deserialize_with = "string_list",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub writable_paths: Vec<String>,
     /// Keys this version does not model (kept on save).
     #[serde(flatten)]
     pub extra: Extra,
@@ -592,6 +605,8 @@ impl Default for McpServerConfig {
             tool_timeout: 30,
             enabled_tools: vec!["*".into()],
             read_only: false,
+            trusted: false,
+            writable_paths: Vec::new(),
             extra: Extra::default(),
         }
     }

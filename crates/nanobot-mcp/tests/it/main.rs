@@ -8,6 +8,7 @@
     reason = "test helpers outside #[test] functions may panic"
 )]
 
+mod confined;
 mod edge;
 mod everything;
 mod filesystem;

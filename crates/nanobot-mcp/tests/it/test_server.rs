@@ -42,6 +42,12 @@ pub struct HugeArgs {
     pub size: usize,
 }
 
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct ShellArgs {
+    /// A command for `sh -c` (its output must not be held open by what it leaves running).
+    pub command: String,
+}
+
 #[derive(Debug, Clone)]
 pub struct TestServer {
     tool_router: ToolRouter<Self>,
@@ -91,6 +97,24 @@ impl TestServer {
         Ok(CallToolResult::error(vec![ContentBlock::text(
             "the widget is broken",
         )]))
+    }
+
+    #[tool(description = "Run a shell command; answers its exit status, stdout and stderr")]
+    async fn shell(&self, Parameters(ShellArgs { command }): Parameters<ShellArgs>) -> String {
+        let run = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(&command)
+            .stdin(std::process::Stdio::null())
+            .output();
+        match run.await {
+            Ok(o) => format!(
+                "status={}\n{}{}",
+                o.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => format!("status=-1\ncannot run sh: {e}"),
+        }
     }
 
     #[tool(description = "Return a tiny image")]
