@@ -4,7 +4,9 @@
 //! that rmcp no longer ships, and streamable HTTP), the [`McpManager`] that connects all
 //! configured servers lazily and concurrently, and the wrappers that turn a server's tools,
 //! resources and prompts into [`nanobot_tools::Tool`]s named `mcp_<server>_<tool>`,
-//! `mcp_<server>_resource_<name>` and `mcp_<server>_prompt_<name>`.
+//! `mcp_<server>_resource_<name>` and `mcp_<server>_prompt_<name>`. Stdio servers are started in the kernel
+//! confinement `exec` gets ([`confine`]: the data directory hidden, writes only where the server's config says),
+//! unless the user marks one `trusted`.
 //!
 //! It must not know about the agent loop, providers, channels or the config file's location:
 //! the caller passes the parsed config, the parent environment, the media directory and the
