@@ -1419,6 +1419,50 @@ mod tests {
             "{text}"
         );
     }
+
+    #[test]
+    fn doctor_says_how_each_mcp_server_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = CliEnv::for_home(dir.path(), nanobot_util::EnvMap::new());
+        crate::onboard::onboard(&env, &ConfigArgs::default()).unwrap();
+        let notes = std::fs::canonicalize(dir.path()).unwrap().join("notes");
+        std::fs::create_dir_all(&notes).unwrap();
+        let cfg = dir.path().join(".nanobot/config.json");
+        let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+        v["tools"]["mcpServers"] = serde_json::json!({
+            "notes": {"command": "sh", "args": [notes.display().to_string()]},
+            "gh": {"command": "sh", "trusted": true}
+        });
+        std::fs::write(&cfg, serde_json::to_string(&v).unwrap()).unwrap();
+        let (text, _) = doctor_text(&doctor(&env, &ConfigArgs::default()));
+        let k = nanobot_tools::confine::kernel_support();
+        if k.bwrap.is_ok() || k.landlock.is_ok() {
+            let own = std::fs::canonicalize(dir.path().join(".nanobot"))
+                .unwrap()
+                .join("mcp/notes");
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("✓ MCP server `notes`: confined ("))
+                .unwrap_or_else(|| panic!("{text}"));
+            assert!(line.contains(&notes.display().to_string()), "{line}");
+            assert!(line.contains(&own.display().to_string()), "{line}");
+        }
+        assert!(
+            text.contains(
+                "! MCP server `gh`: trusted: runs unconfined with nanobot's own rights (tools.mcpServers.gh.trusted)"
+            ),
+            "{text}"
+        );
+        // Confinement turned off: a problem, with the fix.
+        v["tools"]["exec"]["sandbox"] = "none".into();
+        std::fs::write(&cfg, serde_json::to_string(&v).unwrap()).unwrap();
+        let (text, _) = doctor_text(&doctor(&env, &ConfigArgs::default()));
+        assert!(
+            text.contains("✗ MCP server `notes`: runs unconfined: tools.exec.sandbox is \"none\""),
+            "{text}"
+        );
+        assert!(text.contains("install bubblewrap"), "{text}");
+    }
 }
 
 #[cfg(test)]

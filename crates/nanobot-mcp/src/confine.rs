@@ -188,7 +188,7 @@ pub(crate) struct Confined {
 #[derive(Debug)]
 pub(crate) enum OwnDir {
     Kept(PathBuf),
-    Temporary(tempfile::TempDir),
+    Temporary(nanobot_tools::confine::PrivateDir),
 }
 
 impl OwnDir {
@@ -202,11 +202,13 @@ impl OwnDir {
 
 impl StdioConfinement {
     /// Prepares a confined start of `program args` for the server `server` (`cwd`: its configured working
-    /// directory; `writable_paths`: its `writablePaths`). `Ok(None)`: no confinement on this machine (or turned
-    /// off), start it as it is.
+    /// directory; `writable_paths`: its `writablePaths`; `temp_base`: where a temporary directory of its own goes
+    /// when there is no state directory). `Ok(None)`: no confinement on this machine (or turned off), start it as
+    /// it is.
     pub(crate) fn prepare(
         &self,
         server: &str,
+        temp_base: &Path,
         program: &Path,
         args: &[String],
         cwd: Option<&Path>,
@@ -222,7 +224,10 @@ impl StdioConfinement {
                 std::fs::create_dir_all(&dir)?;
                 OwnDir::Kept(dir)
             }
-            None => OwnDir::Temporary(tempfile::Builder::new().prefix("nanobot-mcp-").tempdir()?),
+            None => OwnDir::Temporary(nanobot_tools::confine::PrivateDir::new_in(
+                temp_base,
+                "nanobot-mcp-",
+            )?),
         };
         let own_real = std::fs::canonicalize(own.path())?;
         let tmp = own_real.join("tmp");

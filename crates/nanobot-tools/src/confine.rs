@@ -215,6 +215,26 @@ where
     Ok((made, SpawnerThread(keep)))
 }
 
+/// A private directory of one confined program (mode 0700, under `base`), removed with what it holds when dropped:
+/// the temporary directory `exec` calls share, a server's own directory when it has no lasting one.
+#[derive(Debug)]
+pub struct PrivateDir(tempfile::TempDir);
+
+impl PrivateDir {
+    /// A new directory under `base` named `<prefix><random>`.
+    ///
+    /// # Errors
+    /// The directory cannot be made.
+    pub fn new_in(base: &Path, prefix: &str) -> std::io::Result<Self> {
+        tempfile::Builder::new().prefix(prefix).tempdir_in(base).map(Self)
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
 /// Probes the kernel and the helper programs once and caches the answer.
 pub fn kernel_support() -> &'static KernelSupport {
     static PROBE: OnceLock<KernelSupport> = OnceLock::new();

@@ -100,6 +100,12 @@ pub(crate) async fn spawn(
             .confinement
             .prepare(
                 launch.server,
+                launch
+                    .parent_env
+                    .get("TMPDIR")
+                    .map(std::path::Path::new)
+                    .filter(|t| t.is_dir())
+                    .unwrap_or(std::path::Path::new("/tmp")),
                 &program,
                 launch.args,
                 launch.cwd.map(PathBuf::as_path),

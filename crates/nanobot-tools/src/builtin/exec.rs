@@ -139,7 +139,7 @@ pub struct ExecTool {
     allow: Vec<Regex>,
     deny: Vec<Regex>,
     /// The private `/tmp` of this tool's commands (created on first use, removed with the tool).
-    tmp: Arc<OnceLock<Result<tempfile::TempDir, String>>>,
+    tmp: Arc<OnceLock<Result<confine::PrivateDir, String>>>,
     /// Commands left running by calls with `yield_time_ms`.
     sessions: ExecSessions,
 }
@@ -216,9 +216,7 @@ impl ExecTool {
             .filter(|t| Path::new(t).is_dir())
             .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
         let made = self.tmp.get_or_init(|| {
-            tempfile::Builder::new()
-                .prefix("nanobot-exec-")
-                .tempdir_in(&base)
+            confine::PrivateDir::new_in(&base, "nanobot-exec-")
                 .map_err(|e| format!("cannot create the private temp dir in {}: {e}", base.display()))
         });
         match made {
