@@ -635,6 +635,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn mcp_confinement_keys_read_both_spellings_and_are_written_only_when_set() {
+        let camel: McpServerConfig = serde_json::from_value(serde_json::json!({
+            "command": "srv", "trusted": true, "writablePaths": ["/srv/data"]
+        }))
+        .unwrap();
+        let snake: McpServerConfig = serde_json::from_value(serde_json::json!({
+            "command": "srv", "trusted": true, "writable_paths": ["/srv/data"]
+        }))
+        .unwrap();
+        assert_eq!(camel, snake);
+        assert!(camel.trusted);
+        assert_eq!(camel.writable_paths, ["/srv/data"]);
+        let saved = serde_json::to_value(&camel).unwrap();
+        assert_eq!(saved["trusted"], true);
+        assert_eq!(saved["writablePaths"], serde_json::json!(["/srv/data"]));
+        // A 0.3.5 block gains no key on save.
+        let plain: McpServerConfig = serde_json::from_value(serde_json::json!({"command": "srv"})).unwrap();
+        let saved = serde_json::to_value(&plain).unwrap();
+        assert!(
+            saved.get("trusted").is_none() && saved.get("writablePaths").is_none(),
+            "{saved}"
+        );
+    }
+
+    #[test]
     fn exec_confinement_keys_read_both_spellings_and_save_only_when_changed() {
         let camel: ExecToolConfig = serde_json::from_value(serde_json::json!({
             "network": false, "hidePaths": ["~/.secret"], "maxProcesses": 9,
