@@ -16,6 +16,7 @@ mod help_compat;
 mod interactive;
 mod interrupt;
 mod local_first;
+mod mcp;
 mod provider;
 mod replicas;
 mod service;

@@ -244,10 +244,14 @@ impl StdioConfinement {
         hidden.dedup();
         // The program and the files its arguments name (its script) stay visible, read-only, where the private
         // `/tmp` or a hidden directory would cover them: at the path it is started by (a link stays a name the
-        // program may act on).
+        // program may act on). Elsewhere they are visible as they are.
+        let covered = |p: &Path| {
+            ["/tmp", "/var/tmp"].iter().any(|t| p.starts_with(t))
+                || std::fs::canonicalize(p).is_ok_and(|real| hidden.iter().any(|h| real.starts_with(h)))
+        };
         let read_only: Vec<PathBuf> = std::iter::once(program)
             .chain(args.iter().map(Path::new))
-            .filter(|p| p.is_absolute() && p.is_file())
+            .filter(|p| p.is_absolute() && p.is_file() && covered(p))
             .map(Path::to_path_buf)
             .collect();
         let view = FsView {
