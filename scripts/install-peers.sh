@@ -62,7 +62,10 @@ fi
 # dovecot-imapd: IMAP with IDLE for the e-mail channel's tests (they start their own dovecot with a generated
 # config; the system service is not used).
 # nats-server: JetStream for the durable bus's tests (nanobot-bus-nats; each test starts its own server).
+# curl, wget: the clients a confined command tries the network with (the egress tests of nanobot-tools).
 need=()
+command -v curl >/dev/null || need+=(curl)
+command -v wget >/dev/null || need+=(wget)
 command -v bwrap >/dev/null || need+=(bubblewrap)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 command -v dovecot >/dev/null || need+=(dovecot-imapd)

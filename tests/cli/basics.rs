@@ -271,3 +271,19 @@ fn plugins_enable_and_disable_channels_in_the_config_and_refuse_what_is_not_buil
         assert!(stderr(&o).contains(needle), "{}", stderr(&o));
     }
 }
+
+#[test]
+fn the_program_is_its_own_egress_bridge_when_started_as_one() {
+    // What a sandbox with `tools.network.allowedDomains` starts first: the bridge runs the command after `--` and
+    // ends with its status (the proxy's socket is only dialled when something connects).
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("egress.sock");
+    let o = std::process::Command::new(crate::support::exe())
+        .args(["__nanobot-egress-bridge"])
+        .arg(&sock)
+        .args(["0", "--", "sh", "-c", "echo bridged; exit 3"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "bridged\n");
+}

@@ -9,6 +9,8 @@ use clap::Parser;
 use nanobot_cli::{CliEnv, GatewayCli};
 
 fn main() -> ExitCode {
+    // Started inside a sandbox as its egress bridge (`tools.network.allowedDomains`): that, and nothing else.
+    nanobot_cli::run_egress_bridge_if_asked();
     let cli = GatewayCli::parse();
     let env = CliEnv::from_process();
     let plan = nanobot_cli::gateway_log_plan(&cli, &env);

@@ -9,6 +9,8 @@ use clap::{CommandFactory, FromArgMatches};
 use nanobot_cli::{Cli, CliEnv};
 
 fn main() -> ExitCode {
+    // Started inside a sandbox as its egress bridge (`tools.network.allowedDomains`): that, and nothing else.
+    nanobot_cli::run_egress_bridge_if_asked();
     // Started by the Python wheel's launcher: end with it, whatever ends it (SIGKILL included).
     let launcher = std::env::var_os(nanobot_cli::LAUNCHER_PID_VAR);
     if nanobot_cli::bind_to_launcher(launcher.as_deref()) == nanobot_cli::LauncherBinding::Gone {

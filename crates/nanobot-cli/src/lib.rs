@@ -68,6 +68,9 @@ pub use eval::{
 };
 pub use gateway::{GatewayCli, gateway_log_filter, gateway_log_plan, run_gateway_binary};
 pub use launcher::{EXIT_LAUNCHER_GONE, LAUNCHER_PID_VAR, LauncherBinding, bind_to_launcher};
+/// Runs the egress bridge when the program was started as one inside a sandbox (`tools.network.allowedDomains`)
+/// and exits with its command's status; returns at once otherwise. The programs call it first thing in `main`.
+pub use nanobot_tools::egress::run_bridge_if_asked as run_egress_bridge_if_asked;
 pub use onboard::{OnboardReport, TEMPLATES, default_config};
 pub use provider_cmd::{ProviderAction, ProviderLoginArgs, ProviderLogoutArgs};
 pub use render::MarkdownStream;

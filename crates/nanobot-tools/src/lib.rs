@@ -37,6 +37,7 @@ pub mod builtin;
 /// embedder uses exactly this version without depending on reqwest itself.
 pub use reqwest;
 pub mod confine;
+pub mod egress;
 mod error;
 pub mod fuzzing;
 mod registry;

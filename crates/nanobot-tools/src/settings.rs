@@ -225,21 +225,7 @@ impl WebSettings {
         let Some(list) = &self.allowed_domains else {
             return true;
         };
-        let host = host.trim_end_matches('.').to_ascii_lowercase();
-        list.iter().any(|entry| {
-            let d = entry
-                .trim()
-                .trim_start_matches("*.")
-                .trim_start_matches('.')
-                .trim_end_matches('.')
-                .to_lowercase();
-            // An entry written in Unicode (`bücher.example`) matches the host as URLs carry it (punycode).
-            let d = match url::Host::parse(&d) {
-                Ok(url::Host::Domain(ascii)) => ascii,
-                _ => d,
-            };
-            !d.is_empty() && (host == d || host.ends_with(&format!(".{d}")))
-        })
+        crate::egress::DomainList::new(list).allows(host)
     }
 
     /// [`WebSettings::domain_allowed`] for a URL, with the refusal the model sees.

@@ -4,6 +4,7 @@
 mod cli_apps;
 mod confine;
 mod effects;
+mod egress;
 mod exec;
 mod exec_sessions;
 mod fs;

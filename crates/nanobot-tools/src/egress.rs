@@ -1,0 +1,545 @@
+//! Egress by domain (`tools.network.allowedDomains`, docs/security.md): a confined program whose network namespace
+//! is empty reaches the outside only through an HTTP proxy nanobot runs, which lets through the domains the user
+//! allowed and refuses everything else, saying which domain and how to allow it.
+//!
+//! - [`DomainList`]: the allow-list (a domain covers its subdomains; IP addresses are never on it).
+//! - [`EgressProxy`]: the proxy, on a Unix socket (a file, so it reaches into a network namespace where no TCP
+//!   address of nanobot's does): `CONNECT host:port` tunnels (HTTPS) and absolute-form `http://` requests, each
+//!   host checked against the list, resolved by nanobot (the program has no DNS) and its addresses checked by the
+//!   SSRF guard. What it refused is kept for the call's answer.
+//! - The bridge ([`run_bridge_if_asked`]): the first program inside the sandbox. It listens on
+//!   `127.0.0.1:<port>` in the sandbox's own network namespace, forwards each connection to the proxy's socket, and
+//!   runs the command with `HTTP_PROXY`/`HTTPS_PROXY` pointing at it. The program that embeds this crate provides it
+//!   by calling [`run_bridge_if_asked`] first thing in `main` (the `nanobot` programs do).
+//!
+//! Raw sockets, UDP, DNS and direct connections have nowhere to go in an empty network namespace: refused by
+//! construction, not by a list.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nanobot_util::lock;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::ssrf::SsrfGuard;
+
+/// The configuration key a refusal names.
+pub const ALLOW_KEY: &str = "tools.network.allowedDomains";
+/// The first argument that makes a program the egress bridge: `<program> __nanobot-egress-bridge <socket> <port> --
+/// <command>…`.
+pub const BRIDGE_ARG: &str = "__nanobot-egress-bridge";
+/// The port the bridge listens on inside the sandbox (its own network namespace: nothing else is there).
+pub const BRIDGE_PORT: u16 = 3128;
+/// Longest request head the proxy reads.
+const MAX_HEAD: usize = 16 * 1024;
+/// How long a client may take to send its request head, and the proxy to connect.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Domains a confined program may reach: each entry and its subdomains (`example.com` covers `api.example.com`; a
+/// leading `*.` or `.` means the same). Case-insensitive, a trailing dot ignored, Unicode entries compared as URLs
+/// carry them (punycode). An address matches only an entry equal to it (the web tools take that); the proxy
+/// refuses addresses before it asks.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DomainList {
+    domains: Vec<String>,
+}
+
+impl DomainList {
+    /// The list of `entries` (blank ones ignored).
+    pub fn new<S: AsRef<str>>(entries: &[S]) -> Self {
+        let domains = entries
+            .iter()
+            .map(|e| {
+                let d = e
+                    .as_ref()
+                    .trim()
+                    .trim_start_matches("*.")
+                    .trim_start_matches('.')
+                    .trim_end_matches('.')
+                    .to_lowercase();
+                match url::Host::parse(&d) {
+                    Ok(url::Host::Domain(ascii)) => ascii,
+                    _ => d,
+                }
+            })
+            .filter(|d| !d.is_empty())
+            .collect();
+        Self { domains }
+    }
+
+    /// The entries, normalised.
+    pub fn domains(&self) -> &[String] {
+        &self.domains
+    }
+
+    /// Whether `host` is an entry or a subdomain of one (an address: equal to an entry).
+    pub fn allows(&self, host: &str) -> bool {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        let address = host.parse::<IpAddr>().is_ok() || host.starts_with('[');
+        self.domains
+            .iter()
+            .any(|d| host == *d || (!address && host.ends_with(&format!(".{d}"))))
+    }
+}
+
+/// Why the proxy refused a connection, as the program (and the model reading its output) is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The host asked for.
+    pub host: String,
+    /// What is wrong with it.
+    pub reason: RefusalReason,
+}
+
+/// What a [`Refusal`] is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RefusalReason {
+    /// The domain is not on the allow-list.
+    NotAllowed,
+    /// An IP address: only domains can be allowed.
+    Address,
+    /// The domain resolves to an internal address (the SSRF guard's verdict), or does not resolve.
+    Unreachable(String),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.reason {
+            RefusalReason::NotAllowed => write!(
+                f,
+                "nanobot refused the connection to {}: it is not in {ALLOW_KEY} (add it there to allow it)",
+                self.host
+            ),
+            RefusalReason::Address => write!(
+                f,
+                "nanobot refused the connection to {}: an IP address is never allowed, only the domains in \
+                 {ALLOW_KEY}",
+                self.host
+            ),
+            RefusalReason::Unreachable(why) => {
+                write!(f, "nanobot refused the connection to {}: {why}", self.host)
+            }
+        }
+    }
+}
+
+/// The egress proxy of one confined program, listening on a Unix socket until dropped.
+#[derive(Debug)]
+pub struct EgressProxy {
+    socket: PathBuf,
+    refused: Arc<Mutex<Vec<Refusal>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl EgressProxy {
+    /// Starts a proxy at `socket` (a new file) letting through `allowed`, resolving and checking addresses with
+    /// `guard`. Needs a tokio runtime.
+    ///
+    /// # Errors
+    /// The socket cannot be made.
+    pub fn start(socket: &Path, allowed: DomainList, guard: SsrfGuard) -> std::io::Result<Self> {
+        let listener = tokio::net::UnixListener::bind(socket)?;
+        let refused: Arc<Mutex<Vec<Refusal>>> = Arc::default();
+        let policy = Arc::new((allowed, guard, refused.clone()));
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let policy = policy.clone();
+                tokio::spawn(async move {
+                    let (allowed, guard, refused) = &*policy;
+                    if let Err(e) = serve(stream, allowed, guard, refused).await {
+                        tracing::debug!(error = %e, "egress proxy connection ended");
+                    }
+                });
+            }
+        });
+        Ok(Self {
+            socket: socket.to_path_buf(),
+            refused,
+            task,
+        })
+    }
+
+    /// Its socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// What it refused so far, each host once, in order.
+    pub fn refused(&self) -> Vec<Refusal> {
+        let mut seen = Vec::new();
+        for r in lock(&self.refused).iter() {
+            if !seen.iter().any(|s: &Refusal| s.host == r.host) {
+                seen.push(r.clone());
+            }
+        }
+        seen
+    }
+}
+
+impl Drop for EgressProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+/// The request a client sent: where to, and what to send there first.
+struct Target {
+    host: String,
+    port: u16,
+    /// `None` for `CONNECT` (answer 200, then tunnel); else the request to forward, in origin form.
+    forward: Option<Vec<u8>>,
+}
+
+async fn serve(
+    mut client: tokio::net::UnixStream,
+    allowed: &DomainList,
+    guard: &SsrfGuard,
+    refused: &Mutex<Vec<Refusal>>,
+) -> std::io::Result<()> {
+    let (head, rest) = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
+        Ok(Ok(Some(read))) => read,
+        Ok(Ok(None)) => return answer(&mut client, 400, "the request head is too long or incomplete").await,
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return answer(&mut client, 408, "no request head in time").await,
+    };
+    let target = match parse(&head) {
+        Ok(t) => t,
+        Err(why) => return answer(&mut client, 400, why).await,
+    };
+    let refuse = |reason| Refusal {
+        host: target.host.clone(),
+        reason,
+    };
+    let verdict = if target.host.parse::<IpAddr>().is_ok() || target.host.starts_with('[') {
+        Err(refuse(RefusalReason::Address))
+    } else if !allowed.allows(&target.host) {
+        Err(refuse(RefusalReason::NotAllowed))
+    } else {
+        match guard.resolve_checked(&target.host).await {
+            Ok(ips) => Ok(ips),
+            Err(e) => Err(refuse(RefusalReason::Unreachable(e.to_string()))),
+        }
+    };
+    let ips = match verdict {
+        Ok(ips) => ips,
+        Err(refusal) => {
+            tracing::info!(host = %refusal.host, "egress refused: {refusal}");
+            let text = refusal.to_string();
+            lock(refused).push(refusal);
+            return answer(&mut client, 403, &text).await;
+        }
+    };
+    let addrs: Vec<SocketAddr> = ips
+        .into_iter()
+        .map(|ip| SocketAddr::new(ip, target.port))
+        .collect();
+    let mut upstream =
+        match tokio::time::timeout(HEAD_TIMEOUT, tokio::net::TcpStream::connect(&addrs[..])).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                return answer(
+                    &mut client,
+                    502,
+                    &format!("cannot connect to {}: {e}", target.host),
+                )
+                .await;
+            }
+            Err(_) => {
+                return answer(
+                    &mut client,
+                    504,
+                    &format!("{} did not answer in time", target.host),
+                )
+                .await;
+            }
+        };
+    match target.forward {
+        None => {
+            client
+                .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                .await?;
+        }
+        Some(request) => upstream.write_all(&request).await?,
+    }
+    upstream.write_all(&rest).await?;
+    tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
+    Ok(())
+}
+
+/// Reads up to the end of the request head; returns it and what came after it. `None`: too long, or the client
+/// stopped first.
+async fn read_head(client: &mut tokio::net::UnixStream) -> std::io::Result<Option<(String, Vec<u8>)>> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = buf.split_off(end + 4);
+            return Ok(Some((String::from_utf8_lossy(&buf).into_owned(), rest)));
+        }
+        if buf.len() > MAX_HEAD {
+            return Ok(None);
+        }
+        let n = client.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The target of a proxy request: `CONNECT host:port`, or an absolute `http://` URL (sent on in origin form, with
+/// the proxy's own headers left out and the connection closed after the answer).
+fn parse(head: &str) -> Result<Target, &'static str> {
+    let mut lines = head.split("\r\n");
+    let line = lines.next().unwrap_or_default();
+    let mut parts = line.split(' ');
+    let (Some(method), Some(uri), Some(version)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err("not an HTTP request");
+    };
+    if method.eq_ignore_ascii_case("CONNECT") {
+        let (host, port) = split_authority(uri, 443).ok_or("CONNECT needs host:port")?;
+        return Ok(Target {
+            host,
+            port,
+            forward: None,
+        });
+    }
+    let url = url::Url::parse(uri).map_err(|_| "a proxy request needs an absolute http:// URL")?;
+    if url.scheme() != "http" {
+        return Err("only http:// requests and CONNECT tunnels go through this proxy");
+    }
+    let host = url.host_str().ok_or("the URL has no host")?.to_owned();
+    let port = url.port().unwrap_or(80);
+    let mut path = url.path().to_owned();
+    if let Some(q) = url.query() {
+        path.push('?');
+        path.push_str(q);
+    }
+    let mut request = format!("{method} {path} {version}\r\n");
+    for header in lines.filter(|l| !l.is_empty()) {
+        let name = header.split(':').next().unwrap_or_default().trim();
+        if name.eq_ignore_ascii_case("proxy-connection")
+            || name.eq_ignore_ascii_case("proxy-authorization")
+            || name.eq_ignore_ascii_case("connection")
+        {
+            continue;
+        }
+        request.push_str(header);
+        request.push_str("\r\n");
+    }
+    request.push_str("Connection: close\r\n\r\n");
+    Ok(Target {
+        host: host.trim_start_matches('[').trim_end_matches(']').to_owned(),
+        port,
+        forward: Some(request.into_bytes()),
+    })
+}
+
+/// `host:port` (or `[v6]:port`, or `host` with `default`).
+fn split_authority(authority: &str, default: u16) -> Option<(String, u16)> {
+    if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse().ok()?,
+            None => default,
+        };
+        return Some((host.to_owned(), port));
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) => Some((host.to_owned(), port.parse().ok()?)),
+        None => Some((authority.to_owned(), default)),
+    }
+}
+
+async fn answer(client: &mut tokio::net::UnixStream, status: u16, text: &str) -> std::io::Result<()> {
+    let reason = match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        408 => "Request Timeout",
+        502 => "Bad Gateway",
+        _ => "Gateway Timeout",
+    };
+    let body = format!("{text}\n");
+    let head = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nX-Nanobot-Egress: refused\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    client.write_all(head.as_bytes()).await?;
+    client.write_all(body.as_bytes()).await?;
+    client.shutdown().await
+}
+
+/// The environment that points a program at the bridge (both spellings: curl reads the lower-case one for
+/// `http://`, most tools either).
+pub fn proxy_env() -> HashMap<String, String> {
+    let url = format!("http://127.0.0.1:{BRIDGE_PORT}");
+    [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ]
+    .into_iter()
+    .map(|k| (k.to_owned(), url.clone()))
+    .chain([
+        ("NO_PROXY".to_owned(), String::new()),
+        ("no_proxy".to_owned(), String::new()),
+    ])
+    .collect()
+}
+
+/// The arguments that start `bridge` (a program that calls [`run_bridge_if_asked`]) as the first program inside
+/// the sandbox, forwarding to `socket`; the command follows them.
+pub fn bridge_argv(bridge: &Path, socket: &Path) -> Vec<OsString> {
+    vec![
+        bridge.as_os_str().to_owned(),
+        BRIDGE_ARG.into(),
+        socket.as_os_str().to_owned(),
+        BRIDGE_PORT.to_string().into(),
+        "--".into(),
+    ]
+}
+
+/// When this program was started as the egress bridge (`<program> __nanobot-egress-bridge <socket> <port> --
+/// <command>…`), runs it and exits with the command's status; otherwise returns at once. Call it first thing in
+/// `main`, before any runtime starts.
+pub fn run_bridge_if_asked() {
+    let mut args = std::env::args_os();
+    if args.nth(1).as_deref() != Some(std::ffi::OsStr::new(BRIDGE_ARG)) {
+        return;
+    }
+    let rest: Vec<OsString> = args.collect();
+    std::process::exit(match bridge(&rest) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("nanobot egress bridge: {e}");
+            126
+        }
+    });
+}
+
+/// The bridge: listens on `127.0.0.1:<port>`, forwards each connection to `<socket>`, runs the command and returns
+/// its exit code (128 + the signal that ended it).
+fn bridge(args: &[OsString]) -> Result<i32, String> {
+    let [socket, port, dashes, command @ ..] = args else {
+        return Err(format!("usage: {BRIDGE_ARG} <socket> <port> -- <command>…"));
+    };
+    if dashes != "--" || command.is_empty() {
+        return Err(format!("usage: {BRIDGE_ARG} <socket> <port> -- <command>…"));
+    }
+    let port: u16 = port
+        .to_str()
+        .and_then(|p| p.parse().ok())
+        .ok_or("the port is not a number")?;
+    let socket = PathBuf::from(socket);
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port))
+        .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let socket = socket.clone();
+            std::thread::spawn(move || {
+                let Ok(upstream) = std::os::unix::net::UnixStream::connect(&socket) else {
+                    return;
+                };
+                pipe(conn, upstream);
+            });
+        }
+    });
+    let status = std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", command[0].to_string_lossy()))?;
+    use std::os::unix::process::ExitStatusExt as _;
+    Ok(status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}
+
+/// Copies both ways between a TCP client and the proxy's socket until both sides are done.
+fn pipe(client: std::net::TcpStream, upstream: std::os::unix::net::UnixStream) {
+    let (Ok(mut client_r), Ok(mut upstream_w)) = (client.try_clone(), upstream.try_clone()) else {
+        return;
+    };
+    let (mut client_w, mut upstream_r) = (client, upstream);
+    let up = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut client_r, &mut upstream_w);
+        let _ = upstream_w.shutdown(std::net::Shutdown::Write);
+    });
+    let _ = std::io::copy(&mut upstream_r, &mut client_w);
+    let _ = client_w.shutdown(std::net::Shutdown::Write);
+    let _ = up.join();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_list_covers_subdomains_never_addresses() {
+        let l = DomainList::new(&["Example.com", "*.pypi.org", ".npmjs.org.", " ", "bücher.example"]);
+        assert_eq!(
+            l.domains(),
+            ["example.com", "pypi.org", "npmjs.org", "xn--bcher-kva.example"]
+        );
+        for ok in [
+            "example.com",
+            "api.example.com",
+            "API.Example.com.",
+            "files.pypi.org",
+            "xn--bcher-kva.example",
+        ] {
+            assert!(l.allows(ok), "{ok}");
+        }
+        for no in [
+            "evil.com",
+            "example.com.evil.com",
+            "notexample.com",
+            "127.0.0.1",
+            "[::1]",
+            "::1",
+            "",
+        ] {
+            assert!(!l.allows(no), "{no}");
+        }
+        let addresses = DomainList::new(&["127.0.0.1", "0.0.1"]);
+        assert!(addresses.allows("127.0.0.1"), "an address equal to an entry");
+        assert!(!addresses.allows("10.0.0.1"), "never as a 'subdomain'");
+    }
+
+    #[test]
+    fn requests_parse_to_their_target() {
+        let t = parse("CONNECT api.example.com:8443 HTTP/1.1\r\nHost: api.example.com:8443").unwrap();
+        assert_eq!(
+            (t.host.as_str(), t.port, t.forward.is_none()),
+            ("api.example.com", 8443, true)
+        );
+        let t = parse(
+            "GET http://example.com/a?b=1 HTTP/1.1\r\nHost: example.com\r\nProxy-Connection: keep-alive\r\n\
+             Connection: keep-alive\r\nAccept: */*",
+        )
+        .unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("example.com", 80));
+        let sent = String::from_utf8(t.forward.unwrap()).unwrap();
+        assert_eq!(
+            sent,
+            "GET /a?b=1 HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
+        let t = parse("CONNECT [2001:db8::1]:443 HTTP/1.1").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("2001:db8::1", 443));
+        assert!(parse("GET /relative HTTP/1.1").is_err());
+        assert!(parse("GET ftp://example.com/ HTTP/1.1").is_err());
+        assert!(parse("garbage").is_err());
+    }
+}

@@ -1,0 +1,256 @@
+//! The egress proxy and its bridge (issue 48): test domains are mapped to a local HTTP server through the proxy's
+//! own resolver; a client speaks to the proxy directly, then `curl`, `wget`, Python and a DNS lookup run inside a
+//! network namespace of their own (bubblewrap; with `CI` set a missing bubblewrap fails the test) whose only way
+//! out is the bridge.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use nanobot_tools::egress::{self, DomainList, EgressProxy, RefusalReason};
+use nanobot_tools::ssrf::{HostResolver, SsrfGuard};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The test's DNS: `*.test` names on loopback, `internal.test` on a private address.
+#[derive(Debug)]
+struct TestDns;
+
+#[async_trait]
+impl HostResolver for TestDns {
+    async fn lookup(&self, host: &str) -> std::io::Result<Vec<IpAddr>> {
+        match host {
+            "internal.test" => Ok(vec!["10.1.2.3".parse().unwrap()]),
+            h if h.ends_with(".test") => Ok(vec!["127.0.0.1".parse().unwrap()]),
+            _ => Err(std::io::Error::other("not a test name")),
+        }
+    }
+}
+
+/// A web server on loopback answering every request with the `Host` it was sent; its port.
+async fn web_server() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&buf);
+                let host = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Host: "))
+                    .unwrap_or("?")
+                    .trim()
+                    .to_owned();
+                let body = format!("hello from {host}\n");
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    port
+}
+
+/// A proxy letting through `allowed.test` (and its subdomains) and `internal.test`, loopback whitelisted.
+fn proxy(dir: &Path) -> EgressProxy {
+    let guard = SsrfGuard::from_cidrs(&["127.0.0.1/32"])
+        .unwrap()
+        .with_resolver(Arc::new(TestDns));
+    EgressProxy::start(
+        &dir.join("egress.sock"),
+        DomainList::new(&["allowed.test", "internal.test"]),
+        guard,
+    )
+    .unwrap()
+}
+
+/// Sends `request` to the proxy and reads everything it answers.
+async fn ask(proxy: &EgressProxy, request: &str) -> String {
+    let mut conn = tokio::net::UnixStream::connect(proxy.socket()).await.unwrap();
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    conn.read_to_end(&mut out).await.unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn the_proxy_lets_through_allowed_domains_and_names_what_it_refused() {
+    let port = web_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = proxy(dir.path());
+
+    let out = ask(
+        &proxy,
+        &format!("GET http://api.allowed.test:{port}/x HTTP/1.1\r\nHost: api.allowed.test:{port}\r\n\r\n"),
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(
+        out.contains(&format!("hello from api.allowed.test:{port}")),
+        "{out}"
+    );
+
+    let out = ask(
+        &proxy,
+        &format!("CONNECT allowed.test:{port} HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nHost: tunnelled\r\n\r\n"),
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 200 Connection established"), "{out}");
+    assert!(out.contains("hello from tunnelled"), "{out}");
+
+    let out = ask(
+        &proxy,
+        &format!("GET http://denied.test:{port}/ HTTP/1.1\r\n\r\n"),
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    assert!(
+        out.contains("denied.test: it is not in tools.network.allowedDomains (add it there to allow it)"),
+        "{out}"
+    );
+    let out = ask(&proxy, &format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n")).await;
+    assert!(
+        out.starts_with("HTTP/1.1 403") && out.contains("an IP address is never allowed"),
+        "{out}"
+    );
+    // On the list, but resolving to a private address: the SSRF guard still holds.
+    let out = ask(&proxy, "CONNECT internal.test:443 HTTP/1.1\r\n\r\n").await;
+    assert!(
+        out.starts_with("HTTP/1.1 403") && out.contains("blocked address"),
+        "{out}"
+    );
+    let out = ask(&proxy, "nonsense\r\n\r\n").await;
+    assert!(out.starts_with("HTTP/1.1 400"), "{out}");
+
+    let refused: Vec<(String, RefusalReason)> =
+        proxy.refused().into_iter().map(|r| (r.host, r.reason)).collect();
+    assert_eq!(refused[0], ("denied.test".to_owned(), RefusalReason::NotAllowed));
+    assert_eq!(refused[1], ("127.0.0.1".to_owned(), RefusalReason::Address));
+    assert_eq!(refused[2].0, "internal.test");
+    assert_eq!(refused.len(), 3);
+}
+
+/// The bridge program (`examples/egress_bridge.rs`, built by `cargo test`).
+fn bridge_program() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/egress_bridge");
+    assert!(
+        path.is_file(),
+        "{} missing: run `cargo test -p nanobot-tools`",
+        path.display()
+    );
+    path
+}
+
+#[tokio::test]
+async fn in_a_namespace_without_network_only_the_proxy_leads_out() {
+    let bwrap = match &nanobot_tools::confine::kernel_support().bwrap {
+        Ok(b) => b.clone(),
+        Err(why) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI is set but bubblewrap cannot run here: {why}"
+            );
+            println!("skipped: {why}");
+            return;
+        }
+    };
+    let port = web_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let dir_path = dir.path().canonicalize().unwrap();
+    let proxy = proxy(&dir_path);
+    let script = format!(
+        "curl -sS --max-time 10 http://allowed.test:{port}/; echo \"[curl=$?]\"; \
+         curl -sS -p --max-time 10 http://allowed.test:{port}/; echo \"[tunnel=$?]\"; \
+         wget -q -O - -T 10 http://sub.allowed.test:{port}/; echo \"[wget=$?]\"; \
+         curl -sS --max-time 10 http://denied.test:{port}/; echo \"[denied=$?]\"; \
+         curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:{port}/; echo \"[direct=$?]\"; \
+         python3 -c 'import socket
+try:
+    socket.create_connection((\"127.0.0.1\", {port}), timeout=5); print(\"[python=connected]\")
+except OSError as e:
+    print(\"[python refused:\", e, \"]\")'; \
+         python3 -c 'import socket
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"x\", (\"8.8.8.8\", 53)); print(\"[udp=sent]\")
+except OSError as e:
+    print(\"[udp refused:\", e, \"]\")'; \
+         getent hosts example.com; echo \"[dns=$?]\""
+    );
+    let mut cmd = tokio::process::Command::new(bwrap);
+    cmd.args([
+        "--unshare-user",
+        "--unshare-net",
+        "--die-with-parent",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+    ])
+    .args(["--proc", "/proc", "--bind"])
+    .arg(&dir_path)
+    .arg(&dir_path)
+    .arg("--")
+    .args(egress::bridge_argv(&bridge_program(), proxy.socket()))
+    .args(["sh", "-c", &script])
+    .env_clear()
+    .env("PATH", std::env::var("PATH").unwrap_or_default())
+    .envs(egress::proxy_env())
+    .stdin(Stdio::null())
+    .kill_on_drop(true);
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output())
+        .await
+        .expect("the sandboxed commands end within their own timeouts")
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(&format!("hello from allowed.test:{port}")),
+        "{text}"
+    );
+    for ok in ["[curl=0]", "[tunnel=0]", "[wget=0]"] {
+        assert!(text.contains(ok), "{ok}: {text}");
+    }
+    assert!(
+        text.contains(&format!("hello from sub.allowed.test:{port}")),
+        "{text}"
+    );
+    assert!(
+        text.contains("denied.test: it is not in tools.network.allowedDomains"),
+        "the refusal reaches the program's output: {text}"
+    );
+    for refused in ["[direct=0]", "[python=connected]", "[udp=sent]", "[dns=0]"] {
+        assert!(!text.contains(refused), "{refused} got out: {text}");
+    }
+    // Each failed for the reason that matters: nothing to connect to in the namespace.
+    assert!(
+        text.contains("[python refused: [Errno 111] Connection refused ]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("[udp refused: [Errno 101] Network is unreachable ]"),
+        "{text}"
+    );
+    assert_eq!(proxy.refused().len(), 1, "{:?}", proxy.refused());
+}
