@@ -144,6 +144,27 @@ impl Config {
                 ),
             ));
         }
+        let network = &self.tools.network;
+        for (i, entry) in network.allowed_domains.iter().flatten().enumerate() {
+            let bare = entry.trim().trim_start_matches('[').trim_end_matches(']');
+            if bare.parse::<std::net::IpAddr>().is_ok() {
+                return Err(invalid(
+                    format!("tools.network.allowedDomains[{i}]"),
+                    format!(
+                        "{entry:?} is an address; only domains can be allowed (give a name an address in \
+                         tools.network.hosts)"
+                    ),
+                ));
+            }
+        }
+        for (name, address) in &network.hosts {
+            if address.trim().parse::<std::net::IpAddr>().is_err() {
+                return Err(invalid(
+                    format!("tools.network.hosts.{name}"),
+                    format!("{address:?} is not an IP address"),
+                ));
+            }
+        }
         if !(1..=86_400).contains(&self.tools.approval.timeout_s) {
             return Err(invalid(
                 "tools.approval.timeoutS",
@@ -284,5 +305,43 @@ mod tests {
                 .to_string()
                 .contains("tools.mcpServers.fs")
         );
+    }
+}
+
+#[cfg(test)]
+mod network_tests {
+    use crate::Config;
+
+    #[test]
+    fn an_address_in_the_domain_list_or_a_bad_hosts_entry_is_refused_by_name() {
+        let mut c = Config::default();
+        c.tools.network.allowed_domains = Some(vec!["pypi.org".into(), "10.0.0.1".into()]);
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("tools.network.allowedDomains[1]") && e.contains("tools.network.hosts"),
+            "{e}"
+        );
+        let mut c = Config::default();
+        c.tools.network.allowed_domains = Some(vec!["db.internal".into()]);
+        c.tools
+            .network
+            .hosts
+            .insert("db.internal".into(), "ten.zero.zero.five".into());
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("tools.network.hosts.db.internal") && e.contains("not an IP address"),
+            "{e}"
+        );
+        c.tools
+            .network
+            .hosts
+            .insert("db.internal".into(), "10.0.0.5".into());
+        c.validate().unwrap();
+        // Written only when set, read in both spellings.
+        let saved = serde_json::to_value(&Config::default()).unwrap();
+        assert!(saved["tools"].get("network").is_none(), "{saved}");
+        let read: crate::NetworkConfig =
+            serde_json::from_value(serde_json::json!({"allowed_domains": ["a.example"]})).unwrap();
+        assert_eq!(read.allowed_domains, Some(vec!["a.example".to_owned()]));
     }
 }

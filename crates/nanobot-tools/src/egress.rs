@@ -27,6 +27,75 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::ssrf::SsrfGuard;
 
+/// Egress by domain for confined programs (`tools.network`): what they may reach, and how.
+#[derive(Debug, Clone)]
+pub struct EgressSettings {
+    /// The domains they may reach through the proxy.
+    pub allowed: DomainList,
+    /// Resolves and checks the addresses the proxy connects to (`tools.ssrfWhitelist`; [`HostsResolver`] for
+    /// `tools.network.hosts`).
+    pub guard: SsrfGuard,
+    /// The program started as the bridge inside a sandbox; `None`: this program, when it provides the bridge
+    /// ([`bridge_program`]).
+    pub bridge: Option<PathBuf>,
+}
+
+impl EgressSettings {
+    /// Settings for `allowed` domains, resolved and checked by `guard`, bridged by this program.
+    pub fn new(allowed: DomainList, guard: SsrfGuard) -> Self {
+        Self {
+            allowed,
+            guard,
+            bridge: None,
+        }
+    }
+
+    /// The bridge program: the one set, else this program when it provides it.
+    pub fn bridge_program(&self) -> Option<PathBuf> {
+        self.bridge.clone().or_else(bridge_program)
+    }
+}
+
+/// The proxy's resolver: the names given (`tools.network.hosts`) to their addresses, everything else through the
+/// system's.
+#[derive(Debug, Clone, Default)]
+pub struct HostsResolver {
+    hosts: HashMap<String, IpAddr>,
+}
+
+impl HostsResolver {
+    /// A resolver answering `hosts` (names compared without case and a trailing dot) itself.
+    pub fn new(hosts: impl IntoIterator<Item = (String, IpAddr)>) -> Self {
+        Self {
+            hosts: hosts
+                .into_iter()
+                .map(|(name, ip)| (name.trim_end_matches('.').to_ascii_lowercase(), ip))
+                .collect(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::ssrf::HostResolver for HostsResolver {
+    async fn lookup(&self, host: &str) -> std::io::Result<Vec<IpAddr>> {
+        match self.hosts.get(&host.trim_end_matches('.').to_ascii_lowercase()) {
+            Some(ip) => Ok(vec![*ip]),
+            None => crate::ssrf::SystemResolver.lookup(host).await,
+        }
+    }
+}
+
+/// Whether [`run_bridge_if_asked`] was called in this process: then this program is a bridge.
+static PROVIDES_BRIDGE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// This program, when it provides the bridge (it called [`run_bridge_if_asked`] at start).
+pub fn bridge_program() -> Option<PathBuf> {
+    if !PROVIDES_BRIDGE.load(std::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
+    std::env::current_exe().ok()
+}
+
 /// The configuration key a refusal names.
 pub const ALLOW_KEY: &str = "tools.network.allowedDomains";
 /// The first argument that makes a program the egress bridge: `<program> __nanobot-egress-bridge <socket> <port> --
@@ -416,6 +485,7 @@ pub fn bridge_argv(bridge: &Path, socket: &Path) -> Vec<OsString> {
 /// <command>…`), runs it and exits with the command's status; otherwise returns at once. Call it first thing in
 /// `main`, before any runtime starts.
 pub fn run_bridge_if_asked() {
+    PROVIDES_BRIDGE.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut args = std::env::args_os();
     if args.nth(1).as_deref() != Some(std::ffi::OsStr::new(BRIDGE_ARG)) {
         return;

@@ -91,6 +91,10 @@ pub struct ExecSettings {
     pub parent_env: nanobot_util::EnvMap,
     /// Output cap in characters (10,000 as in the Python nanobot).
     pub max_output_chars: usize,
+    /// `tools.network.allowedDomains`: when set, a command has no network of its own and reaches only these
+    /// domains through nanobot's proxy (with bubblewrap; under Landlock it has no network at all). Overrides
+    /// `network`.
+    pub egress: Option<crate::egress::EgressSettings>,
 }
 
 impl std::fmt::Debug for ExecSettings {
@@ -112,6 +116,7 @@ impl std::fmt::Debug for ExecSettings {
             .field("restrict_to_workspace", &self.restrict_to_workspace)
             .field("parent_env", &self.parent_env)
             .field("max_output_chars", &self.max_output_chars)
+            .field("egress", &self.egress.as_ref().map(|e| e.allowed.domains()))
             .finish()
     }
 }
@@ -135,6 +140,7 @@ impl Default for ExecSettings {
             restrict_to_workspace: false,
             parent_env: nanobot_util::EnvMap::new(),
             max_output_chars: 10_000,
+            egress: None,
         }
     }
 }

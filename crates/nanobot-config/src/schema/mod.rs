@@ -33,8 +33,8 @@ pub(crate) use providers::PROVIDER_SPECIFIC_KEYS;
 pub use providers::{ProviderConfig, ProvidersConfig, normalize_name};
 pub use tools::{
     ApprovalConfig, ApprovalPolicy, CliAppsConfig, DEFAULT_HIDE_PATHS, ExecToolConfig, FileToolConfig,
-    ImageGenerationConfig, McpServerConfig, McpTransportKind, MyToolConfig, SandboxMode, ToolProfile,
-    ToolsConfig, WebFetchConfig, WebSearchConfig, WebToolsConfig,
+    ImageGenerationConfig, McpServerConfig, McpTransportKind, MyToolConfig, NetworkConfig, SandboxMode,
+    ToolProfile, ToolsConfig, WebFetchConfig, WebSearchConfig, WebToolsConfig,
 };
 pub use transcription::TranscriptionConfig;
 

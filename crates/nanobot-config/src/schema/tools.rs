@@ -24,6 +24,10 @@ pub struct ToolsConfig {
     pub web: WebToolsConfig,
     /// `exec` (shell commands).
     pub exec: ExecToolConfig,
+    /// What the programs nanobot runs may reach on the network (see [`NetworkConfig`]). A nanobot-rs key, written
+    /// only when set.
+    #[serde(skip_serializing_if = "NetworkConfig::is_default")]
+    pub network: NetworkConfig,
     /// When a tool call waits for the user's yes (see [`ApprovalConfig`]).
     #[serde(skip_serializing_if = "ApprovalConfig::is_default")]
     pub approval: ApprovalConfig,
@@ -67,6 +71,7 @@ impl Default for ToolsConfig {
             only: Vec::new(),
             web: WebToolsConfig::default(),
             exec: ExecToolConfig::default(),
+            network: NetworkConfig::default(),
             approval: ApprovalConfig::default(),
             file: FileToolConfig::default(),
             cli_apps: CliAppsConfig::default(),
@@ -400,6 +405,31 @@ impl Default for ApprovalConfig {
 }
 
 impl ApprovalConfig {
+    /// Whether every key is at its default (then a save leaves the block out).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// `tools.network` (nanobot-rs; docs/security.md, "Egress by domain").
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct NetworkConfig {
+    /// The domains (each with its subdomains) that `exec`, exec sessions, `run_cli_app` and confined MCP servers
+    /// may reach, through nanobot's proxy only, and that the web tools may fetch. Absent or `null`: the network
+    /// is as `tools.exec.network` says (and `tools.web.allowedDomains` for the web tools); `[]`: nowhere.
+    #[serde(alias = "allowed_domains", skip_serializing_if = "Option::is_none")]
+    pub allowed_domains: Option<Vec<String>>,
+    /// Names the proxy resolves to the given address instead of asking DNS (`{"db.internal": "10.0.0.5"}`): the
+    /// proxy's own `/etc/hosts`. An address given here passes the SSRF guard for that name.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub hosts: std::collections::BTreeMap<String, String>,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl NetworkConfig {
     /// Whether every key is at its default (then a save leaves the block out).
     pub fn is_default(&self) -> bool {
         *self == Self::default()

@@ -94,6 +94,8 @@ pub(crate) struct Spawned {
     pub(crate) group: GroupKill,
     pub(crate) keep_parent: confine::SpawnerThread,
     pub(crate) _cgroup: Option<confine::PidsCgroup>,
+    /// The call's egress proxy (`tools.network.allowedDomains` under bubblewrap), which keeps what it refused.
+    pub(crate) egress: Option<crate::egress::EgressProxy>,
 }
 
 /// The command an `exec` call's raw arguments run, resolved as the tool resolves it (`command`, else its alias
@@ -310,13 +312,38 @@ impl ExecTool {
         let backend = self.backend().map_err(ToolError::Failed)?;
         self.warn_if_degraded();
         let k = kernel_support();
-        let view = self.view(self.private_tmp()?, p.hidden.as_ref());
+        let mut view = self.view(self.private_tmp()?, p.hidden.as_ref());
         let mut argv: Vec<std::ffi::OsString> = Vec::new();
+        let mut egress = None;
+        let mut egress_env = Vec::new();
+        if let Some(e) = &self.settings.egress {
+            // No network of its own; under bubblewrap the proxy is the one way out.
+            view.network = false;
+            if let (Backend::Bwrap(_), Some(bridge)) = (&backend, e.bridge_program()) {
+                static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let name = format!("egress-{}-{n}.sock", std::process::id());
+                let proxy = crate::egress::EgressProxy::start(
+                    &view.private_tmp.join(&name),
+                    e.allowed.clone(),
+                    e.guard.clone(),
+                )
+                .map_err(|err| ToolError::Failed(format!("cannot start the egress proxy: {err}")))?;
+                // The private temporary directory is `/tmp` inside; the bridge program stays visible wherever
+                // it lies.
+                view.read_only.push(bridge.clone());
+                egress_env.extend(crate::egress::proxy_env());
+                egress = Some((proxy, bridge, Path::new("/tmp").join(name)));
+            }
+        }
         let tmpdir = match &backend {
             Backend::Bwrap(bwrap) => {
                 argv.push(bwrap.clone().into_os_string());
                 argv.extend(view.bwrap_args(cwd, k.bwrap_disable_userns));
                 argv.push("--".into());
+                if let Some((_, bridge, inside)) = &egress {
+                    argv.extend(crate::egress::bridge_argv(bridge, inside));
+                }
                 PathBuf::from("/tmp")
             }
             Backend::Landlock | Backend::None => {
@@ -344,7 +371,8 @@ impl ExecTool {
                 argv.splice(0..0, cg.join_prefix());
             }),
         };
-        let env = self.child_env(&tmpdir);
+        let mut env = self.child_env(&tmpdir);
+        env.extend(egress_env);
         let landlock = (backend == Backend::Landlock).then(|| view.landlock_rules());
         let cwd = cwd.clone();
         // A thread of its own: Landlock restricts the calling thread and what it spawns, so it must never be a
@@ -372,6 +400,7 @@ impl ExecTool {
             group,
             keep_parent,
             _cgroup: cgroup,
+            egress: egress.map(|(proxy, _, _)| proxy),
         })
     }
 
@@ -788,6 +817,7 @@ impl TypedTool for ExecTool {
             mut group,
             keep_parent,
             _cgroup,
+            egress,
         } = self.spawn(&prepared, false).await?;
         let (timeout, max_output) = (prepared.timeout, prepared.max_output);
         let stdout = child.stdout.take();
@@ -872,6 +902,11 @@ impl TypedTool for ExecTool {
             text.push('\n');
         }
         text.push_str(&format!("\nExit code: {code}"));
-        Ok(ToolOutput::text(cap_output(&text, max_output)))
+        let mut text = cap_output(&text, max_output);
+        // What the proxy refused, after the cap so that it is always read.
+        for refusal in egress.iter().flat_map(crate::egress::EgressProxy::refused) {
+            text.push_str(&format!("\nNetwork: {refusal}"));
+        }
+        Ok(ToolOutput::text(text))
     }
 }

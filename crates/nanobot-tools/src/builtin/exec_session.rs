@@ -137,6 +137,8 @@ struct Session {
     /// Keeps the spawning thread (bubblewrap's parent) alive while the session runs.
     keep_parent: Mutex<Option<crate::confine::SpawnerThread>>,
     _cgroup: Option<crate::confine::PidsCgroup>,
+    /// The session's egress proxy, for as long as it runs.
+    _egress: Option<crate::egress::EgressProxy>,
     timed_out: AtomicBool,
 }
 
@@ -335,6 +337,7 @@ impl ExecSessions {
             group,
             keep_parent,
             _cgroup,
+            egress,
         } = spawned;
         let output = Arc::new(Mutex::new(Output::default()));
         let activity = Arc::new(Notify::new());
@@ -420,6 +423,7 @@ impl ExecSessions {
             group,
             keep_parent: Mutex::new(Some(keep_parent)),
             _cgroup,
+            _egress: egress,
             timed_out: AtomicBool::new(false),
         });
         let refused = {

