@@ -338,7 +338,7 @@ mod network_tests {
             .insert("db.internal".into(), "10.0.0.5".into());
         c.validate().unwrap();
         // Written only when set, read in both spellings.
-        let saved = serde_json::to_value(&Config::default()).unwrap();
+        let saved = serde_json::to_value(Config::default()).unwrap();
         assert!(saved["tools"].get("network").is_none(), "{saved}");
         let read: crate::NetworkConfig =
             serde_json::from_value(serde_json::json!({"allowed_domains": ["a.example"]})).unwrap();
