@@ -16,7 +16,7 @@ use nanobot_tools::confine::{Backend, ExecLimits, FsView};
 use crate::{ServerSpec, TransportSpec};
 
 /// How stdio servers are confined ([`crate::McpOptions::confinement`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct StdioConfinement {
     /// The sandbox (`tools.exec.sandbox`): bubblewrap where it works, else Landlock, else none (`Auto`); `None`
     /// runs every server unconfined.
@@ -32,6 +32,9 @@ pub struct StdioConfinement {
     pub limits: ExecLimits,
     /// Whether confined servers may use the network.
     pub network: bool,
+    /// `tools.network.allowedDomains`: a confined server has no network of its own and reaches only these
+    /// domains through nanobot's proxy (with bubblewrap; under Landlock, no network at all). Overrides `network`.
+    pub egress: Option<nanobot_tools::egress::EgressSettings>,
 }
 
 impl Default for StdioConfinement {
@@ -45,6 +48,7 @@ impl Default for StdioConfinement {
                 ..ExecLimits::default()
             },
             network: true,
+            egress: None,
         }
     }
 }
@@ -121,8 +125,24 @@ impl StdioConfinement {
                     .join(", ")
             )
         };
+        let network = match (&self.egress, &backend) {
+            (None, _) if self.network => String::new(),
+            (None, _) => "; no network".to_owned(),
+            (Some(e), Backend::Bwrap(_)) if e.bridge_program().is_some() => format!(
+                "; network: only {} through nanobot's proxy",
+                if e.allowed.domains().is_empty() {
+                    "nowhere".to_owned()
+                } else {
+                    e.allowed.domains().join(", ")
+                }
+            ),
+            (Some(_), Backend::Bwrap(_)) => {
+                "; no network (this program cannot run the egress bridge)".to_owned()
+            }
+            (Some(_), _) => "; no network (egress by domain needs bubblewrap)".to_owned(),
+        };
         Some(ConfinementOutcome::Confined(format!(
-            "confined ({}): writes only {}{hidden}",
+            "confined ({}): writes only {}{hidden}{network}",
             backend.name(),
             writes.join(", ")
         )))
@@ -182,6 +202,8 @@ pub(crate) struct Confined {
     pub(crate) cwd: PathBuf,
     pub(crate) landlock: Option<nanobot_tools::confine::LandlockRules>,
     pub(crate) own: OwnDir,
+    /// The server's egress proxy, for as long as it runs.
+    pub(crate) egress: Option<nanobot_tools::egress::EgressProxy>,
 }
 
 /// The server's own directory: kept under the state directory, or a temporary one removed with the server.
@@ -254,7 +276,7 @@ impl StdioConfinement {
             .filter(|p| p.is_absolute() && p.is_file() && covered(p))
             .map(Path::to_path_buf)
             .collect();
-        let view = FsView {
+        let mut view = FsView {
             workspace: own_real.clone(),
             private_tmp: tmp.clone(),
             restrict: false,
@@ -263,6 +285,21 @@ impl StdioConfinement {
             hidden,
             network: self.network,
         };
+        // With an allow-list: no network of its own; under bubblewrap a proxy of its own is the one way out (its
+        // socket in the server's `tmp/`, which is `/tmp` inside).
+        let mut egress = None;
+        if let Some(e) = &self.egress {
+            view.network = false;
+            if let (Backend::Bwrap(_), Some(bridge)) = (&backend, e.bridge_program()) {
+                let proxy = nanobot_tools::egress::EgressProxy::start(
+                    &tmp.join("egress.sock"),
+                    e.allowed.clone(),
+                    e.guard.clone(),
+                )?;
+                view.read_only.push(bridge.clone());
+                egress = Some((proxy, bridge));
+            }
+        }
         let cwd = match cwd {
             Some(c) => std::fs::canonicalize(c)?,
             None => std::env::current_dir()
@@ -278,6 +315,13 @@ impl StdioConfinement {
                 argv.push(bwrap.clone().into_os_string());
                 argv.extend(view.bwrap_args(&cwd, k.bwrap_disable_userns));
                 argv.push("--".into());
+                if let Some((_, bridge)) = &egress {
+                    argv.extend(nanobot_tools::egress::bridge_argv(
+                        bridge,
+                        Path::new("/tmp/egress.sock"),
+                    ));
+                    env.extend(nanobot_tools::egress::proxy_env());
+                }
                 env.insert("TMPDIR".to_owned(), "/tmp".to_owned());
                 None
             }
@@ -304,6 +348,7 @@ impl StdioConfinement {
             cwd,
             landlock,
             own,
+            egress: egress.map(|(proxy, _)| proxy),
         }))
     }
 }

@@ -39,7 +39,8 @@ pub fn raw_server(cfg: &McpServerConfig) -> RawServer {
 }
 
 /// How stdio servers are confined for `config` in `env`: `exec`'s sandbox setting, hidden paths and limits (without
-/// the CPU-time limit: a server lives long), each server's own directory under `<data dir>/mcp/`, network on.
+/// the CPU-time limit: a server lives long), each server's own directory under `<data dir>/mcp/`, network on, or
+/// only to `tools.network.allowedDomains` through nanobot's proxy when that is set.
 pub fn confinement(
     config: &nanobot_config::Config,
     env: &crate::Environment,
@@ -57,6 +58,7 @@ pub fn confinement(
             ..exec.limits
         },
         network: true,
+        egress: crate::egress_settings(config),
     }
 }
 

@@ -158,6 +158,7 @@ pub fn exec_settings(config: &Config, env: &Environment) -> ExecSettings {
         deny_patterns: exec.deny_patterns.clone(),
         restrict_to_workspace: config.tools.restrict_to_workspace,
         parent_env: env.vars.clone(),
+        egress: egress_settings(config),
         ..ExecSettings::default()
     }
 }
@@ -240,7 +241,7 @@ pub fn base_tools(
                 timeout: Duration::from_secs(search.timeout.max(1)),
             },
             ssrf,
-            allowed_domains: t.web.allowed_domains.clone(),
+            allowed_domains: web_domains(t),
             ..nanobot_tools::WebSettings::default()
         };
         register_web_tools(&reg, &web);
@@ -249,6 +250,55 @@ pub fn base_tools(
 }
 
 #[cfg(any(feature = "web", feature = "mcp"))]
+/// The domains the web tools may fetch: `tools.network.allowedDomains` governs them as it governs every program;
+/// `tools.web.allowedDomains` alone (the older key) still does, and with both, the web entries the network list
+/// allows.
+pub fn web_domains(t: &nanobot_config::ToolsConfig) -> Option<Vec<String>> {
+    match (&t.network.allowed_domains, &t.web.allowed_domains) {
+        (None, web) => web.clone(),
+        (Some(network), None) => Some(network.clone()),
+        (Some(network), Some(web)) => {
+            let network = nanobot_tools::egress::DomainList::new(network);
+            let web = nanobot_tools::egress::DomainList::new(web);
+            Some(
+                web.domains()
+                    .iter()
+                    .filter(|d| network.allows(d))
+                    .cloned()
+                    .collect(),
+            )
+        }
+    }
+}
+
+/// Egress by domain for confined programs (`tools.network`), `None` when `allowedDomains` is not set: the proxy
+/// resolves `hosts` itself (their addresses pass the SSRF guard) and checks every other address against
+/// `tools.ssrfWhitelist`.
+pub fn egress_settings(config: &Config) -> Option<nanobot_tools::egress::EgressSettings> {
+    let network = &config.tools.network;
+    let allowed = network.allowed_domains.as_ref()?;
+    let hosts: Vec<(String, std::net::IpAddr)> = network
+        .hosts
+        .iter()
+        .filter_map(|(name, address)| Some((name.clone(), address.trim().parse().ok()?)))
+        .collect();
+    let mut whitelist = config.tools.ssrf_whitelist.clone();
+    whitelist.extend(hosts.iter().map(|(_, ip)| ip.to_string()));
+    // A bad whitelist entry is reported where the web tools are built; here it only narrows.
+    let guard = nanobot_tools::ssrf::SsrfGuard::from_cidrs(&whitelist)
+        .or_else(|_| {
+            nanobot_tools::ssrf::SsrfGuard::from_cidrs(
+                &hosts.iter().map(|(_, ip)| ip.to_string()).collect::<Vec<_>>(),
+            )
+        })
+        .unwrap_or_default()
+        .with_resolver(Arc::new(nanobot_tools::egress::HostsResolver::new(hosts)));
+    Some(nanobot_tools::egress::EgressSettings::new(
+        nanobot_tools::egress::DomainList::new(allowed),
+        guard,
+    ))
+}
+
 fn ssrf_guard(config: &Config) -> Result<nanobot_tools::ssrf::SsrfGuard, RuntimeError> {
     nanobot_tools::ssrf::SsrfGuard::from_cidrs(&config.tools.ssrf_whitelist)
         .map_err(|e| RuntimeError::Config(format!("tools.ssrfWhitelist: {e}")))

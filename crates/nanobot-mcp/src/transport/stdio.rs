@@ -69,6 +69,7 @@ pub(crate) struct StdioLaunch<'a> {
 pub(crate) struct SandboxHold {
     _thread: SpawnerThread,
     _own: OwnDir,
+    _egress: Option<nanobot_tools::egress::EgressProxy>,
 }
 
 /// Spawns the child (its stderr forwarded to `tracing` at debug level), confined unless the server is trusted or
@@ -152,6 +153,7 @@ pub(crate) async fn spawn(
             let hold = SandboxHold {
                 _thread: thread,
                 _own: c.own,
+                _egress: c.egress,
             };
             (child, stderr, Some(hold))
         }

@@ -313,3 +313,111 @@ fn a_relative_writable_path_is_refused_by_name() {
         "{err}"
     );
 }
+
+/// The test's DNS: `*.test` names on loopback.
+#[derive(Debug)]
+struct TestDns;
+
+#[async_trait::async_trait]
+impl nanobot_tools::ssrf::HostResolver for TestDns {
+    async fn lookup(&self, host: &str) -> std::io::Result<Vec<std::net::IpAddr>> {
+        if host.ends_with(".test") {
+            Ok(vec!["127.0.0.1".parse().unwrap()])
+        } else {
+            Err(std::io::Error::other("not a test name"))
+        }
+    }
+}
+
+/// A web server on loopback answering `hello from <Host>`; its port.
+async fn web_server() -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&buf).into_owned();
+                let host = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Host: "))
+                    .unwrap_or("?")
+                    .trim()
+                    .to_owned();
+                let body = format!("hello from {host}\n");
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn with_an_allow_list_a_server_reaches_only_those_domains_through_the_proxy() {
+    if let Err(why) = &kernel_support().bwrap {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI is set but bubblewrap cannot run here: {why}"
+        );
+        println!("skipped: {why}");
+        return;
+    }
+    let port = web_server().await;
+    let place = Place::new();
+    let guard = nanobot_tools::ssrf::SsrfGuard::from_cidrs(&["127.0.0.1/32"])
+        .unwrap()
+        .with_resolver(std::sync::Arc::new(TestDns));
+    let mut egress = nanobot_tools::egress::EgressSettings::new(
+        nanobot_tools::egress::DomainList::new(&["allowed.test"]),
+        guard,
+    );
+    egress.bridge = Some(peers::stdio_test_server());
+    let confinement = StdioConfinement {
+        sandbox: ExecSandbox::Bwrap,
+        hidden: vec![place.path("data")],
+        state_dir: Some(place.path("data/mcp")),
+        egress: Some(egress),
+        ..StdioConfinement::default()
+    };
+    let raw = RawServer {
+        command: Some(peers::stdio_test_server().display().to_string()),
+        ..RawServer::default()
+    };
+    let manager = McpManager::new(
+        vec![spec("t", raw)],
+        McpOptions {
+            confinement,
+            ..local_options(None)
+        },
+    );
+    let status = manager.connect().await;
+    assert!(status[0].connected(), "{:?}", status[0].state);
+    let out = shell(
+        &manager,
+        &format!(
+            "curl -sS --max-time 10 http://allowed.test:{port}/; \
+             curl -sS --max-time 10 http://evil.test:{port}/; \
+             curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:{port}/; echo \"direct=$?\""
+        ),
+    )
+    .await;
+    assert!(out.contains(&format!("hello from allowed.test:{port}")), "{out}");
+    assert!(
+        out.contains("evil.test: it is not in tools.network.allowedDomains"),
+        "{out}"
+    );
+    assert!(!out.contains("direct=0"), "{out}");
+    manager.shutdown().await;
+}
