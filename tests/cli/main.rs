@@ -10,6 +10,7 @@ mod compat_flags;
 mod compat_python;
 mod cron;
 mod doctor;
+mod egress;
 mod eval;
 mod gateway;
 mod help_compat;

@@ -496,7 +496,7 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
         f.extend(check_exec(env, &s));
     }
     if config.tools.web.enable {
-        f.push(check_web_egress(&config.tools.web));
+        f.push(check_web_egress(&config.tools));
     }
     f.extend(check_shared_memory(config));
     let cron = nanobot_config::paths::workspace::cron_jobs(&s.workspace);
@@ -726,12 +726,13 @@ fn check_shared_memory(config: &Config) -> Option<Finding> {
 }
 
 /// Where the web tools may connect (`tools.web.allowedDomains`).
-fn check_web_egress(web: &nanobot_config::WebToolsConfig) -> Finding {
-    match &web.allowed_domains {
+fn check_web_egress(tools: &nanobot_config::ToolsConfig) -> Finding {
+    match nanobot_runtime::web_domains(tools) {
         None => Finding::ok(
-            "web: egress: any domain (set tools.web.allowedDomains to limit web_fetch/web_search)",
+            "web: egress: any domain (set tools.network.allowedDomains to limit web_fetch/web_search, exec and MCP \
+             servers)",
         ),
-        Some(list) if list.is_empty() => Finding::ok("web: egress: none (tools.web.allowedDomains is empty)"),
+        Some(list) if list.is_empty() => Finding::ok("web: egress: none (the allowed domains are empty)"),
         Some(list) => Finding::ok(format!("web: egress limited to {}", list.join(", "))),
     }
 }
@@ -1208,13 +1209,53 @@ mod tests {
 
     #[test]
     fn doctor_shows_the_web_egress_allow_list() {
-        let cfg: nanobot_config::WebToolsConfig = serde_json::from_value(serde_json::json!({})).unwrap();
-        assert!(check_web_egress(&cfg).what.contains("any domain"));
-        let cfg: nanobot_config::WebToolsConfig =
-            serde_json::from_value(serde_json::json!({"allowedDomains": ["example.org", "*.wikipedia.org"]}))
-                .unwrap();
-        let f = check_web_egress(&cfg);
+        let tools =
+            |v: serde_json::Value| -> nanobot_config::ToolsConfig { serde_json::from_value(v).unwrap() };
+        assert!(
+            check_web_egress(&tools(serde_json::json!({})))
+                .what
+                .contains("any domain")
+        );
+        let f = check_web_egress(&tools(
+            serde_json::json!({"web": {"allowedDomains": ["example.org", "*.wikipedia.org"]}}),
+        ));
         assert_eq!(f.what, "web: egress limited to example.org, *.wikipedia.org");
+        // tools.network governs the web tools too; with both, the web entries it allows.
+        let f = check_web_egress(&tools(
+            serde_json::json!({"network": {"allowedDomains": ["pypi.org"]}}),
+        ));
+        assert_eq!(f.what, "web: egress limited to pypi.org");
+        let f = check_web_egress(&tools(serde_json::json!({
+            "network": {"allowedDomains": ["wikipedia.org"]},
+            "web": {"allowedDomains": ["en.wikipedia.org", "example.org"]}
+        })));
+        assert_eq!(f.what, "web: egress limited to en.wikipedia.org");
+    }
+
+    #[test]
+    fn doctor_says_where_commands_may_connect() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = CliEnv::for_home(dir.path(), nanobot_util::EnvMap::new());
+        crate::onboard::onboard(&env, &ConfigArgs::default()).unwrap();
+        let cfg = dir.path().join(".nanobot/config.json");
+        let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+        v["tools"]["network"] = serde_json::json!({"allowedDomains": ["pypi.org", "api.github.com"]});
+        std::fs::write(&cfg, serde_json::to_string(&v).unwrap()).unwrap();
+        let (text, _) = doctor_text(&doctor(&env, &ConfigArgs::default()));
+        let k = nanobot_tools::confine::kernel_support();
+        let expected = if k.bwrap.is_ok() {
+            // This test program is not its own egress bridge (the nanobot programs are).
+            "! exec: tools.network.allowedDomains is set but this program cannot run the egress bridge"
+        } else if k.landlock.is_ok() {
+            "! exec: tools.network.allowedDomains needs bubblewrap"
+        } else {
+            "! exec: tools.network.allowedDomains is NOT enforced"
+        };
+        assert!(text.contains(expected), "{text}");
+        assert!(
+            text.contains("web: egress limited to pypi.org, api.github.com"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -622,15 +622,39 @@ pub fn confinement_report(settings: &ExecSettings, workspace: &Path) -> Confinem
             ", sandboxRwBinds"
         }
     ));
-    facts.push(format!(
-        "network: {}",
-        match (settings.network, &backend) {
-            (true, _) => "allowed",
-            (false, Backend::Bwrap(_)) => "cut (network namespace)",
-            (false, Backend::Landlock) => "TCP cut (Landlock); UDP still allowed",
-            (false, Backend::None) => "NOT cut (no confinement available)",
-        }
-    ));
+    match (&settings.egress, &backend) {
+        (None, _) => facts.push(format!(
+            "network: {}",
+            match (settings.network, &backend) {
+                (true, _) => "allowed",
+                (false, Backend::Bwrap(_)) => "cut (network namespace)",
+                (false, Backend::Landlock) => "TCP cut (Landlock); UDP still allowed",
+                (false, Backend::None) => "NOT cut (no confinement available)",
+            }
+        )),
+        (Some(e), Backend::Bwrap(_)) if e.bridge_program().is_some() => facts.push(format!(
+            "network: only {} through nanobot's proxy (tools.network.allowedDomains; no DNS, UDP or direct \
+             connection)",
+            if e.allowed.domains().is_empty() {
+                "nowhere".to_owned()
+            } else {
+                e.allowed.domains().join(", ")
+            }
+        )),
+        (Some(_), Backend::Bwrap(_)) => warnings.push(
+            "tools.network.allowedDomains is set but this program cannot run the egress bridge: commands have \
+             no network at all"
+                .into(),
+        ),
+        (Some(_), Backend::Landlock) => warnings.push(
+            "tools.network.allowedDomains needs bubblewrap: under Landlock alone commands have no TCP at all \
+             (UDP still allowed)"
+                .into(),
+        ),
+        (Some(_), Backend::None) => warnings.push(
+            "tools.network.allowedDomains is NOT enforced: without a sandbox commands reach any host".into(),
+        ),
+    }
     let l = &settings.limits;
     match &k.prlimit {
         Some(_) => {
