@@ -264,13 +264,11 @@ impl StdioConfinement {
             .collect();
         hidden.sort();
         hidden.dedup();
-        // The program and the files its arguments name (its script) stay visible, read-only, where the private
-        // `/tmp` or a hidden directory would cover them: at the path it is started by (a link stays a name the
-        // program may act on). Elsewhere they are visible as they are.
-        let covered = |p: &Path| {
-            ["/tmp", "/var/tmp"].iter().any(|t| p.starts_with(t))
-                || std::fs::canonicalize(p).is_ok_and(|real| hidden.iter().any(|h| real.starts_with(h)))
-        };
+        // The program and the files its arguments name (its script) stay visible, read-only, where a hidden
+        // directory would cover them: at the path it is started by (a link stays a name the program may act on).
+        // Elsewhere they are visible as they are.
+        let covered =
+            |p: &Path| std::fs::canonicalize(p).is_ok_and(|real| hidden.iter().any(|h| real.starts_with(h)));
         let read_only: Vec<PathBuf> = std::iter::once(program)
             .chain(args.iter().map(Path::new))
             .filter(|p| p.is_absolute() && p.is_file() && covered(p))
@@ -279,6 +277,8 @@ impl StdioConfinement {
         let mut view = FsView {
             workspace: own_real.clone(),
             private_tmp: tmp.clone(),
+            // A server may be installed under /tmp (a checkout, a venv): it stays visible there.
+            shared_tmp: true,
             restrict: false,
             read_only,
             read_write: writable(args, cwd, writable_paths),
@@ -286,7 +286,7 @@ impl StdioConfinement {
             network: self.network,
         };
         // With an allow-list: no network of its own; under bubblewrap a proxy of its own is the one way out (its
-        // socket in the server's `tmp/`, which is `/tmp` inside).
+        // socket in the server's `tmp/`, at the same path inside).
         let mut egress = None;
         if let Some(e) = &self.egress {
             view.network = false;
@@ -315,21 +315,16 @@ impl StdioConfinement {
                 argv.push(bwrap.clone().into_os_string());
                 argv.extend(view.bwrap_args(&cwd, k.bwrap_disable_userns));
                 argv.push("--".into());
-                if let Some((_, bridge)) = &egress {
-                    argv.extend(nanobot_tools::egress::bridge_argv(
-                        bridge,
-                        Path::new("/tmp/egress.sock"),
-                    ));
+                if let Some((proxy, bridge)) = &egress {
+                    argv.extend(nanobot_tools::egress::bridge_argv(bridge, proxy.socket()));
                     env.extend(nanobot_tools::egress::proxy_env());
                 }
-                env.insert("TMPDIR".to_owned(), "/tmp".to_owned());
                 None
             }
-            _ => {
-                env.insert("TMPDIR".to_owned(), tmp.display().to_string());
-                Some(view.landlock_rules())
-            }
+            _ => Some(view.landlock_rules()),
         };
+        // Its own `tmp/`, at the same path inside (`/tmp` stays shared and read-only).
+        env.insert("TMPDIR".to_owned(), tmp.display().to_string());
         if let Some(prlimit) = &k.prlimit {
             let nproc = matches!(backend, Backend::Bwrap(_));
             argv.extend(nanobot_tools::confine::prlimit_args(prlimit, &self.limits, nproc));

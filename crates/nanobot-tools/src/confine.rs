@@ -371,9 +371,12 @@ fn namespace_args(network: bool, disable_userns: bool) -> Vec<&'static str> {
 pub struct FsView {
     /// The workspace (real path): readable and writable.
     pub workspace: PathBuf,
-    /// The private temporary directory mounted at `/tmp` and `/var/tmp` (bwrap) or given as
+    /// The private temporary directory mounted at `/tmp` and `/var/tmp` (bwrap, unless `shared_tmp`) or given as
     /// `TMPDIR` (Landlock).
     pub private_tmp: PathBuf,
+    /// `/tmp` and `/var/tmp` stay as they are (readable, not writable) and the private temporary directory is
+    /// only `TMPDIR`: for a long-running program that may be installed under `/tmp`.
+    pub shared_tmp: bool,
     /// `restrictToWorkspace`: only system directories, the workspace and the lists below exist.
     pub restrict: bool,
     /// `sandboxRoBinds`: extra readable paths.
@@ -423,14 +426,18 @@ impl FsView {
             "/proc".as_ref(),
         ]);
         let tmp = self.private_tmp.as_os_str();
-        push(&[
-            "--bind".as_ref(),
-            tmp,
-            "/tmp".as_ref(),
-            "--bind".as_ref(),
-            tmp,
-            "/var/tmp".as_ref(),
-        ]);
+        if self.shared_tmp {
+            push(&["--bind".as_ref(), tmp, tmp]);
+        } else {
+            push(&[
+                "--bind".as_ref(),
+                tmp,
+                "/tmp".as_ref(),
+                "--bind".as_ref(),
+                tmp,
+                "/var/tmp".as_ref(),
+            ]);
+        }
         let ws = self.workspace.as_os_str();
         let binds = |a: &mut dyn FnMut(&[&std::ffi::OsStr]), only_hidden: bool| {
             for p in &self.read_only {

@@ -92,6 +92,21 @@ async fn shell(manager: &McpManager, command: &str) -> String {
     out.text
 }
 
+/// Waits (bounded) until a process's command line contains `needle` (a process started in the background may not
+/// have reached `exec` yet when the shell that started it answers).
+fn appears(needle: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if !processes_with(needle).is_empty() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Waits (bounded) until no process's command line contains `needle`.
 fn gone(needle: &str) -> bool {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -190,10 +205,7 @@ async fn a_confined_server_sees_no_data_dir_writes_only_what_its_config_names_an
         .await;
         assert!(out.contains("started"), "{sandbox:?}: {out}");
         let needle = format!("sleep {marker}");
-        assert!(
-            !processes_with(&needle).is_empty(),
-            "{sandbox:?}: the background sleep runs"
-        );
+        assert!(appears(&needle), "{sandbox:?}: the background sleep runs");
         manager.shutdown().await;
         if sandbox == ExecSandbox::Bwrap {
             assert!(

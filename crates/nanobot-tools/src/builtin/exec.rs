@@ -238,6 +238,7 @@ impl ExecTool {
         FsView {
             workspace: self.sandbox.workspace_real().to_path_buf(),
             private_tmp,
+            shared_tmp: false,
             restrict: self.settings.restrict_to_workspace,
             read_only: real_existing(&self.settings.extra_readable),
             read_write,
