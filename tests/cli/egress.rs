@@ -2,50 +2,10 @@
 //! with `exec` reaches an allowed domain (mapped to a local server by `tools.network.hosts`) through nanobot's
 //! proxy, and a leak to another is refused with a note the model reads. The `nanobot` program is its own bridge.
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
-
 use nanobot_testkit::{MockLlm, MockReply};
 use serde_json::{Value, json};
 
 use crate::support::{onboarded, run, set, stderr};
-
-/// A web server on loopback answering `hello from <Host>` (and remembering every request line); its port.
-fn web_server() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen: std::sync::Arc<std::sync::Mutex<Vec<String>>> = std::sync::Arc::default();
-    let log = seen.clone();
-    std::thread::spawn(move || {
-        for mut conn in listener.incoming().flatten() {
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 1024];
-            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                match conn.read(&mut chunk) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                }
-            }
-            let head = String::from_utf8_lossy(&buf).into_owned();
-            log.lock()
-                .unwrap()
-                .push(head.lines().next().unwrap_or_default().to_owned());
-            let host = head
-                .lines()
-                .find_map(|l| l.strip_prefix("Host: "))
-                .unwrap_or("?")
-                .trim()
-                .to_owned();
-            let body = format!("hello from {host}\n");
-            let _ = write!(
-                conn,
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    (port, seen)
-}
 
 #[test]
 fn a_command_reaches_only_the_allowed_domain_and_the_model_is_told_what_was_refused() {
@@ -57,7 +17,8 @@ fn a_command_reaches_only_the_allowed_domain_and_the_model_is_told_what_was_refu
         eprintln!("skipped: {why}");
         return;
     }
-    let (port, seen) = web_server();
+    let server = nanobot_testkit::host_echo::HostEcho::start();
+    let port = server.port();
     let mock = MockLlm::start_background();
     let home = onboarded(&mock);
     set(
@@ -99,6 +60,6 @@ fn a_command_reaches_only_the_allowed_domain_and_the_model_is_told_what_was_refu
     );
     assert!(!result.contains("direct=0"), "{result}");
     // The server saw the allowed request only: nothing reached it for the sink or directly.
-    let seen = seen.lock().unwrap().clone();
+    let seen = server.request_lines();
     assert_eq!(seen, ["GET /guide HTTP/1.1"], "{seen:?}");
 }

@@ -10,7 +10,7 @@
 //! environment) and [`peers`] (finding real peer programs under `.ci/.peers/`, the skip-or-fail rule,
 //! [`peers::ChildGuard`], readiness waits), [`telegram_emulator`] (the Telegram Bot API emulator behind a proxy
 //! that makes it answer like Telegram), fakes of the Feishu, DingTalk and QQ servers, a
-//! [`file_server`] for code that fetches remote files, an OpenTelemetry collector's traces endpoint ([`otlp`]), fake OAuth servers ([`fake_oauth`]: GitHub's device flow
+//! [`file_server`] for code that fetches remote files, [`host_echo`] for what may leave a sandbox, an OpenTelemetry collector's traces endpoint ([`otlp`]), fake OAuth servers ([`fake_oauth`]: GitHub's device flow
 //! and Copilot token exchange), and [`secrets`] (proof that
 //! no secret leaves an adapter).
 //!
@@ -90,6 +90,7 @@ pub mod fake_oauth;
 pub mod fake_qq;
 pub mod file_server;
 mod home;
+pub mod host_echo;
 mod mock;
 mod openai;
 mod render;

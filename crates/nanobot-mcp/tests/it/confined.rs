@@ -326,56 +326,6 @@ fn a_relative_writable_path_is_refused_by_name() {
     );
 }
 
-/// The test's DNS: `*.test` names on loopback.
-#[derive(Debug)]
-struct TestDns;
-
-#[async_trait::async_trait]
-impl nanobot_tools::ssrf::HostResolver for TestDns {
-    async fn lookup(&self, host: &str) -> std::io::Result<Vec<std::net::IpAddr>> {
-        if host.ends_with(".test") {
-            Ok(vec!["127.0.0.1".parse().unwrap()])
-        } else {
-            Err(std::io::Error::other("not a test name"))
-        }
-    }
-}
-
-/// A web server on loopback answering `hello from <Host>`; its port.
-async fn web_server() -> u16 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((mut conn, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 1024];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-                let head = String::from_utf8_lossy(&buf).into_owned();
-                let host = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("Host: "))
-                    .unwrap_or("?")
-                    .trim()
-                    .to_owned();
-                let body = format!("hello from {host}\n");
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = conn.write_all(answer.as_bytes()).await;
-            });
-        }
-    });
-    port
-}
-
 #[tokio::test]
 async fn with_an_allow_list_a_server_reaches_only_those_domains_through_the_proxy() {
     if let Err(why) = &kernel_support().bwrap {
@@ -386,11 +336,11 @@ async fn with_an_allow_list_a_server_reaches_only_those_domains_through_the_prox
         println!("skipped: {why}");
         return;
     }
-    let port = web_server().await;
+    let port = nanobot_testkit::host_echo::HostEcho::start().port();
     let place = Place::new();
     let guard = nanobot_tools::ssrf::SsrfGuard::from_cidrs(&["127.0.0.1/32"])
         .unwrap()
-        .with_resolver(std::sync::Arc::new(TestDns));
+        .with_resolver(std::sync::Arc::new(nanobot_testkit::host_echo::TestDns));
     let mut egress = nanobot_tools::egress::EgressSettings::new(
         nanobot_tools::egress::DomainList::new(&["allowed.test"]),
         guard,

@@ -3,71 +3,24 @@
 //! network namespace of their own (bubblewrap; with `CI` set a missing bubblewrap fails the test) whose only way
 //! out is the bridge.
 
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use nanobot_tools::egress::{self, DomainList, EgressProxy, RefusalReason};
-use nanobot_tools::ssrf::{HostResolver, SsrfGuard};
+use nanobot_tools::ssrf::SsrfGuard;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// The test's DNS: `*.test` names on loopback, `internal.test` on a private address.
-#[derive(Debug)]
-struct TestDns;
-
-#[async_trait]
-impl HostResolver for TestDns {
-    async fn lookup(&self, host: &str) -> std::io::Result<Vec<IpAddr>> {
-        match host {
-            "internal.test" => Ok(vec!["10.1.2.3".parse().unwrap()]),
-            h if h.ends_with(".test") => Ok(vec!["127.0.0.1".parse().unwrap()]),
-            _ => Err(std::io::Error::other("not a test name")),
-        }
-    }
-}
 
 /// A web server on loopback answering every request with the `Host` it was sent; its port.
 async fn web_server() -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        loop {
-            let (mut conn, _) = listener.accept().await.unwrap();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 1024];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-                let head = String::from_utf8_lossy(&buf);
-                let host = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("Host: "))
-                    .unwrap_or("?")
-                    .trim()
-                    .to_owned();
-                let body = format!("hello from {host}\n");
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = conn.write_all(answer.as_bytes()).await;
-            });
-        }
-    });
-    port
+    nanobot_testkit::host_echo::HostEcho::start().port()
 }
 
 /// A proxy letting through `allowed.test` (and its subdomains) and `internal.test`, loopback whitelisted.
 fn proxy(dir: &Path) -> EgressProxy {
     let guard = SsrfGuard::from_cidrs(&["127.0.0.1/32"])
         .unwrap()
-        .with_resolver(Arc::new(TestDns));
+        .with_resolver(Arc::new(nanobot_testkit::host_echo::TestDns));
     EgressProxy::start(
         &dir.join("egress.sock"),
         DomainList::new(&["allowed.test", "internal.test"]),
@@ -259,7 +212,7 @@ except OSError as e:
 fn egress_exec(sandbox: nanobot_tools::ExecSandbox) -> nanobot_tools::ExecSettings {
     let guard = SsrfGuard::from_cidrs(&["127.0.0.1/32"])
         .unwrap()
-        .with_resolver(Arc::new(TestDns));
+        .with_resolver(Arc::new(nanobot_testkit::host_echo::TestDns));
     let mut egress = egress::EgressSettings::new(DomainList::new(&["allowed.test"]), guard);
     egress.bridge = Some(bridge_program());
     nanobot_tools::ExecSettings {
