@@ -21,8 +21,12 @@ impl HostEcho {
     /// # Panics
     /// No port can be bound.
     pub fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let port = listener.local_addr().expect("its address").port();
+        let listener =
+            TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("cannot listen on 127.0.0.1: {e}"));
+        let port = match listener.local_addr() {
+            Ok(a) => a.port(),
+            Err(e) => panic!("no local address: {e}"),
+        };
         let lines: Arc<Mutex<Vec<String>>> = Arc::default();
         let log = lines.clone();
         std::thread::spawn(move || {

@@ -95,6 +95,21 @@ async fn the_proxy_lets_through_allowed_domains_and_names_what_it_refused() {
     assert_eq!(refused.len(), 3);
 }
 
+/// bubblewrap, when it can run here (with `CI` set it must; elsewhere the test is skipped, said on stdout).
+fn bubblewrap() -> Option<PathBuf> {
+    match &nanobot_tools::confine::kernel_support().bwrap {
+        Ok(b) => Some(b.clone()),
+        Err(why) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI is set but bubblewrap cannot run here: {why}"
+            );
+            println!("skipped: {why}");
+            None
+        }
+    }
+}
+
 /// The bridge program (`examples/egress_bridge.rs`, built by `cargo test`).
 fn bridge_program() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -114,16 +129,8 @@ fn bridge_program() -> PathBuf {
 
 #[tokio::test]
 async fn in_a_namespace_without_network_only_the_proxy_leads_out() {
-    let bwrap = match &nanobot_tools::confine::kernel_support().bwrap {
-        Ok(b) => b.clone(),
-        Err(why) => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI is set but bubblewrap cannot run here: {why}"
-            );
-            println!("skipped: {why}");
-            return;
-        }
+    let Some(bwrap) = bubblewrap() else {
+        return;
     };
     let port = web_server().await;
     let dir = tempfile::tempdir().unwrap();
@@ -239,12 +246,7 @@ async fn exec(settings: nanobot_tools::ExecSettings, command: &str) -> String {
 
 #[tokio::test]
 async fn exec_reaches_only_the_allowed_domains_and_the_answer_names_what_was_refused() {
-    if let Err(why) = &nanobot_tools::confine::kernel_support().bwrap {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI is set but bubblewrap cannot run here: {why}"
-        );
-        println!("skipped: {why}");
+    if bubblewrap().is_none() {
         return;
     }
     let port = web_server().await;
