@@ -231,17 +231,15 @@ fn egress_exec(sandbox: nanobot_tools::ExecSandbox) -> nanobot_tools::ExecSettin
 }
 
 async fn exec(settings: nanobot_tools::ExecSettings, command: &str) -> String {
+    exec_with(settings, serde_json::json!({"command": command})).await
+}
+
+async fn exec_with(settings: nanobot_tools::ExecSettings, args: serde_json::Value) -> String {
     let ws = tempfile::tempdir().unwrap();
     let reg = nanobot_tools::ToolRegistry::default();
     let sandbox = nanobot_tools::sandbox::Sandbox::new(ws.path(), false);
     nanobot_tools::builtin::register_exec_tool(&reg, &settings, &sandbox).unwrap();
-    reg.execute(
-        "exec",
-        serde_json::json!({"command": command}),
-        &crate::ctx(ws.path()),
-    )
-    .await
-    .text
+    reg.execute("exec", args, &crate::ctx(ws.path())).await.text
 }
 
 #[tokio::test]
@@ -267,6 +265,20 @@ async fn exec_reaches_only_the_allowed_domains_and_the_answer_names_what_was_ref
             "Network: nanobot refused the connection to evil.test: it is not in tools.network.allowedDomains \
              (add it there to allow it)"
         ),
+        "{out}"
+    );
+    // An exec session is held the same way, and its poll says what was refused.
+    let out = exec_with(
+        egress_exec(nanobot_tools::ExecSandbox::Bwrap),
+        serde_json::json!({
+            "command": format!("curl -sS -o /dev/null --max-time 10 http://sink.test:{port}/; echo finished"),
+            "yield_time_ms": 20_000
+        }),
+    )
+    .await;
+    assert!(out.contains("finished"), "{out}");
+    assert!(
+        out.contains("Network: nanobot refused the connection to sink.test"),
         "{out}"
     );
 }
