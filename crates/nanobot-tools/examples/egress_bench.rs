@@ -4,6 +4,8 @@
 //!
 //! Usage: egress_bench <bridge program> [requests per round, 500] [rounds, 7]
 
+#![allow(clippy::unwrap_used, reason = "a benchmark program stops at its first failure")]
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
