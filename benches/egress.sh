@@ -12,7 +12,8 @@ OUT=${BENCH_OUT:-$ROOT/target/bench}
 REL=${CARGO_TARGET_DIR:-$ROOT/target}/release
 mkdir -p "$OUT"
 if [ -z "${SKIP_BUILD:-}" ]; then
-    cargo build --release --locked -p nanobot -p nanobot-tools --example egress_bench >&2
+    cargo build --release --locked -p nanobot >&2
+    cargo build --release --locked -p nanobot-tools --example egress_bench >&2
 fi
 line=$("$REL/examples/egress_bench" "$REL/nanobot" "${REQUESTS:-500}" "${ROUNDS:-7}")
 echo "$line" | tee -a "$OUT/egress.jsonl"
