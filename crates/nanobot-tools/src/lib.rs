@@ -7,7 +7,9 @@
 //! [`ToolRegistry`] that runs tools safely (errors and panics become error results with
 //! [`ERROR_HINT`], empty output gets a marker, long output is saved to the workspace), the
 //! built-in tools ([`builtin`]: `read_file`, `write_file`, `edit_file`, `list_dir`, `glob`,
-//! `grep`, `exec`, `web_search`, `web_fetch`), the path [`sandbox`] and the [`ssrf`] guard.
+//! `grep`, `exec`, `web_search`, `web_fetch`), the path [`sandbox`] and the [`ssrf`] guard, the kernel
+//! confinement of what runs code ([`confine`]) and egress by domain for it ([`egress`]: a proxy and the bridge a
+//! sandbox without network runs first).
 //!
 //! It must not know about configuration files, the environment, channels or the agent loop:
 //! the agent core resolves config into the [`settings`] structs and passes them in. Providers
