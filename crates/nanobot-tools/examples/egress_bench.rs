@@ -4,7 +4,10 @@
 //!
 //! Usage: egress_bench <bridge program> [requests per round, 500] [rounds, 7]
 
-#![allow(clippy::unwrap_used, reason = "a benchmark program stops at its first failure")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "a benchmark program stops at its first failure"
+)]
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -30,16 +33,23 @@ fn run(cmd: &mut Command) -> Duration {
 
 fn sandboxed(bwrap: &Path, dir: &Path, bridge: &Path, proxy: &EgressProxy, command: &[String]) -> Command {
     let mut cmd = Command::new(bwrap);
-    cmd.args(["--unshare-user", "--unshare-net", "--die-with-parent", "--ro-bind", "/", "/"])
-        .args(["--dev", "/dev", "--proc", "/proc", "--bind"])
-        .arg(dir)
-        .arg(dir)
-        .arg("--")
-        .args(egress::bridge_argv(bridge, proxy.socket()))
-        .args(command)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .envs(egress::proxy_env());
+    cmd.args([
+        "--unshare-user",
+        "--unshare-net",
+        "--die-with-parent",
+        "--ro-bind",
+        "/",
+        "/",
+    ])
+    .args(["--dev", "/dev", "--proc", "/proc", "--bind"])
+    .arg(dir)
+    .arg(dir)
+    .arg("--")
+    .args(egress::bridge_argv(bridge, proxy.socket()))
+    .args(command)
+    .env_clear()
+    .env("PATH", std::env::var("PATH").unwrap_or_default())
+    .envs(egress::proxy_env());
     cmd
 }
 
@@ -63,8 +73,11 @@ async fn main() {
     let port = server.port();
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path().canonicalize().unwrap();
-    let guard = SsrfGuard::from_cidrs(&["127.0.0.1/32"]).unwrap().with_resolver(Arc::new(TestDns));
-    let proxy = EgressProxy::start(&dir.join("egress.sock"), DomainList::new(&["bench.test"]), guard).unwrap();
+    let guard = SsrfGuard::from_cidrs(&["127.0.0.1/32"])
+        .unwrap()
+        .with_resolver(Arc::new(TestDns));
+    let proxy =
+        EgressProxy::start(&dir.join("egress.sock"), DomainList::new(&["bench.test"]), guard).unwrap();
     let urls: Vec<String> = (0..n).map(|i| format!("http://bench.test:{port}/{i}")).collect();
     let mut direct_cmd = vec![
         "curl".to_owned(),
@@ -81,7 +94,13 @@ async fn main() {
     for _ in 0..rounds {
         direct.push(run(Command::new(&direct_cmd[0]).args(&direct_cmd[1..])));
         proxied.push(run(&mut sandboxed(&bwrap, &dir, bridge, &proxy, &proxied_cmd)));
-        start.push(run(&mut sandboxed(&bwrap, &dir, bridge, &proxy, &["true".to_owned()])));
+        start.push(run(&mut sandboxed(
+            &bwrap,
+            &dir,
+            bridge,
+            &proxy,
+            &["true".to_owned()],
+        )));
     }
     let (direct, proxied, start) = (median(direct), median(proxied), median(start));
     let per_request = proxied.saturating_sub(start).saturating_sub(direct) / u32::try_from(n).unwrap_or(1);
