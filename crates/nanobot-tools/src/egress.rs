@@ -206,12 +206,17 @@ pub struct EgressProxy {
 }
 
 impl EgressProxy {
-    /// Starts a proxy at `socket` (a new file) letting through `allowed`, resolving and checking addresses with
-    /// `guard`. Needs a tokio runtime.
+    /// Starts a proxy at `socket` letting through `allowed`, resolving and checking addresses with `guard`. A socket
+    /// left at that path (by a process that was killed) is replaced; any other file there is an error. Needs a tokio
+    /// runtime.
     ///
     /// # Errors
     /// The socket cannot be made.
     pub fn start(socket: &Path, allowed: DomainList, guard: SsrfGuard) -> std::io::Result<Self> {
+        use std::os::unix::fs::FileTypeExt as _;
+        if std::fs::symlink_metadata(socket).is_ok_and(|m| m.file_type().is_socket()) {
+            std::fs::remove_file(socket)?;
+        }
         let listener = tokio::net::UnixListener::bind(socket)?;
         let refused: Arc<Mutex<Vec<Refusal>>> = Arc::default();
         let policy = Arc::new((allowed, guard, refused.clone()));

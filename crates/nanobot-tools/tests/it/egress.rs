@@ -87,6 +87,19 @@ async fn the_proxy_lets_through_allowed_domains_and_names_what_it_refused() {
     let out = ask(&proxy, "nonsense\r\n\r\n").await;
     assert!(out.starts_with("HTTP/1.1 400"), "{out}");
 
+    // A socket left at the path by a proxy that did not end cleanly is replaced (a server's own directory is kept
+    // between starts); another kind of file is not.
+    let stale = dir.path().join("stale.sock");
+    let left = std::os::unix::net::UnixListener::bind(&stale).unwrap();
+    std::mem::forget(left);
+    let again = EgressProxy::start(&stale, DomainList::new(&["allowed.test"]), SsrfGuard::default()).unwrap();
+    drop(again);
+    assert!(!stale.exists(), "removed when the proxy ends");
+    let file = dir.path().join("not-a-socket");
+    std::fs::write(&file, "data").unwrap();
+    assert!(EgressProxy::start(&file, DomainList::new(&["allowed.test"]), SsrfGuard::default()).is_err());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "data");
+
     let refused: Vec<(String, RefusalReason)> =
         proxy.refused().into_iter().map(|r| (r.host, r.reason)).collect();
     assert_eq!(refused[0], ("denied.test".to_owned(), RefusalReason::NotAllowed));
