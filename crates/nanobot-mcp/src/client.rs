@@ -28,6 +28,13 @@ pub(crate) struct NanobotClient {
     _sandbox: Option<Arc<stdio::SandboxHold>>,
 }
 
+impl NanobotClient {
+    /// The egress proxy of the confined server this session talks to, if it has one.
+    pub(crate) fn egress(&self) -> Option<Arc<nanobot_tools::egress::EgressProxy>> {
+        self._sandbox.as_ref()?.egress.clone()
+    }
+}
+
 impl ClientHandler for NanobotClient {
     fn get_info(&self) -> ClientConfig {
         ClientConfig::new(

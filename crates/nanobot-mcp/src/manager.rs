@@ -353,7 +353,11 @@ impl McpManager {
             }
         };
         let mut taken = self.taken_names(Some(i));
-        let (tools, warnings) = self.build_tools(&slot.spec, peer, &offer, &mut taken);
+        let egress = match &*slot.lock() {
+            SlotState::Connected(live) => live.service.service().egress(),
+            _ => None,
+        };
+        let (tools, warnings) = self.build_tools(&slot.spec, peer, egress, &offer, &mut taken);
         tracing::info!(server = %slot.spec.name, tools = tools.len(), "MCP server changed its lists");
         if let SlotState::Connected(live) = &mut *slot.lock() {
             live.tools = tools;
@@ -409,7 +413,8 @@ impl McpManager {
 
     /// Wraps a fresh session's tools, resources and prompts, applying `enabledTools`.
     fn wrap(&self, spec: &ServerSpec, session: Session, taken: &mut HashSet<String>) -> Live {
-        let (tools, warnings) = self.build_tools(spec, session.service.peer(), &session.offer, taken);
+        let egress = session.service.service().egress();
+        let (tools, warnings) = self.build_tools(spec, session.service.peer(), egress, &session.offer, taken);
         Live {
             service: session.service,
             tools,
@@ -423,6 +428,7 @@ impl McpManager {
         &self,
         spec: &ServerSpec,
         peer: &Peer<RoleClient>,
+        egress: Option<Arc<nanobot_tools::egress::EgressProxy>>,
         offer: &Offer,
         taken: &mut HashSet<String>,
     ) -> (Vec<Arc<dyn Tool>>, Vec<String>) {
@@ -433,6 +439,7 @@ impl McpManager {
             media_dir: self.inner.opts.media_dir.clone(),
             max_chars: self.inner.opts.max_result_chars,
             declared_read_only: spec.read_only,
+            egress: egress.map(crate::wrap::EgressNotes::new),
         });
         let mut unique = |base: String, raw: String| -> String {
             let name = if taken.contains(&base) {

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 
 use nanobot_tools::confine::{SpawnerThread, spawn_on_own_thread};
 use nanobot_util::{EnvMap, SecretMap};
@@ -69,7 +70,8 @@ pub(crate) struct StdioLaunch<'a> {
 pub(crate) struct SandboxHold {
     _thread: SpawnerThread,
     _own: OwnDir,
-    _egress: Option<nanobot_tools::egress::EgressProxy>,
+    /// The server's egress proxy (`tools.network.allowedDomains`), whose refusals its tools' answers tell.
+    pub(crate) egress: Option<Arc<nanobot_tools::egress::EgressProxy>>,
 }
 
 /// Spawns the child (its stderr forwarded to `tracing` at debug level), confined unless the server is trusted or
@@ -153,7 +155,7 @@ pub(crate) async fn spawn(
             let hold = SandboxHold {
                 _thread: thread,
                 _own: c.own,
-                _egress: c.egress,
+                egress: c.egress.map(Arc::new),
             };
             (child, stderr, Some(hold))
         }

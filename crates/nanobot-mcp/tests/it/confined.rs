@@ -380,6 +380,11 @@ async fn with_an_allow_list_a_server_reaches_only_those_domains_through_the_prox
         out.contains("evil.test: it is not in tools.network.allowedDomains"),
         "{out}"
     );
+    // The tool's answer says what the server was refused, whatever the server made of it.
+    assert!(
+        out.contains("\nNetwork: nanobot refused the connection to evil.test"),
+        "{out}"
+    );
     assert!(!out.contains("direct=0"), "{out}");
     manager.shutdown().await;
 }
