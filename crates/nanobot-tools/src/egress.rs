@@ -105,6 +105,10 @@ pub const BRIDGE_ARG: &str = "__nanobot-egress-bridge";
 pub const BRIDGE_PORT: u16 = 3128;
 /// Longest request head the proxy reads.
 const MAX_HEAD: usize = 16 * 1024;
+/// Connections one proxy serves at once (each holds a file descriptor of nanobot's, two for a tunnel); more wait.
+const MAX_CONNECTIONS: usize = 64;
+/// Distinct hosts one proxy remembers having refused.
+const MAX_REFUSALS: usize = 64;
 /// How long a client may take to send its request head, and the proxy to connect.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -202,7 +206,8 @@ impl std::fmt::Display for Refusal {
 pub struct EgressProxy {
     socket: PathBuf,
     refused: Arc<Mutex<Vec<Refusal>>>,
-    task: tokio::task::JoinHandle<()>,
+    /// Ends the accept loop and every connection when the proxy is dropped.
+    stop: tokio_util::sync::CancellationToken,
 }
 
 impl EgressProxy {
@@ -220,16 +225,40 @@ impl EgressProxy {
         let listener = tokio::net::UnixListener::bind(socket)?;
         let refused: Arc<Mutex<Vec<Refusal>>> = Arc::default();
         let policy = Arc::new((allowed, guard, refused.clone()));
-        let task = tokio::spawn(async move {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let stopped = stop.clone();
+        let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        tokio::spawn(async move {
             loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
+                // At most MAX_CONNECTIONS at once: a program opening connections without end waits, and cannot
+                // use up nanobot's file descriptors.
+                let permit = tokio::select! {
+                    p = permits.clone().acquire_owned() => p,
+                    () = stopped.cancelled() => return,
                 };
-                let policy = policy.clone();
+                let Ok(permit) = permit else { return };
+                let accepted = tokio::select! {
+                    a = listener.accept() => a,
+                    () = stopped.cancelled() => return,
+                };
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "egress proxy: accept failed");
+                        // Not a hot loop on a lasting error (no descriptor left, say).
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let (policy, stopped) = (policy.clone(), stopped.clone());
                 tokio::spawn(async move {
+                    let _permit = permit;
                     let (allowed, guard, refused) = &*policy;
-                    if let Err(e) = serve(stream, allowed, guard, refused).await {
-                        tracing::debug!(error = %e, "egress proxy connection ended");
+                    tokio::select! {
+                        r = serve(stream, allowed, guard, refused) => if let Err(e) = r {
+                            tracing::debug!(error = %e, "egress proxy connection ended");
+                        },
+                        () = stopped.cancelled() => {}
                     }
                 });
             }
@@ -237,7 +266,7 @@ impl EgressProxy {
         Ok(Self {
             socket: socket.to_path_buf(),
             refused,
-            task,
+            stop,
         })
     }
 
@@ -246,21 +275,15 @@ impl EgressProxy {
         &self.socket
     }
 
-    /// What it refused so far, each host once, in order.
+    /// What it refused so far, each host once, in order (the first 64 hosts).
     pub fn refused(&self) -> Vec<Refusal> {
-        let mut seen = Vec::new();
-        for r in lock(&self.refused).iter() {
-            if !seen.iter().any(|s: &Refusal| s.host == r.host) {
-                seen.push(r.clone());
-            }
-        }
-        seen
+        lock(&self.refused).clone()
     }
 }
 
 impl Drop for EgressProxy {
     fn drop(&mut self) {
-        self.task.abort();
+        self.stop.cancel();
         let _ = std::fs::remove_file(&self.socket);
     }
 }
@@ -308,7 +331,12 @@ async fn serve(
         Err(refusal) => {
             tracing::info!(host = %refusal.host, "egress refused: {refusal}");
             let text = refusal.to_string();
-            lock(refused).push(refusal);
+            {
+                let mut kept = lock(refused);
+                if kept.len() < MAX_REFUSALS && !kept.iter().any(|r| r.host == refusal.host) {
+                    kept.push(refusal);
+                }
+            }
             return answer(&mut client, 403, &text).await;
         }
     };
@@ -398,12 +426,18 @@ fn parse(head: &str) -> Result<Target, &'static str> {
         path.push('?');
         path.push_str(q);
     }
-    let mut request = format!("{method} {path} {version}\r\n");
+    // The Host sent is the one checked: a client's own `Host` could name another site served at the same address
+    // (domain fronting).
+    let authority = match url.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.clone(),
+    };
+    let mut request = format!("{method} {path} {version}\r\nHost: {authority}\r\n");
     for header in lines.filter(|l| !l.is_empty()) {
         let name = header.split(':').next().unwrap_or_default().trim();
-        if name.eq_ignore_ascii_case("proxy-connection")
-            || name.eq_ignore_ascii_case("proxy-authorization")
-            || name.eq_ignore_ascii_case("connection")
+        if ["host", "proxy-connection", "proxy-authorization", "connection"]
+            .iter()
+            .any(|h| name.eq_ignore_ascii_case(h))
         {
             continue;
         }
@@ -610,6 +644,12 @@ mod tests {
         assert_eq!(
             sent,
             "GET /a?b=1 HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
+        // The client's own Host is replaced by the checked one.
+        let t = parse("GET http://allowed.test:8080/ HTTP/1.1\r\nHost: evil.test\r\nX-A: 1").unwrap();
+        assert_eq!(
+            String::from_utf8(t.forward.unwrap()).unwrap(),
+            "GET / HTTP/1.1\r\nHost: allowed.test:8080\r\nX-A: 1\r\nConnection: close\r\n\r\n"
         );
         let t = parse("CONNECT [2001:db8::1]:443 HTTP/1.1").unwrap();
         assert_eq!((t.host.as_str(), t.port), ("2001:db8::1", 443));

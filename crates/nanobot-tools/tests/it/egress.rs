@@ -63,6 +63,14 @@ async fn the_proxy_lets_through_allowed_domains_and_names_what_it_refused() {
     assert!(out.starts_with("HTTP/1.1 200 Connection established"), "{out}");
     assert!(out.contains("hello from tunnelled"), "{out}");
 
+    // A Host of the client's own choosing is not what reaches the server (no domain fronting).
+    let out = ask(
+        &proxy,
+        &format!("GET http://allowed.test:{port}/ HTTP/1.1\r\nHost: evil.test\r\n\r\n"),
+    )
+    .await;
+    assert!(out.contains(&format!("hello from allowed.test:{port}")), "{out}");
+
     let out = ask(
         &proxy,
         &format!("GET http://denied.test:{port}/ HTTP/1.1\r\n\r\n"),
@@ -313,4 +321,27 @@ async fn under_landlock_alone_a_command_has_no_network_at_all() {
     .await;
     assert!(!out.contains("hello from"), "{out}");
     assert!(!out.contains("proxied=0") && !out.contains("direct=0"), "{out}");
+}
+
+#[tokio::test]
+async fn a_dropped_proxy_ends_its_open_tunnels() {
+    let port = web_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = proxy(dir.path());
+    let mut conn = tokio::net::UnixStream::connect(proxy.socket()).await.unwrap();
+    conn.write_all(format!("CONNECT allowed.test:{port} HTTP/1.1\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut head = [0u8; 39];
+    conn.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200 Connection established\r\n\r\n");
+    drop(proxy);
+    // The tunnel is ended by the proxy, not left to the program: the client reads its end.
+    let mut rest = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(30), conn.read_to_end(&mut rest))
+        .await
+        .expect("the tunnel ends when the proxy is dropped")
+        .unwrap();
+    assert!(rest.is_empty());
+    assert!(!dir.path().join("egress.sock").exists());
 }
