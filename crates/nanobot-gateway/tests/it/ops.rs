@@ -255,16 +255,7 @@ async fn the_api_reports_the_providers_usage_and_metrics_show_tokens_and_cost_by
     nanobot_testkit::install_ring();
     let gw = Gateway::start(options(&home, &mock, patch)).await.unwrap();
     let c = client();
-    let body: Value = c
-        .post(api_url(&gw, "/v1/chat/completions"))
-        .bearer_auth(KEY)
-        .json(&json!({"model": "mock-model", "messages": [{"role": "user", "content": "what is in notes.txt?"}]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body = ask(&c, &gw, "what is in notes.txt?").await;
     // The two model calls' figures as the provider reported them, summed.
     assert_eq!(body["usage"]["prompt_tokens"], 3000, "{body}");
     assert_eq!(body["usage"]["completion_tokens"], 150, "{body}");
@@ -310,6 +301,19 @@ async fn the_api_reports_the_providers_usage_and_metrics_show_tokens_and_cost_by
     );
 }
 
+/// One non-streamed question to the gateway's OpenAI-compatible API; the answer's body.
+async fn ask(c: &reqwest::Client, gw: &Gateway, content: &str) -> Value {
+    c.post(api_url(gw, "/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .json(&json!({"model": "mock-model", "messages": [{"role": "user", "content": content}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// The gateway's `/metrics` page.
 async fn metrics_text(c: &reqwest::Client, gw: &Gateway) -> String {
     c.get(ops_url(gw, "/metrics"))
@@ -334,16 +338,7 @@ async fn metrics_count_the_calls_made_outside_a_turn_as_the_ledger_records_them(
     nanobot_testkit::install_ring();
     let gw = Gateway::start(options(&home, &mock, json!({}))).await.unwrap();
     let c = client();
-    let body: Value = c
-        .post(api_url(&gw, "/v1/chat/completions"))
-        .bearer_auth(KEY)
-        .json(&json!({"model": "mock-model", "messages": [{"role": "user", "content": "count to three"}]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body = ask(&c, &gw, "count to three").await;
     assert_eq!(
         body["choices"][0]["message"]["content"], "It counted to three.",
         "{body}"
