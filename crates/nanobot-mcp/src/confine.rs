@@ -68,7 +68,6 @@ impl StdioConfinement {
     /// The backend a confined server gets here; `Err` when the setting requires bubblewrap and it cannot run.
     pub fn backend(&self) -> Result<Backend, String> {
         nanobot_tools::confine::choose_backend(self.sandbox)
-            .map_err(|e| format!("tools.exec.sandbox is \"bwrap\" but {e}"))
     }
 
     /// What `spec`'s server gets here; `None` for a server reached over HTTP (no process of nanobot's).
@@ -125,21 +124,13 @@ impl StdioConfinement {
                     .join(", ")
             )
         };
-        let network = match (&self.egress, &backend) {
-            (None, _) if self.network => String::new(),
-            (None, _) => "; no network".to_owned(),
-            (Some(e), Backend::Bwrap(_)) if e.bridge_program().is_some() => format!(
-                "; network: only {} through nanobot's proxy",
-                if e.allowed.domains().is_empty() {
-                    "nowhere".to_owned()
-                } else {
-                    e.allowed.domains().join(", ")
-                }
-            ),
-            (Some(_), Backend::Bwrap(_)) => {
-                "; no network (this program cannot run the egress bridge)".to_owned()
-            }
-            (Some(_), _) => "; no network (egress by domain needs bubblewrap)".to_owned(),
+        let network = match (&self.egress, self.network) {
+            (None, true) => String::new(),
+            (None, false) => "; no network".to_owned(),
+            (Some(e), _) => match e.describe(&backend) {
+                Ok(route) => format!("; network: {route}"),
+                Err(why) => format!("; {why}"),
+            },
         };
         Some(ConfinementOutcome::Confined(format!(
             "confined ({}): writes only {}{hidden}{network}",
@@ -287,19 +278,13 @@ impl StdioConfinement {
         };
         // With an allow-list: no network of its own; under bubblewrap a proxy of its own is the one way out (its
         // socket in the server's `tmp/`, at the same path inside).
-        let mut egress = None;
-        if let Some(e) = &self.egress {
-            view.network = false;
-            if let (Backend::Bwrap(_), Some(bridge)) = (&backend, e.bridge_program()) {
-                let proxy = nanobot_tools::egress::EgressProxy::start(
-                    &tmp.join("egress.sock"),
-                    e.allowed.clone(),
-                    e.guard.clone(),
-                )?;
-                view.read_only.push(bridge.clone());
-                egress = Some((proxy, bridge));
+        let egress = match &self.egress {
+            Some(e) => {
+                let socket = tmp.join("egress.sock");
+                e.route(&backend, &mut view, &socket, &socket)?
             }
-        }
+            None => None,
+        };
         let cwd = match cwd {
             Some(c) => std::fs::canonicalize(c)?,
             None => std::env::current_dir()
@@ -315,8 +300,8 @@ impl StdioConfinement {
                 argv.push(bwrap.clone().into_os_string());
                 argv.extend(view.bwrap_args(&cwd, k.bwrap_disable_userns));
                 argv.push("--".into());
-                if let Some((proxy, bridge)) = &egress {
-                    argv.extend(nanobot_tools::egress::bridge_argv(bridge, proxy.socket()));
+                if let Some(route) = &egress {
+                    argv.extend(route.argv());
                     env.extend(nanobot_tools::egress::proxy_env());
                 }
                 None
@@ -343,7 +328,7 @@ impl StdioConfinement {
             cwd,
             landlock,
             own,
-            egress: egress.map(|(proxy, _)| proxy),
+            egress: egress.map(nanobot_tools::egress::Route::into_proxy),
         }))
     }
 }

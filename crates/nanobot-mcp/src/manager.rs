@@ -439,7 +439,7 @@ impl McpManager {
             media_dir: self.inner.opts.media_dir.clone(),
             max_chars: self.inner.opts.max_result_chars,
             declared_read_only: spec.read_only,
-            egress: egress.map(crate::wrap::EgressNotes::new),
+            egress,
         });
         let mut unique = |base: String, raw: String| -> String {
             let name = if taken.contains(&base) {

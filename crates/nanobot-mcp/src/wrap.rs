@@ -26,37 +26,8 @@ pub(crate) struct ServerLink {
     pub(crate) max_chars: usize,
     /// The user declared the server read-only (`readOnly`).
     pub(crate) declared_read_only: bool,
-    /// What the server's egress proxy refused, told after each call.
-    pub(crate) egress: Option<EgressNotes>,
-}
-
-/// The refusals of a confined server's egress proxy not yet told to the model.
-#[derive(Debug)]
-pub(crate) struct EgressNotes {
-    proxy: Arc<nanobot_tools::egress::EgressProxy>,
-    told: std::sync::Mutex<usize>,
-}
-
-impl EgressNotes {
-    pub(crate) fn new(proxy: Arc<nanobot_tools::egress::EgressProxy>) -> Self {
-        Self {
-            proxy,
-            told: std::sync::Mutex::new(0),
-        }
-    }
-
-    /// `Network: …` lines for what was refused since the last call, each on a line of its own.
-    fn new_lines(&self) -> String {
-        let all = self.proxy.refused();
-        let mut told = nanobot_util::lock(&self.told);
-        let lines: String = all
-            .iter()
-            .skip(*told)
-            .map(|r| format!("\nNetwork: {r}"))
-            .collect();
-        *told = all.len();
-        lines
-    }
+    /// The server's egress proxy, whose refusals each call's answer tells.
+    pub(crate) egress: Option<Arc<nanobot_tools::egress::EgressProxy>>,
 }
 
 impl ServerLink {
@@ -285,12 +256,13 @@ impl Tool for McpTool {
                     .await
                     .map_err(|e| self.link.render_error(e))?;
                 // What the server was refused on the network, whatever it made of it.
-                let network = self
+                let network: String = self
                     .link
                     .egress
-                    .as_ref()
-                    .map(EgressNotes::new_lines)
-                    .unwrap_or_default();
+                    .iter()
+                    .flat_map(|proxy| proxy.notes())
+                    .map(|note| format!("\n{note}"))
+                    .collect();
                 if result.is_error == Some(true) {
                     let text = if rendered.text.trim().is_empty() {
                         "the tool reported an error without a message".to_owned()

@@ -129,8 +129,8 @@ impl Backend {
     }
 }
 
-/// The backend `setting` gives on this machine; `Err` (bubblewrap's complaint) when the setting requires
-/// bubblewrap and it cannot run here. `landlock` falls back to none when the kernel lacks Landlock, `auto` to
+/// The backend `setting` gives on this machine; `Err` (naming `tools.exec.sandbox` and bubblewrap's complaint)
+/// when the setting requires bubblewrap and it cannot run here. `landlock` falls back to none when the kernel lacks Landlock, `auto` to
 /// Landlock and then none.
 pub fn choose_backend(setting: crate::ExecSandbox) -> Result<Backend, String> {
     use crate::ExecSandbox;
@@ -139,7 +139,7 @@ pub fn choose_backend(setting: crate::ExecSandbox) -> Result<Backend, String> {
         ExecSandbox::None => Backend::None,
         ExecSandbox::Bwrap => match &k.bwrap {
             Ok(p) => Backend::Bwrap(p.clone()),
-            Err(e) => return Err(e.clone()),
+            Err(e) => return Err(format!("tools.exec.sandbox is \"bwrap\" but {e}")),
         },
         ExecSandbox::Landlock if k.landlock.is_ok() => Backend::Landlock,
         ExecSandbox::Landlock => Backend::None,

@@ -56,6 +56,82 @@ impl EgressSettings {
     }
 }
 
+/// The way out of one confined start under the allow-list: its proxy, and the bridge that runs first inside.
+#[derive(Debug)]
+pub struct Route {
+    proxy: EgressProxy,
+    bridge: PathBuf,
+    /// The proxy's socket as the sandbox sees it.
+    inside: PathBuf,
+}
+
+impl EgressSettings {
+    /// Confines `view` for one start under `backend`: its own network is cut; with bubblewrap and a bridge program,
+    /// a proxy is started at `socket` (`inside`: the same socket as the sandbox sees it) and the bridge program is
+    /// made visible. `None`: no way out at all (Landlock alone, no bridge, or no sandbox: `doctor` says which).
+    ///
+    /// # Errors
+    /// The proxy's socket cannot be made.
+    pub fn route(
+        &self,
+        backend: &crate::confine::Backend,
+        view: &mut crate::confine::FsView,
+        socket: &Path,
+        inside: &Path,
+    ) -> std::io::Result<Option<Route>> {
+        view.network = false;
+        let (crate::confine::Backend::Bwrap(_), Some(bridge)) = (backend, self.bridge_program()) else {
+            return Ok(None);
+        };
+        let proxy = EgressProxy::start(socket, self.allowed.clone(), self.guard.clone())?;
+        view.read_only.push(bridge.clone());
+        Ok(Some(Route {
+            proxy,
+            bridge,
+            inside: inside.to_path_buf(),
+        }))
+    }
+}
+
+impl EgressSettings {
+    /// What the allow-list gives a start under `backend` here, for `doctor`: `Ok` where programs may connect,
+    /// `Err` why they have no way out (or why the list is not enforced).
+    pub fn describe(&self, backend: &crate::confine::Backend) -> Result<String, String> {
+        use crate::confine::Backend;
+        match backend {
+            Backend::Bwrap(_) if self.bridge_program().is_some() => Ok(format!(
+                "only {} through nanobot's proxy",
+                if self.allowed.domains().is_empty() {
+                    "nowhere".to_owned()
+                } else {
+                    self.allowed.domains().join(", ")
+                }
+            )),
+            Backend::Bwrap(_) => Err(format!(
+                "{ALLOW_KEY} is set but this program cannot run the egress bridge: no network at all"
+            )),
+            Backend::Landlock => Err(format!(
+                "{ALLOW_KEY} needs bubblewrap: under Landlock alone no TCP at all (UDP still allowed)"
+            )),
+            Backend::None => Err(format!(
+                "{ALLOW_KEY} is NOT enforced: without a sandbox any host is reached"
+            )),
+        }
+    }
+}
+
+impl Route {
+    /// The bridge's arguments, to put after bubblewrap's `--` and before the command.
+    pub fn argv(&self) -> Vec<OsString> {
+        bridge_argv(&self.bridge, &self.inside)
+    }
+
+    /// The proxy, which must live as long as the start.
+    pub fn into_proxy(self) -> EgressProxy {
+        self.proxy
+    }
+}
+
 /// The proxy's resolver: the names given (`tools.network.hosts`) to their addresses, everything else through the
 /// system's.
 #[derive(Debug, Clone, Default)]
@@ -206,6 +282,8 @@ impl std::fmt::Display for Refusal {
 pub struct EgressProxy {
     socket: PathBuf,
     refused: Arc<Mutex<Vec<Refusal>>>,
+    /// How many of `refused` [`EgressProxy::notes`] has handed out.
+    told: Mutex<usize>,
     /// Ends the accept loop and every connection when the proxy is dropped.
     stop: tokio_util::sync::CancellationToken,
 }
@@ -266,6 +344,7 @@ impl EgressProxy {
         Ok(Self {
             socket: socket.to_path_buf(),
             refused,
+            told: Mutex::new(0),
             stop,
         })
     }
@@ -278,6 +357,20 @@ impl EgressProxy {
     /// What it refused so far, each host once, in order (the first 64 hosts).
     pub fn refused(&self) -> Vec<Refusal> {
         lock(&self.refused).clone()
+    }
+
+    /// `Network: …` lines, one per host refused since the last call: what a program's answer ends with, so the
+    /// model reads which domain was refused and how to allow it, whatever the program printed.
+    pub fn notes(&self) -> Vec<String> {
+        let refused = lock(&self.refused);
+        let mut told = lock(&self.told);
+        let new = refused
+            .iter()
+            .skip(*told)
+            .map(|r| format!("Network: {r}"))
+            .collect();
+        *told = refused.len();
+        new
     }
 }
 

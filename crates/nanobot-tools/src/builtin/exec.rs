@@ -207,7 +207,6 @@ impl ExecTool {
 
     fn backend(&self) -> Result<Backend, String> {
         confine::choose_backend(self.settings.sandbox)
-            .map_err(|e| format!("tools.exec.sandbox is \"bwrap\" but {e}"))
     }
 
     fn private_tmp(&self) -> Result<PathBuf, ToolError> {
@@ -315,35 +314,26 @@ impl ExecTool {
         let k = kernel_support();
         let mut view = self.view(self.private_tmp()?, p.hidden.as_ref());
         let mut argv: Vec<std::ffi::OsString> = Vec::new();
-        let mut egress = None;
-        let mut egress_env = Vec::new();
-        if let Some(e) = &self.settings.egress {
-            // No network of its own; under bubblewrap the proxy is the one way out.
-            view.network = false;
-            if let (Backend::Bwrap(_), Some(bridge)) = (&backend, e.bridge_program()) {
+        // Under the allow-list: no network of its own; under bubblewrap a proxy of this call is the one way out,
+        // its socket in the private temporary directory (`/tmp` inside).
+        let egress = match &self.settings.egress {
+            Some(e) => {
                 static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
                 let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let name = format!("egress-{}-{n}.sock", std::process::id());
-                let proxy = crate::egress::EgressProxy::start(
-                    &view.private_tmp.join(&name),
-                    e.allowed.clone(),
-                    e.guard.clone(),
-                )
-                .map_err(|err| ToolError::Failed(format!("cannot start the egress proxy: {err}")))?;
-                // The private temporary directory is `/tmp` inside; the bridge program stays visible wherever
-                // it lies.
-                view.read_only.push(bridge.clone());
-                egress_env.extend(crate::egress::proxy_env());
-                egress = Some((proxy, bridge, Path::new("/tmp").join(name)));
+                let socket = view.private_tmp.join(&name);
+                e.route(&backend, &mut view, &socket, &Path::new("/tmp").join(name))
+                    .map_err(|err| ToolError::Failed(format!("cannot start the egress proxy: {err}")))?
             }
-        }
+            None => None,
+        };
         let tmpdir = match &backend {
             Backend::Bwrap(bwrap) => {
                 argv.push(bwrap.clone().into_os_string());
                 argv.extend(view.bwrap_args(cwd, k.bwrap_disable_userns));
                 argv.push("--".into());
-                if let Some((_, bridge, inside)) = &egress {
-                    argv.extend(crate::egress::bridge_argv(bridge, inside));
+                if let Some(route) = &egress {
+                    argv.extend(route.argv());
                 }
                 PathBuf::from("/tmp")
             }
@@ -373,7 +363,9 @@ impl ExecTool {
             }),
         };
         let mut env = self.child_env(&tmpdir);
-        env.extend(egress_env);
+        if egress.is_some() {
+            env.extend(crate::egress::proxy_env());
+        }
         let landlock = (backend == Backend::Landlock).then(|| view.landlock_rules());
         let cwd = cwd.clone();
         // A thread of its own: Landlock restricts the calling thread and what it spawns, so it must never be a
@@ -401,7 +393,7 @@ impl ExecTool {
             group,
             keep_parent,
             _cgroup: cgroup,
-            egress: egress.map(|(proxy, _, _)| proxy),
+            egress: egress.map(crate::egress::Route::into_proxy),
         })
     }
 
@@ -623,8 +615,8 @@ pub fn confinement_report(settings: &ExecSettings, workspace: &Path) -> Confinem
             ", sandboxRwBinds"
         }
     ));
-    match (&settings.egress, &backend) {
-        (None, _) => facts.push(format!(
+    match &settings.egress {
+        None => facts.push(format!(
             "network: {}",
             match (settings.network, &backend) {
                 (true, _) => "allowed",
@@ -633,28 +625,12 @@ pub fn confinement_report(settings: &ExecSettings, workspace: &Path) -> Confinem
                 (false, Backend::None) => "NOT cut (no confinement available)",
             }
         )),
-        (Some(e), Backend::Bwrap(_)) if e.bridge_program().is_some() => facts.push(format!(
-            "network: only {} through nanobot's proxy (tools.network.allowedDomains; no DNS, UDP or direct \
-             connection)",
-            if e.allowed.domains().is_empty() {
-                "nowhere".to_owned()
-            } else {
-                e.allowed.domains().join(", ")
-            }
-        )),
-        (Some(_), Backend::Bwrap(_)) => warnings.push(
-            "tools.network.allowedDomains is set but this program cannot run the egress bridge: commands have \
-             no network at all"
-                .into(),
-        ),
-        (Some(_), Backend::Landlock) => warnings.push(
-            "tools.network.allowedDomains needs bubblewrap: under Landlock alone commands have no TCP at all \
-             (UDP still allowed)"
-                .into(),
-        ),
-        (Some(_), Backend::None) => warnings.push(
-            "tools.network.allowedDomains is NOT enforced: without a sandbox commands reach any host".into(),
-        ),
+        Some(e) => match e.describe(&backend) {
+            Ok(route) => facts.push(format!(
+                "network: {route} (tools.network.allowedDomains; no DNS, UDP or direct connection)"
+            )),
+            Err(why) => warnings.push(why),
+        },
     }
     let l = &settings.limits;
     match &k.prlimit {
@@ -929,8 +905,9 @@ impl TypedTool for ExecTool {
         text.push_str(&format!("\nExit code: {code}"));
         let mut text = cap_output(&text, max_output);
         // What the proxy refused, after the cap so that it is always read.
-        for refusal in egress.iter().flat_map(crate::egress::EgressProxy::refused) {
-            text.push_str(&format!("\nNetwork: {refusal}"));
+        for note in egress.iter().flat_map(crate::egress::EgressProxy::notes) {
+            text.push('\n');
+            text.push_str(&note);
         }
         Ok(ToolOutput::text(text))
     }

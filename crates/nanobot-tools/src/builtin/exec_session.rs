@@ -139,8 +139,6 @@ struct Session {
     _cgroup: Option<crate::confine::PidsCgroup>,
     /// The session's egress proxy, for as long as it runs.
     egress: Option<crate::egress::EgressProxy>,
-    /// How many of the proxy's refusals earlier polls have told.
-    refusals_told: Mutex<usize>,
     timed_out: AtomicBool,
 }
 
@@ -154,8 +152,8 @@ struct Poll {
     timed_out: bool,
     terminated: bool,
     stdin_closed: bool,
-    /// What the egress proxy refused since the last poll.
-    refused: Vec<String>,
+    /// `Network: …` lines: what the egress proxy refused since the last poll.
+    network: Vec<String>,
 }
 
 impl Session {
@@ -214,16 +212,11 @@ impl Session {
             output.push_str(&stderr.0);
         }
         let (output, cut) = head_and_tail(&output, max_output);
-        let refused = match &self.egress {
-            Some(proxy) => {
-                let all = proxy.refused();
-                let mut told = lock(&self.refusals_told);
-                let new = all.iter().skip(*told).map(ToString::to_string).collect();
-                *told = all.len();
-                new
-            }
-            None => Vec::new(),
-        };
+        let network = self
+            .egress
+            .as_ref()
+            .map(crate::egress::EgressProxy::notes)
+            .unwrap_or_default();
         Poll {
             output,
             omitted: stdout.1 + stderr.1 + cut,
@@ -232,7 +225,7 @@ impl Session {
             timed_out: self.timed_out.load(Ordering::SeqCst),
             terminated,
             stdin_closed,
-            refused,
+            network,
         }
     }
 }
@@ -266,7 +259,7 @@ fn format_poll(id: &str, p: &Poll) -> String {
     if p.stdin_closed {
         parts.push("Stdin closed.".to_owned());
     }
-    parts.extend(p.refused.iter().map(|r| format!("Network: {r}")));
+    parts.extend(p.network.iter().cloned());
     match p.exit {
         Some(Some(code)) => parts.push(format!("Exit code: {code}")),
         Some(None) => parts.push("Exit code: killed by a signal".to_owned()),
@@ -440,7 +433,6 @@ impl ExecSessions {
             keep_parent: Mutex::new(Some(keep_parent)),
             _cgroup,
             egress,
-            refusals_told: Mutex::new(0),
             timed_out: AtomicBool::new(false),
         });
         let refused = {

@@ -34,7 +34,11 @@ async fn ask(proxy: &EgressProxy, request: &str) -> String {
     let mut conn = tokio::net::UnixStream::connect(proxy.socket()).await.unwrap();
     conn.write_all(request.as_bytes()).await.unwrap();
     let mut out = Vec::new();
-    conn.read_to_end(&mut out).await.unwrap();
+    // The proxy answers and closes (a refusal), or the server does (Connection: close): bounded either way.
+    tokio::time::timeout(std::time::Duration::from_secs(30), conn.read_to_end(&mut out))
+        .await
+        .expect("the proxy's answer ends")
+        .unwrap();
     String::from_utf8_lossy(&out).into_owned()
 }
 
