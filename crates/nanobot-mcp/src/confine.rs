@@ -292,28 +292,14 @@ impl StdioConfinement {
                 .filter(|d| d.is_dir())
                 .unwrap_or_else(|| own_real.clone()),
         };
-        let k = nanobot_tools::confine::kernel_support();
-        let mut argv = Vec::new();
+        let (mut argv, landlock) =
+            nanobot_tools::confine::launcher(&backend, &view, &cwd, egress.as_ref(), &self.limits);
         let mut env = BTreeMap::new();
-        let landlock = match &backend {
-            Backend::Bwrap(bwrap) => {
-                argv.push(bwrap.clone().into_os_string());
-                argv.extend(view.bwrap_args(&cwd, k.bwrap_disable_userns));
-                argv.push("--".into());
-                if let Some(route) = &egress {
-                    argv.extend(route.argv());
-                    env.extend(nanobot_tools::egress::proxy_env());
-                }
-                None
-            }
-            _ => Some(view.landlock_rules()),
-        };
+        if egress.is_some() {
+            env.extend(nanobot_tools::egress::proxy_env());
+        }
         // Its own `tmp/`, at the same path inside (`/tmp` stays shared and read-only).
         env.insert("TMPDIR".to_owned(), tmp.display().to_string());
-        if let Some(prlimit) = &k.prlimit {
-            let nproc = matches!(backend, Backend::Bwrap(_));
-            argv.extend(nanobot_tools::confine::prlimit_args(prlimit, &self.limits, nproc));
-        }
         argv.push(program.into());
         argv.extend(args.iter().map(Into::into));
         // Caches in the server's own directory: `npx` and `uvx` fetch the server there.

@@ -58,7 +58,7 @@ pub fn confinement(
             ..exec.limits
         },
         network: true,
-        egress: crate::egress_settings(config),
+        egress: exec.egress,
     }
 }
 

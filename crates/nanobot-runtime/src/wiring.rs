@@ -249,7 +249,6 @@ pub fn base_tools(
     Ok(reg.names().into_iter().filter_map(|n| reg.get(&n)).collect())
 }
 
-#[cfg(any(feature = "web", feature = "mcp"))]
 /// The domains the web tools may fetch: `tools.network.allowedDomains` governs them as it governs every program;
 /// `tools.web.allowedDomains` alone (the older key) still does, and with both, the web entries the network list
 /// allows.
@@ -299,6 +298,7 @@ pub fn egress_settings(config: &Config) -> Option<nanobot_tools::egress::EgressS
     ))
 }
 
+#[cfg(any(feature = "web", feature = "mcp"))]
 fn ssrf_guard(config: &Config) -> Result<nanobot_tools::ssrf::SsrfGuard, RuntimeError> {
     nanobot_tools::ssrf::SsrfGuard::from_cidrs(&config.tools.ssrf_whitelist)
         .map_err(|e| RuntimeError::Config(format!("tools.ssrfWhitelist: {e}")))

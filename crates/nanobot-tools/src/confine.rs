@@ -215,6 +215,37 @@ where
     Ok((made, SpawnerThread(keep)))
 }
 
+/// The programs a confined start runs before its command, and the Landlock rules its spawning thread takes:
+/// bubblewrap with `view` (working directory `cwd`), then the egress bridge when there is a `route`, then
+/// `prlimit` with `limits` (the process count only where it binds, inside bubblewrap's user namespace). Landlock
+/// gets the rules instead of bubblewrap; `Backend::None` only the limits.
+pub fn launcher(
+    backend: &Backend,
+    view: &FsView,
+    cwd: &Path,
+    route: Option<&crate::egress::Route>,
+    limits: &ExecLimits,
+) -> (Vec<OsString>, Option<LandlockRules>) {
+    let k = kernel_support();
+    let mut argv: Vec<OsString> = Vec::new();
+    let landlock = match backend {
+        Backend::Bwrap(bwrap) => {
+            argv.push(bwrap.clone().into_os_string());
+            argv.extend(view.bwrap_args(cwd, k.bwrap_disable_userns));
+            argv.push("--".into());
+            argv.extend(route.map(crate::egress::Route::argv).unwrap_or_default());
+            None
+        }
+        Backend::Landlock => Some(view.landlock_rules()),
+        Backend::None => None,
+    };
+    if let Some(prlimit) = &k.prlimit {
+        let nproc = matches!(backend, Backend::Bwrap(_));
+        argv.extend(prlimit_args(prlimit, limits, nproc));
+    }
+    (argv, landlock)
+}
+
 /// A private directory of one confined program (mode 0700, under `base`), removed with what it holds when dropped:
 /// the temporary directory `exec` calls share, a server's own directory when it has no lasting one.
 #[derive(Debug)]

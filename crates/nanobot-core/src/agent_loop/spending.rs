@@ -282,6 +282,19 @@ impl SpendingHook {
     pub(super) fn stopped(&self) -> Option<BudgetExceeded> {
         lock(&self.stopped).clone()
     }
+
+    /// Records one call in the ledger (a call without reported usage is not recorded).
+    async fn record(&self, model: &str, usage: Option<Usage>) -> Result<(), BoxError> {
+        let Some(usage) = usage else {
+            return Ok(());
+        };
+        let record = self.payer.record(&self.session, model, &usage);
+        let ledger = self.ledger.clone();
+        tokio::task::spawn_blocking(move || ledger.record(&record))
+            .await
+            .map_err(|e| -> BoxError { Box::new(e) })??;
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -296,20 +309,6 @@ impl crate::subagent::BudgetWatch for SpendingHook {
 
     fn stopped(&self) -> Option<String> {
         SpendingHook::stopped(self).map(|o| o.to_string())
-    }
-}
-
-impl SpendingHook {
-    async fn record(&self, model: &str, usage: Option<Usage>) -> Result<(), BoxError> {
-        let Some(usage) = usage else {
-            return Ok(());
-        };
-        let record = self.payer.record(&self.session, model, &usage);
-        let ledger = self.ledger.clone();
-        tokio::task::spawn_blocking(move || ledger.record(&record))
-            .await
-            .map_err(|e| -> BoxError { Box::new(e) })??;
-        Ok(())
     }
 }
 

@@ -313,7 +313,6 @@ impl ExecTool {
         self.warn_if_degraded();
         let k = kernel_support();
         let mut view = self.view(self.private_tmp()?, p.hidden.as_ref());
-        let mut argv: Vec<std::ffi::OsString> = Vec::new();
         // Under the allow-list: no network of its own; under bubblewrap a proxy of this call is the one way out,
         // its socket in the private temporary directory (`/tmp` inside).
         let egress = match &self.settings.egress {
@@ -327,30 +326,19 @@ impl ExecTool {
             }
             None => None,
         };
-        let tmpdir = match &backend {
-            Backend::Bwrap(bwrap) => {
-                argv.push(bwrap.clone().into_os_string());
-                argv.extend(view.bwrap_args(cwd, k.bwrap_disable_userns));
-                argv.push("--".into());
-                if let Some(route) = &egress {
-                    argv.extend(route.argv());
-                }
-                PathBuf::from("/tmp")
-            }
-            Backend::Landlock | Backend::None => {
-                if backend == Backend::None {
-                    static WARNED: OnceLock<()> = OnceLock::new();
-                    WARNED.get_or_init(|| {
-                        tracing::warn!("exec runs without kernel confinement (see `nanobot doctor`)");
-                    });
-                }
-                view.private_tmp.clone()
-            }
-        };
-        if let Some(prlimit) = &k.prlimit {
-            let nproc = matches!(backend, Backend::Bwrap(_));
-            argv.extend(confine::prlimit_args(prlimit, &self.settings.limits, nproc));
+        if backend == Backend::None {
+            static WARNED: OnceLock<()> = OnceLock::new();
+            WARNED.get_or_init(|| {
+                tracing::warn!("exec runs without kernel confinement (see `nanobot doctor`)");
+            });
         }
+        // Bubblewrap mounts the private temporary directory at /tmp; elsewhere it is given as it is.
+        let tmpdir = match &backend {
+            Backend::Bwrap(_) => PathBuf::from("/tmp"),
+            _ => view.private_tmp.clone(),
+        };
+        let (mut argv, landlock) =
+            confine::launcher(&backend, &view, cwd, egress.as_ref(), &self.settings.limits);
         argv.extend(shell);
         argv.push(command.clone().into());
         // As root RLIMIT_NPROC does not bind: count the call's processes in a cgroup of its own instead, joined
@@ -366,7 +354,6 @@ impl ExecTool {
         if egress.is_some() {
             env.extend(crate::egress::proxy_env());
         }
-        let landlock = (backend == Backend::Landlock).then(|| view.landlock_rules());
         let cwd = cwd.clone();
         // A thread of its own: Landlock restricts the calling thread and what it spawns, so it must never be a
         // pooled runtime thread; and bwrap's --die-with-parent fires when that thread ends, so it lives until
