@@ -498,6 +498,7 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
     if config.tools.web.enable {
         f.push(check_web_egress(&config.tools));
     }
+    f.extend(check_credentials(&config.tools));
     f.extend(check_shared_memory(config));
     let cron = nanobot_config::paths::workspace::cron_jobs(&s.workspace);
     if cron.exists() {
@@ -735,6 +736,20 @@ fn check_web_egress(tools: &nanobot_config::ToolsConfig) -> Finding {
         Some(list) if list.is_empty() => Finding::ok("web: egress: none (the allowed domains are empty)"),
         Some(list) => Finding::ok(format!("web: egress limited to {}", list.join(", "))),
     }
+}
+
+/// The credentials programs may use and where they go (`tools.secrets`), never their values.
+fn check_credentials(tools: &nanobot_config::ToolsConfig) -> Vec<Finding> {
+    tools
+        .secrets
+        .iter()
+        .map(|(name, grant)| {
+            Finding::ok(format!(
+                "credential {name}: put into requests to {} by nanobot's proxy (programs see a placeholder)",
+                grant.domains.join(", ")
+            ))
+        })
+        .collect()
 }
 
 /// What `exec` will enforce on this machine: Landlock ABI, namespaces, what is hidden, limits.
@@ -1240,8 +1255,14 @@ mod tests {
         let cfg = dir.path().join(".nanobot/config.json");
         let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
         v["tools"]["network"] = serde_json::json!({"allowedDomains": ["pypi.org", "api.github.com"]});
+        v["tools"]["secrets"] = serde_json::json!({"GITHUB_TOKEN": {"value": "ghp_doctor_secret", "domains": ["api.github.com"]}});
         std::fs::write(&cfg, serde_json::to_string(&v).unwrap()).unwrap();
         let (text, _) = doctor_text(&doctor(&env, &ConfigArgs::default()));
+        assert!(
+            text.contains("credential GITHUB_TOKEN: put into requests to api.github.com by nanobot's proxy"),
+            "{text}"
+        );
+        assert!(!text.contains("ghp_doctor_secret"), "{text}");
         let k = nanobot_tools::confine::kernel_support();
         let expected = if k.bwrap.is_ok() {
             // This test program is not its own egress bridge (the nanobot programs are).

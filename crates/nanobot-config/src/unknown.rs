@@ -43,13 +43,15 @@ walk!(ApiConfig, limits => "limits");
 walk!(GatewayConfig, heartbeat => "heartbeat", limits => "limits", tracing => "tracing");
 walk!(TracingConfig);
 walk!(HeartbeatConfig);
-walk!(ToolsConfig, web => "web", exec => "exec", network => "network", file => "file", cli_apps => "cliApps",
+walk!(ToolsConfig, web => "web", exec => "exec", network => "network", secrets => "secrets", file => "file",
+      cli_apps => "cliApps",
       my => "my", image_generation => "imageGeneration", mcp_servers => "mcpServers");
 walk!(WebToolsConfig, search => "search", fetch => "fetch");
 walk!(WebSearchConfig);
 walk!(WebFetchConfig);
 walk!(ExecToolConfig);
 walk!(NetworkConfig);
+walk!(SecretGrantConfig);
 walk!(FileToolConfig);
 walk!(CliAppsConfig);
 walk!(MyToolConfig);

@@ -165,6 +165,7 @@ impl Config {
                 ));
             }
         }
+        self.validate_secrets()?;
         if !(1..=86_400).contains(&self.tools.approval.timeout_s) {
             return Err(invalid(
                 "tools.approval.timeoutS",
@@ -233,6 +234,89 @@ impl Config {
         }
         Ok(())
     }
+
+    /// `tools.secrets`: each a variable name with a value long enough to be found in outputs, granted to domains
+    /// that `tools.network.allowedDomains` (the proxy that puts it in) allows.
+    fn validate_secrets(&self) -> Result<(), ConfigError> {
+        let allowed = self.tools.network.allowed_domains.as_ref();
+        for (name, grant) in &self.tools.secrets {
+            let field = format!("tools.secrets.{name}");
+            let mut chars = name.chars();
+            let is_variable = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !is_variable {
+                return Err(invalid(
+                    field,
+                    "is not an environment variable name (letters, digits and `_`, not starting with a digit)",
+                ));
+            }
+            let Some(allowed) = allowed else {
+                return Err(invalid(
+                    field,
+                    "needs tools.network.allowedDomains: credentials are put into requests by nanobot's egress \
+                     proxy, which runs only with that list (add the credential's domains there)",
+                ));
+            };
+            let value = grant.value.expose();
+            if value.trim().is_empty() {
+                return Err(invalid(
+                    format!("{field}.value"),
+                    format!(
+                        "is empty (write the credential, or \"${{{name}}}\" to read it from the environment)"
+                    ),
+                ));
+            }
+            if value.chars().count() < MIN_SECRET_CHARS {
+                return Err(invalid(
+                    format!("{field}.value"),
+                    format!(
+                        "is shorter than {MIN_SECRET_CHARS} characters: too short to be kept out of outputs"
+                    ),
+                ));
+            }
+            if grant.domains.is_empty() {
+                return Err(invalid(
+                    format!("{field}.domains"),
+                    "is empty: name the domains the credential is sent to",
+                ));
+            }
+            for (i, domain) in grant.domains.iter().enumerate() {
+                let d = bare_domain(domain);
+                let covered = allowed.iter().any(|a| {
+                    let a = bare_domain(a);
+                    !a.is_empty() && (d == a || d.ends_with(&format!(".{a}")))
+                });
+                if d.parse::<std::net::IpAddr>().is_ok() || d.is_empty() {
+                    return Err(invalid(
+                        format!("{field}.domains[{i}]"),
+                        format!("{domain:?} is not a domain"),
+                    ));
+                }
+                if !covered {
+                    return Err(invalid(
+                        format!("{field}.domains[{i}]"),
+                        format!("{domain:?} is not in tools.network.allowedDomains: allow it there too"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Shortest credential value `tools.secrets` takes.
+const MIN_SECRET_CHARS: usize = 8;
+
+/// A domain entry as compared: no `*.`, leading or trailing dot, brackets or case.
+fn bare_domain(entry: &str) -> String {
+    entry
+        .trim()
+        .trim_start_matches("*.")
+        .trim_start_matches('.')
+        .trim_end_matches('.')
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_lowercase()
 }
 
 #[cfg(test)]
@@ -343,5 +427,89 @@ mod network_tests {
         let read: crate::NetworkConfig =
             serde_json::from_value(serde_json::json!({"allowed_domains": ["a.example"]})).unwrap();
         assert_eq!(read.allowed_domains, Some(vec!["a.example".to_owned()]));
+    }
+}
+
+#[cfg(test)]
+mod secrets_tests {
+    use crate::{Config, Secret, SecretGrantConfig};
+
+    fn grant(value: &str, domains: &[&str]) -> SecretGrantConfig {
+        SecretGrantConfig {
+            value: Secret::new(value),
+            domains: domains.iter().map(|d| (*d).to_owned()).collect(),
+            ..SecretGrantConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_grant_needs_a_name_a_value_and_allowed_domains_and_errors_never_show_the_value() {
+        let mut c = Config::default();
+        c.tools.secrets.insert(
+            "GITHUB_TOKEN".into(),
+            grant("ghp_0123456789", &["api.github.com"]),
+        );
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("tools.secrets.GITHUB_TOKEN") && e.contains("tools.network.allowedDomains"),
+            "{e}"
+        );
+        c.tools.network.allowed_domains = Some(vec!["*.github.com".into()]);
+        c.validate().unwrap();
+
+        for (name, g, field, says) in [
+            (
+                "1TOKEN",
+                grant("ghp_0123456789", &["api.github.com"]),
+                "tools.secrets.1TOKEN",
+                "variable name",
+            ),
+            (
+                "T",
+                grant("", &["api.github.com"]),
+                "tools.secrets.T.value",
+                "${T}",
+            ),
+            (
+                "T",
+                grant("short", &["api.github.com"]),
+                "tools.secrets.T.value",
+                "shorter than 8",
+            ),
+            (
+                "T",
+                grant("ghp_0123456789", &[]),
+                "tools.secrets.T.domains",
+                "is empty",
+            ),
+            (
+                "T",
+                grant("ghp_0123456789", &["github.com.evil"]),
+                "tools.secrets.T.domains[0]",
+                "allowedDomains",
+            ),
+            (
+                "T",
+                grant("ghp_0123456789", &["10.0.0.1"]),
+                "tools.secrets.T.domains[0]",
+                "not a domain",
+            ),
+        ] {
+            let mut c = c.clone();
+            c.tools.secrets.clear();
+            c.tools.secrets.insert(name.into(), g);
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(field) && e.contains(says), "{e}");
+            assert!(!e.contains("ghp_0123456789"), "{e}");
+        }
+        // Written only when set; its value never in Debug.
+        let saved = serde_json::to_value(Config::default()).unwrap();
+        assert!(saved["tools"].get("secrets").is_none(), "{saved}");
+        assert!(!format!("{c:?}").contains("ghp_0123456789"));
+        let read: crate::ToolsConfig = serde_json::from_value(serde_json::json!({
+            "secrets": {"GITHUB_TOKEN": {"value": "v", "domains": ["api.github.com"], "extraKey": 1}}
+        }))
+        .unwrap();
+        assert_eq!(read.secrets["GITHUB_TOKEN"].domains, ["api.github.com"]);
     }
 }

@@ -295,8 +295,8 @@ impl StdioConfinement {
         let (mut argv, landlock) =
             nanobot_tools::confine::launcher(&backend, &view, &cwd, egress.as_ref(), &self.limits);
         let mut env = BTreeMap::new();
-        if egress.is_some() {
-            env.extend(nanobot_tools::egress::proxy_env());
+        if let Some(route) = &egress {
+            env.extend(route.env());
         }
         // Its own `tmp/`, at the same path inside (`/tmp` stays shared and read-only).
         env.insert("TMPDIR".to_owned(), tmp.display().to_string());

@@ -28,30 +28,39 @@ fn ring() -> &'static Arc<CryptoProvider> {
     RING_PROVIDER.get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
 }
 
-/// The system's CA certificates as a verifier, built on first use (rustls-native-certs: `SSL_CERT_FILE` and
-/// `SSL_CERT_DIR` are honoured, else the distribution's store). A failure is kept and reported on every
-/// `https://` connection.
+/// The system's CA certificates, read on first use (rustls-native-certs: `SSL_CERT_FILE` and `SSL_CERT_DIR` are
+/// honoured, else the distribution's store). A failure is kept and reported on every use.
+static SYSTEM_ROOTS: OnceLock<Result<Arc<Vec<CertificateDer<'static>>>, String>> = OnceLock::new();
+
+/// The system's CA certificates as a verifier, built on first use from [`system_roots`].
 static SYSTEM_VERIFIER: OnceLock<Result<Arc<WebPkiServerVerifier>, String>> = OnceLock::new();
 
 /// Whether this process has read the system CA store yet (it does so on the first `https://` connection made
-/// through a client of this module; never for `http://`).
+/// through a client of this module, never for `http://`, or when [`system_roots`] is first asked).
 pub fn system_roots_loaded() -> bool {
-    SYSTEM_VERIFIER.get().is_some()
+    SYSTEM_ROOTS.get().is_some()
 }
 
-fn system_verifier() -> Result<Arc<WebPkiServerVerifier>, rustls::Error> {
-    SYSTEM_VERIFIER
-        .get_or_init(load_system_verifier)
-        .clone()
-        .map_err(rustls::Error::General)
+/// The system's CA certificates (those rustls can use), read once per process on first use: what every client
+/// here trusts, and what a confined program given credentials trusts besides nanobot's egress proxy.
+///
+/// # Errors
+/// No usable certificate was found (the message says where to point `SSL_CERT_FILE`).
+pub fn system_roots() -> Result<Arc<Vec<CertificateDer<'static>>>, String> {
+    SYSTEM_ROOTS.get_or_init(load_system_roots).clone()
 }
 
-fn load_system_verifier() -> Result<Arc<WebPkiServerVerifier>, String> {
+fn load_system_roots() -> Result<Arc<Vec<CertificateDer<'static>>>, String> {
     let found = rustls_native_certs::load_native_certs();
     let mut roots = RootCertStore::empty();
-    let (added, _unparsable) = roots.add_parsable_certificates(found.certs);
-    tracing::debug!(certificates = added, "system CA store loaded");
-    if added == 0 {
+    let mut usable = Vec::with_capacity(found.certs.len());
+    for cert in found.certs {
+        if roots.add(cert.clone()).is_ok() {
+            usable.push(cert);
+        }
+    }
+    tracing::debug!(certificates = usable.len(), "system CA store loaded");
+    if usable.is_empty() {
         let why: Vec<String> = found.errors.iter().map(ToString::to_string).collect();
         return Err(format!(
             "no usable CA certificate found in the system store (install ca-certificates, or point \
@@ -63,6 +72,19 @@ fn load_system_verifier() -> Result<Arc<WebPkiServerVerifier>, String> {
             }
         ));
     }
+    Ok(Arc::new(usable))
+}
+
+fn system_verifier() -> Result<Arc<WebPkiServerVerifier>, rustls::Error> {
+    SYSTEM_VERIFIER
+        .get_or_init(load_system_verifier)
+        .clone()
+        .map_err(rustls::Error::General)
+}
+
+fn load_system_verifier() -> Result<Arc<WebPkiServerVerifier>, String> {
+    let mut roots = RootCertStore::empty();
+    roots.add_parsable_certificates(system_roots()?.iter().cloned());
     WebPkiServerVerifier::builder_with_provider(Arc::new(roots), ring().clone())
         .build()
         .map_err(|e| format!("cannot use the system CA store: {e}"))

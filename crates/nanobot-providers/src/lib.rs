@@ -72,7 +72,8 @@ pub use factory::{
     OPENAI_COMPAT_TIMEOUT_VAR, ProviderFactory, ResolvedProvider, STREAM_IDLE_TIMEOUT_VAR, resolve_provider,
 };
 pub use http::{
-    http_client, http_client_builder, install_ring, shared_http_client, system_roots_loaded, tls_config,
+    http_client, http_client_builder, install_ring, shared_http_client, system_roots, system_roots_loaded,
+    tls_config,
 };
 pub use nanobot_types::{
     BoxError, ChatMessage, ChatRequest, ChatResponse, Content, ContentPart, EventStream, FinishReason,

@@ -47,6 +47,6 @@ pub use system::{MIN_HEARTBEAT_INTERVAL, install_system_jobs, system_job_schedul
 pub use usage::{budget, prices, usage_ledger};
 pub use wiring::{
     LOCAL_MAX_TOKENS, LOCAL_MAX_TOOL_ITERATIONS, LOCAL_TURN_TIMEOUT, agent_builder, agent_builder_shared,
-    agent_settings, base_tools, build_agent, chat_rights, egress_settings, exec_settings, model_is_local,
-    provider, registry_settings, tool_selection, warn_if_exec_degraded, web_domains,
+    agent_settings, base_tools, build_agent, chat_rights, credentials, egress_settings, exec_settings,
+    model_is_local, provider, registry_settings, tool_selection, warn_if_exec_degraded, web_domains,
 };

@@ -292,10 +292,34 @@ pub fn egress_settings(config: &Config) -> Option<nanobot_tools::egress::EgressS
         })
         .unwrap_or_default()
         .with_resolver(Arc::new(nanobot_tools::egress::HostsResolver::new(hosts)));
-    Some(nanobot_tools::egress::EgressSettings::new(
-        nanobot_tools::egress::DomainList::new(allowed),
-        guard,
-    ))
+    let mut settings =
+        nanobot_tools::egress::EgressSettings::new(nanobot_tools::egress::DomainList::new(allowed), guard);
+    settings.credentials = credentials(config);
+    Some(settings)
+}
+
+/// The credentials granted to domains (`tools.secrets`), which nanobot's egress proxy puts into requests to them
+/// (verifying the servers against the system's store, which programs given them also trust). `None` when none
+/// are granted, or without `tools.network.allowedDomains` (which validation refuses).
+pub fn credentials(config: &Config) -> Option<Arc<nanobot_tools::egress::Credentials>> {
+    use nanobot_tools::egress::{Credentials, DomainList, Grant, TrustedRoots};
+    let secrets = &config.tools.secrets;
+    if secrets.is_empty() || config.tools.network.allowed_domains.is_none() {
+        return None;
+    }
+    let upstream = match nanobot_providers::tls_config() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "tools.secrets: no TLS set-up; no credential is used");
+            return None;
+        }
+    };
+    let grants = secrets
+        .iter()
+        .map(|(name, g)| Grant::new(name, g.value.clone(), DomainList::new(&g.domains)))
+        .collect();
+    let roots: TrustedRoots = Arc::new(nanobot_providers::system_roots);
+    Some(Arc::new(Credentials::new(grants, &upstream, roots)))
 }
 
 #[cfg(any(feature = "web", feature = "mcp"))]
@@ -309,6 +333,7 @@ pub fn registry_settings(config: &Config) -> RegistrySettings {
     RegistrySettings {
         max_tool_result_chars: config.agents.defaults.max_tool_result_chars as usize,
         selection: tool_selection(&config.tools),
+        credentials: credentials(config),
         ..RegistrySettings::default()
     }
 }

@@ -12,8 +12,14 @@
 //!   runs the command with `HTTP_PROXY`/`HTTPS_PROXY` pointing at it. The program that embeds this crate provides it
 //!   by calling [`run_bridge_if_asked`] first thing in `main` (the `nanobot` programs do).
 //!
+//! - [`Credentials`] (`tools.secrets`): credentials a program uses without seeing them; the proxy puts them into
+//!   requests to their own domains ([`credentials`]).
+//!
 //! Raw sockets, UDP, DNS and direct connections have nowhere to go in an empty network namespace: refused by
 //! construction, not by a list.
+
+pub mod credentials;
+pub use credentials::{Credentials, Grant, SECRETS_KEY, TrustedRoots};
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -23,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nanobot_util::lock;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::ssrf::SsrfGuard;
 
@@ -38,6 +44,8 @@ pub struct EgressSettings {
     /// The program started as the bridge inside a sandbox; `None`: this program, when it provides the bridge
     /// ([`bridge_program`]).
     pub bridge: Option<PathBuf>,
+    /// The credentials granted to domains (`tools.secrets`), which the proxy puts into their requests.
+    pub credentials: Option<Arc<Credentials>>,
 }
 
 impl EgressSettings {
@@ -47,6 +55,7 @@ impl EgressSettings {
             allowed,
             guard,
             bridge: None,
+            credentials: None,
         }
     }
 
@@ -63,15 +72,21 @@ pub struct Route {
     bridge: PathBuf,
     /// The proxy's socket as the sandbox sees it.
     inside: PathBuf,
+    /// The credentials' placeholders and the CA bundle, as the sandbox sees it.
+    credentials: Option<(Arc<Credentials>, PathBuf)>,
 }
+
+/// The name of the CA bundle a start with credentials is given, beside its proxy's socket.
+const BUNDLE_FILE: &str = "nanobot-egress-ca.pem";
 
 impl EgressSettings {
     /// Confines `view` for one start under `backend`: its own network is cut; with bubblewrap and a bridge program,
     /// a proxy is started at `socket` (`inside`: the same socket as the sandbox sees it) and the bridge program is
-    /// made visible. `None`: no way out at all (Landlock alone, no bridge, or no sandbox: `doctor` says which).
+    /// made visible; with credentials, the CA bundle the start trusts is written beside the socket. `None`: no
+    /// way out at all (Landlock alone, no bridge, or no sandbox: `doctor` says which).
     ///
     /// # Errors
-    /// The proxy's socket cannot be made.
+    /// The proxy's socket cannot be made, or the bundle written.
     pub fn route(
         &self,
         backend: &crate::confine::Backend,
@@ -83,12 +98,26 @@ impl EgressSettings {
         let (crate::confine::Backend::Bwrap(_), Some(bridge)) = (backend, self.bridge_program()) else {
             return Ok(None);
         };
-        let proxy = EgressProxy::start(socket, self.allowed.clone(), self.guard.clone())?;
+        let credentials = match &self.credentials {
+            Some(c) => {
+                let bundle = c.bundle().map_err(std::io::Error::other)?;
+                std::fs::write(socket.with_file_name(BUNDLE_FILE), &*bundle)?;
+                Some((c.clone(), inside.with_file_name(BUNDLE_FILE)))
+            }
+            None => None,
+        };
+        let proxy = EgressProxy::start_with(
+            socket,
+            self.allowed.clone(),
+            self.guard.clone(),
+            self.credentials.clone(),
+        )?;
         view.read_only.push(bridge.clone());
         Ok(Some(Route {
             proxy,
             bridge,
             inside: inside.to_path_buf(),
+            credentials,
         }))
     }
 }
@@ -124,6 +153,21 @@ impl Route {
     /// The bridge's arguments, to put after bubblewrap's `--` and before the command.
     pub fn argv(&self) -> Vec<OsString> {
         bridge_argv(&self.bridge, &self.inside)
+    }
+
+    /// The environment the start is given: the proxy ([`proxy_env`]), and with credentials their placeholders and
+    /// the CA bundle.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = proxy_env().into_iter().collect();
+        if let Some((c, bundle)) = &self.credentials {
+            env.extend(c.env(bundle));
+        }
+        env
+    }
+
+    /// Whether `value` holds a granted credential's value (an environment variable that does is never passed on).
+    pub fn reveals(&self, value: &str) -> bool {
+        self.credentials.as_ref().is_some_and(|(c, _)| c.reveals(value))
     }
 
     /// The proxy, which must live as long as the start.
@@ -254,6 +298,18 @@ pub enum RefusalReason {
     Address,
     /// The domain resolves to an internal address (the SSRF guard's verdict), or does not resolve.
     Unreachable(String),
+    /// A credential's placeholder on its way to a domain the credential is not granted to.
+    CredentialNotGranted {
+        /// The credential.
+        name: String,
+        /// The domains it is granted to, joined.
+        domains: String,
+    },
+    /// A credential's placeholder in a plain `http://` request (credentials go only over TLS).
+    CredentialOverHttp {
+        /// The credential.
+        name: String,
+    },
 }
 
 impl std::fmt::Display for Refusal {
@@ -273,6 +329,18 @@ impl std::fmt::Display for Refusal {
             RefusalReason::Unreachable(why) => {
                 write!(f, "nanobot refused the connection to {}: {why}", self.host)
             }
+            RefusalReason::CredentialNotGranted { name, domains } => write!(
+                f,
+                "nanobot refused to send the credential {name} to {}: it is granted only to {domains} \
+                 ({SECRETS_KEY}.{name}.domains)",
+                self.host
+            ),
+            RefusalReason::CredentialOverHttp { name } => write!(
+                f,
+                "nanobot refused to send the credential {name} to {} over plain http://: credentials go only \
+                 over https://",
+                self.host
+            ),
         }
     }
 }
@@ -296,13 +364,31 @@ impl EgressProxy {
     /// # Errors
     /// The socket cannot be made.
     pub fn start(socket: &Path, allowed: DomainList, guard: SsrfGuard) -> std::io::Result<Self> {
+        Self::start_with(socket, allowed, guard, None)
+    }
+
+    /// [`EgressProxy::start`], putting `credentials` into the requests to their domains.
+    ///
+    /// # Errors
+    /// The socket cannot be made.
+    pub fn start_with(
+        socket: &Path,
+        allowed: DomainList,
+        guard: SsrfGuard,
+        credentials: Option<Arc<Credentials>>,
+    ) -> std::io::Result<Self> {
         use std::os::unix::fs::FileTypeExt as _;
         if std::fs::symlink_metadata(socket).is_ok_and(|m| m.file_type().is_socket()) {
             std::fs::remove_file(socket)?;
         }
         let listener = tokio::net::UnixListener::bind(socket)?;
         let refused: Arc<Mutex<Vec<Refusal>>> = Arc::default();
-        let policy = Arc::new((allowed, guard, refused.clone()));
+        let policy = Arc::new(Policy {
+            allowed,
+            guard,
+            refused: refused.clone(),
+            credentials,
+        });
         let stop = tokio_util::sync::CancellationToken::new();
         let stopped = stop.clone();
         let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
@@ -331,9 +417,8 @@ impl EgressProxy {
                 let (policy, stopped) = (policy.clone(), stopped.clone());
                 tokio::spawn(async move {
                     let _permit = permit;
-                    let (allowed, guard, refused) = &*policy;
                     tokio::select! {
-                        r = serve(stream, allowed, guard, refused) => if let Err(e) = r {
+                        r = serve(stream, &policy) => if let Err(e) = r {
                             tracing::debug!(error = %e, "egress proxy connection ended");
                         },
                         () = stopped.cancelled() => {}
@@ -381,6 +466,24 @@ impl Drop for EgressProxy {
     }
 }
 
+/// What one proxy lets through, and what it refused.
+struct Policy {
+    allowed: DomainList,
+    guard: SsrfGuard,
+    refused: Arc<Mutex<Vec<Refusal>>>,
+    credentials: Option<Arc<Credentials>>,
+}
+
+impl Policy {
+    /// Keeps `refusal` for the call's answer (each host and reason once, the first [`MAX_REFUSALS`]).
+    fn record(&self, refusal: Refusal) {
+        let mut kept = lock(&self.refused);
+        if kept.len() < MAX_REFUSALS && !kept.contains(&refusal) {
+            kept.push(refusal);
+        }
+    }
+}
+
 /// The request a client sent: where to, and what to send there first.
 struct Target {
     host: String,
@@ -389,19 +492,14 @@ struct Target {
     forward: Option<Vec<u8>>,
 }
 
-async fn serve(
-    mut client: tokio::net::UnixStream,
-    allowed: &DomainList,
-    guard: &SsrfGuard,
-    refused: &Mutex<Vec<Refusal>>,
-) -> std::io::Result<()> {
+async fn serve(mut client: tokio::net::UnixStream, policy: &Policy) -> std::io::Result<()> {
     let (head, rest) = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
         Ok(Ok(Some(read))) => read,
         Ok(Ok(None)) => return answer(&mut client, 400, "the request head is too long or incomplete").await,
         Ok(Err(e)) => return Err(e),
         Err(_) => return answer(&mut client, 408, "no request head in time").await,
     };
-    let target = match parse(&head) {
+    let target = match parse(&String::from_utf8_lossy(&head)) {
         Ok(t) => t,
         Err(why) => return answer(&mut client, 400, why).await,
     };
@@ -411,10 +509,17 @@ async fn serve(
     };
     let verdict = if target.host.parse::<IpAddr>().is_ok() || target.host.starts_with('[') {
         Err(refuse(RefusalReason::Address))
-    } else if !allowed.allows(&target.host) {
+    } else if !policy.allowed.allows(&target.host) {
         Err(refuse(RefusalReason::NotAllowed))
+    } else if let Some(reason) = target
+        .forward
+        .as_deref()
+        .zip(policy.credentials.as_deref())
+        .and_then(|(request, c)| c.over_plain_http(request))
+    {
+        Err(refuse(reason))
     } else {
-        match guard.resolve_checked(&target.host).await {
+        match policy.guard.resolve_checked(&target.host).await {
             Ok(ips) => Ok(ips),
             Err(e) => Err(refuse(RefusalReason::Unreachable(e.to_string()))),
         }
@@ -424,12 +529,7 @@ async fn serve(
         Err(refusal) => {
             tracing::info!(host = %refusal.host, "egress refused: {refusal}");
             let text = refusal.to_string();
-            {
-                let mut kept = lock(refused);
-                if kept.len() < MAX_REFUSALS && !kept.iter().any(|r| r.host == refusal.host) {
-                    kept.push(refusal);
-                }
-            }
+            policy.record(refusal);
             return answer(&mut client, 403, &text).await;
         }
     };
@@ -462,6 +562,16 @@ async fn serve(
             client
                 .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 .await?;
+            if let Some(c) = policy
+                .credentials
+                .as_deref()
+                .filter(|c| c.intercepts(&target.host))
+            {
+                let client = Rewound::new(rest, client);
+                return c
+                    .intercept(client, upstream, &target.host, &|r| policy.record(r))
+                    .await;
+            }
         }
         Some(request) => upstream.write_all(&request).await?,
     }
@@ -470,15 +580,15 @@ async fn serve(
     Ok(())
 }
 
-/// Reads up to the end of the request head; returns it and what came after it. `None`: too long, or the client
-/// stopped first.
-async fn read_head(client: &mut tokio::net::UnixStream) -> std::io::Result<Option<(String, Vec<u8>)>> {
+/// Reads up to the end of the request head; returns it (its end included) and what came after it. `None`: too
+/// long, or the client stopped first.
+async fn read_head<R: AsyncRead + Unpin>(client: &mut R) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     loop {
         if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             let rest = buf.split_off(end + 4);
-            return Ok(Some((String::from_utf8_lossy(&buf).into_owned(), rest)));
+            return Ok(Some((buf, rest)));
         }
         if buf.len() > MAX_HEAD {
             return Ok(None);
@@ -561,7 +671,7 @@ fn split_authority(authority: &str, default: u16) -> Option<(String, u16)> {
     }
 }
 
-async fn answer(client: &mut tokio::net::UnixStream, status: u16, text: &str) -> std::io::Result<()> {
+async fn answer<W: AsyncWrite + Unpin>(client: &mut W, status: u16, text: &str) -> std::io::Result<()> {
     let reason = match status {
         400 => "Bad Request",
         403 => "Forbidden",
@@ -578,6 +688,60 @@ async fn answer(client: &mut tokio::net::UnixStream, status: u16, text: &str) ->
     client.write_all(head.as_bytes()).await?;
     client.write_all(body.as_bytes()).await?;
     client.shutdown().await
+}
+
+/// A stream that first gives back bytes already read from it.
+struct Rewound<S> {
+    read: Vec<u8>,
+    at: usize,
+    inner: S,
+}
+
+impl<S> Rewound<S> {
+    fn new(read: Vec<u8>, inner: S) -> Self {
+        Self { read, at: 0, inner }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Rewound<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        if this.at < this.read.len() {
+            let n = buf.remaining().min(this.read.len() - this.at);
+            buf.put_slice(&this.read[this.at..this.at + n]);
+            this.at += n;
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Rewound<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 /// The environment that points a program at the bridge (both spellings: curl reads the lower-case one for

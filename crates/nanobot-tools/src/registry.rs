@@ -235,6 +235,13 @@ impl ToolRegistry {
     }
 
     async fn finish(&self, name: &str, mut out: ToolOutput, ctx: &ToolContext) -> ToolOutput {
+        // A granted credential's value never reaches the model, whatever brought it back (a server's echo, a
+        // file a command wrote).
+        if let Some(c) = &self.settings.credentials
+            && let std::borrow::Cow::Owned(scrubbed) = c.scrub(&out.text)
+        {
+            out.text = scrubbed;
+        }
         if out.text.trim().is_empty() && out.media.is_empty() && !out.is_error {
             out.text = format!("({name} completed with no output)");
             return out;

@@ -272,6 +272,8 @@ pub struct RegistrySettings {
     /// The tools the registry takes (`tools.profile`, `tools.only`): one outside it is never registered, so it is
     /// neither offered to the model nor callable.
     pub selection: ToolSelection,
+    /// The credentials granted to domains (`tools.secrets`): every result is scrubbed of their values.
+    pub credentials: Option<std::sync::Arc<crate::egress::Credentials>>,
 }
 
 impl Default for RegistrySettings {
@@ -280,6 +282,7 @@ impl Default for RegistrySettings {
             max_tool_result_chars: 16_000,
             preview_chars: 1_200,
             selection: ToolSelection::all(),
+            credentials: None,
         }
     }
 }

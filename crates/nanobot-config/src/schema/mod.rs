@@ -34,7 +34,7 @@ pub use providers::{ProviderConfig, ProvidersConfig, normalize_name};
 pub use tools::{
     ApprovalConfig, ApprovalPolicy, CliAppsConfig, DEFAULT_HIDE_PATHS, ExecToolConfig, FileToolConfig,
     ImageGenerationConfig, McpServerConfig, McpTransportKind, MyToolConfig, NetworkConfig, SandboxMode,
-    ToolProfile, ToolsConfig, WebFetchConfig, WebSearchConfig, WebToolsConfig,
+    SecretGrantConfig, ToolProfile, ToolsConfig, WebFetchConfig, WebSearchConfig, WebToolsConfig,
 };
 pub use transcription::TranscriptionConfig;
 

@@ -28,6 +28,10 @@ pub struct ToolsConfig {
     /// only when set.
     #[serde(skip_serializing_if = "NetworkConfig::is_default")]
     pub network: NetworkConfig,
+    /// Credentials the programs nanobot runs may use without seeing them, by the environment variable they read
+    /// (see [`SecretGrantConfig`]). A nanobot-rs key, written only when set.
+    #[serde(skip_serializing_if = "IndexMap::is_empty")]
+    pub secrets: IndexMap<String, SecretGrantConfig>,
     /// When a tool call waits for the user's yes (see [`ApprovalConfig`]).
     #[serde(skip_serializing_if = "ApprovalConfig::is_default")]
     pub approval: ApprovalConfig,
@@ -72,6 +76,7 @@ impl Default for ToolsConfig {
             web: WebToolsConfig::default(),
             exec: ExecToolConfig::default(),
             network: NetworkConfig::default(),
+            secrets: IndexMap::new(),
             approval: ApprovalConfig::default(),
             file: FileToolConfig::default(),
             cli_apps: CliAppsConfig::default(),
@@ -434,6 +439,22 @@ impl NetworkConfig {
     pub fn is_default(&self) -> bool {
         *self == Self::default()
     }
+}
+
+/// One credential of `tools.secrets` (nanobot-rs; docs/security.md, "Credentials used, never seen"): programs
+/// see a placeholder under its name, and nanobot's egress proxy puts the value into their requests to `domains`.
+/// Needs `tools.network.allowedDomains` (the proxy), with each of `domains` allowed there.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SecretGrantConfig {
+    /// The value; `"${GITHUB_TOKEN}"` reads it from the environment when the config is loaded.
+    pub value: Secret,
+    /// The domains (each with its subdomains) whose requests it is put into.
+    #[serde(deserialize_with = "string_list")]
+    pub domains: Vec<String>,
+    /// Keys this version does not model (kept on save).
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 /// `tools.file`.

@@ -351,8 +351,10 @@ impl ExecTool {
             }),
         };
         let mut env = self.child_env(&tmpdir);
-        if egress.is_some() {
-            env.extend(crate::egress::proxy_env());
+        if let Some(route) = &egress {
+            // A granted credential is never handed over, whatever variable would carry it: its placeholder is.
+            env.retain(|_, v| !route.reveals(v));
+            env.extend(route.env());
         }
         let cwd = cwd.clone();
         // A thread of its own: Landlock restricts the calling thread and what it spawns, so it must never be a

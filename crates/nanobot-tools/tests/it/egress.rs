@@ -121,7 +121,7 @@ async fn the_proxy_lets_through_allowed_domains_and_names_what_it_refused() {
 }
 
 /// bubblewrap, when it can run here (with `CI` set it must; elsewhere the test is skipped, said on stdout).
-fn bubblewrap() -> Option<PathBuf> {
+pub(crate) fn bubblewrap() -> Option<PathBuf> {
     match &nanobot_tools::confine::kernel_support().bwrap {
         Ok(b) => Some(b.clone()),
         Err(why) => {
@@ -136,7 +136,7 @@ fn bubblewrap() -> Option<PathBuf> {
 }
 
 /// The bridge program (`examples/egress_bridge.rs`, built by `cargo test`).
-fn bridge_program() -> PathBuf {
+pub(crate) fn bridge_program() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let path = exe
         .parent()

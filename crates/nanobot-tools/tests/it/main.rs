@@ -3,6 +3,7 @@
 
 mod cli_apps;
 mod confine;
+mod credentials;
 mod effects;
 mod egress;
 mod exec;
