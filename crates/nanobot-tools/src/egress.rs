@@ -569,7 +569,7 @@ async fn serve(mut client: tokio::net::UnixStream, policy: &Policy) -> std::io::
             {
                 let client = Rewound::new(rest, client);
                 return c
-                    .intercept(client, upstream, &target.host, &|r| policy.record(r))
+                    .intercept(client, upstream, &target.host, target.port, &|r| policy.record(r))
                     .await;
             }
         }

