@@ -170,6 +170,7 @@ fn echo_tls(conn: std::net::TcpStream, config: Arc<rustls::ServerConfig>, kept: 
         return;
     };
     let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(30)));
+    let _ = conn.set_nodelay(true);
     let mut tls = rustls::StreamOwned::new(server, conn);
     let mut head = Vec::new();
     let mut byte = [0u8; 1];

@@ -557,6 +557,8 @@ async fn serve(mut client: tokio::net::UnixStream, policy: &Policy) -> std::io::
                 .await;
             }
         };
+    // What the program writes goes on as it comes (it has its own buffering); no wait for an ACK.
+    let _ = upstream.set_nodelay(true);
     match target.forward {
         None => {
             client
@@ -814,6 +816,8 @@ fn bridge(args: &[OsString]) -> Result<i32, String> {
         .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
     std::thread::spawn(move || {
         for conn in listener.incoming().flatten() {
+            // Loopback inside the sandbox: small writes (a TLS handshake's) go at once, not after an ACK.
+            let _ = conn.set_nodelay(true);
             let socket = socket.clone();
             std::thread::spawn(move || {
                 let Ok(upstream) = std::os::unix::net::UnixStream::connect(&socket) else {

@@ -368,8 +368,9 @@ impl Credentials {
                 return super::answer(&mut client, 504, &format!("{host} did not answer in time")).await;
             }
         };
-        upstream.write_all(&head).await?;
-        upstream.write_all(&rest).await?;
+        let mut first = head;
+        first.extend_from_slice(&rest);
+        upstream.write_all(&first).await?;
         let (mut client_r, mut client_w) = tokio::io::split(client);
         let (mut upstream_r, mut upstream_w) = tokio::io::split(upstream);
         // The request's body goes on as it comes; the exchange ends with the answer (the server closes: the

@@ -180,7 +180,10 @@ async fn a_credential_reaches_its_own_domain_only_and_is_never_seen() {
     // The server names the site it was sent with the checked name, whatever `Host` the program wrote (on a
     // shared front another would pick the site), and an absolute URL inside the tunnel is refused.
     let fronted = std::fs::read_to_string(ws.path().join("fronted.txt")).unwrap();
-    assert!(fronted.contains(&format!("Host: api.granted.test:{port}")), "{fronted}");
+    assert!(
+        fronted.contains(&format!("Host: api.granted.test:{port}")),
+        "{fronted}"
+    );
     assert!(!fronted.contains("sink.allowed.test"), "{fronted}");
     assert!(out.contains("names its path only"), "{out}");
     let heads = server.heads();
