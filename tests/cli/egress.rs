@@ -26,15 +26,7 @@ fn bubblewrap() -> bool {
 fn last_tool_result(mock: &MockLlm) -> String {
     let requests = mock.requests();
     let body: &Value = &requests.last().unwrap().body;
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|m| m["role"] == "tool")
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_else(|| panic!("no tool result in {body}"))
-        .to_owned()
+    crate::support::last_tool_result(body).unwrap_or_else(|| panic!("no tool result in {body}"))
 }
 
 #[test]

@@ -59,13 +59,7 @@ fn read_config_through_the_spy(home: &TempHome, mock: &MockLlm, python: &PathBuf
     let requests = mock.requests();
     assert_eq!(requests.len(), before + 2, "stderr: {}", stderr(&o));
     let body: &Value = &requests[before + 1].body;
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|m| m["role"] == "tool")
-        .and_then(|m| m["content"].as_str().map(str::to_owned))
+    crate::support::last_tool_result(body)
         .map(|result| format!("{result}\n--- nanobot's stderr:\n{}", stderr(&o)))
         .unwrap_or_else(|| panic!("no tool result in {body}"))
 }

@@ -52,6 +52,17 @@ pub(crate) async fn terminate(mut child: std::process::Child) -> Output {
     }
 }
 
+/// The content of the last tool result in a request body sent to the model, if it holds one.
+pub(crate) fn last_tool_result(body: &Value) -> Option<String> {
+    body["messages"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .and_then(|m| m["content"].as_str())
+        .map(str::to_owned)
+}
+
 /// Runs `nanobot args…` in `home`.
 pub(crate) fn run(home: &Path, args: &[&str]) -> Output {
     nanobot(home).args(args).output().expect("run nanobot")

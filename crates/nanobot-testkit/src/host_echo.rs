@@ -150,6 +150,22 @@ impl TlsEcho {
         self.ca.clone()
     }
 
+    /// A TLS client set-up (ring) trusting its CA alone.
+    ///
+    /// # Panics
+    /// The CA is refused (it was made here) or ring lacks the default protocol versions.
+    pub fn client_config(&self) -> rustls::ClientConfig {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(self.ca())
+            .unwrap_or_else(|e| panic!("the test CA is refused: {e}"));
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap_or_else(|e| panic!("no TLS versions: {e}"))
+            .with_root_certificates(roots)
+            .with_no_client_auth()
+    }
+
     /// The same CA as PEM (for `SSL_CERT_FILE`).
     pub fn ca_pem(&self) -> &str {
         &self.ca_pem

@@ -134,14 +134,7 @@ async fn main() {
     let tls_port = tls.port();
     let ca_file = dir.join("server-ca.pem");
     std::fs::write(&ca_file, tls.ca_pem()).unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(tls.ca()).unwrap();
-    let upstream =
-        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+    let upstream = tls.client_config();
     let ca = tls.ca();
     let trusted: TrustedRoots = Arc::new(move || Ok(Arc::new(vec![ca.clone()])));
     let credentials = Arc::new(Credentials::new(

@@ -763,6 +763,8 @@ pub fn proxy_env() -> HashMap<String, String> {
     .chain([
         ("NO_PROXY".to_owned(), String::new()),
         ("no_proxy".to_owned(), String::new()),
+        // Node's own `fetch` follows the variables above only when asked (Node 24 and later).
+        ("NODE_USE_ENV_PROXY".to_owned(), "1".to_owned()),
     ])
     .collect()
 }

@@ -337,15 +337,30 @@ async fn with_an_allow_list_a_server_reaches_only_those_domains_through_the_prox
         return;
     }
     let port = nanobot_testkit::host_echo::HostEcho::start().port();
+    // A credential granted to a TLS server's domain: the server's commands get a placeholder, the request the
+    // value.
+    let tls = nanobot_testkit::host_echo::TlsEcho::start(&["api.granted.test"]);
     let place = Place::new();
     let guard = nanobot_tools::ssrf::SsrfGuard::from_cidrs(&["127.0.0.1/32"])
         .unwrap()
         .with_resolver(std::sync::Arc::new(nanobot_testkit::host_echo::TestDns));
     let mut egress = nanobot_tools::egress::EgressSettings::new(
-        nanobot_tools::egress::DomainList::new(&["allowed.test"]),
+        nanobot_tools::egress::DomainList::new(&["allowed.test", "granted.test"]),
         guard,
     );
     egress.bridge = Some(peers::stdio_test_server());
+    let ca = tls.ca();
+    let trusted: nanobot_tools::egress::TrustedRoots =
+        std::sync::Arc::new(move || Ok(std::sync::Arc::new(vec![ca.clone()])));
+    egress.credentials = Some(std::sync::Arc::new(nanobot_tools::egress::Credentials::new(
+        vec![nanobot_tools::egress::Grant::new(
+            "TOKEN",
+            nanobot_util::secret::Secret::new("mcp-credential-0123456789"),
+            nanobot_tools::egress::DomainList::new(&["api.granted.test"]),
+        )],
+        &tls.client_config(),
+        trusted,
+    )));
     let confinement = StdioConfinement {
         sandbox: ExecSandbox::Bwrap,
         hidden: vec![place.path("data")],
@@ -371,10 +386,26 @@ async fn with_an_allow_list_a_server_reaches_only_those_domains_through_the_prox
         &format!(
             "curl -sS --max-time 10 http://allowed.test:{port}/; \
              curl -sS --max-time 10 http://evil.test:{port}/; \
-             curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:{port}/; echo \"direct=$?\""
+             curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:{port}/; echo \"direct=$?\"; \
+             echo \"token=$TOKEN\"; \
+             curl -sS --max-time 10 -H \"Authorization: Bearer $TOKEN\" https://api.granted.test:{}/mcp",
+            tls.port()
         ),
     )
     .await;
+    assert!(out.contains("token=nanobot_credential_TOKEN_"), "{out}");
+    assert!(
+        tls.heads()
+            .contains("Authorization: Bearer mcp-credential-0123456789"),
+        "{}",
+        tls.heads()
+    );
+    // What the server sent back reached the MCP server masked.
+    assert!(
+        out.contains(&format!("Authorization: Bearer {}", "*".repeat(25))),
+        "{out}"
+    );
+    assert!(!out.contains("mcp-credential-0123456789"), "{out}");
     assert!(out.contains(&format!("hello from allowed.test:{port}")), "{out}");
     assert!(
         out.contains("evil.test: it is not in tools.network.allowedDomains"),

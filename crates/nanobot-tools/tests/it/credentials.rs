@@ -26,14 +26,7 @@ fn settings(server: &TlsEcho) -> (nanobot_tools::ExecSettings, Arc<Credentials>)
     let guard = SsrfGuard::from_cidrs(&["127.0.0.1/32"])
         .unwrap()
         .with_resolver(Arc::new(nanobot_testkit::host_echo::TestDns));
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(server.ca()).unwrap();
-    let upstream =
-        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+    let upstream = server.client_config();
     let ca = server.ca();
     let trusted: TrustedRoots = Arc::new(move || Ok(Arc::new(vec![ca.clone()])));
     let credentials = Arc::new(Credentials::new(
@@ -197,6 +190,36 @@ async fn a_credential_reaches_its_own_domain_only_and_is_never_seen() {
         "only the three requests to its domain: {heads}"
     );
     assert!(!out.contains(TOKEN) && !out.contains(OTHER), "{out}");
+}
+
+#[tokio::test]
+async fn a_server_the_proxy_cannot_verify_never_gets_the_value() {
+    if crate::egress::bubblewrap().is_none() {
+        return;
+    }
+    // The proxy trusts `server`'s CA; an impostor on the granted name has a certificate of another.
+    let server = server();
+    let impostor = TlsEcho::start(&["api.granted.test"]);
+    let (settings, credentials) = settings(&server);
+    let ws = tempfile::tempdir().unwrap();
+    let out = exec(
+        &settings,
+        &credentials,
+        ws.path(),
+        &format!(
+            "curl -sS --max-time 20 -H \"Authorization: Bearer $TOKEN\" https://api.granted.test:{}/impostor; \
+             echo \" curl=$?\"",
+            impostor.port()
+        ),
+    )
+    .await;
+    assert!(out.contains("cannot open TLS to api.granted.test"), "{out}");
+    assert!(
+        impostor.heads().is_empty(),
+        "nothing reached it: {}",
+        impostor.heads()
+    );
+    assert!(!out.contains(TOKEN), "{out}");
 }
 
 #[tokio::test]
