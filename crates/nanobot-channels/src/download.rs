@@ -227,6 +227,45 @@ impl RemoteMedia {
     /// Fetches `url` for `channel`. Refused (with the reason) when the URL or a redirect hop fails the SSRF guard
     /// or the redirect rules, when the server answers an error, or when the body is larger than the bound.
     pub async fn fetch(&self, channel: &str, url: &str) -> Result<Fetched, ChannelError> {
+        let (current, resp) = self.get(channel, url).await?;
+        let content_type = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .map(|v| v.trim().to_ascii_lowercase())
+            .filter(|v| !v.is_empty());
+        let file_name = safe_file_name(
+            current
+                .path_segments()
+                .and_then(|mut s| s.next_back())
+                .unwrap_or_default(),
+        );
+        let bytes = read_body(channel, &format!("remote media {url}"), resp, self.max_bytes).await?;
+        Ok(Fetched {
+            bytes,
+            file_name,
+            content_type,
+        })
+    }
+
+    /// Streams `url` into `dest` for `channel` under the same checks as [`RemoteMedia::fetch`] (through
+    /// [`save_body`]: nothing is left at `dest` unless the whole body, within the bound, arrived); returns the
+    /// number of bytes written. For files a platform's users send, which may be larger than what is kept in memory.
+    pub async fn save(&self, channel: &str, url: &str, dest: &Path) -> Result<u64, ChannelError> {
+        let (_, resp) = self.get(channel, url).await?;
+        save_body(
+            channel,
+            &format!("remote media {url}"),
+            resp,
+            dest,
+            self.max_bytes,
+        )
+        .await
+    }
+
+    /// The successful answer to `url` (and the URL it came from, after the redirects followed), every hop checked.
+    async fn get(&self, channel: &str, url: &str) -> Result<(Url, reqwest::Response), ChannelError> {
         let refused = |why: String| ChannelError::rejected(channel, format!("remote media {url}: {why}"));
         let (mut current, _) = self
             .guard
@@ -257,25 +296,7 @@ impl RemoteMedia {
             if !status.is_success() {
                 return Err(refused(format!("HTTP {status}")));
             }
-            let content_type = resp
-                .headers()
-                .get(reqwest::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.split(';').next())
-                .map(|v| v.trim().to_ascii_lowercase())
-                .filter(|v| !v.is_empty());
-            let file_name = safe_file_name(
-                current
-                    .path_segments()
-                    .and_then(|mut s| s.next_back())
-                    .unwrap_or_default(),
-            );
-            let bytes = read_body(channel, &format!("remote media {url}"), resp, self.max_bytes).await?;
-            return Ok(Fetched {
-                bytes,
-                file_name,
-                content_type,
-            });
+            return Ok((current, resp));
         }
         Err(refused(format!("more than {MAX_REDIRECTS} redirects")))
     }

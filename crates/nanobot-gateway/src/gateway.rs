@@ -399,8 +399,9 @@ fn build_channels(
         out.push(Arc::new(channel));
     }
     // Feishu and DingTalk blocks stay raw in the config (like in 0.3.5's plugin channels); each adapter reads its own.
-    // Remote files they are asked to send are fetched behind the SSRF guard of `tools.ssrfWhitelist`.
-    #[cfg(any(feature = "feishu", feature = "dingtalk"))]
+    // Remote files they are asked to send (and the files QQ's users send) are fetched behind the SSRF guard of
+    // `tools.ssrfWhitelist`.
+    #[cfg(any(feature = "feishu", feature = "dingtalk", feature = "qq"))]
     let ssrf_guard = |channel: &'static str| {
         nanobot_channels::download::SsrfGuard::from_cidrs(&config.tools.ssrf_whitelist).map_err(|e| {
             channel_error(channel)(ChannelError::Config {
@@ -459,6 +460,7 @@ fn build_channels(
         let settings = nanobot_qq::QqSettings::from_block(block).map_err(channel_error(nanobot_qq::NAME))?;
         let channel = nanobot_qq::QqChannel::new(settings, paths.media_dir(None))
             .map_err(channel_error(nanobot_qq::NAME))?
+            .with_ssrf_guard(ssrf_guard(nanobot_qq::NAME)?)
             .with_pairing(pairing()?);
         out.push(Arc::new(channel));
     }

@@ -1,7 +1,6 @@
 //! The REST calls: the app access token (cached, renewed before it expires and when the API answers 401), the
 //! gateway address, messages and attachment downloads. Every call is bounded by [`HTTP_TIMEOUT`].
 
-use std::path::Path;
 use std::time::Duration;
 
 use nanobot_channels::{ChannelError, TokenCache, api_client};
@@ -169,20 +168,5 @@ impl Api {
             .filter(|u| u.starts_with("ws://") || u.starts_with("wss://"))
             .map(str::to_string)
             .ok_or_else(|| transient("/gateway/bot: no ws:// or wss:// url in the answer"))
-    }
-
-    /// Streams `url` into `dest` (see [`nanobot_channels::download::save_body`]), refusing more than `max` bytes
-    /// and redirects.
-    pub(crate) async fn download(&self, url: &str, dest: &Path, max: u64) -> Result<u64, ChannelError> {
-        let resp = self
-            .http
-            .get(url)
-            .send()
-            .await
-            .map_err(|e| transient(format!("download: {e}")))?;
-        if resp.status() != reqwest::StatusCode::OK {
-            return Err(rejected(format!("download: HTTP {}", resp.status())));
-        }
-        nanobot_channels::download::save_body(NAME, "file", resp, dest, max).await
     }
 }

@@ -2,7 +2,6 @@
 
 use nanobot_util::lock;
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -153,33 +152,14 @@ impl Received {
     }
 }
 
-/// True for addresses an attachment URL must not point at (loopback, private, link-local, …).
-fn is_internal(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.octets()[0] == 100 && (v4.octets()[1] & 0xc0) == 64
-        }
-        IpAddr::V6(v6) => {
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || (v6.segments()[0] & 0xfe00) == 0xfc00
-                || (v6.segments()[0] & 0xffc0) == 0xfe80
-                || v6.to_ipv4_mapped().is_some_and(|v4| is_internal(IpAddr::V4(v4)))
-        }
-    }
-}
-
 /// The QQ channel. See the [crate docs](crate).
 pub struct QqChannel {
     settings: QqSettings,
     access: AccessControl,
     media_dir: PathBuf,
     api: Api,
+    /// Fetches the files users send, behind the SSRF guard.
+    remote: nanobot_channels::download::RemoteMedia,
     seen: nanobot_channels::RecentIds,
     chat_types: Mutex<HashMap<String, &'static str>>,
     msg_seq: AtomicU64,
@@ -216,17 +196,32 @@ impl QqChannel {
             .media_dir
             .clone()
             .unwrap_or_else(|| media_root.as_ref().join(NAME));
+        let remote =
+            nanobot_channels::download::RemoteMedia::new(nanobot_channels::download::SsrfGuard::default())
+                .with_max_bytes(settings.download_max_bytes);
         Ok(Self {
             settings,
             access,
             media_dir,
             api,
+            remote,
             seen: nanobot_channels::RecentIds::new(SEEN_CAPACITY),
             chat_types: Mutex::default(),
             msg_seq: AtomicU64::new(1),
             handled: watch::Sender::new(0),
             connections: watch::Sender::new(0),
         })
+    }
+
+    /// Checks the files users send (attachment URLs, chosen by the sender's side) with `guard`, the one every
+    /// adapter shares (the gateway passes one with `tools.ssrfWhitelist`): only `http(s)`, never an internal
+    /// address, every resolved address checked where the connection is made, no redirects. Without it, internal
+    /// addresses are refused.
+    #[must_use]
+    pub fn with_ssrf_guard(mut self, guard: nanobot_channels::download::SsrfGuard) -> Self {
+        self.remote = nanobot_channels::download::RemoteMedia::new(guard)
+            .with_max_bytes(self.settings.download_max_bytes);
+        self
     }
 
     /// Issues pairing codes to denied direct-message senders through `store`.
@@ -520,7 +515,6 @@ impl QqChannel {
         };
         let result = async {
             let parsed = url::Url::parse(&url).map_err(|e| rejected(format!("attachment URL: {e}")))?;
-            self.check_target(&parsed).await?;
             let mut file = safe_file_name(name);
             if file.is_empty() || file == "file" {
                 file = format!("qq_file{}", extension(&parsed, ctype));
@@ -539,9 +533,7 @@ impl QqChannel {
                     path: self.media_dir.display().to_string(),
                     source,
                 })?;
-            self.api
-                .download(parsed.as_str(), &dest, self.settings.download_max_bytes)
-                .await?;
+            self.remote.save(NAME, parsed.as_str(), &dest).await?;
             Ok::<_, ChannelError>(dest.display().to_string())
         }
         .await;
@@ -552,42 +544,6 @@ impl QqChannel {
                 None
             }
         }
-    }
-
-    /// Attachment URLs are chosen by the sender's side: only http(s), and never an internal address unless it is
-    /// the configured API server itself (a test fake on loopback).
-    async fn check_target(&self, url: &url::Url) -> Result<(), ChannelError> {
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(rejected(format!(
-                "attachment URL scheme {:?} refused",
-                url.scheme()
-            )));
-        }
-        let host = url.host_str().unwrap_or_default();
-        let port = url.port_or_known_default().unwrap_or(443);
-        let api = url::Url::parse(&self.settings.api_url).ok();
-        if api
-            .as_ref()
-            .is_some_and(|a| a.host_str() == Some(host) && a.port_or_known_default() == Some(port))
-        {
-            return Ok(());
-        }
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let addrs: Vec<IpAddr> = match host.parse::<IpAddr>() {
-            Ok(ip) => vec![ip],
-            Err(_) => tokio::time::timeout(Duration::from_secs(10), tokio::net::lookup_host((host, port)))
-                .await
-                .map_err(|_| transient("attachment host lookup timed out"))?
-                .map_err(|e| transient(format!("attachment host lookup: {e}")))?
-                .map(|a| a.ip())
-                .collect(),
-        };
-        if addrs.iter().any(|ip| is_internal(*ip)) {
-            return Err(rejected(format!(
-                "attachment host {host} resolves to an internal address; refused"
-            )));
-        }
-        Ok(())
     }
 
     fn next_seq(&self) -> u64 {
@@ -860,25 +816,6 @@ mod tests {
         assert_eq!((r.chat_id.as_str(), r.chat_type), ("GU", "dm"));
         assert!(Received::from_event("C2C_MESSAGE_CREATE", &json!({"id": "x"})).is_none());
         assert!(Received::from_event("GUILD_CREATE", &guild).is_none());
-    }
-
-    #[test]
-    fn internal_addresses_are_recognised() {
-        for ip in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "192.168.0.1",
-            "169.254.169.254",
-            "::1",
-            "fd00::1",
-            "::ffff:127.0.0.1",
-            "100.64.0.1",
-        ] {
-            assert!(is_internal(ip.parse().unwrap()), "{ip}");
-        }
-        for ip in ["1.1.1.1", "2606:4700::1111"] {
-            assert!(!is_internal(ip.parse().unwrap()), "{ip}");
-        }
     }
 
     #[test]

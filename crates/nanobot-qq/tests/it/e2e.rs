@@ -37,7 +37,11 @@ impl Harness {
             b.extend(e.clone());
         }
         let media = tempfile::tempdir()?;
-        let channel = Arc::new(QqChannel::new(QqSettings::from_block(&block)?, media.path())?);
+        // The fake serves the files users send on loopback: allowed as the gateway allows what
+        // `tools.ssrfWhitelist` names (127.0.0.2 stays internal).
+        let guard = nanobot_channels::download::SsrfGuard::from_cidrs(&["127.0.0.1/32"])?;
+        let channel =
+            Arc::new(QqChannel::new(QqSettings::from_block(&block)?, media.path())?.with_ssrf_guard(guard));
         let bus = Arc::new(InProcessBus::new(64));
         let cancel = CancellationToken::new();
         let mut manager = ChannelManager::new(ManagerSettings::default());
