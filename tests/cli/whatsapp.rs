@@ -161,6 +161,25 @@ fn status_and_doctor_cover_whatsapp() {
     );
     assert!(text.contains("nanobot channels login whatsapp"), "{text}");
 
+    // Switching from the Python nanobot 0.3.5: doctor names its login and says what to do.
+    let neonize = home.home().join(".nanobot/whatsapp-auth/neonize.db");
+    std::fs::create_dir_all(neonize.parent().unwrap()).unwrap();
+    std::fs::write(&neonize, "SQLite format 3\0").unwrap();
+    let text = stdout(&run(home.home(), &["doctor"]));
+    assert!(
+        text.contains("the Python nanobot 0.3.5's login") && text.contains("neonize.db"),
+        "{text}"
+    );
+    assert!(
+        text.contains("so 0.3.5 still works when you switch back"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read(&neonize).unwrap(),
+        b"SQLite format 3\0",
+        "left as it is"
+    );
+
     // Once credentials exist the device counts as linked.
     let auth = home.home().join(".nanobot/whatsapp-auth/baileys");
     std::fs::create_dir_all(&auth).unwrap();

@@ -875,11 +875,31 @@ fn check_whatsapp(
             "run `nanobot channels login whatsapp` (installs the bridge with npm, then shows the QR code to scan)",
         ));
     }
+    // A user switching from the Python nanobot 0.3.5: its login (a neonize database) cannot be used here.
+    let python_login = config
+        .channels
+        .other
+        .get(nanobot_whatsapp::NAME)
+        .and_then(|b| nanobot_whatsapp::WhatsAppConfig::from_block(b).ok())
+        .and_then(|c| nanobot_whatsapp::python_login(&c.database_path, &paths.data_dir()));
     if nanobot_whatsapp::credentials_present(&s.auth_dir) {
         f.push(Finding::ok(format!(
             "whatsapp device linked (credentials in {})",
             s.auth_dir.display()
         )));
+    } else if let Some(db) = python_login {
+        f.push(Finding::problem(
+            format!(
+                "whatsapp is enabled but no device is linked for nanobot-rs: the Python nanobot 0.3.5's login ({}) is \
+                 a neonize database, which nanobot-rs cannot use",
+                db.display()
+            ),
+            format!(
+                "run `nanobot channels login whatsapp` and scan the QR code with WhatsApp → Linked devices: nanobot-rs \
+                 becomes another linked device; {} is left as it is, so 0.3.5 still works when you switch back",
+                db.display()
+            ),
+        ));
     } else {
         f.push(Finding::problem(
             format!(

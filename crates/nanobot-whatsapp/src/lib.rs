@@ -42,7 +42,7 @@ pub use error::WhatsAppError;
 pub use login::{Linked, bridge_installed, credentials_present, install_bridge, login, render_qr};
 pub use settings::{
     BRIDGE_INHERITED_VARS, BridgeSettings, DEFAULT_MAX_MEDIA_BYTES, NODE_MODULES_VAR, NODE_VAR,
-    SOCKET_MODULE_VAR, TEST_CONTROL_VAR, WhatsAppConfig, WhatsAppSettings, auth_dir,
+    SOCKET_MODULE_VAR, TEST_CONTROL_VAR, WhatsAppConfig, WhatsAppSettings, auth_dir, python_login,
 };
 
 /// The channel's name on the bus (and the key of its config block).

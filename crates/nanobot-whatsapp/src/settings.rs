@@ -231,16 +231,8 @@ impl WhatsAppSettings {
 /// which this implementation cannot read) is left alone and a sibling directory `<name>-baileys` is used. Any
 /// other path is the directory itself. `~/` is expanded against the data directory's home when it can be found.
 pub fn auth_dir(database_path: &str, data_dir: &Path) -> PathBuf {
-    let configured = database_path.trim();
-    if configured.is_empty() {
+    let Some(path) = configured_path(database_path, data_dir) else {
         return data_dir.join("whatsapp-auth").join("baileys");
-    }
-    let path = match configured.strip_prefix("~/") {
-        // The data dir is `~/.nanobot` in the default layout; its parent is the home.
-        Some(rest) => data_dir
-            .parent()
-            .map_or_else(|| PathBuf::from(configured), |home| home.join(rest)),
-        None => PathBuf::from(configured),
     };
     if path.is_file() {
         let stem = path
@@ -249,6 +241,32 @@ pub fn auth_dir(database_path: &str, data_dir: &Path) -> PathBuf {
         return path.with_file_name(format!("{stem}-baileys"));
     }
     path
+}
+
+/// `databasePath` as a path (`~/` expanded against the data directory's home when it can be found); `None` when
+/// it is empty.
+fn configured_path(database_path: &str, data_dir: &Path) -> Option<PathBuf> {
+    let configured = database_path.trim();
+    if configured.is_empty() {
+        return None;
+    }
+    Some(match configured.strip_prefix("~/") {
+        // The data dir is `~/.nanobot` in the default layout; its parent is the home.
+        Some(rest) => data_dir
+            .parent()
+            .map_or_else(|| PathBuf::from(configured), |home| home.join(rest)),
+        None => PathBuf::from(configured),
+    })
+}
+
+/// The Python nanobot 0.3.5's WhatsApp login on this machine, if there is one: its neonize database (`databasePath`
+/// when that names a file, else `<data_dir>/whatsapp-auth/neonize.db`, 0.3.5's default). This implementation cannot
+/// use it (a user switching links nanobot-rs as another device) and never touches it, so 0.3.5 keeps working when
+/// the user switches back.
+pub fn python_login(database_path: &str, data_dir: &Path) -> Option<PathBuf> {
+    let path = configured_path(database_path, data_dir)
+        .unwrap_or_else(|| data_dir.join("whatsapp-auth").join("neonize.db"));
+    path.is_file().then_some(path)
 }
 
 /// `4917012345:3@s.whatsapp.net` → `4917012345`.
@@ -317,6 +335,22 @@ mod tests {
             ["PATH", "HTTPS_PROXY"],
             "no API key, no test hook without the socket module"
         );
+    }
+
+    #[test]
+    fn the_python_login_is_found_where_0_3_5_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join(".nanobot");
+        assert_eq!(python_login("", &data), None);
+        std::fs::create_dir_all(data.join("whatsapp-auth")).unwrap();
+        std::fs::write(data.join("whatsapp-auth/neonize.db"), "SQLite format 3").unwrap();
+        assert_eq!(
+            python_login("", &data),
+            Some(data.join("whatsapp-auth/neonize.db"))
+        );
+        std::fs::write(dir.path().join("wa.db"), "SQLite format 3").unwrap();
+        assert_eq!(python_login("~/wa.db", &data), Some(dir.path().join("wa.db")));
+        assert_eq!(python_login("~/missing.db", &data), None);
     }
 
     #[test]
