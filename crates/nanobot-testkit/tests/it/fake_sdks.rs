@@ -281,3 +281,224 @@ async fn qq_botpy_sdk_accepts_the_qq_fake() {
     assert_eq!(sent[0].authorization.as_deref(), Some("QQBot qqtoken-1"));
     let _ = SESSION_ID;
 }
+
+#[tokio::test]
+async fn onebot_sdk_accepts_the_onebot_fake() {
+    use nanobot_testkit::fake_onebot::{FakeOneBot, SELF_ID, private_message};
+    let Some(python) = peers::require("python venv (nonebot2 OneBot v11 adapter)", peers::python()) else {
+        return;
+    };
+    let fake = FakeOneBot::start(Some("tok-1")).await.unwrap();
+    let mut cmd = tokio::process::Command::new(&python);
+    cmd.arg(fixture("onebot_sdk_probe.py"))
+        .args([fake.ws_url().as_str(), "tok-1", "serve"])
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdout(Stdio::piped());
+    let mut child = ChildGuard::spawn_tokio("onebot probe", &mut cmd).unwrap();
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    // The adapter registered the bot on the lifecycle/connect frame and read the login info.
+    let login = json_line(&mut lines).await;
+    assert_eq!(login["self_id"], SELF_ID.to_string(), "{login}");
+    assert_eq!(
+        login["login"],
+        json!({"user_id": SELF_ID, "nickname": "nanobot-test"})
+    );
+    fake.connected(1).await.unwrap();
+    assert_eq!(fake.refused(), 0);
+
+    fake.push_event(&private_message(71, 424242, "ping"));
+    let out = json_line(&mut lines).await;
+    assert_eq!(out["user_id"], 424242);
+    assert_eq!(out["message_id"], 71);
+    assert_eq!(out["text"], "ping");
+    assert_eq!(out["nickname"], "user-424242");
+    assert_eq!(out["sent"], json!({"message_id": 5000}), "{out}");
+    let sent = fake.wait_actions("send_msg", 1).await.unwrap();
+    assert_eq!(sent[0].params["message_type"], "private");
+    assert_eq!(sent[0].params["user_id"], 424242);
+    assert_eq!(
+        sent[0].params["message"],
+        json!([{"type": "text", "data": {"text": "pong: ping"}}])
+    );
+    assert!(!sent[0].echo.is_null(), "the library matches answers by echo");
+    drop(child);
+
+    // A wrong token: the upgrade is refused and the library reports it.
+    let mut cmd = tokio::process::Command::new(&python);
+    cmd.arg(fixture("onebot_sdk_probe.py"))
+        .args([fake.ws_url().as_str(), "wrong", "refused"])
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdout(Stdio::piped());
+    let mut child = ChildGuard::spawn_tokio("onebot refused probe", &mut cmd).unwrap();
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let out = json_line(&mut lines).await;
+    assert_eq!(out["refused"], true, "{out}");
+    assert!(out["error"].as_str().unwrap().contains("401"), "{out}");
+    assert!(fake.refused() >= 1);
+    assert_eq!(fake.wait_actions("get_login_info", 1).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn python_nanobot_napcat_channel_accepts_the_onebot_fake() {
+    use nanobot_testkit::fake_onebot::{FakeOneBot, SELF_ID, group_message, private_message};
+    let Some(python) = peers::require(
+        "the Python nanobot 0.3.5's venv",
+        peers::peers_dir()
+            .map(|d| d.join("nanobot-venv/bin/python"))
+            .filter(|p| p.exists()),
+    ) else {
+        return;
+    };
+    let home = tempfile::tempdir().unwrap();
+    let fake = FakeOneBot::start(Some("tok-2")).await.unwrap();
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(fixture("napcat_035_probe.py"))
+        .args([fake.ws_url().as_str(), "tok-2", "424242", "777"])
+        .env("HOME", home.path())
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdout(Stdio::piped());
+    let mut child = ChildGuard::spawn_tokio("napcat 0.3.5 probe", &mut cmd).unwrap();
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    assert_eq!(json_line(&mut lines).await["started"], true);
+    // It logged in (with the Bearer token) before anything else.
+    let login = fake.wait_actions("get_login_info", 1).await.unwrap();
+    assert_eq!(login[0].params, json!({}));
+    assert!(login[0].echo.is_string(), "0.3.5 echoes a uuid hex string");
+    assert_eq!(fake.refused(), 0);
+
+    let at_bot = json!([{"type": "at", "data": {"qq": SELF_ID.to_string()}}, {"type": "text", "data": {"text": " hi there"}}]);
+    let no_mention = json!([{"type": "text", "data": {"text": "just chatting"}}]);
+    fake.push_event(&private_message(1, 424242, "hello bot"));
+    fake.push_event(&group_message(2, 777, 555, "alice", at_bot));
+    fake.push_event(&group_message(3, 777, 556, "bob", no_mention));
+    fake.push_event(&private_message(4, 424242, "last"));
+
+    let first = json_line(&mut lines).await;
+    assert_eq!(first["chat_id"], "private:424242", "{first}");
+    assert_eq!(first["sender_id"], "424242");
+    assert_eq!(first["content"], "hello bot");
+    assert_eq!(first["metadata"]["message_id"], 1);
+    assert_eq!(first["metadata"]["is_group"], false);
+    assert_eq!(first["metadata"]["nickname"], "user-424242");
+    let second = json_line(&mut lines).await;
+    assert_eq!(second["chat_id"], "group:777", "{second}");
+    assert_eq!(second["sender_id"], "555");
+    assert_eq!(
+        second["content"], "alice: hi there",
+        "the @ of the bot is dropped, the nickname labels the text"
+    );
+    assert_eq!(second["metadata"]["is_group"], true);
+    // The group message without the mention was not delivered: the next one is the private marker.
+    let third = json_line(&mut lines).await;
+    assert_eq!(third["chat_id"], "private:424242", "{third}");
+    assert_eq!(third["content"], "last");
+
+    assert_eq!(json_line(&mut lines).await["sent"], true);
+    let sent = fake.wait_actions("send_msg", 2).await.unwrap();
+    assert_eq!(
+        sent[0].params,
+        json!({"message": [{"type": "text", "data": {"text": "pong private"}}], "message_type": "private", "user_id": 424242})
+    );
+    assert_eq!(
+        sent[1].params,
+        json!({"message": [{"type": "text", "data": {"text": "pong group"}}], "message_type": "group", "group_id": 777})
+    );
+    assert!(sent[0].params["user_id"].is_i64() && sent[1].params["group_id"].is_i64());
+    let names: Vec<_> = fake.actions().into_iter().map(|a| a.action).collect();
+    assert_eq!(names, ["get_login_info", "send_msg", "send_msg"]);
+}
+
+/// The next text frame as JSON (bounded).
+async fn ws_json(
+    ws: &mut tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+) -> Value {
+    use futures::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
+        Ok(Some(Ok(Message::Text(t)))) => serde_json::from_str(&t).unwrap(),
+        other => panic!("expected a text frame, got {other:?}"),
+    }
+}
+
+/// The fake's own controls (no peer needed): the token rule, the lifecycle frame, an unsupported action,
+/// `drop_connections` and reconnection, and the files it serves.
+#[tokio::test]
+async fn onebot_fake_checks_tokens_answers_and_drops() {
+    use futures::{SinkExt, StreamExt};
+    use nanobot_testkit::fake_onebot::{FakeOneBot, SELF_ID, member_joined};
+    use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
+    let fake = FakeOneBot::start(Some("tok-3")).await.unwrap();
+    // No token, then a wrong one: 401.
+    let err = tokio_tungstenite::connect_async(fake.ws_url()).await.unwrap_err();
+    assert!(err.to_string().contains("401"), "{err}");
+    let mut req = fake.ws_url().into_client_request().unwrap();
+    req.headers_mut()
+        .insert("authorization", "Bearer nope".parse().unwrap());
+    assert!(tokio_tungstenite::connect_async(req).await.is_err());
+    assert_eq!(fake.refused(), 2);
+    // The token in the query is accepted; the lifecycle frame comes first.
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}?access_token=tok-3", fake.ws_url()))
+        .await
+        .unwrap();
+    let hello = ws_json(&mut ws).await;
+    assert_eq!(hello["post_type"], "meta_event");
+    assert_eq!(hello["meta_event_type"], "lifecycle");
+    assert_eq!(hello["sub_type"], "connect");
+    assert_eq!(hello["self_id"], SELF_ID);
+    fake.connected(1).await.unwrap();
+    ws.send(Message::text("not json")).await.unwrap();
+    ws.send(Message::text(
+        json!({"action": "set_friend_add_request", "params": {}, "echo": 7}).to_string(),
+    ))
+    .await
+    .unwrap();
+    let failed = ws_json(&mut ws).await;
+    assert_eq!(failed["status"], "failed");
+    assert_eq!(failed["retcode"], 1404);
+    assert_eq!(failed["echo"], 7);
+    ws.send(Message::text(
+        json!({"action": "get_group_member_info", "params": {"group_id": 9, "user_id": 8}, "echo": "e"})
+            .to_string(),
+    ))
+    .await
+    .unwrap();
+    let member = ws_json(&mut ws).await;
+    assert_eq!(member["data"]["nickname"], "member-8");
+    assert_eq!(member["echo"], "e");
+    fake.push_event(&member_joined(9, 8));
+    let notice = ws_json(&mut ws).await;
+    assert_eq!(notice["notice_type"], "group_increase");
+    assert_eq!(fake.actions().len(), 2);
+
+    // The peer restarts: the connection ends; a new one is accepted.
+    fake.drop_connections();
+    let end = tokio::time::timeout(Duration::from_secs(10), ws.next())
+        .await
+        .unwrap();
+    assert!(!matches!(end, Some(Ok(Message::Text(_)))), "{end:?}");
+    let mut req = fake.ws_url().into_client_request().unwrap();
+    req.headers_mut()
+        .insert("authorization", "Bearer tok-3".parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    assert_eq!(ws_json(&mut ws).await["meta_event_type"], "lifecycle");
+    fake.connected(2).await.unwrap();
+
+    nanobot_testkit::install_ring();
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let png = client
+        .get(format!("{}/files/cat.png", fake.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(png.headers()["content-type"], "image/png");
+    assert_eq!(png.text().await.unwrap(), "content of cat.png");
+    let big = client
+        .get(format!("{}/files/big-3000", fake.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(big.bytes().await.unwrap().len(), 3000);
+}
