@@ -193,6 +193,51 @@ fn qq_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>) {
     }
 }
 
+#[cfg(feature = "napcat")]
+/// Doctor findings for `channels.napcat` (raw in the config; read by the adapter's own parser).
+fn napcat_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>) {
+    let Some(block) = c
+        .other
+        .get(nanobot_napcat::NAME)
+        .filter(|_| c.other.is_enabled(nanobot_napcat::NAME))
+    else {
+        return;
+    };
+    let s = match nanobot_napcat::NapcatSettings::from_block(block) {
+        Ok(s) => s,
+        Err(e) => {
+            f.push(Finding::problem(
+                e.to_string(),
+                "fix the value named in `channels.napcat` (see docs/channels.md, NapCat)",
+            ));
+            return;
+        }
+    };
+    let shown = s.ws_url.split(['?', '#']).next().unwrap_or_default().to_owned();
+    f.push(Finding::ok(format!("napcat: NapCat's WebSocket at {shown}")));
+    let host = shown
+        .split("://")
+        .nth(1)
+        .and_then(|rest| rest.split(['/', ':']).next())
+        .unwrap_or_default()
+        .trim_start_matches('[');
+    let local = matches!(host, "localhost" | "127.0.0.1" | "::1") || host.starts_with("127.");
+    if s.access_token.is_empty() && !local {
+        f.push(Finding::warn(
+            format!(
+                "napcat: {shown} is reached without `accessToken`: whoever reaches it can act as the bot"
+            ),
+            "set the same token in NapCat's WebSocket server and in `channels.napcat.accessToken`",
+        ));
+    }
+    if s.allow_from.is_empty() {
+        f.push(Finding::warn(
+            "napcat `allowFrom` is empty: nobody can talk to the bot",
+            "add QQ numbers to `channels.napcat.allowFrom` (or \"*\")",
+        ));
+    }
+}
+
 fn yes(b: bool) -> &'static str {
     if b { "✓" } else { "✗" }
 }
@@ -987,6 +1032,8 @@ fn check_channels(config: &Config) -> Vec<Finding> {
     raw_channel_findings(c, &mut f);
     #[cfg(feature = "qq")]
     qq_findings(c, &mut f);
+    #[cfg(feature = "napcat")]
+    napcat_findings(c, &mut f);
     #[cfg(feature = "mochat")]
     mochat_findings(c, &mut f);
     #[cfg(feature = "email")]
@@ -1569,6 +1616,27 @@ mod raw_channel_tests {
         );
         assert!(text.contains("✓ dingtalk credentials set"), "{text}");
         assert!(!text.contains("SECRET5"));
+        #[cfg(feature = "napcat")]
+        {
+            let napcat: Config = serde_json::from_str(
+                r#"{"channels":{"napcat":{"enabled":true,"wsUrl":"ws://napcat.lan:3001"}}}"#,
+            )
+            .unwrap();
+            let text = doctor_text(&check_channels(&napcat)).0;
+            assert!(
+                text.contains("napcat: NapCat's WebSocket at ws://napcat.lan:3001"),
+                "{text}"
+            );
+            assert!(text.contains("without `accessToken`"), "{text}");
+            assert!(text.contains("napcat `allowFrom` is empty"), "{text}");
+            let napcat: Config = serde_json::from_str(
+                r#"{"channels":{"napcat":{"enabled":true,"accessToken":"TOK-9","groupPolicy":"sometimes"}}}"#,
+            )
+            .unwrap();
+            let text = doctor_text(&check_channels(&napcat)).0;
+            assert!(text.contains("channels.napcat.groupPolicy"), "{text}");
+            assert!(!text.contains("TOK-9"), "{text}");
+        }
         let qq: Config = serde_json::from_str(
             r#"{"channels":{"qq":{"enabled":true,"appId":"102","secret":"SECRET9","msgFormat":"html"}}}"#,
         )

@@ -285,6 +285,8 @@ pub const BUILT_CHANNELS: &[&str] = &[
     "qq",
     #[cfg(feature = "mochat")]
     "mochat",
+    #[cfg(feature = "napcat")]
+    "napcat",
 ];
 
 /// The variable that lets the gateway start without the enabled channels it cannot run (any non-empty
@@ -401,7 +403,7 @@ fn build_channels(
     // Feishu and DingTalk blocks stay raw in the config (like in 0.3.5's plugin channels); each adapter reads its own.
     // Remote files they are asked to send (and the files QQ's users send) are fetched behind the SSRF guard of
     // `tools.ssrfWhitelist`.
-    #[cfg(any(feature = "feishu", feature = "dingtalk", feature = "qq"))]
+    #[cfg(any(feature = "feishu", feature = "dingtalk", feature = "qq", feature = "napcat"))]
     let ssrf_guard = |channel: &'static str| {
         nanobot_channels::download::SsrfGuard::from_cidrs(&config.tools.ssrf_whitelist).map_err(|e| {
             channel_error(channel)(ChannelError::Config {
@@ -461,6 +463,19 @@ fn build_channels(
         let channel = nanobot_qq::QqChannel::new(settings, paths.media_dir(None))
             .map_err(channel_error(nanobot_qq::NAME))?
             .with_ssrf_guard(ssrf_guard(nanobot_qq::NAME)?)
+            .with_pairing(pairing()?);
+        out.push(Arc::new(channel));
+    }
+    #[cfg(feature = "napcat")]
+    if let Some(block) = ch
+        .other
+        .get(nanobot_napcat::NAME)
+        .filter(|_| ch.other.is_enabled(nanobot_napcat::NAME))
+    {
+        let settings =
+            nanobot_napcat::NapcatSettings::from_block(block).map_err(channel_error(nanobot_napcat::NAME))?;
+        let channel = nanobot_napcat::NapcatChannel::new(settings, paths.media_dir(None))
+            .with_ssrf_guard(ssrf_guard(nanobot_napcat::NAME)?)
             .with_pairing(pairing()?);
         out.push(Arc::new(channel));
     }

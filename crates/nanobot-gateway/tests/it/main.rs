@@ -9,6 +9,7 @@ mod heartbeat;
 mod isolation;
 mod limits;
 mod mochat;
+mod napcat;
 mod openai_sdk;
 mod ops;
 mod qq;
