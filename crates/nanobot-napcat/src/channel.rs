@@ -17,7 +17,6 @@ use nanobot_util::lock;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_tungstenite::tungstenite::Message as Ws;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_util::sync::CancellationToken;
 
 use crate::{NAME, NapcatSettings};
@@ -62,6 +61,8 @@ pub struct NapcatChannel {
     media_dir: PathBuf,
     guard: SsrfGuard,
     remote: RemoteMedia,
+    /// The HTTP client the WebSocket upgrade goes through, made on the first connection.
+    http: Mutex<Option<reqwest::Client>>,
     /// Frames to send on the open connection (none while disconnected).
     writer: Mutex<Option<mpsc::UnboundedSender<Ws>>>,
     /// Actions waiting for their answer, by echo.
@@ -134,6 +135,7 @@ impl NapcatChannel {
             media_dir: media_root.as_ref().join(NAME),
             guard,
             remote,
+            http: Mutex::default(),
             writer: Mutex::default(),
             pending: Mutex::default(),
             self_id: Mutex::default(),
@@ -533,51 +535,107 @@ impl NapcatChannel {
         Ok(())
     }
 
-    /// One connection: connect, log in, then read frames and handle events until it ends or `cancel` fires.
-    async fn connection(&self, bus: &Arc<dyn Bus>, cancel: &CancellationToken) -> Result<(), ChannelError> {
+    /// Opens the WebSocket: the HTTP/1.1 upgrade sent by reqwest (the token in the `Authorization` header, which
+    /// the WebSocket library's own handshake would log whole at TRACE level), checked as RFC 6455 says, then the
+    /// upgraded connection taken as a WebSocket.
+    async fn open(&self) -> Result<tokio_tungstenite::WebSocketStream<reqwest::Upgraded>, ChannelError> {
+        use tokio_tungstenite::tungstenite::handshake::{client::generate_key, derive_accept_key};
         let url = self.settings.ws_url.as_str();
-        let mut request = url.into_client_request().map_err(|e| ChannelError::Config {
+        let shown = shown_url(url);
+        let config = |message: String| ChannelError::Config {
             channel: NAME.into(),
-            message: format!("channels.napcat.wsUrl {}: {e}", shown_url(url)),
-        })?;
+            message,
+        };
+        let http_url = if let Some(rest) = url.strip_prefix("ws://") {
+            format!("http://{rest}")
+        } else if let Some(rest) = url.strip_prefix("wss://") {
+            format!("https://{rest}")
+        } else {
+            return Err(config(format!(
+                "channels.napcat.wsUrl {shown} is not a ws:// or wss:// URL"
+            )));
+        };
+        let client = lock(&self.http).clone();
+        let client = match client {
+            Some(c) => c,
+            None => {
+                // HTTP/1.1 only (an upgrade), NapCat reached directly (not through a proxy of the environment).
+                let built = nanobot_channels::api_client(NAME, |b| {
+                    b.http1_only().no_proxy().connect_timeout(CONNECT_TIMEOUT)
+                })?;
+                *lock(&self.http) = Some(built.clone());
+                built
+            }
+        };
+        let key = generate_key();
+        let mut request = client
+            .get(&http_url)
+            .header("Connection", "Upgrade")
+            .header("Upgrade", "websocket")
+            .header("Sec-WebSocket-Version", "13")
+            .header("Sec-WebSocket-Key", &key);
         let token = self.settings.access_token.expose();
         if !token.is_empty() {
-            let value = format!("Bearer {token}")
-                .parse()
-                .map_err(|_| ChannelError::Config {
-                    channel: NAME.into(),
-                    message: "channels.napcat.accessToken holds characters an HTTP header cannot carry"
-                        .into(),
-                })?;
-            request.headers_mut().insert("Authorization", value);
+            request = request.bearer_auth(token);
         }
-        let connect = tokio::time::timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(request));
-        let connected = tokio::select! {
-            () = cancel.cancelled() => return Ok(()),
-            c = connect => c,
-        };
-        let ws = match connected {
-            Err(_) => return Err(transient(format!("connecting to {} timed out", shown_url(url)))),
-            Ok(Err(tokio_tungstenite::tungstenite::Error::Http(resp)))
-                if matches!(resp.status().as_u16(), 401 | 403) =>
-            {
-                return Err(ChannelError::auth(
-                    NAME,
-                    format!(
-                        "NapCat at {} refused the connection (HTTP {}): check channels.napcat.accessToken",
-                        shown_url(url),
-                        resp.status().as_u16()
-                    ),
-                ));
-            }
+        let response = match tokio::time::timeout(CONNECT_TIMEOUT, request.send()).await {
+            Err(_) => return Err(transient(format!("connecting to {shown} timed out"))),
             Ok(Err(e)) => {
                 return Err(transient(format!(
-                    "cannot connect to {}: {}",
-                    shown_url(url),
-                    server_text(&e.to_string(), &[token])
+                    "cannot connect to {shown}: {}",
+                    server_text(&e.without_url().to_string(), &[token])
                 )));
             }
-            Ok(Ok((ws, _))) => ws,
+            Ok(Ok(r)) => r,
+        };
+        let status = response.status();
+        if matches!(status.as_u16(), 401 | 403) {
+            return Err(ChannelError::auth(
+                NAME,
+                format!(
+                    "NapCat at {shown} refused the connection (HTTP {}): check channels.napcat.accessToken",
+                    status.as_u16()
+                ),
+            ));
+        }
+        if status != reqwest::StatusCode::SWITCHING_PROTOCOLS {
+            return Err(transient(format!(
+                "{shown} answered HTTP {} instead of opening a WebSocket (is it NapCat's WebSocket server?)",
+                status.as_u16()
+            )));
+        }
+        let accept = response
+            .headers()
+            .get("Sec-WebSocket-Accept")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        if accept != derive_accept_key(key.as_bytes()) {
+            return Err(transient(format!(
+                "{shown} did not accept the WebSocket handshake"
+            )));
+        }
+        let upgraded = tokio::time::timeout(CONNECT_TIMEOUT, response.upgrade())
+            .await
+            .map_err(|_| transient(format!("{shown}: the WebSocket upgrade timed out")))?
+            .map_err(|e| {
+                transient(format!(
+                    "{shown}: the WebSocket upgrade failed: {}",
+                    e.without_url()
+                ))
+            })?;
+        Ok(tokio_tungstenite::WebSocketStream::from_raw_socket(
+            upgraded,
+            tokio_tungstenite::tungstenite::protocol::Role::Client,
+            None,
+        )
+        .await)
+    }
+
+    /// One connection: connect, log in, then read frames and handle events until it ends or `cancel` fires.
+    async fn connection(&self, bus: &Arc<dyn Bus>, cancel: &CancellationToken) -> Result<(), ChannelError> {
+        let ws = tokio::select! {
+            () = cancel.cancelled() => return Ok(()),
+            ws = self.open() => ws?,
         };
         let (mut sink, mut stream) = ws.split();
         let (tx, mut rx) = mpsc::unbounded_channel::<Ws>();

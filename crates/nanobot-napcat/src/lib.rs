@@ -1,8 +1,10 @@
 //! The NapCat channel for nanobot: QQ through a OneBot v11 implementation (NapCat, or another one such as
 //! LLOneBot or Lagrange) over its forward WebSocket, as the Python nanobot 0.3.5's `napcat` channel.
 //!
-//! [`NapcatChannel`] implements [`nanobot_channels::Channel`]. It connects to `wsUrl` (`Authorization: Bearer
-//! <accessToken>` when a token is set), asks `get_login_info` for the bot's own QQ number, then reads events:
+//! [`NapcatChannel`] implements [`nanobot_channels::Channel`]. It connects to `wsUrl` directly (no proxy of the
+//! environment; the HTTP/1.1 upgrade sent by reqwest with `Authorization: Bearer <accessToken>` when a token is
+//! set, because the WebSocket library's own handshake logs the request whole at TRACE level), asks
+//! `get_login_info` for the bot's own QQ number, then reads events:
 //! private and group messages (array form; a plain string is one text segment, CQ codes are not parsed) and
 //! `group_increase` notices. Actions go out as frames with an `echo` and wait, bounded, for the answer with that
 //! echo. A lost connection ends [`Channel::run`](nanobot_channels::Channel::run) with a transient error and the
