@@ -26,6 +26,9 @@ pub struct CliEnv {
     pub stdout_tty: bool,
     /// Whether stderr is a terminal (spinner).
     pub stderr_tty: bool,
+    /// A config loaded before the command ran (for the log plan), handed to the command's own first load of the
+    /// same arguments: one read and parse of the file per start ([`load_and_keep`]).
+    kept: std::sync::Arc<std::sync::Mutex<Option<(ConfigArgs, Setup)>>>,
 }
 
 impl std::fmt::Debug for CliEnv {
@@ -59,6 +62,7 @@ impl CliEnv {
             stdin_tty: std::io::stdin().is_terminal(),
             stdout_tty: std::io::stdout().is_terminal(),
             stderr_tty: std::io::stderr().is_terminal(),
+            kept: std::sync::Arc::default(),
         }
     }
 
@@ -98,7 +102,7 @@ impl CliEnv {
 }
 
 /// A loaded config with the paths around it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Setup {
     /// Config file, data dir …
     pub(crate) paths: NanobotPaths,
@@ -111,6 +115,13 @@ pub(crate) struct Setup {
 /// Loads the config for `args`. With `require_file`, a missing file is [`CliError::NoConfig`] (the "run
 /// `nanobot onboard`" message); otherwise the defaults are used.
 pub(crate) fn load(env: &CliEnv, args: &ConfigArgs, require_file: bool) -> Result<Setup, CliError> {
+    let kept = nanobot_util::lock(&env.kept).take();
+    if let Some((kept_args, setup)) = kept
+        && kept_args.config == args.config
+        && kept_args.workspace == args.workspace
+    {
+        return Ok(setup);
+    }
     let (paths, explicit) = env.paths(args.config.as_deref());
     let path = paths.config_path().to_path_buf();
     let text = match std::fs::read_to_string(&path) {
@@ -141,9 +152,71 @@ pub(crate) fn load(env: &CliEnv, args: &ConfigArgs, require_file: bool) -> Resul
     })
 }
 
+/// [`load`] without requiring the file, for what runs before the command (the log plan); a config read from a
+/// file is kept for the command's own first load with the same arguments, which then reads nothing.
+pub(crate) fn load_and_keep(env: &CliEnv, args: &ConfigArgs) -> Result<Setup, CliError> {
+    let setup = load(env, args, false)?;
+    if setup.loaded.file_found {
+        *nanobot_util::lock(&env.kept) = Some((args.clone(), setup.clone()));
+    }
+    Ok(setup)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_config_loaded_for_the_log_plan_is_read_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = CliEnv::for_home(dir.path(), EnvMap::new());
+        // No file: nothing kept, and the command still says to run onboard.
+        assert!(
+            !load_and_keep(&env, &ConfigArgs::default())
+                .unwrap()
+                .loaded
+                .file_found
+        );
+        assert!(load(&env, &ConfigArgs::default(), true).is_err());
+        crate::onboard::onboard(&env, &ConfigArgs::default()).unwrap();
+        let first = load_and_keep(&env, &ConfigArgs::default()).unwrap();
+        // Changed on disk after the first read: the command's first load takes what was read, a later one reads again.
+        let path = first.paths.config_path().to_path_buf();
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        v["agents"]["defaults"]["model"] = "changed/model".into();
+        std::fs::write(&path, v.to_string()).unwrap();
+        assert_ne!(
+            load(&env, &ConfigArgs::default(), true)
+                .unwrap()
+                .loaded
+                .config
+                .agents
+                .defaults
+                .model,
+            "changed/model"
+        );
+        assert_eq!(
+            load(&env, &ConfigArgs::default(), true)
+                .unwrap()
+                .loaded
+                .config
+                .agents
+                .defaults
+                .model,
+            "changed/model"
+        );
+        // Other arguments never take what was kept.
+        load_and_keep(&env, &ConfigArgs::default()).unwrap();
+        let other = ConfigArgs {
+            workspace: Some(dir.path().join("elsewhere")),
+            ..ConfigArgs::default()
+        };
+        assert_eq!(
+            load(&env, &other, true).unwrap().workspace,
+            dir.path().join("elsewhere")
+        );
+    }
 
     #[test]
     fn missing_config_says_run_onboard() {

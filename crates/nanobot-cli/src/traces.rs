@@ -15,7 +15,7 @@ const DEFAULT_SERVICE: &str = "nanobot";
 /// added); none when `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none`. A config that does not load gives
 /// none here: the command itself reports why.
 pub(crate) fn trace_plan(env: &CliEnv, config: &ConfigArgs) -> Option<TracePlan> {
-    let tracing = setup::load(env, config, false)
+    let tracing = setup::load_and_keep(env, config)
         .map(|s| s.loaded.config.gateway.tracing)
         .unwrap_or_default();
     plan_for(env, &tracing)
