@@ -186,26 +186,17 @@ mod tests {
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         v["agents"]["defaults"]["model"] = "changed/model".into();
         std::fs::write(&path, v.to_string()).unwrap();
-        assert_ne!(
+        let model = || {
             load(&env, &ConfigArgs::default(), true)
                 .unwrap()
                 .loaded
                 .config
                 .agents
                 .defaults
-                .model,
-            "changed/model"
-        );
-        assert_eq!(
-            load(&env, &ConfigArgs::default(), true)
-                .unwrap()
-                .loaded
-                .config
-                .agents
-                .defaults
-                .model,
-            "changed/model"
-        );
+                .model
+        };
+        assert_ne!(model(), "changed/model");
+        assert_eq!(model(), "changed/model");
         // Other arguments never take what was kept.
         load_and_keep(&env, &ConfigArgs::default()).unwrap();
         let other = ConfigArgs {

@@ -45,6 +45,17 @@ pub(crate) fn options(home: &TempHome, mock: &MockLlm, patch: Value) -> GatewayO
 }
 
 /// A started gateway (ops server + API, no channels configured).
+/// Why the gateway refuses to start with the `channels` block `channels` ("" when it starts).
+pub(crate) async fn start_error(home: &TempHome, mock: &MockLlm, channels: Value) -> String {
+    match Gateway::start(options(home, mock, json!({ "channels": channels }))).await {
+        Ok(gw) => {
+            let _ = tokio::time::timeout(GUARD, gw.shutdown()).await;
+            String::new()
+        }
+        Err(e) => e.to_string(),
+    }
+}
+
 pub(crate) async fn start(home: &TempHome, mock: &MockLlm) -> Gateway {
     nanobot_testkit::install_ring();
     Gateway::start(options(home, mock, json!({}))).await.unwrap()

@@ -78,11 +78,7 @@ async fn an_enabled_napcat_block_is_validated_at_start() {
             "channels.napcat.groupPolicy",
         ),
     ] {
-        let err = Gateway::start(options(&home, &mock, json!({ "channels": block })))
-            .await
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let err = crate::common::start_error(&home, &mock, block).await;
         assert!(err.contains(key), "{key}: {err}");
     }
 }

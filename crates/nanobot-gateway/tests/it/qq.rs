@@ -71,11 +71,7 @@ async fn enabled_qq_and_mochat_blocks_are_validated_at_start() {
             "channels.mochat.clawToken",
         ),
     ] {
-        let err = Gateway::start(options(&home, &mock, json!({ "channels": block })))
-            .await
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let err = crate::common::start_error(&home, &mock, block).await;
         assert!(err.contains(key), "{key}: {err}");
     }
     // A disabled block is left alone.
