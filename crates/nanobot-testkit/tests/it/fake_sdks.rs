@@ -502,3 +502,406 @@ async fn onebot_fake_checks_tokens_answers_and_drops() {
         .unwrap();
     assert_eq!(big.bytes().await.unwrap().len(), 3000);
 }
+
+#[tokio::test]
+async fn mattermost_driver_accepts_the_mattermost_fake() {
+    use nanobot_testkit::fake_mattermost::{BOT_USER_ID, BOT_USERNAME, FakeMattermost, TEAM_ID};
+    let Some(python) = peers::require("python venv (mattermostdriver)", peers::python()) else {
+        return;
+    };
+    let fake = FakeMattermost::start("mm-token-1").await.unwrap();
+    fake.add_channel("townsquarechannel000000001", "O", TEAM_ID);
+    fake.add_user("aliceuser00000000000000001", "alice", "alice@example.com");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("report.txt");
+    // Bytes that look like a multipart boundary line must survive as data.
+    std::fs::write(&file, b"line one\r\n--not-a-boundary\r\n\x00\xff end").unwrap();
+    let port = fake.port().to_string();
+    let mut cmd = tokio::process::Command::new(&python);
+    cmd.arg(fixture("mattermost_sdk_probe.py"))
+        .args([port.as_str(), "mm-token-1", "townsquarechannel000000001"])
+        .arg(&file)
+        .arg("serve")
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdout(Stdio::piped());
+    let mut child = ChildGuard::spawn_tokio("mattermostdriver probe", &mut cmd).unwrap();
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let out = json_line(&mut lines).await;
+    // What the driver saw.
+    assert_eq!(out["login"], BOT_USERNAME, "{out}");
+    assert_eq!(out["login_id"], BOT_USER_ID);
+    assert_eq!(out["client_userid"], BOT_USER_ID);
+    assert_eq!(out["is_bot"], true);
+    assert_eq!(out["post_user"], BOT_USER_ID);
+    assert_eq!(out["post_message"], "hello from the driver");
+    assert_eq!(out["file_name"], "report.txt");
+    assert_eq!(out["file_size"], 34);
+    assert_eq!(out["reply_root"], out["post_id"]);
+    assert_eq!(out["reply_files"], json!([out["file_id"]]));
+    assert_eq!(out["reaction"], "thumbsup");
+    assert_eq!(
+        out["thread_messages"],
+        json!(["a reply", "hello from the driver"]),
+        "the thread, newest first"
+    );
+    assert_eq!(out["info_name"], "report.txt");
+    assert_eq!(out["content_ok"], true, "the file's bytes read back");
+    assert_eq!(out["too_long"]["kind"], "InvalidOrMissingParameters", "{out}");
+    assert!(
+        out["too_long"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("16384 characters"),
+        "{out}"
+    );
+
+    // What the fake recorded.
+    let posts = fake.wait_calls("POST", "/api/v4/posts", 3).await.unwrap();
+    assert_eq!(
+        posts[0].body,
+        json!({"channel_id": "townsquarechannel000000001", "message": "hello from the driver"})
+    );
+    assert_eq!(posts[1].body["root_id"], out["post_id"]);
+    let upload = fake.wait_calls("POST", "/api/v4/files", 1).await.unwrap();
+    assert_eq!(
+        upload[0].body,
+        json!({"channel_id": "townsquarechannel000000001", "files": [{"name": "report.txt", "size": 34}]})
+    );
+    assert!(
+        fake.calls()
+            .iter()
+            .all(|c| c.authorization.as_deref() == Some("Bearer mm-token-1")),
+        "every request carried the Bearer token"
+    );
+    assert_eq!(fake.calls()[0].path, "/api/v4/users/me");
+
+    // The driver's WebSocket authenticates with the challenge (no header), gets hello, then the event.
+    let hello = json_line(&mut lines).await;
+    assert_eq!(hello["seq"], 0, "{hello}");
+    fake.connected(1).await.unwrap();
+    let id = fake.post_event(
+        "aliceuser00000000000000001",
+        "townsquarechannel000000001",
+        "hi @nanobot",
+        None,
+        &[],
+    );
+    let event = json_line(&mut lines).await;
+    assert_eq!(event["event"], "posted", "{event}");
+    assert_eq!(event["post"]["id"], id.as_str());
+    assert_eq!(event["post"]["message"], "hi @nanobot");
+    assert_eq!(event["post"]["user_id"], "aliceuser00000000000000001");
+    assert_eq!(event["channel_type"], "O");
+    assert_eq!(event["team_id"], TEAM_ID);
+    assert_eq!(event["broadcast"]["channel_id"], "townsquarechannel000000001");
+    assert!(event["seq"].as_u64().unwrap() >= 1);
+    assert_eq!(json_line(&mut lines).await["done"], true);
+    assert_eq!(fake.refused(), 0);
+    drop(child);
+
+    // A wrong token is refused, and the driver reports it.
+    let mut cmd = tokio::process::Command::new(&python);
+    cmd.arg(fixture("mattermost_sdk_probe.py"))
+        .args([port.as_str(), "wrong", "townsquarechannel000000001"])
+        .arg(&file)
+        .arg("refused")
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdout(Stdio::piped());
+    let mut child = ChildGuard::spawn_tokio("mattermostdriver refused probe", &mut cmd).unwrap();
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let out = json_line(&mut lines).await;
+    assert_eq!(out["refused"], true, "{out}");
+    assert_eq!(out["kind"], "NoAccessTokenProvided", "{out}");
+    assert!(
+        out["error"]
+            .as_str()
+            .unwrap()
+            .contains("Invalid or expired session"),
+        "{out}"
+    );
+    assert_eq!(fake.refused(), 1);
+}
+
+#[tokio::test]
+async fn python_nanobot_mattermost_channel_accepts_the_mattermost_fake() {
+    use nanobot_testkit::fake_mattermost::{BOT_USER_ID, FakeMattermost, TEAM_ID};
+    let Some(python) = peers::require(
+        "the Python nanobot 0.3.5's venv",
+        peers::peers_dir()
+            .map(|d| d.join("nanobot-venv/bin/python"))
+            .filter(|p| p.exists()),
+    ) else {
+        return;
+    };
+    const DM: &str = "directchannel0000000000001";
+    const TOWN: &str = "townsquarechannel000000001";
+    const ALICE: &str = "aliceuser00000000000000001";
+    const BOB: &str = "bobuser0000000000000000001";
+    let home = tempfile::tempdir().unwrap();
+    let fake = FakeMattermost::start("mm-token-2").await.unwrap();
+    fake.add_user(ALICE, "alice", "alice@example.com");
+    fake.add_user(BOB, "bob", "bob@example.com");
+    fake.add_channel(DM, "D", "");
+    fake.add_channel(TOWN, "O", TEAM_ID);
+    fake.add_file("notesfile00000000000000001", "notes.txt", b"the notes".to_vec());
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(fixture("mattermost_035_probe.py"))
+        .args([fake.url().as_str(), "mm-token-2", TEAM_ID, "3"])
+        .env("HOME", home.path())
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdout(Stdio::piped());
+    let mut child = ChildGuard::spawn_tokio("mattermost 0.3.5 probe", &mut cmd).unwrap();
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    assert_eq!(json_line(&mut lines).await["started"], true);
+    fake.connected(1).await.unwrap();
+    // It identified itself first, with the Bearer token, and its WebSocket carried the header.
+    let me = fake.wait_calls("GET", "/api/v4/users/me", 1).await.unwrap();
+    assert_eq!(me[0].authorization.as_deref(), Some("Bearer mm-token-2"));
+    assert_eq!(fake.refused(), 0);
+
+    let dm = fake.post_event(ALICE, DM, "hello bot", None, &["notesfile00000000000000001"]);
+    let mention = fake.post_event(BOB, TOWN, "@nanobot what's up", None, &[]);
+    fake.post_event(BOB, TOWN, "just chatting", None, &[]);
+    fake.post_event(ALICE, TOWN, "earlier words", Some(&mention), &[]);
+    let in_thread = fake.post_event(BOB, TOWN, "@nanobot and more", Some(&mention), &[]);
+
+    let first = json_line(&mut lines).await;
+    assert_eq!(first["channel"], "mattermost", "{first}");
+    assert_eq!(first["chat_id"], DM);
+    assert_eq!(first["sender_id"], ALICE);
+    assert_eq!(first["content"], "hello bot");
+    assert_eq!(
+        first["session_key"],
+        format!("mattermost:{DM}"),
+        "a DM has no thread session"
+    );
+    assert_eq!(
+        first["metadata"]["mattermost"],
+        json!({"post_id": dm, "root_id": "", "channel_type": "dm"})
+    );
+    assert_eq!(first["metadata"]["message_id"], dm.as_str());
+    assert_eq!(
+        first["media"],
+        json!([["notesfile00000000000000001_notes.txt", "the notes"]]),
+        "the attachment was downloaded"
+    );
+
+    let second = json_line(&mut lines).await;
+    assert_eq!(second["chat_id"], TOWN, "{second}");
+    assert_eq!(second["sender_id"], BOB);
+    assert_eq!(second["content"], "what's up", "the mention is stripped");
+    assert_eq!(second["session_key"], format!("mattermost:{TOWN}:{mention}"));
+    assert_eq!(
+        second["metadata"]["mattermost"],
+        json!({"post_id": mention, "root_id": "", "channel_type": "public", "thread_ts": mention})
+    );
+    // The post without the mention, and the thread reply without it, were not delivered: next is the mention in
+    // the thread, with the thread read for context (newest first, the current post included).
+    let third = json_line(&mut lines).await;
+    assert_eq!(third["metadata"]["message_id"], in_thread.as_str(), "{third}");
+    assert_eq!(third["session_key"], format!("mattermost:{TOWN}:{mention}"));
+    assert_eq!(
+        third["content"],
+        format!(
+            "Mattermost thread context before this mention:\n- <{BOB}>: @nanobot and more\n- <{ALICE}>: earlier words\n\nCurrent message:\nand more"
+        )
+    );
+    let threads = fake.wait_calls("GET", "/api/v4/posts/", 1).await.unwrap();
+    assert_eq!(threads[0].path, format!("/api/v4/posts/{mention}/thread"));
+    assert_eq!(threads[0].query, "perPage=20");
+    // The team was checked through the channel (broadcast.team_id is empty on `posted`), once.
+    let channels = fake.wait_calls("GET", "/api/v4/channels/", 1).await.unwrap();
+    assert_eq!(channels.len(), 1);
+    assert_eq!(channels[0].path, format!("/api/v4/channels/{TOWN}"));
+
+    assert_eq!(json_line(&mut lines).await["sent"], true);
+    let posts = fake.wait_calls("POST", "/api/v4/posts", 2).await.unwrap();
+    assert_eq!(posts[0].body, json!({"channel_id": DM, "message": "pong 0"}));
+    assert_eq!(
+        posts[1].body,
+        json!({"channel_id": TOWN, "message": "pong 1", "root_id": mention}),
+        "the reply goes into the thread"
+    );
+    let added = fake.wait_calls("POST", "/api/v4/reactions", 5).await.unwrap();
+    let added: Vec<_> = added
+        .iter()
+        .map(|c| {
+            (
+                c.body["post_id"].as_str().unwrap().to_string(),
+                c.body["emoji_name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let pair = |p: &str, e: &str| (p.to_string(), e.to_string());
+    assert_eq!(
+        added,
+        [
+            pair(&dm, "eyes"),
+            pair(&mention, "eyes"),
+            pair(&in_thread, "eyes"),
+            pair(&dm, "white_check_mark"),
+            pair(&mention, "white_check_mark"),
+        ]
+    );
+    let removed = fake.wait_calls("DELETE", "/api/v4/users/", 2).await.unwrap();
+    assert_eq!(
+        removed.iter().map(|c| c.path.clone()).collect::<Vec<_>>(),
+        [
+            format!("/api/v4/users/{BOT_USER_ID}/posts/{dm}/reactions/eyes"),
+            format!("/api/v4/users/{BOT_USER_ID}/posts/{mention}/reactions/eyes"),
+        ]
+    );
+    assert!(
+        fake.calls()
+            .iter()
+            .all(|c| c.authorization.as_deref() == Some("Bearer mm-token-2"))
+    );
+    assert_eq!(fake.refused(), 0);
+}
+
+/// The Mattermost fake's own controls (no peer needed): the token rule on REST and on the WebSocket (header and
+/// challenge), per-connection `seq`, `drop_connections` and reconnection, errors in Mattermost's shape.
+#[tokio::test]
+async fn mattermost_fake_checks_tokens_sequences_and_drops() {
+    use futures::{SinkExt, StreamExt};
+    use nanobot_testkit::fake_mattermost::{FakeMattermost, TEAM_ID};
+    use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
+    let fake = FakeMattermost::start("tok-mm").await.unwrap();
+    fake.add_channel("chan", "O", TEAM_ID);
+    let ws_url = format!("{}/api/v4/websocket", fake.url().replace("http://", "ws://"));
+    nanobot_testkit::install_ring();
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let get = |path: &str, token: Option<&str>| {
+        let mut req = client.get(format!("{}{path}", fake.url()));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.send()
+    };
+    let refused = get("/api/v4/users/me", Some("nope")).await.unwrap();
+    assert_eq!(refused.status(), 401);
+    let err: Value = refused.json().await.unwrap();
+    assert_eq!(err["id"], "api.context.session_expired.app_error");
+    assert_eq!(err["status_code"], 401);
+    assert_eq!(get("/api/v4/channels/chan", None).await.unwrap().status(), 401);
+    assert_eq!(fake.refused(), 2);
+    let ping: Value = get("/api/v4/system/ping", None)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ping["status"], "OK");
+    let missing = get("/api/v4/channels/other", Some("tok-mm")).await.unwrap();
+    assert_eq!(missing.status(), 404);
+    assert_eq!(
+        missing.json::<Value>().await.unwrap()["id"],
+        "app.channel.get.existing.app_error"
+    );
+    let too_long = client
+        .post(format!("{}/api/v4/posts", fake.url()))
+        .bearer_auth("tok-mm")
+        .json(&json!({"channel_id": "chan", "message": "é".repeat(16384)}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(too_long.status(), 400);
+    assert_eq!(
+        too_long.json::<Value>().await.unwrap()["id"],
+        "model.post.is_valid.message_length.app_error"
+    );
+    let created = client
+        .post(format!("{}/api/v4/posts", fake.url()))
+        .bearer_auth("tok-mm")
+        .json(&json!({"channel_id": "chan", "message": "é".repeat(16383)}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201, "16383 characters fit");
+    let post: Value = created.json().await.unwrap();
+    assert_eq!(post["id"].as_str().unwrap().len(), 26);
+    let patched: Value = client
+        .put(format!(
+            "{}/api/v4/posts/{}/patch",
+            fake.url(),
+            post["id"].as_str().unwrap()
+        ))
+        .bearer_auth("tok-mm")
+        .json(&json!({"message": "edited"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(patched["message"], "edited");
+    assert!(patched["edit_at"].as_i64().unwrap() > 0);
+
+    // A wrong Bearer header on the upgrade: 401. A wrong challenge token: the socket is closed.
+    let mut req = ws_url.as_str().into_client_request().unwrap();
+    req.headers_mut()
+        .insert("authorization", "Bearer nope".parse().unwrap());
+    let err = tokio_tungstenite::connect_async(req).await.unwrap_err();
+    assert!(err.to_string().contains("401"), "{err}");
+    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url.as_str()).await.unwrap();
+    ws.send(Message::text(
+        json!({"seq": 1, "action": "user_typing", "data": {"channel_id": "chan"}}).to_string(),
+    ))
+    .await
+    .unwrap();
+    let fail = ws_json(&mut ws).await;
+    assert_eq!(fail["status"], "FAIL");
+    assert_eq!(fail["seq_reply"], 1);
+    ws.send(Message::text(
+        json!({"seq": 2, "action": "authentication_challenge", "data": {"token": "nope"}}).to_string(),
+    ))
+    .await
+    .unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(10), ws.next())
+        .await
+        .unwrap();
+    assert!(!matches!(end, Some(Ok(Message::Text(_)))), "{end:?}");
+    assert_eq!(fake.refused(), 4);
+
+    // The challenge with the right token: hello (seq 0), then the OK; events count up from 1.
+    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url.as_str()).await.unwrap();
+    ws.send(Message::text(
+        json!({"seq": 1, "action": "authentication_challenge", "data": {"token": "tok-mm"}}).to_string(),
+    ))
+    .await
+    .unwrap();
+    let hello = ws_json(&mut ws).await;
+    assert_eq!(hello["event"], "hello");
+    assert_eq!(hello["seq"], 0);
+    assert_eq!(ws_json(&mut ws).await, json!({"status": "OK", "seq_reply": 1}));
+    fake.connected(1).await.unwrap();
+    let first = fake.post_event("someone", "chan", "one", None, &[]);
+    fake.post_event("someone", "chan", "two", Some(&first), &[]);
+    let one = ws_json(&mut ws).await;
+    assert_eq!(one["seq"], 1);
+    assert_eq!(one["data"]["channel_type"], "O");
+    assert_eq!(one["broadcast"]["team_id"], "");
+    let two = ws_json(&mut ws).await;
+    assert_eq!(two["seq"], 2);
+    let post: Value = serde_json::from_str(two["data"]["post"].as_str().unwrap()).unwrap();
+    assert_eq!(post["root_id"], first.as_str());
+    fake.push_event(&json!({"event": "custom", "data": {}}));
+    assert_eq!(ws_json(&mut ws).await["event"], "custom");
+
+    // The server restarts: the connection ends; a header-authenticated one gets hello at once.
+    fake.drop_connections();
+    let end = tokio::time::timeout(Duration::from_secs(10), ws.next())
+        .await
+        .unwrap();
+    assert!(!matches!(end, Some(Ok(Message::Text(_)))), "{end:?}");
+    let mut req = ws_url.as_str().into_client_request().unwrap();
+    req.headers_mut()
+        .insert("authorization", "Bearer tok-mm".parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    assert_eq!(ws_json(&mut ws).await["event"], "hello");
+    fake.connected(2).await.unwrap();
+    assert_eq!(fake.refused(), 4);
+}
