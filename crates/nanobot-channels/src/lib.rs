@@ -34,6 +34,8 @@ mod pairing;
 mod settings;
 mod split;
 mod token;
+#[cfg(feature = "websocket")]
+pub mod ws;
 
 pub use access::{
     AccessControl, AccessDecision, AllowList, GroupPolicy, InboundContext, PAIRING_COMMAND, pairing_command,

@@ -108,11 +108,6 @@ fn chat_target(chat_id: &str) -> Option<(&'static str, i64)> {
     Some((kind, target.trim().parse().ok()?))
 }
 
-/// `wsUrl` without what may hold a token (its query), for errors and logs.
-fn shown_url(url: &str) -> &str {
-    url.split(['?', '#']).next().unwrap_or(url)
-}
-
 fn text_segment(text: &str) -> Value {
     json!({"type": "text", "data": {"text": text}})
 }
@@ -535,100 +530,26 @@ impl NapcatChannel {
         Ok(())
     }
 
-    /// Opens the WebSocket: the HTTP/1.1 upgrade sent by reqwest (the token in the `Authorization` header, which
-    /// the WebSocket library's own handshake would log whole at TRACE level), checked as RFC 6455 says, then the
-    /// upgraded connection taken as a WebSocket.
-    async fn open(&self) -> Result<tokio_tungstenite::WebSocketStream<reqwest::Upgraded>, ChannelError> {
-        use tokio_tungstenite::tungstenite::handshake::{client::generate_key, derive_accept_key};
-        let url = self.settings.ws_url.as_str();
-        let shown = shown_url(url);
-        let config = |message: String| ChannelError::Config {
-            channel: NAME.into(),
-            message,
-        };
-        let http_url = if let Some(rest) = url.strip_prefix("ws://") {
-            format!("http://{rest}")
-        } else if let Some(rest) = url.strip_prefix("wss://") {
-            format!("https://{rest}")
-        } else {
-            return Err(config(format!(
-                "channels.napcat.wsUrl {shown} is not a ws:// or wss:// URL"
-            )));
-        };
+    /// Opens the WebSocket (through reqwest's upgrade: the token is never logged), NapCat reached directly.
+    async fn open(&self) -> Result<nanobot_channels::ws::Socket, ChannelError> {
         let client = lock(&self.http).clone();
         let client = match client {
             Some(c) => c,
             None => {
-                // HTTP/1.1 only (an upgrade), NapCat reached directly (not through a proxy of the environment).
-                let built = nanobot_channels::api_client(NAME, |b| {
-                    b.http1_only().no_proxy().connect_timeout(CONNECT_TIMEOUT)
-                })?;
+                let built = nanobot_channels::ws::upgrade_client(NAME, CONNECT_TIMEOUT, true)?;
                 *lock(&self.http) = Some(built.clone());
                 built
             }
         };
-        let key = generate_key();
-        let mut request = client
-            .get(&http_url)
-            .header("Connection", "Upgrade")
-            .header("Upgrade", "websocket")
-            .header("Sec-WebSocket-Version", "13")
-            .header("Sec-WebSocket-Key", &key);
-        let token = self.settings.access_token.expose();
-        if !token.is_empty() {
-            request = request.bearer_auth(token);
-        }
-        let response = match tokio::time::timeout(CONNECT_TIMEOUT, request.send()).await {
-            Err(_) => return Err(transient(format!("connecting to {shown} timed out"))),
-            Ok(Err(e)) => {
-                return Err(transient(format!(
-                    "cannot connect to {shown}: {}",
-                    server_text(&e.without_url().to_string(), &[token])
-                )));
-            }
-            Ok(Ok(r)) => r,
-        };
-        let status = response.status();
-        if matches!(status.as_u16(), 401 | 403) {
-            return Err(ChannelError::auth(
-                NAME,
-                format!(
-                    "NapCat at {shown} refused the connection (HTTP {}): check channels.napcat.accessToken",
-                    status.as_u16()
-                ),
-            ));
-        }
-        if status != reqwest::StatusCode::SWITCHING_PROTOCOLS {
-            return Err(transient(format!(
-                "{shown} answered HTTP {} instead of opening a WebSocket (is it NapCat's WebSocket server?)",
-                status.as_u16()
-            )));
-        }
-        let accept = response
-            .headers()
-            .get("Sec-WebSocket-Accept")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default();
-        if accept != derive_accept_key(key.as_bytes()) {
-            return Err(transient(format!(
-                "{shown} did not accept the WebSocket handshake"
-            )));
-        }
-        let upgraded = tokio::time::timeout(CONNECT_TIMEOUT, response.upgrade())
-            .await
-            .map_err(|_| transient(format!("{shown}: the WebSocket upgrade timed out")))?
-            .map_err(|e| {
-                transient(format!(
-                    "{shown}: the WebSocket upgrade failed: {}",
-                    e.without_url()
-                ))
-            })?;
-        Ok(tokio_tungstenite::WebSocketStream::from_raw_socket(
-            upgraded,
-            tokio_tungstenite::tungstenite::protocol::Role::Client,
-            None,
+        nanobot_channels::ws::connect(
+            NAME,
+            &client,
+            &self.settings.ws_url,
+            Some(self.settings.access_token.expose()),
+            CONNECT_TIMEOUT,
+            ("channels.napcat.wsUrl", "channels.napcat.accessToken"),
         )
-        .await)
+        .await
     }
 
     /// One connection: connect, log in, then read frames and handle events until it ends or `cancel` fires.
@@ -804,6 +725,5 @@ mod tests {
         for bad in ["10002", "channel:1", "group:", "group:abc", ""] {
             assert_eq!(chat_target(bad), None, "{bad}");
         }
-        assert_eq!(shown_url("ws://h:1/?access_token=SEKRIT"), "ws://h:1/");
     }
 }
