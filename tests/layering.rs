@@ -368,6 +368,7 @@ const FLOORS: &[(&str, u8)] = &[
     ("nanobot-whatsapp", 3),
     ("nanobot-qq", 3),
     ("nanobot-napcat", 3),
+    ("nanobot-mattermost", 3),
     ("nanobot-mochat", 3),
     ("nanobot-runtime", 4),
     ("nanobot-gateway", 5),

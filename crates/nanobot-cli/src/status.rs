@@ -73,6 +73,7 @@ pub(crate) fn channel_states(config: &Config) -> Vec<(String, bool, bool)> {
                 "feishu" => set("appId") && set("appSecret"),
                 "dingtalk" => set("clientId") && set("clientSecret"),
                 "qq" => set("appId") && set("secret"),
+                "mattermost" => set("serverUrl") && set("token"),
                 "mochat" => set("clawToken"),
                 // Both mail servers need a password (an app password for Gmail / Fastmail).
                 "email" => ["imapPassword", "smtpPassword"].iter().all(|k| {
@@ -188,6 +189,44 @@ fn qq_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>) {
                         "add user openids to `channels.qq.allowFrom` (or \"*\")",
                     ));
                 }
+            }
+        }
+    }
+}
+
+#[cfg(feature = "mattermost")]
+/// Doctor findings for `channels.mattermost` (raw in the config; read by the adapter's own parser).
+fn mattermost_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>) {
+    let Some(block) = c
+        .other
+        .get(nanobot_mattermost::NAME)
+        .filter(|_| c.other.is_enabled(nanobot_mattermost::NAME))
+    else {
+        return;
+    };
+    match nanobot_mattermost::MattermostSettings::from_block(block) {
+        Err(e) => f.push(Finding::problem(
+            e.to_string(),
+            "create a bot account (System Console → Bot Accounts) and put the server's address and the bot's \
+             access token in `channels.mattermost` (serverUrl, token)",
+        )),
+        Ok(s) => {
+            f.push(Finding::ok(format!("mattermost: server {}", s.server_url)));
+            if s.server_url.starts_with("http://") {
+                f.push(Finding::warn(
+                    format!(
+                        "mattermost: {} is plain http: the token travels unencrypted",
+                        s.server_url
+                    ),
+                    "use the server's https:// address in `channels.mattermost.serverUrl`",
+                ));
+            }
+            if s.allow_from.is_empty() && s.dm_allow_from.is_empty() {
+                f.push(Finding::warn(
+                    "mattermost `allowFrom` is empty: nobody can talk to the bot",
+                    "add user ids (or usernames with `allowFromMatchMode: \"username\"`) to \
+                     `channels.mattermost.allowFrom` (or \"*\")",
+                ));
             }
         }
     }
@@ -1034,6 +1073,8 @@ fn check_channels(config: &Config) -> Vec<Finding> {
     qq_findings(c, &mut f);
     #[cfg(feature = "napcat")]
     napcat_findings(c, &mut f);
+    #[cfg(feature = "mattermost")]
+    mattermost_findings(c, &mut f);
     #[cfg(feature = "mochat")]
     mochat_findings(c, &mut f);
     #[cfg(feature = "email")]
@@ -1616,6 +1657,25 @@ mod raw_channel_tests {
         );
         assert!(text.contains("✓ dingtalk credentials set"), "{text}");
         assert!(!text.contains("SECRET5"));
+        #[cfg(feature = "mattermost")]
+        {
+            let mm: Config = serde_json::from_str(
+                r#"{"channels":{"mattermost":{"enabled":true,"serverUrl":"http://chat.lan","token":"MMTOK-9"}}}"#,
+            )
+            .unwrap();
+            let text = doctor_text(&check_channels(&mm)).0;
+            assert!(text.contains("mattermost: server http://chat.lan"), "{text}");
+            assert!(text.contains("plain http"), "{text}");
+            assert!(text.contains("mattermost `allowFrom` is empty"), "{text}");
+            assert!(!text.contains("MMTOK-9"), "{text}");
+            assert!(channel_states(&mm).contains(&("mattermost".into(), true, true)));
+            let mm: Config = serde_json::from_str(
+                r#"{"channels":{"mattermost":{"enabled":true,"serverUrl":"https://chat.lan"}}}"#,
+            )
+            .unwrap();
+            let text = doctor_text(&check_channels(&mm)).0;
+            assert!(text.contains("channels.mattermost.token is empty"), "{text}");
+        }
         #[cfg(feature = "napcat")]
         {
             let napcat: Config = serde_json::from_str(

@@ -287,6 +287,8 @@ pub const BUILT_CHANNELS: &[&str] = &[
     "mochat",
     #[cfg(feature = "napcat")]
     "napcat",
+    #[cfg(feature = "mattermost")]
+    "mattermost",
 ];
 
 /// The variable that lets the gateway start without the enabled channels it cannot run (any non-empty
@@ -476,6 +478,18 @@ fn build_channels(
             nanobot_napcat::NapcatSettings::from_block(block).map_err(channel_error(nanobot_napcat::NAME))?;
         let channel = nanobot_napcat::NapcatChannel::new(settings, paths.media_dir(None))
             .with_ssrf_guard(ssrf_guard(nanobot_napcat::NAME)?)
+            .with_pairing(pairing()?);
+        out.push(Arc::new(channel));
+    }
+    #[cfg(feature = "mattermost")]
+    if let Some(block) = ch
+        .other
+        .get(nanobot_mattermost::NAME)
+        .filter(|_| ch.other.is_enabled(nanobot_mattermost::NAME))
+    {
+        let settings = nanobot_mattermost::MattermostSettings::from_block(block)
+            .map_err(channel_error(nanobot_mattermost::NAME))?;
+        let channel = nanobot_mattermost::MattermostChannel::new(settings, paths.media_dir(None))
             .with_pairing(pairing()?);
         out.push(Arc::new(channel));
     }

@@ -8,6 +8,7 @@ mod email;
 mod heartbeat;
 mod isolation;
 mod limits;
+mod mattermost;
 mod mochat;
 mod napcat;
 mod openai_sdk;
