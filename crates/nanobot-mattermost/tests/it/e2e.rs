@@ -354,3 +354,71 @@ async fn the_channel_comes_back_after_a_drop_and_a_wrong_token_is_one_clear_erro
     assert!(matches!(err, ChannelError::InvalidChatId { .. }), "{err:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn senders_match_by_username_and_the_other_policies_hold() -> Result<()> {
+    // By username; DMs only from dm.allowFrom; every post in the town; threads only on mention; one allow-listed
+    // channel elsewhere.
+    let h = Harness::start(json!({
+        "allowFrom": ["alice"], "allowFromMatchMode": "username",
+        "dm": {"policy": "allowlist", "allowFrom": ["bob"]},
+        "groupPolicy": "open", "groupPolicyInThread": "mention"
+    }))
+    .await?;
+    h.fake.add_user(&id("bob"), "bob", "bob@example.com");
+    h.fake.add_channel(&id("dmbob"), "D", "");
+    // Alice is on allowFrom by username, but DMs take dm.allowFrom only: she gets a pairing code.
+    h.fake
+        .post_event(&id("alice"), &id("dmalice"), "dm from alice", None, &[]);
+    let created = h.created(1).await?;
+    assert_eq!(created[0]["channel_id"], id("dmalice"));
+    assert!(
+        created[0]["message"].as_str().unwrap().contains("pairing"),
+        "{}",
+        created[0]
+    );
+    h.fake
+        .post_event(&id("bob"), &id("dmbob"), "dm from bob", None, &[]);
+    let inbound = h.inbound().await?;
+    assert_eq!(
+        (inbound.sender_id.as_str(), inbound.content.as_str()),
+        (id("bob").as_str(), "dm from bob")
+    );
+    // `open`: a channel post without a mention is taken (from Alice, matched by username)...
+    let root = h
+        .fake
+        .post_event(&id("alice"), &id("town"), "no mention needed", None, &[]);
+    assert_eq!(h.inbound().await?.content, "no mention needed");
+    // ...but in a thread `mention` holds; Eve, not on the list, is never taken.
+    h.fake.post_event(
+        &id("alice"),
+        &id("town"),
+        "in the thread, unmentioned",
+        Some(&root),
+        &[],
+    );
+    h.fake
+        .post_event(&id("eve"), &id("town"), "eve in the open channel", None, &[]);
+    h.fake.post_event(
+        &id("alice"),
+        &id("town"),
+        &format!("@{BOT_USERNAME} in the thread"),
+        Some(&root),
+        &[],
+    );
+    let inbound = h.inbound().await?;
+    assert!(
+        inbound.content.ends_with("Current message:\nin the thread"),
+        "{}",
+        inbound.content
+    );
+    let lookups = h
+        .fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.path == format!("/api/v4/users/{}", id("alice")))
+        .count();
+    assert_eq!(lookups, 1, "a user is looked up once");
+    h.stop().await;
+    Ok(())
+}
