@@ -30,20 +30,38 @@ pub fn upgrade_client(
     })
 }
 
-/// Opens the WebSocket at `url` (`ws://` or `wss://`) for `channel` through `client` (see [`upgrade_client`]),
-/// sending `bearer` as `Authorization: Bearer …` when given, within `timeout`. `key` names the setting in errors
-/// (`channels.napcat.wsUrl`, `channels.mattermost.serverUrl`). A refusal (HTTP 401 or 403) is
-/// [`ChannelError::Auth`] naming `token_key`; a server that does not upgrade, or a network failure, is
-/// [`ChannelError::Transient`]. Errors show the URL without its query and never the token.
+/// A WebSocket for [`connect`] to open, and the settings its errors name.
+#[derive(Debug, Clone, Copy)]
+pub struct Upgrade<'a> {
+    /// `ws://` or `wss://` address (a ticket in its query is never shown).
+    pub url: &'a str,
+    /// Sent as `Authorization: Bearer …` when given and not empty.
+    pub bearer: Option<&'a str>,
+    /// Bound of the connection, the handshake and the upgrade, each.
+    pub timeout: Duration,
+    /// The setting that holds the address (`channels.napcat.wsUrl`).
+    pub url_key: &'a str,
+    /// The setting a refusal (HTTP 401 or 403) is blamed on, as [`ChannelError::Auth`]; `None`: a refusal is
+    /// transient (a short-lived ticket in the URL, asked for again on the next connection).
+    pub credential_key: Option<&'a str>,
+}
+
+/// Opens `target` for `channel` through `client` (see [`upgrade_client`]). A refusal is
+/// [`ChannelError::Auth`] naming [`Upgrade::credential_key`] (or transient without one); a server that does not
+/// upgrade, or a network failure, is [`ChannelError::Transient`]. Errors show the URL without its query and
+/// never the bearer.
 pub async fn connect(
     channel: &str,
     client: &reqwest::Client,
-    url: &str,
-    bearer: Option<&str>,
-    timeout: Duration,
-    keys: (&str, &str),
+    target: &Upgrade<'_>,
 ) -> Result<Socket, ChannelError> {
-    let (key, token_key) = keys;
+    let Upgrade {
+        url,
+        bearer,
+        timeout,
+        url_key: key,
+        credential_key,
+    } = *target;
     let shown = shown_url(url);
     let transient = |message: String| ChannelError::transient(channel, message);
     let http_url = if let Some(rest) = url.strip_prefix("ws://") {
@@ -79,10 +97,13 @@ pub async fn connect(
     };
     let status = response.status().as_u16();
     if matches!(status, 401 | 403) {
-        return Err(ChannelError::auth(
-            channel,
-            format!("{shown} refused the connection (HTTP {status}): check {token_key}"),
-        ));
+        return Err(match credential_key {
+            Some(token_key) => ChannelError::auth(
+                channel,
+                format!("{shown} refused the connection (HTTP {status}): check {token_key}"),
+            ),
+            None => transient(format!("{shown} refused the connection (HTTP {status})")),
+        });
     }
     if status != 101 {
         return Err(transient(format!(

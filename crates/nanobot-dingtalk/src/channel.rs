@@ -244,12 +244,18 @@ impl DingTalkChannel {
 
     async fn session(&self, bus: &Arc<dyn Bus>, cancel: &CancellationToken) -> Result<Ended, ChannelError> {
         let url = self.api.open_connection().await?;
-        let connect = tokio::time::timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(url.as_str()));
-        let (mut ws, _) = tokio::select! {
+        // Through reqwest's upgrade: the ticket in the URL is never logged (tungstenite's handshake logs it).
+        let client = nanobot_channels::ws::upgrade_client(NAME, CONNECT_TIMEOUT, false)?;
+        let target = nanobot_channels::ws::Upgrade {
+            url: url.as_str(),
+            bearer: None,
+            timeout: CONNECT_TIMEOUT,
+            url_key: "the Stream endpoint",
+            credential_key: None,
+        };
+        let mut ws = tokio::select! {
             () = cancel.cancelled() => return Ok(Ended::Cancelled),
-            r = connect => r
-                .map_err(|_| ChannelError::transient(NAME, "WebSocket handshake timed out"))?
-                .map_err(|e| ChannelError::transient(NAME, e))?,
+            r = nanobot_channels::ws::connect(NAME, &client, &target) => r?,
         };
         self.connections.send_modify(|n| *n += 1);
         tracing::info!("dingtalk: stream connected");

@@ -193,12 +193,19 @@ impl FeishuChannel {
                     .and_then(|(_, v)| v.parse().ok())
             })
             .unwrap_or(0);
-        let connect = tokio::time::timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(url.as_str()));
-        let (mut ws, _) = tokio::select! {
+        // Through reqwest's upgrade: the access key and ticket in the URL are never logged (tungstenite's
+        // handshake logs them).
+        let client = nanobot_channels::ws::upgrade_client(NAME, CONNECT_TIMEOUT, false)?;
+        let target = nanobot_channels::ws::Upgrade {
+            url: url.as_str(),
+            bearer: None,
+            timeout: CONNECT_TIMEOUT,
+            url_key: "the long-connection endpoint",
+            credential_key: None,
+        };
+        let mut ws = tokio::select! {
             () = cancel.cancelled() => return Ok(Ended::Cancelled),
-            r = connect => r
-                .map_err(|_| ChannelError::Transient { channel: NAME.into(), source: "WebSocket handshake timed out".into() })?
-                .map_err(|e| ChannelError::Transient { channel: NAME.into(), source: Box::new(e) })?,
+            r = nanobot_channels::ws::connect(NAME, &client, &target) => r?,
         };
         self.connections.send_modify(|n| *n += 1);
         tracing::info!("feishu: long connection open");

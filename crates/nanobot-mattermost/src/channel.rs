@@ -619,16 +619,16 @@ impl MattermostChannel {
         *lock(&self.me) = Some((id, username));
         let upgrade = nanobot_channels::ws::upgrade_client(NAME, CONNECT_TIMEOUT, false)?;
         let ws_url = self.settings.ws_url();
+        let target = nanobot_channels::ws::Upgrade {
+            url: &ws_url,
+            bearer: Some(self.settings.token.expose()),
+            timeout: CONNECT_TIMEOUT,
+            url_key: "channels.mattermost.serverUrl",
+            credential_key: Some("channels.mattermost.token"),
+        };
         let mut ws = tokio::select! {
             () = cancel.cancelled() => return Ok(()),
-            ws = nanobot_channels::ws::connect(
-                NAME,
-                &upgrade,
-                &ws_url,
-                Some(self.settings.token.expose()),
-                CONNECT_TIMEOUT,
-                ("channels.mattermost.serverUrl", "channels.mattermost.token"),
-            ) => ws?,
+            ws = nanobot_channels::ws::connect(NAME, &upgrade, &target) => ws?,
         };
         loop {
             let frame = tokio::select! {

@@ -541,15 +541,14 @@ impl NapcatChannel {
                 built
             }
         };
-        nanobot_channels::ws::connect(
-            NAME,
-            &client,
-            &self.settings.ws_url,
-            Some(self.settings.access_token.expose()),
-            CONNECT_TIMEOUT,
-            ("channels.napcat.wsUrl", "channels.napcat.accessToken"),
-        )
-        .await
+        let target = nanobot_channels::ws::Upgrade {
+            url: &self.settings.ws_url,
+            bearer: Some(self.settings.access_token.expose()),
+            timeout: CONNECT_TIMEOUT,
+            url_key: "channels.napcat.wsUrl",
+            credential_key: Some("channels.napcat.accessToken"),
+        };
+        nanobot_channels::ws::connect(NAME, &client, &target).await
     }
 
     /// One connection: connect, log in, then read frames and handle events until it ends or `cancel` fires.
