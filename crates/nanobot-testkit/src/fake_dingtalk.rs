@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use axum::Json;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
@@ -280,16 +280,10 @@ impl FakeDingTalk {
     }
 
     async fn wait<T>(&self, what: &str, mut check: impl FnMut(&State) -> Option<T>) -> Result<T> {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let notified = self.state.changed.notified();
-            if let Some(v) = check(&self.state) {
-                return Ok(v);
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                bail!("fake dingtalk: {what} did not happen within {WAIT:?}");
-            }
-        }
+        crate::wait::until(&self.state.changed, WAIT, "fake dingtalk", what, || {
+            check(&self.state)
+        })
+        .await
     }
 
     /// Waits until `n` connections were opened in total.

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, Response, StatusCode, header};
 use futures::{SinkExt, StreamExt};
@@ -152,16 +152,10 @@ impl FakeOneBot {
     }
 
     async fn wait<T>(&self, what: &str, mut check: impl FnMut(&State) -> Option<T>) -> Result<T> {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let notified = self.state().changed.notified();
-            if let Some(v) = check(self.state()) {
-                return Ok(v);
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                bail!("fake onebot: {what} did not happen within {WAIT:?}");
-            }
-        }
+        crate::wait::until(&self.state().changed, WAIT, "fake onebot", what, || {
+            check(self.state())
+        })
+        .await
     }
 
     /// Waits (60 s at most, an error then) until `n` WebSocket connections have been accepted in total since

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use axum::Json;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
@@ -181,16 +181,7 @@ impl FakeQq {
     }
 
     async fn wait<T>(&self, what: &str, mut check: impl FnMut(&State) -> Option<T>) -> Result<T> {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let notified = self.state.changed.notified();
-            if let Some(v) = check(&self.state) {
-                return Ok(v);
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                bail!("fake qq: {what} did not happen within {WAIT:?}");
-            }
-        }
+        crate::wait::until(&self.state.changed, WAIT, "fake qq", what, || check(&self.state)).await
     }
 
     /// Waits until `n` gateway sessions were made ready (READY or RESUMED sent) in total.

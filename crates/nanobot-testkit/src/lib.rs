@@ -106,6 +106,7 @@ pub mod peers;
 pub mod secrets;
 pub mod sse;
 pub mod telegram_emulator;
+mod wait;
 
 pub use home::TempHome;
 pub use mock::{MockLlm, NO_REPLY_LEFT};
