@@ -252,16 +252,9 @@ fn napcat_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>) {
             return;
         }
     };
-    let shown = s.ws_url.split(['?', '#']).next().unwrap_or_default().to_owned();
+    let shown = s.shown_url();
     f.push(Finding::ok(format!("napcat: NapCat's WebSocket at {shown}")));
-    let host = shown
-        .split("://")
-        .nth(1)
-        .and_then(|rest| rest.split(['/', ':']).next())
-        .unwrap_or_default()
-        .trim_start_matches('[');
-    let local = matches!(host, "localhost" | "127.0.0.1" | "::1") || host.starts_with("127.");
-    if s.access_token.is_empty() && !local {
+    if s.access_token.is_empty() && !s.on_this_machine() {
         f.push(Finding::warn(
             format!(
                 "napcat: {shown} is reached without `accessToken`: whoever reaches it can act as the bot"

@@ -175,6 +175,24 @@ impl NapcatSettings {
         Ok(s)
     }
 
+    /// `wsUrl` without its query and fragment (where a token may sit), as errors and `doctor` show it.
+    pub fn shown_url(&self) -> &str {
+        nanobot_channels::ws::shown_url(&self.ws_url)
+    }
+
+    /// Whether `wsUrl` is on this machine (`localhost` or a loopback address), where no token is needed.
+    pub fn on_this_machine(&self) -> bool {
+        let Some(host) = reqwest::Url::parse(&self.ws_url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_owned))
+        else {
+            return false;
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        host.eq_ignore_ascii_case("localhost")
+            || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    }
+
     /// The policy of group `group_id`: its override, else `groupPolicy`.
     pub fn policy_of(&self, group_id: &str) -> GroupMode {
         self.group_policy_overrides
@@ -209,6 +227,20 @@ mod tests {
         assert_eq!(s.policy_of("777"), GroupMode::Chance(0.25));
         assert!(!s.welcome_new_members);
         assert_eq!(s.max_image_bytes, 1024);
+        assert!(!s.on_this_machine());
+        for (url, local) in [
+            ("ws://127.0.0.1:3001/?access_token=x", true),
+            ("ws://[::1]:3001", true),
+            ("ws://LOCALHOST:3001", true),
+            ("ws://127.9.9.9:3001", true),
+            ("ws://192.168.1.5:3001", false),
+            ("wss://127.0.0.1.example:3001", false),
+        ] {
+            let s = NapcatSettings::from_block(&json!({"wsUrl": url})).unwrap();
+            assert_eq!(s.on_this_machine(), local, "{url}");
+        }
+        let s = NapcatSettings::from_block(&json!({"wsUrl": "ws://h:1/?access_token=SEKRIT"})).unwrap();
+        assert_eq!(s.shown_url(), "ws://h:1/");
     }
 
     #[test]
