@@ -693,7 +693,7 @@ impl Channel for MattermostChannel {
         if matches!(msg.kind, OutboundKind::StreamDelta { .. }) {
             return Ok(());
         }
-        let details = &msg.metadata.get(META_MATTERMOST).cloned().unwrap_or(Value::Null);
+        let details = msg.metadata.get(META_MATTERMOST).unwrap_or(&Value::Null);
         let root = [&details["root_id"], &details["thread_ts"]]
             .into_iter()
             .chain(msg.metadata.get("root_id"))

@@ -250,14 +250,18 @@ impl NapcatChannel {
     /// What a message's segments say (array form; a plain string is one text segment, as 0.3.5 reads it).
     fn parse(&self, message: &Value) -> Parsed {
         let own = lock(&self.self_id).clone();
-        let segments: Vec<Value> = match message {
-            Value::Array(items) => items.clone(),
-            Value::String(s) if !s.is_empty() => vec![text_segment(s)],
-            _ => Vec::new(),
+        let single;
+        let segments: &[Value] = match message {
+            Value::Array(items) => items,
+            Value::String(s) if !s.is_empty() => {
+                single = [text_segment(s)];
+                &single
+            }
+            _ => &[],
         };
         let mut parts: Vec<String> = Vec::new();
         let mut out = Parsed::default();
-        for seg in &segments {
+        for seg in segments {
             let data = &seg["data"];
             match seg["type"].as_str() {
                 Some("text") => {
