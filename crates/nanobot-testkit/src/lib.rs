@@ -10,7 +10,8 @@
 //! environment) and [`peers`] (finding real peer programs under `.ci/.peers/`, the skip-or-fail rule,
 //! [`peers::ChildGuard`], readiness waits), [`telegram_emulator`] (the Telegram Bot API emulator behind a proxy
 //! that makes it answer like Telegram), fakes of the Feishu, DingTalk and QQ servers, a OneBot v11 (NapCat) fake
-//! ([`fake_onebot`]), a Mattermost server fake (REST API v4 and its WebSocket, [`fake_mattermost`]), a
+//! ([`fake_onebot`]), a Mattermost server fake (REST API v4 and its WebSocket, [`fake_mattermost`]), the Microsoft
+//! services a Teams bot talks to (Bot Framework keys and tokens, Azure AD, the Bot Connector: [`fake_msteams`]), a
 //! [`file_server`] for code that fetches remote files, [`host_echo`] for what may leave a sandbox, an OpenTelemetry collector's traces endpoint ([`otlp`]), fake OAuth servers ([`fake_oauth`]: GitHub's device flow
 //! and Copilot token exchange), and [`secrets`] (proof that
 //! no secret leaves an adapter).
@@ -88,6 +89,8 @@ mod anthropic;
 pub mod fake_dingtalk;
 pub mod fake_feishu;
 pub mod fake_mattermost;
+// Fake Microsoft Teams / Bot Framework services (docs in the module: a `///` here would break their links).
+pub mod fake_msteams;
 pub mod fake_oauth;
 pub mod fake_onebot;
 pub mod fake_qq;

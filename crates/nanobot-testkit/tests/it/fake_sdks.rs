@@ -905,3 +905,798 @@ async fn mattermost_fake_checks_tokens_sequences_and_drops() {
     fake.connected(2).await.unwrap();
     assert_eq!(fake.refused(), 4);
 }
+
+/// The Teams fake's tokens, checked by Microsoft's Bot Framework SDK for Python (`botframework-connector`): its
+/// channel validation (OpenID metadata → JWKS → RS256, issuer, audience = app id, `serviceurl` = the activity's,
+/// endorsements naming the channel) accepts the fake's token and refuses broken ones, each for its own reason.
+#[tokio::test]
+async fn bot_framework_sdk_validates_the_teams_fakes_tokens() {
+    use nanobot_testkit::fake_msteams::{APP_ID, APP_PASSWORD, FakeTeams, InboundToken};
+    let Some(python) = peers::require("python venv (botframework-connector SDK)", peers::python()) else {
+        return;
+    };
+    let fake = FakeTeams::start(APP_ID, APP_PASSWORD).await.unwrap();
+    let service = fake.service_url();
+    let valid = InboundToken::for_app(APP_ID, &service);
+    let cases = [
+        ("valid", fake.token(&valid), "msteams", service.clone()),
+        (
+            "forged",
+            fake.token(&InboundToken {
+                forged: true,
+                ..valid.clone()
+            }),
+            "msteams",
+            service.clone(),
+        ),
+        (
+            // The SDK allows 5 minutes of clock skew: an hour ago is expired for everyone.
+            "expired",
+            fake.token(&InboundToken {
+                lifetime_secs: -3600,
+                ..valid.clone()
+            }),
+            "msteams",
+            service.clone(),
+        ),
+        (
+            "other_audience",
+            fake.token(&InboundToken::for_app(
+                "0e9d8c7b-6a5f-4e3d-9c2b-1a0f9e8d7c6b",
+                &service,
+            )),
+            "msteams",
+            service.clone(),
+        ),
+        (
+            "other_issuer",
+            fake.token(&InboundToken {
+                issuer: "https://sts.windows.net/evil/".into(),
+                ..valid.clone()
+            }),
+            "msteams",
+            service.clone(),
+        ),
+        (
+            "service_url_mismatch",
+            fake.token(&valid),
+            "msteams",
+            "https://smba.trafficmanager.net/amer/".to_string(),
+        ),
+        // The key's endorsements name msteams only: a token for another channel is refused.
+        ("not_endorsed", fake.token(&valid), "slack", service.clone()),
+    ];
+    let cases: Vec<Value> = cases
+        .into_iter()
+        .map(|(name, token, channel, url)| {
+            json!({"name": name, "token": token, "channel_id": channel, "service_url": url})
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let cases_file = dir.path().join("cases.json");
+    std::fs::write(&cases_file, serde_json::to_vec(&cases).unwrap()).unwrap();
+
+    let mut cmd = tokio::process::Command::new(&python);
+    cmd.arg(fixture("msteams_sdk_probe.py"))
+        .args(["inbound", fake.openid_config_url().as_str(), APP_ID])
+        .arg(&cases_file)
+        .env("REQUESTS_CA_BUNDLE", fake.ca_file())
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdout(Stdio::piped());
+    let mut child = ChildGuard::spawn_tokio("botframework inbound probe", &mut cmd).unwrap();
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let mut results = std::collections::BTreeMap::new();
+    for _ in 0..cases.len() {
+        let line = json_line(&mut lines).await;
+        results.insert(line["case"].as_str().unwrap().to_string(), line);
+    }
+    let ok = &results["valid"];
+    assert_eq!(ok["ok"], true, "{ok}");
+    assert_eq!(ok["authenticated"], true);
+    assert_eq!(ok["aud"], APP_ID);
+    assert_eq!(ok["serviceurl"], service.as_str());
+    let refused = |case: &str, needle: &str| {
+        let r = &results[case];
+        assert_eq!(r["ok"], false, "{case}: {r}");
+        let said = format!("{} {}", r["kind"].as_str().unwrap(), r["error"].as_str().unwrap());
+        assert!(said.contains(needle), "{case}: expected {needle:?} in {said:?}");
+    };
+    refused("forged", "InvalidSignatureError");
+    refused("expired", "ExpiredSignatureError");
+    refused("other_audience", "Invalid AppId");
+    refused("other_issuer", "No valid identity");
+    refused("service_url_mismatch", "service_url claim do not match");
+    refused("not_endorsed", "Could not validate endorsement key");
+    // The SDK found the keys through the fake's OpenID configuration, once (it caches them).
+    let paths: Vec<String> = fake.calls().into_iter().map(|c| c.path).collect();
+    assert_eq!(
+        paths,
+        ["/v1/.well-known/openidconfiguration", "/v1/.well-known/keys"]
+    );
+}
+
+/// The Teams fake's Azure AD and Bot Connector, used by Microsoft's Bot Framework SDK for Python: msal's tenant
+/// discovery and client credentials get a token, `ConnectorClient` sends, replies and updates with it; a wrong
+/// password gets AAD's `invalid_client`, which the SDK reports without the secret.
+#[tokio::test]
+async fn bot_framework_sdk_sends_through_the_teams_fake() {
+    use nanobot_testkit::fake_msteams::{
+        APP_ID, APP_PASSWORD, BOT_FRAMEWORK_SCOPE, FakeTeams, TENANT_ID, TeamsUser,
+    };
+    let Some(python) = peers::require("python venv (botframework-connector SDK)", peers::python()) else {
+        return;
+    };
+    let fake = FakeTeams::start(APP_ID, APP_PASSWORD).await.unwrap();
+    let alice = TeamsUser::new("Alice");
+    let conversation = alice.personal_conversation_id();
+    let inbound = fake.message(&alice, &conversation, "personal", "hi");
+    let activity_id = inbound["id"].as_str().unwrap().to_string();
+    let run = |password: &str| {
+        let mut cmd = tokio::process::Command::new(&python);
+        cmd.arg(fixture("msteams_sdk_probe.py"))
+            .arg("outbound")
+            .args([
+                fake.base_url(),
+                fake.service_url(),
+                APP_ID.into(),
+                password.into(),
+            ])
+            .args([TENANT_ID, conversation.as_str(), activity_id.as_str()])
+            .env("REQUESTS_CA_BUNDLE", fake.ca_file())
+            .env("NO_PROXY", "127.0.0.1,localhost")
+            .stdout(Stdio::piped());
+        ChildGuard::spawn_tokio("botframework outbound probe", &mut cmd).unwrap()
+    };
+    let mut child = run(APP_PASSWORD);
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let out = json_line(&mut BufReader::new(stdout).lines()).await;
+    assert!(out["error"].is_null(), "{out}");
+
+    let sent = fake.wait_sent(3, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(out["sent_id"], sent[0].id.as_str(), "{out}");
+    assert_eq!(out["reply_id"], sent[1].id.as_str());
+    assert_eq!(out["updated_id"], sent[1].id.as_str());
+    assert_eq!(
+        (sent[0].method.as_str(), sent[0].reply_to.as_deref()),
+        ("POST", None)
+    );
+    assert_eq!(
+        (sent[1].method.as_str(), sent[1].reply_to.as_deref()),
+        ("POST", Some(activity_id.as_str()))
+    );
+    assert_eq!(
+        (sent[2].method.as_str(), sent[2].reply_to.as_deref()),
+        ("PUT", Some(sent[1].id.as_str()))
+    );
+    for s in &sent {
+        assert_eq!(
+            s.conversation_id, conversation,
+            "the `a:1…` id was percent-decoded"
+        );
+        assert_eq!(s.token, sent[0].token, "one token for all three");
+    }
+    assert_eq!(sent[0].body["type"], "message");
+    assert_eq!(sent[0].body["text"], "hello from the SDK");
+    assert_eq!(sent[0].body["from"]["id"], format!("28:{APP_ID}"));
+    assert_eq!(sent[1].body["replyToId"], activity_id.as_str());
+    assert_eq!(sent[2].body["text"], "an edited reply");
+    // msal read the tenant's OpenID configuration, then asked for one token with the app's credentials.
+    assert_eq!(fake.tokens_issued(), 1);
+    let asked = fake.token_requests();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].tenant, TENANT_ID);
+    assert_eq!(asked[0].client_id, APP_ID);
+    assert_eq!(asked[0].grant_type, "client_credentials");
+    assert_eq!(asked[0].scope, BOT_FRAMEWORK_SCOPE);
+    assert!(asked[0].granted);
+    let paths: Vec<(String, String)> = fake.calls().into_iter().map(|c| (c.method, c.path)).collect();
+    assert_eq!(
+        paths[..2],
+        [
+            (
+                "GET".to_string(),
+                format!("/{TENANT_ID}/v2.0/.well-known/openid-configuration")
+            ),
+            ("POST".to_string(), format!("/{TENANT_ID}/oauth2/v2.0/token")),
+        ]
+    );
+    assert!(
+        paths[2].1.starts_with("/amer/v3/conversations/a%3A1"),
+        "msrest percent-encodes the id: {paths:?}"
+    );
+    assert_eq!(fake.refused_auth(), 0);
+    drop(child);
+
+    // A wrong password: AAD's 401 invalid_client, the SDK's PermissionError; nothing reaches the connector.
+    let mut child = run("not-the-secret");
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let out = json_line(&mut BufReader::new(stdout).lines()).await;
+    assert_eq!(out["kind"], "PermissionError", "{out}");
+    let error = out["error"].as_str().unwrap();
+    assert!(
+        error.contains("invalid_client") && error.contains("AADSTS7000215"),
+        "{error}"
+    );
+    assert!(error.contains(APP_ID), "AAD names the app: {error}");
+    assert!(!error.contains("not-the-secret"), "never the secret: {error}");
+    assert_eq!(fake.refused_auth(), 1);
+    assert_eq!(fake.tokens_issued(), 1);
+    assert_eq!(fake.sent().len(), 3);
+}
+
+/// The Python nanobot 0.3.5's own Teams channel against the Teams fake: it validates the fake's inbound tokens
+/// through the fake's OpenID configuration and JWKS (a valid one passes; forged, expired and missing ones are
+/// 401), publishes only the allowed user's personal messages, and replies with a token from the fake's Azure AD.
+#[tokio::test]
+async fn python_nanobot_msteams_channel_accepts_the_teams_fake() {
+    use nanobot_testkit::fake_msteams::{
+        APP_ID, APP_PASSWORD, BOT_FRAMEWORK_SCOPE, FakeTeams, InboundToken, TENANT_ID, TeamsUser,
+    };
+    let Some(python) = peers::require(
+        "the Python nanobot 0.3.5's venv",
+        peers::peers_dir()
+            .map(|d| d.join("nanobot-venv/bin/python"))
+            .filter(|p| p.exists()),
+    ) else {
+        return;
+    };
+    let home = tempfile::tempdir().unwrap();
+    let fake = FakeTeams::start(APP_ID, APP_PASSWORD).await.unwrap();
+    let alice = TeamsUser::new("Alice");
+    let mallory = TeamsUser::new("Mallory");
+    let port = peers::free_port().unwrap();
+    let webhook = format!("http://127.0.0.1:{port}/api/messages");
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(fixture("msteams_035_probe.py"))
+        .args([
+            fake.base_url(),
+            fake.openid_config_url(),
+            APP_ID.into(),
+            APP_PASSWORD.into(),
+        ])
+        .args([
+            TENANT_ID.into(),
+            port.to_string(),
+            alice.aad_object_id.clone(),
+            "2".into(),
+        ])
+        .env("HOME", home.path())
+        .env("SSL_CERT_FILE", fake.ca_file())
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdout(Stdio::piped());
+    let mut child = ChildGuard::spawn_tokio("msteams 0.3.5 probe", &mut cmd).unwrap();
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let ready = json_line(&mut lines).await;
+    assert_eq!(ready["listening"], port, "{ready}");
+
+    let dm = alice.personal_conversation_id();
+    let first = fake.message(&alice, &dm, "personal", "hello bot");
+    let first_id = first["id"].as_str().unwrap().to_string();
+    let token = fake.valid_token();
+    assert_eq!(fake.deliver(&webhook, &first, Some(&token)).await.unwrap(), 200);
+    let published = json_line(&mut lines).await;
+    assert_eq!(published["channel"], "msteams", "{published}");
+    assert_eq!(
+        published["chat_id"],
+        dm.as_str(),
+        "the conversation id is the chat id"
+    );
+    assert_eq!(
+        published["sender_id"],
+        alice.aad_object_id.as_str(),
+        "the AAD object id is the sender"
+    );
+    assert_eq!(published["content"], "hello bot");
+    assert_eq!(
+        published["metadata"]["msteams"],
+        json!({"activity_id": first_id, "conversation_id": dm, "conversation_type": "personal",
+               "from_name": "Alice"})
+    );
+    // It found the keys through the fake's OpenID configuration.
+    let fetched: Vec<String> = fake.calls().into_iter().map(|c| c.path).collect();
+    assert_eq!(
+        fetched,
+        ["/v1/.well-known/openidconfiguration", "/v1/.well-known/keys"]
+    );
+
+    // Refused (401): a forged token, an expired one, none at all.
+    let other = fake.message(&alice, &dm, "personal", "must not arrive");
+    let valid = InboundToken::for_app(APP_ID, &fake.service_url());
+    let forged = fake.token(&InboundToken {
+        forged: true,
+        ..valid.clone()
+    });
+    let expired = fake.token(&InboundToken {
+        lifetime_secs: -3600,
+        ..valid.clone()
+    });
+    assert_eq!(fake.deliver(&webhook, &other, Some(&forged)).await.unwrap(), 401);
+    assert_eq!(fake.deliver(&webhook, &other, Some(&expired)).await.unwrap(), 401);
+    assert_eq!(fake.deliver(&webhook, &other, None).await.unwrap(), 401);
+    // Accepted (200) but not published: a stranger's DM, and a group chat (0.3.5 answers DMs only).
+    let stranger = fake.message(
+        &mallory,
+        &mallory.personal_conversation_id(),
+        "personal",
+        "let me in",
+    );
+    assert_eq!(
+        fake.deliver(&webhook, &stranger, Some(&token)).await.unwrap(),
+        200
+    );
+    let group = fake.message(&alice, "19:abc123def456@thread.v2", "groupChat", "in a group");
+    assert_eq!(fake.deliver(&webhook, &group, Some(&token)).await.unwrap(), 200);
+    // The next published message is this marker, in another conversation: nothing else got through.
+    let marker = fake.message(&alice, "a:1another-conversation", "personal", "marker");
+    assert_eq!(fake.deliver(&webhook, &marker, Some(&token)).await.unwrap(), 200);
+    let published = json_line(&mut lines).await;
+    assert_eq!(published["content"], "marker", "{published}");
+    assert_eq!(published["chat_id"], "a:1another-conversation");
+
+    // channel.send: a token from the fake's Azure AD (the app's tenant), then the reply in the first
+    // conversation, threaded to its activity.
+    let done = json_line(&mut lines).await;
+    assert_eq!(done["sent"], true, "{done}");
+    let sent = fake.wait_sent(1, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].method, "POST");
+    assert_eq!(sent[0].conversation_id, dm);
+    assert_eq!(
+        sent[0].reply_to, None,
+        "0.3.5 posts to …/activities with replyToId in the body"
+    );
+    assert_eq!(
+        sent[0].body,
+        json!({"type": "message", "text": "hello back", "replyToId": first_id})
+    );
+    assert_eq!(fake.tokens_issued(), 1);
+    let asked = fake.token_requests();
+    assert_eq!(
+        (
+            asked[0].tenant.as_str(),
+            asked[0].client_id.as_str(),
+            asked[0].grant_type.as_str(),
+            asked[0].scope.as_str()
+        ),
+        (TENANT_ID, APP_ID, "client_credentials", BOT_FRAMEWORK_SCOPE)
+    );
+    assert_eq!(fake.refused_auth(), 0);
+    // 0.3.5 stored the conversation refs under the workspace (the allowed user's two conversations only).
+    let refs = done["refs"].as_object().unwrap();
+    let mut keys: Vec<&str> = refs.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["a:1another-conversation", dm.as_str()]);
+    assert_eq!(
+        refs[dm.as_str()],
+        json!({"service_url": fake.service_url(), "conversation_id": dm, "bot_id": fake.bot_id(),
+               "activity_id": first_id, "conversation_type": "personal", "tenant_id": TENANT_ID})
+    );
+}
+
+/// `application/x-www-form-urlencoded` (reqwest's `form` feature is off here).
+fn form(pairs: &[(&str, &str)]) -> String {
+    let enc = |s: &str| -> String {
+        s.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                    char::from(b).to_string()
+                }
+                b' ' => "+".to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
+    };
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// The Teams fake's own rules (no peer needed): the token endpoint's AAD errors (never echoing the secret), the
+/// connector's bearer rule, percent-decoded ids, replies and updates, its 400/404/405 answers, outages, expired
+/// tokens, and the shape of what it mints.
+#[tokio::test]
+async fn teams_fake_checks_credentials_tokens_and_outages() {
+    use base64::Engine as _;
+    use nanobot_testkit::fake_msteams::{
+        APP_ID, APP_PASSWORD, BOT_FRAMEWORK_ISSUER, BOT_FRAMEWORK_SCOPE, BOT_ID, FakeTeams, InboundToken,
+        TENANT_ID, TeamsUser,
+    };
+    let fake = FakeTeams::start(APP_ID, APP_PASSWORD).await.unwrap();
+    assert_eq!(BOT_ID, format!("28:{APP_ID}"));
+    assert_eq!(fake.bot_id(), BOT_ID);
+    let http = fake.client().unwrap();
+    let token_url = fake.token_url(TENANT_ID);
+    let ask = |secret: &str| {
+        http.post(&token_url)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form(&[
+                ("grant_type", "client_credentials"),
+                ("client_id", APP_ID),
+                ("client_secret", secret),
+                ("scope", BOT_FRAMEWORK_SCOPE),
+            ]))
+    };
+    // A wrong secret: 401 invalid_client naming the app, never the secret.
+    let resp = ask("wrong secret+&=").send().await.unwrap();
+    assert_eq!(resp.status(), 401);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_client");
+    assert_eq!(body["error_codes"], json!([7000215]));
+    let text = body.to_string();
+    assert!(text.contains("AADSTS7000215") && text.contains(APP_ID), "{text}");
+    assert!(!text.contains("wrong secret"), "{text}");
+    // Unknown client, missing parameter, another grant, a scope without /.default.
+    let resp = http
+        .post(&token_url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[
+            ("grant_type", "client_credentials"),
+            ("client_id", "someone-else"),
+            ("client_secret", APP_PASSWORD),
+            ("scope", BOT_FRAMEWORK_SCOPE),
+        ]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert_eq!(
+        resp.json::<Value>().await.unwrap()["error"],
+        "unauthorized_client"
+    );
+    let resp = http
+        .post(&token_url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[("grant_type", "client_credentials")]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_request");
+    assert!(
+        body["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("'client_id'"),
+        "{body}"
+    );
+    let resp = http
+        .post(&token_url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[
+            ("grant_type", "password"),
+            ("client_id", APP_ID),
+            ("scope", BOT_FRAMEWORK_SCOPE),
+        ]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.json::<Value>().await.unwrap()["error"],
+        "unsupported_grant_type"
+    );
+    let resp = http
+        .post(&token_url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[
+            ("grant_type", "client_credentials"),
+            ("client_id", APP_ID),
+            ("client_secret", APP_PASSWORD),
+            ("scope", "https://api.botframework.com"),
+        ]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.json::<Value>().await.unwrap()["error"], "invalid_scope");
+    assert_eq!(fake.refused_auth(), 2);
+    assert_eq!(fake.tokens_issued(), 0);
+
+    // The right credentials (in the body; HTTP Basic works too).
+    let resp = ask(APP_PASSWORD).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["token_type"], "Bearer");
+    assert_eq!(body["expires_in"], 3599);
+    let access = body["access_token"].as_str().unwrap().to_string();
+    let claims: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(access.split('.').nth(1).unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(claims["aud"], "https://api.botframework.com");
+    assert_eq!(claims["appid"], APP_ID);
+    assert_eq!(claims["tid"], TENANT_ID);
+    let resp = http
+        .post(fake.token_url("botframework.com"))
+        .basic_auth(APP_ID, Some(APP_PASSWORD))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[
+            ("grant_type", "client_credentials"),
+            ("scope", BOT_FRAMEWORK_SCOPE),
+        ]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(fake.tokens_issued(), 2);
+    assert_eq!(fake.token_requests().last().unwrap().tenant, "botframework.com");
+
+    // The connector: the bearer rule, percent-decoding, send/reply/update, bad bodies.
+    let conv = "19:abc@thread.tacv2;messageid=1700000000000";
+    let encoded = "19%3Aabc%40thread.tacv2%3Bmessageid%3D1700000000000";
+    let activities = format!("{}v3/conversations/{encoded}/activities", fake.service_url());
+    let msg = json!({"type": "message", "text": "hi"});
+    let resp = http.post(&activities).json(&msg).send().await.unwrap();
+    assert_eq!(resp.status(), 401);
+    assert_eq!(
+        resp.json::<Value>().await.unwrap()["message"],
+        "Authorization has been denied for this request."
+    );
+    let resp = http
+        .post(&activities)
+        .bearer_auth("made-up")
+        .json(&msg)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    assert_eq!(fake.refused_auth(), 4);
+    let resp = http
+        .post(&activities)
+        .bearer_auth(&access)
+        .json(&msg)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let id = resp.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let one = format!("{activities}/{id}");
+    let resp = http
+        .post(&one)
+        .bearer_auth(&access)
+        .json(&msg)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let reply_id = resp.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(reply_id, id);
+    let resp = http
+        .put(format!("{activities}/{reply_id}"))
+        .bearer_auth(&access)
+        .json(&json!({"type": "message", "text": "edited"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.json::<Value>().await.unwrap(), json!({"id": reply_id}));
+    let sent = fake.wait_sent(3, Duration::from_secs(5)).await.unwrap();
+    assert!(
+        sent.iter()
+            .all(|s| s.conversation_id == conv && s.token == access)
+    );
+    assert_eq!(sent[0].reply_to, None);
+    assert_eq!(sent[1].reply_to.as_deref(), Some(id.as_str()));
+    assert_eq!(
+        (sent[2].method.as_str(), sent[2].reply_to.as_deref()),
+        ("PUT", Some(reply_id.as_str()))
+    );
+    for (body, what) in [
+        ("not json", "valid JSON"),
+        ("[1]", "JSON object"),
+        ("{\"text\":\"x\"}", "type is required"),
+    ] {
+        let resp = http
+            .post(&activities)
+            .bearer_auth(&access)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 400, "{body}");
+        let err: Value = resp.json().await.unwrap();
+        assert_eq!(err["error"]["code"], "BadArgument");
+        assert!(err["error"]["message"].as_str().unwrap().contains(what), "{err}");
+    }
+    let root = format!("{}/v3/conversations/{encoded}/activities", fake.base_url());
+    let resp = http
+        .post(&root)
+        .bearer_auth(&access)
+        .json(&msg)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status(),
+        404,
+        "the connector lives under the service URL's path"
+    );
+    let resp = http.get(&activities).bearer_auth(&access).send().await.unwrap();
+    assert_eq!(resp.status(), 405);
+    let resp = http
+        .post(format!("{activities}%zz"))
+        .bearer_auth(&access)
+        .json(&msg)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    // A token for another resource does not open the connector.
+    let resp = http
+        .post(&token_url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[
+            ("grant_type", "client_credentials"),
+            ("client_id", APP_ID),
+            ("client_secret", APP_PASSWORD),
+            ("scope", "https://graph.microsoft.com/.default"),
+        ]))
+        .send()
+        .await
+        .unwrap();
+    let graph = resp.json::<Value>().await.unwrap()["access_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let resp = http
+        .post(&activities)
+        .bearer_auth(&graph)
+        .json(&msg)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+
+    // Outage: 503 (and 429 with Retry-After), nothing recorded; then back.
+    fake.fail_connector(Some(503));
+    let resp = http
+        .post(&activities)
+        .bearer_auth(&access)
+        .json(&msg)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 503);
+    fake.fail_connector(Some(429));
+    let resp = http
+        .post(&activities)
+        .bearer_auth(&access)
+        .json(&msg)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 429);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    fake.fail_connector(None);
+    assert_eq!(fake.sent().len(), 3);
+    // Expired tokens: refused until a new one is fetched.
+    fake.expire_tokens();
+    let resp = http
+        .post(&activities)
+        .bearer_auth(&access)
+        .json(&msg)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    let fresh = ask(APP_PASSWORD)
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    let resp = http
+        .post(&activities)
+        .bearer_auth(fresh["access_token"].as_str().unwrap())
+        .json(&msg)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    assert!(
+        fake.wait_sent(5, Duration::from_millis(200)).await.is_err(),
+        "a bounded wait fails"
+    );
+
+    // Discovery documents.
+    let config: Value = http
+        .get(fake.openid_config_url())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(config["issuer"], BOT_FRAMEWORK_ISSUER);
+    assert_eq!(config["jwks_uri"], fake.jwks_url());
+    let jwks: Value = http
+        .get(fake.jwks_url())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let key = &jwks["keys"][0];
+    assert_eq!(
+        (key["kty"].as_str(), key["kid"].as_str()),
+        (Some("RSA"), Some(fake.kid()))
+    );
+    assert_eq!(key["e"], "AQAB");
+    assert_eq!(key["endorsements"], json!(["msteams"]));
+    assert!(
+        !key["n"].as_str().unwrap().contains('='),
+        "base64url without padding"
+    );
+    let tenant: Value = http
+        .get(format!(
+            "{}/{TENANT_ID}/v2.0/.well-known/openid-configuration",
+            fake.base_url()
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(tenant["token_endpoint"], token_url);
+
+    // What it mints: the header names the published key; the claims are the Bot Framework's.
+    let part = |jwt: &str, i: usize| -> Value {
+        serde_json::from_slice(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(jwt.split('.').nth(i).unwrap())
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    let token = fake.valid_token();
+    assert_eq!(
+        part(&token, 0),
+        json!({"typ": "JWT", "alg": "RS256", "kid": fake.kid(), "x5t": fake.kid()})
+    );
+    let claims = part(&token, 1);
+    assert_eq!(claims["iss"], BOT_FRAMEWORK_ISSUER);
+    assert_eq!(claims["aud"], APP_ID);
+    assert_eq!(claims["serviceurl"], fake.service_url());
+    assert!(claims["nbf"].as_i64().unwrap() < claims["exp"].as_i64().unwrap());
+    let odd = fake.token(&InboundToken {
+        kid: Some("unknown-kid".into()),
+        service_url: None,
+        ..InboundToken::for_app(APP_ID, "")
+    });
+    assert_eq!(part(&odd, 0)["kid"], "unknown-kid");
+    assert!(part(&odd, 1).get("serviceurl").is_none());
+
+    // A Teams message activity.
+    let alice = TeamsUser::new("Alice");
+    assert_eq!(alice, TeamsUser::new("Alice"));
+    assert!(alice.id.starts_with("29:1") && alice.personal_conversation_id().starts_with("a:1"));
+    let activity = fake.message(&alice, conv, "channel", "hello");
+    assert_eq!(activity["channelId"], "msteams");
+    assert_eq!(activity["serviceUrl"], fake.service_url());
+    assert_eq!(activity["recipient"]["id"], BOT_ID);
+    assert_eq!(activity["from"]["aadObjectId"], alice.aad_object_id.as_str());
+    assert_eq!(activity["conversation"]["isGroup"], true);
+    assert_eq!(activity["channelData"]["teamsChannelId"], "19:abc@thread.tacv2");
+    assert_eq!(activity["channelData"]["tenant"]["id"], TENANT_ID);
+    assert!(activity["timestamp"].as_str().unwrap().ends_with('Z'));
+    let later = fake.message(&alice, conv, "channel", "again");
+    assert!(
+        later["id"].as_str().unwrap().parse::<u64>().unwrap()
+            > activity["id"].as_str().unwrap().parse::<u64>().unwrap()
+    );
+}
