@@ -369,6 +369,7 @@ const FLOORS: &[(&str, u8)] = &[
     ("nanobot-qq", 3),
     ("nanobot-napcat", 3),
     ("nanobot-mattermost", 3),
+    ("nanobot-msteams", 3),
     ("nanobot-mochat", 3),
     ("nanobot-runtime", 4),
     ("nanobot-gateway", 5),

@@ -61,6 +61,12 @@ pub trait Channel: Send + Sync {
     fn supports_buttons(&self) -> bool {
         false
     }
+
+    /// For a channel its platform calls (a webhook): the address it listens on, `Some` once it does and `None`
+    /// again when it stops. `None` (the default) for channels that only connect out.
+    fn listening(&self) -> Option<tokio::sync::watch::Receiver<Option<std::net::SocketAddr>>> {
+        None
+    }
 }
 
 /// A progress counter shared between a channel's receive loop and the manager's watchdog. Cloning shares it.

@@ -74,6 +74,7 @@ pub(crate) fn channel_states(config: &Config) -> Vec<(String, bool, bool)> {
                 "dingtalk" => set("clientId") && set("clientSecret"),
                 "qq" => set("appId") && set("secret"),
                 "mattermost" => set("serverUrl") && set("token"),
+                "msteams" => set("appId") && set("appPassword"),
                 "mochat" => set("clawToken"),
                 // Both mail servers need a password (an app password for Gmail / Fastmail).
                 "email" => ["imapPassword", "smtpPassword"].iter().all(|k| {
@@ -229,6 +230,46 @@ fn mattermost_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>)
                 ));
             }
         }
+    }
+}
+
+#[cfg(feature = "msteams")]
+/// Doctor findings for `channels.msteams` (raw in the config; read by the adapter's own parser).
+fn msteams_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>) {
+    let Some(block) = c
+        .other
+        .get(nanobot_msteams::NAME)
+        .filter(|_| c.other.is_enabled(nanobot_msteams::NAME))
+    else {
+        return;
+    };
+    let s = match nanobot_msteams::MsTeamsSettings::from_block(block) {
+        Ok(s) => s,
+        Err(e) => {
+            f.push(Finding::problem(
+                e.to_string(),
+                "register a bot (Azure Bot, or the Teams Developer Portal) and put its Microsoft App ID and a \
+                 client secret in `channels.msteams` (appId, appPassword; tenantId for a single-tenant bot)",
+            ));
+            return;
+        }
+    };
+    f.push(Finding::ok(format!(
+        "msteams: app {} answers on http://{}:{}{} (the bot's messaging endpoint must reach it over HTTPS)",
+        s.app_id, s.host, s.port, s.path
+    )));
+    if !s.validate_inbound_auth {
+        f.push(Finding::warn(
+            "msteams: validateInboundAuth is off: anyone who reaches the webhook can write as any user",
+            "remove `channels.msteams.validateInboundAuth` (it is on by default)",
+        ));
+    }
+    if s.allow_from.is_empty() {
+        f.push(Finding::warn(
+            "msteams `allowFrom` is empty: nobody can talk to the bot",
+            "add users' AAD object ids to `channels.msteams.allowFrom` (or \"*\"); a stranger's message gets a \
+             pairing code",
+        ));
     }
 }
 
@@ -1068,6 +1109,8 @@ fn check_channels(config: &Config) -> Vec<Finding> {
     napcat_findings(c, &mut f);
     #[cfg(feature = "mattermost")]
     mattermost_findings(c, &mut f);
+    #[cfg(feature = "msteams")]
+    msteams_findings(c, &mut f);
     #[cfg(feature = "mochat")]
     mochat_findings(c, &mut f);
     #[cfg(feature = "email")]
@@ -1668,6 +1711,27 @@ mod raw_channel_tests {
             .unwrap();
             let text = doctor_text(&check_channels(&mm)).0;
             assert!(text.contains("channels.mattermost.token is empty"), "{text}");
+        }
+        #[cfg(feature = "msteams")]
+        {
+            let teams: Config = serde_json::from_str(
+                r#"{"channels":{"msteams":{"enabled":true,"appId":"app-7","appPassword":"TEAMSPW-9","validateInboundAuth":false}}}"#,
+            )
+            .unwrap();
+            let text = doctor_text(&check_channels(&teams)).0;
+            assert!(
+                text.contains("msteams: app app-7 answers on http://0.0.0.0:3978/api/messages"),
+                "{text}"
+            );
+            assert!(text.contains("validateInboundAuth is off"), "{text}");
+            assert!(text.contains("msteams `allowFrom` is empty"), "{text}");
+            assert!(!text.contains("TEAMSPW-9"), "{text}");
+            assert!(channel_states(&teams).contains(&("msteams".into(), true, true)));
+            let teams: Config =
+                serde_json::from_str(r#"{"channels":{"msteams":{"enabled":true,"appId":"app-7"}}}"#).unwrap();
+            let text = doctor_text(&check_channels(&teams)).0;
+            assert!(text.contains("channels.msteams.appPassword is empty"), "{text}");
+            assert!(channel_states(&teams).contains(&("msteams".into(), true, false)));
         }
         #[cfg(feature = "napcat")]
         {

@@ -118,6 +118,8 @@ pub struct Gateway {
     channels_task: JoinHandle<()>,
     grace: Duration,
     websocket: Option<nanobot_websocket::WebSocketChannel>,
+    /// The addresses of the channels their platforms call (webhooks), by name.
+    listeners: Vec<(String, tokio::sync::watch::Receiver<Option<SocketAddr>>)>,
     restart: Arc<RestartSlot>,
 }
 
@@ -289,6 +291,8 @@ pub const BUILT_CHANNELS: &[&str] = &[
     "napcat",
     #[cfg(feature = "mattermost")]
     "mattermost",
+    #[cfg(feature = "msteams")]
+    "msteams",
 ];
 
 /// The variable that lets the gateway start without the enabled channels it cannot run (any non-empty
@@ -339,6 +343,7 @@ fn build_channels(
     config: &Config,
     env: &Environment,
     metrics: &Metrics,
+    workspace: &std::path::Path,
 ) -> Result<Vec<Arc<dyn Channel>>, GatewayError> {
     #[cfg(not(feature = "telegram"))]
     let _ = metrics;
@@ -405,7 +410,13 @@ fn build_channels(
     // Feishu and DingTalk blocks stay raw in the config (like in 0.3.5's plugin channels); each adapter reads its own.
     // Remote files they are asked to send (and the files QQ's users send) are fetched behind the SSRF guard of
     // `tools.ssrfWhitelist`.
-    #[cfg(any(feature = "feishu", feature = "dingtalk", feature = "qq", feature = "napcat"))]
+    #[cfg(any(
+        feature = "feishu",
+        feature = "dingtalk",
+        feature = "qq",
+        feature = "napcat",
+        feature = "msteams"
+    ))]
     let ssrf_guard = |channel: &'static str| {
         nanobot_channels::download::SsrfGuard::from_cidrs(&config.tools.ssrf_whitelist).map_err(|e| {
             channel_error(channel)(ChannelError::Config {
@@ -493,6 +504,28 @@ fn build_channels(
             .with_pairing(pairing()?);
         out.push(Arc::new(channel));
     }
+    #[cfg(feature = "msteams")]
+    if let Some(block) = ch
+        .other
+        .get(nanobot_msteams::NAME)
+        .filter(|_| ch.other.is_enabled(nanobot_msteams::NAME))
+    {
+        let mut settings = nanobot_msteams::MsTeamsSettings::from_block(block)
+            .map_err(channel_error(nanobot_msteams::NAME))?;
+        // The system store honours the process's SSL_CERT_FILE; the environment passed in may name one too.
+        settings.extra_roots.extend(
+            env.vars
+                .get("SSL_CERT_FILE")
+                .map(std::path::PathBuf::from)
+                .filter(|f| f.is_file()),
+        );
+        // Conversation references where 0.3.5 keeps them, so a home works with either program.
+        let channel =
+            nanobot_msteams::MsTeamsChannel::new(settings, workspace.join("state"), paths.media_dir(None))
+                .with_ssrf_guard(ssrf_guard(nanobot_msteams::NAME)?)
+                .with_pairing(pairing()?);
+        out.push(Arc::new(channel));
+    }
     #[cfg(feature = "mochat")]
     if let Some(block) = ch
         .other
@@ -550,7 +583,7 @@ fn build_channels(
         out.push(Arc::new(channel));
     }
     // Without some channel features these helpers have no user.
-    let _ = (&pairing, &transcriber, &paths, &ch, env);
+    let _ = (&pairing, &transcriber, &paths, &ch, env, workspace);
     Ok(out)
 }
 
@@ -714,7 +747,7 @@ impl Gateway {
         }
         let mut channels = if opts.channels {
             check_unsupported_channels(config, &opts.env)?;
-            build_channels(config, &opts.env, &metrics)?
+            build_channels(config, &opts.env, &metrics, &agent.settings().workspace)?
         } else {
             Vec::new()
         };
@@ -727,6 +760,10 @@ impl Gateway {
             channels.push(Arc::new(ws.clone()));
         }
         let channel_names: Vec<String> = channels.iter().map(|c| c.name().to_owned()).collect();
+        let listeners = channels
+            .iter()
+            .filter_map(|c| c.listening().map(|l| (c.name().to_owned(), l)))
+            .collect();
 
         // Listeners first: a port in use fails the start before anything runs.
         let http_listener = match &http_addrs {
@@ -863,6 +900,7 @@ impl Gateway {
             channels_task,
             grace: opts.shutdown_grace,
             websocket,
+            listeners,
             restart,
         })
     }
@@ -894,6 +932,15 @@ impl Gateway {
             Some(ws) => ws.wait_bound(Duration::from_secs(10)).await,
             None => None,
         }
+    }
+
+    /// The address the channel `name` listens on for its platform's requests (a webhook such as Teams'), waiting up
+    /// to 10 s for it to open; `None` for a channel that only connects out, or one that did not open in time.
+    pub async fn channel_addr(&self, name: &str) -> Option<SocketAddr> {
+        let (_, listening) = self.listeners.iter().find(|(n, _)| n == name)?;
+        let mut listening = listening.clone();
+        let bound = tokio::time::timeout(Duration::from_secs(10), listening.wait_for(Option::is_some)).await;
+        bound.ok()?.ok().and_then(|a| *a)
     }
 
     /// The agent loop.

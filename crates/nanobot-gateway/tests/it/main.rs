@@ -10,6 +10,7 @@ mod isolation;
 mod limits;
 mod mattermost;
 mod mochat;
+mod msteams;
 mod napcat;
 mod openai_sdk;
 mod ops;
