@@ -63,7 +63,9 @@ fi
 # config; the system service is not used).
 # nats-server: JetStream for the durable bus's tests (nanobot-bus-nats; each test starts its own server).
 # curl, wget: the clients a confined command tries the network with (the egress tests of nanobot-tools).
+# libmagic1: python-magic, which pysignalclijsonrpc (the signal-cli client proving the testkit's fake) loads.
 need=()
+[ -e /usr/lib/x86_64-linux-gnu/libmagic.so.1 ] || ldconfig -p 2>/dev/null | grep -q 'libmagic\.so\.1' || need+=(libmagic1)
 command -v curl >/dev/null || need+=(curl)
 command -v wget >/dev/null || need+=(wget)
 command -v bwrap >/dev/null || need+=(bubblewrap)

@@ -12,6 +12,7 @@
 //! that makes it answer like Telegram), fakes of the Feishu, DingTalk and QQ servers, a OneBot v11 (NapCat) fake
 //! ([`fake_onebot`]), a Mattermost server fake (REST API v4 and its WebSocket, [`fake_mattermost`]), the Microsoft
 //! services a Teams bot talks to (Bot Framework keys and tokens, Azure AD, the Bot Connector: [`fake_msteams`]), a
+//! signal-cli daemon in HTTP mode (JSON-RPC, its event stream, attachments on disk: [`fake_signal`]), a
 //! [`file_server`] for code that fetches remote files, [`host_echo`] for what may leave a sandbox, an OpenTelemetry collector's traces endpoint ([`otlp`]), fake OAuth servers ([`fake_oauth`]: GitHub's device flow
 //! and Copilot token exchange), and [`secrets`] (proof that
 //! no secret leaves an adapter).
@@ -94,6 +95,8 @@ pub mod fake_msteams;
 pub mod fake_oauth;
 pub mod fake_onebot;
 pub mod fake_qq;
+// A fake signal-cli daemon (HTTP JSON-RPC and SSE events) for the Signal channel's tests.
+pub mod fake_signal;
 pub mod file_server;
 mod home;
 pub mod host_echo;

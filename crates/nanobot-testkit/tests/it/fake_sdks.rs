@@ -1700,3 +1700,825 @@ async fn teams_fake_checks_credentials_tokens_and_outages() {
             > activity["id"].as_str().unwrap().parse::<u64>().unwrap()
     );
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// signal-cli daemon (HTTP mode)
+
+const SIGNAL_ACCOUNT: &str = "+15550000001";
+
+/// POSTs `body` to the fake's JSON-RPC endpoint as `application/json`; the status and the body (`Null` when empty).
+async fn signal_rpc(client: &reqwest::Client, url: &str, body: &str) -> (u16, Value) {
+    let resp = client
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    let value = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap()
+    };
+    (status, value)
+}
+
+/// Reads raw bytes from an event stream until they end with a blank line (or the stream ends).
+async fn signal_raw_event(resp: &mut reqwest::Response) -> String {
+    let read = async {
+        let mut buf = String::new();
+        while let Some(chunk) = resp.chunk().await.unwrap() {
+            buf.push_str(&String::from_utf8_lossy(&chunk));
+            if buf.ends_with("\n\n") || buf == ":\n" {
+                break;
+            }
+        }
+        buf
+    };
+    tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .expect("no event within 10 s")
+}
+
+/// The signal-cli fake's own rules (no peer needed): the HTTP endpoints' statuses, JSON-RPC framing and errors
+/// as the daemon answers them, the commands' results and errors, SSE framing for several listeners, stored
+/// attachments, restarts and outages.
+#[tokio::test]
+async fn signal_fake_answers_like_the_daemon() {
+    use nanobot_testkit::fake_signal::{
+        FakeSignal, Receipt, RpcFailure, SIGNAL_CLI_VERSION, SignalUser, codes, group_id_for, with_quote,
+    };
+    let fake = FakeSignal::start(SIGNAL_ACCOUNT).await.unwrap();
+    let alice = SignalUser::new("Alice", "+15550000002");
+    let carol = SignalUser::hidden_number("Carol");
+    fake.add_contact(&alice);
+    fake.add_contact(&carol);
+    let team = fake.add_group("Team", &[&alice]);
+    assert_eq!(team, group_id_for("Team"));
+    assert_eq!(team.len(), 44);
+    nanobot_testkit::install_ring();
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let url = fake.rpc_url();
+    let call = |body: Value| {
+        let client = client.clone();
+        let url = url.clone();
+        async move { signal_rpc(&client, &url, &body.to_string()).await }
+    };
+
+    // The HTTP layer.
+    let check = client
+        .get(format!("{}/api/v1/check", fake.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(check.status(), 200);
+    assert!(check.bytes().await.unwrap().is_empty());
+    assert_eq!(fake.checks(), 1);
+    assert_eq!(client.get(&url).send().await.unwrap().status(), 405);
+    let no_type = client.post(&url).body("{}").send().await.unwrap();
+    assert_eq!(no_type.status(), 415);
+    let text_plain = client
+        .post(&url)
+        .header("content-type", "text/plain")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(text_plain.status(), 415);
+    let misdirected = client
+        .post(&url)
+        .header("host", "signal.example:8080")
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(misdirected.status(), 421, "the daemon pins the Host header");
+    let localhost = client
+        .post(&url)
+        .header("host", format!("localhost:{}", fake.port()))
+        .header("content-type", "application/json")
+        .body(r#"{"jsonrpc":"2.0","method":"version","id":1}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(localhost.status(), 200);
+    let nowhere = client
+        .get(format!("{}/api/v2/nothing", fake.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(nowhere.status(), 404);
+    assert!(nowhere.text().await.unwrap().contains("No context found"));
+
+    // JSON-RPC framing.
+    let (status, parse) = signal_rpc(&client, &url, "{nope").await;
+    assert_eq!(status, 200);
+    assert_eq!(parse["error"]["code"], codes::PARSE_ERROR);
+    assert_eq!(parse["id"], Value::Null);
+    assert_eq!(
+        call(json!({"jsonrpc": "2.0"})).await,
+        (
+            200,
+            json!({"jsonrpc":"2.0","error":{"code":-32600,"message":"method field must be set","data":null},"id":null})
+        ),
+        "the man page's example"
+    );
+    assert_eq!(
+        call(json!({"jsonrpc": "1.0", "method": "version", "id": 7}))
+            .await
+            .1,
+        json!({"jsonrpc":"2.0","error":{"code":-32600,"message":"only jsonrpc version 2.0 is supported","data":null},"id":7})
+    );
+    let (_, unknown_field) = call(json!({"jsonrpc": "2.0", "method": "version", "id": 2, "extra": 1})).await;
+    assert_eq!(unknown_field["error"]["code"], codes::INVALID_REQUEST);
+    assert!(
+        unknown_field["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Unrecognized field \"extra\""),
+        "{unknown_field}"
+    );
+    assert_eq!(
+        call(json!({"jsonrpc": "2.0", "method": "frobnicate", "id": "x"})).await,
+        (
+            200,
+            json!({"jsonrpc":"2.0","error":{"code":-32601,"message":"Method not implemented","data":null},"id":"x"})
+        )
+    );
+    let (_, subscribe) = call(json!({"jsonrpc": "2.0", "method": "subscribeReceive", "id": 3})).await;
+    assert_eq!(
+        subscribe["error"]["code"],
+        codes::METHOD_NOT_FOUND,
+        "socket mode only"
+    );
+    assert_eq!(
+        call(json!({"jsonrpc": "2.0", "method": "version", "id": 4}))
+            .await
+            .1,
+        json!({"jsonrpc": "2.0", "result": {"version": SIGNAL_CLI_VERSION}, "id": 4})
+    );
+    assert_eq!(
+        call(json!({"jsonrpc": "2.0", "method": "version"})).await,
+        (201, Value::Null),
+        "a notification gets no answer"
+    );
+    let (status, batch) = call(json!([
+        {"jsonrpc": "2.0", "method": "version", "id": 1},
+        {"jsonrpc": "2.0", "method": "version"},
+        {"jsonrpc": "2.0", "id": 3},
+    ]))
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        batch,
+        json!([
+            {"jsonrpc": "2.0", "result": {"version": SIGNAL_CLI_VERSION}, "id": 1},
+            {"jsonrpc":"2.0","error":{"code":-32600,"message":"method field must be set","data":null},"id":3},
+        ])
+    );
+    assert_eq!(call(json!([])).await.1["error"]["message"], "invalid request");
+    assert_eq!(
+        signal_rpc(&client, &url, "5").await.1["error"]["message"],
+        "unexpected type: NUMBER"
+    );
+    assert_eq!(
+        signal_rpc(&client, &url, "").await.1["error"]["message"],
+        "unexpected type: MISSING"
+    );
+    assert_eq!(
+        call(json!({"jsonrpc": "2.0", "method": "version", "params": [1], "id": 5}))
+            .await
+            .1["error"]["code"],
+        codes::INVALID_REQUEST
+    );
+
+    // send: results, and the daemon's errors.
+    let send = |params: Value| call(json!({"jsonrpc": "2.0", "method": "send", "params": params, "id": 9}));
+    let notes = tempfile::tempdir().unwrap();
+    let notes_path = notes.path().join("notes.txt");
+    std::fs::write(&notes_path, "the notes").unwrap();
+    let notes_path = notes_path.to_str().unwrap().to_string();
+    let (_, direct) = send(json!({
+        "recipient": ["+1 (555) 000-0002"], "message": "hi", "textStyle": "0:2:BOLD",
+        "attachments": ["data:text/plain;filename=n.txt;base64,aGk=", notes_path], "account": "+19999999999",
+    }))
+    .await;
+    let first_ts = direct["result"]["timestamp"].as_i64().unwrap();
+    assert_eq!(
+        direct["result"]["results"],
+        json!([{"recipientAddress": {"uuid": alice.uuid, "number": "+15550000002", "username": null},
+                "type": "SUCCESS"}])
+    );
+    let (_, to_group) = send(json!({"groupId": team, "message": "all"})).await;
+    assert_eq!(
+        to_group["result"]["results"],
+        json!([{"recipientAddress": {"uuid": alice.uuid, "number": "+15550000002", "username": null},
+                "groupId": team, "type": "SUCCESS"}]),
+        "one result per member but the account"
+    );
+    let (_, to_uuid) = send(json!({"recipients": [carol.uuid.to_uppercase()], "message": "psst"})).await;
+    assert_eq!(
+        to_uuid["result"]["results"][0]["recipientAddress"],
+        json!({"uuid": carol.uuid, "number": null, "username": null})
+    );
+    let (_, unregistered) = send(json!({"recipient": "+15559999999", "message": "x"})).await;
+    assert_eq!(unregistered["error"]["code"], codes::USER_ERROR);
+    assert_eq!(unregistered["error"]["message"], "Failed to send message");
+    assert_eq!(
+        unregistered["error"]["data"]["response"]["results"],
+        json!([{"recipientAddress": {"uuid": null, "number": "+15559999999", "username": null},
+                "type": "UNREGISTERED_FAILURE"}])
+    );
+    let error_of = |answer: &Value| {
+        (
+            answer["error"]["code"].as_i64().unwrap(),
+            answer["error"]["message"].as_str().unwrap().to_string(),
+        )
+    };
+    let nope = group_id_for("Nope");
+    assert_eq!(
+        error_of(&send(json!({"groupId": nope, "message": "x"})).await.1),
+        (-1, format!("Group not found: {nope}"))
+    );
+    let (code, message) = error_of(&send(json!({"groupId": "abc", "message": "x"})).await.1);
+    assert_eq!(code, -1);
+    assert!(
+        message.starts_with("Invalid group id: Failed to decode groupId (must be base64) \"abc\": "),
+        "{message}"
+    );
+    assert_eq!(
+        error_of(
+            &send(json!({"recipient": alice.id(), "message": "x", "textStyle": ["0:1:LOUD"]}))
+                .await
+                .1
+        ),
+        (-1, "Invalid style: LOUD".into())
+    );
+    assert_eq!(
+        error_of(&send(json!({"recipient": alice.id()})).await.1),
+        (
+            -1,
+            "Sending empty message is not allowed, either a message, attachment or sticker must be given."
+                .into()
+        )
+    );
+    assert_eq!(
+        error_of(&send(json!({"message": "x"})).await.1),
+        (-1, "No recipients given".into())
+    );
+    assert_eq!(
+        error_of(&send(json!({"recipient": "not a number", "message": "x"})).await.1),
+        (
+            -1,
+            "Invalid phone number 'not a number': No valid characters found.".into()
+        )
+    );
+    assert_eq!(
+        error_of(
+            &send(json!({"recipient": alice.id(), "message": "x", "quoteTimestamp": 1_700_000_000_000_i64}))
+                .await
+                .1
+        ),
+        (-1, "Quote author parameter is missing".into())
+    );
+    let missing = "/nonexistent/photo.png";
+    assert_eq!(
+        error_of(
+            &send(json!({"recipient": alice.id(), "attachment": missing}))
+                .await
+                .1
+        ),
+        (
+            codes::INTERNAL_ERROR,
+            format!(
+                "Failed to send message: {missing}: {missing} (No such file or directory) (AttachmentInvalidException) (UnexpectedErrorException)"
+            )
+        )
+    );
+    let inside = fake.data_dir().join("secret");
+    std::fs::write(&inside, "account keys").unwrap();
+    let (code, message) = error_of(
+        &send(json!({"recipient": alice.id(), "attachment": inside.to_str().unwrap()}))
+            .await
+            .1,
+    );
+    assert_eq!(code, codes::INTERNAL_ERROR);
+    assert!(
+        message.contains("Attaching files from the signal-cli data directory is not allowed"),
+        "{message}"
+    );
+    let (code, message) = error_of(
+        &send(json!({"recipient": alice.id(), "message": "x", "viewOnce": "yes"}))
+            .await
+            .1,
+    );
+    assert_eq!(code, codes::INTERNAL_ERROR);
+    assert!(
+        message.starts_with("class java.lang.String cannot be cast to class java.lang.Boolean"),
+        "{message}"
+    );
+
+    // What was accepted, decoded.
+    let sent = fake.sent();
+    assert_eq!(sent.len(), 3, "{sent:#?}");
+    assert_eq!(sent[0].timestamp, first_ts);
+    assert_eq!(sent[0].recipients, ["+15550000002"]);
+    assert_eq!(sent[0].message, "hi");
+    assert_eq!(sent[0].text_styles, ["0:2:BOLD"]);
+    let files: Vec<_> = sent[0]
+        .attachments
+        .iter()
+        .map(|a| {
+            (
+                a.filename.as_deref().unwrap(),
+                a.content_type.as_str(),
+                a.bytes.as_slice(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        files,
+        [
+            ("n.txt", "text/plain", &b"hi"[..]),
+            ("notes.txt", "text/plain", &b"the notes"[..])
+        ]
+    );
+    assert_eq!(sent[1].group_ids, [team.as_str()]);
+    assert_eq!(sent[2].recipients, [carol.uuid.as_str()]);
+    assert!(sent[0].timestamp < sent[1].timestamp && sent[1].timestamp < sent[2].timestamp);
+
+    // The other commands.
+    let method = |name: &str, params: Value| {
+        call(json!({"jsonrpc": "2.0", "method": name, "params": params, "id": name}))
+    };
+    let (_, typing) = method("sendTyping", json!({"recipient": alice.id()})).await;
+    assert_eq!(typing["result"]["results"][0]["type"], "SUCCESS", "{typing}");
+    let (_, typing) = method("sendTyping", json!({"groupId": team, "stop": true})).await;
+    assert_eq!(typing["result"]["results"][0]["groupId"], team.as_str());
+    let (_, receipt) = method(
+        "sendReceipt",
+        json!({"recipient": alice.id(), "targetTimestamp": [first_ts]}),
+    )
+    .await;
+    assert_eq!(receipt["result"]["results"][0]["type"], "SUCCESS", "{receipt}");
+    assert_eq!(
+        method(
+            "sendReceipt",
+            json!({"recipient": alice.id(), "targetTimestamp": first_ts, "type": "seen"})
+        )
+        .await
+        .1["error"]["message"],
+        "Unknown receipt type: seen"
+    );
+    let (_, groups) = method("listGroups", Value::Null).await;
+    assert_eq!(groups["result"][0]["id"], team.as_str());
+    assert_eq!(groups["result"][0]["name"], "Team");
+    assert_eq!(
+        groups["result"][0]["members"],
+        json!([{"number": SIGNAL_ACCOUNT, "uuid": fake.me().uuid, "isAdmin": true},
+               {"number": "+15550000002", "uuid": alice.uuid, "isAdmin": false}])
+    );
+    let (_, status) = method(
+        "getUserStatus",
+        json!({"recipient": ["+15550000002", "+15559999999"]}),
+    )
+    .await;
+    assert_eq!(
+        status["result"],
+        json!([{"recipient": "+15550000002", "number": "+15550000002", "uuid": alice.uuid, "isRegistered": true},
+               {"recipient": "+15559999999", "number": "+15559999999", "uuid": null, "isRegistered": false}])
+    );
+    assert_eq!(
+        method("updateConfiguration", json!({"typingIndicators": true}))
+            .await
+            .1["result"],
+        json!({})
+    );
+
+    // The event stream: two listeners get the same frames, framed as the daemon frames them.
+    let mut a = client.get(fake.events_url()).send().await.unwrap();
+    assert_eq!(a.status(), 200);
+    assert_eq!(a.headers()["content-type"], "text/event-stream");
+    let mut b = client.get(fake.events_url()).send().await.unwrap();
+    fake.wait_listeners(2).await.unwrap();
+    assert_eq!(fake.listeners(), 2);
+    let envelope = fake.direct_message(&alice, "hello");
+    assert_eq!(fake.deliver(&envelope), 2);
+    let expected = json!({"envelope": envelope, "account": SIGNAL_ACCOUNT});
+    assert_eq!(
+        signal_raw_event(&mut b).await,
+        format!("event:receive\ndata:{expected}\n\n")
+    );
+    let frames = nanobot_testkit::sse::read_frames(&mut a, 1).await.unwrap();
+    assert_eq!(frames[0].event.as_deref(), Some("receive"));
+    assert_eq!(frames[0].json(), expected);
+    assert_eq!(envelope["source"], "+15550000002");
+    assert_eq!(envelope["sourceUuid"], alice.uuid.as_str());
+    assert_eq!(envelope["sourceName"], "Alice");
+    assert_eq!(envelope["dataMessage"]["message"], "hello");
+    assert_eq!(envelope["dataMessage"]["timestamp"], envelope["timestamp"]);
+    assert!(envelope["timestamp"].as_i64().unwrap() > first_ts);
+    // An attachment is a file in the attachments directory, named by the envelope's id.
+    let with_photo = fake
+        .deliver_with_attachment(&alice, "", Some("photo.png"), "image/png", b"png bytes")
+        .unwrap();
+    let attachment = &with_photo["dataMessage"]["attachments"][0];
+    let id = attachment["id"].as_str().unwrap();
+    assert!(id.ends_with(".png"), "{id}");
+    assert_eq!(attachment["contentType"], "image/png");
+    assert_eq!(attachment["filename"], "photo.png");
+    assert_eq!(attachment["size"], 9);
+    assert_eq!(with_photo["dataMessage"]["message"], Value::Null);
+    assert_eq!(
+        std::fs::read(fake.attachments_dir().join(id)).unwrap(),
+        b"png bytes"
+    );
+    assert!(signal_raw_event(&mut b).await.contains(id));
+    let (_, data) = method("getAttachment", json!({"id": id, "recipient": alice.id()})).await;
+    assert_eq!(data["result"]["data"], "cG5nIGJ5dGVz");
+    // The other envelopes the daemon writes.
+    let typing = fake.typing_message(&alice, true, Some(&team));
+    assert_eq!(
+        typing["typingMessage"],
+        json!({"action": "STARTED", "timestamp": typing["timestamp"], "groupId": team})
+    );
+    let receipt = fake.receipt_message(&alice, Receipt::Read, &[first_ts]);
+    assert_eq!(
+        receipt["receiptMessage"],
+        json!({"when": receipt["timestamp"], "isDelivery": false, "isRead": true, "isViewed": false,
+               "timestamps": [first_ts]})
+    );
+    let sync = fake.sync_sent_message(&alice, "from my phone");
+    assert_eq!(sync["sourceNumber"], SIGNAL_ACCOUNT);
+    assert_eq!(sync["sourceDevice"], 2);
+    let sent_message = &sync["syncMessage"]["sentMessage"];
+    assert_eq!(sent_message["destinationNumber"], alice.id());
+    assert_eq!(sent_message["destinationUuid"], alice.uuid.as_str());
+    assert_eq!(sent_message["message"], "from my phone");
+    let mut quoting = fake.direct_message(&carol, "yes");
+    with_quote(&mut quoting, first_ts, &fake.me(), "hi");
+    assert_eq!(quoting["source"], carol.uuid.as_str(), "no number: the UUID");
+    assert_eq!(quoting["sourceNumber"], Value::Null);
+    assert_eq!(
+        quoting["dataMessage"]["quote"],
+        json!({"id": first_ts, "author": SIGNAL_ACCOUNT, "authorNumber": SIGNAL_ACCOUNT,
+               "authorUuid": fake.me().uuid, "text": "hi", "attachments": []})
+    );
+    assert_eq!(fake.keep_alive(), 2);
+    assert_eq!(signal_raw_event(&mut b).await, ":\n");
+    // The daemon restarting: every stream ends.
+    fake.restart_events();
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        while b.chunk().await.unwrap().is_some() {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream did not end");
+    assert_eq!(fake.listeners(), 0);
+    assert_eq!(fake.streams_opened(), 2);
+
+    // Outages.
+    fake.fail_rpc(Some(RpcFailure::Http(503)));
+    assert_eq!(method("listGroups", Value::Null).await, (503, Value::Null));
+    assert_eq!(fake.calls().last().unwrap().status, 503);
+    fake.fail_rpc(Some(RpcFailure::Internal));
+    assert_eq!(
+        method("listGroups", Value::Null).await.1,
+        json!({"jsonrpc":"2.0","error":{"code":-32603,"message":"An internal server error has occurred.","data":null},"id":null})
+    );
+    fake.fail_rpc(Some(RpcFailure::Network));
+    let (_, down) = send(json!({"recipient": alice.id(), "message": "x"})).await;
+    assert_eq!(down["error"]["message"], "Failed to send message");
+    assert_eq!(
+        down["error"]["data"]["response"]["results"][0]["type"],
+        "NETWORK_FAILURE"
+    );
+    assert!(
+        method("listGroups", Value::Null).await.1["result"].is_array(),
+        "only sends fail"
+    );
+    fake.fail_rpc(Some(RpcFailure::RateLimit { retry_after_secs: 30 }));
+    let (_, limited) = send(json!({"recipient": alice.id(), "message": "x"})).await;
+    assert_eq!(limited["error"]["code"], codes::RATELIMIT_ERROR);
+    assert_eq!(
+        limited["error"]["data"]["response"]["results"][0]["retryAfterSeconds"],
+        30
+    );
+    fake.fail_rpc(None);
+    assert!(send(json!({"recipient": alice.id(), "message": "x"})).await.1["result"]["timestamp"].is_i64());
+    assert_eq!(fake.sent().len(), 4);
+}
+
+/// pysignalclijsonrpc (a client of signal-cli's JSON-RPC over HTTP) against the fake: listGroups, getUserStatus,
+/// sends with file and bytes attachments (as data URIs) to a contact and a group, and the daemon's errors.
+#[tokio::test]
+async fn pysignalclijsonrpc_talks_to_the_signal_fake() {
+    use nanobot_testkit::fake_signal::{FakeSignal, SIGNAL_CLI_VERSION, SignalUser, codes};
+    let Some(python) = peers::require("python venv (pysignalclijsonrpc)", peers::python()) else {
+        return;
+    };
+    let fake = FakeSignal::start(SIGNAL_ACCOUNT).await.unwrap();
+    let alice = SignalUser::new("Alice", "+15550000002");
+    let bob = SignalUser::new("Bob", "+15550000003");
+    fake.add_contact(&alice);
+    let team = fake.add_group("Team", &[&alice, &bob]);
+    let dir = tempfile::tempdir().unwrap();
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, "the notes\n").unwrap();
+    let unknown = "+15559999999";
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(fixture("signal_sdk_probe.py"))
+        .args([
+            fake.rpc_url().as_str(),
+            SIGNAL_ACCOUNT,
+            alice.id(),
+            team.as_str(),
+            notes.to_str().unwrap(),
+            unknown,
+        ])
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdout(Stdio::piped());
+    let mut child = ChildGuard::spawn_tokio("pysignalclijsonrpc probe", &mut cmd).unwrap();
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let out = json_line(&mut BufReader::new(stdout).lines()).await;
+
+    assert_eq!(out["version"], SIGNAL_CLI_VERSION, "{out}");
+    assert_eq!(out["groups"][0]["id"], team.as_str());
+    assert_eq!(out["group"][0]["name"], "Team");
+    assert_eq!(
+        out["status"],
+        json!([{"recipient": alice.id(), "number": alice.id(), "uuid": alice.uuid, "isRegistered": true},
+               {"recipient": unknown, "number": unknown, "uuid": null, "isRegistered": false}])
+    );
+    let sent = fake.sent();
+    assert_eq!(sent.len(), 2, "{sent:#?}");
+    assert_eq!(sent[0].recipients, [alice.id()]);
+    assert_eq!(sent[0].message, "hello from pysignalclijsonrpc");
+    assert_eq!(sent[0].attachments.len(), 1);
+    assert_eq!(sent[0].attachments[0].content_type, "text/plain");
+    assert_eq!(sent[0].attachments[0].bytes, b"the notes\n");
+    assert!(
+        sent[0].attachments[0]
+            .source
+            .starts_with("data:text/plain;base64,")
+    );
+    assert_eq!(
+        sent[0].params["account"], SIGNAL_ACCOUNT,
+        "ignored in single-account mode"
+    );
+    assert_eq!(
+        out["direct"],
+        json!({"timestamps": {sent[0].timestamp.to_string(): {"recipients": [alice.id()]}}}),
+        "it reads the timestamp and the recipients' numbers from the result"
+    );
+    assert_eq!(sent[1].group_ids, [team.as_str()]);
+    assert_eq!(sent[1].message, "hello group");
+    assert_eq!(sent[1].attachments[0].content_type, "image/png");
+    assert!(sent[1].attachments[0].bytes.starts_with(b"\x89PNG"));
+    assert_eq!(
+        out["to_group"],
+        json!({"timestamps": {sent[1].timestamp.to_string(): {"recipients": [team]}}})
+    );
+    // getUserStatus answers the unregistered number too (with `isRegistered` false, but the client only looks for
+    // the number), so the client sends, and gets the daemon's error.
+    let unregistered = out["to_unknown_error"].as_str().unwrap();
+    assert!(unregistered.contains("Failed to send message"), "{unregistered}");
+    assert_eq!(out["profile"], true);
+    let reaction = out["reaction_error"].as_str().unwrap();
+    assert!(reaction.contains("Failed to send message"), "{reaction}");
+    let register = out["register_error"].as_str().unwrap();
+    assert!(register.contains("Method not implemented"), "{register}");
+    let calls = fake.calls();
+    let code_of = |m: &str| calls.iter().find(|c| c.method == m).unwrap().error_code();
+    assert_eq!(code_of("sendReaction"), Some(codes::USER_ERROR));
+    let refused = calls.iter().filter(|c| c.method == "send").nth(2).unwrap();
+    assert_eq!(refused.params["recipient"], json!([unknown]));
+    assert_eq!(
+        refused.response.as_ref().unwrap()["error"]["data"]["response"]["results"][0]["type"],
+        "UNREGISTERED_FAILURE"
+    );
+    assert_eq!(code_of("register"), Some(codes::METHOD_NOT_FOUND));
+    assert_eq!(code_of("getUserStatus"), None);
+    assert!(calls.iter().all(|c| c.id.as_ref().is_some_and(Value::is_string)));
+}
+
+/// The Python nanobot 0.3.5's own Signal channel against the fake daemon: its start-up calls, a DM from an
+/// allowed number (published, with a typing indicator), a stranger's (a pairing reply, not published), group
+/// messages with and without a mention of the bot and in a group off the allowlist, an attachment (copied from
+/// signal-cli's default attachments directory), a DM from a UUID-only sender; its replies with text styles, to a
+/// group with a file; and its reconnection when the event stream ends.
+#[tokio::test]
+async fn python_nanobot_signal_channel_accepts_the_signal_fake() {
+    use nanobot_testkit::fake_signal::{FakeSignal, MENTION_PLACEHOLDER, Receipt, SignalUser, with_quote};
+    let Some(python) = peers::require(
+        "the Python nanobot 0.3.5's venv",
+        peers::peers_dir()
+            .map(|d| d.join("nanobot-venv/bin/python"))
+            .filter(|p| p.exists()),
+    ) else {
+        return;
+    };
+    let home = tempfile::tempdir().unwrap();
+    let fake = FakeSignal::start_with_data_dir(SIGNAL_ACCOUNT, &home.path().join(".local/share/signal-cli"))
+        .await
+        .unwrap();
+    let me = fake.me();
+    let alice = SignalUser::new("Alice", "+15550000002");
+    let bob = SignalUser::new("Bob", "+15550000003");
+    let mallory = SignalUser::new("Mallory", "+15550000666");
+    let carol = SignalUser::hidden_number("Carol");
+    fake.add_contact(&alice);
+    fake.add_contact(&mallory);
+    fake.add_contact(&carol);
+    let team = fake.add_group("Team", &[&alice, &bob]);
+    let elsewhere = fake.add_group("Elsewhere", &[&bob]);
+    let reply_file = home.path().join("reply.txt");
+    std::fs::write(&reply_file, "the reply file").unwrap();
+    let port = fake.port().to_string();
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(fixture("signal_035_probe.py"))
+        .args([fake.host(), port.as_str(), SIGNAL_ACCOUNT, alice.id()])
+        .args([
+            carol.uuid.as_str(),
+            team.as_str(),
+            "4",
+            reply_file.to_str().unwrap(),
+        ])
+        .env("HOME", home.path())
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdout(Stdio::piped());
+    let mut child = ChildGuard::spawn_tokio("signal 0.3.5 probe", &mut cmd).unwrap();
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    assert_eq!(json_line(&mut lines).await["started"], true);
+    fake.wait_listeners(1).await.unwrap();
+    // Start-up: the check, then typing indicators switched on, then the event stream.
+    assert_eq!(fake.checks(), 1);
+    let config = fake
+        .wait_calls("updateConfiguration", 1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(config[0].params, json!({"typingIndicators": true}));
+    assert_eq!(config[0].result(), Some(&json!({})));
+
+    let dm = fake.deliver_direct(&alice, "hello bot");
+    let first = json_line(&mut lines).await;
+    assert_eq!(first["channel"], "signal", "{first}");
+    assert_eq!(first["chat_id"], alice.id(), "a number's chat id is the number");
+    assert_eq!(
+        first["sender_id"],
+        format!("{}|{}", alice.id(), alice.uuid),
+        "the sender is every id of the envelope, joined"
+    );
+    assert_eq!(first["content"], "hello bot");
+    assert_eq!(
+        first["metadata"],
+        json!({"timestamp": dm["dataMessage"]["timestamp"], "sender_name": "Alice", "sender_number": alice.id(),
+               "is_group": false, "group_id": null})
+    );
+    assert_eq!(first["media"], json!([]));
+
+    // Not published: a stranger's DM (answered with a pairing code), a group message without a mention
+    // (kept as context), a mention in a group off the allowlist.
+    fake.deliver_direct(&mallory, "let me in");
+    fake.deliver_group(&bob, &team, "just chatting", &[]);
+    let mention = fake.deliver_group(
+        &bob,
+        &team,
+        &format!("{MENTION_PLACEHOLDER} what's up"),
+        &[(&me, 0, 1)],
+    );
+    fake.deliver_group(
+        &bob,
+        &elsewhere,
+        &format!("{MENTION_PLACEHOLDER} over here"),
+        &[(&me, 0, 1)],
+    );
+    let second = json_line(&mut lines).await;
+    assert_eq!(second["chat_id"], team.as_str(), "{second}");
+    assert_eq!(second["sender_id"], format!("{}|{}", bob.id(), bob.uuid));
+    assert_eq!(
+        second["content"], "[Recent group messages for context:]\nBob: just chatting\n---\n[Bob]: what's up",
+        "the mention is stripped, the earlier message given as context"
+    );
+    assert_eq!(
+        second["metadata"],
+        json!({"timestamp": mention["dataMessage"]["timestamp"], "sender_name": "Bob", "sender_number": bob.id(),
+               "is_group": true, "group_id": team})
+    );
+
+    let photo = fake
+        .deliver_with_attachment(
+            &alice,
+            "see this",
+            Some("photo.png"),
+            "image/png",
+            b"not really a png",
+        )
+        .unwrap();
+    let third = json_line(&mut lines).await;
+    assert_eq!(third["chat_id"], alice.id(), "{third}");
+    assert_eq!(
+        third["media"],
+        json!([["signal_photo.png", "not really a png"]]),
+        "copied from ~/.local/share/signal-cli/attachments/<id>"
+    );
+    let content = third["content"].as_str().unwrap();
+    assert!(
+        content.starts_with("see this\n[image: ") && content.ends_with("signal_photo.png]"),
+        "{content}"
+    );
+    assert_eq!(third["metadata"]["timestamp"], photo["dataMessage"]["timestamp"]);
+
+    // Ignored: a typing indicator, a read receipt, a sync message from the account's phone; a quote is not read.
+    fake.deliver(&fake.typing_message(&alice, true, None));
+    fake.deliver(&fake.receipt_message(&alice, Receipt::Read, &[1_700_000_000_000]));
+    fake.deliver(&fake.sync_sent_message(&alice, "sent from my phone"));
+    let mut from_carol = fake.direct_message(&carol, "from carol");
+    with_quote(&mut from_carol, 1_700_000_000_000, &me, "earlier");
+    assert_eq!(fake.deliver(&from_carol), 1);
+    let fourth = json_line(&mut lines).await;
+    assert_eq!(
+        fourth["chat_id"],
+        carol.uuid.as_str(),
+        "a UUID-only sender's chat id is the UUID"
+    );
+    assert_eq!(fourth["sender_id"], carol.uuid.as_str());
+    assert_eq!(fourth["metadata"]["sender_number"], carol.uuid.as_str());
+
+    let done = json_line(&mut lines).await;
+    assert_eq!(done["sent"], true, "{done}");
+    let sent = fake.wait_sent(4, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(sent.len(), 4, "{sent:#?}");
+    assert_eq!(sent[0].recipients, [mallory.id()], "the pairing reply");
+    assert!(
+        sent[0].message.contains("Your pairing code is: "),
+        "{}",
+        sent[0].message
+    );
+    // Its two `code` spans (the code, the approve command) are MONOSPACE ranges.
+    assert_eq!(sent[0].text_styles.len(), 2, "{:?}", sent[0].text_styles);
+    assert!(
+        sent[0].text_styles[0].ends_with(":9:MONOSPACE") && sent[0].text_styles[1].ends_with(":MONOSPACE"),
+        "{:?}",
+        sent[0].text_styles
+    );
+    assert_eq!(
+        sent[1].params,
+        json!({"message": "bold reply", "textStyle": ["0:4:BOLD"], "recipient": [alice.id()]}),
+        "markdown becomes text styles"
+    );
+    assert_eq!(
+        sent[2].params,
+        json!({"message": "bold reply to the group", "textStyle": ["0:4:BOLD", "18:5:ITALIC"], "groupId": team,
+               "attachments": [reply_file.to_str().unwrap()]})
+    );
+    assert_eq!(sent[2].group_ids, [team.as_str()]);
+    assert_eq!(sent[2].attachments.len(), 1);
+    assert_eq!(sent[2].attachments[0].filename.as_deref(), Some("reply.txt"));
+    assert_eq!(sent[2].attachments[0].content_type, "text/plain");
+    assert_eq!(sent[2].attachments[0].bytes, b"the reply file");
+    assert_eq!(sent[3].recipients, [carol.uuid.as_str()]);
+    assert_eq!(sent[3].message, "hi carol");
+    // A typing indicator for each published message (the string form first, which the daemon takes), none
+    // stopped by the replies.
+    let typing: Vec<Value> = fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.method == "sendTyping")
+        .map(|c| c.params)
+        .take(4)
+        .collect();
+    assert_eq!(
+        typing,
+        [
+            json!({"recipient": alice.id()}),
+            json!({"groupId": team}),
+            json!({"recipient": alice.id()}),
+            json!({"recipient": carol.uuid}),
+        ]
+    );
+    let failed: Vec<_> = fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.error_code().is_some())
+        .collect();
+    assert!(failed.is_empty(), "{failed:#?}");
+
+    // The daemon restarts: 0.3.5 reconnects (check, configuration, events) and receives again.
+    fake.restart_events();
+    fake.wait_listeners(2).await.unwrap();
+    assert_eq!(fake.checks(), 2);
+    fake.deliver_direct(&alice, "back again");
+    let fifth = json_line(&mut lines).await;
+    assert_eq!(fifth["content"], "back again", "{fifth}");
+    assert_eq!(
+        fake.calls()
+            .iter()
+            .filter(|c| c.method == "updateConfiguration")
+            .count(),
+        2
+    );
+}
