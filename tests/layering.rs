@@ -406,7 +406,13 @@ const NARROWER: &[(&str, &[&str])] = &[
     // Channels meet the agent on the bus: never core, providers or tools.
     (
         "nanobot-channels",
-        &["nanobot-bus", "nanobot-config", "nanobot-util", "nanobot-ssrf"],
+        &[
+            "nanobot-bus",
+            "nanobot-config",
+            "nanobot-util",
+            "nanobot-ssrf",
+            "nanobot-http",
+        ],
     ),
 ];
 

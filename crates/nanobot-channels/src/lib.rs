@@ -24,6 +24,7 @@
 mod access;
 mod channel;
 mod dedup;
+pub mod descriptor;
 #[cfg(feature = "download")]
 pub mod download;
 mod error;
@@ -43,6 +44,7 @@ pub use access::{
 };
 pub use channel::{Channel, Heartbeat, Transcribe, TranscribeError};
 pub use dedup::RecentIds;
+pub use descriptor::{Capabilities, ChannelDescriptor, Finding, Places, Services};
 #[cfg(feature = "download")]
 pub use download::{Fetched, RemoteMedia, api_client};
 pub use error::{ChannelError, server_text};

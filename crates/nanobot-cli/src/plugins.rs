@@ -48,7 +48,8 @@ pub(crate) const NOTHING_TO_INSTALL: &str =
 /// `plugins list`.
 pub(crate) fn list(env: &CliEnv, args: &ConfigArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
     let s = crate::setup::load(env, args, false)?;
-    let states = crate::status::channel_states(&s.loaded.config);
+    let places = crate::status::ChannelPlaces::of(&s, &env.vars);
+    let states = crate::status::channel_states(&s.loaded.config, &places.get());
     let enabled = |n: &str| states.iter().any(|(name, on, _)| name == n && *on);
     let mut rows: Vec<(String, &str, String, String)> = CHANNELS
         .iter()

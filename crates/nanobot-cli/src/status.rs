@@ -3,8 +3,6 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-#[cfg(feature = "email")]
-use std::time::Duration;
 
 use nanobot_config::Config;
 use nanobot_providers::{ProviderError, ProviderFactory, registry};
@@ -41,274 +39,65 @@ pub(crate) fn providers_with_keys(config: &Config, env: &nanobot_util::EnvMap) -
     out
 }
 
-/// Channel name → (enabled, credentials set) for the typed channels and every other block.
-pub(crate) fn channel_states(config: &Config) -> Vec<(String, bool, bool)> {
+/// The files and environment the channels' descriptors read (`doctor`, `channels status`), for a loaded setup.
+pub(crate) struct ChannelPlaces {
+    data_dir: std::path::PathBuf,
+    media_root: std::path::PathBuf,
+    workspace: std::path::PathBuf,
+    vars: nanobot_util::EnvMap,
+}
+
+impl ChannelPlaces {
+    pub(crate) fn of(s: &Setup, vars: &nanobot_util::EnvMap) -> Self {
+        Self {
+            data_dir: s.paths.data_dir(),
+            media_root: s.paths.media_dir(None),
+            workspace: s.workspace.clone(),
+            vars: vars.clone(),
+        }
+    }
+
+    pub(crate) fn get(&self) -> nanobot_channels::Places<'_> {
+        nanobot_channels::Places {
+            data_dir: &self.data_dir,
+            media_root: &self.media_root,
+            workspace: &self.workspace,
+            vars: &self.vars,
+        }
+    }
+}
+
+/// Channel name → (enabled, credentials set) for the typed channels and every other block: each built channel as
+/// its descriptor says; a channel this build does not have as its block says (credentials unknown: "yes").
+pub(crate) fn channel_states(
+    config: &Config,
+    places: &nanobot_channels::Places<'_>,
+) -> Vec<(String, bool, bool)> {
     let c = &config.channels;
-    let mut out = vec![
-        (
-            "telegram".to_owned(),
-            c.telegram.enabled,
-            !c.telegram.token.is_empty(),
-        ),
-        (
-            "discord".to_owned(),
-            c.discord.enabled,
-            !c.discord.token.is_empty(),
-        ),
-        (
-            "slack".to_owned(),
-            c.slack.enabled,
-            !c.slack.bot_token.is_empty() && !c.slack.app_token.is_empty(),
-        ),
+    let typed = [
+        ("telegram", c.telegram.enabled),
+        ("discord", c.discord.enabled),
+        ("slack", c.slack.enabled),
     ];
-    for name in c.other.names() {
-        if let Some(block) = c.other.get(name).filter(|v| v.is_object()) {
-            let set = |key: &str| {
-                block
-                    .get(key)
-                    .and_then(|v| v.as_str())
-                    .is_some_and(|v| !v.trim().is_empty())
-            };
-            let creds = match name {
-                "feishu" => set("appId") && set("appSecret"),
-                "dingtalk" => set("clientId") && set("clientSecret"),
-                "qq" => set("appId") && set("secret"),
-                "mattermost" => set("serverUrl") && set("token"),
-                "msteams" => set("appId") && set("appPassword"),
-                "mochat" => set("clawToken"),
-                // Both mail servers need a password (an app password for Gmail / Fastmail).
-                "email" => ["imapPassword", "smtpPassword"].iter().all(|k| {
-                    block
-                        .get(*k)
-                        .and_then(|v| v.as_str())
-                        .is_some_and(|v| !v.is_empty())
-                }),
-                _ => true,
-            };
-            out.push((name.to_owned(), c.other.is_enabled(name), creds));
-        }
-    }
-    out
-}
-
-/// Doctor findings for the Feishu and DingTalk blocks (kept raw in the config; read as their adapters do).
-fn raw_channel_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>) {
-    if c.other.is_enabled("feishu")
-        && let Some(block) = c.other.get("feishu")
-    {
-        match nanobot_config::FeishuConfig::from_block(block) {
-            Err(e) => f.push(Finding::problem(&e, "fix the value named in `channels.feishu`")),
-            Ok(cfg) if cfg.app_id.trim().is_empty() || cfg.app_secret.is_empty() => f.push(Finding::problem(
-                "feishu is enabled but `appId` or `appSecret` is empty",
-                "copy the App ID (cli_…) and App Secret from the app's Credentials page in the Feishu/Lark console",
-            )),
-            Ok(cfg) if !matches!(cfg.domain.as_str(), "feishu" | "lark") => f.push(Finding::problem(
-                "feishu `domain` must be \"feishu\" or \"lark\"",
-                "set `channels.feishu.domain` to \"feishu\" (China) or \"lark\" (international)",
-            )),
-            Ok(cfg) => {
-                f.push(Finding::ok("feishu credentials set"));
-                if cfg.allow_from.is_empty() {
-                    f.push(Finding::warn(
-                        "feishu `allowFrom` is empty: nobody can talk to the bot",
-                        "add open_ids (ou_…) to `channels.feishu.allowFrom` (or \"*\")",
-                    ));
-                }
-            }
-        }
-    }
-    if c.other.is_enabled("dingtalk")
-        && let Some(block) = c.other.get("dingtalk")
-    {
-        match nanobot_config::DingTalkConfig::from_block(block) {
-            Err(e) => f.push(Finding::problem(&e, "fix the value named in `channels.dingtalk`")),
-            Ok(cfg) if cfg.client_id.trim().is_empty() || cfg.client_secret.is_empty() => {
-                f.push(Finding::problem(
-                    "dingtalk is enabled but `clientId` or `clientSecret` is empty",
-                    "copy the AppKey and AppSecret of the robot's app from the DingTalk developer console",
-                ))
-            }
-            Ok(cfg) => {
-                f.push(Finding::ok("dingtalk credentials set"));
-                if cfg.allow_from.is_empty() {
-                    f.push(Finding::warn(
-                        "dingtalk `allowFrom` is empty: nobody can talk to the bot",
-                        "add staff ids to `channels.dingtalk.allowFrom` (or \"*\")",
-                    ));
-                }
-            }
-        }
-    }
-}
-
-#[cfg(feature = "mochat")]
-/// Doctor findings for `channels.mochat` (raw in the config; read by the adapter's own parser).
-fn mochat_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>) {
-    if c.other.is_enabled(nanobot_mochat::NAME)
-        && let Some(block) = c.other.get(nanobot_mochat::NAME)
-    {
-        match nanobot_mochat::MochatSettings::from_block(block) {
-            Err(e) => f.push(Finding::problem(
-                e.to_string(),
-                "set the agent's claw token and fix the value named in `channels.mochat`",
-            )),
-            Ok(s) => {
-                f.push(Finding::ok("mochat claw token set"));
-                if s.allow_from.is_empty() {
-                    f.push(Finding::warn(
-                        "mochat `allowFrom` is empty: nobody can talk to the agent",
-                        "add user ids to `channels.mochat.allowFrom` (or \"*\")",
-                    ));
-                }
-                if s.sessions.is_empty() && s.panels.is_empty() {
-                    f.push(Finding::warn(
-                        "mochat has no `sessions` or `panels`: nothing is watched",
-                        "list session / panel ids in `channels.mochat.sessions` / `panels` (or \"*\")",
-                    ));
-                }
-            }
-        }
-    }
-}
-
-#[cfg(feature = "qq")]
-/// Doctor findings for `channels.qq` (raw in the config; read by the adapter's own parser).
-fn qq_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>) {
-    if c.other.is_enabled(nanobot_qq::NAME)
-        && let Some(block) = c.other.get(nanobot_qq::NAME)
-    {
-        match nanobot_qq::QqSettings::from_block(block) {
-            Err(e) => f.push(Finding::problem(
-                e.to_string(),
-                "copy the AppID and AppSecret from the bot's page on q.qq.com into `channels.qq`",
-            )),
-            Ok(s) => {
-                f.push(Finding::ok("qq credentials set"));
-                if s.allow_from.is_empty() {
-                    f.push(Finding::warn(
-                        "qq `allowFrom` is empty: nobody can talk to the bot",
-                        "add user openids to `channels.qq.allowFrom` (or \"*\")",
-                    ));
-                }
-            }
-        }
-    }
-}
-
-#[cfg(feature = "mattermost")]
-/// Doctor findings for `channels.mattermost` (raw in the config; read by the adapter's own parser).
-fn mattermost_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>) {
-    let Some(block) = c
+    let others = c
         .other
-        .get(nanobot_mattermost::NAME)
-        .filter(|_| c.other.is_enabled(nanobot_mattermost::NAME))
-    else {
-        return;
-    };
-    match nanobot_mattermost::MattermostSettings::from_block(block) {
-        Err(e) => f.push(Finding::problem(
-            e.to_string(),
-            "create a bot account (System Console → Bot Accounts) and put the server's address and the bot's \
-             access token in `channels.mattermost` (serverUrl, token)",
-        )),
-        Ok(s) => {
-            f.push(Finding::ok(format!("mattermost: server {}", s.server_url)));
-            if s.server_url.starts_with("http://") {
-                f.push(Finding::warn(
-                    format!(
-                        "mattermost: {} is plain http: the token travels unencrypted",
-                        s.server_url
-                    ),
-                    "use the server's https:// address in `channels.mattermost.serverUrl`",
-                ));
-            }
-            if s.allow_from.is_empty() && s.dm_allow_from.is_empty() {
-                f.push(Finding::warn(
-                    "mattermost `allowFrom` is empty: nobody can talk to the bot",
-                    "add user ids (or usernames with `allowFromMatchMode: \"username\"`) to \
-                     `channels.mattermost.allowFrom` (or \"*\")",
-                ));
-            }
-        }
-    }
-}
-
-#[cfg(feature = "msteams")]
-/// Doctor findings for `channels.msteams` (raw in the config; read by the adapter's own parser).
-fn msteams_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>) {
-    let Some(block) = c
-        .other
-        .get(nanobot_msteams::NAME)
-        .filter(|_| c.other.is_enabled(nanobot_msteams::NAME))
-    else {
-        return;
-    };
-    let s = match nanobot_msteams::MsTeamsSettings::from_block(block) {
-        Ok(s) => s,
-        Err(e) => {
-            f.push(Finding::problem(
-                e.to_string(),
-                "register a bot (Azure Bot, or the Teams Developer Portal) and put its Microsoft App ID and a \
-                 client secret in `channels.msteams` (appId, appPassword; tenantId for a single-tenant bot)",
-            ));
-            return;
-        }
-    };
-    f.push(Finding::ok(format!(
-        "msteams: app {} answers on http://{}:{}{} (the bot's messaging endpoint must reach it over HTTPS)",
-        s.app_id, s.host, s.port, s.path
-    )));
-    if !s.validate_inbound_auth {
-        f.push(Finding::warn(
-            "msteams: validateInboundAuth is off: anyone who reaches the webhook can write as any user",
-            "remove `channels.msteams.validateInboundAuth` (it is on by default)",
-        ));
-    }
-    if s.allow_from.is_empty() {
-        f.push(Finding::warn(
-            "msteams `allowFrom` is empty: nobody can talk to the bot",
-            "add users' AAD object ids to `channels.msteams.allowFrom` (or \"*\"); a stranger's message gets a \
-             pairing code",
-        ));
-    }
-}
-
-#[cfg(feature = "napcat")]
-/// Doctor findings for `channels.napcat` (raw in the config; read by the adapter's own parser).
-fn napcat_findings(c: &nanobot_config::ChannelsConfig, f: &mut Vec<Finding>) {
-    let Some(block) = c
-        .other
-        .get(nanobot_napcat::NAME)
-        .filter(|_| c.other.is_enabled(nanobot_napcat::NAME))
-    else {
-        return;
-    };
-    let s = match nanobot_napcat::NapcatSettings::from_block(block) {
-        Ok(s) => s,
-        Err(e) => {
-            f.push(Finding::problem(
-                e.to_string(),
-                "fix the value named in `channels.napcat` (see docs/channels.md, NapCat)",
-            ));
-            return;
-        }
-    };
-    let shown = s.shown_url();
-    f.push(Finding::ok(format!("napcat: NapCat's WebSocket at {shown}")));
-    if s.access_token.is_empty() && !s.on_this_machine() {
-        f.push(Finding::warn(
-            format!(
-                "napcat: {shown} is reached without `accessToken`: whoever reaches it can act as the bot"
-            ),
-            "set the same token in NapCat's WebSocket server and in `channels.napcat.accessToken`",
-        ));
-    }
-    if s.allow_from.is_empty() {
-        f.push(Finding::warn(
-            "napcat `allowFrom` is empty: nobody can talk to the bot",
-            "add QQ numbers to `channels.napcat.allowFrom` (or \"*\")",
-        ));
-    }
+        .names()
+        .filter(|n| c.other.get(n).is_some_and(serde_json::Value::is_object))
+        .map(|n| (n, c.other.is_enabled(n)));
+    typed
+        .into_iter()
+        .chain(others)
+        .map(
+            |(name, on)| match nanobot_gateway::CHANNELS.iter().find(|d| d.name == name) {
+                Some(d) => (
+                    name.to_owned(),
+                    (d.enabled)(config),
+                    (d.credentials_set)(config, places),
+                ),
+                None => (name.to_owned(), on, true),
+            },
+        )
+        .collect()
 }
 
 fn yes(b: bool) -> &'static str {
@@ -367,7 +156,8 @@ pub(crate) fn status_text(env: &CliEnv, args: &ConfigArgs) -> Result<String, Cli
         }
     }
     let unsupported = nanobot_gateway::unsupported_channels(config);
-    let enabled: Vec<String> = channel_states(config)
+    let places = ChannelPlaces::of(&s, &vars);
+    let enabled: Vec<String> = channel_states(config, &places.get())
         .into_iter()
         .filter(|(_, on, _)| *on)
         .map(|(n, _, _)| {
@@ -443,6 +233,21 @@ pub(crate) struct Finding {
     pub what: String,
     /// How to fix it (empty when fine).
     pub fix: String,
+}
+
+impl From<nanobot_channels::Finding> for Finding {
+    fn from(f: nanobot_channels::Finding) -> Self {
+        let level = match f.level {
+            nanobot_channels::descriptor::Level::Ok => Level::Ok,
+            nanobot_channels::descriptor::Level::Warn => Level::Warn,
+            nanobot_channels::descriptor::Level::Problem => Level::Problem,
+        };
+        Finding {
+            level,
+            what: f.what,
+            fix: f.fix,
+        }
+    }
 }
 
 impl Finding {
@@ -560,9 +365,7 @@ pub(crate) fn doctor(env: &CliEnv, args: &ConfigArgs) -> Vec<Finding> {
             ));
         }
     }
-    f.extend(check_channels(config));
-    #[cfg(feature = "whatsapp")]
-    f.extend(check_whatsapp(config, &s.paths, &env.vars));
+    f.extend(check_channels(config, &ChannelPlaces::of(&s, &env.vars).get()));
     for name in nanobot_gateway::unsupported_channels(config) {
         f.push(Finding::problem(
             format!(
@@ -751,22 +554,8 @@ where
     F: std::future::Future<Output = T>,
     T: Send,
 {
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .ok()?;
-                nanobot_providers::install_ring();
-                let out = rt.block_on(make());
-                rt.shutdown_background();
-                Some(out)
-            })
-            .join()
-            .ok()
-            .flatten()
-    })
+    nanobot_providers::install_ring();
+    nanobot_channels::descriptor::on_own_runtime(make)
 }
 
 /// The people allowed on the enabled channels (`allowFrom` entries; `"*"` stands for anyone).
@@ -918,303 +707,13 @@ fn check_workspace(ws: &Path) -> Finding {
     }
 }
 
-/// `<digits>:<35-ish of [A-Za-z0-9_-]>`.
-pub(crate) fn telegram_token_ok(t: &str) -> bool {
-    match t.split_once(':') {
-        Some((id, secret)) => {
-            !id.is_empty()
-                && id.chars().all(|c| c.is_ascii_digit())
-                && secret.len() >= 30
-                && secret
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        }
-        None => false,
-    }
-}
-
-/// Three dot-separated base64url parts.
-pub(crate) fn discord_token_ok(t: &str) -> bool {
-    let parts: Vec<&str> = t.split('.').collect();
-    parts.len() == 3
-        && parts.iter().all(|p| {
-            !p.is_empty()
-                && p.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        })
-        && t.len() >= 50
-}
-
-#[cfg(feature = "whatsapp")]
-/// The WhatsApp channel's settings as the gateway builds them, or the problem that stops it.
-fn whatsapp_settings(
-    config: &Config,
-    paths: &nanobot_config::paths::NanobotPaths,
-    vars: &nanobot_util::EnvMap,
-) -> Option<Result<nanobot_whatsapp::WhatsAppSettings, nanobot_whatsapp::WhatsAppError>> {
-    let block = config.channels.other.get(nanobot_whatsapp::NAME)?;
-    Some(
-        nanobot_whatsapp::WhatsAppConfig::from_block(block)
-            .and_then(|c| {
-                nanobot_whatsapp::WhatsAppSettings::from_config(&c, &paths.data_dir(), &paths.media_dir(None))
-            })
-            .map(|mut s| {
-                s.bridge = s.bridge.with_environment(vars);
-                s
-            }),
-    )
-}
-
-#[cfg(feature = "whatsapp")]
-/// Doctor findings for WhatsApp: the block, the bridge's npm packages, a linked device, `allowFrom`.
-fn check_whatsapp(
-    config: &Config,
-    paths: &nanobot_config::paths::NanobotPaths,
-    vars: &nanobot_util::EnvMap,
-) -> Vec<Finding> {
-    let mut f = Vec::new();
-    if !config.channels.other.is_enabled(nanobot_whatsapp::NAME) {
-        return f;
-    }
-    let s = match whatsapp_settings(config, paths, vars) {
-        Some(Ok(s)) => s,
-        Some(Err(e)) => {
-            f.push(Finding::problem(
-                e.to_string(),
-                "fix the value named in `channels.whatsapp`",
-            ));
-            return f;
-        }
-        None => return f,
-    };
-    if s.bridge.socket_module.is_none() && !nanobot_whatsapp::bridge_installed(&s.bridge) {
-        f.push(Finding::problem(
-            format!("whatsapp bridge not installed (no ws / @whiskeysockets/baileys in {})", s.bridge.node_modules().display()),
-            "run `nanobot channels login whatsapp` (installs the bridge with npm, then shows the QR code to scan)",
-        ));
-    }
-    // A user switching from the Python nanobot 0.3.5: its login (a neonize database) cannot be used here.
-    let python_login = config
-        .channels
-        .other
-        .get(nanobot_whatsapp::NAME)
-        .and_then(|b| nanobot_whatsapp::WhatsAppConfig::from_block(b).ok())
-        .and_then(|c| nanobot_whatsapp::python_login(&c.database_path, &paths.data_dir()));
-    if nanobot_whatsapp::credentials_present(&s.auth_dir) {
-        f.push(Finding::ok(format!(
-            "whatsapp device linked (credentials in {})",
-            s.auth_dir.display()
-        )));
-    } else if let Some(db) = python_login {
-        f.push(Finding::problem(
-            format!(
-                "whatsapp is enabled but no device is linked for nanobot-rs: the Python nanobot 0.3.5's login ({}) is \
-                 a neonize database, which nanobot-rs cannot use",
-                db.display()
-            ),
-            format!(
-                "run `nanobot channels login whatsapp` and scan the QR code with WhatsApp → Linked devices: nanobot-rs \
-                 becomes another linked device; {} is left as it is, so 0.3.5 still works when you switch back",
-                db.display()
-            ),
-        ));
-    } else {
-        f.push(Finding::problem(
-            format!(
-                "whatsapp is enabled but no device is linked (no credentials in {})",
-                s.auth_dir.display()
-            ),
-            "run `nanobot channels login whatsapp` and scan the QR code with WhatsApp → Linked devices",
-        ));
-    }
-    if s.allow_from.is_empty() {
-        f.push(Finding::warn(
-            "whatsapp `allowFrom` is empty: nobody can talk to the bot",
-            "add phone numbers with country code (e.g. \"+4915512345678\") to `channels.whatsapp.allowFrom`",
-        ));
-    }
-    f
-}
-
-fn check_channels(config: &Config) -> Vec<Finding> {
-    let mut f = Vec::new();
-    let c = &config.channels;
-    if c.telegram.enabled {
-        let t = c.telegram.token.expose();
-        if t.is_empty() {
-            f.push(Finding::problem(
-                "telegram is enabled but has no token",
-                "set `channels.telegram.token` to the token from @BotFather",
-            ));
-        } else if !telegram_token_ok(t) {
-            f.push(Finding::problem(
-                "telegram token does not look like a bot token (`123456789:AA…`)",
-                "copy the whole token from @BotFather into `channels.telegram.token`",
-            ));
-        } else {
-            f.push(Finding::ok("telegram token format"));
-        }
-        if c.telegram.allow_from.is_empty() {
-            f.push(Finding::warn(
-                "telegram `allowFrom` is empty: nobody can talk to the bot",
-                "add your user id or username to `channels.telegram.allowFrom` (or \"*\" for everyone)",
-            ));
-        }
-    }
-    if c.discord.enabled {
-        let t = c.discord.token.expose();
-        if t.is_empty() {
-            f.push(Finding::problem(
-                "discord is enabled but has no token",
-                "set `channels.discord.token` to the bot token from the Discord developer portal",
-            ));
-        } else if !discord_token_ok(t) {
-            f.push(Finding::problem(
-                "discord token does not look like a bot token (three dot-separated parts)",
-                "copy the bot token (not the client secret) into `channels.discord.token`",
-            ));
-        } else {
-            f.push(Finding::ok("discord token format"));
-        }
-        if c.discord.allow_from.is_empty() {
-            f.push(Finding::warn(
-                "discord `allowFrom` is empty: nobody can talk to the bot",
-                "add user ids to `channels.discord.allowFrom` (or \"*\")",
-            ));
-        }
-    }
-    if c.slack.enabled {
-        let bot = c.slack.bot_token.expose();
-        let app = c.slack.app_token.expose();
-        if !bot.starts_with("xoxb-") {
-            f.push(Finding::problem(
-                "slack bot token missing or not an `xoxb-…` token",
-                "set `channels.slack.botToken` to the Bot User OAuth Token (xoxb-…)",
-            ));
-        }
-        if c.slack.mode == "socket" && !app.starts_with("xapp-") {
-            f.push(Finding::problem(
-                "slack app token missing or not an `xapp-…` token (needed for socket mode)",
-                "set `channels.slack.appToken` to an app-level token with connections:write (xapp-…)",
-            ));
-        }
-        if bot.starts_with("xoxb-") && (c.slack.mode != "socket" || app.starts_with("xapp-")) {
-            f.push(Finding::ok("slack token formats"));
-        }
-    }
-    raw_channel_findings(c, &mut f);
-    #[cfg(feature = "qq")]
-    qq_findings(c, &mut f);
-    #[cfg(feature = "napcat")]
-    napcat_findings(c, &mut f);
-    #[cfg(feature = "mattermost")]
-    mattermost_findings(c, &mut f);
-    #[cfg(feature = "msteams")]
-    msteams_findings(c, &mut f);
-    #[cfg(feature = "mochat")]
-    mochat_findings(c, &mut f);
-    #[cfg(feature = "email")]
-    if let Some(block) = c.other.get("email").filter(|_| c.other.is_enabled("email")) {
-        f.extend(check_email(block));
-    }
-    f
-}
-
-#[cfg(feature = "email")]
-/// `channels.email`: consent, the settings the channel validates at start, and the anti-spoofing checks.
-fn check_email(block: &serde_json::Value) -> Vec<Finding> {
-    let mut f = Vec::new();
-    let settings = match nanobot_email::EmailSettings::from_block(block, "media", "data") {
-        Ok(s) => s,
-        Err(e) => {
-            f.push(Finding::problem(
-                format!("email channel: {e}"),
-                "complete `channels.email` (IMAP and SMTP host, user name and an app password)",
-            ));
-            return f;
-        }
-    };
-    if settings.consent_granted {
-        f.push(Finding::ok(format!(
-            "email channel: {} via {} / {}",
-            settings.imap.username,
-            settings.imap.endpoint(),
-            settings.smtp.endpoint()
-        )));
-    } else {
-        f.push(Finding::problem(
-            "email channel enabled but `channels.email.consentGranted` is false: it reads and sends nothing",
-            "set `channels.email.consentGranted` to true once the mailbox owner agrees",
-        ));
-    }
-    if settings.allow_from.is_empty() {
-        f.push(Finding::warn(
-            "email channel: `allowFrom` is empty, so every mail is left unanswered",
-            "add the sender addresses to serve to `channels.email.allowFrom`",
-        ));
-    }
-    if !settings.verify_dkim && !settings.verify_spf {
-        f.push(Finding::warn(
-            "email channel: verifyDkim and verifySpf are off, so a forged From address on allowFrom is served",
-            "turn them on and set `channels.email.trustedAuthservIds` to your provider's receiving server",
-        ));
-    }
-    if settings.consent_granted {
-        let result = imap_login_bounded(&settings, Duration::from_secs(10), Duration::from_secs(20));
-        f.push(imap_login_finding(&settings, result));
-    }
-    f
-}
-
-#[cfg(feature = "email")]
-/// Tries the IMAP login (connect, TLS, login, select, log out) with every step bounded by `step` and the whole by
-/// `overall`. Runs on a current-thread runtime of its own in a scoped thread, so it works whether or not the caller
-/// is inside a tokio runtime.
-fn imap_login_bounded(
-    settings: &nanobot_email::EmailSettings,
-    step: Duration,
-    overall: Duration,
-) -> Result<(), String> {
-    let mut settings = settings.clone();
-    settings.timeout = settings.timeout.min(step);
-    on_own_runtime(|| async {
-        match tokio::time::timeout(overall, nanobot_email::check_imap_login(&settings)).await {
-            Ok(r) => r.map_err(|e| e.to_string()),
-            Err(_) => Err(format!(
-                "no answer from {} within {} s",
-                settings.imap.endpoint(),
-                overall.as_secs()
-            )),
-        }
-    })
-    .unwrap_or_else(|| Err("the IMAP check could not run".into()))
-}
-
-#[cfg(feature = "email")]
-/// The finding of the IMAP login check: names the account and the server, never the password.
-fn imap_login_finding(settings: &nanobot_email::EmailSettings, result: Result<(), String>) -> Finding {
-    let user = &settings.imap.username;
-    let server = settings.imap.endpoint();
-    match result {
-        Ok(()) => Finding::ok(format!(
-            "email channel: IMAP login as {user} at {server} works (mailbox {})",
-            settings.imap.mailbox
-        )),
-        Err(e) => {
-            // Whatever the error says, the password is not repeated.
-            let password = settings.imap.password.expose();
-            let e = if password.is_empty() {
-                e
-            } else {
-                e.replace(password, "<password>")
-            };
-            Finding::problem(
-                format!("email channel: IMAP check of {user} at {server} failed: {e}"),
-                "check `channels.email.imapHost`, `imapPort`, `imapUseSsl`, `imapUsername` and `imapPassword` \
-                 (Gmail and Fastmail need an app password)",
-            )
-        }
-    }
+/// Every built channel's findings about its block, as its descriptor checks it.
+fn check_channels(config: &Config, places: &nanobot_channels::Places<'_>) -> Vec<Finding> {
+    nanobot_gateway::CHANNELS
+        .iter()
+        .flat_map(|d| (d.doctor)(config, places))
+        .map(Finding::from)
+        .collect()
 }
 
 /// What spending is limited to, and whether a money limit can hold for the agent's model (it counts priced calls
@@ -1281,14 +780,8 @@ pub(crate) fn channels_text(env: &CliEnv, args: &ConfigArgs) -> Result<String, C
         "{:<12} {:<8} {:<12} {}\n",
         "Channel", "Enabled", "Credentials", "Allowed"
     );
-    #[cfg_attr(not(feature = "whatsapp"), allow(unused_mut))]
-    for (name, enabled, mut creds) in channel_states(config) {
-        #[cfg(feature = "whatsapp")]
-        if name == nanobot_whatsapp::NAME {
-            // WhatsApp's credentials are the linked device's, in the data directory.
-            creds = matches!(whatsapp_settings(config, &s.paths, &env.vars),
-                Some(Ok(w)) if nanobot_whatsapp::credentials_present(&w.auth_dir));
-        }
+    let places = ChannelPlaces::of(&s, &env.vars);
+    for (name, enabled, creds) in channel_states(config, &places.get()) {
         let allowed = match name.as_str() {
             "telegram" => allow_text(&config.channels.telegram.allow_from),
             "discord" => allow_text(&config.channels.discord.allow_from),
@@ -1328,6 +821,29 @@ fn allow_text(list: &[String]) -> String {
     } else {
         format!("{} entries", list.len())
     }
+}
+
+/// Places for tests of `doctor` and `channels status` (nothing there: no linked devices, no files).
+#[cfg(test)]
+fn test_places() -> nanobot_channels::Places<'static> {
+    static VARS: std::sync::LazyLock<nanobot_util::EnvMap> =
+        std::sync::LazyLock::new(nanobot_util::EnvMap::new);
+    nanobot_channels::Places {
+        data_dir: Path::new("/nonexistent/nanobot-data"),
+        media_root: Path::new("/nonexistent/nanobot-data/media"),
+        workspace: Path::new("/nonexistent/nanobot-workspace"),
+        vars: &VARS,
+    }
+}
+
+/// The doctor's findings for an enabled `channels.email` block.
+#[cfg(all(test, feature = "email"))]
+fn check_email(block: &serde_json::Value) -> Vec<Finding> {
+    let mut block = block.clone();
+    block["enabled"] = serde_json::json!(true);
+    let config: Config =
+        serde_json::from_value(serde_json::json!({"channels": {"email": block}})).unwrap_or_default();
+    check_channels(&config, &test_places())
 }
 
 #[cfg(test)]
@@ -1461,7 +977,7 @@ mod tests {
         let config: Config = serde_json::from_value(serde_json::json!({"channels": {"email": {
             "enabled": true, "imapPassword": "pw", "smtpPassword": ""}}}))
         .unwrap();
-        let states = channel_states(&config);
+        let states = channel_states(&config, &test_places());
         assert!(states.contains(&("email".to_owned(), true, false)), "{states:?}");
     }
 
@@ -1504,7 +1020,8 @@ mod tests {
         // A minimal IMAP server without TLS: greets, then refuses every command with NO.
         let server = std::thread::spawn(move || {
             let (mut conn, _) = listener.accept().unwrap();
-            conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            conn.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+                .unwrap();
             conn.write_all(b"* OK fake IMAP ready\r\n").unwrap();
             let mut reader = BufReader::new(conn.try_clone().unwrap());
             let mut received = String::new();
@@ -1531,36 +1048,6 @@ mod tests {
             !received.contains("SECRET") && !received.to_uppercase().contains("LOGIN"),
             "no login attempted without TLS: {received}"
         );
-    }
-
-    #[test]
-    fn the_imap_login_finding_names_account_and_server_never_the_password() {
-        let s = nanobot_email::EmailSettings::from_block(&email_block(993, true), "m", "d").unwrap();
-        let err = nanobot_email::EmailError::Login {
-            endpoint: s.imap.endpoint(),
-            username: s.imap.username.clone(),
-            message: "[AUTHENTICATIONFAILED] bad SECRET-IMAP-PW".into(),
-        };
-        let x = imap_login_finding(&s, Err(err.to_string()));
-        assert_eq!(x.level, Level::Problem);
-        assert!(
-            x.what.contains("bot@x.org") && x.what.contains("127.0.0.1:993"),
-            "{x:?}"
-        );
-        assert!(x.what.contains("AUTHENTICATIONFAILED"), "{x:?}");
-        assert!(!x.what.contains("SECRET"), "{x:?}");
-        assert_eq!(imap_login_finding(&s, Ok(())).level, Level::Ok);
-    }
-
-    #[test]
-    fn token_formats() {
-        assert!(telegram_token_ok("123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"));
-        assert!(!telegram_token_ok("AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"));
-        assert!(!telegram_token_ok("12x:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"));
-        assert!(discord_token_ok(
-            "MTA1NjQ4ODk1NzQ5NjQ2OTU2OA.GkNwYm.abcdefghijklmnopqrstuvwxyz0123456789AB"
-        ));
-        assert!(!discord_token_ok("not-a-token"));
     }
 
     #[test]
@@ -1682,10 +1169,10 @@ mod raw_channel_tests {
                 "dingtalk":{"enabled":true,"clientId":"d","clientSecret":"SECRET5","allowFrom":["s1"]}}}"#,
         )
         .unwrap();
-        let states = channel_states(&config);
+        let states = channel_states(&config, &test_places());
         assert!(states.contains(&("feishu".into(), true, false)), "{states:?}");
         assert!(states.contains(&("dingtalk".into(), true, true)), "{states:?}");
-        let findings = check_channels(&config);
+        let findings = check_channels(&config, &test_places());
         let text = doctor_text(&findings).0;
         assert!(
             text.contains("✗ feishu is enabled but `appId` or `appSecret` is empty"),
@@ -1699,17 +1186,17 @@ mod raw_channel_tests {
                 r#"{"channels":{"mattermost":{"enabled":true,"serverUrl":"http://chat.lan","token":"MMTOK-9"}}}"#,
             )
             .unwrap();
-            let text = doctor_text(&check_channels(&mm)).0;
+            let text = doctor_text(&check_channels(&mm, &test_places())).0;
             assert!(text.contains("mattermost: server http://chat.lan"), "{text}");
             assert!(text.contains("plain http"), "{text}");
             assert!(text.contains("mattermost `allowFrom` is empty"), "{text}");
             assert!(!text.contains("MMTOK-9"), "{text}");
-            assert!(channel_states(&mm).contains(&("mattermost".into(), true, true)));
+            assert!(channel_states(&mm, &test_places()).contains(&("mattermost".into(), true, true)));
             let mm: Config = serde_json::from_str(
                 r#"{"channels":{"mattermost":{"enabled":true,"serverUrl":"https://chat.lan"}}}"#,
             )
             .unwrap();
-            let text = doctor_text(&check_channels(&mm)).0;
+            let text = doctor_text(&check_channels(&mm, &test_places())).0;
             assert!(text.contains("channels.mattermost.token is empty"), "{text}");
         }
         #[cfg(feature = "msteams")]
@@ -1718,7 +1205,7 @@ mod raw_channel_tests {
                 r#"{"channels":{"msteams":{"enabled":true,"appId":"app-7","appPassword":"TEAMSPW-9","validateInboundAuth":false}}}"#,
             )
             .unwrap();
-            let text = doctor_text(&check_channels(&teams)).0;
+            let text = doctor_text(&check_channels(&teams, &test_places())).0;
             assert!(
                 text.contains("msteams: app app-7 answers on http://0.0.0.0:3978/api/messages"),
                 "{text}"
@@ -1726,12 +1213,12 @@ mod raw_channel_tests {
             assert!(text.contains("validateInboundAuth is off"), "{text}");
             assert!(text.contains("msteams `allowFrom` is empty"), "{text}");
             assert!(!text.contains("TEAMSPW-9"), "{text}");
-            assert!(channel_states(&teams).contains(&("msteams".into(), true, true)));
+            assert!(channel_states(&teams, &test_places()).contains(&("msteams".into(), true, true)));
             let teams: Config =
                 serde_json::from_str(r#"{"channels":{"msteams":{"enabled":true,"appId":"app-7"}}}"#).unwrap();
-            let text = doctor_text(&check_channels(&teams)).0;
+            let text = doctor_text(&check_channels(&teams, &test_places())).0;
             assert!(text.contains("channels.msteams.appPassword is empty"), "{text}");
-            assert!(channel_states(&teams).contains(&("msteams".into(), true, false)));
+            assert!(channel_states(&teams, &test_places()).contains(&("msteams".into(), true, false)));
         }
         #[cfg(feature = "napcat")]
         {
@@ -1739,7 +1226,7 @@ mod raw_channel_tests {
                 r#"{"channels":{"napcat":{"enabled":true,"wsUrl":"ws://napcat.lan:3001"}}}"#,
             )
             .unwrap();
-            let text = doctor_text(&check_channels(&napcat)).0;
+            let text = doctor_text(&check_channels(&napcat, &test_places())).0;
             assert!(
                 text.contains("napcat: NapCat's WebSocket at ws://napcat.lan:3001"),
                 "{text}"
@@ -1750,7 +1237,7 @@ mod raw_channel_tests {
                 r#"{"channels":{"napcat":{"enabled":true,"accessToken":"TOK-9","groupPolicy":"sometimes"}}}"#,
             )
             .unwrap();
-            let text = doctor_text(&check_channels(&napcat)).0;
+            let text = doctor_text(&check_channels(&napcat, &test_places())).0;
             assert!(text.contains("channels.napcat.groupPolicy"), "{text}");
             assert!(!text.contains("TOK-9"), "{text}");
         }
@@ -1758,37 +1245,37 @@ mod raw_channel_tests {
             r#"{"channels":{"qq":{"enabled":true,"appId":"102","secret":"SECRET9","msgFormat":"html"}}}"#,
         )
         .unwrap();
-        assert!(channel_states(&qq).contains(&("qq".into(), true, true)));
-        let text = doctor_text(&check_channels(&qq)).0;
+        assert!(channel_states(&qq, &test_places()).contains(&("qq".into(), true, true)));
+        let text = doctor_text(&check_channels(&qq, &test_places())).0;
         assert!(text.contains("channels.qq.msgFormat"), "{text}");
         assert!(!text.contains("SECRET9"), "{text}");
         let qq: Config =
             serde_json::from_str(r#"{"channels":{"qq":{"enabled":true,"appId":"102","secret":""}}}"#)
                 .unwrap();
-        assert!(channel_states(&qq).contains(&("qq".into(), true, false)));
-        let text = doctor_text(&check_channels(&qq)).0;
+        assert!(channel_states(&qq, &test_places()).contains(&("qq".into(), true, false)));
+        let text = doctor_text(&check_channels(&qq, &test_places())).0;
         assert!(text.contains("channels.qq.secret is empty"), "{text}");
         let qq: Config =
             serde_json::from_str(r#"{"channels":{"qq":{"enabled":true,"appId":"102","secret":"SECRET9"}}}"#)
                 .unwrap();
-        let text = doctor_text(&check_channels(&qq)).0;
+        let text = doctor_text(&check_channels(&qq, &test_places())).0;
         assert!(text.contains("✓ qq credentials set"), "{text}");
         assert!(text.contains("qq `allowFrom` is empty"), "{text}");
         let mochat: Config = serde_json::from_str(
             r#"{"channels":{"mochat":{"enabled":true,"clawToken":"TOKEN7","allowFrom":["u"],"sessions":["*"]}}}"#,
         )
         .unwrap();
-        assert!(channel_states(&mochat).contains(&("mochat".into(), true, true)));
-        let text = doctor_text(&check_channels(&mochat)).0;
+        assert!(channel_states(&mochat, &test_places()).contains(&("mochat".into(), true, true)));
+        let text = doctor_text(&check_channels(&mochat, &test_places())).0;
         assert!(text.contains("✓ mochat claw token set"), "{text}");
         assert!(!text.contains("TOKEN7"), "{text}");
         let mochat: Config =
             serde_json::from_str(r#"{"channels":{"mochat":{"enabled":true,"clawToken":""}}}"#).unwrap();
-        let text = doctor_text(&check_channels(&mochat)).0;
+        let text = doctor_text(&check_channels(&mochat, &test_places())).0;
         assert!(text.contains("channels.mochat.clawToken is empty"), "{text}");
         let bad: Config =
             serde_json::from_str(r#"{"channels":{"feishu":{"enabled":true,"allowFrom":7}}}"#).unwrap();
-        let text = doctor_text(&check_channels(&bad)).0;
+        let text = doctor_text(&check_channels(&bad, &test_places())).0;
         assert!(text.contains("channels.feishu"), "{text}");
     }
 

@@ -41,10 +41,12 @@
 
 mod api;
 mod channel;
+mod descriptor;
 mod outbound;
 mod settings;
 
 pub use channel::{DingTalkChannel, GROUP_PREFIX, META_SENDER_NAME};
+pub use descriptor::DESCRIPTOR;
 pub use settings::{DEFAULT_API_URL, DEFAULT_MAX_FILE_BYTES, DEFAULT_OAPI_URL, DingTalkSettings};
 
 /// The channel's name on the bus (and the key of its config block).

@@ -42,10 +42,12 @@
 //! ```
 
 mod channel;
+mod descriptor;
 mod inbound;
 mod settings;
 
 pub use channel::DiscordChannel;
+pub use descriptor::{DESCRIPTOR, token_looks_valid};
 pub use settings::{DEFAULT_MAX_ATTACHMENT_BYTES, DiscordSettings, ProxySettings, REQUIRED_INTENTS};
 
 /// The channel's name on the bus.

@@ -53,6 +53,7 @@
 mod authres;
 mod channel;
 mod config;
+mod descriptor;
 mod error;
 mod imap;
 mod message;
@@ -64,6 +65,7 @@ mod tls;
 pub use authres::{AuthVerdict, check_authentication_results};
 pub use channel::{EmailChannel, META_MESSAGE_ID, META_REFERENCES, META_SUBJECT};
 pub use config::EmailConfig;
+pub use descriptor::DESCRIPTOR;
 pub use error::EmailError;
 pub use message::{Attachment, ParsedMail, html_to_text, parse_mail, trim_reply};
 pub use outbound::{render_html, render_text, reply_subject};

@@ -65,6 +65,7 @@
 
 mod api;
 mod channel;
+mod descriptor;
 mod files;
 mod format;
 pub mod frame;
@@ -73,6 +74,7 @@ mod settings;
 mod stream;
 
 pub use channel::{FeishuChannel, META_CHAT_TYPE, META_MESSAGE_ID, META_THREAD_ID};
+pub use descriptor::DESCRIPTOR;
 pub use files::{MAX_FILE_UPLOAD_BYTES, MAX_IMAGE_UPLOAD_BYTES};
 pub use settings::{
     DEFAULT_MAX_FILE_BYTES, DEFAULT_STREAM_EDIT_INTERVAL, FEISHU_URL, FeishuSettings, LARK_URL,

@@ -262,38 +262,54 @@ pub async fn check_api_bind(config: &Config) -> Result<Vec<SocketAddr>, GatewayE
     Ok(addrs)
 }
 
-/// The chat channels this build can run: exactly the names `build_channels` builds. A channel crate
-/// added there is added here too; every other enabled channel block is refused at start-up
-/// ([`unsupported_channels`]) and reported by `status`, `channels status` and `doctor`.
-/// Each adapter but `websocket` (the WebUI's channel, always built) is a cargo feature of this crate, all on by
-/// default (`all-channels`).
-pub const BUILT_CHANNELS: &[&str] = &[
+/// The chat adapters this build has, each plugged in by its descriptor (its crate's `DESCRIPTOR`): one line per
+/// channel, the only place a channel is named outside its own crate. Each is a cargo feature of this crate, all on
+/// by default (`all-channels`). The WebUI's `websocket` channel is built apart (it reads this
+/// agent's sessions and memory).
+pub const CHANNELS: &[nanobot_channels::ChannelDescriptor] = &[
     #[cfg(feature = "telegram")]
-    "telegram",
+    nanobot_telegram::DESCRIPTOR,
     #[cfg(feature = "discord")]
-    "discord",
+    nanobot_discord::DESCRIPTOR,
     #[cfg(feature = "slack")]
-    "slack",
+    nanobot_slack::DESCRIPTOR,
     #[cfg(feature = "feishu")]
-    "feishu",
+    nanobot_feishu::DESCRIPTOR,
     #[cfg(feature = "dingtalk")]
-    "dingtalk",
-    "websocket",
+    nanobot_dingtalk::DESCRIPTOR,
     #[cfg(feature = "email")]
-    "email",
+    nanobot_email::DESCRIPTOR,
     #[cfg(feature = "whatsapp")]
-    "whatsapp",
+    nanobot_whatsapp::DESCRIPTOR,
     #[cfg(feature = "qq")]
-    "qq",
+    nanobot_qq::DESCRIPTOR,
     #[cfg(feature = "mochat")]
-    "mochat",
+    nanobot_mochat::DESCRIPTOR,
     #[cfg(feature = "napcat")]
-    "napcat",
+    nanobot_napcat::DESCRIPTOR,
     #[cfg(feature = "mattermost")]
-    "mattermost",
+    nanobot_mattermost::DESCRIPTOR,
     #[cfg(feature = "msteams")]
-    "msteams",
+    nanobot_msteams::DESCRIPTOR,
 ];
+
+/// [`CHANNELS`]' names and `websocket`.
+const fn built_names<const N: usize>() -> [&'static str; N] {
+    let mut out = [nanobot_websocket::NAME; N];
+    let mut i = 0;
+    while i < CHANNELS.len() {
+        out[i] = CHANNELS[i].name;
+        i += 1;
+    }
+    out
+}
+
+const BUILT: [&str; CHANNELS.len() + 1] = built_names::<{ CHANNELS.len() + 1 }>();
+
+/// The chat channels this build can run: the names of [`CHANNELS`] and `websocket` (the WebUI's, always built).
+/// Every other enabled channel block is refused at start-up ([`unsupported_channels`]) and reported by `status`,
+/// `channels status` and `doctor`.
+pub const BUILT_CHANNELS: &[&str] = &BUILT;
 
 /// The variable that lets the gateway start without the enabled channels it cannot run (any non-empty
 /// value but `0`/`false`): they are then named in a warning instead of stopping the start.
@@ -338,24 +354,26 @@ fn check_unsupported_channels(config: &Config, env: &Environment) -> Result<(), 
     Err(GatewayError::UnsupportedChannels { names })
 }
 
-/// The channels enabled in `config`, one line per channel crate.
+/// The channels enabled in `config`, each built by its descriptor with the services shared here.
 fn build_channels(
     config: &Config,
     env: &Environment,
     metrics: &Metrics,
     workspace: &std::path::Path,
 ) -> Result<Vec<Arc<dyn Channel>>, GatewayError> {
-    #[cfg(not(feature = "telegram"))]
-    let _ = metrics;
     let paths = env.paths();
-    let ch = &config.channels;
-    #[cfg_attr(not(feature = "all-channels"), allow(unused_mut))]
-    let mut out: Vec<Arc<dyn Channel>> = Vec::new();
-    let pairing = || -> Result<Arc<PairingStore>, GatewayError> {
-        let path = paths.data_dir().join("pairing.json");
-        PairingStore::open(&path)
-            .map(Arc::new)
-            .map_err(|e| GatewayError::io("open", path, std::io::Error::other(e)))
+    let (data_dir, media_root) = (paths.data_dir(), paths.media_dir(None));
+    let pairing_cell = std::cell::OnceCell::new();
+    let pairing = || -> Result<Arc<PairingStore>, ChannelError> {
+        if let Some(p) = pairing_cell.get() {
+            return Ok(Arc::clone(p));
+        }
+        let path = data_dir.join("pairing.json");
+        let store = Arc::new(PairingStore::open(&path).map_err(|e| ChannelError::Config {
+            channel: "pairing".into(),
+            message: format!("cannot open {}: {e}", path.display()),
+        })?);
+        Ok(Arc::clone(pairing_cell.get_or_init(|| store)))
     };
     // One transcriber (the configured speech-to-text provider) for every channel that receives voice notes, made
     // only when the first such channel is built.
@@ -375,215 +393,21 @@ fn build_channels(
             )
             .clone()
     };
-    #[cfg(feature = "telegram")]
-    if ch.telegram.enabled {
-        let settings = nanobot_telegram::TelegramSettings::from_config(&ch.telegram)
-            .map_err(channel_error("telegram"))?;
-        let mut channel = nanobot_telegram::TelegramChannel::new(settings, paths.media_dir(Some("telegram")))
-            .map_err(channel_error("telegram"))?
-            .with_pairing(pairing()?)
-            .with_refusal_observer(Arc::new(metrics.clone()));
-        if let Some(t) = transcriber() {
-            channel = channel.with_transcriber(t);
-        }
-        out.push(Arc::new(channel));
-    }
-    #[cfg(feature = "discord")]
-    if ch.discord.enabled {
-        // Discord and Slack keep their downloads in `<media>/<channel>/` themselves.
-        let settings = nanobot_discord::DiscordSettings::from_config(&ch.discord)
-            .map_err(channel_error(nanobot_discord::NAME))?;
-        let channel = nanobot_discord::DiscordChannel::new(settings, paths.media_dir(None))
-            .map_err(channel_error(nanobot_discord::NAME))?
-            .with_pairing(pairing()?);
-        out.push(Arc::new(channel));
-    }
-    #[cfg(feature = "slack")]
-    if ch.slack.enabled {
-        let settings = nanobot_slack::SlackSettings::from_config(&ch.slack)
-            .map_err(channel_error(nanobot_slack::NAME))?;
-        let channel = nanobot_slack::SlackChannel::new(settings, paths.media_dir(None))
-            .map_err(channel_error(nanobot_slack::NAME))?
-            .with_pairing(pairing()?);
-        out.push(Arc::new(channel));
-    }
-    // Feishu and DingTalk blocks stay raw in the config (like in 0.3.5's plugin channels); each adapter reads its own.
-    // Remote files they are asked to send (and the files QQ's users send) are fetched behind the SSRF guard of
-    // `tools.ssrfWhitelist`.
-    #[cfg(any(
-        feature = "feishu",
-        feature = "dingtalk",
-        feature = "qq",
-        feature = "napcat",
-        feature = "msteams"
-    ))]
-    let ssrf_guard = |channel: &'static str| {
-        nanobot_channels::download::SsrfGuard::from_cidrs(&config.tools.ssrf_whitelist).map_err(|e| {
-            channel_error(channel)(ChannelError::Config {
-                channel: channel.to_owned(),
-                message: e.to_string(),
-            })
-        })
+    let services = nanobot_channels::Services {
+        places: nanobot_channels::Places {
+            data_dir: &data_dir,
+            media_root: &media_root,
+            workspace,
+            vars: &env.vars,
+        },
+        pairing: &pairing,
+        transcriber: &transcriber,
+        refusals: Some(Arc::new(metrics.clone())),
     };
-    #[cfg(any(feature = "feishu", feature = "dingtalk"))]
-    let block_error = |channel: &'static str| {
-        move |message: String| GatewayError::Channel {
-            channel,
-            source: ChannelError::Config {
-                channel: channel.to_string(),
-                message,
-            },
-        }
-    };
-    #[cfg(feature = "feishu")]
-    if ch.other.is_enabled(nanobot_feishu::NAME)
-        && let Some(block) = ch.other.get(nanobot_feishu::NAME)
-    {
-        let config =
-            nanobot_config::FeishuConfig::from_block(block).map_err(block_error(nanobot_feishu::NAME))?;
-        let settings = nanobot_feishu::FeishuSettings::from_config(&config)
-            .map_err(channel_error(nanobot_feishu::NAME))?;
-        let mut channel = nanobot_feishu::FeishuChannel::new(settings, paths.media_dir(None))
-            .map_err(channel_error(nanobot_feishu::NAME))?
-            .with_ssrf_guard(ssrf_guard(nanobot_feishu::NAME)?)
-            .with_pairing(pairing()?);
-        if let Some(t) = transcriber() {
-            channel = channel.with_transcriber(t);
-        }
-        out.push(Arc::new(channel));
+    let mut out: Vec<Arc<dyn Channel>> = Vec::new();
+    for d in CHANNELS.iter().filter(|d| (d.enabled)(config)) {
+        out.push((d.build)(config, &services).map_err(channel_error(d.name))?);
     }
-    #[cfg(feature = "dingtalk")]
-    if ch.other.is_enabled(nanobot_dingtalk::NAME)
-        && let Some(block) = ch.other.get(nanobot_dingtalk::NAME)
-    {
-        let config =
-            nanobot_config::DingTalkConfig::from_block(block).map_err(block_error(nanobot_dingtalk::NAME))?;
-        let settings = nanobot_dingtalk::DingTalkSettings::from_config(&config)
-            .map_err(channel_error(nanobot_dingtalk::NAME))?;
-        let channel = nanobot_dingtalk::DingTalkChannel::new(settings, paths.media_dir(None))
-            .map_err(channel_error(nanobot_dingtalk::NAME))?
-            .with_ssrf_guard(ssrf_guard(nanobot_dingtalk::NAME)?)
-            .with_pairing(pairing()?);
-        out.push(Arc::new(channel));
-    }
-    #[cfg(feature = "qq")]
-    if let Some(block) = ch
-        .other
-        .get(nanobot_qq::NAME)
-        .filter(|_| ch.other.is_enabled(nanobot_qq::NAME))
-    {
-        let settings = nanobot_qq::QqSettings::from_block(block).map_err(channel_error(nanobot_qq::NAME))?;
-        let channel = nanobot_qq::QqChannel::new(settings, paths.media_dir(None))
-            .map_err(channel_error(nanobot_qq::NAME))?
-            .with_ssrf_guard(ssrf_guard(nanobot_qq::NAME)?)
-            .with_pairing(pairing()?);
-        out.push(Arc::new(channel));
-    }
-    #[cfg(feature = "napcat")]
-    if let Some(block) = ch
-        .other
-        .get(nanobot_napcat::NAME)
-        .filter(|_| ch.other.is_enabled(nanobot_napcat::NAME))
-    {
-        let settings =
-            nanobot_napcat::NapcatSettings::from_block(block).map_err(channel_error(nanobot_napcat::NAME))?;
-        let channel = nanobot_napcat::NapcatChannel::new(settings, paths.media_dir(None))
-            .with_ssrf_guard(ssrf_guard(nanobot_napcat::NAME)?)
-            .with_pairing(pairing()?);
-        out.push(Arc::new(channel));
-    }
-    #[cfg(feature = "mattermost")]
-    if let Some(block) = ch
-        .other
-        .get(nanobot_mattermost::NAME)
-        .filter(|_| ch.other.is_enabled(nanobot_mattermost::NAME))
-    {
-        let settings = nanobot_mattermost::MattermostSettings::from_block(block)
-            .map_err(channel_error(nanobot_mattermost::NAME))?;
-        let channel = nanobot_mattermost::MattermostChannel::new(settings, paths.media_dir(None))
-            .with_pairing(pairing()?);
-        out.push(Arc::new(channel));
-    }
-    #[cfg(feature = "msteams")]
-    if let Some(block) = ch
-        .other
-        .get(nanobot_msteams::NAME)
-        .filter(|_| ch.other.is_enabled(nanobot_msteams::NAME))
-    {
-        let mut settings = nanobot_msteams::MsTeamsSettings::from_block(block)
-            .map_err(channel_error(nanobot_msteams::NAME))?;
-        // The system store honours the process's SSL_CERT_FILE; the environment passed in may name one too.
-        settings.extra_roots.extend(
-            env.vars
-                .get("SSL_CERT_FILE")
-                .map(std::path::PathBuf::from)
-                .filter(|f| f.is_file()),
-        );
-        // Conversation references where 0.3.5 keeps them, so a home works with either program.
-        let channel =
-            nanobot_msteams::MsTeamsChannel::new(settings, workspace.join("state"), paths.media_dir(None))
-                .with_ssrf_guard(ssrf_guard(nanobot_msteams::NAME)?)
-                .with_pairing(pairing()?);
-        out.push(Arc::new(channel));
-    }
-    #[cfg(feature = "mochat")]
-    if let Some(block) = ch
-        .other
-        .get(nanobot_mochat::NAME)
-        .filter(|_| ch.other.is_enabled(nanobot_mochat::NAME))
-    {
-        let settings =
-            nanobot_mochat::MochatSettings::from_block(block).map_err(channel_error(nanobot_mochat::NAME))?;
-        let channel = nanobot_mochat::MochatChannel::new(settings, paths.data_dir())
-            .map_err(channel_error(nanobot_mochat::NAME))?;
-        out.push(Arc::new(channel));
-    }
-    #[cfg(feature = "email")]
-    if let Some(block) = ch
-        .other
-        .get(nanobot_email::NAME)
-        .filter(|_| ch.other.is_enabled(nanobot_email::NAME))
-    {
-        let mut settings =
-            nanobot_email::EmailSettings::from_block(block, paths.media_dir(None), paths.data_dir())
-                .map_err(|e| channel_error(nanobot_email::NAME)(e.into()))?;
-        // The system store honours the process's SSL_CERT_FILE; the environment passed in may name one too.
-        if let Some(file) = env
-            .vars
-            .get("SSL_CERT_FILE")
-            .map(std::path::PathBuf::from)
-            .filter(|f| f.is_file())
-        {
-            settings.extra_roots.push(file);
-        }
-        if !settings.consent_granted {
-            tracing::warn!(
-                "email: channels.email is enabled but consentGranted is false: no mail is read or sent until the \
-                 account owner agrees and it is set to true"
-            );
-        }
-        out.push(Arc::new(nanobot_email::EmailChannel::new(settings)));
-    }
-    #[cfg(feature = "whatsapp")]
-    if let Some(block) = ch
-        .other
-        .get(nanobot_whatsapp::NAME)
-        .filter(|_| ch.other.is_enabled(nanobot_whatsapp::NAME))
-    {
-        let wa_error = |e: nanobot_whatsapp::WhatsAppError| channel_error(nanobot_whatsapp::NAME)(e.into());
-        let wa = nanobot_whatsapp::WhatsAppConfig::from_block(block).map_err(wa_error)?;
-        let mut settings =
-            nanobot_whatsapp::WhatsAppSettings::from_config(&wa, &paths.data_dir(), &paths.media_dir(None))
-                .map_err(wa_error)?;
-        settings.bridge = settings.bridge.with_environment(&env.vars);
-        let mut channel = nanobot_whatsapp::WhatsAppChannel::new(settings).with_pairing(pairing()?);
-        if let Some(t) = transcriber() {
-            channel = channel.with_transcriber(t);
-        }
-        out.push(Arc::new(channel));
-    }
-    // Without some channel features these helpers have no user.
-    let _ = (&pairing, &transcriber, &paths, &ch, env, workspace);
     Ok(out)
 }
 

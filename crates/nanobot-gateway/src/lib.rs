@@ -36,8 +36,8 @@ mod webui;
 pub use bus::{GatewayBus, INTERNAL_CHANNELS};
 pub use error::GatewayError;
 pub use gateway::{
-    ALLOW_UNSUPPORTED_CHANNELS_VAR, BUILT_CHANNELS, DEFAULT_SHUTDOWN_GRACE, Gateway, GatewayOptions,
-    RESTART_NOTIFY_CHANNEL_VAR, RESTART_NOTIFY_CHAT_ID_VAR, RESTART_NOTIFY_METADATA_VAR,
+    ALLOW_UNSUPPORTED_CHANNELS_VAR, BUILT_CHANNELS, CHANNELS, DEFAULT_SHUTDOWN_GRACE, Gateway,
+    GatewayOptions, RESTART_NOTIFY_CHANNEL_VAR, RESTART_NOTIFY_CHAT_ID_VAR, RESTART_NOTIFY_METADATA_VAR,
     RESTART_STARTED_AT_VAR, ShutdownReport, check_api_bind, config_wants_api, restart_notice_vars,
     unsupported_channels,
 };

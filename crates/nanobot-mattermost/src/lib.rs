@@ -32,9 +32,11 @@
 //! ```
 
 mod channel;
+mod descriptor;
 mod settings;
 
 pub use channel::{META_MATTERMOST, META_MESSAGE_ID, MattermostChannel};
+pub use descriptor::DESCRIPTOR;
 pub use settings::{ChannelPolicy, MAX_FILE_BYTES, MAX_POST_CHARS, MatchMode, MattermostSettings};
 
 /// The channel's name on the bus (and the key of its config block).

@@ -32,10 +32,12 @@
 //! ```
 
 mod channel;
+mod descriptor;
 mod settings;
 mod socket;
 
 pub use channel::MochatChannel;
+pub use descriptor::DESCRIPTOR;
 pub use settings::{DEFAULT_BASE_URL, MochatSettings, ReplyDelayMode};
 
 /// The channel's name on the bus (and the key of its config block).

@@ -33,11 +33,13 @@
 
 mod auth;
 mod channel;
+mod descriptor;
 mod refs;
 mod settings;
 mod text;
 
 pub use channel::{MAX_FILE_BYTES, MAX_INLINE_IMAGE_BYTES, MAX_MESSAGE_BYTES, META_MSTEAMS, MsTeamsChannel};
+pub use descriptor::DESCRIPTOR;
 pub use refs::ConversationRef;
 pub use settings::{
     BOT_FRAMEWORK_ISSUER, BOT_FRAMEWORK_SCOPE, DEFAULT_LOGIN_ENDPOINT, DEFAULT_OPEN_ID_METADATA,

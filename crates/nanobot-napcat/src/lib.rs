@@ -36,9 +36,11 @@
 //! ```
 
 mod channel;
+mod descriptor;
 mod settings;
 
 pub use channel::{MAX_IMAGE_SEND_BYTES, META_MESSAGE_ID, NapcatChannel, PIECE_LIMIT};
+pub use descriptor::DESCRIPTOR;
 pub use settings::{DEFAULT_MAX_IMAGE_BYTES, DEFAULT_WS_URL, GroupMode, NapcatSettings};
 
 /// The channel's name on the bus (and the key of its config block).

@@ -36,9 +36,11 @@
 
 mod api;
 mod channel;
+mod descriptor;
 mod settings;
 
 pub use channel::{INTENTS, META_CHAT_TYPE, META_MESSAGE_ID, QqChannel};
+pub use descriptor::DESCRIPTOR;
 pub use settings::{
     DEFAULT_ACK_MESSAGE, DEFAULT_API_URL, DEFAULT_DOWNLOAD_MAX_BYTES, DEFAULT_TOKEN_URL, MsgFormat,
     QqSettings,

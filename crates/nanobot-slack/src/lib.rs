@@ -52,11 +52,13 @@
 //! ```
 
 mod channel;
+mod descriptor;
 mod inbound;
 mod settings;
 mod socket;
 
 pub use channel::{DEFAULT_API_TIMEOUT, META_CHANNEL_TYPE, META_MESSAGE_TS, META_THREAD_TS, SlackChannel};
+pub use descriptor::DESCRIPTOR;
 pub use settings::{DEFAULT_API_URL, DEFAULT_MAX_FILE_BYTES, SlackSettings};
 
 /// The channel's name on the bus.

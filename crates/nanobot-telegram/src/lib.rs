@@ -42,8 +42,13 @@
 //! ```
 
 mod channel;
+mod descriptor;
 mod media;
 mod settings;
 
 pub use channel::{BOT_COMMANDS, TelegramChannel};
+pub use descriptor::{DESCRIPTOR, token_looks_valid};
 pub use settings::{TelegramSettings, WebhookSettings};
+
+/// The channel's name on the bus (and the key of its config block).
+pub const NAME: &str = "telegram";

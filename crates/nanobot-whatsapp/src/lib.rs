@@ -31,6 +31,7 @@
 
 mod bridge;
 mod channel;
+mod descriptor;
 mod error;
 mod login;
 mod proto;
@@ -38,6 +39,7 @@ mod settings;
 
 pub use bridge::{BRIDGE_PACKAGE_JSON, BRIDGE_SCRIPT};
 pub use channel::{LinkState, WhatsAppChannel};
+pub use descriptor::DESCRIPTOR;
 pub use error::WhatsAppError;
 pub use login::{Linked, bridge_installed, credentials_present, install_bridge, login, render_qr};
 pub use settings::{

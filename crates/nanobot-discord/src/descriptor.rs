@@ -1,0 +1,78 @@
+//! How the Discord channel plugs into nanobot: its [`DESCRIPTOR`].
+
+use std::sync::Arc;
+
+use nanobot_channels::{Capabilities, Channel, ChannelDescriptor, ChannelError, Finding, Places, Services};
+use nanobot_config::Config;
+
+use crate::{DiscordChannel, DiscordSettings, NAME};
+
+/// The Discord channel's descriptor: `channels.discord` (typed in the config), built when enabled; it keeps its
+/// downloads in `<media>/discord/` itself.
+pub const DESCRIPTOR: ChannelDescriptor = ChannelDescriptor {
+    name: NAME,
+    capabilities: Capabilities::TEXT.files(true).groups(true).threads(true),
+    enabled: |c| c.channels.discord.enabled,
+    credentials_set: |c, _| !c.channels.discord.token.is_empty(),
+    doctor,
+    build,
+};
+
+/// Whether `token` looks like a bot token: three dot-separated base64url parts, 50 characters or more.
+pub fn token_looks_valid(token: &str) -> bool {
+    let parts: Vec<&str> = token.split('.').collect();
+    parts.len() == 3
+        && parts.iter().all(|p| {
+            !p.is_empty()
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        })
+        && token.len() >= 50
+}
+
+fn build(config: &Config, services: &Services<'_>) -> Result<Arc<dyn Channel>, ChannelError> {
+    let settings = DiscordSettings::from_config(&config.channels.discord)?;
+    Ok(Arc::new(
+        DiscordChannel::new(settings, services.places.media_root)?.with_pairing((services.pairing)()?),
+    ))
+}
+
+fn doctor(config: &Config, _: &Places<'_>) -> Vec<Finding> {
+    let c = &config.channels.discord;
+    let mut f = Vec::new();
+    if !c.enabled {
+        return f;
+    }
+    let t = c.token.expose();
+    if t.is_empty() {
+        f.push(Finding::problem(
+            "discord is enabled but has no token",
+            "set `channels.discord.token` to the bot token from the Discord developer portal",
+        ));
+    } else if !token_looks_valid(t) {
+        f.push(Finding::problem(
+            "discord token does not look like a bot token (three dot-separated parts)",
+            "copy the bot token (not the client secret) into `channels.discord.token`",
+        ));
+    } else {
+        f.push(Finding::ok("discord token format"));
+    }
+    if c.allow_from.is_empty() {
+        f.push(Finding::warn(
+            "discord `allowFrom` is empty: nobody can talk to the bot",
+            "add user ids to `channels.discord.allowFrom` (or \"*\")",
+        ));
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bot_tokens_are_recognised() {
+        assert!(super::token_looks_valid(
+            "MTA1NjQ4ODk1NzQ5NjQ2OTU2OA.GkNwYm.abcdefghijklmnopqrstuvwxyz0123456789AB"
+        ));
+        assert!(!super::token_looks_valid("not-a-token"));
+    }
+}

@@ -1,0 +1,59 @@
+//! How the QQ channel plugs into nanobot: its [`DESCRIPTOR`].
+
+use std::sync::Arc;
+
+use nanobot_channels::descriptor::{block_keys_set, enabled_block, ssrf_guard};
+use nanobot_channels::{Capabilities, Channel, ChannelDescriptor, ChannelError, Finding, Places, Services};
+use nanobot_config::Config;
+
+use crate::{NAME, QqChannel, QqSettings};
+
+/// The QQ channel's descriptor: `channels.qq`, built when enabled; the files users send behind the SSRF guard.
+pub const DESCRIPTOR: ChannelDescriptor = ChannelDescriptor {
+    name: NAME,
+    capabilities: Capabilities::TEXT.files(true).groups(true),
+    enabled,
+    credentials_set,
+    doctor,
+    build,
+};
+
+fn enabled(config: &Config) -> bool {
+    enabled_block(config, NAME).is_some()
+}
+
+fn credentials_set(config: &Config, _: &Places<'_>) -> bool {
+    block_keys_set(config, NAME, &["appId", "secret"])
+}
+
+fn build(config: &Config, services: &Services<'_>) -> Result<Arc<dyn Channel>, ChannelError> {
+    let block = enabled_block(config, NAME).unwrap_or(&serde_json::Value::Null);
+    let settings = QqSettings::from_block(block)?;
+    Ok(Arc::new(
+        QqChannel::new(settings, services.places.media_root)?
+            .with_ssrf_guard(ssrf_guard(config, NAME)?)
+            .with_pairing((services.pairing)()?),
+    ))
+}
+
+fn doctor(config: &Config, _: &Places<'_>) -> Vec<Finding> {
+    let Some(block) = enabled_block(config, NAME) else {
+        return Vec::new();
+    };
+    match QqSettings::from_block(block) {
+        Err(e) => vec![Finding::problem(
+            e.to_string(),
+            "copy the AppID and AppSecret from the bot's page on q.qq.com into `channels.qq`",
+        )],
+        Ok(s) => {
+            let mut f = vec![Finding::ok("qq credentials set")];
+            if s.allow_from.is_empty() {
+                f.push(Finding::warn(
+                    "qq `allowFrom` is empty: nobody can talk to the bot",
+                    "add user openids to `channels.qq.allowFrom` (or \"*\")",
+                ));
+            }
+            f
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! How the Telegram channel plugs into nanobot: its [`DESCRIPTOR`].
+
+use std::sync::Arc;
+
+use nanobot_channels::{Capabilities, Channel, ChannelDescriptor, ChannelError, Finding, Places, Services};
+use nanobot_config::Config;
+
+use crate::{NAME, TelegramChannel, TelegramSettings};
+
+/// The Telegram channel's descriptor: `channels.telegram` (typed in the config), built when enabled; the
+/// webhook's refusals go to the gateway's metrics, voice notes through the shared transcriber.
+pub const DESCRIPTOR: ChannelDescriptor = ChannelDescriptor {
+    name: NAME,
+    capabilities: Capabilities::TEXT
+        .streaming(true)
+        .buttons(true)
+        .files(true)
+        .groups(true)
+        .threads(true),
+    enabled: |c| c.channels.telegram.enabled,
+    credentials_set: |c, _| !c.channels.telegram.token.is_empty(),
+    doctor,
+    build,
+};
+
+/// Whether `token` looks like a bot token: `<digits>:<30 or more of [A-Za-z0-9_-]>`.
+pub fn token_looks_valid(token: &str) -> bool {
+    match token.split_once(':') {
+        Some((id, secret)) => {
+            !id.is_empty()
+                && id.chars().all(|c| c.is_ascii_digit())
+                && secret.len() >= 30
+                && secret
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        }
+        None => false,
+    }
+}
+
+fn build(config: &Config, services: &Services<'_>) -> Result<Arc<dyn Channel>, ChannelError> {
+    let settings = TelegramSettings::from_config(&config.channels.telegram)?;
+    let mut channel = TelegramChannel::new(settings, services.places.media_root.join(NAME))?
+        .with_pairing((services.pairing)()?);
+    if let Some(observer) = &services.refusals {
+        channel = channel.with_refusal_observer(observer.clone());
+    }
+    if let Some(t) = (services.transcriber)() {
+        channel = channel.with_transcriber(t);
+    }
+    Ok(Arc::new(channel))
+}
+
+fn doctor(config: &Config, _: &Places<'_>) -> Vec<Finding> {
+    let c = &config.channels.telegram;
+    let mut f = Vec::new();
+    if !c.enabled {
+        return f;
+    }
+    let t = c.token.expose();
+    if t.is_empty() {
+        f.push(Finding::problem(
+            "telegram is enabled but has no token",
+            "set `channels.telegram.token` to the token from @BotFather",
+        ));
+    } else if !token_looks_valid(t) {
+        f.push(Finding::problem(
+            "telegram token does not look like a bot token (`123456789:AA…`)",
+            "copy the whole token from @BotFather into `channels.telegram.token`",
+        ));
+    } else {
+        f.push(Finding::ok("telegram token format"));
+    }
+    if c.allow_from.is_empty() {
+        f.push(Finding::warn(
+            "telegram `allowFrom` is empty: nobody can talk to the bot",
+            "add your user id or username to `channels.telegram.allowFrom` (or \"*\" for everyone)",
+        ));
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bot_tokens_are_recognised() {
+        assert!(super::token_looks_valid(
+            "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
+        ));
+        assert!(!super::token_looks_valid("AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"));
+        assert!(!super::token_looks_valid(
+            "12x:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
+        ));
+    }
+}
