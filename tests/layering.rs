@@ -370,6 +370,7 @@ const FLOORS: &[(&str, u8)] = &[
     ("nanobot-napcat", 3),
     ("nanobot-mattermost", 3),
     ("nanobot-msteams", 3),
+    ("nanobot-signal", 3),
     ("nanobot-mochat", 3),
     ("nanobot-runtime", 4),
     ("nanobot-gateway", 5),

@@ -366,7 +366,7 @@ fn enabled_channels_this_build_cannot_run_are_refused_and_reported() {
     let mut config: Value =
         serde_json::from_str(&std::fs::read_to_string(home.config_path()).unwrap()).unwrap();
     config["channels"]["matrix"] = json!({"enabled": true, "homeserver": "https://matrix.invalid"});
-    config["channels"]["signal"] = json!({"enabled": false});
+    config["channels"]["wecom"] = json!({"enabled": false});
     config["gateway"]["port"] = peers::free_port().unwrap().into();
     config["api"]["port"] = peers::free_port().unwrap().into();
     home.write_config(&config);
@@ -377,7 +377,7 @@ fn enabled_channels_this_build_cannot_run_are_refused_and_reported() {
     assert!(!o.status.success(), "the gateway started with matrix enabled");
     let err = stderr(&o);
     assert!(err.contains("matrix: ") || err.contains("matrix;"), "{err}");
-    assert!(!err.contains("signal"), "a disabled block is not named: {err}");
+    assert!(!err.contains("wecom"), "a disabled block is not named: {err}");
     assert!(err.contains("NANOBOT_GATEWAY_SKIP_UNSUPPORTED_CHANNELS"), "{err}");
 
     let o = run(h, &["channels", "status"]);

@@ -1220,6 +1220,25 @@ mod raw_channel_tests {
             assert!(text.contains("channels.msteams.appPassword is empty"), "{text}");
             assert!(channel_states(&teams, &test_places()).contains(&("msteams".into(), true, false)));
         }
+        #[cfg(feature = "signal")]
+        {
+            let signal: Config = serde_json::from_str(
+                r#"{"channels":{"signal":{"enabled":true,"phoneNumber":"+15550001","group":{"enabled":true}}}}"#,
+            )
+            .unwrap();
+            let text = doctor_text(&check_channels(&signal, &test_places())).0;
+            assert!(
+                text.contains("signal: +15550001 through signal-cli at http://localhost:8080"),
+                "{text}"
+            );
+            assert!(text.contains("signal `dm.allowFrom` is empty"), "{text}");
+            assert!(text.contains("`group.allowFrom` is empty"), "{text}");
+            assert!(text.contains("signal-cli's attachments directory"), "{text}");
+            assert!(channel_states(&signal, &test_places()).contains(&("signal".into(), true, true)));
+            let signal: Config = serde_json::from_str(r#"{"channels":{"signal":{"enabled":true}}}"#).unwrap();
+            let text = doctor_text(&check_channels(&signal, &test_places())).0;
+            assert!(text.contains("channels.signal.phoneNumber is empty"), "{text}");
+        }
         #[cfg(feature = "napcat")]
         {
             let napcat: Config = serde_json::from_str(

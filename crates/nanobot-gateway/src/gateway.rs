@@ -291,6 +291,8 @@ pub const CHANNELS: &[nanobot_channels::ChannelDescriptor] = &[
     nanobot_mattermost::DESCRIPTOR,
     #[cfg(feature = "msteams")]
     nanobot_msteams::DESCRIPTOR,
+    #[cfg(feature = "signal")]
+    nanobot_signal::DESCRIPTOR,
 ];
 
 /// [`CHANNELS`]' names and `websocket`.

@@ -17,6 +17,7 @@ mod ops;
 mod qq;
 mod replicas;
 mod restart;
+mod signal;
 mod telegram_attacks;
 mod websocket;
 mod webui_browser;
