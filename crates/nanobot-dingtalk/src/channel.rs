@@ -12,7 +12,7 @@ use nanobot_channels::{
     AccessControl, AccessDecision, AllowList, Channel, ChannelError, GroupPolicy, InboundContext,
     PairingStore, safe_file_name, split_message,
 };
-use nanobot_util::{Backoff, ErrorChain};
+use nanobot_util::ErrorChain;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_tungstenite::tungstenite::Message as Ws;
@@ -35,8 +35,6 @@ const PIECE_LIMIT: usize = 4000;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The server pings about every 10 s; a connection silent for this long is considered dead.
 const SILENCE_LIMIT: Duration = Duration::from_secs(120);
-/// Longest wait between reconnection attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// The notice a direct message gets under `disablePrivateChat`.
 const PRIVATE_CHAT_DISABLED: &str =
     "私聊已关闭，请在群聊中 @ 我。(Private chat is turned off for this bot: please mention me in a group.)";
@@ -571,29 +569,15 @@ impl Channel for DingTalkChannel {
         NAME
     }
 
+    /// One stream connection until it ends: a dropped connection (or the server's request to reconnect) is
+    /// reported (`Transient`) and the manager connects again with its backoff; refused credentials stop the channel.
     async fn run(&self, bus: Arc<dyn Bus>, cancel: CancellationToken) -> Result<(), ChannelError> {
-        let mut schedule = Backoff::exponential(Duration::from_secs(1), MAX_BACKOFF);
-        loop {
-            let failure = match self.session(&bus, &cancel).await {
-                Ok(Ended::Cancelled) => return Ok(()),
-                Ok(Ended::Dropped(why)) => {
-                    tracing::info!(reason = %why, "dingtalk: stream connection ended; reconnecting");
-                    schedule.reset();
-                    None
-                }
-                Err(e @ (ChannelError::Auth { .. } | ChannelError::Config { .. } | ChannelError::Bus(_))) => {
-                    return Err(e);
-                }
-                Err(e) => Some(e),
-            };
-            let backoff = schedule.next_delay();
-            if let Some(e) = failure {
-                tracing::warn!(error = %e, retry_in = ?backoff, "dingtalk: could not connect");
-            }
-            tokio::select! {
-                () = cancel.cancelled() => return Ok(()),
-                () = tokio::time::sleep(backoff) => {}
-            }
+        match self.session(&bus, &cancel).await? {
+            Ended::Cancelled => Ok(()),
+            Ended::Dropped(why) => Err(ChannelError::transient(
+                NAME,
+                format!("stream connection ended: {why}"),
+            )),
         }
     }
 

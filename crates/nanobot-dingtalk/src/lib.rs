@@ -3,8 +3,9 @@
 //! [`DingTalkChannel`] implements [`nanobot_channels::Channel`]. It opens a Stream connection with the app's
 //! `clientId`/`clientSecret` (`POST /v1.0/gateway/connections/open`, subscribing to robot messages), connects the
 //! WebSocket with the ticket it got, and acknowledges every frame: system pings (echoing their data), robot
-//! message callbacks, events. A `disconnect` system frame, a dropped or silent connection makes it reconnect with
-//! backoff (1 s doubling to 60 s); messages redelivered by id are handled once.
+//! message callbacks, events. A `disconnect` system frame, a dropped or silent connection ends
+//! [`Channel::run`](nanobot_channels::Channel::run) with a transient error and the channel manager connects again
+//! with its backoff; messages redelivered by id are handled once.
 //!
 //! Robot messages (text, rich text, pictures and files, which are downloaded to `<media_dir>/dingtalk/`) go
 //! through the channel's access control (`allowFrom`, pairing codes for denied direct messages); a group message

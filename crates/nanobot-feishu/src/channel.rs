@@ -14,7 +14,6 @@ use nanobot_channels::{
     AccessControl, AccessDecision, AllowList, Channel, ChannelError, InboundContext, PairingStore,
     safe_file_name, split_message,
 };
-use nanobot_util::Backoff;
 use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -44,8 +43,6 @@ const PIECE_LIMIT: usize = 4000;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Ping interval until the server says otherwise.
 const DEFAULT_PING: Duration = Duration::from_secs(120);
-/// Longest wait between reconnection attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// Parts of a split event are dropped if the rest does not arrive within this time.
 const PARTS_TTL: Duration = Duration::from_secs(10);
 
@@ -915,33 +912,19 @@ impl Channel for FeishuChannel {
         NAME
     }
 
+    /// One long connection until it ends: a lost connection is reported (`Transient`) and the manager connects
+    /// again with its backoff; refused credentials stop the channel.
     async fn run(&self, bus: Arc<dyn Bus>, cancel: CancellationToken) -> Result<(), ChannelError> {
         tokio::select! {
             () = cancel.cancelled() => return Ok(()),
             () = self.learn_bot() => {}
         }
-        let mut schedule = Backoff::exponential(Duration::from_secs(1), MAX_BACKOFF);
-        loop {
-            let failure = match self.session(&bus, &cancel).await {
-                Ok(Ended::Cancelled) => return Ok(()),
-                Ok(Ended::Dropped(why)) => {
-                    tracing::warn!(reason = %why, "feishu: long connection lost; reconnecting");
-                    schedule.reset();
-                    None
-                }
-                Err(e @ (ChannelError::Auth { .. } | ChannelError::Config { .. } | ChannelError::Bus(_))) => {
-                    return Err(e);
-                }
-                Err(e) => Some(e),
-            };
-            let backoff = schedule.next_delay();
-            if let Some(e) = failure {
-                tracing::warn!(error = %e, retry_in = ?backoff, "feishu: could not connect");
-            }
-            tokio::select! {
-                () = cancel.cancelled() => return Ok(()),
-                () = tokio::time::sleep(backoff) => {}
-            }
+        match self.session(&bus, &cancel).await? {
+            Ended::Cancelled => Ok(()),
+            Ended::Dropped(why) => Err(ChannelError::transient(
+                NAME,
+                format!("long connection lost: {why}"),
+            )),
         }
     }
 

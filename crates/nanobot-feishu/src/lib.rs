@@ -3,8 +3,9 @@
 //! [`FeishuChannel`] implements [`nanobot_channels::Channel`]. It asks the Open API for a long-connection endpoint
 //! with the app's credentials (`POST /callback/ws/endpoint`), opens the WebSocket and speaks the SDKs' framed
 //! protocol ([`frame::Frame`], protobuf): pings at the interval the server sets, every data frame acknowledged,
-//! events split over several frames joined. A dropped connection is re-established with backoff (1 s doubling to
-//! 60 s); events redelivered by id are handled once.
+//! events split over several frames joined. A dropped connection ends
+//! [`Channel::run`](nanobot_channels::Channel::run) with a transient error and the channel manager connects again
+//! with its backoff; events redelivered by id are handled once.
 //!
 //! `im.message.receive_v1` events from people go through the channel's access control (`allowFrom`, pairing codes
 //! for denied direct messages) and `groupPolicy` (`mention` answers only messages that @mention the bot or

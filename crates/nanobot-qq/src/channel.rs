@@ -43,8 +43,6 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(41_250);
 /// Largest local file sent as rich media.
 const MAX_UPLOAD_BYTES: u64 = 20 * 1024 * 1024;
-/// Longest wait between reconnection attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// What a resumed connection needs: the session and the last sequence number seen.
 #[derive(Debug, Default, Clone)]
@@ -165,6 +163,8 @@ pub struct QqChannel {
     msg_seq: AtomicU64,
     handled: watch::Sender<u64>,
     connections: watch::Sender<u64>,
+    /// The session a new connection resumes (kept across the manager's restarts of `run`).
+    resume: Mutex<Resume>,
 }
 
 impl std::fmt::Debug for QqChannel {
@@ -210,6 +210,7 @@ impl QqChannel {
             msg_seq: AtomicU64::new(1),
             handled: watch::Sender::new(0),
             connections: watch::Sender::new(0),
+            resume: Mutex::default(),
         })
     }
 
@@ -704,26 +705,19 @@ impl Channel for QqChannel {
         NAME
     }
 
+    /// One gateway connection until it ends: a dropped connection is reported (`Transient`) and the manager
+    /// connects again with its backoff, resuming the session (its id and the last sequence number are kept here);
+    /// refused credentials stop the channel.
     async fn run(&self, bus: Arc<dyn Bus>, cancel: CancellationToken) -> Result<(), ChannelError> {
-        let mut backoff = Duration::from_secs(1);
-        let mut resume = Resume::default();
-        loop {
-            match self.session(&bus, &cancel, &mut resume).await {
-                Ok(Ended::Cancelled) => return Ok(()),
-                Ok(Ended::Dropped(why)) => {
-                    tracing::info!(reason = %why, resumable = resume.session_id.is_some(), "qq: gateway connection ended; reconnecting");
-                    backoff = Duration::from_secs(1);
-                }
-                Err(e @ (ChannelError::Auth { .. } | ChannelError::Config { .. } | ChannelError::Bus(_))) => {
-                    return Err(e);
-                }
-                Err(e) => tracing::warn!(error = %e, retry_in = ?backoff, "qq: could not connect"),
-            }
-            tokio::select! {
-                () = cancel.cancelled() => return Ok(()),
-                () = tokio::time::sleep(backoff) => {}
-            }
-            backoff = (backoff * 2).min(MAX_BACKOFF);
+        let mut resume = lock(&self.resume).clone();
+        let ended = self.session(&bus, &cancel, &mut resume).await;
+        *lock(&self.resume) = resume;
+        match ended? {
+            Ended::Cancelled => Ok(()),
+            Ended::Dropped(why) => Err(ChannelError::transient(
+                NAME,
+                format!("gateway connection ended: {why}"),
+            )),
         }
     }
 
