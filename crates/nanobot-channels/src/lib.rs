@@ -51,7 +51,7 @@ pub use error::{ChannelError, server_text};
 pub use format::{markdown_to_slack_mrkdwn, markdown_to_telegram_html, strip_markdown};
 pub use manager::{
     ChannelHealth, ChannelManager, ChannelState, HealthRegistry, ManagerSettings, MediaRoots, RetryPolicy,
-    SupervisorSettings,
+    RunningManager, SupervisorSettings,
 };
 pub use media::{AttachmentError, read_attachment, safe_file_name};
 pub use pairing::{PAIRING_TTL, PairingError, PairingRequest, PairingStore};

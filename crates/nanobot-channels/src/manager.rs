@@ -82,6 +82,39 @@ impl Default for SupervisorSettings {
     }
 }
 
+impl SupervisorSettings {
+    /// Restarts within moments (50 ms, doubling to 200 ms): for a peer on this machine, and for tests.
+    pub fn quick() -> Self {
+        Self {
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_millis(200),
+            ..Self::default()
+        }
+    }
+}
+
+/// A manager running in a task of its own ([`ChannelManager::spawn`]).
+#[derive(Debug)]
+pub struct RunningManager {
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    health: HealthRegistry,
+}
+
+impl RunningManager {
+    /// The channels' health.
+    pub fn health(&self) -> &HealthRegistry {
+        &self.health
+    }
+
+    /// Stops the channels and waits up to `within` for them; false when they took longer (the task is then left
+    /// to end on its own).
+    pub async fn stop(self, within: Duration) -> bool {
+        self.cancel.cancel();
+        tokio::time::timeout(within, self.task).await.is_ok()
+    }
+}
+
 /// What the manager needs from `channels.*` in the config.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ManagerSettings {
@@ -303,6 +336,15 @@ impl ChannelManager {
     /// The health registry (clone it before calling [`ChannelManager::run`] to watch from elsewhere).
     pub fn health(&self) -> HealthRegistry {
         self.health.clone()
+    }
+
+    /// [`ChannelManager::run`] in a task of its own, until [`RunningManager::stop`] (or the bus is closed and
+    /// drained).
+    pub fn spawn(self, bus: Arc<dyn Bus>) -> RunningManager {
+        let cancel = CancellationToken::new();
+        let health = self.health();
+        let task = tokio::spawn(self.run(bus, cancel.clone()));
+        RunningManager { cancel, task, health }
     }
 
     /// Runs every channel and the outbound dispatcher until `cancel` fires or the bus is closed and drained.

@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use nanobot_bus::{Bus, InProcessBus, InboundMessage, OutboundMessage};
 use nanobot_channels::{
-    Channel, ChannelError, ChannelManager, ManagerSettings, PairingStore, SupervisorSettings,
+    Channel, ChannelError, ChannelManager, ManagerSettings, PairingStore, RunningManager, SupervisorSettings,
 };
 use nanobot_msteams::{MAX_MESSAGE_BYTES, MsTeamsChannel, MsTeamsSettings};
 use nanobot_testkit::fake_msteams::{APP_ID, APP_PASSWORD, FakeTeams, InboundToken, TENANT_ID, TeamsUser};
@@ -18,8 +18,7 @@ struct Harness {
     fake: FakeTeams,
     channel: Arc<MsTeamsChannel>,
     bus: Arc<InProcessBus>,
-    cancel: CancellationToken,
-    manager: tokio::task::JoinHandle<()>,
+    manager: RunningManager,
     webhook: String,
     alice: TeamsUser,
     state: tempfile::TempDir,
@@ -75,24 +74,17 @@ impl Harness {
             .with_ssrf_guard(guard),
         );
         let bus = Arc::new(InProcessBus::new(64));
-        let cancel = CancellationToken::new();
-        let settings = ManagerSettings {
-            supervisor: SupervisorSettings {
-                initial_backoff: Duration::from_millis(50),
-                max_backoff: Duration::from_millis(200),
-                ..SupervisorSettings::default()
-            },
+        let mut manager = ChannelManager::new(ManagerSettings {
+            supervisor: SupervisorSettings::quick(),
             ..ManagerSettings::default()
-        };
-        let mut manager = ChannelManager::new(settings);
+        });
         manager.add(channel.clone());
-        let manager = tokio::spawn(manager.run(bus.clone() as Arc<dyn Bus>, cancel.clone()));
+        let manager = manager.spawn(bus.clone());
         let addr = listening(&channel).await?;
         Ok(Self {
             fake,
             channel,
             bus,
-            cancel,
             manager,
             webhook: format!("http://{addr}/api/messages"),
             alice,
@@ -125,8 +117,7 @@ impl Harness {
     }
 
     async fn stop(self) -> (FakeTeams, tempfile::TempDir) {
-        self.cancel.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(20), self.manager).await;
+        self.manager.stop(Duration::from_secs(20)).await;
         (self.fake, self.state)
     }
 }

@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use nanobot_bus::{Bus, InProcessBus, InboundMessage, OutboundMessage};
 use nanobot_channels::download::SsrfGuard;
 use nanobot_channels::{
-    Channel, ChannelError, ChannelManager, ManagerSettings, PairingStore, SupervisorSettings,
+    Channel, ChannelError, ChannelManager, ManagerSettings, PairingStore, RunningManager, SupervisorSettings,
 };
 use nanobot_napcat::{NapcatChannel, NapcatSettings};
 use nanobot_testkit::fake_onebot::{FakeOneBot, SELF_ID, group_message, member_joined, private_message};
@@ -21,8 +21,7 @@ struct Harness {
     fake: FakeOneBot,
     channel: Arc<NapcatChannel>,
     bus: Arc<InProcessBus>,
-    cancel: CancellationToken,
-    manager: tokio::task::JoinHandle<()>,
+    manager: RunningManager,
     media: tempfile::TempDir,
     _data: tempfile::TempDir,
 }
@@ -46,23 +45,16 @@ impl Harness {
                 .with_pairing(pairing),
         );
         let bus = Arc::new(InProcessBus::new(64));
-        let cancel = CancellationToken::new();
-        let settings = ManagerSettings {
-            supervisor: SupervisorSettings {
-                initial_backoff: Duration::from_millis(50),
-                max_backoff: Duration::from_millis(200),
-                ..SupervisorSettings::default()
-            },
+        let mut manager = ChannelManager::new(ManagerSettings {
+            supervisor: SupervisorSettings::quick(),
             ..ManagerSettings::default()
-        };
-        let mut manager = ChannelManager::new(settings);
+        });
         manager.add(channel.clone());
-        let manager = tokio::spawn(manager.run(bus.clone() as Arc<dyn Bus>, cancel.clone()));
+        let manager = manager.spawn(bus.clone());
         let h = Self {
             fake,
             channel,
             bus,
-            cancel,
             manager,
             media,
             _data: data,
@@ -99,8 +91,7 @@ impl Harness {
     }
 
     async fn stop(self) {
-        self.cancel.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(20), self.manager).await;
+        self.manager.stop(Duration::from_secs(20)).await;
     }
 }
 
