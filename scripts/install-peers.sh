@@ -56,6 +56,14 @@ if [ "$(cat "$dest/nanobot-venv/.stamp" 2>/dev/null)" != "$want" ]; then
   "$dest/nanobot-venv/bin/pip" install --quiet --disable-pip-version-check -r "$pins/nanobot-requirements.txt"
   echo "$want" > "$dest/nanobot-venv/.stamp"
 fi
+# --- A Matrix homeserver (synapse) and matrix-nio (own venv: synapse's ~70 packages keep their own pins) ----------
+want=$(stamp "$pins/synapse-requirements.txt")
+if [ "$(cat "$dest/synapse-venv/.stamp" 2>/dev/null)" != "$want" ]; then
+  echo "install-peers: matrix-synapse" >&2
+  python3 -m venv "$dest/synapse-venv"
+  "$dest/synapse-venv/bin/pip" install --quiet --disable-pip-version-check -r "$pins/synapse-requirements.txt"
+  echo "$want" > "$dest/synapse-venv/.stamp"
+fi
 # --- Debian packages: programs the tests run (each only when missing; one apt-get for all) ------------------
 # bubblewrap: exec's namespace sandbox (docs/security.md), tested by nanobot-tools.
 # chromium: the WebUI's browser tests (playwright-core, from the npm pins, drives Debian's build).

@@ -12,9 +12,12 @@
 //! that makes it answer like Telegram), fakes of the Feishu, DingTalk and QQ servers, a OneBot v11 (NapCat) fake
 //! ([`fake_onebot`]), a Mattermost server fake (REST API v4 and its WebSocket, [`fake_mattermost`]), the Microsoft
 //! services a Teams bot talks to (Bot Framework keys and tokens, Azure AD, the Bot Connector: [`fake_msteams`]), a
-//! signal-cli daemon in HTTP mode (JSON-RPC, its event stream, attachments on disk: [`fake_signal`]), a
+//! signal-cli daemon in HTTP mode (JSON-RPC, its event stream, attachments on disk: [`fake_signal`]), WeCom's
+//! AI-bot long-connection server (subscribe, heartbeats, callbacks, streamed replies, uploads, encrypted media:
+//! [`fake_wecom`]), a
 //! [`file_server`] for code that fetches remote files, [`host_echo`] for what may leave a sandbox, an OpenTelemetry collector's traces endpoint ([`otlp`]), fake OAuth servers ([`fake_oauth`]: GitHub's device flow
-//! and Copilot token exchange), and [`secrets`] (proof that
+//! and Copilot token exchange), a real Matrix homeserver (synapse from the peers, SQLite in a temp dir, started
+//! once per test binary: [`synapse`]), and [`secrets`] (proof that
 //! no secret leaves an adapter).
 //!
 //! **Must not know:** any nanobot crate. It is a `[dev-dependencies]` entry only; point the real clients at it.
@@ -97,6 +100,8 @@ pub mod fake_onebot;
 pub mod fake_qq;
 // A fake signal-cli daemon (HTTP JSON-RPC and SSE events) for the Signal channel's tests.
 pub mod fake_signal;
+// A fake WeCom AI-bot long-connection server (WebSocket frames, uploads, AES-encrypted media) for the WeCom channel.
+pub mod fake_wecom;
 pub mod file_server;
 mod home;
 pub mod host_echo;
@@ -111,6 +116,8 @@ pub mod otlp;
 pub mod peers;
 pub mod secrets;
 pub mod sse;
+// A real Matrix homeserver (matrix-synapse from .ci/.peers/synapse-venv) and a client-server API client for it.
+pub mod synapse;
 pub mod telegram_emulator;
 mod wait;
 

@@ -2522,3 +2522,723 @@ async fn python_nanobot_signal_channel_accepts_the_signal_fake() {
         2
     );
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// WeCom AI-bot long connection
+// ---------------------------------------------------------------------------------------------------------
+
+/// Lowercase hex SHA-256.
+fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A small PNG-looking payload (the signature, then bytes; the length is no multiple of 32).
+fn wecom_png() -> Vec<u8> {
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.extend((0..1000u32).map(|i| (i * 7 % 251) as u8));
+    png
+}
+
+/// wecom-aibot-sdk-python's `WSClient` against the fake: a wrong secret is refused (the SDK logs the server's
+/// error and never fires `authenticated`); the right one subscribes, sends heartbeats, gets single and group
+/// texts, an image and a file it downloads and decrypts, a voice and a mixed message and `enter_chat` through its
+/// callbacks, replies (streamed, markdown, welcome), reconnects when the server drops, uploads a file in three
+/// steps and replies with it, sends proactively, and stays away once kicked by `disconnected_event`.
+#[tokio::test]
+async fn wecom_aibot_sdk_accepts_the_wecom_fake() {
+    use nanobot_testkit::fake_wecom::{BOT_NAME, ERR_INVALID_CREDENTIALS, FakeWecom, MixedPart};
+    let Some(python) = peers::require("python venv (wecom-aibot-sdk-python)", peers::python()) else {
+        return;
+    };
+    let within = Duration::from_secs(30);
+    let dir = tempfile::tempdir().unwrap();
+    let upload = dir.path().join("reply.txt");
+    std::fs::write(&upload, "the uploaded reply").unwrap();
+    let fake = FakeWecom::start("aibot-test-1", "s3cret").await.unwrap();
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(fixture("wecom_sdk_probe.py"))
+        .args([
+            fake.url().as_str(),
+            "aibot-test-1",
+            "s3cret",
+            upload.to_str().unwrap(),
+        ])
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdout(Stdio::piped());
+    let mut child = ChildGuard::spawn_tokio("wecom sdk probe", &mut cmd).unwrap();
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+
+    // The wrong secret: the server's error frame, logged by the SDK; no `authenticated`.
+    let refused = json_line(&mut lines).await;
+    assert_eq!(
+        refused["auth_error"], "Authentication failed: invalid bot_id or secret",
+        "{refused}"
+    );
+    assert_eq!(refused["authenticated"], false);
+    assert!(fake.refused() >= 1);
+    let sub = &fake.wait_frames("aibot_subscribe", 1, within).await.unwrap()[0];
+    assert!(sub.req_id.starts_with("aibot_subscribe_"), "{sub:?}");
+    assert_eq!(
+        sub.body,
+        json!({"bot_id": "aibot-test-1", "secret": "wrong-s3cret"})
+    );
+    assert_eq!(sub.errcode, ERR_INVALID_CREDENTIALS);
+
+    // The right one subscribes and pings (every 300 ms here), each acked.
+    assert_eq!(json_line(&mut lines).await["authenticated"], 1);
+    assert_eq!(fake.subscribed(), 1);
+    fake.wait_pings(2, within).await.unwrap();
+    let pings = fake.wait_frames("ping", 2, within).await.unwrap();
+    assert!(
+        pings
+            .iter()
+            .all(|p| p.req_id.starts_with("ping_") && p.errcode == 0 && p.body.is_null())
+    );
+
+    // A single-chat text: a stream of two frames on the callback's req_id, the last one finishing.
+    let hello = fake.deliver_text("alice", "hello");
+    let seen = json_line(&mut lines).await;
+    assert_eq!(seen["text"], "hello");
+    assert_eq!(seen["chattype"], "single");
+    assert_eq!(seen["chatid"], Value::Null, "single chats carry no chatid");
+    assert_eq!(seen["from"], "alice");
+    assert_eq!(seen["req_id"], hello["headers"]["req_id"]);
+    let streamed = json_line(&mut lines).await;
+    assert_eq!(streamed["streamed"], json!([0, 0]), "{streamed}");
+    let sent = fake.wait_sent(2, within).await.unwrap();
+    assert!(
+        sent.iter()
+            .all(|s| s.cmd == "aibot_respond_msg" && s.req_id == hello["headers"]["req_id"])
+    );
+    assert_eq!(sent[0].msgtype(), Some("stream"));
+    assert_eq!(sent[0].stream_id(), streamed["stream_id"].as_str());
+    assert_eq!(sent[1].stream_id(), sent[0].stream_id());
+    assert_eq!(
+        (sent[0].content(), sent[0].finish()),
+        (Some("thinking…"), Some(false))
+    );
+    assert_eq!(
+        (sent[1].content(), sent[1].finish()),
+        (Some("echo: hello"), Some(true))
+    );
+
+    // A group text @-mentioning the bot: a markdown reply.
+    let group = fake.deliver_group_text("group-1", "bob", "hi all");
+    let seen = json_line(&mut lines).await;
+    assert_eq!(seen["text"], format!("@{BOT_NAME} hi all"));
+    assert_eq!(
+        (&seen["chattype"], &seen["chatid"], &seen["from"]),
+        (&json!("group"), &json!("group-1"), &json!("bob"))
+    );
+    assert_eq!(json_line(&mut lines).await["replied"], 0);
+    let sent = fake.wait_sent(3, within).await.unwrap();
+    assert_eq!(sent[2].req_id, group["headers"]["req_id"].as_str().unwrap());
+    assert_eq!(
+        sent[2].body,
+        json!({"msgtype": "markdown", "markdown": {"content": "group reply"}})
+    );
+
+    // Media: downloaded from the fake and decrypted with the message's aeskey (unpadded base64).
+    let png = wecom_png();
+    let image = fake.deliver_image("alice", &png);
+    assert_eq!(image["body"]["image"]["aeskey"].as_str().unwrap().len(), 43);
+    let seen = json_line(&mut lines).await;
+    assert_eq!(seen["image"]["size"], png.len(), "{seen}");
+    assert_eq!(seen["image"]["sha256"], sha256_hex(&png));
+    assert_eq!(
+        seen["image"]["name"],
+        Value::Null,
+        "images come without a file name"
+    );
+    let doc = "年度报告: numbers, 1 2 3\n".repeat(5);
+    fake.deliver_file("alice", "report 2024 年.txt", doc.as_bytes());
+    let seen = json_line(&mut lines).await;
+    assert_eq!(seen["file"]["sha256"], sha256_hex(doc.as_bytes()), "{seen}");
+    assert_eq!(seen["file"]["name"], "report 2024 年.txt");
+    assert_eq!(fake.downloads().len(), 2);
+    fake.deliver(&fake.voice("alice", "transcribed words"));
+    assert_eq!(json_line(&mut lines).await["voice"], "transcribed words");
+    fake.deliver(&fake.mixed(
+        Some("group-1"),
+        "bob",
+        &[MixedPart::Text("look"), MixedPart::Image(&png)],
+    ));
+    assert_eq!(json_line(&mut lines).await["mixed"], json!(["text", "image"]));
+
+    // enter_chat: a welcome on its req_id.
+    let enter = fake.deliver_enter_chat("carol");
+    assert_eq!(json_line(&mut lines).await["enter_chat"], "carol");
+    assert_eq!(json_line(&mut lines).await["welcomed"], 0);
+    let sent = fake.wait_sent(4, within).await.unwrap();
+    assert_eq!(sent[3].cmd, "aibot_respond_welcome_msg");
+    assert_eq!(sent[3].req_id, enter["headers"]["req_id"].as_str().unwrap());
+    assert_eq!(
+        sent[3].body,
+        json!({"msgtype": "text", "text": {"content": "welcome!"}})
+    );
+
+    // The server goes away: the SDK reconnects and subscribes again.
+    fake.drop_connections();
+    assert_eq!(json_line(&mut lines).await["authenticated"], 2);
+    assert_eq!(fake.subscribed(), 2);
+    assert!(fake.connections() >= 3);
+
+    // An upload in three steps, the reply with its media_id, a proactive markdown.
+    let up = fake.deliver_text("alice", "upload");
+    assert_eq!(json_line(&mut lines).await["text"], "upload");
+    let done = json_line(&mut lines).await;
+    assert_eq!(done, json!({"uploaded": 0, "proactive": 0}));
+    let uploads = fake.uploads();
+    assert_eq!(uploads.len(), 1);
+    assert_eq!(uploads[0].data, b"the uploaded reply");
+    assert_eq!(
+        (uploads[0].filename.as_str(), uploads[0].media_type.as_str()),
+        ("reply.txt", "file")
+    );
+    assert_eq!(uploads[0].md5.len(), 32);
+    let sent = fake.wait_sent(6, within).await.unwrap();
+    assert_eq!(sent[4].req_id, up["headers"]["req_id"].as_str().unwrap());
+    assert_eq!(
+        sent[4].body,
+        json!({"msgtype": "file", "file": {"media_id": uploads[0].media_id}})
+    );
+    assert_eq!(sent[5].cmd, "aibot_send_msg");
+    assert!(sent[5].req_id.starts_with("aibot_send_msg_"));
+    assert_eq!(
+        sent[5].body,
+        json!({"chatid": "group-1", "msgtype": "markdown", "markdown": {"content": "**hi group**"}})
+    );
+    for (cmd, n) in [
+        ("aibot_upload_media_init", 1),
+        ("aibot_upload_media_chunk", 1),
+        ("aibot_upload_media_finish", 1),
+    ] {
+        let f = fake.wait_frames(cmd, n, within).await.unwrap();
+        assert!(f.iter().all(|f| f.errcode == 0), "{f:?}");
+    }
+
+    // Kicked (another connection of the bot subscribed): the SDK stays disconnected.
+    fake.kick_connections();
+    assert_eq!(json_line(&mut lines).await["kicked"], true);
+    let end = json_line(&mut lines).await;
+    assert_eq!(
+        end,
+        json!({"done": true, "connected": false, "authentications": 2})
+    );
+    assert_eq!(fake.subscribed(), 2);
+    // Nothing else was refused, but for a ping of the old heartbeat task that may reach the new connection
+    // before its subscription (the SDK keeps its heartbeat across reconnects).
+    let refused: Vec<_> = fake.frames().into_iter().filter(|f| f.errcode > 0).collect();
+    assert!(
+        refused.iter().all(
+            |f| f.cmd == "aibot_subscribe" || (f.cmd == "ping" && f.errmsg.starts_with("not subscribed"))
+        ),
+        "{refused:?}"
+    );
+}
+
+/// The Python nanobot 0.3.5's own WeCom channel against the fake (its `WSClient` given the fake's `ws_url`, the
+/// one patch): its client options; `enter_chat` as the server sends it (no `chatid`: 0.3.5 sends no welcome), with
+/// a `chatid` added (a welcome) and from a stranger (none); messages from the allowed user (text, a duplicate
+/// dropped, image and file downloaded and decrypted into its media dir, voice), a stranger's (dropped), group
+/// messages (chat id = the group); then its sends: progress and final answers as separate streams on the chat's
+/// last callback, a group answer, a proactive markdown to an unknown chat, a file uploaded and replied; and its
+/// reconnection when the server drops.
+#[tokio::test]
+async fn python_nanobot_wecom_channel_accepts_the_wecom_fake() {
+    use nanobot_testkit::fake_wecom::{BOT_NAME, FakeWecom, MixedPart};
+    let Some(python) = peers::require(
+        "the Python nanobot 0.3.5's venv",
+        peers::peers_dir()
+            .map(|d| d.join("nanobot-venv/bin/python"))
+            .filter(|p| p.exists()),
+    ) else {
+        return;
+    };
+    let within = Duration::from_secs(30);
+    let home = tempfile::tempdir().unwrap();
+    let reply_file = home.path().join("answer.txt");
+    std::fs::write(&reply_file, "the answer file").unwrap();
+    let fake = FakeWecom::start("aibot-035", "sec-035").await.unwrap();
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(fixture("wecom_035_probe.py"))
+        .args([
+            fake.url().as_str(),
+            "aibot-035",
+            "sec-035",
+            "alice",
+            "6",
+            reply_file.to_str().unwrap(),
+        ])
+        .env("HOME", home.path())
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdout(Stdio::piped());
+    let mut child = ChildGuard::spawn_tokio("wecom 0.3.5 probe", &mut cmd).unwrap();
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    assert_eq!(json_line(&mut lines).await["started"], true);
+    let options = json_line(&mut lines).await;
+    assert_eq!(
+        options,
+        json!({"options": {"bot_id": "aibot-035", "reconnect_interval": 1000, "max_reconnect_attempts": -1,
+                           "heartbeat_interval": 30000}, "secret_given": true})
+    );
+    fake.wait_subscribed(1, within).await.unwrap();
+
+    // enter_chat as WeCom sends it has no chatid: 0.3.5 does not welcome. With one added: it does, for the
+    // allowed user only.
+    let plain_enter = fake.deliver_enter_chat("alice");
+    let mut stranger_enter = fake.enter_chat("mallory");
+    stranger_enter["body"]["chatid"] = json!("mallory");
+    fake.deliver(&stranger_enter);
+    let mut enter = fake.enter_chat("alice");
+    enter["body"]["chatid"] = json!("alice");
+    fake.deliver(&enter);
+    let sent = fake.wait_sent(1, within).await.unwrap();
+    assert_eq!(sent[0].cmd, "aibot_respond_welcome_msg");
+    assert_eq!(sent[0].req_id, enter["headers"]["req_id"].as_str().unwrap());
+    assert_eq!(
+        sent[0].body,
+        json!({"msgtype": "text", "text": {"content": "Welcome to nanobot!"}})
+    );
+
+    let hello = fake.text("alice", "hello");
+    fake.deliver(&hello);
+    fake.deliver(&hello); // the same msgid again: dropped
+    fake.deliver_text("mallory", "let me in");
+    let group = fake.deliver_group_text("group-1", "alice", "hi all");
+    let png = wecom_png();
+    let image = fake.deliver_image("alice", &png);
+    let file = fake.deliver_file("alice", "notes 1.txt", b"some notes");
+    let voice = fake.voice("alice", "spoken words");
+    fake.deliver(&voice);
+    let mixed = fake.mixed(
+        Some("group-1"),
+        "alice",
+        &[MixedPart::Text("see"), MixedPart::Image(&png)],
+    );
+    fake.deliver(&mixed);
+    let req = |f: &Value| f["headers"]["req_id"].as_str().unwrap().to_string();
+    // 0.3.5 answers on the callback of the chat it finished handling last (downloads finish later).
+    let alice_reqs = [req(&hello), req(&image), req(&file), req(&voice)];
+    let group_reqs = [req(&group), req(&mixed)];
+
+    // The SDK runs each callback in its own task: media downloads finish later, so match by type.
+    let mut got = Vec::new();
+    for _ in 0..6 {
+        got.push(json_line(&mut lines).await);
+    }
+    let by = |msg_type: &str, chat: &str| -> Value {
+        got.iter()
+            .find(|m| m["metadata"]["msg_type"] == msg_type && m["chat_id"] == chat)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {msg_type} message in {chat}: {got:?}"))
+    };
+    let m = by("text", "alice");
+    assert_eq!(
+        (&m["channel"], &m["sender_id"], &m["content"]),
+        (&json!("wecom"), &json!("alice"), &json!("hello")),
+        "{m}"
+    );
+    assert_eq!(
+        m["metadata"],
+        json!({"message_id": hello["body"]["msgid"], "msg_type": "text", "chat_type": "single"})
+    );
+    assert_eq!(
+        got.iter().filter(|m| m["content"] == "hello").count(),
+        1,
+        "the duplicate is dropped"
+    );
+    assert!(
+        got.iter().all(|m| m["sender_id"] == "alice"),
+        "the stranger's is dropped"
+    );
+    let m = by("text", "group-1");
+    assert_eq!(
+        m["content"],
+        format!("@{BOT_NAME} hi all"),
+        "0.3.5 keeps the mention"
+    );
+    assert_eq!(m["metadata"]["chat_type"], "group");
+    assert_eq!(m["metadata"]["message_id"], group["body"]["msgid"]);
+    let m = by("image", "alice");
+    let name = m["media"][0][0].as_str().unwrap();
+    assert!(
+        name.starts_with("image_"),
+        "no file name comes with images: {name}"
+    );
+    assert_eq!(m["content"], format!("[image: {name}]"));
+    assert_eq!(m["media"][0][1], sha256_hex(&png), "decrypted");
+    let m = by("file", "alice");
+    assert_eq!(m["content"], "[file: notes_1.txt]", "{m}");
+    assert_eq!(m["media"], json!([["notes_1.txt", sha256_hex(b"some notes")]]));
+    let m = by("voice", "alice");
+    assert_eq!(m["content"], "[voice] spoken words", "{m}");
+    let m = by("mixed", "group-1");
+    assert_eq!(m["metadata"]["chat_type"], "group");
+    let content = m["content"].as_str().unwrap();
+    assert!(
+        content.starts_with(&format!("@{BOT_NAME} see\n[image: image_")),
+        "{content}"
+    );
+    assert_eq!(fake.downloads().len(), 3);
+
+    // The sends.
+    let end = json_line(&mut lines).await;
+    assert_eq!(end["sent"], true, "{end}");
+    let sent = fake.wait_sent(6, within).await.unwrap();
+    let (progress, last) = (&sent[1], &sent[2]);
+    assert_eq!(progress.cmd, "aibot_respond_msg");
+    assert!(
+        alice_reqs.contains(&progress.req_id),
+        "one of alice's callbacks: {progress:?}"
+    );
+    assert_eq!(
+        (progress.content(), progress.finish()),
+        (Some("working…"), Some(false))
+    );
+    assert_eq!(last.req_id, progress.req_id);
+    assert_eq!(
+        (last.content(), last.finish()),
+        (Some("final answer"), Some(true))
+    );
+    assert_ne!(
+        progress.stream_id(),
+        last.stream_id(),
+        "each send is its own stream"
+    );
+    assert!(last.stream_id().unwrap().starts_with("stream_"));
+    assert_eq!(sent[3].cmd, "aibot_respond_msg");
+    assert!(
+        group_reqs.contains(&sent[3].req_id),
+        "one of the group's callbacks: {:?}",
+        sent[3]
+    );
+    assert_eq!(
+        (sent[3].content(), sent[3].finish()),
+        (Some("group answer"), Some(true))
+    );
+    assert_eq!(sent[4].cmd, "aibot_send_msg");
+    assert_eq!(
+        sent[4].body,
+        json!({"chatid": "nobody-chat", "msgtype": "markdown", "markdown": {"content": "cron push"}})
+    );
+    let uploads = fake.uploads();
+    assert_eq!(uploads.len(), 1);
+    assert_eq!(
+        (uploads[0].filename.as_str(), uploads[0].data.as_slice()),
+        ("answer.txt", b"the answer file".as_slice())
+    );
+    assert_eq!(
+        (sent[5].cmd.as_str(), sent[5].req_id.as_str()),
+        ("aibot_respond_msg", progress.req_id.as_str())
+    );
+    assert_eq!(
+        sent[5].body,
+        json!({"msgtype": "file", "file": {"media_id": uploads[0].media_id}})
+    );
+    // Only the one welcome: none for the enter_chat without chatid, none for the stranger.
+    let welcomes: Vec<_> = sent
+        .iter()
+        .filter(|s| s.cmd == "aibot_respond_welcome_msg")
+        .collect();
+    assert_eq!(welcomes.len(), 1);
+    assert!(
+        sent.iter()
+            .all(|s| s.req_id != plain_enter["headers"]["req_id"].as_str().unwrap()
+                && s.req_id != stranger_enter["headers"]["req_id"].as_str().unwrap())
+    );
+
+    // The server drops: the SDK reconnects (after 1 s) and the channel goes on.
+    fake.drop_connections();
+    fake.wait_subscribed(2, within).await.unwrap();
+    fake.deliver_text("alice", "after reconnect");
+    let m = json_line(&mut lines).await;
+    assert_eq!(m["content"], "after reconnect", "{m}");
+    assert!(
+        fake.frames().iter().all(|f| f.errcode <= 0 || f.cmd == "ping"),
+        "{:?}",
+        fake.frames()
+    );
+}
+
+/// The WeCom fake's own rules (no peer needed): frames before the subscription, bad JSON ignored, wrong
+/// credentials answered 853000 and closed, replies only to its callbacks, finished streams, welcomes, unknown
+/// media ids and commands refused with 40058, uploads checked, a second subscription kicking the first, pings
+/// left unanswered on demand, media served encrypted (and 404 for unknown ids).
+#[tokio::test]
+async fn wecom_fake_checks_frames_and_refusals() {
+    use futures::{SinkExt, StreamExt};
+    use nanobot_testkit::fake_wecom::{ERR_INVALID_CREDENTIALS, ERR_INVALID_PARAMETER, FakeWecom};
+    use tokio_tungstenite::tungstenite::Message;
+    let within = Duration::from_secs(10);
+    let fake = FakeWecom::start("bot-r", "sec-r").await.unwrap();
+    let frame = |cmd: &str, req: &str, body: Value| {
+        Message::text(json!({"cmd": cmd, "headers": {"req_id": req}, "body": body}).to_string())
+    };
+
+    // Wrong credentials: the error frame, then the server closes.
+    let (mut bad, _) = tokio_tungstenite::connect_async(fake.url()).await.unwrap();
+    bad.send(frame(
+        "aibot_subscribe",
+        "s0",
+        json!({"bot_id": "bot-r", "secret": "nope"}),
+    ))
+    .await
+    .unwrap();
+    let ack = ws_json(&mut bad).await;
+    assert_eq!(
+        ack,
+        json!({"headers": {"req_id": "s0"}, "errcode": ERR_INVALID_CREDENTIALS, "errmsg": "invalid bot_id or secret"})
+    );
+    let end = tokio::time::timeout(within, bad.next()).await.unwrap();
+    assert!(!matches!(end, Some(Ok(Message::Text(_)))), "{end:?}");
+    assert_eq!(fake.refused(), 1);
+
+    let (mut ws, _) = tokio_tungstenite::connect_async(fake.url()).await.unwrap();
+    ws.send(Message::text("not json")).await.unwrap();
+    ws.send(frame("ping", "p0", Value::Null)).await.unwrap();
+    let ack = ws_json(&mut ws).await;
+    assert_eq!(
+        (ack["headers"]["req_id"].as_str(), ack["errcode"].as_i64()),
+        (Some("p0"), Some(ERR_INVALID_PARAMETER))
+    );
+    ws.send(frame(
+        "aibot_subscribe",
+        "s1",
+        json!({"bot_id": "bot-r", "secret": "sec-r"}),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        ws_json(&mut ws).await,
+        json!({"headers": {"req_id": "s1"}, "errcode": 0, "errmsg": "ok"})
+    );
+    fake.wait_subscribed(1, within).await.unwrap();
+    ws.send(frame("ping", "p1", Value::Null)).await.unwrap();
+    assert_eq!(ws_json(&mut ws).await["errcode"], 0);
+
+    // Replies: only to a pushed callback; a stream ends once.
+    let msg = fake.deliver_text("alice", "hi");
+    let pushed = ws_json(&mut ws).await;
+    assert_eq!(pushed, msg);
+    assert_eq!(pushed["cmd"], "aibot_msg_callback");
+    let req = msg["headers"]["req_id"].as_str().unwrap();
+    let stream = |content: &str, finish: bool| json!({"msgtype": "stream", "stream": {"id": "st-1", "content": content, "finish": finish}});
+    for (cmd, req_id, body, code) in [
+        (
+            "aibot_respond_msg",
+            "nope",
+            stream("x", false),
+            ERR_INVALID_PARAMETER,
+        ),
+        ("aibot_respond_msg", req, stream("part", false), 0),
+        ("aibot_respond_msg", req, stream("all", true), 0),
+        (
+            "aibot_respond_msg",
+            req,
+            stream("more", true),
+            ERR_INVALID_PARAMETER,
+        ),
+        (
+            "aibot_respond_msg",
+            req,
+            json!({"msgtype": "stream", "stream": {"id": "st-2", "content": "x".repeat(20481)}}),
+            ERR_INVALID_PARAMETER,
+        ),
+        (
+            "aibot_respond_msg",
+            req,
+            json!({"msgtype": "file", "file": {"media_id": "m-unknown"}}),
+            ERR_INVALID_PARAMETER,
+        ),
+        (
+            "aibot_respond_msg",
+            req,
+            json!({"msgtype": "weird"}),
+            ERR_INVALID_PARAMETER,
+        ),
+        (
+            "aibot_respond_welcome_msg",
+            req,
+            json!({"msgtype": "text", "text": {"content": "hi"}}),
+            ERR_INVALID_PARAMETER,
+        ),
+        (
+            "aibot_send_msg",
+            "x1",
+            json!({"msgtype": "markdown", "markdown": {"content": "no chat"}}),
+            ERR_INVALID_PARAMETER,
+        ),
+        (
+            "aibot_send_msg",
+            "x2",
+            json!({"chatid": "c", "msgtype": "text", "text": {"content": "t"}}),
+            ERR_INVALID_PARAMETER,
+        ),
+        (
+            "aibot_send_msg",
+            "x3",
+            json!({"chatid": "c", "msgtype": "markdown", "markdown": {"content": "ok"}}),
+            0,
+        ),
+        ("aibot_frobnicate", "x4", json!({}), ERR_INVALID_PARAMETER),
+        (
+            "aibot_upload_media_init",
+            "u0",
+            json!({"filename": "a.bin", "type": "file", "total_size": 3, "total_chunks": 101}),
+            ERR_INVALID_PARAMETER,
+        ),
+        (
+            "aibot_upload_media_chunk",
+            "u1",
+            json!({"upload_id": "nope", "chunk_index": 0, "base64_data": "YWJj"}),
+            ERR_INVALID_PARAMETER,
+        ),
+    ] {
+        ws.send(frame(cmd, req_id, body)).await.unwrap();
+        let ack = ws_json(&mut ws).await;
+        assert_eq!(ack["headers"]["req_id"], req_id);
+        assert_eq!(ack["errcode"], code, "{cmd} {req_id}: {ack}");
+    }
+    // The welcome: only to enter_chat, once.
+    let enter = fake.deliver_enter_chat("alice");
+    assert_eq!(ws_json(&mut ws).await["body"]["event"]["eventtype"], "enter_chat");
+    let ereq = enter["headers"]["req_id"].as_str().unwrap();
+    for code in [0, ERR_INVALID_PARAMETER] {
+        ws.send(frame(
+            "aibot_respond_welcome_msg",
+            ereq,
+            json!({"msgtype": "text", "text": {"content": "hi"}}),
+        ))
+        .await
+        .unwrap();
+        assert_eq!(ws_json(&mut ws).await["errcode"], code);
+    }
+    // An upload: init, the chunks, finish before and after all arrived.
+    ws.send(frame(
+        "aibot_upload_media_init",
+        "u2",
+        json!({"filename": "a.bin", "type": "file", "total_size": 6, "total_chunks": 2, "md5": "x"}),
+    ))
+    .await
+    .unwrap();
+    let init = ws_json(&mut ws).await;
+    let upload_id = init["body"]["upload_id"].as_str().unwrap().to_string();
+    ws.send(frame(
+        "aibot_upload_media_chunk",
+        "u3",
+        json!({"upload_id": upload_id, "chunk_index": 1, "base64_data": "ZGVm"}),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(ws_json(&mut ws).await["errcode"], 0);
+    ws.send(frame(
+        "aibot_upload_media_finish",
+        "u4",
+        json!({"upload_id": upload_id}),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(ws_json(&mut ws).await["errcode"], ERR_INVALID_PARAMETER);
+    ws.send(frame(
+        "aibot_upload_media_chunk",
+        "u5",
+        json!({"upload_id": upload_id, "chunk_index": 0, "base64_data": "YWJj"}),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(ws_json(&mut ws).await["errcode"], 0);
+    ws.send(frame(
+        "aibot_upload_media_finish",
+        "u6",
+        json!({"upload_id": upload_id}),
+    ))
+    .await
+    .unwrap();
+    let done = ws_json(&mut ws).await;
+    let media_id = done["body"]["media_id"].as_str().unwrap().to_string();
+    assert_eq!(fake.uploads()[0].data, b"abcdef");
+    ws.send(frame(
+        "aibot_respond_msg",
+        req,
+        json!({"msgtype": "image", "image": {"media_id": media_id}}),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(ws_json(&mut ws).await["errcode"], 0);
+    let sent = fake.sent();
+    let cmds: Vec<_> = sent.iter().map(|s| s.cmd.as_str()).collect();
+    assert_eq!(
+        cmds,
+        [
+            "aibot_respond_msg",
+            "aibot_respond_msg",
+            "aibot_send_msg",
+            "aibot_respond_welcome_msg",
+            "aibot_respond_msg"
+        ]
+    );
+
+    // Pings unanswered on demand.
+    fake.answer_pings(false);
+    ws.send(frame("ping", "p2", Value::Null)).await.unwrap();
+    let pings = fake.wait_frames("ping", 3, within).await.unwrap();
+    assert_eq!(
+        (pings[2].req_id.as_str(), pings[2].errcode),
+        ("p2", -1),
+        "recorded, not answered"
+    );
+    fake.answer_pings(true);
+    ws.send(frame("ping", "p3", Value::Null)).await.unwrap();
+    assert_eq!(ws_json(&mut ws).await["headers"]["req_id"], "p3");
+
+    // A second subscription kicks the first: disconnected_event, then the close.
+    let (mut ws2, _) = tokio_tungstenite::connect_async(fake.url()).await.unwrap();
+    ws2.send(frame(
+        "aibot_subscribe",
+        "s2",
+        json!({"bot_id": "bot-r", "secret": "sec-r"}),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(ws_json(&mut ws2).await["errcode"], 0);
+    let kicked = ws_json(&mut ws).await;
+    assert_eq!(kicked["cmd"], "aibot_event_callback");
+    assert_eq!(kicked["body"]["event"]["eventtype"], "disconnected_event");
+    let end = tokio::time::timeout(within, ws.next()).await.unwrap();
+    assert!(!matches!(end, Some(Ok(Message::Text(_)))), "{end:?}");
+    assert!(fake.deliver(&fake.text("bob", "to the new one")));
+    assert_eq!(ws_json(&mut ws2).await["body"]["from"]["userid"], "bob");
+    fake.drop_connections();
+    assert!(!fake.deliver(&fake.text("bob", "nobody")));
+
+    // Media: encrypted (PKCS#7 to 32 bytes), named; unknown ids 404.
+    nanobot_testkit::install_ring();
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let file = fake.file("alice", "a b.txt", b"hello");
+    let resp = client
+        .get(file["body"]["file"]["url"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.headers()["content-disposition"],
+        "attachment; filename=\"a_b.txt\"; filename*=UTF-8''a%20b.txt"
+    );
+    let body = resp.bytes().await.unwrap();
+    assert_eq!(body.len(), 32);
+    assert_ne!(&body[..5], b"hello");
+    let missing = client
+        .get(format!("{}/media/nope", fake.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+}

@@ -15,3 +15,4 @@ mod real_sdk;
 mod script;
 mod snapshots;
 mod support;
+mod synapse;
