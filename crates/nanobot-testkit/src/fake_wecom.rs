@@ -1097,135 +1097,50 @@ fn upload_finish(s: &State, body: &Value) -> Result<Value, String> {
     Ok(json!({"media_id": media_id}))
 }
 
-/// AES-256 encryption (FIPS-197) in CBC mode as WeCom encrypts media: IV = the key's first 16 bytes, PKCS#7
-/// padding to a multiple of 32 bytes. Only what the fake needs: encryption.
+/// AES-256-CBC as WeCom encrypts media (RustCrypto's `aes` and `cbc`): IV = the key's first 16 bytes, PKCS#7
+/// padding to a multiple of 32 bytes (not the cipher's block size, so the padding is added here).
 mod aes {
-    use std::sync::OnceLock;
-
-    fn gmul(mut a: u8, mut b: u8) -> u8 {
-        let mut p = 0;
-        while b != 0 {
-            if b & 1 != 0 {
-                p ^= a;
-            }
-            let hi = a & 0x80;
-            a <<= 1;
-            if hi != 0 {
-                a ^= 0x1b;
-            }
-            b >>= 1;
-        }
-        p
-    }
-
-    fn sbox() -> &'static [u8; 256] {
-        static SBOX: OnceLock<[u8; 256]> = OnceLock::new();
-        SBOX.get_or_init(|| {
-            let mut t = [0u8; 256];
-            for (x, slot) in t.iter_mut().enumerate() {
-                let x = x as u8;
-                let inv = if x == 0 {
-                    0
-                } else {
-                    (1..=255u8).find(|y| gmul(x, *y) == 1).unwrap_or(0)
-                };
-                *slot = inv
-                    ^ inv.rotate_left(1)
-                    ^ inv.rotate_left(2)
-                    ^ inv.rotate_left(3)
-                    ^ inv.rotate_left(4)
-                    ^ 0x63;
-            }
-            t
-        })
-    }
-
-    fn round_keys(key: &[u8; 32]) -> [[u8; 16]; 15] {
-        let sb = sbox();
-        let mut w = [[0u8; 4]; 60];
-        for (i, word) in w.iter_mut().take(8).enumerate() {
-            word.copy_from_slice(&key[4 * i..4 * i + 4]);
-        }
-        let mut rcon = 1u8;
-        for i in 8..60 {
-            let mut t = w[i - 1];
-            if i % 8 == 0 {
-                t.rotate_left(1);
-                t = t.map(|b| sb[b as usize]);
-                t[0] ^= rcon;
-                rcon = gmul(rcon, 2);
-            } else if i % 8 == 4 {
-                t = t.map(|b| sb[b as usize]);
-            }
-            for j in 0..4 {
-                w[i][j] = w[i - 8][j] ^ t[j];
-            }
-        }
-        let mut rk = [[0u8; 16]; 15];
-        for (r, k) in rk.iter_mut().enumerate() {
-            for c in 0..4 {
-                k[4 * c..4 * c + 4].copy_from_slice(&w[4 * r + c]);
-            }
-        }
-        rk
-    }
-
-    fn encrypt_block(rk: &[[u8; 16]; 15], b: &mut [u8; 16]) {
-        let sb = sbox();
-        let add = |b: &mut [u8; 16], k: &[u8; 16]| b.iter_mut().zip(k).for_each(|(x, y)| *x ^= y);
-        add(b, &rk[0]);
-        for (round, key) in rk.iter().enumerate().skip(1) {
-            b.iter_mut().for_each(|x| *x = sb[*x as usize]);
-            let old = *b;
-            for r in 1..4 {
-                for c in 0..4 {
-                    b[r + 4 * c] = old[r + 4 * ((c + r) % 4)];
-                }
-            }
-            if round < 14 {
-                for c in 0..4 {
-                    let a = [b[4 * c], b[4 * c + 1], b[4 * c + 2], b[4 * c + 3]];
-                    for r in 0..4 {
-                        b[4 * c + r] =
-                            gmul(a[r], 2) ^ gmul(a[(r + 1) % 4], 3) ^ a[(r + 2) % 4] ^ a[(r + 3) % 4];
-                    }
-                }
-            }
-            add(b, key);
-        }
-    }
+    use ::aes::cipher::block_padding::NoPadding;
+    use ::aes::cipher::{BlockEncryptMut, KeyIvInit};
 
     /// `data` encrypted with `key`, CBC, IV = `key[..16]`, PKCS#7 padded to a multiple of 32 bytes.
     pub(super) fn encrypt_cbc(key: &[u8; 32], data: &[u8]) -> Vec<u8> {
-        let rk = round_keys(key);
         let pad = 32 - data.len() % 32;
         let mut plain = data.to_vec();
         plain.extend(std::iter::repeat_n(pad as u8, pad));
-        let mut prev = [0u8; 16];
-        prev.copy_from_slice(&key[..16]);
-        let mut out = Vec::with_capacity(plain.len());
-        for chunk in plain.chunks(16) {
-            let mut block = [0u8; 16];
-            for (i, x) in block.iter_mut().enumerate() {
-                *x = chunk[i] ^ prev[i];
-            }
-            encrypt_block(&rk, &mut block);
-            out.extend_from_slice(&block);
-            prev = block;
-        }
-        out
+        let len = plain.len();
+        let iv: [u8; 16] = std::array::from_fn(|i| key[i]);
+        let encryptor = cbc::Encryptor::<::aes::Aes256>::new(key.into(), &iv.into());
+        // A multiple of the block size with no padding asked for: this cannot fail.
+        encryptor
+            .encrypt_padded_mut::<NoPadding>(&mut plain, len)
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default()
     }
 
     #[cfg(test)]
     mod tests {
-        /// FIPS-197 appendix C.3 (AES-256).
+        use ::aes::cipher::block_padding::NoPadding;
+        use ::aes::cipher::{BlockDecryptMut, KeyIvInit};
+
+        /// Padded to 32 bytes with PKCS#7 and chained from the key's first 16 bytes, as the SDK decrypts it (the
+        /// SDK itself decrypts the fake's media in the `fake_sdks` tests).
         #[test]
-        fn fips_197_vector() {
-            let key: [u8; 32] = std::array::from_fn(|i| i as u8);
-            let mut block: [u8; 16] = std::array::from_fn(|i| (i as u8) * 0x11);
-            super::encrypt_block(&super::round_keys(&key), &mut block);
-            let hex: String = block.iter().map(|b| format!("{b:02x}")).collect();
-            assert_eq!(hex, "8ea2b7ca516745bfeafc49904b496089");
+        fn the_padding_is_to_32_bytes_and_the_iv_is_the_key_s_start() {
+            let key: [u8; 32] = std::array::from_fn(|i| i as u8 * 7);
+            let mut out = super::encrypt_cbc(&key, b"hello");
+            assert_eq!(out.len(), 32);
+            assert_eq!(
+                super::encrypt_cbc(&key, &[0u8; 32]).len(),
+                64,
+                "a full block of padding"
+            );
+            let iv: [u8; 16] = std::array::from_fn(|i| key[i]);
+            let plain = cbc::Decryptor::<::aes::Aes256>::new(&key.into(), &iv.into())
+                .decrypt_padded_mut::<NoPadding>(&mut out)
+                .unwrap();
+            assert_eq!(&plain[..5], b"hello");
+            assert!(plain[5..].iter().all(|b| *b == 27), "{plain:?}");
         }
     }
 }
