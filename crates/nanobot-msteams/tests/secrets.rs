@@ -1,13 +1,14 @@
 //! The password and the tokens never leave: the adapter against local servers that fail every request while
 //! echoing it back (JSON errors quoting the request line, headers and body with 401, 500 and 200; an HTML page; a
 //! hang-up) as its token endpoint, with the password searched for in every error rendering and in everything logged
-//! at TRACE level (`nanobot_testkit::channel_secrets_test`). A conversation reference is on disk so that sending
-//! asks for a token.
+//! at TRACE level (`nanobot_testkit::channel_secrets_test`, `send_only`: a webhook channel's password travels only
+//! when it sends). A conversation reference is on disk so that sending asks for a token.
 //!
 //! A test binary of its own, so that its TRACE subscriber is the process-wide one.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 nanobot_testkit::channel_secrets_test!(
+    send_only,
     "msteams",
     "a:1conversation",
     ["SEKRITteamsPASSWORD0123456789", "SEKRIT-short"],
