@@ -157,6 +157,27 @@ impl std::fmt::Debug for Services<'_> {
     }
 }
 
+/// Where a channel's block lives in the config, and so when it is enabled.
+#[derive(Debug, Clone, Copy)]
+pub enum Block {
+    /// Kept raw under `channels.<name>` (as 0.3.5's plugin channels): enabled when it is an object with
+    /// `"enabled": true`.
+    Raw,
+    /// A typed block of the config schema (Telegram, Discord, Slack): enabled as this says.
+    Typed(fn(&Config) -> bool),
+}
+
+/// Whether a channel's credentials are set (for `channels status`).
+#[derive(Debug, Clone, Copy)]
+pub enum Credentials {
+    /// It needs none (or they are optional).
+    None,
+    /// These keys of its raw block are non-empty strings.
+    Keys(&'static [&'static str]),
+    /// As this says (a typed block, or credentials kept elsewhere, such as a linked device).
+    Check(fn(&Config, &Places<'_>) -> bool),
+}
+
 /// How a channel is built from the config and the shared services.
 pub type Build = fn(&Config, &Services<'_>) -> Result<Arc<dyn Channel>, ChannelError>;
 
@@ -167,15 +188,34 @@ pub struct ChannelDescriptor {
     pub name: &'static str,
     /// What it can show and take.
     pub capabilities: Capabilities,
-    /// Whether the config enables it.
-    pub enabled: fn(&Config) -> bool,
-    /// Whether its credentials are set (for `channels status`; true when it needs none).
-    pub credentials_set: fn(&Config, &Places<'_>) -> bool,
+    /// Where its block lives, and so when it is enabled.
+    pub block: Block,
+    /// What its credentials are.
+    pub credentials: Credentials,
     /// `doctor`'s findings about its block when it is enabled (the block read as the channel reads it).
     pub doctor: fn(&Config, &Places<'_>) -> Vec<Finding>,
     /// The channel, built from the config and the shared services (called only when it is enabled); a bad block is
     /// the error naming the key.
     pub build: Build,
+}
+
+impl ChannelDescriptor {
+    /// Whether the config enables it.
+    pub fn enabled(&self, config: &Config) -> bool {
+        match self.block {
+            Block::Raw => enabled_block(config, self.name).is_some(),
+            Block::Typed(enabled) => enabled(config),
+        }
+    }
+
+    /// Whether its credentials are set (true when it needs none).
+    pub fn credentials_set(&self, config: &Config, places: &Places<'_>) -> bool {
+        match self.credentials {
+            Credentials::None => true,
+            Credentials::Keys(keys) => block_keys_set(config, self.name, keys),
+            Credentials::Check(check) => check(config, places),
+        }
+    }
 }
 
 impl std::fmt::Debug for ChannelDescriptor {

@@ -44,7 +44,7 @@ pub use access::{
 };
 pub use channel::{Channel, Heartbeat, Transcribe, TranscribeError};
 pub use dedup::RecentIds;
-pub use descriptor::{Capabilities, ChannelDescriptor, Finding, Places, Services};
+pub use descriptor::{Block, Capabilities, ChannelDescriptor, Credentials, Finding, Places, Services};
 #[cfg(feature = "download")]
 pub use download::{Fetched, RemoteMedia, api_client};
 pub use error::{ChannelError, server_text};

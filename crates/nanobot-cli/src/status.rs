@@ -91,8 +91,8 @@ pub(crate) fn channel_states(
             |(name, on)| match nanobot_gateway::CHANNELS.iter().find(|d| d.name == name) {
                 Some(d) => (
                     name.to_owned(),
-                    (d.enabled)(config),
-                    (d.credentials_set)(config, places),
+                    d.enabled(config),
+                    d.credentials_set(config, places),
                 ),
                 None => (name.to_owned(), on, true),
             },

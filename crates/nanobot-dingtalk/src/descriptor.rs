@@ -2,8 +2,10 @@
 
 use std::sync::Arc;
 
-use nanobot_channels::descriptor::{block_keys_set, enabled_block, ssrf_guard};
-use nanobot_channels::{Capabilities, Channel, ChannelDescriptor, ChannelError, Finding, Places, Services};
+use nanobot_channels::descriptor::{enabled_block, ssrf_guard};
+use nanobot_channels::{
+    Block, Capabilities, Channel, ChannelDescriptor, ChannelError, Credentials, Finding, Places, Services,
+};
 use nanobot_config::{Config, DingTalkConfig};
 
 use crate::{DingTalkChannel, DingTalkSettings, NAME};
@@ -13,19 +15,11 @@ use crate::{DingTalkChannel, DingTalkSettings, NAME};
 pub const DESCRIPTOR: ChannelDescriptor = ChannelDescriptor {
     name: NAME,
     capabilities: Capabilities::TEXT.files(true).groups(true),
-    enabled,
-    credentials_set,
+    block: Block::Raw,
+    credentials: Credentials::Keys(&["clientId", "clientSecret"]),
     doctor,
     build,
 };
-
-fn enabled(config: &Config) -> bool {
-    enabled_block(config, NAME).is_some()
-}
-
-fn credentials_set(config: &Config, _: &Places<'_>) -> bool {
-    block_keys_set(config, NAME, &["clientId", "clientSecret"])
-}
 
 fn build(config: &Config, services: &Services<'_>) -> Result<Arc<dyn Channel>, ChannelError> {
     let block = enabled_block(config, NAME).unwrap_or(&serde_json::Value::Null);

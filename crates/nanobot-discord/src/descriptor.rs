@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use nanobot_channels::{Capabilities, Channel, ChannelDescriptor, ChannelError, Finding, Places, Services};
+use nanobot_channels::{
+    Block, Capabilities, Channel, ChannelDescriptor, ChannelError, Credentials, Finding, Places, Services,
+};
 use nanobot_config::Config;
 
 use crate::{DiscordChannel, DiscordSettings, NAME};
@@ -12,8 +14,8 @@ use crate::{DiscordChannel, DiscordSettings, NAME};
 pub const DESCRIPTOR: ChannelDescriptor = ChannelDescriptor {
     name: NAME,
     capabilities: Capabilities::TEXT.files(true).groups(true).threads(true),
-    enabled: |c| c.channels.discord.enabled,
-    credentials_set: |c, _| !c.channels.discord.token.is_empty(),
+    block: Block::Typed(|c| c.channels.discord.enabled),
+    credentials: Credentials::Check(|c, _| !c.channels.discord.token.is_empty()),
     doctor,
     build,
 };

@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nanobot_channels::descriptor::{enabled_block, on_own_runtime};
-use nanobot_channels::{Capabilities, Channel, ChannelDescriptor, ChannelError, Finding, Places, Services};
+use nanobot_channels::{
+    Block, Capabilities, Channel, ChannelDescriptor, ChannelError, Credentials, Finding, Places, Services,
+};
 use nanobot_config::Config;
 
 use crate::{EmailChannel, EmailSettings, NAME, check_imap_login};
@@ -14,15 +16,11 @@ use crate::{EmailChannel, EmailSettings, NAME, check_imap_login};
 pub const DESCRIPTOR: ChannelDescriptor = ChannelDescriptor {
     name: NAME,
     capabilities: Capabilities::TEXT.files(true).threads(true),
-    enabled,
-    credentials_set,
+    block: Block::Raw,
+    credentials: Credentials::Check(credentials_set),
     doctor,
     build,
 };
-
-fn enabled(config: &Config) -> bool {
-    enabled_block(config, NAME).is_some()
-}
 
 /// Both mail servers need a password (an app password for Gmail / Fastmail).
 fn credentials_set(config: &Config, _: &Places<'_>) -> bool {

@@ -407,7 +407,7 @@ fn build_channels(
         refusals: Some(Arc::new(metrics.clone())),
     };
     let mut out: Vec<Arc<dyn Channel>> = Vec::new();
-    for d in CHANNELS.iter().filter(|d| (d.enabled)(config)) {
+    for d in CHANNELS.iter().filter(|d| d.enabled(config)) {
         out.push((d.build)(config, &services).map_err(channel_error(d.name))?);
     }
     Ok(out)

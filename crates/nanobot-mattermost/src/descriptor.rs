@@ -2,8 +2,10 @@
 
 use std::sync::Arc;
 
-use nanobot_channels::descriptor::{block_keys_set, enabled_block};
-use nanobot_channels::{Capabilities, Channel, ChannelDescriptor, ChannelError, Finding, Places, Services};
+use nanobot_channels::descriptor::enabled_block;
+use nanobot_channels::{
+    Block, Capabilities, Channel, ChannelDescriptor, ChannelError, Credentials, Finding, Places, Services,
+};
 use nanobot_config::Config;
 
 use crate::{MattermostChannel, MattermostSettings, NAME};
@@ -12,19 +14,11 @@ use crate::{MattermostChannel, MattermostSettings, NAME};
 pub const DESCRIPTOR: ChannelDescriptor = ChannelDescriptor {
     name: NAME,
     capabilities: Capabilities::TEXT.files(true).groups(true).threads(true),
-    enabled,
-    credentials_set,
+    block: Block::Raw,
+    credentials: Credentials::Keys(&["serverUrl", "token"]),
     doctor,
     build,
 };
-
-fn enabled(config: &Config) -> bool {
-    enabled_block(config, NAME).is_some()
-}
-
-fn credentials_set(config: &Config, _: &Places<'_>) -> bool {
-    block_keys_set(config, NAME, &["serverUrl", "token"])
-}
 
 fn build(config: &Config, services: &Services<'_>) -> Result<Arc<dyn Channel>, ChannelError> {
     let block = enabled_block(config, NAME).unwrap_or(&serde_json::Value::Null);

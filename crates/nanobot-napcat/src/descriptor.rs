@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use nanobot_channels::descriptor::{enabled_block, ssrf_guard};
-use nanobot_channels::{Capabilities, Channel, ChannelDescriptor, ChannelError, Finding, Places, Services};
+use nanobot_channels::{
+    Block, Capabilities, Channel, ChannelDescriptor, ChannelError, Credentials, Finding, Places, Services,
+};
 use nanobot_config::Config;
 
 use crate::{NAME, NapcatChannel, NapcatSettings};
@@ -12,15 +14,11 @@ use crate::{NAME, NapcatChannel, NapcatSettings};
 pub const DESCRIPTOR: ChannelDescriptor = ChannelDescriptor {
     name: NAME,
     capabilities: Capabilities::TEXT.files(true).groups(true),
-    enabled,
-    credentials_set: |_, _| true,
+    block: Block::Raw,
+    credentials: Credentials::None,
     doctor,
     build,
 };
-
-fn enabled(config: &Config) -> bool {
-    enabled_block(config, NAME).is_some()
-}
 
 fn build(config: &Config, services: &Services<'_>) -> Result<Arc<dyn Channel>, ChannelError> {
     let block = enabled_block(config, NAME).unwrap_or(&serde_json::Value::Null);

@@ -3,8 +3,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use nanobot_channels::descriptor::{block_keys_set, enabled_block};
-use nanobot_channels::{Capabilities, Channel, ChannelDescriptor, ChannelError, Finding, Places, Services};
+use nanobot_channels::descriptor::enabled_block;
+use nanobot_channels::{
+    Block, Capabilities, Channel, ChannelDescriptor, ChannelError, Credentials, Finding, Places, Services,
+};
 use nanobot_config::Config;
 
 use crate::settings::Policy;
@@ -16,19 +18,11 @@ use crate::{NAME, SignalChannel, SignalSettings};
 pub const DESCRIPTOR: ChannelDescriptor = ChannelDescriptor {
     name: NAME,
     capabilities: Capabilities::TEXT.files(true).groups(true),
-    enabled,
-    credentials_set,
+    block: Block::Raw,
+    credentials: Credentials::Keys(&["phoneNumber"]),
     doctor,
     build,
 };
-
-fn enabled(config: &Config) -> bool {
-    enabled_block(config, NAME).is_some()
-}
-
-fn credentials_set(config: &Config, _: &Places<'_>) -> bool {
-    block_keys_set(config, NAME, &["phoneNumber"])
-}
 
 /// Where signal-cli keeps received attachments.
 fn attachments_dir(settings: &SignalSettings, places: &Places<'_>) -> PathBuf {

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use nanobot_channels::{Capabilities, Channel, ChannelDescriptor, ChannelError, Finding, Places, Services};
+use nanobot_channels::{
+    Block, Capabilities, Channel, ChannelDescriptor, ChannelError, Credentials, Finding, Places, Services,
+};
 use nanobot_config::Config;
 
 use crate::{NAME, SlackChannel, SlackSettings};
@@ -12,8 +14,10 @@ use crate::{NAME, SlackChannel, SlackSettings};
 pub const DESCRIPTOR: ChannelDescriptor = ChannelDescriptor {
     name: NAME,
     capabilities: Capabilities::TEXT.files(true).groups(true).threads(true),
-    enabled: |c| c.channels.slack.enabled,
-    credentials_set: |c, _| !c.channels.slack.bot_token.is_empty() && !c.channels.slack.app_token.is_empty(),
+    block: Block::Typed(|c| c.channels.slack.enabled),
+    credentials: Credentials::Check(|c, _| {
+        !c.channels.slack.bot_token.is_empty() && !c.channels.slack.app_token.is_empty()
+    }),
     doctor,
     build,
 };

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use nanobot_channels::{Capabilities, Channel, ChannelDescriptor, ChannelError, Finding, Places, Services};
+use nanobot_channels::{
+    Block, Capabilities, Channel, ChannelDescriptor, ChannelError, Credentials, Finding, Places, Services,
+};
 use nanobot_config::Config;
 
 use crate::{NAME, TelegramChannel, TelegramSettings};
@@ -17,8 +19,8 @@ pub const DESCRIPTOR: ChannelDescriptor = ChannelDescriptor {
         .files(true)
         .groups(true)
         .threads(true),
-    enabled: |c| c.channels.telegram.enabled,
-    credentials_set: |c, _| !c.channels.telegram.token.is_empty(),
+    block: Block::Typed(|c| c.channels.telegram.enabled),
+    credentials: Credentials::Check(|c, _| !c.channels.telegram.token.is_empty()),
     doctor,
     build,
 };

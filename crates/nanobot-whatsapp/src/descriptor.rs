@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use nanobot_channels::descriptor::enabled_block;
-use nanobot_channels::{Capabilities, Channel, ChannelDescriptor, ChannelError, Finding, Places, Services};
+use nanobot_channels::{
+    Block, Capabilities, Channel, ChannelDescriptor, ChannelError, Credentials, Finding, Places, Services,
+};
 use nanobot_config::Config;
 
 use crate::{
@@ -17,15 +19,11 @@ use crate::{
 pub const DESCRIPTOR: ChannelDescriptor = ChannelDescriptor {
     name: NAME,
     capabilities: Capabilities::TEXT.files(true).groups(true),
-    enabled,
-    credentials_set,
+    block: Block::Raw,
+    credentials: Credentials::Check(credentials_set),
     doctor,
     build,
 };
-
-fn enabled(config: &Config) -> bool {
-    enabled_block(config, NAME).is_some()
-}
 
 /// The settings as the gateway builds them (the block may be disabled), or the problem that stops the channel.
 fn settings(config: &Config, places: &Places<'_>) -> Option<Result<WhatsAppSettings, WhatsAppError>> {
@@ -57,7 +55,7 @@ fn build(config: &Config, services: &Services<'_>) -> Result<Arc<dyn Channel>, C
 /// The block, the bridge's npm packages, a linked device (or 0.3.5's login, which cannot be used), `allowFrom`.
 fn doctor(config: &Config, places: &Places<'_>) -> Vec<Finding> {
     let mut f = Vec::new();
-    if !enabled(config) {
+    if enabled_block(config, NAME).is_none() {
         return f;
     }
     let s = match settings(config, places) {
