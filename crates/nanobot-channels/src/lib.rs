@@ -1,8 +1,8 @@
 //! What every chat platform adapter shares: the [`Channel`] trait, the [`ChannelManager`] that runs channels
 //! and delivers the agent's replies to them, access control ([`AccessControl`], [`PairingStore`]), message
 //! splitting ([`split_message`]), Markdown → platform formatting ([`markdown_to_telegram_html`],
-//! [`markdown_to_slack_mrkdwn`]) and bounded downloads ([`download`]: attachments saved with a size limit, remote
-//! media fetched behind the SSRF guard; the `download` feature).
+//! [`markdown_to_slack_mrkdwn`]), bounded downloads (the `download` module and feature: attachments saved with a
+//! size limit, remote media fetched behind the SSRF guard), and how an adapter plugs in ([`ChannelDescriptor`]).
 //!
 //! This crate knows the bus ([`nanobot_bus`]) and nothing about the agent, LLM providers or any particular chat
 //! platform SDK: platform crates (`nanobot-telegram`, …) implement [`Channel`], and the agent meets them only
