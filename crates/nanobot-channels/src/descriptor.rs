@@ -124,6 +124,36 @@ impl Finding {
     }
 }
 
+/// `doctor`'s warning about a channel whose `allowFrom` is empty (nobody can talk to the bot), with how to fill it.
+pub fn nobody_allowed(channel: &str, fix: impl Into<String>) -> Finding {
+    Finding::warn(
+        format!("{channel} `allowFrom` is empty: nobody can talk to the bot"),
+        fix,
+    )
+}
+
+/// `doctor`'s finding about a bot token: missing (`missing_fix`), not in the platform's format (`malformed`,
+/// `malformed_fix`), or fine.
+pub fn token_finding(
+    channel: &str,
+    token: &str,
+    looks_valid: fn(&str) -> bool,
+    missing_fix: &str,
+    malformed: &str,
+    malformed_fix: &str,
+) -> Finding {
+    if token.is_empty() {
+        Finding::problem(format!("{channel} is enabled but has no token"), missing_fix)
+    } else if !looks_valid(token) {
+        Finding::problem(
+            format!("{channel} token does not look like a bot token ({malformed})"),
+            malformed_fix,
+        )
+    } else {
+        Finding::ok(format!("{channel} token format"))
+    }
+}
+
 /// Where a channel keeps its files and what environment it was given (for building and for `doctor`).
 #[derive(Debug, Clone, Copy)]
 pub struct Places<'a> {

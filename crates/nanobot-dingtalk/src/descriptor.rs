@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use nanobot_channels::descriptor::{enabled_block, ssrf_guard};
+use nanobot_channels::descriptor::{enabled_block, nobody_allowed, ssrf_guard};
 use nanobot_channels::{
     Block, Capabilities, Channel, ChannelDescriptor, ChannelError, Credentials, Finding, Places, Services,
 };
@@ -48,8 +48,8 @@ fn doctor(config: &Config, _: &Places<'_>) -> Vec<Finding> {
         Ok(cfg) => {
             let mut f = vec![Finding::ok("dingtalk credentials set")];
             if cfg.allow_from.is_empty() {
-                f.push(Finding::warn(
-                    "dingtalk `allowFrom` is empty: nobody can talk to the bot",
+                f.push(nobody_allowed(
+                    NAME,
                     "add staff ids to `channels.dingtalk.allowFrom` (or \"*\")",
                 ));
             }

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use nanobot_channels::descriptor::{nobody_allowed, token_finding};
 use nanobot_channels::{
     Block, Capabilities, Channel, ChannelDescriptor, ChannelError, Credentials, Finding, Places, Services,
 };
@@ -45,23 +46,17 @@ fn doctor(config: &Config, _: &Places<'_>) -> Vec<Finding> {
     if !c.enabled {
         return f;
     }
-    let t = c.token.expose();
-    if t.is_empty() {
-        f.push(Finding::problem(
-            "discord is enabled but has no token",
-            "set `channels.discord.token` to the bot token from the Discord developer portal",
-        ));
-    } else if !token_looks_valid(t) {
-        f.push(Finding::problem(
-            "discord token does not look like a bot token (three dot-separated parts)",
-            "copy the bot token (not the client secret) into `channels.discord.token`",
-        ));
-    } else {
-        f.push(Finding::ok("discord token format"));
-    }
+    f.push(token_finding(
+        NAME,
+        c.token.expose(),
+        token_looks_valid,
+        "set `channels.discord.token` to the bot token from the Discord developer portal",
+        "three dot-separated parts",
+        "copy the bot token (not the client secret) into `channels.discord.token`",
+    ));
     if c.allow_from.is_empty() {
-        f.push(Finding::warn(
-            "discord `allowFrom` is empty: nobody can talk to the bot",
+        f.push(nobody_allowed(
+            NAME,
             "add user ids to `channels.discord.allowFrom` (or \"*\")",
         ));
     }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use nanobot_channels::descriptor::{enabled_block, ssrf_guard};
+use nanobot_channels::descriptor::{enabled_block, nobody_allowed, ssrf_guard};
 use nanobot_channels::{
     Block, Capabilities, Channel, ChannelDescriptor, ChannelError, Credentials, Finding, Places, Services,
 };
@@ -58,8 +58,8 @@ fn doctor(config: &Config, _: &Places<'_>) -> Vec<Finding> {
         Ok(cfg) => {
             let mut f = vec![Finding::ok("feishu credentials set")];
             if cfg.allow_from.is_empty() {
-                f.push(Finding::warn(
-                    "feishu `allowFrom` is empty: nobody can talk to the bot",
+                f.push(nobody_allowed(
+                    NAME,
                     "add open_ids (ou_…) to `channels.feishu.allowFrom` (or \"*\")",
                 ));
             }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use nanobot_channels::descriptor::enabled_block;
+use nanobot_channels::descriptor::{enabled_block, nobody_allowed};
 use nanobot_channels::{
     Block, Capabilities, Channel, ChannelDescriptor, ChannelError, Credentials, Finding, Places, Services,
 };
@@ -53,8 +53,8 @@ fn doctor(config: &Config, _: &Places<'_>) -> Vec<Finding> {
         ));
     }
     if s.allow_from.is_empty() && s.dm_allow_from.is_empty() {
-        f.push(Finding::warn(
-            "mattermost `allowFrom` is empty: nobody can talk to the bot",
+        f.push(nobody_allowed(
+            NAME,
             "add user ids (or usernames with `allowFromMatchMode: \"username\"`) to \
              `channels.mattermost.allowFrom` (or \"*\")",
         ));

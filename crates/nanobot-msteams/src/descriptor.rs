@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use nanobot_channels::descriptor::{enabled_block, ssrf_guard};
+use nanobot_channels::descriptor::{enabled_block, nobody_allowed, ssrf_guard};
 use nanobot_channels::{
     Block, Capabilities, Channel, ChannelDescriptor, ChannelError, Credentials, Finding, Places, Services,
 };
@@ -64,11 +64,8 @@ fn doctor(config: &Config, _: &Places<'_>) -> Vec<Finding> {
         ));
     }
     if s.allow_from.is_empty() {
-        f.push(Finding::warn(
-            "msteams `allowFrom` is empty: nobody can talk to the bot",
-            "add users' AAD object ids to `channels.msteams.allowFrom` (or \"*\"); a stranger's message gets a \
-             pairing code",
-        ));
+        f.push(nobody_allowed(NAME, "add users' AAD object ids to `channels.msteams.allowFrom` (or \"*\"); a stranger's message gets a \
+             pairing code"));
     }
     f
 }

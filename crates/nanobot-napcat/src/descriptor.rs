@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use nanobot_channels::descriptor::{enabled_block, ssrf_guard};
+use nanobot_channels::descriptor::{enabled_block, nobody_allowed, ssrf_guard};
 use nanobot_channels::{
     Block, Capabilities, Channel, ChannelDescriptor, ChannelError, Credentials, Finding, Places, Services,
 };
@@ -54,8 +54,8 @@ fn doctor(config: &Config, _: &Places<'_>) -> Vec<Finding> {
         ));
     }
     if s.allow_from.is_empty() {
-        f.push(Finding::warn(
-            "napcat `allowFrom` is empty: nobody can talk to the bot",
+        f.push(nobody_allowed(
+            NAME,
             "add QQ numbers to `channels.napcat.allowFrom` (or \"*\")",
         ));
     }

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use nanobot_channels::descriptor::{nobody_allowed, token_finding};
 use nanobot_channels::{
     Block, Capabilities, Channel, ChannelDescriptor, ChannelError, Credentials, Finding, Places, Services,
 };
@@ -59,23 +60,17 @@ fn doctor(config: &Config, _: &Places<'_>) -> Vec<Finding> {
     if !c.enabled {
         return f;
     }
-    let t = c.token.expose();
-    if t.is_empty() {
-        f.push(Finding::problem(
-            "telegram is enabled but has no token",
-            "set `channels.telegram.token` to the token from @BotFather",
-        ));
-    } else if !token_looks_valid(t) {
-        f.push(Finding::problem(
-            "telegram token does not look like a bot token (`123456789:AA…`)",
-            "copy the whole token from @BotFather into `channels.telegram.token`",
-        ));
-    } else {
-        f.push(Finding::ok("telegram token format"));
-    }
+    f.push(token_finding(
+        NAME,
+        c.token.expose(),
+        token_looks_valid,
+        "set `channels.telegram.token` to the token from @BotFather",
+        "`123456789:AA…`",
+        "copy the whole token from @BotFather into `channels.telegram.token`",
+    ));
     if c.allow_from.is_empty() {
-        f.push(Finding::warn(
-            "telegram `allowFrom` is empty: nobody can talk to the bot",
+        f.push(nobody_allowed(
+            NAME,
             "add your user id or username to `channels.telegram.allowFrom` (or \"*\" for everyone)",
         ));
     }

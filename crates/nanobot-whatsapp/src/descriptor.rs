@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use nanobot_channels::descriptor::enabled_block;
+use nanobot_channels::descriptor::{enabled_block, nobody_allowed};
 use nanobot_channels::{
     Block, Capabilities, Channel, ChannelDescriptor, ChannelError, Credentials, Finding, Places, Services,
 };
@@ -113,8 +113,8 @@ fn doctor(config: &Config, places: &Places<'_>) -> Vec<Finding> {
         ));
     }
     if s.allow_from.is_empty() {
-        f.push(Finding::warn(
-            "whatsapp `allowFrom` is empty: nobody can talk to the bot",
+        f.push(nobody_allowed(
+            NAME,
             "add phone numbers with country code (e.g. \"+4915512345678\") to `channels.whatsapp.allowFrom`",
         ));
     }
