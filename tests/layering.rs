@@ -407,13 +407,7 @@ const NARROWER: &[(&str, &[&str])] = &[
     // Channels meet the agent on the bus: never core, providers or tools.
     (
         "nanobot-channels",
-        &[
-            "nanobot-bus",
-            "nanobot-config",
-            "nanobot-util",
-            "nanobot-ssrf",
-            "nanobot-http",
-        ],
+        &["nanobot-bus", "nanobot-config", "nanobot-util", "nanobot-ssrf"],
     ),
 ];
 

@@ -167,6 +167,9 @@ pub struct Places<'a> {
     pub vars: &'a EnvMap,
 }
 
+/// Where a channel's own server reports the requests it refused: `(server, kind)`.
+pub type RefusalSink = Arc<dyn Fn(&'static str, &'static str) + Send + Sync>;
+
 /// The services the gateway shares with the channels it builds, made only when a channel asks.
 pub struct Services<'a> {
     /// Files and environment.
@@ -175,8 +178,8 @@ pub struct Services<'a> {
     pub pairing: &'a dyn Fn() -> Result<Arc<PairingStore>, ChannelError>,
     /// The speech-to-text provider for voice notes, when one is configured.
     pub transcriber: &'a dyn Fn() -> Option<Arc<dyn Transcribe>>,
-    /// Told of requests a channel's own server refused (the gateway's metrics).
-    pub refusals: Option<Arc<dyn nanobot_http::RefusalObserver>>,
+    /// Told of the requests a channel's own server refused, as `(server, kind)` (the gateway's metrics).
+    pub refusals: Option<RefusalSink>,
 }
 
 impl std::fmt::Debug for Services<'_> {

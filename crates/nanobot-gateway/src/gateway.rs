@@ -404,7 +404,10 @@ fn build_channels(
         },
         pairing: &pairing,
         transcriber: &transcriber,
-        refusals: Some(Arc::new(metrics.clone())),
+        refusals: Some({
+            let metrics = metrics.clone();
+            Arc::new(move |server, kind| nanobot_http::RefusalObserver::refused(&metrics, server, kind))
+        }),
     };
     let mut out: Vec<Arc<dyn Channel>> = Vec::new();
     for d in CHANNELS.iter().filter(|d| d.enabled(config)) {

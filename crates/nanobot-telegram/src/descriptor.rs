@@ -41,12 +41,21 @@ pub fn token_looks_valid(token: &str) -> bool {
     }
 }
 
+/// The gateway's refusal sink as the webhook listener's observer.
+struct Refusals(nanobot_channels::descriptor::RefusalSink);
+
+impl nanobot_http::RefusalObserver for Refusals {
+    fn refused(&self, server: &'static str, kind: &'static str) {
+        (self.0)(server, kind);
+    }
+}
+
 fn build(config: &Config, services: &Services<'_>) -> Result<Arc<dyn Channel>, ChannelError> {
     let settings = TelegramSettings::from_config(&config.channels.telegram)?;
     let mut channel = TelegramChannel::new(settings, services.places.media_root.join(NAME))?
         .with_pairing((services.pairing)()?);
-    if let Some(observer) = &services.refusals {
-        channel = channel.with_refusal_observer(observer.clone());
+    if let Some(sink) = &services.refusals {
+        channel = channel.with_refusal_observer(Arc::new(Refusals(sink.clone())));
     }
     if let Some(t) = (services.transcriber)() {
         channel = channel.with_transcriber(t);
