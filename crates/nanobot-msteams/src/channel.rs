@@ -29,6 +29,8 @@ use crate::{MsTeamsSettings, NAME};
 const API_TIMEOUT: Duration = Duration::from_secs(15);
 /// Bound of handling one request of the Bot Framework (its own wait is 15 s; 0.3.5 waits as long).
 const HANDLE_TIMEOUT: Duration = Duration::from_secs(15);
+/// Largest CA bundle read (the system's whole store is about 200 KiB).
+const MAX_CA_FILE_BYTES: u64 = 4 * 1024 * 1024;
 /// Largest request body taken (activities are a few KiB).
 const MAX_BODY_BYTES: usize = 256 * 1024;
 /// Largest file received.
@@ -159,14 +161,17 @@ impl Inner {
         }
         let mut roots = Vec::new();
         for file in &self.settings.extra_roots {
-            let pem = std::fs::read(file).map_err(|e| ChannelError::Config {
-                channel: NAME.into(),
-                message: format!("cannot read the CA file {}: {e}", file.display()),
+            let pem = nanobot_util::read_to_string_bounded(file, MAX_CA_FILE_BYTES).map_err(|e| {
+                ChannelError::Config {
+                    channel: NAME.into(),
+                    message: format!("cannot read the CA file {}: {e}", file.display()),
+                }
             })?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| ChannelError::Config {
-                channel: NAME.into(),
-                message: format!("the CA file {} is not PEM: {e}", file.display()),
-            })?;
+            let certs =
+                reqwest::Certificate::from_pem_bundle(pem.as_bytes()).map_err(|e| ChannelError::Config {
+                    channel: NAME.into(),
+                    message: format!("the CA file {} is not PEM: {e}", file.display()),
+                })?;
             roots.extend(certs);
         }
         let built = nanobot_channels::api_client(NAME, |b| {
@@ -177,6 +182,14 @@ impl Inner {
                 .redirect(reqwest::redirect::Policy::none())
         })?;
         Ok(self.client.get_or_init(|| built))
+    }
+
+    /// Runs `change` on the references off the async workers (it writes and syncs their files).
+    async fn on_refs(&self, change: impl FnOnce(&RefStore) + Send + 'static) {
+        let refs = Arc::clone(&self.refs);
+        if let Err(e) = tokio::task::spawn_blocking(move || change(&refs)).await {
+            tracing::warn!(error = %e, "msteams: conversation references not updated");
+        }
     }
 
     /// Posts `activity` into a conversation (a new message; `replyToId` in it makes it a reply).
@@ -416,7 +429,7 @@ impl Inner {
         .into_iter()
         .find_map(|v| v.as_str().filter(|s| !s.is_empty()))
         .map(str::to_owned);
-        self.refs.remember(ConversationRef {
+        let reference = ConversationRef {
             service_url: service_url.clone(),
             conversation_id: conversation_id.clone(),
             bot_id: Some(recipient).filter(|r| !r.is_empty()),
@@ -424,7 +437,8 @@ impl Inner {
             conversation_type: Some(conversation_type.clone()).filter(|c| !c.is_empty()),
             tenant_id: tenant,
             updated_at: 0.0,
-        });
+        };
+        self.on_refs(move |refs| refs.remember(reference)).await;
         let media = if has_files {
             self.download(activity).await
         } else {
@@ -633,7 +647,8 @@ impl Channel for MsTeamsChannel {
                 attachments,
             )
             .await?;
-        inner.refs.touch(chat);
+        let chat = chat.to_owned();
+        inner.on_refs(move |refs| refs.touch(&chat)).await;
         Ok(())
     }
 }

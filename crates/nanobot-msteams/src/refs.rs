@@ -17,6 +17,8 @@ use crate::settings::MsTeamsSettings;
 const REFS_FILE: &str = "msteams_conversations.json";
 const META_FILE: &str = "msteams_conversations_meta.json";
 const LOCK_FILE: &str = "msteams_conversations.lock";
+/// Largest references file read (a reference is a few hundred bytes).
+const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
 /// The Bot Framework's Web Chat, which 0.3.5 does not answer (`pruneWebChatRefs`).
 const WEB_CHAT_HOST: &str = "webchat.botframework.com";
 
@@ -106,7 +108,7 @@ impl RefStore {
     }
 
     fn read_json(path: &Path) -> Option<serde_json::Map<String, Value>> {
-        let text = match std::fs::read_to_string(path) {
+        let text = match nanobot_util::read_to_string_bounded(path, MAX_FILE_BYTES) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
             Err(e) => {
