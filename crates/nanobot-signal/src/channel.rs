@@ -230,6 +230,34 @@ fn without_spans(text: &str, mut spans: Vec<(usize, usize)>) -> String {
     String::from_utf16_lossy(&kept).trim().to_owned()
 }
 
+/// One JSON-RPC call to the daemon at `url`; its `result`.
+async fn call(
+    client: &reqwest::Client,
+    url: &str,
+    id: Value,
+    method: &str,
+    params: Value,
+) -> Result<Value, RpcError> {
+    let request = json!({"jsonrpc": "2.0", "method": method, "params": params, "id": id});
+    let resp = client
+        .post(url)
+        .timeout(RPC_TIMEOUT)
+        .json(&request)
+        .send()
+        .await
+        .map_err(|e| RpcError::Unreachable(format!("{url}: {}", e.without_url())))?;
+    let status = resp.status().as_u16();
+    let body = nanobot_channels::download::read_json(resp).await;
+    if let Some(error) = body.get("error").filter(|e| !e.is_null()) {
+        let message = server_text(error["message"].as_str().unwrap_or("no message"), &[]);
+        return Err(RpcError::Refused(error["code"].as_i64().unwrap_or(0), message));
+    }
+    if !(200..300).contains(&status) {
+        return Err(RpcError::Unreachable(format!("{url}: HTTP {status}")));
+    }
+    Ok(body.get("result").cloned().unwrap_or(Value::Null))
+}
+
 impl SignalChannel {
     /// A channel with these settings that reads received attachments from `attachments_dir` (signal-cli's, when
     /// `attachmentsDir` is unset) and copies them into `<media_root>/signal/`. Without
@@ -300,25 +328,11 @@ impl SignalChannel {
     async fn rpc(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         let client = self.client().map_err(|e| RpcError::Unreachable(e.to_string()))?;
         let id = self.request_id.fetch_add(1, Ordering::Relaxed) + 1;
-        let request = json!({"jsonrpc": "2.0", "method": method, "params": params, "id": id});
-        let url = format!("{}/api/v1/rpc", self.settings.base_url());
-        let resp = client
-            .post(&url)
-            .timeout(RPC_TIMEOUT)
-            .json(&request)
-            .send()
-            .await
-            .map_err(|e| RpcError::Unreachable(format!("{url}: {}", e.without_url())))?;
-        let status = resp.status().as_u16();
-        let body = nanobot_channels::download::read_json(resp).await;
-        if let Some(error) = body.get("error").filter(|e| !e.is_null()) {
-            let message = server_text(error["message"].as_str().unwrap_or("no message"), &[]);
-            return Err(RpcError::Refused(error["code"].as_i64().unwrap_or(0), message));
-        }
-        if !(200..300).contains(&status) {
-            return Err(RpcError::Unreachable(format!("{url}: HTTP {status}")));
-        }
-        Ok(body.get("result").cloned().unwrap_or(Value::Null))
+        call(client, &self.rpc_url(), json!(id), method, params).await
+    }
+
+    fn rpc_url(&self) -> String {
+        format!("{}/api/v1/rpc", self.settings.base_url())
     }
 
     fn is_me(&self, id: &str) -> bool {
@@ -579,7 +593,7 @@ impl SignalChannel {
         let Ok(client) = self.client() else {
             return;
         };
-        let (client, url) = (client.clone(), format!("{}/api/v1/rpc", self.settings.base_url()));
+        let (client, url) = (client.clone(), self.rpc_url());
         let params = if is_group_id(chat_id) {
             json!({"groupId": chat_id})
         } else {
@@ -588,10 +602,8 @@ impl SignalChannel {
         let task = tokio::spawn(async move {
             let started = tokio::time::Instant::now();
             while started.elapsed() < TYPING_FOR_AT_MOST {
-                let request =
-                    json!({"jsonrpc": "2.0", "method": "sendTyping", "params": params, "id": "typing"});
-                if let Err(e) = client.post(&url).timeout(RPC_TIMEOUT).json(&request).send().await {
-                    tracing::debug!(error = %e.without_url(), "signal: typing indicator not sent");
+                if let Err(e) = call(&client, &url, json!("typing"), "sendTyping", params.clone()).await {
+                    tracing::debug!(error = ?e, "signal: typing indicator not sent");
                 }
                 tokio::time::sleep(TYPING_REFRESH).await;
             }

@@ -24,9 +24,16 @@ pub const DESCRIPTOR: ChannelDescriptor = ChannelDescriptor {
     build,
 };
 
-/// Where signal-cli keeps received attachments.
+/// Where signal-cli keeps received attachments (`~` is `HOME`, or the home the data directory is in).
 fn attachments_dir(settings: &SignalSettings, places: &Places<'_>) -> PathBuf {
-    let home = || places.vars.get("HOME").map(PathBuf::from).unwrap_or_default();
+    let home = || {
+        places
+            .vars
+            .get("HOME")
+            .map(PathBuf::from)
+            .or_else(|| places.data_dir.parent().map(Into::into))
+            .unwrap_or_default()
+    };
     match &settings.attachments_dir {
         Some(dir) => match dir.strip_prefix("~") {
             Ok(rest) => home().join(rest),
