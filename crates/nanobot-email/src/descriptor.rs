@@ -17,22 +17,11 @@ pub const DESCRIPTOR: ChannelDescriptor = ChannelDescriptor {
     name: NAME,
     capabilities: Capabilities::TEXT.files(true).threads(true),
     block: Block::Raw,
-    credentials: Credentials::Check(credentials_set),
+    // Both mail servers need a password (an app password for Gmail / Fastmail).
+    credentials: Credentials::Keys(&["imapPassword", "smtpPassword"]),
     doctor,
     build,
 };
-
-/// Both mail servers need a password (an app password for Gmail / Fastmail).
-fn credentials_set(config: &Config, _: &Places<'_>) -> bool {
-    config.channels.other.get(NAME).is_some_and(|block| {
-        ["imapPassword", "smtpPassword"].iter().all(|k| {
-            block
-                .get(*k)
-                .and_then(|v| v.as_str())
-                .is_some_and(|v| !v.is_empty())
-        })
-    })
-}
 
 fn build(config: &Config, services: &Services<'_>) -> Result<Arc<dyn Channel>, ChannelError> {
     let block = enabled_block(config, NAME).unwrap_or(&serde_json::Value::Null);
