@@ -41,7 +41,9 @@ use tokio::sync::mpsc;
 pub enum BotEvent {
     /// `getUpdates` was called.
     Poll {
-        /// The offset asked for.
+        /// The bot's token.
+        token: String,
+        /// The offset asked for (negative: the drop of pending updates a starting bot makes).
         offset: i64,
     },
     /// A message was sent (the request body).
@@ -237,10 +239,20 @@ impl Emulator {
         }
     }
 
-    /// Waits until the bot polls past the initial drop of pending updates (so injected messages reach it).
+    /// Waits until a bot that starts now has dropped the updates pending at its start and polls past them (so
+    /// injected messages reach it). Polls of a bot that ran before (still queued as events) do not count: only a
+    /// poll that follows a drop by the same token does.
     pub async fn wait_until_polling(&mut self) -> Result<()> {
-        self.wait_for(|e| matches!(e, BotEvent::Poll { offset } if *offset >= 0).then_some(()))
-            .await
+        let mut dropped: Vec<String> = Vec::new();
+        self.wait_for(|e| match e {
+            BotEvent::Poll { token, offset } if *offset < 0 => {
+                dropped.push(token.clone());
+                None
+            }
+            BotEvent::Poll { token, .. } => dropped.contains(token).then_some(()),
+            _ => None,
+        })
+        .await
     }
 
     /// Waits for the next message the bot sends; returns its request body.
@@ -434,7 +446,10 @@ async fn handle(
         }
         "getupdates" => {
             let offset = body["offset"].as_i64().unwrap_or(0);
-            send(BotEvent::Poll { offset });
+            send(BotEvent::Poll {
+                token: bot.strip_prefix("bot").unwrap_or(bot).to_owned(),
+                offset,
+            });
             let wait = body["timeout"].as_u64().unwrap_or(0).min(1);
             let deadline = tokio::time::Instant::now() + Duration::from_secs(wait);
             loop {
