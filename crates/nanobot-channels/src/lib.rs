@@ -53,7 +53,7 @@ pub use manager::{
     ChannelHealth, ChannelManager, ChannelState, HealthRegistry, ManagerSettings, MediaRoots, RetryPolicy,
     RunningManager, SupervisorSettings,
 };
-pub use media::{AttachmentError, read_attachment, safe_file_name};
+pub use media::{AttachmentError, extension_for_mime, mime_for_name, read_attachment, safe_file_name};
 pub use pairing::{PAIRING_TTL, PairingError, PairingRequest, PairingStore};
 pub use settings::http_base_url;
 pub use split::{DISCORD_LIMIT, SLACK_LIMIT, TELEGRAM_LIMIT, split_message};

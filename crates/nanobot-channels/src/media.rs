@@ -109,6 +109,78 @@ pub fn safe_file_name(name: &str) -> String {
     }
 }
 
+/// The types [`mime_for_name`] and [`extension_for_mime`] know: `(extension, MIME type)`; the first extension of
+/// a type is the one it gets.
+const TYPES: &[(&str, &str)] = &[
+    ("jpg", "image/jpeg"),
+    ("jpeg", "image/jpeg"),
+    ("png", "image/png"),
+    ("webp", "image/webp"),
+    ("gif", "image/gif"),
+    ("mp4", "video/mp4"),
+    ("webm", "video/webm"),
+    ("mov", "video/quicktime"),
+    ("mp3", "audio/mpeg"),
+    ("m4a", "audio/mp4"),
+    ("aac", "audio/aac"),
+    ("amr", "audio/amr"),
+    ("ogg", "audio/ogg"),
+    ("oga", "audio/ogg"),
+    ("opus", "audio/ogg"),
+    ("wav", "audio/wav"),
+    ("pdf", "application/pdf"),
+    ("txt", "text/plain"),
+    ("md", "text/plain"),
+    ("log", "text/plain"),
+    ("csv", "text/csv"),
+    ("html", "text/html"),
+    ("htm", "text/html"),
+    ("json", "application/json"),
+    ("zip", "application/zip"),
+    (
+        "docx",
+        "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    ),
+    (
+        "xlsx",
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    ),
+    (
+        "pptx",
+        "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    ),
+];
+
+/// The MIME type of a file by its name's extension (`application/octet-stream` when unknown).
+///
+/// ```
+/// use nanobot_channels::{extension_for_mime, mime_for_name};
+///
+/// assert_eq!(mime_for_name("Photo.JPG"), "image/jpeg");
+/// assert_eq!(mime_for_name("notes"), "application/octet-stream");
+/// assert_eq!(extension_for_mime("image/jpeg; q=1"), Some("jpg"));
+/// assert_eq!(extension_for_mime("application/x-unknown"), None);
+/// ```
+pub fn mime_for_name(name: &str) -> &'static str {
+    let ext = name
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default();
+    TYPES
+        .iter()
+        .find(|(e, _)| *e == ext)
+        .map_or("application/octet-stream", |(_, m)| m)
+}
+
+/// The usual extension (without the dot) of a MIME type, when known.
+pub fn extension_for_mime(mime: &str) -> Option<&'static str> {
+    let mime = mime.split(';').next().unwrap_or_default().trim();
+    TYPES
+        .iter()
+        .find(|(_, m)| m.eq_ignore_ascii_case(mime))
+        .map(|(e, _)| *e)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

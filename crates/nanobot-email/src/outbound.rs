@@ -145,7 +145,7 @@ pub(crate) fn compose(
     } else {
         let mut mixed = MultiPart::mixed().multipart(alternative);
         for (name, data) in files {
-            let ct = ContentType::parse(guess_mime(&name)).unwrap_or(
+            let ct = ContentType::parse(nanobot_channels::mime_for_name(&name)).unwrap_or(
                 ContentType::parse("application/octet-stream")
                     .map_err(|e| EmailError::Compose(e.to_string()))?,
             );
@@ -159,26 +159,6 @@ pub(crate) fn compose(
         "auto-replied".to_string(),
     ));
     Ok(msg)
-}
-
-fn guess_mime(name: &str) -> &'static str {
-    let ext = name
-        .rsplit_once('.')
-        .map(|(_, e)| e.to_ascii_lowercase())
-        .unwrap_or_default();
-    match ext.as_str() {
-        "pdf" => "application/pdf",
-        "png" => "image/png",
-        "jpg" | "jpeg" => "image/jpeg",
-        "gif" => "image/gif",
-        "webp" => "image/webp",
-        "txt" | "md" | "log" => "text/plain",
-        "csv" => "text/csv",
-        "html" | "htm" => "text/html",
-        "json" => "application/json",
-        "zip" => "application/zip",
-        _ => "application/octet-stream",
-    }
 }
 
 /// The SMTP transport for these settings.

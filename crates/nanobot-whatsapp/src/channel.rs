@@ -130,49 +130,13 @@ fn target_jid(chat_id: &str) -> Option<String> {
         .then(|| format!("{digits}@s.whatsapp.net"))
 }
 
-fn extension_for(mime: &str) -> &'static str {
-    match mime.split(';').next().unwrap_or_default().trim() {
-        "image/jpeg" => ".jpg",
-        "image/png" => ".png",
-        "image/webp" => ".webp",
-        "image/gif" => ".gif",
-        "video/mp4" => ".mp4",
-        "audio/ogg" => ".ogg",
-        "audio/mpeg" => ".mp3",
-        "audio/mp4" => ".m4a",
-        "audio/aac" => ".aac",
-        "audio/amr" => ".amr",
-        "application/pdf" => ".pdf",
-        "text/plain" => ".txt",
-        _ => ".bin",
-    }
+/// The extension (with its dot) a received file of this type is saved with.
+fn extension_for(mime: &str) -> String {
+    format!(".{}", nanobot_channels::extension_for_mime(mime).unwrap_or("bin"))
 }
 
 fn mime_for(path: &Path) -> &'static str {
-    let ext = path
-        .extension()
-        .map(|e| e.to_string_lossy().to_ascii_lowercase())
-        .unwrap_or_default();
-    match ext.as_str() {
-        "jpg" | "jpeg" => "image/jpeg",
-        "png" => "image/png",
-        "webp" => "image/webp",
-        "gif" => "image/gif",
-        "mp4" => "video/mp4",
-        "mp3" => "audio/mpeg",
-        "m4a" => "audio/mp4",
-        "aac" => "audio/aac",
-        "amr" => "audio/amr",
-        "ogg" | "oga" | "opus" => "audio/ogg",
-        "pdf" => "application/pdf",
-        "txt" | "md" => "text/plain",
-        "json" => "application/json",
-        "csv" => "text/csv",
-        "zip" => "application/zip",
-        "docx" => "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
-        "xlsx" => "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-        _ => "application/octet-stream",
-    }
+    nanobot_channels::mime_for_name(&path.to_string_lossy())
 }
 
 /// How a file is sent: as an image, a video, audio, or a document (everything else).
@@ -562,7 +526,7 @@ impl WhatsAppChannel {
             .as_deref()
             .and_then(|n| Path::new(n).extension())
             .map(|e| format!(".{}", safe_file_name(&e.to_string_lossy())))
-            .unwrap_or_else(|| extension_for(&file.mimetype).to_string());
+            .unwrap_or_else(|| extension_for(&file.mimetype));
         let mut rnd = [0u8; 4];
         rand::rng().fill_bytes(&mut rnd);
         let id = if id.is_empty() { "msg" } else { id };
