@@ -371,6 +371,8 @@ const FLOORS: &[(&str, u8)] = &[
     ("nanobot-mattermost", 3),
     ("nanobot-msteams", 3),
     ("nanobot-signal", 3),
+    ("nanobot-matrix", 3),
+    ("nanobot-wecom", 3),
     ("nanobot-mochat", 3),
     ("nanobot-runtime", 4),
     ("nanobot-gateway", 5),

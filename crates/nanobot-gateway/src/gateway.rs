@@ -293,6 +293,10 @@ pub const CHANNELS: &[nanobot_channels::ChannelDescriptor] = &[
     nanobot_msteams::DESCRIPTOR,
     #[cfg(feature = "signal")]
     nanobot_signal::DESCRIPTOR,
+    #[cfg(feature = "matrix")]
+    nanobot_matrix::DESCRIPTOR,
+    #[cfg(feature = "wecom")]
+    nanobot_wecom::DESCRIPTOR,
 ];
 
 /// [`CHANNELS`]' names and `websocket`.

@@ -8,6 +8,7 @@ mod email;
 mod heartbeat;
 mod isolation;
 mod limits;
+mod matrix;
 mod mattermost;
 mod mochat;
 mod msteams;
@@ -21,6 +22,7 @@ mod signal;
 mod telegram_attacks;
 mod websocket;
 mod webui_browser;
+mod wecom;
 mod whatsapp;
 // nanobot-email's harness for real mail servers (Dovecot, aiosmtpd); not every helper is used here.
 #[allow(dead_code, unreachable_pub)]
