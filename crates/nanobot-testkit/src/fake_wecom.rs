@@ -29,7 +29,8 @@
 //! - Uploads in three steps: `aibot_upload_media_init` (`filename`, `type`, `total_size`, `total_chunks` ≤ 100,
 //!   `md5`) → ack body `{upload_id}`; `aibot_upload_media_chunk` (`upload_id`, `chunk_index`, `base64_data`, at most
 //!   512 KiB decoded) → ack; `aibot_upload_media_finish` (`upload_id`) → ack body `{media_id}` once every chunk
-//!   arrived and the sizes add up (the `md5` is recorded, not checked: no MD5 here).
+//!   arrived and the sizes add up (the `md5` is recorded, not checked: whether WeCom checks it is not
+//!   documented; tests compare it).
 //! - Media of incoming messages: `image.url` / `file.url` point at `GET /media/<id>` on the same port, which
 //!   answers the file encrypted as WeCom does (AES-256-CBC, the key is the message's `aeskey`, base64 without
 //!   padding, its first 16 bytes the IV, PKCS#7 padding to a 32-byte boundary) with `Content-Disposition:

@@ -14,7 +14,8 @@
 //! services a Teams bot talks to (Bot Framework keys and tokens, Azure AD, the Bot Connector: [`fake_msteams`]), a
 //! signal-cli daemon in HTTP mode (JSON-RPC, its event stream, attachments on disk: [`fake_signal`]), WeCom's
 //! AI-bot long-connection server (subscribe, heartbeats, callbacks, streamed replies, uploads, encrypted media:
-//! [`fake_wecom`]), a
+//! [`fake_wecom`]), personal WeChat's iLink bot API and media CDN (QR login, long poll, sends, AES-128-ECB media:
+//! [`fake_weixin`]), a
 //! [`file_server`] for code that fetches remote files, [`host_echo`] for what may leave a sandbox, an OpenTelemetry collector's traces endpoint ([`otlp`]), fake OAuth servers ([`fake_oauth`]: GitHub's device flow
 //! and Copilot token exchange), a real Matrix homeserver (synapse from the peers, SQLite in a temp dir, started
 //! once per test binary: [`synapse`]), and [`secrets`] (proof that
@@ -102,6 +103,8 @@ pub mod fake_qq;
 pub mod fake_signal;
 // A fake WeCom AI-bot long-connection server (WebSocket frames, uploads, AES-encrypted media) for the WeCom channel.
 pub mod fake_wecom;
+// A fake of personal WeChat's iLink bot API (QR login, long poll, sends, typing) and its AES-128-ECB media CDN.
+pub mod fake_weixin;
 pub mod file_server;
 mod home;
 pub mod host_echo;

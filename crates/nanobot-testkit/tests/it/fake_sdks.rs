@@ -3242,3 +3242,938 @@ async fn wecom_fake_checks_frames_and_refusals() {
         .unwrap();
     assert_eq!(missing.status(), 404);
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Personal WeChat (the iLink bot API and its CDN)
+
+const WX_ALICE: &str = "alice@im.wechat";
+
+/// A small JPEG-looking payload (its length is no multiple of 16).
+fn weixin_jpeg() -> Vec<u8> {
+    let mut jpg = b"\xff\xd8\xff\xe0\0\x10JFIF\0".to_vec();
+    jpg.extend((0..777u32).map(|i| (i * 13 % 251) as u8));
+    jpg
+}
+
+/// Waits (bounded) until a guarded process exits; its status.
+async fn exit_of(child: &mut ChildGuard, within: Duration) -> std::process::ExitStatus {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(status) = child.exit_status() {
+            return status;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} did not exit within {within:?}",
+            child.name()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The PyPI iLink client `weixin-ilink` against the fake, with nothing patched: its QR login (the older `GET`
+/// form), the long poll (a text and an image), typing, a text reply, the image downloaded through the `full_url`
+/// the fake gives and decrypted, a file uploaded through `upload_full_url` and sent with a caption; after the
+/// token is revoked its next poll gets `-14` as the real server answers.
+#[tokio::test]
+async fn weixin_ilink_sdk_accepts_the_weixin_fake() {
+    use nanobot_testkit::fake_weixin::{BOT_ID, FakeWeixin, parse_aes_key};
+    use tokio::io::AsyncWriteExt as _;
+    let Some(python) = peers::require("python venv (weixin-ilink)", peers::python()) else {
+        return;
+    };
+    let within = Duration::from_secs(30);
+    let dir = tempfile::tempdir().unwrap();
+    let upload = dir.path().join("notes.txt");
+    let notes = "the notes, 年 2024\n".repeat(3);
+    std::fs::write(&upload, &notes).unwrap();
+    let fake = FakeWeixin::start().await.unwrap();
+    fake.set_full_urls(true);
+    fake.set_poll_hold(Duration::from_secs(2));
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(fixture("weixin_sdk_probe.py"))
+        .args([fake.base_url().as_str(), upload.to_str().unwrap()])
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = ChildGuard::spawn_tokio("weixin-ilink probe", &mut cmd).unwrap();
+    let mut stdin = child.tokio_child_mut().unwrap().stdin.take().unwrap();
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+
+    // The QR login: fetched by GET without a body, scanned and confirmed on the "phone".
+    let qr = json_line(&mut lines).await;
+    let qrs = fake.wait_qrs(1, within).await.unwrap();
+    assert_eq!(qr["qr"], qrs[0].img_content);
+    assert_eq!(qrs[0].method, "GET");
+    assert!(qrs[0].local_token_list.is_empty());
+    assert_eq!(json_line(&mut lines).await["login_status"], "waiting");
+    fake.scan(WX_ALICE).unwrap();
+    assert_eq!(json_line(&mut lines).await["login_status"], "scanned");
+    let token = fake.confirm(WX_ALICE).unwrap().unwrap();
+    assert_eq!(
+        json_line(&mut lines).await["creds"],
+        json!({"bot_token": token, "account_id": BOT_ID, "base_url": fake.base_url(), "user_id": WX_ALICE})
+    );
+
+    // The long poll: a text and an image.
+    let text = fake.push_text(WX_ALICE, "hello sdk");
+    let jpg = weixin_jpeg();
+    let image = fake.push_image(WX_ALICE, &jpg);
+    assert_eq!(
+        json_line(&mut lines).await["received"],
+        json!([
+            {"from": WX_ALICE, "text": "hello sdk", "types": [1], "context_token": text["context_token"]},
+            {"from": WX_ALICE, "text": "", "types": [2], "context_token": image["context_token"]},
+        ])
+    );
+    assert_eq!(
+        json_line(&mut lines).await["image"],
+        json!({"size": jpg.len(), "sha256": sha256_hex(&jpg)}),
+        "downloaded through full_url and decrypted"
+    );
+    assert_eq!(json_line(&mut lines).await["sent"], true);
+    assert_eq!(fake.downloads().len(), 1);
+    let sent = fake.wait_sent(3, within).await.unwrap();
+    assert_eq!(
+        (
+            sent[0].to_user_id.as_str(),
+            sent[0].text(),
+            sent[0].context_token.as_str()
+        ),
+        (
+            WX_ALICE,
+            Some("echo: hello sdk"),
+            text["context_token"].as_str().unwrap()
+        )
+    );
+    assert_eq!((sent[0].message_type, sent[0].message_state), (2, 2));
+    assert!(sent[0].client_id.starts_with("ilink-"), "{:?}", sent[0]);
+    assert_eq!(sent[1].text(), Some("your file"));
+    assert_eq!(sent[2].item_type(), Some(4));
+    assert_eq!(sent[2].context_token, image["context_token"].as_str().unwrap());
+    let item = &sent[2].items[0]["file_item"];
+    assert_eq!(
+        (&item["file_name"], &item["len"]),
+        (&json!("notes.txt"), &json!(notes.len().to_string()))
+    );
+    let key = parse_aes_key(item["media"]["aes_key"].as_str().unwrap()).unwrap();
+    assert_eq!(sent[2].media.len(), 1);
+    assert_eq!(
+        sent[2].media[0].data,
+        notes.as_bytes(),
+        "uploaded, decrypted by the fake"
+    );
+    assert_eq!(
+        sent[2].media[0].aeskey,
+        key.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    );
+    assert_eq!(sent[2].media[0].media_type, 3);
+    // Typing: getconfig's ticket, status 1.
+    let typing = fake.typing();
+    assert_eq!(typing.len(), 1);
+    assert_eq!((typing[0].user.as_str(), typing[0].status), (WX_ALICE, 1));
+    // Every bot call carried the token and the iLink headers.
+    let calls: Vec<_> = fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.path.starts_with("/ilink/bot/") && !c.path.contains("qrcode"))
+        .collect();
+    assert!(!calls.is_empty());
+    for c in &calls {
+        assert_eq!(
+            c.header("authorization"),
+            Some(format!("Bearer {token}").as_str()),
+            "{c:?}"
+        );
+        assert_eq!(c.header("authorizationtype"), Some("ilink_bot_token"));
+        assert_eq!(c.header("ilink-app-id"), Some("bot"));
+        assert!(c.body["base_info"]["channel_version"].is_string(), "{c:?}");
+        assert_eq!(c.answer.get("errcode"), None, "{c:?}");
+    }
+    let upload_call = fake
+        .calls()
+        .into_iter()
+        .find(|c| c.path == "/c2c/upload")
+        .unwrap();
+    assert_eq!(upload_call.status, 200);
+    assert_eq!(
+        upload_call.header("content-type"),
+        Some("application/octet-stream")
+    );
+
+    // The session ends: the next poll is answered -14.
+    fake.revoke_tokens();
+    stdin.write_all(b"go\n").await.unwrap();
+    assert_eq!(
+        json_line(&mut lines).await["after_revoke"],
+        json!({"errcode": -14, "errmsg": "session timeout"})
+    );
+}
+
+/// The Python nanobot 0.3.5's own weixin channel against the fake, nothing patched: `nanobot channels login
+/// weixin` (QR fetched by POST with its token list, scanned, a wrong and then the right verification number typed
+/// in, confirmed: `account.json` and `config.json` written); a made-up token (the poll's `-14` ends `start()` with
+/// "WeChat login expired", sends refused); then the logged-in channel: notifystart, the long poll, messages from
+/// the allowed user (text, a duplicate dropped, the bot's own skipped, image, file and video downloaded and
+/// decrypted into its media dir, a voice's transcript, a quote) and a stranger's (a pairing-code reply, nothing on
+/// the bus), typing through getconfig/sendtyping; its sends (a text, a long text split at 1800 characters, a file
+/// and an image uploaded to the CDN and sent before their text, a refused upload turned into `[Failed to send:
+/// …]`), all on the user's latest context token; a reply refused for the token's quota (`-2`) kept and sent on the
+/// user's next message; and the session expiring (revoked token: start() ends, sends refused, the cursor and
+/// context tokens saved).
+#[tokio::test]
+async fn python_nanobot_weixin_channel_accepts_the_weixin_fake() {
+    use base64::Engine as _;
+    use nanobot_testkit::fake_weixin::{Answer, BOT_ID, FakeWeixin, padded_size, with_ref};
+    use tokio::io::AsyncWriteExt as _;
+    let Some(venv) = peers::require(
+        "the Python nanobot 0.3.5's venv",
+        peers::peers_dir()
+            .map(|d| d.join("nanobot-venv/bin"))
+            .filter(|p| p.join("python").exists()),
+    ) else {
+        return;
+    };
+    let within = Duration::from_secs(30);
+    let home = tempfile::tempdir().unwrap();
+    let cfg_dir = home.path().join("nb");
+    std::fs::create_dir_all(&cfg_dir).unwrap();
+    let cfg = cfg_dir.join("config.json");
+    let reply_file = home.path().join("answer.txt");
+    std::fs::write(&reply_file, "the answer file\n".repeat(5)).unwrap();
+    let reply_image = home.path().join("chart.png");
+    let png = wecom_png();
+    std::fs::write(&reply_image, &png).unwrap();
+    let bogus_dir = home.path().join("bogus-state");
+    let fake = FakeWeixin::start().await.unwrap();
+    std::fs::write(
+        &cfg,
+        json!({"channels": {"weixin": {
+            "enabled": true, "baseUrl": fake.base_url(), "cdnBaseUrl": fake.cdn_base_url(),
+            "allowFrom": [WX_ALICE], "contextMessageBudget": 10,
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+
+    // `nanobot channels login weixin`: the QR, a scan asking for the number (a wrong one typed first).
+    fake.require_verify_code(Some("7351"));
+    fake.set_qr_hold(Duration::from_secs(1));
+    let mut login = tokio::process::Command::new(venv.join("nanobot"));
+    login
+        .args(["channels", "login", "weixin", "--config"])
+        .arg(&cfg)
+        .env("HOME", home.path())
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null());
+    let mut cli = ChildGuard::spawn_tokio("nanobot channels login weixin", &mut login).unwrap();
+    let mut cli_in = cli.tokio_child_mut().unwrap().stdin.take().unwrap();
+    let qrs = fake.wait_qrs(1, within).await.unwrap();
+    assert_eq!(qrs[0].method, "POST");
+    let qr_call = fake
+        .calls()
+        .into_iter()
+        .find(|c| c.path == "/ilink/bot/get_bot_qrcode")
+        .unwrap();
+    assert_eq!(qr_call.query.get("bot_type").map(String::as_str), Some("3"));
+    assert_eq!(
+        qr_call.body,
+        json!({"local_token_list": []}),
+        "no token on this machine yet"
+    );
+    assert_eq!(qr_call.header("authorization"), None);
+    assert_eq!(qr_call.header("ilink-app-id"), Some("bot"));
+    assert_eq!(
+        qr_call.header("ilink-app-clientversion"),
+        Some("132102"),
+        "2.4.6 as 0x00MMNNPP"
+    );
+    fake.wait_qr_status("wait", within).await.unwrap();
+    fake.scan(WX_ALICE).unwrap();
+    cli_in.write_all(b"1111\n7351\n").await.unwrap();
+    let qr = fake.wait_qr_status("scaned", within).await.unwrap();
+    assert_eq!(qr.verify_codes[..2], ["1111", "7351"]);
+    let token = fake.confirm(WX_ALICE).unwrap().unwrap();
+    assert!(exit_of(&mut cli, within).await.success());
+    let account: Value =
+        serde_json::from_str(&std::fs::read_to_string(cfg_dir.join("weixin/account.json")).unwrap()).unwrap();
+    assert_eq!(
+        account,
+        json!({"token": token, "get_updates_buf": "", "context_tokens": {}, "typing_tickets": {},
+               "base_url": fake.base_url()})
+    );
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+    assert_eq!(config["channels"]["weixin"]["token"], token);
+    assert_eq!(config["channels"]["weixin"]["baseUrl"], fake.base_url());
+
+    let mut cmd = tokio::process::Command::new(venv.join("python"));
+    cmd.arg(fixture("weixin_035_probe.py"))
+        .arg(&cfg)
+        .args([WX_ALICE, "6"])
+        .args([&reply_file, &reply_image, &bogus_dir])
+        .env("HOME", home.path())
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = ChildGuard::spawn_tokio("weixin 0.3.5 probe", &mut cmd).unwrap();
+    let mut stdin = child.tokio_child_mut().unwrap().stdin.take().unwrap();
+    let stdout = child.tokio_child_mut().unwrap().stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+
+    // A made-up token: -14 on every call; start() ends with 0.3.5's "login expired", a send is refused.
+    let bogus = json_line(&mut lines).await;
+    assert_eq!(bogus["bogus_error"], "WeixinAuthError", "{bogus}");
+    assert_eq!(bogus["message"], "WeChat login expired. Scan again to reconnect.");
+    assert_eq!(json_line(&mut lines).await["bogus_send"], "WeixinAuthError");
+    let refused: Vec<_> = fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.header("authorization") == Some("Bearer made-up-token"))
+        .collect();
+    assert!(
+        refused.iter().any(|c| c.path == "/ilink/bot/getupdates"),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .iter()
+            .all(|c| c.answer == json!({"errcode": -14, "errmsg": "session timeout"}))
+    );
+    assert_eq!(fake.polls(), 0);
+
+    // The logged-in channel: notifystart, then the long poll.
+    assert_eq!(json_line(&mut lines).await["started"], true);
+    fake.wait_polls(1, within).await.unwrap();
+    assert_eq!(fake.notifications().0, 1);
+    let notify = fake
+        .wait_calls("/ilink/bot/msg/notifystart", 2, within)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(
+        notify.header("authorization"),
+        Some(format!("Bearer {token}").as_str())
+    );
+    assert_eq!(notify.header("authorizationtype"), Some("ilink_bot_token"));
+    let uin = notify.header("x-wechat-uin").unwrap();
+    let uin = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(uin).unwrap()).unwrap();
+    assert!(uin.parse::<u32>().is_ok(), "a decimal uint32: {uin}");
+    assert_eq!(
+        notify.body,
+        json!({"base_info": {"channel_version": "2.4.6", "bot_agent": "nanobot/0.3.5 (python)"}})
+    );
+
+    let hello = fake.text(WX_ALICE, "hello");
+    fake.push(&hello);
+    fake.push(&hello); // the same message_id: dropped
+    let mut own = fake.text(BOT_ID, "the bot's own echo");
+    own["message_type"] = json!(2);
+    fake.push(&own);
+    let stranger = fake.push_text("mallory@im.wechat", "let me in");
+    let jpg = weixin_jpeg();
+    fake.push_image(WX_ALICE, &jpg);
+    let doc = "年度报告 numbers 1 2 3\n".repeat(7);
+    fake.push_file(WX_ALICE, "report 年.txt", doc.as_bytes());
+    fake.push(&fake.voice(WX_ALICE, b"#!SILK_V3 bytes", Some("spoken words")));
+    let mut quote = fake.text(WX_ALICE, "what about this");
+    with_ref(
+        &mut quote,
+        "earlier",
+        json!({"type": 1, "text_item": {"text": "the quoted line"}}),
+    );
+    fake.push(&quote);
+    let video = b"\0\0\0\x18ftypmp42 video bytes ".repeat(9);
+    let last = fake.push(&fake.video(WX_ALICE, &video));
+
+    let mut got = Vec::new();
+    for _ in 0..6 {
+        got.push(json_line(&mut lines).await);
+    }
+    for m in &got {
+        assert_eq!(
+            (&m["channel"], &m["sender_id"], &m["chat_id"]),
+            (&json!("weixin"), &json!(WX_ALICE), &json!(WX_ALICE)),
+            "{m}"
+        );
+    }
+    assert_eq!(got[0]["content"], "hello");
+    assert_eq!(
+        got[0]["metadata"],
+        json!({"message_id": hello["message_id"].to_string(), "_wants_stream": true})
+    );
+    assert_eq!(got[0]["media"], json!([]));
+    let content = got[1]["content"].as_str().unwrap();
+    assert!(content.starts_with("[image]\n[Image: source: "), "{content}");
+    let name = got[1]["media"][0][0].as_str().unwrap();
+    assert!(name.starts_with("image_") && name.ends_with(".jpg"), "{name}");
+    assert!(content.ends_with(&format!("/media/weixin/{name}]")), "{content}");
+    assert_eq!(got[1]["media"][0][1], sha256_hex(&jpg), "decrypted");
+    let content = got[2]["content"].as_str().unwrap();
+    assert!(
+        content.starts_with("[file: report 年.txt]\n[File: source: ")
+            && content.ends_with("/media/weixin/report 年.txt]"),
+        "{content}"
+    );
+    assert_eq!(
+        got[2]["media"],
+        json!([["report 年.txt", sha256_hex(doc.as_bytes())]])
+    );
+    assert_eq!(got[3]["content"], "[voice] spoken words");
+    assert_eq!(
+        got[3]["media"],
+        json!([]),
+        "the transcript is used, nothing downloaded"
+    );
+    assert_eq!(
+        got[4]["content"],
+        "[引用: earlier | the quoted line]\nwhat about this"
+    );
+    let content = got[5]["content"].as_str().unwrap();
+    assert!(content.starts_with("[video]\n[Video: source: "), "{content}");
+    assert!(got[5]["media"][0][0].as_str().unwrap().ends_with(".mp4"));
+    assert_eq!(got[5]["media"][0][1], sha256_hex(&video));
+    assert_eq!(fake.downloads().len(), 3, "image, file, video");
+
+    // The stranger got a pairing code on their own context token, and nothing reached the bus.
+    let sent = fake.wait_sent(1, within).await.unwrap();
+    let pairing = sent.iter().find(|s| s.to_user_id == "mallory@im.wechat").unwrap();
+    assert_eq!(pairing.context_token, stranger["context_token"].as_str().unwrap());
+    assert!(
+        pairing.text().unwrap().contains("Your pairing code is:"),
+        "{pairing:?}"
+    );
+
+    // The sends, all on alice's latest context token.
+    let end = json_line(&mut lines).await;
+    assert_eq!(end["sent"], true, "{end}");
+    let long = end["long"].as_str().unwrap();
+    let ctx = last["context_token"].as_str().unwrap();
+    let sent: Vec<_> = fake
+        .sent()
+        .into_iter()
+        .filter(|s| s.to_user_id == WX_ALICE)
+        .collect();
+    assert!(sent.iter().all(|s| s.context_token == ctx), "{sent:?}");
+    assert!(sent.iter().all(|s| {
+        s.client_id.starts_with("nanobot-")
+            && s.client_id.len() == 28
+            && (s.message_type, s.message_state) == (2, 2)
+    }));
+    assert_eq!(sent[0].text(), Some("final answer"), "stripped");
+    assert_eq!(sent[0].body["msg"]["from_user_id"], "");
+    assert_eq!(sent[0].body["base_info"]["channel_version"], "2.4.6");
+    let chunks: Vec<&str> = sent[1..4].iter().map(|s| s.text().unwrap()).collect();
+    assert!(chunks.iter().all(|c| c.chars().count() <= 1800), "{chunks:?}");
+    assert_eq!(chunks.join("\n\n"), long, "split at paragraph breaks");
+    let (file, image, caption) = (&sent[4], &sent[5], &sent[6]);
+    assert_eq!(file.item_type(), Some(4));
+    let item = &file.items[0]["file_item"];
+    assert_eq!(
+        (&item["file_name"], &item["len"]),
+        (&json!("answer.txt"), &json!("80"))
+    );
+    let aes_key = base64::engine::general_purpose::STANDARD
+        .decode(item["media"]["aes_key"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(aes_key).unwrap(),
+        file.media[0].aeskey,
+        "0.3.5 sends base64 of the key's hex"
+    );
+    assert_eq!(item["media"]["encrypt_type"], 1);
+    assert_eq!(
+        file.media[0].data,
+        std::fs::read(&reply_file).unwrap(),
+        "decrypted by the fake"
+    );
+    assert_eq!(image.item_type(), Some(2));
+    assert_eq!(
+        image.items[0]["image_item"]["mid_size"],
+        padded_size(png.len() as u64)
+    );
+    assert_eq!(image.media[0].data, png);
+    assert_eq!(caption.text(), Some("here you go"), "media first, then the text");
+    let uploads = fake.uploads();
+    assert_eq!(uploads.iter().map(|u| u.media_type).collect::<Vec<_>>(), [3, 1]);
+    let upload_call = fake
+        .calls()
+        .into_iter()
+        .find(|c| c.path == "/ilink/bot/getuploadurl")
+        .unwrap();
+    let mut keys: Vec<_> = upload_call.body.as_object().unwrap().keys().cloned().collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "aeskey",
+            "base_info",
+            "filekey",
+            "filesize",
+            "media_type",
+            "no_need_thumb",
+            "rawfilemd5",
+            "rawsize",
+            "to_user_id"
+        ]
+    );
+    assert_eq!(upload_call.body["no_need_thumb"], true);
+    assert_eq!(upload_call.body["filesize"], padded_size(80));
+
+    // Typing: the ticket from getconfig, on (1) when a message arrives, off (2) around each send.
+    let config_call = fake
+        .calls()
+        .into_iter()
+        .find(|c| c.path == "/ilink/bot/getconfig" && c.body["ilink_user_id"] == WX_ALICE)
+        .unwrap();
+    assert_eq!(config_call.body["context_token"], hello["context_token"]);
+    let ticket = config_call.answer["typing_ticket"].as_str().unwrap().to_string();
+    let typing: Vec<_> = fake.typing().into_iter().filter(|t| t.user == WX_ALICE).collect();
+    assert!(typing.iter().all(|t| t.ticket == ticket));
+    assert!(typing.iter().any(|t| t.status == 1) && typing.iter().any(|t| t.status == 2));
+
+    // A refused upload: 0.3.5 says so in a text instead.
+    fake.answer_next("/c2c/upload", Answer::Status(400));
+    stdin.write_all(b"go\n").await.unwrap();
+    assert_eq!(json_line(&mut lines).await["fallback_sent"], true);
+    let last_sent = fake.sent().pop().unwrap();
+    assert_eq!(last_sent.text(), Some("[Failed to send: answer.txt]"));
+
+    // The context token is out of sends (-2): 0.3.5 keeps the reply and sends it on the user's next message.
+    let sends = fake.sent().len();
+    fake.set_context_quota(fake.sent().iter().filter(|s| s.context_token == ctx).count());
+    stdin.write_all(b"go\n").await.unwrap();
+    assert_eq!(json_line(&mut lines).await["quota_error"], "WeixinQuotaError");
+    assert_eq!(fake.sent().len(), sends);
+    let again = fake.push_text(WX_ALICE, "are you there?");
+    assert_eq!(json_line(&mut lines).await["content"], "are you there?");
+    let deferred = fake.wait_sent(sends + 1, within).await.unwrap().pop().unwrap();
+    assert_eq!(deferred.text(), Some("deferred answer"));
+    assert_eq!(deferred.context_token, again["context_token"].as_str().unwrap());
+
+    // The session expires: start() ends with the auth error, sends are refused locally.
+    let sends = fake.sent().len();
+    fake.revoke_tokens();
+    let expired = json_line(&mut lines).await;
+    assert_eq!(expired["auth_error"], "WeixinAuthError", "{expired}");
+    assert_eq!(
+        expired["message"],
+        "WeChat login expired. Scan again to reconnect."
+    );
+    assert_eq!(
+        json_line(&mut lines).await["send_after_expiry"],
+        "WeixinAuthError"
+    );
+    assert_eq!(fake.sent().len(), sends);
+    let state = json_line(&mut lines).await["state"].clone();
+    assert_eq!(state["token"], token);
+    assert_eq!(state["base_url"], fake.base_url());
+    assert_eq!(
+        state["get_updates_buf"],
+        base64::engine::general_purpose::STANDARD.encode("fakewx:10"),
+        "the cursor after the 10 messages"
+    );
+    let mut kept = json!({});
+    kept[WX_ALICE] = again["context_token"].clone();
+    assert_eq!(state["context_tokens"], kept, "the stranger's is not kept");
+    assert_eq!(state["typing_tickets"][WX_ALICE]["ticket"], ticket);
+}
+
+/// The weixin fake's own rules (no peer needed): QR fetches (bot type, token lists) and statuses (hold, the
+/// verification number, a one-off redirect, confirmation revoking older tokens, `binded_redirect`, expiry, unknown
+/// codes), `-14` without a valid token, the long poll's hold and cursor, sends checked against context tokens,
+/// their quota and item rules, typing tickets, uploads checked on the CDN (filekey, size, padding, MD5) and media
+/// items checked against them, downloads, forced answers, bad requests.
+#[tokio::test]
+async fn weixin_fake_checks_logins_tokens_polls_and_media() {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use nanobot_testkit::fake_weixin::{
+        Answer, BOT_ID, ERR_CONTEXT, ERR_INVALID, FakeWeixin, MAX_TEXT_BYTES, ecb, md5, padded_size,
+    };
+    nanobot_testkit::install_ring();
+    let within = Duration::from_secs(10);
+    let fake = FakeWeixin::start().await.unwrap();
+    fake.set_qr_hold(Duration::from_millis(200));
+    fake.set_poll_hold(Duration::from_millis(300));
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let base = fake.base_url();
+    let post = |path: &str, token: Option<&str>, body: Value| {
+        let mut req = http.post(format!("{base}/ilink/bot/{path}")).json(&body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        async move {
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.status(), 200);
+            resp.json::<Value>().await.unwrap()
+        }
+    };
+    let status = |code: &str, verify: Option<&str>| {
+        let mut url = format!("{base}/ilink/bot/get_qrcode_status?qrcode={code}");
+        if let Some(v) = verify {
+            url.push_str(&format!("&verify_code={v}"));
+        }
+        let req = http.get(url);
+        async move { req.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+
+    // QR fetches.
+    assert_eq!(
+        post("get_bot_qrcode?bot_type=2", None, json!({})).await["ret"],
+        ERR_INVALID
+    );
+    let old = fake.issue_token("someone@im.wechat");
+    assert_eq!(
+        post(
+            "get_bot_qrcode?bot_type=3",
+            None,
+            json!({"local_token_list": ["never-issued"]})
+        )
+        .await["errcode"],
+        ERR_INVALID
+    );
+    let qr = post("get_bot_qrcode?bot_type=3", None, json!({"local_token_list": []})).await;
+    assert_eq!(qr["ret"], 0);
+    let code = qr["qrcode"].as_str().unwrap().to_string();
+    assert!(qr["qrcode_img_content"].as_str().unwrap().contains(&code));
+    // Held, then unchanged; unknown codes have expired.
+    let started = std::time::Instant::now();
+    assert_eq!(status(&code, None).await, json!({"status": "wait"}));
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert_eq!(status("nope", None).await, json!({"status": "expired"}));
+    // A scan asking for the number: wrong, then right; a one-off redirect; the confirmation.
+    fake.require_verify_code(Some("42"));
+    fake.scan(WX_ALICE).unwrap();
+    assert_eq!(status(&code, None).await["status"], "need_verifycode");
+    assert_eq!(status(&code, Some("41")).await["status"], "need_verifycode");
+    assert_eq!(status(&code, Some("42")).await["status"], "scaned");
+    assert!(fake.confirm("bob@im.wechat").is_err(), "alice scanned it");
+    fake.qr_answer_once(json!({"status": "scaned_but_redirect", "redirect_host": "127.0.0.1"}))
+        .unwrap();
+    assert_eq!(status(&code, None).await["status"], "scaned_but_redirect");
+    let token = fake.confirm(WX_ALICE).unwrap().unwrap();
+    assert_eq!(
+        status(&code, None).await,
+        json!({"status": "confirmed", "bot_token": token, "ilink_bot_id": BOT_ID, "baseurl": base,
+               "ilink_user_id": WX_ALICE})
+    );
+    assert!(
+        fake.token_valid(&token) && !fake.token_valid(&old),
+        "older tokens revoked"
+    );
+    // Already bound: a QR fetched with a valid token confirms as binded_redirect, without a new token.
+    fake.require_verify_code(None);
+    let qr2 = post("get_bot_qrcode", None, json!({})).await;
+    assert_eq!(qr2["ret"], ERR_INVALID, "no bot_type");
+    let qr2 = post(
+        "get_bot_qrcode?bot_type=3",
+        None,
+        json!({"local_token_list": [token]}),
+    )
+    .await;
+    assert_eq!(fake.confirm(WX_ALICE).unwrap(), None);
+    assert_eq!(
+        status(qr2["qrcode"].as_str().unwrap(), None).await,
+        json!({"status": "binded_redirect"})
+    );
+    assert!(fake.token_valid(&token));
+    let qr3 = http
+        .get(format!("{base}/ilink/bot/get_bot_qrcode?bot_type=3"))
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    fake.expire_qr().unwrap();
+    assert_eq!(
+        status(qr3["qrcode"].as_str().unwrap(), None).await["status"],
+        "expired"
+    );
+    assert_eq!(fake.qrs()[2].method, "GET");
+
+    // No token, a wrong one: -14, HTTP 200.
+    let timeout = json!({"errcode": -14, "errmsg": "session timeout"});
+    for t in [None, Some("wrong")] {
+        for ep in [
+            "getupdates",
+            "sendmessage",
+            "getconfig",
+            "sendtyping",
+            "getuploadurl",
+            "msg/notifystart",
+        ] {
+            assert_eq!(post(ep, t, json!({})).await, timeout, "{ep} {t:?}");
+        }
+    }
+
+    // The long poll: held, then empty; messages from the cursor on; a push wakes a held poll.
+    let t = Some(token.as_str());
+    let started = std::time::Instant::now();
+    let empty = post("getupdates", t, json!({"get_updates_buf": ""})).await;
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(
+        empty,
+        json!({"ret": 0, "msgs": [], "get_updates_buf": STANDARD.encode("fakewx:0"), "longpolling_timeout_ms": 300})
+    );
+    let hello = fake.push_text(WX_ALICE, "hello");
+    let got = post("getupdates", t, json!({"get_updates_buf": ""})).await;
+    assert_eq!(got["msgs"], json!([hello]));
+    assert_eq!(got["msgs"][0]["seq"], 1);
+    assert_eq!(got["msgs"][0]["to_user_id"], BOT_ID);
+    let cursor = got["get_updates_buf"].clone();
+    fake.set_poll_hold(Duration::from_secs(5));
+    let held = tokio::spawn(post("getupdates", t, json!({"get_updates_buf": cursor})));
+    fake.wait_polls(3, within).await.unwrap();
+    let jpg = weixin_jpeg();
+    let image = fake.push_image(WX_ALICE, &jpg);
+    let got = tokio::time::timeout(within, held).await.unwrap().unwrap();
+    assert_eq!(got["msgs"], json!([image]));
+    assert_eq!(got["get_updates_buf"], STANDARD.encode("fakewx:2"));
+    fake.set_poll_hold(Duration::from_millis(300));
+
+    // Inbound media: the ciphertext, decrypted with image_item.aeskey (hex) or media.aes_key (base64).
+    let item = &image["item_list"][0]["image_item"];
+    let param = item["media"]["encrypt_query_param"].as_str().unwrap();
+    let url = reqwest::Url::parse_with_params(
+        &format!("{}/download", fake.cdn_base_url()),
+        [("encrypted_query_param", param)],
+    )
+    .unwrap();
+    let resp = http.get(url).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let cipher = resp.bytes().await.unwrap();
+    assert_eq!(cipher.len() as u64, padded_size(jpg.len() as u64));
+    let key: [u8; 16] = STANDARD
+        .decode(item["media"]["aes_key"].as_str().unwrap())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    assert_eq!(
+        item["aeskey"],
+        key.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    );
+    assert_eq!(ecb::decrypt(&key, &cipher).unwrap(), jpg);
+    let missing = http
+        .get(format!(
+            "{}/download?encrypted_query_param=nope",
+            fake.cdn_base_url()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    assert!(missing.headers().contains_key("x-error-message"));
+    assert_eq!(fake.downloads(), [param]);
+
+    // Sends: a context token of that user, within its quota; item rules.
+    let ctx = hello["context_token"].as_str().unwrap();
+    let msg = |to: &str, ctx: Option<&str>, items: Value| {
+        let mut m = json!({"from_user_id": "", "to_user_id": to, "client_id": "c-1", "message_type": 2,
+                           "message_state": 2, "item_list": items});
+        if let Some(c) = ctx {
+            m["context_token"] = json!(c);
+        }
+        json!({"msg": m, "base_info": {"channel_version": "test"}})
+    };
+    let text = |s: &str| json!([{"type": 1, "text_item": {"text": s}}]);
+    fake.set_context_quota(2);
+    for (body, code) in [
+        (msg(WX_ALICE, None, text("hi")), ERR_CONTEXT),
+        (msg(WX_ALICE, Some("unknown"), text("hi")), ERR_CONTEXT),
+        (msg("bob@im.wechat", Some(ctx), text("hi")), ERR_CONTEXT),
+        (msg(WX_ALICE, Some(ctx), json!([])), ERR_INVALID),
+        (
+            msg(WX_ALICE, Some(ctx), text(&"x".repeat(MAX_TEXT_BYTES + 1))),
+            ERR_INVALID,
+        ),
+        (msg(WX_ALICE, Some(ctx), json!([{"type": 9}])), ERR_INVALID),
+        (
+            json!({"msg": {"to_user_id": WX_ALICE, "message_type": 1, "context_token": ctx, "item_list": text("hi")}}),
+            ERR_INVALID,
+        ),
+    ] {
+        let answer = post("sendmessage", t, body).await;
+        assert_eq!(answer["errcode"], code, "{answer}");
+        assert_eq!(answer["ret"], code);
+    }
+    assert_eq!(
+        post("sendmessage", t, msg(WX_ALICE, Some(ctx), text("one"))).await,
+        json!({})
+    );
+    assert_eq!(
+        post("sendmessage", t, msg(WX_ALICE, Some(ctx), text("two"))).await,
+        json!({})
+    );
+    let over = post("sendmessage", t, msg(WX_ALICE, Some(ctx), text("three"))).await;
+    assert_eq!(over["errcode"], ERR_CONTEXT, "{over}");
+    assert!(over["errmsg"].as_str().unwrap().contains("quota"));
+    assert_eq!(
+        fake.sent().iter().map(|s| s.text().unwrap()).collect::<Vec<_>>(),
+        ["one", "two"]
+    );
+
+    // Typing tickets.
+    let cfg = post(
+        "getconfig",
+        t,
+        json!({"ilink_user_id": WX_ALICE, "context_token": ctx}),
+    )
+    .await;
+    let ticket = cfg["typing_ticket"].as_str().unwrap();
+    assert_eq!(cfg, json!({"ret": 0, "typing_ticket": ticket}));
+    let typing = |ticket: &str, status: i64| json!({"ilink_user_id": WX_ALICE, "typing_ticket": ticket, "status": status});
+    assert_eq!(
+        post("sendtyping", t, typing("forged", 1)).await["ret"],
+        ERR_INVALID
+    );
+    assert_eq!(post("sendtyping", t, typing(ticket, 3)).await["ret"], ERR_INVALID);
+    assert_eq!(post("sendtyping", t, typing(ticket, 1)).await, json!({"ret": 0}));
+    assert_eq!(post("msg/notifystart", t, json!({})).await, json!({"ret": 0}));
+    assert_eq!(fake.notifications(), (1, 0));
+
+    // Uploads: getuploadurl, then the ciphertext on the CDN (checked), then a media item naming it.
+    let data = b"an uploaded file".repeat(3);
+    let key: [u8; 16] = std::array::from_fn(|i| i as u8 + 1);
+    let key_hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    let data_md5: String = md5::digest(&data).iter().map(|b| format!("{b:02x}")).collect();
+    let ask = |filesize: u64, md5: &str| {
+        json!({"filekey": "fk-1", "media_type": 3, "to_user_id": WX_ALICE, "rawsize": data.len(),
+               "rawfilemd5": md5, "filesize": filesize, "no_need_thumb": true, "aeskey": key_hex})
+    };
+    assert_eq!(
+        post("getuploadurl", t, ask(data.len() as u64, &data_md5)).await["ret"],
+        ERR_INVALID
+    );
+    let bad_md5 = post(
+        "getuploadurl",
+        t,
+        ask(padded_size(data.len() as u64), &"0".repeat(32)),
+    )
+    .await;
+    let up = post("getuploadurl", t, ask(padded_size(data.len() as u64), &data_md5)).await;
+    assert_eq!(up["upload_full_url"], Value::Null, "full URLs are off");
+    let param = up["upload_param"].as_str().unwrap();
+    let cdn_post = |param: &str, filekey: &str, body: Vec<u8>| {
+        let url = reqwest::Url::parse_with_params(
+            &format!("{}/upload", fake.cdn_base_url()),
+            [("encrypted_query_param", param), ("filekey", filekey)],
+        )
+        .unwrap();
+        let req = http
+            .post(url)
+            .header("content-type", "application/octet-stream")
+            .body(body);
+        async move { req.send().await.unwrap() }
+    };
+    let cipher = ecb::encrypt(&key, &data);
+    for (p, fk, body) in [
+        (param, "other", cipher.clone()),
+        (param, "fk-1", cipher[..cipher.len() - 16].to_vec()),
+        (param, "fk-1", ecb::encrypt(&[9; 16], &data)),
+        (bad_md5["upload_param"].as_str().unwrap(), "fk-1", cipher.clone()),
+        ("unknown", "fk-1", cipher.clone()),
+    ] {
+        let resp = cdn_post(p, fk, body).await;
+        assert_eq!(resp.status(), 400);
+        assert!(resp.headers().contains_key("x-error-message"), "{resp:?}");
+    }
+    let resp = cdn_post(param, "fk-1", cipher.clone()).await;
+    assert_eq!(resp.status(), 200);
+    let download = resp.headers()["x-encrypted-param"].to_str().unwrap().to_string();
+    assert_eq!(
+        cdn_post(param, "fk-1", cipher.clone()).await.status(),
+        400,
+        "used"
+    );
+    assert_eq!(fake.uploads()[0].data, data);
+    let media =
+        |aes_key: String| json!({"encrypt_query_param": download, "aes_key": aes_key, "encrypt_type": 1});
+    let ctx2 = image["context_token"].as_str().unwrap();
+    for (items, why) in [
+        (
+            json!([{"type": 2, "image_item": {"media": media(STANDARD.encode(key))}}]),
+            "an image item naming a file",
+        ),
+        (
+            json!([{"type": 4, "file_item": {"media": media(STANDARD.encode([7u8; 16]))}}]),
+            "another key",
+        ),
+        (
+            json!([{"type": 4, "file_item": {"media": {"encrypt_query_param": "x", "aes_key": STANDARD.encode(key)}}}]),
+            "an unknown param",
+        ),
+    ] {
+        assert_eq!(
+            post("sendmessage", t, msg(WX_ALICE, Some(ctx2), items)).await["ret"],
+            ERR_INVALID,
+            "{why}"
+        );
+    }
+    for aes_key in [STANDARD.encode(key), STANDARD.encode(&key_hex)] {
+        let items =
+            json!([{"type": 4, "file_item": {"media": media(aes_key), "file_name": "a.bin", "len": "48"}}]);
+        assert_eq!(
+            post("sendmessage", t, msg(WX_ALICE, Some(ctx2), items)).await,
+            json!({})
+        );
+    }
+    assert_eq!(fake.sent().last().unwrap().media[0].data, data);
+    fake.expire_context_tokens();
+    assert_eq!(
+        post("sendmessage", t, msg(WX_ALICE, Some(ctx2), text("late"))).await["errcode"],
+        ERR_CONTEXT
+    );
+
+    // Forced answers, bad requests.
+    fake.answer_next("/ilink/bot/getconfig", Answer::Status(502));
+    fake.answer_next("/ilink/bot/getconfig", Answer::Json(json!({"ret": -1})));
+    let resp = http
+        .post(format!("{base}/ilink/bot/getconfig"))
+        .bearer_auth(&token)
+        .json(&json!({"ilink_user_id": WX_ALICE}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 502);
+    assert_eq!(
+        post("getconfig", t, json!({"ilink_user_id": WX_ALICE})).await,
+        json!({"ret": -1})
+    );
+    let resp = http
+        .post(format!("{base}/ilink/bot/getupdates"))
+        .bearer_auth(&token)
+        .body("not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let resp = http
+        .get(format!("{base}/ilink/bot/getupdates"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 405);
+    let resp = http
+        .post(format!("{base}/ilink/bot/nothing"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+
+    // Revoking ends a held poll at once.
+    fake.set_poll_hold(Duration::from_secs(30));
+    let polls = fake.polls();
+    let held = tokio::spawn(post(
+        "getupdates",
+        t,
+        json!({"get_updates_buf": STANDARD.encode("fakewx:99")}),
+    ));
+    fake.wait_polls(polls + 1, within).await.unwrap();
+    fake.revoke_tokens();
+    let got = tokio::time::timeout(within, held).await.unwrap().unwrap();
+    assert_eq!(got, timeout);
+}
