@@ -49,6 +49,7 @@ pub mod settings;
 /// The SSRF guard (the `nanobot-ssrf` crate, shared with MCP and the channels that fetch remote media).
 pub use nanobot_ssrf as ssrf;
 mod tool;
+mod validate;
 
 pub use error::ToolError;
 pub use registry::{ERROR_HINT, TOOL_RESULTS_DIR, ToolRegistry};

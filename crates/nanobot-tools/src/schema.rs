@@ -4,14 +4,13 @@
 use std::sync::OnceLock;
 
 use async_trait::async_trait;
-use jsonschema::error::{TypeKind, ValidationErrorKind};
-use jsonschema::paths::LocationSegment;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::error::ToolError;
 use crate::tool::{Tool, ToolContext, ToolOutput};
+use crate::validate::Validator;
 
 const BOOL_TRUE: [&str; 4] = ["true", "1", "yes", "on"];
 const BOOL_FALSE: [&str; 4] = ["false", "0", "no", "off"];
@@ -334,7 +333,7 @@ fn admit_declared_nulls(schema: &mut Value) {
 #[derive(Debug)]
 pub struct ArgsSchema {
     schema: Value,
-    validator: OnceLock<Result<jsonschema::Validator, String>>,
+    validator: OnceLock<Result<Validator, String>>,
 }
 
 impl ArgsSchema {
@@ -351,10 +350,9 @@ impl ArgsSchema {
         self.validator.get().is_some()
     }
 
-    fn validator(&self) -> &Result<jsonschema::Validator, String> {
-        self.validator.get_or_init(|| {
-            jsonschema::validator_for(&validation_schema(&self.schema)).map_err(|e| e.to_string())
-        })
+    fn validator(&self) -> &Result<Validator, String> {
+        self.validator
+            .get_or_init(|| Validator::new(&validation_schema(&self.schema)))
     }
 
     /// The schema as given.
@@ -393,10 +391,7 @@ impl ArgsSchema {
             Ok(v) => v,
             Err(e) => return Err(vec![format!("the tool's parameter schema is invalid: {e}")]),
         };
-        let mut errors: Vec<String> = validator
-            .iter_errors(&args)
-            .filter_map(|err| describe(&err))
-            .collect();
+        let mut errors = validator.errors(&args);
         if errors.is_empty() {
             Ok(args)
         } else {
@@ -415,87 +410,6 @@ fn json_type_name(v: &Value) -> &'static str {
         Value::Array(_) => "array",
         Value::Object(_) => "object",
     }
-}
-
-fn path_label(err: &jsonschema::ValidationError<'_>) -> String {
-    let mut out = String::new();
-    for seg in err.instance_path().segments() {
-        match seg {
-            LocationSegment::Property(p) => {
-                if !out.is_empty() {
-                    out.push('.');
-                }
-                out.push_str(&p);
-            }
-            LocationSegment::Index(i) => {
-                out.push('[');
-                out.push_str(&i.to_string());
-                out.push(']');
-            }
-        }
-    }
-    out
-}
-
-fn describe(err: &jsonschema::ValidationError<'_>) -> Option<String> {
-    let path = path_label(err);
-    let label = if path.is_empty() {
-        "parameter".to_owned()
-    } else {
-        path.clone()
-    };
-    let msg = match err.kind() {
-        // A schema that closes its object (`additionalProperties: false`, as 0.3.5's tools do) refuses unknown
-        // parameters by name, as 0.3.5 does; open ones ignore them.
-        ValidationErrorKind::AdditionalProperties { unexpected } => unexpected
-            .iter()
-            .map(|name| {
-                if path.is_empty() {
-                    format!("unexpected parameter {name}")
-                } else {
-                    format!("unexpected parameter {path}.{name}")
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("; "),
-        ValidationErrorKind::UnevaluatedProperties { .. } => return None,
-        ValidationErrorKind::Required { property } => {
-            let name = property
-                .as_str()
-                .map_or_else(|| property.to_string(), str::to_owned);
-            if path.is_empty() {
-                format!("missing required {name}")
-            } else {
-                format!("missing required {path}.{name}")
-            }
-        }
-        ValidationErrorKind::Type { kind } => {
-            let expected = match kind {
-                TypeKind::Single(t) => t.to_string(),
-                TypeKind::Multiple(set) => set.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(" or "),
-            };
-            format!("{label} should be {expected}")
-        }
-        ValidationErrorKind::Maximum { limit } => format!("{label} must be <= {limit}"),
-        ValidationErrorKind::Minimum { limit } => format!("{label} must be >= {limit}"),
-        ValidationErrorKind::ExclusiveMaximum { limit } => format!("{label} must be < {limit}"),
-        ValidationErrorKind::ExclusiveMinimum { limit } => format!("{label} must be > {limit}"),
-        ValidationErrorKind::MinLength { limit } => {
-            format!("{label} must be at least {limit} chars")
-        }
-        ValidationErrorKind::MaxLength { limit } => {
-            format!("{label} must be at most {limit} chars")
-        }
-        ValidationErrorKind::MinItems { limit } => {
-            format!("{label} must have at least {limit} items")
-        }
-        ValidationErrorKind::MaxItems { limit } => {
-            format!("{label} must have at most {limit} items")
-        }
-        ValidationErrorKind::Enum { options } => format!("{label} must be one of {options}"),
-        _ => format!("{label}: {err}"),
-    };
-    Some(msg)
 }
 
 /// A tool whose schema is derived from an args struct (`schemars`) and whose arguments arrive
