@@ -43,6 +43,12 @@ impl RecentIds {
         true
     }
 
+    /// Whether `id` is remembered, without recording it (record it with [`RecentIds::insert`] once it is
+    /// handled, so an event whose handling was cut short is handled when it comes again).
+    pub fn contains(&self, id: &str) -> bool {
+        lock(&self.inner).1.contains(id)
+    }
+
     /// True the first time `id` is seen; an empty id (an event without one) always counts as new.
     pub fn first_sighting(&self, id: &str) -> bool {
         id.is_empty() || self.insert(id)
@@ -58,6 +64,11 @@ mod tests {
         let ids = RecentIds::new(2);
         assert!(ids.first_sighting("a"));
         assert!(!ids.first_sighting("a"));
+        assert!(
+            ids.contains("a") && !ids.contains("z"),
+            "contains records nothing"
+        );
+        assert!(!ids.contains("z"));
         assert!(ids.first_sighting("b"));
         assert!(ids.first_sighting("c")); // forgets "a"
         assert!(!ids.first_sighting("b"));

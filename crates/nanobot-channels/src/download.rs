@@ -32,7 +32,7 @@ pub const DEFAULT_REMOTE_MEDIA_BYTES: u64 = 20 * 1024 * 1024;
 const REMOTE_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn too_large(channel: &str, what: &str, max: u64) -> ChannelError {
-    ChannelError::rejected(channel, format!("{what} is larger than {max} bytes"))
+    ChannelError::too_large(channel, what, max)
 }
 
 /// A body error, without the URL (it may carry a token in its query).
@@ -126,6 +126,9 @@ pub struct Fetched {
     pub file_name: String,
     /// The `Content-Type` the server gave, without parameters.
     pub content_type: Option<String>,
+    /// The file name the server gave in `Content-Disposition` (`filename*=UTF-8''…` percent-decoded, else
+    /// `filename`), its last path component made safe ([`safe_file_name`]); `None` when it gave none.
+    pub served_name: Option<String>,
 }
 
 /// Fetches remote media behind the SSRF guard, with 0.3.5's redirect rules and a size bound. Cheap to clone (clones
@@ -137,6 +140,7 @@ pub struct RemoteMedia {
     follow_redirects: bool,
     redirect_hosts: Vec<String>,
     max_bytes: u64,
+    timeout: Duration,
 }
 
 /// An HTTP client for a channel's own API: rustls with the ring provider, the system's roots, and `configure`
@@ -164,6 +168,7 @@ impl RemoteMedia {
             follow_redirects: false,
             redirect_hosts: Vec::new(),
             max_bytes: DEFAULT_REMOTE_MEDIA_BYTES,
+            timeout: REMOTE_TIMEOUT,
         }
     }
 
@@ -176,7 +181,7 @@ impl RemoteMedia {
         let built = self
             .guard
             .client_builder()
-            .timeout(REMOTE_TIMEOUT)
+            .timeout(self.timeout)
             .build()
             .map_err(|e| ChannelError::Config {
                 channel: channel.to_owned(),
@@ -202,6 +207,15 @@ impl RemoteMedia {
     #[must_use]
     pub fn with_max_bytes(mut self, max: u64) -> Self {
         self.max_bytes = max;
+        self
+    }
+
+    /// Gives one request, headers and body, `timeout` instead of 60 s (large files). The fetcher gets an HTTP
+    /// client of its own (clones made before share the old one).
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self.client = Arc::new(OnceLock::new());
         self
     }
 
@@ -235,6 +249,11 @@ impl RemoteMedia {
             .and_then(|v| v.split(';').next())
             .map(|v| v.trim().to_ascii_lowercase())
             .filter(|v| !v.is_empty());
+        let served_name = resp
+            .headers()
+            .get(reqwest::header::CONTENT_DISPOSITION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(disposition_file_name);
         let file_name = safe_file_name(
             current
                 .path_segments()
@@ -246,6 +265,7 @@ impl RemoteMedia {
             bytes,
             file_name,
             content_type,
+            served_name,
         })
     }
 
@@ -302,9 +322,100 @@ impl RemoteMedia {
     }
 }
 
+/// The file name in a `Content-Disposition` header: `filename*=<charset>''…` (percent-decoded) first, else
+/// `filename="…"` or `filename=…`; its last path component, made safe; `None` when it names none.
+fn disposition_file_name(header: &str) -> Option<String> {
+    let mut plain = None;
+    for param in header.split(';') {
+        let Some((key, value)) = param.split_once('=') else {
+            continue;
+        };
+        let extended = match key.trim().to_ascii_lowercase().as_str() {
+            "filename*" => true,
+            "filename" if plain.is_none() => false,
+            _ => continue,
+        };
+        let value = value.trim();
+        let value = match value.split_once("''") {
+            Some((_charset, encoded)) if extended => encoded,
+            _ => value,
+        };
+        let decoded = percent_decoded(value.trim_matches('"'));
+        let last = decoded.rsplit(['/', '\\']).next().unwrap_or_default().trim();
+        if last.is_empty() || last.chars().all(|c| c == '.') {
+            continue;
+        }
+        if extended {
+            return Some(safe_file_name(last));
+        }
+        plain = Some(safe_file_name(last));
+    }
+    plain
+}
+
+/// `s` with its `%XX` escapes decoded (invalid UTF-8 replaced); a `%` not followed by two hex digits stays.
+fn percent_decoded(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push(u8::try_from(hi * 16 + lo).unwrap_or(b'?'));
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn file_names_from_content_disposition() {
+        let name = |h: &str| disposition_file_name(h);
+        assert_eq!(
+            name("attachment; filename=\"plain.txt\"; filename*=UTF-8''notes%201.txt").as_deref(),
+            Some("notes_1.txt"),
+            "filename* first, made safe"
+        );
+        assert_eq!(
+            name("attachment; filename*=UTF-8''%E6%8A%A5%E5%91%8A.docx; filename=\"x.docx\"").as_deref(),
+            Some("报告.docx")
+        );
+        assert_eq!(
+            name("attachment; filename=\"a b.pdf\"").as_deref(),
+            Some("a_b.pdf")
+        );
+        assert_eq!(
+            name("attachment; FILENAME=report.pdf").as_deref(),
+            Some("report.pdf")
+        );
+        assert_eq!(
+            name("attachment; filename=\"../../etc/passwd\"").as_deref(),
+            Some("passwd"),
+            "the last path component"
+        );
+        assert_eq!(
+            name("attachment; filename=\"C:\\dir\\x.txt\"").as_deref(),
+            Some("x.txt")
+        );
+        assert_eq!(name("attachment; filename=\"..\""), None);
+        assert_eq!(name("attachment; filename=\"\""), None);
+        assert_eq!(name("inline"), None);
+        assert_eq!(percent_decoded("100%25 %zz %4"), "100% %zz %4");
+    }
 
     fn fetcher(follow: bool, hosts: &[&str]) -> RemoteMedia {
         let hosts: Vec<String> = hosts.iter().map(|h| (*h).to_string()).collect();

@@ -111,6 +111,22 @@ impl ChannelError {
         }
     }
 
+    /// A [`ChannelError::Rejected`] download or file of `channel` over `max` bytes ([`ChannelError::is_too_large`]).
+    pub fn too_large(channel: impl Into<String>, what: impl Into<String>, max: u64) -> Self {
+        Self::Rejected {
+            channel: channel.into(),
+            source: Box::new(TooLarge {
+                what: what.into(),
+                max,
+            }),
+        }
+    }
+
+    /// True when this is [`ChannelError::too_large`]: something was over its size limit.
+    pub fn is_too_large(&self) -> bool {
+        matches!(self, Self::Rejected { source, .. } if source.is::<TooLarge>())
+    }
+
     /// True when sending again later may succeed (network trouble, rate limits).
     pub fn is_retryable(&self) -> bool {
         matches!(self, Self::RateLimited { .. } | Self::Transient { .. })
@@ -123,6 +139,16 @@ impl ChannelError {
             _ => None,
         }
     }
+}
+
+/// Something was larger than it may be (the source of [`ChannelError::too_large`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{what} is larger than {max} bytes")]
+pub struct TooLarge {
+    /// What (`attachment`, `file`, …).
+    pub what: String,
+    /// The limit, in bytes.
+    pub max: u64,
 }
 
 /// Text a server sent (an error message) made fit for an error or a log line: every non-empty `secret` is replaced

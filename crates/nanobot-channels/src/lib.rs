@@ -47,7 +47,7 @@ pub use dedup::RecentIds;
 pub use descriptor::{Block, Capabilities, ChannelDescriptor, Credentials, Finding, Places, Services};
 #[cfg(feature = "download")]
 pub use download::{Fetched, RemoteMedia, api_client};
-pub use error::{ChannelError, server_text};
+pub use error::{ChannelError, TooLarge, server_text};
 pub use format::{markdown_to_slack_mrkdwn, markdown_to_telegram_html, strip_markdown};
 pub use manager::{
     ChannelHealth, ChannelManager, ChannelState, HealthRegistry, ManagerSettings, MediaRoots, RetryPolicy,
