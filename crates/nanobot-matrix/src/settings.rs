@@ -11,6 +11,8 @@ use crate::NAME;
 
 /// 0.3.5's default homeserver.
 pub const DEFAULT_HOMESERVER: &str = "https://matrix.org";
+/// The most `maxConcurrentMediaDownloads` is raised to.
+pub const MAX_CONCURRENT_DOWNLOADS: usize = 16;
 /// 0.3.5's default `maxMediaBytes`: 20 MiB.
 pub const DEFAULT_MAX_MEDIA_BYTES: u64 = 20 * 1024 * 1024;
 
@@ -102,12 +104,15 @@ pub struct MatrixSettings {
     pub sas_verification: bool,
     /// `syncStopGraceSeconds`: how long a sync in flight may take to end on a stop.
     pub sync_stop_grace: Duration,
-    /// `maxMediaBytes`: the largest file received or sent (also bounded by the server's upload limit; `0`: none).
+    /// `maxMediaBytes`: the largest file received or sent (also bounded by the server's upload limit; `0` refuses
+    /// every file).
     pub max_media_bytes: u64,
-    /// `maxConcurrentMediaDownloads` (at least 1).
+    /// `maxConcurrentMediaDownloads`: messages of one sync made ready (files fetched) at once, 1 to
+    /// [`MAX_CONCURRENT_DOWNLOADS`].
     pub max_concurrent_media_downloads: usize,
-    /// `proxy`: an HTTP(S) proxy for every request (`http://` added when no scheme is given).
-    pub proxy: Option<String>,
+    /// `proxy`: an HTTP(S) proxy for every request (`http://` added when no scheme is given); kept as a secret,
+    /// since its URL may carry a password.
+    pub proxy: Option<Secret>,
 }
 
 fn config(message: String) -> ChannelError {
@@ -206,11 +211,11 @@ impl MatrixSettings {
             .map(str::trim)
             .filter(|p| !p.is_empty())
             .map(|p| {
-                if p.contains("://") {
+                Secret::new(if p.contains("://") {
                     p.to_owned()
                 } else {
                     format!("http://{p}")
-                }
+                })
             });
         Ok(Self {
             homeserver,
@@ -226,7 +231,10 @@ impl MatrixSettings {
             sas_verification: raw.sas_verification,
             sync_stop_grace: Duration::from_secs(raw.sync_stop_grace_seconds.unwrap_or(2)),
             max_media_bytes: raw.max_media_bytes.unwrap_or(DEFAULT_MAX_MEDIA_BYTES),
-            max_concurrent_media_downloads: raw.max_concurrent_media_downloads.unwrap_or(2).max(1),
+            max_concurrent_media_downloads: raw
+                .max_concurrent_media_downloads
+                .unwrap_or(2)
+                .clamp(1, MAX_CONCURRENT_DOWNLOADS),
             proxy,
         })
     }
@@ -290,7 +298,10 @@ mod tests {
         assert_eq!(s.max_media_bytes, 0);
         assert_eq!(s.max_concurrent_media_downloads, 1, "at least one download");
         assert_eq!(s.sync_stop_grace, Duration::from_secs(5));
-        assert_eq!(s.proxy.as_deref(), Some("http://proxy.local:3128"));
+        assert_eq!(
+            s.proxy.as_ref().map(Secret::expose),
+            Some("http://proxy.local:3128")
+        );
         assert_eq!(s.nio_store_name("DEV"), "@b_h_DEV.db");
     }
 
@@ -311,6 +322,15 @@ mod tests {
         assert!(e.contains("channels.matrix.homeserver"), "{e}");
         let e = err(json!({"userId": "@bot:h", "password": "pw", "groupPolicy": "everyone"}));
         assert!(e.contains("channels.matrix.groupPolicy"), "{e}");
+        let s = ok(
+            json!({"userId": "@bot:h", "password": "pw", "proxy": "http://u:PROXYPASS@p:1",
+            "maxConcurrentMediaDownloads": 1_000_000_000u64}),
+        );
+        assert!(
+            !format!("{s:?}").contains("PROXYPASS"),
+            "the proxy's password is not shown"
+        );
+        assert_eq!(s.max_concurrent_media_downloads, MAX_CONCURRENT_DOWNLOADS);
         let e = err(json!({"userId": "@bot:h", "password": "hunter2", "allowFrom": "x"}));
         assert!(e.contains("channels.matrix") && !e.contains("hunter2"), "{e}");
     }

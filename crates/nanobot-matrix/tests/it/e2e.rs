@@ -226,7 +226,13 @@ async fn an_owner_is_answered_in_a_direct_chat_and_a_stranger_gets_a_pairing_cod
     let mut eve_seen = hs.timeline(&eve.access_token).await?;
     hs.send_text(&eve.access_token, &eve_room, "let me in").await?;
     let code = hs
-        .wait_event(&eve.access_token, &mut eve_seen, &eve_room, WITHIN, h.sent_by_bot())
+        .wait_event(
+            &eve.access_token,
+            &mut eve_seen,
+            &eve_room,
+            WITHIN,
+            h.sent_by_bot(),
+        )
         .await?;
     assert!(
         code["content"]["body"]
@@ -235,6 +241,39 @@ async fn an_owner_is_answered_in_a_direct_chat_and_a_stranger_gets_a_pairing_cod
             .contains("pairing code"),
         "{code}"
     );
+    // A stranger's "direct" chat that is a room (three members) is left at once.
+    let carol = hs.fresh_user("carol").await?;
+    let crowded = hs
+        .create_room(&eve.access_token, "dm", &[carol.user_id.as_str()], true)
+        .await?;
+    hs.join(&carol.access_token, &crowded).await?;
+    let mut crowd_seen = hs.timeline(&eve.access_token).await?;
+    // Invited as into a direct chat once Carol is in.
+    hs.call(
+        Method::PUT,
+        &[
+            "_matrix",
+            "client",
+            "v3",
+            "rooms",
+            &crowded,
+            "state",
+            "m.room.member",
+            &bot,
+        ],
+        &[],
+        Some(&eve.access_token),
+        Some(&json!({"membership": "invite", "is_direct": true})),
+    )
+    .await?;
+    let left = hs
+        .wait_event(&eve.access_token, &mut crowd_seen, &crowded, WITHIN, |e| {
+            e["type"] == "m.room.member"
+                && e["state_key"] == bot.as_str()
+                && e["content"]["membership"] == "leave"
+        })
+        .await?;
+    assert_eq!(left["sender"], bot.as_str(), "the bot left by itself");
     // A stranger's invite to a room that is not a direct chat is not taken; Alice's later one is.
     let eves_group = hs
         .create_room(&eve.access_token, "eve's group", &[h.bot.user_id.as_str()], false)
@@ -493,10 +532,15 @@ async fn the_server_going_away_and_coming_back_loses_nothing() -> Result<()> {
     tokio::time::timeout(WITHIN, runs.wait_for(|n| *n >= 3))
         .await
         .context("the channel was not restarted")??;
-    hs.send_text(&alice, &room, "during").await?;
+    // More than a sync's timeline holds (synapse gives 10 events a room): the gap is fetched back.
+    for i in 0..25 {
+        hs.send_text(&alice, &room, &format!("during {i}")).await?;
+    }
     relay.restore();
-    // Back: the sync goes on from where it was, so the message written meanwhile is answered.
-    assert_eq!(h.inbound().await?.content, "during");
+    // Back: the sync goes on from where it was, so every message written meanwhile is answered, in order.
+    for i in 0..25 {
+        assert_eq!(h.inbound().await?.content, format!("during {i}"));
+    }
     h.stop().await;
     Ok(())
 }
@@ -523,6 +567,21 @@ fn chain(e: &ChannelError) -> String {
 
 #[tokio::test]
 async fn bad_credentials_are_one_clear_error_and_a_stale_session_is_replaced() -> Result<()> {
+    // Before it has logged in, a send is a transient failure the manager retries, never an authentication error
+    // (which would drop the message with a wrong hint).
+    let unstarted = MatrixChannel::new(
+        MatrixSettings::from_block(
+            &json!({"userId": "@b:h", "password": "pw", "homeserver": "http://127.0.0.1:9"}),
+        )?,
+        std::env::temp_dir(),
+        std::env::temp_dir(),
+    );
+    let e = unstarted
+        .send(&OutboundMessage::reply("matrix", "!room:h", "early"))
+        .await
+        .expect_err("not logged in");
+    assert!(e.is_retryable(), "{}", chain(&e));
+
     let Some(hs) = homeserver().await else {
         return Ok(());
     };
