@@ -15,16 +15,24 @@
 //! <text>`) and `mixed`. The chat is the sender's userid in a single chat and the group's `chatid` in a group
 //! (WeCom delivers only group messages that @-mention the bot; the mention stays in the text, as in 0.3.5). A
 //! `msgid` seen among the last 1,000 is dropped. The sender must be on `allowFrom` (or paired), in groups too; a
-//! stranger in a single chat gets a pairing code (0.3.5 drops it silently). Images and files are fetched behind
-//! the shared SSRF guard (at most [`MAX_MEDIA_BYTES`]), decrypted (AES-256-CBC with the message's `aeskey`) and
-//! saved in `<media>/wecom/`, named in the text as `[image: <path>]`. Metadata: `message_id`, `msg_type`,
-//! `chat_type` (0.3.5's), and `is_group`.
+//! stranger in a single chat gets a pairing code (0.3.5 drops it silently). Images and files are fetched with the
+//! shared `RemoteMedia` behind the SSRF guard (at most [`MAX_MEDIA_BYTES`]), decrypted (AES-256-CBC with the
+//! message's `aeskey`) and saved as new files in `<media>/wecom/` (named after a hash of the whole `msgid`, never
+//! over another file), named in the text as `[image: <path>]`. Metadata: `message_id`, `msg_type`, `chat_type`
+//! (0.3.5's), and `is_group`.
 //!
-//! Answers go on the chat's last callback (its `req_id`, for [`CALLBACK_TTL`]) as `aibot_respond_msg` streams,
-//! each message its own stream: progress `finish: false`, the answer `finish: true`, as 0.3.5; split at
-//! [`MAX_STREAM_BYTES`] bytes. Replies to one callback go one at a time, in order. A chat without a callback (a
-//! scheduled message) gets `aibot_send_msg` markdown. Files are uploaded in WeCom's three steps (init with the
-//! file's md5, 512 KiB base64 chunks, finish) and sent as media. On `enter_chat` an allowed user gets
+//! Callbacks are read without waiting for the channel (at most 256 of each kind queue; more are dropped with a
+//! warning). Events are answered as they come, so a welcome never waits behind a message's download; messages
+//! are checked in the order they were read, then taken in side by side, each chat's published in order.
+//!
+//! Answers go on the chat's last callback (its `req_id`, for [`CALLBACK_TTL`] from when the message was read) as
+//! `aibot_respond_msg` streams, each message its own stream: progress `finish: false`, the answer `finish: true`,
+//! as 0.3.5; split at [`MAX_STREAM_BYTES`] bytes. Replies to one callback go one at a time, in order; one left
+//! unacknowledged retires the callback (a late acknowledgement could not be told from the next reply's), and the
+//! chat's answers go on their own. A chat without a callback (a scheduled message) gets `aibot_send_msg`
+//! markdown. Files are uploaded in WeCom's three steps (init with the file's md5, 512 KiB base64 chunks, finish)
+//! and sent as media. Once part of an answer has gone out, a later part's failure is not retried (the manager would
+//! send it all again): it is `Rejected`, naming what was not sent. On `enter_chat` an allowed user gets
 //! `welcomeMessage` (0.3.5 looks for a `chatid` the real event does not have, so it never welcomes anyone).
 //!
 //! It knows the bus, the channel toolkit and the config schema, never the agent; nothing here reads the process

@@ -1,5 +1,5 @@
-//! Media as WeCom sends it: the AES-256-CBC decryption of downloaded files, their names, and the media types of
-//! uploads.
+//! Media as WeCom sends it: the AES-256-CBC decryption of downloaded files, image extensions, and the media types
+//! of uploads.
 
 use aes::cipher::block_padding::NoPadding;
 use aes::cipher::{BlockDecryptMut, KeyIvInit};
@@ -64,40 +64,6 @@ pub(crate) fn unpadded_len(plain: &[u8]) -> Option<usize> {
         .iter()
         .all(|b| usize::from(*b) == pad)
         .then_some(keep)
-}
-
-/// The file name in a `Content-Disposition` header: `filename*=UTF-8''…` (percent-decoded) first, else
-/// `filename="…"` or `filename=…`; `None` when it names none.
-pub(crate) fn disposition_name(header: &str) -> Option<String> {
-    let params = header.split(';').map(str::trim);
-    let mut plain = None;
-    for param in params {
-        let Some((key, value)) = param.split_once('=') else {
-            continue;
-        };
-        match key.trim().to_ascii_lowercase().as_str() {
-            "filename*" => {
-                let value = value.trim();
-                let encoded = value
-                    .split_once("''")
-                    .map_or(value, |(_, rest)| rest)
-                    .trim_matches('"');
-                let decoded = percent_encoding::percent_decode_str(encoded).decode_utf8_lossy();
-                if !decoded.trim().is_empty() {
-                    return Some(decoded.into_owned());
-                }
-            }
-            "filename" => {
-                let value = value.trim().trim_matches('"');
-                let decoded = percent_encoding::percent_decode_str(value).decode_utf8_lossy();
-                if !decoded.trim().is_empty() {
-                    plain = Some(decoded.into_owned());
-                }
-            }
-            _ => {}
-        }
-    }
-    plain
 }
 
 /// The extension of an image from its first bytes (or its `Content-Type`): `.png`, `.jpg`, `.gif`, `.webp`,
@@ -209,21 +175,7 @@ mod tests {
     }
 
     #[test]
-    fn names_and_types() {
-        assert_eq!(
-            disposition_name("attachment; filename=\"notes_1.txt\"; filename*=UTF-8''notes%201.txt")
-                .as_deref(),
-            Some("notes 1.txt")
-        );
-        assert_eq!(
-            disposition_name("attachment; filename=\"a b.pdf\"").as_deref(),
-            Some("a b.pdf")
-        );
-        assert_eq!(
-            disposition_name("attachment; filename=%E6%8A%A5%E5%91%8A.docx").as_deref(),
-            Some("报告.docx")
-        );
-        assert_eq!(disposition_name("inline"), None);
+    fn extensions_and_types() {
         assert_eq!(image_extension(b"\x89PNG\r\n\x1a\nrest", None), ".png");
         assert_eq!(image_extension(&[0xFF, 0xD8, 0xFF, 0xE0], None), ".jpg");
         assert_eq!(image_extension(b"RIFF....WEBPVP8 ", None), ".webp");

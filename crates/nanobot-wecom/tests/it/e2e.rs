@@ -12,6 +12,9 @@ use nanobot_testkit::fake_wecom::{BOT_NAME, FakeWecom, MixedPart};
 use nanobot_testkit::secrets::error_text;
 use nanobot_wecom::{MAX_STREAM_BYTES, UPLOAD_CHUNK_BYTES, WecomChannel, WecomSettings};
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 const BOT: &str = "aib-test-1";
@@ -312,6 +315,143 @@ async fn media_come_in_decrypted_and_files_go_out_in_three_steps() -> Result<()>
         sent[2].content(),
         Some("and this\n[file upload failed: missing.txt]")
     );
+    h.stop().await;
+    Ok(())
+}
+
+/// The head of an HTTP request or answer read from `tcp` (up to the blank line), and what came after it.
+async fn read_head(tcp: &mut TcpStream) -> Result<(String, Vec<u8>)> {
+    let mut data = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&data[..end]).into_owned();
+            return Ok((head, data[end + 4..].to_vec()));
+        }
+        let n = tcp.read(&mut buf).await?;
+        anyhow::ensure!(n > 0, "the connection ended inside the head");
+        data.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// The body the fake serves at `url` (a media file, still encrypted), with a plain HTTP/1.1 GET.
+async fn raw_get(url: &str) -> Result<Vec<u8>> {
+    let rest = url.strip_prefix("http://").context("not http")?;
+    let (host, path) = rest.split_once('/').context("no path")?;
+    let mut tcp = TcpStream::connect(host).await?;
+    tcp.write_all(format!("GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await?;
+    let (head, mut body) = read_head(&mut tcp).await?;
+    anyhow::ensure!(head.starts_with("HTTP/1.1 200"), "{head}");
+    tcp.read_to_end(&mut body).await?;
+    Ok(body)
+}
+
+/// A media server on loopback that takes one download and holds it until `release` gives the body: `requested`
+/// fires once the request has arrived.
+struct HeldDownload {
+    url: String,
+    requested: oneshot::Receiver<()>,
+    release: oneshot::Sender<Vec<u8>>,
+}
+
+impl HeldDownload {
+    async fn start() -> Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}/media/held", listener.local_addr()?);
+        let (requested_tx, requested) = oneshot::channel();
+        let (release, released) = oneshot::channel::<Vec<u8>>();
+        tokio::spawn(async move {
+            let Ok((mut tcp, _)) = listener.accept().await else {
+                return;
+            };
+            if read_head(&mut tcp).await.is_err() {
+                return;
+            }
+            let _ = requested_tx.send(());
+            let Ok(body) = released.await else { return };
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: \
+                 close\r\n\r\n",
+                body.len()
+            );
+            let _ = tcp.write_all(head.as_bytes()).await;
+            let _ = tcp.write_all(&body).await;
+            let _ = tcp.shutdown().await;
+        });
+        Ok(Self {
+            url,
+            requested,
+            release,
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_slow_download_holds_up_neither_a_welcome_nor_other_chats() -> Result<()> {
+    let h = Harness::start(json!({"allowFrom": ["alice", "bob"], "welcomeMessage": "Welcome!"})).await?;
+    let held = HeldDownload::start().await?;
+    let mut image = h.fake.image("alice", PNG);
+    let sealed = raw_get(image["body"]["image"]["url"].as_str().context("no url")?).await?;
+    image["body"]["image"]["url"] = json!(held.url);
+    h.fake.deliver(&image);
+    tokio::time::timeout(WITHIN, held.requested)
+        .await
+        .context("the download did not start")??;
+
+    // While alice's image is downloading: her next message, bob opening the chat, and bob's message.
+    let later = h.fake.deliver_text("alice", "and this");
+    let enter = h.fake.deliver_enter_chat("bob");
+    h.fake.deliver_text("bob", "hi from bob");
+    let sent = h.fake.wait_sent(1, WITHIN).await?;
+    assert_eq!(
+        (sent[0].cmd.as_str(), sent[0].req_id.as_str()),
+        ("aibot_respond_welcome_msg", req_id(&enter).as_str()),
+        "welcomed at once"
+    );
+    let bob = h.inbound().await?;
+    assert_eq!(
+        (bob.chat_id.as_str(), bob.content.as_str()),
+        ("bob", "hi from bob"),
+        "another chat goes first"
+    );
+
+    held.release.send(sealed).ok().context("the download went away")?;
+    let first = h.inbound().await?;
+    assert_eq!(first.chat_id, "alice");
+    assert_eq!(first.metadata["message_id"], json!(msgid(&image)));
+    assert_eq!(std::fs::read(&first.media[0])?, PNG, "decrypted");
+    let second = h.inbound().await?;
+    assert_eq!(
+        (second.chat_id.as_str(), second.content.as_str()),
+        ("alice", "and this"),
+        "alice's messages in the order she sent them"
+    );
+    // Answers go on alice's last message.
+    h.publish(OutboundKind::Reply, "alice", "got both").await?;
+    let sent = h.fake.wait_sent(2, WITHIN).await?;
+    assert_eq!(sent[1].content(), Some("got both"));
+    assert_eq!(sent[1].req_id, req_id(&later));
+    h.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn files_of_messages_with_alike_ids_are_kept_apart() -> Result<()> {
+    let h = Harness::start(json!({})).await?;
+    let mut first = h.fake.file("alice", "notes.txt", b"first notes");
+    let mut second = h.fake.file("alice", "notes.txt", b"second notes");
+    // The same first 16 alphanumerics, the same file name.
+    first["body"]["msgid"] = json!("0123456789abcdef-first");
+    second["body"]["msgid"] = json!("0123456789abcdef-second");
+    h.fake.deliver(&first);
+    let a = h.inbound().await?;
+    h.fake.deliver(&second);
+    let b = h.inbound().await?;
+    assert_ne!(a.media[0], b.media[0]);
+    assert!(a.media[0].ends_with("_notes.txt"), "{:?}", a.media);
+    assert_eq!(std::fs::read(&a.media[0])?, b"first notes", "not overwritten");
+    assert_eq!(std::fs::read(&b.media[0])?, b"second notes");
     h.stop().await;
     Ok(())
 }
