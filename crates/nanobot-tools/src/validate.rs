@@ -162,7 +162,11 @@ fn count(map: &Map<String, Value>, key: &str, at: &str) -> Result<Option<u64>, S
         None => Ok(None),
         Some(v) => v
             .as_u64()
-            .or_else(|| v.as_f64().filter(|f| *f >= 0.0 && f.fract() == 0.0).map(|f| f as u64))
+            .or_else(|| {
+                v.as_f64()
+                    .filter(|f| *f >= 0.0 && f.fract() == 0.0)
+                    .map(|f| f as u64)
+            })
             .map(Some)
             .ok_or_else(|| bad(at, format!("{key} must be a non-negative integer"))),
     }
@@ -329,7 +333,9 @@ impl Compiler<'_> {
         node.additional = match map.get("additionalProperties") {
             None | Some(Value::Bool(true)) => None,
             Some(Value::Bool(false)) => Some(Additional::None),
-            Some(s) => Some(Additional::Schema(self.compile(s, &format!("{at}/additionalProperties"))?)),
+            Some(s) => Some(Additional::Schema(
+                self.compile(s, &format!("{at}/additionalProperties"))?,
+            )),
         };
         if let Some(r) = map.get("required") {
             node.required = r
@@ -344,7 +350,11 @@ impl Compiler<'_> {
         node.one_of = self.schemas(map, "oneOf", at)?;
         node.not = self.schema(map, "not", at)?;
         if let Some(condition) = self.schema(map, "if", at)? {
-            node.condition = Some((condition, self.schema(map, "then", at)?, self.schema(map, "else", at)?));
+            node.condition = Some((
+                condition,
+                self.schema(map, "then", at)?,
+                self.schema(map, "else", at)?,
+            ));
         }
         if let Some(r) = map.get("$ref") {
             let r = r.as_str().ok_or_else(|| bad(at, "$ref must be a string"))?;
@@ -498,10 +508,15 @@ impl Run<'_> {
         if let Some(not) = node.not
             && self.passes(not, value)
         {
-            self.errors.push(format!("{label} has a form that is not allowed"));
+            self.errors
+                .push(format!("{label} has a form that is not allowed"));
         }
         if let Some((condition, then, otherwise)) = node.condition {
-            let branch = if self.passes(condition, value) { then } else { otherwise };
+            let branch = if self.passes(condition, value) {
+                then
+            } else {
+                otherwise
+            };
             if let Some(b) = branch {
                 self.check(b, value, path);
             }
@@ -535,8 +550,7 @@ impl Run<'_> {
         if let Some(min) = node.min_length
             && chars() < min
         {
-            self.errors
-                .push(format!("{label} must be at least {min} chars"));
+            self.errors.push(format!("{label} must be at least {min} chars"));
         }
         if let Some(max) = node.max_length
             && chars() > max
@@ -562,8 +576,7 @@ impl Run<'_> {
         if let Some(max) = node.max_items
             && n > max
         {
-            self.errors
-                .push(format!("{label} must have at most {max} items"));
+            self.errors.push(format!("{label} must have at most {max} items"));
         }
         if node.unique_items
             && items
@@ -660,7 +673,8 @@ impl Validator {
         run.check(0, value, "");
         if run.exhausted {
             run.errors.push(
-                "the tool's parameter schema refers to itself without end (or is too large to check)".to_owned(),
+                "the tool's parameter schema refers to itself without end (or is too large to check)"
+                    .to_owned(),
             );
         }
         run.errors
@@ -680,8 +694,14 @@ mod tests {
     #[test]
     fn types_and_scalars() {
         assert!(errors(json!({"type": "integer"}), json!(3)).is_empty());
-        assert!(errors(json!({"type": "integer"}), json!(3.0)).is_empty(), "JSON Schema's integer");
-        assert_eq!(errors(json!({"type": "integer"}), json!(3.5)), ["parameter should be integer"]);
+        assert!(
+            errors(json!({"type": "integer"}), json!(3.0)).is_empty(),
+            "JSON Schema's integer"
+        );
+        assert_eq!(
+            errors(json!({"type": "integer"}), json!(3.5)),
+            ["parameter should be integer"]
+        );
         assert_eq!(
             errors(json!({"type": ["string", "null"]}), json!(1)),
             ["parameter should be string or null"]
@@ -692,7 +712,10 @@ mod tests {
             [r#"parameter must be one of ["a","b"]"#]
         );
         assert!(errors(json!({"enum": [1, 2]}), json!(2.0)).is_empty());
-        assert_eq!(errors(json!({"const": "x"}), json!("y")), [r#"parameter must be "x""#]);
+        assert_eq!(
+            errors(json!({"const": "x"}), json!("y")),
+            [r#"parameter must be "x""#]
+        );
         assert_eq!(
             errors(json!({"minimum": 1, "exclusiveMaximum": 10}), json!(10)),
             ["parameter must be < 10"]
@@ -702,7 +725,10 @@ mod tests {
             ["parameter must be > 5"],
             "draft 4's boolean form"
         );
-        assert_eq!(errors(json!({"multipleOf": 0.5}), json!(1.25)), ["parameter must be a multiple of 0.5"]);
+        assert_eq!(
+            errors(json!({"multipleOf": 0.5}), json!(1.25)),
+            ["parameter must be a multiple of 0.5"]
+        );
         assert!(errors(json!({"multipleOf": 0.1}), json!(0.3)).is_empty());
         assert_eq!(
             errors(json!({"minLength": 2, "maxLength": 3}), json!("é")),
@@ -729,7 +755,10 @@ mod tests {
             "patternProperties": {"^x-": {"type": "string"}}});
         assert_eq!(errors(schema.clone(), json!({})), ["missing required a"]);
         assert_eq!(
-            errors(schema.clone(), json!({"a": {"b": [1, "2", 1]}, "x-ok": 1, "zz": 0})),
+            errors(
+                schema.clone(),
+                json!({"a": {"b": [1, "2", 1]}, "x-ok": 1, "zz": 0})
+            ),
             [
                 "a.b must have at most 2 items",
                 "a.b must not contain the same item twice",
@@ -742,10 +771,16 @@ mod tests {
             "contains": {"const": 7}});
         assert_eq!(
             errors(tuple, json!(["s", "t"])),
-            ["[1] should be integer", "parameter must contain an item of the required form"]
+            [
+                "[1] should be integer",
+                "parameter must contain an item of the required form"
+            ]
         );
         assert_eq!(
-            errors(json!({"additionalProperties": {"type": "boolean"}}), json!({"k": 1})),
+            errors(
+                json!({"additionalProperties": {"type": "boolean"}}),
+                json!({"k": 1})
+            ),
             ["k should be boolean"]
         );
     }
@@ -757,12 +792,27 @@ mod tests {
                 "o": {"oneOf": [{"type": "integer"}, {"type": "number"}]}, "p": {"not": {"type": "string"}},
                 "q": {"if": {"type": "string"}, "then": {"minLength": 2}, "else": {"type": "integer"}}}});
         assert_eq!(errors(schema.clone(), json!({"n": 0})), ["n must be >= 1"]);
-        assert_eq!(errors(schema.clone(), json!({"m": 1})), ["m matches none of the allowed forms"]);
-        assert_eq!(errors(schema.clone(), json!({"o": 1})), ["o matches more than one of the allowed forms"]);
+        assert_eq!(
+            errors(schema.clone(), json!({"m": 1})),
+            ["m matches none of the allowed forms"]
+        );
+        assert_eq!(
+            errors(schema.clone(), json!({"o": 1})),
+            ["o matches more than one of the allowed forms"]
+        );
         assert!(errors(schema.clone(), json!({"o": 1.5})).is_empty());
-        assert_eq!(errors(schema.clone(), json!({"p": "s"})), ["p has a form that is not allowed"]);
-        assert_eq!(errors(schema.clone(), json!({"q": "a"})), ["q must be at least 2 chars"]);
-        assert_eq!(errors(schema.clone(), json!({"q": true})), ["q should be integer"]);
+        assert_eq!(
+            errors(schema.clone(), json!({"p": "s"})),
+            ["p has a form that is not allowed"]
+        );
+        assert_eq!(
+            errors(schema.clone(), json!({"q": "a"})),
+            ["q must be at least 2 chars"]
+        );
+        assert_eq!(
+            errors(schema.clone(), json!({"q": true})),
+            ["q should be integer"]
+        );
         // A recursive schema: a tree of any depth.
         let tree = json!({"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}},
             "name": {"type": "string"}}});
