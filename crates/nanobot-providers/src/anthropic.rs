@@ -160,7 +160,14 @@ impl AnthropicClient {
     }
 
     async fn json_events(&self, body: &Value, tx: &Tx) -> Result<(), ProviderError> {
-        let resp = self.endpoint.post_json(&self.url(), &self.auth(), body).await?;
+        let resp = self
+            .endpoint
+            .post_json(
+                &self.url(),
+                &self.auth(),
+                &crate::endpoint::JsonBody::from_value(body),
+            )
+            .await?;
         let v = self.endpoint.read_json(resp).await?;
         if v.get("type").and_then(Value::as_str) == Some("error") {
             return Err(event_error(&self.endpoint.provider, &v));
@@ -215,7 +222,14 @@ impl AnthropicClient {
 
     async fn stream_events(&self, body: &Value, tx: &Tx) -> Result<(), ProviderError> {
         let provider = &self.endpoint.provider;
-        let mut events = self.endpoint.post_sse(&self.url(), &self.auth(), body).await?;
+        let mut events = self
+            .endpoint
+            .post_sse(
+                &self.url(),
+                &self.auth(),
+                &crate::endpoint::JsonBody::from_value(body),
+            )
+            .await?;
         let mut thinking: Option<(usize, String, String)> = None;
         let mut input_usage = Usage::default();
         let mut finish: Option<FinishReason> = None;

@@ -361,7 +361,10 @@ impl CodexClient {
         ];
         let body = self.request_body(&request);
         let url = format!("{}/codex/responses", endpoint.base_url);
-        let events = match endpoint.post_sse(&url, &auth, &body).await {
+        let events = match endpoint
+            .post_sse(&url, &auth, &crate::endpoint::JsonBody::from_value(&body))
+            .await
+        {
             Ok(s) => s,
             Err(e) => {
                 let _ = tx.send(Err(usage_limit(e))).await;

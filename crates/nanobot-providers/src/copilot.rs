@@ -553,7 +553,10 @@ impl CopilotClient {
         ];
         let body = self.responses_body(&request);
         let url = format!("{}/responses", endpoint.base_url);
-        match endpoint.post_sse(&url, &auth, &body).await {
+        match endpoint
+            .post_sse(&url, &auth, &crate::endpoint::JsonBody::from_value(&body))
+            .await
+        {
             Ok(events) => crate::responses::forward(events, &provider, tx).await,
             Err(e) => {
                 if let ProviderError::Auth { .. } = &e {

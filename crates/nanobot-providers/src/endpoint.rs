@@ -154,7 +154,7 @@ impl Endpoint {
         &self,
         url: &str,
         auth: &[(&str, String)],
-        body: &Value,
+        body: &JsonBody,
     ) -> Result<reqwest::Response, ProviderError> {
         self.post_json_until(url, auth, body, self.deadline()).await
     }
@@ -163,7 +163,7 @@ impl Endpoint {
         &self,
         url: &str,
         auth: &[(&str, String)],
-        body: &Value,
+        body: &JsonBody,
         deadline: Instant,
     ) -> Result<reqwest::Response, ProviderError> {
         let mut target = reqwest::Url::parse(url)
@@ -171,14 +171,18 @@ impl Endpoint {
         if !self.query.is_empty() {
             target.query_pairs_mut().extend_pairs(self.query.iter());
         }
-        let mut req = self.http.post(target).json(body);
+        let mut req = self
+            .http
+            .post(target)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.bytes.clone());
         for (k, v) in auth {
             req = req.header(*k, v);
         }
         for (k, v) in &self.headers {
             req = req.header(k.as_str(), v.as_str());
         }
-        tracing::debug!(provider = %self.provider, url, model = ?body.get("model"), stream = ?body.get("stream"), "LLM request");
+        tracing::debug!(provider = %self.provider, url, model = ?body.model, stream = body.stream, "LLM request");
         let (limit, what, after) = self.limit(self.timeouts.request, WaitKind::Head, deadline);
         let resp = match tokio::time::timeout_at(limit, req.send()).await {
             Err(_) => return Err(self.timed_out(what, after)),
@@ -207,7 +211,7 @@ impl Endpoint {
         }
         let err = crate::diagnose::explain_http(
             self,
-            body.get("model").and_then(Value::as_str),
+            body.model.as_deref(),
             ProviderError::from_http(&self.provider, status.as_u16(), retry_after, &text),
         );
         tracing::warn!(provider = %self.provider, status = status.as_u16(), error = %err, "LLM request failed");
@@ -221,7 +225,7 @@ impl Endpoint {
         &self,
         url: &str,
         auth: &[(&str, String)],
-        body: &Value,
+        body: &JsonBody,
     ) -> Result<
         impl Stream<Item = Result<eventsource_stream::Event, ProviderError>> + Send + Unpin + use<>,
         ProviderError,
@@ -410,6 +414,39 @@ where
 }
 
 /// Merges `extra` into the top level of `body` (config `extraBody`).
+/// A request's JSON, written once: its bytes (cheap to send again), and the model and stream switch it names, for
+/// logs and error messages.
+#[derive(Debug, Clone)]
+pub(crate) struct JsonBody {
+    pub(crate) bytes: bytes::Bytes,
+    pub(crate) model: Option<String>,
+    pub(crate) stream: bool,
+}
+
+impl JsonBody {
+    /// A body built as a JSON value.
+    pub(crate) fn from_value(body: &Value) -> Self {
+        Self {
+            bytes: serde_json::to_vec(body).unwrap_or_default().into(),
+            model: body.get("model").and_then(Value::as_str).map(str::to_owned),
+            stream: body.get("stream") == Some(&Value::Bool(true)),
+        }
+    }
+
+    /// A body written straight from `body` (no JSON value in between).
+    pub(crate) fn write(
+        body: &impl serde::Serialize,
+        model: &str,
+        stream: bool,
+    ) -> Result<Self, serde_json::Error> {
+        Ok(Self {
+            bytes: serde_json::to_vec(body)?.into(),
+            model: Some(model.to_owned()),
+            stream,
+        })
+    }
+}
+
 pub(crate) fn merge_extra(body: &mut Value, extra: Option<&Map<String, Value>>) {
     if let (Value::Object(b), Some(extra)) = (body, extra) {
         for (k, v) in extra {

@@ -372,7 +372,11 @@ impl GrokClient {
             let mut endpoint = self.endpoint.clone();
             endpoint.api_key = Some(token.access.expose().to_owned());
             match endpoint
-                .post_sse(&url, &Self::headers(&token, &model), &body)
+                .post_sse(
+                    &url,
+                    &Self::headers(&token, &model),
+                    &crate::endpoint::JsonBody::from_value(&body),
+                )
                 .await
             {
                 Ok(s) => break s,

@@ -2,25 +2,273 @@
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use serde_json::{Map, Value, json};
+use serde::ser::SerializeMap as _;
+use serde::{Serialize, Serializer};
+use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use std::sync::Arc;
 
 use crate::ProviderError;
 use crate::capabilities::{Capabilities, StreamWithTools, refuses_stream_with_tools};
-use crate::endpoint::{Endpoint, event_stream, merge_extra};
+use crate::endpoint::{Endpoint, JsonBody, event_stream, merge_extra};
+use crate::registry::ProviderSpec;
 use crate::registry::wire_model;
-use crate::shaping::shape;
+use crate::shaping::{Shaping, shape};
 use crate::text_tools::TextToolCallFilter;
 use crate::{
     ChatMessage, ChatRequest, ChatResponse, Content, ContentPart, FinishReason, StreamEvent, ToolChoice,
-    Usage,
+    ToolSpec, Usage,
 };
 use crate::{EventStream, Provider, Timeouts, collect};
 
 /// Placeholder for empty content, as the Python nanobot sends it.
 pub const EMPTY_CONTENT: &str = "(empty)";
+
+/// A chat-completions request body, serialised from the request by reference in the strict OpenAI shape (the keys
+/// in the order a JSON value of it had).
+struct WireBody<'a> {
+    model: String,
+    request: &'a ChatRequest,
+    spec: &'static ProviderSpec,
+    shaping: Shaping,
+    stream: bool,
+}
+
+impl Serialize for WireBody<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let r = self.request;
+        let caching = self.spec.supports_prompt_caching;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("model", &self.model)?;
+        map.serialize_entry(
+            "messages",
+            &WireMessages {
+                messages: &r.messages,
+                spec: self.spec,
+                caching,
+            },
+        )?;
+        if let Some(n) = r.max_tokens {
+            map.serialize_entry(self.shaping.token_field.key(), &n.max(1))?;
+        }
+        if let Some(t) = self.shaping.temperature {
+            map.serialize_entry("temperature", &t)?;
+        }
+        if !r.tools.is_empty() {
+            map.serialize_entry(
+                "tools",
+                &WireTools {
+                    tools: &r.tools,
+                    caching,
+                },
+            )?;
+            match r.tool_choice.clone().unwrap_or_default() {
+                ToolChoice::Auto => map.serialize_entry("tool_choice", "auto")?,
+                ToolChoice::None => map.serialize_entry("tool_choice", "none")?,
+                ToolChoice::Required => map.serialize_entry("tool_choice", "required")?,
+                ToolChoice::Tool(name) => map.serialize_entry(
+                    "tool_choice",
+                    &json!({"type": "function", "function": {"name": name}}),
+                )?,
+            }
+        }
+        if let Some(effort) = &self.shaping.reasoning_effort {
+            map.serialize_entry("reasoning_effort", effort)?;
+        }
+        for (k, v) in &self.shaping.extra {
+            map.serialize_entry(k, v)?;
+        }
+        if self.stream {
+            map.serialize_entry("stream", &true)?;
+            map.serialize_entry("stream_options", &json!({"include_usage": true}))?;
+        }
+        map.end()
+    }
+}
+
+struct WireMessages<'a> {
+    messages: &'a [ChatMessage],
+    spec: &'static ProviderSpec,
+    caching: bool,
+}
+
+impl Serialize for WireMessages<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.messages.iter().map(|message| WireMessage {
+            message,
+            spec: self.spec,
+            caching: self.caching,
+        }))
+    }
+}
+
+/// One message in the strict OpenAI shape: only `role`, `content`, `tool_calls`, `tool_call_id`, `name` (and
+/// `reasoning_content` where the provider needs it back); empty content handled like the Python nanobot.
+struct WireMessage<'a> {
+    message: &'a ChatMessage,
+    spec: &'static ProviderSpec,
+    caching: bool,
+}
+
+/// A message's content: its text, its parts (empty text parts dropped: strict providers reject them), or
+/// [`EMPTY_CONTENT`]; with `cached`, a text becomes one text part marked for prompt caching.
+struct WireContent<'a> {
+    content: &'a Content,
+    cached: bool,
+}
+
+impl Serialize for WireContent<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let text = match self.content {
+            c if c.is_empty() => EMPTY_CONTENT,
+            Content::Text(t) => t.as_str(),
+            Content::Parts(parts) => {
+                return serializer.collect_seq(
+                    parts
+                        .iter()
+                        .filter(|p| !matches!(p, ContentPart::Text { text } if text.is_empty())),
+                );
+            }
+        };
+        if self.cached {
+            serializer.collect_seq([CachedText(text)])
+        } else {
+            serializer.serialize_str(text)
+        }
+    }
+}
+
+/// `{"type": "text", "text": …, "cache_control": {"type": "ephemeral"}}`.
+struct CachedText<'a>(&'a str);
+
+impl Serialize for CachedText<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("type", "text")?;
+        map.serialize_entry("text", self.0)?;
+        map.serialize_entry("cache_control", &Ephemeral)?;
+        map.end()
+    }
+}
+
+/// `{"type": "ephemeral"}`.
+struct Ephemeral;
+
+impl Serialize for Ephemeral {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry("type", "ephemeral")?;
+        map.end()
+    }
+}
+
+impl Serialize for WireMessage<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        let plain = |content| WireContent {
+            content,
+            cached: false,
+        };
+        match self.message {
+            ChatMessage::System { content } => {
+                map.serialize_entry("role", "system")?;
+                // Prompt caching marks a system text (empty included: it is sent as a text), not parts.
+                let cached = self.caching && (content.is_empty() || matches!(content, Content::Text(_)));
+                map.serialize_entry("content", &WireContent { content, cached })?;
+            }
+            ChatMessage::User { content } => {
+                map.serialize_entry("role", "user")?;
+                map.serialize_entry("content", &plain(content))?;
+            }
+            ChatMessage::Tool {
+                tool_call_id,
+                name,
+                content,
+            } => {
+                map.serialize_entry("role", "tool")?;
+                map.serialize_entry("tool_call_id", tool_call_id)?;
+                map.serialize_entry("content", &plain(content))?;
+                if let Some(n) = name {
+                    map.serialize_entry("name", n)?;
+                }
+            }
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+                reasoning_content,
+                ..
+            } => {
+                map.serialize_entry("role", "assistant")?;
+                let text = content.as_deref().unwrap_or_default();
+                match (text.is_empty(), tool_calls.is_empty()) {
+                    (false, _) => map.serialize_entry("content", text)?,
+                    (true, false) if self.spec.empty_string_tool_content => {
+                        map.serialize_entry("content", "")?;
+                    }
+                    (true, false) => map.serialize_entry("content", &())?,
+                    (true, true) => map.serialize_entry("content", EMPTY_CONTENT)?,
+                }
+                if !tool_calls.is_empty() {
+                    map.serialize_entry("tool_calls", tool_calls)?;
+                }
+                if self.spec.sends_reasoning_content
+                    && let Some(r) = reasoning_content
+                {
+                    map.serialize_entry("reasoning_content", r)?;
+                }
+            }
+        }
+        map.end()
+    }
+}
+
+/// The tools, each `{"type": "function", "function": {name, description, parameters}}` (the last marked for
+/// prompt caching where the provider caches).
+struct WireTools<'a> {
+    tools: &'a [ToolSpec],
+    caching: bool,
+}
+
+/// One tool of [`WireTools`]; with `.1`, marked for prompt caching.
+struct WireTool<'a>(&'a ToolSpec, bool);
+
+/// A tool's `function` object.
+struct WireFunction<'a>(&'a ToolSpec);
+
+impl Serialize for WireFunction<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("name", &self.0.name)?;
+        map.serialize_entry("description", &self.0.description)?;
+        map.serialize_entry("parameters", &self.0.parameters)?;
+        map.end()
+    }
+}
+
+impl Serialize for WireTool<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("type", "function")?;
+        map.serialize_entry("function", &WireFunction(self.0))?;
+        if self.1 {
+            map.serialize_entry("cache_control", &Ephemeral)?;
+        }
+        map.end()
+    }
+}
+
+impl Serialize for WireTools<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let n = self.tools.len();
+        serializer.collect_seq(
+            self.tools
+                .iter()
+                .enumerate()
+                .map(|(i, t)| WireTool(t, self.caching && i + 1 == n)),
+        )
+    }
+}
 
 /// An OpenAI-compatible provider. Clones share what was learnt about the server ([`Capabilities`]).
 #[derive(Debug, Clone)]
@@ -102,133 +350,44 @@ impl OpenAiCompatClient {
             .collect()
     }
 
-    /// The JSON body sent for `request` (`stream` selects SSE).
+    /// The JSON body sent for `request` (`stream` selects SSE), as a value (for tests and diagnostics; a
+    /// request writes the wire body straight to bytes).
     pub fn request_body(&self, request: &ChatRequest, stream: bool) -> Value {
+        let mut body = serde_json::to_value(self.wire_body(request, stream)).unwrap_or_default();
+        merge_extra(&mut body, self.endpoint.extra_body.as_ref());
+        body
+    }
+
+    /// The request's body as it is sent: written from the conversation by reference, without a JSON value in
+    /// between, unless `extraBody` is configured (it is merged into a value then).
+    fn json_body(&self, request: &ChatRequest, stream: bool) -> Result<JsonBody, ProviderError> {
+        if self.endpoint.extra_body.as_ref().is_some_and(|e| !e.is_empty()) {
+            return Ok(JsonBody::from_value(&self.request_body(request, stream)));
+        }
+        let wire = self.wire_body(request, stream);
+        JsonBody::write(&wire, &wire.model, stream).map_err(|e| {
+            ProviderError::Config(format!(
+                "{}: the request cannot be written: {e}",
+                self.endpoint.provider
+            ))
+        })
+    }
+
+    fn wire_body<'a>(&'a self, request: &'a ChatRequest, stream: bool) -> WireBody<'a> {
         let spec = self.endpoint.spec;
         let model = wire_model(spec, &self.endpoint.provider, &request.model);
-        let mut body = Map::new();
-        body.insert("model".into(), Value::String(model.clone()));
-        let mut messages: Vec<Value> = request.messages.iter().map(|m| self.message(m)).collect();
-        let caching = spec.supports_prompt_caching;
-        if caching {
-            for m in &mut messages {
-                if m["role"] == "system"
-                    && let Some(text) = m["content"].as_str().map(str::to_owned)
-                {
-                    m["content"] =
-                        json!([{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]);
-                }
-            }
-        }
-        body.insert("messages".into(), Value::Array(messages));
         let shaping = shape(
             spec,
             &model,
             request.temperature,
             request.reasoning_effort.as_deref(),
         );
-        if let Some(n) = request.max_tokens {
-            body.insert(shaping.token_field.key().into(), json!(n.max(1)));
-        }
-        if let Some(t) = shaping.temperature {
-            body.insert("temperature".into(), json!(t));
-        }
-        if !request.tools.is_empty() {
-            let n = request.tools.len();
-            let tools: Vec<Value> = request
-                .tools
-                .iter()
-                .enumerate()
-                .map(|(i, t)| {
-                    let mut v = json!({"type": "function", "function": {
-                        "name": t.name, "description": t.description, "parameters": t.parameters}});
-                    if caching && i + 1 == n {
-                        v["cache_control"] = json!({"type": "ephemeral"});
-                    }
-                    v
-                })
-                .collect();
-            body.insert("tools".into(), Value::Array(tools));
-            let choice = match request.tool_choice.clone().unwrap_or_default() {
-                ToolChoice::Auto => json!("auto"),
-                ToolChoice::None => json!("none"),
-                ToolChoice::Required => json!("required"),
-                ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
-            };
-            body.insert("tool_choice".into(), choice);
-        }
-        if let Some(effort) = shaping.reasoning_effort {
-            body.insert("reasoning_effort".into(), json!(effort));
-        }
-        body.extend(shaping.extra);
-        if stream {
-            body.insert("stream".into(), json!(true));
-            body.insert("stream_options".into(), json!({"include_usage": true}));
-        }
-        let mut body = Value::Object(body);
-        merge_extra(&mut body, self.endpoint.extra_body.as_ref());
-        body
-    }
-
-    /// One message in the strict OpenAI shape: only `role`, `content`, `tool_calls`, `tool_call_id`, `name`
-    /// (and `reasoning_content` where the provider needs it back); empty content handled like the Python
-    /// nanobot.
-    fn message(&self, m: &ChatMessage) -> Value {
-        let spec = self.endpoint.spec;
-        let content = |c: &Content| -> Value {
-            if c.is_empty() {
-                json!(EMPTY_CONTENT)
-            } else {
-                match c {
-                    Content::Text(t) => json!(t),
-                    // Empty text parts are dropped (strict providers reject them).
-                    Content::Parts(parts) => json!(
-                        parts
-                            .iter()
-                            .filter(|p| !matches!(p, ContentPart::Text { text } if text.is_empty()))
-                            .collect::<Vec<_>>()
-                    ),
-                }
-            }
-        };
-        match m {
-            ChatMessage::System { content: c } => json!({"role": "system", "content": content(c)}),
-            ChatMessage::User { content: c } => json!({"role": "user", "content": content(c)}),
-            ChatMessage::Tool {
-                tool_call_id,
-                name,
-                content: c,
-            } => {
-                let mut v = json!({"role": "tool", "tool_call_id": tool_call_id, "content": content(c)});
-                if let Some(n) = name {
-                    v["name"] = json!(n);
-                }
-                v
-            }
-            ChatMessage::Assistant {
-                content: c,
-                tool_calls,
-                reasoning_content,
-                ..
-            } => {
-                let text = c.as_deref().unwrap_or_default();
-                let content = match (text.is_empty(), tool_calls.is_empty()) {
-                    (false, _) => json!(text),
-                    (true, false) if spec.empty_string_tool_content => json!(""),
-                    (true, false) => Value::Null,
-                    (true, true) => json!(EMPTY_CONTENT),
-                };
-                let mut v = json!({"role": "assistant", "content": content});
-                if !tool_calls.is_empty() {
-                    v["tool_calls"] = json!(tool_calls);
-                }
-                if spec.sends_reasoning_content
-                    && let Some(r) = reasoning_content
-                {
-                    v["reasoning_content"] = json!(r);
-                }
-                v
-            }
+        WireBody {
+            model,
+            request,
+            spec,
+            shaping,
+            stream,
         }
     }
 
@@ -240,8 +399,8 @@ impl OpenAiCompatClient {
             self.finish_json(&request, out).await;
             return;
         }
-        let body = self.request_body(&request, true);
         let result = async {
+            let body = self.json_body(&request, true)?;
             let mut events = self.endpoint.post_sse(&self.url(), &self.auth(), &body).await?;
             let mut finished = false;
             while let Some(ev) = events.next().await {
@@ -354,7 +513,7 @@ impl OpenAiCompatClient {
 
     /// A non-streaming request, as events.
     async fn chat_json(&self, request: &ChatRequest) -> Result<Vec<StreamEvent>, ProviderError> {
-        let body = self.request_body(request, false);
+        let body = self.json_body(request, false)?;
         let resp = self.endpoint.post_json(&self.url(), &self.auth(), &body).await?;
         let v = self.endpoint.read_json(resp).await?;
         if let Some(err) = v.get("error") {

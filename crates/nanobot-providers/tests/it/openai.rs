@@ -363,3 +363,72 @@ async fn a_valid_empty_answer_is_asked_again_once_then_taken() {
         assert_eq!(mock.request_count(), 3 + n, "one streamed request each");
     }
 }
+
+/// The body is written from the conversation as the strict OpenAI shape wants it, on the wire (what the server got,
+/// not a value made for the test): empty contents, empty text parts, an assistant's tool calls without text, prompt
+/// caching of an empty system prompt and of the last tool, and the keys in their order.
+#[tokio::test]
+async fn the_wire_body_is_the_strict_shape_for_every_kind_of_message() {
+    let messages = vec![
+        ChatMessage::system(""),
+        ChatMessage::User {
+            content: nanobot_providers::Content::Parts(vec![
+                nanobot_providers::ContentPart::text(""),
+                nanobot_providers::ContentPart::text("hi"),
+            ]),
+        },
+        ChatMessage::assistant_tool_calls(None, vec![ToolCall::new("c1", "read_file", json!({"path": "a"}))]),
+        ChatMessage::tool_result("c1", "read_file", ""),
+        ChatMessage::Assistant {
+            content: None,
+            tool_calls: vec![],
+            reasoning_content: None,
+            thinking_blocks: None,
+        },
+    ];
+    let expected_messages = |null_content: serde_json::Value, system: serde_json::Value| {
+        json!([
+            {"role": "system", "content": system},
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "assistant", "content": null_content, "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "read_file", "arguments": "{\"path\": \"a\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "(empty)", "name": "read_file"},
+            {"role": "assistant", "content": "(empty)"},
+        ])
+    };
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("ok"));
+    mock.push(MockReply::text("ok"));
+    let plain = openai(&mock, "openai");
+    plain
+        .chat(ChatRequest::new("gpt-4o", messages.clone()))
+        .await
+        .unwrap();
+    let caching = openai(&mock, "openrouter");
+    caching
+        .chat(ChatRequest::new("anthropic/claude-3", messages).with_tools(vec![read_file_tool()]))
+        .await
+        .unwrap();
+    let sent = mock.requests();
+    assert_eq!(
+        sent[0].body["messages"],
+        expected_messages(json!(null), json!("(empty)"))
+    );
+    assert_eq!(
+        sent[1].body["messages"],
+        expected_messages(
+            sent[1].body["messages"][2]["content"].clone(),
+            json!([{"type": "text", "text": "(empty)", "cache_control": {"type": "ephemeral"}}])
+        )
+    );
+    assert_eq!(
+        sent[1].body["tools"][0]["cache_control"],
+        json!({"type": "ephemeral"})
+    );
+    assert_eq!(sent[1].body["tools"][0]["function"]["name"], "read_file");
+    assert_eq!(
+        sent[1].body.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["model", "messages", "tools", "tool_choice"],
+        "the keys in their order"
+    );
+}
