@@ -373,6 +373,7 @@ const FLOORS: &[(&str, u8)] = &[
     ("nanobot-signal", 3),
     ("nanobot-matrix", 3),
     ("nanobot-wecom", 3),
+    ("nanobot-weixin", 3),
     ("nanobot-mochat", 3),
     ("nanobot-runtime", 4),
     ("nanobot-gateway", 5),

@@ -520,16 +520,17 @@ fn parse_theme(value: &str) -> Result<String, String> {
 pub enum ChannelsAction {
     /// Which channels are enabled and whether their credentials look right.
     Status(ConfigArgs),
-    /// Link a channel that logs in interactively (WhatsApp: scan a QR code with your phone).
+    /// Link a channel that logs in interactively (WhatsApp, personal WeChat: scan a QR code with your phone).
     Login(ChannelLoginArgs),
 }
 
 /// `nanobot channels login CHANNEL`.
 #[derive(Debug, Clone, Args)]
 pub struct ChannelLoginArgs {
-    /// The channel (`whatsapp`).
+    /// The channel (`whatsapp` or `weixin`).
     pub channel: String,
-    /// Link again even if a device is already linked (the old credentials are kept aside, not deleted).
+    /// Link again even if already linked (WhatsApp's old credentials are kept aside, not deleted; WeChat's
+    /// working login is replaced only once the new scan is confirmed).
     #[arg(short = 'f', long = "force")]
     pub force: bool,
     /// Config file and workspace.

@@ -1,4 +1,4 @@
-//! `nanobot channels login CHANNEL`: interactive linking (WhatsApp's QR code).
+//! `nanobot channels login CHANNEL`: interactive linking (WhatsApp's and personal WeChat's QR codes).
 
 use std::io::Write;
 #[cfg(feature = "whatsapp")]
@@ -9,7 +9,7 @@ use std::time::Duration;
 #[cfg(feature = "whatsapp")]
 use nanobot_whatsapp::{WhatsAppConfig, WhatsAppSettings};
 
-#[cfg(feature = "whatsapp")]
+#[cfg(any(feature = "whatsapp", feature = "weixin"))]
 use crate::setup;
 use crate::setup::CliEnv;
 use crate::{ChannelLoginArgs, CliError};
@@ -35,19 +35,94 @@ const TOKEN_CHANNELS: &[&str] = &[
 
 pub(crate) fn login(env: &CliEnv, args: &ChannelLoginArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let name = args.channel.trim().to_ascii_lowercase();
-    if name != "whatsapp" {
-        return Err(CliError::Usage(if TOKEN_CHANNELS.contains(&name.as_str()) {
+    match name.as_str() {
+        "whatsapp" => login_whatsapp(env, args, out),
+        "weixin" => login_weixin(env, args, out),
+        _ => Err(CliError::Usage(if TOKEN_CHANNELS.contains(&name.as_str()) {
             format!(
                 "`{name}` has no interactive login: put its credentials in `channels.{name}` of the config"
             )
         } else {
             format!(
-                "unknown channel {:?}: `nanobot channels login` supports whatsapp",
+                "unknown channel {:?}: `nanobot channels login` supports whatsapp and weixin",
                 args.channel
             )
-        }));
+        })),
     }
-    login_whatsapp(env, args, out)
+}
+
+/// Without the `weixin` cargo feature there is nothing to log in to.
+#[cfg(not(feature = "weixin"))]
+fn login_weixin(_env: &CliEnv, _args: &ChannelLoginArgs, _out: &mut dyn Write) -> Result<(), CliError> {
+    Err(CliError::Usage(
+        "this nanobot was built without the personal WeChat channel (cargo feature `weixin`)".to_owned(),
+    ))
+}
+
+/// `nanobot channels login weixin [--force]`: 0.3.5's QR login. The QR code is printed, the number WeChat may
+/// show on the phone is read from the terminal, and the token goes to `<stateDir>/account.json` and into
+/// `channels.weixin` of the config file (as 0.3.5 writes them). Exits 1 when the login fails.
+#[cfg(feature = "weixin")]
+fn login_weixin(env: &CliEnv, args: &ChannelLoginArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let s = setup::load(env, &args.config, false)?;
+    let block = s
+        .loaded
+        .config
+        .channels
+        .other
+        .get(nanobot_weixin::NAME)
+        .cloned()
+        .unwrap_or_else(|| serde_json::json!({}));
+    let settings =
+        nanobot_weixin::WeixinSettings::from_block(&block).map_err(|e| CliError::Usage(e.to_string()))?;
+    let state_dir = settings.state_dir(&s.paths.data_dir(), Some(s.paths.home()));
+    let config_path = s.paths.config_path().to_path_buf();
+    out.write_all("🐈 WeChat login\n".as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| CliError::io("write", "stdout", e))?;
+    // The number the phone shows, typed in the terminal (a closed stdin ends the login).
+    let read_code = || async {
+        tokio::task::spawn_blocking(|| {
+            let mut line = String::new();
+            match std::io::stdin().read_line(&mut line) {
+                Ok(0) => Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the terminal's input is closed",
+                )),
+                Ok(_) => Ok(line),
+                Err(e) => Err(e),
+            }
+        })
+        .await
+        .map_err(std::io::Error::other)?
+    };
+    let rt = crate::runtime()?;
+    let logged = rt
+        .block_on(nanobot_weixin::login(
+            &settings,
+            &state_dir,
+            Some(&config_path),
+            args.force,
+            out,
+            read_code,
+        ))
+        .map_err(|e| CliError::Failed(e.to_string()))?;
+    if logged.already {
+        return Ok(());
+    }
+    let who = if logged.user_id.is_empty() {
+        "<your WeChat id>".to_owned()
+    } else {
+        logged.user_id.clone()
+    };
+    writeln!(
+        out,
+        "✓ WeChat logged in as {who}. Saved in {} and `channels.weixin` of {}.\nEnable it with \"weixin\": \
+         {{\"enabled\": true, \"allowFrom\": [\"{who}\"]}} under `channels`, then run `nanobot gateway`.",
+        logged.state_file.display(),
+        config_path.display()
+    )
+    .map_err(|e| CliError::io("write", "stdout", e))
 }
 
 /// Without the `whatsapp` cargo feature there is nothing to log in to.
@@ -116,4 +191,84 @@ fn login_whatsapp(env: &CliEnv, args: &ChannelLoginArgs, out: &mut dyn Write) ->
             settings.auth_dir.display()
         ),
     )
+}
+
+#[cfg(all(test, feature = "weixin"))]
+mod tests {
+    use super::*;
+    use crate::ConfigArgs;
+    use nanobot_testkit::fake_weixin::{BOT_ID, FakeWeixin};
+
+    /// `nanobot channels login weixin` against the fake iLink API: the QR code printed, scanned and confirmed on
+    /// the "phone", and the token written to `~/.nanobot/weixin/account.json` and into `config.json` (other keys
+    /// kept), as 0.3.5 writes them.
+    #[test]
+    fn weixin_logs_in_with_a_qr_code_and_writes_both_files() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let fake = rt.block_on(FakeWeixin::start()).unwrap();
+        fake.set_qr_hold(std::time::Duration::from_millis(300));
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join(".nanobot");
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = serde_json::json!({"channels": {"sendProgress": false, "weixin": {
+            "enabled": true, "baseUrl": fake.base_url(), "cdnBaseUrl": fake.cdn_base_url(),
+            "allowFrom": ["alice@im.wechat"]}}});
+        std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+        let env = CliEnv::for_home(home.path(), nanobot_util::EnvMap::default());
+        let args = ChannelLoginArgs {
+            channel: " WeiXin ".into(),
+            force: false,
+            config: ConfigArgs {
+                config: None,
+                workspace: None,
+            },
+        };
+        let cli = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let result = login(&env, &args, &mut out);
+            (result, String::from_utf8(out).unwrap())
+        });
+        let within = std::time::Duration::from_secs(30);
+        let token = rt
+            .block_on(async {
+                fake.wait_qr_status("wait", within).await?;
+                fake.confirm("alice@im.wechat")
+            })
+            .unwrap()
+            .unwrap();
+        let (result, out) = cli.join().unwrap();
+        result.unwrap();
+        assert!(
+            out.contains("WeChat login") && out.contains(&fake.qrs()[0].img_content),
+            "{out}"
+        );
+        assert!(out.contains("✓ WeChat logged in as alice@im.wechat"), "{out}");
+        assert!(!out.contains(&token), "the token is never printed");
+        assert!(token.starts_with(BOT_ID));
+        let account: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("weixin/account.json")).unwrap()).unwrap();
+        assert_eq!(
+            account,
+            serde_json::json!({"token": token, "get_updates_buf": "", "context_tokens": {}, "typing_tickets": {},
+                "base_url": fake.base_url()})
+        );
+        let written: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+        assert_eq!(written["channels"]["weixin"]["token"], token);
+        assert_eq!(written["channels"]["weixin"]["baseUrl"], fake.base_url());
+        assert_eq!(written["channels"]["sendProgress"], false, "other keys kept");
+
+        // An unknown channel names the two that log in.
+        let env = CliEnv::for_home(home.path(), nanobot_util::EnvMap::default());
+        let args = ChannelLoginArgs {
+            channel: "icq".into(),
+            force: false,
+            config: ConfigArgs {
+                config: None,
+                workspace: None,
+            },
+        };
+        let err = login(&env, &args, &mut Vec::new()).unwrap_err();
+        assert!(err.to_string().contains("supports whatsapp and weixin"), "{err}");
+    }
 }

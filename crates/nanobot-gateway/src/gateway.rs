@@ -297,6 +297,8 @@ pub const CHANNELS: &[nanobot_channels::ChannelDescriptor] = &[
     nanobot_matrix::DESCRIPTOR,
     #[cfg(feature = "wecom")]
     nanobot_wecom::DESCRIPTOR,
+    #[cfg(feature = "weixin")]
+    nanobot_weixin::DESCRIPTOR,
 ];
 
 /// [`CHANNELS`]' names and `websocket`.

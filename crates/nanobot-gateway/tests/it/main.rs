@@ -23,6 +23,7 @@ mod telegram_attacks;
 mod websocket;
 mod webui_browser;
 mod wecom;
+mod weixin;
 mod whatsapp;
 // nanobot-email's harness for real mail servers (Dovecot, aiosmtpd); not every helper is used here.
 #[allow(dead_code, unreachable_pub)]
