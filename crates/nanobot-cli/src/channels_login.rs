@@ -81,8 +81,8 @@ fn login_weixin(env: &CliEnv, args: &ChannelLoginArgs, out: &mut dyn Write) -> R
         .and_then(|()| out.flush())
         .map_err(|e| CliError::io("write", "stdout", e))?;
     // The number the phone shows, typed in the terminal (a closed stdin ends the login).
-    let read_code = || async {
-        tokio::task::spawn_blocking(|| {
+    let read_code = || {
+        read_line_detached(|| {
             let mut line = String::new();
             match std::io::stdin().read_line(&mut line) {
                 Ok(0) => Err(std::io::Error::new(
@@ -93,8 +93,6 @@ fn login_weixin(env: &CliEnv, args: &ChannelLoginArgs, out: &mut dyn Write) -> R
                 Err(e) => Err(e),
             }
         })
-        .await
-        .map_err(std::io::Error::other)?
     };
     let rt = crate::runtime()?;
     let logged = rt
@@ -123,6 +121,27 @@ fn login_weixin(env: &CliEnv, args: &ChannelLoginArgs, out: &mut dyn Write) -> R
         config_path.display()
     )
     .map_err(|e| CliError::io("write", "stdout", e))
+}
+
+/// `read` (a line of the terminal) on a thread of its own, its answer awaited. When the login gives up meanwhile
+/// (its time bound), the wait is dropped and the command ends at once: the thread is left to the process's exit
+/// (a read on the runtime's blocking pool would hold the runtime's shutdown until a line came).
+#[cfg(feature = "weixin")]
+fn read_line_detached<F>(read: F) -> impl std::future::Future<Output = std::io::Result<String>>
+where
+    F: FnOnce() -> std::io::Result<String> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("weixin-login-input".into())
+        .spawn(move || {
+            let _ = tx.send(read());
+        });
+    async move {
+        spawned?;
+        rx.await
+            .map_err(|_| std::io::Error::other("the terminal's input was not read"))?
+    }
 }
 
 /// Without the `whatsapp` cargo feature there is nothing to log in to.
@@ -270,5 +289,35 @@ mod tests {
         };
         let err = login(&env, &args, &mut Vec::new()).unwrap_err();
         assert!(err.to_string().contains("supports whatsapp and weixin"), "{err}");
+    }
+
+    /// A login that gives up (its time bound) while the number is being typed ends the command at once: the
+    /// terminal's read, still waiting, does not hold the runtime's end.
+    #[test]
+    fn weixin_giving_up_while_a_number_is_typed_does_not_wait_for_the_terminal() {
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let (ended_tx, ended) = std::sync::mpsc::channel();
+        let cli = std::thread::spawn(move || {
+            let rt = crate::runtime().unwrap();
+            let read = read_line_detached(move || {
+                let _ = held.recv();
+                Ok("1234".to_owned())
+            });
+            let gave_up = rt
+                .block_on(async { tokio::time::timeout(std::time::Duration::ZERO, read).await })
+                .is_err();
+            drop(rt);
+            let _ = ended_tx.send(gave_up);
+        });
+        // (A bound only against a hang: the runtime's end does not wait for the read at all.)
+        let result = ended.recv_timeout(std::time::Duration::from_secs(30));
+        drop(release);
+        cli.join().unwrap();
+        assert_eq!(result, Ok(true), "the command waited for the terminal's input");
+
+        // A line typed is the code.
+        let rt = crate::runtime().unwrap();
+        let code = rt.block_on(read_line_detached(|| Ok("7351\n".to_owned())));
+        assert_eq!(code.unwrap(), "7351\n");
     }
 }

@@ -34,6 +34,10 @@ pub(crate) const API_TIMEOUT: Duration = Duration::from_secs(15);
 /// Connecting (0.3.5's 30 s).
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The largest `getupdates` answer read: a batch of long messages may be far over the 2 MiB other answers are
+/// read up to, and one never read would stall the poll on its cursor.
+pub(crate) const MAX_POLL_ANSWER_BYTES: u64 = 64 * 1024 * 1024;
+
 /// What 0.3.5 says when the login expired.
 pub(crate) const AUTH_EXPIRED: &str = "WeChat login expired. Scan again to reconnect.";
 
@@ -56,6 +60,8 @@ pub(crate) enum CallError {
     Status(u16),
     /// The answer is not a JSON object (retryable, as 0.3.5 counts it).
     BadAnswer,
+    /// The answer is longer than the bound it is read up to (in bytes).
+    TooLarge(u64),
     /// `ret` / `errcode` -2: the context token cannot send more.
     Quota(String),
     /// `ret` / `errcode` -14: the login expired.
@@ -84,7 +90,7 @@ impl CallError {
         match self {
             Self::Timeout | Self::Network(_) | Self::BadAnswer => true,
             Self::Status(s) => retryable_status(*s),
-            Self::Quota(_) | Self::Auth(_) | Self::Api { .. } => false,
+            Self::Quota(_) | Self::Auth(_) | Self::Api { .. } | Self::TooLarge(_) => false,
         }
     }
 
@@ -114,6 +120,12 @@ impl std::fmt::Display for CallError {
             Self::Network(why) => write!(f, "the request failed: {why}"),
             Self::Status(s) => write!(f, "HTTP {s}"),
             Self::BadAnswer => f.write_str("the server's answer is not a JSON object"),
+            Self::TooLarge(max) if max % (1024 * 1024) == 0 => write!(
+                f,
+                "the server's answer is larger than {} MiB, the most read",
+                max / (1024 * 1024)
+            ),
+            Self::TooLarge(max) => write!(f, "the server's answer is larger than {max} bytes, the most read"),
             Self::Quota(why) => write!(f, "the context token cannot send more (-2): {why}"),
             Self::Auth(why) => write!(f, "the login expired (-14): {why}"),
             Self::Api {
@@ -239,26 +251,55 @@ pub(crate) fn transport(e: reqwest::Error) -> CallError {
     }
 }
 
-async fn answer(resp: reqwest::Response) -> Result<Value, CallError> {
+async fn answer(resp: reqwest::Response, max: Option<u64>) -> Result<Value, CallError> {
     let status = resp.status();
     if !status.is_success() {
         return Err(CallError::Status(status.as_u16()));
     }
-    match nanobot_channels::download::read_json(resp).await {
+    let value = match max {
+        None => nanobot_channels::download::read_json(resp).await,
+        Some(max) => {
+            let body = nanobot_channels::download::read_body(NAME, "the answer", resp, max)
+                .await
+                .map_err(|e| {
+                    if e.is_too_large() {
+                        CallError::TooLarge(max)
+                    } else {
+                        CallError::Network(nanobot_util::error_chain(&e))
+                    }
+                })?;
+            serde_json::from_slice(&body).unwrap_or(Value::Null)
+        }
+    };
+    match value {
         v @ Value::Object(_) => Ok(v),
         _ => Err(CallError::BadAnswer),
     }
 }
 
 /// `POST <base>/<path>` with `body` (plus `base_info` when `with_base_info`), bounded by `timeout`; the JSON
-/// object answered (its `ret` / `errcode` not checked).
+/// object answered (its `ret` / `errcode` not checked), read up to 2 MiB.
 pub(crate) async fn post(
+    client: &reqwest::Client,
+    target: &Target<'_>,
+    path: &str,
+    body: Value,
+    with_base_info: bool,
+    timeout: Duration,
+) -> Result<Value, CallError> {
+    post_bounded(client, target, path, body, with_base_info, timeout, None).await
+}
+
+/// [`post`], the answer read up to `max` bytes (`None`: the 2 MiB of every platform answer); a longer one is
+/// [`CallError::TooLarge`].
+pub(crate) async fn post_bounded(
     client: &reqwest::Client,
     target: &Target<'_>,
     path: &str,
     mut body: Value,
     with_base_info: bool,
     timeout: Duration,
+    max: Option<u64>,
 ) -> Result<Value, CallError> {
     if with_base_info && body.get("base_info").is_none() {
         body["base_info"] = base_info();
@@ -272,7 +313,7 @@ pub(crate) async fn post(
         .send()
         .await
         .map_err(transport)?;
-    answer(resp).await
+    answer(resp, max).await
 }
 
 /// `GET <base>/<path>?<query>`, bounded by `timeout`; the JSON object answered.
@@ -293,7 +334,7 @@ pub(crate) async fn get(
         .send()
         .await
         .map_err(transport)?;
-    answer(resp).await
+    answer(resp, None).await
 }
 
 #[cfg(test)]
@@ -360,6 +401,50 @@ mod tests {
         assert!(
             shown.contains(AUTH_EXPIRED) && shown.contains("nanobot channels login weixin"),
             "{shown}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_long_poll_answer_is_read_up_to_its_own_bound() {
+        use nanobot_testkit::fake_weixin::FakeWeixin;
+        let fake = FakeWeixin::start().await.unwrap();
+        let token = fake.issue_token("a@im.wechat");
+        let long = "长".repeat(1024 * 1024);
+        fake.push_text("a@im.wechat", &long);
+        let client = client().unwrap();
+        let base = fake.base_url();
+        let target = Target {
+            base: &base,
+            token: Some(&token),
+            route_tag: None,
+        };
+        let poll = |max| {
+            post_bounded(
+                &client,
+                &target,
+                "ilink/bot/getupdates",
+                json!({"get_updates_buf": ""}),
+                true,
+                API_TIMEOUT,
+                max,
+            )
+        };
+        // Over the 2 MiB of other answers, within the poll's bound.
+        assert_eq!(poll(None).await, Err(CallError::BadAnswer));
+        let answer = poll(Some(MAX_POLL_ANSWER_BYTES)).await.unwrap();
+        assert_eq!(answer["msgs"][0]["item_list"][0]["text_item"]["text"], long);
+        // Over the bound: an error naming it.
+        let err = poll(Some(1024 * 1024)).await.unwrap_err();
+        assert_eq!(err, CallError::TooLarge(1024 * 1024));
+        assert!(!err.retryable());
+        let shown = nanobot_util::error_chain(&err.into_channel("the long poll (getupdates)"));
+        assert!(
+            shown.contains("the long poll (getupdates): the server's answer is larger than 1 MiB"),
+            "{shown}"
+        );
+        assert_eq!(
+            poll(Some(1000)).await.unwrap_err().to_string(),
+            "the server's answer is larger than 1000 bytes, the most read"
         );
     }
 

@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::account::{ACCOUNT_FILE, Account, fingerprint};
-use crate::api::{self, API_TIMEOUT, CONFIG_TIMEOUT, CallError, Target, auth_error};
+use crate::api::{self, API_TIMEOUT, CONFIG_TIMEOUT, CallError, MAX_POLL_ANSWER_BYTES, Target, auth_error};
 use crate::crypto::{self, to_hex};
 use crate::text::{MAX_MESSAGE_CHARS, cut_index, leaves_fence_open, split_text};
 use crate::{NAME, WeixinSettings};
@@ -59,6 +59,8 @@ const TICKET_RETRY_SECS: f64 = 2.0;
 const TICKET_MAX_RETRY_SECS: f64 = 60.0 * 60.0;
 /// The shortest long poll hold the server's `longpolling_timeout_ms` may set (0.3.5's 5 s).
 const MIN_POLL_HOLD: Duration = Duration::from_secs(5);
+/// The longest long poll hold the server's `longpolling_timeout_ms` may set.
+const MAX_SERVER_POLL_HOLD: Duration = Duration::from_secs(300);
 /// How much longer than its hold a long poll may take (0.3.5's 10 s).
 const POLL_SLACK: Duration = Duration::from_secs(10);
 /// Bound of one media download or upload.
@@ -67,10 +69,15 @@ const MEDIA_TIMEOUT: Duration = Duration::from_secs(300);
 const DELIVERY_TTL: Duration = Duration::from_secs(300);
 /// Partly sent deliveries remembered (0.3.5's 256).
 const MAX_DELIVERIES: usize = 256;
-/// Block-streamed answers followed at once, at most.
+/// Block-streamed answers followed at once, at most (the least recently grown is forgotten first).
 const MAX_STREAMS: usize = 64;
+/// A block-streamed answer that neither grew nor ended for this long is forgotten (its turn failed).
+const STREAM_TTL: Duration = Duration::from_secs(30 * 60);
 /// Bound of the `notifystop` at a stop.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// At a stop, how long the messages of a long poll already answered may take to be handled, so that the cursor
+/// moves past them and they do not come again at the next start.
+const BATCH_GRACE: Duration = Duration::from_secs(5);
 
 const ITEM_TEXT: i64 = 1;
 const ITEM_IMAGE: i64 = 2;
@@ -139,8 +146,8 @@ struct Session {
     base_url: String,
     cursor: String,
     replaced_hash: String,
-    /// The server answered -14: nothing is sent until a new login.
-    expired: bool,
+    /// The server answered -14 (what it said): nothing is sent until a new login.
+    expired: Option<String>,
     /// The next long poll's hold.
     hold: Duration,
 }
@@ -178,6 +185,8 @@ pub struct WeixinChannel {
     saving: tokio::sync::Mutex<()>,
     runs: watch::Sender<u64>,
     polls: watch::Sender<u64>,
+    /// Counts the login expiring and a newer login taken up, so that the long poll acts on them at once.
+    logins: watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for WeixinChannel {
@@ -225,6 +234,7 @@ impl WeixinChannel {
             saving: tokio::sync::Mutex::new(()),
             runs: watch::Sender::new(0),
             polls: watch::Sender::new(0),
+            logins: watch::Sender::new(0),
             settings,
         }
     }
@@ -388,7 +398,9 @@ impl WeixinChannel {
     }
 
     /// A newer token a login elsewhere put in `account.json` (for the configured token, only one that says it
-    /// replaced it), taken instead of the expired one, as 0.3.5 does after a `-14`.
+    /// replaced it), taken instead of the expired one, as 0.3.5 does after a `-14`. The state saved with it
+    /// (cursor, context tokens, typing tickets) is taken with it, as at the start: the old session's belong to
+    /// the old token.
     fn reload_replacement(&self) -> bool {
         let Ok(Some(file)) = Account::read(&self.state_dir) else {
             return false;
@@ -397,16 +409,27 @@ impl WeixinChannel {
         if !configured.is_empty() && file.replaced_hash != fingerprint(configured) {
             return false;
         }
-        let mut s = lock(&self.session);
-        if file.token.is_empty() || file.token == s.token {
-            return false;
+        {
+            let mut s = lock(&self.session);
+            if file.token.is_empty() || file.token == s.token {
+                return false;
+            }
+            s.token = file.token;
+            s.replaced_hash = file.replaced_hash;
+            if !file.base_url.is_empty() {
+                s.base_url = file.base_url;
+            }
+            s.cursor = file.cursor;
+            s.expired = None;
         }
-        s.token = file.token;
-        s.replaced_hash = file.replaced_hash;
-        if !file.base_url.is_empty() {
-            s.base_url = file.base_url;
+        {
+            let mut c = lock(&self.contexts);
+            c.tokens = file.context_tokens;
+            c.at.clear();
+            c.sends.clear();
         }
-        s.expired = false;
+        *lock(&self.tickets) = file.typing_tickets;
+        self.logins.send_modify(|n| *n += 1);
         tracing::info!("weixin: a new login was found in the saved state; using it");
         true
     }
@@ -422,23 +445,29 @@ impl WeixinChannel {
         )
     }
 
-    /// Whether sending can work: logged in, and the login not expired.
+    /// Whether sending can work: logged in, and the login not expired (or a newer login found in `account.json`,
+    /// which is then used).
     fn active(&self) -> Result<(), ChannelError> {
-        let s = lock(&self.session);
-        if s.expired {
+        let (expired, no_token) = {
+            let s = lock(&self.session);
+            (s.expired.is_some(), s.token.is_empty())
+        };
+        if expired && !self.reload_replacement() {
             return Err(auth_error(
                 "an earlier call was refused; nothing is sent until a new login",
             ));
         }
-        if s.token.is_empty() {
-            drop(s);
+        if no_token {
             return Err(self.no_login());
         }
         Ok(())
     }
 
-    fn expire(&self) {
-        lock(&self.session).expired = true;
+    /// The server answered `-14` (`why`): nothing is sent until a new login, and the long poll ends with the
+    /// error (unless a newer login is found).
+    fn expire(&self, why: &str) {
+        lock(&self.session).expired = Some(why.to_owned());
+        self.logins.send_modify(|n| *n += 1);
     }
 
     // ----- calls -----
@@ -457,6 +486,17 @@ impl WeixinChannel {
 
     /// `POST <base>/<path>` with the bot token, `base_info` added; the answer unchecked.
     async fn post(&self, path: &str, body: Value, timeout: Duration) -> Result<Value, CallError> {
+        self.post_bounded(path, body, timeout, None).await
+    }
+
+    /// [`post`](Self::post), the answer read up to `max` bytes (`None`: 2 MiB).
+    async fn post_bounded(
+        &self,
+        path: &str,
+        body: Value,
+        timeout: Duration,
+        max: Option<u64>,
+    ) -> Result<Value, CallError> {
         let client = self
             .http()
             .map_err(|e| CallError::Network(e.to_string()))?
@@ -470,7 +510,7 @@ impl WeixinChannel {
             token: Some(&token),
             route_tag: self.settings.route_tag.as_deref(),
         };
-        api::post(&client, &target, path, body, true, timeout).await
+        api::post_bounded(&client, &target, path, body, true, timeout, max).await
     }
 
     /// [`post`](Self::post), with the answer's `ret` / `errcode` checked.
@@ -495,14 +535,40 @@ impl WeixinChannel {
 
     async fn poll_loop(&self, bus: &Arc<dyn Bus>, cancel: &CancellationToken) -> Result<(), ChannelError> {
         const WHAT: &str = "the long poll (getupdates)";
+        let mut logins = self.logins.subscribe();
+        let mut polling_as = lock(&self.session).token.clone();
         loop {
-            let (cursor, hold) = {
+            logins.borrow_and_update();
+            let (cursor, hold, token, expired) = {
                 let s = lock(&self.session);
-                (s.cursor.clone(), s.hold)
+                (s.cursor.clone(), s.hold, s.token.clone(), s.expired.clone())
             };
+            if let Some(why) = expired {
+                // A send was answered -14: the poll ends with the error, unless a newer login is there.
+                if self.reload_replacement() {
+                    continue;
+                }
+                self.save().await;
+                return Err(auth_error(&why));
+            }
+            if token != polling_as {
+                // A newer login was taken up (here or by a send): said on this connection.
+                polling_as = token;
+                tokio::select! {
+                    () = cancel.cancelled() => return Ok(()),
+                    () = self.notify("start") => {}
+                }
+                continue;
+            }
             let answer = tokio::select! {
                 () = cancel.cancelled() => return Ok(()),
-                r = self.post("ilink/bot/getupdates", json!({"get_updates_buf": cursor}), hold + POLL_SLACK) => r,
+                Ok(()) = logins.changed() => continue,
+                r = self.post_bounded(
+                    "ilink/bot/getupdates",
+                    json!({"get_updates_buf": cursor}),
+                    hold.saturating_add(POLL_SLACK),
+                    Some(MAX_POLL_ANSWER_BYTES),
+                ) => r,
             };
             let data = match answer {
                 Ok(v) => v,
@@ -510,15 +576,13 @@ impl WeixinChannel {
                 Err(CallError::Timeout) => continue,
                 Err(e) => return Err(e.into_channel(WHAT)),
             };
-            let token = lock(&self.session).token.clone();
             match api::check("getupdates", &data, &[&token]) {
                 Ok(()) => {}
                 Err(CallError::Auth(why)) => {
                     if self.reload_replacement() {
-                        self.notify("start").await;
                         continue;
                     }
-                    self.expire();
+                    self.expire(&why);
                     self.save().await;
                     return Err(auth_error(&why));
                 }
@@ -526,7 +590,7 @@ impl WeixinChannel {
             }
             let ms = api::int_at(&data, "longpolling_timeout_ms");
             if ms > 0 {
-                lock(&self.session).hold = Duration::from_secs((ms / 1000) as u64).max(MIN_POLL_HOLD);
+                lock(&self.session).hold = server_hold(ms);
             }
             let msgs = data["msgs"].as_array().cloned().unwrap_or_default();
             let handled = async {
@@ -540,9 +604,26 @@ impl WeixinChannel {
                 }
                 Ok(())
             };
-            tokio::select! {
-                () = cancel.cancelled() => return Ok(()),
-                r = handled => r?,
+            tokio::pin!(handled);
+            let stopping = tokio::select! {
+                () = cancel.cancelled() => true,
+                r = &mut handled => {
+                    r?;
+                    false
+                }
+            };
+            if stopping {
+                // The batch is finished (within a bound) and the cursor saved, so that what was published does
+                // not come again at the next start.
+                match tokio::time::timeout(BATCH_GRACE, &mut handled).await {
+                    Ok(r) => r?,
+                    Err(_) => {
+                        tracing::warn!(
+                            "weixin: the stop cut a batch of messages short; it comes again at the next start"
+                        );
+                        return Ok(());
+                    }
+                }
             }
             // The cursor moves once its messages are handled: a batch cut short is polled again (repeats are
             // dropped by message id).
@@ -551,8 +632,16 @@ impl WeixinChannel {
                 self.save().await;
             }
             self.polls.send_modify(|n| *n += 1);
+            if stopping {
+                return Ok(());
+            }
         }
     }
+}
+
+/// The long poll's hold the server asks for (`longpolling_timeout_ms`), within 5 s and 5 minutes.
+fn server_hold(ms: i64) -> Duration {
+    Duration::from_secs(u64::try_from(ms / 1000).unwrap_or(0)).clamp(MIN_POLL_HOLD, MAX_SERVER_POLL_HOLD)
 }
 
 #[async_trait]
@@ -564,15 +653,17 @@ impl Channel for WeixinChannel {
     /// Logs in with the saved token (never interactively: without one the channel stops with an error saying
     /// to run `nanobot channels login weixin`), sends `notifystart`, then long-polls until `cancel` fires. A
     /// network failure or a server error ends the run (`Transient`) and the manager polls again with its
-    /// backoff, from the saved cursor; `-14` (the login expired, and no newer login in `account.json`) stops the
-    /// channel with 0.3.5's "WeChat login expired" error.
+    /// backoff, from the saved cursor; `-14` (the login expired, answered to the poll or to a send, and no newer
+    /// login in `account.json`) stops the channel with 0.3.5's "WeChat login expired" error. At a stop, the
+    /// messages of a poll already answered are handled first (for a few seconds at most) and the cursor saved.
     async fn run(&self, bus: Arc<dyn Bus>, cancel: CancellationToken) -> Result<(), ChannelError> {
         self.runs.send_modify(|n| *n += 1);
         self.ensure_loaded();
-        if lock(&self.session).expired && !self.reload_replacement() {
-            return Err(auth_error(
-                "an earlier call was refused; nothing is sent until a new login",
-            ));
+        let expired = lock(&self.session).expired.clone();
+        if let Some(why) = expired
+            && !self.reload_replacement()
+        {
+            return Err(auth_error(&why));
         }
         if lock(&self.session).token.is_empty() {
             return Err(self.no_login());
@@ -632,21 +723,33 @@ impl Channel for WeixinChannel {
             _ => {}
         }
         let progress = msg.is_progress();
-        let (content, run_id) = match &msg.kind {
-            OutboundKind::StreamEnd { stream_id } => self.stream_end(chat, stream_id, &msg.content),
-            _ => (msg.content.clone(), String::new()),
+        let stream = match &msg.kind {
+            OutboundKind::StreamEnd { stream_id } => Some(stream_id.as_str()),
+            _ => None,
+        };
+        let (content, run_id) = match stream {
+            Some(id) => self.stream_end(chat, id, &msg.content),
+            None => (msg.content.clone(), String::new()),
         };
         self.flush_hints(chat).await;
         if content.trim().is_empty() && msg.media.is_empty() {
+            if let Some(id) = stream {
+                self.forget_stream(chat, id);
+            }
             if !progress {
                 self.stop_typing(chat, true);
             }
             return Ok(());
         }
-        let key = delivery_key(chat, msg.kind.name(), &content, &msg.media);
+        // A stream's end is named by its stream (the manager's retry resumes it, and the blocks stay sent).
+        let key = match stream {
+            Some(id) => delivery_key(chat, &format!("stream_end\0{id}"), "", &msg.media),
+            None => delivery_key(chat, msg.kind.name(), &content, &msg.media),
+        };
         let mut delivery = self.take_delivery(&key);
+        let ctx = self.context_for(chat).await;
         let result = self
-            .send_parts(chat, &content, &msg.media, &mut delivery, &run_id)
+            .send_parts(chat, ctx.as_deref(), &content, &msg.media, &mut delivery, &run_id)
             .await;
         let outcome = match result {
             Ok(()) => Ok(()),
@@ -660,7 +763,9 @@ impl Channel for WeixinChannel {
                         content,
                         media: msg.media.clone(),
                     },
-                );
+                    ctx.as_deref().unwrap_or_default(),
+                )
+                .await;
                 Ok(())
             }
             Err(SendFail::Quota(why)) => {
@@ -668,7 +773,7 @@ impl Channel for WeixinChannel {
                 Ok(())
             }
             Err(SendFail::Auth(why)) => {
-                self.expire();
+                self.expire(&why);
                 Err(auth_error(&why))
             }
             Err(SendFail::Other(e)) => {
@@ -676,6 +781,12 @@ impl Channel for WeixinChannel {
                 Err(e)
             }
         };
+        // The stream is kept while the manager may send its end again.
+        if let Some(id) = stream
+            && !outcome.as_ref().is_err_and(ChannelError::is_retryable)
+        {
+            self.forget_stream(chat, id);
+        }
         if !progress {
             self.stop_typing(chat, true);
         }
@@ -689,10 +800,118 @@ impl Channel for WeixinChannel {
 
 #[cfg(test)]
 mod tests {
+    use nanobot_testkit::fake_weixin::{Answer, FakeWeixin};
+
     use super::*;
+
+    const ALICE: &str = "alice@im.wechat";
 
     #[test]
     fn quote_leaves_what_python_leaves() {
         assert_eq!(quote("a+b/c=d e~f"), "a%2Bb/c%3Dd%20e~f");
+    }
+
+    #[test]
+    fn the_servers_hold_is_kept_within_5_seconds_and_5_minutes() {
+        assert_eq!(server_hold(35_000), Duration::from_secs(35));
+        assert_eq!(server_hold(1), MIN_POLL_HOLD);
+        assert_eq!(server_hold(i64::MAX), MAX_SERVER_POLL_HOLD);
+        assert_eq!(
+            Duration::MAX.saturating_add(POLL_SLACK),
+            Duration::MAX,
+            "the poll's bound saturates"
+        );
+    }
+
+    /// A channel logged in on the fake (nothing polled: the test plays the poll's part).
+    fn logged_in(fake: &FakeWeixin, extra: &Value) -> (WeixinChannel, tempfile::TempDir) {
+        let token = fake.issue_token(ALICE);
+        let mut block = json!({"token": token, "baseUrl": fake.base_url(), "cdnBaseUrl": fake.cdn_base_url(),
+            "allowFrom": [ALICE]});
+        if let (Some(b), Some(e)) = (block.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let ch = WeixinChannel::new(
+            WeixinSettings::from_block(&block).unwrap(),
+            dir.path(),
+            dir.path(),
+        );
+        ch.ensure_loaded();
+        (ch, dir)
+    }
+
+    /// A message of `user` pushed on the fake, its context token kept as the poll keeps it.
+    fn message_from(fake: &FakeWeixin, ch: &WeixinChannel, user: &str) -> String {
+        let ctx = fake.push_text(user, "hi")["context_token"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let mut c = lock(&ch.contexts);
+        c.tokens.insert(user.to_owned(), json!(ctx));
+        c.at.insert(user.to_owned(), Instant::now());
+        c.sends.insert(ctx.clone(), 0);
+        ctx
+    }
+
+    fn kept(content: &str) -> Deferred {
+        Deferred {
+            key: content.to_owned(),
+            delivery: Delivery::new(),
+            content: content.to_owned(),
+            media: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reply_refused_on_an_older_token_goes_at_once_on_the_newer_one() {
+        let fake = FakeWeixin::start().await.unwrap();
+        let (ch, _dir) = logged_in(&fake, &json!({}));
+        let old = message_from(&fake, &ch, ALICE);
+        // The user's next message came while a send on `old` was refused (its kept replies: none yet).
+        let new = message_from(&fake, &ch, ALICE);
+        ch.defer(ALICE, kept("refused on the old token"), &old).await;
+        let sent = fake.sent();
+        assert_eq!(sent.len(), 1, "sent at once");
+        assert_eq!(sent[0].text(), Some("refused on the old token"));
+        assert_eq!(sent[0].context_token, new);
+        assert!(lock(&ch.deferred).get(ALICE).is_none_or(Vec::is_empty));
+        // Refused on the latest token: kept for the next message.
+        ch.defer(ALICE, kept("refused on the latest"), &new).await;
+        assert_eq!(fake.sent().len(), 1);
+        assert_eq!(lock(&ch.deferred)[ALICE].len(), 1);
+        // No token when it was refused, one now: sent at once.
+        ch.defer("bob@im.wechat", kept("cron push"), "").await;
+        assert_eq!(fake.sent().len(), 1, "bob has no token yet");
+        message_from(&fake, &ch, "bob@im.wechat");
+        ch.defer("bob@im.wechat", kept("cron push"), "").await;
+        assert_eq!(fake.sent()[1].text(), Some("cron push"));
+    }
+
+    #[tokio::test]
+    async fn sends_on_one_token_together_never_pass_its_budget() {
+        let fake = FakeWeixin::start().await.unwrap();
+        let (ch, _dir) = logged_in(&fake, &json!({"contextMessageBudget": 1}));
+        let ctx = message_from(&fake, &ch, ALICE);
+        let (a, b) = tokio::join!(
+            ch.send_item(ALICE, text_item("a"), &ctx, "nanobot-a", "", 0),
+            ch.send_item(ALICE, text_item("b"), &ctx, "nanobot-b", "", 0),
+        );
+        assert_eq!(usize::from(a.is_ok()) + usize::from(b.is_ok()), 1, "{a:?} {b:?}");
+        assert!(matches!(a.err().or(b.err()), Some(CallError::Quota(_))));
+        assert_eq!(fake.sent().len(), 1);
+        // A send that failed gives its count back.
+        let ctx = message_from(&fake, &ch, ALICE);
+        fake.answer_next("/ilink/bot/sendmessage", Answer::Status(503));
+        let failed = ch
+            .send_item(ALICE, text_item("c"), &ctx, "nanobot-c", "", 0)
+            .await;
+        assert_eq!(failed, Err(CallError::Status(503)));
+        assert_eq!(lock(&ch.contexts).sends[&ctx], 0);
+        ch.send_item(ALICE, text_item("c"), &ctx, "nanobot-c", "", 0)
+            .await
+            .unwrap();
+        assert_eq!(lock(&ch.contexts).sends[&ctx], 1);
+        assert_eq!(fake.sent().len(), 2);
     }
 }

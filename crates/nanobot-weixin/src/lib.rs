@@ -11,8 +11,9 @@
 //! - **The poll** ([`WeixinChannel`] implements [`nanobot_channels::Channel`]): `getupdates` with the cursor
 //!   saved in `account.json`, held by the server (35 s, or what it says). A network failure or a server error ends
 //!   [`Channel::run`](nanobot_channels::Channel::run) with a transient error and the channel manager polls again
-//!   with its backoff, from the saved cursor, which only moves once its messages are handled; `-14` (the login
-//!   expired) stops the channel with one clear error, unless a newer login is found in `account.json`.
+//!   with its backoff, from the saved cursor, which only moves once its messages are handled (at a stop, a batch
+//!   being handled is finished first, within a few seconds); `-14` (the login expired, answered to the poll or
+//!   to a send) stops the channel with one clear error, unless a newer login is found in `account.json`.
 //! - **Who gets through**: the sender must be on `allowFrom` (exact ids, or `*`) or paired; a stranger gets a
 //!   pairing code, sent on their own context token, and nothing reaches the bus. The bot's own messages and
 //!   repeats (by message id, over the last 1,000) are dropped.

@@ -16,6 +16,9 @@ pub const DEFAULT_BASE_URL: &str = "https://ilinkai.weixin.qq.com";
 pub const DEFAULT_CDN_BASE_URL: &str = "https://novac2c.cdn.weixin.qq.com/c2c";
 /// 0.3.5's default long-poll hold, in seconds (`pollTimeout`).
 pub const DEFAULT_POLL_TIMEOUT_SECS: u64 = 35;
+/// The range `pollTimeout` is brought within, in seconds (0.3.5 bounds it not; a value outside is not refused, so
+/// that its configs load).
+const POLL_TIMEOUT_RANGE_SECS: std::ops::RangeInclusive<u64> = 1..=600;
 
 /// The `channels.weixin` block as written (unknown keys are ignored, as 0.3.5 does).
 #[derive(Debug, Default, Deserialize)]
@@ -72,7 +75,8 @@ pub struct WeixinSettings {
     pub route_tag: Option<String>,
     /// `stateDir` as written (`~` not yet expanded; empty: `<data dir>/weixin`). See [`WeixinSettings::state_dir`].
     pub state_dir: Option<String>,
-    /// `pollTimeout`: how long a long poll is held, until the server says otherwise (`longpolling_timeout_ms`).
+    /// `pollTimeout`: how long a long poll is held, until the server says otherwise (`longpolling_timeout_ms`);
+    /// brought within 1 to 600 s.
     pub poll_timeout: Duration,
     /// `sendProgress` (on with `replyProgressMessages`): progress text is sent.
     pub send_progress: bool,
@@ -219,7 +223,11 @@ impl WeixinSettings {
                 .state_dir
                 .map(|d| d.trim().to_owned())
                 .filter(|d| !d.is_empty()),
-            poll_timeout: Duration::from_secs(raw.poll_timeout.unwrap_or(DEFAULT_POLL_TIMEOUT_SECS)),
+            poll_timeout: Duration::from_secs(
+                raw.poll_timeout
+                    .unwrap_or(DEFAULT_POLL_TIMEOUT_SECS)
+                    .clamp(*POLL_TIMEOUT_RANGE_SECS.start(), *POLL_TIMEOUT_RANGE_SECS.end()),
+            ),
             send_progress: raw.send_progress || raw.reply_progress_messages,
             send_tool_hints: raw.send_tool_hints || raw.reply_progress_messages,
             reply_progress_messages: raw.reply_progress_messages,
@@ -393,6 +401,16 @@ mod tests {
             ok(lo);
             ok(hi);
         }
+    }
+
+    #[test]
+    fn poll_timeout_is_brought_within_1_to_600_seconds() {
+        let secs = |v: serde_json::Value| ok(json!({"pollTimeout": v})).poll_timeout.as_secs();
+        assert_eq!(secs(json!(0)), 1);
+        assert_eq!(secs(json!(1)), 1);
+        assert_eq!(secs(json!(600)), 600);
+        assert_eq!(secs(json!(601)), 600);
+        assert_eq!(secs(json!(u64::MAX)), 600, "no overflow later");
     }
 
     #[test]

@@ -53,6 +53,9 @@ impl WeixinChannel {
             })
     }
 
+    /// One message of the long poll. A repeat (by message id) is dropped; the id is remembered once the message
+    /// is handled (published, a pairing code sent, ignored, empty), never when handling it failed (a bus
+    /// error ends the poll before its cursor moves, and the message, polled again, is handled then).
     pub(super) async fn on_message(&self, bus: &Arc<dyn Bus>, msg: &Value) -> Result<(), ChannelError> {
         if api::int_at(msg, "message_type") == MESSAGE_TYPE_BOT {
             return Ok(());
@@ -62,10 +65,24 @@ impl WeixinChannel {
             return Ok(());
         }
         let message_id = Self::message_id(msg, from);
-        if !self.seen.first_sighting(&message_id) {
+        if !message_id.is_empty() && self.seen.contains(&message_id) {
             tracing::debug!(message_id, "weixin: a repeated message was dropped");
             return Ok(());
         }
+        let handled = self.handle_message(bus, msg, from, &message_id).await;
+        if handled.is_ok() && !message_id.is_empty() {
+            self.seen.insert(&message_id);
+        }
+        handled
+    }
+
+    async fn handle_message(
+        &self,
+        bus: &Arc<dyn Bus>,
+        msg: &Value,
+        from: &str,
+        message_id: &str,
+    ) -> Result<(), ChannelError> {
         let ctx = str_at(msg, "context_token").trim();
         let items = msg["item_list"].as_array().cloned().unwrap_or_default();
         let first_text = items
@@ -123,7 +140,7 @@ impl WeixinChannel {
         self.start_typing(from, ctx);
         let mut inbound = InboundMessage::new(NAME, from, from, content)
             .with_streaming(self.settings.streaming)
-            .with_metadata(META_MESSAGE_ID, message_id)
+            .with_metadata(META_MESSAGE_ID, message_id.to_owned())
             .with_metadata(nanobot_bus::META_IS_GROUP, is_group);
         inbound.media = media;
         if let Err(e) = bus.publish_inbound(inbound).await {

@@ -20,13 +20,24 @@ pub(super) fn upload_kind(name: &str) -> (i64, i64, &'static str) {
 }
 
 /// The parts of one outbound message already sent, so that sending it again skips them.
-#[derive(Debug)]
 pub(super) struct Delivery {
     pub(super) id: String,
     pub(super) created: Instant,
     pub(super) done: HashSet<String>,
     /// Each file part's AES key, reused when the part is sent again.
     pub(super) keys: HashMap<String, [u8; 16]>,
+}
+
+/// The AES keys are left out.
+impl std::fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Delivery")
+            .field("id", &self.id)
+            .field("created", &self.created)
+            .field("done", &self.done)
+            .field("keys", &self.keys.len())
+            .finish()
+    }
 }
 
 impl Delivery {
@@ -50,8 +61,12 @@ pub(super) struct Deferred {
 }
 
 /// A streamed answer sent in blocks (`blockStreaming`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct BlockStream {
+    /// When it last grew (a stream neither growing nor ending is forgotten).
+    pub(super) touched: Instant,
+    /// The order it last grew in, among the streams followed (the least recent is forgotten first).
+    pub(super) order: u64,
     /// Everything streamed so far.
     pub(super) raw: String,
     /// Bytes of `raw` already sent in blocks.
@@ -62,6 +77,25 @@ pub(super) struct BlockStream {
     /// The last block closed a code fence that the next text reopens.
     pub(super) reopen_fence: bool,
     pub(super) run_id: String,
+}
+
+impl BlockStream {
+    fn new() -> Self {
+        Self {
+            touched: Instant::now(),
+            order: 0,
+            raw: String::new(),
+            consumed: 0,
+            sent: 0,
+            disabled: false,
+            reopen_fence: false,
+            run_id: String::new(),
+        }
+    }
+}
+
+fn stream_key(chat: &str, stream_id: &str) -> String {
+    format!("{chat}\0{stream_id}")
 }
 
 /// Why a send did not go out.
@@ -144,20 +178,44 @@ impl WeixinChannel {
         Some(ctx)
     }
 
-    /// The local budget: `used + 1 + reserve` sends on `ctx` at most `contextMessageBudget`.
+    fn budget_spent(&self) -> CallError {
+        CallError::Quota(format!(
+            "the local budget of {} sends for this context token is spent; waiting for the user to write again",
+            self.settings.context_message_budget
+        ))
+    }
+
+    /// The local budget: `used + 1 + reserve` sends on `ctx` at most `contextMessageBudget` (nothing counted).
     pub(super) fn check_budget(&self, ctx: &str, reserve: u32) -> Result<(), CallError> {
         let used = lock(&self.contexts).sends.get(ctx).copied().unwrap_or(0);
         if used + 1 + reserve <= self.settings.context_message_budget {
             Ok(())
         } else {
-            Err(CallError::Quota(format!(
-                "the local budget of {} sends for this context token is spent; waiting for the user to write again",
-                self.settings.context_message_budget
-            )))
+            Err(self.budget_spent())
         }
     }
 
-    /// One `sendmessage` of one item on `ctx`, counted against its budget.
+    /// [`check_budget`](Self::check_budget), and the send counted at once, under one lock (the poll's task and
+    /// the sends' task may send on one token together); [`unreserve`](Self::unreserve) gives it back.
+    pub(super) fn reserve(&self, ctx: &str, reserve: u32) -> Result<(), CallError> {
+        let mut c = lock(&self.contexts);
+        let used = c.sends.get(ctx).copied().unwrap_or(0);
+        if used + 1 + reserve > self.settings.context_message_budget {
+            return Err(self.budget_spent());
+        }
+        c.sends.insert(ctx.to_owned(), used + 1);
+        Ok(())
+    }
+
+    /// Gives back a send [`reserve`](Self::reserve)d that did not go out.
+    pub(super) fn unreserve(&self, ctx: &str) {
+        if let Some(used) = lock(&self.contexts).sends.get_mut(ctx) {
+            *used = used.saturating_sub(1);
+        }
+    }
+
+    /// One `sendmessage` of one item on `ctx`, counted against its budget (counted before the call, given back
+    /// when it fails).
     pub(super) async fn send_item(
         &self,
         to: &str,
@@ -167,7 +225,7 @@ impl WeixinChannel {
         run_id: &str,
         reserve: u32,
     ) -> Result<(), CallError> {
-        self.check_budget(ctx, reserve)?;
+        self.reserve(ctx, reserve)?;
         let mut msg = json!({
             "from_user_id": "", "to_user_id": to, "client_id": client, "message_type": MESSAGE_TYPE_BOT,
             "message_state": MESSAGE_STATE_FINISH, "item_list": [item], "context_token": ctx,
@@ -175,10 +233,16 @@ impl WeixinChannel {
         if !run_id.is_empty() {
             msg["run_id"] = json!(run_id);
         }
-        self.call("ilink/bot/sendmessage", json!({"msg": msg}), API_TIMEOUT)
-            .await?;
-        *lock(&self.contexts).sends.entry(ctx.to_owned()).or_insert(0) += 1;
-        Ok(())
+        match self
+            .call("ilink/bot/sendmessage", json!({"msg": msg}), API_TIMEOUT)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                self.unreserve(ctx);
+                Err(e)
+            }
+        }
     }
 
     /// `text` split as 0.3.5 splits it, each piece its own message on `ctx` (pieces already sent skipped).
@@ -212,17 +276,18 @@ impl WeixinChannel {
         Ok(())
     }
 
-    /// A reply's files (each its own message, a failed one named in a text instead), then its text, on the
-    /// user's latest context token.
+    /// A reply's files (each its own message, a failed one named in a text instead), then its text, on `ctx`,
+    /// the user's latest context token ([`context_for`](Self::context_for); `None`: none yet).
     pub(super) async fn send_parts(
         &self,
         to: &str,
+        ctx: Option<&str>,
         content: &str,
         media: &[String],
         delivery: &mut Delivery,
         run_id: &str,
     ) -> Result<(), SendFail> {
-        let Some(ctx) = self.context_for(to).await else {
+        let Some(ctx) = ctx.filter(|c| !c.is_empty()) else {
             return Err(SendFail::Quota(format!("no context token for {to} yet")));
         };
         for (i, path) in media
@@ -235,7 +300,7 @@ impl WeixinChannel {
             if delivery.done.contains(&part) {
                 continue;
             }
-            match self.send_file(to, path, &ctx, delivery, &part, run_id).await {
+            match self.send_file(to, path, ctx, delivery, &part, run_id).await {
                 Ok(()) => {}
                 Err(FileFail::Send(e)) => return Err(e),
                 Err(FileFail::Failed(why)) => {
@@ -248,7 +313,7 @@ impl WeixinChannel {
                     self.send_item(
                         to,
                         text_item(&text),
-                        &ctx,
+                        ctx,
                         &client_id(&delivery.id, &fallback),
                         run_id,
                         0,
@@ -258,7 +323,7 @@ impl WeixinChannel {
             }
             delivery.done.insert(part);
         }
-        self.send_text(to, content, &ctx, delivery, run_id).await
+        self.send_text(to, content, ctx, delivery, run_id).await
     }
 
     /// One file: uploaded to the CDN enciphered (AES-128-ECB under a key of its own, kept for the part), then
@@ -382,18 +447,36 @@ impl WeixinChannel {
         }
     }
 
-    /// Keeps a reply for the user's next message (at most three a chat; the oldest is dropped).
-    pub(super) fn defer(&self, to: &str, deferred: Deferred) {
-        let mut all = lock(&self.deferred);
-        let list = all.entry(to.to_owned()).or_default();
-        list.retain(|d| d.key != deferred.key);
-        list.push(deferred);
-        while list.len() > MAX_DEFERRED_PER_CHAT {
-            list.remove(0);
-            tracing::warn!(
+    /// Keeps a reply for the user's next message (at most three a chat; the oldest is dropped). `used` is the
+    /// context token the send was refused on (empty: none): when the user's message brought a newer one
+    /// meanwhile (its kept replies already sent), the replies kept are sent at once.
+    pub(super) async fn defer(&self, to: &str, deferred: Deferred, used: &str) {
+        {
+            let mut all = lock(&self.deferred);
+            let list = all.entry(to.to_owned()).or_default();
+            list.retain(|d| d.key != deferred.key);
+            list.push(deferred);
+            while list.len() > MAX_DEFERRED_PER_CHAT {
+                list.remove(0);
+                tracing::warn!(
+                    chat = to,
+                    "weixin: the oldest kept reply was dropped ({MAX_DEFERRED_PER_CHAT} are kept)"
+                );
+            }
+        }
+        // Kept first, then the token read: a message handled after this finds the reply kept, one handled
+        // before left its token to be seen here.
+        let newer = lock(&self.contexts)
+            .tokens
+            .get(to)
+            .and_then(Value::as_str)
+            .is_some_and(|current| !current.is_empty() && current != used);
+        if newer {
+            tracing::info!(
                 chat = to,
-                "weixin: the oldest kept reply was dropped ({MAX_DEFERRED_PER_CHAT} are kept)"
+                "weixin: a newer context token came meanwhile; the kept replies are sent now"
             );
+            self.retry_deferred(to).await;
         }
     }
 
@@ -416,8 +499,9 @@ impl WeixinChannel {
                 keep.push(d);
                 continue;
             }
+            let ctx = self.context_for(user).await;
             match self
-                .send_parts(user, &d.content, &d.media, &mut d.delivery, "")
+                .send_parts(user, ctx.as_deref(), &d.content, &d.media, &mut d.delivery, "")
                 .await
             {
                 Ok(()) => {}
@@ -426,7 +510,7 @@ impl WeixinChannel {
                     keep.push(d);
                 }
                 Err(SendFail::Auth(why)) => {
-                    self.expire();
+                    self.expire(&why);
                     tracing::warn!(error = %why, "weixin: a kept reply was not sent: the login expired");
                 }
                 Err(SendFail::Other(e)) => {
@@ -461,7 +545,7 @@ impl WeixinChannel {
             .await
         {
             Ok(()) => {}
-            Err(SendFail::Auth(_)) => self.expire(),
+            Err(SendFail::Auth(why)) => self.expire(&why),
             Err(e) => tracing::warn!(error = ?e, "weixin: tool hints not sent"),
         }
     }
@@ -473,15 +557,29 @@ impl WeixinChannel {
         if !self.settings.block_streaming {
             return;
         }
-        let key = format!("{chat}\0{stream_id}");
+        let key = stream_key(chat, stream_id);
         let min = self.settings.block_streaming_min_chars;
         let (piece, consumed, reopen, run_id, sent) = {
             let mut streams = lock(&self.streams);
-            if streams.len() >= MAX_STREAMS && !streams.contains_key(&key) {
-                // Streams whose end never came (their turns failed) are forgotten.
-                streams.clear();
+            if !streams.contains_key(&key) {
+                // Streams whose end never came (their turns failed) are forgotten: the stale ones, then the
+                // least recently grown while too many are followed.
+                streams.retain(|_, st| st.touched.elapsed() < STREAM_TTL);
+                while streams.len() >= MAX_STREAMS {
+                    let Some(oldest) = streams
+                        .iter()
+                        .min_by_key(|(_, st)| st.order)
+                        .map(|(k, _)| k.clone())
+                    else {
+                        break;
+                    };
+                    streams.remove(&oldest);
+                }
             }
-            let st = streams.entry(key.clone()).or_default();
+            let order = streams.values().map(|st| st.order).max().unwrap_or(0) + 1;
+            let st = streams.entry(key.clone()).or_insert_with(BlockStream::new);
+            st.touched = Instant::now();
+            st.order = order;
             st.raw.push_str(delta);
             if st.disabled || st.sent + 1 >= self.settings.block_streaming_max_messages {
                 return;
@@ -549,21 +647,23 @@ impl WeixinChannel {
                 st.disabled = true;
                 tracing::warn!(chat, error = %why, "weixin: blocks stopped for this answer (the context token's quota)");
             }
-            Err(CallError::Auth(_)) => {
+            Err(CallError::Auth(why)) => {
                 drop(streams);
-                self.expire();
+                self.expire(&why);
             }
             Err(e) => tracing::warn!(chat, error = %e, "weixin: a block was not sent; it goes with the end"),
         }
     }
 
-    /// The end of a streamed answer: the text not yet sent in blocks, and the run id the blocks shared.
+    /// The end of a streamed answer: the text not yet sent in blocks, and the run id the blocks shared. The
+    /// stream is kept (a retry of the end finds it) until [`forget_stream`](Self::forget_stream).
     pub(super) fn stream_end(&self, chat: &str, stream_id: &str, full: &str) -> (String, String) {
-        let Some(st) = lock(&self.streams).remove(&format!("{chat}\0{stream_id}")) else {
+        let streams = lock(&self.streams);
+        let Some(st) = streams.get(&stream_key(chat, stream_id)) else {
             return (full.to_owned(), String::new());
         };
         if st.consumed == 0 {
-            return (full.to_owned(), st.run_id);
+            return (full.to_owned(), st.run_id.clone());
         }
         let rest = if full.starts_with(&st.raw[..st.consumed]) {
             &full[st.consumed..]
@@ -577,7 +677,12 @@ impl WeixinChannel {
         } else {
             rest.to_owned()
         };
-        (rest, st.run_id)
+        (rest, st.run_id.clone())
+    }
+
+    /// Forgets a streamed answer whose end was sent (or kept for the user's next message, or failed for good).
+    pub(super) fn forget_stream(&self, chat: &str, stream_id: &str) {
+        lock(&self.streams).remove(&stream_key(chat, stream_id));
     }
 }
 
@@ -628,6 +733,51 @@ mod tests {
         assert!(matches!(ch.check_budget("c", 1), Err(CallError::Quota(_))));
         lock(&ch.contexts).sends.insert("c".into(), 2);
         assert!(matches!(ch.check_budget("c", 0), Err(CallError::Quota(_))));
+    }
+
+    #[test]
+    fn a_delivery_never_shows_its_keys() {
+        let mut delivery = Delivery::new();
+        delivery.keys.insert("media:0".into(), [0xAB; 16]);
+        delivery.done.insert("media:0".into());
+        let shown = format!("{delivery:?}");
+        assert!(!shown.contains("171, 171"), "{shown}");
+        assert!(shown.contains("keys: 1") && shown.contains("media:0"), "{shown}");
+        let kept = Deferred {
+            key: "k".into(),
+            delivery,
+            content: "c".into(),
+            media: vec![],
+        };
+        assert!(!format!("{kept:?}").contains("171, 171"));
+    }
+
+    #[tokio::test]
+    async fn only_the_least_recently_grown_streams_are_forgotten() {
+        let s = WeixinSettings::from_block(&json!({"blockStreaming": true, "blockStreamingMinChars": 200}))
+            .unwrap();
+        let ch = WeixinChannel::new(s, std::env::temp_dir(), std::env::temp_dir());
+        // Short deltas: nothing is sent (no call is made).
+        for i in 0..MAX_STREAMS {
+            ch.stream_delta("a", &format!("s{i}"), "x").await;
+        }
+        ch.stream_delta("a", "s0", "y").await;
+        ch.stream_delta("a", "new", "z").await;
+        {
+            let streams = lock(&ch.streams);
+            assert_eq!(streams.len(), MAX_STREAMS);
+            assert!(
+                !streams.contains_key(&stream_key("a", "s1")),
+                "s1 grew least recently"
+            );
+            assert_eq!(streams[&stream_key("a", "s0")].raw, "xy", "the others are kept");
+            assert_eq!(streams[&stream_key("a", "new")].raw, "z");
+        }
+        // The end of a stream leaves it for a retry until it is forgotten.
+        assert_eq!(ch.stream_end("a", "s0", "xy"), ("xy".to_owned(), String::new()));
+        assert!(lock(&ch.streams).contains_key(&stream_key("a", "s0")));
+        ch.forget_stream("a", "s0");
+        assert!(!lock(&ch.streams).contains_key(&stream_key("a", "s0")));
     }
 
     #[test]

@@ -1,12 +1,14 @@
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use async_trait::async_trait;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use nanobot_bus::{Bus, InProcessBus, InboundMessage, OutboundKind, OutboundMessage};
+use nanobot_bus::{Bus, BusError, InProcessBus, InboundMessage, OutboundKind, OutboundMessage};
 use nanobot_channels::download::SsrfGuard;
 use nanobot_channels::{
     Channel, ChannelError, ChannelManager, ManagerSettings, PairingStore, RunningManager, SupervisorSettings,
@@ -74,6 +76,19 @@ impl Harness {
     }
 
     async fn with(fake: FakeWeixin, token: String, block: &Value, state: tempfile::TempDir) -> Result<Self> {
+        let bus = Arc::new(InProcessBus::new(64));
+        Self::with_bus(fake, token, block, state, bus.clone(), bus).await
+    }
+
+    /// [`Harness::with`], the manager on `front` (a bus in front of `bus`, the one the test reads).
+    async fn with_bus(
+        fake: FakeWeixin,
+        token: String,
+        block: &Value,
+        state: tempfile::TempDir,
+        bus: Arc<InProcessBus>,
+        front: Arc<dyn Bus>,
+    ) -> Result<Self> {
         let media = tempfile::tempdir()?;
         let data = tempfile::tempdir()?;
         let pairing = Arc::new(PairingStore::open(data.path().join("pairing.json"))?);
@@ -82,13 +97,12 @@ impl Harness {
                 .with_pairing(pairing)
                 .with_ssrf_guard(SsrfGuard::from_cidrs(&["127.0.0.1/32"])?),
         );
-        let bus = Arc::new(InProcessBus::new(64));
         let mut manager = ChannelManager::new(ManagerSettings {
             supervisor: SupervisorSettings::quick(),
             ..ManagerSettings::default()
         });
         manager.add(channel.clone());
-        let manager = manager.spawn(bus.clone());
+        let manager = manager.spawn(front);
         let polls = fake.polls();
         fake.wait_polls(polls + 1, WITHIN).await?;
         Ok(Self {
@@ -135,6 +149,62 @@ impl Harness {
             "the channel did not stop when cancelled"
         );
         self.state
+    }
+}
+
+/// A bus in front of an in-process one, for what a bus may do to the channel.
+struct FrontBus {
+    inner: Arc<InProcessBus>,
+    /// Inbound messages still to refuse (a bus on a server gone for a moment).
+    refuse: AtomicUsize,
+    /// Cancelled with the first inbound message (the gateway stopping while a batch is handled); the message
+    /// is taken only after the channel had a turn to see the stop.
+    stop: Option<CancellationToken>,
+}
+
+impl FrontBus {
+    fn new(inner: Arc<InProcessBus>) -> Self {
+        Self {
+            inner,
+            refuse: AtomicUsize::new(0),
+            stop: None,
+        }
+    }
+}
+
+#[async_trait]
+impl Bus for FrontBus {
+    async fn publish_inbound(&self, msg: InboundMessage) -> Result<(), BusError> {
+        if self
+            .refuse
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(BusError::Unavailable("refused by the test".into()));
+        }
+        if let Some(stop) = &self.stop {
+            stop.cancel();
+            tokio::task::yield_now().await;
+        }
+        self.inner.publish_inbound(msg).await
+    }
+    async fn consume_inbound(&self) -> Option<InboundMessage> {
+        self.inner.consume_inbound().await
+    }
+    async fn publish_outbound(&self, msg: OutboundMessage) -> Result<(), BusError> {
+        self.inner.publish_outbound(msg).await
+    }
+    async fn consume_outbound(&self) -> Option<OutboundMessage> {
+        self.inner.consume_outbound().await
+    }
+    fn inbound_len(&self) -> usize {
+        self.inner.inbound_len()
+    }
+    fn outbound_len(&self) -> usize {
+        self.inner.outbound_len()
+    }
+    fn close(&self) {
+        self.inner.close();
     }
 }
 
@@ -1090,6 +1160,13 @@ async fn a_newer_login_in_account_json_is_taken_up_after_a_stale_token_answer() 
     let mut polls = h.channel.polls();
     tokio::time::timeout(WITHIN, polls.wait_for(|n| *n >= 1)).await??;
     assert_eq!(h.account()?["token"], new, "the newer login is never overwritten");
+    // The new login's state (as a runtime on it saved it): its cursor and context tokens, not the old session's.
+    std::fs::write(
+        h.state.path().join("account.json"),
+        json!({"token": new, "get_updates_buf": "", "context_tokens": {"bob@im.wechat": "ctx-bob"},
+            "typing_tickets": {}, "base_url": h.fake.base_url()})
+        .to_string(),
+    )?;
     // The next poll is answered -14 for the old token: the new login is taken up, no restart.
     h.fake.answer_next(
         "/ilink/bot/getupdates",
@@ -1097,16 +1174,31 @@ async fn a_newer_login_in_account_json_is_taken_up_after_a_stale_token_answer() 
     );
     h.fake.push_text(ALICE, "nudge");
     assert_eq!(h.inbound().await?.content, "nudge");
-    h.fake.push_text(ALICE, "after");
-    assert_eq!(h.inbound().await?.content, "after");
+    let after = h.fake.push_text(ALICE, "after");
+    assert_eq!(
+        h.inbound().await?.content,
+        "after",
+        "what the new login's cursor brings again is dropped as repeats"
+    );
     let polls = h.fake.calls();
+    let bearer_new = format!("Bearer {new}");
     let last = polls
         .iter()
         .rfind(|c| c.path == "/ilink/bot/getupdates")
         .context("no poll")?;
+    assert_eq!(last.header("authorization"), Some(bearer_new.as_str()));
+    let first_new = polls
+        .iter()
+        .find(|c| c.path == "/ilink/bot/getupdates" && c.header("authorization") == Some(bearer_new.as_str()))
+        .context("no poll on the new login")?;
     assert_eq!(
-        last.header("authorization"),
-        Some(format!("Bearer {new}").as_str())
+        first_new.body["get_updates_buf"], "",
+        "the new login's cursor, not the old session's"
+    );
+    assert_eq!(
+        h.account()?["context_tokens"],
+        json!({"bob@im.wechat": "ctx-bob", ALICE: after["context_token"]}),
+        "the new login's context tokens, not the old session's"
     );
     assert_eq!(*h.channel.runs().borrow(), 1, "no restart");
     assert_eq!(
@@ -1119,5 +1211,233 @@ async fn a_newer_login_in_account_json_is_taken_up_after_a_stale_token_answer() 
     let sent = h.fake.wait_sent(1, WITHIN).await?;
     assert_eq!(sent[0].text(), Some("on the new login"));
     let _ = h.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_message_the_bus_refused_comes_again_and_is_not_dropped_as_a_repeat() -> Result<()> {
+    let fake = FakeWeixin::start().await?;
+    let token = fake.issue_token(ALICE);
+    let config = block(&fake, Some(&token), &json!({}));
+    let bus = Arc::new(InProcessBus::new(64));
+    let front = FrontBus::new(bus.clone());
+    front.refuse.store(1, Ordering::SeqCst);
+    let h = Harness::with_bus(fake, token, &config, tempfile::tempdir()?, bus, Arc::new(front)).await?;
+    h.fake.push_text(ALICE, "hello");
+    // The bus refused it: the poll ended before its cursor moved, and the manager started it again.
+    let mut runs = h.channel.runs();
+    tokio::time::timeout(WITHIN, runs.wait_for(|n| *n >= 2))
+        .await
+        .context("the manager did not start the channel again")??;
+    assert_eq!(h.inbound().await?.content, "hello", "polled again and published");
+    h.fake.push_text(ALICE, "next");
+    assert_eq!(h.inbound().await?.content, "next", "once");
+    let _ = h.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_streamed_answers_end_sent_again_sends_only_what_the_blocks_did_not() -> Result<()> {
+    let h = Harness::start(json!({"blockStreaming": true, "blockStreamingMinChars": 200,
+        "blockStreamingMaxMessages": 3}))
+    .await?;
+    h.hello("stream it").await?;
+    let sentence = |i: usize| format!("Sentence number {i} of the streamed answer. ");
+    let full: String = (0..40).map(sentence).collect();
+    for i in 0..40 {
+        let mut delta = OutboundMessage::of_kind(
+            OutboundKind::StreamDelta {
+                stream_id: "s1".into(),
+            },
+            "weixin",
+            ALICE,
+            "",
+        );
+        delta.content = sentence(i);
+        h.channel.send(&delta).await?;
+    }
+    assert_eq!(h.fake.sent().len(), 2, "two blocks");
+    let end = OutboundMessage::of_kind(
+        OutboundKind::StreamEnd {
+            stream_id: "s1".into(),
+        },
+        "weixin",
+        ALICE,
+        &full,
+    );
+    // The end fails (a server error); the manager sends it again.
+    h.fake.answer_next("/ilink/bot/sendmessage", Answer::Status(503));
+    let err = h.channel.send(&end).await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    h.channel.send(&end).await?;
+    let sent = h.fake.sent();
+    assert_eq!(sent.len(), 3, "the blocks and the rest");
+    let words: Vec<String> = sent
+        .iter()
+        .flat_map(|s| {
+            s.text()
+                .unwrap()
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(
+        words,
+        full.split_whitespace().collect::<Vec<_>>(),
+        "nothing the blocks sent is sent again"
+    );
+    let run = sent[0].run_id.clone();
+    assert!(run.is_some() && sent.iter().all(|s| s.run_id == run));
+    let _ = h.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_long_poll_answer_over_2_mib_comes_in() -> Result<()> {
+    let h = Harness::start(json!({})).await?;
+    // 3 MiB of text: over what other answers are read up to.
+    let long = "长".repeat(1024 * 1024);
+    h.fake.push_text(ALICE, &long);
+    let inbound = h.inbound().await?;
+    assert!(inbound.content == long, "{} bytes", inbound.content.len());
+    h.fake.push_text(ALICE, "after");
+    assert_eq!(h.inbound().await?.content, "after");
+    assert_eq!(*h.channel.runs().borrow(), 1, "no restart");
+    let _ = h.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_send_answered_minus_14_ends_the_poll_and_a_newer_login_is_used() -> Result<()> {
+    let fake = FakeWeixin::start().await?;
+    let token = fake.issue_token(ALICE);
+    let state = tempfile::tempdir()?;
+    let media = tempfile::tempdir()?;
+    let channel = Arc::new(WeixinChannel::new(
+        WeixinSettings::from_block(&block(&fake, Some(&token), &json!({})))?,
+        state.path(),
+        media.path(),
+    ));
+    let bus = Arc::new(InProcessBus::new(8));
+    let running = {
+        let channel = channel.clone();
+        let bus: Arc<dyn Bus> = bus.clone();
+        tokio::spawn(async move { channel.run(bus, CancellationToken::new()).await })
+    };
+    let hello = fake.push_text(ALICE, "hello");
+    let inbound = tokio::time::timeout(WITHIN, bus.consume_inbound())
+        .await?
+        .context("bus closed")?;
+    assert_eq!(inbound.content, "hello");
+
+    fake.answer_next(
+        "/ilink/bot/sendmessage",
+        Answer::Json(json!({"errcode": -14, "errmsg": "session timeout"})),
+    );
+    let err = channel
+        .send(&OutboundMessage::reply("weixin", ALICE, "refused"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ChannelError::Auth { .. }), "{err:?}");
+    // The poll ends with the error too (the manager and the user see it), though getupdates still answers.
+    let err = tokio::time::timeout(WITHIN, running)
+        .await
+        .context("run did not end")??
+        .unwrap_err();
+    assert!(matches!(err, ChannelError::Auth { .. }), "{err:?}");
+    let shown = error_text(&err);
+    assert!(
+        shown.contains("WeChat login expired. Scan again to reconnect.") && shown.contains("session timeout"),
+        "{shown}"
+    );
+    assert!(!shown.contains(&token), "{shown}");
+
+    // Later sends are refused without a request…
+    let sends = || {
+        fake.calls()
+            .into_iter()
+            .filter(|c| c.path == "/ilink/bot/sendmessage")
+            .collect::<Vec<_>>()
+    };
+    let before = sends().len();
+    let err = channel
+        .send(&OutboundMessage::reply("weixin", ALICE, "still refused"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ChannelError::Auth { .. }), "{err:?}");
+    assert_eq!(sends().len(), before);
+    // …until a newer login (one that replaced the configured token) is in account.json: then it is used at once,
+    // with its state.
+    let new = fake.issue_token(ALICE);
+    std::fs::write(
+        state.path().join("account.json"),
+        json!({"token": new, "get_updates_buf": "", "context_tokens": {ALICE: hello["context_token"]},
+            "typing_tickets": {}, "base_url": fake.base_url(), nanobot_weixin::REPLACED_KEY: sha256_hex(&token)})
+        .to_string(),
+    )?;
+    channel
+        .send(&OutboundMessage::reply("weixin", ALICE, "on the new login"))
+        .await?;
+    let last = sends().pop().context("no send")?;
+    assert_eq!(
+        last.header("authorization"),
+        Some(format!("Bearer {new}").as_str())
+    );
+    assert_eq!(
+        last.body["msg"]["item_list"][0]["text_item"]["text"],
+        "on the new login"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_stop_while_a_batch_is_handled_finishes_it_and_saves_the_cursor() -> Result<()> {
+    let fake = FakeWeixin::start().await?;
+    let token = fake.issue_token(ALICE);
+    let state = tempfile::tempdir()?;
+    let media = tempfile::tempdir()?;
+    let settings = WeixinSettings::from_block(&block(&fake, Some(&token), &json!({})))?;
+    // One batch of two messages; the stop comes while the first is published.
+    fake.push_text(ALICE, "one");
+    fake.push_text(ALICE, "two");
+    let channel = WeixinChannel::new(settings.clone(), state.path(), media.path());
+    let inner = Arc::new(InProcessBus::new(8));
+    let stop = CancellationToken::new();
+    let mut front = FrontBus::new(inner.clone());
+    front.stop = Some(stop.clone());
+    tokio::time::timeout(WITHIN, channel.run(Arc::new(front), stop.clone()))
+        .await
+        .context("run did not end")??;
+    assert!(stop.is_cancelled());
+    for text in ["one", "two"] {
+        let published = tokio::time::timeout(WITHIN, inner.consume_inbound())
+            .await
+            .with_context(|| format!("{text:?} was not published"))?
+            .context("bus closed")?;
+        assert_eq!(published.content, text);
+    }
+    let account: Value = serde_json::from_str(&std::fs::read_to_string(state.path().join("account.json"))?)?;
+    assert_eq!(
+        account["get_updates_buf"],
+        STANDARD.encode("fakewx:2"),
+        "the cursor moved past the batch"
+    );
+
+    // The next start polls from there: nothing comes twice.
+    let channel = Arc::new(WeixinChannel::new(settings, state.path(), media.path()));
+    let bus = Arc::new(InProcessBus::new(8));
+    let stop = CancellationToken::new();
+    let running = {
+        let (channel, bus, stop): (_, Arc<dyn Bus>, _) = (channel.clone(), bus.clone(), stop.clone());
+        tokio::spawn(async move { channel.run(bus, stop).await })
+    };
+    fake.push_text(ALICE, "three");
+    let next = tokio::time::timeout(WITHIN, bus.consume_inbound())
+        .await?
+        .context("bus closed")?;
+    assert_eq!(next.content, "three");
+    stop.cancel();
+    tokio::time::timeout(WITHIN, running).await???;
     Ok(())
 }
