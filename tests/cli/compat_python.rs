@@ -365,8 +365,9 @@ fn enabled_channels_this_build_cannot_run_are_refused_and_reported() {
     let h = home.home();
     let mut config: Value =
         serde_json::from_str(&std::fs::read_to_string(home.config_path()).unwrap()).unwrap();
-    config["channels"]["matrix"] = json!({"enabled": true, "homeserver": "https://matrix.invalid"});
-    config["channels"]["wecom"] = json!({"enabled": false});
+    // A 0.3.5 plugin channel (a third-party package there): no adapter here.
+    config["channels"]["myplugin"] = json!({"enabled": true, "token": "x"});
+    config["channels"]["otherplugin"] = json!({"enabled": false});
     config["gateway"]["port"] = peers::free_port().unwrap().into();
     config["api"]["port"] = peers::free_port().unwrap().into();
     home.write_config(&config);
@@ -374,21 +375,24 @@ fn enabled_channels_this_build_cannot_run_are_refused_and_reported() {
     let mut cmd = crate::support::nanobot(h);
     cmd.arg("gateway");
     let o = bounded(cmd, "nanobot gateway");
-    assert!(!o.status.success(), "the gateway started with matrix enabled");
+    assert!(!o.status.success(), "the gateway started with myplugin enabled");
     let err = stderr(&o);
-    assert!(err.contains("matrix: ") || err.contains("matrix;"), "{err}");
-    assert!(!err.contains("wecom"), "a disabled block is not named: {err}");
+    assert!(err.contains("myplugin: ") || err.contains("myplugin;"), "{err}");
+    assert!(
+        !err.contains("otherplugin"),
+        "a disabled block is not named: {err}"
+    );
     assert!(err.contains("NANOBOT_GATEWAY_SKIP_UNSUPPORTED_CHANNELS"), "{err}");
 
     let o = run(h, &["channels", "status"]);
     let out = stdout(&o);
     assert!(out.contains("not supported by this build"), "{out}");
     let o = run(h, &["status"]);
-    assert!(stdout(&o).contains("matrix (✗ not supported"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("myplugin (✗ not supported"), "{}", stdout(&o));
     let o = run(h, &["doctor"]);
     assert!(!o.status.success(), "doctor found no problem");
     assert!(
-        stdout(&o).contains("channel `matrix` is enabled but this build cannot run it"),
+        stdout(&o).contains("channel `myplugin` is enabled but this build cannot run it"),
         "{}",
         stdout(&o)
     );
