@@ -1175,8 +1175,9 @@ mod tests {
     }
 
     async fn next_frame(out: &mut mpsc::Receiver<Ws>) -> Value {
-        let Some(Ws::Text(text)) = out.recv().await else {
-            panic!("nothing sent")
+        let next = tokio::time::timeout(std::time::Duration::from_secs(30), out.recv()).await;
+        let Ok(Some(Ws::Text(text))) = next else {
+            panic!("nothing sent within 30 s")
         };
         serde_json::from_str(&text).unwrap()
     }

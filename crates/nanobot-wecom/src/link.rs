@@ -420,8 +420,9 @@ mod tests {
     use super::*;
 
     async fn sent(out: &mut mpsc::Receiver<Ws>) -> Value {
-        let Some(Ws::Text(sent)) = out.recv().await else {
-            panic!("nothing sent")
+        let next = tokio::time::timeout(Duration::from_secs(30), out.recv()).await;
+        let Ok(Some(Ws::Text(sent))) = next else {
+            panic!("nothing sent within 30 s")
         };
         serde_json::from_str(&sent).unwrap()
     }
