@@ -2,7 +2,7 @@
 # The table of issue 22 ("Lean and fast") in one run, the release build against the Python nanobot, both talking
 # to one loopback mock LLM (the `bench_mock_llm` example; `bench_load` drives the API):
 #   --version peak RSS and wall      agent -m hi wall and peak RSS      idle gateway RSS
-#   release binary sizes             server CPU per API turn (and p99 at 128 sessions)
+#   release binary sizes             server CPU per API turn at 1 and 16 sessions (and p99 at 128 sessions)
 # Timed commands run interleaved (Rust, Python, Rust, ...) and the medians are reported. Peak RSS comes from GNU
 # time (Debian package `time`). Wall times include the harness's fork/exec; the `true` row measures that
 # overhead, and "net" rows subtract it.
@@ -137,16 +137,24 @@ api_cpu() { # impl home cmd... ; server CPU per turn at 1 session, and p99 at 12
   before=$($UTIL cputime "$pid")
   load=$("$TOOLS/bench_load" "$url" "$KEY" 1 "$TURNS" c1)
   after=$($UTIL cputime "$pid")
+  # The goal's figure: 16 sessions at once (each client its own session), same number of turns.
+  local before16 after16 load16
+  before16=$($UTIL cputime "$pid")
+  load16=$("$TOOLS/bench_load" "$url" "$KEY" 16 "$TURNS" c16)
+  after16=$($UTIL cputime "$pid")
   local c128; c128=$("$TOOLS/bench_load" "$url" "$KEY" 128 "$(( TURNS > 128 ? TURNS : 128 ))" c128)
   kill "$pid"; wait "$pid" 2>/dev/null || true
   emit "$(python3 -c '
 import json, sys
-b, a, l, c = (json.loads(x) for x in sys.argv[3:7])
-print(json.dumps({"bench": "api_turn", "label": sys.argv[1], "turns": int(sys.argv[2]),
-                  "cpu_ms_per_turn": (a["cpu_ms"] - b["cpu_ms"]) / int(sys.argv[2]), "c1": l, "c128": c}))' \
-    "$impl" "$TURNS" "$before" "$after" "$load" "$c128")"
+b, a, l, c, b16, a16, l16 = (json.loads(x) for x in sys.argv[3:10])
+n = int(sys.argv[2])
+print(json.dumps({"bench": "api_turn", "label": sys.argv[1], "turns": n,
+                  "cpu_ms_per_turn": (a["cpu_ms"] - b["cpu_ms"]) / n,
+                  "cpu_ms_per_turn_c16": (a16["cpu_ms"] - b16["cpu_ms"]) / n,
+                  "c1": l, "c16": l16, "c128": c}))' \
+    "$impl" "$TURNS" "$before" "$after" "$load" "$c128" "$before16" "$after16" "$load16")"
 }
-echo "== server CPU per API turn ($TURNS turns, 1 session; then 128 sessions)" >&2
+echo "== server CPU per API turn ($TURNS turns, 1 session; $TURNS over 16 sessions; then 128 sessions)" >&2
 api_cpu rust "$RH" "${GW[@]}" -c "$RH/.nanobot/config.json"
 if [ -n "$PY" ]; then
   if "$(dirname "$PY")/python" -c 'import aiohttp' 2>/dev/null; then
