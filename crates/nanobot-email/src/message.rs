@@ -125,12 +125,8 @@ fn pick_body(msg: &mail_parser::Message<'_>) -> String {
 
 /// HTML → readable text (Markdown-like; scripts, styles and the head are dropped).
 pub fn html_to_text(html: &str) -> String {
-    let converter = htmd::HtmlToMarkdown::builder()
-        .skip_tags(vec!["script", "style", "head", "title", "meta"])
-        .build();
-    converter
-        .convert(html)
-        .unwrap_or_else(|_| html.to_string())
+    dom_query::Document::from(html)
+        .md(Some(&["script", "style", "head", "title", "meta"]))
         .trim()
         .to_string()
 }

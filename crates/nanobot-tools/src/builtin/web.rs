@@ -125,10 +125,12 @@ pub fn html_to_readable(html: &str, url: Option<&str>, mode: ExtractMode) -> (St
             return (text, "readability".to_owned());
         }
     }
-    match htmd::convert(html) {
-        Ok(md) => (md, "htmd".to_owned()),
-        Err(_) => (html.to_owned(), "raw".to_owned()),
-    }
+    (whole_page_markdown(html), "markdown".to_owned())
+}
+
+/// The whole page as Markdown, by the parser Readability uses (script, style, meta and head skipped).
+fn whole_page_markdown(html: &str) -> String {
+    dom_query::Document::from(html).md(None).trim().to_owned()
 }
 
 #[async_trait]
@@ -660,5 +662,23 @@ impl TypedTool for WebSearchTool {
             }
         }
         Ok(ToolOutput::text(out.trim_end().to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_readability_cannot_take_apart_is_converted_whole_without_scripts() {
+        let html = "<html><head><title>T</title><script>var secret = 1;</script></head>\
+                    <body><p>Short <b>note</b> with <a href=\"https://example.org/x\">a link</a>.</p>\
+                    <style>p { color: red }</style><ul><li>one</li><li>two</li></ul></body></html>";
+        let md = whole_page_markdown(html);
+        assert!(md.contains("**note**"), "{md}");
+        assert!(md.contains("[a link](https://example.org/x)"), "{md}");
+        assert!(md.contains("- one") || md.contains("* one"), "{md}");
+        assert!(!md.contains("secret") && !md.contains("color"), "{md}");
+        assert!(!md.contains('<'), "{md}");
     }
 }
