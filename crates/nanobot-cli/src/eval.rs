@@ -284,7 +284,7 @@ impl Provider for ScriptedProvider {
 
     fn stream(&self, request: ChatRequest) -> EventStream {
         let mut s = self.lock();
-        for m in &request.messages {
+        for m in request.messages.iter() {
             if let ChatMessage::Tool {
                 tool_call_id,
                 content,

@@ -1,6 +1,7 @@
 //! The context budget: token estimates (`cl100k_base` as 0.3.5 counts, loaded lazily, with a character heuristic) and trimming a
 //! conversation so it fits, without ever separating a tool call from its result.
 
+use std::borrow::Borrow;
 use std::collections::HashSet;
 
 use nanobot_providers::{ChatMessage, Content, ContentPart, ToolSpec};
@@ -99,7 +100,7 @@ pub(crate) struct TokenEstimator;
 
 impl TokenEstimator {
     /// Heuristic token count of the messages and tool definitions (never loads the tokenizer).
-    pub(crate) fn rough(&self, messages: &[ChatMessage], tools: &[ToolSpec]) -> usize {
+    pub(crate) fn rough(&self, messages: &[ChatMessage], tools: &[impl Borrow<ToolSpec>]) -> usize {
         self.rough_messages(messages) + self.rough_tools(tools)
     }
 
@@ -116,10 +117,11 @@ impl TokenEstimator {
 
     /// Heuristic token count of tool definitions (serialises every schema: callers holding a registry use
     /// `ToolRegistry::definitions_rough_tokens`, which measures each schema once).
-    pub(crate) fn rough_tools(&self, tools: &[ToolSpec]) -> usize {
+    pub(crate) fn rough_tools(&self, tools: &[impl Borrow<ToolSpec>]) -> usize {
         tools
             .iter()
             .map(|t| {
+                let t = t.borrow();
                 heuristic_tokens(&t.name)
                     + heuristic_tokens(&t.description)
                     + serde_json::to_vec(&t.parameters)
@@ -167,10 +169,11 @@ impl TokenEstimator {
     }
 
     /// Tokens of the tool definitions.
-    pub(crate) fn tools(&self, tools: &[ToolSpec]) -> usize {
+    pub(crate) fn tools(&self, tools: &[impl Borrow<ToolSpec>]) -> usize {
         tools
             .iter()
             .map(|t| {
+                let t = t.borrow();
                 self.count_text(&t.name)
                     + self.count_text(&t.description)
                     + self.count_text(&t.parameters.to_string())
@@ -223,20 +226,36 @@ impl ContextBudget {
 
     /// [`ContextBudget::fit`] with the tools' heuristic token count given (`tools_rough`, e.g. from
     /// `ToolRegistry::definitions_rough_tokens`), so the schemas are not serialised again for the cheap check.
+    /// `tools` are specs or shared specs (`Arc<ToolSpec>`, as `ToolRegistry::definitions` gives them).
     pub fn fit_with_rough_tools(
         &self,
         messages: &[ChatMessage],
-        tools: &[ToolSpec],
+        tools: &[impl Borrow<ToolSpec>],
         tools_rough: usize,
+        read_only: &HashSet<String>,
+    ) -> Vec<ChatMessage> {
+        if self.fits_roughly(messages, tools_rough) {
+            return messages.to_vec();
+        }
+        self.fit_owned(messages.to_vec(), tools, read_only)
+    }
+
+    /// True when `messages` and tools of `tools_rough` heuristic tokens fit by the character heuristic, which
+    /// over-estimates: such messages need no trimming, and the tokenizer is never loaded for them.
+    pub fn fits_roughly(&self, messages: &[ChatMessage], tools_rough: usize) -> bool {
+        TokenEstimator.rough_messages(messages) + tools_rough <= self.input_budget()
+    }
+
+    /// [`ContextBudget::fit`] of messages the caller owns (no copy of them), past the cheap check
+    /// ([`ContextBudget::fits_roughly`]): counted with the tokenizer, then trimmed if they do not fit.
+    pub fn fit_owned(
+        &self,
+        mut out: Vec<ChatMessage>,
+        tools: &[impl Borrow<ToolSpec>],
         read_only: &HashSet<String>,
     ) -> Vec<ChatMessage> {
         let budget = self.input_budget();
         let est = TokenEstimator;
-        // Cheap path: the heuristic over-estimates, so if even that fits, the tokenizer is never loaded.
-        if est.rough_messages(messages) + tools_rough <= budget {
-            return messages.to_vec();
-        }
-        let mut out = messages.to_vec();
         let tool_tokens = est.tools(tools);
         let mut sizes: Vec<usize> = out.iter().map(|m| est.message(m)).collect();
         let total = |sizes: &[usize]| sizes.iter().sum::<usize>() + tool_tokens;
@@ -293,9 +312,8 @@ impl ContextBudget {
                 break;
             }
         }
-        let mut trimmed: Vec<ChatMessage> = out[..system_end].to_vec();
-        trimmed.extend(out[start..].iter().cloned());
-        drop_orphan_results(trimmed)
+        out.drain(system_end..start);
+        drop_orphan_results(out)
     }
 }
 

@@ -10,6 +10,8 @@ use nanobot_memory::ScopeKey;
 use nanobot_providers::{ChatMessage, ContentPart};
 use nanobot_skills::SkillsLoader;
 
+use crate::prompt_files::PromptFiles;
+
 /// How long-term memory is framed in the system prompt (issue 28): notes about the user, kept by the user and the
 /// agent, are data; they cannot give orders that the user did not.
 pub(crate) const MEMORY_FRAME: &str = "(Notes about the user and their affairs, kept across conversations by the user and by \
@@ -148,10 +150,9 @@ pub(crate) struct TurnOrigin {
 /// prompt caches keep working; the time goes into the user message's runtime-context block.
 #[derive(Debug, Clone)]
 pub(crate) struct ContextBuilder {
-    workspace: PathBuf,
-    /// The files of the prompt are read through it, resolved once the workspace exists (not at every turn: its
-    /// real path costs a `readlink` per component).
-    files: std::sync::OnceLock<std::sync::Arc<nanobot_tools::sandbox::Sandbox>>,
+    /// The workspace's files of the prompt, read beneath the workspace and kept while unchanged (shared by
+    /// clones).
+    files: std::sync::Arc<PromptFiles>,
     bot_name: String,
     timezone: Tz,
     skills: Option<SkillsLoader>,
@@ -162,8 +163,7 @@ impl ContextBuilder {
     /// A builder for `workspace`, named `nanobot`, in UTC, without skills.
     pub(crate) fn new(workspace: impl Into<PathBuf>) -> Self {
         Self {
-            workspace: workspace.into(),
-            files: std::sync::OnceLock::new(),
+            files: std::sync::Arc::new(PromptFiles::new(workspace.into())),
             bot_name: "nanobot".into(),
             timezone: Tz::UTC,
             skills: None,
@@ -195,19 +195,6 @@ impl ContextBuilder {
         self
     }
 
-    /// The workspace, restricted, for reading the prompt's files: resolved once it exists; until then (a
-    /// workspace not made yet) resolved again at each call.
-    fn files(&self) -> std::sync::Arc<nanobot_tools::sandbox::Sandbox> {
-        if let Some(s) = self.files.get() {
-            return s.clone();
-        }
-        let sandbox = std::sync::Arc::new(nanobot_tools::sandbox::Sandbox::new(&self.workspace, true));
-        if self.workspace.is_dir() {
-            let _ = self.files.set(sandbox.clone());
-        }
-        sandbox
-    }
-
     /// Extra text appended to the identity (embedders' instructions).
     #[must_use]
     pub(crate) fn with_instructions(mut self, text: impl Into<String>) -> Self {
@@ -223,7 +210,7 @@ impl ContextBuilder {
     /// The first part: who the agent is, the runtime, the workspace, the platform, how to format for `channel`,
     /// and the rule for external content (0.3.5's sections, in our words).
     fn identity(&self, scope: &ScopeKey, channel: &str, now: Option<DateTime<Utc>>) -> String {
-        let files = self.files();
+        let files = self.files.sandbox();
         let ws = files.workspace_real().display();
         let mem = scope.dir();
         let mem = mem.display();
@@ -278,7 +265,7 @@ impl ContextBuilder {
         let parts: Vec<String> = BOOTSTRAP_FILES
             .iter()
             .filter_map(|f| {
-                let text = read_in_workspace(&self.files(), f)?;
+                let text = self.files.read(f)?;
                 (!text.trim().is_empty() && !is_unedited_template(f, &text))
                     .then(|| format!("## {f}\n\n{}", text.trim_end()))
             })
@@ -288,7 +275,7 @@ impl ContextBuilder {
 
     fn memory(&self, scope: &ScopeKey) -> Option<String> {
         let file = scope.dir().join(nanobot_memory::MEMORY_FILE);
-        let text = read_in_workspace(&self.files(), &file.to_string_lossy())?;
+        let text = self.files.read(&file.to_string_lossy())?;
         (!text.trim().is_empty() && !is_unedited_template("memory/MEMORY.md", &text)).then(|| {
             format!(
                 "# Memory\n\n{MEMORY_FRAME}\n\n## Long-term Memory\n{}",
@@ -409,22 +396,6 @@ fn format_hint(channel: &str) -> Option<&'static str> {
         }
         _ => return None,
     })
-}
-
-/// Reads a file of the workspace that goes into the system prompt, by handle beneath the workspace: a symlink
-/// planted there (by a command the model ran) cannot pull `config.json` or any other file outside into the
-/// prompt. Missing, unreadable or refused files read as absent.
-fn read_in_workspace(sandbox: &nanobot_tools::sandbox::Sandbox, rel: &str) -> Option<String> {
-    use std::io::Read as _;
-    let nanobot_tools::sandbox::Opened::File(f) = sandbox.open_read(rel).ok()? else {
-        return None;
-    };
-    if !f.meta.is_file() {
-        return None;
-    }
-    let mut text = String::new();
-    (&f.file).take(8 * 1024 * 1024).read_to_string(&mut text).ok()?;
-    Some(text)
 }
 
 /// The image MIME type for a file name, by extension.

@@ -5,6 +5,7 @@
 //! turn cannot message a chat itself (`message` refuses in its session): everything passes the gate.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use nanobot_bus::{InboundMessage, OutboundMessage};
 use nanobot_providers::{ChatMessage, ChatRequest, ToolChoice, ToolSpec};
@@ -158,7 +159,7 @@ impl AgentLoop {
         let now = chrono::Utc::now().with_timezone(&self.settings().timezone);
         let request = ChatRequest {
             model: self.settings().model.clone(),
-            messages: vec![
+            messages: Arc::new(vec![
                 ChatMessage::system(
                     "You are the heartbeat of a personal assistant. Read the user's HEARTBEAT.md and decide whether \
                      any task should be done now. Always answer by calling the heartbeat tool.",
@@ -168,8 +169,8 @@ impl AgentLoop {
                     now.format("%Y-%m-%d %H:%M %A"),
                     self.settings().timezone.name()
                 )),
-            ],
-            tools: vec![heartbeat_tool()],
+            ]),
+            tools: vec![Arc::new(heartbeat_tool())],
             max_tokens: Some(1024),
             temperature: self.settings().temperature,
             reasoning_effort: None,
@@ -261,11 +262,11 @@ impl AgentLoop {
         .flatten();
         let request = ChatRequest {
             model: self.settings().model.clone(),
-            messages: vec![
+            messages: Arc::new(vec![
                 ChatMessage::system(custom.unwrap_or_else(|| DEFAULT_EVALUATOR_PROMPT.to_owned())),
                 ChatMessage::user(format!("## Original task\n{task}\n\n## Agent response\n{answer}")),
-            ],
-            tools: vec![evaluate_tool()],
+            ]),
+            tools: vec![Arc::new(evaluate_tool())],
             max_tokens: Some(4096),
             temperature: Some(0.0),
             reasoning_effort: None,

@@ -56,6 +56,7 @@ pub mod commands;
 mod context;
 mod memory;
 pub mod presets;
+mod prompt_files;
 pub mod rights;
 mod subagent;
 mod tools;

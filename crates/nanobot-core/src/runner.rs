@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use nanobot_providers::{
     ChatMessage, ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, ResponseAccumulator,
-    StreamEvent, ToolCall, Usage,
+    StreamEvent, ToolCall, ToolSpec, Usage,
 };
 use nanobot_tools::{ERROR_HINT, ToolContext, ToolRegistry};
 use serde::{Deserialize, Serialize};
@@ -301,7 +301,9 @@ impl AgentRunner {
             hidden_tools,
         } = spec;
         let turn_start = messages.len();
-        let mut messages = messages;
+        // Shared with each request: a call copies a pointer, not the conversation. The request is gone by the
+        // time a message is added, so `make_mut` adds it in place.
+        let mut messages = Arc::new(messages);
         let cancel = tool_context.cancel.clone();
         let streaming = self.hook.wants_streaming();
         let mut tally = Tally {
@@ -323,14 +325,7 @@ impl AgentRunner {
             }
             let mut tool_specs = self.tools.definitions();
             tool_specs.retain(|t| !hidden_tools.contains(&t.name));
-            let mut request_messages = messages.clone();
-            request_messages.extend(extra.iter().cloned());
-            if let Some(b) = &budget {
-                let read_only = self.read_only_tools();
-                let tools_rough = self.tools.definitions_rough_tokens();
-                request_messages =
-                    b.fit_with_rough_tools(&request_messages, &tool_specs, tools_rough, &read_only);
-            }
+            let request_messages = self.request_messages(&messages, &extra, budget.as_ref(), &tool_specs);
             let _ = self
                 .hook
                 .before_iteration(&IterationStart {
@@ -373,7 +368,7 @@ impl AgentRunner {
                 if let ChatMessage::Assistant { content, .. } = &mut assistant {
                     *content = text.clone();
                 }
-                messages.push(assistant);
+                Arc::make_mut(&mut messages).push(assistant);
                 self.checkpoint(
                     CheckpointPhase::AwaitingTools,
                     tally.iterations - 1,
@@ -400,8 +395,9 @@ impl AgentRunner {
                 if cancel.is_cancelled() {
                     return tally.finish(messages, String::new(), StopReason::Cancelled, None);
                 }
+                let conversation = Arc::make_mut(&mut messages);
                 for (call, result) in response.tool_calls.iter().zip(results) {
-                    messages.push(ChatMessage::tool_result(&call.id, &call.name, result));
+                    conversation.push(ChatMessage::tool_result(&call.id, &call.name, result));
                 }
                 let batch: String = response
                     .tool_calls
@@ -477,7 +473,7 @@ impl AgentRunner {
             if let ChatMessage::Assistant { content: c, .. } = &mut assistant {
                 *c = Some(content.clone());
             }
-            messages.push(assistant);
+            Arc::make_mut(&mut messages).push(assistant);
             return tally.finish(messages, content, StopReason::Completed, None);
         }
 
@@ -486,11 +482,9 @@ impl AgentRunner {
             tracing::warn!(max_iterations, "maximum tool iterations reached");
         }
         let tool_names = self.tools.names();
-        let mut request_messages = messages.clone();
-        request_messages.push(ChatMessage::user(FINAL_CALL_PROMPT));
-        if let Some(b) = &budget {
-            request_messages = b.fit(&request_messages, &[], &self.read_only_tools());
-        }
+        let final_prompt = [ChatMessage::user(FINAL_CALL_PROMPT)];
+        let no_tools: &[Arc<ToolSpec>] = &[];
+        let request_messages = self.request_messages(&messages, &final_prompt, budget.as_ref(), no_tools);
         let request = ChatRequest {
             model: model.clone(),
             messages: request_messages,
@@ -537,9 +531,40 @@ impl AgentRunner {
             .finalize_content(content.clone())
             .await
             .unwrap_or(content);
-        messages.push(ChatMessage::assistant(content.clone()));
+        Arc::make_mut(&mut messages).push(ChatMessage::assistant(content.clone()));
         tally.iterations += 1;
         tally.finish(messages, content, StopReason::MaxIterations, None)
+    }
+
+    /// The messages of a request: the conversation followed by `extra` (a continuation or a retry prompt), fitted
+    /// to `budget`. The conversation itself, shared, when nothing is added and it fits by the heuristic (the
+    /// usual case); a copy only when something is added or trimmed.
+    fn request_messages(
+        &self,
+        messages: &Arc<Vec<ChatMessage>>,
+        extra: &[ChatMessage],
+        budget: Option<&ContextBudget>,
+        tools: &[Arc<ToolSpec>],
+    ) -> Arc<Vec<ChatMessage>> {
+        let tools_rough = || {
+            if tools.is_empty() {
+                0
+            } else {
+                self.tools.definitions_rough_tokens()
+            }
+        };
+        if extra.is_empty() && budget.is_none_or(|b| b.fits_roughly(messages, tools_rough())) {
+            return messages.clone();
+        }
+        let mut all = Vec::with_capacity(messages.len() + extra.len());
+        all.extend(messages.iter().cloned());
+        all.extend(extra.iter().cloned());
+        Arc::new(match budget {
+            Some(b) if !b.fits_roughly(&all, tools_rough()) => {
+                b.fit_owned(all, tools, &self.read_only_tools())
+            }
+            _ => all,
+        })
     }
 
     fn read_only_tools(&self) -> HashSet<String> {
@@ -731,17 +756,18 @@ impl Tally {
         }
     }
 
-    /// The run's result: what was counted, with the final messages, content and reason.
+    /// The run's result: what was counted, with the final messages (the conversation itself once no request
+    /// holds it any more, as at every return), content and reason.
     fn finish(
         self,
-        messages: Vec<ChatMessage>,
+        messages: Arc<Vec<ChatMessage>>,
         content: String,
         stop_reason: StopReason,
         error: Option<String>,
     ) -> RunResult {
         RunResult {
             content,
-            messages,
+            messages: Arc::unwrap_or_clone(messages),
             turn_start: self.turn_start,
             stop_reason,
             usage: self.usage,
@@ -795,7 +821,7 @@ mod tests {
         tally.record(Some(two));
         tally.iterations = 3;
         tally.tools_used.push("exec".into());
-        let r = tally.finish(Vec::new(), "done".into(), StopReason::Completed, None);
+        let r = tally.finish(Arc::default(), "done".into(), StopReason::Completed, None);
         assert_eq!(
             (
                 r.usage.prompt_tokens,

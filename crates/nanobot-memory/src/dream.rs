@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use nanobot_tools::builtin::{EditFileTool, ListDirTool, ReadFileTool, WriteFileTool};
 use nanobot_tools::sandbox::{Sandbox, normalize, real_path};
 use nanobot_tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
-use nanobot_types::{ChatMessage, ChatRequest, Provider, ToolSpec};
+use nanobot_types::{ChatMessage, ChatRequest, Provider};
 use nanobot_util::{ConfinedDir, EntryKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -510,7 +510,7 @@ impl Dream {
     async fn converse(&self, entries: &[HistoryEntry], before: &Snapshot) -> Result<String> {
         let ws = self.store.workspace().to_owned();
         let registry = restricted_registry(&ws, &self.targets);
-        let tools: Vec<ToolSpec> = registry.definitions();
+        let tools = registry.definitions();
         let ctx = ToolContext::new(&ws);
         let mut messages = vec![
             ChatMessage::system(self.targets.system_prompt(self.store.files())),

@@ -226,7 +226,7 @@ impl Serialize for WireMessage<'_> {
 /// The tools, each `{"type": "function", "function": {name, description, parameters}}` (the last marked for
 /// prompt caching where the provider caches).
 struct WireTools<'a> {
-    tools: &'a [ToolSpec],
+    tools: &'a [Arc<ToolSpec>],
     caching: bool,
 }
 

@@ -3,6 +3,7 @@
 //! [`StreamEvent`]s.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -95,7 +96,7 @@ fn tool_output(content: &Content) -> Value {
 }
 
 /// Tools in the Responses API's flat format.
-pub(crate) fn tools(tools: &[ToolSpec]) -> Vec<Value> {
+pub(crate) fn tools(tools: &[Arc<ToolSpec>]) -> Vec<Value> {
     tools
         .iter()
         .map(|t| {

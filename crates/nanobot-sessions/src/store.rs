@@ -817,7 +817,9 @@ impl SessionStore {
             std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
             fsio::create_dir_private(&inner.dir)?;
             let file = opts.open(&path).map_err(|e| SessionError::io("open", &path, e))?;
-            if base {
+            // A turn's opening record finds the file the previous turn emptied: truncating it again would
+            // cost a journal transaction for nothing.
+            if base && file.metadata().map_or(true, |m| m.len() > 0) {
                 file.set_len(0)
                     .map_err(|e| SessionError::io("truncate", &path, e))?;
             }

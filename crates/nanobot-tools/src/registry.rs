@@ -24,7 +24,8 @@ pub const TOOL_RESULTS_DIR: &str = ".nanobot/tool-results";
 
 struct Entry {
     tool: Arc<dyn Tool>,
-    spec: ToolSpec,
+    /// Shared with every request that offers the tool (a turn copies a pointer, not the schema).
+    spec: Arc<ToolSpec>,
     args: Arc<ArgsSchema>,
     /// Bytes of `spec.parameters` as JSON, measured once (the context budget's estimate needs it every turn).
     params_len: OnceLock<usize>,
@@ -99,7 +100,7 @@ impl ToolRegistry {
         let name = spec.name.clone();
         let entry = Arc::new(Entry {
             tool,
-            spec,
+            spec: Arc::new(spec),
             args,
             params_len: OnceLock::new(),
         });
@@ -164,10 +165,10 @@ impl ToolRegistry {
     }
 
     /// The specs for the provider, in a stable order (built-ins alphabetically, then MCP
-    /// tools alphabetically) so prompts stay cache-friendly.
-    pub fn definitions(&self) -> Vec<ToolSpec> {
+    /// tools alphabetically) so prompts stay cache-friendly. Shared: each is the registry's own, not a copy.
+    pub fn definitions(&self) -> Vec<Arc<ToolSpec>> {
         let tools = self.read();
-        let mut specs: Vec<ToolSpec> = tools.values().map(|e| e.spec.clone()).collect();
+        let mut specs: Vec<Arc<ToolSpec>> = tools.values().map(|e| e.spec.clone()).collect();
         drop(tools);
         specs.sort_by(|a, b| sort_key(&a.name).cmp(&sort_key(&b.name)));
         specs

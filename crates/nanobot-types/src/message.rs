@@ -5,6 +5,7 @@
 //! memory. Unknown keys (`timestamp`, `latency_ms`, …) are ignored on deserialisation.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -489,14 +490,18 @@ pub enum ToolChoice {
 }
 
 /// Everything a provider needs for one model call.
+///
+/// The conversation and the tools are shared, not owned: a clone (a retry, the next model of a fallback chain)
+/// copies pointers, not the history and the tools' schemas. Build them from a `Vec` with `.into()`
+/// ([`ChatRequest::new`], [`ChatRequest::with_tools`] do); change a shared list with [`Arc::make_mut`].
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ChatRequest {
     /// The model name as configured (provider prefixes are handled by the provider).
     pub model: String,
     /// The conversation.
-    pub messages: Vec<ChatMessage>,
+    pub messages: Arc<Vec<ChatMessage>>,
     /// Tools offered (empty: none).
-    pub tools: Vec<ToolSpec>,
+    pub tools: Vec<Arc<ToolSpec>>,
     /// Output-token limit.
     pub max_tokens: Option<u32>,
     /// Sampling temperature.
@@ -509,17 +514,17 @@ pub struct ChatRequest {
 
 impl ChatRequest {
     /// A request for `model` with these messages and nothing else set.
-    pub fn new(model: impl Into<String>, messages: Vec<ChatMessage>) -> Self {
+    pub fn new(model: impl Into<String>, messages: impl Into<Arc<Vec<ChatMessage>>>) -> Self {
         Self {
             model: model.into(),
-            messages,
+            messages: messages.into(),
             ..Self::default()
         }
     }
 
-    /// Sets the tools.
-    pub fn with_tools(mut self, tools: Vec<ToolSpec>) -> Self {
-        self.tools = tools;
+    /// Sets the tools (specs, or shared specs as a registry hands them out).
+    pub fn with_tools<T: Into<Arc<ToolSpec>>>(mut self, tools: impl IntoIterator<Item = T>) -> Self {
+        self.tools = tools.into_iter().map(Into::into).collect();
         self
     }
 

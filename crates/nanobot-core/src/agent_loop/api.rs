@@ -84,7 +84,7 @@ impl AgentLoop {
         super::types::PromptSize {
             system_tokens: estimator.rough_messages(std::slice::from_ref(&system)),
             tool_tokens: estimator.rough_tools(&tools),
-            tools: tools.into_iter().map(|t| t.name).collect(),
+            tools: tools.iter().map(|t| t.name.clone()).collect(),
             context_window_tokens: kit.default_model.context_window_tokens,
             max_tokens: kit.default_model.max_tokens,
         }

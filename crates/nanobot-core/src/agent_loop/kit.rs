@@ -129,7 +129,7 @@ impl Kit {
     }
 
     /// The tool specs an ordinary turn offers (no goal set).
-    pub(super) fn offered_tools(&self) -> Vec<nanobot_providers::ToolSpec> {
+    pub(super) fn offered_tools(&self) -> Vec<Arc<nanobot_providers::ToolSpec>> {
         let hidden = Self::hidden_tools(false, false);
         let mut specs = self.tools.definitions();
         specs.retain(|t| !hidden.contains(&t.name));

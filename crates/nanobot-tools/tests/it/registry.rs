@@ -58,7 +58,7 @@ fn reg() -> ToolRegistry {
 
 #[test]
 fn definitions_sorted_builtins_then_mcp() {
-    let names: Vec<String> = reg().definitions().into_iter().map(|s| s.name).collect();
+    let names: Vec<String> = reg().definitions().into_iter().map(|s| s.name.clone()).collect();
     assert_eq!(
         names,
         [

@@ -149,7 +149,7 @@ fn walk<'a>(path: &str, schema: &'a Value, out: &mut Vec<(String, &'a Value)>) {
 fn schemas(reg: &ToolRegistry) -> Vec<(String, Value)> {
     reg.definitions()
         .into_iter()
-        .map(|s| (s.name, s.parameters))
+        .map(|s| (s.name.clone(), s.parameters.clone()))
         .collect()
 }
 
