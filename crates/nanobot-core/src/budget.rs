@@ -48,6 +48,46 @@ fn heuristic_tokens(text: &str) -> usize {
     text.len().div_ceil(3)
 }
 
+/// The bytes of text in `m` (what [`message_text_len`] would gather) and its images, without copying the text:
+/// the heuristic needs only the length, and it runs over the whole history at every model call.
+fn message_len(m: &ChatMessage) -> (usize, usize) {
+    let content_len = |c: &Content, images: &mut usize| match c {
+        Content::Text(t) => t.len(),
+        Content::Parts(parts) => parts
+            .iter()
+            .map(|p| match p {
+                ContentPart::Text { text } => text.len(),
+                ContentPart::ImageUrl { .. } => {
+                    *images += 1;
+                    0
+                }
+                ContentPart::Other(v) => v.to_string().len(),
+            })
+            .sum(),
+    };
+    let mut images = 0;
+    let len = match m {
+        ChatMessage::System { content } | ChatMessage::User { content } => content_len(content, &mut images),
+        ChatMessage::Tool { content, name, .. } => {
+            content_len(content, &mut images) + name.as_ref().map_or(0, String::len)
+        }
+        ChatMessage::Assistant {
+            content,
+            tool_calls,
+            reasoning_content,
+            ..
+        } => {
+            content.as_ref().map_or(0, String::len)
+                + reasoning_content.as_ref().map_or(0, String::len)
+                + tool_calls
+                    .iter()
+                    .map(|c| c.name.len() + c.arguments_json().len())
+                    .sum::<usize>()
+        }
+    };
+    (len, images)
+}
+
 fn message_text_len(m: &ChatMessage) -> (String, usize) {
     let mut images = 0;
     let mut text = String::new();
@@ -109,8 +149,8 @@ impl TokenEstimator {
         messages
             .iter()
             .map(|m| {
-                let (text, images) = message_text_len(m);
-                heuristic_tokens(&text) + images * IMAGE_TOKENS + PER_MESSAGE_OVERHEAD
+                let (len, images) = message_len(m);
+                len.div_ceil(3) + images * IMAGE_TOKENS + PER_MESSAGE_OVERHEAD
             })
             .sum()
     }
@@ -350,6 +390,28 @@ pub(crate) fn drop_orphan_results(messages: Vec<ChatMessage>) -> Vec<ChatMessage
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_length_without_copies_is_the_length_of_the_gathered_text() {
+        let msgs = [
+            ChatMessage::system("sys ü"),
+            ChatMessage::user("hello"),
+            ChatMessage::user_parts(vec![
+                ContentPart::text("look"),
+                ContentPart::ImageUrl {
+                    url: "data:image/png;base64,AAAA".into(),
+                    detail: None,
+                },
+                ContentPart::Other(serde_json::json!({"type": "input_audio", "x": 1})),
+            ]),
+            ChatMessage::tool_result("c1", "read_file", "contents".to_owned()),
+            ChatMessage::assistant("done"),
+        ];
+        for m in &msgs {
+            let (text, images) = message_text_len(m);
+            assert_eq!(message_len(m), (text.len(), images), "{m:?}");
+        }
+    }
     use nanobot_providers::ToolCall;
     use serde_json::json;
 

@@ -68,7 +68,12 @@ impl SessionMessage {
 
     /// `role`: `user`, `assistant`, `tool`, `system`; `None` if missing or not a string.
     pub fn role(&self) -> Option<&str> {
-        self.0.get("role").and_then(Value::as_str)
+        // Every writer (0.3.5, this crate, the API) puts `role` first: found there without hashing the key, which
+        // matters because a turn asks it of every message of the history window several times.
+        match self.0.iter().next() {
+            Some((k, v)) if k == "role" => v.as_str(),
+            _ => self.0.get("role").and_then(Value::as_str),
+        }
     }
 
     /// `content` as stored: a string, an array of content parts, or `null`.

@@ -798,7 +798,23 @@ impl SessionStore {
                 // Another replica wrote it: the next record cannot be a change to what this one wrote.
                 slot.checkpoint = None;
             }
-            let existing = fs::metadata(&path).is_ok();
+            let mut opts = fs::OpenOptions::new();
+            opts.create(true).append(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+            // The directory is made only when missing (not a `mkdir` per record).
+            let file = match opts.open(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    fsio::create_dir_private(&inner.dir)?;
+                    opts.open(&path)
+                }
+                other => other,
+            }
+            .map_err(|e| SessionError::io("open", &path, e))?;
+            // A change is written only onto the records it changes: a file emptied or removed meanwhile (another
+            // process cleared it) gets the whole payload again.
+            let len = file.metadata().map(|m| m.len()).ok();
+            let existing = len.is_some_and(|l| l > 0);
             let (record, base) = match slot.checkpoint.as_ref().filter(|_| existing) {
                 Some(prev) => (checkpoint_delta(prev, &new), false),
                 None => (
@@ -811,15 +827,10 @@ impl SessionStore {
                 source,
             })?;
             line.push(b'\n');
-            let mut opts = fs::OpenOptions::new();
-            opts.create(true).append(true);
-            #[cfg(unix)]
-            std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-            fsio::create_dir_private(&inner.dir)?;
-            let file = opts.open(&path).map_err(|e| SessionError::io("open", &path, e))?;
-            // A turn's opening record finds the file the previous turn emptied: truncating it again would
-            // cost a journal transaction for nothing.
-            if base && file.metadata().map_or(true, |m| m.len() > 0) {
+            // A whole payload starts the journal (a file whose length is unknown is emptied too); a turn's
+            // opening record finds the file the previous turn emptied, and truncating it again would cost a
+            // journal transaction for nothing.
+            if base && len != Some(0) {
                 file.set_len(0)
                     .map_err(|e| SessionError::io("truncate", &path, e))?;
             }
@@ -862,21 +873,26 @@ impl SessionStore {
     /// so a turn's checkpoint costs no directory change (the next turn's opening record reuses the file); an empty
     /// file holds no checkpoint.
     pub async fn clear_checkpoint(&self, key: &str) -> Result<()> {
-        self.run(key, |inner, key, slot| {
-            slot.checkpoint = None;
-            let path = checkpoint_path(&inner.path_for(key));
-            inner.pull_shared(&path)?;
-            match fs::OpenOptions::new().write(true).open(&path) {
-                Ok(file) => {
-                    if !file.metadata().is_ok_and(|m| m.len() == 0) {
-                        file.set_len(0)
-                            .map_err(|e| SessionError::io("truncate", &path, e))?;
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-                Err(e) => return Err(SessionError::io("clear", path, e)),
-            }
-            inner.push_shared(&path)
+        self.run(key, |inner, key, slot| inner.clear_checkpoint(key, slot))
+            .await
+    }
+
+    /// [`SessionStore::append_with_header`], then [`SessionStore::clear_checkpoint`], in one step under the
+    /// session's lock (one trip to the blocking pool instead of two): how a turn is saved, its messages written
+    /// and then its checkpoint emptied. The outer error is the append's (nothing was cleared); `Ok(Err(_))` means
+    /// the messages are saved but the checkpoint could not be emptied.
+    pub async fn append_and_clear_checkpoint<F>(
+        &self,
+        key: &str,
+        messages: Vec<SessionMessage>,
+        f: F,
+    ) -> Result<Result<()>>
+    where
+        F: FnOnce(&mut SessionHeader) + Send + 'static,
+    {
+        self.run(key, move |inner, key, slot| {
+            inner.append_with_header(key, slot, messages, Some(f))?;
+            Ok(inner.clear_checkpoint(key, slot))
         })
         .await
     }
@@ -916,6 +932,24 @@ impl SessionStore {
 }
 
 impl Inner {
+    /// Empties the checkpoint of `key` (see [`SessionStore::clear_checkpoint`]).
+    fn clear_checkpoint(&self, key: &str, slot: &mut Slot) -> Result<()> {
+        slot.checkpoint = None;
+        let path = checkpoint_path(&self.path_for(key));
+        self.pull_shared(&path)?;
+        match fs::OpenOptions::new().write(true).open(&path) {
+            Ok(file) => {
+                if !file.metadata().is_ok_and(|m| m.len() == 0) {
+                    file.set_len(0)
+                        .map_err(|e| SessionError::io("truncate", &path, e))?;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(SessionError::io("clear", path, e)),
+        }
+        self.push_shared(&path)
+    }
+
     /// The name of a file of this store's directory in the shared store: `sessions/<path below the directory>`.
     fn shared_name(&self, path: &Path) -> String {
         let rel = path.strip_prefix(&self.dir).unwrap_or(path);

@@ -265,39 +265,35 @@ impl<'de> Deserialize<'de> for ToolCall {
 }
 
 /// One message of a conversation, in the OpenAI chat-completions shape (tagged by `role`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Read from JSON by its `role` first, then that role's fields ([`ChatMessage::from_json_map`]); unknown fields
+/// (a stored message's `timestamp`, say) are ignored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum ChatMessage {
     /// The system prompt.
     System {
         /// Prompt text (or parts).
-        #[serde(deserialize_with = "content_or_empty", default)]
         content: Content,
     },
     /// What the user said: text, or text and images.
     User {
         /// Text or parts.
-        #[serde(deserialize_with = "content_or_empty", default)]
         content: Content,
     },
     /// What the model answered: text, tool calls, or both.
     Assistant {
         /// The text; `None` (JSON `null`) when the model only called tools. The key is always written.
         /// (A list of parts in a file is read as its joined text.)
-        #[serde(default, deserialize_with = "opt_text")]
         content: Option<String>,
         /// Tool calls the model made (omitted when empty).
-        #[serde(
-            default,
-            skip_serializing_if = "Vec::is_empty",
-            deserialize_with = "null_as_empty_vec"
-        )]
+        #[serde(skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCall>,
         /// Reasoning / chain of thought (DeepSeek-R1, Kimi, Qwen…), kept for providers that need it back.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(skip_serializing_if = "Option::is_none")]
         reasoning_content: Option<String>,
         /// Anthropic thinking blocks (with signatures), kept verbatim to send back in the same turn.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(skip_serializing_if = "Option::is_none")]
         thinking_blocks: Option<Vec<Value>>,
     },
     /// The result of a tool call.
@@ -305,12 +301,51 @@ pub enum ChatMessage {
         /// Which call this answers.
         tool_call_id: String,
         /// The tool's name (Python nanobot writes it).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(skip_serializing_if = "Option::is_none")]
         name: Option<String>,
         /// The result text (or parts).
-        #[serde(deserialize_with = "content_or_empty", default)]
         content: Content,
     },
+}
+
+/// The fields of a system or user message (the role read before).
+#[derive(Deserialize)]
+struct TextFields {
+    #[serde(deserialize_with = "content_or_empty", default)]
+    content: Content,
+}
+
+/// The fields of an assistant message.
+#[derive(Deserialize)]
+struct AssistantFields {
+    #[serde(default, deserialize_with = "opt_text")]
+    content: Option<String>,
+    #[serde(default, deserialize_with = "null_as_empty_vec")]
+    tool_calls: Vec<ToolCall>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    thinking_blocks: Option<Vec<Value>>,
+}
+
+/// The fields of a tool result.
+#[derive(Deserialize)]
+struct ToolFields {
+    tool_call_id: String,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(deserialize_with = "content_or_empty", default)]
+    content: Content,
+}
+
+/// The roles a message may have.
+const ROLES: &[&str] = &["system", "user", "assistant", "tool"];
+
+impl<'de> Deserialize<'de> for ChatMessage {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let map = Map::<String, Value>::deserialize(d)?;
+        Self::from_json_map(&map).map_err(D::Error::custom)
+    }
 }
 
 fn opt_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
@@ -326,6 +361,62 @@ fn null_as_empty_vec<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ToolCall>, D
 }
 
 impl ChatMessage {
+    /// Reads a message from a JSON object (a stored session line, a request's message) where it is, without
+    /// copying it first: its `role`, then that role's fields.
+    ///
+    /// ```
+    /// use nanobot_types::ChatMessage;
+    /// let line = serde_json::json!({"role": "user", "content": "hi", "timestamp": "2026-01-01T10:00:00"});
+    /// let m = ChatMessage::from_json_map(line.as_object().unwrap()).unwrap();
+    /// assert_eq!(m, ChatMessage::user("hi"));
+    /// let err = ChatMessage::from_json_map(serde_json::json!({"role": "robot"}).as_object().unwrap());
+    /// assert!(err.unwrap_err().to_string().contains("unknown variant `robot`"));
+    /// ```
+    pub fn from_json_map(map: &Map<String, Value>) -> Result<Self, serde_json::Error> {
+        // `role` comes first in what every writer writes: found there without hashing the key.
+        let role = match map
+            .iter()
+            .next()
+            .filter(|(k, _)| *k == "role")
+            .map(|(_, v)| v)
+            .or_else(|| map.get("role"))
+        {
+            Some(Value::String(role)) => role.as_str(),
+            Some(other) => {
+                return Err(serde_json::Error::custom(format!(
+                    "`role` must be a string, got {other}"
+                )));
+            }
+            None => return Err(serde_json::Error::missing_field("role")),
+        };
+        Ok(match role {
+            "system" => Self::System {
+                content: TextFields::deserialize(map)?.content,
+            },
+            "user" => Self::User {
+                content: TextFields::deserialize(map)?.content,
+            },
+            "assistant" => {
+                let f = AssistantFields::deserialize(map)?;
+                Self::Assistant {
+                    content: f.content,
+                    tool_calls: f.tool_calls,
+                    reasoning_content: f.reasoning_content,
+                    thinking_blocks: f.thinking_blocks,
+                }
+            }
+            "tool" => {
+                let f = ToolFields::deserialize(map)?;
+                Self::Tool {
+                    tool_call_id: f.tool_call_id,
+                    name: f.name,
+                    content: f.content,
+                }
+            }
+            other => return Err(serde_json::Error::unknown_variant(other, ROLES)),
+        })
+    }
+
     /// A system message.
     pub fn system(text: impl Into<String>) -> Self {
         Self::System {
@@ -657,6 +748,43 @@ mod tests {
         assert_eq!(m, ChatMessage::assistant("a\nb"));
         let u: ChatMessage = serde_json::from_str(r#"{"role":"user","content":null}"#).unwrap();
         assert_eq!(u, ChatMessage::user(""));
+    }
+
+    #[test]
+    fn a_message_is_read_by_its_role_wherever_the_role_is_and_bad_ones_are_named() {
+        // The role after the other fields (another writer's order): the same message.
+        let late: ChatMessage =
+            serde_json::from_str(r#"{"content":"hi","timestamp":"t","role":"user"}"#).unwrap();
+        assert_eq!(late, ChatMessage::user("hi"));
+        let map = json!({"tool_call_id": "c1", "content": "ok", "role": "tool"});
+        assert_eq!(
+            ChatMessage::from_json_map(map.as_object().unwrap()).unwrap(),
+            ChatMessage::Tool {
+                tool_call_id: "c1".into(),
+                name: None,
+                content: Content::Text("ok".into()),
+            }
+        );
+        let err = |text: &str| serde_json::from_str::<ChatMessage>(text).unwrap_err().to_string();
+        assert!(err(r#"{"content":"hi"}"#).contains("missing field `role`"));
+        assert!(err(r#"{"role":7,"content":"hi"}"#).contains("`role` must be a string"));
+        assert!(err(r#"{"role":"robot"}"#).contains("unknown variant `robot`"));
+        assert!(err(r#"{"role":"tool","content":"x"}"#).contains("missing field `tool_call_id`"));
+        assert!(err(r#"[1, 2]"#).contains("invalid type"));
+        // The same through a stored object as through text.
+        for line in [
+            r#"{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"t","arguments":"{}"}}],"reasoning_content":"r"}"#,
+            r#"{"role":"system","content":[{"type":"text","text":"s"}]}"#,
+            r#"{"role":"user"}"#,
+        ] {
+            let v: Value = serde_json::from_str(line).unwrap();
+            let from_map = ChatMessage::from_json_map(v.as_object().unwrap()).unwrap();
+            assert_eq!(
+                from_map,
+                serde_json::from_str::<ChatMessage>(line).unwrap(),
+                "{line}"
+            );
+        }
     }
 
     #[test]

@@ -23,7 +23,6 @@ pub(super) struct History {
 /// A stored message as the model is sent it (a user message without the runtime-context block older sessions
 /// kept in it); `None` for a line that is not a message.
 fn chat_message(stored: &SessionMessage) -> Option<ChatMessage> {
-    use serde::Deserialize as _;
     let map = stored.as_map();
     let read = if stored.role() == Some("user")
         && let Some(Value::String(text)) = map.get("content")
@@ -34,9 +33,9 @@ fn chat_message(stored: &SessionMessage) -> Option<ChatMessage> {
             "content".into(),
             Value::String(crate::context::strip_runtime_context(text)),
         );
-        ChatMessage::deserialize(&map)
+        ChatMessage::from_json_map(&map)
     } else {
-        ChatMessage::deserialize(map)
+        ChatMessage::from_json_map(map)
     };
     read.map_err(|e| tracing::debug!(error = %e, "history: skipped an unreadable message"))
         .ok()
@@ -164,8 +163,9 @@ impl Ledger {
         usage: Option<Value>,
         answered: Option<String>,
     ) -> Result<(), CoreError> {
-        self.store
-            .append_with_header(key, messages, move |h| {
+        let cleared = self
+            .store
+            .append_and_clear_checkpoint(key, messages, move |h| {
                 if let Some(usage) = usage {
                     h.metadata.insert("_last_usage".into(), usage);
                 }
@@ -174,7 +174,7 @@ impl Ledger {
                 }
             })
             .await?;
-        if let Err(e) = self.store.clear_checkpoint(key).await {
+        if let Err(e) = cleared {
             tracing::warn!(session = %key, error = %e, "cannot clear the checkpoint");
         }
         Ok(())

@@ -229,6 +229,51 @@ async fn checkpoints_write_read_replace_clear() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_saved_with_its_checkpoint_cleared_in_one_step() {
+    let env = Env::new();
+    let key = "api:one-step";
+    env.store
+        .write_checkpoint(key, &json!({"user": "hi", "run": [1]}))
+        .await
+        .unwrap();
+    let cleared = env
+        .store
+        .append_and_clear_checkpoint(
+            key,
+            vec![
+                SessionMessage::new("user", "hi"),
+                SessionMessage::new("assistant", "hello"),
+            ],
+            |h| {
+                h.metadata.insert("answered".into(), json!("m-1"));
+            },
+        )
+        .await
+        .unwrap();
+    assert!(cleared.is_ok(), "{cleared:?}");
+    assert_eq!(env.store.read_checkpoint(key).await.unwrap(), None);
+    assert!(!env.store.holds_checkpoint(key));
+    let meta = env.store.metadata(key).await.unwrap();
+    assert_eq!(meta.get("answered"), Some(&json!("m-1")));
+    let texts: Vec<String> = env
+        .store
+        .history(key, 10)
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|m| m.content_text())
+        .collect();
+    assert_eq!(texts, ["hi", "hello"]);
+
+    // A key the store refuses: nothing appended, nothing cleared, the append's error returned.
+    let bad = env
+        .store
+        .append_and_clear_checkpoint("", vec![SessionMessage::new("user", "x")], |_| {})
+        .await;
+    assert!(bad.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_returns_the_old_session_and_starts_empty() {
     let env = Env::new();
     let key = "cli:direct";
