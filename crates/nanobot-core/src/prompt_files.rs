@@ -178,9 +178,7 @@ impl PromptFiles {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Kept>> {
-        self.kept
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        nanobot_util::lock(&self.kept)
     }
 }
 
