@@ -200,6 +200,15 @@ mod tests {
         Stamp::of(&std::fs::symlink_metadata(path).unwrap())
     }
 
+    /// Reads `rel` and keeps it as a read two seconds after its last change would (the test cannot wait for the
+    /// change time to age); the identity read is the one stamped.
+    fn keep_as_settled(files: &PromptFiles, rel: &str, path: &std::path::Path) {
+        let (id, text) = files.read_through(&files.sandbox(), rel).unwrap();
+        let stamp = stamp_of(path);
+        assert_eq!(id, (stamp.dev, stamp.ino));
+        files.lock().insert(rel.into(), Kept { stamp, text });
+    }
+
     #[test]
     fn a_file_changed_within_the_last_two_seconds_is_not_settled() {
         let dir = tempfile::tempdir().unwrap();
@@ -234,12 +243,7 @@ mod tests {
         // clock's step.
         age(&p, 60);
         let files = PromptFiles::new(dir.path().to_owned());
-        // Put in as settled (the test cannot wait for the change time to age): what a read two seconds after
-        // the last change keeps.
-        let (id, text) = files.read_through(&files.sandbox(), "USER.md").unwrap();
-        let stamp = stamp_of(&p);
-        assert_eq!(id, (stamp.dev, stamp.ino));
-        files.lock().insert("USER.md".into(), Kept { stamp, text });
+        keep_as_settled(&files, "USER.md", &p);
         let before = files.reads();
         assert_eq!(files.read("USER.md").as_deref(), Some("Name: Ada"));
         assert_eq!(files.reads(), before, "an unchanged file is taken from memory");
@@ -265,14 +269,7 @@ mod tests {
         let p = ws.join("SOUL.md");
         std::fs::write(&p, "be kind").unwrap();
         let files = PromptFiles::new(ws.clone());
-        let (_, text) = files.read_through(&files.sandbox(), "SOUL.md").unwrap();
-        files.lock().insert(
-            "SOUL.md".into(),
-            Kept {
-                stamp: stamp_of(&p),
-                text,
-            },
-        );
+        keep_as_settled(&files, "SOUL.md", &p);
         std::fs::remove_file(&p).unwrap();
         std::os::unix::fs::symlink(&secret, &p).unwrap();
         assert_eq!(files.read("SOUL.md"), None);
