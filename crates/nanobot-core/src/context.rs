@@ -66,11 +66,22 @@ pub const UNEDITED_TEMPLATES: [(&str, &str); 6] = [
 /// counts as `memory/MEMORY.md`).
 pub fn is_unedited_template(file: &str, text: &str) -> bool {
     use sha2::Digest as _;
-    let digest = sha2::Sha256::digest(text.trim().as_bytes());
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    UNEDITED_TEMPLATES
+    let mut sums = UNEDITED_TEMPLATES
         .iter()
-        .any(|(name, sum)| *name == file && *sum == hex)
+        .filter(|(name, _)| *name == file)
+        .map(|(_, sum)| sum.as_bytes())
+        .peekable();
+    if sums.peek().is_none() {
+        return false;
+    }
+    let digest = sha2::Sha256::digest(text.trim().as_bytes());
+    let mut hex = [0u8; 64];
+    for (pair, b) in hex.chunks_exact_mut(2).zip(digest.iter()) {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 0xf)];
+    }
+    sums.any(|sum| sum == hex)
 }
 
 /// The "Tool Usage Notes" part of the system prompt: how to use the tools well (0.3.5's part, in our words).
@@ -265,9 +276,8 @@ impl ContextBuilder {
         let parts: Vec<String> = BOOTSTRAP_FILES
             .iter()
             .filter_map(|f| {
-                let text = self.files.read(f)?;
-                (!text.trim().is_empty() && !is_unedited_template(f, &text))
-                    .then(|| format!("## {f}\n\n{}", text.trim_end()))
+                let text = self.files.read_edited(f, f)?;
+                Some(format!("## {f}\n\n{}", text.trim_end()))
             })
             .collect();
         (!parts.is_empty()).then(|| parts.join("\n\n"))
@@ -275,13 +285,13 @@ impl ContextBuilder {
 
     fn memory(&self, scope: &ScopeKey) -> Option<String> {
         let file = scope.dir().join(nanobot_memory::MEMORY_FILE);
-        let text = self.files.read(&file.to_string_lossy())?;
-        (!text.trim().is_empty() && !is_unedited_template("memory/MEMORY.md", &text)).then(|| {
-            format!(
-                "# Memory\n\n{MEMORY_FRAME}\n\n## Long-term Memory\n{}",
-                text.trim_end()
-            )
-        })
+        let text = self
+            .files
+            .read_edited(&file.to_string_lossy(), "memory/MEMORY.md")?;
+        Some(format!(
+            "# Memory\n\n{MEMORY_FRAME}\n\n## Long-term Memory\n{}",
+            text.trim_end()
+        ))
     }
 
     /// The system prompt with the shared memory: identity, bootstrap files, long-term memory, always-on skills,

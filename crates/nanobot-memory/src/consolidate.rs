@@ -6,7 +6,7 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use nanobot_sessions::{LAST_SUMMARY_KEY, Session, SessionMessage, SessionStore};
+use nanobot_sessions::{LAST_SUMMARY_KEY, Session, SessionMessage, SessionStore, SessionVersion};
 use nanobot_types::{ChatMessage, ChatRequest, FinishReason, Provider, ProviderError};
 use serde_json::json;
 use tokio::task::JoinHandle;
@@ -271,6 +271,9 @@ struct Inner {
     /// Per session: the budget costs of its unconsolidated messages, so each message is counted once, not at
     /// every plan (a turn plans twice; a long chat's unconsolidated part grows up to the budget).
     costs: Mutex<HashMap<String, Costs>>,
+    /// Per session: the version planned last with nothing to do. Until the session changes, a plan finds nothing
+    /// again without reading it (a turn plans before and after; the one before usually follows the one after).
+    settled: Mutex<HashMap<String, SessionVersion>>,
 }
 
 /// The budget costs of a session's unconsolidated messages, as last planned.
@@ -336,6 +339,7 @@ impl Consolidator {
                 failures: Mutex::new(HashMap::new()),
                 done: Mutex::new(HashMap::new()),
                 costs: Mutex::new(HashMap::new()),
+                settled: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -359,6 +363,7 @@ impl Consolidator {
                 failures: Mutex::new(HashMap::new()),
                 done: Mutex::new(HashMap::new()),
                 costs: Mutex::new(HashMap::new()),
+                settled: Mutex::new(HashMap::new()),
             },
         };
         Self {
@@ -519,6 +524,11 @@ impl Consolidator {
     /// plan runs on the store's copy (nothing is copied unless there is work) with each message counted once
     /// over the session's life.
     async fn planned(&self, key: &str) -> Result<Option<(Session, usize, Range<usize>)>> {
+        let sessions = &self.inner.sessions;
+        let before = sessions.version(key);
+        if before.is_some() && lock(&self.inner.settled).get(key) == before.as_ref() {
+            return Ok(None);
+        }
         let (inner, k) = (self.inner.clone(), key.to_owned());
         let budget = self.inner.settings.budget;
         let planned = self
@@ -536,6 +546,13 @@ impl Consolidator {
                 Some((window, start, range))
             })
             .await?;
+        // Kept only when the session did not change while it was planned (an append between the read and now).
+        if planned.is_none()
+            && let Some(v) = before
+            && sessions.version(key) == Some(v)
+        {
+            lock(&self.inner.settled).insert(key.to_owned(), v);
+        }
         Ok(planned)
     }
 

@@ -71,5 +71,5 @@ pub use message::SessionMessage;
 pub use session::{INTERRUPTED_TOOL_RESULT, LAST_SUMMARY_KEY, Session, SessionHeader};
 pub use store::{
     FsyncPolicy, MAX_MESSAGE_BYTES, RestoreReport, SPILL_PREVIEW_BYTES, SessionInfo, SessionStore,
-    StoreOptions, Unconsolidated, WORKSPACE_ID_FILE,
+    SessionVersion, StoreOptions, Unconsolidated, WORKSPACE_ID_FILE,
 };

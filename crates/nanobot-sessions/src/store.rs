@@ -123,6 +123,12 @@ enum Restored {
     Conflict(PathBuf),
 }
 
+/// A version of a session as one [`SessionStore`] knows it ([`SessionStore::version`]): two equal versions mean
+/// this store has written nothing to the session between them and has found no change by anyone else. Unique
+/// within a store (never reused, not even after the session is reset or deleted); meaningless across stores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SessionVersion(u64);
+
 /// The part of a session not yet consolidated ([`SessionStore::unconsolidated`]).
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -204,6 +210,8 @@ struct Inner {
     bytes_read: AtomicU64,
     /// `fdatasync`/`fsync` calls on session and checkpoint files: see [`SessionStore::syncs`].
     syncs: AtomicU64,
+    /// The last [`SessionVersion`] given out.
+    versions: AtomicU64,
     /// Held while handles are given out ([`SessionStore::handles`]). It guards no data, so a panic while it is
     /// held leaves nothing broken (hence `AssertUnwindSafe`: the store stays unwind-safe).
     handles: std::panic::AssertUnwindSafe<Mutex<()>>,
@@ -232,6 +240,10 @@ struct Slot {
     /// The file as this store last left it: another process changing it (a gateway replica that ran the
     /// session's last turn, an editor) makes the cached state stale, and it is read again.
     seen: Option<FileStamp>,
+    /// The session's [`SessionVersion`] as this store knows it; 0 before it was first read or written.
+    version: u64,
+    /// This store emptied the checkpoint (or found none) and has written none since.
+    checkpoint_emptied: bool,
 }
 
 /// What tells one version of a session file from another without reading it: identity, length and change time.
@@ -304,6 +316,7 @@ impl SessionStore {
                 slots: StdMutex::new(HashMap::new()),
                 bytes_read: AtomicU64::new(0),
                 syncs: AtomicU64::new(0),
+                versions: AtomicU64::new(0),
                 handles: std::panic::AssertUnwindSafe(Mutex::new(())),
             }),
         })
@@ -346,6 +359,31 @@ impl SessionStore {
     /// cleared checkpoint is an empty file). Reads no shared store.
     pub fn holds_checkpoint(&self, key: &str) -> bool {
         fs::metadata(self.checkpoint_path(key)).is_ok_and(|m| m.len() > 0)
+    }
+
+    /// The version of session `key` as this store last saw it, answered from memory (no file is read): it
+    /// changes whenever this store writes the session or finds that someone else changed it, which it checks at
+    /// every async call on the key. `None` before the session was first read or written, after an error, and
+    /// while a call on the key is running. What lets a caller keep what it worked out from a session (a
+    /// consolidation plan) until the session changes.
+    pub fn version(&self, key: &str) -> Option<SessionVersion> {
+        keyname::check_key(key).ok()?;
+        let slot = self.inner.slot(key);
+        let slot = slot.try_lock().ok()?;
+        (slot.version != 0).then_some(SessionVersion(slot.version))
+    }
+
+    /// Whether this store emptied session `key`'s checkpoint (or read it and found none) and has written none
+    /// since, answered from memory (no file is read). Always `false` when the files are shared with other
+    /// replicas, after an error, and while a call on the key is running. A checkpoint written meanwhile by
+    /// another process on this machine is not seen: this is what lets a turn skip its crash check, which looks
+    /// for what a process that died left, and this store's own process has not died.
+    pub fn checkpoint_emptied(&self, key: &str) -> bool {
+        if self.inner.options.shared.is_some() || keyname::check_key(key).is_err() {
+            return false;
+        }
+        let slot = self.inner.slot(key);
+        slot.try_lock().is_ok_and(|s| s.checkpoint_emptied)
     }
 
     /// A copy of session `key`, loaded (or migrated) from disk on first use; an empty, not yet saved session
@@ -794,6 +832,7 @@ impl SessionStore {
                     m
                 }
             };
+            slot.checkpoint_emptied = false;
             if inner.pull_shared(&path)? {
                 // Another replica wrote it: the next record cannot be a change to what this one wrote.
                 slot.checkpoint = None;
@@ -857,14 +896,16 @@ impl SessionStore {
     /// [`SessionStore::write_checkpoint`] (ignoring a torn last record) and the single-object file of older
     /// versions.
     pub async fn read_checkpoint(&self, key: &str) -> Result<Option<Value>> {
-        self.run(key, |inner, key, _| {
+        self.run(key, |inner, key, slot| {
             let path = checkpoint_path(&inner.path_for(key));
             inner.pull_shared(&path)?;
-            match fs::read(&path) {
+            let found = match fs::read(&path) {
                 Ok(bytes) => replay_checkpoint(&bytes, &path),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(SessionError::io("read", path, e)),
-            }
+            };
+            slot.checkpoint_emptied = matches!(found, Ok(None));
+            found
         })
         .await
     }
@@ -921,7 +962,13 @@ impl SessionStore {
             }
             let out = f(&inner, &key, slot).and_then(|r| inner.push_shared(&path).map(|()| r));
             match &out {
-                Ok(_) => slot.seen = FileStamp::of(&path),
+                Ok(_) => {
+                    let now = FileStamp::of(&path);
+                    if slot.version == 0 || now != slot.seen {
+                        slot.version = inner.versions.fetch_add(1, Ordering::Relaxed) + 1;
+                    }
+                    slot.seen = now;
+                }
                 // A failure may have left the file and the slot apart: read it again next time.
                 Err(_) => *slot = Slot::default(),
             }
@@ -935,6 +982,7 @@ impl Inner {
     /// Empties the checkpoint of `key` (see [`SessionStore::clear_checkpoint`]).
     fn clear_checkpoint(&self, key: &str, slot: &mut Slot) -> Result<()> {
         slot.checkpoint = None;
+        slot.checkpoint_emptied = false;
         let path = checkpoint_path(&self.path_for(key));
         self.pull_shared(&path)?;
         match fs::OpenOptions::new().write(true).open(&path) {
@@ -944,10 +992,15 @@ impl Inner {
                         .map_err(|e| SessionError::io("truncate", &path, e))?;
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                slot.checkpoint_emptied = true;
+                return Ok(());
+            }
             Err(e) => return Err(SessionError::io("clear", path, e)),
         }
-        self.push_shared(&path)
+        self.push_shared(&path)?;
+        slot.checkpoint_emptied = true;
+        Ok(())
     }
 
     /// The name of a file of this store's directory in the shared store: `sessions/<path below the directory>`.

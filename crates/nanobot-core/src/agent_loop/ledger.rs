@@ -82,8 +82,12 @@ impl Ledger {
     }
 
     /// Restores the turn a killed process left in `key`'s checkpoint (its question, what it did, an
-    /// "interrupted" result for each call it did not finish), once.
+    /// "interrupted" result for each call it did not finish), once. Nothing is read when this process emptied the
+    /// checkpoint itself and has not written one since (only a process that died leaves one behind).
     pub(super) async fn recover_checkpoint(&self, key: &str) {
+        if self.store.checkpoint_emptied(key) {
+            return;
+        }
         let cp = match self.store.read_checkpoint(key).await {
             Ok(Some(v)) => v,
             Ok(None) => return,

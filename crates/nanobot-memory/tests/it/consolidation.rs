@@ -438,3 +438,60 @@ async fn planning_reads_the_tail_and_counts_each_message_once() {
         "within budget: no model call"
     );
 }
+
+#[tokio::test]
+async fn a_plan_with_nothing_to_do_is_kept_until_the_session_changes() {
+    let env = env();
+    let mock = MockLlm::start().await;
+    mock.push(MockReply::text("- [permanent] The user's cat is called Miso."));
+    let key = "telegram:settled";
+    fill(&env, key, 2).await; // 8 messages, within a window of 10
+    let c = env.consolidator(provider(&mock), 10);
+    assert_eq!(
+        c.run_if_needed(key).await.unwrap(),
+        vec![ConsolidationOutcome::NothingToDo]
+    );
+
+    // Another process (an older replica, an editor) grows the session past the budget: this store has not seen
+    // it yet, so the plan it settled on stands and nothing is read or asked.
+    let other = nanobot_sessions::SessionStore::new(env.home.path(), env.ws.path()).unwrap();
+    for n in 2..5 {
+        other
+            .append(key, crate::support::turn(n, "small talk"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        c.run_if_needed(key).await.unwrap(),
+        vec![ConsolidationOutcome::NothingToDo]
+    );
+    assert!(mock.completion_requests().is_empty());
+
+    // The store's next call on the session sees the change (a turn reads its history next), and so does the plan.
+    assert_eq!(env.sessions.history(key, 100).await.unwrap().len(), 20);
+    let outcomes = c.run_if_needed(key).await.unwrap();
+    assert!(
+        matches!(outcomes[0], ConsolidationOutcome::Summarised { .. }),
+        "{outcomes:?}"
+    );
+    assert_eq!(mock.completion_requests().len(), 1);
+
+    // Settled again; then a write of this store is a change too.
+    assert_eq!(
+        c.run_if_needed(key).await.unwrap(),
+        vec![ConsolidationOutcome::NothingToDo]
+    );
+    mock.push(MockReply::text("- [permanent] More small talk."));
+    for n in 5..9 {
+        env.sessions
+            .append(key, crate::support::turn(n, "small talk"))
+            .await
+            .unwrap();
+    }
+    let outcomes = c.run_if_needed(key).await.unwrap();
+    assert!(
+        matches!(outcomes[0], ConsolidationOutcome::Summarised { .. }),
+        "{outcomes:?}"
+    );
+    assert_eq!(mock.completion_requests().len(), 2);
+}

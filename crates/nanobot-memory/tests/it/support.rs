@@ -27,7 +27,7 @@ pub(crate) fn provider(mock: &MockLlm) -> Arc<dyn Provider> {
 
 /// A workspace, a config dir, the session store and the memory store.
 pub(crate) struct Env {
-    pub(crate) _home: tempfile::TempDir,
+    pub(crate) home: tempfile::TempDir,
     pub(crate) ws: tempfile::TempDir,
     pub(crate) sessions: SessionStore,
     pub(crate) store: MemoryStore,
@@ -39,7 +39,7 @@ pub(crate) fn env() -> Env {
     let sessions = SessionStore::new(home.path(), ws.path()).unwrap();
     let store = MemoryStore::new(ws.path());
     Env {
-        _home: home,
+        home,
         ws,
         sessions,
         store,

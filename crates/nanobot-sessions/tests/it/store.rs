@@ -534,3 +534,116 @@ async fn messages_and_a_metadata_change_are_appended_together() {
         .unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), before);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_changes_with_the_session_and_only_then() {
+    let env = Env::new();
+    let key = "api:versions";
+    assert_eq!(env.store.version(key), None, "never read");
+    env.store
+        .append(key, vec![SessionMessage::new("user", "one")])
+        .await
+        .unwrap();
+    let first = env.store.version(key).expect("known after a write");
+    // Reads and checkpoints leave the session as it was.
+    env.store.history(key, 10).await.unwrap();
+    env.store.metadata(key).await.unwrap();
+    env.store
+        .write_checkpoint(key, &json!({"user": "two"}))
+        .await
+        .unwrap();
+    env.store.clear_checkpoint(key).await.unwrap();
+    assert_eq!(env.store.version(key), Some(first));
+    // A write of this store changes it, a metadata record too.
+    env.store
+        .append(key, vec![SessionMessage::new("assistant", "two")])
+        .await
+        .unwrap();
+    let second = env.store.version(key).unwrap();
+    assert_ne!(second, first);
+    env.store
+        .update_header(key, |h| {
+            h.metadata.insert("k".into(), json!(1));
+        })
+        .await
+        .unwrap();
+    let third = env.store.version(key).unwrap();
+    assert_ne!(third, second);
+
+    // Another process's write is seen at this store's next call on the key, not before.
+    let other = SessionStore::new(env.home.path(), env.workspace.path()).unwrap();
+    other
+        .append(key, vec![SessionMessage::new("user", "three")])
+        .await
+        .unwrap();
+    assert_eq!(env.store.version(key), Some(third), "answered from memory");
+    assert_eq!(env.store.history(key, 10).await.unwrap().len(), 3);
+    let fourth = env.store.version(key).unwrap();
+    assert_ne!(fourth, third);
+
+    // Reset and delete are changes; a version is never given out twice.
+    env.store.reset(key).await.unwrap();
+    let fifth = env.store.version(key).unwrap();
+    env.store.delete(key).await.unwrap();
+    let sixth = env.store.version(key).unwrap();
+    let all = [first, second, third, fourth, fifth, sixth];
+    let distinct: std::collections::HashSet<_> = all.iter().collect();
+    assert_eq!(distinct.len(), all.len(), "{all:?}");
+    assert_eq!(env.store.version("bad\nkey"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_emptied_checkpoint_is_known_without_reading_it() {
+    let env = Env::new();
+    let key = "api:emptied";
+    // Not known before this store looked.
+    assert!(!env.store.checkpoint_emptied(key));
+    assert_eq!(env.store.read_checkpoint(key).await.unwrap(), None);
+    assert!(env.store.checkpoint_emptied(key), "read and found none");
+    env.store
+        .write_checkpoint_unsynced(key, &json!({"user": "hi"}))
+        .await
+        .unwrap();
+    assert!(!env.store.checkpoint_emptied(key), "written");
+    env.store
+        .append_and_clear_checkpoint(key, vec![SessionMessage::new("user", "hi")], |_| {})
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(env.store.checkpoint_emptied(key), "emptied by this store");
+
+    // A session changed by someone else: what this store knew of it is forgotten at its next call on the key.
+    let other = SessionStore::new(env.home.path(), env.workspace.path()).unwrap();
+    other
+        .append(key, vec![SessionMessage::new("assistant", "there")])
+        .await
+        .unwrap();
+    assert!(env.store.checkpoint_emptied(key), "answered from memory");
+    env.store.history(key, 10).await.unwrap();
+    assert!(
+        !env.store.checkpoint_emptied(key),
+        "the session changed meanwhile"
+    );
+
+    // A store that finds a checkpoint (a process died in its turn) does not say it is emptied.
+    env.store
+        .write_checkpoint(key, &json!({"user": "again"}))
+        .await
+        .unwrap();
+    assert!(other.read_checkpoint(key).await.unwrap().is_some());
+    assert!(!other.checkpoint_emptied(key));
+    other.clear_checkpoint(key).await.unwrap();
+    assert!(other.checkpoint_emptied(key));
+
+    // Replicas sharing files never answer from memory: another replica may have left one.
+    let shared = std::sync::Arc::new(nanobot_util::shared::MemorySharedFiles::new());
+    let home = tempfile::tempdir().unwrap();
+    let replica = SessionStore::with_options(
+        home.path(),
+        env.workspace.path(),
+        StoreOptions::default().shared(shared),
+    )
+    .unwrap();
+    assert_eq!(replica.read_checkpoint(key).await.unwrap(), None);
+    assert!(!replica.checkpoint_emptied(key));
+}
