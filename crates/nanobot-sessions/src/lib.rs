@@ -70,6 +70,6 @@ pub use handles::{HANDLE_METADATA_KEY, SessionHandle};
 pub use message::SessionMessage;
 pub use session::{INTERRUPTED_TOOL_RESULT, LAST_SUMMARY_KEY, Session, SessionHeader};
 pub use store::{
-    FsyncPolicy, MAX_MESSAGE_BYTES, RestoreReport, SPILL_PREVIEW_BYTES, SessionInfo, SessionStore,
-    SessionVersion, StoreOptions, Unconsolidated, WORKSPACE_ID_FILE,
+    FsyncPolicy, HeaderChange, MAX_MESSAGE_BYTES, Opening, RestoreReport, SPILL_PREVIEW_BYTES, SessionInfo,
+    SessionStore, SessionVersion, StoreOptions, Unconsolidated, WORKSPACE_ID_FILE,
 };

@@ -123,6 +123,51 @@ enum Restored {
     Conflict(PathBuf),
 }
 
+/// What [`SessionStore::with_history_then_open`] writes once the history is read: a turn's opening checkpoint
+/// record (not synced) and then a change of the session's header. Both optional.
+#[derive(Default)]
+#[non_exhaustive]
+pub struct Opening {
+    /// The checkpoint payload to write.
+    pub checkpoint: Option<Value>,
+    /// The header change to make.
+    pub header: Option<HeaderChange>,
+}
+
+impl Opening {
+    /// Writes `payload` as the checkpoint.
+    #[must_use]
+    pub fn checkpoint(mut self, payload: Value) -> Self {
+        self.checkpoint = Some(payload);
+        self
+    }
+
+    /// Changes the header with `f` (after the checkpoint); several changes run in the order given.
+    #[must_use]
+    pub fn header(mut self, f: impl FnOnce(&mut SessionHeader) + Send + 'static) -> Self {
+        self.header = Some(match self.header.take() {
+            None => Box::new(f),
+            Some(first) => Box::new(move |h: &mut SessionHeader| {
+                first(h);
+                f(h);
+            }),
+        });
+        self
+    }
+}
+
+impl std::fmt::Debug for Opening {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opening")
+            .field("checkpoint", &self.checkpoint)
+            .field("header", &self.header.as_ref().map(|_| "FnOnce"))
+            .finish()
+    }
+}
+
+/// A change of a session's header, as [`Opening`] carries it.
+pub type HeaderChange = Box<dyn FnOnce(&mut SessionHeader) + Send>;
+
 /// A version of a session as one [`SessionStore`] knows it ([`SessionStore::version`]): two equal versions mean
 /// this store has written nothing to the session between them and has found no change by anyone else. Unique
 /// within a store (never reused, not even after the session is reset or deleted); meaningless across stores.
@@ -429,6 +474,39 @@ impl SessionStore {
     {
         self.run(key, move |inner, key, slot| {
             inner.with_history(key, slot, max_messages, f)
+        })
+        .await
+    }
+
+    /// [`SessionStore::with_history`], then what `f` asks to write on the strength of what it read, in the same
+    /// step under the session's lock (one trip to the blocking pool instead of up to three): how a turn opens,
+    /// its history read, its opening checkpoint record written (as by [`SessionStore::write_checkpoint_unsynced`])
+    /// and then its header changed (the record that a channel message is being answered, say). The outer error is
+    /// the read's (nothing was written); `Ok((r, Err(_)))` means a write failed (what came before it stands).
+    pub async fn with_history_then_open<R, F>(
+        &self,
+        key: &str,
+        max_messages: usize,
+        f: F,
+    ) -> Result<(R, Result<()>)>
+    where
+        F: FnOnce(&[Cow<'_, SessionMessage>], &Map<String, Value>) -> (R, Opening) + Send + 'static,
+        R: Send + 'static,
+    {
+        self.run(key, move |inner, key, slot| {
+            let (r, opening) = inner.with_history(key, slot, max_messages, f)?;
+            let Opening { checkpoint, header } = opening;
+            let mut written = checkpoint.map_or(Ok(()), |cp| inner.put_checkpoint(key, slot, cp, false));
+            if written.is_ok()
+                && let Some(change) = header
+            {
+                written = inner.update_header(key, slot, change).map(|_| ());
+            }
+            if written.is_err() {
+                // What the slot holds may no longer be the file: read it again next time.
+                *slot = Slot::default();
+            }
+            Ok((r, written))
         })
         .await
     }
@@ -823,71 +901,7 @@ impl SessionStore {
     async fn put_checkpoint(&self, key: &str, payload: &Value, sync: bool) -> Result<()> {
         let payload = payload.clone();
         self.run(key, move |inner, key, slot| {
-            let path = checkpoint_path(&inner.path_for(key));
-            let new = match payload {
-                Value::Object(m) => m,
-                other => {
-                    let mut m = Map::new();
-                    m.insert(CHECKPOINT_VALUE.into(), other);
-                    m
-                }
-            };
-            slot.checkpoint_emptied = false;
-            if inner.pull_shared(&path)? {
-                // Another replica wrote it: the next record cannot be a change to what this one wrote.
-                slot.checkpoint = None;
-            }
-            let mut opts = fs::OpenOptions::new();
-            opts.create(true).append(true);
-            #[cfg(unix)]
-            std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-            // The directory is made only when missing (not a `mkdir` per record).
-            let file = match opts.open(&path) {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    fsio::create_dir_private(&inner.dir)?;
-                    opts.open(&path)
-                }
-                other => other,
-            }
-            .map_err(|e| SessionError::io("open", &path, e))?;
-            // A change is written only onto the records it changes: a file emptied or removed meanwhile (another
-            // process cleared it) gets the whole payload again.
-            let len = file.metadata().map(|m| m.len()).ok();
-            let existing = len.is_some_and(|l| l > 0);
-            let (record, base) = match slot.checkpoint.as_ref().filter(|_| existing) {
-                Some(prev) => (checkpoint_delta(prev, &new), false),
-                None => (
-                    json!({CHECKPOINT_RECORD: "base", "value": Value::Object(new.clone())}),
-                    true,
-                ),
-            };
-            let mut line = serde_json::to_vec(&record).map_err(|source| SessionError::Serialize {
-                what: "checkpoint",
-                source,
-            })?;
-            line.push(b'\n');
-            // A whole payload starts the journal (a file whose length is unknown is emptied too); a turn's
-            // opening record finds the file the previous turn emptied, and truncating it again would cost a
-            // journal transaction for nothing.
-            if base && len != Some(0) {
-                file.set_len(0)
-                    .map_err(|e| SessionError::io("truncate", &path, e))?;
-            }
-            slot.checkpoint = None;
-            (&file)
-                .write_all(&line)
-                .map_err(|e| SessionError::io("append to", &path, e))?;
-            if sync {
-                file.sync_data()
-                    .map_err(|e| SessionError::io("fsync", &path, e))?;
-                inner.syncs.fetch_add(1, Ordering::Relaxed);
-            }
-            if let Err(e) = inner.push_shared(&path) {
-                slot.checkpoint = None;
-                return Err(e);
-            }
-            slot.checkpoint = Some(new);
-            Ok(())
+            inner.put_checkpoint(key, slot, payload, sync)
         })
         .await
     }
@@ -979,6 +993,75 @@ impl SessionStore {
 }
 
 impl Inner {
+    /// Writes a checkpoint record of `key` (see [`SessionStore::write_checkpoint`]).
+    fn put_checkpoint(&self, key: &str, slot: &mut Slot, payload: Value, sync: bool) -> Result<()> {
+        let path = checkpoint_path(&self.path_for(key));
+        let new = match payload {
+            Value::Object(m) => m,
+            other => {
+                let mut m = Map::new();
+                m.insert(CHECKPOINT_VALUE.into(), other);
+                m
+            }
+        };
+        slot.checkpoint_emptied = false;
+        if self.pull_shared(&path)? {
+            // Another replica wrote it: the next record cannot be a change to what this one wrote.
+            slot.checkpoint = None;
+        }
+        let mut opts = fs::OpenOptions::new();
+        opts.create(true).append(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+        // The directory is made only when missing (not a `mkdir` per record).
+        let file = match opts.open(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                fsio::create_dir_private(&self.dir)?;
+                opts.open(&path)
+            }
+            other => other,
+        }
+        .map_err(|e| SessionError::io("open", &path, e))?;
+        // A change is written only onto the records it changes: a file emptied or removed meanwhile (another
+        // process cleared it) gets the whole payload again.
+        let len = file.metadata().map(|m| m.len()).ok();
+        let existing = len.is_some_and(|l| l > 0);
+        let (record, base) = match slot.checkpoint.as_ref().filter(|_| existing) {
+            Some(prev) => (checkpoint_delta(prev, &new), false),
+            None => (
+                json!({CHECKPOINT_RECORD: "base", "value": Value::Object(new.clone())}),
+                true,
+            ),
+        };
+        let mut line = serde_json::to_vec(&record).map_err(|source| SessionError::Serialize {
+            what: "checkpoint",
+            source,
+        })?;
+        line.push(b'\n');
+        // A whole payload starts the journal (a file whose length is unknown is emptied too); a turn's
+        // opening record finds the file the previous turn emptied, and truncating it again would cost a
+        // journal transaction for nothing.
+        if base && len != Some(0) {
+            file.set_len(0)
+                .map_err(|e| SessionError::io("truncate", &path, e))?;
+        }
+        slot.checkpoint = None;
+        (&file)
+            .write_all(&line)
+            .map_err(|e| SessionError::io("append to", &path, e))?;
+        if sync {
+            file.sync_data()
+                .map_err(|e| SessionError::io("fsync", &path, e))?;
+            self.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Err(e) = self.push_shared(&path) {
+            slot.checkpoint = None;
+            return Err(e);
+        }
+        slot.checkpoint = Some(new);
+        Ok(())
+    }
+
     /// Empties the checkpoint of `key` (see [`SessionStore::clear_checkpoint`]).
     fn clear_checkpoint(&self, key: &str, slot: &mut Slot) -> Result<()> {
         slot.checkpoint = None;

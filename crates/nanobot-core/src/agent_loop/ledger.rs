@@ -4,7 +4,7 @@
 
 use nanobot_bus::InboundMessage;
 use nanobot_providers::ChatMessage;
-use nanobot_sessions::{SessionMessage, SessionStore};
+use nanobot_sessions::{Opening, SessionMessage, SessionStore};
 use serde_json::{Map, Value, json};
 
 use super::persist::{SessionCheckpoint, recovered_messages};
@@ -41,6 +41,44 @@ fn chat_message(stored: &SessionMessage) -> Option<ChatMessage> {
         .ok()
 }
 
+/// The session's archived-context summary in `metadata`: text and when the archived part was last active.
+fn summary_of(metadata: &Map<String, Value>) -> Option<(String, String)> {
+    let v = metadata.get(nanobot_sessions::LAST_SUMMARY_KEY)?;
+    let text = v.get("text")?.as_str()?.trim();
+    let last_active = v.get("last_active").and_then(Value::as_str).unwrap_or("?");
+    (!text.is_empty() && text != "(nothing)").then(|| (text.to_owned(), last_active.to_owned()))
+}
+
+/// Whether `metadata` already records `channel:chat_id` as the chat the session answers in.
+fn routed_to(metadata: &Map<String, Value>, channel: &str, chat_id: &str) -> bool {
+    metadata.get(crate::tools::ROUTE_METADATA_KEY).is_some_and(|r| {
+        r.get("channel").and_then(Value::as_str) == Some(channel)
+            && r.get("chat_id").and_then(Value::as_str) == Some(chat_id)
+    })
+}
+
+/// What a turn opens with ([`Ledger::open_turn`]).
+pub(super) struct TurnOpening {
+    /// The user's message as stored.
+    pub(super) user: SessionMessage,
+    pub(super) turn_id: u64,
+    /// The channel message's delivery id, when it has one (not for cron turns).
+    pub(super) delivery: Option<String>,
+    /// A retried request (the API's): the same question as the last turn is taken for a redelivery of it.
+    pub(super) retry: bool,
+    /// The chat to record as the one the session answers in (`channel`, `chat_id`), when the turn comes from one.
+    pub(super) route: Option<(String, String)>,
+}
+
+/// A turn opened ([`Ledger::open_turn`]).
+pub(super) struct OpenedTurn {
+    pub(super) history: History,
+    /// How far an earlier delivery of the same message got.
+    pub(super) earlier: Option<Earlier>,
+    /// The sink of the run's checkpoints.
+    pub(super) checkpoints: std::sync::Arc<SessionCheckpoint>,
+}
+
 /// The sessions of one loop.
 pub(super) struct Ledger {
     store: SessionStore,
@@ -69,14 +107,9 @@ impl Ledger {
                 (messages, metadata.clone())
             })
             .await?;
-        let summary = metadata.get(nanobot_sessions::LAST_SUMMARY_KEY).and_then(|v| {
-            let text = v.get("text")?.as_str()?.trim();
-            let last_active = v.get("last_active").and_then(Value::as_str).unwrap_or("?");
-            (!text.is_empty() && text != "(nothing)").then(|| (text.to_owned(), last_active.to_owned()))
-        });
         Ok(History {
             messages,
-            summary,
+            summary: summary_of(&metadata),
             metadata,
         })
     }
@@ -136,25 +169,71 @@ impl Ledger {
         let _ = self.store.clear_checkpoint(key).await;
     }
 
-    /// Opens the record of turn `turn_id` of `key`: a checkpoint holding the user's message is written before the
-    /// model is asked, so a turn killed at any point (SIGTERM, a caller's timeout killing the process) keeps the
-    /// question. The returned sink keeps the run's later checkpoints.
-    pub(super) async fn open_turn(
-        &self,
-        key: &str,
-        user: SessionMessage,
-        turn_id: u64,
-        delivery: Option<String>,
-    ) -> std::sync::Arc<SessionCheckpoint> {
+    /// Opens turn `turn_id` of `key` in one step of the store: the history read (as [`Ledger::history`]) and how
+    /// far an earlier delivery of the same message got; then, unless it was answered before, a checkpoint holding
+    /// the user's message (so a turn killed at any point, by SIGTERM or a caller's timeout killing the process,
+    /// keeps the question), the chat the session answers in when `route` is new, and the channel message's
+    /// delivery recorded as started after the checkpoint (a redelivery then finds the message in the session).
+    /// The returned sink keeps the run's later checkpoints. A failed write is logged, not fatal.
+    pub(super) async fn open_turn(&self, key: &str, turn: TurnOpening) -> Result<OpenedTurn, CoreError> {
+        let TurnOpening {
+            user,
+            turn_id,
+            delivery,
+            retry,
+            route,
+        } = turn;
         let sink = std::sync::Arc::new(SessionCheckpoint {
             store: self.store.clone(),
             key: key.to_owned(),
             user,
             turn_id,
-            delivery,
+            delivery: delivery.clone(),
         });
-        sink.begin().await;
-        sink
+        let opening = sink.payload(None);
+        let user_text = sink.user.content_text().unwrap_or_default();
+        let (read, written) = self
+            .store
+            .with_history_then_open(key, self.max_history, move |stored, metadata| {
+                let messages: Vec<ChatMessage> = stored.iter().filter_map(|m| chat_message(m)).collect();
+                let earlier = delivery
+                    .as_deref()
+                    .and_then(|id| redelivery::earlier(metadata, id))
+                    .or_else(|| {
+                        retry
+                            .then(|| redelivery::last_turn(&messages, &user_text))
+                            .flatten()
+                    });
+                let mut writes = Opening::default();
+                if earlier != Some(Earlier::Answered) {
+                    writes = writes.checkpoint(opening);
+                    if let Some((channel, chat_id)) = route.filter(|(c, id)| !routed_to(metadata, c, id)) {
+                        let value = json!({"channel": channel, "chat_id": chat_id, "metadata": {}});
+                        writes = writes.header(move |h| {
+                            h.metadata.insert(crate::tools::ROUTE_METADATA_KEY.into(), value);
+                        });
+                    }
+                    if let (None, Some(id)) = (earlier, delivery) {
+                        writes = writes
+                            .header(move |h| redelivery::record(&mut h.metadata, &id, Earlier::Started));
+                    }
+                }
+                ((messages, metadata.clone(), earlier), writes)
+            })
+            .await?;
+        if let Err(e) = written {
+            tracing::warn!(session = %key, error = %e, "cannot record the opening of the turn");
+        }
+        let (messages, metadata, earlier) = read;
+        Ok(OpenedTurn {
+            history: History {
+                summary: summary_of(&metadata),
+                messages,
+                metadata,
+            },
+            earlier,
+            checkpoints: sink,
+        })
     }
 
     /// Saves a turn: its messages, its usage, and (when it answered channel message `answered`) the record of
@@ -201,35 +280,6 @@ impl Ledger {
             .await
         {
             tracing::warn!(session = %key, error = %e, "cannot record the message's delivery");
-        }
-    }
-
-    /// Records `channel:chat_id` as the chat session `key` answers in (as 0.3.5 records it: where messages from
-    /// other sessions are answered), when `metadata` does not already say so.
-    pub(super) async fn record_route(
-        &self,
-        key: &str,
-        metadata: &Map<String, Value>,
-        channel: &str,
-        chat_id: &str,
-    ) {
-        let route = metadata.get(crate::tools::ROUTE_METADATA_KEY);
-        let same = route.is_some_and(|r| {
-            r.get("channel").and_then(Value::as_str) == Some(channel)
-                && r.get("chat_id").and_then(Value::as_str) == Some(chat_id)
-        });
-        if same {
-            return;
-        }
-        let value = json!({"channel": channel, "chat_id": chat_id, "metadata": {}});
-        if let Err(e) = self
-            .store
-            .update_header(key, move |h| {
-                h.metadata.insert(crate::tools::ROUTE_METADATA_KEY.into(), value);
-            })
-            .await
-        {
-            tracing::warn!(session = %key, error = %e, "cannot record the session's chat");
         }
     }
 

@@ -133,27 +133,23 @@ pub(super) struct SessionCheckpoint {
 }
 
 impl SessionCheckpoint {
-    /// The opening checkpoint: the user's message, before the model is asked.
-    pub(super) async fn begin(&self) {
-        let payload =
+    /// The checkpoint of the turn: the user's message, and what the run did so far once it started (`run`).
+    /// Without `run` it is the opening checkpoint, written before the model is asked (not synced: a killed process
+    /// keeps it, and nothing has run yet that a power loss would make repeat).
+    pub(super) fn payload(&self, run: Option<&RunCheckpoint>) -> Value {
+        let mut payload =
             json!({"version": 1, "turn": self.turn_id, "user": self.user, "delivery": self.delivery});
-        // Not synced: a killed process keeps it, and nothing has run yet that a power loss would make repeat.
-        if let Err(e) = self.store.write_checkpoint_unsynced(&self.key, &payload).await {
-            tracing::warn!(session = %self.key, error = %e, "cannot write the opening checkpoint");
+        if let Some(run) = run {
+            payload["run"] = json!(run);
         }
+        payload
     }
 }
 
 #[async_trait]
 impl CheckpointSink for SessionCheckpoint {
     async fn save(&self, checkpoint: &RunCheckpoint) {
-        let payload = json!({
-            "version": 1,
-            "turn": self.turn_id,
-            "user": self.user,
-            "delivery": self.delivery,
-            "run": checkpoint,
-        });
+        let payload = self.payload(Some(checkpoint));
         if let Err(e) = self.store.write_checkpoint(&self.key, &payload).await {
             tracing::warn!(session = %self.key, error = %e, "cannot write a checkpoint");
         }

@@ -20,7 +20,7 @@ use tracing::field::Empty;
 use super::gate::Asking;
 use super::inner::LoopInner;
 use super::kit::Kit;
-use super::ledger::History;
+use super::ledger::{History, OpenedTurn, TurnOpening};
 use super::memory_scope::scope_confinement;
 use super::persist::{SessionCheckpoint, interrupted_note, stored_message, stored_user_message};
 use super::publish::{BusHook, ChannelStreamHook};
@@ -50,6 +50,8 @@ struct Prepared {
     delivery: Option<String>,
     /// How far an earlier delivery of the same message got.
     earlier: Option<Earlier>,
+    /// The run's checkpoints (the opening one written).
+    checkpoints: Arc<SessionCheckpoint>,
 }
 
 /// A turn opened: running, with its facts for the tools and its stream on the bus.
@@ -110,13 +112,30 @@ impl LoopInner {
             tracing::Span::current().record("nanobot.outcome", "over_budget");
             return Ok(self.refused(key, msg, &opts, &over).await);
         }
-        let mut prepared = match self.prepare(key, msg, &chat, &opts, scope).await? {
-            Ok(prepared) => prepared,
-            Err(replayed) => return Ok(replayed),
+        // Running from here (`/stop` cancels it), so that its id is in the opening checkpoint.
+        let (turn_id, cancel) = self.workers.begin_turn(key);
+        let prepared = self.prepare(key, msg, &chat, &opts, scope, turn_id).await;
+        let mut prepared = match prepared {
+            Ok(Ok(prepared)) => prepared,
+            Ok(Err(replayed)) => {
+                self.workers.end_turn(key, turn_id);
+                return Ok(replayed);
+            }
+            Err(e) => {
+                self.workers.end_turn(key, turn_id);
+                return Err(e);
+            }
         };
-        let (opened, input) = self
-            .open(key, msg, &chat, &opts, scope, &mut prepared, payer)
-            .await;
+        let (opened, input) = self.open(
+            key,
+            msg,
+            &chat,
+            &opts,
+            scope,
+            &mut prepared,
+            payer,
+            (turn_id, cancel),
+        );
         let result = self.run(key, &opts, &prepared.metadata, &opened, input).await;
         self.workers.end_turn(key, opened.turn_id);
         // An active goal is not left at the iteration cap: an internal turn goes on with it (bounded rounds).
@@ -159,7 +178,8 @@ impl LoopInner {
         TurnReply::command(format!("⛔ {over}"))
     }
 
-    /// MCP tools connected, memory pulled and consolidated, the history read and the request built; `Err` with
+    /// MCP tools connected, memory pulled and consolidated, the turn opened in the session (its history read,
+    /// its opening checkpoint written: [`super::ledger::Ledger::open_turn`]) and the request built; `Err` with
     /// the earlier answer when this message was answered before (a redelivery: no turn runs).
     async fn prepare(
         &self,
@@ -168,29 +188,43 @@ impl LoopInner {
         chat: &Chat<'_>,
         opts: &TurnOptions,
         scope: &ScopeKey,
+        turn_id: u64,
     ) -> Result<Result<Prepared, TurnReply>, CoreError> {
         self.kit.connect_mcp().await;
         self.memory
             .before_turn(key, scope, self.settings.turn_timeout)
             .await;
-        let History {
-            messages: mut history,
-            summary,
-            metadata,
-        } = self.ledger.history(key).await?;
         let user = stored_user_message(msg);
         // A message delivered again (a durable bus, a repeating channel) is answered once.
         // Cron turns copy the metadata of the chat message that made the job: never a delivery of their own.
         let delivery = msg.delivery_id().filter(|_| !opts.is_cron);
         let user_text = user.content_text().unwrap_or_default();
-        let earlier = delivery
-            .as_deref()
-            .and_then(|id| redelivery::earlier(&metadata, id))
-            .or_else(|| {
-                opts.retry
-                    .then(|| redelivery::last_turn(&history, &user_text))
-                    .flatten()
-            });
+        // The chat this session answers in, as 0.3.5 records it (where messages from other sessions are answered).
+        let route =
+            (!msg.is_system_report() && !opts.is_cron && !nanobot_bus::is_internal_channel(chat.channel))
+                .then(|| (chat.channel.to_owned(), chat.chat_id.to_owned()));
+        let OpenedTurn {
+            history:
+                History {
+                    messages: mut history,
+                    summary,
+                    metadata,
+                },
+            earlier,
+            checkpoints,
+        } = self
+            .ledger
+            .open_turn(
+                key,
+                TurnOpening {
+                    user: user.clone(),
+                    turn_id,
+                    delivery: delivery.clone(),
+                    retry: opts.retry,
+                    route,
+                },
+            )
+            .await?;
         match earlier {
             Some(Earlier::Answered) => {
                 tracing::info!(session = %key, "a message answered before was delivered again; not answered twice");
@@ -224,12 +258,13 @@ impl LoopInner {
             user,
             delivery,
             earlier,
+            checkpoints,
         }))
     }
 
-    /// The turn registered as running, its tools' context, its hooks, and its opening checkpoint written.
+    /// The running turn `turn` (its id and cancellation) given its tools' context and its hooks.
     #[allow(clippy::too_many_arguments)]
-    async fn open(
+    fn open(
         &self,
         key: &str,
         msg: &InboundMessage,
@@ -238,8 +273,9 @@ impl LoopInner {
         scope: &ScopeKey,
         prepared: &mut Prepared,
         payer: Payer,
+        turn: (u64, CancellationToken),
     ) -> (Opened, RunInput) {
-        let (turn_id, cancel) = self.workers.begin_turn(key);
+        let (turn_id, cancel) = turn;
         let bus = self.bus();
         let mut info = TurnInfo::new(bus.clone());
         info.is_cron = opts.is_cron;
@@ -288,27 +324,11 @@ impl LoopInner {
         let asking = self.asking(msg, chat, opts, bus, &info.metadata);
         hooks.extend(self.gate.hooks(key, &self.kit.tools, asking));
 
-        let checkpoints = self
-            .ledger
-            .open_turn(key, prepared.user.clone(), turn_id, prepared.delivery.clone())
-            .await;
-        // The chat this session answers in, as 0.3.5 records it (where messages from other sessions are answered).
-        if !msg.is_system_report() && !opts.is_cron && !nanobot_bus::is_internal_channel(chat.channel) {
-            self.ledger
-                .record_route(key, &prepared.metadata, chat.channel, chat.chat_id)
-                .await;
-        }
-        // After the checkpoint holding the user's message: a redelivery then finds the message in the session.
-        if prepared.earlier.is_none()
-            && let Some(id) = &prepared.delivery
-        {
-            self.ledger.record_delivery(key, id, Earlier::Started).await;
-        }
         let input = RunInput {
             messages: std::mem::take(&mut prepared.messages),
             ctx,
             hooks,
-            checkpoints,
+            checkpoints: prepared.checkpoints.clone(),
         };
         (
             Opened {

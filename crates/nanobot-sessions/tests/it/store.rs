@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use nanobot_sessions::{Session, SessionError, SessionMessage, SessionStore, StoreOptions};
+use nanobot_sessions::{Opening, Session, SessionError, SessionMessage, SessionStore, StoreOptions};
 use serde_json::{Value, json};
 
 use crate::{Env, lines, python_load};
@@ -646,4 +646,86 @@ async fn an_emptied_checkpoint_is_known_without_reading_it() {
     .unwrap();
     assert_eq!(replica.read_checkpoint(key).await.unwrap(), None);
     assert!(!replica.checkpoint_emptied(key));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_opens_with_its_history_read_and_its_records_written_in_one_step() {
+    let env = Env::new();
+    let key = "telegram:open";
+    env.store
+        .append(
+            key,
+            vec![
+                SessionMessage::new("user", "hi"),
+                SessionMessage::new("assistant", "hello"),
+            ],
+        )
+        .await
+        .unwrap();
+    let syncs = env.store.syncs();
+    let (read, written) = env
+        .store
+        .with_history_then_open(key, 10, |history, metadata| {
+            let texts: Vec<String> = history.iter().filter_map(|m| m.content_text()).collect();
+            let opening = Opening::default()
+                .checkpoint(json!({"user": "again", "turn": 3}))
+                .header(|h| {
+                    h.metadata.insert("first".into(), json!(1));
+                })
+                .header(|h| {
+                    // Changes run in order: this one sees the first.
+                    let seen = h.metadata.get("first").cloned();
+                    h.metadata.insert("second".into(), json!(seen));
+                });
+            ((texts, metadata.contains_key("first")), opening)
+        })
+        .await
+        .unwrap();
+    written.unwrap();
+    assert_eq!(
+        read,
+        (vec!["hi".to_owned(), "hello".to_owned()], false),
+        "read before the writes"
+    );
+    assert_eq!(
+        env.store.read_checkpoint(key).await.unwrap(),
+        Some(json!({"user": "again", "turn": 3}))
+    );
+    assert_eq!(
+        env.store.syncs(),
+        syncs + 1,
+        "one sync, the header record's: the opening checkpoint record is not synced"
+    );
+    let meta = env.store.metadata(key).await.unwrap();
+    assert_eq!(
+        (meta.get("first"), meta.get("second")),
+        (Some(&json!(1)), Some(&json!(1)))
+    );
+    // Read by another process as written.
+    let other = SessionStore::new(env.home.path(), env.workspace.path()).unwrap();
+    assert_eq!(other.metadata(key).await.unwrap().get("second"), Some(&json!(1)));
+    assert_eq!(other.history(key, 10).await.unwrap().len(), 2);
+
+    // Nothing asked, nothing written.
+    env.store.clear_checkpoint(key).await.unwrap();
+    let version = env.store.version(key);
+    let ((), written) = env
+        .store
+        .with_history_then_open(key, 10, |_, _| ((), Opening::default()))
+        .await
+        .unwrap();
+    written.unwrap();
+    assert_eq!(env.store.version(key), version);
+    assert!(!env.store.holds_checkpoint(key));
+
+    // A session that cannot be read: an error, and nothing written.
+    std::fs::write(env.store.path_for(key), b"\xff\xfe not json\n").unwrap();
+    let failed = env
+        .store
+        .with_history_then_open(key, 10, |_, _| {
+            ((), Opening::default().checkpoint(json!({"user": "x"})))
+        })
+        .await;
+    assert!(failed.is_err(), "{failed:?}");
+    assert!(!env.store.holds_checkpoint(key));
 }
