@@ -14,60 +14,18 @@ use std::io::Read as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use nanobot_tools::sandbox::{Opened, Sandbox};
 
 /// The most of a prompt file that is read (the rest is left out).
 const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
 
-/// A read is kept only for a file last changed at least this long before the read began. File systems keep times
-/// in steps (the kernel's clock tick; a second on some), so a file written again within the same step as an
-/// earlier write can keep its times and length: such a recent file is read again at the next turn, until it has
-/// been left alone for this long.
-const SETTLED: Duration = Duration::from_secs(2);
-
 /// Files kept at most (each memory scope has its own `MEMORY.md`); past this the cache starts over.
 const MAX_KEPT: usize = 256;
 
-/// What tells two versions of a file apart without reading it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stamp {
-    dev: u64,
-    ino: u64,
-    len: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
-
-impl Stamp {
-    fn of(m: &std::fs::Metadata) -> Self {
-        Self {
-            dev: m.dev(),
-            ino: m.ino(),
-            len: m.len(),
-            mtime: (m.mtime(), m.mtime_nsec()),
-            ctime: (m.ctime(), m.ctime_nsec()),
-        }
-    }
-
-    /// True when both times are at least [`SETTLED`] before `t`.
-    fn settled_before(&self, t: SystemTime) -> bool {
-        let Ok(since_epoch) = t.duration_since(SystemTime::UNIX_EPOCH) else {
-            return false;
-        };
-        let Some(limit) = since_epoch.checked_sub(SETTLED) else {
-            return false;
-        };
-        let before = |(s, ns): (i64, i64)| {
-            u64::try_from(s).is_ok_and(|s| {
-                let ns = u32::try_from(ns).unwrap_or(u32::MAX).min(999_999_999);
-                Duration::new(s, ns) <= limit
-            })
-        };
-        before(self.mtime) && before(self.ctime)
-    }
-}
+/// What tells two versions of a file apart without reading it (kept only once settled: [`nanobot_util::SETTLED`]).
+type Stamp = nanobot_util::FileStamp;
 
 #[derive(Debug)]
 struct Kept {
@@ -207,6 +165,8 @@ impl PromptFiles {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     /// Sets a file's modification time (and so its change time to now) to `secs_ago`; a file written by a test
@@ -217,7 +177,7 @@ mod tests {
         f.set_modified(t).unwrap();
     }
 
-    /// The change time cannot be set back: a file changed now stays "recent" for [`SETTLED`]. These tests
+    /// The change time cannot be set back: a file changed now stays "recent" for [`nanobot_util::SETTLED`]. These tests
     /// compare stamps taken now with [`Stamp::settled_before`] at a time after that instead of waiting.
     fn stamp_of(path: &std::path::Path) -> Stamp {
         Stamp::of(&std::fs::symlink_metadata(path).unwrap())
@@ -230,18 +190,6 @@ mod tests {
         let stamp = stamp_of(path);
         assert_eq!(id, (stamp.dev, stamp.ino));
         files.lock().insert(rel.into(), Kept { stamp, text });
-    }
-
-    #[test]
-    fn a_file_changed_within_the_last_two_seconds_is_not_settled() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("SOUL.md");
-        std::fs::write(&p, "be kind").unwrap();
-        age(&p, 60);
-        let s = stamp_of(&p);
-        // Its change time is now: not settled now, settled three seconds from now.
-        assert!(!s.settled_before(SystemTime::now()));
-        assert!(s.settled_before(SystemTime::now() + Duration::from_secs(3)));
     }
 
     #[test]

@@ -111,6 +111,9 @@ pub const SKILLS_RECHECK_AFTER: Duration = Duration::from_secs(60);
 #[derive(Debug)]
 struct CachedSet {
     stamp: Vec<SkillFileStamp>,
+    /// The skills folder itself, when it is a real folder (not a link) that had settled when it was listed: while
+    /// it is unchanged, so are its entries, and the listing is not made again.
+    dir: Option<nanobot_util::FileStamp>,
     built: Instant,
     set: Arc<SkillSet>,
 }
@@ -170,8 +173,15 @@ impl SkillsLoader {
     /// thus stats the skill files instead of re-reading, re-parsing and re-checking requirements (`PATH`
     /// look-ups) every time.
     pub fn load_cached(&self) -> Arc<SkillSet> {
-        let stamp = self.stamp();
+        let started = SystemTime::now();
+        let dir = self.dir_stamp();
         let mut cache = lock(&self.cache);
+        // The folder unchanged: its entries are the ones listed last time (each `SKILL.md` is still checked).
+        let listed = cache
+            .as_ref()
+            .filter(|c| dir.is_some() && c.dir == dir)
+            .map(|c| c.stamp.iter().map(|(name, _)| name.clone()).collect());
+        let stamp = self.stamp(listed);
         if let Some(c) = cache.as_ref()
             && c.stamp == stamp
             && c.built.elapsed() < SKILLS_RECHECK_AFTER
@@ -181,19 +191,31 @@ impl SkillsLoader {
         let set = Arc::new(self.load());
         *cache = Some(CachedSet {
             stamp,
+            dir: dir.filter(|d| d.settled_before(started)),
             built: Instant::now(),
             set: set.clone(),
         });
         set
     }
 
-    fn stamp(&self) -> Vec<SkillFileStamp> {
-        let Ok(Some(entries)) = self.workspace.read_dir(Path::new(SKILLS_DIR)) else {
-            return Vec::new();
+    /// The skills folder's stamp, when it is a real folder (a link is listed through the sandbox every time).
+    fn dir_stamp(&self) -> Option<nanobot_util::FileStamp> {
+        let m = std::fs::symlink_metadata(&self.workspace_skills).ok()?;
+        m.is_dir().then(|| nanobot_util::FileStamp::of(&m))
+    }
+
+    /// Each skill folder's `SKILL.md` stamp; the folders are `listed` or listed now through the sandbox.
+    fn stamp(&self, listed: Option<Vec<std::ffi::OsString>>) -> Vec<SkillFileStamp> {
+        let names = match listed {
+            Some(names) => names,
+            None => match self.workspace.read_dir(Path::new(SKILLS_DIR)) {
+                Ok(Some(entries)) => entries.into_iter().map(|(name, _)| name).collect(),
+                _ => return Vec::new(),
+            },
         };
-        entries
+        names
             .into_iter()
-            .map(|(name, _)| {
+            .map(|name| {
                 let meta = self
                     .workspace
                     .symlink_metadata(&Path::new(SKILLS_DIR).join(&name).join("SKILL.md"))
@@ -567,6 +589,55 @@ mod tests {
         assert_eq!(dollar_names("costs $5 or US$weather"), Vec::<&str>::new());
         assert_eq!(dollar_names("$github-"), vec!["github"]);
         assert_eq!(dollar_names("($tmux)"), vec!["tmux"]);
+    }
+
+    /// Writes `skills/<name>/SKILL.md` under `ws`.
+    fn skill(ws: &Path, name: &str, description: &str) {
+        let dir = ws.join(SKILLS_DIR).join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("SKILL.md"),
+            format!("---\ndescription: {description}\n---\nBody.\n"),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_settled_skills_folder_is_not_listed_again_until_it_changes() {
+        let ws = tempfile::tempdir().unwrap();
+        let builtin = tempfile::tempdir().unwrap();
+        skill(ws.path(), "mine", "First");
+        let loader = SkillsLoader::new(
+            ws.path(),
+            builtin.path(),
+            RequirementEnv::new(nanobot_util::EnvMap::default()),
+        )
+        .without_builtins();
+        assert!(loader.load_cached().get("mine").is_some());
+        // Just written, the folder had not settled: its stamp was not kept.
+        assert_eq!(lock(&loader.cache).as_ref().unwrap().dir, None);
+        // As a listing two seconds after its last change would keep it (a test cannot age a change time).
+        lock(&loader.cache).as_mut().unwrap().dir = loader.dir_stamp();
+        let kept = loader.load_cached();
+        assert!(Arc::ptr_eq(&kept, &loader.load_cached()));
+
+        // An edit inside a skill folder leaves the skills folder as it was, and is seen all the same.
+        skill(ws.path(), "mine", "Second, longer");
+        assert_eq!(
+            loader.load_cached().get("mine").unwrap().description,
+            "Second, longer"
+        );
+        // A folder added changes the skills folder: listed again.
+        lock(&loader.cache).as_mut().unwrap().dir = loader.dir_stamp();
+        skill(ws.path(), "added", "New");
+        assert!(loader.load_cached().get("added").is_some());
+        // The skills folder replaced by a link: its stamp is never kept (its target's changes are not in it).
+        let elsewhere = ws.path().join("elsewhere");
+        std::fs::rename(ws.path().join(SKILLS_DIR), &elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, ws.path().join(SKILLS_DIR)).unwrap();
+        assert_eq!(loader.dir_stamp(), None);
+        loader.load_cached();
+        assert_eq!(lock(&loader.cache).as_ref().unwrap().dir, None);
     }
 
     #[test]

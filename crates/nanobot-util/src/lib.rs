@@ -35,6 +35,8 @@ mod error_chain;
 mod fs;
 pub mod secret;
 pub mod shared;
+#[cfg(unix)]
+mod stamp;
 mod sync;
 pub mod trace;
 
@@ -47,4 +49,6 @@ pub use error_chain::{ErrorChain, error_chain};
 pub use fs::{AtomicWriteError, normalize, read_to_string_bounded, real_path, write_atomic};
 pub use secret::{Secret, SecretMap};
 pub use shared::{MemorySharedFiles, SharedFile, SharedFiles, SharedFilesError};
+#[cfg(unix)]
+pub use stamp::{FileStamp, SETTLED};
 pub use sync::{lock, read_lock, write_lock};
