@@ -945,9 +945,33 @@ impl SessionStore {
     where
         F: FnOnce(&mut SessionHeader) + Send + 'static,
     {
+        self.append_and_clear_checkpoint_then(key, messages, f, || ())
+            .await
+            .map(|(cleared, ())| cleared)
+    }
+
+    /// [`SessionStore::append_and_clear_checkpoint`], then `then` on the same blocking thread, whatever the save's
+    /// outcome: other blocking work that belongs with the save (a turn's usage records), without a trip of its
+    /// own to the blocking pool. `then` does not run only when nothing runs at all (a key refused by
+    /// [`crate::keyname`], a runtime shutting down). Its result comes back beside the checkpoint's when the save
+    /// succeeded.
+    pub async fn append_and_clear_checkpoint_then<F, T, R>(
+        &self,
+        key: &str,
+        messages: Vec<SessionMessage>,
+        f: F,
+        then: T,
+    ) -> Result<(Result<()>, R)>
+    where
+        F: FnOnce(&mut SessionHeader) + Send + 'static,
+        T: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
         self.run(key, move |inner, key, slot| {
-            inner.append_with_header(key, slot, messages, Some(f))?;
-            Ok(inner.clear_checkpoint(key, slot))
+            let saved = inner.append_with_header(key, slot, messages, Some(f));
+            let cleared = saved.map(|()| inner.clear_checkpoint(key, slot));
+            let done = then();
+            Ok((cleared?, done))
         })
         .await
     }

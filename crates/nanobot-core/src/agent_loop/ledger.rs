@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 
 use super::persist::{SessionCheckpoint, recovered_messages};
 use super::redelivery::{self, Earlier};
+use super::spending::DeferredUsage;
 use crate::error::CoreError;
 
 /// What [`Ledger::history`] reads for a turn.
@@ -238,24 +239,31 @@ impl Ledger {
 
     /// Saves a turn: its messages, its usage, and (when it answered channel message `answered`) the record of
     /// that, in one write: a process dying at any point leaves both or neither, so a redelivery is answered
-    /// exactly once. Then the turn's checkpoint goes.
+    /// exactly once. Then the turn's checkpoint goes, and the usage records kept for the save are written, in the
+    /// same trip to the blocking pool (whatever the save's outcome).
     pub(super) async fn save_turn(
         &self,
         key: &str,
         messages: Vec<SessionMessage>,
         usage: Option<Value>,
         answered: Option<String>,
+        records: Option<DeferredUsage>,
     ) -> Result<(), CoreError> {
-        let cleared = self
+        let (cleared, ()) = self
             .store
-            .append_and_clear_checkpoint(key, messages, move |h| {
-                if let Some(usage) = usage {
-                    h.metadata.insert("_last_usage".into(), usage);
-                }
-                if let Some(id) = answered {
-                    redelivery::record(&mut h.metadata, &id, Earlier::Answered);
-                }
-            })
+            .append_and_clear_checkpoint_then(
+                key,
+                messages,
+                move |h| {
+                    if let Some(usage) = usage {
+                        h.metadata.insert("_last_usage".into(), usage);
+                    }
+                    if let Some(id) = answered {
+                        redelivery::record(&mut h.metadata, &id, Earlier::Answered);
+                    }
+                },
+                move || records.map_or((), DeferredUsage::write),
+            )
             .await?;
         if let Err(e) = cleared {
             tracing::warn!(session = %key, error = %e, "cannot clear the checkpoint");

@@ -154,6 +154,7 @@ impl Spending {
             payer,
             cancel,
             stopped: Mutex::default(),
+            deferred: Some(Mutex::default()),
         }))
     }
 
@@ -174,6 +175,7 @@ impl Spending {
             payer,
             cancel,
             stopped: Mutex::default(),
+            deferred: None,
         }))
     }
 
@@ -275,12 +277,42 @@ pub(super) struct SpendingHook {
     payer: Payer,
     cancel: CancellationToken,
     stopped: Mutex<Option<BudgetExceeded>>,
+    /// A turn's hook: the record of its last call (the final answer, after which nothing is checked against the
+    /// budget in this turn), kept for the turn's save, which writes it in the same trip to the blocking pool
+    /// ([`SpendingHook::take_deferred`]). `None` for a subagent's, which records every call as it goes.
+    deferred: Option<Mutex<Vec<UsageRecord>>>,
+}
+
+/// Usage records kept for a turn's save ([`SpendingHook::take_deferred`]).
+pub(super) struct DeferredUsage {
+    ledger: Arc<UsageLedger>,
+    records: Vec<UsageRecord>,
+}
+
+impl DeferredUsage {
+    /// Appends the records to the ledger (blocking: run on the blocking pool); a failure is logged.
+    pub(super) fn write(self) {
+        for record in &self.records {
+            if let Err(e) = self.ledger.record(record) {
+                tracing::warn!(error = %e, "a model call could not be recorded in the usage ledger");
+            }
+        }
+    }
 }
 
 impl SpendingHook {
     /// The limit that stopped the turn, if one did.
     pub(super) fn stopped(&self) -> Option<BudgetExceeded> {
         lock(&self.stopped).clone()
+    }
+
+    /// The records kept for the turn's save, if any: the caller writes them ([`DeferredUsage::write`]).
+    pub(super) fn take_deferred(&self) -> Option<DeferredUsage> {
+        let records = std::mem::take(&mut *lock(self.deferred.as_ref()?));
+        (!records.is_empty()).then(|| DeferredUsage {
+            ledger: self.ledger.clone(),
+            records,
+        })
     }
 
     /// Records one call in the ledger (a call without reported usage is not recorded).
@@ -324,6 +356,11 @@ impl AgentHook for SpendingHook {
     async fn after_iteration(&self, ctx: &IterationEnd<'_>) -> Result<(), BoxError> {
         // A final answer ends the turn anyway: only a turn that would call the model again is stopped.
         if ctx.tool_calls.is_empty() {
+            if let (Some(deferred), Some(usage)) = (&self.deferred, ctx.usage) {
+                let record = self.payer.record(&self.session, ctx.model, &usage);
+                lock(deferred).push(record);
+                return Ok(());
+            }
             return self.record(ctx.model, ctx.usage).await;
         }
         if self.ledger.budget().is_unlimited() {

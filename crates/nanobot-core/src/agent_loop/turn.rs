@@ -25,7 +25,7 @@ use super::memory_scope::scope_confinement;
 use super::persist::{SessionCheckpoint, interrupted_note, stored_message, stored_user_message};
 use super::publish::{BusHook, ChannelStreamHook};
 use super::redelivery::{self, Earlier};
-use super::spending::{Payer, SpendingHook};
+use super::spending::{DeferredUsage, Payer, SpendingHook};
 use super::types::{Job, TurnOptions, TurnReply};
 use crate::budget::ContextBudget;
 use crate::context::TurnOrigin;
@@ -144,7 +144,9 @@ impl LoopInner {
         } else {
             None
         };
-        self.save(key, scope, prepared, &result, continue_goal.is_some())
+        // The final call's usage record goes with the save (one trip to the blocking pool for both).
+        let usage = opened.spending.as_ref().and_then(|h| h.take_deferred());
+        self.save(key, scope, prepared, &result, continue_goal.is_some(), usage)
             .await?;
         Ok(self.deliver(&chat, &opened, result, continue_goal).await)
     }
@@ -442,6 +444,7 @@ impl LoopInner {
         prepared: Prepared,
         result: &RunResult,
         continuing: bool,
+        usage_records: Option<DeferredUsage>,
     ) -> Result<(), CoreError> {
         let mut stored = if prepared.earlier == Some(Earlier::Started) {
             Vec::new()
@@ -470,7 +473,9 @@ impl LoopInner {
         });
         // A cut-short turn (cancelled) stays `started`: its message, delivered again, runs again.
         let answered = prepared.delivery.filter(|_| !cancelled);
-        self.ledger.save_turn(key, stored, usage, answered).await?;
+        self.ledger
+            .save_turn(key, stored, usage, answered, usage_records)
+            .await?;
         self.memory.after_turn(key, scope, cancelled).await;
         Ok(())
     }

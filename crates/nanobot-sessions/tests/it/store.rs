@@ -729,3 +729,44 @@ async fn a_turn_opens_with_its_history_read_and_its_records_written_in_one_step(
     assert!(failed.is_err(), "{failed:?}");
     assert!(!env.store.holds_checkpoint(key));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_that_goes_with_a_save_runs_whatever_the_saves_outcome() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let env = Env::new();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let key = "api:then";
+    let counter = ran.clone();
+    let (cleared, answer) = env
+        .store
+        .append_and_clear_checkpoint_then(
+            key,
+            vec![SessionMessage::new("user", "hi")],
+            |_| {},
+            move || counter.fetch_add(1, Ordering::SeqCst) + 41,
+        )
+        .await
+        .unwrap();
+    cleared.unwrap();
+    assert_eq!(answer, 41);
+    assert_eq!(env.store.history(key, 10).await.unwrap().len(), 1);
+
+    // A save that fails (a folder where the session file should be): an error, and the work ran all the same.
+    let broken = "api:broken";
+    std::fs::create_dir_all(env.store.path_for(broken)).unwrap();
+    let counter = ran.clone();
+    let failed = env
+        .store
+        .append_and_clear_checkpoint_then(
+            broken,
+            vec![SessionMessage::new("user", "hi")],
+            |_| {},
+            move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+            },
+        )
+        .await;
+    assert!(failed.is_err());
+    assert_eq!(ran.load(Ordering::SeqCst), 2);
+}
