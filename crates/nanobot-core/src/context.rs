@@ -84,6 +84,11 @@ pub fn is_unedited_template(file: &str, text: &str) -> bool {
     sums.any(|sum| sum == hex)
 }
 
+/// Whether `text` of prompt file `file` belongs in the prompt: not blank, not the unedited template.
+fn edited(file: &str, text: &str) -> bool {
+    !text.trim().is_empty() && !is_unedited_template(file, text)
+}
+
 /// The "Tool Usage Notes" part of the system prompt: how to use the tools well (0.3.5's part, in our words).
 const TOOL_NOTES: &str = "# Tool Usage Notes
 
@@ -276,7 +281,7 @@ impl ContextBuilder {
         let parts: Vec<String> = BOOTSTRAP_FILES
             .iter()
             .filter_map(|f| {
-                let text = self.files.read_edited(f, f)?;
+                let text = self.files.read_wanted(f, |t| edited(f, t))?;
                 Some(format!("## {f}\n\n{}", text.trim_end()))
             })
             .collect();
@@ -287,7 +292,7 @@ impl ContextBuilder {
         let file = scope.dir().join(nanobot_memory::MEMORY_FILE);
         let text = self
             .files
-            .read_edited(&file.to_string_lossy(), "memory/MEMORY.md")?;
+            .read_wanted(&file.to_string_lossy(), |t| edited("memory/MEMORY.md", t))?;
         Some(format!(
             "# Memory\n\n{MEMORY_FRAME}\n\n## Long-term Memory\n{}",
             text.trim_end()

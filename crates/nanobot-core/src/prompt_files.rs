@@ -41,7 +41,7 @@ pub(crate) struct PromptFiles {
     /// again at each call.
     sandbox: OnceLock<Arc<Sandbox>>,
     kept: Mutex<HashMap<String, Kept>>,
-    /// Per file: the text last checked by [`PromptFiles::read_edited`] and whether it was edited. The text kept
+    /// Per file: the text last checked by [`PromptFiles::read_wanted`] and whether it was wanted. The text kept
     /// in `kept` is handed out as the same `Arc` while the file is unchanged, so the check runs once per version.
     checked: Mutex<HashMap<String, (Arc<str>, bool)>>,
     /// Reads through the sandbox so far (for tests: a file taken from memory adds none).
@@ -114,23 +114,23 @@ impl PromptFiles {
         Some(text)
     }
 
-    /// The text of the workspace file `rel` (as [`PromptFiles::read`]) unless it is blank or still the unedited
-    /// template `template` (a name of [`crate::context::UNEDITED_TEMPLATES`]; `rel` is always checked against
-    /// the same one). The check (a SHA-256 of the text) runs once per version of the file, not at every turn.
-    pub(crate) fn read_edited(&self, rel: &str, template: &str) -> Option<Arc<str>> {
+    /// The text of the workspace file `rel` (as [`PromptFiles::read`]) when `wanted` says so of it (not blank,
+    /// not an unedited template: a SHA-256 of the text). `wanted` runs once per version of the file, not at every
+    /// turn, so `rel` must always be asked with the same test.
+    pub(crate) fn read_wanted(&self, rel: &str, wanted: impl FnOnce(&str) -> bool) -> Option<Arc<str>> {
         let text = self.read(rel)?;
         let mut checked = nanobot_util::lock(&self.checked);
-        if let Some((seen, edited)) = checked.get(rel)
+        if let Some((seen, keep)) = checked.get(rel)
             && Arc::ptr_eq(seen, &text)
         {
-            return edited.then_some(text);
+            return keep.then_some(text);
         }
-        let edited = !text.trim().is_empty() && !crate::context::is_unedited_template(template, &text);
+        let keep = wanted(&text);
         if checked.len() >= MAX_KEPT && !checked.contains_key(rel) {
             checked.clear();
         }
-        checked.insert(rel.to_owned(), (text.clone(), edited));
-        edited.then_some(text)
+        checked.insert(rel.to_owned(), (text.clone(), keep));
+        keep.then_some(text)
     }
 
     /// How many times a file was read through the sandbox.
@@ -230,14 +230,18 @@ mod tests {
     }
 
     #[test]
-    fn a_blank_or_unedited_file_is_left_out_and_checked_once_per_version() {
+    fn a_file_left_out_is_checked_once_per_version() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("USER.md");
         std::fs::write(&p, "  \n").unwrap();
         age(&p, 60);
         let files = PromptFiles::new(dir.path().to_owned());
         keep_as_settled(&files, "USER.md", &p);
-        assert_eq!(files.read_edited("USER.md", "USER.md"), None, "blank");
+        assert_eq!(
+            files.read_wanted("USER.md", |t| !t.trim().is_empty()),
+            None,
+            "blank"
+        );
         // The check is kept with the text it was made on: the same text (the kept one) is not checked again.
         let kept = files.read("USER.md").unwrap();
         let checked = nanobot_util::lock(&files.checked)
@@ -248,15 +252,15 @@ mod tests {
         // Changed: checked anew.
         std::fs::write(&p, "Name: Ada").unwrap();
         assert_eq!(
-            files.read_edited("USER.md", "USER.md").as_deref(),
+            files.read_wanted("USER.md", |t| !t.trim().is_empty()).as_deref(),
             Some("Name: Ada")
         );
         assert_eq!(
-            files.read_edited("USER.md", "USER.md").as_deref(),
+            files.read_wanted("USER.md", |t| !t.trim().is_empty()).as_deref(),
             Some("Name: Ada")
         );
         std::fs::remove_file(&p).unwrap();
-        assert_eq!(files.read_edited("USER.md", "USER.md"), None);
+        assert_eq!(files.read_wanted("USER.md", |t| !t.trim().is_empty()), None);
     }
 
     #[test]
