@@ -968,7 +968,11 @@ impl SessionStore {
         R: Send + 'static,
     {
         self.run(key, move |inner, key, slot| {
-            let saved = inner.append_with_header(key, slot, messages, Some(f));
+            // Published before the checkpoint is emptied: a replica killed in between leaves the checkpoint for the
+            // next one to restore, never a turn in neither.
+            let saved = inner
+                .append_with_header(key, slot, messages, Some(f))
+                .and_then(|()| inner.push_shared(&inner.path_for(key)));
             let cleared = saved.map(|()| inner.clear_checkpoint(key, slot));
             let done = then();
             Ok((cleared?, done))

@@ -770,3 +770,58 @@ async fn work_that_goes_with_a_save_runs_whatever_the_saves_outcome() {
     assert!(failed.is_err());
     assert_eq!(ran.load(Ordering::SeqCst), 2);
 }
+
+/// A shared store that records what each push left in it: the name and the file's length then.
+#[derive(Debug, Default)]
+struct RecordingShared {
+    inner: nanobot_util::MemorySharedFiles,
+    pushes: std::sync::Mutex<Vec<(String, u64)>>,
+}
+
+impl nanobot_util::SharedFiles for RecordingShared {
+    fn pull(&self, file: nanobot_util::SharedFile<'_>) -> Result<bool, nanobot_util::SharedFilesError> {
+        self.inner.pull(file)
+    }
+
+    fn push(&self, file: nanobot_util::SharedFile<'_>) -> Result<(), nanobot_util::SharedFilesError> {
+        let len = std::fs::metadata(file.local).map(|m| m.len()).unwrap_or(0);
+        self.pushes.lock().unwrap().push((file.name.to_owned(), len));
+        self.inner.push(file)
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<String>, nanobot_util::SharedFilesError> {
+        self.inner.list(prefix)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saved_turn_is_published_before_its_checkpoint_is_emptied() {
+    let shared = std::sync::Arc::new(RecordingShared::default());
+    let env = Env::new();
+    let store = SessionStore::with_options(
+        env.home.path(),
+        env.workspace.path(),
+        StoreOptions::default().shared(shared.clone()),
+    )
+    .unwrap();
+    let key = "telegram:order";
+    store.write_checkpoint(key, &json!({"user": "hi"})).await.unwrap();
+    shared.pushes.lock().unwrap().clear();
+    store
+        .append_and_clear_checkpoint(key, vec![SessionMessage::new("user", "hi")], |_| {})
+        .await
+        .unwrap()
+        .unwrap();
+    let pushes = shared.pushes.lock().unwrap().clone();
+    // A replica killed between two pushes must leave the question somewhere: the turn published, then the
+    // checkpoint emptied (never the checkpoint emptied while the turn is unpublished).
+    let session = pushes
+        .iter()
+        .position(|(name, len)| name.ends_with(".jsonl") && *len > 0)
+        .expect("the session published");
+    let emptied = pushes
+        .iter()
+        .position(|(name, len)| name.ends_with(".checkpoint.json") && *len == 0)
+        .expect("the checkpoint emptied");
+    assert!(session < emptied, "{pushes:?}");
+}
