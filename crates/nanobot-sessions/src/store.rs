@@ -287,8 +287,6 @@ struct Slot {
     seen: Option<FileStamp>,
     /// The session's [`SessionVersion`] as this store knows it; 0 before it was first read or written.
     version: u64,
-    /// This store emptied the checkpoint (or found none) and has written none since.
-    checkpoint_emptied: bool,
 }
 
 /// What tells one version of a session file from another without reading it: identity, length and change time.
@@ -418,17 +416,19 @@ impl SessionStore {
         (slot.version != 0).then_some(SessionVersion(slot.version))
     }
 
-    /// Whether this store emptied session `key`'s checkpoint (or read it and found none) and has written none
-    /// since, answered from memory (no file is read). Always `false` when the files are shared with other
-    /// replicas, after an error, and while a call on the key is running. A checkpoint written meanwhile by
-    /// another process on this machine is not seen: this is what lets a turn skip its crash check, which looks
-    /// for what a process that died left, and this store's own process has not died.
+    /// Whether session `key` has no checkpoint on this machine: its file is missing or empty (one `stat` on the
+    /// calling thread, no read, no trip to the blocking pool). Always `false` when the files are shared with other
+    /// replicas through a shared store (another replica's checkpoint is in that store, not here yet), for a key
+    /// that is refused, and when the file cannot be looked at. What lets a turn skip its crash check; replicas
+    /// sharing one home see each other's checkpoints here.
     pub fn checkpoint_emptied(&self, key: &str) -> bool {
         if self.inner.options.shared.is_some() || keyname::check_key(key).is_err() {
             return false;
         }
-        let slot = self.inner.slot(key);
-        slot.try_lock().is_ok_and(|s| s.checkpoint_emptied)
+        match fs::metadata(self.checkpoint_path(key)) {
+            Ok(m) => m.len() == 0,
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        }
     }
 
     /// A copy of session `key`, loaded (or migrated) from disk on first use; an empty, not yet saved session
@@ -910,16 +910,14 @@ impl SessionStore {
     /// [`SessionStore::write_checkpoint`] (ignoring a torn last record) and the single-object file of older
     /// versions.
     pub async fn read_checkpoint(&self, key: &str) -> Result<Option<Value>> {
-        self.run(key, |inner, key, slot| {
+        self.run(key, |inner, key, _| {
             let path = checkpoint_path(&inner.path_for(key));
             inner.pull_shared(&path)?;
-            let found = match fs::read(&path) {
+            match fs::read(&path) {
                 Ok(bytes) => replay_checkpoint(&bytes, &path),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(SessionError::io("read", path, e)),
-            };
-            slot.checkpoint_emptied = matches!(found, Ok(None));
-            found
+            }
         })
         .await
     }
@@ -1032,7 +1030,6 @@ impl Inner {
                 m
             }
         };
-        slot.checkpoint_emptied = false;
         if self.pull_shared(&path)? {
             // Another replica wrote it: the next record cannot be a change to what this one wrote.
             slot.checkpoint = None;
@@ -1093,7 +1090,6 @@ impl Inner {
     /// Empties the checkpoint of `key` (see [`SessionStore::clear_checkpoint`]).
     fn clear_checkpoint(&self, key: &str, slot: &mut Slot) -> Result<()> {
         slot.checkpoint = None;
-        slot.checkpoint_emptied = false;
         let path = checkpoint_path(&self.path_for(key));
         self.pull_shared(&path)?;
         match fs::OpenOptions::new().write(true).open(&path) {
@@ -1103,15 +1099,10 @@ impl Inner {
                         .map_err(|e| SessionError::io("truncate", &path, e))?;
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                slot.checkpoint_emptied = true;
-                return Ok(());
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(SessionError::io("clear", path, e)),
         }
-        self.push_shared(&path)?;
-        slot.checkpoint_emptied = true;
-        Ok(())
+        self.push_shared(&path)
     }
 
     /// The name of a file of this store's directory in the shared store: `sessions/<path below the directory>`.

@@ -116,8 +116,8 @@ impl Ledger {
     }
 
     /// Restores the turn a killed process left in `key`'s checkpoint (its question, what it did, an
-    /// "interrupted" result for each call it did not finish), once. Nothing is read when this process emptied the
-    /// checkpoint itself and has not written one since (only a process that died leaves one behind).
+    /// "interrupted" result for each call it did not finish), once. Nothing is read when the checkpoint file is
+    /// missing or empty (one `stat`; replicas sharing a store through NATS always read).
     pub(super) async fn recover_checkpoint(&self, key: &str) {
         if self.store.checkpoint_emptied(key) {
             return;
