@@ -31,6 +31,8 @@ type Stamp = nanobot_util::FileStamp;
 struct Kept {
     stamp: Stamp,
     text: Arc<str>,
+    /// What [`PromptFiles::read_wanted`]'s test said of `text`, once asked.
+    wanted: Option<bool>,
 }
 
 /// The prompt's files of one workspace. Shared by the clones of a context builder.
@@ -41,9 +43,6 @@ pub(crate) struct PromptFiles {
     /// again at each call.
     sandbox: OnceLock<Arc<Sandbox>>,
     kept: Mutex<HashMap<String, Kept>>,
-    /// Per file: the text last checked by [`PromptFiles::read_wanted`] and whether it was wanted. The text kept
-    /// in `kept` is handed out as the same `Arc` while the file is unchanged, so the check runs once per version.
-    checked: Mutex<HashMap<String, (Arc<str>, bool)>>,
     /// Reads through the sandbox so far (for tests: a file taken from memory adds none).
     reads: std::sync::atomic::AtomicUsize,
 }
@@ -54,7 +53,6 @@ impl PromptFiles {
             workspace,
             sandbox: OnceLock::new(),
             kept: Mutex::default(),
-            checked: Mutex::default(),
             reads: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -106,6 +104,7 @@ impl PromptFiles {
                 Kept {
                     stamp,
                     text: text.clone(),
+                    wanted: None,
                 },
             );
         } else {
@@ -116,20 +115,15 @@ impl PromptFiles {
 
     /// The text of the workspace file `rel` (as [`PromptFiles::read`]) when `wanted` says so of it (not blank,
     /// not an unedited template: a SHA-256 of the text). `wanted` runs once per version of the file, not at every
-    /// turn, so `rel` must always be asked with the same test.
+    /// turn (the answer is kept with the kept file), so `rel` must always be asked with the same test.
     pub(crate) fn read_wanted(&self, rel: &str, wanted: impl FnOnce(&str) -> bool) -> Option<Arc<str>> {
         let text = self.read(rel)?;
-        let mut checked = nanobot_util::lock(&self.checked);
-        if let Some((seen, keep)) = checked.get(rel)
-            && Arc::ptr_eq(seen, &text)
-        {
-            return keep.then_some(text);
-        }
-        let keep = wanted(&text);
-        if checked.len() >= MAX_KEPT && !checked.contains_key(rel) {
-            checked.clear();
-        }
-        checked.insert(rel.to_owned(), (text.clone(), keep));
+        let mut kept = self.lock();
+        let keep = match kept.get_mut(rel).filter(|k| Arc::ptr_eq(&k.text, &text)) {
+            Some(k) => *k.wanted.get_or_insert_with(|| wanted(&text)),
+            // Not kept (changed lately): asked each time, as it is read each time.
+            None => wanted(&text),
+        };
         keep.then_some(text)
     }
 
@@ -189,7 +183,14 @@ mod tests {
         let (id, text) = files.read_through(&files.sandbox(), rel).unwrap();
         let stamp = stamp_of(path);
         assert_eq!(id, (stamp.dev, stamp.ino));
-        files.lock().insert(rel.into(), Kept { stamp, text });
+        files.lock().insert(
+            rel.into(),
+            Kept {
+                stamp,
+                text,
+                wanted: None,
+            },
+        );
     }
 
     #[test]
@@ -244,11 +245,12 @@ mod tests {
         );
         // The check is kept with the text it was made on: the same text (the kept one) is not checked again.
         let kept = files.read("USER.md").unwrap();
-        let checked = nanobot_util::lock(&files.checked)
+        let checked = files
+            .lock()
             .get("USER.md")
-            .cloned()
+            .map(|k| (k.text.clone(), k.wanted))
             .unwrap();
-        assert!(Arc::ptr_eq(&checked.0, &kept) && !checked.1);
+        assert!(Arc::ptr_eq(&checked.0, &kept) && checked.1 == Some(false));
         // Changed: checked anew.
         std::fs::write(&p, "Name: Ada").unwrap();
         assert_eq!(
