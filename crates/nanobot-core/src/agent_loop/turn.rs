@@ -10,7 +10,6 @@ use chrono::Utc;
 use nanobot_bus::{Bus, InboundMessage, OutboundKind, OutboundMessage};
 use nanobot_memory::ScopeKey;
 use nanobot_providers::{ChatMessage, Content};
-use nanobot_sessions::SessionMessage;
 use nanobot_tools::ToolContext;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
@@ -44,13 +43,10 @@ struct Chat<'a> {
 struct Prepared {
     messages: Vec<ChatMessage>,
     metadata: Map<String, Value>,
-    /// The user's message as stored.
-    user: SessionMessage,
-    /// The channel message's delivery id, when it has one (not for cron turns).
-    delivery: Option<String>,
     /// How far an earlier delivery of the same message got.
     earlier: Option<Earlier>,
-    /// The run's checkpoints (the opening one written).
+    /// The run's checkpoints (the opening one written); they hold the user's message as stored and the channel
+    /// message's delivery id.
     checkpoints: Arc<SessionCheckpoint>,
 }
 
@@ -219,9 +215,9 @@ impl LoopInner {
             .open_turn(
                 key,
                 TurnOpening {
-                    user: user.clone(),
+                    user,
                     turn_id,
-                    delivery: delivery.clone(),
+                    delivery,
                     retry: opts.retry,
                     route,
                 },
@@ -257,8 +253,6 @@ impl LoopInner {
         Ok(Ok(Prepared {
             messages,
             metadata,
-            user,
-            delivery,
             earlier,
             checkpoints,
         }))
@@ -449,7 +443,7 @@ impl LoopInner {
         let mut stored = if prepared.earlier == Some(Earlier::Started) {
             Vec::new()
         } else {
-            vec![prepared.user]
+            vec![prepared.checkpoints.user.clone()]
         };
         stored.extend(result.new_messages().iter().map(stored_message));
         // Not the cap's closing note when the goal goes on: the work continues in the next turn.
@@ -472,7 +466,7 @@ impl LoopInner {
             })
         });
         // A cut-short turn (cancelled) stays `started`: its message, delivered again, runs again.
-        let answered = prepared.delivery.filter(|_| !cancelled);
+        let answered = prepared.checkpoints.delivery.clone().filter(|_| !cancelled);
         self.ledger
             .save_turn(key, stored, usage, answered, usage_records)
             .await?;
