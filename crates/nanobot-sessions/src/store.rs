@@ -401,7 +401,7 @@ impl SessionStore {
     /// Whether this machine's checkpoint file of session `key` holds a checkpoint (exists and is not empty: a
     /// cleared checkpoint is an empty file). Reads no shared store.
     pub fn holds_checkpoint(&self, key: &str) -> bool {
-        fs::metadata(self.checkpoint_path(key)).is_ok_and(|m| m.len() > 0)
+        self.checkpoint_len(key).is_ok_and(|len| len > 0)
     }
 
     /// The version of session `key` as this store last saw it, answered from memory (no file is read): it
@@ -421,13 +421,18 @@ impl SessionStore {
     /// replicas through a shared store (another replica's checkpoint is in that store, not here yet), for a key
     /// that is refused, and when the file cannot be looked at. What lets a turn skip its crash check; replicas
     /// sharing one home see each other's checkpoints here.
-    pub fn checkpoint_emptied(&self, key: &str) -> bool {
-        if self.inner.options.shared.is_some() || keyname::check_key(key).is_err() {
-            return false;
-        }
+    pub fn holds_no_checkpoint(&self, key: &str) -> bool {
+        self.inner.options.shared.is_none()
+            && keyname::check_key(key).is_ok()
+            && self.checkpoint_len(key).is_ok_and(|len| len == 0)
+    }
+
+    /// The length of this machine's checkpoint file of `key` (0 when there is none).
+    fn checkpoint_len(&self, key: &str) -> std::io::Result<u64> {
         match fs::metadata(self.checkpoint_path(key)) {
-            Ok(m) => m.len() == 0,
-            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+            Ok(m) => Ok(m.len()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(e),
         }
     }
 

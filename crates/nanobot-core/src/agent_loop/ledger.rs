@@ -119,7 +119,7 @@ impl Ledger {
     /// "interrupted" result for each call it did not finish), once. Nothing is read when the checkpoint file is
     /// missing or empty (one `stat`; replicas sharing a store through NATS always read).
     pub(super) async fn recover_checkpoint(&self, key: &str) {
-        if self.store.checkpoint_emptied(key) {
+        if self.store.holds_no_checkpoint(key) {
             return;
         }
         let cp = match self.store.read_checkpoint(key).await {

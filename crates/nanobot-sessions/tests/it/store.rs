@@ -593,21 +593,21 @@ async fn a_version_changes_with_the_session_and_only_then() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_emptied_checkpoint_is_known_without_reading_it() {
+async fn no_checkpoint_is_known_without_reading_the_file() {
     let env = Env::new();
     let key = "api:emptied";
-    assert!(env.store.checkpoint_emptied(key), "none written");
+    assert!(env.store.holds_no_checkpoint(key), "none written");
     env.store
         .write_checkpoint_unsynced(key, &json!({"user": "hi"}))
         .await
         .unwrap();
-    assert!(!env.store.checkpoint_emptied(key), "written");
+    assert!(!env.store.holds_no_checkpoint(key), "written");
     env.store
         .append_and_clear_checkpoint(key, vec![SessionMessage::new("user", "hi")], |_| {})
         .await
         .unwrap()
         .unwrap();
-    assert!(env.store.checkpoint_emptied(key), "emptied");
+    assert!(env.store.holds_no_checkpoint(key), "emptied");
 
     // Another process on this home (a replica sharing it) leaves a checkpoint: seen at once, nothing cached.
     let other = SessionStore::new(env.home.path(), env.workspace.path()).unwrap();
@@ -615,7 +615,7 @@ async fn an_emptied_checkpoint_is_known_without_reading_it() {
         .write_checkpoint(key, &json!({"user": "again"}))
         .await
         .unwrap();
-    assert!(!env.store.checkpoint_emptied(key));
+    assert!(!env.store.holds_no_checkpoint(key));
     assert!(env.store.read_checkpoint(key).await.unwrap().is_some());
 
     // Replicas sharing files through a shared store never answer from this machine's file.
@@ -628,7 +628,7 @@ async fn an_emptied_checkpoint_is_known_without_reading_it() {
     )
     .unwrap();
     assert_eq!(replica.read_checkpoint(key).await.unwrap(), None);
-    assert!(!replica.checkpoint_emptied(key));
+    assert!(!replica.holds_no_checkpoint(key));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
