@@ -74,11 +74,11 @@ impl FileChange {
     pub fn diff(&self) -> String {
         let before = self.before.as_deref().unwrap_or("");
         let after = self.after.as_deref().unwrap_or("");
-        similar::TextDiff::from_lines(before, after)
-            .unified_diff()
-            .context_radius(2)
-            .header(&format!("a/{}", self.path), &format!("b/{}", self.path))
-            .to_string()
+        nanobot_util::text_diff::LineDiff::new(before, after).unified(
+            2,
+            &format!("a/{}", self.path),
+            &format!("b/{}", self.path),
+        )
     }
 }
 

@@ -376,7 +376,7 @@ pub(crate) fn closest_region(content: &str, needle: &str) -> Option<(usize, f32,
     let mut best: Option<(usize, f32, String)> = None;
     for start in 0..=(lines.len() - window) {
         let region = lines[start..start + window].join("\n");
-        let ratio = similar::TextDiff::from_chars(needle.trim_end(), region.as_str()).ratio();
+        let ratio = nanobot_util::text_diff::char_similarity(needle.trim_end(), &region);
         if best.as_ref().is_none_or(|b| ratio > b.1) {
             best = Some((start + 1, ratio, region));
         }
@@ -437,11 +437,11 @@ impl TypedTool for EditFileTool {
             if let Some((line, ratio, region)) = closest_region(&content, &args.old_text)
                 && ratio > 0.5
             {
-                let diff = similar::TextDiff::from_lines(args.old_text.trim_end(), region.as_str())
-                    .unified_diff()
-                    .context_radius(3)
-                    .header("old_text (provided)", &format!("{shown} (actual, line {line})"))
-                    .to_string();
+                let diff = nanobot_util::text_diff::LineDiff::new(args.old_text.trim_end(), &region).unified(
+                    3,
+                    "old_text (provided)",
+                    &format!("{shown} (actual, line {line})"),
+                );
                 msg.push_str(&format!(
                     "\nBest match ({:.0}% similar) at line {line}:\n{diff}",
                     ratio * 100.0

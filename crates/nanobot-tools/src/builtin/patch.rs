@@ -223,15 +223,7 @@ fn plan(sandbox: &Sandbox, edits: &[PatchEdit]) -> Result<Vec<(PathBuf, Planned)
 /// `- add|update <path> (+added/-deleted)`.
 fn summary_line(sandbox: &Sandbox, path: &std::path::Path, p: &Planned) -> String {
     let before = p.before.as_deref().unwrap_or("");
-    let diff = similar::TextDiff::from_lines(before, p.after.as_str());
-    let (mut added, mut deleted) = (0, 0);
-    for change in diff.iter_all_changes() {
-        match change.tag() {
-            similar::ChangeTag::Insert => added += 1,
-            similar::ChangeTag::Delete => deleted += 1,
-            similar::ChangeTag::Equal => {}
-        }
-    }
+    let (added, deleted) = nanobot_util::text_diff::LineDiff::new(before, &p.after).counts();
     let action = if p.before.is_some() { "update" } else { "add" };
     let stats = if added + deleted > 0 {
         format!(" (+{added}/-{deleted})")
