@@ -1,7 +1,7 @@
 //! A link setting worth copying into a program that embeds nanobot: on Linux with glibc, a release build links
 //! with packed relative relocations (`-z pack-relative-relocs`, DT_RELR), as nanobot's own programs do
 //! (bins/link_settings.rs). A position-independent Rust program has about 10^5 relocations; packed, they take
-//! 40 KB instead of 1.2 MB, and the loader reads them from a bitmap. The program then needs glibc 2.36 or newer
+//! about 20 KB instead of 1.2 MB, and the loader reads them from a bitmap. The program then needs glibc 2.36 or newer
 //! at run time and GNU ld 2.38 or lld 15 to link; `NANOBOT_NO_RELR=1` builds without.
 
 fn main() {
