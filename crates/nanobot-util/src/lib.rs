@@ -5,7 +5,7 @@
 //! model can write to, opened beneath a handle of it ([`ConfinedDir`]), poison-ignoring locks ([`lock`],
 //! [`read_lock`], [`write_lock`]), one-line error chains ([`ErrorChain`]), the redacted [`Secret`] string and
 //! [`SecretMap`] (on `secrecy`), the environment map libraries are handed ([`EnvMap`]), the lenient list of ids
-//! settings are read with ([`de::string_list`]) and the trait of files shared between replicas ([`SharedFiles`]), line and character diffs of text
+//! settings are read with ([`de::string_list`]) and the trait of files shared between replicas ([`SharedFiles`]), line diffs of text
 //! ([`text_diff`]), and the target and context hooks of the exported spans
 //! ([`trace`]). `tests/one_owner.rs` keeps the locks and the file replacement here.
 //!

@@ -1,11 +1,11 @@
-//! Diffs of text for messages the model and the user read: how similar two strings are, how many lines a change
-//! adds and removes, and a unified diff.
+//! Line diffs of text for messages the model and the user read: how many lines a change adds and removes, and a
+//! unified diff.
 //!
-//! All of it runs `similar`'s Myers algorithm directly, for two element types (characters and lines).
-//! `similar::TextDiff` chooses among six algorithms at run time, so every program that used it carried all
-//! six for each element type: 0.6 MiB of machine code, the largest crate in the core-only embedding
-//! (docs/benchmarks.md). The output is the same as `TextDiff`'s with its default algorithm, Myers: the same
-//! operations, the same hunks, the same "\ No newline at end of file" lines (tests below compare the two).
+//! It runs `similar`'s Myers algorithm directly. `similar::TextDiff` chooses among six algorithms at run time, so
+//! every program that used it carried all six for each element type it diffed: 0.6 MiB of machine code, the
+//! largest crate in the core-only embedding (docs/benchmarks.md). The output is the same as `TextDiff`'s with its
+//! default algorithm, Myers: the same operations, the same hunks, the same "\ No newline at end of file" lines
+//! (tests below compare the two).
 
 use std::fmt::Write as _;
 
@@ -21,13 +21,6 @@ fn ops<T: Eq + std::hash::Hash>(old: &[T], new: &[T]) -> Vec<DiffOp> {
         Err(never) => match never {},
     }
     hook.into_inner().into_inner().into_ops()
-}
-
-/// How similar `a` and `b` are, from 0.0 to 1.0: twice the characters the two have in common (in order),
-/// over the characters of both (1.0 when both are empty).
-pub fn char_similarity(a: &str, b: &str) -> f32 {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    similar::diff_ratio(&ops(&a, &b), a.len(), b.len())
 }
 
 /// The lines of `text`, each with its line ending (`\n`, `\r\n` or a lone `\r`); the last may have none.
@@ -208,13 +201,11 @@ mod tests {
                 want,
                 "{old:?} -> {new:?}"
             );
-            let ratio = similar::TextDiff::from_chars(&old, &new).ratio();
-            assert_eq!(char_similarity(&old, &new), ratio, "{old:?} -> {new:?}");
         }
     }
 
     #[test]
-    fn counts_and_similarity_match_similar_text_diff() {
+    fn counts_match_similar_text_diff() {
         for &(old, new) in CASES {
             let theirs = similar::TextDiff::from_lines(old, new);
             let (mut added, mut deleted) = (0, 0);
@@ -230,21 +221,7 @@ mod tests {
                 (added, deleted),
                 "{old:?} -> {new:?}"
             );
-            let ratio = similar::TextDiff::from_chars(old, new).ratio();
-            assert_eq!(char_similarity(old, new), ratio, "{old:?} -> {new:?}");
         }
-    }
-
-    #[test]
-    fn similarity_is_shared_characters_over_all() {
-        assert_eq!(char_similarity("", ""), 1.0);
-        assert_eq!(char_similarity("abc", "abc"), 1.0);
-        assert_eq!(char_similarity("abc", "xyz"), 0.0);
-        // "abcd" and "abxd" share a, b, d: 2 * 3 / 8.
-        assert_eq!(char_similarity("abcd", "abxd"), 0.75);
-        // Characters, not bytes: "é" is one.
-        assert_eq!(char_similarity("é", "é"), 1.0);
-        assert_eq!(char_similarity("éa", "éb"), 0.5);
     }
 
     #[test]
