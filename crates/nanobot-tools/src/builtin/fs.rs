@@ -365,6 +365,37 @@ impl EditFileTool {
     }
 }
 
+/// Why `old_text` may differ from the closest `region` of the file, in 0.3.5's words: letter case, whitespace
+/// within lines, or quote style (curly for straight) alone. Line endings (`\r\n`) and trailing line breaks are
+/// not differences.
+fn likely_causes(old_text: &str, region: &str) -> Vec<&'static str> {
+    let old = old_text.replace("\r\n", "\n");
+    let (old, actual) = (old.trim_end_matches('\n'), region.trim_end_matches('\n'));
+    if old == actual {
+        return Vec::new();
+    }
+    let collapse = |s: &str| {
+        s.lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect::<Vec<_>>()
+    };
+    let straight = |s: &str| {
+        s.replace(['\u{2018}', '\u{2019}'], "'")
+            .replace(['\u{201c}', '\u{201d}'], "\"")
+    };
+    let mut causes = Vec::new();
+    if old.to_lowercase() == actual.to_lowercase() {
+        causes.push("letter case differs");
+    }
+    if collapse(old) == collapse(actual) {
+        causes.push("whitespace differs");
+    }
+    if straight(old) == straight(actual) {
+        causes.push("quote style differs");
+    }
+    causes
+}
+
 /// The pairs of neighbouring characters in `line` between two line breaks, each as one number. The breaks make
 /// a line's first and last characters count as much as the others, which matters for short lines.
 fn line_bigrams(line: &str) -> impl Iterator<Item = u64> + '_ {
@@ -504,20 +535,33 @@ impl TypedTool for EditFileTool {
         let shown = display_path(&self.sandbox, &path);
         if count == 0 {
             let mut msg = format!("Error: old_text not found in {shown}.");
-            if let Some((line, ratio, region)) = closest_region(&content, &args.old_text)
-                && ratio > 0.5
-            {
-                let diff = nanobot_util::text_diff::LineDiff::new(args.old_text.trim_end(), &region).unified(
-                    3,
-                    "old_text (provided)",
-                    &format!("{shown} (actual, line {line})"),
-                );
-                msg.push_str(&format!(
-                    "\nBest match ({:.0}% similar) at line {line}:\n{diff}",
-                    ratio * 100.0
-                ));
-            } else {
-                msg.push_str(" No similar text found; read the file to see its current content.");
+            let closest = closest_region(&content, &args.old_text);
+            let causes = closest
+                .as_ref()
+                .map(|(_, _, region)| likely_causes(&args.old_text, region));
+            let causes = causes.filter(|c| !c.is_empty()).map(|c| c.join(", "));
+            match closest {
+                Some((line, ratio, region)) if ratio > 0.5 => {
+                    let diff = nanobot_util::text_diff::LineDiff::new(args.old_text.trim_end(), &region)
+                        .unified(
+                            3,
+                            "old_text (provided)",
+                            &format!("{shown} (actual, line {line})"),
+                        );
+                    if let Some(causes) = causes {
+                        msg.push_str(&format!("\nPossible cause: {causes}."));
+                    }
+                    msg.push_str(&format!(
+                        "\nBest match ({:.0}% similar) at line {line}:\n{diff}",
+                        ratio * 100.0
+                    ));
+                }
+                _ => match causes {
+                    Some(causes) => msg.push_str(&format!(
+                        " Possible cause: {causes}. Copy the exact text from read_file and try again."
+                    )),
+                    None => msg.push_str(" No similar text found; read the file to see its current content."),
+                },
             }
             return Ok(ToolOutput::error(msg));
         }
@@ -784,7 +828,31 @@ pub(crate) fn path_arg(args: &serde_json::Value) -> Option<String> {
 
 #[cfg(test)]
 mod closest_region_tests {
-    use super::closest_region;
+    use super::{closest_region, likely_causes};
+
+    #[test]
+    fn likely_causes_name_what_alone_differs() {
+        assert_eq!(
+            likely_causes("Hello World", "hello world"),
+            ["letter case differs"]
+        );
+        assert_eq!(
+            likely_causes("a  =  1\n\tb  ", "a = 1\n  b"),
+            ["whitespace differs"]
+        );
+        assert_eq!(
+            likely_causes("say \u{201c}hi\u{201d}, it\u{2019}s", "say \"hi\", it's"),
+            ["quote style differs"]
+        );
+        assert_eq!(
+            likely_causes("A  B", "a b"),
+            Vec::<&str>::new(),
+            "two differences at once"
+        );
+        assert_eq!(likely_causes("abc", "xyz"), Vec::<&str>::new());
+        // Line endings and trailing breaks are not differences, so nothing is named.
+        assert_eq!(likely_causes("a\r\nb\r\n", "a\nb"), Vec::<&str>::new());
+    }
 
     fn numbered(lines: usize) -> String {
         (1..=lines)

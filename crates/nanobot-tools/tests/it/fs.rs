@@ -154,6 +154,22 @@ async fn write_and_edit() {
         "{}",
         out.text
     );
+    assert!(!out.text.contains("Possible cause"), "{}", out.text);
+    // only the letter case differs: said before the diff
+    let out = r
+        .execute(
+            "edit_file",
+            json!({"path": "d/e/f.txt", "old_text": "Alpha\nB", "new_text": "x"}),
+            &c,
+        )
+        .await;
+    assert!(out.is_error);
+    assert!(
+        out.text
+            .contains("Possible cause: letter case differs.\nBest match"),
+        "{}",
+        out.text
+    );
 }
 
 #[tokio::test]
