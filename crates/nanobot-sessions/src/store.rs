@@ -972,7 +972,8 @@ impl SessionStore {
     {
         self.run(key, move |inner, key, slot| {
             // Published before the checkpoint is emptied: a replica killed in between leaves the checkpoint for the
-            // next one to restore, never a turn in neither.
+            // next one to restore, never a turn in neither. (`run` pushes the file again after this step; unchanged,
+            // that costs the shared store one `stat`.)
             let saved = inner
                 .append_with_header(key, slot, messages, Some(f))
                 .and_then(|()| inner.push_shared(&inner.path_for(key)));

@@ -86,9 +86,9 @@ impl<'a> LineDiff<'a> {
 
     /// A unified diff with `context` unchanged lines around each change, headed `--- old_name` and
     /// `+++ new_name`; empty when the texts are equal.
-    pub fn unified(&self, context: usize, old_name: &str, new_name: &str) -> String {
+    pub fn unified(self, context: usize, old_name: &str, new_name: &str) -> String {
         let mut out = String::new();
-        for hunk in similar::group_diff_ops(self.ops.clone(), context) {
+        for hunk in similar::group_diff_ops(self.ops, context) {
             if hunk.is_empty() {
                 continue;
             }
