@@ -23,6 +23,21 @@ fn ops<T: Eq + std::hash::Hash>(old: &[T], new: &[T]) -> Vec<DiffOp> {
     hook.into_inner().into_inner().into_ops()
 }
 
+fn counts(ops: &[DiffOp]) -> (usize, usize) {
+    let changed = ops.iter().filter(|op| !matches!(op, DiffOp::Equal { .. }));
+    changed.fold((0, 0), |(added, deleted), op| {
+        (added + op.new_range().len(), deleted + op.old_range().len())
+    })
+}
+
+/// `(added, deleted)` lines from `old` to `new`, by the lines' text alone: a line ending (`\n` or `\r\n`) or a
+/// missing final line break is no change. This is how 0.3.5 counts the lines of an edit summary
+/// (`- update PATH (+added/-deleted)`).
+pub fn text_line_counts(old: &str, new: &str) -> (usize, usize) {
+    let (old, new): (Vec<&str>, Vec<&str>) = (old.lines().collect(), new.lines().collect());
+    counts(&ops(&old, &new))
+}
+
 /// The lines of `text`, each with its line ending (`\n`, `\r\n` or a lone `\r`); the last may have none.
 fn lines(text: &str) -> Vec<&str> {
     let bytes = text.as_bytes();
@@ -78,10 +93,7 @@ impl<'a> LineDiff<'a> {
 
     /// `(added, deleted)`: the lines only `new` has and the lines only `old` has.
     pub fn counts(&self) -> (usize, usize) {
-        let changed = self.ops.iter().filter(|op| !matches!(op, DiffOp::Equal { .. }));
-        changed.fold((0, 0), |(added, deleted), op| {
-            (added + op.new_range().len(), deleted + op.old_range().len())
-        })
+        counts(&self.ops)
     }
 
     /// A unified diff with `context` unchanged lines around each change, headed `--- old_name` and
@@ -222,6 +234,14 @@ mod tests {
                 "{old:?} -> {new:?}"
             );
         }
+    }
+
+    #[test]
+    fn text_line_counts_ignore_line_endings() {
+        assert_eq!(text_line_counts("a\r\nb\r\n", "a\nb"), (0, 0));
+        assert_eq!(text_line_counts("first\nlast", "first\nlast\nmore"), (1, 0));
+        assert_eq!(text_line_counts("", "x\ny\n"), (2, 0));
+        assert_eq!(text_line_counts("a\nb\nc\n", "a\nc\nd\n"), (1, 1));
     }
 
     #[test]

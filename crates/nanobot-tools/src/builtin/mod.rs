@@ -6,6 +6,7 @@ use crate::registry::ToolRegistry;
 use crate::sandbox::Sandbox;
 
 pub mod cli_apps;
+pub mod edit;
 pub mod exec;
 pub mod exec_session;
 pub mod fs;
@@ -16,12 +17,13 @@ pub mod search;
 pub mod web;
 
 pub use cli_apps::RunCliAppTool;
+pub use edit::EditFileTool;
 pub use exec::{
     ConfinementReport, ExecTool, LandlockSupport, SHELLS, command_of, confinement_report, landlock_support,
     warn_if_degraded,
 };
 pub use exec_session::{ExecSessionTool, ExecSessions, ListExecSessionsTool};
-pub use fs::{EditFileTool, ListDirTool, ReadFileTool, WriteFileTool};
+pub use fs::{ListDirTool, ReadFileTool, WriteFileTool};
 pub use patch::ApplyPatchTool;
 pub use search::{FindFilesTool, GlobTool, GrepTool};
 #[cfg(feature = "web")]

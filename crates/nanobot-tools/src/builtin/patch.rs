@@ -220,11 +220,16 @@ fn plan(sandbox: &Sandbox, edits: &[PatchEdit]) -> Result<Vec<(PathBuf, Planned)
         .collect())
 }
 
-/// `- add|update <path> (+added/-deleted)`.
-fn summary_line(sandbox: &Sandbox, path: &std::path::Path, p: &Planned) -> String {
-    let before = p.before.as_deref().unwrap_or("");
-    let (added, deleted) = nanobot_util::text_diff::LineDiff::new(before, &p.after).counts();
-    let action = if p.before.is_some() { "update" } else { "add" };
+/// `- add|update <path> (+added/-deleted)`: one file of `apply_patch`'s and `edit_file`'s answer (`before` is
+/// `None` for a file that did not exist).
+pub(super) fn summary_line(
+    sandbox: &Sandbox,
+    path: &std::path::Path,
+    before: Option<&str>,
+    after: &str,
+) -> String {
+    let (added, deleted) = nanobot_util::text_diff::text_line_counts(before.unwrap_or(""), after);
+    let action = if before.is_some() { "update" } else { "add" };
     let stats = if added + deleted > 0 {
         format!(" (+{added}/-{deleted})")
     } else {
@@ -275,7 +280,9 @@ impl TypedTool for ApplyPatchTool {
                 Ok(p) => p,
                 Err(e) => return Ok(ToolOutput::error(format!("Error applying patch: {e}"))),
             };
-            let lines: Vec<String> = planned.iter().map(|(path, p)| summary_line(&sandbox, path, p)).collect();
+            let lines: Vec<String> = planned
+                .iter()
+                .map(|(path, p)| summary_line(&sandbox, path, p.before.as_deref(), &p.after)).collect();
             if dry_run {
                 return Ok(ToolOutput::text(format!("Patch dry-run succeeded:\n{}", lines.join("\n"))));
             }

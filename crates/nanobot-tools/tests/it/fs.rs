@@ -82,7 +82,7 @@ async fn write_and_edit() {
             &c,
         )
         .await;
-    assert!(out.text.contains("2 replacements"), "{}", out.text);
+    assert_eq!(out.text, "Patch applied:\n- update d/e/f.txt (+2/-2)");
     assert_eq!(
         std::fs::read_to_string(ws.path().join("d/e/f.txt")).unwrap(),
         "alpha\nB\nB\nG\n"
@@ -635,5 +635,38 @@ async fn hidden_folders_are_out_of_reach_and_shown_ones_inside_them_are_not() {
     assert_eq!(
         std::fs::read_to_string(ws.join("memory/scopes/theirs/MEMORY.md")).unwrap(),
         "THEIR-SECRET"
+    );
+}
+
+/// An empty `old_text` creates a file (as 0.3.5), through the same confinement as any write.
+#[tokio::test]
+async fn edit_file_creates_files_only_where_writes_are_allowed() {
+    let root = tempfile::tempdir().unwrap();
+    let ws = root.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let r = fs_registry(&ws, true);
+    let c = ctx(&ws);
+    let create = |path: &str| json!({"path": path, "old_text": "", "new_text": "made\n"});
+    let out = r.execute("edit_file", create("sub/new.txt"), &c).await;
+    assert_eq!(out.text, "Patch applied:\n- add sub/new.txt (+1/-0)");
+    assert_eq!(std::fs::read_to_string(ws.join("sub/new.txt")).unwrap(), "made\n");
+    for outside in ["../out.txt", root.path().join("out2.txt").to_str().unwrap()] {
+        let out = r.execute("edit_file", create(outside), &c).await;
+        assert!(out.is_error, "{outside}: {}", out.text);
+    }
+    std::os::unix::fs::symlink(root.path(), ws.join("up")).unwrap();
+    let out = r.execute("edit_file", create("up/out3.txt"), &c).await;
+    assert!(out.is_error, "through a symlink: {}", out.text);
+    let left: Vec<_> = std::fs::read_dir(root.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["ws"], "nothing written outside the workspace");
+    // An existing file with text is not replaced by a "create".
+    let out = r.execute("edit_file", create("sub/new.txt"), &c).await;
+    assert!(
+        out.is_error && out.text.contains("already exists and is not empty"),
+        "{}",
+        out.text
     );
 }

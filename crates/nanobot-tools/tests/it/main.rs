@@ -4,6 +4,7 @@
 mod cli_apps;
 mod confine;
 mod credentials;
+mod edit_compat;
 mod effects;
 mod egress;
 mod exec;

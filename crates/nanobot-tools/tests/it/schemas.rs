@@ -8,9 +8,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use nanobot_tools::builtin::cli_apps::RunCliAppArgs;
+use nanobot_tools::builtin::edit::EditFileArgs;
 use nanobot_tools::builtin::exec::ExecArgs;
 use nanobot_tools::builtin::exec_session::{ExecSessionArgs, ListExecSessionsArgs};
-use nanobot_tools::builtin::fs::{EditFileArgs, ListDirArgs, ReadFileArgs, WriteFileArgs};
+use nanobot_tools::builtin::fs::{ListDirArgs, ReadFileArgs, WriteFileArgs};
 use nanobot_tools::builtin::patch::ApplyPatchArgs;
 use nanobot_tools::builtin::search::{FindFilesArgs, GlobArgs, GrepArgs};
 #[cfg(feature = "web")]
