@@ -117,7 +117,10 @@ impl TypedTool for EditFileTool {
             Cow::Borrowed(&before)
         };
         let old = args.old_text.replace("\r\n", "\n");
-        let (_, spans) = matching::find(&text, &old);
+        let (how, spans) = matching::find(&text, &old);
+        if !spans.is_empty() && how != matching::Strategy::Exact {
+            tracing::debug!(path = %shown, strategy = ?how, "edit_file: old_text matched loosely");
+        }
         if spans.is_empty() {
             return Ok(ToolOutput::error(near_miss::not_found_message(
                 &text,
