@@ -130,6 +130,12 @@ fn same_cases() -> Vec<Case> {
             json!({"old_text": "a", "new_text": "b"}),
         ),
         case(
+            "missing_file_named_like_others",
+            "notes/todo.mdx",
+            None,
+            json!({"old_text": "a", "new_text": "b"}),
+        ),
+        case(
             "same_text_refused",
             "a.py",
             Some(py),

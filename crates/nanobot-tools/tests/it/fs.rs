@@ -670,3 +670,27 @@ async fn edit_file_creates_files_only_where_writes_are_allowed() {
         out.text
     );
 }
+
+/// A missing file named like files beside it: the answer names them, most alike first (0.3.5's "Did you mean").
+#[tokio::test]
+async fn edit_file_on_a_missing_file_names_similar_ones() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::create_dir(ws.path().join("notes")).unwrap();
+    for name in ["todo.md", "todo.txt", "shopping.md"] {
+        std::fs::write(ws.path().join("notes").join(name), "x\n").unwrap();
+    }
+    std::fs::create_dir(ws.path().join("notes/todo.d")).unwrap();
+    let r = fs_registry(ws.path(), true);
+    let c = ctx(ws.path());
+    let edit = |path: &str| json!({"path": path, "old_text": "x", "new_text": "y"});
+    let out = r.execute("edit_file", edit("notes/todo.mdx"), &c).await;
+    assert!(out.is_error, "{}", out.text);
+    assert!(
+        out.text
+            .contains("File not found: notes/todo.mdx\nDid you mean: notes/todo.md, notes/todo.txt?\n"),
+        "{}",
+        out.text
+    );
+    let out = r.execute("edit_file", edit("nothing-like-it.rs"), &c).await;
+    assert!(out.is_error && !out.text.contains("Did you mean"), "{}", out.text);
+}

@@ -87,7 +87,7 @@ impl TypedTool for EditFileTool {
         let current = blocking(move || read_for_edit(&sandbox, &raw)).await?;
         let Some((before, path)) = current else {
             if !args.old_text.is_empty() {
-                return Err(ToolError::Failed(format!("File not found: {}", args.path)));
+                return Err(ToolError::Failed(self.not_found(ctx, &args.path).await));
             }
             let path = self.write(ctx, &args.path, &args.new_text).await?;
             return Ok(self.summary(&path, None, &args.new_text));
@@ -154,6 +154,48 @@ impl EditFileTool {
         blocking(move || sandbox.write_atomic(&raw, &content).map_err(ToolError::from)).await
     }
 
+    /// `File not found: PATH`, and, as 0.3.5, up to three files beside it with similar names (`Did you mean: …?`).
+    async fn not_found(&self, ctx: &ToolContext, raw: &str) -> String {
+        let missing = Path::new(raw);
+        let parent = missing.parent().map(Path::to_path_buf).unwrap_or_default();
+        let name = missing
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let sandbox = self.sandbox.for_call(ctx);
+        let dir = if parent.as_os_str().is_empty() {
+            ".".to_owned()
+        } else {
+            parent.to_string_lossy().into_owned()
+        };
+        let names = blocking(move || {
+            let Ok(Opened::Dir(d)) = sandbox.open_dir(&dir) else {
+                return Ok(Vec::new());
+            };
+            let entries = d
+                .dir
+                .entries()
+                .map_err(|e| ToolError::io("listing", &d.logical, e))?;
+            let files = entries
+                .take(NAMES_READ_MAX)
+                .filter_map(Result::ok)
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                .map(|e| e.file_name().to_string_lossy().into_owned());
+            Ok(near_miss::similar_names(&name, files))
+        })
+        .await
+        .unwrap_or_default();
+        let mut msg = format!("File not found: {raw}");
+        if !names.is_empty() {
+            let shown: Vec<String> = names
+                .iter()
+                .map(|n| parent.join(n).display().to_string())
+                .collect();
+            msg.push_str(&format!("\nDid you mean: {}?", shown.join(", ")));
+        }
+        msg
+    }
+
     /// 0.3.5's answer, `apply_patch`'s summary: `Patch applied:` and `- update PATH (+added/-deleted)` (`add` for a
     /// file that did not exist).
     fn summary(&self, path: &Path, before: Option<&str>, after: &str) -> ToolOutput {
@@ -163,6 +205,9 @@ impl EditFileTool {
         ))
     }
 }
+
+/// At most this many entries of a directory are read for names like a missing file's.
+const NAMES_READ_MAX: usize = 10_000;
 
 /// The file's text and resolved path, `None` when it does not exist.
 fn read_for_edit(sandbox: &Sandbox, raw: &str) -> Result<Option<(String, PathBuf)>, ToolError> {

@@ -156,9 +156,51 @@ pub(super) fn not_found_message(content: &str, old_text: &str, shown: &str) -> S
     msg
 }
 
+/// Up to three of `names` most like `wanted`, most alike first, each at least 0.6 alike by Python's
+/// `difflib.SequenceMatcher` ratio (what 0.3.5's "Did you mean" uses): twice the characters in common blocks over
+/// both lengths.
+pub(super) fn similar_names(wanted: &str, names: impl IntoIterator<Item = String>) -> Vec<String> {
+    let wanted: Vec<char> = wanted.chars().collect();
+    let mut scored: Vec<(f64, String)> = names
+        .into_iter()
+        .filter_map(|name| {
+            let chars: Vec<char> = name.chars().collect();
+            let ratio = match wanted.len() + chars.len() {
+                0 => 1.0,
+                all => 2.0 * common_blocks(&wanted, &chars) as f64 / all as f64,
+            };
+            (ratio >= 0.6).then_some((ratio, name))
+        })
+        .collect();
+    // As `heapq.nlargest` on (ratio, name): higher ratio first, then the greater name.
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
+    scored.into_iter().take(3).map(|(_, name)| name).collect()
+}
+
+/// The characters `a` and `b` share in difflib's matching blocks: the longest common run (the earliest in `a`,
+/// then in `b`), then the same on each side of it.
+fn common_blocks(a: &[char], b: &[char]) -> usize {
+    let (mut len, mut at_a, mut at_b) = (0, 0, 0);
+    let mut previous = vec![0usize; b.len() + 1];
+    let mut current = vec![0usize; b.len() + 1];
+    for (i, ca) in a.iter().enumerate() {
+        for (j, cb) in b.iter().enumerate() {
+            current[j + 1] = if ca == cb { previous[j] + 1 } else { 0 };
+            if current[j + 1] > len {
+                (len, at_a, at_b) = (current[j + 1], i + 1 - current[j + 1], j + 1 - current[j + 1]);
+            }
+        }
+        std::mem::swap(&mut previous, &mut current);
+    }
+    if len == 0 {
+        return 0;
+    }
+    len + common_blocks(&a[..at_a], &b[..at_b]) + common_blocks(&a[at_a + len..], &b[at_b + len..])
+}
+
 #[cfg(test)]
 mod closest_region_tests {
-    use super::{closest_region, likely_causes};
+    use super::{closest_region, common_blocks, likely_causes, similar_names};
 
     #[test]
     fn likely_causes_name_what_alone_differs() {
@@ -182,6 +224,28 @@ mod closest_region_tests {
         assert_eq!(likely_causes("abc", "xyz"), Vec::<&str>::new());
         // Line endings and trailing breaks are not differences, so nothing is named.
         assert_eq!(likely_causes("a\r\nb\r\n", "a\nb"), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn names_alike_as_difflib_rates_them() {
+        let chars = |s: &str| s.chars().collect::<Vec<_>>();
+        // difflib.SequenceMatcher(None, a, b): "abxcd"/"abcd" share 4, "qabxcd"/"abycdf" 4 (ab, cd).
+        assert_eq!(common_blocks(&chars("abxcd"), &chars("abcd")), 4);
+        assert_eq!(common_blocks(&chars("qabxcd"), &chars("abycdf")), 4);
+        assert_eq!(common_blocks(&chars(""), &chars("abc")), 0);
+        let names = [
+            "config.yaml",
+            "confg.json",
+            "config.json",
+            "readme.md",
+            "cfg.json",
+        ]
+        .map(String::from);
+        assert_eq!(
+            similar_names("config.jsn", names),
+            ["config.json", "confg.json", "cfg.json"]
+        );
+        assert_eq!(similar_names("zzz", ["abc".to_owned()]), Vec::<String>::new());
     }
 
     fn numbered(lines: usize) -> String {
