@@ -2,7 +2,20 @@
 //!
 //! A denied direct message gets a code (`XXXX-XXXX`, valid for [`PAIRING_TTL`]); the owner approves it with
 //! `/pairing approve CODE` from an allowed account (or through the CLI calling [`PairingStore::approve`]).
-//! Approved senders are remembered per channel in one JSON file under the config directory.
+//! Approved senders are remembered per channel in one JSON file under the config directory, `pairing.json`, in
+//! 0.3.5's format, so that either program reads what the other wrote:
+//!
+//! ```json
+//! {
+//!   "approved": {"telegram": ["42|alice"]},
+//!   "pending": {"K7QM-3XPA": {"channel": "slack", "sender_id": "U1", "created_at": 1764543000.5,
+//!                             "expires_at": 1764543600.5, "chat_id": "D1"}}
+//! }
+//! ```
+//!
+//! (`chat_id` is nanobot-rs's; 0.3.5 ignores it.) The file is read again for every operation, as 0.3.5 does, so a
+//! code approved by another process (the terminal's `/pairing`, the Python nanobot) counts at once, and written
+//! atomically (mode 0600) after every change. Files written by earlier nanobot-rs (`pending` as a list) are read too.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -45,6 +58,14 @@ pub enum PairingError {
         #[source]
         source: serde_json::Error,
     },
+    /// The file is JSON but not a pairing store.
+    #[error("pairing store {path}: {what}")]
+    Invalid {
+        /// The store file.
+        path: PathBuf,
+        /// What is wrong.
+        what: &'static str,
+    },
     /// No pending request has this code.
     #[error("no pending pairing request with code {0}")]
     UnknownCode(String),
@@ -71,19 +92,32 @@ pub struct PairingRequest {
     pub expires_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+/// The store's contents.
+#[derive(Debug, Default)]
 struct PairingFile {
-    /// channel → approved sender ids (the id part of `id|username`).
+    /// channel → approved sender ids, as the channel gave them (`12345|alice`; 0.3.5 compares them whole).
     approved: BTreeMap<String, Vec<String>>,
     pending: Vec<PairingRequest>,
 }
 
-/// Approved senders and pending pairing codes, persisted as JSON (written atomically, mode 0600).
+/// One pending request as 0.3.5 keeps it under its code (times in seconds since the epoch).
+#[derive(Debug, Serialize, Deserialize)]
+struct PendingEntry {
+    channel: String,
+    sender_id: serde_json::Value,
+    #[serde(default)]
+    created_at: Option<serde_json::Value>,
+    expires_at: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    chat_id: Option<String>,
+}
+
+/// Approved senders and pending pairing codes, persisted as JSON (module docs).
 #[derive(Debug)]
 pub struct PairingStore {
     path: PathBuf,
-    state: Mutex<PairingFile>,
+    /// Held for each read-change-write, so that this process's changes never interleave.
+    busy: Mutex<()>,
 }
 
 /// The stable part of a sender id: `12345|alice` → `12345`.
@@ -106,24 +140,15 @@ fn normalize_code(code: &str) -> String {
 }
 
 impl PairingStore {
-    /// Opens (or prepares to create) the store at `path`.
+    /// Opens (or prepares to create) the store at `path`; a file that cannot be read or is not a pairing store
+    /// is an error now, rather than at the first message.
     pub fn open(path: impl Into<PathBuf>) -> Result<Self, PairingError> {
-        let path = path.into();
-        let state = match std::fs::read_to_string(&path) {
-            Ok(text) if text.trim().is_empty() => PairingFile::default(),
-            Ok(text) => serde_json::from_str(&text).map_err(|source| PairingError::Parse {
-                line: source.line(),
-                column: source.column(),
-                path: path.clone(),
-                source,
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => PairingFile::default(),
-            Err(source) => return Err(PairingError::Io { path, source }),
+        let store = Self {
+            path: path.into(),
+            busy: Mutex::new(()),
         };
-        Ok(Self {
-            path,
-            state: Mutex::new(state),
-        })
+        store.load()?;
+        Ok(store)
     }
 
     /// Opens `<config_dir>/pairing.json`.
@@ -136,18 +161,48 @@ impl PairingStore {
         &self.path
     }
 
-    fn lock(&self) -> MutexGuard<'_, PairingFile> {
-        // The state is plain data, valid after any panic elsewhere.
-        nanobot_util::lock(&self.state)
+    fn lock(&self) -> MutexGuard<'_, ()> {
+        nanobot_util::lock(&self.busy)
     }
 
-    /// True when `sender_id`'s id part was approved on `channel`.
+    /// The file's contents now (empty when it does not exist).
+    fn load(&self) -> Result<PairingFile, PairingError> {
+        match std::fs::read_to_string(&self.path) {
+            Ok(text) if text.trim().is_empty() => Ok(PairingFile::default()),
+            Ok(text) => PairingFile::parse(&text).map_err(|e| match e {
+                FileError::Json(source) => PairingError::Parse {
+                    line: source.line(),
+                    column: source.column(),
+                    path: self.path.clone(),
+                    source,
+                },
+                FileError::Shape(what) => PairingError::Invalid {
+                    path: self.path.clone(),
+                    what,
+                },
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(PairingFile::default()),
+            Err(source) => Err(PairingError::Io {
+                path: self.path.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// True when `sender_id` was approved on `channel`: the same id, or the same id part (`12345` of
+    /// `12345|alice`, so that a new username keeps the approval). An unreadable store approves no one.
     pub fn is_approved(&self, channel: &str, sender_id: &str) -> bool {
-        let id = id_part(sender_id);
-        self.lock()
-            .approved
-            .get(channel)
-            .is_some_and(|ids| ids.iter().any(|a| a == id))
+        let _busy = self.lock();
+        match self.load() {
+            Ok(state) => state
+                .approved
+                .get(channel)
+                .is_some_and(|ids| ids.iter().any(|a| same_sender(a, sender_id))),
+            Err(e) => {
+                tracing::warn!(error = %e, "pairing store unreadable: sender not approved");
+                false
+            }
+        }
     }
 
     /// Issues a code for `sender_id` on `channel`, or returns the pending one it already has.
@@ -168,7 +223,8 @@ impl PairingStore {
         chat_id: &str,
         now: DateTime<Utc>,
     ) -> Result<PairingRequest, PairingError> {
-        let mut state = self.lock();
+        let _busy = self.lock();
+        let mut state = self.load()?;
         state.pending.retain(|r| r.expires_at > now);
         let id = id_part(sender_id);
         if let Some(existing) = state
@@ -206,7 +262,8 @@ impl PairingStore {
     /// [`PairingStore::approve`] at a given time.
     pub fn approve_at(&self, code: &str, now: DateTime<Utc>) -> Result<PairingRequest, PairingError> {
         let code = normalize_code(code);
-        let mut state = self.lock();
+        let _busy = self.lock();
+        let mut state = self.load()?;
         let request = take_pending(&mut state.pending, &code)?;
         if request.expires_at <= now {
             state.pending.retain(|r| r.expires_at > now);
@@ -214,9 +271,8 @@ impl PairingStore {
             return Err(PairingError::Expired(code));
         }
         let ids = state.approved.entry(request.channel.clone()).or_default();
-        let id = id_part(&request.sender_id).to_string();
-        if !ids.contains(&id) {
-            ids.push(id);
+        if !ids.contains(&request.sender_id) {
+            ids.push(request.sender_id.clone());
         }
         self.save(&state)?;
         Ok(request)
@@ -226,21 +282,22 @@ impl PairingStore {
     /// sender, and returned.
     pub fn deny(&self, code: &str) -> Result<PairingRequest, PairingError> {
         let code = normalize_code(code);
-        let mut state = self.lock();
+        let _busy = self.lock();
+        let mut state = self.load()?;
         let request = take_pending(&mut state.pending, &code)?;
         self.save(&state)?;
         Ok(request)
     }
 
-    /// Withdraws `sender_id`'s approval on `channel`; true if it was approved.
+    /// Withdraws `sender_id`'s approval on `channel` (every entry with its id part); true if it was approved.
     pub fn revoke(&self, channel: &str, sender_id: &str) -> Result<bool, PairingError> {
-        let id = id_part(sender_id);
-        let mut state = self.lock();
+        let _busy = self.lock();
+        let mut state = self.load()?;
         let Some(ids) = state.approved.get_mut(channel) else {
             return Ok(false);
         };
         let before = ids.len();
-        ids.retain(|a| a != id);
+        ids.retain(|a| !same_sender(a, sender_id));
         let removed = ids.len() != before;
         if removed {
             self.save(&state)?;
@@ -248,19 +305,23 @@ impl PairingStore {
         Ok(removed)
     }
 
-    /// Requests still waiting for approval at `now`.
+    /// Requests still waiting for approval at `now` (none when the store cannot be read).
     pub fn pending_at(&self, now: DateTime<Utc>) -> Vec<PairingRequest> {
-        self.lock()
-            .pending
-            .iter()
-            .filter(|r| r.expires_at > now)
-            .cloned()
-            .collect()
+        let _busy = self.lock();
+        let state = self.load().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "pairing store unreadable");
+            PairingFile::default()
+        });
+        state.pending.into_iter().filter(|r| r.expires_at > now).collect()
     }
 
-    /// Approved sender ids per channel.
+    /// Approved sender ids per channel (none when the store cannot be read).
     pub fn approved(&self) -> BTreeMap<String, Vec<String>> {
-        self.lock().approved.clone()
+        let _busy = self.lock();
+        self.load().map(|s| s.approved).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "pairing store unreadable");
+            BTreeMap::new()
+        })
     }
 
     fn save(&self, state: &PairingFile) -> Result<(), PairingError> {
@@ -268,11 +329,138 @@ impl PairingStore {
             path: self.path.clone(),
             source,
         };
-        let json = serde_json::to_vec_pretty(state).map_err(|e| io(std::io::Error::other(e)))?;
+        let json = serde_json::to_vec_pretty(&state.to_json()).map_err(|e| io(std::io::Error::other(e)))?;
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
         nanobot_util::write_atomic(&self.path, &json).map_err(|e| io(e.into()))
+    }
+}
+
+/// Whether the stored sender `approved` is `sender_id`: the same, or the same id part.
+fn same_sender(approved: &str, sender_id: &str) -> bool {
+    approved == sender_id || id_part(approved) == id_part(sender_id)
+}
+
+/// Why the file is not a pairing store.
+enum FileError {
+    Json(serde_json::Error),
+    Shape(&'static str),
+}
+
+/// Seconds since the epoch (0.3.5's `time.time()`) as a time, to the microsecond.
+fn from_epoch_seconds(seconds: f64) -> Option<DateTime<Utc>> {
+    if !seconds.is_finite() {
+        return None;
+    }
+    DateTime::from_timestamp_micros((seconds * 1e6).round() as i64)
+}
+
+fn to_epoch_seconds(t: DateTime<Utc>) -> f64 {
+    t.timestamp_micros() as f64 / 1e6
+}
+
+/// A sender id as 0.3.5 keeps it (`str(sender_id)`): a string, or a number written as one.
+fn sender_text(value: &serde_json::Value) -> Option<String> {
+    match value {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+impl PairingFile {
+    /// Reads the file as 0.3.5 does: entries of the wrong shape are left out (an approved list that is not a list,
+    /// a pending request without a channel, sender or expiry), as 0.3.5 drops them; only a file that is not JSON,
+    /// or not an object, is refused.
+    fn parse(text: &str) -> Result<Self, FileError> {
+        let root: serde_json::Value = serde_json::from_str(text).map_err(FileError::Json)?;
+        let serde_json::Value::Object(mut root) = root else {
+            return Err(FileError::Shape("the file is not a JSON object"));
+        };
+        let mut file = PairingFile::default();
+        if let Some(serde_json::Value::Object(approved)) = root.remove("approved") {
+            for (channel, ids) in approved {
+                if let serde_json::Value::Array(ids) = ids {
+                    let mut ids: Vec<String> = ids.iter().filter_map(sender_text).collect();
+                    ids.sort();
+                    ids.dedup();
+                    file.approved.insert(channel, ids);
+                }
+            }
+        }
+        match root.remove("pending") {
+            // 0.3.5: code → request.
+            Some(serde_json::Value::Object(pending)) => {
+                for (code, entry) in pending {
+                    let Ok(entry) = serde_json::from_value::<PendingEntry>(entry) else {
+                        continue;
+                    };
+                    let (Some(sender_id), Some(expires_at)) = (
+                        sender_text(&entry.sender_id),
+                        entry.expires_at.as_f64().and_then(from_epoch_seconds),
+                    ) else {
+                        continue;
+                    };
+                    if entry.channel.is_empty() {
+                        continue;
+                    }
+                    let ttl =
+                        chrono::Duration::from_std(PAIRING_TTL).unwrap_or(chrono::Duration::minutes(10));
+                    file.pending.push(PairingRequest {
+                        code,
+                        channel: entry.channel,
+                        chat_id: entry.chat_id.unwrap_or_else(|| id_part(&sender_id).to_owned()),
+                        sender_id,
+                        created_at: entry
+                            .created_at
+                            .and_then(|t| t.as_f64())
+                            .and_then(from_epoch_seconds)
+                            .unwrap_or(expires_at - ttl),
+                        expires_at,
+                    });
+                }
+            }
+            // Earlier nanobot-rs: a list of requests.
+            Some(serde_json::Value::Array(pending)) => {
+                file.pending = pending
+                    .into_iter()
+                    .filter_map(|r| serde_json::from_value(r).ok())
+                    .collect();
+            }
+            _ => {}
+        }
+        Ok(file)
+    }
+
+    /// 0.3.5's layout: approved ids sorted, channels without any left out, pending requests by code.
+    fn to_json(&self) -> serde_json::Value {
+        let approved: serde_json::Map<String, serde_json::Value> = self
+            .approved
+            .iter()
+            .filter(|(_, ids)| !ids.is_empty())
+            .map(|(channel, ids)| {
+                let mut ids = ids.clone();
+                ids.sort();
+                ids.dedup();
+                (channel.clone(), serde_json::json!(ids))
+            })
+            .collect();
+        let pending: serde_json::Map<String, serde_json::Value> = self
+            .pending
+            .iter()
+            .map(|r| {
+                let entry = PendingEntry {
+                    channel: r.channel.clone(),
+                    sender_id: serde_json::Value::String(r.sender_id.clone()),
+                    created_at: Some(serde_json::json!(to_epoch_seconds(r.created_at))),
+                    expires_at: serde_json::json!(to_epoch_seconds(r.expires_at)),
+                    chat_id: Some(r.chat_id.clone()),
+                };
+                (r.code.clone(), serde_json::to_value(entry).unwrap_or_default())
+            })
+            .collect();
+        serde_json::json!({"approved": approved, "pending": pending})
     }
 }
 
@@ -386,5 +574,97 @@ mod tests {
         let err = PairingStore::in_config_dir(dir.path()).unwrap_err();
         assert!(matches!(err, PairingError::Parse { line: 2, .. }), "{err}");
         assert!(err.to_string().contains("pairing.json"));
+    }
+
+    #[test]
+    fn reads_and_writes_0_3_5_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pairing.json");
+        let now = Utc::now();
+        let soon = to_epoch_seconds(now) + 300.0;
+        // As 0.3.5 writes it, with what 0.3.5 drops: a non-list, an entry without expiry, a boolean expiry.
+        let written = serde_json::json!({
+            "approved": {"telegram": ["42|alice"], "discord": [1234], "bad": "x"},
+            "pending": {
+                "ABCD-EFGH": {"channel": "slack", "sender_id": "U1", "created_at": soon - 300.0, "expires_at": soon},
+                "JKLM-NPQR": {"channel": "slack", "sender_id": "U2"},
+                "STUV-WXYZ": {"channel": "slack", "sender_id": "U3", "expires_at": true},
+            },
+            "extra": 1,
+        });
+        std::fs::write(&path, serde_json::to_vec(&written).unwrap()).unwrap();
+        let store = PairingStore::open(&path).unwrap();
+        assert!(store.is_approved("telegram", "42|alice"));
+        assert!(store.is_approved("discord", "1234"));
+        let pending = store.pending_at(now);
+        assert_eq!(pending.len(), 1, "{pending:?}");
+        assert_eq!(
+            (pending[0].code.as_str(), pending[0].sender_id.as_str()),
+            ("ABCD-EFGH", "U1")
+        );
+        assert_eq!(pending[0].chat_id, "U1", "0.3.5 keeps no chat: the sender's");
+        assert_eq!(store.approve_at("abcd efgh", now).unwrap().channel, "slack");
+        let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"approved": {"discord": ["1234"], "slack": ["U1"], "telegram": ["42|alice"]}, "pending": {}})
+        );
+        let req = store.request_at("matrix", "@bob:hs", "!room", now).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let entry = &json["pending"][&req.code];
+        assert_eq!(entry["channel"], "matrix");
+        assert_eq!(entry["sender_id"], "@bob:hs");
+        assert_eq!(entry["chat_id"], "!room");
+        let expires = entry["expires_at"].as_f64().unwrap();
+        assert!(
+            (expires - entry["created_at"].as_f64().unwrap() - 600.0).abs() < 1e-3,
+            "{entry}"
+        );
+        assert!(
+            (expires - to_epoch_seconds(req.expires_at)).abs() < 1e-3,
+            "{entry}"
+        );
+    }
+
+    #[test]
+    fn reads_files_of_earlier_nanobot_rs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pairing.json");
+        let later = Utc::now() + chrono::Duration::minutes(5);
+        let old = serde_json::json!({
+            "approved": {"telegram": ["42"]},
+            "pending": [{"code": "ABCD-EFGH", "channel": "slack", "senderId": "U1", "chatId": "D1",
+                         "createdAt": Utc::now(), "expiresAt": later}],
+        });
+        std::fs::write(&path, serde_json::to_vec(&old).unwrap()).unwrap();
+        let store = PairingStore::open(&path).unwrap();
+        assert!(store.is_approved("telegram", "42|alice"));
+        assert_eq!(store.pending_at(Utc::now())[0].chat_id, "D1");
+    }
+
+    #[test]
+    fn another_process_change_counts_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let gateway = PairingStore::in_config_dir(dir.path()).unwrap();
+        let terminal = PairingStore::in_config_dir(dir.path()).unwrap();
+        let req = gateway.request("telegram", "42|alice", "42").unwrap();
+        terminal.approve(&req.code).unwrap();
+        assert!(gateway.is_approved("telegram", "42|alice"));
+        // The gateway's next change keeps the approval made elsewhere.
+        gateway.request("telegram", "77|eve", "77").unwrap();
+        assert!(terminal.is_approved("telegram", "42"));
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_store_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("pairing.json"), "[1, 2]").unwrap();
+        let err = PairingStore::in_config_dir(dir.path()).unwrap_err();
+        assert!(matches!(err, PairingError::Invalid { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .contains("pairing.json: the file is not a JSON object"),
+            "{err}"
+        );
     }
 }

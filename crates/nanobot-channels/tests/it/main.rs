@@ -6,3 +6,4 @@
 mod download;
 mod layering;
 mod manager;
+mod pairing_compat;
