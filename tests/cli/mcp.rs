@@ -32,11 +32,7 @@ app.run()
 
 /// The Python of the Python nanobot's venv, which has the `mcp` SDK.
 fn sdk_python() -> Option<PathBuf> {
-    let python = peers::peers_dir()?.join("nanobot-venv/bin/python");
-    peers::require(
-        "the Python nanobot's venv (MCP SDK)",
-        python.is_file().then_some(python),
-    )
+    peers::require_nanobot_python()
 }
 
 /// Runs one turn in which the model calls the spy's `read` on the config file; returns the tool result the model

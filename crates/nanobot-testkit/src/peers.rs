@@ -89,6 +89,16 @@ pub fn python() -> Option<PathBuf> {
     venv_exe("python")
 }
 
+/// The Python nanobot 0.3.5's own interpreter, `.ci/.peers/nanobot-venv/bin/python` (`import nanobot` works; it
+/// also has the `mcp` SDK), under the missing-peer rule ([`require`]).
+#[track_caller]
+pub fn require_nanobot_python() -> Option<PathBuf> {
+    let found = peers_dir()
+        .map(|d| d.join("nanobot-venv").join("bin").join("python"))
+        .filter(|p| p.exists());
+    require("the Python nanobot 0.3.5's venv", found)
+}
+
 /// The `node` executable: `.ci/.peers/node/bin/node` if present, else `node` on `PATH`.
 pub fn node() -> Option<PathBuf> {
     peers_dir()

@@ -39,12 +39,7 @@ fn python(exe: &Path, home: &Path, ops: Value) -> Vec<Value> {
 
 #[test]
 fn pairing_goes_python_rust_python_on_one_file() {
-    let Some(exe) = peers::require(
-        "the Python nanobot 0.3.5's venv",
-        peers::peers_dir()
-            .map(|d| d.join("nanobot-venv/bin/python"))
-            .filter(|p| p.exists()),
-    ) else {
+    let Some(exe) = peers::require_nanobot_python() else {
         return;
     };
     let home = tempfile::tempdir().unwrap();

@@ -172,12 +172,7 @@ const ASKED: &str = "needs the user's approval";
 
 /// A real MCP stdio server (the official Python SDK) with a `shell` tool; `read_only` as the user declares it.
 fn shell_mcp(read_only: bool) -> Option<nanobot_mcp::McpManager> {
-    let python = nanobot_testkit::peers::require(
-        "the Python nanobot's venv (mcp SDK)",
-        nanobot_testkit::peers::peers_dir()
-            .map(|d| d.join("nanobot-venv/bin/python"))
-            .filter(|p| p.exists()),
-    )?;
+    let python = nanobot_testkit::peers::require_nanobot_python()?;
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/shell_mcp_server.py");
     let spec = nanobot_mcp::ServerSpec::resolve(
         "box",

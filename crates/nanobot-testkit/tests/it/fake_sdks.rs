@@ -343,12 +343,7 @@ async fn onebot_sdk_accepts_the_onebot_fake() {
 #[tokio::test]
 async fn python_nanobot_napcat_channel_accepts_the_onebot_fake() {
     use nanobot_testkit::fake_onebot::{FakeOneBot, SELF_ID, group_message, private_message};
-    let Some(python) = peers::require(
-        "the Python nanobot 0.3.5's venv",
-        peers::peers_dir()
-            .map(|d| d.join("nanobot-venv/bin/python"))
-            .filter(|p| p.exists()),
-    ) else {
+    let Some(python) = peers::require_nanobot_python() else {
         return;
     };
     let home = tempfile::tempdir().unwrap();
@@ -627,12 +622,7 @@ async fn mattermost_driver_accepts_the_mattermost_fake() {
 #[tokio::test]
 async fn python_nanobot_mattermost_channel_accepts_the_mattermost_fake() {
     use nanobot_testkit::fake_mattermost::{BOT_USER_ID, FakeMattermost, TEAM_ID};
-    let Some(python) = peers::require(
-        "the Python nanobot 0.3.5's venv",
-        peers::peers_dir()
-            .map(|d| d.join("nanobot-venv/bin/python"))
-            .filter(|p| p.exists()),
-    ) else {
+    let Some(python) = peers::require_nanobot_python() else {
         return;
     };
     const DM: &str = "directchannel0000000000001";
@@ -1133,12 +1123,7 @@ async fn python_nanobot_msteams_channel_accepts_the_teams_fake() {
     use nanobot_testkit::fake_msteams::{
         APP_ID, APP_PASSWORD, BOT_FRAMEWORK_SCOPE, FakeTeams, InboundToken, TENANT_ID, TeamsUser,
     };
-    let Some(python) = peers::require(
-        "the Python nanobot 0.3.5's venv",
-        peers::peers_dir()
-            .map(|d| d.join("nanobot-venv/bin/python"))
-            .filter(|p| p.exists()),
-    ) else {
+    let Some(python) = peers::require_nanobot_python() else {
         return;
     };
     let home = tempfile::tempdir().unwrap();
@@ -2312,12 +2297,7 @@ async fn pysignalclijsonrpc_talks_to_the_signal_fake() {
 #[tokio::test]
 async fn python_nanobot_signal_channel_accepts_the_signal_fake() {
     use nanobot_testkit::fake_signal::{FakeSignal, MENTION_PLACEHOLDER, Receipt, SignalUser, with_quote};
-    let Some(python) = peers::require(
-        "the Python nanobot 0.3.5's venv",
-        peers::peers_dir()
-            .map(|d| d.join("nanobot-venv/bin/python"))
-            .filter(|p| p.exists()),
-    ) else {
+    let Some(python) = peers::require_nanobot_python() else {
         return;
     };
     let home = tempfile::tempdir().unwrap();
@@ -2752,12 +2732,7 @@ async fn wecom_aibot_sdk_accepts_the_wecom_fake() {
 #[tokio::test]
 async fn python_nanobot_wecom_channel_accepts_the_wecom_fake() {
     use nanobot_testkit::fake_wecom::{BOT_NAME, FakeWecom, MixedPart};
-    let Some(python) = peers::require(
-        "the Python nanobot 0.3.5's venv",
-        peers::peers_dir()
-            .map(|d| d.join("nanobot-venv/bin/python"))
-            .filter(|p| p.exists()),
-    ) else {
+    let Some(python) = peers::require_nanobot_python() else {
         return;
     };
     let within = Duration::from_secs(30);

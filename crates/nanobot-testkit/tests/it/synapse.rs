@@ -338,12 +338,7 @@ fn mention(text: &str, users: &[&str]) -> Value {
 #[tokio::test]
 async fn python_nanobot_matrix_channel_works_against_synapse() {
     let Some(hs) = homeserver().await else { return };
-    let Some(python) = peers::require(
-        "the Python nanobot 0.3.5's venv",
-        peers::peers_dir()
-            .map(|d| d.join("nanobot-venv/bin/python"))
-            .filter(|p| p.exists()),
-    ) else {
+    let Some(python) = peers::require_nanobot_python() else {
         return;
     };
     let human = hs.fresh_user("human").await.unwrap();
@@ -622,12 +617,7 @@ async fn python_nanobot_matrix_channel_works_against_synapse() {
 #[tokio::test]
 async fn python_nanobot_matrix_channel_logs_in_with_an_access_token_and_e2ee() {
     let Some(hs) = homeserver().await else { return };
-    let Some(python) = peers::require(
-        "the Python nanobot 0.3.5's venv",
-        peers::peers_dir()
-            .map(|d| d.join("nanobot-venv/bin/python"))
-            .filter(|p| p.exists()),
-    ) else {
+    let Some(python) = peers::require_nanobot_python() else {
         return;
     };
     let human = hs.fresh_user("human").await.unwrap();

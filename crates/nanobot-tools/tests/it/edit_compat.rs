@@ -245,12 +245,7 @@ fn different_cases() -> Vec<(Case, &'static str, &'static str)> {
 }
 
 async fn python_outcomes(cases: &[&Case]) -> Option<Vec<Outcome>> {
-    let python = peers::require(
-        "the Python nanobot 0.3.5's venv",
-        peers::peers_dir()
-            .map(|d| d.join("nanobot-venv/bin/python"))
-            .filter(|p| p.exists()),
-    )?;
+    let python = peers::require_nanobot_python()?;
     let probe =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/fixtures/edit_file_035_probe.py");
     let input: Vec<Value> = cases
