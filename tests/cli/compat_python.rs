@@ -299,6 +299,16 @@ fn python_rust_python_rust_on_one_home() {
     assert_eq!(js[0]["id"], job_id.as_str());
     let o = rs(h, &["cron", "list"]);
     assert!(stdout(&o).contains(&job_id), "{}", stdout(&o));
+
+    // 5. Python's /status shows the last request Rust stored (`_last_usage`, which 0.3.5 reads only in its own
+    // layout: otherwise "0 in / 0 out").
+    let o = py(&pyexe, h, &["agent", "-m", "/status"]);
+    let text = stdout(&o);
+    let tokens = text
+        .lines()
+        .find(|l| l.contains("Tokens: "))
+        .unwrap_or_else(|| panic!("no token line in 0.3.5's /status: {text}"));
+    assert!(!tokens.contains("Tokens: 0 in / 0 out"), "{text}");
 }
 
 #[test]

@@ -21,8 +21,17 @@ fn one_turn_then_exit() {
     let mock = MockLlm::start_background();
     let home = onboarded(&mock);
     mock.push(MockReply::text("Hi **there**, I am nanobot."));
+    // A line typed earlier in 0.3.5's chat, in its history file (prompt_toolkit's format).
+    let history_file = home.nanobot_dir().join("history/cli_history");
+    let earlier = "\n# 2026-01-01 09:00:00.000001\n+earlier in python \\ with a backslash\n";
+    std::fs::create_dir_all(history_file.parent().unwrap()).unwrap();
+    std::fs::write(&history_file, earlier).unwrap();
     let mut p = spawn_chat(home.home());
     p.expect("You: ").unwrap();
+    // The up arrow brings it back; Ctrl-U clears it again.
+    p.send("\x1b[A").unwrap();
+    p.expect("earlier in python \\ with a backslash").unwrap();
+    p.send("\x15").unwrap();
     p.send_line("Hello from the terminal").unwrap();
     let answer = p.expect("I am nanobot.").unwrap();
     let before = String::from_utf8_lossy(answer.before()).into_owned();
@@ -41,8 +50,33 @@ fn one_turn_then_exit() {
     let req = mock.last_request().unwrap();
     assert!(req.last_user_text().unwrap().contains("Hello from the terminal"));
     assert!(req.is_stream(), "the interactive chat streams");
-    let history = std::fs::read_to_string(home.nanobot_dir().join("history/cli_history")).unwrap();
-    assert!(history.contains("Hello from the terminal"), "{history}");
+    // Appended in 0.3.5's format, what was there kept as it was.
+    let history = std::fs::read_to_string(&history_file).unwrap();
+    assert!(history.starts_with(earlier), "{history}");
+    assert!(history.contains("\n+Hello from the terminal\n"), "{history}");
+    // 0.3.5's own reader (prompt_toolkit's FileHistory, newest first) finds every entry.
+    let Some(python) = nanobot_testkit::peers::require_nanobot_python() else {
+        return;
+    };
+    let read = std::process::Command::new(python)
+        .args([
+            "-c",
+            "import json, sys\nfrom prompt_toolkit.history import FileHistory\n\
+             print(json.dumps(list(FileHistory(sys.argv[1]).load_history_strings())))",
+        ])
+        .arg(&history_file)
+        .output()
+        .unwrap();
+    assert!(read.status.success(), "{}", String::from_utf8_lossy(&read.stderr));
+    let entries: Vec<String> = serde_json::from_slice(&read.stdout).unwrap();
+    assert_eq!(
+        entries,
+        [
+            "exit",
+            "Hello from the terminal",
+            "earlier in python \\ with a backslash"
+        ]
+    );
 }
 
 #[test]

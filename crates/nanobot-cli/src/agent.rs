@@ -300,7 +300,9 @@ async fn interactive(
     if let Some(dir) = history.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    let _ = editor.load_history(&history);
+    for entry in crate::cli_history::load(&history) {
+        let _ = editor.add_history_entry(entry);
+    }
     let printer: Option<Box<dyn rustyline::ExternalPrinter + Send>> = if env.stdin_tty {
         editor
             .create_external_printer()
@@ -380,6 +382,9 @@ async fn interactive(
                     continue;
                 }
                 let _ = ed.add_history_entry(text.as_str());
+                if let Err(e) = crate::cli_history::append(&history, &text) {
+                    tracing::warn!(path = %history.display(), error = %e, "could not add to the line history");
+                }
                 editor = Some(ed);
                 if is_exit(&text) {
                     break Ok(());
@@ -402,19 +407,10 @@ async fn interactive(
                 println!("(type exit or press Ctrl-D to leave)");
                 editor = Some(ed);
             }
-            Err(rustyline::error::ReadlineError::Eof) => {
-                editor = Some(ed);
-                break Ok(());
-            }
-            Err(e) => {
-                editor = Some(ed);
-                break Err(CliError::Turn(format!("cannot read the input: {e}")));
-            }
+            Err(rustyline::error::ReadlineError::Eof) => break Ok(()),
+            Err(e) => break Err(CliError::Turn(format!("cannot read the input: {e}"))),
         }
     };
-    if let Some(mut ed) = editor {
-        let _ = ed.save_history(&history);
-    }
     cancel.cancel();
     println!("Goodbye!");
     result

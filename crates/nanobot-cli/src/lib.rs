@@ -34,6 +34,7 @@
 mod agent;
 mod args;
 mod channels_login;
+mod cli_history;
 mod completion;
 mod cron_cmd;
 mod daemon;

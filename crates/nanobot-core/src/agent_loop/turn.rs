@@ -458,13 +458,7 @@ impl LoopInner {
         if cancelled && result.new_messages().is_empty() {
             stored.push(interrupted_note());
         }
-        let usage = result.last_usage.map(|u| {
-            json!({
-                "prompt_tokens": u.prompt_tokens,
-                "completion_tokens": u.completion_tokens,
-                "total_tokens": u.total_tokens,
-            })
-        });
+        let usage = result.last_usage.as_ref().map(last_usage_record);
         // A cut-short turn (cancelled) stays `started`: its message, delivered again, runs again.
         let answered = prepared.checkpoints.delivery.clone().filter(|_| !cancelled);
         self.ledger
@@ -614,4 +608,37 @@ pub(super) fn human_duration(d: Duration) -> String {
     } else {
         format!("{d:?}")
     }
+}
+
+/// The session's `_last_usage` in 0.3.5's own layout (its `LLMUsage.to_dict`), which 0.3.5's `/status` and WebUI
+/// accept only whole: all fourteen keys, `total_tokens` at least input plus output and split exactly into reported
+/// and estimated tokens, the cache counts within the input. One request, its counts as the provider reported them.
+fn last_usage_record(u: &nanobot_types::Usage) -> Value {
+    let (input, output) = (u.prompt_tokens, u.completion_tokens);
+    let total = u.total_tokens.max(input.saturating_add(output));
+    // Counts a provider reported beyond the input (they should be part of it) are left out rather than kept wrong.
+    let (cache_read, cache_write) = match u
+        .cache_read_tokens
+        .unwrap_or(0)
+        .checked_add(u.cache_write_tokens.unwrap_or(0))
+    {
+        Some(cached) if cached <= input => (u.cache_read_tokens, u.cache_write_tokens),
+        _ => (None, None),
+    };
+    json!({
+        "input_tokens": input,
+        "output_tokens": output,
+        "total_tokens": total,
+        "cache_read_tokens": cache_read,
+        "cache_write_tokens": cache_write,
+        "reported_tokens": total,
+        "estimated_tokens": 0,
+        "source": "reported",
+        "generation_ms": 0,
+        "measured_output_tokens": 0,
+        "ttft_ms": 0,
+        "timed_requests": 0,
+        "context_tokens": null,
+        "request_count": 1,
+    })
 }
