@@ -306,8 +306,9 @@ impl MemoryStore {
 
     /// Migrates the Python nanobot's `memory/HISTORY.md` (entries separated by blank lines, each starting with
     /// `[YYYY-MM-DD HH:MM]`) into `history.jsonl`, once: the old file is renamed to `HISTORY.md.bak` (or
-    /// `HISTORY.md.bak.1`, … if that exists) and never deleted. Returns how many entries were migrated (`None`
-    /// when there was nothing to migrate).
+    /// `HISTORY.md.bak.1`, … if that exists) and never deleted. Dream's cursor moves past the migrated entries when
+    /// it had seen all before them (0.3.5 migrates only into an empty `history.jsonl`, and so always). Returns how
+    /// many entries were migrated (`None` when there was nothing to migrate).
     pub fn migrate_legacy_history(&self) -> Result<Option<usize>> {
         let legacy = self.dir.join(LEGACY_HISTORY_FILE);
         // Held across the whole migration so two writers (threads or processes) never migrate the same file
@@ -327,7 +328,15 @@ impl MemoryStore {
         let entries = parse_legacy_history(&text);
         let n = entries.len();
         if !entries.is_empty() {
-            self.append_entries(entries.into_iter().map(|(ts, c)| (ts, c, None)).collect())?;
+            let dreamed = self.dream_cursor()?;
+            let written = self.append_entries(entries.into_iter().map(|(ts, c)| (ts, c, None)).collect())?;
+            // As 0.3.5: the archive counts as already seen by Dream (it would otherwise replay the user's whole
+            // past on its next run), unless Dream had not yet seen everything before it.
+            if let (Some(first), Some(last)) = (written.first(), written.last())
+                && dreamed + 1 >= first.cursor
+            {
+                self.set_dream_cursor(last.cursor)?;
+            }
         }
         let backup = self.free_backup_name()?;
         self.files

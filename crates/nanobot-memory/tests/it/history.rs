@@ -124,6 +124,11 @@ fn legacy_history_is_migrated_once_with_a_backup() {
     );
     assert_eq!(entries[2].content, "User asked for a pasta recipe.");
     assert_eq!(entries[2].session_key, None);
+    assert_eq!(
+        env.store.dream_cursor().unwrap(),
+        0,
+        "Dream had not seen entry 1: it reads the migrated ones with it"
+    );
 
     // A later legacy file (an old version ran again) keeps the first backup.
     std::fs::write(dir.join("HISTORY.md"), "[2025-12-01 10:00] Again.\n").unwrap();
@@ -132,6 +137,27 @@ fn legacy_history_is_migrated_once_with_a_backup() {
     assert_eq!(
         std::fs::read_to_string(dir.join("HISTORY.md.bak")).unwrap(),
         legacy
+    );
+}
+
+/// As 0.3.5: a migrated archive counts as seen by Dream, so its next run does not replay the user's whole past.
+#[test]
+fn a_migrated_archive_is_not_dreamed_again() {
+    let env = env();
+    let dir = env.store.dir();
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(
+        dir.join("HISTORY.md"),
+        "[2025-11-02 08:15] One.\n\n[2025-11-03 21:40] Two.\n",
+    )
+    .unwrap();
+    assert_eq!(env.store.migrate_legacy_history().unwrap(), Some(2));
+    assert_eq!(env.store.dream_cursor().unwrap(), 2);
+    assert!(
+        env.store
+            .read_history_after(env.store.dream_cursor().unwrap())
+            .unwrap()
+            .is_empty()
     );
 }
 
