@@ -1,5 +1,5 @@
-//! A near miss of `edit_file`: the file's region most like `old_text`, shown as a diff, and what alone may tell
-//! them apart.
+//! Near misses of `edit_file`: the file's region most like an `old_text` not found, shown as a diff with what
+//! alone may tell them apart; and for a missing file, the names beside it most like its own.
 
 use std::collections::HashMap;
 
