@@ -1,5 +1,5 @@
 //! `edit_file`: replaces text in one file, found exactly or, failing that, by 0.3.5's looser strategies
-//! ([`matching`]); a near miss is answered with the closest region ([`near_miss`]).
+//! (`matching`); a near miss is answered with the closest region (`near_miss`).
 
 mod matching;
 mod near_miss;
