@@ -238,6 +238,40 @@ pub(crate) fn not_found_or(raw: &str, what: &str, e: SandboxError) -> ToolError 
     }
 }
 
+/// The text of the file `raw` that an edit is to change, opened where writes are allowed, with its path as resolved;
+/// `None` when it does not exist yet (the path then as a write would resolve it). Refuses a directory, anything but
+/// a regular file, a file over `max` bytes (`verb` says what was to be done: "edit", "patch"), also when it grows
+/// past that while being read (a cut read written back would lose the rest), and text that is not UTF-8.
+pub(crate) fn read_text_to_change(
+    sandbox: &Sandbox,
+    raw: &str,
+    max: u64,
+    verb: &str,
+) -> Result<(PathBuf, Option<String>), ToolError> {
+    use std::io::Read as _;
+    let mut f = match sandbox.open_for_edit(raw) {
+        Ok(Opened::File(f)) if f.meta.is_file() => f,
+        Ok(Opened::File(_)) => return Err(ToolError::Failed(format!("{raw} is not a regular file"))),
+        Ok(Opened::Dir(_)) => return Err(ToolError::Failed(format!("{raw} is a directory"))),
+        Err(e) if e.is_not_found() => return Ok((sandbox.resolve_write(raw)?, None)),
+        Err(e) => return Err(not_found_or(raw, "File", e)),
+    };
+    let too_large = || ToolError::Failed(format!("{raw} is too large to {verb} (over {max} bytes)"));
+    if f.meta.len() > max {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    (&mut f.file)
+        .take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| ToolError::io("reading", &f.logical, e))?;
+    if bytes.len() as u64 > max {
+        return Err(too_large());
+    }
+    let text = String::from_utf8(bytes).map_err(|_| ToolError::Failed(format!("{raw} is not UTF-8 text")))?;
+    Ok((f.logical, Some(text)))
+}
+
 enum Read {
     Image {
         mime: &'static str,

@@ -1,7 +1,6 @@
 //! `apply_patch`: several exact edits over one or more files, checked together, then written together.
 
 use std::collections::BTreeMap;
-use std::io::Read as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -9,9 +8,9 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::fs::{blocking, display_path, not_found_or};
+use super::fs::{blocking, display_path, read_text_to_change};
 use crate::error::ToolError;
-use crate::sandbox::{Opened, Sandbox};
+use crate::sandbox::Sandbox;
 use crate::schema::TypedTool;
 use crate::tool::{ToolContext, ToolOutput};
 
@@ -97,40 +96,6 @@ fn ensure_final_newline(mut text: String) -> String {
     text
 }
 
-/// The file's current text (`None`: it does not exist).
-fn read_current(sandbox: &Sandbox, raw: &str) -> Result<(PathBuf, Option<String>), ToolError> {
-    match sandbox.open_for_edit(raw) {
-        Ok(Opened::File(mut f)) => {
-            if !f.meta.is_file() {
-                return Err(ToolError::Failed(format!("path to update is not a file: {raw}")));
-            }
-            if f.meta.len() > PATCH_MAX_BYTES {
-                return Err(ToolError::Failed(format!(
-                    "{raw} is too large to patch ({} bytes, max {PATCH_MAX_BYTES})",
-                    f.meta.len()
-                )));
-            }
-            let mut bytes = Vec::new();
-            // Bounded again while reading: the file may grow after the size check.
-            (&mut f.file)
-                .take(PATCH_MAX_BYTES + 1)
-                .read_to_end(&mut bytes)
-                .map_err(|e| ToolError::io("reading", &f.logical, e))?;
-            if bytes.len() as u64 > PATCH_MAX_BYTES {
-                return Err(ToolError::Failed(format!(
-                    "{raw} is too large to patch (over {PATCH_MAX_BYTES} bytes)"
-                )));
-            }
-            let text = String::from_utf8(bytes)
-                .map_err(|_| ToolError::Failed(format!("file is not UTF-8 text: {raw}")))?;
-            Ok((f.logical, Some(text)))
-        }
-        Ok(Opened::Dir(_)) => Err(ToolError::Failed(format!("path to update is not a file: {raw}"))),
-        Err(e) if e.is_not_found() => Ok((sandbox.resolve_write(raw)?, None)),
-        Err(e) => Err(not_found_or(raw, "File", e)),
-    }
-}
-
 /// Checks every edit and computes the files' new contents, in order of first mention.
 fn plan(sandbox: &Sandbox, edits: &[PatchEdit]) -> Result<Vec<(PathBuf, Planned)>, ToolError> {
     let mut order: Vec<PathBuf> = Vec::new();
@@ -145,7 +110,7 @@ fn plan(sandbox: &Sandbox, edits: &[PatchEdit]) -> Result<Vec<(PathBuf, Planned)
                 "patch path contains a null byte: {raw:?}"
             )));
         }
-        let (path, current) = read_current(sandbox, raw)?;
+        let (path, current) = read_text_to_change(sandbox, raw, PATCH_MAX_BYTES, "patch")?;
         let pending = files.get(&path).map(|p| p.after.clone());
         let existing = pending.clone().or(current.clone());
         let after = match edit.action {

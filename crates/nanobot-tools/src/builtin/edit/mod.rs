@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::fs::{READ_MAX_BYTES, blocking, display_path, not_found_or};
+use super::fs::{READ_MAX_BYTES, blocking, display_path, read_text_to_change};
 use super::patch::summary_line;
 use crate::error::ToolError;
 use crate::sandbox::{Opened, Sandbox};
@@ -84,8 +84,9 @@ impl TypedTool for EditFileTool {
     async fn call(&self, args: EditFileArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let sandbox = self.sandbox.for_call(ctx);
         let raw = args.path.clone();
-        let current = blocking(move || read_for_edit(&sandbox, &raw)).await?;
-        let Some((before, path)) = current else {
+        let (path, current) =
+            blocking(move || read_text_to_change(&sandbox, &raw, READ_MAX_BYTES, "edit")).await?;
+        let Some(before) = current else {
             if !args.old_text.is_empty() {
                 return Err(ToolError::Failed(self.not_found(ctx, &args.path).await));
             }
@@ -208,31 +209,6 @@ impl EditFileTool {
 
 /// At most this many entries of a directory are read for names like a missing file's.
 const NAMES_READ_MAX: usize = 10_000;
-
-/// The file's text and resolved path, `None` when it does not exist.
-fn read_for_edit(sandbox: &Sandbox, raw: &str) -> Result<Option<(String, PathBuf)>, ToolError> {
-    use std::io::Read as _;
-    let mut f = match sandbox.open_for_edit(raw) {
-        Ok(Opened::File(f)) if f.meta.is_file() => f,
-        Ok(Opened::File(_)) => return Err(ToolError::Failed(format!("{raw} is not a regular file"))),
-        Ok(Opened::Dir(_)) => return Err(ToolError::Failed(format!("{raw} is a directory"))),
-        Err(e) if e.is_not_found() => return Ok(None),
-        Err(e) => return Err(not_found_or(raw, "File", e)),
-    };
-    if f.meta.len() > READ_MAX_BYTES {
-        return Err(ToolError::Failed(format!(
-            "File {raw} is too large to edit ({} bytes, max {READ_MAX_BYTES})",
-            f.meta.len()
-        )));
-    }
-    let mut content = String::new();
-    // Bounded again while reading: the file may grow after the size check.
-    (&mut f.file)
-        .take(READ_MAX_BYTES)
-        .read_to_string(&mut content)
-        .map_err(|e| ToolError::io("reading", &f.logical, e))?;
-    Ok(Some((content, f.logical)))
-}
 
 fn is_markdown(path: &Path) -> bool {
     path.extension().and_then(|e| e.to_str()).is_some_and(|e| {
