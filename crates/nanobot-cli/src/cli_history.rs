@@ -17,13 +17,23 @@ use std::path::Path;
 /// The first line of a history file written by rustyline (earlier nanobot-rs).
 const RUSTYLINE_HEADER: &str = "#V2";
 
-/// The entries in `path`, oldest first (none when it does not exist or cannot be read). A file in rustyline's
-/// format is rewritten in 0.3.5's first.
+/// How much of the end of the file is read at start: the line editor keeps only the latest entries anyway, and the
+/// file, shared with 0.3.5 and never cut, grows for as long as the user chats.
+const LOAD_MAX_BYTES: u64 = 1 << 20;
+
+/// The entries in `path` (its last [`LOAD_MAX_BYTES`]), oldest first; none when it does not exist or cannot be
+/// read. A file in rustyline's format is rewritten in 0.3.5's first.
 pub(crate) fn load(path: &Path) -> Vec<String> {
-    let Ok(bytes) = std::fs::read(path) else {
+    let Ok((text, whole)) = read_tail(path, LOAD_MAX_BYTES) else {
         return Vec::new();
     };
-    let text = String::from_utf8_lossy(&bytes);
+    if !whole {
+        // The read began inside an entry: start at the first entry's comment line.
+        return text
+            .find("\n#")
+            .map(|i| parse(&text[i + 1..]))
+            .unwrap_or_default();
+    }
     if text.lines().next() == Some(RUSTYLINE_HEADER) {
         let entries = from_rustyline(&text);
         let converted: String = entries.iter().map(|e| block(e, "")).collect();
@@ -33,6 +43,18 @@ pub(crate) fn load(path: &Path) -> Vec<String> {
         return entries;
     }
     parse(&text)
+}
+
+/// The last `max` bytes of `path` as text, and whether that is the whole file.
+fn read_tail(path: &Path, max: u64) -> std::io::Result<(String, bool)> {
+    use std::io::{Read as _, Seek as _};
+    let mut file = std::fs::File::open(path)?;
+    let len = file.metadata()?.len();
+    let start = len.saturating_sub(max);
+    file.seek(std::io::SeekFrom::Start(start))?;
+    let mut bytes = Vec::new();
+    file.take(max).read_to_end(&mut bytes)?;
+    Ok((String::from_utf8_lossy(&bytes).into_owned(), start == 0))
 }
 
 /// Appends `entry` to `path` as 0.3.5 does (a time comment, then each line after `+`).
@@ -142,5 +164,35 @@ mod tests {
         assert!(!text.contains("#V2"), "{text:?}");
         assert_eq!(parse(&text), ["first", "back\\slash", "multi\nline"]);
         assert_eq!(load(&dir.path().join("missing")), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_long_file_is_read_from_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cli_history");
+        let entries = 20_000;
+        for i in 0..entries {
+            append(
+                &path,
+                &format!("entry {i} with some words to make it longer\nand a second line"),
+            )
+            .unwrap();
+        }
+        assert!(std::fs::metadata(&path).unwrap().len() > LOAD_MAX_BYTES);
+        let loaded = load(&path);
+        assert!(loaded.len() > 100 && loaded.len() < entries, "{}", loaded.len());
+        assert_eq!(
+            loaded.last().unwrap(),
+            &format!(
+                "entry {} with some words to make it longer\nand a second line",
+                entries - 1
+            )
+        );
+        assert!(
+            loaded
+                .iter()
+                .all(|e| e.starts_with("entry ") && e.ends_with("\nand a second line")),
+            "no cut entry"
+        );
     }
 }
