@@ -167,9 +167,9 @@ impl PairingStore {
 
     /// The file's contents now (empty when it does not exist).
     fn load(&self) -> Result<PairingFile, PairingError> {
-        match std::fs::read_to_string(&self.path) {
-            Ok(text) if text.trim().is_empty() => Ok(PairingFile::default()),
-            Ok(text) => PairingFile::parse(&text).map_err(|e| match e {
+        match read_bounded(&self.path) {
+            Ok(Some(text)) if text.trim().is_empty() => Ok(PairingFile::default()),
+            Ok(Some(text)) => PairingFile::parse(&text).map_err(|e| match e {
                 FileError::Json(source) => PairingError::Parse {
                     line: source.line(),
                     column: source.column(),
@@ -180,6 +180,10 @@ impl PairingStore {
                     path: self.path.clone(),
                     what,
                 },
+            }),
+            Ok(None) => Err(PairingError::Invalid {
+                path: self.path.clone(),
+                what: "the file is larger than a pairing store can be (4 MiB)",
             }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(PairingFile::default()),
             Err(source) => Err(PairingError::Io {
@@ -335,6 +339,24 @@ impl PairingStore {
         }
         nanobot_util::write_atomic(&self.path, &json).map_err(|e| io(e.into()))
     }
+}
+
+/// The largest store read: thousands of senders and codes take a few hundred KiB.
+const STORE_MAX_BYTES: u64 = 4 << 20;
+
+/// The file's text, `None` when it is larger than [`STORE_MAX_BYTES`].
+fn read_bounded(path: &Path) -> std::io::Result<Option<String>> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(STORE_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > STORE_MAX_BYTES {
+        return Ok(None);
+    }
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 /// Whether the stored sender `approved` is `sender_id`: the same, or the same id part.
@@ -664,6 +686,13 @@ mod tests {
         assert!(
             err.to_string()
                 .contains("pairing.json: the file is not a JSON object"),
+            "{err}"
+        );
+        let huge = format!("{{\"approved\": {{}}, \"x\": \"{}\"}}", "a".repeat(5 << 20));
+        std::fs::write(dir.path().join("pairing.json"), huge).unwrap();
+        let err = PairingStore::in_config_dir(dir.path()).unwrap_err();
+        assert!(
+            err.to_string().contains("larger than a pairing store can be"),
             "{err}"
         );
     }
