@@ -74,7 +74,9 @@ pub struct RunOutcome {
 struct Shared {
     wake: Notify,
     running: Mutex<HashSet<String>>,
-    finished: broadcast::Sender<RunOutcome>,
+    /// Each outcome shared by pointer: a slot of the channel holds one (`broadcast` allocates every slot at
+    /// start, and an outcome carries its whole job).
+    finished: broadcast::Sender<Arc<RunOutcome>>,
     /// The fingerprints of the held jobs already reported (each version of a job is reported once).
     reported_holds: Mutex<HashSet<String>>,
 }
@@ -194,7 +196,7 @@ impl CronService {
     /// Every finished run (scheduled or [`run_now`](Self::run_now)), after its result was recorded, and each
     /// version of a held job once ([`status::HELD`], not recorded). For metrics, logs, telling the job's chat and
     /// tests; slow receivers miss old events.
-    pub fn subscribe(&self) -> broadcast::Receiver<RunOutcome> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<RunOutcome>> {
         self.shared.finished.subscribe()
     }
 
@@ -574,7 +576,7 @@ impl CronService {
             lock(&self.shared.reported_holds).insert(crate::trust::TrustLedger::fingerprint(&outcome.job));
         if first {
             tracing::warn!(job = %outcome.job.id, "cron: {reason}");
-            let _ = self.shared.finished.send(outcome.clone());
+            let _ = self.shared.finished.send(Arc::new(outcome.clone()));
         }
         outcome
     }
@@ -637,7 +639,7 @@ impl CronService {
         lock(&self.shared.running).remove(&job.id);
         self.wake();
         let outcome = RunOutcome { job, record, output };
-        let _ = self.shared.finished.send(outcome.clone());
+        let _ = self.shared.finished.send(Arc::new(outcome.clone()));
         outcome
     }
 }

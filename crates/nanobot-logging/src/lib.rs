@@ -48,9 +48,10 @@ pub const FILE_PREFIX: &str = "nanobot.log";
 /// Lines waiting for the log-file writer thread; past this, new lines are dropped rather than block a turn.
 ///
 /// `tracing-appender`'s default, 128,000, preallocates and touches a 4 MB queue at start: a sixth of an idle
-/// gateway's memory (measured in `docs/benchmarks.md`, "Lean and fast"). A burst of this many lines is already
-/// far past what a person reads.
-pub const FILE_QUEUE_LINES: usize = 4096;
+/// gateway's memory (measured in `docs/benchmarks.md`, "Lean and fast"); each line's slot is 32 bytes, so this
+/// queue is 32 KiB. The writer thread empties it as lines come; a burst of this many lines before it can is
+/// already far past what a person reads.
+pub const FILE_QUEUE_LINES: usize = 1024;
 
 /// Where lines go and how they look.
 #[derive(Debug, Clone, PartialEq, Eq)]

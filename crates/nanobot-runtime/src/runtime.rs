@@ -277,7 +277,7 @@ async fn schedule_under_lease(
 /// Follows what the cron service reports: a held job's chat is told why it did not run (each version of a held
 /// job is reported once), and the system jobs' runs go to `observer` (metrics).
 fn spawn_cron_watch(
-    mut runs: tokio::sync::broadcast::Receiver<nanobot_cron::RunOutcome>,
+    mut runs: tokio::sync::broadcast::Receiver<Arc<nanobot_cron::RunOutcome>>,
     agent: AgentLoop,
     observer: Option<Arc<dyn TurnObserver>>,
     stop: CancellationToken,

@@ -95,12 +95,12 @@ impl ToolRegistry {
             tracing::debug!(tool = tool.name(), "left out by tools.profile / tools.only");
             return None;
         }
-        let spec = tool.spec();
-        let args = Arc::new(ArgsSchema::new(spec.parameters.clone()));
+        let spec = Arc::new(tool.spec());
+        let args = Arc::new(ArgsSchema::of_spec(spec.clone()));
         let name = spec.name.clone();
         let entry = Arc::new(Entry {
             tool,
-            spec: Arc::new(spec),
+            spec,
             args,
             params_len: OnceLock::new(),
         });

@@ -1,9 +1,10 @@
 //! Schema-driven argument handling: casting (`"120"` → `120`), validation with messages the
 //! model can act on (`timeout must be <= 600`), and schemas derived from args structs.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
+use nanobot_types::ToolSpec;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -332,15 +333,32 @@ fn admit_declared_nulls(schema: &mut Value) {
 /// first call (a start-up registers every tool, a turn calls few).
 #[derive(Debug)]
 pub struct ArgsSchema {
-    schema: Value,
+    schema: Schema,
     validator: OnceLock<Result<Validator, String>>,
+}
+
+/// Where an [`ArgsSchema`]'s schema lives.
+#[derive(Debug)]
+enum Schema {
+    Own(Value),
+    /// A registered tool's: its spec's `parameters`, kept once for the requests and the checks.
+    Spec(Arc<ToolSpec>),
 }
 
 impl ArgsSchema {
     /// Keeps `schema`; it is compiled on first use. An invalid schema is kept and reported on every call.
     pub fn new(schema: Value) -> Self {
         Self {
-            schema,
+            schema: Schema::Own(schema),
+            validator: OnceLock::new(),
+        }
+    }
+
+    /// The arguments of `spec`, sharing its `parameters` instead of copying them (the registry keeps each
+    /// tool's schema once).
+    pub fn of_spec(spec: Arc<ToolSpec>) -> Self {
+        Self {
+            schema: Schema::Spec(spec),
             validator: OnceLock::new(),
         }
     }
@@ -352,12 +370,15 @@ impl ArgsSchema {
 
     fn validator(&self) -> &Result<Validator, String> {
         self.validator
-            .get_or_init(|| Validator::new(&validation_schema(&self.schema)))
+            .get_or_init(|| Validator::new(&validation_schema(self.schema())))
     }
 
     /// The schema as given.
     pub fn schema(&self) -> &Value {
-        &self.schema
+        match &self.schema {
+            Schema::Own(schema) => schema,
+            Schema::Spec(spec) => &spec.parameters,
+        }
     }
 
     /// Casts then validates `args` (`null` counts as `{}`). Unknown fields are ignored, unless the schema
@@ -376,8 +397,9 @@ impl ArgsSchema {
         let args = match args {
             Value::Null => Value::Object(Map::new()),
             Value::Object(map) => {
-                let mut args = Value::Object(cast_object(map, &self.schema));
-                omit_nulls(&mut args, &self.schema);
+                let schema = self.schema();
+                let mut args = Value::Object(cast_object(map, schema));
+                omit_nulls(&mut args, schema);
                 args
             }
             other => {

@@ -397,7 +397,7 @@ async fn jobs_planted_or_changed_by_file_writes_are_held_not_run() {
         if o.record.status == nanobot_cron::status::HELD {
             let err = o.record.error.clone().unwrap_or_default();
             assert!(err.contains("nanobot cron enable"), "{err}");
-            held.push(o.job.id);
+            held.push(o.job.id.clone());
         }
     }
     held.sort();

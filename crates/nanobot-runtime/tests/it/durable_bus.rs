@@ -54,7 +54,9 @@ async fn replica_with(
 }
 
 /// The replica (index) whose cron ran the next job, from the replicas' run reports.
-async fn next_run(runs: &mut [tokio::sync::broadcast::Receiver<nanobot_cron::RunOutcome>]) -> usize {
+async fn next_run(
+    runs: &mut [tokio::sync::broadcast::Receiver<std::sync::Arc<nanobot_cron::RunOutcome>>],
+) -> usize {
     tokio::time::timeout(GUARD, async {
         loop {
             let waiting = runs
