@@ -31,6 +31,39 @@ struct Entry {
     params_len: OnceLock<usize>,
 }
 
+/// `value` with every object, list and string at its exact size, down to [`COMPACT_DEPTH`] levels. A schema is
+/// built by growing maps and lists and is then kept for the life of the process: the spare room (a third of an
+/// idle gateway's tool schemas) would stay allocated with it.
+fn compacted(value: Value, depth: usize) -> Value {
+    if depth >= COMPACT_DEPTH {
+        return value;
+    }
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(mut key, v)| {
+                    key.shrink_to_fit();
+                    (key, compacted(v, depth + 1))
+                })
+                .collect(),
+        ),
+        Value::Array(items) => {
+            // collected in place: the list keeps its allocation, so it is shrunk after
+            let mut items: Vec<Value> = items.into_iter().map(|v| compacted(v, depth + 1)).collect();
+            items.shrink_to_fit();
+            Value::Array(items)
+        }
+        Value::String(mut text) => {
+            text.shrink_to_fit();
+            Value::String(text)
+        }
+        other => other,
+    }
+}
+
+/// How deep [`compacted`] goes (an MCP server's schema may nest without bound; deeper levels are kept as they are).
+const COMPACT_DEPTH: usize = 32;
+
 impl Entry {
     fn params_len(&self) -> usize {
         *self
@@ -95,7 +128,9 @@ impl ToolRegistry {
             tracing::debug!(tool = tool.name(), "left out by tools.profile / tools.only");
             return None;
         }
-        let spec = Arc::new(tool.spec());
+        let mut spec = tool.spec();
+        spec.parameters = compacted(std::mem::take(&mut spec.parameters), 0);
+        let spec = Arc::new(spec);
         let args = Arc::new(ArgsSchema::of_spec(spec.clone()));
         let name = spec.name.clone();
         let entry = Arc::new(Entry {
@@ -329,5 +364,43 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "unknown panic".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_compacted_schema_is_the_same_value_at_its_exact_size() {
+        let mut list = Vec::with_capacity(64);
+        list.push(json!("a"));
+        let mut text = String::with_capacity(100);
+        text.push_str("path");
+        let schema = json!({"type": "object", "properties": {"p": {"type": "string", "description": text}},
+                            "required": list, "z": 1, "a": 2});
+        let compact = compacted(schema.clone(), 0);
+        assert_eq!(compact, schema);
+        // key order kept (the schema is sent as written)
+        let keys: Vec<&String> = compact.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["type", "properties", "required", "z", "a"]);
+        let Value::Array(required) = &compact["required"] else {
+            panic!("required is a list")
+        };
+        assert_eq!(required.capacity(), required.len());
+        let Value::String(description) = &compact["properties"]["p"]["description"] else {
+            panic!("description is a string")
+        };
+        assert_eq!(description.capacity(), description.len());
+    }
+
+    #[test]
+    fn a_schema_deeper_than_the_bound_is_kept_whole() {
+        let mut deep = json!("leaf");
+        for _ in 0..(COMPACT_DEPTH * 4) {
+            deep = json!({"items": [deep]});
+        }
+        assert_eq!(compacted(deep.clone(), 0), deep);
     }
 }
