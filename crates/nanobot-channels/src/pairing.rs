@@ -167,30 +167,37 @@ impl PairingStore {
 
     /// The file's contents now (empty when it does not exist).
     fn load(&self) -> Result<PairingFile, PairingError> {
-        match read_bounded(&self.path) {
-            Ok(Some(text)) if text.trim().is_empty() => Ok(PairingFile::default()),
-            Ok(Some(text)) => PairingFile::parse(&text).map_err(|e| match e {
-                FileError::Json(source) => PairingError::Parse {
-                    line: source.line(),
-                    column: source.column(),
+        let invalid = |what| PairingError::Invalid {
+            path: self.path.clone(),
+            what,
+        };
+        let bytes = match nanobot_util::read_bounded(&self.path, STORE_MAX_BYTES) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(PairingFile::default()),
+            // the only data error of a bounded read
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                return Err(invalid("the file is larger than a pairing store can be (4 MiB)"));
+            }
+            Err(source) => {
+                return Err(PairingError::Io {
                     path: self.path.clone(),
                     source,
-                },
-                FileError::Shape(what) => PairingError::Invalid {
-                    path: self.path.clone(),
-                    what,
-                },
-            }),
-            Ok(None) => Err(PairingError::Invalid {
-                path: self.path.clone(),
-                what: "the file is larger than a pairing store can be (4 MiB)",
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(PairingFile::default()),
-            Err(source) => Err(PairingError::Io {
+                });
+            }
+        };
+        let text = String::from_utf8(bytes).map_err(|_| invalid("the file is not UTF-8 text"))?;
+        if text.trim().is_empty() {
+            return Ok(PairingFile::default());
+        }
+        PairingFile::parse(&text).map_err(|e| match e {
+            FileError::Json(source) => PairingError::Parse {
+                line: source.line(),
+                column: source.column(),
                 path: self.path.clone(),
                 source,
-            }),
-        }
+            },
+            FileError::Shape(what) => invalid(what),
+        })
     }
 
     /// True when `sender_id` was approved on `channel`: the same id, or the same id part (`12345` of
@@ -343,21 +350,6 @@ impl PairingStore {
 
 /// The largest store read: thousands of senders and codes take a few hundred KiB.
 const STORE_MAX_BYTES: u64 = 4 << 20;
-
-/// The file's text, `None` when it is larger than [`STORE_MAX_BYTES`].
-fn read_bounded(path: &Path) -> std::io::Result<Option<String>> {
-    use std::io::Read as _;
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)?
-        .take(STORE_MAX_BYTES + 1)
-        .read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > STORE_MAX_BYTES {
-        return Ok(None);
-    }
-    String::from_utf8(bytes)
-        .map(Some)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
-}
 
 /// Whether the stored sender `approved` is `sender_id`: the same, or the same id part.
 fn same_sender(approved: &str, sender_id: &str) -> bool {
@@ -693,6 +685,17 @@ mod tests {
         let err = PairingStore::in_config_dir(dir.path()).unwrap_err();
         assert!(
             err.to_string().contains("larger than a pairing store can be"),
+            "{err}"
+        );
+        std::fs::write(
+            dir.path().join("pairing.json"),
+            b"{\"approved\": {\"x\": [\"\xff\"]}}",
+        )
+        .unwrap();
+        let err = PairingStore::in_config_dir(dir.path()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("pairing.json: the file is not UTF-8 text"),
             "{err}"
         );
     }

@@ -63,6 +63,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AtomicWriteError> {
 /// Reads `path` as UTF-8 (invalid bytes replaced) if it holds at most `limit` bytes; a larger file is an
 /// `InvalidData` error naming the limit, and at most `limit + 1` bytes are read to find out.
 pub fn read_to_string_bounded(path: &Path, limit: u64) -> io::Result<String> {
+    read_bounded(path, limit).map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The bytes of `path` if it holds at most `limit` of them; a larger file is an `InvalidData` error naming the
+/// limit, and at most `limit + 1` bytes are read to find out.
+pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     use std::io::Read as _;
     let mut bytes = Vec::new();
     File::open(path)?
@@ -74,7 +80,7 @@ pub fn read_to_string_bounded(path: &Path, limit: u64) -> io::Result<String> {
             format!("{} is larger than {limit} bytes", path.display()),
         ));
     }
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
+    Ok(bytes)
 }
 
 /// Flushes the rename to disk; best effort (some platforms and file systems cannot open a directory).

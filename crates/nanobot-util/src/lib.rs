@@ -48,7 +48,7 @@ pub use confined::{
 };
 pub use env::EnvMap;
 pub use error_chain::{ErrorChain, error_chain};
-pub use fs::{AtomicWriteError, normalize, read_to_string_bounded, real_path, write_atomic};
+pub use fs::{AtomicWriteError, normalize, read_bounded, read_to_string_bounded, real_path, write_atomic};
 pub use secret::{Secret, SecretMap};
 pub use shared::{MemorySharedFiles, SharedFile, SharedFiles, SharedFilesError};
 #[cfg(unix)]
